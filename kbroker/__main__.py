@@ -1,0 +1,3 @@
+from kbroker.cli import main
+
+raise SystemExit(main())

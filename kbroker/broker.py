@@ -1,0 +1,178 @@
+"""The broker process: controller, logs and the Kafka listener, started and stopped together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+from kbroker import handlers  # noqa: F401  (registers every API handler)
+from kbroker.config import BrokerConfig, ConfigError, log_config_for, validate_topic_configs
+from kbroker.controller import Controller, ControllerConfig, ControllerError
+from kbroker.controller.events import (
+    PartitionsCreated,
+    TopicConfigsChanged,
+    TopicCreated,
+    TopicDeleted,
+)
+from kbroker.handlers.registry import APIS
+from kbroker.replica.manager import ReplicaManager
+from kbroker.server.connection import KafkaConnection
+from kbroker.server.waiters import DataWaiters
+from kbroker.storage.log import LogConfig
+from kbroker.storage.manager import LogManager
+
+log = logging.getLogger("kbroker.broker")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id: int = config.get("node.id")
+        self.max_request_bytes: int = config.get("socket.request.max.bytes")
+        self.log_dirs = [Path(d) for d in config.get("log.dirs")]
+        self.waiters = DataWaiters()
+        self.logs = LogManager(self.log_dirs)
+        self.replicas = ReplicaManager(self.logs, self.waiters)
+        self.controller = Controller(
+            ControllerConfig(
+                node_id=self.node_id,
+                data_dir=self.log_dirs[0],
+                raft_bind=config.get("controller.raft.listener") or None,
+            )
+        )
+        self.connections: set[KafkaConnection] = set()
+        self.listener = config.listener()
+        self.advertised = config.advertised_listener()
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.started_at = 0.0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        for directory in self.log_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+        self.controller.config_validator = self._validate_topic_configs
+        await self.controller.start()
+        self.controller.subscribe(self._on_metadata_event)
+        await self.controller.register_broker(
+            self.node_id, self.advertised.host, self.advertised.port, None
+        )
+        self.logs.load_all(self._log_config_for_partition, now_ms())
+        for topic in list(self.controller.state.topics.values()):
+            self._open_partitions(topic, topic.partitions)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: KafkaConnection(self),
+            self.listener.host,
+            self.listener.port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        interval = self.config.get("log.retention.check.interval.ms") / 1000
+        self._tasks.append(asyncio.create_task(self.logs.run_retention(interval)))
+        self._tasks.append(asyncio.create_task(self._flush_on_interval()))
+        self.started_at = time.time()
+        log.info(
+            "kbroker node %d serving Kafka on %s:%d (advertised %s:%d), %d partitions, "
+            "started in %.2fs",
+            self.node_id,
+            self.listener.host,
+            self.listener.port,
+            self.advertised.host,
+            self.advertised.port,
+            len(self.replicas.replicas),
+            time.monotonic() - started,
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, answer what is in flight, then flush and close every file."""
+        if self._server is not None:
+            self._server.close()
+        deadline = time.monotonic() + 5
+        while any(c._queue for c in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.waiters.wake_all()
+        self.logs.close_all()
+        await self.controller.stop()
+        log.info("kbroker node %d stopped cleanly", self.node_id)
+
+    # -- metadata events ----------------------------------------------------------------
+
+    def _on_metadata_event(self, event: Any) -> None:
+        if isinstance(event, TopicCreated):
+            self._open_partitions(event.info, event.info.partitions)
+        elif isinstance(event, PartitionsCreated):
+            self._open_partitions(event.info, event.new_partitions)
+        elif isinstance(event, TopicDeleted):
+            self.replicas.drop_topic(event.name)
+        elif isinstance(event, TopicConfigsChanged):
+            config = self.log_config(event.name)
+            for replica in self.replicas.replicas.values():
+                if replica.topic == event.name:
+                    replica.log.update_config(config)
+
+    def _open_partitions(self, topic: Any, partitions: list[Any]) -> None:
+        config = self.log_config(topic.name)
+        for p in partitions:
+            if self.node_id in p.replicas:
+                self.replicas.ensure(topic.name, p.partition, p.leader_epoch, config)
+
+    # -- configs ------------------------------------------------------------------------
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        info = self.controller.state.topics.get(topic)
+        return dict(info.configs) if info is not None else {}
+
+    def log_config(self, topic: str) -> LogConfig:
+        return LogConfig(**log_config_for(self.topic_overrides(topic), self.config))
+
+    def _log_config_for_partition(self, topic: str, partition: int) -> LogConfig:
+        return self.log_config(topic)
+
+    @staticmethod
+    def _validate_topic_configs(configs: dict[str, str]) -> None:
+        try:
+            validate_topic_configs(configs)
+        except ConfigError as exc:
+            raise ControllerError(40, str(exc)) from exc
+
+    # -- background work ----------------------------------------------------------------
+
+    async def _flush_on_interval(self) -> None:
+        """Fsync logs whose flush.messages / flush.ms policy says so, off the event loop."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(0.05)
+            now = now_ms()
+            for replica in list(self.replicas.replicas.values()):
+                if replica.log.needs_flush(now):
+                    await loop.run_in_executor(None, replica.log.flush)
+
+    # -- ApiVersions -----------------------------------------------------------------
+
+    def unsupported_api_versions(self) -> bytes:
+        """ApiVersions v0 body with UNSUPPORTED_VERSION and the ranges served.
+
+        Kafka answers an ApiVersions request newer than it knows this way so that the
+        client can retry with a version both sides speak.
+        """
+        apis = sorted(APIS.values(), key=lambda a: a.key)
+        body = struct.pack(">hi", 35, len(apis))
+        body += b"".join(struct.pack(">hhh", a.key, a.min_version, a.max_version) for a in apis)
+        return body

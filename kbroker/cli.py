@@ -1,0 +1,77 @@
+"""The `kbroker` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kbroker", description="Kafka-compatible broker")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run a broker node")
+    serve.add_argument("--config", type=Path, help="Kafka-style server.properties file")
+    serve.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set one broker property (repeatable); beats the environment and the file",
+    )
+    serve.add_argument("--log-level", default=os.environ.get("KBROKER_LOG_LEVEL", "INFO"))
+    return parser
+
+
+def _install_event_loop() -> None:
+    """uvloop roughly doubles the request rate of the stock loop; use it when present."""
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def _serve(config) -> None:  # type: ignore[no-untyped-def]
+    from kbroker.broker import Broker
+
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    await stop.wait()
+    logging.getLogger("kbroker").info("shutting down on signal")
+    await broker.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from kbroker.config import ConfigError, load_broker_config
+
+    try:
+        config = load_broker_config(args.config, args.override, os.environ)
+    except ConfigError as exc:
+        print(f"kbroker: configuration error: {exc}", file=sys.stderr)
+        return 2
+    _install_event_loop()
+    try:
+        asyncio.run(_serve(config))
+    except OSError as exc:
+        print(f"kbroker: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp offsets of partitions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.handlers.registry import handles
+
+LIST_OFFSETS = 2
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+EARLIEST_PENDING_UPLOAD = -5
+LATEST_TIERED = -6
+
+
+def _partition(broker: Any, topic: str, p: Any, isolation_level: int) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "partition_index": p.partition_index,
+        "error_code": 0,
+        "timestamp": -1,
+        "offset": -1,
+        "leader_epoch": -1,
+    }
+    replica = broker.replicas.get(topic, p.partition_index)
+    if replica is None:
+        out["error_code"] = ErrorCode.unknown_topic_or_partition
+        return out
+    epoch = getattr(p, "current_leader_epoch", -1)
+    if epoch >= 0 and epoch != replica.leader_epoch:
+        out["error_code"] = (
+            ErrorCode.fenced_leader_epoch
+            if epoch < replica.leader_epoch
+            else ErrorCode.unknown_leader_epoch
+        )
+        return out
+    plog = replica.log
+    out["leader_epoch"] = replica.leader_epoch
+    ts = p.timestamp
+    if ts == LATEST:
+        out["offset"] = plog.high_watermark
+    elif ts in (EARLIEST, EARLIEST_LOCAL):
+        out["offset"] = plog.log_start_offset
+    elif ts == MAX_TIMESTAMP:
+        found = plog.max_timestamp()
+        if found is not None and found[1] >= 0:
+            out["timestamp"], out["offset"] = found
+    elif ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        out["offset"] = -1
+    elif ts < 0:
+        out["error_code"] = ErrorCode.invalid_request
+    else:
+        found = plog.offset_for_timestamp(ts)
+        if found is not None and found[0] < plog.high_watermark:
+            out["offset"], out["timestamp"] = found
+    return out
+
+
+@handles(LIST_OFFSETS, 1)
+def list_offsets(ctx: Any, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    isolation = getattr(request, "isolation_level", 0)
+    topics = []
+    for t in request.topics:
+        known = t.name in broker.controller.state.topics
+        partitions = [
+            _partition(broker, t.name, p, isolation)
+            if known
+            else {
+                "partition_index": p.partition_index,
+                "error_code": ErrorCode.unknown_topic_or_partition,
+                "timestamp": -1,
+                "offset": -1,
+            }
+            for p in t.partitions
+        ]
+        topics.append({"name": t.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}

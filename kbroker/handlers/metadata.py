@@ -1,0 +1,121 @@
+"""Metadata: brokers, topics, partition leaders; creates topics on first mention if allowed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.controller import ControllerError
+from kbroker.handlers.registry import handles
+
+METADATA = 3
+INTERNAL_TOPIC_PREFIX = "__"
+
+
+def describe_brokers(broker: Any) -> list[dict[str, Any]]:
+    return [
+        {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+        for b in sorted(broker.controller.state.brokers.values(), key=lambda b: b.node_id)
+        if not b.fenced
+    ]
+
+
+def describe_topic(topic: Any, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+    return {
+        "error_code": error,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.name.startswith(INTERNAL_TOPIC_PREFIX),
+        "partitions": [
+            {
+                "error_code": 0,
+                "partition_index": p.partition,
+                "leader_id": p.leader,
+                "leader_epoch": p.leader_epoch,
+                "replica_nodes": list(p.replicas),
+                "isr_nodes": list(p.isr),
+                "offline_replicas": [],
+            }
+            for p in topic.partitions
+        ],
+        "topic_authorized_operations": -2147483648,
+    }
+
+
+def missing_topic(name: str | None, topic_id: Any, error: ErrorCode) -> dict[str, Any]:
+    return {"error_code": error, "name": name, "topic_id": topic_id, "partitions": []}
+
+
+def _response(broker: Any, topics: list[dict[str, Any]]) -> dict[str, Any]:
+    state = broker.controller.state
+    return {
+        "throttle_time": 0,
+        "brokers": describe_brokers(broker),
+        "cluster_id": state.cluster_id,
+        "controller_id": state.controller_id,
+        "topics": topics,
+        "cluster_authorized_operations": -2147483648,
+    }
+
+
+@handles(METADATA, 0)
+def metadata(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    state = broker.controller.state
+    if request.topics is None:
+        return _response(broker, [describe_topic(t) for t in state.topics.values()])
+    may_create = (ctx.version < 4 or request.allow_auto_topic_creation) and broker.config.get(
+        "auto.create.topics.enable"
+    )
+    results: list[dict[str, Any] | None] = []
+    to_create: list[tuple[int, str]] = []
+    for wanted in request.topics:
+        name, topic_id = wanted.name, getattr(wanted, "topic_id", None)
+        if name is None and topic_id is not None:
+            topic = state.topics_by_id.get(topic_id)
+            results.append(
+                describe_topic(topic)
+                if topic
+                else missing_topic(None, topic_id, ErrorCode.unknown_topic_id)
+            )
+            continue
+        topic = state.topics.get(name)
+        if topic is not None:
+            results.append(describe_topic(topic))
+        elif may_create and name:
+            to_create.append((len(results), name))
+            results.append(None)
+        else:
+            results.append(missing_topic(name, None, ErrorCode.unknown_topic_or_partition))
+    if not to_create:
+        return _response(broker, results)  # type: ignore[arg-type]
+    return _create_then_respond(broker, results, to_create)
+
+
+async def _create_then_respond(
+    broker: Any, results: list[dict[str, Any] | None], to_create: list[tuple[int, str]]
+) -> dict[str, Any]:
+    """Auto-create topics (Kafka's auto.create.topics.enable) and describe them at once."""
+    for index, name in to_create:
+        results[index] = await auto_create_topic(broker, name)
+    return _response(broker, results)  # type: ignore[arg-type]
+
+
+async def auto_create_topic(broker: Any, name: str) -> dict[str, Any]:
+    state = broker.controller.state
+    try:
+        topic = await broker.controller.create_topic(
+            name,
+            broker.config.get("num.partitions"),
+            broker.config.get("default.replication.factor"),
+            {},
+        )
+    except ControllerError as exc:
+        topic = state.topics.get(name)
+        if topic is None:
+            code = ErrorCode(exc.error_code)
+            if code == ErrorCode.invalid_replication_factor:
+                code = ErrorCode.leader_not_available
+            return missing_topic(name, None, code)
+    return describe_topic(topic)

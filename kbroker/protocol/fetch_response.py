@@ -1,0 +1,196 @@
+"""Fetch response encoding with record sets left as file regions.
+
+Every other response is encoded whole by kio. A Fetch response's records fields are
+byte ranges of segment files, so this encoder writes the structure bytes itself and
+leaves each records field as a region for the connection to sendfile. Versions 4-18.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbroker.protocol.encoded import EncodedBody
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PARTITION_HEAD = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
+_I64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")
+_LEADER = struct.Struct(">ii")
+_DIVERGING = struct.Struct(">iq")
+
+FIRST_FLEXIBLE = 12
+FIRST_TOPIC_ID = 13
+FIRST_NODE_ENDPOINTS = 16
+
+
+def uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+@dataclass(slots=True)
+class FetchedPartition:
+    partition: int
+    error_code: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    aborted_transactions: list[tuple[int, int]] | None = None
+    preferred_read_replica: int = -1
+    records: Any = None  # bytes, a file region (file, position, length), or None for empty
+    current_leader: tuple[int, int] | None = None  # (leader id, leader epoch), v12+
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset), v12+
+
+    @property
+    def records_size(self) -> int:
+        records = self.records
+        if records is None:
+            return 0
+        return len(records) if isinstance(records, bytes | bytearray) else records.length
+
+
+@dataclass(slots=True)
+class FetchedTopic:
+    name: str
+    topic_id: uuid.UUID | None
+    partitions: list[FetchedPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class NodeEndpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class _Out:
+    """Accumulates structure bytes and interleaves file regions between them."""
+
+    __slots__ = ("parts", "pending", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+        self.pending = bytearray()
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self.pending += data
+
+    def region(self, region: Any, length: int) -> None:
+        if self.pending:
+            self.parts.append(bytes(self.pending))
+            self.size += len(self.pending)
+            self.pending = bytearray()
+        self.parts.append(region)
+        self.size += length
+
+    def finish(self) -> EncodedBody:
+        if self.pending:
+            self.parts.append(bytes(self.pending))
+            self.size += len(self.pending)
+        return EncodedBody(self.parts, self.size)
+
+
+def _array_len(out: _Out, n: int, flexible: bool) -> None:
+    out.write(uvarint(n + 1) if flexible else _I32.pack(n))
+
+
+def _string(value: str, flexible: bool) -> bytes:
+    data = value.encode()
+    return (uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
+
+
+def _nullable_compact_string(value: str | None) -> bytes:
+    if value is None:
+        return b"\x00"
+    data = value.encode()
+    return uvarint(len(data) + 1) + data
+
+
+def _tagged(fields: list[tuple[int, bytes]]) -> bytes:
+    if not fields:
+        return b"\x00"
+    out = bytearray(uvarint(len(fields)))
+    for tag, payload in fields:
+        out += uvarint(tag) + uvarint(len(payload)) + payload
+    return bytes(out)
+
+
+def _partition(out: _Out, p: FetchedPartition, version: int, flexible: bool) -> None:
+    out.write(
+        _PARTITION_HEAD.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset)
+    )
+    if version >= 5:
+        out.write(_I64.pack(p.log_start_offset))
+    aborted = p.aborted_transactions
+    if aborted is None:
+        out.write(b"\x00" if flexible else _I32.pack(-1))
+    else:
+        _array_len(out, len(aborted), flexible)
+        for producer_id, first_offset in aborted:
+            out.write(_ABORTED.pack(producer_id, first_offset))
+            if flexible:
+                out.write(b"\x00")
+    if version >= 11:
+        out.write(_I32.pack(p.preferred_read_replica))
+    records = p.records
+    size = p.records_size
+    out.write(uvarint(size + 1) if flexible else _I32.pack(size))
+    if size:
+        if isinstance(records, bytes | bytearray):
+            out.write(records)
+        else:
+            out.region(records, size)
+    if flexible:
+        tags: list[tuple[int, bytes]] = []
+        if p.diverging_epoch is not None:
+            tags.append((0, _DIVERGING.pack(*p.diverging_epoch) + b"\x00"))
+        if p.current_leader is not None:
+            tags.append((1, _LEADER.pack(*p.current_leader) + b"\x00"))
+        out.write(_tagged(tags))
+
+
+def encode_fetch_response(
+    version: int,
+    topics: list[FetchedTopic],
+    *,
+    error_code: int = 0,
+    session_id: int = 0,
+    throttle_time_ms: int = 0,
+    node_endpoints: list[NodeEndpoint] | None = None,
+) -> EncodedBody:
+    flexible = version >= FIRST_FLEXIBLE
+    out = _Out()
+    out.write(_I32.pack(throttle_time_ms))
+    if version >= 7:
+        out.write(_I16.pack(error_code) + _I32.pack(session_id))
+    _array_len(out, len(topics), flexible)
+    for topic in topics:
+        if version >= FIRST_TOPIC_ID:
+            out.write((topic.topic_id or uuid.UUID(int=0)).bytes)
+        else:
+            out.write(_string(topic.name, flexible))
+        _array_len(out, len(topic.partitions), flexible)
+        for partition in topic.partitions:
+            _partition(out, partition, version, flexible)
+        if flexible:
+            out.write(b"\x00")
+    if flexible:
+        tags: list[tuple[int, bytes]] = []
+        if version >= FIRST_NODE_ENDPOINTS and node_endpoints:
+            payload = bytearray(uvarint(len(node_endpoints) + 1))
+            for node in node_endpoints:
+                payload += _I32.pack(node.node_id) + _string(node.host, True)
+                payload += _I32.pack(node.port) + _nullable_compact_string(node.rack) + b"\x00"
+            tags.append((0, bytes(payload)))
+        out.write(_tagged(tags))
+    return out.finish()

@@ -1,0 +1,88 @@
+"""Request and response headers (Kafka header versions 0-2), without I/O."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+_HEAD = struct.Struct(">hhih")
+_CORRELATION = struct.Struct(">i")
+_PEEK = struct.Struct(">hhi")
+
+
+class MalformedRequest(Exception):
+    """A request whose bytes do not parse; Kafka closes the connection on these."""
+
+
+@dataclass(slots=True, frozen=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def peek_api(frame: bytes) -> tuple[int, int, int]:
+    """API key, version and correlation id: the part every header version shares."""
+    if len(frame) < 8:
+        raise MalformedRequest(f"request of {len(frame)} bytes is shorter than a header")
+    return _PEEK.unpack_from(frame, 0)
+
+
+def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Decode an unsigned varint at `pos`; return (value, next position)."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise MalformedRequest("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise MalformedRequest("varint longer than 5 bytes")
+
+
+def skip_tagged_fields(buf: bytes, pos: int) -> int:
+    """Skip a tagged-field section (count, then tag/size/bytes each); return the end."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise MalformedRequest("tagged field runs past the end of the request")
+    return pos
+
+
+def parse_request_header(frame: bytes, flexible: bool) -> tuple[RequestHeader, int]:
+    """Parse header v1 (or v2 when the request body is flexible); return it and the body offset.
+
+    The client id stays a legacy (int16-length) string even in header v2, as Kafka
+    defines it, so that any broker can read it before knowing the API's versions.
+    """
+    if len(frame) < 10:
+        raise MalformedRequest(f"request of {len(frame)} bytes is shorter than a header")
+    api_key, api_version, correlation_id, client_len = _HEAD.unpack_from(frame, 0)
+    pos = 10
+    client_id: str | None = None
+    if client_len >= 0:
+        end = pos + client_len
+        if end > len(frame):
+            raise MalformedRequest("client id runs past the end of the request")
+        client_id = frame[pos:end].decode("utf-8", "replace")
+        pos = end
+    elif client_len != -1:
+        raise MalformedRequest(f"client id length {client_len}")
+    if flexible:
+        pos = skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+def response_header(correlation_id: int, flexible: bool) -> bytes:
+    """Response header v0 (correlation id) or v1 (plus an empty tagged-field section)."""
+    head = _CORRELATION.pack(correlation_id)
+    return head + b"\x00" if flexible else head

@@ -1,0 +1,65 @@
+"""Partitions this broker holds: where produce appends and fetch reads meet the logs.
+
+The replica manager owns the high watermark. On a single node every replica is the
+leader and the ISR is just itself, so an append is committed once written; the
+cluster issue adds followers, whose fetch offsets will move the high watermark here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from kbroker.server.waiters import DataWaiters
+from kbroker.storage.log import AppendResult, LogConfig, PartitionLog
+from kbroker.storage.manager import LogManager
+
+log = logging.getLogger("kbroker.replica")
+
+
+@dataclass(slots=True)
+class Replica:
+    """This broker's copy of one partition."""
+
+    topic: str
+    partition: int
+    log: PartitionLog
+    leader_epoch: int
+    is_leader: bool = True
+
+
+class ReplicaManager:
+    def __init__(self, logs: LogManager, waiters: DataWaiters) -> None:
+        self.logs = logs
+        self.waiters = waiters
+        self.replicas: dict[tuple[str, int], Replica] = {}
+
+    def get(self, topic: str, partition: int) -> Replica | None:
+        return self.replicas.get((topic, partition))
+
+    def ensure(self, topic: str, partition: int, leader_epoch: int, config: LogConfig) -> Replica:
+        """Open (or create) the log of a partition assigned to this broker."""
+        key = (topic, partition)
+        replica = self.replicas.get(key)
+        if replica is None:
+            plog = self.logs.get(topic, partition) or self.logs.create(topic, partition, config)
+            plog.high_watermark = max(plog.high_watermark, plog.log_end_offset)
+            replica = Replica(topic, partition, plog, leader_epoch)
+            self.replicas[key] = replica
+        else:
+            replica.leader_epoch = leader_epoch
+        return replica
+
+    def drop_topic(self, topic: str) -> None:
+        for key in [k for k in self.replicas if k[0] == topic]:
+            del self.replicas[key]
+            self.waiters.wake(key)
+        self.logs.delete_topic(topic)
+
+    def append(self, replica: Replica, records: bytearray, now_ms: int) -> AppendResult:
+        """Append as leader; with no followers the write is committed at once."""
+        plog = replica.log
+        result = plog.append(records, replica.leader_epoch, now_ms)
+        plog.high_watermark = plog.log_end_offset
+        self.waiters.wake((replica.topic, replica.partition))
+        return result

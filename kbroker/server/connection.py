@@ -1,0 +1,282 @@
+"""One client connection: frames in, handler calls, responses out in request order.
+
+The broker answers requests on a connection in the order they arrived (Kafka's
+guarantee that clients rely on), while a slow request (a Fetch waiting for data, a
+Produce waiting for fsync) never blocks other connections: its answer waits in this
+connection's queue and everything behind it waits too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from kbroker.handlers.registry import APIS, NoResponse
+from kbroker.protocol import messages
+from kbroker.protocol.encoded import EncodedBody
+from kbroker.protocol.framing import FrameDecoder, FrameError, frame
+from kbroker.protocol.header import MalformedRequest, RequestHeader, parse_request_header, peek_api
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+log = logging.getLogger("kbroker.connection")
+
+API_VERSIONS = 18
+_MAX_IN_FLIGHT = 200
+
+
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    __slots__ = ("broker", "header", "connection")
+
+    def __init__(self, broker: Broker, header: RequestHeader, connection: KafkaConnection):
+        self.broker = broker
+        self.header = header
+        self.connection = connection
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+class _Slot:
+    """A response position in the connection's order; filled now or when its task ends."""
+
+    __slots__ = ("data", "done")
+
+    def __init__(self) -> None:
+        self.data: list[Any] | None = None
+        self.done = False
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.decoder = FrameDecoder(broker.max_request_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._queue: deque[_Slot] = deque()
+        self._paused_reading = False
+        self._paused_writing = False
+        self._closed = False
+        self._sock_fd = -1
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sock = transport.get_extra_info("socket")
+        self._sock_fd = sock.fileno() if sock is not None else -1
+        self.broker.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.broker.connections.discard(self)
+        self._queue.clear()
+
+    def pause_writing(self) -> None:
+        self._paused_writing = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused_writing = False
+        self._maybe_resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as exc:
+            self.close(f"bad frame: {exc}")
+            return
+        for request in frames:
+            if self._closed:
+                return
+            self._dispatch(request)
+        if len(self._queue) >= _MAX_IN_FLIGHT:
+            self._pause_reading()
+
+    # -- dispatch --------------------------------------------------------------------
+
+    def _dispatch(self, request: bytes) -> None:
+        try:
+            api_key, version, correlation_id = peek_api(request)
+        except MalformedRequest as exc:
+            self.close(str(exc))
+            return
+        api = APIS.get(api_key)
+        if api is None:
+            self.close(f"unknown API key {api_key} (version {version})")
+            return
+        if not api.serves(version):
+            if api_key == API_VERSIONS:
+                self._respond_now(correlation_id, False, self.broker.unsupported_api_versions())
+                return
+            self.close(
+                f"unsupported version {version} of API {api_key} "
+                f"({messages.API_NAMES.get(api_key)}); serving {api.min_version}-{api.max_version}"
+            )
+            return
+        flexible = messages.is_flexible(api_key, version)
+        try:
+            header, offset = parse_request_header(request, flexible)
+            body = messages.decode_request(api_key, version, request, offset)
+        except Exception as exc:  # kio raises assorted errors on malformed bodies
+            self.close(
+                f"malformed {messages.API_NAMES.get(api_key)} v{version} request "
+                f"(correlation {correlation_id}): {exc!r}"
+            )
+            return
+        ctx = RequestContext(self.broker, header, self)
+        try:
+            result = api.handler(ctx, body)
+        except Exception:
+            log.exception("handler for %s v%d failed", messages.API_NAMES.get(api_key), version)
+            self.close("internal error")
+            return
+        response_flexible = flexible and api_key != API_VERSIONS
+        if inspect.isawaitable(result):
+            slot = _Slot()
+            self._queue.append(slot)
+            task = asyncio.ensure_future(result)
+            task.add_done_callback(
+                lambda t: self._finish(slot, t, api_key, version, correlation_id, response_flexible)
+            )
+            return
+        if isinstance(result, NoResponse):
+            return
+        self._respond_now(correlation_id, response_flexible, self._encode(api_key, version, result))
+
+    def _finish(
+        self,
+        slot: _Slot,
+        task: asyncio.Future,
+        api_key: int,
+        version: int,
+        correlation_id: int,
+        flexible: bool,
+    ) -> None:
+        if self._closed:
+            return
+        try:
+            result = task.result()
+            if isinstance(result, NoResponse):
+                slot.data = None
+            else:
+                slot.data = self._frame(
+                    correlation_id, flexible, self._encode(api_key, version, result)
+                )
+        except Exception:
+            log.exception("handler for %s v%d failed", messages.API_NAMES.get(api_key), version)
+            self.close("internal error")
+            return
+        slot.done = True
+        self._drain_queue()
+
+    def _respond_now(self, correlation_id: int, flexible: bool, body: bytes | EncodedBody) -> None:
+        parts = self._frame(correlation_id, flexible, body)
+        if self._queue:
+            slot = _Slot()
+            slot.data = parts
+            slot.done = True
+            self._queue.append(slot)
+            self._drain_queue()
+        else:
+            self._write(parts)
+
+    def _drain_queue(self) -> None:
+        queue = self._queue
+        while queue and queue[0].done:
+            slot = queue.popleft()
+            if slot.data is not None:
+                self._write(slot.data)
+        self._maybe_resume_reading()
+
+    # -- encoding and writing ---------------------------------------------------------
+
+    @staticmethod
+    def _encode(api_key: int, version: int, result: Any) -> bytes | EncodedBody:
+        if isinstance(result, bytes | EncodedBody):
+            return result
+        if isinstance(result, dict):
+            result = messages.build_response(api_key, version, result)
+        return messages.encode(result)
+
+    @staticmethod
+    def _frame(correlation_id: int, flexible: bool, body: bytes | EncodedBody) -> list[Any]:
+        from kbroker.protocol.header import response_header
+
+        head = response_header(correlation_id, flexible)
+        if isinstance(body, bytes):
+            return [frame(len(head) + len(body)) + head + body]
+        return [frame(len(head) + body.size) + head, *body.parts]
+
+    def _write(self, parts: list[Any]) -> None:
+        transport = self.transport
+        if transport is None or self._closed:
+            return
+        for part in parts:
+            if isinstance(part, bytes | bytearray | memoryview):
+                transport.write(part)
+            else:
+                self._write_region(part)
+
+    def _write_region(self, region: Any) -> None:
+        """Send a file range: by sendfile while nothing else is queued, else by a copy."""
+        transport = self.transport
+        assert transport is not None
+        fd = region.file.fileno()
+        position, remaining = region.position, region.length
+        if self._sock_fd >= 0 and transport.get_write_buffer_size() == 0:
+            try:
+                while remaining:
+                    sent = os.sendfile(self._sock_fd, fd, position, remaining)
+                    if sent == 0:
+                        break
+                    position += sent
+                    remaining -= sent
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as exc:
+                self.close(f"sendfile failed: {exc}")
+                return
+        if remaining:
+            data = os.pread(fd, remaining, position)
+            if len(data) < remaining:
+                # The frame's size prefix is already out; a short body would desynchronise it.
+                self.close(f"segment file shorter than the region being sent ({region!r})")
+                return
+            transport.write(data)
+
+    # -- flow control ------------------------------------------------------------------
+
+    def _pause_reading(self) -> None:
+        if not self._paused_reading and self.transport is not None:
+            self._paused_reading = True
+            self.transport.pause_reading()
+
+    def _maybe_resume_reading(self) -> None:
+        if (
+            self._paused_reading
+            and not self._paused_writing
+            and len(self._queue) < _MAX_IN_FLIGHT // 2
+            and self.transport is not None
+            and not self._closed
+        ):
+            self._paused_reading = False
+            self.transport.resume_reading()
+
+    def close(self, reason: str) -> None:
+        if not self._closed:
+            log.warning("closing connection from %s: %s", self.peer, reason)
+            self._closed = True
+            if self.transport is not None:
+                self.transport.close()

@@ -32,9 +32,19 @@ def known_versions(api_key: int) -> range:
     return range(versions[0], versions[-1] + 1)
 
 
+PRODUCE = 0
+# Produce v0-2 predate Kafka 4's floor but stay advertised: librdkafka decides from the
+# advertised Produce range whether compression is available (KAFKA-18659). Their body is
+# Produce v3's without the leading transactional id, so they decode as v3 with a null one.
+LEGACY_PRODUCE_VERSIONS = range(0, 3)
+_NULL_STRING = b"\xff\xff"
+
+
 @functools.cache
 def is_flexible(api_key: int, version: int) -> bool:
     """Whether this API version uses compact encodings and tagged fields (header v2/v1)."""
+    if api_key == PRODUCE and version in LEGACY_PRODUCE_VERSIONS:
+        return False
     return bool(load_request_schema(api_key, version).__flexible__)
 
 
@@ -50,6 +60,8 @@ def response_type(api_key: int, version: int) -> type:
 
 def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
     """Decode a request body; raises on malformed bytes (the caller closes the connection)."""
+    if api_key == PRODUCE and version in LEGACY_PRODUCE_VERSIONS:
+        return decode_request(PRODUCE, 3, _NULL_STRING + frame[offset:], 0)
     value, size = request_reader(api_key, version)(frame, offset)
     if offset + size != len(frame):
         raise ValueError(f"{len(frame) - offset - size} trailing bytes after the request body")

@@ -1,0 +1,29 @@
+# Two commands do all set-up on a fresh machine:
+#   make serve   install kbroker into .venv and run a single node (port 9092, data in ./data)
+#   make test    install kbroker, the test clients and kcat, then run every test
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: serve test lint bench
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/kbroker serve $(ARGS)
+
+test: $(STAMP)
+	bash scripts/install-test-tools.sh
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[test,bench]"
+	$(PY) bench/run.py $(ARGS)

@@ -1,0 +1,80 @@
+"""Produce response encoding, by hand for every version 0-13.
+
+Produce is the hottest request there is; encoding its small response directly costs a
+fraction of the generic path, and it also covers v0-2, which kio has no schema for.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass
+
+from kbroker.protocol.fetch_response import uvarint
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PARTITION = struct.Struct(">ihq")  # index, error code, base offset
+_I64 = struct.Struct(">q")
+
+FIRST_FLEXIBLE = 9
+FIRST_TOPIC_ID = 13
+
+
+@dataclass(slots=True)
+class ProducedPartition:
+    index: int
+    error_code: int = 0
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class ProducedTopic:
+    name: str | None
+    topic_id: uuid.UUID | None
+    partitions: list[ProducedPartition]
+
+
+def _length(n: int, flexible: bool) -> bytes:
+    return uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def _nullable_string(value: str | None, flexible: bool) -> bytes:
+    if value is None:
+        return b"\x00" if flexible else _I16.pack(-1)
+    data = value.encode()
+    return (uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
+
+
+def encode_produce_response(
+    version: int, topics: list[ProducedTopic], throttle_ms: int = 0
+) -> bytes:
+    flexible = version >= FIRST_FLEXIBLE
+    out = bytearray(_length(len(topics), flexible))
+    for topic in topics:
+        if version >= FIRST_TOPIC_ID:
+            out += (topic.topic_id or uuid.UUID(int=0)).bytes
+        else:
+            out += _nullable_string(topic.name or "", flexible)
+        out += _length(len(topic.partitions), flexible)
+        for p in topic.partitions:
+            out += _PARTITION.pack(p.index, p.error_code, p.base_offset)
+            if version >= 2:
+                out += _I64.pack(p.log_append_time_ms)
+            if version >= 5:
+                out += _I64.pack(p.log_start_offset)
+            if version >= 8:
+                out += _length(0, flexible)  # record_errors
+                out += _nullable_string(p.error_message, flexible)
+            if flexible:
+                out += b"\x00"
+        if flexible:
+            out += b"\x00"
+    if version >= 1:
+        out += _I32.pack(throttle_ms)
+    if flexible:
+        out += b"\x00"
+    return bytes(out)

@@ -1,0 +1,199 @@
+"""The replicated commands and how each one turns a MetadataState into the next.
+
+A command is `(kind, payload)` where payload holds only plain data (str, int, bytes,
+lists, dicts). Everything random or time-dependent (topic ids, timestamps, replica
+placement) is decided before the command is proposed, so every replica that applies the
+same log reaches the same state. Rules that depend on the state are checked again here:
+two proposals made from the same snapshot are ordered by the log, and the loser gets
+its error back as the command's outcome instead of a change.
+
+`apply_command` never raises for a refused command; it returns the ControllerError as
+the outcome, because an exception would look to the Raft library like a broken replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kbroker.controller.errors import (
+    INVALID_PARTITIONS,
+    INVALID_REQUEST,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    ControllerError,
+)
+from kbroker.controller.events import (
+    BrokerRegistered,
+    MetadataEvent,
+    PartitionsCreated,
+    TopicConfigsChanged,
+    TopicCreated,
+    TopicDeleted,
+)
+from kbroker.controller.state import (
+    BrokerInfo,
+    MetadataState,
+    PartitionInfo,
+    TopicInfo,
+    collision_key,
+)
+from kbroker.controller.validation import check_topic_absent
+
+log = logging.getLogger("kbroker.controller")
+
+BARRIER = "barrier"
+CONTROLLER_ELECTED = "controller_elected"
+INIT_CLUSTER = "init_cluster"
+REGISTER_BROKER = "register_broker"
+CREATE_TOPIC = "create_topic"
+DELETE_TOPIC = "delete_topic"
+CREATE_PARTITIONS = "create_partitions"
+ALTER_TOPIC_CONFIGS = "alter_topic_configs"
+ALLOCATE_PRODUCER_IDS = "allocate_producer_ids"
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    state: MetadataState
+    outcome: Any  # the command's result, or a ControllerError it was refused with
+    events: tuple[MetadataEvent, ...] = ()
+
+
+def apply_command(state: MetadataState, kind: str, payload: dict[str, Any]) -> Applied:
+    handler = _HANDLERS.get(kind)
+    if handler is None:
+        log.error("ignoring unknown metadata command %r (written by a newer version?)", kind)
+        return Applied(state, ControllerError(INVALID_REQUEST, f"unknown command {kind!r}"))
+    try:
+        return handler(state, payload)
+    except ControllerError as e:
+        return Applied(state, e)
+
+
+def _bump(state: MetadataState, **changes: Any) -> MetadataState:
+    return replace(state, version=state.version + 1, **changes)
+
+
+def _barrier(state: MetadataState, p: dict[str, Any]) -> Applied:
+    return Applied(state, p["token"])
+
+
+def _controller_elected(state: MetadataState, p: dict[str, Any]) -> Applied:
+    new = _bump(state, controller_id=p["node_id"], controller_epoch=p["epoch"])
+    return Applied(new, None)
+
+
+def _init_cluster(state: MetadataState, p: dict[str, Any]) -> Applied:
+    if state.cluster_id is not None:  # the first proposal wins; later ones learn its id
+        return Applied(state, state.cluster_id)
+    return Applied(_bump(state, cluster_id=p["cluster_id"]), p["cluster_id"])
+
+
+def _register_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
+    info = BrokerInfo(
+        node_id=p["node_id"],
+        host=p["host"],
+        port=p["port"],
+        rack=p.get("rack"),
+        fenced=False,
+        last_heartbeat_ms=p["timestamp_ms"],
+    )
+    brokers = dict(state.brokers)
+    brokers[info.node_id] = info
+    return Applied(_bump(state, brokers=brokers), info, (BrokerRegistered(info),))
+
+
+def _partition(partition: int, replicas: list[int] | tuple[int, ...]) -> PartitionInfo:
+    replicas = tuple(replicas)
+    return PartitionInfo(partition, replicas[0], replicas, replicas, 0, 0)
+
+
+def _with_topic(state: MetadataState, info: TopicInfo) -> MetadataState:
+    topics = dict(state.topics)
+    topics[info.name] = info
+    by_id = dict(state.topics_by_id)
+    by_id[info.topic_id] = info
+    return _bump(state, topics=topics, topics_by_id=by_id)
+
+
+def _create_topic(state: MetadataState, p: dict[str, Any]) -> Applied:
+    name = p["name"]
+    check_topic_absent(state, name)
+    topic_id = uuid.UUID(bytes=p["topic_id"])
+    if topic_id in state.topics_by_id:
+        raise ControllerError(INVALID_REQUEST, f"topic id {topic_id} is already in use")
+    partitions = tuple(_partition(i, r) for i, r in enumerate(p["assignment"]))
+    info = TopicInfo(name, topic_id, partitions, dict(p["configs"]))
+    new = _with_topic(state, info)
+    collisions = dict(state.topic_collisions)
+    collisions[collision_key(name)] = name
+    new = replace(new, topic_collisions=collisions)
+    return Applied(new, info, (TopicCreated(info),))
+
+
+def _existing_topic(state: MetadataState, name: str, topic_id: bytes | None) -> TopicInfo:
+    """The topic called `name`, provided it is still the incarnation the caller saw."""
+    info = state.topics.get(name)
+    if info is None or (topic_id is not None and info.topic_id.bytes != topic_id):
+        raise ControllerError(
+            UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host this topic: {name}"
+        )
+    return info
+
+
+def _delete_topic(state: MetadataState, p: dict[str, Any]) -> Applied:
+    info = _existing_topic(state, p["name"], p.get("topic_id"))
+    topics = dict(state.topics)
+    del topics[info.name]
+    by_id = dict(state.topics_by_id)
+    del by_id[info.topic_id]
+    collisions = dict(state.topic_collisions)
+    collisions.pop(collision_key(info.name), None)
+    new = _bump(state, topics=topics, topics_by_id=by_id, topic_collisions=collisions)
+    return Applied(new, info, (TopicDeleted(info.name, info.topic_id),))
+
+
+def _create_partitions(state: MetadataState, p: dict[str, Any]) -> Applied:
+    info = _existing_topic(state, p["name"], p.get("topic_id"))
+    first = p["first"]
+    if len(info.partitions) != first:  # another create_partitions got in first
+        raise ControllerError(
+            INVALID_PARTITIONS,
+            f"Topic {info.name} now has {len(info.partitions)} partitions; the request "
+            f"expected {first}.",
+        )
+    added = tuple(_partition(first + i, r) for i, r in enumerate(p["assignment"]))
+    new_info = replace(info, partitions=info.partitions + added)
+    return Applied(_with_topic(state, new_info), new_info, (PartitionsCreated(new_info, added),))
+
+
+def _alter_topic_configs(state: MetadataState, p: dict[str, Any]) -> Applied:
+    info = _existing_topic(state, p["name"], p.get("topic_id"))
+    configs = {} if p.get("replace") else dict(info.configs)
+    for key in p.get("delete", ()):
+        configs.pop(key, None)
+    configs.update(p.get("set", {}))
+    new_info = replace(info, configs=configs)
+    return Applied(
+        _with_topic(state, new_info), configs, (TopicConfigsChanged(info.name, dict(configs)),)
+    )
+
+
+def _allocate_producer_ids(state: MetadataState, p: dict[str, Any]) -> Applied:
+    start = state.next_producer_id
+    return Applied(_bump(state, next_producer_id=start + p["count"]), start)
+
+
+_HANDLERS = {
+    BARRIER: _barrier,
+    CONTROLLER_ELECTED: _controller_elected,
+    INIT_CLUSTER: _init_cluster,
+    REGISTER_BROKER: _register_broker,
+    CREATE_TOPIC: _create_topic,
+    DELETE_TOPIC: _delete_topic,
+    CREATE_PARTITIONS: _create_partitions,
+    ALTER_TOPIC_CONFIGS: _alter_topic_configs,
+    ALLOCATE_PRODUCER_IDS: _allocate_producer_ids,
+}

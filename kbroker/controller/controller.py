@@ -1,0 +1,514 @@
+"""The asyncio face of the metadata controller: what the request handlers call.
+
+Each change is validated here against the current snapshot (quick answers, no log entry
+for a request that cannot succeed), turned into a deterministic command, proposed to the
+Raft log, and answered when the command has been applied on this node. Results and state
+cross from the Raft thread to the loop with `call_soon_threadsafe`, in apply order: the
+published state is always updated before the future of the command that produced it
+resolves, so a caller sees its own change in `controller.state` on return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kbroker.controller import commands as cmd
+from kbroker.controller.errors import (
+    INVALID_CONFIG,
+    INVALID_PARTITIONS,
+    INVALID_REQUEST,
+    NOT_CONTROLLER,
+    REQUEST_TIMED_OUT,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    ControllerError,
+    ControllerStartError,
+)
+from kbroker.controller.events import MetadataEvent
+from kbroker.controller.machine import MetadataMachine
+from kbroker.controller.raft import FAIL_REASON_NAMES, RaftThread, RaftTimings
+from kbroker.controller.state import MetadataState, PartitionInfo, TopicInfo
+from kbroker.controller.validation import (
+    check_manual_assignment,
+    check_partition_count,
+    check_replication_factor,
+    check_topic_absent,
+    round_robin_assignment,
+    validate_topic_name,
+)
+
+log = logging.getLogger("kbroker.controller")
+
+ConfigValidator = Callable[[dict[str, str]], None]
+
+
+@dataclass
+class ControllerConfig:
+    node_id: int
+    data_dir: Path
+    # "host:port" this voter's Raft server binds and partners dial. None with no peers:
+    # a lone voter needs no socket. A port of 0 picks a free one at start.
+    raft_bind: str | None = None
+    # The other voters' Raft addresses, "host:port" or Kafka's "id@host:port".
+    peers: list[str] = field(default_factory=list)
+    # Adopted by a brand-new cluster; a data dir holding another cluster's id is refused.
+    cluster_id: str | None = None
+    default_num_partitions: int = 1
+    default_replication_factor: int = 1
+    max_partitions_per_topic: int = 100_000
+    commit_timeout_s: float = 10.0
+    start_timeout_s: float = 30.0
+    # Election timeouts with peers; a lone voter uses millisecond timers.
+    election_timeout_s: tuple[float, float] = (0.5, 1.0)
+    # fsync the metadata journal before acknowledging a change (survives power loss,
+    # not only a killed process).
+    fsync: bool = False
+    # Snapshot the state and truncate the journal after this many entries.
+    snapshot_every_entries: int = 1000
+
+
+def new_cluster_id() -> str:
+    """Kafka's form: a random UUID, base64url without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def _free_loopback_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _voter_address(peer: str) -> str:
+    return peer.split("@", 1)[1] if "@" in peer else peer
+
+
+class Controller:
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
+        self.config_validator: ConfigValidator | None = None
+        self._state = MetadataState()
+        self._subscribers: list[Callable[[MetadataEvent], None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._raft: RaftThread | None = None
+        self._raft_address: str | None = None
+        self._pending: set[asyncio.Future[Any]] = set()
+        # Raft thread -> loop hand-over of published state and events.
+        self._publish_lock = threading.Lock()
+        self._pending_state: MetadataState | None = None
+        self._pending_events: list[MetadataEvent] = []
+        self._drain_scheduled = False
+        self._live = False  # events are delivered only for changes after start()
+        self._live_token: bytes | None = None
+
+    # --- read side ---
+
+    @property
+    def state(self) -> MetadataState:
+        """The newest applied metadata, as one immutable snapshot."""
+        return self._state
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    @property
+    def is_leader(self) -> bool:
+        """This node is the Raft leader (commits without forwarding)."""
+        return self._raft is not None and self._raft.is_leader
+
+    @property
+    def raft_address(self) -> str | None:
+        """The address the Raft server is bound to; None for a socketless lone voter."""
+        return self._raft_address
+
+    def subscribe(self, callback: Callable[[MetadataEvent], None]) -> None:
+        self._subscribers.append(callback)
+
+    def unsubscribe(self, callback: Callable[[MetadataEvent], None]) -> None:
+        self._subscribers.remove(callback)
+
+    # --- life cycle ---
+
+    async def start(self) -> None:
+        """Open the journal, replay it, join the Raft group and wait until this node has
+        applied everything committed before it started (on a lone voter: until it has
+        elected itself). Also gives a brand-new cluster its cluster id."""
+        if self._raft is not None:
+            raise RuntimeError("controller already started")
+        cfg = self.config
+        self._loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        directory = Path(cfg.data_dir) / "__controller"
+        directory.mkdir(parents=True, exist_ok=True)
+
+        address = cfg.raft_bind
+        if address is None and cfg.peers:
+            raise ControllerStartError("raft_bind is required when peers are configured")
+        if address is not None:
+            host, port = address.rsplit(":", 1)
+            if int(port) == 0:
+                address = f"{host}:{_free_loopback_port(host.strip('[]'))}"
+        self._raft_address = address
+        peers = [_voter_address(p) for p in cfg.peers]
+        timings = RaftTimings.cluster(*cfg.election_timeout_s) if peers else None
+
+        machine = MetadataMachine(listener=self._on_applied, fsync=cfg.fsync)
+        raft = RaftThread(
+            node_id=cfg.node_id,
+            machine=machine,
+            journal_path=str(directory / "raft.journal"),
+            snapshot_path=str(directory / "raft.snapshot"),
+            self_address=address,
+            peers=peers,
+            timings=timings or RaftTimings.single_voter(),
+            snapshot_every=cfg.snapshot_every_entries,
+            fsync=cfg.fsync,
+        )
+        self._live = False
+        self._live_token = uuid.uuid4().bytes
+        raft.start()
+        try:
+            await asyncio.wait_for(asyncio.to_thread(raft.constructed.wait), cfg.start_timeout_s)
+            if raft.construct_error is not None:
+                raise ControllerStartError(
+                    f"controller raft node could not start on {address or 'no socket'}: "
+                    f"{raft.construct_error!r}"
+                ) from raft.construct_error
+            self._raft = raft
+            await self._await_barrier(started + cfg.start_timeout_s)
+            self._state = max(self._state, machine.state, key=lambda s: s.version)
+            await self._ensure_cluster_id()
+        except BaseException:
+            self._raft = None
+            await asyncio.to_thread(raft.stop)
+            raise
+        s = self._state
+        log.info(
+            "controller %d started in %.0f ms: cluster %s, metadata version %d, %d topics, "
+            "%d partitions, raft %s",
+            cfg.node_id,
+            (time.monotonic() - started) * 1000,
+            s.cluster_id,
+            s.version,
+            len(s.topics),
+            sum(len(t.partitions) for t in s.topics.values()),
+            address or "local (no socket)",
+        )
+
+    async def _await_barrier(self, deadline: float) -> None:
+        """Propose a no-op and wait for it to apply: then every entry committed before
+        this start has been replayed here, and this node can get a command committed."""
+        token = self._live_token
+        while True:
+            try:
+                await self._propose(
+                    cmd.BARRIER, {"token": token}, timeout=max(0.0, deadline - time.monotonic())
+                )
+                return
+            except ControllerError as e:
+                if e.error_code == REQUEST_TIMED_OUT or time.monotonic() >= deadline:
+                    raise ControllerStartError(
+                        f"controller {self.config.node_id} could not reach a Raft quorum: {e}"
+                    ) from e
+                await asyncio.sleep(0.05)
+
+    async def _ensure_cluster_id(self) -> None:
+        wanted = self.config.cluster_id
+        current = self._state.cluster_id
+        if current is None:
+            current = await self._propose(
+                cmd.INIT_CLUSTER, {"cluster_id": wanted or new_cluster_id()}
+            )
+        if wanted is not None and current != wanted:
+            raise ControllerStartError(
+                f"metadata in {self.config.data_dir} belongs to cluster {current}, "
+                f"not the configured {wanted}"
+            )
+
+    async def stop(self) -> None:
+        raft, self._raft = self._raft, None
+        if raft is None:
+            return
+        await asyncio.to_thread(raft.stop)
+        for fut in list(self._pending):
+            if not fut.done():
+                fut.set_exception(ControllerError(NOT_CONTROLLER, "controller stopped"))
+        self._pending.clear()
+
+    # --- changes ---
+
+    async def register_broker(
+        self, node_id: int, host: str, port: int, rack: str | None = None
+    ) -> None:
+        await self._propose(
+            cmd.REGISTER_BROKER,
+            {
+                "node_id": node_id,
+                "host": host,
+                "port": port,
+                "rack": rack,
+                "timestamp_ms": int(time.time() * 1000),
+            },
+        )
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str] | None = None,
+        assignments: Mapping[int, Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        """num_partitions / replication_factor -1 take the defaults; with `assignments`
+        (partition -> replica broker ids) both must be -1, as in CreateTopics."""
+        state = self._state
+        validate_topic_name(name)
+        check_topic_absent(state, name)
+        if assignments:
+            if num_partitions != -1 or replication_factor != -1:
+                raise ControllerError(
+                    INVALID_REQUEST,
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                    "Both cannot be used at the same time.",
+                )
+            check_partition_count(len(assignments), self.config.max_partitions_per_topic)
+            replicas = check_manual_assignment(assignments, 0, state.brokers)
+        else:
+            if num_partitions == -1:
+                num_partitions = self.config.default_num_partitions
+            if replication_factor == -1:
+                replication_factor = self.config.default_replication_factor
+            check_partition_count(num_partitions, self.config.max_partitions_per_topic)
+            live = state.live_brokers
+            check_replication_factor(replication_factor, len(live))
+            replicas = round_robin_assignment(
+                live, 0, num_partitions, replication_factor, start=len(state.topics)
+            )
+        topic_configs = dict(configs or {})
+        self._validate_configs(topic_configs)
+        topic_id = uuid.uuid4()
+        if validate_only:
+            partitions = tuple(PartitionInfo(i, r[0], r, r, 0, 0) for i, r in enumerate(replicas))
+            return TopicInfo(name, topic_id, partitions, topic_configs)
+        return await self._propose(
+            cmd.CREATE_TOPIC,
+            {
+                "name": name,
+                "topic_id": topic_id.bytes,
+                "assignment": [list(r) for r in replicas],
+                "configs": topic_configs,
+            },
+        )
+
+    async def delete_topic(self, name: str) -> None:
+        info = self._topic(name)
+        await self._propose(cmd.DELETE_TOPIC, {"name": name, "topic_id": info.topic_id.bytes})
+
+    async def delete_topic_by_id(self, topic_id: uuid.UUID) -> str:
+        """Delete by id (DeleteTopics v6+); returns the deleted topic's name."""
+        info = self._state.topics_by_id.get(topic_id)
+        if info is None:
+            raise ControllerError(UNKNOWN_TOPIC_ID, f"Unknown topic id {topic_id}")
+        await self._propose(cmd.DELETE_TOPIC, {"name": info.name, "topic_id": topic_id.bytes})
+        return info.name
+
+    async def create_partitions(
+        self,
+        name: str,
+        new_total: int,
+        assignments: Mapping[int, Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        """Grow `name` to `new_total` partitions. `assignments` maps each new partition
+        (numbered from the current count) to its replicas."""
+        state = self._state
+        info = self._topic(name)
+        current = len(info.partitions)
+        if new_total < current:
+            raise ControllerError(
+                INVALID_PARTITIONS,
+                f"Topic currently has {current} partitions, which is higher than the "
+                f"requested {new_total}.",
+            )
+        if new_total == current:
+            raise ControllerError(INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+        check_partition_count(new_total, self.config.max_partitions_per_topic)
+        replication_factor = len(info.partitions[0].replicas)
+        count = new_total - current
+        if assignments:
+            if len(assignments) != count:
+                raise ControllerError(
+                    INVALID_REQUEST if len(assignments) > count else INVALID_PARTITIONS,
+                    f"Increasing the number of partitions by {count} but {len(assignments)} "
+                    "assignments provided.",
+                )
+            replicas = check_manual_assignment(
+                assignments, current, state.brokers, replication_factor
+            )
+        else:
+            live = state.live_brokers
+            check_replication_factor(replication_factor, len(live))
+            leader0 = info.partitions[0].leader
+            start = live.index(leader0) if leader0 in live else 0
+            replicas = round_robin_assignment(live, current, count, replication_factor, start)
+        if validate_only:
+            added = tuple(PartitionInfo(current + i, r[0], r, r) for i, r in enumerate(replicas))
+            return TopicInfo(info.name, info.topic_id, info.partitions + added, info.configs)
+        return await self._propose(
+            cmd.CREATE_PARTITIONS,
+            {
+                "name": name,
+                "topic_id": info.topic_id.bytes,
+                "first": current,
+                "assignment": [list(r) for r in replicas],
+            },
+        )
+
+    async def set_topic_configs(
+        self, name: str, configs: Mapping[str, str | None], validate_only: bool = False
+    ) -> None:
+        """Incremental: a value sets an override, None removes it."""
+        info = self._topic(name)
+        to_set = {k: v for k, v in configs.items() if v is not None}
+        to_delete = [k for k, v in configs.items() if v is None]
+        result = {k: v for k, v in info.configs.items() if k not in to_delete}
+        result.update(to_set)
+        self._validate_configs(result)
+        if validate_only:
+            return
+        await self._propose(
+            cmd.ALTER_TOPIC_CONFIGS,
+            {"name": name, "topic_id": info.topic_id.bytes, "set": to_set, "delete": to_delete},
+        )
+
+    async def replace_topic_configs(
+        self, name: str, configs: Mapping[str, str], validate_only: bool = False
+    ) -> None:
+        """Whole replacement (AlterConfigs): overrides not named are removed."""
+        info = self._topic(name)
+        result = dict(configs)
+        self._validate_configs(result)
+        if validate_only:
+            return
+        await self._propose(
+            cmd.ALTER_TOPIC_CONFIGS,
+            {"name": name, "topic_id": info.topic_id.bytes, "set": result, "replace": True},
+        )
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        """Reserve `count` consecutive producer ids; returns the first."""
+        if count <= 0:
+            raise ControllerError(INVALID_REQUEST, f"cannot allocate {count} producer ids")
+        return await self._propose(cmd.ALLOCATE_PRODUCER_IDS, {"count": count})
+
+    allocate_producer_id_block = allocate_producer_ids
+
+    # --- internals ---
+
+    def _topic(self, name: str) -> TopicInfo:
+        info = self._state.topics.get(name)
+        if info is None:
+            raise ControllerError(
+                UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host this topic: {name}"
+            )
+        return info
+
+    def _validate_configs(self, configs: dict[str, str]) -> None:
+        validator = self.config_validator
+        if validator is None:
+            return
+        try:
+            validator(configs)
+        except ControllerError:
+            raise
+        except Exception as e:
+            raise ControllerError(INVALID_CONFIG, str(e)) from e
+
+    async def _propose(
+        self, kind: str, payload: dict[str, Any], timeout: float | None = None
+    ) -> Any:
+        raft, loop = self._raft, self._loop
+        if raft is None or loop is None:
+            raise ControllerError(NOT_CONTROLLER, "controller is not running")
+        if not raft.leader_known and kind != cmd.BARRIER:
+            raise ControllerError(NOT_CONTROLLER, "no controller leader is known")
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._pending.add(fut)
+        live_token = self._live_token if kind == cmd.BARRIER else None
+
+        def on_result(outcome: Any, fail_reason: int) -> None:  # on the Raft thread
+            if live_token is not None and fail_reason == 0 and outcome == live_token:
+                self._live = True  # before the next command applies: no event is lost
+            self._call_soon(self._resolve, fut, outcome, fail_reason)
+
+        raft.propose(kind, payload, on_result)
+        try:
+            return await asyncio.wait_for(
+                fut, self.config.commit_timeout_s if timeout is None else timeout
+            )
+        except TimeoutError:
+            raise ControllerError(
+                REQUEST_TIMED_OUT, f"metadata change {kind} not committed in time"
+            ) from None
+        finally:
+            self._pending.discard(fut)
+
+    def _resolve(self, fut: asyncio.Future[Any], outcome: Any, fail_reason: int) -> None:
+        if fut.done():
+            return
+        if fail_reason != 0:
+            fut.set_exception(
+                ControllerError(
+                    NOT_CONTROLLER,
+                    f"metadata change not committed: {FAIL_REASON_NAMES.get(fail_reason)}",
+                )
+            )
+        elif isinstance(outcome, ControllerError):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+
+    def _call_soon(self, callback: Callable[..., None], *args: Any) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # loop closed while the Raft thread finished
+            loop.call_soon_threadsafe(callback, *args)
+
+    def _on_applied(self, state: MetadataState, events: Sequence[MetadataEvent]) -> None:
+        """Listener on the Raft thread: coalesce into one loop callback per burst, so a
+        replay of thousands of entries wakes the loop once, not thousands of times."""
+        with self._publish_lock:
+            self._pending_state = state
+            if self._live:
+                self._pending_events.extend(events)
+            if self._drain_scheduled:
+                return
+            self._drain_scheduled = True
+        self._call_soon(self._drain)
+
+    def _drain(self) -> None:
+        with self._publish_lock:
+            state, self._pending_state = self._pending_state, None
+            events, self._pending_events = self._pending_events, []
+            self._drain_scheduled = False
+        if state is not None and state.version > self._state.version:
+            self._state = state
+        for event in events:
+            for callback in list(self._subscribers):
+                try:
+                    callback(event)
+                except Exception:
+                    log.exception("metadata subscriber %r failed on %r", callback, event)

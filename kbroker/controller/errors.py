@@ -1,0 +1,41 @@
+"""Errors the controller reports, carrying the Kafka error code a handler puts on the wire."""
+
+from __future__ import annotations
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+REQUEST_TIMED_OUT = 7
+INVALID_TOPIC_EXCEPTION = 17
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_CONFIG = 40
+NOT_CONTROLLER = 41
+INVALID_REQUEST = 42
+UNKNOWN_TOPIC_ID = 100
+
+
+class ControllerError(Exception):
+    """A refused metadata change; `error_code` is the Kafka error code to answer with."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(error_code, message)
+        self.error_code = error_code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"[{self.error_code}] {self.message}"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ControllerError)
+            and other.error_code == self.error_code
+            and other.message == self.message
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.error_code, self.message))
+
+
+class ControllerStartError(RuntimeError):
+    """The controller could not start (port taken, no quorum in time, foreign data dir)."""

@@ -1,0 +1,64 @@
+"""The state machine the Raft log drives, and its snapshot file.
+
+It lives on the Raft thread: commands are applied there in log order, and the snapshot
+is written there between two commands, so the state it writes matches the log position
+pysyncobj records with it. Readers on other threads only ever see whole published
+`MetadataState` snapshots through the listener.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kbroker.controller.commands import apply_command
+from kbroker.controller.events import MetadataEvent, diff_events
+from kbroker.controller.state import MetadataState, state_from_plain, state_to_plain
+
+log = logging.getLogger("kbroker.controller")
+
+Listener = Callable[[MetadataState, Sequence[MetadataEvent]], None]
+
+
+class MetadataMachine:
+    def __init__(self, listener: Listener | None = None, fsync: bool = False) -> None:
+        self.state = MetadataState()
+        self.listener = listener
+        self._fsync = fsync
+
+    def apply(self, kind: str, payload: dict[str, Any]) -> Any:
+        applied = apply_command(self.state, kind, payload)
+        if applied.state is not self.state:
+            self.state = applied.state
+            if self.listener is not None:
+                self.listener(applied.state, applied.events)
+        return applied.outcome
+
+    def write_snapshot(self, path: str, raft_data: tuple[Any, ...]) -> None:
+        """pysyncobj's serializer hook: `raft_data` is (last entry, entry before it,
+        cluster nodes); pysyncobj renames `path` over the previous snapshot afterwards."""
+        last_entry, prev_entry, cluster = raft_data
+        blob = {
+            "raft": (last_entry, prev_entry, sorted(str(node) for node in cluster)),
+            "state": state_to_plain(self.state),
+        }
+        with open(path, "wb") as f:
+            pickle.dump(blob, f, protocol=pickle.HIGHEST_PROTOCOL)
+            if self._fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        log.debug("metadata snapshot written at version %d", self.state.version)
+
+    def read_snapshot(self, path: str) -> tuple[Any, ...]:
+        """pysyncobj's deserializer hook: restores the state and returns the Raft part."""
+        with open(path, "rb") as f:
+            blob = pickle.load(f)
+        old, new = self.state, state_from_plain(blob["state"])
+        self.state = new
+        if self.listener is not None:
+            self.listener(new, diff_events(old, new))
+        log.info("metadata snapshot loaded at version %d", new.version)
+        return tuple(blob["raft"])

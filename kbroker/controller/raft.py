@@ -1,0 +1,270 @@
+"""pysyncobj plumbing: the Raft node, its transport, and the thread that drives it.
+
+We tick pysyncobj ourselves (autoTick=False) on one dedicated thread instead of using its
+auto-tick thread, for two reasons measured on this machine:
+- a single voter commits an entry one tick after appending it; the auto-tick thread waits
+  a full `autoTickPeriod` (50 ms) in poll() in between, we tick again at once while a
+  proposal is in flight, which brings a commit from ~50 ms to well under a millisecond;
+- the auto-tick thread sleeps 100 ms before its first tick and elects a single voter only
+  after `raftMinTimeout`; with no partners we use millisecond timeouts, so a node is leader
+  a few milliseconds after start.
+`appendEntriesUseBatch=False` gives pysyncobj's pipe notifier, so a proposal from the
+asyncio thread wakes the tick thread's poll() at once, and followers get entries without
+waiting for the next heartbeat.
+
+A voter with no partners and no configured address needs no socket at all; it gets a
+transport that never sends (`LocalTransport`). pysyncobj elects a lone voter by itself
+once its election timeout passes (a vote from itself is a majority of one).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.config import FAIL_REASON
+from pysyncobj.node import Node, TCPNode
+from pysyncobj.pipe_notifier import PipeNotifier
+from pysyncobj.transport import TCPTransport, Transport
+
+from kbroker.controller.commands import CONTROLLER_ELECTED
+from kbroker.controller.machine import MetadataMachine
+
+log = logging.getLogger("kbroker.controller")
+
+_LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
+
+FAIL_REASON_NAMES = {
+    value: name for name, value in vars(FAIL_REASON).items() if not name.startswith("_")
+}
+
+ResultCallback = Callable[[Any, int], None]
+
+
+class LocalTransport(Transport):
+    """Transport of a voter without partners: nothing to bind, nobody to send to."""
+
+    def send(self, node: Node, message: Any) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class RaftTimings:
+    """Raft timers in seconds. A lone voter elects itself after `election_min`."""
+
+    heartbeat: float
+    election_min: float
+    election_max: float
+    idle_tick: float
+
+    @classmethod
+    def single_voter(cls) -> RaftTimings:
+        return cls(heartbeat=0.002, election_min=0.007, election_max=0.01, idle_tick=0.1)
+
+    @classmethod
+    def cluster(cls, election_min: float = 0.5, election_max: float = 1.0) -> RaftTimings:
+        heartbeat = election_min / 5
+        return cls(heartbeat, election_min, election_max, idle_tick=min(0.05, heartbeat / 2))
+
+
+class _RaftNode(SyncObj):
+    """The pysyncobj object. One replicated method, so the method id pysyncobj writes
+    into every journal entry never changes when command kinds are added."""
+
+    def __init__(self, machine: MetadataMachine, *args: Any, **kwargs: Any) -> None:
+        self.machine = machine
+        super().__init__(*args, **kwargs)
+
+    @replicated
+    def apply_command(self, kind: str, payload: dict[str, Any]) -> Any:
+        return self.machine.apply(kind, payload)
+
+
+class RaftThread:
+    """Owns the Raft node and the only thread that touches it (apart from proposals,
+    which pysyncobj queues thread-safely)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        machine: MetadataMachine,
+        journal_path: str,
+        snapshot_path: str,
+        self_address: str | None,
+        peers: list[str],
+        timings: RaftTimings,
+        snapshot_every: int = 1000,
+        fsync: bool = False,
+    ) -> None:
+        self.node_id = node_id
+        self.machine = machine
+        self._journal_path = journal_path
+        self._snapshot_path = snapshot_path
+        self._self_address = self_address
+        self._peers = peers
+        self._timings = timings
+        self._snapshot_every = snapshot_every
+        self._fsync = fsync
+        self._node: _RaftNode | None = None
+        self._wake: PipeNotifier | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._inflight = 0
+        self._inflight_lock = threading.Lock()
+        self._journal_fd: int | None = None
+        self.constructed = threading.Event()
+        self.construct_error: BaseException | None = None
+
+    # --- called from any thread ---
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"kbroker-controller-raft-{self.node_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Blocks until the tick thread has closed the journal and the socket."""
+        self._stopping = True
+        if self._wake is not None:
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def propose(self, kind: str, payload: dict[str, Any], callback: ResultCallback) -> None:
+        """Queue a command; `callback(outcome, fail_reason)` runs on the Raft thread once
+        it is applied here (fail_reason 0) or has failed."""
+        node = self._node
+        if node is None or self._stopping:
+            callback(None, FAIL_REASON.NOT_LEADER)
+            return
+        with self._inflight_lock:
+            self._inflight += 1
+
+        def done(outcome: Any, fail_reason: int) -> None:
+            with self._inflight_lock:
+                self._inflight -= 1
+            if fail_reason == FAIL_REASON.SUCCESS and self._journal_fd is not None:
+                os.fsync(self._journal_fd)
+            callback(outcome, fail_reason)
+
+        node.apply_command(kind, payload, callback=done)
+
+    @property
+    def is_leader(self) -> bool:
+        node = self._node
+        return node is not None and node._isLeader()
+
+    @property
+    def leader_known(self) -> bool:
+        node = self._node
+        return node is not None and node._getLeader() is not None
+
+    @property
+    def has_partners(self) -> bool:
+        return bool(self._peers)
+
+    def status(self) -> dict[str, Any]:
+        """pysyncobj's debug status (racy read from another thread; for logs and tests)."""
+        node = self._node
+        return node.getStatus() if node is not None else {}
+
+    # --- the Raft thread ---
+
+    def _conf(self) -> SyncObjConf:
+        t = self._timings
+        return SyncObjConf(
+            autoTick=False,
+            appendEntriesUseBatch=False,
+            appendEntriesPeriod=t.heartbeat,
+            raftMinTimeout=t.election_min,
+            raftMaxTimeout=t.election_max,
+            connectionTimeout=max(3.5, t.election_max),
+            connectionRetryTime=0.5,
+            journalFile=self._journal_path,
+            fullDumpFile=self._snapshot_path,
+            serializer=self.machine.write_snapshot,
+            deserializer=self.machine.read_snapshot,
+            logCompactionMinEntries=self._snapshot_every,
+            bindAddress=self._self_address,
+            maxBindRetries=1,
+            dynamicMembershipChange=False,
+            onStateChanged=self._on_state_changed,
+        )
+
+    def _construct(self) -> _RaftNode:
+        conf = self._conf()
+        if self._self_address is None:
+            return _RaftNode(
+                self.machine,
+                Node(f"local-{self.node_id}"),
+                [],
+                conf,
+                transportClass=LocalTransport,
+            )
+        return _RaftNode(
+            self.machine,
+            TCPNode(self._self_address),
+            [TCPNode(p) for p in self._peers],
+            conf,
+            transportClass=TCPTransport,
+        )
+
+    def _run(self) -> None:
+        try:
+            node = self._construct()
+            self._wake = PipeNotifier(node._poller)
+            if self._fsync:
+                self._journal_fd = os.open(self._journal_path, os.O_RDONLY)
+        except BaseException as e:  # handed to start(), which raises it on the loop
+            self.construct_error = e
+            self.constructed.set()
+            return
+        self._node = node
+        self.constructed.set()
+        try:
+            while not self._stopping:
+                try:
+                    node.doTick(self._tick_timeout(node))
+                except Exception:
+                    log.exception("raft tick failed")
+                    threading.Event().wait(0.01)
+        finally:
+            self._node = None
+            node._doDestroy()
+            if self._journal_fd is not None:
+                os.close(self._journal_fd)
+                self._journal_fd = None
+            log.info("controller raft node %d stopped", self.node_id)
+
+    def _tick_timeout(self, node: _RaftNode) -> float:
+        if self._peers:
+            return self._timings.idle_tick
+        # A lone voter commits an appended entry on the next tick, and nothing but a
+        # proposal would wake its poll(): tick again at once while one is in flight.
+        if self._inflight or not node._isLeader():
+            return 0.0 if self._inflight else self._timings.heartbeat
+        return self._timings.idle_tick
+
+    def _on_state_changed(self, old: int, new: int) -> None:
+        if new != _LEADER:
+            if old == _LEADER:
+                log.warning("controller %d lost raft leadership", self.node_id)
+            return
+        node = self._node
+        term = node.raftCurrentTerm if node is not None else 0
+        log.info("controller %d became raft leader for term %d", self.node_id, term)
+        # Record the new controller in the log, as KRaft does, so every replica's state
+        # names the same controller_id.
+        self.propose(CONTROLLER_ELECTED, {"node_id": self.node_id, "epoch": term}, _ignore_result)
+
+
+def _ignore_result(outcome: Any, fail_reason: int) -> None:
+    if fail_reason != FAIL_REASON.SUCCESS:
+        log.debug("controller election record not committed: %s", FAIL_REASON_NAMES[fail_reason])

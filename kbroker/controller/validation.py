@@ -1,0 +1,145 @@
+"""Checks on topic names, partition counts and replica assignments, with Kafka's error codes.
+
+These run twice for a state-dependent rule: once on the caller's snapshot, to answer
+quickly, and again inside the applied command, where two racing requests are ordered.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from kbroker.controller.errors import (
+    INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
+    INVALID_REPLICATION_FACTOR,
+    INVALID_TOPIC_EXCEPTION,
+    TOPIC_ALREADY_EXISTS,
+    ControllerError,
+)
+from kbroker.controller.state import MetadataState, collision_key
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def validate_topic_name(name: str) -> None:
+    if not name:
+        raise ControllerError(INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise ControllerError(INVALID_TOPIC_EXCEPTION, 'Topic name cannot be "." or ".."')
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise ControllerError(
+            INVALID_TOPIC_EXCEPTION,
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
+            f"characters, topic name: {name}",
+        )
+    if not _LEGAL_NAME.fullmatch(name):
+        raise ControllerError(
+            INVALID_TOPIC_EXCEPTION,
+            f'Topic name "{name}" is illegal, it contains a character other than '
+            "ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+def check_topic_absent(state: MetadataState, name: str) -> None:
+    """TOPIC_ALREADY_EXISTS for the same name; INVALID_TOPIC_EXCEPTION for a name that
+    differs from an existing one only by '.' versus '_' (they would share metric names)."""
+    if name in state.topics:
+        raise ControllerError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    holder = state.topic_collisions.get(collision_key(name))
+    if holder is not None:
+        raise ControllerError(
+            INVALID_TOPIC_EXCEPTION,
+            f"Topic '{name}' collides with existing topic: {holder}",
+        )
+
+
+def check_partition_count(count: int, limit: int) -> None:
+    if count <= 0:
+        raise ControllerError(
+            INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value."
+        )
+    if count > limit:
+        raise ControllerError(
+            INVALID_PARTITIONS, f"Number of partitions {count} exceeds the limit of {limit}."
+        )
+
+
+def check_replication_factor(replication_factor: int, live_brokers: int) -> None:
+    if replication_factor <= 0:
+        raise ControllerError(
+            INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        )
+    if replication_factor > live_brokers:
+        raise ControllerError(
+            INVALID_REPLICATION_FACTOR,
+            f"Unable to replicate the partition {replication_factor} time(s): the target "
+            f"replication factor of {replication_factor} cannot be reached because only "
+            f"{live_brokers} broker(s) are registered.",
+        )
+
+
+def check_manual_assignment(
+    assignments: Mapping[int, Sequence[int]],
+    first_partition: int,
+    known_brokers: Mapping[int, object],
+    replication_factor: int | None = None,
+) -> list[tuple[int, ...]]:
+    """Validate replicas given by hand for partitions first_partition.. and return them in
+    partition order. All partitions must have the same number of replicas (or exactly
+    `replication_factor` when adding to a topic whose factor is known)."""
+    ids = sorted(assignments)
+    expected = list(range(first_partition, first_partition + len(ids)))
+    if ids != expected:
+        raise ControllerError(
+            INVALID_REPLICA_ASSIGNMENT,
+            f"Partitions in the manual assignment must be consecutive from {first_partition}; "
+            f"got {ids}.",
+        )
+    result: list[tuple[int, ...]] = []
+    for partition in ids:
+        replicas = tuple(assignments[partition])
+        if not replicas:
+            raise ControllerError(
+                INVALID_REPLICA_ASSIGNMENT,
+                f"The manual partition assignment for partition {partition} is an empty "
+                "replica list.",
+            )
+        if len(set(replicas)) != len(replicas):
+            raise ControllerError(
+                INVALID_REPLICA_ASSIGNMENT,
+                f"The manual partition assignment for partition {partition} names a broker "
+                f"more than once: {list(replicas)}.",
+            )
+        for broker in replicas:
+            if broker not in known_brokers:
+                raise ControllerError(
+                    INVALID_REPLICA_ASSIGNMENT,
+                    f"The manual partition assignment includes broker {broker}, but no such "
+                    "broker is registered.",
+                )
+        if replication_factor is None:
+            replication_factor = len(replicas)
+        elif len(replicas) != replication_factor:
+            raise ControllerError(
+                INVALID_REPLICA_ASSIGNMENT,
+                f"The manual partition assignment for partition {partition} has "
+                f"{len(replicas)} replica(s), but other partitions have {replication_factor}.",
+            )
+        result.append(replicas)
+    return result
+
+
+def round_robin_assignment(
+    brokers: Sequence[int], first_partition: int, count: int, replication_factor: int, start: int
+) -> list[tuple[int, ...]]:
+    """Replicas for `count` new partitions: partition p's leader is the broker after the
+    previous partition's leader, its followers the next brokers in id order."""
+    n = len(brokers)
+    result = []
+    for p in range(first_partition, first_partition + count):
+        first = (start + p) % n
+        result.append(tuple(brokers[(first + j) % n] for j in range(replication_factor)))
+    return result

@@ -187,6 +187,10 @@ class Controller:
                 ) from raft.construct_error
             self._raft = raft
             await self._await_barrier(started + cfg.start_timeout_s)
+            if raft.is_leader and machine.state.controller_epoch != raft.term:
+                # Our election record was queued behind the first barrier: wait for it
+                # too, so state.controller_id is right when start() returns.
+                await self._await_barrier(started + cfg.start_timeout_s)
             self._state = max(self._state, machine.state, key=lambda s: s.version)
             await self._ensure_cluster_id()
         except BaseException:
@@ -273,6 +277,7 @@ class Controller:
     ) -> TopicInfo:
         """num_partitions / replication_factor -1 take the defaults; with `assignments`
         (partition -> replica broker ids) both must be -1, as in CreateTopics."""
+        self._check_can_commit()
         state = self._state
         validate_topic_name(name)
         check_topic_absent(state, name)
@@ -313,11 +318,13 @@ class Controller:
         )
 
     async def delete_topic(self, name: str) -> None:
+        self._check_can_commit()
         info = self._topic(name)
         await self._propose(cmd.DELETE_TOPIC, {"name": name, "topic_id": info.topic_id.bytes})
 
     async def delete_topic_by_id(self, topic_id: uuid.UUID) -> str:
         """Delete by id (DeleteTopics v6+); returns the deleted topic's name."""
+        self._check_can_commit()
         info = self._state.topics_by_id.get(topic_id)
         if info is None:
             raise ControllerError(UNKNOWN_TOPIC_ID, f"Unknown topic id {topic_id}")
@@ -333,6 +340,7 @@ class Controller:
     ) -> TopicInfo:
         """Grow `name` to `new_total` partitions. `assignments` maps each new partition
         (numbered from the current count) to its replicas."""
+        self._check_can_commit()
         state = self._state
         info = self._topic(name)
         current = len(info.partitions)
@@ -380,6 +388,7 @@ class Controller:
         self, name: str, configs: Mapping[str, str | None], validate_only: bool = False
     ) -> None:
         """Incremental: a value sets an override, None removes it."""
+        self._check_can_commit()
         info = self._topic(name)
         to_set = {k: v for k, v in configs.items() if v is not None}
         to_delete = [k for k, v in configs.items() if v is None]
@@ -397,6 +406,7 @@ class Controller:
         self, name: str, configs: Mapping[str, str], validate_only: bool = False
     ) -> None:
         """Whole replacement (AlterConfigs): overrides not named are removed."""
+        self._check_can_commit()
         info = self._topic(name)
         result = dict(configs)
         self._validate_configs(result)
@@ -409,6 +419,7 @@ class Controller:
 
     async def allocate_producer_ids(self, count: int) -> int:
         """Reserve `count` consecutive producer ids; returns the first."""
+        self._check_can_commit()
         if count <= 0:
             raise ControllerError(INVALID_REQUEST, f"cannot allocate {count} producer ids")
         return await self._propose(cmd.ALLOCATE_PRODUCER_IDS, {"count": count})
@@ -416,6 +427,14 @@ class Controller:
     allocate_producer_id_block = allocate_producer_ids
 
     # --- internals ---
+
+    def _check_can_commit(self) -> None:
+        """NOT_CONTROLLER before anything else, as Kafka answers a non-controller."""
+        raft = self._raft
+        if raft is None:
+            raise ControllerError(NOT_CONTROLLER, "controller is not running")
+        if not raft.leader_known:
+            raise ControllerError(NOT_CONTROLLER, "no controller leader is known")
 
     def _topic(self, name: str) -> TopicInfo:
         info = self._state.topics.get(name)
@@ -439,11 +458,11 @@ class Controller:
     async def _propose(
         self, kind: str, payload: dict[str, Any], timeout: float | None = None
     ) -> Any:
+        if kind != cmd.BARRIER:
+            self._check_can_commit()
         raft, loop = self._raft, self._loop
         if raft is None or loop is None:
             raise ControllerError(NOT_CONTROLLER, "controller is not running")
-        if not raft.leader_known and kind != cmd.BARRIER:
-            raise ControllerError(NOT_CONTROLLER, "no controller leader is known")
         fut: asyncio.Future[Any] = loop.create_future()
         self._pending.add(fut)
         live_token = self._live_token if kind == cmd.BARRIER else None

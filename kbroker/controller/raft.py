@@ -167,6 +167,11 @@ class RaftThread:
         return node is not None and node._getLeader() is not None
 
     @property
+    def term(self) -> int:
+        node = self._node
+        return node.raftCurrentTerm if node is not None else 0
+
+    @property
     def has_partners(self) -> bool:
         return bool(self._peers)
 

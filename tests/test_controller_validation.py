@@ -1,0 +1,89 @@
+"""Topic name, partition count and replica assignment rules, with Kafka's error codes."""
+
+import pytest
+
+from kbroker.controller.errors import (
+    INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
+    INVALID_REPLICATION_FACTOR,
+    INVALID_TOPIC_EXCEPTION,
+    ControllerError,
+)
+from kbroker.controller.validation import (
+    check_manual_assignment,
+    check_partition_count,
+    check_replication_factor,
+    round_robin_assignment,
+    validate_topic_name,
+)
+
+
+def code_of(fn, *args, **kwargs):
+    with pytest.raises(ControllerError) as e:
+        fn(*args, **kwargs)
+    return e.value.error_code
+
+
+@pytest.mark.parametrize("name", ["a", "A-b_c.9", "x" * 249, "__consumer_offsets", "..."])
+def test_legal_topic_names_pass(name):
+    validate_topic_name(name)
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "x" * 250, "a b", "a/b", "ä", "a:b"])
+def test_illegal_topic_names_are_invalid_topic(name):
+    assert code_of(validate_topic_name, name) == INVALID_TOPIC_EXCEPTION
+
+
+@pytest.mark.parametrize("count", [0, -1, -5])
+def test_non_positive_partition_count_is_invalid_partitions(count):
+    assert code_of(check_partition_count, count, 100) == INVALID_PARTITIONS
+
+
+def test_partition_count_above_the_limit_is_invalid_partitions():
+    assert code_of(check_partition_count, 101, 100) == INVALID_PARTITIONS
+
+
+@pytest.mark.parametrize("rf", [0, -2])
+def test_non_positive_replication_factor_is_invalid(rf):
+    assert code_of(check_replication_factor, rf, 3) == INVALID_REPLICATION_FACTOR
+
+
+def test_replication_factor_above_live_brokers_is_invalid():
+    assert code_of(check_replication_factor, 4, 3) == INVALID_REPLICATION_FACTOR
+
+
+BROKERS = {1: None, 2: None, 3: None}
+
+
+def test_manual_assignment_is_returned_in_partition_order():
+    result = check_manual_assignment({1: [2, 3], 0: [1, 2]}, 0, BROKERS)
+    assert result == [(1, 2), (2, 3)]
+
+
+@pytest.mark.parametrize(
+    "assignment",
+    [
+        {0: [1], 2: [2]},  # gap
+        {1: [1]},  # does not start at first partition
+        {0: []},  # empty replica list
+        {0: [1, 1]},  # duplicate broker
+        {0: [9]},  # unknown broker
+        {0: [1, 2], 1: [3]},  # inconsistent replication factor
+    ],
+)
+def test_bad_manual_assignment_is_invalid_replica_assignment(assignment):
+    assert code_of(check_manual_assignment, assignment, 0, BROKERS) == INVALID_REPLICA_ASSIGNMENT
+
+
+def test_added_partitions_must_match_the_topic_replication_factor():
+    code = code_of(check_manual_assignment, {3: [1]}, 3, BROKERS, replication_factor=2)
+    assert code == INVALID_REPLICA_ASSIGNMENT
+
+
+def test_round_robin_spreads_leaders_and_replicas():
+    result = round_robin_assignment([1, 2, 3], 0, 4, 2, start=0)
+    assert result == [(1, 2), (2, 3), (3, 1), (1, 2)]
+
+
+def test_round_robin_continues_numbering_for_added_partitions():
+    assert round_robin_assignment([1, 2, 3], 2, 1, 1, start=0) == [(3,)]

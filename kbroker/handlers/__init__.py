@@ -3,4 +3,14 @@
 Importing this package registers every handler in `registry.APIS`.
 """
 
-from kbroker.handlers import api_versions, fetch, list_offsets, metadata, produce  # noqa: F401
+from kbroker.handlers import (  # noqa: F401
+    api_versions,
+    cluster,
+    configs,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+    records,
+    topics,
+)

@@ -1,0 +1,260 @@
+"""DescribeCluster, DescribeLogDirs and DescribeTopicPartitions: read-only views of the cluster.
+
+DescribeTopicPartitions is what newer Java admin clients use for describeTopics: topics
+in name order, at most `response_partition_limit` partitions per response, and a cursor
+naming the first topic and partition the next request should start from.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.controller import ControllerError
+from kbroker.controller.validation import validate_topic_name
+from kbroker.handlers.registry import handles
+
+DESCRIBE_CLUSTER = 60
+DESCRIBE_LOG_DIRS = 35
+DESCRIBE_TOPIC_PARTITIONS = 75
+
+ENDPOINT_BROKERS = 1
+ENDPOINT_CONTROLLERS = 2
+NO_LEADER = -1
+MAX_PARTITIONS_PER_RESPONSE = 2000  # Kafka's max.request.partition.size.limit default
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+# AclOperation codes. With no authorizer every operation a resource supports is allowed.
+_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
+_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
+CLUSTER_OPERATIONS = sum(
+    1 << op
+    for op in (_CREATE, _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE)
+    + (_ALTER, _DESCRIBE)
+)
+TOPIC_OPERATIONS = sum(
+    1 << op
+    for op in (_READ, _WRITE, _CREATE, _DESCRIBE, _DELETE, _ALTER, _DESCRIBE_CONFIGS)
+    + (_ALTER_CONFIGS,)
+)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
+# -- DescribeCluster -----------------------------------------------------------------------
+
+
+@handles(DESCRIBE_CLUSTER, 0)
+def describe_cluster(ctx: Any, request: Any) -> dict[str, Any]:
+    state = ctx.broker.controller.state
+    endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
+    response: dict[str, Any] = {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "endpoint_type": endpoint_type,
+        "cluster_id": state.cluster_id or "",
+        "controller_id": state.controller_id,
+        "brokers": [],
+        "cluster_authorized_operations": CLUSTER_OPERATIONS
+        if request.include_cluster_authorized_operations
+        else AUTHORIZED_OPERATIONS_OMITTED,
+    }
+    if endpoint_type not in (ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS):
+        response["error_code"] = (
+            ErrorCode.invalid_request if ctx.version == 0 else ErrorCode.unsupported_endpoint_type
+        )
+        response["error_message"] = f"Unsupported endpoint type {endpoint_type}"
+        return response
+    if endpoint_type == ENDPOINT_CONTROLLERS:
+        # As Kafka's brokers answer: controllers describe the controllers.
+        response["error_code"] = (
+            ErrorCode.invalid_request if ctx.version == 0 else ErrorCode.mismatched_endpoint_type
+        )
+        response["error_message"] = (
+            "The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
+            "of type CONTROLLER"
+        )
+        return response
+    with_fenced = getattr(request, "include_fenced_brokers", False)
+    response["brokers"] = [
+        {
+            "broker_id": b.node_id,
+            "host": b.host,
+            "port": b.port,
+            "rack": b.rack,
+            "is_fenced": b.fenced,
+        }
+        for b in sorted(state.brokers.values(), key=lambda b: b.node_id)
+        if with_fenced or not b.fenced
+    ]
+    return response
+
+
+# -- DescribeLogDirs -----------------------------------------------------------------------
+
+
+def _log_dir_of(replica: Any, log_dirs: list[Path]) -> Path | None:
+    """The configured log dir holding the replica's partition directory."""
+    partition_dir = getattr(replica.log, "dir", None) or getattr(replica.log, "path", None)
+    if partition_dir is not None:
+        parent = Path(partition_dir).resolve().parent
+        for directory in log_dirs:
+            if directory.resolve() == parent:
+                return directory
+    name = f"{replica.topic}-{replica.partition}"
+    for directory in log_dirs:
+        if (directory / name).is_dir():
+            return directory
+    return None
+
+
+def _wanted_partitions(request: Any) -> set[tuple[str, int]] | None:
+    if request.topics is None:
+        return None
+    return {(t.topic, p) for t in request.topics for p in t.partitions}
+
+
+@handles(DESCRIBE_LOG_DIRS, 1)
+def describe_log_dirs(ctx: Any, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    wanted = _wanted_partitions(request)
+    log_dirs = list(broker.log_dirs)
+    by_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {d: {} for d in log_dirs}
+    for (topic, partition), replica in sorted(broker.replicas.replicas.items()):
+        if wanted is not None and (topic, partition) not in wanted:
+            continue
+        directory = _log_dir_of(replica, log_dirs)
+        if directory is None:
+            continue
+        plog = replica.log
+        by_dir[directory].setdefault(topic, []).append(
+            {
+                "partition_index": partition,
+                "partition_size": plog.size_bytes(),
+                "offset_lag": max(plog.high_watermark - plog.log_end_offset, 0),
+                "is_future_key": False,
+            }
+        )
+    results = []
+    for directory in log_dirs:
+        result: dict[str, Any] = {
+            "error_code": ErrorCode.none,
+            "log_dir": str(directory.resolve()),
+            "topics": [
+                {"name": topic, "partitions": partitions}
+                for topic, partitions in sorted(by_dir[directory].items())
+            ],
+            "total_bytes": -1,
+            "usable_bytes": -1,
+        }
+        try:
+            usage = shutil.disk_usage(directory)
+        except OSError:
+            result["error_code"] = ErrorCode.kafka_storage_error
+            result["topics"] = []
+        else:
+            result["total_bytes"], result["usable_bytes"] = usage.total, usage.free
+        results.append(result)
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "results": results}
+
+
+# -- DescribeTopicPartitions ---------------------------------------------------------------
+
+
+def _partition(p: Any, live: set[int]) -> dict[str, Any]:
+    return {
+        "error_code": ErrorCode.none,
+        "partition_index": p.partition,
+        "leader_id": p.leader if p.leader in live else NO_LEADER,
+        "leader_epoch": p.leader_epoch,
+        "replica_nodes": list(p.replicas),
+        "isr_nodes": list(p.isr),
+        "eligible_leader_replicas": [],
+        "last_known_elr": [],
+        "offline_replicas": [r for r in p.replicas if r not in live],
+    }
+
+
+def _missing_topic(name: str) -> dict[str, Any]:
+    try:
+        validate_topic_name(name)
+        code = ErrorCode.unknown_topic_or_partition
+    except ControllerError:
+        code = ErrorCode.invalid_topic_exception
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": None,
+        "is_internal": name in INTERNAL_TOPICS,
+        "partitions": [],
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _refused(request: Any, message: str) -> dict[str, Any]:
+    """Kafka's whole-request error: every named topic carries INVALID_REQUEST."""
+    topics = [
+        {
+            "error_code": ErrorCode.invalid_request,
+            "name": t.name,
+            "topic_id": None,
+            "partitions": [],
+        }
+        for t in request.topics
+    ]
+    return {"throttle_time": 0, "topics": topics, "next_cursor": None}
+
+
+@handles(DESCRIBE_TOPIC_PARTITIONS, 0)
+def describe_topic_partitions(ctx: Any, request: Any) -> dict[str, Any]:
+    state = ctx.broker.controller.state
+    cursor = request.cursor
+    start_topic = cursor.topic_name if cursor is not None else ""
+    all_topics = not request.topics
+    names = state.topics.keys() if all_topics else {t.name for t in request.topics}
+    names = sorted(n for n in names if n >= start_topic)
+    if cursor is not None:
+        if not all_topics and cursor.topic_name not in names:
+            return _refused(
+                request,
+                "DescribeTopicPartitionsRequest topic list should contain the cursor topic: "
+                f"{cursor.topic_name}",
+            )
+        if cursor.partition_index < 0:
+            return _refused(
+                request, "DescribeTopicPartitionsRequest cursor partition must be valid"
+            )
+    live = {b.node_id for b in state.brokers.values() if not b.fenced}
+    remaining = max(min(MAX_PARTITIONS_PER_RESPONSE, request.response_partition_limit), 1)
+    topics: list[dict[str, Any]] = []
+    next_cursor = None
+    for name in names:
+        if remaining == 0:
+            # The next response starts here, whether or not this topic exists (as Kafka).
+            next_cursor = {"topic_name": name, "partition_index": 0}
+            break
+        info = state.topics.get(name)
+        if info is None:
+            if not all_topics:
+                topics.append(_missing_topic(name))
+            continue
+        first = cursor.partition_index if cursor is not None and name == start_topic else 0
+        partitions = sorted(info.partitions, key=lambda p: p.partition)[first:]
+        taken = partitions[:remaining]
+        remaining -= len(taken)
+        topics.append(
+            {
+                "error_code": ErrorCode.none,
+                "name": name,
+                "topic_id": info.topic_id,
+                "is_internal": name in INTERNAL_TOPICS,
+                "partitions": [_partition(p, live) for p in taken],
+                "topic_authorized_operations": TOPIC_OPERATIONS,
+            }
+        )
+        if len(taken) < len(partitions):
+            next_cursor = {"topic_name": name, "partition_index": partitions[len(taken)].partition}
+            break
+    return {"throttle_time": 0, "topics": topics, "next_cursor": next_cursor}

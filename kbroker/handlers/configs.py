@@ -1,0 +1,469 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs: topic, broker and logger configs.
+
+Topic configs are overrides the controller replicates; describing one merges them with
+the broker's settings the way Kafka does (`kbroker.config.describe_topic_config`).
+Broker configs are static here: they can be described, but a request to change one
+dynamically is refused as Kafka refuses a config that is not dynamically updatable.
+BROKER_LOGGER resources are this process's Python loggers, read and set at run time
+with log4j's level names, as Kafka's KIP-412 does for its log4j loggers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.config import (
+    ConfigError,
+    describe_broker_config,
+    describe_topic_config,
+    validate_dynamic_broker_configs,
+)
+from kbroker.config import validate_topic_configs as _validate_topic_configs
+from kbroker.controller import ControllerError
+from kbroker.controller.validation import validate_topic_name
+from kbroker.handlers.registry import handles
+
+ALTER_CONFIGS = 33
+DESCRIBE_CONFIGS = 32
+INCREMENTAL_ALTER_CONFIGS = 44
+
+# ConfigResource.Type ids.
+TOPIC = 2
+BROKER = 4
+BROKER_LOGGER = 8
+CLIENT_METRICS = 16
+GROUP = 32
+
+# AlterConfigOp.OpType ids.
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+CONFIG_TYPE_LIST = 7
+SOURCE_DYNAMIC_BROKER_LOGGER = 6
+ROOT_LOGGER = "root"
+
+
+class ResourceError(Exception):
+    """A refusal for one resource (or topic); the request's others go on."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+
+def validate_topic_configs(configs: dict[str, str]) -> None:
+    """kbroker.config's validation, with Kafka's error code for a bad value (INVALID_CONFIG)."""
+    try:
+        _validate_topic_configs(configs)
+    except ConfigError as exc:
+        raise ResourceError(ErrorCode.invalid_config, str(exc)) from exc
+
+
+def controller_failure(exc: ControllerError) -> ResourceError:
+    try:
+        code = ErrorCode(exc.error_code)
+    except ValueError:
+        code = ErrorCode.unknown_server_error
+    return ResourceError(code, exc.message)
+
+
+# -- describing config entries -------------------------------------------------------------
+
+
+def _synonym(synonym: Any) -> dict[str, Any]:
+    if isinstance(synonym, tuple) and not hasattr(synonym, "name"):
+        name, value, source = synonym
+    else:
+        name, value, source = synonym.name, synonym.value, synonym.source
+    return {"name": name, "value": value, "source": int(source)}
+
+
+def config_entry_result(
+    entry: Any, include_synonyms: bool, include_documentation: bool
+) -> dict[str, Any]:
+    """One ConfigEntry as a DescribeConfigs result (sensitive values are never sent)."""
+    return {
+        "name": entry.name,
+        "value": None if entry.is_sensitive else entry.value,
+        "read_only": bool(entry.read_only),
+        "config_source": int(entry.source),
+        "is_default": bool(entry.is_default),
+        "is_sensitive": bool(entry.is_sensitive),
+        "synonyms": [_synonym(s) for s in entry.synonyms or ()] if include_synonyms else [],
+        "config_type": int(entry.config_type),
+        "documentation": entry.documentation if include_documentation else None,
+    }
+
+
+def created_topic_configs(broker: Any, overrides: dict[str, str]) -> list[dict[str, Any]]:
+    """A new topic's effective configs, as CreateTopics v5+ returns them, sorted by name."""
+    entries = describe_topic_config(
+        overrides, broker.config, include_synonyms=False, include_documentation=False
+    )
+    return [
+        {
+            "name": e.name,
+            "value": None if e.is_sensitive else e.value,
+            "read_only": bool(e.read_only),
+            "config_source": int(e.source),
+            "is_sensitive": bool(e.is_sensitive),
+        }
+        for e in entries
+    ]
+
+
+def check_node_id(broker: Any, resource_name: str) -> None:
+    """A per-broker resource must name this node (INVALID_REQUEST otherwise)."""
+    try:
+        node_id = int(resource_name)
+    except ValueError:
+        raise ResourceError(
+            ErrorCode.invalid_request, f"Broker id must be an integer, but it is: {resource_name}"
+        ) from None
+    if node_id != broker.node_id:
+        raise ResourceError(
+            ErrorCode.invalid_request,
+            f"Unexpected broker id, expected {broker.node_id} or empty string, "
+            f"but received {resource_name}",
+        )
+
+
+def existing_topic(broker: Any, name: str) -> Any:
+    try:
+        validate_topic_name(name)
+    except ControllerError as exc:
+        raise controller_failure(exc) from exc
+    topic = broker.controller.state.topics.get(name)
+    if topic is None:
+        raise ResourceError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist.")
+    return topic
+
+
+def _describe_resource(broker: Any, resource: Any, synonyms: bool, docs: bool) -> list[dict]:
+    kind, name = resource.resource_type, resource.resource_name
+    flags = {"include_synonyms": synonyms, "include_documentation": docs}
+    keys = resource.configuration_keys or None  # null or empty: every config
+    if kind == TOPIC:
+        topic = existing_topic(broker, name)
+        entries = describe_topic_config(dict(topic.configs), broker.config, keys, **flags)
+        return [config_entry_result(e, synonyms, docs) for e in entries]
+    if kind == BROKER:
+        if not name:
+            return []  # cluster-wide dynamic defaults: this broker has none
+        check_node_id(broker, name)
+        entries = describe_broker_config(broker.config, keys, **flags)
+        return [config_entry_result(e, synonyms, docs) for e in entries]
+    if kind == BROKER_LOGGER:
+        if not name:
+            raise ResourceError(ErrorCode.invalid_request, "Broker id must not be empty")
+        check_node_id(broker, name)
+        results = [
+            {
+                "name": logger_name,
+                "value": level,
+                "read_only": False,
+                "config_source": SOURCE_DYNAMIC_BROKER_LOGGER,
+                "is_sensitive": False,
+                "synonyms": [],
+                "documentation": None,
+            }
+            for logger_name, level in current_log_levels().items()
+        ]
+        return [r for r in results if keys is None or r["name"] in keys]
+    raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type: {kind}")
+
+
+@handles(DESCRIBE_CONFIGS, 1)
+def describe_configs(ctx: Any, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    include_documentation = getattr(request, "include_documentation", False)
+    results = []
+    for resource in request.resources:
+        out: dict[str, Any] = {
+            "resource_type": resource.resource_type,
+            "resource_name": resource.resource_name,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "configs": [],
+        }
+        try:
+            out["configs"] = _describe_resource(
+                broker, resource, request.include_synonyms, include_documentation
+            )
+        except ResourceError as err:
+            out["error_code"], out["error_message"] = err.code, err.message
+        results.append(out)
+    return {"throttle_time": 0, "results": results}
+
+
+# -- altering ------------------------------------------------------------------------------
+
+
+def _alter_response(resources: Iterable[Any], errors: list[ResourceError | None]) -> dict:
+    responses = []
+    for resource, err in zip(resources, errors, strict=True):
+        responses.append(
+            {
+                "resource_type": resource.resource_type,
+                "resource_name": resource.resource_name,
+                "error_code": err.code if err else ErrorCode.none,
+                "error_message": err.message if err else None,
+            }
+        )
+    return {"throttle_time": 0, "responses": responses}
+
+
+def _preflight(resources: list[Any], null_allowed_for_delete: bool) -> list[ResourceError | None]:
+    """Checks Kafka makes before looking at any resource: each resource at most once, each
+    key at most once per resource, no null values (other than for DELETE)."""
+    errors: list[ResourceError | None] = [None] * len(resources)
+    seen: dict[tuple[int, str], int] = {}
+    for i, resource in enumerate(resources):
+        key = (resource.resource_type, resource.resource_name)
+        if key in seen:
+            duplicate = ResourceError(
+                ErrorCode.invalid_request, "Each resource must appear at most once."
+            )
+            errors[i] = errors[seen[key]] = duplicate
+        else:
+            seen[key] = i
+    for i, resource in enumerate(resources):
+        if errors[i] is not None:
+            continue
+        names = [c.name for c in resource.configs]
+        if len(set(names)) != len(names):
+            errors[i] = ResourceError(
+                ErrorCode.invalid_request, "Error due to duplicate config keys"
+            )
+            continue
+        nulls = [
+            c.name
+            for c in resource.configs
+            if c.value is None
+            and not (null_allowed_for_delete and getattr(c, "config_operation", SET) == DELETE)
+        ]
+        if nulls:
+            errors[i] = ResourceError(
+                ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(nulls)
+            )
+    return errors
+
+
+def _refuse_dynamic_broker_configs(broker: Any, resource: Any) -> None:
+    """Broker settings are static here: a change to any of them is refused, with the reason
+    Kafka would give for a setting that is unknown, read-only or malformed if it is one."""
+    if resource.resource_name:
+        check_node_id(broker, resource.resource_name)
+    changes = {c.name: c.value for c in resource.configs}
+    if not changes:
+        return
+    try:
+        validate_dynamic_broker_configs(changes)
+    except ConfigError as exc:
+        raise ResourceError(ErrorCode.invalid_request, str(exc)) from exc
+    raise ResourceError(
+        ErrorCode.invalid_request,
+        "Cannot update these configs dynamically: "
+        + ", ".join(sorted(changes))
+        + " (this broker takes broker settings from its configuration only)",
+    )
+
+
+async def _run_alters(
+    broker: Any,
+    resources: list[Any],
+    errors: list[ResourceError | None],
+    alter: Any,
+) -> list[ResourceError | None]:
+    for i, resource in enumerate(resources):
+        if errors[i] is not None:
+            continue
+        try:
+            await alter(broker, resource)
+        except ResourceError as err:
+            errors[i] = err
+        except ControllerError as exc:
+            errors[i] = controller_failure(exc)
+    return errors
+
+
+@handles(ALTER_CONFIGS, 0)
+async def alter_configs(ctx: Any, request: Any) -> dict[str, Any]:
+    """Legacy AlterConfigs: the given configs replace all of a topic's overrides."""
+    broker = ctx.broker
+    validate_only = request.validate_only
+    resources = list(request.resources)
+
+    async def alter(broker: Any, resource: Any) -> None:
+        if resource.resource_type == BROKER:
+            _refuse_dynamic_broker_configs(broker, resource)
+            return
+        if resource.resource_type != TOPIC:
+            raise ResourceError(
+                ErrorCode.invalid_request, f"Unknown resource type {resource.resource_type}"
+            )
+        topic = existing_topic(broker, resource.resource_name)
+        configs = {c.name: c.value for c in resource.configs}
+        validate_topic_configs(configs)
+        await broker.controller.replace_topic_configs(
+            topic.name, configs, validate_only=validate_only
+        )
+
+    errors = await _run_alters(broker, resources, _preflight(resources, False), alter)
+    return _alter_response(resources, errors)
+
+
+def apply_incremental(
+    current: dict[str, str], ops: Iterable[Any], entries: dict[str, Any]
+) -> dict[str, str]:
+    """A topic's overrides after SET/DELETE/APPEND/SUBTRACT; `entries` are its described
+    configs by name (their types say which keys are lists, their values are the base an
+    APPEND starts from when the topic has no override)."""
+    result = dict(current)
+    for op in ops:
+        kind, key, value = op.config_operation, op.name, op.value
+        if kind == SET:
+            result[key] = value
+        elif kind == DELETE:
+            result.pop(key, None)
+        elif kind in (APPEND, SUBTRACT):
+            entry = entries.get(key)
+            if entry is None or int(entry.config_type) != CONFIG_TYPE_LIST:
+                raise ResourceError(
+                    ErrorCode.invalid_config,
+                    f"Can't {_OP_NAMES[kind]} to key {key} because its type is not LIST.",
+                )
+            base = result.get(key, entry.value)
+            items = [part for part in (base or "").split(",") if part]
+            for part in value.split(","):
+                if kind == APPEND and part not in items:
+                    items.append(part)
+                elif kind == SUBTRACT and part in items:
+                    items.remove(part)
+            result[key] = ",".join(items)
+        else:
+            raise ResourceError(ErrorCode.invalid_request, f"Unknown operations type {kind}")
+    return result
+
+
+@handles(INCREMENTAL_ALTER_CONFIGS, 0)
+async def incremental_alter_configs(ctx: Any, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    validate_only = request.validate_only
+    resources = list(request.resources)
+
+    async def alter(broker: Any, resource: Any) -> None:
+        kind = resource.resource_type
+        if kind == BROKER_LOGGER:
+            alter_log_levels(broker, resource, validate_only)
+            return
+        if kind == BROKER:
+            for op in resource.configs:
+                if op.config_operation not in _OP_NAMES:
+                    raise ResourceError(
+                        ErrorCode.invalid_request,
+                        f"Unknown operations type {op.config_operation}",
+                    )
+            _refuse_dynamic_broker_configs(broker, resource)
+            return
+        if kind != TOPIC:
+            raise ResourceError(ErrorCode.invalid_request, f"Unknown resource type {kind}")
+        topic = existing_topic(broker, resource.resource_name)
+        current = dict(topic.configs)
+        entries = {e.name: e for e in describe_topic_config(current, broker.config)}
+        wanted = apply_incremental(current, resource.configs, entries)
+        validate_topic_configs(wanted)
+        changes: dict[str, str | None] = {
+            key: wanted.get(key)
+            for key in set(current) | set(wanted)
+            if current.get(key) != wanted.get(key)
+        }
+        if changes:
+            await broker.controller.set_topic_configs(
+                topic.name, changes, validate_only=validate_only
+            )
+
+    errors = await _run_alters(broker, resources, _preflight(resources, True), alter)
+    return _alter_response(resources, errors)
+
+
+# -- BROKER_LOGGER: Python loggers under log4j's level names -----------------------------
+
+_LOG4J_LEVELS = {
+    "TRACE": 5,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+    "OFF": logging.CRITICAL + 10,
+}
+
+
+def log4j_level_name(level: int) -> str:
+    """The log4j name of the most verbose log4j level that still shows `level` records."""
+    for name, value in sorted(_LOG4J_LEVELS.items(), key=lambda kv: -kv[1]):
+        if level >= value:
+            return name
+    return "TRACE"
+
+
+def _logger(name: str) -> logging.Logger | None:
+    if name == ROOT_LOGGER:
+        return logging.getLogger()
+    existing = logging.Logger.manager.loggerDict.get(name)
+    return existing if isinstance(existing, logging.Logger) else None
+
+
+def current_log_levels() -> dict[str, str]:
+    """Every logger that exists in this process, with its effective level."""
+    levels = {ROOT_LOGGER: log4j_level_name(logging.getLogger().getEffectiveLevel())}
+    for name, logger in sorted(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger):
+            levels[name] = log4j_level_name(logger.getEffectiveLevel())
+    return levels
+
+
+def alter_log_levels(broker: Any, resource: Any, validate_only: bool) -> None:
+    """Validate every operation first, then apply them all (KIP-412's order)."""
+    check_node_id(broker, resource.resource_name)
+    changes: list[tuple[logging.Logger, int]] = []
+    for op in resource.configs:
+        kind = op.config_operation
+        if kind in (APPEND, SUBTRACT):
+            raise ResourceError(
+                ErrorCode.invalid_request,
+                f"{_OP_NAMES[kind]} operation is not allowed for the BROKER_LOGGER resource",
+            )
+        if kind not in (SET, DELETE):
+            raise ResourceError(
+                ErrorCode.invalid_request,
+                f"Unknown operation type {kind} is not allowed for the BROKER_LOGGER resource",
+            )
+        logger = _logger(op.name)
+        if logger is None:
+            raise ResourceError(ErrorCode.invalid_config, f"Logger {op.name} does not exist!")
+        if kind == DELETE:
+            if op.name == ROOT_LOGGER:
+                raise ResourceError(
+                    ErrorCode.invalid_request,
+                    "Removing the log level of the root logger is not allowed",
+                )
+            changes.append((logger, logging.NOTSET))
+            continue
+        level = _LOG4J_LEVELS.get(op.value or "")
+        if level is None:
+            raise ResourceError(
+                ErrorCode.invalid_config,
+                f"Cannot set the log level of {op.name} to {op.value} as it is not a supported "
+                f"log level. Valid log levels are {', '.join(sorted(_LOG4J_LEVELS))}",
+            )
+        changes.append((logger, level))
+    if not validate_only:
+        for logger, level in changes:
+            logger.setLevel(level)

@@ -1,0 +1,64 @@
+"""DeleteRecords: move a partition's log start offset forward on its leader.
+
+The records below the new start offset stop being readable at once; whole segments
+below it are removed by the log. Offset -1 means "up to the high watermark".
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.handlers.registry import handles
+
+DELETE_RECORDS = 21
+HIGH_WATERMARK = -1
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+log = logging.getLogger("kbroker.delete_records")
+
+
+def _result(index: int, code: ErrorCode, low_watermark: int = -1) -> dict[str, Any]:
+    return {"partition_index": index, "low_watermark": low_watermark, "error_code": code}
+
+
+def delete_partition_records(broker: Any, topic: Any, index: int, offset: int) -> dict[str, Any]:
+    """One partition's deletion, with the error codes Kafka gives for each refusal."""
+    if topic.name in INTERNAL_TOPICS:
+        return _result(index, ErrorCode.invalid_topic_exception)
+    if not any(p.partition == index for p in topic.partitions):
+        return _result(index, ErrorCode.unknown_topic_or_partition)
+    replica = broker.replicas.get(topic.name, index)
+    if replica is None or not getattr(replica, "is_leader", True):
+        return _result(index, ErrorCode.not_leader_or_follower)
+    plog = replica.log
+    if not plog.config.deletes:
+        return _result(index, ErrorCode.policy_violation)
+    target = plog.high_watermark if offset == HIGH_WATERMARK else offset
+    if target < 0 or target > plog.high_watermark:
+        return _result(index, ErrorCode.offset_out_of_range)
+    try:
+        low_watermark = plog.delete_records_before(target)
+    except OSError:
+        log.exception("deleting records of %s-%d before %d failed", topic.name, index, target)
+        return _result(index, ErrorCode.kafka_storage_error)
+    return _result(index, ErrorCode.none, low_watermark)
+
+
+@handles(DELETE_RECORDS, 0)
+def delete_records(ctx: Any, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    topics = broker.controller.state.topics
+    results = []
+    for t in request.topics:
+        topic = topics.get(t.name)
+        partitions = [
+            delete_partition_records(broker, topic, p.partition_index, p.offset)
+            if topic is not None
+            else _result(p.partition_index, ErrorCode.unknown_topic_or_partition)
+            for p in t.partitions
+        ]
+        results.append({"name": t.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": results}

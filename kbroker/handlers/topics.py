@@ -1,0 +1,373 @@
+"""CreateTopics, DeleteTopics and CreatePartitions: topic changes the controller makes.
+
+These handlers check what a request can get wrong on its own (duplicate names, an
+assignment together with a partition count, bad configs, counts that do not grow) and
+hand the rest to the controller, whose refusals carry Kafka's error codes. Topics of
+one request are changed concurrently, each bounded by the request's timeout; a change
+that outlives the timeout is answered REQUEST_TIMED_OUT but not abandoned, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.controller import ControllerError
+from kbroker.controller.validation import check_topic_absent, validate_topic_name
+from kbroker.handlers.configs import (
+    ResourceError,
+    controller_failure,
+    created_topic_configs,
+    validate_topic_configs,
+)
+from kbroker.handlers.registry import handles
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+CREATE_PARTITIONS = 37
+
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+
+
+def timeout_seconds(timeout: Any) -> float | None:
+    """The request's timeout in seconds, or None for no limit (a timeout of zero or less)."""
+    if isinstance(timeout, datetime.timedelta):
+        seconds = timeout.total_seconds()
+    else:
+        seconds = (timeout or 0) / 1000
+    return seconds if seconds > 0 else None
+
+
+async def run_bounded(work: Awaitable[Any], timeout: float | None) -> Any:
+    """Await `work` for at most `timeout` seconds; on expiry it goes on in the background."""
+    task = asyncio.ensure_future(work)
+    if timeout is None:
+        return await task
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), timeout)
+    except TimeoutError:
+        task.add_done_callback(_consume_result)
+        raise ResourceError(ErrorCode.request_timed_out, "Request timed out.") from None
+
+
+def _consume_result(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def guarded(work: Callable[[], Awaitable[Any]], timeout: float | None) -> Any:
+    """Run one topic's change; returns its result or the ResourceError it failed with."""
+    try:
+        return await run_bounded(work(), timeout)
+    except ResourceError as err:
+        return err
+    except ControllerError as exc:
+        return controller_failure(exc)
+
+
+def duplicates(names: list[Any]) -> set[Any]:
+    return {name for name, count in Counter(names).items() if count > 1}
+
+
+# -- CreateTopics --------------------------------------------------------------------------
+
+
+def _creation_plan(broker: Any, topic: Any) -> tuple[int, int, dict[int, list[int]] | None]:
+    """(partitions, replication factor, manual assignment) with Kafka's rules for -1: the
+    broker's num.partitions and default.replication.factor stand in for -1."""
+    if topic.assignments:
+        if topic.replication_factor != -1:
+            raise ResourceError(
+                ErrorCode.invalid_request,
+                "A manual partition assignment was specified, but replication factor was "
+                "not set to -1.",
+            )
+        if topic.num_partitions != -1:
+            raise ResourceError(
+                ErrorCode.invalid_request,
+                "A manual partition assignment was specified, but numPartitions was not set to -1.",
+            )
+        assignments: dict[int, list[int]] = {}
+        for a in topic.assignments:
+            if a.partition_index in assignments:
+                raise ResourceError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Found multiple manual partition assignments for partition "
+                    f"{a.partition_index}",
+                )
+            assignments[a.partition_index] = list(a.broker_ids)
+        return -1, -1, assignments  # the controller takes both from the assignment
+    if topic.replication_factor < -1 or topic.replication_factor == 0:
+        raise ResourceError(
+            ErrorCode.invalid_replication_factor,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        )
+    if topic.num_partitions < -1 or topic.num_partitions == 0:
+        raise ResourceError(
+            ErrorCode.invalid_partitions,
+            "Number of partitions was set to an invalid non-positive value.",
+        )
+    partitions = (
+        broker.config.get("num.partitions") if topic.num_partitions == -1 else topic.num_partitions
+    )
+    replication = (
+        broker.config.get("default.replication.factor")
+        if topic.replication_factor == -1
+        else topic.replication_factor
+    )
+    return partitions, replication, None
+
+
+def _creation_configs(topic: Any) -> dict[str, str]:
+    nulls = [c.name for c in topic.configs if c.value is None]
+    if nulls:
+        raise ResourceError(
+            ErrorCode.invalid_config,
+            "Null value not supported for topic configs: " + ",".join(nulls),
+        )
+    configs = {c.name: c.value for c in topic.configs}
+    validate_topic_configs(configs)
+    return configs
+
+
+def _created(broker: Any, name: str, info: Any, configs: dict[str, str]) -> dict[str, Any]:
+    partitions = list(info.partitions)
+    return {
+        "name": name,
+        "topic_id": info.topic_id,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "num_partitions": len(partitions),
+        "replication_factor": len(partitions[0].replicas) if partitions else -1,
+        "configs": created_topic_configs(broker, configs),
+    }
+
+
+def _create_failed(name: str, err: ResourceError) -> dict[str, Any]:
+    return {
+        "name": name,
+        "topic_id": None,
+        "error_code": err.code,
+        "error_message": err.message,
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "configs": [],
+    }
+
+
+@handles(CREATE_TOPICS, 2)
+async def create_topics(ctx: Any, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    timeout = timeout_seconds(request.timeout)
+    validate_only = request.validate_only
+    repeated = duplicates([t.name for t in request.topics])
+
+    async def create(topic: Any) -> dict[str, Any]:
+        if topic.name == CLUSTER_METADATA_TOPIC:
+            raise ResourceError(
+                ErrorCode.invalid_request,
+                f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.",
+            )
+        try:
+            validate_topic_name(topic.name)
+            check_topic_absent(broker.controller.state, topic.name)
+        except ControllerError as exc:
+            raise controller_failure(exc) from exc
+        configs = _creation_configs(topic)
+        partitions, replication, assignments = _creation_plan(broker, topic)
+        info = await broker.controller.create_topic(
+            topic.name,
+            partitions,
+            replication,
+            configs,
+            assignments=assignments,
+            validate_only=validate_only,
+        )
+        return _created(broker, topic.name, info, configs)
+
+    unique = [t for t in request.topics if t.name not in repeated]
+    outcomes = await asyncio.gather(*(guarded(lambda t=t: create(t), timeout) for t in unique))
+    results = [
+        _create_failed(t.name, out) if isinstance(out, ResourceError) else out
+        for t, out in zip(unique, outcomes, strict=True)
+    ]
+    results += [
+        _create_failed(name, ResourceError(ErrorCode.invalid_request, "Duplicate topic name."))
+        for name in sorted(repeated)
+    ]
+    return {"throttle_time": 0, "topics": results}
+
+
+# -- DeleteTopics --------------------------------------------------------------------------
+
+
+def _deletion_enabled(broker: Any) -> bool:
+    try:
+        value = broker.config.get("delete.topic.enable")
+    except (KeyError, AttributeError, ValueError):
+        return True
+    if isinstance(value, str):
+        return value.strip().lower() != "false"
+    return value is None or bool(value)
+
+
+def _deleted(name: str | None, topic_id: Any, err: ResourceError | None = None) -> dict:
+    return {
+        "name": name,
+        "topic_id": topic_id,
+        "error_code": err.code if err else ErrorCode.none,
+        "error_message": err.message if err else None,
+    }
+
+
+def _requested_deletions(request: Any, version: int) -> list[tuple[str | None, Any]]:
+    if version < 6:
+        return [(name, None) for name in request.topic_names]
+    return [
+        (t.name, t.topic_id if t.topic_id is not None and t.topic_id.int else None)
+        for t in request.topics
+    ]
+
+
+@handles(DELETE_TOPICS, 1)
+async def delete_topics(ctx: Any, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    state = broker.controller.state
+    wanted = _requested_deletions(request, ctx.version)
+    if not _deletion_enabled(broker):
+        code = ErrorCode.invalid_request if ctx.version < 3 else ErrorCode.topic_deletion_disabled
+        err = ResourceError(code, "Topic deletion is disabled.")
+        return {
+            "throttle_time": 0,
+            "responses": [_deleted(name, topic_id, err) for name, topic_id in wanted],
+        }
+    responses: list[dict[str, Any]] = []
+    repeated_names = duplicates([n for n, i in wanted if n is not None and i is None])
+    repeated_ids = duplicates([i for n, i in wanted if n is None and i is not None])
+    for name in sorted(repeated_names):
+        err = ResourceError(ErrorCode.invalid_request, "Duplicate topic name.")
+        responses.append(_deleted(name, None, err))
+    for topic_id in repeated_ids:
+        err = ResourceError(ErrorCode.invalid_request, "Duplicate topic id.")
+        responses.append(_deleted(None, topic_id, err))
+    resolved: list[tuple[str | None, Any]] = []  # (name as requested, topic id), known topics
+    for name, topic_id in wanted:
+        if name is None and topic_id is None:
+            err = ResourceError(
+                ErrorCode.invalid_request, "Neither topic name nor id were specified."
+            )
+            responses.append(_deleted(None, None, err))
+        elif name is not None and topic_id is not None:
+            err = ResourceError(
+                ErrorCode.invalid_request, "You may not specify both topic name and topic id."
+            )
+            responses.append(_deleted(name, topic_id, err))
+        elif name in repeated_names or topic_id in repeated_ids:
+            continue
+        elif topic_id is not None:
+            info = state.topics_by_id.get(topic_id)
+            if info is None:
+                responses.append(
+                    _deleted(None, topic_id, ResourceError(ErrorCode.unknown_topic_id))
+                )
+            else:
+                resolved.append((None, info.topic_id))
+        else:
+            info = state.topics.get(name)
+            if info is None:
+                err = ResourceError(ErrorCode.unknown_topic_or_partition)
+                responses.append(_deleted(name, None, err))
+            else:
+                resolved.append((name, info.topic_id))
+    # A name and an id may denote the same topic: both entries are refused.
+    mentions = Counter(topic_id for _, topic_id in resolved)
+    targets: list[tuple[str, Any]] = []
+    for name, topic_id in resolved:
+        info = state.topics_by_id[topic_id]
+        if mentions[topic_id] > 1:
+            err = ResourceError(
+                ErrorCode.invalid_request,
+                "The provided topic name maps to an ID that was already supplied.",
+            )
+            responses.append(_deleted(name, topic_id, err))
+        else:
+            targets.append((info.name, topic_id))
+
+    timeout = timeout_seconds(request.timeout)
+    outcomes = await asyncio.gather(
+        *(
+            guarded(lambda i=topic_id: broker.controller.delete_topic_by_id(i), timeout)
+            for _, topic_id in targets
+        )
+    )
+    for (name, topic_id), out in zip(targets, outcomes, strict=True):
+        responses.append(_deleted(name, topic_id, out if isinstance(out, ResourceError) else None))
+    return {"throttle_time": 0, "responses": responses}
+
+
+# -- CreatePartitions ----------------------------------------------------------------------
+
+
+@handles(CREATE_PARTITIONS, 0)
+async def create_partitions(ctx: Any, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    timeout = timeout_seconds(request.timeout)
+    validate_only = request.validate_only
+    repeated = duplicates([t.name for t in request.topics])
+
+    async def grow(topic: Any) -> None:
+        info = broker.controller.state.topics.get(topic.name)
+        if info is None:
+            raise ResourceError(
+                ErrorCode.unknown_topic_or_partition,
+                f"This server does not host this topic ID or partition: {topic.name}",
+            )
+        current = len(info.partitions)
+        if topic.count == current:
+            raise ResourceError(
+                ErrorCode.invalid_partitions, f"Topic already has {current} partition(s)."
+            )
+        if topic.count < current:
+            raise ResourceError(
+                ErrorCode.invalid_partitions,
+                f"The topic {topic.name} currently has {current} partition(s); {topic.count} "
+                "would not be an increase.",
+            )
+        assignments = None
+        if topic.assignments is not None:
+            additional = topic.count - current
+            if len(topic.assignments) != additional:
+                raise ResourceError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Attempted to add {additional} additional partition(s), but only "
+                    f"{len(topic.assignments)} assignment(s) were specified.",
+                )
+            assignments = {current + i: list(a.broker_ids) for i, a in enumerate(topic.assignments)}
+        await broker.controller.create_partitions(
+            topic.name, topic.count, assignments=assignments, validate_only=validate_only
+        )
+
+    unique = [t for t in request.topics if t.name not in repeated]
+    outcomes = await asyncio.gather(*(guarded(lambda t=t: grow(t), timeout) for t in unique))
+    results = [
+        {
+            "name": t.name,
+            "error_code": out.code if isinstance(out, ResourceError) else ErrorCode.none,
+            "error_message": out.message if isinstance(out, ResourceError) else None,
+        }
+        for t, out in zip(unique, outcomes, strict=True)
+    ]
+    results += [
+        {
+            "name": name,
+            "error_code": ErrorCode.invalid_request,
+            "error_message": "Duplicate topic name.",
+        }
+        for name in sorted(repeated)
+    ]
+    return {"throttle_time": 0, "results": results}

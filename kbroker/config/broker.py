@@ -1,0 +1,490 @@
+"""The broker's settings, loaded once at start from defaults, file, environment and flags.
+
+``load_broker_config`` gathers the raw ``name=value`` pairs of each source, parses each
+against the settings table (failing on the first unknown or invalid one, naming it and
+where it was written), applies Kafka's fallbacks (``log.retention.ms`` over minutes
+over hours, ``log.dirs`` over ``log.dir``, ``node.id`` over ``broker.id``...) and checks
+the settings that constrain each other. The result is an immutable ``BrokerConfig``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kbroker.config.broker_settings import (
+    BROKER_CONFIGS,
+    BROKER_CONFIGS_BY_PYTHON_NAME,
+    SYNONYM_GROUPS,
+)
+from kbroker.config.errors import ConfigError
+from kbroker.config.listeners import (
+    Endpoint,
+    Peer,
+    parse_address,
+    parse_http_listener,
+    parse_listeners,
+    parse_peer,
+    parse_protocol_map,
+)
+from kbroker.config.sources import (
+    DEFAULT_SOURCE,
+    RawSetting,
+    SettingSource,
+    SourceKind,
+    settings_from_environ,
+    settings_from_file,
+    settings_from_mapping,
+    settings_from_overrides,
+)
+from kbroker.config.types import ConfigSource
+
+MS_PER_MINUTE = 60_000
+MS_PER_HOUR = 3_600_000
+
+Layer = dict[str, tuple[Any, SettingSource]]
+
+
+def advertised_host_name() -> str:
+    """Host published for a wildcard listener when advertised.listeners is unset.
+
+    Kafka publishes the canonical host name; the plain host name is what resolves
+    inside container networks and on most workstations.
+    """
+    return socket.gethostname()
+
+
+def _unknown(raw: RawSetting, known: Iterable[str]) -> ConfigError:
+    hint = difflib.get_close_matches(raw.name, list(known), n=1)
+    suggestion = f" (did you mean {hint[0]}?)" if hint else ""
+    return ConfigError(
+        f"unknown setting {raw.name!r} from {raw.source}{suggestion}",
+        setting=raw.name,
+        origin=str(raw.source),
+    )
+
+
+def _invalid(name: str, raw: Any, source: SettingSource, reason: str) -> ConfigError:
+    return ConfigError(
+        f"invalid value {raw!r} for setting {name} from {source}: {reason}",
+        setting=name,
+        origin=str(source),
+    )
+
+
+def parse_layer(settings: Iterable[RawSetting]) -> Layer:
+    """Parse raw settings into one layer; a later pair for the same name replaces an earlier."""
+    layer: Layer = {}
+    for raw in settings:
+        definition = BROKER_CONFIGS.get(raw.name)
+        if definition is None:
+            raise _unknown(raw, BROKER_CONFIGS)
+        try:
+            value = definition.parse(raw.value)
+        except ValueError as exc:
+            raise _invalid(raw.name, raw.value, raw.source, str(exc)) from None
+        layer[raw.name] = (value, raw.source)
+    return layer
+
+
+class BrokerConfig:
+    """Immutable broker settings.
+
+    ``cfg.get("log.dirs")`` and ``cfg.log_dirs`` give a setting's effective value: the
+    highest-precedence value set, with Kafka's fallbacks applied (``log.dirs`` falls back
+    to ``log.dir``; ``log.retention.ms``, ``log.roll.ms``, ``log.roll.jitter.ms`` and
+    ``log.flush.interval.ms`` are computed from their synonyms; ``node.id`` from
+    ``broker.id``; ``advertised.listeners`` and ``inter.broker.listener.name`` from the
+    listeners). ``raw`` gives the value exactly as set (None when unset without default),
+    which is what DescribeConfigs reports.
+    """
+
+    __slots__ = (
+        "_static",
+        "_dynamic_default",
+        "_dynamic_broker",
+        "_values",
+        "_sources",
+        "_effective",
+        "_endpoints",
+        "_protocol_map",
+        "_controller_listeners",
+        "_advertised",
+        "_http",
+        "_peers",
+    )
+
+    def __init__(
+        self,
+        static: Layer | None = None,
+        dynamic_default: Layer | None = None,
+        dynamic_broker: Layer | None = None,
+    ):
+        put = object.__setattr__
+        put(self, "_static", dict(static or {}))
+        put(self, "_dynamic_default", dict(dynamic_default or {}))
+        put(self, "_dynamic_broker", dict(dynamic_broker or {}))
+        values: dict[str, Any] = {}
+        sources: dict[str, SettingSource] = {}
+        for name, definition in BROKER_CONFIGS.items():
+            values[name], sources[name] = definition.default, DEFAULT_SOURCE
+            for layer in (self._static, self._dynamic_default, self._dynamic_broker):
+                if name in layer:
+                    values[name], sources[name] = layer[name]
+        put(self, "_values", values)
+        put(self, "_sources", sources)
+        put(self, "_effective", dict(values))
+        self._resolve()
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str] | None = None) -> BrokerConfig:
+        """Build from ``{name: text}`` as if each were an ``--override`` (handy in tests)."""
+        return cls(
+            parse_layer(settings_from_overrides(f"{k}={v}" for k, v in (settings or {}).items()))
+        )
+
+    def with_dynamic(
+        self,
+        cluster_default: Mapping[str, str] | None = None,
+        per_broker: Mapping[str, str] | None = None,
+    ) -> BrokerConfig:
+        """A copy with dynamic (Admin API) values layered above the static ones."""
+        layers = []
+        for values, kind in (
+            (cluster_default or {}, SourceKind.DYNAMIC_DEFAULT),
+            (per_broker or {}, SourceKind.DYNAMIC_BROKER),
+        ):
+            validate_dynamic_broker_configs(values)
+            layers.append(parse_layer(settings_from_mapping(values, kind)))
+        return BrokerConfig(self._static, layers[0], layers[1])
+
+    # -- lookup ---------------------------------------------------------------------------
+
+    def get(self, name: str) -> Any:
+        """Effective value of a setting by its Kafka name."""
+        try:
+            return self._effective[name]
+        except KeyError:
+            raise KeyError(f"no broker setting named {name!r}") from None
+
+    def raw(self, name: str) -> Any:
+        """Value as set in the highest layer that sets it, else the default (may be None)."""
+        try:
+            return self._values[name]
+        except KeyError:
+            raise KeyError(f"no broker setting named {name!r}") from None
+
+    def source(self, name: str) -> SettingSource:
+        """Where ``raw(name)`` came from; ``.config_source`` is the DescribeConfigs source."""
+        try:
+            return self._sources[name]
+        except KeyError:
+            raise KeyError(f"no broker setting named {name!r}") from None
+
+    def is_set(self, name: str) -> bool:
+        return self.source(name).kind is not SourceKind.DEFAULT
+
+    def values_by_source(self, name: str) -> list[tuple[ConfigSource, Any]]:
+        """Every value ``name`` has, highest layer first, the default last if not None."""
+        found = []
+        for layer, source in (
+            (self._dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (self._dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (self._static, ConfigSource.STATIC_BROKER_CONFIG),
+        ):
+            if name in layer:
+                found.append((source, layer[name][0]))
+        default = BROKER_CONFIGS[name].default
+        if default is not None:
+            found.append((ConfigSource.DEFAULT_CONFIG, default))
+        return found
+
+    def explicit_settings(self) -> dict[str, Any]:
+        """Settings given by some source other than the defaults, by name."""
+        return {n: v for n, v in self._values.items() if self.is_set(n)}
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("_"):
+            raise AttributeError(attribute)
+        definition = BROKER_CONFIGS_BY_PYTHON_NAME.get(attribute)
+        if definition is None:
+            raise AttributeError(f"BrokerConfig has no setting {attribute!r}")
+        return self._effective[definition.name]
+
+    def __setattr__(self, attribute: str, value: Any) -> None:
+        raise AttributeError("BrokerConfig is immutable")
+
+    def __delattr__(self, attribute: str) -> None:
+        raise AttributeError("BrokerConfig is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BrokerConfig) and self._values == other._values
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(self.explicit_settings().items()))
+        return f"BrokerConfig({shown})"
+
+    # -- derived views --------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """Every listener in ``listeners``, controller listeners included."""
+        return self._endpoints
+
+    @property
+    def broker_endpoints(self) -> tuple[Endpoint, ...]:
+        """Listeners that serve the Kafka API (``listeners`` minus controller listeners)."""
+        return tuple(e for e in self._endpoints if e.name not in self._controller_listeners)
+
+    @property
+    def advertised_endpoints(self) -> tuple[Endpoint, ...]:
+        """What Metadata publishes for this broker, one per broker listener name."""
+        return self._advertised
+
+    def advertised_endpoint(self, listener_name: str) -> Endpoint | None:
+        """The published address of one listener (a client's connection names it)."""
+        for endpoint in self._advertised:
+            if endpoint.name == listener_name.upper():
+                return endpoint
+        return None
+
+    @property
+    def inter_broker_endpoint(self) -> Endpoint:
+        """The advertised address other brokers use to fetch from this one."""
+        endpoint = self.advertised_endpoint(self._effective["inter.broker.listener.name"])
+        assert endpoint is not None  # guaranteed by _resolve
+        return endpoint
+
+    @property
+    def protocol_map(self) -> dict[str, str]:
+        return dict(self._protocol_map)
+
+    @property
+    def controller_listeners(self) -> frozenset[str]:
+        return self._controller_listeners
+
+    @property
+    def http_endpoints(self) -> tuple[Endpoint, ...]:
+        return self._http
+
+    @property
+    def raft_address(self) -> tuple[str, int] | None:
+        """``controller.raft.listener`` as (host, port); None means pick an ephemeral port."""
+        text = self._effective["controller.raft.listener"]
+        return None if text is None else parse_address(text)
+
+    @property
+    def peers(self) -> tuple[Peer, ...]:
+        return self._peers
+
+    @property
+    def data_dirs(self) -> tuple[Path, ...]:
+        return tuple(Path(d) for d in self._effective["log.dirs"])
+
+    @property
+    def metadata_dir(self) -> Path:
+        explicit = self._effective["metadata.log.dir"]
+        return Path(explicit) if explicit is not None else self.data_dirs[0]
+
+    # -- fallbacks and cross-checks -------------------------------------------------------
+
+    def _fail(self, name: str, reason: str) -> ConfigError:
+        return _invalid(name, self._values[name], self._sources[name], reason)
+
+    def _resolve(self) -> None:
+        effective = self._effective
+        put = object.__setattr__
+
+        # node.id / broker.id
+        node_set, broker_set = self.is_set("node.id"), self.is_set("broker.id")
+        if node_set and broker_set and self._values["node.id"] != self._values["broker.id"]:
+            raise self._fail("broker.id", f"differs from node.id={self._values['node.id']}")
+        if broker_set and not node_set:
+            effective["node.id"] = self._values["broker.id"]
+        effective["broker.id"] = effective["node.id"]
+
+        # log.dirs / log.dir
+        if effective["log.dirs"] is None:
+            effective["log.dirs"] = [effective["log.dir"]]
+        if not effective["log.dirs"]:
+            raise self._fail("log.dirs", "names no directory")
+        if not effective["log.dir"] and self._values["log.dirs"] is None:
+            raise self._fail("log.dir", "must not be empty")
+
+        # Kafka's synonym groups: the first name with a value wins, whatever its layer.
+        for group in SYNONYM_GROUPS:
+            effective[group[0]] = self._first_of_group(group)
+        retention = effective["log.retention.ms"]
+        if retention < 0:
+            effective["log.retention.ms"] = -1
+        elif retention == 0:
+            name = next(n for n in SYNONYM_GROUPS[0] if self._values[n] is not None)
+            raise self._fail(name, "retention must be -1 (unlimited) or at least 1 ms")
+
+        self._resolve_listeners()
+
+        for low, high in (
+            ("group.min.session.timeout.ms", "group.max.session.timeout.ms"),
+            ("group.consumer.min.session.timeout.ms", "group.consumer.session.timeout.ms"),
+            ("group.consumer.session.timeout.ms", "group.consumer.max.session.timeout.ms"),
+            ("group.consumer.min.heartbeat.interval.ms", "group.consumer.heartbeat.interval.ms"),
+            ("group.consumer.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms"),
+            ("group.share.min.session.timeout.ms", "group.share.session.timeout.ms"),
+            ("group.share.session.timeout.ms", "group.share.max.session.timeout.ms"),
+            ("group.share.min.heartbeat.interval.ms", "group.share.heartbeat.interval.ms"),
+            ("group.share.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
+            ("group.share.min.record.lock.duration.ms", "group.share.record.lock.duration.ms"),
+            ("group.share.record.lock.duration.ms", "group.share.max.record.lock.duration.ms"),
+            ("log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
+        ):
+            if effective[low] > effective[high]:
+                blamed = low if self.is_set(low) else high
+                raise self._fail(blamed, f"{low} must not exceed {high} ({effective[high]})")
+
+        put(self, "_http", tuple(parse_http_listener(u) for u in effective["http.listeners"]))
+        peers = tuple(parse_peer(p) for p in effective["cluster.peers"])
+        ids = [p.node_id for p in peers]
+        if len(set(ids)) != len(ids):
+            raise self._fail("cluster.peers", "names a node id twice")
+        put(self, "_peers", peers)
+
+    def _first_of_group(self, group: Sequence[str]) -> Any:
+        primary = self._values[group[0]]
+        if primary is not None:
+            return primary
+        for name in group[1:]:
+            value = self._values[name]
+            if value is None:
+                continue
+            if name.endswith(".hours"):
+                return value * MS_PER_HOUR
+            if name.endswith(".minutes"):
+                return value * MS_PER_MINUTE
+            return value
+        return None
+
+    def _resolve_listeners(self) -> None:
+        effective = self._effective
+        put = object.__setattr__
+        protocol_map = parse_protocol_map(effective["listener.security.protocol.map"])
+        controller_text = effective["controller.listener.names"] or ""
+        controller = frozenset(n.strip().upper() for n in controller_text.split(",") if n.strip())
+        endpoints = tuple(parse_listeners(effective["listeners"]))
+        broker_endpoints = [e for e in endpoints if e.name not in controller]
+        if not broker_endpoints:
+            raise self._fail("listeners", "no listener serves the Kafka API")
+        for endpoint in endpoints:
+            protocol = protocol_map.get(endpoint.name)
+            if protocol is None:
+                if endpoint.name in controller and not self.is_set(
+                    "listener.security.protocol.map"
+                ):
+                    protocol = protocol_map[endpoint.name] = "PLAINTEXT"
+                else:
+                    raise self._fail(
+                        "listeners",
+                        f"listener {endpoint.name} has no entry in listener.security.protocol.map",
+                    )
+            if protocol != "PLAINTEXT" and endpoint.name not in controller:
+                raise self._fail(
+                    "listeners",
+                    f"listener {endpoint.name} uses {protocol}; kbroker serves only PLAINTEXT",
+                )
+        ports = [e.port for e in endpoints if e.port != 0]
+        if len(set(ports)) != len(ports):
+            raise self._fail("listeners", "two listeners share a port")
+
+        advertised_text = effective["advertised.listeners"]
+        if advertised_text is None or not advertised_text.strip():
+            host = advertised_host_name()
+            advertised = tuple(
+                e._replace(host=host) if e.is_wildcard else e for e in broker_endpoints
+            )
+        else:
+            try:
+                advertised = tuple(
+                    e for e in parse_listeners(advertised_text) if e.name not in controller
+                )
+            except ValueError as exc:
+                raise self._fail("advertised.listeners", str(exc)) from None
+            names = {e.name for e in broker_endpoints}
+            for endpoint in advertised:
+                if endpoint.name not in names:
+                    raise self._fail(
+                        "advertised.listeners", f"listener {endpoint.name} is not in listeners"
+                    )
+                if endpoint.is_wildcard:
+                    raise self._fail(
+                        "advertised.listeners", f"cannot advertise wildcard host in {endpoint}"
+                    )
+                if endpoint.port == 0:
+                    raise self._fail(
+                        "advertised.listeners", f"cannot advertise port 0 in {endpoint}"
+                    )
+        effective["advertised.listeners"] = ",".join(str(e) for e in advertised)
+
+        inter_name = effective["inter.broker.listener.name"]
+        if inter_name is not None and self.is_set("security.inter.broker.protocol"):
+            raise self._fail(
+                "inter.broker.listener.name",
+                "set only one of inter.broker.listener.name and security.inter.broker.protocol",
+            )
+        if effective["security.inter.broker.protocol"] != "PLAINTEXT":
+            raise self._fail("security.inter.broker.protocol", "kbroker serves only PLAINTEXT")
+        advertised_names = [e.name for e in advertised]
+        if inter_name is None:
+            inter_name = "PLAINTEXT" if "PLAINTEXT" in advertised_names else advertised_names[0]
+        elif inter_name.upper() not in advertised_names:
+            raise self._fail("inter.broker.listener.name", f"no broker listener named {inter_name}")
+        effective["inter.broker.listener.name"] = inter_name.upper()
+
+        put(self, "_protocol_map", protocol_map)
+        put(self, "_controller_listeners", controller)
+        put(self, "_endpoints", endpoints)
+        put(self, "_advertised", advertised)
+
+
+def validate_dynamic_broker_configs(configs: Mapping[str, str | None]) -> None:
+    """Check an Admin API update of broker settings: known, dynamic, and well-formed.
+
+    A None value means "delete the dynamic value" and needs no parsing.
+    """
+    for name, value in configs.items():
+        raw = RawSetting(name, value or "", SettingSource(SourceKind.DYNAMIC_BROKER, name))
+        definition = BROKER_CONFIGS.get(name)
+        if definition is None:
+            raise _unknown(raw, BROKER_CONFIGS)
+        if definition.read_only:
+            raise ConfigError(
+                f"setting {name} cannot be updated dynamically",
+                setting=name,
+                origin=str(raw.source),
+            )
+        if value is not None:
+            parse_layer([raw])
+
+
+def load_broker_config(
+    config_file: Path | str | None = None,
+    overrides: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> BrokerConfig:
+    """Defaults < ``config_file`` < ``KBROKER_*`` in ``environ`` < ``overrides`` (name=value).
+
+    ``environ`` defaults to the process environment. Raises ConfigError naming the
+    setting and its origin on the first unknown, malformed or inconsistent value.
+    """
+    raw: list[RawSetting] = []
+    if config_file is not None:
+        raw.extend(settings_from_file(Path(config_file)))
+    raw.extend(settings_from_environ(os.environ if environ is None else environ))
+    raw.extend(settings_from_overrides(overrides))
+    return BrokerConfig(parse_layer(raw))

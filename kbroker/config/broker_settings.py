@@ -1,0 +1,1135 @@
+"""The table of broker settings: Kafka's names, types and defaults, plus kbroker's own.
+
+Defaults follow Kafka 3.9's documentation except where a single-node broker started
+with no configuration needs otherwise (listeners on 127.0.0.1, data in ./data, node id
+1, internal topics with replication factor 1). Settings a server.properties commonly
+carries but kbroker has no use for (thread counts, ZooKeeper, KRaft quorum) are
+accepted and reported so copied files load; they change nothing. Settings whose value
+is the broker-wide default of a topic config are updatable dynamically
+(``read_only=False``), the rest only by restart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbroker.config.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    SECURITY_PROTOCOLS,
+    parse_address,
+    parse_http_listener,
+    parse_listeners,
+    parse_peer,
+    parse_protocol_map,
+)
+from kbroker.config.types import (
+    DOUBLE_MAX,
+    INT_MAX,
+    LONG_MAX,
+    ConfigDef,
+    ConfigType,
+    Validator,
+    at_least,
+    between,
+    each_of,
+    one_of,
+    table,
+)
+
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = (
+    ConfigType.BOOLEAN,
+    ConfigType.STRING,
+    ConfigType.INT,
+    ConfigType.SHORT,
+    ConfigType.LONG,
+    ConfigType.DOUBLE,
+    ConfigType.LIST,
+)
+
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("compact", "delete")
+LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+RECORD_OVERHEAD_V0 = 14  # smallest legal segment: one legacy record header
+
+
+def _parsed_by(parser: Any) -> Validator:
+    """Validate a string setting by running the parser that will later consume it."""
+
+    def check(value: Any) -> None:
+        parser(value)
+
+    return check
+
+
+def _each_parsed_by(parser: Any) -> Validator:
+    def check(value: Any) -> None:
+        for item in value:
+            parser(item)
+
+    return check
+
+
+def _gzip_level(value: int) -> None:
+    if value != -1 and not 1 <= value <= 9:
+        raise ValueError("must be -1 or between 1 and 9")
+
+
+def _message_format_version(value: str) -> None:
+    head = value.split("-", 1)[0].split(".")
+    if not (2 <= len(head) <= 3 and all(part.isdigit() for part in head)):
+        raise ValueError("must be a Kafka version such as 3.0-IV1 or 2.8")
+
+
+def _no_tiered_storage(value: bool) -> None:
+    if value:
+        raise ValueError("kbroker has no tiered storage")
+
+
+def _non_empty_items(value: list[str]) -> None:
+    if any(not item for item in value):
+        raise ValueError("must not contain empty entries")
+
+
+cleanup_policy_validator = each_of(*CLEANUP_POLICIES, non_empty=True)
+compression_validator = one_of(*COMPRESSION_TYPES)
+timestamp_type_validator = one_of(*TIMESTAMP_TYPES)
+gzip_level_validator: Validator = _gzip_level
+lz4_level_validator = between(1, 17)
+zstd_level_validator = between(-131072, 22)
+message_format_version_validator: Validator = _message_format_version
+no_tiered_storage_validator: Validator = _no_tiered_storage
+
+
+def _d(
+    name: str,
+    config_type: ConfigType,
+    default: Any,
+    documentation: str,
+    validator: Validator | None = None,
+    *,
+    dynamic: bool = False,
+) -> ConfigDef:
+    return ConfigDef(name, config_type, default, documentation, validator, read_only=not dynamic)
+
+
+BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
+    # -- identity and cluster ------------------------------------------------------------
+    _d(
+        "node.id",
+        INT,
+        1,
+        "Id of this broker in the cluster. broker.id is accepted as a synonym.",
+        at_least(0),
+    ),
+    _d(
+        "broker.id",
+        INT,
+        None,
+        "Synonym of node.id kept for ZooKeeper-era configuration files; "
+        "when both are set they must agree.",
+        at_least(0),
+    ),
+    _d(
+        "broker.rack",
+        STRING,
+        None,
+        "Rack of this broker, reported in Metadata responses for rack-aware clients.",
+    ),
+    _d(
+        "cluster.peers",
+        LIST,
+        [],
+        "kbroker: every member of the cluster as id@host:port of its "
+        "controller.raft.listener. Empty means a single-node cluster.",
+        _each_parsed_by(parse_peer),
+    ),
+    _d(
+        "controller.raft.listener",
+        STRING,
+        None,
+        "kbroker: host:port the Raft controller listens "
+        "on for its peers. Unset means an ephemeral loopback port (enough for a single node).",
+        _parsed_by(parse_address),
+    ),
+    _d(
+        "process.roles",
+        LIST,
+        [],
+        "Accepted for compatibility with KRaft files; every kbroker "
+        "node is both broker and controller.",
+        each_of("broker", "controller"),
+    ),
+    _d(
+        "controller.quorum.voters",
+        LIST,
+        [],
+        "Accepted for compatibility with KRaft files; kbroker's quorum is cluster.peers.",
+    ),
+    _d(
+        "controller.quorum.bootstrap.servers",
+        LIST,
+        [],
+        "Accepted for compatibility with KRaft files; kbroker's quorum is cluster.peers.",
+    ),
+    _d(
+        "controller.listener.names",
+        STRING,
+        None,
+        "Names of listeners used by the KRaft "
+        "controller. kbroker does not serve the Kafka API on them.",
+    ),
+    _d(
+        "zookeeper.connect",
+        STRING,
+        None,
+        "Accepted for compatibility; kbroker does not use ZooKeeper.",
+    ),
+    _d(
+        "zookeeper.connection.timeout.ms",
+        INT,
+        None,
+        "Accepted for compatibility; kbroker does not use ZooKeeper.",
+    ),
+    _d(
+        "metadata.log.dir",
+        STRING,
+        None,
+        "Directory of the controller's metadata log. Unset means the first log directory.",
+    ),
+    # -- listeners and sockets -----------------------------------------------------------
+    _d(
+        "listeners",
+        STRING,
+        "PLAINTEXT://127.0.0.1:9092",
+        "Comma-separated NAME://host:port "
+        "listeners to accept Kafka clients on. An empty host binds every interface. Only "
+        "listeners whose security protocol is PLAINTEXT can be served.",
+        _parsed_by(parse_listeners),
+    ),
+    _d(
+        "advertised.listeners",
+        STRING,
+        None,
+        "Listeners published to clients in Metadata when "
+        "they differ from listeners. Unset means listeners, with a wildcard host replaced by "
+        "this machine's host name.",
+    ),
+    _d(
+        "listener.security.protocol.map",
+        STRING,
+        DEFAULT_PROTOCOL_MAP,
+        "Map from listener name to security protocol, as NAME:PROTOCOL pairs.",
+        _parsed_by(parse_protocol_map),
+    ),
+    _d(
+        "inter.broker.listener.name",
+        STRING,
+        None,
+        "Listener other brokers use to reach this "
+        "one (replica fetches). Unset means the PLAINTEXT listener, else the first.",
+    ),
+    _d(
+        "security.inter.broker.protocol",
+        STRING,
+        "PLAINTEXT",
+        "Security protocol between brokers; only PLAINTEXT is served.",
+        one_of(*SECURITY_PROTOCOLS),
+    ),
+    _d(
+        "http.listeners",
+        LIST,
+        ["http://127.0.0.1:9644"],
+        "kbroker: http://host:port addresses "
+        "serving /metrics (Prometheus), /health and /ready. Empty disables them.",
+        _each_parsed_by(parse_http_listener),
+    ),
+    _d(
+        "socket.send.buffer.bytes",
+        INT,
+        102400,
+        "SO_SNDBUF of client sockets; -1 keeps the OS default.",
+    ),
+    _d(
+        "socket.receive.buffer.bytes",
+        INT,
+        102400,
+        "SO_RCVBUF of client sockets; -1 keeps the OS default.",
+    ),
+    _d(
+        "socket.request.max.bytes",
+        INT,
+        104857600,
+        "Largest request a client may send; a larger size prefix closes the connection.",
+        at_least(1),
+    ),
+    _d(
+        "socket.listen.backlog.size",
+        INT,
+        50,
+        "Backlog of pending connections per listener.",
+        at_least(1),
+    ),
+    _d(
+        "connections.max.idle.ms",
+        LONG,
+        600000,
+        "Idle client connections are closed after this long.",
+    ),
+    _d("max.connections", INT, INT_MAX, "Most client connections accepted at once.", at_least(0)),
+    _d(
+        "max.connections.per.ip",
+        INT,
+        INT_MAX,
+        "Most client connections accepted from one IP address.",
+        at_least(0),
+    ),
+    _d(
+        "queued.max.requests",
+        INT,
+        500,
+        "Requests read ahead of processing before the broker stops reading from sockets.",
+        at_least(1),
+    ),
+    _d(
+        "queued.max.request.bytes",
+        LONG,
+        -1,
+        "Bytes of queued requests before reading stops; -1 means no limit.",
+    ),
+    _d(
+        "num.network.threads",
+        INT,
+        3,
+        "Accepted for compatibility; kbroker serves sockets from one event loop.",
+        at_least(1),
+    ),
+    _d(
+        "num.io.threads",
+        INT,
+        8,
+        "Accepted for compatibility; kbroker handles requests on its event loop.",
+        at_least(1),
+    ),
+    _d("background.threads", INT, 10, "Accepted for compatibility.", at_least(1)),
+    _d(
+        "logging.level",
+        STRING,
+        "INFO",
+        "kbroker: level of the broker's own log: DEBUG, INFO, WARNING, ERROR or CRITICAL.",
+        one_of(*LOGGING_LEVELS, ignore_case=True),
+    ),
+    _d(
+        "logging.format",
+        STRING,
+        "text",
+        "kbroker: 'text' for human-readable log lines, 'json' for one JSON object per line.",
+        one_of("text", "json"),
+    ),
+    # -- topics and the log --------------------------------------------------------------
+    _d(
+        "log.dirs",
+        LIST,
+        None,
+        "Comma-separated directories holding partition data. Unset means log.dir.",
+        _non_empty_items,
+    ),
+    _d("log.dir", STRING, "./data", "Directory holding partition data when log.dirs is not set."),
+    _d("num.partitions", INT, 1, "Partitions of an automatically created topic.", at_least(1)),
+    _d(
+        "default.replication.factor",
+        INT,
+        1,
+        "Replication factor of automatically created "
+        "topics and of CreateTopics requests that leave it to the broker.",
+        at_least(1),
+    ),
+    _d(
+        "auto.create.topics.enable",
+        BOOLEAN,
+        True,
+        "Create a topic when a client asks for metadata or produces to one that does not exist.",
+    ),
+    _d("delete.topic.enable", BOOLEAN, True, "Allow DeleteTopics."),
+    _d(
+        "message.max.bytes",
+        INT,
+        1048588,
+        "Largest record batch a topic accepts, after compression. Default of max.message.bytes.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.segment.bytes",
+        INT,
+        1073741824,
+        "Size at which a segment file is rolled. Default of segment.bytes.",
+        at_least(RECORD_OVERHEAD_V0),
+        dynamic=True,
+    ),
+    _d(
+        "log.roll.ms",
+        LONG,
+        None,
+        "Age at which a segment is rolled even if not full; wins over "
+        "log.roll.hours. Default of segment.ms.",
+        at_least(1),
+        dynamic=True,
+    ),
+    _d(
+        "log.roll.hours",
+        INT,
+        168,
+        "Age in hours at which a segment is rolled when log.roll.ms is not set.",
+        at_least(1),
+        dynamic=True,
+    ),
+    _d(
+        "log.roll.jitter.ms",
+        LONG,
+        None,
+        "Random jitter subtracted from the roll time; wins over "
+        "log.roll.jitter.hours. Default of segment.jitter.ms.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.roll.jitter.hours",
+        INT,
+        0,
+        "Roll jitter in hours when log.roll.jitter.ms is not set.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.retention.ms",
+        LONG,
+        None,
+        "How long data is kept; -1 keeps it forever. Wins over "
+        "log.retention.minutes and log.retention.hours. Default of retention.ms.",
+        dynamic=True,
+    ),
+    _d(
+        "log.retention.minutes",
+        INT,
+        None,
+        "Retention in minutes when log.retention.ms is not set; wins over log.retention.hours.",
+        dynamic=True,
+    ),
+    _d(
+        "log.retention.hours",
+        INT,
+        168,
+        "Retention in hours when neither log.retention.ms nor log.retention.minutes is set.",
+        dynamic=True,
+    ),
+    _d(
+        "log.retention.bytes",
+        LONG,
+        -1,
+        "Size a partition may grow to before old segments are "
+        "deleted; -1 means no limit. Default of retention.bytes.",
+        dynamic=True,
+    ),
+    _d(
+        "log.retention.check.interval.ms",
+        LONG,
+        300000,
+        "How often segments are checked for deletion by retention.",
+        at_least(1),
+    ),
+    _d(
+        "log.cleanup.policy",
+        LIST,
+        ["delete"],
+        "What happens to old segments: delete, compact, or both. Default of cleanup.policy.",
+        cleanup_policy_validator,
+        dynamic=True,
+    ),
+    _d(
+        "log.index.size.max.bytes",
+        INT,
+        10485760,
+        "Largest size of an offset or time index file. Default of segment.index.bytes.",
+        at_least(4),
+        dynamic=True,
+    ),
+    _d(
+        "log.index.interval.bytes",
+        INT,
+        4096,
+        "Bytes of log between two offset index entries. Default of index.interval.bytes.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.flush.interval.messages",
+        LONG,
+        LONG_MAX,
+        "Messages appended to a partition before it is fsynced. Default of flush.messages.",
+        at_least(1),
+        dynamic=True,
+    ),
+    _d(
+        "log.flush.interval.ms",
+        LONG,
+        None,
+        "Longest a message stays unflushed; unset means "
+        "log.flush.scheduler.interval.ms. Default of flush.ms.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.flush.scheduler.interval.ms",
+        LONG,
+        LONG_MAX,
+        "How often the flusher checks for "
+        "partitions due a flush, and the flush interval when log.flush.interval.ms is unset.",
+        dynamic=True,
+    ),
+    _d(
+        "log.flush.offset.checkpoint.interval.ms",
+        INT,
+        60000,
+        "How often the recovery point checkpoint is written.",
+        at_least(0),
+    ),
+    _d(
+        "log.flush.start.offset.checkpoint.interval.ms",
+        INT,
+        60000,
+        "How often the log start offset checkpoint is written.",
+        at_least(0),
+    ),
+    _d(
+        "log.segment.delete.delay.ms",
+        LONG,
+        60000,
+        "Delay before a segment removed from the log "
+        "is deleted from disk. Default of file.delete.delay.ms.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.preallocate",
+        BOOLEAN,
+        False,
+        "Preallocate segment files. Default of preallocate.",
+        dynamic=True,
+    ),
+    _d(
+        "log.message.format.version",
+        STRING,
+        "3.0-IV1",
+        "Deprecated and ignored: kbroker "
+        "stores record batch format v2. Default of message.format.version.",
+        message_format_version_validator,
+        dynamic=True,
+    ),
+    _d(
+        "log.message.timestamp.type",
+        STRING,
+        "CreateTime",
+        "Timestamp kept in stored batches: "
+        "the producer's (CreateTime) or the broker's (LogAppendTime). Default of "
+        "message.timestamp.type.",
+        timestamp_type_validator,
+        dynamic=True,
+    ),
+    _d(
+        "log.message.timestamp.difference.max.ms",
+        LONG,
+        LONG_MAX,
+        "Deprecated: see "
+        "log.message.timestamp.before.max.ms and log.message.timestamp.after.max.ms.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.message.timestamp.before.max.ms",
+        LONG,
+        LONG_MAX,
+        "How far a CreateTime timestamp "
+        "may lie before the broker's clock. Default of message.timestamp.before.max.ms.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.message.timestamp.after.max.ms",
+        LONG,
+        LONG_MAX,
+        "How far a CreateTime timestamp "
+        "may lie after the broker's clock. Default of message.timestamp.after.max.ms.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.message.downconversion.enable",
+        BOOLEAN,
+        True,
+        "Whether fetches by old clients may "
+        "be down-converted. Default of message.downconversion.enable.",
+        dynamic=True,
+    ),
+    _d(
+        "log.local.retention.ms",
+        LONG,
+        -2,
+        "Tiered storage only (unsupported); -2 means "
+        "log.retention.ms. Default of local.retention.ms.",
+        at_least(-2),
+        dynamic=True,
+    ),
+    _d(
+        "log.local.retention.bytes",
+        LONG,
+        -2,
+        "Tiered storage only (unsupported); -2 means "
+        "log.retention.bytes. Default of local.retention.bytes.",
+        at_least(-2),
+        dynamic=True,
+    ),
+    _d(
+        "remote.log.storage.system.enable",
+        BOOLEAN,
+        False,
+        "Tiered storage; kbroker has none, so only false is accepted.",
+        no_tiered_storage_validator,
+    ),
+    _d("num.recovery.threads.per.data.dir", INT, 1, "Accepted for compatibility.", at_least(1)),
+    _d(
+        "min.insync.replicas",
+        INT,
+        1,
+        "Fewest in-sync replicas for an acks=all produce to "
+        "succeed. Default of the topic config of the same name.",
+        at_least(1),
+        dynamic=True,
+    ),
+    _d(
+        "unclean.leader.election.enable",
+        BOOLEAN,
+        False,
+        "Allow an out-of-sync replica to "
+        "become leader, losing data, when no in-sync replica is left.",
+        dynamic=True,
+    ),
+    _d(
+        "compression.type",
+        STRING,
+        "producer",
+        "Compression of stored batches; 'producer' keeps what the producer sent.",
+        compression_validator,
+        dynamic=True,
+    ),
+    _d(
+        "compression.gzip.level",
+        INT,
+        -1,
+        "gzip level when compression.type is gzip.",
+        gzip_level_validator,
+        dynamic=True,
+    ),
+    _d(
+        "compression.lz4.level",
+        INT,
+        9,
+        "lz4 level when compression.type is lz4.",
+        lz4_level_validator,
+        dynamic=True,
+    ),
+    _d(
+        "compression.zstd.level",
+        INT,
+        3,
+        "zstd level when compression.type is zstd.",
+        zstd_level_validator,
+        dynamic=True,
+    ),
+    # -- log cleaner (compaction) --------------------------------------------------------
+    _d(
+        "log.cleaner.enable",
+        BOOLEAN,
+        True,
+        "Run the log cleaner, which compacts topics with cleanup.policy=compact.",
+    ),
+    _d("log.cleaner.threads", INT, 1, "Cleaner workers.", at_least(0), dynamic=True),
+    _d(
+        "log.cleaner.dedupe.buffer.size",
+        LONG,
+        134217728,
+        "Memory for the key-to-offset map of one cleaning pass.",
+        dynamic=True,
+    ),
+    _d(
+        "log.cleaner.io.buffer.size",
+        INT,
+        524288,
+        "I/O buffer of the cleaner.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.cleaner.io.buffer.load.factor",
+        DOUBLE,
+        0.9,
+        "Fill factor of the cleaner's key map.",
+        dynamic=True,
+    ),
+    _d(
+        "log.cleaner.io.max.bytes.per.second",
+        DOUBLE,
+        DOUBLE_MAX,
+        "Throttle on cleaner I/O.",
+        dynamic=True,
+    ),
+    _d(
+        "log.cleaner.backoff.ms",
+        LONG,
+        15000,
+        "Sleep when no log needs cleaning.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.cleaner.min.cleanable.ratio",
+        DOUBLE,
+        0.5,
+        "Dirty share of a log at which it is compacted. Default of min.cleanable.dirty.ratio.",
+        between(0, 1),
+        dynamic=True,
+    ),
+    _d(
+        "log.cleaner.delete.retention.ms",
+        LONG,
+        86400000,
+        "How long tombstones survive compaction. Default of delete.retention.ms.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.cleaner.min.compaction.lag.ms",
+        LONG,
+        0,
+        "Youngest a message may be and still be compacted. Default of min.compaction.lag.ms.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "log.cleaner.max.compaction.lag.ms",
+        LONG,
+        LONG_MAX,
+        "Oldest an uncompacted message may get. Default of max.compaction.lag.ms.",
+        at_least(1),
+        dynamic=True,
+    ),
+    # -- replication and leadership ------------------------------------------------------
+    _d(
+        "replica.lag.time.max.ms",
+        LONG,
+        30000,
+        "A follower that has not caught up for this long leaves the ISR.",
+    ),
+    _d(
+        "replica.fetch.max.bytes",
+        INT,
+        1048576,
+        "Bytes a follower asks for per partition.",
+        at_least(0),
+    ),
+    _d("replica.fetch.min.bytes", INT, 1, "Bytes a follower's fetch waits for."),
+    _d("replica.fetch.wait.max.ms", INT, 500, "Longest a follower's fetch waits on the leader."),
+    _d("replica.fetch.backoff.ms", INT, 1000, "Pause after a failed follower fetch.", at_least(0)),
+    _d(
+        "replica.fetch.response.max.bytes",
+        INT,
+        10485760,
+        "Bytes a follower asks for per fetch.",
+        at_least(0),
+    ),
+    _d("replica.socket.timeout.ms", INT, 30000, "Socket timeout of follower fetches."),
+    _d("replica.socket.receive.buffer.bytes", INT, 65536, "SO_RCVBUF of follower connections."),
+    _d(
+        "replica.high.watermark.checkpoint.interval.ms",
+        LONG,
+        5000,
+        "How often high watermarks are checkpointed to disk.",
+    ),
+    _d("num.replica.fetchers", INT, 1, "Fetcher connections per source broker."),
+    _d(
+        "auto.leader.rebalance.enable",
+        BOOLEAN,
+        True,
+        "Move leadership back to preferred replicas when it drifts.",
+    ),
+    _d(
+        "leader.imbalance.check.interval.seconds",
+        LONG,
+        300,
+        "How often leadership balance is checked.",
+        at_least(1),
+    ),
+    _d(
+        "leader.imbalance.per.broker.percentage",
+        INT,
+        10,
+        "Imbalance per broker that triggers a leadership rebalance.",
+    ),
+    _d(
+        "broker.heartbeat.interval.ms",
+        INT,
+        2000,
+        "How often a broker heartbeats to the controller.",
+    ),
+    _d("broker.session.timeout.ms", INT, 9000, "A broker silent for this long is fenced."),
+    _d("controlled.shutdown.enable", BOOLEAN, True, "Hand leadership over before shutting down."),
+    _d("fetch.max.bytes", INT, 57671680, "Most bytes returned by one fetch.", at_least(1024)),
+    _d(
+        "max.incremental.fetch.session.cache.slots",
+        INT,
+        1000,
+        "Incremental fetch sessions kept per broker.",
+        at_least(0),
+    ),
+    _d("fetch.purgatory.purge.interval.requests", INT, 1000, "Accepted for compatibility."),
+    _d("producer.purgatory.purge.interval.requests", INT, 1000, "Accepted for compatibility."),
+    # -- consumer groups -----------------------------------------------------------------
+    _d(
+        "group.initial.rebalance.delay.ms",
+        INT,
+        3000,
+        "Wait for more members before the first rebalance of an empty classic group.",
+    ),
+    _d(
+        "group.min.session.timeout.ms",
+        INT,
+        6000,
+        "Shortest session timeout a classic group member may ask for.",
+    ),
+    _d(
+        "group.max.session.timeout.ms",
+        INT,
+        1800000,
+        "Longest session timeout a classic group member may ask for.",
+    ),
+    _d("group.max.size", INT, INT_MAX, "Most members of a classic group.", at_least(1)),
+    _d(
+        "group.coordinator.rebalance.protocols",
+        LIST,
+        ["classic", "consumer"],
+        "Group protocols served: classic, consumer (KIP-848), share (KIP-932).",
+        each_of("classic", "consumer", "share", "streams", non_empty=True),
+    ),
+    _d(
+        "group.consumer.session.timeout.ms",
+        INT,
+        45000,
+        "Session timeout of consumer-protocol members.",
+        at_least(1),
+    ),
+    _d(
+        "group.consumer.min.session.timeout.ms",
+        INT,
+        45000,
+        "Shortest consumer-protocol session timeout.",
+        at_least(1),
+    ),
+    _d(
+        "group.consumer.max.session.timeout.ms",
+        INT,
+        60000,
+        "Longest consumer-protocol session timeout.",
+        at_least(1),
+    ),
+    _d(
+        "group.consumer.heartbeat.interval.ms",
+        INT,
+        5000,
+        "Heartbeat interval of consumer-protocol members.",
+        at_least(1),
+    ),
+    _d(
+        "group.consumer.min.heartbeat.interval.ms",
+        INT,
+        5000,
+        "Shortest consumer-protocol heartbeat interval.",
+        at_least(1),
+    ),
+    _d(
+        "group.consumer.max.heartbeat.interval.ms",
+        INT,
+        15000,
+        "Longest consumer-protocol heartbeat interval.",
+        at_least(1),
+    ),
+    _d(
+        "group.consumer.max.size",
+        INT,
+        INT_MAX,
+        "Most members of a consumer-protocol group.",
+        at_least(1),
+    ),
+    _d(
+        "group.consumer.assignors",
+        LIST,
+        ["uniform", "range"],
+        "Server-side assignors of the consumer protocol, the first being the default.",
+        each_of("uniform", "range"),
+    ),
+    _d("group.share.enable", BOOLEAN, True, "Serve share groups (KIP-932)."),
+    _d(
+        "group.share.session.timeout.ms",
+        INT,
+        45000,
+        "Session timeout of share group members.",
+        at_least(1),
+    ),
+    _d(
+        "group.share.min.session.timeout.ms",
+        INT,
+        45000,
+        "Shortest share group session timeout.",
+        at_least(1),
+    ),
+    _d(
+        "group.share.max.session.timeout.ms",
+        INT,
+        60000,
+        "Longest share group session timeout.",
+        at_least(1),
+    ),
+    _d(
+        "group.share.heartbeat.interval.ms",
+        INT,
+        5000,
+        "Heartbeat interval of share group members.",
+        at_least(1),
+    ),
+    _d(
+        "group.share.min.heartbeat.interval.ms",
+        INT,
+        5000,
+        "Shortest share group heartbeat interval.",
+        at_least(1),
+    ),
+    _d(
+        "group.share.max.heartbeat.interval.ms",
+        INT,
+        15000,
+        "Longest share group heartbeat interval.",
+        at_least(1),
+    ),
+    _d("group.share.max.size", INT, 200, "Most members of a share group.", between(10, 1000)),
+    _d("group.share.max.groups", SHORT, 10, "Most share groups.", between(1, 100)),
+    _d(
+        "group.share.record.lock.duration.ms",
+        INT,
+        30000,
+        "How long a share consumer holds an acquired record before it is released.",
+        between(1000, 3600000),
+    ),
+    _d(
+        "group.share.min.record.lock.duration.ms",
+        INT,
+        15000,
+        "Shortest record lock a share group may configure.",
+        between(1000, 30000),
+    ),
+    _d(
+        "group.share.max.record.lock.duration.ms",
+        INT,
+        60000,
+        "Longest record lock a share group may configure.",
+        between(30000, 3600000),
+    ),
+    _d(
+        "group.share.delivery.count.limit",
+        INT,
+        5,
+        "Deliveries of a record to a share group before it is archived.",
+        between(2, 10),
+    ),
+    _d(
+        "group.share.partition.max.record.locks",
+        INT,
+        200,
+        "In-flight records per share partition.",
+        between(100, 10000),
+    ),
+    _d(
+        "offsets.topic.replication.factor",
+        SHORT,
+        1,
+        "Replication factor of the group offsets "
+        "topic (Kafka's default is 3; kbroker's suits a single node).",
+        at_least(1),
+    ),
+    _d(
+        "offsets.topic.num.partitions",
+        INT,
+        50,
+        "Partitions of the group offsets topic; fixed once the topic exists.",
+        at_least(1),
+    ),
+    _d(
+        "offsets.topic.segment.bytes",
+        INT,
+        104857600,
+        "Segment size of the group offsets topic.",
+        at_least(1),
+    ),
+    _d(
+        "offsets.topic.compression.codec",
+        INT,
+        0,
+        "Compression of group offsets records (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).",
+        between(0, 4),
+    ),
+    _d(
+        "offsets.retention.minutes",
+        INT,
+        10080,
+        "Committed offsets of an empty group are deleted after this long.",
+        at_least(1),
+    ),
+    _d(
+        "offsets.retention.check.interval.ms",
+        LONG,
+        600000,
+        "How often stale offsets are looked for.",
+        at_least(1),
+    ),
+    _d(
+        "offsets.commit.timeout.ms",
+        INT,
+        5000,
+        "Longest an offset commit waits for replication.",
+        at_least(1),
+    ),
+    _d(
+        "offsets.load.buffer.size",
+        INT,
+        5242880,
+        "Read buffer when loading group state.",
+        at_least(1),
+    ),
+    _d("offset.metadata.max.bytes", INT, 4096, "Largest metadata string of a committed offset."),
+    # -- transactions --------------------------------------------------------------------
+    _d(
+        "transaction.state.log.replication.factor",
+        SHORT,
+        1,
+        "Replication factor of the transaction state topic (Kafka's default is 3).",
+        at_least(1),
+    ),
+    _d(
+        "transaction.state.log.num.partitions",
+        INT,
+        50,
+        "Partitions of the transaction state topic.",
+        at_least(1),
+    ),
+    _d(
+        "transaction.state.log.min.isr",
+        INT,
+        1,
+        "min.insync.replicas of the transaction state topic (Kafka's default is 2).",
+        at_least(1),
+    ),
+    _d(
+        "transaction.state.log.segment.bytes",
+        INT,
+        104857600,
+        "Segment size of the transaction state topic.",
+        at_least(1),
+    ),
+    _d(
+        "transaction.state.log.load.buffer.size",
+        INT,
+        5242880,
+        "Read buffer when loading transaction state.",
+        at_least(1),
+    ),
+    _d(
+        "transactional.id.expiration.ms",
+        INT,
+        604800000,
+        "A transactional id with no transaction for this long is forgotten.",
+        at_least(1),
+    ),
+    _d(
+        "transaction.max.timeout.ms",
+        INT,
+        900000,
+        "Longest transaction timeout a producer may ask for.",
+        at_least(1),
+    ),
+    _d(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        INT,
+        10000,
+        "How often timed-out transactions are aborted.",
+        at_least(1),
+    ),
+    _d(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        INT,
+        3600000,
+        "How often expired transactional ids are removed.",
+        at_least(1),
+    ),
+    _d(
+        "transaction.partition.verification.enable",
+        BOOLEAN,
+        True,
+        "Check that a transactional produce targets a partition added to the transaction.",
+    ),
+    _d(
+        "producer.id.expiration.ms",
+        INT,
+        86400000,
+        "Idempotent producer state unused for this long is dropped.",
+        at_least(1),
+    ),
+    _d(
+        "producer.id.expiration.check.interval.ms",
+        INT,
+        600000,
+        "How often expired producer ids are looked for.",
+        at_least(1),
+    ),
+    # -- authorization -------------------------------------------------------------------
+    _d(
+        "authorizer.class.name",
+        STRING,
+        "",
+        "Empty disables ACL checks; any value enables "
+        "kbroker's ACL authorizer (the class name itself is not loaded).",
+    ),
+    _d("super.users", STRING, None, "Semicolon-separated principals (User:name) that bypass ACLs."),
+    _d(
+        "allow.everyone.if.no.acl.found",
+        BOOLEAN,
+        False,
+        "With an authorizer, allow access to resources that have no ACL.",
+    ),
+)
+
+BROKER_CONFIGS: dict[str, ConfigDef] = table(BROKER_CONFIG_DEFS)
+BROKER_CONFIGS_BY_PYTHON_NAME: dict[str, ConfigDef] = {d.python_name: d for d in BROKER_CONFIG_DEFS}
+
+# Kafka's broker-side synonym groups: the first set name wins, whatever layer sets it.
+SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+)
+
+
+def broker_synonyms(name: str) -> tuple[str, ...]:
+    """Names that can supply ``name``'s value, highest priority first (Kafka's order)."""
+    for group in SYNONYM_GROUPS:
+        if name in group:
+            return group
+    return (name,)

@@ -1,0 +1,210 @@
+"""Kafka's configuration value model: types, sources, parsing, formatting, validators.
+
+Kafka describes every setting with a ``ConfigDef.Type`` and reports where a value came
+from with a ``ConfigSource``; both travel on the wire in DescribeConfigs as small
+integers, so the enums here carry Kafka's exact numbers. Values are parsed the way
+Kafka's ``ConfigDef.parseType`` does (trimmed, case-insensitive booleans, comma lists)
+and printed the way ``ConfigDef.convertToString`` does, so a client sees the strings
+it would see from a Kafka broker.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import IntEnum
+from typing import Any
+
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+SHORT_MIN, SHORT_MAX = -(2**15), 2**15 - 1
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+DOUBLE_MAX = 1.7976931348623157e308
+
+
+class ConfigType(IntEnum):
+    """DescribeConfigs ``ConfigType`` (DescribeConfigsResponse v3+)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(IntEnum):
+    """DescribeConfigs ``ConfigSource`` (DescribeConfigsResponse v1+)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_RANGES = {
+    ConfigType.INT: (INT_MIN, INT_MAX),
+    ConfigType.SHORT: (SHORT_MIN, SHORT_MAX),
+    ConfigType.LONG: (LONG_MIN, LONG_MAX),
+}
+_TYPE_WORDS = {
+    ConfigType.INT: "a 32-bit integer",
+    ConfigType.SHORT: "a 16-bit integer",
+    ConfigType.LONG: "a 64-bit integer",
+}
+
+
+def parse_value(config_type: ConfigType, raw: str) -> Any:
+    """Parse one textual value; raise ValueError with a reason a person can act on."""
+    text = raw.strip()
+    if config_type in _RANGES:
+        low, high = _RANGES[config_type]
+        if not _INTEGER.fullmatch(text):
+            raise ValueError(f"expected {_TYPE_WORDS[config_type]}, got {raw!r}")
+        number = int(text)
+        if not low <= number <= high:
+            raise ValueError(f"{number} does not fit in {_TYPE_WORDS[config_type]}")
+        return number
+    if config_type is ConfigType.BOOLEAN:
+        lowered = text.lower()
+        if lowered not in ("true", "false"):
+            raise ValueError(f"expected true or false, got {raw!r}")
+        return lowered == "true"
+    if config_type is ConfigType.DOUBLE:
+        try:
+            number = float(text) if "_" not in text else math.nan
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
+            raise ValueError(f"expected a finite number, got {raw!r}")
+        return number
+    if config_type is ConfigType.LIST:
+        return [] if not text else [item.strip() for item in text.split(",")]
+    return text
+
+
+def format_value(config_type: ConfigType, value: Any) -> str | None:
+    """Render a parsed value as Kafka prints it in DescribeConfigs."""
+    if value is None:
+        return None
+    if config_type is ConfigType.BOOLEAN:
+        return "true" if value else "false"
+    if config_type is ConfigType.LIST:
+        return ",".join(value)
+    if config_type is ConfigType.DOUBLE:
+        return java_double_str(float(value))
+    return str(value)
+
+
+def java_double_str(value: float) -> str:
+    """``Double.toString``: plain between 1e-3 and 1e7, else ``d.dddE<exp>``."""
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    if 1e-3 <= abs(value) < 1e7:
+        text = repr(value)
+        return text if "." in text or "e" in text else text + ".0"
+    sign, digits, exponent = Decimal(repr(value)).as_tuple()
+    digit_text = "".join(map(str, digits)).rstrip("0") or "0"
+    point_exponent = len(digits) + int(exponent) - 1
+    mantissa = digit_text[0] + "." + (digit_text[1:] or "0")
+    return f"{'-' if sign else ''}{mantissa}E{point_exponent}"
+
+
+Validator = Callable[[Any], None]
+"""Checks a parsed value; raises ValueError saying what is wrong. None is never passed."""
+
+
+def at_least(minimum: float) -> Validator:
+    def check(value: Any) -> None:
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}")
+
+    return check
+
+
+def between(low: float, high: float) -> Validator:
+    def check(value: Any) -> None:
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}")
+
+    return check
+
+
+def one_of(*allowed: str, ignore_case: bool = False) -> Validator:
+    folded = {a.lower() for a in allowed} if ignore_case else set(allowed)
+
+    def check(value: Any) -> None:
+        if (value.lower() if ignore_case else value) not in folded:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+
+    return check
+
+
+def each_of(*allowed: str, non_empty: bool = False) -> Validator:
+    """For LIST settings: every element must be one of ``allowed``."""
+
+    def check(value: Any) -> None:
+        if non_empty and not value:
+            raise ValueError(f"must list at least one of {', '.join(allowed)}")
+        bad = [item for item in value if item not in allowed]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not one of {', '.join(allowed)}")
+
+    return check
+
+
+def all_of(*validators: Validator) -> Validator:
+    def check(value: Any) -> None:
+        for validator in validators:
+            validator(value)
+
+    return check
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    """One row of a settings table: the contract for a single named setting."""
+
+    name: str
+    type: ConfigType
+    default: Any
+    documentation: str
+    validator: Validator | None = None
+    is_sensitive: bool = False
+    read_only: bool = True
+
+    @property
+    def python_name(self) -> str:
+        return self.name.replace(".", "_")
+
+    def parse(self, raw: str) -> Any:
+        """Parse and validate ``raw``; ValueError carries the reason only."""
+        value = parse_value(self.type, raw)
+        if self.validator is not None:
+            self.validator(value)
+        return value
+
+    def format(self, value: Any) -> str | None:
+        return format_value(self.type, value)
+
+
+def table(defs: Sequence[ConfigDef]) -> dict[str, ConfigDef]:
+    """Index a definition list by name, refusing duplicates (a table typo, not input)."""
+    indexed: dict[str, ConfigDef] = {}
+    for definition in defs:
+        if definition.name in indexed:
+            raise AssertionError(f"setting {definition.name} defined twice")
+        indexed[definition.name] = definition
+    return indexed

@@ -1,0 +1,437 @@
+"""Broker settings: sources and precedence, parsing, Kafka's fallbacks, errors."""
+
+from pathlib import Path
+
+import pytest
+
+from kbroker.config import (
+    BROKER_CONFIGS,
+    BrokerConfig,
+    ConfigError,
+    ConfigSource,
+    Endpoint,
+    SourceKind,
+    load_broker_config,
+    validate_dynamic_broker_configs,
+)
+from kbroker.config import broker as broker_module
+from kbroker.config.types import LONG_MAX
+
+
+def load(overrides=(), environ=None, config_file=None) -> BrokerConfig:
+    return load_broker_config(config_file, list(overrides), environ or {})
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "server.properties"
+    path.write_text(text)
+    return path
+
+
+# -- defaults -----------------------------------------------------------------------------
+
+
+def test_defaults_suit_a_single_local_node():
+    cfg = load()
+    assert cfg.node_id == 1
+    assert cfg.listeners == "PLAINTEXT://127.0.0.1:9092"
+    assert cfg.log_dirs == ["./data"]
+    assert cfg.num_partitions == 1
+    assert cfg.default_replication_factor == 1
+    assert cfg.auto_create_topics_enable is True
+    assert cfg.message_max_bytes == 1048588
+    assert cfg.log_segment_bytes == 1073741824
+    assert cfg.log_retention_bytes == -1
+    assert cfg.log_retention_check_interval_ms == 300000
+    assert cfg.log_flush_interval_messages == LONG_MAX
+    assert cfg.log_cleanup_policy == ["delete"]
+    assert cfg.log_message_timestamp_type == "CreateTime"
+    assert cfg.min_insync_replicas == 1
+    assert cfg.socket_request_max_bytes == 104857600
+    assert cfg.offsets_topic_replication_factor == 1
+    assert cfg.offsets_topic_num_partitions == 50
+    assert cfg.offsets_retention_minutes == 10080
+    assert cfg.group_initial_rebalance_delay_ms == 3000
+    assert cfg.compression_type == "producer"
+    assert cfg.delete_topic_enable is True
+
+
+def test_every_setting_is_reachable_by_kafka_name_and_python_name():
+    cfg = load()
+    for name, definition in BROKER_CONFIGS.items():
+        assert getattr(cfg, definition.python_name) == cfg.get(name)
+
+
+def test_derived_views_do_not_shadow_settings():
+    shadowed = [
+        d.python_name for d in BROKER_CONFIGS.values() if d.python_name in vars(BrokerConfig)
+    ]
+    assert shadowed == []
+
+
+def test_unknown_attribute_is_attribute_error():
+    with pytest.raises(AttributeError):
+        load().no_such_setting  # noqa: B018
+
+
+def test_config_is_immutable():
+    cfg = load()
+    with pytest.raises(AttributeError):
+        cfg.node_id = 2  # type: ignore[misc]
+
+
+# -- precedence -----------------------------------------------------------------------------
+
+
+def test_file_overrides_default(tmp_path):
+    cfg = load(config_file=write(tmp_path, "num.partitions=3\n"))
+    assert cfg.num_partitions == 3
+    assert cfg.source("num.partitions").kind is SourceKind.FILE
+
+
+def test_env_overrides_file(tmp_path):
+    cfg = load(
+        config_file=write(tmp_path, "num.partitions=3\n"),
+        environ={"KBROKER_NUM_PARTITIONS": "4"},
+    )
+    assert cfg.num_partitions == 4
+    assert cfg.source("num.partitions").location == "KBROKER_NUM_PARTITIONS"
+
+
+def test_override_overrides_env(tmp_path):
+    cfg = load(
+        ["num.partitions=5"],
+        config_file=write(tmp_path, "num.partitions=3\n"),
+        environ={"KBROKER_NUM_PARTITIONS": "4"},
+    )
+    assert cfg.num_partitions == 5
+    assert cfg.source("num.partitions").kind is SourceKind.OVERRIDE
+
+
+def test_later_override_wins():
+    assert load(["num.partitions=2", "num.partitions=7"]).num_partitions == 7
+
+
+def test_later_line_in_file_wins(tmp_path):
+    assert (
+        load(config_file=write(tmp_path, "num.partitions=2\nnum.partitions=6\n")).num_partitions
+        == 6
+    )
+
+
+def test_env_name_maps_dots_to_underscores():
+    cfg = load(environ={"KBROKER_LOG_DIRS": "/a,/b", "HOME": "/root", "KAFKA_X": "1"})
+    assert cfg.log_dirs == ["/a", "/b"]
+
+
+def test_override_value_may_contain_equals_sign():
+    cfg = load(["broker.rack=a=b"])
+    assert cfg.broker_rack == "a=b"
+
+
+def test_sources_map_to_describe_configs_sources(tmp_path):
+    cfg = load(["num.partitions=2"])
+    assert cfg.source("num.partitions").config_source == ConfigSource.STATIC_BROKER_CONFIG == 4
+    assert cfg.source("num.io.threads").config_source == ConfigSource.DEFAULT_CONFIG == 5
+    assert cfg.is_set("num.partitions") and not cfg.is_set("num.io.threads")
+
+
+def test_kafka_server_properties_loads(tmp_path):
+    text = """\
+# A Kafka 3.x KRaft server.properties
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@localhost:9093
+listeners=PLAINTEXT://:9092,CONTROLLER://:9093
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://localhost:9092
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs=/tmp/kraft-combined-logs
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+"""
+    cfg = load(config_file=write(tmp_path, text))
+    assert cfg.broker_endpoints == (Endpoint("PLAINTEXT", "", 9092),)
+    assert cfg.advertised_endpoints == (Endpoint("PLAINTEXT", "localhost", 9092),)
+    assert cfg.controller_listeners == frozenset({"CONTROLLER"})
+    assert cfg.data_dirs == (Path("/tmp/kraft-combined-logs"),)
+
+
+def test_zookeeper_era_server_properties_loads(tmp_path):
+    text = "broker.id=0\nzookeeper.connect=localhost:2181\nzookeeper.connection.timeout.ms=18000\n"
+    cfg = load(config_file=write(tmp_path, text))
+    assert cfg.node_id == 0 and cfg.broker_id == 0
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def test_unknown_setting_in_file_names_setting_file_and_line(tmp_path):
+    path = write(tmp_path, "num.partitions=1\n\nlog.retention.hour=1\n")
+    with pytest.raises(ConfigError) as info:
+        load(config_file=path)
+    message = str(info.value)
+    assert "log.retention.hour" in message and f"{path}:3" in message
+    assert "did you mean log.retention.hours" in message
+    assert info.value.setting == "log.retention.hour"
+
+
+def test_invalid_value_in_file_names_setting_and_line(tmp_path):
+    path = write(tmp_path, "num.partitions=many\n")
+    with pytest.raises(ConfigError, match=rf"num.partitions.*{path}:1.*integer"):
+        load(config_file=path)
+
+
+def test_unknown_env_var_names_variable():
+    with pytest.raises(ConfigError, match="KBROKER_NUM_PARTITION"):
+        load(environ={"KBROKER_NUM_PARTITION": "1"})
+
+
+def test_invalid_env_value_names_variable():
+    with pytest.raises(ConfigError, match="auto.create.topics.enable.*KBROKER_AUTO_CREATE"):
+        load(environ={"KBROKER_AUTO_CREATE_TOPICS_ENABLE": "yes"})
+
+
+def test_invalid_override_names_override():
+    with pytest.raises(ConfigError, match="num.partitions.*--override num.partitions.*at least 1"):
+        load(["num.partitions=0"])
+
+
+def test_override_without_equals_sign_fails():
+    with pytest.raises(ConfigError, match="name=value"):
+        load(["num.partitions"])
+
+
+def test_bad_value_fails_even_if_overridden_later(tmp_path):
+    with pytest.raises(ConfigError, match="num.partitions"):
+        load(["num.partitions=3"], config_file=write(tmp_path, "num.partitions=x\n"))
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("message.max.bytes", "2147483648"),  # beyond a Java int
+        ("log.cleanup.policy", "remove"),
+        ("log.cleanup.policy", ""),
+        ("log.message.timestamp.type", "createtime"),
+        ("compression.type", "brotli"),
+        ("log.cleaner.min.cleanable.ratio", "1.5"),
+        ("log.segment.bytes", "10"),
+        ("security.inter.broker.protocol", "TLS"),
+        ("remote.log.storage.system.enable", "true"),
+        ("logging.level", "verbose"),
+    ],
+)
+def test_out_of_range_or_bad_enum_values_fail(setting, value):
+    with pytest.raises(ConfigError, match=setting.replace(".", r"\.")):
+        load([f"{setting}={value}"])
+
+
+def test_values_are_trimmed_and_booleans_case_insensitive():
+    cfg = load(["num.partitions= 3 ", "auto.create.topics.enable=FALSE"])
+    assert cfg.num_partitions == 3 and cfg.auto_create_topics_enable is False
+
+
+# -- Kafka's fallbacks ----------------------------------------------------------------------
+
+
+def test_retention_defaults_to_168_hours():
+    assert load().log_retention_ms == 168 * 3_600_000
+
+
+def test_retention_minutes_beat_hours():
+    assert load(["log.retention.hours=1", "log.retention.minutes=5"]).log_retention_ms == 300_000
+
+
+def test_retention_ms_beats_minutes_and_hours():
+    cfg = load(["log.retention.ms=1234", "log.retention.minutes=5", "log.retention.hours=1"])
+    assert cfg.log_retention_ms == 1234
+
+
+def test_retention_precedence_is_by_name_not_by_source(tmp_path):
+    cfg = load(["log.retention.hours=1"], config_file=write(tmp_path, "log.retention.ms=1000\n"))
+    assert cfg.log_retention_ms == 1000
+
+
+def test_negative_retention_means_unlimited():
+    assert load(["log.retention.hours=-1"]).log_retention_ms == -1
+    assert load(["log.retention.ms=-5"]).log_retention_ms == -1
+
+
+def test_zero_retention_is_rejected():
+    with pytest.raises(ConfigError, match="log.retention.minutes"):
+        load(["log.retention.minutes=0"])
+
+
+def test_raw_retention_ms_stays_unset():
+    cfg = load()
+    assert cfg.raw("log.retention.ms") is None
+    assert cfg.raw("log.retention.hours") == 168
+
+
+def test_roll_hours_feed_roll_ms():
+    assert load().log_roll_ms == 168 * 3_600_000
+    assert load(["log.roll.hours=2"]).log_roll_ms == 7_200_000
+    assert load(["log.roll.hours=2", "log.roll.ms=10"]).log_roll_ms == 10
+
+
+def test_flush_interval_falls_back_to_scheduler_interval():
+    assert load().log_flush_interval_ms == LONG_MAX
+    assert load(["log.flush.scheduler.interval.ms=500"]).log_flush_interval_ms == 500
+    assert load(["log.flush.interval.ms=5"]).log_flush_interval_ms == 5
+
+
+def test_log_dir_used_when_log_dirs_unset():
+    assert load(["log.dir=/var/k"]).log_dirs == ["/var/k"]
+    assert load(["log.dir=/var/k", "log.dirs=/a,/b"]).log_dirs == ["/a", "/b"]
+
+
+def test_broker_id_is_a_synonym_of_node_id():
+    cfg = load(["broker.id=7"])
+    assert cfg.node_id == 7 and cfg.broker_id == 7
+
+
+def test_conflicting_node_id_and_broker_id_fail():
+    with pytest.raises(ConfigError, match="broker.id"):
+        load(["node.id=1", "broker.id=2"])
+
+
+def test_group_session_timeout_bounds_are_checked():
+    with pytest.raises(ConfigError, match="group.min.session.timeout.ms"):
+        load(["group.min.session.timeout.ms=2000000"])
+
+
+# -- listeners ------------------------------------------------------------------------------
+
+
+def test_advertised_defaults_to_listeners():
+    cfg = load(["listeners=PLAINTEXT://127.0.0.1:19092"])
+    assert cfg.advertised_endpoints == (Endpoint("PLAINTEXT", "127.0.0.1", 19092),)
+    assert cfg.advertised_listeners == "PLAINTEXT://127.0.0.1:19092"
+
+
+def test_wildcard_listener_advertises_host_name(monkeypatch):
+    monkeypatch.setattr(broker_module, "advertised_host_name", lambda: "node7")
+    cfg = load(["listeners=PLAINTEXT://0.0.0.0:9092"])
+    assert cfg.advertised_endpoints == (Endpoint("PLAINTEXT", "node7", 9092),)
+    assert cfg.broker_endpoints[0].host == "0.0.0.0"
+
+
+def test_advertising_a_wildcard_fails():
+    with pytest.raises(ConfigError, match="advertised.listeners.*wildcard"):
+        load(["advertised.listeners=PLAINTEXT://0.0.0.0:9092"])
+
+
+def test_advertised_listener_must_name_a_listener():
+    with pytest.raises(ConfigError, match="advertised.listeners.*OTHER"):
+        load(["advertised.listeners=OTHER://h:1"])
+
+
+def test_named_listener_through_protocol_map():
+    cfg = load(
+        [
+            "listeners=INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:9094",
+            "listener.security.protocol.map=INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            "inter.broker.listener.name=internal",
+        ]
+    )
+    assert [e.name for e in cfg.broker_endpoints] == ["INTERNAL", "EXTERNAL"]
+    assert cfg.inter_broker_endpoint == Endpoint("INTERNAL", "127.0.0.1", 9092)
+    assert cfg.advertised_endpoint("external") == Endpoint("EXTERNAL", "127.0.0.1", 9094)
+
+
+def test_inter_broker_listener_defaults_to_plaintext():
+    assert load().inter_broker_listener_name == "PLAINTEXT"
+
+
+def test_ssl_listener_fails_with_clear_message():
+    with pytest.raises(ConfigError, match="listeners.*SSL.*only PLAINTEXT"):
+        load(["listeners=SSL://127.0.0.1:9093"])
+
+
+def test_sasl_listener_through_map_fails():
+    with pytest.raises(ConfigError, match="SASL_PLAINTEXT"):
+        load(
+            [
+                "listeners=PLAINTEXT://127.0.0.1:9092,CLIENT://127.0.0.1:9093",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
+            ]
+        )
+
+
+def test_listener_missing_from_protocol_map_fails():
+    with pytest.raises(ConfigError, match="INTERNAL has no entry"):
+        load(["listeners=INTERNAL://127.0.0.1:9092"])
+
+
+def test_listeners_sharing_a_port_fail():
+    with pytest.raises(ConfigError, match="share a port"):
+        load(
+            [
+                "listeners=PLAINTEXT://127.0.0.1:9092,B://127.0.0.2:9092",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,B:PLAINTEXT",
+            ]
+        )
+
+
+def test_malformed_listener_names_setting_and_source():
+    with pytest.raises(ConfigError, match="listeners.*KBROKER_LISTENERS"):
+        load(environ={"KBROKER_LISTENERS": "127.0.0.1:9092"})
+
+
+def test_http_raft_and_peers():
+    cfg = load(
+        [
+            "http.listeners=http://0.0.0.0:9700",
+            "controller.raft.listener=node1:19093",
+            "cluster.peers=1@node1:19093,2@node2:19093",
+        ]
+    )
+    assert cfg.http_endpoints == (Endpoint("HTTP", "0.0.0.0", 9700),)
+    assert cfg.raft_address == ("node1", 19093)
+    assert [p.node_id for p in cfg.peers] == [1, 2]
+    assert load().raft_address is None
+    assert load(["http.listeners="]).http_endpoints == ()
+
+
+def test_duplicate_peer_ids_fail():
+    with pytest.raises(ConfigError, match="cluster.peers"):
+        load(["cluster.peers=1@a:1,1@b:2"])
+
+
+# -- dynamic layers -------------------------------------------------------------------------
+
+
+def test_dynamic_values_override_static_and_report_their_source():
+    cfg = load(["log.retention.hours=5"]).with_dynamic(
+        cluster_default={"log.retention.hours": "6"}, per_broker={"message.max.bytes": "100"}
+    )
+    assert cfg.log_retention_ms == 6 * 3_600_000
+    assert (
+        cfg.source("log.retention.hours").config_source
+        == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    )
+    assert cfg.source("message.max.bytes").config_source == ConfigSource.DYNAMIC_BROKER_CONFIG
+
+
+def test_read_only_setting_cannot_be_updated_dynamically():
+    with pytest.raises(ConfigError, match="listeners cannot be updated dynamically"):
+        validate_dynamic_broker_configs({"listeners": "PLAINTEXT://a:1"})
+
+
+def test_dynamic_update_is_validated():
+    with pytest.raises(ConfigError, match="message.max.bytes"):
+        validate_dynamic_broker_configs({"message.max.bytes": "-3"})
+    validate_dynamic_broker_configs({"message.max.bytes": None})

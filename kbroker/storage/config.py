@@ -1,0 +1,65 @@
+"""Topic-level log settings, with Kafka's semantics and defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+
+_NEVER = 2**63 - 1
+
+
+@dataclass(slots=True)
+class LogConfig:
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 * 1024 * 1024
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
+    flush_interval_messages: int = _NEVER
+    flush_interval_ms: int = _NEVER
+    cleanup_policy: str = "delete"
+    file_delete_delay_ms: int = 60000
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def deletes(self) -> bool:
+        """Whether time and size retention apply (cleanup.policy contains delete)."""
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compacts(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    def with_kafka_overrides(self, props: Mapping[str, str]) -> LogConfig:
+        """A copy with Kafka topic-config names applied (`retention.ms` -> retention_ms)."""
+        known = {f.name: f for f in fields(self)}
+        changes: dict[str, object] = {}
+        for key, value in props.items():
+            name = _KAFKA_NAMES.get(key)
+            if name is None or name not in known:
+                continue
+            current = getattr(self, name)
+            changes[name] = int(value) if isinstance(current, int) else str(value)
+        return replace(self, **changes)
+
+
+_KAFKA_NAMES = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "segment.index.bytes": "segment_index_bytes",
+    "max.message.bytes": "max_message_bytes",
+    "message.timestamp.type": "message_timestamp_type",
+    "flush.messages": "flush_interval_messages",
+    "flush.ms": "flush_interval_ms",
+    "cleanup.policy": "cleanup_policy",
+    "file.delete.delay.ms": "file_delete_delay_ms",
+}

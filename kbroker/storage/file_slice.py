@@ -1,0 +1,87 @@
+"""Segment file handles that outlive deletion while a fetch still sends from them.
+
+Retention unlinks a segment at once, but a FileSlice handed to the network layer
+must stay readable until it is sent: each open SegmentFile counts the slices that
+reference it and closes when it is retired and the last slice lets go.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+
+class SegmentFile:
+    """An open segment .log file: one fd for positional writes, reads and sendfile."""
+
+    __slots__ = ("file", "fd", "refs", "retired", "__weakref__")
+
+    def __init__(self, path: os.PathLike[str] | str, create: bool = False) -> None:
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self.file = io.FileIO(fd, "r+b", closefd=True)
+        self.fd = fd
+        self.refs = 0
+        self.retired = False
+
+    @property
+    def closed(self) -> bool:
+        return self.file.closed
+
+    def retire(self) -> None:
+        """No new slices; close as soon as none is outstanding."""
+        self.retired = True
+        if self.refs == 0:
+            self.file.close()
+
+    def force_close(self) -> None:
+        self.retired = True
+        self.file.close()
+
+    def _release(self) -> None:
+        self.refs -= 1
+        if self.refs <= 0 and self.retired:
+            self.file.close()
+
+
+class FileSlice:
+    """A byte range of one segment file: whole batches, ready for sendfile or pread.
+
+    `file` is an io.FileIO; send with os.sendfile/os.pread on `file.fileno()` at
+    `position` (the file's own seek position is shared and must not be relied on).
+    Call release() (or use `with`) when sent; dropping the last reference does too.
+    """
+
+    __slots__ = ("file", "position", "length", "_owner")
+
+    def __init__(self, owner: SegmentFile, position: int, length: int) -> None:
+        self.file = owner.file
+        self.position = position
+        self.length = length
+        self._owner: SegmentFile | None = owner
+        owner.refs += 1
+
+    def release(self) -> None:
+        owner = self._owner
+        if owner is not None:
+            self._owner = None
+            owner._release()
+
+    def read(self) -> bytes:
+        """The bytes of the range (tests and the copy fallback of the network layer)."""
+        return os.pread(self.file.fileno(), self.length, self.position)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __enter__(self) -> FileSlice:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"FileSlice({self.file.name!r}, position={self.position}, length={self.length})"

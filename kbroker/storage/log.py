@@ -1,0 +1,762 @@
+"""PartitionLog: the durable, segmented log of one partition.
+
+Appends and reads cost constant Python work per batch (header checks, one write, a
+few index comparisons); the linear work (CRC, copy into the page cache, sendfile)
+runs in C or the kernel. A clean close leaves a checkpoint that lets the next open
+skip every scan; an unclean one recovers the segments after the last fsync.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kbroker.protocol.batch import (
+    BatchHeader,
+    assign_offsets,
+    decode_records,
+    set_log_append_time,
+    validate_batches,
+)
+from kbroker.storage.checkpoint import (
+    CHECKPOINT_FILE,
+    CleanState,
+    PartitionCheckpoint,
+    read_checkpoint,
+    write_checkpoint,
+)
+from kbroker.storage.config import LogConfig
+from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeError
+from kbroker.storage.file_slice import FileSlice
+from kbroker.storage.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
+from kbroker.storage.segment import MAX_RELATIVE_OFFSET, Segment, remove_file
+from kbroker.storage.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
+
+__all__ = [
+    "AppendResult",
+    "FileSlice",
+    "FlushJob",
+    "LogConfig",
+    "LogError",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "parse_partition_dir",
+]
+
+_DIR_RE = re.compile(r"^(.+)-(\d+)$")
+_SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_STALE_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """`<topic>-<partition>` -> (topic, partition); None for anything else."""
+    m = _DIR_RE.match(name)
+    if m is None:
+        return None
+    return m.group(1), int(m.group(2))
+
+
+@dataclass(slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 for CreateTime topics
+    log_start_offset: int
+    record_count: int
+    max_timestamp: int
+    offset_of_max_timestamp: int = -1
+    batches: list[BatchHeader] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FlushJob:
+    """The fsync part of a flush, safe to run in a worker thread: it opens by path, so a
+    segment deleted meanwhile is simply skipped."""
+
+    paths: list[str]
+    directory: str | None
+    upto_offset: int
+    messages: int
+    segments: list[Segment]
+
+    def run(self) -> None:
+        for path in self.paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        if self.directory is not None:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+class PartitionLog:
+    """One partition's log. Use `PartitionLog.open`; all methods run on one thread
+    (the event loop) except `flush` and `FlushJob.run`, which may run in a worker."""
+
+    # Set by the broker to let offset_for_timestamp look inside compressed batches:
+    # decompressor(codec, data) -> bytes.
+    decompressor: Callable[[int, bytes], bytes] | None = None
+
+    def __init__(self, directory: Path, config: LogConfig, topic: str, partition: int) -> None:
+        self.directory = Path(directory)
+        self._dir = str(directory)
+        self.config = config
+        self.topic = topic
+        self.partition = partition
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self._high_watermark = 0
+        self.recovery_point = 0
+        self._unflushed_messages = 0
+        self._last_flush_ms = 0
+        self._new_files = False  # directory entries not yet fsynced
+        self._checkpoint_clean = False  # the checkpoint on disk still says "clean"
+        self._lock = threading.Lock()
+        self.closed = False
+        self.recovered_bytes = 0  # bytes truncated by the last open's recovery (for logs)
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
+        """Open (creating if new) the log in `directory`, named `<topic>-<partition>`.
+
+        After a clean close this reads one small checkpoint and stats one file; after
+        a crash it recovers every segment from the one holding the recovery point.
+        """
+        directory = Path(directory)
+        parsed = parse_partition_dir(directory.name)
+        if parsed is None:
+            raise LogError(f"{directory} is not named <topic>-<partition>")
+        log = cls(directory, config, *parsed)
+        directory.mkdir(parents=True, exist_ok=True)
+        log._load(now_ms)
+        return log
+
+    def _load(self, now_ms: int) -> None:
+        d = self._dir
+        interval = self.config.index_interval_bytes
+        bases: list[int] = []
+        names = os.listdir(d)
+        index_files: list[tuple[int, str]] = []
+        for name in names:
+            m = _SEGMENT_RE.match(name)
+            if m is None:
+                if name.endswith(_STALE_SUFFIXES) and name != CHECKPOINT_FILE:
+                    remove_file(os.path.join(d, name))
+                continue
+            if m.group(2) == "log":
+                bases.append(int(m.group(1)))
+            else:
+                index_files.append((int(m.group(1)), name))
+        bases.sort()
+        if index_files:
+            have = set(bases)
+            for base, name in index_files:
+                if base not in have:
+                    remove_file(os.path.join(d, name))
+        checkpoint = read_checkpoint(d)
+        self._last_flush_ms = now_ms
+        if not bases:
+            start = 0
+            if checkpoint is not None:
+                start = max(checkpoint.log_start_offset, 0)
+                if checkpoint.clean is not None:
+                    start = max(start, checkpoint.clean.log_end_offset)
+            seg = Segment.create(d, start, now_ms, interval)
+            self.segments = [seg]
+            self._bases = [start]
+            self._new_files = True
+            self.log_start_offset = self.log_end_offset = self._high_watermark = start
+            self.recovery_point = start
+            return
+        self.segments = [Segment(d, b, now_ms, interval) for b in bases]
+        self._bases = bases
+        clean = checkpoint.clean if checkpoint is not None else None
+        stale = False
+        active = self.segments[-1]
+        if clean is not None and clean.active_base_offset == active.base_offset:
+            try:
+                size = os.stat(active.log_path).st_size
+            except FileNotFoundError:
+                size = -1
+            if size != clean.active_size:
+                clean = None
+        else:
+            clean = None
+        if clean is not None:
+            active.size = clean.active_size
+            active.next_offset = clean.log_end_offset
+            self.log_end_offset = clean.log_end_offset
+            self.recovery_point = clean.log_end_offset
+            self._checkpoint_clean = True
+        else:
+            recovery_point = checkpoint.recovery_point if checkpoint is not None else 0
+            self._recover(recovery_point)
+            self.recovery_point = min(recovery_point, self.log_end_offset)
+            if checkpoint is not None and checkpoint.clean is not None:
+                stale = True
+        lso = checkpoint.log_start_offset if checkpoint is not None else 0
+        self.log_start_offset = min(max(lso, self._bases[0]), self.log_end_offset)
+        self._high_watermark = self.log_end_offset
+        if stale:
+            # A clean claim that no longer matches the files must not survive this open.
+            self._write_checkpoint()
+
+    def _recover(self, recovery_point: int) -> None:
+        """Scan and validate the segments that may hold unflushed data; truncate at the
+        first bad batch and drop every segment after it."""
+        first = max(bisect_right(self._bases, recovery_point) - 1, 0)
+        expected: int | None = None  # offsets before the recovery point are trusted
+        truncated = 0
+        i = first
+        while i < len(self.segments):
+            seg = self.segments[i]
+            result = seg.recover(expected)
+            truncated += result.truncated_bytes
+            if result.next_offset is not None:
+                expected = result.next_offset
+            if result.truncated_bytes and i + 1 < len(self.segments):
+                for later in self.segments[i + 1 :]:
+                    truncated += later.size
+                    later.delete()
+                del self.segments[i + 1 :]
+                del self._bases[i + 1 :]
+                break
+            i += 1
+        active = self.segments[-1]
+        if active.next_offset is None:
+            # Empty active segment: it was created at the log end offset.
+            active.next_offset = active.base_offset
+        self.log_end_offset = active.next_offset
+        self.recovered_bytes = truncated
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        """Only ever moves forward, and never past the log end offset."""
+        value = min(value, self.log_end_offset)
+        if value > self._high_watermark:
+            self._high_watermark = value
+
+    @property
+    def active_segment(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every offset below this has been fsynced."""
+        return self.recovery_point
+
+    # -- append --------------------------------------------------------------------------------
+
+    def append(
+        self, records: bytearray | bytes | memoryview, leader_epoch: int, now_ms: int
+    ) -> AppendResult:
+        """Validate, assign offsets from the log end offset and write a records blob.
+
+        Raises CorruptBatchError / BatchTooLargeError (from protocol.batch) without
+        writing anything when any batch of the blob is bad.
+        """
+        self._check_open()
+        if not isinstance(records, bytearray):
+            records = bytearray(records)
+        config = self.config
+        headers = validate_batches(records, config.max_message_bytes)
+        base = self.log_end_offset
+        next_offset = assign_offsets(records, headers, base, leader_epoch)
+        append_time = -1
+        if config.log_append_time:
+            append_time = now_ms
+            for h in headers:
+                set_log_append_time(records, h, h.position, now_ms)
+        return self._write(records, headers, base, next_offset, append_time, now_ms)
+
+    def append_as_follower(
+        self, records: bytearray | bytes | memoryview, now_ms: int
+    ) -> AppendResult:
+        """Append batches that already carry offsets (replication): no offset assignment,
+        no timestamp rewrite; offsets must start at or after the log end offset."""
+        self._check_open()
+        if not isinstance(records, bytearray):
+            records = bytearray(records)
+        headers = validate_batches(records, 2**31 - 1, check_record_count=False)
+        expected = self.log_end_offset
+        for h in headers:
+            if h.base_offset < expected:
+                raise LogError(
+                    f"follower append of offset {h.base_offset} below log end offset {expected}"
+                )
+            expected = h.base_offset + h.last_offset_delta + 1
+        return self._write(records, headers, headers[0].base_offset, expected, -1, now_ms)
+
+    def _write(
+        self,
+        records: bytearray,
+        headers: list[BatchHeader],
+        base: int,
+        next_offset: int,
+        append_time: int,
+        now_ms: int,
+    ) -> AppendResult:
+        max_ts, max_off, count = -1, -1, 0
+        for h in headers:
+            count += h.record_count
+            if h.max_timestamp > max_ts:
+                max_ts, max_off = h.max_timestamp, h.base_offset
+        self._mark_unclean()
+        seg = self.segments[-1]
+        if seg.size and self._should_roll(seg, len(records), max_ts, next_offset - 1, now_ms):
+            seg = self._roll(base, now_ms)
+        elif seg.size == 0 and base > seg.base_offset and len(self.segments) > 0:
+            # An empty active segment whose base lies below the first offset to be written
+            # (follower jump ahead): start a segment at the right base.
+            seg = self._replace_empty_active(base, now_ms)
+        seg.append(records, headers)
+        self.log_end_offset = next_offset
+        self._unflushed_messages += count
+        return AppendResult(
+            base,
+            next_offset - 1,
+            append_time,
+            self.log_start_offset,
+            count,
+            max_ts,
+            max_off,
+            headers,
+        )
+
+    def _should_roll(
+        self, seg: Segment, incoming: int, max_ts: int, last_offset: int, now_ms: int
+    ) -> bool:
+        config = self.config
+        if seg.size > config.segment_bytes - incoming:
+            return True
+        first_ts = seg.first_timestamp()
+        waited = max_ts - first_ts if first_ts >= 0 and max_ts >= 0 else now_ms - seg.created_ms
+        if waited > config.segment_ms:
+            return True
+        if len(seg.index) >= config.segment_index_bytes // OFFSET_ENTRY_SIZE:
+            return True
+        if len(seg.time_index) >= config.segment_index_bytes // TIME_ENTRY_SIZE:
+            return True
+        return last_offset - seg.base_offset > MAX_RELATIVE_OFFSET
+
+    def _roll(self, base: int, now_ms: int) -> Segment:
+        """Close the active segment for writing and start one at `base`."""
+        old = self.segments[-1]
+        with self._lock:
+            old.finalize()
+        seg = Segment.create(self._dir, base, now_ms, self.config.index_interval_bytes)
+        self.segments.append(seg)
+        self._bases.append(base)
+        self._new_files = True
+        return seg
+
+    def roll(self, now_ms: int) -> None:
+        """Force a new active segment at the log end offset (no-op if the active is empty)."""
+        self._check_open()
+        if self.segments[-1].size:
+            self._mark_unclean()
+            self._roll(self.log_end_offset, now_ms)
+
+    def _replace_empty_active(self, base: int, now_ms: int) -> Segment:
+        old = self.segments.pop()
+        self._bases.pop()
+        old.delete()
+        seg = Segment.create(self._dir, base, now_ms, self.config.index_interval_bytes)
+        self.segments.append(seg)
+        self._bases.append(base)
+        self._new_files = True
+        return seg
+
+    # -- read ----------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> FileSlice | None:
+        """Whole batches from the one holding `offset`, within one segment file.
+
+        Covers whole batches up to `max_bytes`, but at least the first batch however
+        large (KIP-74); no batch whose last offset is >= `upper_bound` (the high
+        watermark) is included. None when there is nothing to return.
+        """
+        self._check_open()
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}] "
+                f"of {self.topic}-{self.partition}"
+            )
+        limit = (
+            self.log_end_offset if upper_bound is None else min(upper_bound, self.log_end_offset)
+        )
+        if offset >= limit:
+            return None
+        segments = self.segments
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        while i < len(segments):
+            seg = segments[i]
+            seg_end = self._bases[i + 1] if i + 1 < len(segments) else self.log_end_offset
+            if limit >= seg_end:
+                end_pos = seg.size
+            else:
+                bound = seg.find(limit)
+                end_pos = seg.size if bound is None else bound.position
+            first = seg.find(offset, end_pos)
+            if first is None:
+                if limit <= seg_end:
+                    return None
+                i += 1
+                continue
+            start = first.position
+            if end_pos - start <= max_bytes:
+                length = end_pos - start
+            else:
+                boundary = seg.boundary_at_or_before(start, min(start + max_bytes, end_pos))
+                if boundary <= start:
+                    boundary = start + first.batch_length + 12  # KIP-74: one whole batch
+                length = boundary - start
+            if length <= 0:
+                return None
+            return FileSlice(seg.file, start, length)
+        return None
+
+    # -- timestamps ----------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp_ms`.
+
+        Found at batch level through the time index; within that batch the records are
+        read when they can be (uncompressed, or compressed with a decompressor set).
+        """
+        self._check_open()
+        lso = self.log_start_offset
+        for seg in self.segments:
+            if seg.size == 0 or seg.max_timestamp < timestamp_ms:
+                continue
+            start_offset = max(seg.time_index.lookup(timestamp_ms), lso)
+            first = seg.find(start_offset)
+            if first is None:
+                continue
+            for h in seg.batches(first.position):
+                if h.max_timestamp >= timestamp_ms and h.base_offset + h.last_offset_delta >= lso:
+                    found = self._record_at_or_after(seg, h, timestamp_ms, lso)
+                    if found is not None:
+                        return found
+        return None
+
+    def _record_at_or_after(
+        self, seg: Segment, h: BatchHeader, timestamp_ms: int, min_offset: int
+    ) -> tuple[int, int] | None:
+        if h.timestamp_type == 1:
+            return max(h.base_offset, min_offset), h.max_timestamp
+        if h.compression and self.decompressor is None:
+            return max(h.base_offset, min_offset), h.max_timestamp
+        try:
+            records = decode_records(seg.read_bytes(h.position, h.total_size), 0, self.decompressor)
+        except Exception:
+            return max(h.base_offset, min_offset), h.max_timestamp
+        for r in records:
+            if (
+                r.timestamp is not None
+                and r.timestamp >= timestamp_ms
+                and (r.offset or 0) >= min_offset
+            ):
+                return r.offset or 0, r.timestamp
+        return None
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """(timestamp, offset) of the record with the largest timestamp; (-1, -1) if empty."""
+        self._check_open()
+        best_ts, best_seg = -1, None
+        for seg in self.segments:
+            if seg.size and seg.max_timestamp > best_ts:
+                best_ts, best_seg = seg.max_timestamp, seg
+        if best_seg is None:
+            return -1, -1
+        off = best_seg.offset_of_max_timestamp
+        h = best_seg.find(off)
+        if h is None or h.timestamp_type == 1 or (h.compression and self.decompressor is None):
+            return best_ts, off
+        try:
+            for r in decode_records(
+                best_seg.read_bytes(h.position, h.total_size), 0, self.decompressor
+            ):
+                if r.timestamp == best_ts and r.offset is not None:
+                    return best_ts, r.offset
+        except Exception:
+            pass
+        return best_ts, off
+
+    # -- deletion ------------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to `offset` (-1 = high watermark)
+        and delete the whole segments below it; returns the new log start offset."""
+        self._check_open()
+        if offset == -1:
+            offset = self._high_watermark
+        if offset < 0 or offset > self._high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete before {offset}: high watermark is {self._high_watermark}"
+            )
+        if offset > self.log_start_offset:
+            self._mark_unclean()
+            self.log_start_offset = offset
+            self._write_checkpoint()
+            self._delete_below_log_start()
+        return self.log_start_offset
+
+    def _delete_below_log_start(self) -> int:
+        lso = self.log_start_offset
+        return self._delete_prefix(lambda seg, nxt: nxt is not None and nxt.base_offset <= lso)
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete segments past retention.ms (by their largest timestamp) or beyond
+        retention.bytes, oldest first, only below the high watermark; the active segment
+        goes too when Kafka would (a new empty one is rolled first). Returns bytes freed."""
+        self._check_open()
+        config = self.config
+        freed = 0
+        if config.deletes:
+            if config.retention_ms >= 0:
+                retention_ms = config.retention_ms
+                freed += self._delete_prefix(
+                    lambda seg, nxt: now_ms - seg.largest_timestamp() > retention_ms,
+                    now_ms,
+                )
+            if config.retention_bytes >= 0:
+                excess = [self.size_bytes() - config.retention_bytes]
+
+                def over_size(seg: Segment, nxt: Segment | None) -> bool:
+                    if excess[0] - seg.size >= 0:
+                        excess[0] -= seg.size
+                        return True
+                    return False
+
+                freed += self._delete_prefix(over_size, now_ms)
+        freed += self._delete_below_log_start()
+        return freed
+
+    def _delete_prefix(
+        self, predicate: Callable[[Segment, Segment | None], bool], now_ms: int | None = None
+    ) -> int:
+        segments = self.segments
+        hw = self._high_watermark
+        count = 0
+        for i, seg in enumerate(segments):
+            nxt = segments[i + 1] if i + 1 < len(segments) else None
+            if nxt is None:
+                if seg.size == 0 or hw < self.log_end_offset:
+                    break
+            elif nxt.base_offset > hw:
+                break
+            if not predicate(seg, nxt):
+                break
+            count += 1
+        if count == 0:
+            return 0
+        self._mark_unclean()
+        if count == len(segments):
+            self._roll(self.log_end_offset, now_ms if now_ms is not None else 0)
+        doomed = self.segments[:count]
+        del self.segments[:count]
+        del self._bases[:count]
+        freed = 0
+        for seg in doomed:
+            freed += seg.size
+            seg.delete()
+        self.log_start_offset = max(self.log_start_offset, self._bases[0])
+        return freed
+
+    def truncate_to(self, offset: int) -> None:
+        """Follower truncation: remove every record at or after `offset`."""
+        self._check_open()
+        if offset >= self.log_end_offset:
+            return
+        self._mark_unclean()
+        offset = max(offset, 0)
+        with self._lock:
+            while len(self.segments) > 1 and self._bases[-1] >= offset:
+                seg = self.segments.pop()
+                self._bases.pop()
+                seg.delete()
+            if self._bases[0] >= offset:
+                # Everything goes: start afresh at `offset`.
+                seg = self.segments.pop()
+                self._bases.pop()
+                seg.delete()
+                new = Segment.create(self._dir, offset, 0, self.config.index_interval_bytes)
+                self.segments.append(new)
+                self._bases.append(offset)
+                self._new_files = True
+                self.log_start_offset = offset
+                new_end = offset
+            else:
+                seg = self.segments[-1]
+                seg.index_interval_bytes = self.config.index_interval_bytes
+                seg.truncate_to_offset(offset)
+                new_end = min(offset, seg.next_offset if seg.next_offset is not None else offset)
+                seg.next_offset = new_end
+            self.log_end_offset = new_end
+            self._high_watermark = min(self._high_watermark, new_end)
+            self.recovery_point = min(self.recovery_point, new_end)
+            self.log_start_offset = min(self.log_start_offset, new_end)
+
+    # -- flushing -------------------------------------------------------------------------------
+
+    def needs_flush(self, now_ms: int) -> bool:
+        """True when flush.messages or flush.ms asks for an fsync, or a rolled segment
+        has not been fsynced yet (Kafka flushes rolled segments in the background)."""
+        if self.closed:
+            return False
+        unflushed = self._unflushed_messages
+        if unflushed:
+            if unflushed >= self.config.flush_interval_messages:
+                return True
+            if now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
+                return True
+        segments = self.segments
+        return len(segments) > 1 and segments[-2].dirty
+
+    def prepare_flush(self) -> FlushJob | None:
+        """Persist pending index entries and list what an fsync must cover."""
+        if self.closed:
+            return None
+        with self._lock:
+            paths: list[str] = []
+            segments = [s for s in list(self.segments) if s.dirty]
+            for seg in segments:
+                seg.persist_indexes()
+                seg.dirty = False
+                paths.append(seg.log_path)
+                paths.append(seg.index_path)
+                paths.append(seg.time_index_path)
+            directory = self._dir if self._new_files else None
+            self._new_files = False
+            return FlushJob(
+                paths, directory, self.log_end_offset, self._unflushed_messages, segments
+            )
+
+    def complete_flush(self, job: FlushJob, now_ms: int | None = None) -> None:
+        with self._lock:
+            self._unflushed_messages = max(0, self._unflushed_messages - job.messages)
+            if now_ms is not None:
+                self._last_flush_ms = now_ms
+            else:
+                self._last_flush_ms = int(time.time() * 1000)
+            if job.upto_offset > self.recovery_point:
+                old_seg = bisect_right(self._bases, self.recovery_point)
+                self.recovery_point = job.upto_offset
+                if bisect_right(self._bases, job.upto_offset) != old_seg and not self.closed:
+                    self._write_checkpoint_locked()
+
+    def abort_flush(self, job: FlushJob) -> None:
+        """The fsync failed: the data stays unflushed."""
+        with self._lock:
+            for seg in job.segments:
+                seg.dirty = True
+            if job.directory is not None:
+                self._new_files = True
+
+    def flush(self) -> None:
+        """fsync data and indexes of every dirty segment (may run in a worker thread)."""
+        job = self.prepare_flush()
+        if job is None:
+            return
+        try:
+            job.run()
+        except BaseException:
+            self.abort_flush(job)
+            raise
+        self.complete_flush(job)
+
+    # -- configuration, size, lifecycle ------------------------------------------------------
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        self.segments[-1].index_interval_bytes = config.index_interval_bytes
+
+    def size_bytes(self) -> int:
+        return sum(seg.size for seg in self.segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.segments)
+
+    def close(self) -> None:
+        """Flush, record a clean shutdown so the next open needs no scan, close files."""
+        if self.closed:
+            return
+        if not self._checkpoint_clean:
+            active = self.segments[-1]
+            with self._lock:
+                active.finalize()
+            self.flush()
+            self._checkpoint_clean = True
+            self._write_checkpoint()
+        self.closed = True
+        for seg in self.segments:
+            seg.close()
+
+    def delete(self) -> None:
+        """Remove the partition's directory; open slices stay readable until released."""
+        self.closed = True
+        for seg in self.segments:
+            seg.release()
+        self.segments = []
+        self._bases = []
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise LogClosedError(f"log {self.topic}-{self.partition} is closed")
+
+    def _mark_unclean(self) -> None:
+        """Before the first change after a clean open, take back the clean-shutdown claim."""
+        if self._checkpoint_clean:
+            self._checkpoint_clean = False
+            self._write_checkpoint()
+
+    def _write_checkpoint(self) -> None:
+        with self._lock:
+            self._write_checkpoint_locked()
+
+    def _write_checkpoint_locked(self) -> None:
+        clean = None
+        if self._checkpoint_clean:
+            active = self.segments[-1]
+            clean = CleanState(self.log_end_offset, active.base_offset, active.size)
+        write_checkpoint(
+            self._dir,
+            PartitionCheckpoint(self.log_start_offset, self.recovery_point, clean),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic}-{self.partition}, lso={self.log_start_offset}, "
+            f"leo={self.log_end_offset}, hw={self._high_watermark}, "
+            f"segments={len(self.segments)})"
+        )

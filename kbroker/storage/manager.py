@@ -1,0 +1,224 @@
+"""LogManager: every partition log of this broker across its log directories.
+
+Besides opening, creating and deleting logs it runs the two background duties of a
+Kafka log manager: retention, in small steps that yield to the event loop between
+partitions, and fsyncs, always in worker threads so the loop never blocks on disk.
+Concurrent waiters for an fsync of the same log share one (group commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kbroker.storage.config import LogConfig
+from kbroker.storage.log import PartitionLog, parse_partition_dir
+
+log = logging.getLogger("kbroker.storage")
+
+DELETE_SUFFIX = "-delete"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _GroupCommit:
+    """The fsync in flight for one log, shared by everyone who waits on it."""
+
+    __slots__ = ("inflight",)
+
+    def __init__(self) -> None:
+        self.inflight: asyncio.Future[None] | None = None
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[Path], *, flush_threads: int = 4) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log directory is needed")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._commits: dict[int, _GroupCommit] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._flush_threads = flush_threads
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def load_all(self, config_for: Callable[[str, int], LogConfig], now_ms: int) -> None:
+        """Open every partition directory found; finish deletions a crash interrupted."""
+        for root in self.log_dirs:
+            root.mkdir(parents=True, exist_ok=True)
+            with os.scandir(root) as entries:
+                dirs = [e for e in entries if e.is_dir(follow_symlinks=False)]
+            for entry in dirs:
+                if entry.name.endswith(DELETE_SUFFIX):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    continue
+                parsed = parse_partition_dir(entry.name)
+                if parsed is None or parsed in self._logs:
+                    continue
+                plog = PartitionLog.open(Path(entry.path), config_for(*parsed), now_ms)
+                if plog.recovered_bytes:
+                    log.warning(
+                        "recovered %s-%d: truncated %d bytes of torn or corrupt data",
+                        plog.topic,
+                        plog.partition,
+                        plog.recovered_bytes,
+                    )
+                self._logs[parsed] = plog
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def create(
+        self, topic: str, partition: int, config: LogConfig, now_ms: int | None = None
+    ) -> PartitionLog:
+        """Open the log, creating it in the log directory holding the fewest partitions."""
+        key = (topic, partition)
+        existing = self._logs.get(key)
+        if existing is not None:
+            return existing
+        counts = dict.fromkeys(self.log_dirs, 0)
+        for plog in self._logs.values():
+            parent = plog.directory.parent
+            if parent in counts:
+                counts[parent] += 1
+        root = min(self.log_dirs, key=lambda d: counts[d])
+        now = _now_ms() if now_ms is None else now_ms
+        plog = PartitionLog.open(root / f"{topic}-{partition}", config, now)
+        self._logs[key] = plog
+        return plog
+
+    def logs(self) -> Iterable[PartitionLog]:
+        return list(self._logs.values())
+
+    def delete_topic(self, topic: str) -> None:
+        """Rename the topic's directories out of sight at once, then remove them."""
+        for key in [k for k in self._logs if k[0] == topic]:
+            self.delete_log(*key)
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        plog = self._logs.pop((topic, partition), None)
+        if plog is None:
+            return
+        self._commits.pop(id(plog), None)
+        doomed = plog.directory.with_name(
+            f"{plog.directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+        )
+        try:
+            os.rename(plog.directory, doomed)
+        except OSError:
+            doomed = plog.directory
+        plog.directory = doomed
+        plog._dir = str(doomed)
+        plog.delete()
+
+    def close_all(self) -> None:
+        """Flush and close every log, leaving clean-shutdown checkpoints."""
+        for plog in list(self._logs.values()):
+            try:
+                plog.close()
+            except OSError:
+                log.exception("closing %s-%d failed", plog.topic, plog.partition)
+        self._logs.clear()
+        self._commits.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def retention_pass(self, now_ms: int) -> int:
+        """One synchronous pass over every log (tests, tools); returns bytes freed."""
+        return sum(plog.apply_retention(now_ms) for plog in self.logs() if not plog.closed)
+
+    async def run_retention(self, interval_s: float) -> None:
+        """Background task: apply retention to each log in turn, yielding between logs."""
+        while True:
+            for plog in self.logs():
+                if plog.closed:
+                    continue
+                try:
+                    freed = plog.apply_retention(_now_ms())
+                except Exception:
+                    log.exception("retention of %s-%d failed", plog.topic, plog.partition)
+                else:
+                    if freed:
+                        log.info(
+                            "retention freed %d bytes of %s-%d (log start offset %d)",
+                            freed,
+                            plog.topic,
+                            plog.partition,
+                            plog.log_start_offset,
+                        )
+                await asyncio.sleep(0)
+            await asyncio.sleep(interval_s)
+
+    # -- flushing -------------------------------------------------------------------------------
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=self._flush_threads, thread_name_prefix="kbroker-fsync"
+            )
+        return self._executor
+
+    async def flush_for_ack(self, plog: PartitionLog) -> None:
+        """Return once everything appended to `plog` before the call is fsynced.
+
+        Callers arriving while no fsync is running share the next one, which starts
+        after the current loop iteration so that all appends of that iteration ride
+        on it; callers arriving during an fsync wait for it and, if it began before
+        their append, for the one after (group commit).
+        """
+        target = plog.log_end_offset
+        commit = self._commits.get(id(plog))
+        if commit is None:
+            commit = self._commits[id(plog)] = _GroupCommit()
+        while plog.flushed_offset < min(target, plog.log_end_offset) and not plog.closed:
+            fut = commit.inflight
+            if fut is None:
+                fut = commit.inflight = asyncio.ensure_future(self._group_flush(plog, commit))
+            await asyncio.shield(fut)
+
+    flush_async = flush_for_ack
+
+    async def _group_flush(self, plog: PartitionLog, commit: _GroupCommit) -> None:
+        try:
+            await asyncio.sleep(0)  # let the appends of this loop iteration join
+            await self._run_flush(plog)
+        finally:
+            commit.inflight = None
+
+    async def _run_flush(self, plog: PartitionLog) -> None:
+        job = plog.prepare_flush()
+        if job is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._pool(), job.run)
+        except BaseException:
+            plog.abort_flush(job)
+            raise
+        plog.complete_flush(job)
+
+    async def run_flusher(self, interval_s: float = 0.05) -> None:
+        """Background task: fsync logs whose flush.messages / flush.ms policy asks for it,
+        and segments rolled since the last fsync, without blocking the loop."""
+        while True:
+            now = _now_ms()
+            for plog in self.logs():
+                if plog.closed or not plog.needs_flush(now):
+                    continue
+                try:
+                    await self._run_flush(plog)
+                except OSError:
+                    log.exception("fsync of %s-%d failed", plog.topic, plog.partition)
+            await asyncio.sleep(interval_s)

@@ -352,6 +352,22 @@ def test_named_listener_through_protocol_map():
     assert cfg.advertised_endpoint("external") == Endpoint("EXTERNAL", "127.0.0.1", 9094)
 
 
+def test_listener_and_advertised_listener_pair_up_by_name(monkeypatch):
+    monkeypatch.setattr(broker_module, "advertised_host_name", lambda: "node7")
+    cfg = load(
+        [
+            "listeners=EXTERNAL://:9094,INTERNAL://:9092",
+            "listener.security.protocol.map=INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            "inter.broker.listener.name=INTERNAL",
+        ]
+    )
+    assert cfg.listener() == Endpoint("INTERNAL", "", 9092)
+    assert cfg.advertised_listener() == Endpoint("INTERNAL", "node7", 9092)
+    assert cfg.listener("external").port == 9094
+    with pytest.raises(KeyError):
+        cfg.listener("OTHER")
+
+
 def test_inter_broker_listener_defaults_to_plaintext():
     assert load().inter_broker_listener_name == "PLAINTEXT"
 

@@ -256,6 +256,26 @@ class BrokerConfig:
                 return endpoint
         return None
 
+    def listener(self, name: str | None = None) -> Endpoint:
+        """The bind address of one broker listener; by default the inter-broker one.
+
+        A broker serving a single listener binds this and publishes
+        ``advertised_listener()`` of the same name.
+        """
+        wanted = (name or self._effective["inter.broker.listener.name"]).upper()
+        for endpoint in self.broker_endpoints:
+            if endpoint.name == wanted:
+                return endpoint
+        raise KeyError(f"no broker listener named {wanted}")
+
+    def advertised_listener(self, name: str | None = None) -> Endpoint:
+        """The published address of ``listener(name)``."""
+        wanted = name or self._effective["inter.broker.listener.name"]
+        endpoint = self.advertised_endpoint(wanted)
+        if endpoint is None:
+            raise KeyError(f"no advertised listener named {wanted.upper()}")
+        return endpoint
+
     @property
     def inter_broker_endpoint(self) -> Endpoint:
         """The advertised address other brokers use to fetch from this one."""

@@ -1,0 +1,270 @@
+"""A real ``kbroker serve`` process on loopback, started and stopped the way an operator would.
+
+The compat tests only ever talk to the broker over its Kafka listener, so readiness is
+judged the same way: the port accepts, a raw ApiVersions v0 round trip answers with no
+error (Kafka guarantees v0 for every broker, so this probe needs no negotiation), and a
+stock client's Metadata round trip succeeds.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 20.0
+LOG_TAIL_LINES = 300
+
+_LIVE: set[subprocess.Popen[bytes]] = set()
+
+
+def _kill_leftovers() -> None:
+    """Last line of defence: no broker outlives the test run, whatever happened to it."""
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+atexit.register(_kill_leftovers)
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+def kbroker_command() -> list[str]:
+    """The installed console script beside this interpreter, else ``python -m kbroker``."""
+    script = Path(sys.executable).with_name("kbroker")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("kbroker")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "kbroker"]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def api_versions_round_trip(
+    host: str, port: int, timeout: float = 2.0
+) -> dict[int, tuple[int, int]]:
+    """Send ApiVersions v0 and return {api_key: (min, max)}; raise on any error or mismatch."""
+    correlation_id = 0x5EED
+    client_id = b"kbroker-compat-probe"
+    header = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(header)) + header)
+        size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+        if not 6 <= size <= 1 << 20:
+            raise ConnectionError(f"ApiVersions response has implausible size {size}")
+        body = _recv_exact(sock, size)
+    got_correlation, error_code, count = struct.unpack_from(">ihi", body, 0)
+    if got_correlation != correlation_id:
+        raise ConnectionError(f"ApiVersions correlation id {got_correlation} != {correlation_id}")
+    if error_code != 0:
+        raise ConnectionError(f"ApiVersions v0 answered error code {error_code}")
+    versions: dict[int, tuple[int, int]] = {}
+    for i in range(count):
+        key, low, high = struct.unpack_from(">hhh", body, 10 + 6 * i)
+        versions[key] = (low, high)
+    return versions
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < n:
+        chunk = sock.recv(n - len(chunks))
+        if not chunk:
+            raise ConnectionError("connection closed mid-response")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def metadata_round_trip(bootstrap: str, timeout: float) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000})
+    metadata = admin.list_topics(timeout=max(timeout, 0.5))
+    if not metadata.brokers:
+        raise ConnectionError("Metadata response lists no brokers")
+
+
+@dataclass
+class BrokerProcess:
+    """One kbroker node: fixed port and data dir across restarts, stderr appended to a log."""
+
+    base_dir: Path
+    overrides: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    api_versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    ready_seconds: float = 0.0
+    starts: int = 0
+
+    def __post_init__(self) -> None:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.port:
+            self.port = free_port()
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base_dir / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.base_dir / "kbroker.stderr.log"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "broker not started"
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self) -> list[str]:
+        settings = {
+            "listeners": f"PLAINTEXT://{self.bootstrap}",
+            "log.dirs": str(self.data_dir),
+            **self.overrides,
+        }
+        cmd = [*kbroker_command(), "serve"]
+        for name, value in settings.items():
+            cmd += ["--override", f"{name}={value}"]
+        return cmd
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> float:
+        """Start the process and wait until it serves; return seconds from spawn to ready."""
+        if self.running():
+            raise RuntimeError("broker already running")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KBROKER_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        cmd = self.command()
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== start #{self.starts}: {' '.join(cmd)}\n".encode())
+            log.flush()
+            began = time.monotonic()
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd=self.base_dir,
+            )
+        _LIVE.add(self.proc)
+        try:
+            self._wait_ready(began + timeout)
+        except BaseException:
+            self.kill()
+            raise
+        self.ready_seconds = time.monotonic() - began
+        return self.ready_seconds
+
+    def _wait_ready(self, deadline: float) -> None:
+        assert self.proc is not None
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BrokerStartError(
+                    f"kbroker exited with code {self.proc.returncode} before serving\n"
+                    + self.log_tail()
+                )
+            try:
+                self.api_versions = api_versions_round_trip(self.host, self.port)
+                break
+            except (OSError, struct.error) as exc:
+                last_error = exc
+                time.sleep(0.05)
+        else:
+            raise BrokerStartError(
+                f"kbroker did not answer ApiVersions on {self.bootstrap} within the start "
+                f"timeout (last error: {last_error!r})\n" + self.log_tail()
+            )
+        try:
+            metadata_round_trip(self.bootstrap, deadline - time.monotonic())
+        except Exception as exc:
+            raise BrokerStartError(
+                f"kbroker answered ApiVersions but not a Metadata round trip: {exc!r}\n"
+                + self.log_tail()
+            ) from exc
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait for a clean exit; return the exit code (kill and raise on hang)."""
+        if self.proc is None:
+            raise RuntimeError("broker not started")
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise RuntimeError(
+                    f"kbroker did not exit within {timeout}s of SIGTERM\n" + self.log_tail()
+                ) from None
+        _LIVE.discard(self.proc)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: the crash a fsync policy has to survive."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        _LIVE.discard(self.proc)
+
+    def restart(
+        self, extra_overrides: dict[str, str] | None = None, graceful: bool = True
+    ) -> float:
+        """Stop (if running) and start again on the same port and data dir."""
+        if self.running():
+            if graceful:
+                self.stop()
+            else:
+                self.kill()
+        if extra_overrides:
+            self.overrides = {**self.overrides, **extra_overrides}
+        return self.start()
+
+    def rss_bytes(self) -> int:
+        status = Path(f"/proc/{self.pid}/status").read_text()
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("VmRSS not found")
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        text = self.log_text().splitlines()
+        head = f"--- kbroker stderr ({self.log_path}), last {min(lines, len(text))} lines ---"
+        return "\n".join([head, *text[-lines:]])

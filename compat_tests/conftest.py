@@ -1,0 +1,83 @@
+"""Fixtures that give compat tests a real kbroker process on loopback.
+
+``broker`` is a fresh node per test (for tests that restart, kill or reconfigure it);
+``shared_broker`` is one node per test module for tests that only need somewhere to
+produce and consume (each of them uses its own uuid-named topics). ``broker_factory``
+starts nodes with extra broker properties. Every process is SIGKILLed at teardown, and
+a failing test gets the tail of each of its brokers' stderr in its report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compat_tests.broker_process import BrokerProcess
+
+
+class BrokerFactory:
+    """Starts brokers under one directory and remembers them for teardown and reports."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.brokers: list[BrokerProcess] = []
+
+    def start(self, **overrides: str) -> BrokerProcess:
+        """Start a node; keyword names use ``_`` for ``.`` (log_flush_interval_messages)."""
+        return self.start_with({k.replace("_", "."): str(v) for k, v in overrides.items()})
+
+    def start_with(self, overrides: dict[str, str]) -> BrokerProcess:
+        node = BrokerProcess(self.root / f"broker{len(self.brokers)}", dict(overrides))
+        self.brokers.append(node)
+        node.start()
+        return node
+
+    def kill_all(self) -> None:
+        for node in self.brokers:
+            node.kill()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
+    factory = BrokerFactory(tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.kill_all()
+
+
+@pytest.fixture
+def broker(broker_factory: BrokerFactory) -> BrokerProcess:
+    return broker_factory.start()
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    node = BrokerProcess(tmp_path_factory.mktemp("shared-broker"))
+    try:
+        node.start()
+        yield node
+    finally:
+        node.kill()
+
+
+def _brokers_of(item: pytest.Item) -> list[BrokerProcess]:
+    found: list[BrokerProcess] = []
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, BrokerProcess):
+            found.append(value)
+        elif isinstance(value, BrokerFactory):
+            found.extend(value.brokers)
+    unique: dict[int, BrokerProcess] = {id(b): b for b in found}
+    return list(unique.values())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for node in _brokers_of(item):
+            report.sections.append((f"kbroker {node.bootstrap} stderr", node.log_tail()))

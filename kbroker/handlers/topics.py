@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,6 +27,7 @@ from kbroker.handlers.configs import (
     validate_topic_configs,
 )
 from kbroker.handlers.registry import handles
+from kbroker.protocol.messages import build, response_type
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -135,7 +137,20 @@ def _creation_configs(topic: Any) -> dict[str, str]:
     return configs
 
 
-def _created(broker: Any, name: str, info: Any, configs: dict[str, str]) -> dict[str, Any]:
+def _config_entities(version: int, configs: list[dict[str, Any]]) -> Any:
+    """CreateTopics v5+ configs as the version's kio entities.
+
+    The field is a nullable array of structs, which `messages.build` passes through
+    unconverted, so the entities are built here (build keeps ready-made entities as is).
+    """
+    module = sys.modules[response_type(CREATE_TOPICS, version).__module__]
+    entity = getattr(module, "CreatableTopicConfigs", None)
+    return configs if entity is None else tuple(build(entity, c) for c in configs)
+
+
+def _created(
+    broker: Any, version: int, name: str, info: Any, configs: dict[str, str]
+) -> dict[str, Any]:
     partitions = list(info.partitions)
     return {
         "name": name,
@@ -144,7 +159,7 @@ def _created(broker: Any, name: str, info: Any, configs: dict[str, str]) -> dict
         "error_message": None,
         "num_partitions": len(partitions),
         "replication_factor": len(partitions[0].replicas) if partitions else -1,
-        "configs": created_topic_configs(broker, configs),
+        "configs": _config_entities(version, created_topic_configs(broker, configs)),
     }
 
 
@@ -188,7 +203,7 @@ async def create_topics(ctx: Any, request: Any) -> dict[str, Any]:
             assignments=assignments,
             validate_only=validate_only,
         )
-        return _created(broker, topic.name, info, configs)
+        return _created(broker, ctx.version, topic.name, info, configs)
 
     unique = [t for t in request.topics if t.name not in repeated]
     outcomes = await asyncio.gather(*(guarded(lambda t=t: create(t), timeout) for t in unique))

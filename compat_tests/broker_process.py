@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -22,6 +23,7 @@ from pathlib import Path
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 20.0
+METADATA_GRACE_S = 3.0
 LOG_TAIL_LINES = 300
 
 _LIVE: set[subprocess.Popen[bytes]] = set()
@@ -43,7 +45,14 @@ class BrokerStartError(RuntimeError):
 
 
 def kbroker_command() -> list[str]:
-    """The installed console script beside this interpreter, else ``python -m kbroker``."""
+    """The installed console script beside this interpreter, else ``python -m kbroker``.
+
+    ``COMPAT_BROKER_COMMAND`` (shell words) replaces it, to run the suite against another
+    build or a wrapped interpreter.
+    """
+    configured = os.environ.get("COMPAT_BROKER_COMMAND")
+    if configured:
+        return shlex.split(configured)
     script = Path(sys.executable).with_name("kbroker")
     if script.exists():
         return [str(script)]
@@ -205,13 +214,19 @@ class BrokerProcess:
                 f"kbroker did not answer ApiVersions on {self.bootstrap} within the start "
                 f"timeout (last error: {last_error!r})\n" + self.log_tail()
             )
-        try:
-            metadata_round_trip(self.bootstrap, deadline - time.monotonic())
-        except Exception as exc:
-            raise BrokerStartError(
-                f"kbroker answered ApiVersions but not a Metadata round trip: {exc!r}\n"
-                + self.log_tail()
-            ) from exc
+        # The listener is up, so a failing Metadata is the broker's fault: retry briefly only.
+        metadata_deadline = min(deadline, time.monotonic() + METADATA_GRACE_S)
+        while True:
+            try:
+                metadata_round_trip(self.bootstrap, metadata_deadline - time.monotonic())
+                return
+            except Exception as exc:
+                if time.monotonic() >= metadata_deadline or self.proc.poll() is not None:
+                    raise BrokerStartError(
+                        f"kbroker answered ApiVersions but not a Metadata round trip: {exc!r}\n"
+                        + self.log_tail()
+                    ) from exc
+                time.sleep(0.2)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM and wait for a clean exit; return the exit code (kill and raise on hang)."""

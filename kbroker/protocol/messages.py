@@ -11,16 +11,28 @@ from __future__ import annotations
 import datetime
 import functools
 import io
+import struct
 import typing
 import uuid
-from dataclasses import MISSING, Field, fields, is_dataclass
+from collections.abc import Callable
+from dataclasses import MISSING, Field, dataclass, fields, is_dataclass
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    is_optional,
+)
 from kio.static.constants import EntityType
+
+from kbroker.protocol.header import MalformedRequest
 
 API_NAMES: dict[int, str] = dict(api_key_map)
 _UTC = datetime.UTC
@@ -62,6 +74,7 @@ def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any
     """Decode a request body; raises on malformed bytes (the caller closes the connection)."""
     if api_key == PRODUCE and version in LEGACY_PRODUCE_VERSIONS:
         return decode_request(PRODUCE, 3, _NULL_STRING + frame[offset:], 0)
+    check_lengths(api_key, version, frame, offset)
     value, size = request_reader(api_key, version)(frame, offset)
     if offset + size != len(frame):
         raise ValueError(f"{len(frame) - offset - size} trailing bytes after the request body")
@@ -72,6 +85,195 @@ def encode(entity: Any) -> bytes:
     buffer = io.BytesIO()
     entity_writer(type(entity))(buffer, entity)
     return buffer.getvalue()
+
+
+# -- guarding kio against lengths that lie ------------------------------------------------
+#
+# kio reserves room for an array's declared element count before reading any element
+# (Rust's Vec::with_capacity), and a compact array's count is a varint of up to 35 bits:
+# one hostile length makes the allocation fail, and Rust then aborts the whole process.
+# So every request is walked once before kio sees it, with Kafka's own rule for arrays:
+# no more elements than the bytes left could hold. The walk reads lengths and skips all
+# else; each entity compiles to one closure, and arrays of fixed-size elements are
+# skipped in a single step.
+
+Skip = Callable[[bytes, int, int], int]
+"""(buffer, position, end) -> position after the field; raises on a hostile length."""
+
+_FIXED_SIZES: dict[str, int] = {
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """How to step over one field: the step, its smallest size, and its size if fixed."""
+
+    skip: Skip
+    min_size: int
+    fixed_size: int | None = None
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned varint as kio reads it: at most 5 bytes."""
+    result = 0
+    for shift in (0, 7, 14, 21, 28):
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+    raise MalformedRequest("varint longer than 5 bytes")
+
+
+def _skip_compact(buf: bytes, pos: int, end: int) -> int:
+    size = buf[pos]
+    if size < 0x80:
+        return pos + size if size else pos + 1
+    size, pos = _uvarint(buf, pos)
+    return pos + size - 1 if size else pos
+
+
+def _skip_string(buf: bytes, pos: int, end: int) -> int:
+    (size,) = _I16.unpack_from(buf, pos)
+    return pos + 2 + (size if size > 0 else 0)
+
+
+def _skip_bytes(buf: bytes, pos: int, end: int) -> int:
+    (size,) = _I32.unpack_from(buf, pos)
+    return pos + 4 + (size if size > 0 else 0)
+
+
+def _fixed(size: int) -> _Walk:
+    return _Walk(lambda buf, pos, end: pos + size, size, size)
+
+
+def _primitive(kafka_type: str, flexible: bool) -> _Walk:
+    size = _FIXED_SIZES.get(kafka_type)
+    if size is not None:
+        return _fixed(size)
+    if kafka_type not in ("string", "bytes", "records"):
+        raise TypeError(f"no length rule for kafka type {kafka_type!r}")
+    if flexible:
+        return _Walk(_skip_compact, 1)
+    return _Walk(_skip_string, 2) if kafka_type == "string" else _Walk(_skip_bytes, 4)
+
+
+def _array(element: _Walk, flexible: bool) -> _Walk:
+    per_element = max(element.min_size, 1)
+    element_size = element.fixed_size
+    skip_element = element.skip
+
+    def skip(buf: bytes, pos: int, end: int) -> int:
+        if flexible:
+            count, pos = _uvarint(buf, pos)
+            count -= 1
+        else:
+            (count,) = _I32.unpack_from(buf, pos)
+            pos += 4
+        if count <= 0:
+            return pos
+        if count * per_element > end - pos:
+            raise MalformedRequest(
+                f"array of {count} elements in the {end - pos} bytes left of the request"
+            )
+        if element_size is not None:
+            return pos + count * element_size
+        for _ in range(count):
+            pos = skip_element(buf, pos, end)
+        return pos
+
+    return _Walk(skip, 4 if not flexible else 1)
+
+
+def _skip_tagged(tagged: dict[int, Skip], buf: bytes, pos: int, end: int) -> int:
+    count, pos = _uvarint(buf, pos)
+    for _ in range(count):
+        tag, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        skip = tagged.get(tag)
+        if skip is not None and skip(buf, pos, end) != pos + size:
+            raise MalformedRequest(f"tagged field {tag} does not fill its {size} bytes")
+        pos += size  # an unknown tag is left for kio to reject
+        if pos > end:
+            raise MalformedRequest("tagged fields run past the end of the request")
+    return pos
+
+
+@functools.cache
+def _entity(cls: type, nullable: bool) -> _Walk:
+    flexible = bool(cls.__flexible__)
+    walks: list[_Walk] = []
+    tagged: dict[int, Skip] = {}
+    for f in fields(cls):
+        kind = classify_field(f)
+        if isinstance(kind, EntityField | EntityTupleField):
+            walk = _entity(kind.type_, isinstance(kind, EntityField) and is_optional(f))
+        else:
+            walk = _primitive(f.metadata["kafka_type"], flexible)
+        if isinstance(kind, EntityTupleField | PrimitiveTupleField):
+            walk = _array(walk, flexible)
+        tag = get_field_tag(f)
+        if tag is not None:
+            tagged[int(tag)] = walk.skip
+        elif walk.fixed_size is not None and walks and walks[-1].fixed_size is not None:
+            walks[-1] = _fixed(walks[-1].fixed_size + walk.fixed_size)
+        else:
+            walks.append(walk)
+    if not flexible and not nullable and all(w.fixed_size is not None for w in walks):
+        return _fixed(sum(w.fixed_size or 0 for w in walks))
+    steps = tuple(w.skip for w in walks)
+
+    def skip(buf: bytes, pos: int, end: int) -> int:
+        if nullable:
+            if buf[pos] == 0xFF:  # int8 -1 is null; kio reads any other marker as present
+                return pos + 1
+            pos += 1
+        for step in steps:
+            pos = step(buf, pos, end)
+        if not flexible:
+            return pos
+        if buf[pos] == 0:  # no tagged fields, the common case
+            return pos + 1
+        return _skip_tagged(tagged, buf, pos, end)
+
+    if nullable:
+        return _Walk(skip, 1)
+    return _Walk(skip, sum(w.min_size for w in walks) + (1 if flexible else 0))
+
+
+@functools.cache
+def _request_skip(api_key: int, version: int) -> Skip:
+    return _entity(load_request_schema(api_key, version), False).skip
+
+
+def check_lengths(api_key: int, version: int, frame: bytes, offset: int) -> None:
+    """Reject a request body whose array counts exceed what its bytes could hold.
+
+    Raises MalformedRequest. A body that passes may still be malformed in other ways,
+    which kio then reports without harm.
+    """
+    try:
+        _request_skip(api_key, version)(frame, offset, len(frame))
+    except (struct.error, IndexError):
+        raise MalformedRequest("request body ends inside a field") from None
 
 
 # -- building version-specific entities from plain data ---------------------------------

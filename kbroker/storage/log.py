@@ -326,11 +326,12 @@ class PartitionLog:
             count += h.record_count
             if h.max_timestamp > max_ts:
                 max_ts, max_off = h.max_timestamp, h.base_offset
-        self._mark_unclean()
+        if self._checkpoint_clean:
+            self._mark_unclean()
         seg = self.segments[-1]
         if seg.size and self._should_roll(seg, len(records), max_ts, next_offset - 1, now_ms):
             seg = self._roll(base, now_ms)
-        elif seg.size == 0 and base > seg.base_offset and len(self.segments) > 0:
+        elif seg.size == 0 and base > seg.base_offset:
             # An empty active segment whose base lies below the first offset to be written
             # (follower jump ahead): start a segment at the right base.
             seg = self._replace_empty_active(base, now_ms)
@@ -358,9 +359,9 @@ class PartitionLog:
         waited = max_ts - first_ts if first_ts >= 0 and max_ts >= 0 else now_ms - seg.created_ms
         if waited > config.segment_ms:
             return True
-        if len(seg.index) >= config.segment_index_bytes // OFFSET_ENTRY_SIZE:
+        if len(seg.index.offsets) >= config.segment_index_bytes // OFFSET_ENTRY_SIZE:
             return True
-        if len(seg.time_index) >= config.segment_index_bytes // TIME_ENTRY_SIZE:
+        if len(seg.time_index.timestamps) >= config.segment_index_bytes // TIME_ENTRY_SIZE:
             return True
         return last_offset - seg.base_offset > MAX_RELATIVE_OFFSET
 

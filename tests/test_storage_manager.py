@@ -1,0 +1,177 @@
+"""LogManager: partitions across log dirs, topic deletion, background retention, group commit."""
+
+import asyncio
+import threading
+
+from kbroker.protocol.batch import encode_batch, validate_batches
+from kbroker.storage import LogConfig, LogManager
+from kbroker.storage import log as log_module
+
+NOW = 1_700_000_000_000
+
+
+def batch(n=1, ts=NOW, size=10):
+    return encode_batch([b"v" * size for _ in range(n)], ts)
+
+
+def test_create_places_partitions_in_least_loaded_dir(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = LogManager(dirs)
+    logs = [m.create("t", p, LogConfig(), NOW) for p in range(4)]
+    parents = sorted(log.directory.parent.name for log in logs)
+    assert parents == ["a", "a", "b", "b"]
+    assert m.get("t", 2) is logs[2]
+    assert m.get("t", 9) is None
+    assert m.create("t", 2, LogConfig(), NOW) is logs[2]
+
+
+def test_load_all_reopens_every_partition_with_its_config(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = LogManager(dirs)
+    for p in range(3):
+        m.create("orders", p, LogConfig(), NOW).append(batch(p + 1), 0, NOW)
+    m.create("my-topic", 0, LogConfig(), NOW)
+    m.close_all()
+    (dirs[0] / "not a partition").mkdir()
+    seen = []
+
+    def config_for(topic, partition):
+        seen.append((topic, partition))
+        return LogConfig(retention_ms=123)
+
+    m2 = LogManager(dirs)
+    m2.load_all(config_for, NOW)
+    assert sorted(seen) == [("my-topic", 0), ("orders", 0), ("orders", 1), ("orders", 2)]
+    assert m2.get("orders", 2).log_end_offset == 3
+    assert m2.get("orders", 2).config.retention_ms == 123
+    assert len(list(m2.logs())) == 4
+
+
+def test_delete_topic_removes_its_partitions_only(tmp_path):
+    m = LogManager([tmp_path])
+    a = m.create("a", 0, LogConfig(), NOW)
+    a.append(batch(2), 0, NOW)
+    a.high_watermark = 2
+    m.create("a", 1, LogConfig(), NOW)
+    m.create("b", 0, LogConfig(), NOW)
+    s = a.read(0, 1 << 20)
+    m.delete_topic("a")
+    assert m.get("a", 0) is None and m.get("a", 1) is None
+    assert m.get("b", 0) is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b-0"]
+    assert len(validate_batches(s.read(), 1 << 30)) == 1  # in-flight slice still readable
+    s.release()
+
+
+def test_leftover_deletion_directories_are_removed_on_load(tmp_path):
+    (tmp_path / "t-0.abc-delete").mkdir()
+    m = LogManager([tmp_path])
+    m.load_all(lambda t, p: LogConfig(), NOW)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_flush_for_ack_shares_one_fsync_between_concurrent_callers(tmp_path, monkeypatch):
+    runs = []
+    original = log_module.FlushJob.run
+
+    def counting_run(self):
+        runs.append(threading.current_thread().name)
+        original(self)
+
+    monkeypatch.setattr(log_module.FlushJob, "run", counting_run)
+
+    async def scenario():
+        m = LogManager([tmp_path])
+        log = m.create("t", 0, LogConfig(flush_interval_messages=1), NOW)
+
+        async def produce():
+            log.append(batch(1), 0, NOW)
+            await m.flush_for_ack(log)
+            return log.flushed_offset
+
+        results = await asyncio.gather(*(produce() for _ in range(20)))
+        fsyncs = len(runs)
+        m.close_all()
+        return results, fsyncs
+
+    results, fsyncs = asyncio.run(scenario())
+    assert results == [20] * 20
+    assert fsyncs == 1
+    assert runs[0].startswith("kbroker-fsync")  # not on the event loop thread
+
+
+def test_flush_for_ack_waits_for_a_later_fsync_when_appended_during_one(tmp_path, monkeypatch):
+    started = threading.Event()
+    release = threading.Event()
+    original = log_module.FlushJob.run
+    calls = []
+
+    def slow_run(self):
+        calls.append(self.upto_offset)
+        if len(calls) == 1:
+            started.set()
+            release.wait(5)
+        original(self)
+
+    monkeypatch.setattr(log_module.FlushJob, "run", slow_run)
+
+    async def scenario():
+        m = LogManager([tmp_path])
+        log = m.create("t", 0, LogConfig(), NOW)
+        log.append(batch(1), 0, NOW)
+        first = asyncio.ensure_future(m.flush_for_ack(log))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        log.append(batch(1), 0, NOW)  # after the first fsync was prepared
+        second = asyncio.ensure_future(m.flush_for_ack(log))
+        await asyncio.sleep(0.01)
+        assert not second.done()
+        release.set()
+        await asyncio.gather(first, second)
+        flushed = log.flushed_offset, list(calls)
+        m.close_all()
+        return flushed
+
+    assert asyncio.run(scenario()) == (2, [1, 2])
+
+
+def test_background_retention_deletes_expired_segments(tmp_path):
+    async def scenario():
+        m = LogManager([tmp_path])
+        cfg = LogConfig(segment_bytes=300, retention_ms=1000)
+        logs = [m.create("t", p, cfg, NOW) for p in range(3)]
+        for log in logs:
+            for _ in range(5):
+                log.append(batch(1, ts=NOW - 10_000, size=200), 0, NOW)
+            log.high_watermark = log.log_end_offset
+        task = asyncio.create_task(m.run_retention(0.01))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        starts = [log.log_start_offset for log in logs]
+        m.close_all()
+        return starts
+
+    assert asyncio.run(scenario()) == [5, 5, 5]
+
+
+def test_background_flusher_fsyncs_by_policy(tmp_path):
+    async def scenario():
+        m = LogManager([tmp_path])
+        log = m.create("t", 0, LogConfig(flush_interval_ms=0), NOW)
+        log.append(batch(3), 0, NOW)
+        task = asyncio.create_task(m.run_flusher(0.01))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        flushed = log.flushed_offset
+        m.close_all()
+        return flushed
+
+    assert asyncio.run(scenario()) == 3
+
+
+def test_close_all_leaves_clean_checkpoints(tmp_path):
+    m = LogManager([tmp_path])
+    m.create("t", 0, LogConfig(), NOW).append(batch(1), 0, NOW)
+    m.close_all()
+    text = (tmp_path / "t-0" / "partition.checkpoint").read_text()
+    assert '"clean":{' in text

@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="set one broker property (repeatable); beats the environment and the file",
     )
-    serve.add_argument("--log-level", default=os.environ.get("KBROKER_LOG_LEVEL", "INFO"))
+    serve.add_argument("--log-level", help="overrides logging.level")
     return parser
 
 
@@ -52,11 +52,6 @@ async def _serve(config) -> None:  # type: ignore[no-untyped-def]
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     from kbroker.config import ConfigError, load_broker_config
 
     try:
@@ -64,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kbroker: configuration error: {exc}", file=sys.stderr)
         return 2
+    logging.basicConfig(
+        level=(args.log_level or config.get("logging.level")).upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     _install_event_loop()
     try:
         asyncio.run(_serve(config))

@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import logging
 import os
+import typing
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -70,8 +71,8 @@ class KafkaConnection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TCPTransport implements asyncio.Transport without subclassing it.
+        self.transport = typing.cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         sock = transport.get_extra_info("socket")

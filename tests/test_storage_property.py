@@ -12,16 +12,16 @@ from kbroker.protocol.batch import encode_batch, read_header, validate_batches
 from kbroker.storage import LogConfig, PartitionLog
 
 NOW = 1_700_000_000_000
-CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256)
+CONFIG = LogConfig(segment_bytes=6000, index_interval_bytes=256)
 
 appends = st.tuples(
     st.just("append"),
     st.lists(st.integers(1, 4), min_size=1, max_size=3),  # records per batch
-    st.integers(0, 400),  # value size
+    st.integers(0, 150),  # value size
 )
-reads = st.tuples(st.just("read"), st.floats(0, 1), st.integers(1, 5000))
+reads = st.tuples(st.just("read"), st.floats(0, 1), st.integers(1, 2000))
 reopens = st.tuples(st.just("reopen"), st.sampled_from(["clean", "crash", "torn"]), st.just(0))
-ops = st.lists(st.one_of(appends, appends, reads, reopens), max_size=40)
+ops = st.lists(st.one_of(appends, appends, reads, reads, reopens), max_size=50)
 
 
 def check_read(log: PartitionLog, model: list[tuple[int, bytes]], offset: int, max_bytes: int):
@@ -42,7 +42,7 @@ def check_read(log: PartitionLog, model: list[tuple[int, bytes]], offset: int, m
     assert len(data) <= max_bytes or len(headers) == 1
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops)
 def test_reads_return_exactly_the_appended_batches(operations):
     with tempfile.TemporaryDirectory() as tmp:

@@ -223,3 +223,10 @@ def test_loading_a_snapshot_reports_what_changed():
     assert TopicDeleted("gone", old.topics["gone"].topic_id) in events
     assert TopicCreated(new.topics["a"]) in events
     assert BrokerRegistered(new.brokers[1]) in events
+
+
+def test_malformed_command_is_skipped_without_a_change():
+    state = MetadataState()
+    applied = apply_command(state, cmd.CREATE_TOPIC, {"name": "t"})  # no id, no assignment
+    assert applied.outcome.error_code == INVALID_REQUEST
+    assert applied.state is state

@@ -543,6 +543,22 @@ def test_snapshot_and_truncated_journal_restore_the_same_state(tmp_path):
     assert after.cluster_id == before.cluster_id
 
 
+def test_unreadable_snapshot_refuses_to_start(tmp_path):
+    async def main():
+        async with running(tmp_path, snapshot_every_entries=5) as c:
+            for i in range(20):
+                await c.create_topic(f"t{i}", 1, 1, {})
+            await asyncio.sleep(0.05)
+        snapshot = tmp_path / "__controller" / "raft.snapshot"
+        assert snapshot.exists()
+        snapshot.write_bytes(b"garbage")
+        with pytest.raises(ControllerStartError):
+            async with running(tmp_path, brokers=()):
+                pass
+
+    run(main())
+
+
 # --- measurements (generous bounds; the figures are printed for the record) ---
 
 

@@ -70,6 +70,11 @@ def apply_command(state: MetadataState, kind: str, payload: dict[str, Any]) -> A
         return handler(state, payload)
     except ControllerError as e:
         return Applied(state, e)
+    except Exception as e:
+        # A bug, or a malformed entry: every replica fails the same way on the same entry,
+        # so skipping it keeps them identical, where raising would retry it forever.
+        log.critical("metadata command %s failed; skipped: %r", kind, payload, exc_info=True)
+        return Applied(state, ControllerError(INVALID_REQUEST, f"{kind} failed: {e!r}"))
 
 
 def _bump(state: MetadataState, **changes: Any) -> MetadataState:

@@ -101,6 +101,7 @@ class Controller:
         self._subscribers: list[Callable[[MetadataEvent], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._raft: RaftThread | None = None
+        self._machine: MetadataMachine | None = None
         self._raft_address: str | None = None
         self._pending: set[asyncio.Future[Any]] = set()
         # Raft thread -> loop hand-over of published state and events.
@@ -163,7 +164,10 @@ class Controller:
         peers = [_voter_address(p) for p in cfg.peers]
         timings = RaftTimings.cluster(*cfg.election_timeout_s) if peers else None
 
-        machine = MetadataMachine(listener=self._on_applied, fsync=cfg.fsync)
+        machine = MetadataMachine(
+            listener=self._on_applied, fsync=cfg.fsync, on_load_error=self._on_load_error
+        )
+        self._machine = machine
         raft = RaftThread(
             node_id=cfg.node_id,
             machine=machine,
@@ -175,6 +179,7 @@ class Controller:
             snapshot_every=cfg.snapshot_every_entries,
             fsync=cfg.fsync,
         )
+        self._state = MetadataState()
         self._live = False
         self._live_token = uuid.uuid4().bytes
         raft.start()
@@ -215,17 +220,26 @@ class Controller:
         this start has been replayed here, and this node can get a command committed."""
         token = self._live_token
         while True:
+            self._raise_load_error()
             try:
                 await self._propose(
                     cmd.BARRIER, {"token": token}, timeout=max(0.0, deadline - time.monotonic())
                 )
                 return
             except ControllerError as e:
+                self._raise_load_error()
                 if e.error_code == REQUEST_TIMED_OUT or time.monotonic() >= deadline:
                     raise ControllerStartError(
                         f"controller {self.config.node_id} could not reach a Raft quorum: {e}"
                     ) from e
                 await asyncio.sleep(0.05)
+
+    def _raise_load_error(self) -> None:
+        load_error = self._machine.load_error if self._machine else None
+        if load_error is not None:
+            raise ControllerStartError(
+                f"metadata snapshot in {self.config.data_dir} is unreadable: {load_error!r}"
+            ) from load_error
 
     async def _ensure_cluster_id(self) -> None:
         wanted = self.config.cluster_id
@@ -245,9 +259,7 @@ class Controller:
         if raft is None:
             return
         await asyncio.to_thread(raft.stop)
-        for fut in list(self._pending):
-            if not fut.done():
-                fut.set_exception(ControllerError(NOT_CONTROLLER, "controller stopped"))
+        self._fail_pending("controller stopped")
         self._pending.clear()
 
     # --- changes ---
@@ -505,6 +517,16 @@ class Controller:
             return
         with contextlib.suppress(RuntimeError):  # loop closed while the Raft thread finished
             loop.call_soon_threadsafe(callback, *args)
+
+    def _on_load_error(self, error: BaseException) -> None:
+        """On the Raft thread: this node cannot apply anything any more; fail every
+        waiting change rather than let it hang until its timeout."""
+        self._call_soon(self._fail_pending, f"metadata snapshot unreadable: {error!r}")
+
+    def _fail_pending(self, reason: str) -> None:
+        for fut in list(self._pending):
+            if not fut.done():
+                fut.set_exception(ControllerError(NOT_CONTROLLER, reason))
 
     def _on_applied(self, state: MetadataState, events: Sequence[MetadataEvent]) -> None:
         """Listener on the Raft thread: coalesce into one loop callback per burst, so a

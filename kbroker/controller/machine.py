@@ -24,10 +24,20 @@ Listener = Callable[[MetadataState, Sequence[MetadataEvent]], None]
 
 
 class MetadataMachine:
-    def __init__(self, listener: Listener | None = None, fsync: bool = False) -> None:
+    def __init__(
+        self,
+        listener: Listener | None = None,
+        fsync: bool = False,
+        on_load_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
         self.state = MetadataState()
         self.listener = listener
+        self.on_load_error = on_load_error
         self._fsync = fsync
+        # pysyncobj logs and ignores a snapshot it cannot load, then replays a journal that
+        # was truncated up to that snapshot: metadata would silently go missing. The error
+        # is kept here so the controller refuses to start instead.
+        self.load_error: BaseException | None = None
 
     def apply(self, kind: str, payload: dict[str, Any]) -> Any:
         applied = apply_command(self.state, kind, payload)
@@ -54,9 +64,16 @@ class MetadataMachine:
 
     def read_snapshot(self, path: str) -> tuple[Any, ...]:
         """pysyncobj's deserializer hook: restores the state and returns the Raft part."""
-        with open(path, "rb") as f:
-            blob = pickle.load(f)
-        old, new = self.state, state_from_plain(blob["state"])
+        try:
+            with open(path, "rb") as f:
+                blob = pickle.load(f)
+            old, new = self.state, state_from_plain(blob["state"])
+        except BaseException as e:
+            self.load_error = e
+            log.critical("metadata snapshot %s is unreadable: %r", path, e)
+            if self.on_load_error is not None:
+                self.on_load_error(e)
+            raise
         self.state = new
         if self.listener is not None:
             self.listener(new, diff_events(old, new))

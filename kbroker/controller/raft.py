@@ -192,6 +192,9 @@ class RaftThread:
             raftMaxTimeout=t.election_max,
             connectionTimeout=max(3.5, t.election_max),
             connectionRetryTime=0.5,
+            # A leader cut off from the majority steps down after this, instead of
+            # pysyncobj's 30 s default, so it stops claiming to be the controller.
+            leaderFallbackTimeout=max(1.0, 2 * t.election_max),
             journalFile=self._journal_path,
             fullDumpFile=self._snapshot_path,
             serializer=self.machine.write_snapshot,

@@ -137,7 +137,7 @@ class FakeController:
 
 @dataclass
 class FakeLog:
-    dir: Path
+    directory: Path
     high_watermark: int = 0
     log_start_offset: int = 0
     log_end_offset: int = 0
@@ -181,7 +181,7 @@ class FakeBroker:
 
     def add_replica(self, topic: str, partition: int, dir_index: int = 0, **log: Any) -> FakeLog:
         plog = FakeLog(self.log_dirs[dir_index] / f"{topic}-{partition}", **log)
-        plog.dir.mkdir()
+        plog.directory.mkdir()
         self.replicas.replicas[(topic, partition)] = FakeReplica(topic, partition, plog)
         return plog
 

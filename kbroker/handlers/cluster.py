@@ -97,7 +97,7 @@ def describe_cluster(ctx: Any, request: Any) -> dict[str, Any]:
 
 def _log_dir_of(replica: Any, log_dirs: list[Path]) -> Path | None:
     """The configured log dir holding the replica's partition directory."""
-    partition_dir = getattr(replica.log, "dir", None) or getattr(replica.log, "path", None)
+    partition_dir = getattr(replica.log, "directory", None)
     if partition_dir is not None:
         parent = Path(partition_dir).resolve().parent
         for directory in log_dirs:

@@ -12,6 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.registry import handles
+from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeError
 
 DELETE_RECORDS = 21
 HIGH_WATERMARK = -1
@@ -41,7 +42,11 @@ def delete_partition_records(broker: Any, topic: Any, index: int, offset: int) -
         return _result(index, ErrorCode.offset_out_of_range)
     try:
         low_watermark = plog.delete_records_before(target)
-    except OSError:
+    except OffsetOutOfRangeError:
+        return _result(index, ErrorCode.offset_out_of_range)
+    except LogClosedError:  # the partition was deleted or moved meanwhile
+        return _result(index, ErrorCode.not_leader_or_follower)
+    except (OSError, LogError):
         log.exception("deleting records of %s-%d before %d failed", topic.name, index, target)
         return _result(index, ErrorCode.kafka_storage_error)
     return _result(index, ErrorCode.none, low_watermark)

@@ -175,3 +175,21 @@ def test_close_all_leaves_clean_checkpoints(tmp_path):
     m.close_all()
     text = (tmp_path / "t-0" / "partition.checkpoint").read_text()
     assert '"clean":{' in text
+
+
+def test_thousand_small_partitions_load_quickly_after_clean_shutdown(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(log_module, "_fdatasync", lambda fd: None)
+    monkeypatch.setattr(log_module, "_fsync", lambda fd: None)
+    m = LogManager([tmp_path])
+    for p in range(1000):
+        m.create("t", p, LogConfig(), NOW).append(batch(2), 0, NOW)
+    m.close_all()
+    m2 = LogManager([tmp_path])
+    start = time.perf_counter()
+    m2.load_all(lambda t, p: LogConfig(), NOW)
+    elapsed = time.perf_counter() - start
+    assert len(list(m2.logs())) == 1000
+    assert all(log.log_end_offset == 2 for log in m2.logs())
+    assert elapsed < 2.0

@@ -75,6 +75,11 @@ class AppendResult:
     batches: list[BatchHeader] = field(default_factory=list)
 
 
+# Indirections so that tests of scale, not durability, can skip the disk's fsync cost.
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+_fsync = os.fsync
+
+
 @dataclass(slots=True)
 class FlushJob:
     """The fsync part of a flush, safe to run in a worker thread: it opens by path, so a
@@ -93,13 +98,13 @@ class FlushJob:
             except FileNotFoundError:
                 continue
             try:
-                os.fdatasync(fd)
+                _fdatasync(fd)
             finally:
                 os.close(fd)
         if self.directory is not None:
             fd = os.open(self.directory, os.O_RDONLY)
             try:
-                os.fsync(fd)
+                _fsync(fd)
             finally:
                 os.close(fd)
 
@@ -581,12 +586,13 @@ class PartitionLog:
         if count == len(segments):
             self._roll(self.log_end_offset, now_ms if now_ms is not None else 0)
         doomed = self.segments[:count]
-        del self.segments[:count]
-        del self._bases[:count]
         freed = 0
-        for seg in doomed:
-            freed += seg.size
-            seg.delete()
+        with self._lock:
+            del self.segments[:count]
+            del self._bases[:count]
+            for seg in doomed:
+                freed += seg.size
+                seg.delete()
         self.log_start_offset = max(self.log_start_offset, self._bases[0])
         return freed
 
@@ -646,7 +652,7 @@ class PartitionLog:
             return None
         with self._lock:
             paths: list[str] = []
-            segments = [s for s in list(self.segments) if s.dirty]
+            segments = [s for s in list(self.segments) if s.dirty and not s.deleted]
             for seg in segments:
                 seg.persist_indexes()
                 seg.dirty = False
@@ -710,15 +716,20 @@ class PartitionLog:
         if self.closed:
             return
         if not self._checkpoint_clean:
-            active = self.segments[-1]
-            with self._lock:
-                active.finalize()
+            self.prepare_close()
             self.flush()
             self._checkpoint_clean = True
             self._write_checkpoint()
         self.closed = True
         for seg in self.segments:
             seg.close()
+
+    def prepare_close(self) -> None:
+        """Finish the active segment's indexes so a following flush covers them (lets a
+        manager run the flushes of many logs in parallel before closing them)."""
+        if not self.closed and not self._checkpoint_clean:
+            with self._lock:
+                self.segments[-1].finalize()
 
     def delete(self) -> None:
         """Remove the partition's directory; open slices stay readable until released."""

@@ -83,12 +83,15 @@ class OffsetIndex:
             return self.base_offset, 0
         return self.base_offset + self.offsets[i - 1], self.positions[i - 1]
 
-    def persist(self) -> None:
+    def persist(self, create: bool = False) -> bool:
         """Append the entries not yet in the file (idempotent: same bytes, same place)."""
         start = self.persisted
         end = len(self.offsets)
         if start >= end:
-            return
+            if create and end == 0 and not os.path.exists(self.path):
+                _write_file(self.path, b"")
+                return True
+            return False
         data = b"".join(_ENTRY.pack(self.offsets[i], self.positions[i]) for i in range(start, end))
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
@@ -96,6 +99,7 @@ class OffsetIndex:
         finally:
             os.close(fd)
         self.persisted = max(self.persisted, end)
+        return True
 
     def rewrite(self) -> None:
         """Write the whole index afresh (after a rebuild or truncation)."""

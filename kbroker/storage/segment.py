@@ -321,17 +321,20 @@ class Segment:
         self.dirty = True
 
     def finalize(self) -> None:
-        """The segment stops being active: record its max timestamp and persist indexes."""
+        """The segment stops being active: record its max timestamp and persist indexes
+        (creating empty index files too, so that reopening finds them)."""
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self._offset_of_max_timestamp)
-        self.persist_indexes()
-        self.dirty = True  # its index files changed: the next flush covers them
+        if self.persist_indexes(create=True):
+            self.dirty = True  # its index files changed: the next flush covers them
 
-    def persist_indexes(self) -> None:
+    def persist_indexes(self, create: bool = False) -> bool:
+        wrote = False
         if self._index is not None:
-            self._index.persist()
+            wrote = self._index.persist(create) or wrote
         if self._time_index is not None:
-            self._time_index.persist()
+            wrote = self._time_index.persist(create) or wrote
+        return wrote
 
     # -- reading --------------------------------------------------------------------------
 

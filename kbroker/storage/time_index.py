@@ -86,11 +86,14 @@ class TimeIndex:
             return self.base_offset
         return self.base_offset + self.offsets[i - 1]
 
-    def persist(self) -> None:
+    def persist(self, create: bool = False) -> bool:
         start = self.persisted
         end = len(self.timestamps)
         if start >= end:
-            return
+            if create and end == 0 and not os.path.exists(self.path):
+                _write_file(self.path, b"")
+                return True
+            return False
         data = b"".join(_ENTRY.pack(self.timestamps[i], self.offsets[i]) for i in range(start, end))
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
@@ -98,6 +101,7 @@ class TimeIndex:
         finally:
             os.close(fd)
         self.persisted = max(self.persisted, end)
+        return True
 
     def rewrite(self) -> None:
         data = b"".join(

@@ -162,7 +162,10 @@ class Controller:
                 address = f"{host}:{_free_loopback_port(host.strip('[]'))}"
         self._raft_address = address
         peers = [_voter_address(p) for p in cfg.peers]
-        timings = RaftTimings.cluster(*cfg.election_timeout_s) if peers else None
+        if peers:
+            timings = RaftTimings.cluster(*cfg.election_timeout_s)
+        else:
+            timings = RaftTimings.single_voter()
 
         machine = MetadataMachine(
             listener=self._on_applied, fsync=cfg.fsync, on_load_error=self._on_load_error
@@ -175,7 +178,7 @@ class Controller:
             snapshot_path=str(directory / "raft.snapshot"),
             self_address=address,
             peers=peers,
-            timings=timings or RaftTimings.single_voter(),
+            timings=timings,
             snapshot_every=cfg.snapshot_every_entries,
             fsync=cfg.fsync,
         )

@@ -171,10 +171,6 @@ class RaftThread:
         node = self._node
         return node.raftCurrentTerm if node is not None else 0
 
-    @property
-    def has_partners(self) -> bool:
-        return bool(self._peers)
-
     def status(self) -> dict[str, Any]:
         """pysyncobj's debug status (racy read from another thread; for logs and tests)."""
         node = self._node

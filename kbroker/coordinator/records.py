@@ -1,0 +1,302 @@
+"""Keys and values of the records in `__consumer_offsets`, in Kafka's own layouts.
+
+Using Kafka's schemas (OffsetCommitKey/Value, GroupMetadataKey/Value) means Kafka's
+tooling (the console consumer's offsets formatter, kcat with a decoder) can read our
+log. Keys start with an int16 that says which record it is: 0 and 1 are offset
+commits, 2 is group metadata. We write value version 3 of both, which every Kafka
+reader understands, and read versions 0 through 4 (4 is the first flexible one).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from kbroker.coordinator.group import NO_LEADER_EPOCH, OffsetAndMetadata
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+GROUP_VALUE_VERSION = 3
+MAX_STRING_BYTES = 0x7FFF  # Kafka's non-flexible strings carry an int16 length
+
+
+class RecordFormatError(ValueError):
+    """A key or value in the offsets log that this code cannot read."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group_id: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredGroup:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    state_timestamp_ms: int
+    members: tuple[StoredMember, ...]
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+class _Writer:
+    __slots__ = ("out",)
+
+    def __init__(self) -> None:
+        self.out = bytearray()
+
+    def int16(self, v: int) -> None:
+        self.out += struct.pack(">h", v)
+
+    def int32(self, v: int) -> None:
+        self.out += struct.pack(">i", v)
+
+    def int64(self, v: int) -> None:
+        self.out += struct.pack(">q", v)
+
+    def string(self, v: str | None) -> None:
+        if v is None:
+            self.int16(-1)
+            return
+        data = v.encode()
+        if len(data) > MAX_STRING_BYTES:
+            raise RecordFormatError(f"string of {len(data)} bytes does not fit an int16 length")
+        self.int16(len(data))
+        self.out += data
+
+    def bytes_(self, v: bytes | None) -> None:
+        if v is None:
+            self.int32(-1)
+            return
+        self.int32(len(v))
+        self.out += v
+
+
+def fits_in_key(group_id: str) -> bool:
+    """Whether a group id can be stored at all (keys hold it as an int16-length string)."""
+    return len(group_id.encode()) <= MAX_STRING_BYTES
+
+
+def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:
+    w = _Writer()
+    w.int16(OFFSET_KEY_VERSION)
+    w.string(group_id)
+    w.string(topic)
+    w.int32(partition)
+    return bytes(w.out)
+
+
+def encode_group_key(group_id: str) -> bytes:
+    w = _Writer()
+    w.int16(GROUP_KEY_VERSION)
+    w.string(group_id)
+    return bytes(w.out)
+
+
+def encode_offset_value(value: OffsetAndMetadata) -> bytes:
+    w = _Writer()
+    if value.expire_timestamp_ms is not None:
+        # Only version 1 can carry an explicit expiry; keep it rather than lose it.
+        w.int16(1)
+        w.int64(value.offset)
+        w.string(value.metadata)
+        w.int64(value.commit_timestamp_ms)
+        w.int64(value.expire_timestamp_ms)
+        return bytes(w.out)
+    w.int16(OFFSET_VALUE_VERSION)
+    w.int64(value.offset)
+    w.int32(value.leader_epoch)
+    w.string(value.metadata)
+    w.int64(value.commit_timestamp_ms)
+    return bytes(w.out)
+
+
+def encode_group_value(group: StoredGroup) -> bytes:
+    w = _Writer()
+    w.int16(GROUP_VALUE_VERSION)
+    w.string(group.protocol_type)
+    w.int32(group.generation)
+    w.string(group.protocol)
+    w.string(group.leader)
+    w.int64(group.state_timestamp_ms)
+    w.int32(len(group.members))
+    for m in group.members:
+        w.string(m.member_id)
+        w.string(m.group_instance_id)
+        w.string(m.client_id)
+        w.string(m.client_host)
+        w.int32(m.rebalance_timeout_ms)
+        w.int32(m.session_timeout_ms)
+        w.bytes_(m.subscription)
+        w.bytes_(m.assignment)
+    return bytes(w.out)
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+class _Reader:
+    __slots__ = ("data", "pos", "flexible")
+
+    def __init__(self, data: bytes, pos: int = 0, flexible: bool = False) -> None:
+        self.data = data
+        self.pos = pos
+        self.flexible = flexible
+
+    def _take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise RecordFormatError("record ends early")
+        chunk = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def int16(self) -> int:
+        return struct.unpack(">h", self._take(2))[0]
+
+    def int32(self) -> int:
+        return struct.unpack(">i", self._take(4))[0]
+
+    def int64(self) -> int:
+        return struct.unpack(">q", self._take(8))[0]
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self._take(1)[0]
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value
+            shift += 7
+            if shift > 35:
+                raise RecordFormatError("varint too long")
+
+    def _length(self, wide: bool) -> int:
+        if self.flexible:
+            return self.uvarint() - 1
+        return self.int32() if wide else self.int16()
+
+    def string(self) -> str | None:
+        n = self._length(False)
+        return None if n < 0 else self._take(n).decode()
+
+    def bytes_(self) -> bytes | None:
+        n = self._length(True)
+        return None if n < 0 else self._take(n)
+
+    def array_length(self) -> int:
+        return self._length(True)
+
+    def skip_tags(self) -> None:
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                self.uvarint()
+                self._take(self.uvarint())
+
+
+def decode_key(data: bytes) -> OffsetKey | GroupKey:
+    r = _Reader(data)
+    version = r.int16()
+    if version in (0, 1):
+        return OffsetKey(r.string() or "", r.string() or "", r.int32())
+    if version == GROUP_KEY_VERSION:
+        return GroupKey(r.string() or "")
+    raise RecordFormatError(f"unknown key version {version}")
+
+
+def decode_offset_value(data: bytes) -> OffsetAndMetadata:
+    r = _Reader(data)
+    version = r.int16()
+    if not 0 <= version <= 4:
+        raise RecordFormatError(f"unknown offset value version {version}")
+    r.flexible = version >= 4
+    offset = r.int64()
+    leader_epoch = r.int32() if version >= 3 else NO_LEADER_EPOCH
+    metadata = r.string() or ""
+    commit_ts = r.int64()
+    expire_ts = r.int64() if version == 1 else None
+    if expire_ts is not None and expire_ts < 0:
+        expire_ts = None
+    r.skip_tags()
+    return OffsetAndMetadata(offset, leader_epoch, metadata, commit_ts, expire_ts)
+
+
+def decode_group_value(data: bytes) -> StoredGroup:
+    r = _Reader(data)
+    version = r.int16()
+    if not 0 <= version <= 4:
+        raise RecordFormatError(f"unknown group value version {version}")
+    r.flexible = version >= 4
+    protocol_type = r.string() or ""
+    generation = r.int32()
+    protocol = r.string()
+    leader = r.string()
+    state_ts = r.int64() if version >= 2 else -1
+    members = []
+    for _ in range(max(r.array_length(), 0)):
+        member_id = r.string() or ""
+        instance_id = r.string() if version >= 3 else None
+        client_id = r.string() or ""
+        client_host = r.string() or ""
+        rebalance_timeout = r.int32() if version >= 1 else -1
+        session_timeout = r.int32()
+        if rebalance_timeout < 0:
+            rebalance_timeout = session_timeout
+        subscription = r.bytes_() or b""
+        assignment = r.bytes_() or b""
+        r.skip_tags()
+        members.append(
+            StoredMember(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                subscription,
+                assignment,
+            )
+        )
+    r.skip_tags()
+    return StoredGroup(protocol_type, generation, protocol, leader, state_ts, tuple(members))
+
+
+# -- placement ----------------------------------------------------------------------------
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: over UTF-16 code units, wrapping at 32 bits (signed)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """The `__consumer_offsets` partition of a group, chosen exactly as Kafka chooses it,
+    so tools that compute it (and operators used to Kafka) find the same partition."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions  # Kafka's Utils.abs

@@ -1,0 +1,268 @@
+"""Request bodies through messages.decode_request, for every API version kio knows.
+
+Valid requests round-trip; random and mutated bytes raise an ordinary exception (the
+connection then closes) and never abort, hang or allocate for a count the bytes cannot
+back. The length walk in front of kio rejects a request only when kio could not have
+decoded it either.
+
+The hostile-count cases run in a child process: without the walk, kio's allocation for
+them aborts the interpreter, and a child's death fails one test instead of the session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import re
+import struct
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    is_optional,
+)
+
+from kbroker.protocol import messages
+from kbroker.protocol.header import MalformedRequest
+
+ALL_VERSIONS = [
+    (key, version) for key in sorted(messages.API_NAMES) for version in messages.known_versions(key)
+]
+IDS = [f"{messages.API_NAMES[k]}-v{v}" for k, v in ALL_VERSIONS]
+SLOW_DECODE_S = 1.0
+
+FUZZ = settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+
+
+# -- strategies for valid request entities ---------------------------------------------
+
+
+def _ints(bits: int, signed: bool = True) -> st.SearchStrategy[int]:
+    if signed:
+        return st.integers(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    return st.integers(0, (1 << bits) - 1)
+
+
+_PRIMITIVES: dict[str, st.SearchStrategy[Any]] = {
+    "int8": _ints(8),
+    "int16": _ints(16),
+    "int32": _ints(32),
+    "int64": _ints(64),
+    "uint8": _ints(8, False),
+    "uint16": _ints(16, False),
+    "uint32": _ints(32, False),
+    "uint64": _ints(64, False),
+    "float64": st.floats(allow_nan=False),
+    "bool": st.booleans(),
+    "string": st.text(max_size=12),
+    "bytes": st.binary(max_size=12),
+    "records": st.binary(max_size=40),
+    "uuid": st.uuids(),
+    "error_code": st.sampled_from(list(ErrorCode)),
+    "timedelta_i32": _ints(32).map(lambda ms: datetime.timedelta(milliseconds=ms)),
+    "timedelta_i64": st.integers(-(2**40), 2**40).map(
+        lambda ms: datetime.timedelta(milliseconds=ms)
+    ),
+}
+
+
+@functools.cache
+def entities(cls: type) -> st.SearchStrategy[Any]:
+    """Any instance of a kio request entity, nested entities and arrays included."""
+    kwargs: dict[str, st.SearchStrategy[Any]] = {}
+    for f in dataclasses.fields(cls):
+        kind = classify_field(f)
+        if isinstance(kind, EntityField | EntityTupleField):
+            inner = st.deferred(lambda t=kind.type_: entities(t))
+        else:
+            inner = _PRIMITIVES[f.metadata["kafka_type"]]
+        if isinstance(kind, EntityTupleField | PrimitiveTupleField):
+            inner = st.lists(inner, max_size=3).map(tuple)
+        if is_optional(f):
+            inner = st.none() | inner
+        kwargs[f.name] = inner
+    return st.builds(cls, **kwargs)
+
+
+def encoded_requests(key: int, version: int) -> st.SearchStrategy[bytes]:
+    return entities(load_request_schema(key, version)).map(messages.encode)
+
+
+# -- hostile bytes -----------------------------------------------------------------------
+
+_LOUD = [b"\xff", b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff\x0f", b"\x80", b"\x00", b"\xfe"]
+
+
+@st.composite
+def mutated(draw: st.DrawFn, base: st.SearchStrategy[bytes]) -> bytes:
+    """A valid encoding with a few bytes overwritten, inserted or cut off."""
+    data = bytearray(draw(base))
+    for _ in range(draw(st.integers(1, 4))):
+        pos = draw(st.integers(0, len(data)))
+        action = draw(st.sampled_from(["overwrite", "insert", "truncate", "flip"]))
+        if action == "truncate":
+            del data[pos:]
+        elif action == "flip" and pos < len(data):
+            data[pos] ^= 1 << draw(st.integers(0, 7))
+        else:
+            loud = draw(st.sampled_from(_LOUD) | st.binary(min_size=1, max_size=5))
+            if action == "insert":
+                data[pos:pos] = loud
+            else:
+                data[pos : pos + len(loud)] = loud
+    return bytes(data)
+
+
+def decode_outcome(key: int, version: int, data: bytes) -> Exception | None:
+    """Decode; return the exception if any. Anything not an Exception propagates and fails."""
+    began = time.monotonic()
+    try:
+        messages.decode_request(key, version, data, 0)
+        outcome = None
+    except Exception as exc:
+        outcome = exc
+    assert time.monotonic() - began < SLOW_DECODE_S
+    return outcome
+
+
+_ARRAY_REJECTION = re.compile(r"array of (\d+) elements")
+
+
+def kio_also_fails(key: int, version: int, data: bytes, rejection: MalformedRequest) -> None:
+    """A walk rejection for a modest count: kio's own decoding must fail too.
+
+    Only safe for counts kio can reserve room for; the walk stops at the first array it
+    rejects, and kio (whose reads agree up to there) runs out of bytes inside it.
+    """
+    found = _ARRAY_REJECTION.search(str(rejection))
+    if found is None or int(found.group(1)) > 1 << 20:
+        return
+    with pytest.raises(Exception):  # noqa: B017 - kio raises assorted types
+        reader = messages.request_reader(key, version)
+        _, size = reader(data, 0)
+        if size != len(data):
+            raise ValueError("trailing bytes")
+
+
+# -- properties over every API version ------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "version"), ALL_VERSIONS, ids=IDS)
+def test_valid_requests_round_trip(key: int, version: int) -> None:
+    @FUZZ
+    @given(entities(load_request_schema(key, version)))
+    def round_trip(entity: Any) -> None:
+        data = messages.encode(entity)
+        messages.check_lengths(key, version, data, 0)
+        assert messages.decode_request(key, version, data, 0) == entity
+
+    round_trip()
+
+
+@pytest.mark.parametrize(("key", "version"), ALL_VERSIONS, ids=IDS)
+def test_random_bytes_only_raise_exceptions(key: int, version: int) -> None:
+    @FUZZ
+    @given(st.binary(max_size=200))
+    def random_body(data: bytes) -> None:
+        decode_outcome(key, version, data)
+
+    random_body()
+
+
+@pytest.mark.parametrize(("key", "version"), ALL_VERSIONS, ids=IDS)
+def test_mutated_requests_only_raise_exceptions(key: int, version: int) -> None:
+    @FUZZ
+    @given(mutated(encoded_requests(key, version)))
+    def mutated_body(data: bytes) -> None:
+        outcome = decode_outcome(key, version, data)
+        if isinstance(outcome, MalformedRequest):
+            kio_also_fails(key, version, data, outcome)
+
+    mutated_body()
+
+
+# -- hostile counts, one by one ---------------------------------------------------------
+
+
+def _decode_in_child(key: int, version: int, data: bytes) -> str:
+    """Decode in a fresh interpreter; return the exception's class name, or 'ok'."""
+    code = (
+        "import sys\n"
+        "from kbroker.protocol import messages\n"
+        "try:\n"
+        f"    messages.decode_request({key}, {version}, bytes.fromhex(sys.argv[1]), 0)\n"
+        "    print('ok')\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, data.hex()], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, f"decoder process died ({done.returncode}): {done.stderr[-400:]}"
+    return done.stdout.strip()
+
+
+def uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+FETCH_V12_HEAD = struct.pack(">iiiibii", -1, 500, 1, 1 << 20, 0, 0, -1)
+
+
+def test_fetch_topics_count_of_35_bits_is_refused() -> None:
+    # The body that first aborted the broker: topics count a8 c8 81 90 5c (~24.7e9).
+    body = FETCH_V12_HEAD + bytes.fromhex("a8c881905c") + b"\0" * 40
+    assert _decode_in_child(1, 12, body).startswith("MalformedRequest array of 24729642023")
+
+
+def test_produce_legacy_topic_count_near_2_31_is_refused() -> None:
+    body = struct.pack(">hhii", -1, 1, 30000, 2**31 - 1) + b"\0" * 16
+    assert _decode_in_child(0, 3, body).startswith("MalformedRequest array of 2147483647")
+
+
+def test_nested_partition_count_is_refused() -> None:
+    topic = b"\x02t" + uvarint(2**35 - 1)  # compact name "t", then the partitions count
+    body = b"\0" + struct.pack(">hi", 1, 30000) + uvarint(2) + topic + b"\0" * 8
+    assert _decode_in_child(0, 9, body).startswith("MalformedRequest array of")
+
+
+def test_metadata_topics_count_just_above_what_the_bytes_hold_is_refused() -> None:
+    # Each v12 topic takes at least 18 bytes (uuid, name, tags): 3 cannot fit in 40.
+    body = uvarint(3 + 1) + b"\0" * 40
+    assert _decode_in_child(3, 12, body).startswith("MalformedRequest array of 3 elements")
+
+
+def test_array_inside_a_tagged_field_is_refused() -> None:
+    fixed = struct.pack(">iqq??", 1, 1, 0, False, False)
+    tagged = uvarint(1) + uvarint(0) + uvarint(5) + uvarint(2**35 - 1)
+    assert _decode_in_child(63, 1, fixed + tagged).startswith("MalformedRequest array of")
+
+
+def test_counts_the_bytes_can_hold_still_decode() -> None:
+    # 2 topics in Metadata v12: exactly two 18-byte entries.
+    topic = b"\x11" * 16 + b"\x00" + b"\x00"
+    body = uvarint(3) + topic * 2 + b"\x01\x00\x00"
+    request = messages.decode_request(3, 12, body, 0)
+    assert len(request.topics) == 2

@@ -1,0 +1,202 @@
+"""The brokers under comparison, each started fresh on loopback and stopped after its runs.
+
+A peer knows how to start itself, where clients reach it, and which pid to measure.
+Kafka peers (kbroker, the librdkafka mock cluster) are driven by kafka_load; the Redis
+peer by redis_load.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.metadata_probe import wait_for_metadata
+from bench.procs import free_port, log_tail, stop_process, tree_cpu_seconds, tree_memory
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+MOCK_BINARY = BENCH_DIR / "build" / "mock_cluster"
+KBROKER_BINARY = REPO_DIR / ".venv" / "bin" / "kbroker"
+
+
+class PeerUnavailable(Exception):
+    """The peer cannot run on this machine right now; the message says why."""
+
+
+@dataclass
+class Peer:
+    """A broker process under test; subclasses fill in how it starts."""
+
+    name: str
+    workdir: Path
+    proc: subprocess.Popen | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    log_path: Path | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def memory(self):
+        return tree_memory(self.pid)
+
+    def cpu_seconds(self) -> float:
+        return tree_cpu_seconds(self.pid)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> float:
+        """Stops the broker; returns how long it took to exit."""
+        if self.proc is None:
+            return 0.0
+        took = stop_process(self.proc)
+        self.proc = None
+        return took
+
+
+@dataclass
+class MockPeer(Peer):
+    """librdkafka's mock cluster (in-memory, one broker) run by bench/build/mock_cluster."""
+
+    topics: list[str] = field(default_factory=list)
+
+    def start(self) -> None:
+        ensure_mock_built()
+        self.log_path = self.workdir / f"{self.name}.log"
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [str(MOCK_BINARY), *self.topics], stdout=subprocess.PIPE, stderr=log
+            )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode().strip()
+        if not line:
+            raise PeerUnavailable(
+                f"mock cluster printed no bootstrap servers: {log_tail(self.log_path)}"
+            )
+        self.host, port = line.split(",")[0].rsplit(":", 1)
+        self.port = int(port)
+
+
+@dataclass
+class KbrokerPeer(Peer):
+    """kbroker itself, started with `.venv/bin/kbroker serve` and per-run overrides."""
+
+    overrides: dict[str, str] = field(default_factory=dict)
+    data_dir: Path | None = None
+    start_timeout: float = 60.0
+
+    def command(self) -> list[str]:
+        settings = {
+            "listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "log.dirs": str(self.data_dir),
+            **self.overrides,
+        }
+        cmd = [str(KBROKER_BINARY), "serve"]
+        for key, value in settings.items():
+            cmd += ["--override", f"{key}={value}"]
+        return cmd
+
+    def start(self, topic: str | None = None, partitions: int = 0) -> tuple[float, float | None]:
+        """Starts (or restarts, keeping data_dir) and waits for Metadata to succeed.
+
+        Returns (seconds to the first Metadata answer, seconds until `topic` has
+        `partitions` led partitions), both measured from process launch.
+        """
+        if not KBROKER_BINARY.exists():
+            raise PeerUnavailable(f"{KBROKER_BINARY} does not exist (is the package installed?)")
+        if self.port == 0:
+            self.port = free_port()
+        if self.data_dir is None:
+            self.data_dir = self.workdir / f"{self.name}-data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / f"{self.name}.log"
+        with self.log_path.open("ab") as log:
+            launched = time.perf_counter()
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
+            )
+        first, full = wait_for_metadata(
+            self.host,
+            self.port,
+            launched + self.start_timeout,
+            topic=topic,
+            partitions=partitions,
+            alive=self.alive,
+            since=launched,
+        )
+        if first is None:
+            code = self.proc.poll()
+            self.stop()
+            state = f"exited with code {code}" if code is not None else "did not answer Metadata"
+            raise PeerUnavailable(
+                f"`kbroker serve` {state} within {self.start_timeout:.0f} s; "
+                f"log tail ({self.log_path}):\n{log_tail(self.log_path)}"
+            )
+        return first, full
+
+
+@dataclass
+class RedisPeer(Peer):
+    """Debian's redis-server on loopback: AOF with appendfsync always, data in workdir."""
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise PeerUnavailable("redis-server not found (apt-get install -y redis-server)")
+        self.port = free_port()
+        data = self.workdir / f"{self.name}-data"
+        data.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / f"{self.name}.log"
+        cmd = [
+            binary,
+            "--bind", self.host,
+            "--port", str(self.port),
+            "--dir", str(data),
+            "--appendonly", "yes",
+            "--appendfsync", "always",
+            "--save", "",
+            "--daemonize", "no",
+            "--protected-mode", "no",
+            "--logfile", str(self.log_path),
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        import redis  # the bench extra; imported late so Kafka-only runs do not need it
+
+        deadline = time.perf_counter() + 20
+        while time.perf_counter() < deadline and self.alive():
+            try:
+                redis.Redis(host=self.host, port=self.port).ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        self.stop()
+        raise PeerUnavailable(f"redis-server did not start: {log_tail(self.log_path)}")
+
+    def client(self):
+        import redis
+
+        return redis.Redis(host=self.host, port=self.port)
+
+
+def ensure_mock_built() -> None:
+    """Builds bench/build/mock_cluster with make if it is missing or older than its source."""
+    source = BENCH_DIR / "mock_cluster.c"
+    if MOCK_BINARY.exists() and MOCK_BINARY.stat().st_mtime >= source.stat().st_mtime:
+        return
+    if shutil.which("make") is None or shutil.which("cc") is None:
+        raise PeerUnavailable("cannot build the mock cluster: make/cc missing (build-essential)")
+    done = subprocess.run(["make", "-C", str(BENCH_DIR)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise PeerUnavailable(
+            "building bench/build/mock_cluster failed (needs librdkafka-dev):\n" + done.stderr
+        )

@@ -1,0 +1,194 @@
+"""Turns a Report into the printed table, the same-run ratios and the JSON file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.results import Report, Row
+
+# (label, numerator (peer, workload, variant, metric), denominator (...)).
+# The first group is what the benchmark exists for; the rest give context.
+RATIOS: list[tuple[str, tuple[str, str, str, str], tuple[str, str, str, str]]] = [
+    ("produce 100 B msg/s: kbroker / mock",
+     ("kbroker", "produce", "100 B", "msg_per_s"), ("mock", "produce", "100 B", "msg_per_s")),
+    ("produce 1 KiB msg/s: kbroker / mock",
+     ("kbroker", "produce", "1 KiB", "msg_per_s"), ("mock", "produce", "1 KiB", "msg_per_s")),
+    ("one-at-a-time acks/s: kbroker / mock",
+     ("kbroker", "oneatatime", "100 B", "acks_per_s"), ("mock", "oneatatime", "100 B", "acks_per_s")),
+    ("consume 100 B msg/s: kbroker / redis XRANGE read-back",
+     ("kbroker", "consume", "100 B", "msg_per_s"), ("redis", "consume", "100 B", "msg_per_s")),
+    ("consume 1 KiB msg/s: kbroker / redis XRANGE read-back",
+     ("kbroker", "consume", "1 KiB", "msg_per_s"), ("redis", "consume", "1 KiB", "msg_per_s")),
+    ("one-at-a-time acks/s: kbroker fsync-before-ack / redis appendfsync always",
+     ("kbroker-fsync", "oneatatime", "100 B", "acks_per_s"),
+     ("redis", "oneatatime", "100 B", "acks_per_s")),
+    # context
+    ("consume 100 B msg/s: kbroker / mock",
+     ("kbroker", "consume", "100 B", "msg_per_s"), ("mock", "consume", "100 B", "msg_per_s")),
+    ("consume 1 KiB msg/s: kbroker / mock",
+     ("kbroker", "consume", "1 KiB", "msg_per_s"), ("mock", "consume", "1 KiB", "msg_per_s")),
+    ("produce 100 B msg/s: kbroker / redis pipelined XADD",
+     ("kbroker", "produce", "100 B", "msg_per_s"), ("redis", "produce", "100 B", "msg_per_s")),
+    ("one-at-a-time p50 latency: kbroker / mock",
+     ("kbroker", "oneatatime", "100 B", "p50_ms"), ("mock", "oneatatime", "100 B", "p50_ms")),
+    ("one-at-a-time acks/s: kbroker fsync-before-ack / kbroker default flush",
+     ("kbroker-fsync", "oneatatime", "100 B", "acks_per_s"),
+     ("kbroker", "oneatatime", "100 B", "acks_per_s")),
+    ("produce 100 B msg/s: mock / redis pipelined XADD",
+     ("mock", "produce", "100 B", "msg_per_s"), ("redis", "produce", "100 B", "msg_per_s")),
+    ("consume 100 B msg/s: mock / redis XRANGE read-back",
+     ("mock", "consume", "100 B", "msg_per_s"), ("redis", "consume", "100 B", "msg_per_s")),
+    ("one-at-a-time acks/s: mock (no disk) / redis appendfsync always",
+     ("mock", "oneatatime", "100 B", "acks_per_s"), ("redis", "oneatatime", "100 B", "acks_per_s")),
+]  # fmt: skip
+
+WORKLOAD_LABELS = {
+    ("redis", "produce"): "XADD pipelined",
+    ("redis", "consume"): "XRANGE read-back",
+    ("redis", "oneatatime"): "XADD one-at-a-time",
+    ("kbroker-fsync", "oneatatime"): "one-at-a-time",
+}
+
+
+def ratios(report: Report) -> list[dict]:
+    out = []
+    for label, num, den in RATIOS:
+        a, b = report.get(*num), report.get(*den)
+        missing = [key[0] for key, v in ((num, a), (den, b)) if v is None]
+        out.append(
+            {
+                "ratio": label,
+                "value": round(a / b, 3) if a is not None and b else None,
+                "missing": sorted(set(missing)),
+            }
+        )
+    return out
+
+
+def _fmt(value, digits: int = 0) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float) or digits:
+        return f"{float(value):,.{digits}f}"
+    return f"{value:,}"
+
+
+def _per_record_us(row: Row, key: str) -> str:
+    n = row.metrics.get("records") or 0
+    cpu = row.metrics.get(key)
+    return _fmt(cpu / n * 1e6, 1) if n and cpu is not None else "-"
+
+
+def _other_cores(row: Row) -> str:
+    """CPUs' worth of work other processes did during the run: the noise in the figure."""
+    other, secs = row.metrics.get("other_cpu_s"), row.metrics.get("seconds")
+    return _fmt(other / secs, 2) if other is not None and secs else "-"
+
+
+def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
+    """Plain-text table: the first `left` columns and the last are text, the rest numbers."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    last = len(headers) - 1
+
+    def cell(i: int, text: str) -> str:
+        return text.ljust(widths[i]) if i < left or i == last else text.rjust(widths[i])
+
+    lines = ["  ".join(cell(i, h) for i, h in enumerate(headers)).rstrip()]
+    lines.append("-" * len(lines[0]))
+    lines += ["  ".join(cell(i, c) for i, c in enumerate(r)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def throughput_table(report: Report) -> str:
+    headers = ["peer", "workload", "size", "records", "seconds", "msg/s", "MiB/s",
+               "p50 ms", "p99 ms", "broker CPU us/rec", "client CPU us/rec", "other CPUs", "note"]  # fmt: skip
+    rows = []
+    for r in report.rows:
+        if r.workload in ("memory", "partitions"):
+            continue
+        m = r.metrics
+        rate = m.get("msg_per_s", m.get("acks_per_s"))
+        notes = [r.note] if r.note else []
+        if m.get("truncated"):
+            notes.append("time limit hit")
+        if m.get("errors"):
+            notes.append(f"{m['errors']} errors")
+        rows.append([
+            r.peer, WORKLOAD_LABELS.get((r.peer, r.workload), r.workload), r.variant,
+            _fmt(m.get("records")), _fmt(m.get("seconds"), 2), _fmt(rate),
+            _fmt(m.get("mib_per_s"), 1) if "mib_per_s" in m else "-",
+            _fmt(m.get("p50_ms"), 3) if "p50_ms" in m else "-",
+            _fmt(m.get("p99_ms"), 3) if "p99_ms" in m else "-",
+            _per_record_us(r, "broker_cpu_s"), _per_record_us(r, "client_cpu_s"), _other_cores(r),
+            "; ".join(notes),
+        ])  # fmt: skip
+    return _table(headers, rows, left=3)
+
+
+def memory_table(report: Report) -> str:
+    headers = ["peer", "what", "figure", ""]
+    rows = []
+    for r in report.rows:
+        if r.workload not in ("memory", "partitions"):
+            continue
+        for key, value in r.metrics.items():
+            digits = 3 if key.endswith("_s") else 0 if key == "records" else 1
+            rows.append([r.peer, f"{r.variant}: {key}", _fmt(value, digits), r.note])
+    return _table(headers, rows, left=2)
+
+
+def machine_summary(machine: dict) -> str:
+    if not machine:
+        return "machine: not measured (--skip-machine)"
+    lp, ip, rt = (
+        machine["loopback_python"],
+        machine.get("loopback_iperf3"),
+        machine["loopback_round_trip"],
+    )
+    fs, fds, sw = machine["fsync_4k"], machine["fdatasync_4k"], machine["sequential_write"]
+    lines = [
+        f"machine: {machine['cpu_model']}, nproc {machine['nproc']}, "
+        f"{machine['mem_total_mib']:,} MiB RAM, load at start {' '.join(machine['loadavg_at_start'])}",
+        f"loopback: python 1-stream {lp['mib_per_s']:,} MiB/s"
+        + (f", iperf3 {ip['mib_per_s']:,} MiB/s" if ip else "")
+        + f"; python 64 B round trip p50 {rt['p50_us']} us, p99 {rt['p99_us']} us",
+        f"disk ({machine['filesystem']}): 4 KiB write+fsync {fs['syncs_per_s']:,}/s "
+        f"(p50 {fs['p50_ms']} ms, p99 {fs['p99_ms']} ms), write+fdatasync {fds['syncs_per_s']:,}/s; "
+        f"sequential {sw['with_fsync_mib_per_s']:,} MiB/s incl. final fsync",
+    ]
+    return "\n".join(lines)
+
+
+def render(report: Report) -> str:
+    parts = [
+        machine_summary(report.machine),
+        "",
+        throughput_table(report),
+        "",
+        memory_table(report),
+        "",
+    ]
+    parts.append("same-run ratios:")
+    for r in ratios(report):
+        value = (
+            f"{r['value']:.3f}" if r["value"] is not None else f"n/a (no {', '.join(r['missing'])})"
+        )
+        parts.append(f"  {r['ratio']}: {value}")
+    if report.skipped:
+        parts.append("")
+        for peer, why in report.skipped.items():
+            parts.append(f"SKIPPED {peer}: {why}")
+    return "\n".join(parts)
+
+
+def write_json(report: Report, path: Path) -> None:
+    payload = {
+        "settings": report.settings,
+        "machine": report.machine,
+        "rows": [r.to_json() for r in report.rows],
+        "ratios": ratios(report),
+        "skipped": report.skipped,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")

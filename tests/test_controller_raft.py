@@ -146,6 +146,17 @@ def test_peers_without_raft_bind_are_refused(tmp_path):
     run(main())
 
 
+def test_second_controller_on_one_data_dir_is_refused(tmp_path):
+    async def main():
+        async with running(tmp_path):
+            with pytest.raises(ControllerStartError):
+                await Controller(ControllerConfig(2, tmp_path)).start()
+        async with running(tmp_path) as again:  # released by stop()
+            return again.is_leader
+
+    assert run(main())
+
+
 # --- create_topic ---
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
 import logging
+import os
 import socket
 import threading
 import time
@@ -102,6 +104,7 @@ class Controller:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._raft: RaftThread | None = None
         self._machine: MetadataMachine | None = None
+        self._lock_fd: int | None = None
         self._raft_address: str | None = None
         self._pending: set[asyncio.Future[Any]] = set()
         # Raft thread -> loop hand-over of published state and events.
@@ -152,6 +155,7 @@ class Controller:
         started = time.monotonic()
         directory = Path(cfg.data_dir) / "__controller"
         directory.mkdir(parents=True, exist_ok=True)
+        self._lock_directory(directory)
 
         address = cfg.raft_bind
         if address is None and cfg.peers:
@@ -204,6 +208,7 @@ class Controller:
         except BaseException:
             self._raft = None
             await asyncio.to_thread(raft.stop)
+            self._unlock_directory()
             raise
         s = self._state
         log.info(
@@ -237,6 +242,22 @@ class Controller:
                     ) from e
                 await asyncio.sleep(0.05)
 
+    def _lock_directory(self, directory: Path) -> None:
+        """Two processes appending to one mmapped journal would corrupt it; the lock dies
+        with its process, so a killed broker never leaves it behind."""
+        fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            raise ControllerStartError(f"{directory} is in use by another process") from e
+        self._lock_fd = fd
+
+    def _unlock_directory(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
     def _raise_load_error(self) -> None:
         load_error = self._machine.load_error if self._machine else None
         if load_error is not None:
@@ -262,6 +283,7 @@ class Controller:
         if raft is None:
             return
         await asyncio.to_thread(raft.stop)
+        self._unlock_directory()
         self._fail_pending("controller stopped")
         self._pending.clear()
 

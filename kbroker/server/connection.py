@@ -137,24 +137,29 @@ class KafkaConnection(asyncio.Protocol):
             )
             return
         ctx = RequestContext(self.broker, header, self)
+        response_flexible = flexible and api_key != API_VERSIONS
         try:
             result = api.handler(ctx, body)
+            if inspect.isawaitable(result):
+                slot = _Slot()
+                self._queue.append(slot)
+                task = asyncio.ensure_future(result)
+                task.add_done_callback(
+                    lambda t: self._finish(
+                        slot, t, api_key, version, correlation_id, response_flexible
+                    )
+                )
+                return
+            if isinstance(result, NoResponse):
+                return
+            # Encoding belongs inside: a value the version cannot carry must not escape
+            # data_received, where the loop would drop the connection without our log line.
+            encoded = self._encode(api_key, version, result)
         except Exception:
             log.exception("handler for %s v%d failed", messages.API_NAMES.get(api_key), version)
             self.close("internal error")
             return
-        response_flexible = flexible and api_key != API_VERSIONS
-        if inspect.isawaitable(result):
-            slot = _Slot()
-            self._queue.append(slot)
-            task = asyncio.ensure_future(result)
-            task.add_done_callback(
-                lambda t: self._finish(slot, t, api_key, version, correlation_id, response_flexible)
-            )
-            return
-        if isinstance(result, NoResponse):
-            return
-        self._respond_now(correlation_id, response_flexible, self._encode(api_key, version, result))
+        self._respond_now(correlation_id, response_flexible, encoded)
 
     def _finish(
         self,
@@ -175,6 +180,9 @@ class KafkaConnection(asyncio.Protocol):
                 slot.data = self._frame(
                     correlation_id, flexible, self._encode(api_key, version, result)
                 )
+        except asyncio.CancelledError:
+            self.close(f"{messages.API_NAMES.get(api_key)} v{version} request cancelled")
+            return
         except Exception:
             log.exception("handler for %s v%d failed", messages.API_NAMES.get(api_key), version)
             self.close("internal error")

@@ -1,0 +1,260 @@
+"""KafkaConnection against hostile frames: every one gets an answer or a logged close.
+
+A fake transport stands in for the socket, and a fake broker carries only what
+dispatch needs; ApiVersions is the one handler run, as it touches no storage. The
+rule checked throughout: data_received never raises, and a close always leaves a
+warning naming the peer and the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kbroker.broker import Broker
+from kbroker.handlers.registry import APIS
+from kbroker.protocol.framing import frame
+from kbroker.server.connection import KafkaConnection
+
+MAX_REQUEST = 1 << 16
+API_VERSIONS = 18
+PRODUCE = 0
+UNSUPPORTED_VERSION = 35
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed, "write after close"
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class FakeBroker:
+    max_request_bytes = MAX_REQUEST
+
+    def __init__(self) -> None:
+        self.connections: set[KafkaConnection] = set()
+
+    def unsupported_api_versions(self) -> bytes:
+        return Broker.unsupported_api_versions(self)  # type: ignore[arg-type]
+
+
+def connect() -> tuple[KafkaConnection, FakeTransport]:
+    conn = KafkaConnection(FakeBroker())  # type: ignore[arg-type]
+    transport = FakeTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return conn, transport
+
+
+def request(
+    api_key: int, version: int, correlation: int, body: bytes = b"", flexible=False
+) -> bytes:
+    client = b"fuzz"
+    head = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
+    if flexible:
+        head += b"\x00"
+    payload = head + body
+    return frame(len(payload)) + payload
+
+
+def responses(data: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(data):
+        (size,) = struct.unpack_from(">i", data, pos)
+        out.append(bytes(data[pos + 4 : pos + 4 + size]))
+        pos += 4 + size
+    return out
+
+
+def closed_with(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(
+        r.name == "kbroker.connection"
+        and r.levelno == logging.WARNING
+        and "127.0.0.1:40000" in r.getMessage()
+        and text in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_api_versions_v0_is_answered() -> None:
+    conn, transport = connect()
+    conn.data_received(request(API_VERSIONS, 0, 42))
+    (answer,) = responses(transport.written)
+    correlation, error, count = struct.unpack_from(">ihi", answer)
+    assert (correlation, error, count) == (42, 0, len(APIS))
+    assert not transport.closed
+
+
+def test_api_versions_above_the_range_gets_v0_unsupported_version_with_the_ranges() -> None:
+    conn, transport = connect()
+    conn.data_received(request(API_VERSIONS, 99, 7, b"garbage that is never parsed"))
+    (answer,) = responses(transport.written)
+    correlation, error, count = struct.unpack_from(">ihi", answer)
+    assert (correlation, error, count) == (7, UNSUPPORTED_VERSION, len(APIS))
+    ranges = {struct.unpack_from(">hhh", answer, 10 + 6 * i)[0] for i in range(count)}
+    assert ranges == set(APIS)
+    assert not transport.closed
+
+
+def test_unknown_api_key_closes_with_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    conn, transport = connect()
+    conn.data_received(request(9999, 0, 1))
+    assert transport.closed and not transport.written
+    assert closed_with(caplog, "unknown API key 9999")
+
+
+def test_unsupported_produce_version_closes_with_a_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    conn, transport = connect()
+    conn.data_received(request(PRODUCE, 99, 1))
+    assert transport.closed and not transport.written
+    assert closed_with(caplog, "unsupported version 99 of API 0")
+
+
+@pytest.mark.parametrize("size", [-1, -(2**31), MAX_REQUEST + 1, 2**31 - 1])
+def test_bad_size_prefix_closes_with_a_log_line(
+    size: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    conn, transport = connect()
+    conn.data_received(struct.pack(">i", size))
+    assert transport.closed
+    assert closed_with(caplog, "bad frame")
+
+
+def test_frame_shorter_than_a_header_closes(caplog: pytest.LogCaptureFixture) -> None:
+    conn, transport = connect()
+    conn.data_received(frame(3) + b"abc")
+    assert transport.closed
+    assert closed_with(caplog, "shorter than a header")
+
+
+def test_truncated_body_closes_naming_the_api(caplog: pytest.LogCaptureFixture) -> None:
+    conn, transport = connect()
+    conn.data_received(request(3, 12, 5, b"\x05", flexible=True))  # Metadata: 4 topics, no bytes
+    assert transport.closed
+    assert closed_with(caplog, "malformed metadata v12 request (correlation 5)")
+
+
+def test_hostile_array_count_closes_instead_of_aborting(caplog: pytest.LogCaptureFixture) -> None:
+    conn, transport = connect()
+    body = struct.pack(">iiiibii", -1, 500, 1, 1 << 20, 0, 0, -1) + bytes.fromhex("a8c881905c")
+    conn.data_received(request(1, 12, 9, body, flexible=True))
+    assert transport.closed
+    assert closed_with(caplog, "array of 24729642023 elements")
+
+
+def test_requests_after_a_bad_one_in_the_same_read_are_dropped() -> None:
+    conn, transport = connect()
+    conn.data_received(request(9999, 0, 1) + request(API_VERSIONS, 0, 2))
+    assert transport.closed and not transport.written
+
+
+def test_answers_before_a_bad_request_are_sent_in_order() -> None:
+    conn, transport = connect()
+    conn.data_received(
+        request(API_VERSIONS, 0, 1) + request(API_VERSIONS, 1, 2) + request(9999, 0, 3)
+    )
+    assert [struct.unpack_from(">i", r)[0] for r in responses(transport.written)] == [1, 2]
+    assert transport.closed
+
+
+def test_thousands_of_tiny_requests_in_one_read_are_all_answered() -> None:
+    conn, transport = connect()
+    count = 3000
+    conn.data_received(b"".join(request(API_VERSIONS, 0, i) for i in range(count)))
+    answers = responses(transport.written)
+    assert [struct.unpack_from(">i", r)[0] for r in answers] == list(range(count))
+    assert not transport.closed
+
+
+def test_handler_failure_closes_with_internal_error(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(ctx: Any, body: Any) -> Any:
+        raise RuntimeError("boom")
+
+    api = APIS[API_VERSIONS]
+    monkeypatch.setitem(
+        APIS, API_VERSIONS, type(api)(api.key, api.min_version, api.max_version, broken)
+    )
+    conn, transport = connect()
+    conn.data_received(request(API_VERSIONS, 0, 1))
+    assert transport.closed
+    assert closed_with(caplog, "internal error")
+
+
+def test_unencodable_handler_result_closes_with_a_log_line(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def out_of_range(ctx: Any, body: Any) -> Any:
+        return {"error_code": 0, "api_keys": [{"api_key": 1 << 20}], "throttle_time": 0}
+
+    api = APIS[API_VERSIONS]
+    monkeypatch.setitem(
+        APIS, API_VERSIONS, type(api)(api.key, api.min_version, api.max_version, out_of_range)
+    )
+    conn, transport = connect()
+    conn.data_received(request(API_VERSIONS, 0, 1))
+    assert transport.closed
+    assert closed_with(caplog, "internal error")
+
+
+# -- random input -------------------------------------------------------------------------
+
+api_frames = st.builds(
+    lambda key, version, correlation, body: request(key, version, correlation, body),
+    st.sampled_from([API_VERSIONS, 9999, -1]),  # handlers needing a broker run live
+    st.integers(-2, 20),
+    st.integers(-(2**31), 2**31 - 1),
+    st.binary(max_size=60),
+)
+streams = st.lists(api_frames | st.binary(max_size=40), max_size=8).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(streams, st.integers(1, 64))
+def test_random_streams_are_answered_or_closed_with_a_log_line(data: bytes, chunk: int) -> None:
+    conn, transport = connect()
+    handler = logging.getLogger("kbroker.connection")
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep = Keep(logging.WARNING)
+    handler.addHandler(keep)
+    try:
+        for i in range(0, len(data), chunk):
+            conn.data_received(data[i : i + chunk])
+            if transport.closed:
+                break
+    finally:
+        handler.removeHandler(keep)
+    if transport.closed:
+        assert any("closing connection from 127.0.0.1:40000" in r.getMessage() for r in records)

@@ -52,7 +52,8 @@ class FakeController:
         )
         self.calls: list[tuple[Any, ...]] = []
         self.delay = 0.0
-        self.fail_with: ControllerError | None = None
+        self.fail_with: Exception | None = None
+        self.fail_topic: dict[str, Exception] = {}
 
     def add_topic(
         self, name: str, partitions: int = 1, configs: dict[str, str] | None = None, **kw: Any
@@ -92,6 +93,8 @@ class FakeController:
             "create_topic", name, num_partitions, replication_factor, configs, assignments,
             validate_only,
         )  # fmt: skip
+        if name in self.fail_topic:
+            raise self.fail_topic[name]
         if assignments:
             parts = tuple(
                 PartitionInfo(p, r[0], tuple(r), tuple(r)) for p, r in sorted(assignments.items())
@@ -330,6 +333,13 @@ def test_create_topics_passes_controller_refusal_through(broker):
     assert resp.topics[0].error_code == ErrorCode.invalid_replication_factor
     assert resp.topics[0].error_message == "only 1 broker"
     assert resp.topics[0].num_partitions == -1
+
+
+def test_create_topics_unexpected_failure_is_confined_to_its_topic(broker):
+    broker.controller.fail_topic["bad"] = RuntimeError("boom")
+    resp = call(broker, CREATE_TOPICS, 7, topics=[topic_req("bad"), topic_req("good")])
+    codes = {r.name: r.error_code for r in resp.topics}
+    assert codes == {"bad": ErrorCode.unknown_server_error, "good": ErrorCode.none}
 
 
 def test_create_topics_times_out_on_slow_controller(broker):

@@ -27,6 +27,8 @@ from kbroker.controller import ControllerError
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.registry import handles
 
+log = logging.getLogger("kbroker.admin")
+
 ALTER_CONFIGS = 33
 DESCRIBE_CONFIGS = 32
 INCREMENTAL_ALTER_CONFIGS = 44
@@ -197,6 +199,9 @@ def describe_configs(ctx: Any, request: Any) -> dict[str, Any]:
             )
         except ResourceError as err:
             out["error_code"], out["error_message"] = err.code, err.message
+        except Exception as exc:
+            log.exception("describing configs of %s failed", resource.resource_name)
+            out["error_code"], out["error_message"] = ErrorCode.unknown_server_error, str(exc)
         results.append(out)
     return {"throttle_time": 0, "results": results}
 
@@ -289,6 +294,9 @@ async def _run_alters(
             errors[i] = err
         except ControllerError as exc:
             errors[i] = controller_failure(exc)
+        except Exception as exc:  # one resource's failure must not take the others down
+            log.exception("altering configs of %s failed", resource.resource_name)
+            errors[i] = ResourceError(ErrorCode.unknown_server_error, str(exc))
     return errors
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,8 @@ from kbroker.handlers.configs import (
 )
 from kbroker.handlers.registry import handles
 from kbroker.protocol.messages import build, response_type
+
+log = logging.getLogger("kbroker.admin")
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -70,6 +73,9 @@ async def guarded(work: Callable[[], Awaitable[Any]], timeout: float | None) -> 
         return err
     except ControllerError as exc:
         return controller_failure(exc)
+    except Exception as exc:  # one topic's failure must not take the others down
+        log.exception("admin request failed for one topic")
+        return ResourceError(ErrorCode.unknown_server_error, str(exc))
 
 
 def duplicates(names: list[Any]) -> set[Any]:

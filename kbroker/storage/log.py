@@ -35,6 +35,7 @@ from kbroker.storage.checkpoint import (
 from kbroker.storage.config import LogConfig
 from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeError
 from kbroker.storage.file_slice import FileSlice
+from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
 from kbroker.storage.segment import MAX_RELATIVE_OFFSET, Segment, remove_file
 from kbroker.storage.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
@@ -136,6 +137,7 @@ class PartitionLog:
         self._lock = threading.Lock()
         self.closed = False
         self.recovered_bytes = 0  # bytes truncated by the last open's recovery (for logs)
+        self._epochs: LeaderEpochCache | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -231,10 +233,17 @@ class PartitionLog:
         first = max(bisect_right(self._bases, recovery_point) - 1, 0)
         expected: int | None = None  # offsets before the recovery point are trusted
         truncated = 0
+        epochs = self.epoch_cache
+        before = epochs.entries()
+
+        def note_epoch(h: BatchHeader) -> None:
+            if h.partition_leader_epoch > epochs.latest_epoch:
+                epochs.assign(h.partition_leader_epoch, h.base_offset)
+
         i = first
         while i < len(self.segments):
             seg = self.segments[i]
-            result = seg.recover(expected)
+            result = seg.recover(expected, note_epoch)
             truncated += result.truncated_bytes
             if result.next_offset is not None:
                 expected = result.next_offset
@@ -252,6 +261,9 @@ class PartitionLog:
             active.next_offset = active.base_offset
         self.log_end_offset = active.next_offset
         self.recovered_bytes = truncated
+        epochs.truncate_from_end(self.log_end_offset)
+        if epochs.entries() != before:
+            epochs.persist()
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -265,6 +277,26 @@ class PartitionLog:
         value = min(value, self.log_end_offset)
         if value > self._high_watermark:
             self._high_watermark = value
+
+    @property
+    def epoch_cache(self) -> LeaderEpochCache:
+        if self._epochs is None:
+            self._epochs = LeaderEpochCache.load(self._dir)
+        return self._epochs
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch that wrote to this log (-1 if none)."""
+        return self.epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest epoch <= `epoch`, the offset where it ended);
+        (-1, -1) when unknown."""
+        return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    def leader_epoch_entries(self) -> list[tuple[int, int]]:
+        """(epoch, start offset) pairs, oldest first."""
+        return self.epoch_cache.entries()
 
     @property
     def active_segment(self) -> Segment:
@@ -292,6 +324,10 @@ class PartitionLog:
         headers = validate_batches(records, config.max_message_bytes)
         base = self.log_end_offset
         next_offset = assign_offsets(records, headers, base, leader_epoch)
+        epochs = self.epoch_cache
+        if leader_epoch > epochs.latest_epoch:
+            epochs.assign(leader_epoch, base)
+            epochs.persist()
         append_time = -1
         if config.log_append_time:
             append_time = now_ms
@@ -315,6 +351,13 @@ class PartitionLog:
                     f"follower append of offset {h.base_offset} below log end offset {expected}"
                 )
             expected = h.base_offset + h.last_offset_delta + 1
+        epochs = self.epoch_cache
+        changed = False
+        for h in headers:
+            if h.partition_leader_epoch > epochs.latest_epoch:
+                changed = epochs.assign(h.partition_leader_epoch, h.base_offset) or changed
+        if changed:
+            epochs.persist()
         return self._write(records, headers, headers[0].base_offset, expected, -1, now_ms)
 
     def _write(
@@ -531,6 +574,7 @@ class PartitionLog:
             self.log_start_offset = offset
             self._write_checkpoint()
             self._delete_below_log_start()
+            self._epochs_from_start()
         return self.log_start_offset
 
     def _delete_below_log_start(self) -> int:
@@ -594,6 +638,7 @@ class PartitionLog:
                 freed += seg.size
                 seg.delete()
         self.log_start_offset = max(self.log_start_offset, self._bases[0])
+        self._epochs_from_start()
         return freed
 
     def truncate_to(self, offset: int) -> None:
@@ -626,6 +671,8 @@ class PartitionLog:
                 new_end = min(offset, seg.next_offset if seg.next_offset is not None else offset)
                 seg.next_offset = new_end
             self.log_end_offset = new_end
+            if self.epoch_cache.truncate_from_end(new_end):
+                self.epoch_cache.persist()
             self._high_watermark = min(self._high_watermark, new_end)
             self.recovery_point = min(self.recovery_point, new_end)
             self.log_start_offset = min(self.log_start_offset, new_end)
@@ -741,6 +788,11 @@ class PartitionLog:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _epochs_from_start(self) -> None:
+        epochs = self.epoch_cache
+        if epochs.truncate_from_start(self.log_start_offset):
+            epochs.persist()
 
     def _check_open(self) -> None:
         if self.closed:

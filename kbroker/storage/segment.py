@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -378,9 +378,13 @@ class Segment:
 
     # -- recovery ---------------------------------------------------------------------------
 
-    def recover(self, expected_start: int | None = None) -> RecoveryResult:
+    def recover(
+        self,
+        expected_start: int | None = None,
+        on_batch: Callable[[BatchHeader], None] | None = None,
+    ) -> RecoveryResult:
         """Validate every batch (length, magic, CRC, offsets), truncate at the first bad one
-        and rebuild both indexes from what remains."""
+        and rebuild both indexes from what remains; `on_batch` sees every valid header."""
         index_interval_bytes = self.index_interval_bytes
         fd = self.file.fd
         size = os.fstat(fd).st_size
@@ -402,6 +406,8 @@ class Segment:
             if not found:
                 first_ts = h.max_timestamp
                 found = True
+            if on_batch is not None:
+                on_batch(h)
             if h.max_timestamp > max_ts:
                 max_ts, max_off = h.max_timestamp, h.base_offset
             if since > index_interval_bytes:

@@ -1,0 +1,591 @@
+"""Consumer-group APIs: FindCoordinator, Join/Sync/Heartbeat/Leave, offsets, group admin.
+
+Each handler turns the request of whatever version into a call on the broker's
+GroupCoordinator and the answer back into the version's fields. JoinGroup and
+SyncGroup (and every write) are delayed operations: the coordinator answers through
+a callback, which resolves the future the connection waits on, so a parked join
+never blocks the loop or other connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.coordinator import (
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    LeavingMember,
+    OffsetAndMetadata,
+    SyncRequest,
+    SyncResult,
+)
+from kbroker.coordinator.group import describe_members
+from kbroker.handlers.registry import handles
+from kbroker.protocol.messages import known_versions
+
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
+
+E = ErrorCode
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+NO_AUTHORIZED_OPERATIONS = -2147483648
+# READ (3), DELETE (6), DESCRIBE (8): every group operation, as nothing is restricted.
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+
+def _lowest(key: int) -> int:
+    return known_versions(key).start
+
+
+def _service(ctx: Any) -> Any:
+    return getattr(ctx.broker, "group_coordinator", None)
+
+
+def _coordinator(ctx: Any) -> Any:
+    service = _service(ctx)
+    return None if service is None else service.coordinator
+
+
+def _ms(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
+def _client_host(ctx: Any) -> str:
+    peer = ctx.connection.peer
+    return "/" + peer.rsplit(":", 1)[0] if peer and peer != "?" else ""
+
+
+def _resolver(future: asyncio.Future[Any]) -> Callable[[Any], None]:
+    def resolve(value: Any) -> None:
+        if not future.done():
+            future.set_result(value)
+
+    return resolve
+
+
+def _respond_when_done(future: asyncio.Future[Any], render: Callable[[Any], Any]) -> Any:
+    """The rendered answer now if the coordinator answered at once, else an awaitable."""
+    if future.done():
+        return render(future.result())
+
+    async def later() -> Any:
+        return render(await future)
+
+    return later()
+
+
+# -- FindCoordinator ---------------------------------------------------------------------
+
+
+@handles(FIND_COORDINATOR, _lowest(FIND_COORDINATOR))
+def find_coordinator(ctx: Any, request: Any) -> Any:
+    batched = ctx.version >= 4
+    keys = list(request.coordinator_keys) if batched else [request.key]
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+    return _find_coordinators(ctx, keys, key_type, batched)
+
+
+async def _find_coordinators(ctx: Any, keys: list[str], key_type: int, batched: bool) -> Any:
+    found = [await _locate(ctx, key, key_type) for key in keys]
+    if batched:
+        return {"throttle_time": 0, "coordinators": found}
+    only = found[0]
+    return {
+        "throttle_time": 0,
+        "error_code": only["error_code"],
+        "error_message": only["error_message"],
+        "node_id": only["node_id"],
+        "host": only["host"],
+        "port": only["port"],
+    }
+
+
+async def _locate(ctx: Any, key: str, key_type: int) -> dict[str, Any]:
+    broker = ctx.broker
+    if key_type == KEY_TYPE_TRANSACTION:
+        # Transactions have no coordinator of their own yet: this node answers.
+        return _coordinator_entry(
+            key, E.none, broker.node_id, broker.advertised.host, broker.advertised.port
+        )
+    if key_type != KEY_TYPE_GROUP:
+        return _coordinator_entry(key, E.invalid_request, message=f"unknown key type {key_type}")
+    service = _service(ctx)
+    if service is None:
+        return _coordinator_entry(key, E.coordinator_not_available)
+    error, node = await service.find_group_coordinator(key)
+    if error != E.none or node is None:
+        return _coordinator_entry(key, error)
+    return _coordinator_entry(key, E.none, node.node_id, node.host, node.port)
+
+
+def _coordinator_entry(
+    key: str,
+    error: ErrorCode,
+    node_id: int = -1,
+    host: str = "",
+    port: int = -1,
+    message: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "key": key,
+        "error_code": error,
+        "error_message": message
+        if message is not None
+        else (None if error == E.none else error.name),
+        "node_id": node_id,
+        "host": host,
+        "port": port,
+    }
+
+
+# -- JoinGroup / SyncGroup ---------------------------------------------------------------
+
+
+@handles(JOIN_GROUP, _lowest(JOIN_GROUP))
+def join_group(ctx: Any, request: Any) -> Any:
+    version = ctx.version
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return _join_response(version, JoinResult(E.coordinator_not_available, request.member_id))
+    session = _ms(request.session_timeout)
+    rebalance = _ms(request.rebalance_timeout) if version >= 1 else -1
+    future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+    coordinator.join_group(
+        JoinRequest(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, p.metadata) for p in request.protocols],
+            session_timeout_ms=session,
+            rebalance_timeout_ms=rebalance if rebalance >= 0 else session,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            client_id=ctx.header.client_id or "",
+            client_host=_client_host(ctx),
+            require_known_member_id=version >= 4,
+            supports_skip_assignment=version >= 9,
+            reason=getattr(request, "reason", None),
+        ),
+        _resolver(future),
+    )
+    return _respond_when_done(future, lambda r: _join_response(version, r))
+
+
+def _join_response(version: int, r: JoinResult) -> dict[str, Any]:
+    protocol_name = r.protocol_name
+    if version < 7 and protocol_name is None:
+        protocol_name = ""  # not nullable before v7
+    elif version >= 7 and protocol_name == "":
+        protocol_name = None
+    return {
+        "throttle_time": 0,
+        "error_code": r.error,
+        "generation_id": r.generation_id,
+        "protocol_type": r.protocol_type,
+        "protocol_name": protocol_name,
+        "leader": r.leader_id,
+        "skip_assignment": r.skip_assignment,
+        "member_id": r.member_id,
+        "members": [
+            {"member_id": m, "group_instance_id": instance, "metadata": metadata}
+            for m, instance, metadata in r.members
+        ],
+    }
+
+
+@handles(SYNC_GROUP, _lowest(SYNC_GROUP))
+def sync_group(ctx: Any, request: Any) -> Any:
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return _sync_response(SyncResult(E.coordinator_not_available))
+    future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+    coordinator.sync_group(
+        SyncRequest(
+            group_id=request.group_id,
+            generation_id=request.generation_id,
+            member_id=request.member_id,
+            assignments={a.member_id: a.assignment for a in request.assignments},
+            group_instance_id=getattr(request, "group_instance_id", None),
+            protocol_type=getattr(request, "protocol_type", None),
+            protocol_name=getattr(request, "protocol_name", None),
+        ),
+        _resolver(future),
+    )
+    return _respond_when_done(future, _sync_response)
+
+
+def _sync_response(r: SyncResult) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": r.error,
+        "protocol_type": r.protocol_type,
+        "protocol_name": r.protocol_name,
+        "assignment": r.assignment,
+    }
+
+
+# -- Heartbeat / LeaveGroup --------------------------------------------------------------
+
+
+@handles(HEARTBEAT, _lowest(HEARTBEAT))
+def heartbeat(ctx: Any, request: Any) -> Any:
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        error = E.coordinator_not_available
+    else:
+        error = coordinator.heartbeat(
+            request.group_id,
+            request.member_id,
+            request.generation_id,
+            getattr(request, "group_instance_id", None),
+        )
+    return {"throttle_time": 0, "error_code": error}
+
+
+@handles(LEAVE_GROUP, _lowest(LEAVE_GROUP))
+def leave_group(ctx: Any, request: Any) -> Any:
+    batched = ctx.version >= 3
+    if batched:
+        leaving = [
+            LeavingMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+            for m in request.members
+        ]
+    else:
+        leaving = [LeavingMember(request.member_id)]
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return {"throttle_time": 0, "error_code": E.coordinator_not_available, "members": []}
+    result = coordinator.leave_group(request.group_id, leaving)
+    if not batched:
+        # One member, one error: before v3 the member's error is the response's error.
+        error = result.error
+        if error == E.none and result.members:
+            error = result.members[0][2]
+        return {"throttle_time": 0, "error_code": error}
+    return {
+        "throttle_time": 0,
+        "error_code": result.error,
+        "members": [
+            {"member_id": m, "group_instance_id": instance, "error_code": code}
+            for m, instance, code in result.members
+        ],
+    }
+
+
+# -- OffsetCommit ------------------------------------------------------------------------
+
+
+@handles(OFFSET_COMMIT, _lowest(OFFSET_COMMIT))
+def offset_commit(ctx: Any, request: Any) -> Any:
+    version = ctx.version
+    state = ctx.broker.controller.state
+    by_id = version >= 10
+    # (topic name or None, topic id or None, [(partition, committed)]) in request order
+    layout: list[tuple[str | None, Any, list[tuple[int, OffsetAndMetadata | None, ErrorCode]]]] = []
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    for topic in request.topics:
+        if by_id:
+            info = state.topics_by_id.get(topic.topic_id)
+            name = info.name if info is not None else None
+            missing = E.unknown_topic_id
+        else:
+            name = topic.name
+            info = state.topics.get(name)
+            missing = E.unknown_topic_or_partition
+        entries = []
+        for p in topic.partitions:
+            if info is None:
+                entries.append((p.partition_index, None, missing))
+                continue
+            if not 0 <= p.partition_index < len(info.partitions):
+                entries.append((p.partition_index, None, E.unknown_topic_or_partition))
+                continue
+            value = OffsetAndMetadata(
+                offset=p.committed_offset,
+                leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                metadata=p.committed_metadata or "",
+            )
+            offsets[(info.name, p.partition_index)] = value
+            entries.append((p.partition_index, value, E.none))
+        layout.append((name, getattr(topic, "topic_id", None), entries))
+
+    def render(results: dict[tuple[str, int], ErrorCode]) -> dict[str, Any]:
+        topics = []
+        for name, topic_id, entries in layout:
+            partitions = []
+            for index, value, error in entries:
+                if value is not None and name is not None:
+                    error = results.get((name, index), E.unknown_server_error)
+                partitions.append({"partition_index": index, "error_code": error})
+            topics.append({"name": name or "", "topic_id": topic_id, "partitions": partitions})
+        return {"throttle_time": 0, "topics": topics}
+
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return render(dict.fromkeys(offsets, E.coordinator_not_available))
+    if not offsets:
+        return render({})
+    retention = getattr(request, "retention_time", None)
+    retention_ms = None if retention is None or _ms(retention) < 0 else _ms(retention)
+    future: asyncio.Future[dict[tuple[str, int], ErrorCode]] = (
+        asyncio.get_running_loop().create_future()
+    )
+    coordinator.commit_offsets(
+        request.group_id,
+        request.member_id,
+        request.generation_id_or_member_epoch,
+        offsets,
+        _resolver(future),
+        instance_id=getattr(request, "group_instance_id", None),
+        unknown_group_error=E.group_id_not_found if version >= 9 else E.illegal_generation,
+        retention_ms=retention_ms,
+    )
+    return _respond_when_done(future, render)
+
+
+# -- OffsetFetch -------------------------------------------------------------------------
+
+
+@handles(OFFSET_FETCH, _lowest(OFFSET_FETCH))
+def offset_fetch(ctx: Any, request: Any) -> Any:
+    version = ctx.version
+    if version >= 8:
+        groups = [_fetch_group(ctx, g.group_id, g.topics, version) for g in request.groups]
+        return {"throttle_time": 0, "groups": groups}
+    fetched = _fetch_group(ctx, request.group_id, request.topics, version)
+    error = fetched["error_code"]
+    topics = fetched["topics"]
+    if version < 2 and error != E.none:
+        # v0-1 have no top-level error: every requested partition carries it.
+        topics = [
+            {
+                "name": t.name,
+                "partitions": [_fetched_partition(i, None, error) for i in t.partition_indexes],
+            }
+            for t in request.topics or ()
+        ]
+    return {"throttle_time": 0, "topics": topics, "error_code": error}
+
+
+def _fetch_group(ctx: Any, group_id: str, topics: Any, version: int) -> dict[str, Any]:
+    coordinator = _coordinator(ctx)
+    by_id = version >= 10
+    state = ctx.broker.controller.state
+    if coordinator is None:
+        return {"group_id": group_id, "topics": [], "error_code": E.coordinator_not_available}
+    if topics is None:
+        error, offsets = coordinator.fetch_offsets(group_id, None)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), value in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(_fetched_partition(partition, value, E.none))
+        rendered = []
+        for name, partitions in by_topic.items():
+            topic_id = None
+            if by_id:
+                info = state.topics.get(name)
+                if info is None:
+                    continue  # no id to name it by
+                topic_id = info.topic_id
+            rendered.append({"name": name, "topic_id": topic_id, "partitions": partitions})
+        return {"group_id": group_id, "topics": rendered, "error_code": error}
+    wanted: list[tuple[str, int]] = []
+    named: list[tuple[str | None, Any, list[int]]] = []
+    for t in topics:
+        if by_id:
+            info = state.topics_by_id.get(t.topic_id)
+            name = info.name if info is not None else None
+            named.append((name, t.topic_id, list(t.partition_indexes)))
+        else:
+            name = t.name
+            named.append((name, None, list(t.partition_indexes)))
+        if name is not None:
+            wanted.extend((name, i) for i in t.partition_indexes)
+    error, offsets = coordinator.fetch_offsets(group_id, wanted)
+    if error != E.none:
+        return {"group_id": group_id, "topics": [], "error_code": error}
+    rendered = []
+    for name, topic_id, indexes in named:
+        if name is None:
+            partitions = [_fetched_partition(i, None, E.unknown_topic_id) for i in indexes]
+        else:
+            partitions = [_fetched_partition(i, offsets.get((name, i)), E.none) for i in indexes]
+        rendered.append({"name": name or "", "topic_id": topic_id, "partitions": partitions})
+    return {"group_id": group_id, "topics": rendered, "error_code": E.none}
+
+
+def _fetched_partition(
+    index: int, value: OffsetAndMetadata | None, error: ErrorCode
+) -> dict[str, Any]:
+    if value is None:
+        return {
+            "partition_index": index,
+            "committed_offset": -1,
+            "committed_leader_epoch": -1,
+            "metadata": "",
+            "error_code": error,
+        }
+    return {
+        "partition_index": index,
+        "committed_offset": value.offset,
+        "committed_leader_epoch": value.leader_epoch,
+        "metadata": value.metadata,
+        "error_code": error,
+    }
+
+
+# -- OffsetDelete ------------------------------------------------------------------------
+
+
+@handles(OFFSET_DELETE, _lowest(OFFSET_DELETE))
+def offset_delete(ctx: Any, request: Any) -> Any:
+    state = ctx.broker.controller.state
+    unknown: dict[tuple[str, int], ErrorCode] = {}
+    partitions: list[tuple[str, int]] = []
+    for t in request.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if t.name not in state.topics:
+                unknown[tp] = E.unknown_topic_or_partition
+            else:
+                partitions.append(tp)
+
+    def render(outcome: tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]) -> dict[str, Any]:
+        error, results = outcome
+        if error != E.none:
+            return {"error_code": error, "throttle_time": 0, "topics": []}
+        return {
+            "error_code": E.none,
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": unknown.get(
+                                (t.name, p.partition_index),
+                                results.get((t.name, p.partition_index), E.none),
+                            ),
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in request.topics
+            ],
+        }
+
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return render((E.coordinator_not_available, {}))
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    coordinator.delete_offsets(request.group_id, partitions, _resolver(future))
+    return _respond_when_done(future, render)
+
+
+# -- ListGroups / DescribeGroups / DeleteGroups ------------------------------------------
+
+
+@handles(LIST_GROUPS, _lowest(LIST_GROUPS))
+def list_groups(ctx: Any, request: Any) -> Any:
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return {"throttle_time": 0, "error_code": E.coordinator_not_available, "groups": []}
+    error, groups = coordinator.list_groups(
+        getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
+    )
+    return {
+        "throttle_time": 0,
+        "error_code": error,
+        "groups": [
+            {
+                "group_id": g.group_id,
+                "protocol_type": g.protocol_type,
+                "group_state": g.state,
+                "group_type": g.group_type,
+            }
+            for g in groups
+        ],
+    }
+
+
+@handles(DESCRIBE_GROUPS, _lowest(DESCRIBE_GROUPS))
+def describe_groups(ctx: Any, request: Any) -> Any:
+    coordinator = _coordinator(ctx)
+    operations = (
+        GROUP_OPERATIONS
+        if getattr(request, "include_authorized_operations", False)
+        else NO_AUTHORIZED_OPERATIONS
+    )
+    described = []
+    for group_id in request.groups:
+        if coordinator is None:
+            error, group = E.coordinator_not_available, None
+        else:
+            error, group = coordinator.describe_group(group_id)
+        described.append(_describe(group_id, error, group, ctx.version, operations))
+    return {"throttle_time": 0, "groups": described}
+
+
+def _describe(
+    group_id: str, error: ErrorCode, group: Any, version: int, operations: int
+) -> dict[str, Any]:
+    if group is None:
+        dead = {
+            "group_id": group_id,
+            "group_state": GroupState.DEAD.value,
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+            "authorized_operations": operations,
+        }
+        if error == E.group_id_not_found and version < 6:
+            error = E.none  # before v6 a missing group is described as Dead, no error
+        dead["error_code"] = error
+        if error == E.group_id_not_found:
+            dead["error_message"] = f"Group {group_id} not found."
+        return dead
+    stable = group.state == GroupState.STABLE
+    return {
+        "error_code": E.none,
+        "group_id": group_id,
+        "group_state": group.state.value,
+        "protocol_type": group.protocol_type or "",
+        "protocol_data": (group.protocol_name or "") if stable else "",
+        "members": describe_members(group),
+        "authorized_operations": operations,
+    }
+
+
+@handles(DELETE_GROUPS, _lowest(DELETE_GROUPS))
+def delete_groups(ctx: Any, request: Any) -> Any:
+    names = list(request.groups_names)
+
+    def render(results: dict[str, ErrorCode]) -> dict[str, Any]:
+        return {
+            "throttle_time": 0,
+            "results": [{"group_id": g, "error_code": results.get(g, E.none)} for g in names],
+        }
+
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return render(dict.fromkeys(names, E.coordinator_not_available))
+    future: asyncio.Future[dict[str, ErrorCode]] = asyncio.get_running_loop().create_future()
+    coordinator.delete_groups(names, _resolver(future))
+    return _respond_when_done(future, render)

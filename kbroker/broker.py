@@ -18,6 +18,7 @@ from kbroker.controller.events import (
     TopicCreated,
     TopicDeleted,
 )
+from kbroker.coordinator.service import GroupCoordinatorService
 from kbroker.handlers.registry import APIS
 from kbroker.replica.manager import ReplicaManager
 from kbroker.server.connection import KafkaConnection
@@ -41,6 +42,7 @@ class Broker:
         self.waiters = DataWaiters()
         self.logs = LogManager(self.log_dirs)
         self.replicas = ReplicaManager(self.logs, self.waiters)
+        self.group_coordinator = GroupCoordinatorService(self)
         self.controller = Controller(
             ControllerConfig(
                 node_id=self.node_id,
@@ -70,6 +72,7 @@ class Broker:
         self.logs.load_all(self._log_config_for_partition, now_ms())
         for topic in list(self.controller.state.topics.values()):
             self._open_partitions(topic, topic.partitions)
+        await self.group_coordinator.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: KafkaConnection(self),
@@ -107,6 +110,7 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.group_coordinator.stop()
         self.waiters.wake_all()
         self.logs.close_all()
         await self.controller.stop()

@@ -8,6 +8,7 @@ from kbroker.handlers import (  # noqa: F401
     cluster,
     configs,
     fetch,
+    groups,
     list_offsets,
     metadata,
     produce,

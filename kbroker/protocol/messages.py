@@ -71,13 +71,16 @@ def response_type(api_key: int, version: int) -> type:
 
 
 def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
-    """Decode a request body; raises on malformed bytes (the caller closes the connection)."""
+    """Decode a request body; raises on malformed bytes (the caller closes the connection).
+
+    Bytes after the body are ignored, as Kafka's own request parser ignores them:
+    librdkafka sends Metadata v9+ asking for all topics with a 4-byte null count where a
+    1-byte varint belongs (librdkafka issue 5049), and Kafka serves it regardless.
+    """
     if api_key == PRODUCE and version in LEGACY_PRODUCE_VERSIONS:
         return decode_request(PRODUCE, 3, _NULL_STRING + frame[offset:], 0)
     check_lengths(api_key, version, frame, offset)
-    value, size = request_reader(api_key, version)(frame, offset)
-    if offset + size != len(frame):
-        raise ValueError(f"{len(frame) - offset - size} trailing bytes after the request body")
+    value, _size = request_reader(api_key, version)(frame, offset)
     return value
 
 

@@ -269,6 +269,26 @@ def test_corrupted_index_files_are_detected_and_rebuilt(tmp_path, damage):
         assert h.base_offset == target
 
 
+def test_index_entries_pointing_inside_batches_do_not_cut_reads(tmp_path):
+    d = tmp_path / "t-0"
+    log = open_log(d, index_interval_bytes=200)
+    for _ in range(30):
+        log.append(batch(1, size=100), 0, NOW)
+    path = log.active_segment.index_path
+    log.close()
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        for i in range(4, len(data), 8):
+            data[i + 3] ^= 0x05
+        f.seek(0)
+        f.write(data)
+    log = open_log(d, index_interval_bytes=200)
+    one = len(batch(1, size=100))
+    s = log.read(0, one * 4 + 7)  # ends inside the segment: the end is found from the index
+    hs = validate_batches(s.read(), 1 << 30)
+    assert [x.base_offset for x in hs] == [0, 1, 2, 3]
+
+
 def test_corrupted_time_index_is_rebuilt(tmp_path):
     d = tmp_path / "t-0"
     log = open_log(d, index_interval_bytes=200)

@@ -363,7 +363,12 @@ class Segment:
 
     def boundary_at_or_before(self, start: int, limit: int) -> int:
         """Largest batch boundary in [start, limit], walking from the nearest index entry."""
-        _, pos = self.index.lookup_position(limit)
+        entry_offset, pos = self.index.lookup_position(limit)
+        if pos > start:
+            head = os.pread(self.file.fd, HEADER_SIZE, pos)
+            if len(head) < HEADER_SIZE or read_header(head).base_offset != entry_offset:
+                self.rebuild_indexes()  # the entry does not name the batch it points at
+                entry_offset, pos = self.index.lookup_position(limit)
         pos = max(pos, start)
         boundary = pos
         for h in scan_batches(self.file.fd, pos, limit):

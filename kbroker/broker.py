@@ -20,6 +20,8 @@ from kbroker.controller.events import (
 )
 from kbroker.coordinator.service import GroupCoordinatorService
 from kbroker.handlers.registry import APIS
+from kbroker.metrics.counters import RequestCounters
+from kbroker.metrics.http import HttpEndpoint
 from kbroker.replica.manager import ReplicaManager
 from kbroker.server.connection import KafkaConnection
 from kbroker.server.waiters import DataWaiters
@@ -56,6 +58,10 @@ class Broker:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.started_at = 0.0
+        self.ready = False
+        self.counters = RequestCounters()
+        self.extra_metrics: list[Any] = []  # callables returning Prometheus lines
+        self.http = HttpEndpoint(self)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -84,7 +90,9 @@ class Broker:
         interval = self.config.get("log.retention.check.interval.ms") / 1000
         self._tasks.append(asyncio.create_task(self.logs.run_retention(interval)))
         self._tasks.append(asyncio.create_task(self._flush_on_interval()))
+        await self.http.start(list(self.config.http_endpoints))
         self.started_at = time.time()
+        self.ready = True
         log.info(
             "kbroker node %d serving Kafka on %s:%d (advertised %s:%d), %d partitions, "
             "started in %.2fs",
@@ -99,6 +107,8 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop accepting, answer what is in flight, then flush and close every file."""
+        self.ready = False
+        await self.http.stop()
         if self._server is not None:
             self._server.close()
         deadline = time.monotonic() + 5

@@ -74,6 +74,7 @@ def _append(
         return ProducedPartition(index, ErrorCode.not_leader_or_follower)
     if pdata.records is None:
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message="null records")
+    broker.counters.produced_bytes += len(pdata.records)
     try:
         appended = broker.replicas.append(replica, bytearray(pdata.records), now)
     except BatchTooLargeError as exc:

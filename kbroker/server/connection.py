@@ -20,7 +20,13 @@ from kbroker.handlers.registry import APIS, NoResponse
 from kbroker.protocol import messages
 from kbroker.protocol.encoded import EncodedBody
 from kbroker.protocol.framing import FrameDecoder, FrameError, frame
-from kbroker.protocol.header import MalformedRequest, RequestHeader, parse_request_header, peek_api
+from kbroker.protocol.header import (
+    MalformedRequest,
+    RequestHeader,
+    parse_request_header,
+    peek_api,
+    response_header,
+)
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -78,6 +84,7 @@ class KafkaConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         self._sock_fd = sock.fileno() if sock is not None else -1
         self.broker.connections.add(self)
+        self.broker.counters.connections_opened += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -93,6 +100,7 @@ class KafkaConnection(asyncio.Protocol):
         self._maybe_resume_reading()
 
     def data_received(self, data: bytes) -> None:
+        self.broker.counters.bytes_in += len(data)
         try:
             frames = self.decoder.feed(data)
         except FrameError as exc:
@@ -113,6 +121,7 @@ class KafkaConnection(asyncio.Protocol):
         except MalformedRequest as exc:
             self.close(str(exc))
             return
+        self.broker.counters.requests[api_key] += 1
         api = APIS.get(api_key)
         if api is None:
             self.close(f"unknown API key {api_key} (version {version})")
@@ -219,13 +228,12 @@ class KafkaConnection(asyncio.Protocol):
             result = messages.build_response(api_key, version, result)
         return messages.encode(result)
 
-    @staticmethod
-    def _frame(correlation_id: int, flexible: bool, body: bytes | EncodedBody) -> list[Any]:
-        from kbroker.protocol.header import response_header
-
+    def _frame(self, correlation_id: int, flexible: bool, body: bytes | EncodedBody) -> list[Any]:
         head = response_header(correlation_id, flexible)
         if isinstance(body, bytes):
+            self.broker.counters.bytes_out += len(head) + len(body) + 4
             return [frame(len(head) + len(body)) + head + body]
+        self.broker.counters.bytes_out += len(head) + body.size + 4
         return [frame(len(head) + body.size) + head, *body.parts]
 
     def _write(self, parts: list[Any]) -> None:
@@ -286,6 +294,7 @@ class KafkaConnection(asyncio.Protocol):
     def close(self, reason: str) -> None:
         if not self._closed:
             log.warning("closing connection from %s: %s", self.peer, reason)
+            self.broker.counters.bad_requests += 1
             self._closed = True
             if self.transport is not None:
                 self.transport.close()

@@ -1,0 +1,1 @@
+"""Broker metrics: plain counters on the hot path, rendered as Prometheus text on scrape."""

@@ -1,0 +1,76 @@
+"""A tiny HTTP/1.1 server for /metrics, /health and /ready (no framework needed for three GETs)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from kbroker.metrics.prometheus import render
+
+log = logging.getLogger("kbroker.http")
+
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+class HttpEndpoint:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.servers: list[asyncio.AbstractServer] = []
+
+    async def start(self, endpoints: list[Any]) -> None:
+        for endpoint in endpoints:
+            try:
+                server = await asyncio.start_server(
+                    self._serve, endpoint.host or None, endpoint.port
+                )
+            except OSError as exc:
+                # Metrics are not worth refusing to serve Kafka for; say so loudly.
+                log.error("cannot serve HTTP on %s:%d: %s", endpoint.host, endpoint.port, exc)
+                continue
+            self.servers.append(server)
+            log.info(
+                "serving /metrics /health /ready on http://%s:%d", endpoint.host, endpoint.port
+            )
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            server.close()
+
+    def _answer(self, method: str, path: str) -> tuple[int, str, str]:
+        if method != "GET":
+            return 405, "text/plain", "GET only\n"
+        path = path.split("?", 1)[0]
+        if path == "/metrics":
+            return 200, "text/plain; version=0.0.4", render(self.broker)
+        if path == "/health":
+            return 200, "application/json", json.dumps({"status": "ok"}) + "\n"
+        if path == "/ready":
+            ready = self.broker.ready
+            body = json.dumps({"ready": ready, "node_id": self.broker.node_id}) + "\n"
+            return (200 if ready else 503), "application/json", body
+        return 404, "text/plain", "not found\n"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = await asyncio.wait_for(reader.readline(), 10)
+            while True:  # headers, ignored
+                line = await asyncio.wait_for(reader.readline(), 10)
+                if line in (b"\r\n", b"\n", b""):
+                    break
+            parts = request_line.decode("latin-1").split()
+            if len(parts) < 2:
+                return
+            status, ctype, body = self._answer(parts[0], parts[1])
+            data = body.encode()
+            writer.write(
+                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+                + data
+            )
+            await writer.drain()
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()

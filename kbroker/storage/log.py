@@ -778,14 +778,17 @@ class PartitionLog:
             with self._lock:
                 self.segments[-1].finalize()
 
-    def delete(self) -> None:
-        """Remove the partition's directory; open slices stay readable until released."""
+    def delete(self, remove_files: bool = True) -> None:
+        """Close for good and remove the partition's directory (unless the caller removes
+        it itself); slices still being sent stay readable until released."""
         self.closed = True
-        for seg in self.segments:
-            seg.release()
-        self.segments = []
-        self._bases = []
-        shutil.rmtree(self._dir, ignore_errors=True)
+        with self._lock:
+            for seg in self.segments:
+                seg.release()
+            self.segments = []
+            self._bases = []
+        if remove_files:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -126,7 +127,11 @@ class LogManager:
             doomed = plog.directory
         plog.directory = doomed
         plog._dir = str(doomed)
-        plog.delete()
+        plog.delete(remove_files=False)
+        # Unlinking gigabytes can take a while: off the loop; a restart finishes the job.
+        threading.Thread(
+            target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
+        ).start()
 
     def close_all(self) -> None:
         """Flush and close every log, leaving clean-shutdown checkpoints. The fsyncs run

@@ -38,6 +38,7 @@ class Plan:
     partitions: int
     workdir: Path
     quiet_wait: float = 30.0
+    repeat: int = 1
 
     def settings(self) -> dict:
         from bench import kafka_load, redis_load
@@ -50,6 +51,7 @@ class Plan:
             "oneatatime_seconds": self.one_seconds,
             "bulk_time_limit_s": self.time_limit,
             "partitions": self.partitions,
+            "repeat": self.repeat,
             "producer_batched": _printable(kafka_load.PRODUCER_BATCHED),
             "producer_one_at_a_time": _printable(kafka_load.PRODUCER_ONE_AT_A_TIME),
             "consumer": _printable(kafka_load.CONSUMER_FETCH),
@@ -109,6 +111,12 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
         help="partition count for the kbroker partitions workload",
     )
     p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every peer's suite this many times, interleaved; figures are the median round",
+    )
+    p.add_argument(
         "--json", type=Path, help="also write every figure, the machine and the settings here"
     )
     p.add_argument(
@@ -158,6 +166,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
         partitions=args.partitions,
         workdir=workdir,
         quiet_wait=args.quiet_wait,
+        repeat=max(1, args.repeat),
     )
     return args, plan
 
@@ -233,7 +242,7 @@ class Runner:
                 ok = self.measure(peer, label, "produce", variant, lambda t=topic, c=count, s=size:
                                   kafka_load.produce_batched(peer.bootstrap, t, c, s, plan.time_limit))  # fmt: skip
                 if ok and "consume" in plan.workloads:
-                    produced = int(self.report.get(label, "produce", variant, "records") or 0)
+                    produced = int(self.report.current(label, "produce", variant, "records") or 0)
                     rewind = isinstance(peer, MockPeer)
                     note = "re-reads the mock's retained 5 MiB window" if rewind else ""
                     self.measure(peer, label, "consume", variant, lambda t=topic, c=produced, r=rewind:
@@ -266,7 +275,7 @@ class Runner:
             self.kafka_workloads(peer, "mock")
         finally:
             peer.stop()
-        if "partitions" in self.plan.workloads:
+        if self.wants_partitions():
             self.mock_partitions()
 
     def mock_partitions(self) -> None:
@@ -311,7 +320,7 @@ class Runner:
             traceback.print_exc()
         finally:
             peer.stop()
-        if "partitions" in plan.workloads:
+        if self.wants_partitions():
             self.kbroker_partitions()
         if "oneatatime" in plan.workloads:
             self.kbroker_fsync()
@@ -402,7 +411,9 @@ class Runner:
                     ok = self.measure(peer, "redis", "produce", variant, lambda k=key, c=count, s=size:
                                       redis_load.xadd_pipelined(client, k, c, s, plan.time_limit))  # fmt: skip
                     if ok and "consume" in plan.workloads:
-                        stored = int(self.report.get("redis", "produce", variant, "records") or 0)
+                        stored = int(
+                            self.report.current("redis", "produce", variant, "records") or 0
+                        )
                         self.measure(peer, "redis", "consume", variant, lambda k=key, c=stored:
                                      redis_load.xrange_all(client, k, c, plan.time_limit))  # fmt: skip
             if "oneatatime" in plan.workloads:
@@ -413,12 +424,17 @@ class Runner:
         finally:
             peer.stop()
 
+    def wants_partitions(self) -> bool:
+        """Memory and start-up figures are not rates: measured in the first round only."""
+        return "partitions" in self.plan.workloads and self.report.round == 0
+
     def settle(self, peer: str) -> None:
         """Lets a neighbour's CPU burst pass before a peer's runs; records what was left."""
         if self.plan.quiet_wait <= 0:
             return
         load = wait_for_quiet(self.plan.quiet_wait)
-        self.report.settings.setdefault("other_load_cores_before", {})[peer] = round(load, 2)
+        waits = self.report.settings.setdefault("other_load_cores_before", [])
+        waits.append({"round": self.report.round, "peer": peer, "cores": round(load, 2)})
         if load >= 0.3:
             print(
                 f"note: other processes still use {load:.2f} CPUs; figures will be noisy",
@@ -441,9 +457,15 @@ def main(argv: list[str] | None = None) -> int:
             print("measuring machine limits ...", flush=True)
             report.machine = describe(plan.workdir, quick=args.scale < 1)
         runner = Runner(plan, report)
-        for name in plan.peers:
-            runner.settle(name)
-            getattr(runner, f"run_{name}")()
+        for round_ in range(plan.repeat):
+            report.round = round_
+            if plan.repeat > 1:
+                print(f"-- round {round_ + 1} of {plan.repeat}", flush=True)
+            for name in plan.peers:
+                if name in report.skipped:
+                    continue
+                runner.settle(name)
+                getattr(runner, f"run_{name}")()
     finally:
         report.settings["wall_seconds"] = round(time.perf_counter() - started, 1)
         if args.keep_workdir:

@@ -99,6 +99,9 @@ class KbrokerPeer(Peer):
         settings = {
             "listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "log.dirs": str(self.data_dir),
+            # No /metrics endpoint: a fixed HTTP port would clash with any other kbroker
+            # on the machine, and the other peers serve nothing besides their protocol.
+            "http.listeners": "",
             **self.overrides,
         }
         cmd = [str(KBROKER_BINARY), "serve"]

@@ -47,8 +47,13 @@ WORKLOAD_LABELS = {
     ("redis", "produce"): "XADD pipelined",
     ("redis", "consume"): "XRANGE read-back",
     ("redis", "oneatatime"): "XADD one-at-a-time",
-    ("kbroker-fsync", "oneatatime"): "one-at-a-time",
+    ("*", "produce"): "produce batched",
+    ("*", "oneatatime"): "one-at-a-time",
 }
+
+
+def workload_label(peer: str, workload: str) -> str:
+    return WORKLOAD_LABELS.get((peer, workload), WORKLOAD_LABELS.get(("*", workload), workload))
 
 
 def ratios(report: Report) -> list[dict]:
@@ -77,7 +82,7 @@ def _fmt(value, digits: int = 0) -> str:
 def _per_record_us(row: Row, key: str) -> str:
     n = row.metrics.get("records") or 0
     cpu = row.metrics.get(key)
-    return _fmt(cpu / n * 1e6, 1) if n and cpu is not None else "-"
+    return _fmt(cpu / n * 1e6, 2) if n and cpu is not None else "-"
 
 
 def _other_cores(row: Row) -> str:
@@ -103,9 +108,13 @@ def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
 def throughput_table(report: Report) -> str:
     headers = ["peer", "workload", "size", "records", "seconds", "msg/s", "MiB/s",
                "p50 ms", "p99 ms", "broker CPU us/rec", "client CPU us/rec", "other CPUs", "note"]  # fmt: skip
+    repeated = report.settings.get("repeat", 1) > 1
+    if repeated:
+        headers.insert(6, "msg/s range")
     rows = []
-    for r in report.rows:
-        if r.workload in ("memory", "partitions"):
+    for key in report.row_keys():
+        r = report.representative(key)
+        if r is None or r.workload in ("memory", "partitions", "setup"):
             continue
         m = r.metrics
         rate = m.get("msg_per_s", m.get("acks_per_s"))
@@ -115,7 +124,7 @@ def throughput_table(report: Report) -> str:
         if m.get("errors"):
             notes.append(f"{m['errors']} errors")
         rows.append([
-            r.peer, WORKLOAD_LABELS.get((r.peer, r.workload), r.workload), r.variant,
+            r.peer, workload_label(r.peer, r.workload), r.variant,
             _fmt(m.get("records")), _fmt(m.get("seconds"), 2), _fmt(rate),
             _fmt(m.get("mib_per_s"), 1) if "mib_per_s" in m else "-",
             _fmt(m.get("p50_ms"), 3) if "p50_ms" in m else "-",
@@ -123,15 +132,21 @@ def throughput_table(report: Report) -> str:
             _per_record_us(r, "broker_cpu_s"), _per_record_us(r, "client_cpu_s"), _other_cores(r),
             "; ".join(notes),
         ])  # fmt: skip
+        if repeated:
+            rates = [x.rate for x in report.rounds_of(key) if x.rate is not None]
+            rows[-1].insert(6, f"{_fmt(min(rates))}-{_fmt(max(rates))}" if rates else "-")
     return _table(headers, rows, left=3)
 
 
 def memory_table(report: Report) -> str:
     headers = ["peer", "what", "figure", ""]
     rows = []
-    for r in report.rows:
-        if r.workload not in ("memory", "partitions"):
+    for row_key in report.row_keys():
+        r = report.representative(row_key)
+        if r is None or r.workload not in ("memory", "partitions", "setup"):
             continue
+        if not r.metrics:
+            rows.append([r.peer, r.workload, "-", r.note])
         for key, value in r.metrics.items():
             digits = 3 if key.endswith("_s") else 0 if key == "records" else 1
             rows.append([r.peer, f"{r.variant}: {key}", _fmt(value, digits), r.note])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -91,21 +92,25 @@ def _other_cores(row: Row) -> str:
     return _fmt(other / secs, 2) if other is not None and secs else "-"
 
 
-def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
-    """Plain-text table: the first `left` columns and the last are text, the rest numbers."""
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+def _table(headers: list[str], rows: list[list[str]], left: int = 1, md: bool = False) -> str:
+    """Text (or Markdown) table: the first `left` columns and the last are text, the rest numbers."""
     last = len(headers) - 1
+    if md:
+        align = ["---" if i < left or i == last else "---:" for i in range(len(headers))]
+        lines = [headers, align, *rows]
+        return "\n".join("| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in lines)
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
     def cell(i: int, text: str) -> str:
         return text.ljust(widths[i]) if i < left or i == last else text.rjust(widths[i])
 
-    lines = ["  ".join(cell(i, h) for i, h in enumerate(headers)).rstrip()]
-    lines.append("-" * len(lines[0]))
-    lines += ["  ".join(cell(i, c) for i, c in enumerate(r)).rstrip() for r in rows]
-    return "\n".join(lines)
+    out = ["  ".join(cell(i, h) for i, h in enumerate(headers)).rstrip()]
+    out.append("-" * len(out[0]))
+    out += ["  ".join(cell(i, c) for i, c in enumerate(r)).rstrip() for r in rows]
+    return "\n".join(out)
 
 
-def throughput_table(report: Report) -> str:
+def throughput_table(report: Report, md: bool = False) -> str:
     headers = ["peer", "workload", "size", "records", "seconds", "msg/s", "MiB/s",
                "p50 ms", "p99 ms", "broker CPU us/rec", "client CPU us/rec", "other CPUs", "note"]  # fmt: skip
     repeated = report.settings.get("repeat", 1) > 1
@@ -135,11 +140,11 @@ def throughput_table(report: Report) -> str:
         if repeated:
             rates = [x.rate for x in report.rounds_of(key) if x.rate is not None]
             rows[-1].insert(6, f"{_fmt(min(rates))}-{_fmt(max(rates))}" if rates else "-")
-    return _table(headers, rows, left=3)
+    return _table(headers, rows, left=3, md=md)
 
 
-def memory_table(report: Report) -> str:
-    headers = ["peer", "what", "figure", ""]
+def memory_table(report: Report, md: bool = False) -> str:
+    headers = ["peer", "what", "figure", "note"]
     rows = []
     for row_key in report.row_keys():
         r = report.representative(row_key)
@@ -150,46 +155,46 @@ def memory_table(report: Report) -> str:
         for key, value in r.metrics.items():
             digits = 3 if key.endswith("_s") else 0 if key == "records" else 1
             rows.append([r.peer, f"{r.variant}: {key}", _fmt(value, digits), r.note])
-    return _table(headers, rows, left=2)
+    return _table(headers, rows, left=2, md=md)
 
 
-def machine_summary(machine: dict) -> str:
+def machine_summary(machine: dict, md: bool = False) -> str:
     if not machine:
         return "machine: not measured (--skip-machine)"
-    lp, ip, rt = (
-        machine["loopback_python"],
-        machine.get("loopback_iperf3"),
-        machine["loopback_round_trip"],
-    )
-    fs, fds, sw = machine["fsync_4k"], machine["fdatasync_4k"], machine["sequential_write"]
+    lp, ip = machine["loopback_python"], machine.get("loopback_iperf3")
+    rt, fs, fds = machine["loopback_round_trip"], machine["fsync_4k"], machine["fdatasync_4k"]
+    sw, soft = machine["sequential_write"], machine.get("software", {})
     lines = [
-        f"machine: {machine['cpu_model']}, nproc {machine['nproc']}, "
-        f"{machine['mem_total_mib']:,} MiB RAM, load at start {' '.join(machine['loadavg_at_start'])}",
-        f"loopback: python 1-stream {lp['mib_per_s']:,} MiB/s"
+        f"CPU: {machine['cpu_model']}, nproc {machine['nproc']} (clients and brokers share them), "
+        f"{machine['mem_total_mib']:,} MiB RAM, load average at start "
+        f"{' '.join(machine['loadavg_at_start'])}",
+        f"loopback: one Python TCP stream {lp['mib_per_s']:,} MiB/s"
         + (f", iperf3 {ip['mib_per_s']:,} MiB/s" if ip else "")
-        + f"; python 64 B round trip p50 {rt['p50_us']} us, p99 {rt['p99_us']} us",
-        f"disk ({machine['filesystem']}): 4 KiB write+fsync {fs['syncs_per_s']:,}/s "
-        f"(p50 {fs['p50_ms']} ms, p99 {fs['p99_ms']} ms), write+fdatasync {fds['syncs_per_s']:,}/s; "
-        f"sequential {sw['with_fsync_mib_per_s']:,} MiB/s incl. final fsync",
+        + f"; Python 64 B round trip p50 {rt['p50_us']} us, p99 {rt['p99_us']} us",
+        f"disk {machine['filesystem']}: 4 KiB append+fsync {fs['syncs_per_s']:,}/s "
+        f"(p50 {fs['p50_ms']} ms, p99 {fs['p99_ms']} ms), append+fdatasync "
+        f"{fds['syncs_per_s']:,}/s (p50 {fds['p50_ms']} ms); sequential write "
+        f"{sw['with_fsync_mib_per_s']:,} MiB/s including the final fsync",
     ]
-    return "\n".join(lines)
+    if soft:
+        lines.append("software: " + ", ".join(f"{k} {v}" for k, v in soft.items()))
+    prefix = "- " if md else ""
+    return "\n".join(prefix + line for line in lines)
 
 
-def render(report: Report) -> str:
-    parts = [
-        machine_summary(report.machine),
-        "",
-        throughput_table(report),
-        "",
-        memory_table(report),
-        "",
-    ]
-    parts.append("same-run ratios:")
+def render(report: Report, md: bool = False) -> str:
+    settings = report.settings
+    parts = [machine_summary(report.machine, md), ""]
+    if settings.get("repeat", 1) > 1:
+        parts += [f"figures: median of {settings['repeat']} interleaved rounds", ""]
+    parts += [throughput_table(report, md), "", memory_table(report, md), ""]
+    rows = []
     for r in ratios(report):
         value = (
             f"{r['value']:.3f}" if r["value"] is not None else f"n/a (no {', '.join(r['missing'])})"
         )
-        parts.append(f"  {r['ratio']}: {value}")
+        rows.append([r["ratio"], value])
+    parts += ["same-run ratios:", "", _table(["ratio", "value"], rows, left=1, md=md)]
     if report.skipped:
         parts.append("")
         for peer, why in report.skipped.items():
@@ -207,3 +212,25 @@ def write_json(report: Report, path: Path) -> None:
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def load_json(path: Path) -> Report:
+    data = json.loads(path.read_text())
+    return Report(
+        rows=[Row(**row) for row in data["rows"]],
+        skipped=data.get("skipped", {}),
+        machine=data.get("machine", {}),
+        settings=data.get("settings", {}),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Re-render a bench/run.py --json file.")
+    parser.add_argument("json", type=Path)
+    parser.add_argument("--markdown", action="store_true", help="Markdown tables for docs/")
+    args = parser.parse_args()
+    print(render(load_json(args.json), md=args.markdown))
+
+
+if __name__ == "__main__":
+    main()

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from kbroker.broker import Broker
 from kbroker.handlers.registry import APIS
+from kbroker.metrics.counters import RequestCounters
 from kbroker.protocol.framing import frame
 from kbroker.server.connection import KafkaConnection
 
@@ -58,6 +59,7 @@ class FakeBroker:
 
     def __init__(self) -> None:
         self.connections: set[KafkaConnection] = set()
+        self.counters = RequestCounters()
 
     def unsupported_api_versions(self) -> bytes:
         return Broker.unsupported_api_versions(self)  # type: ignore[arg-type]

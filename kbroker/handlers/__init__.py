@@ -9,6 +9,7 @@ from kbroker.handlers import (  # noqa: F401
     configs,
     fetch,
     groups,
+    leader_epoch,
     list_offsets,
     metadata,
     produce,

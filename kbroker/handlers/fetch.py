@@ -19,6 +19,7 @@ from kbroker.protocol.fetch_response import (
     NodeEndpoint,
     encode_fetch_response,
 )
+from kbroker.replica.manager import leader_epoch_error
 from kbroker.storage.log import OffsetOutOfRangeError
 
 FETCH = 1
@@ -140,13 +141,8 @@ def _read_partition(
         plog.log_start_offset,
         [] if committed_only else None,
     )
-    epoch = getattr(p, "current_leader_epoch", -1)
-    if epoch >= 0 and epoch != replica.leader_epoch:
-        out.error_code = (
-            ErrorCode.fenced_leader_epoch
-            if epoch < replica.leader_epoch
-            else ErrorCode.unknown_leader_epoch
-        )
+    out.error_code = leader_epoch_error(replica, getattr(p, "current_leader_epoch", -1))
+    if out.error_code:
         return out
     max_bytes = min(p.partition_max_bytes, budget)
     if max_bytes <= 0 and not first:

@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.registry import handles
+from kbroker.replica.manager import leader_epoch_error
 
 LIST_OFFSETS = 2
 LATEST = -1
@@ -29,13 +30,8 @@ def _partition(broker: Any, topic: str, p: Any, isolation_level: int) -> dict[st
     if replica is None:
         out["error_code"] = ErrorCode.unknown_topic_or_partition
         return out
-    epoch = getattr(p, "current_leader_epoch", -1)
-    if epoch >= 0 and epoch != replica.leader_epoch:
-        out["error_code"] = (
-            ErrorCode.fenced_leader_epoch
-            if epoch < replica.leader_epoch
-            else ErrorCode.unknown_leader_epoch
-        )
+    out["error_code"] = leader_epoch_error(replica, getattr(p, "current_leader_epoch", -1))
+    if out["error_code"]:
         return out
     plog = replica.log
     out["leader_epoch"] = replica.leader_epoch

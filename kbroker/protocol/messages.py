@@ -12,6 +12,7 @@ import datetime
 import functools
 import io
 import struct
+import types
 import typing
 import uuid
 from collections.abc import Callable
@@ -294,12 +295,18 @@ def _plan(cls: type) -> tuple[tuple[str, str | None, Any, bool, Any], ...]:
     return tuple(plan)
 
 
+def _without_none(hint: Any) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        return options[0] if len(options) == 1 else hint
+    return hint
+
+
 def _nested_entity(hint: Any) -> tuple[type | None, bool]:
+    """The entity type a field holds (itself or as array items), for nullable ones too."""
+    hint = _without_none(hint)
     is_array = typing.get_origin(hint) is tuple
-    inner = typing.get_args(hint)[0] if is_array else hint
-    if typing.get_origin(inner) in (typing.Union, __import__("types").UnionType):
-        options = [a for a in typing.get_args(inner) if a is not type(None)]
-        inner = options[0] if len(options) == 1 else inner
+    inner = _without_none(typing.get_args(hint)[0]) if is_array else hint
     if isinstance(inner, type) and is_dataclass(inner):
         return inner, is_array
     return None, is_array

@@ -63,3 +63,11 @@ class ReplicaManager:
         plog.high_watermark = plog.log_end_offset
         self.waiters.wake((replica.topic, replica.partition))
         return result
+
+
+def leader_epoch_error(replica: Replica, requested: int) -> int:
+    """Kafka's check of a client's current_leader_epoch: 0 if it matches or is unset (-1),
+    FENCED_LEADER_EPOCH (74) if the client is behind, UNKNOWN_LEADER_EPOCH (75) if ahead."""
+    if requested < 0 or requested == replica.leader_epoch:
+        return 0
+    return 74 if requested < replica.leader_epoch else 75

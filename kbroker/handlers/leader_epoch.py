@@ -1,0 +1,50 @@
+"""OffsetForLeaderEpoch: where a leader epoch ended in this log.
+
+Consumers validate their position after a leader change with it (KIP-320), and
+followers use it to find where to truncate before fetching from a new leader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.handlers.registry import handles
+from kbroker.replica.manager import leader_epoch_error
+
+OFFSET_FOR_LEADER_EPOCH = 23
+
+
+def _partition(broker: Any, topic: str, p: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "partition": p.partition,
+        "error_code": 0,
+        "leader_epoch": -1,
+        "end_offset": -1,
+    }
+    replica = broker.replicas.get(topic, p.partition)
+    if replica is None:
+        out["error_code"] = ErrorCode.unknown_topic_or_partition
+        return out
+    if not replica.is_leader:
+        out["error_code"] = ErrorCode.not_leader_or_follower
+        return out
+    out["error_code"] = leader_epoch_error(replica, p.current_leader_epoch)
+    if not out["error_code"]:
+        out["leader_epoch"], out["end_offset"] = replica.log.end_offset_for_epoch(p.leader_epoch)
+    return out
+
+
+@handles(OFFSET_FOR_LEADER_EPOCH, 2)
+def offset_for_leader_epoch(ctx: Any, request: Any) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "topic": t.topic,
+                "partitions": [_partition(ctx.broker, t.topic, p) for p in t.partitions],
+            }
+            for t in request.topics
+        ],
+    }

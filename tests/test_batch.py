@@ -207,3 +207,10 @@ def test_any_single_byte_flip_in_crc_range_is_detected(pos_seed, flip):
     buf[pos] ^= flip
     with pytest.raises(InvalidBatchError):
         validate_batches(buf, BIG)
+
+
+def test_declared_length_past_end_is_corrupt_not_too_large():
+    buf = encode_batch([b"x"], 10)
+    struct.pack_into(">i", buf, 8, 2**31 - 1)
+    with pytest.raises(CorruptBatchError):
+        validate_batches(buf, 1000)

@@ -156,7 +156,7 @@ def validate_batches(
 
     Rejects anything Kafka would reject before an append: no batches, a trailing
     partial batch, magic other than 2, a batchLength below the header size, a CRC
-    mismatch, a batch above `max_batch_bytes` (checked before the CRC, as Kafka does).
+    mismatch, a whole batch above `max_batch_bytes` (checked before the CRC, as Kafka does).
     With `check_record_count` (client appends) the record count must be positive and
     agree with lastOffsetDelta; replicated or compacted data may legitimately differ.
     """
@@ -179,11 +179,12 @@ def validate_batches(
         if batch_length < MIN_BATCH_LENGTH:
             raise CorruptBatchError(f"batch length {batch_length} below minimum at byte {pos}")
         size = batch_length + LOG_OVERHEAD
-        if size > max_batch_bytes:
-            raise BatchTooLargeError(f"batch of {size} bytes exceeds limit {max_batch_bytes}")
         nxt = pos + size
         if nxt > end:
+            # A declared length past the end is a partial or lying batch, not a big one.
             raise CorruptBatchError(f"partial batch at byte {pos}: {size} bytes, {end - pos} left")
+        if size > max_batch_bytes:
+            raise BatchTooLargeError(f"batch of {size} bytes exceeds limit {max_batch_bytes}")
         if crc32c(view[pos + ATTRIBUTES_OFFSET : nxt]) != fields[4]:
             raise CorruptBatchError(f"CRC mismatch in batch at byte {pos}")
         if check_record_count:

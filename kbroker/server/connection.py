@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import logging
 import os
+import time
 import typing
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,9 @@ class KafkaConnection(asyncio.Protocol):
         self._paused_writing = False
         self._closed = False
         self._sock_fd = -1
+        self._max_idle_s = broker.config.get("connections.max.idle.ms") / 1000
+        self._last_active = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -85,9 +89,16 @@ class KafkaConnection(asyncio.Protocol):
         self._sock_fd = sock.fileno() if sock is not None else -1
         self.broker.connections.add(self)
         self.broker.counters.connections_opened += 1
+        self._last_active = time.monotonic()
+        if self._max_idle_s > 0:
+            self._idle_timer = asyncio.get_running_loop().call_later(
+                self._max_idle_s, self._check_idle
+            )
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         self.broker.connections.discard(self)
         self._queue.clear()
 
@@ -101,6 +112,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.broker.counters.bytes_in += len(data)
+        self._last_active = time.monotonic()
         try:
             frames = self.decoder.feed(data)
         except FrameError as exc:
@@ -240,6 +252,7 @@ class KafkaConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self._closed:
             return
+        self._last_active = time.monotonic()
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
                 transport.write(part)
@@ -290,6 +303,22 @@ class KafkaConnection(asyncio.Protocol):
         ):
             self._paused_reading = False
             self.transport.resume_reading()
+
+    def _check_idle(self) -> None:
+        """Kafka's connections.max.idle.ms: close a connection nothing has moved on.
+
+        A request still being answered (a Fetch parked on max_wait) counts as activity.
+        One timer per connection, re-armed from the last activity; the data path only
+        stamps a time.
+        """
+        if self._closed:
+            return
+        idle = time.monotonic() - self._last_active
+        if idle >= self._max_idle_s and not self._queue:
+            self.close(f"idle for {idle:.1f}s (connections.max.idle.ms)")
+            return
+        wait = self._max_idle_s if self._queue else self._max_idle_s - idle
+        self._idle_timer = asyncio.get_running_loop().call_later(wait, self._check_idle)
 
     def close(self, reason: str) -> None:
         if not self._closed:

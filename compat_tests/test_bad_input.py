@@ -749,3 +749,14 @@ def test_every_record_reads_back_intact_and_clients_still_work(seeded: Seeded) -
 def test_the_broker_logged_no_tracebacks(seeded: Seeded) -> None:
     assert_serving(seeded.broker)
     assert "Traceback" not in seeded.broker.log_text(), seeded.broker.log_tail(80)
+
+
+def test_idle_connection_is_closed_after_connections_max_idle_ms(broker_factory: Any) -> None:
+    broker = broker_factory.start(connections_max_idle_ms=500)
+    with raw(broker) as idle, raw(broker) as busy:
+        began = time.monotonic()
+        while time.monotonic() - began < 1.5:
+            busy.call(request(API_VERSIONS, 0))
+            time.sleep(0.1)
+        assert_closed_with_log(broker, idle, "connections.max.idle.ms")
+        assert busy.call(request(API_VERSIONS, 0)).error_code == NONE

@@ -8,6 +8,7 @@ warning naming the peer and the reason.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 from typing import Any
@@ -54,19 +55,28 @@ class FakeTransport:
         return 0
 
 
+class FakeConfig:
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = settings
+
+    def get(self, name: str) -> Any:
+        return self.settings[name]
+
+
 class FakeBroker:
     max_request_bytes = MAX_REQUEST
 
-    def __init__(self) -> None:
+    def __init__(self, max_idle_ms: int = -1) -> None:
         self.connections: set[KafkaConnection] = set()
         self.counters = RequestCounters()
+        self.config = FakeConfig({"connections.max.idle.ms": max_idle_ms})
 
     def unsupported_api_versions(self) -> bytes:
         return Broker.unsupported_api_versions(self)  # type: ignore[arg-type]
 
 
-def connect() -> tuple[KafkaConnection, FakeTransport]:
-    conn = KafkaConnection(FakeBroker())  # type: ignore[arg-type]
+def connect(max_idle_ms: int = -1) -> tuple[KafkaConnection, FakeTransport]:
+    conn = KafkaConnection(FakeBroker(max_idle_ms))  # type: ignore[arg-type]
     transport = FakeTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     return conn, transport
@@ -260,3 +270,63 @@ def test_random_streams_are_answered_or_closed_with_a_log_line(data: bytes, chun
         handler.removeHandler(keep)
     if transport.closed:
         assert any("closing connection from 127.0.0.1:40000" in r.getMessage() for r in records)
+
+
+# -- idle connections (connections.max.idle.ms) ---------------------------------------------
+
+IDLE_MS = 200
+
+
+def test_idle_connection_is_closed_with_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> FakeTransport:
+        _, transport = connect(IDLE_MS)
+        await asyncio.sleep(IDLE_MS / 1000 * 2.5)
+        return transport
+
+    assert asyncio.run(scenario()).closed
+    assert closed_with(caplog, "connections.max.idle.ms")
+
+
+def test_connection_in_use_is_not_idle() -> None:
+    async def scenario() -> FakeTransport:
+        conn, transport = connect(IDLE_MS)
+        for i in range(8):
+            conn.data_received(request(API_VERSIONS, 0, i))
+            await asyncio.sleep(IDLE_MS / 1000 / 2)
+        return transport
+
+    assert not asyncio.run(scenario()).closed
+
+
+def test_request_being_answered_keeps_the_connection_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def slow(ctx: Any, body: Any) -> Any:
+        await asyncio.sleep(IDLE_MS / 1000 * 3)
+        return {"error_code": 0, "api_keys": [], "throttle_time": 0}
+
+    api = APIS[API_VERSIONS]
+    monkeypatch.setitem(
+        APIS, API_VERSIONS, type(api)(api.key, api.min_version, api.max_version, slow)
+    )
+
+    async def scenario() -> tuple[bool, FakeTransport]:
+        conn, transport = connect(IDLE_MS)
+        conn.data_received(request(API_VERSIONS, 0, 1))
+        await asyncio.sleep(IDLE_MS / 1000 * 3.5)
+        answered_open = bool(transport.written) and not transport.closed
+        await asyncio.sleep(IDLE_MS / 1000 * 2.5)
+        return answered_open, transport
+
+    answered_open, transport = asyncio.run(scenario())
+    assert answered_open
+    assert transport.closed
+
+
+def test_idle_limit_of_minus_one_never_closes() -> None:
+    async def scenario() -> FakeTransport:
+        _, transport = connect(-1)
+        await asyncio.sleep(0.3)
+        return transport
+
+    assert not asyncio.run(scenario()).closed

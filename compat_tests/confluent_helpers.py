@@ -31,6 +31,8 @@ def unique_topic(prefix: str = "compat") -> str:
 
 
 def admin_client(bootstrap: str) -> AdminClient:
+    """Keep the client in a variable while waiting on its futures: a collected handle
+    fails them with _DESTROY."""
     return AdminClient({"bootstrap.servers": bootstrap})
 
 

@@ -33,7 +33,8 @@ KAFKA_DEFAULT_MAX_MESSAGE_BYTES = "1048588"
 
 def _describe_topic_configs(bootstrap: str, topic: str) -> dict[str, ConfigEntry]:
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    futures = admin_client(bootstrap).describe_configs([resource], request_timeout=10)
+    admin = admin_client(bootstrap)
+    futures = admin.describe_configs([resource], request_timeout=10)
     return futures[resource].result(timeout=15)
 
 
@@ -49,7 +50,8 @@ def _node_id(bootstrap: str) -> int:
 
 
 def test_describe_cluster_lists_this_node_as_broker_and_controller(shared_broker):
-    result = admin_client(shared_broker.bootstrap).describe_cluster(request_timeout=10)
+    admin = admin_client(shared_broker.bootstrap)
+    result = admin.describe_cluster(request_timeout=10)
     cluster = result.result(timeout=15)
     assert cluster.cluster_id
     assert [(n.host, n.port) for n in cluster.nodes] == [("127.0.0.1", shared_broker.port)]
@@ -61,9 +63,8 @@ def test_describe_topics_reports_partitions_leaders_and_topic_id(shared_broker):
     topic = unique_topic()
     create_topic(shared_broker.bootstrap, topic, partitions=4)
     node_id = _node_id(shared_broker.bootstrap)
-    futures = admin_client(shared_broker.bootstrap).describe_topics(
-        TopicCollection([topic]), request_timeout=10
-    )
+    admin = admin_client(shared_broker.bootstrap)
+    futures = admin.describe_topics(TopicCollection([topic]), request_timeout=10)
     described = futures[topic].result(timeout=15)
     assert described.name == topic
     assert not described.is_internal
@@ -77,9 +78,8 @@ def test_describe_topics_reports_partitions_leaders_and_topic_id(shared_broker):
 
 def test_describe_unknown_topic_fails_with_unknown_topic(shared_broker):
     topic = unique_topic("missing")
-    futures = admin_client(shared_broker.bootstrap).describe_topics(
-        TopicCollection([topic]), request_timeout=10
-    )
+    admin = admin_client(shared_broker.bootstrap)
+    futures = admin.describe_topics(TopicCollection([topic]), request_timeout=10)
     with pytest.raises(KafkaException) as raised:
         futures[topic].result(timeout=15)
     assert raised.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
@@ -100,7 +100,8 @@ def test_describe_configs_shows_topic_override_and_kafka_defaults(shared_broker)
 def test_describe_broker_configs_shows_static_settings(shared_broker):
     node_id = _node_id(shared_broker.bootstrap)
     resource = ConfigResource(ResourceType.BROKER, str(node_id))
-    futures = admin_client(shared_broker.bootstrap).describe_configs([resource], request_timeout=10)
+    admin = admin_client(shared_broker.bootstrap)
+    futures = admin.describe_configs([resource], request_timeout=10)
     entries = futures[resource].result(timeout=15)
     assert entries["log.dirs"].value == str(shared_broker.data_dir)
     assert _source(entries["log.dirs"]) is ConfigSource.STATIC_BROKER_CONFIG
@@ -112,7 +113,8 @@ def test_alter_configs_replaces_the_whole_topic_override_set(shared_broker):
     topic = unique_topic()
     create_topic(shared_broker.bootstrap, topic, config={"max.message.bytes": "200000"})
     resource = ConfigResource(ResourceType.TOPIC, topic, set_config={"retention.ms": "1000000"})
-    futures = admin_client(shared_broker.bootstrap).alter_configs([resource], request_timeout=10)
+    admin = admin_client(shared_broker.bootstrap)
+    futures = admin.alter_configs([resource], request_timeout=10)
     futures[resource].result(timeout=15)
     entries = _describe_topic_configs(shared_broker.bootstrap, topic)
     assert entries["retention.ms"].value == "1000000"
@@ -129,7 +131,8 @@ def _incremental(bootstrap: str, topic: str, *ops: tuple[str, str | None, AlterC
             ConfigEntry(name, value, incremental_operation=op) for name, value, op in ops
         ],
     )
-    futures = admin_client(bootstrap).incremental_alter_configs([resource], request_timeout=10)
+    admin = admin_client(bootstrap)
+    futures = admin.incremental_alter_configs([resource], request_timeout=10)
     return futures[resource].result(timeout=15)
 
 
@@ -169,7 +172,8 @@ def test_create_topic_with_invalid_config_fails_with_invalid_config(shared_broke
     from confluent_kafka.admin import NewTopic
 
     topic = unique_topic()
-    futures = admin_client(shared_broker.bootstrap).create_topics(
+    admin = admin_client(shared_broker.bootstrap)
+    futures = admin.create_topics(
         [NewTopic(topic, 1, 1, config={"cleanup.policy": "shred"})], request_timeout=10
     )
     with pytest.raises(KafkaException) as raised:
@@ -192,9 +196,8 @@ def test_create_partitions_grows_topic_and_new_partitions_take_records(shared_br
 def test_create_partitions_cannot_shrink_a_topic(shared_broker):
     topic = unique_topic()
     create_topic(shared_broker.bootstrap, topic, partitions=3)
-    futures = admin_client(shared_broker.bootstrap).create_partitions(
-        [NewPartitions(topic, 2)], request_timeout=10
-    )
+    admin = admin_client(shared_broker.bootstrap)
+    futures = admin.create_partitions([NewPartitions(topic, 2)], request_timeout=10)
     with pytest.raises(KafkaException) as raised:
         futures[topic].result(timeout=15)
     assert raised.value.args[0].code() == KafkaError.INVALID_PARTITIONS
@@ -212,9 +215,8 @@ def _wait_until_unlisted(bootstrap: str, topic: str, timeout: float = 10.0) -> N
 def test_delete_topics_removes_topic_from_metadata(shared_broker):
     topic = unique_topic()
     create_topic(shared_broker.bootstrap, topic, partitions=2)
-    futures = admin_client(shared_broker.bootstrap).delete_topics(
-        [topic], request_timeout=10, operation_timeout=10
-    )
+    admin = admin_client(shared_broker.bootstrap)
+    futures = admin.delete_topics([topic], request_timeout=10, operation_timeout=10)
     futures[topic].result(timeout=15)
     _wait_until_unlisted(shared_broker.bootstrap, topic)
 
@@ -225,7 +227,8 @@ def test_recreated_topic_starts_empty(shared_broker):
     produce_all(
         shared_broker.bootstrap, topic, ({"value": b"old", "partition": 0} for _ in range(5))
     )
-    futures = admin_client(shared_broker.bootstrap).delete_topics([topic], operation_timeout=10)
+    admin = admin_client(shared_broker.bootstrap)
+    futures = admin.delete_topics([topic], operation_timeout=10)
     futures[topic].result(timeout=15)
     _wait_until_unlisted(shared_broker.bootstrap, topic)
     create_topic(shared_broker.bootstrap, topic)
@@ -236,7 +239,8 @@ def test_recreated_topic_starts_empty(shared_broker):
 
 def test_deleting_unknown_topic_fails_with_unknown_topic(shared_broker):
     topic = unique_topic("missing")
-    futures = admin_client(shared_broker.bootstrap).delete_topics([topic], operation_timeout=10)
+    admin = admin_client(shared_broker.bootstrap)
+    futures = admin.delete_topics([topic], operation_timeout=10)
     with pytest.raises(KafkaException) as raised:
         futures[topic].result(timeout=15)
     assert raised.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART

@@ -47,7 +47,8 @@ def test_creating_an_existing_topic_fails_with_topic_already_exists(shared_broke
     create_topic(shared_broker.bootstrap, topic)
     from confluent_kafka.admin import NewTopic
 
-    futures = admin_client(shared_broker.bootstrap).create_topics(
+    admin = admin_client(shared_broker.bootstrap)
+    futures = admin.create_topics(
         [NewTopic(topic, num_partitions=1, replication_factor=1)], request_timeout=10
     )
     with pytest.raises(KafkaException) as raised:

@@ -100,9 +100,16 @@ def encode(entity: Any) -> bytes:
 # no more elements than the bytes left could hold. The walk reads lengths and skips all
 # else; each entity compiles to one closure, and arrays of fixed-size elements are
 # skipped in a single step.
+#
+# The same walk caps the elements of one request in total. Kafka's rule alone lets a
+# 100 MB request of 6-byte partitions declare 16 million of them, which kio and then
+# the handler would turn into as many Python objects, stalling the event loop for
+# minutes; no client sends more than a small fraction of the cap.
 
-Skip = Callable[[bytes, int, int], int]
-"""(buffer, position, end) -> position after the field; raises on a hostile length."""
+MAX_REQUEST_ELEMENTS = 1_000_000
+
+Skip = Callable[[bytes, int, int, list[int]], int]
+"""(buffer, position, end, [elements allowed]) -> position after the field."""
 
 _FIXED_SIZES: dict[str, int] = {
     "int8": 1,
@@ -147,7 +154,7 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     raise MalformedRequest("varint longer than 5 bytes")
 
 
-def _skip_compact(buf: bytes, pos: int, end: int) -> int:
+def _skip_compact(buf: bytes, pos: int, end: int, budget: list[int]) -> int:
     size = buf[pos]
     if size < 0x80:
         return pos + size if size else pos + 1
@@ -155,18 +162,18 @@ def _skip_compact(buf: bytes, pos: int, end: int) -> int:
     return pos + size - 1 if size else pos
 
 
-def _skip_string(buf: bytes, pos: int, end: int) -> int:
+def _skip_string(buf: bytes, pos: int, end: int, budget: list[int]) -> int:
     (size,) = _I16.unpack_from(buf, pos)
     return pos + 2 + (size if size > 0 else 0)
 
 
-def _skip_bytes(buf: bytes, pos: int, end: int) -> int:
+def _skip_bytes(buf: bytes, pos: int, end: int, budget: list[int]) -> int:
     (size,) = _I32.unpack_from(buf, pos)
     return pos + 4 + (size if size > 0 else 0)
 
 
 def _fixed(size: int) -> _Walk:
-    return _Walk(lambda buf, pos, end: pos + size, size, size)
+    return _Walk(lambda buf, pos, end, budget: pos + size, size, size)
 
 
 def _primitive(kafka_type: str, flexible: bool) -> _Walk:
@@ -185,7 +192,7 @@ def _array(element: _Walk, flexible: bool) -> _Walk:
     element_size = element.fixed_size
     skip_element = element.skip
 
-    def skip(buf: bytes, pos: int, end: int) -> int:
+    def skip(buf: bytes, pos: int, end: int, budget: list[int]) -> int:
         if flexible:
             count, pos = _uvarint(buf, pos)
             count -= 1
@@ -198,22 +205,27 @@ def _array(element: _Walk, flexible: bool) -> _Walk:
             raise MalformedRequest(
                 f"array of {count} elements in the {end - pos} bytes left of the request"
             )
+        budget[0] -= count
+        if budget[0] < 0:
+            raise MalformedRequest(
+                f"more than {MAX_REQUEST_ELEMENTS} array elements in one request"
+            )
         if element_size is not None:
             return pos + count * element_size
         for _ in range(count):
-            pos = skip_element(buf, pos, end)
+            pos = skip_element(buf, pos, end, budget)
         return pos
 
     return _Walk(skip, 4 if not flexible else 1)
 
 
-def _skip_tagged(tagged: dict[int, Skip], buf: bytes, pos: int, end: int) -> int:
+def _skip_tagged(tagged: dict[int, Skip], buf: bytes, pos: int, end: int, budget: list[int]) -> int:
     count, pos = _uvarint(buf, pos)
     for _ in range(count):
         tag, pos = _uvarint(buf, pos)
         size, pos = _uvarint(buf, pos)
         skip = tagged.get(tag)
-        if skip is not None and skip(buf, pos, end) != pos + size:
+        if skip is not None and skip(buf, pos, end, budget) != pos + size:
             raise MalformedRequest(f"tagged field {tag} does not fill its {size} bytes")
         pos += size  # an unknown tag is left for kio to reject
         if pos > end:
@@ -245,18 +257,18 @@ def _entity(cls: type, nullable: bool) -> _Walk:
         return _fixed(sum(w.fixed_size or 0 for w in walks))
     steps = tuple(w.skip for w in walks)
 
-    def skip(buf: bytes, pos: int, end: int) -> int:
+    def skip(buf: bytes, pos: int, end: int, budget: list[int]) -> int:
         if nullable:
             if buf[pos] == 0xFF:  # int8 -1 is null; kio reads any other marker as present
                 return pos + 1
             pos += 1
         for step in steps:
-            pos = step(buf, pos, end)
+            pos = step(buf, pos, end, budget)
         if not flexible:
             return pos
         if buf[pos] == 0:  # no tagged fields, the common case
             return pos + 1
-        return _skip_tagged(tagged, buf, pos, end)
+        return _skip_tagged(tagged, buf, pos, end, budget)
 
     if nullable:
         return _Walk(skip, 1)
@@ -271,11 +283,12 @@ def _request_skip(api_key: int, version: int) -> Skip:
 def check_lengths(api_key: int, version: int, frame: bytes, offset: int) -> None:
     """Reject a request body whose array counts exceed what its bytes could hold.
 
-    Raises MalformedRequest. A body that passes may still be malformed in other ways,
-    which kio then reports without harm.
+    Also refuses more than MAX_REQUEST_ELEMENTS array elements in all. Raises
+    MalformedRequest. A body that passes may still be malformed in other ways, which
+    kio then reports without harm.
     """
     try:
-        _request_skip(api_key, version)(frame, offset, len(frame))
+        _request_skip(api_key, version)(frame, offset, len(frame), [MAX_REQUEST_ELEMENTS])
     except (struct.error, IndexError):
         raise MalformedRequest("request body ends inside a field") from None
 

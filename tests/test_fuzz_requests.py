@@ -271,3 +271,28 @@ def test_librdkafka_all_topics_metadata_with_a_four_byte_null_count_decodes() ->
     body = bytes.fromhex("00000000010000")
     request = messages.decode_request(3, 13, body, 0)
     assert request.topics is None
+
+
+def _produce_v9(topics: int, partitions: int) -> bytes:
+    partition = struct.pack(">i", 0) + b"\x00\x00"  # index, null records, no tags
+    topic = b"\x02t" + uvarint(partitions + 1) + partition * partitions + b"\x00"
+    return b"\x00" + struct.pack(">hi", 1, 1000) + uvarint(topics + 1) + topic * topics + b"\x00"
+
+
+def test_elements_up_to_the_request_cap_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(messages, "MAX_REQUEST_ELEMENTS", 2 + 2 * 50)
+    request = messages.decode_request(0, 9, _produce_v9(2, 50), 0)
+    assert sum(len(t.partition_data) for t in request.topic_data) == 100
+
+
+def test_elements_beyond_the_request_cap_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(messages, "MAX_REQUEST_ELEMENTS", 2 + 2 * 50 - 1)
+    with pytest.raises(MalformedRequest, match="more than 101 array elements"):
+        messages.decode_request(0, 9, _produce_v9(2, 50), 0)
+
+
+def test_two_million_tiny_partitions_are_refused_at_once() -> None:
+    began = time.monotonic()
+    with pytest.raises(MalformedRequest, match="array elements in one request"):
+        messages.check_lengths(0, 9, _produce_v9(1, 2_000_000), 0)
+    assert time.monotonic() - began < SLOW_DECODE_S

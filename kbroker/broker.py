@@ -89,7 +89,7 @@ class Broker:
         )
         interval = self.config.get("log.retention.check.interval.ms") / 1000
         self._tasks.append(asyncio.create_task(self.logs.run_retention(interval)))
-        self._tasks.append(asyncio.create_task(self._flush_on_interval()))
+        self._tasks.append(asyncio.create_task(self.logs.run_flusher()))
         await self.http.start(list(self.config.http_endpoints))
         self.started_at = time.time()
         self.ready = True
@@ -165,18 +165,6 @@ class Broker:
             validate_topic_configs(configs)
         except ConfigError as exc:
             raise ControllerError(40, str(exc)) from exc
-
-    # -- background work ----------------------------------------------------------------
-
-    async def _flush_on_interval(self) -> None:
-        """Fsync logs whose flush.messages / flush.ms policy says so, off the event loop."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(0.05)
-            now = now_ms()
-            for replica in list(self.replicas.replicas.values()):
-                if replica.log.needs_flush(now):
-                    await loop.run_in_executor(None, replica.log.flush)
 
     # -- ApiVersions -----------------------------------------------------------------
 

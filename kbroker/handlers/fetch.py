@@ -20,7 +20,7 @@ from kbroker.protocol.fetch_response import (
     encode_fetch_response,
 )
 from kbroker.replica.manager import leader_epoch_error
-from kbroker.storage.log import OffsetOutOfRangeError
+from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 
 FETCH = 1
 READ_COMMITTED = 1
@@ -153,4 +153,6 @@ def _read_partition(
         )
     except OffsetOutOfRangeError:
         out.error_code = ErrorCode.offset_out_of_range
+    except LogClosedError:  # the topic was deleted while this fetch was parked
+        out.error_code = ErrorCode.unknown_topic_or_partition
     return out

@@ -59,6 +59,7 @@ class Broker:
         self._tasks: list[asyncio.Task[Any]] = []
         self.started_at = 0.0
         self.ready = False
+        self.stopping = False
         self.counters = RequestCounters()
         self.extra_metrics: list[Any] = []  # callables returning Prometheus lines
         self.http = HttpEndpoint(self)
@@ -108,9 +109,11 @@ class Broker:
     async def stop(self) -> None:
         """Stop accepting, answer what is in flight, then flush and close every file."""
         self.ready = False
+        self.stopping = True
         await self.http.stop()
         if self._server is not None:
             self._server.close()
+        self.waiters.wake_all()  # parked fetches answer now with what they have
         deadline = time.monotonic() + 5
         while any(c._queue for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)

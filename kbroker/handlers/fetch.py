@@ -30,7 +30,7 @@ READ_COMMITTED = 1
 def fetch(ctx: Any, request: Any) -> Any:
     topics, total, errors = _read_all(ctx, request)
     max_wait_ms = request.max_wait.total_seconds() * 1000
-    if total >= request.min_bytes or errors or max_wait_ms <= 0:
+    if total >= request.min_bytes or errors or max_wait_ms <= 0 or ctx.broker.stopping:
         return _encode(ctx, topics)
     return _delayed_fetch(ctx, request, max_wait_ms / 1000)
 
@@ -50,7 +50,7 @@ async def _delayed_fetch(ctx: Any, request: Any, max_wait_s: float) -> Any:
         except TimeoutError:
             break
         topics, total, errors = _read_all(ctx, request)
-        if total >= request.min_bytes or errors:
+        if total >= request.min_bytes or errors or ctx.broker.stopping:
             return _encode(ctx, topics)
     topics, _, _ = _read_all(ctx, request)
     return _encode(ctx, topics)

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.connection")
 
 API_VERSIONS = 18
+# Requests whose pending work is only for this connection's answer: a parked Fetch
+# would otherwise wake on every append until its max_wait (up to 24 days) ran out,
+# long after its client left. Other handlers may hold shared state while they wait.
+_CANCEL_WHEN_CLOSED = frozenset({1})
 _MAX_IN_FLIGHT = 200
 
 
@@ -56,11 +60,12 @@ class RequestContext:
 class _Slot:
     """A response position in the connection's order; filled now or when its task ends."""
 
-    __slots__ = ("data", "done")
+    __slots__ = ("data", "done", "task")
 
     def __init__(self) -> None:
         self.data: list[Any] | None = None
         self.done = False
+        self.task: asyncio.Future[Any] | None = None  # set when it may be cancelled
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -100,6 +105,9 @@ class KafkaConnection(asyncio.Protocol):
         if self._idle_timer is not None:
             self._idle_timer.cancel()
         self.broker.connections.discard(self)
+        for slot in self._queue:
+            if slot.task is not None:
+                slot.task.cancel()
         self._queue.clear()
 
     def pause_writing(self) -> None:
@@ -165,6 +173,8 @@ class KafkaConnection(asyncio.Protocol):
                 slot = _Slot()
                 self._queue.append(slot)
                 task = asyncio.ensure_future(result)
+                if api_key in _CANCEL_WHEN_CLOSED:
+                    slot.task = task
                 task.add_done_callback(
                     lambda t: self._finish(
                         slot, t, api_key, version, correlation_id, response_flexible

@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.index import load_request_schema
 
 from kbroker.broker import Broker
 from kbroker.handlers.registry import APIS
 from kbroker.metrics.counters import RequestCounters
+from kbroker.protocol import messages
 from kbroker.protocol.framing import frame
 from kbroker.server.connection import KafkaConnection
 
@@ -330,3 +332,69 @@ def test_idle_limit_of_minus_one_never_closes() -> None:
         return transport
 
     assert not asyncio.run(scenario()).closed
+
+
+# -- parked requests of a closed connection ----------------------------------------------
+
+FETCH = 1
+
+
+def fetch_v12_body() -> bytes:
+    entity = messages.build(
+        load_request_schema(FETCH, 12),
+        {"replica_id": -1, "max_wait": 2**31 - 1, "min_bytes": 2**31 - 1, "topics": []},
+    )
+    return messages.encode(entity)
+
+
+def swap_handler(monkeypatch: pytest.MonkeyPatch, key: int, handler: Any) -> None:
+    api = APIS[key]
+    monkeypatch.setitem(APIS, key, type(api)(api.key, api.min_version, api.max_version, handler))
+
+
+def test_parked_fetch_is_cancelled_when_its_connection_is_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    outcome: list[str] = []
+
+    async def parked(ctx: Any, body: Any) -> Any:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
+
+    swap_handler(monkeypatch, FETCH, parked)
+
+    async def scenario() -> None:
+        conn, _ = connect()
+        conn.data_received(request(FETCH, 12, 1, fetch_v12_body(), flexible=True))
+        await asyncio.sleep(0.01)
+        conn.connection_lost(None)
+        await asyncio.sleep(0.01)
+        assert outcome == ["cancelled"]  # before asyncio.run's own shutdown cancels it
+
+    asyncio.run(asyncio.wait_for(scenario(), 5))
+
+
+def test_other_pending_requests_run_on_when_the_connection_is_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    outcome: list[str] = []
+
+    async def slow(ctx: Any, body: Any) -> Any:
+        await asyncio.sleep(0.05)
+        outcome.append("finished")
+        return {"error_code": 0, "api_keys": [], "throttle_time": 0}
+
+    swap_handler(monkeypatch, API_VERSIONS, slow)
+
+    async def scenario() -> None:
+        conn, transport = connect()
+        conn.data_received(request(API_VERSIONS, 0, 1))
+        conn.connection_lost(None)
+        await asyncio.sleep(0.2)
+        assert not transport.written
+
+    asyncio.run(asyncio.wait_for(scenario(), 5))
+    assert outcome == ["finished"]

@@ -158,6 +158,8 @@ class BrokerProcess:
         settings = {
             "listeners": f"PLAINTEXT://{self.bootstrap}",
             "log.dirs": str(self.data_dir),
+            # No fixed-port HTTP endpoint: brokers of one run would fight over it.
+            "http.listeners": "",
             **self.overrides,
         }
         cmd = [*kbroker_command(), "serve"]

@@ -17,6 +17,14 @@ import pytest
 from compat_tests.broker_process import BrokerProcess
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python loads its protocol schemas with a deprecated importlib call per message type.
+    config.addinivalue_line(
+        "filterwarnings", "ignore::DeprecationWarning:kafka.protocol.schemas.load_json"
+    )
+    config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
+
+
 class BrokerFactory:
     """Starts brokers under one directory and remembers them for teardown and reports."""
 

@@ -186,7 +186,7 @@ def test_record_over_topic_max_message_bytes_is_rejected_as_too_large(shared_bro
     producer.produce(topic, value=os.urandom(200_000), partition=0, on_delivery=log.callback)
     assert producer.flush(20) == 0
     assert not log.delivered
-    assert [err.code() for err, _ in log.failed] == [KafkaError.MSG_SIZE_TOO_LARGE]
+    assert [err.code() for err in log.failed] == [KafkaError.MSG_SIZE_TOO_LARGE]
     assert watermarks(shared_broker.bootstrap, topic) == (0, 0)
 
 
@@ -212,3 +212,19 @@ def test_hundred_partition_topic_round_trips_every_partition(shared_broker):
     for p, items in got.items():
         assert [r.value for r in items] == [f"{p}:{i}".encode() for i in range(per)], p
         assert [r.offset for r in items] == list(range(per)), p
+
+
+def test_idempotent_producer_delivers_in_order(shared_broker):
+    """enable.idempotence (the Java client's default since Kafka 3.0) needs InitProducerId."""
+    topic = unique_topic("idem")
+    create_topic(shared_broker.bootstrap, topic)
+    values = [b"idem-%d" % i for i in range(1000)]
+    log = produce_all(
+        shared_broker.bootstrap,
+        topic,
+        ({"value": v, "partition": 0} for v in values),
+        enable_idempotence=True,
+    )
+    assert [offset for _, offset, _ in log.delivered] == list(range(len(values)))
+    records = consume(shared_broker.bootstrap, topic, len(values))
+    assert [r.value for r in records] == values

@@ -77,6 +77,11 @@ def test_acknowledged_records_survive_kill_minus_nine(broker_factory):
     assert low == 0
     assert high >= len(acked), f"high watermark {high} below {len(acked)} acknowledged records"
 
+    print(
+        f"sent {sent}, acked {len(acked)} ({acked_before_kill} before the kill), "
+        f"failed {len(failures)}, high watermark after restart {high}, "
+        f"restart took {broker.ready_seconds:.2f}s"
+    )
     records = consume(broker.bootstrap, topic, high, timeout=60, fetch_max_bytes=8 * 1024 * 1024)
     assert [r.offset for r in records] == list(range(high)), "offsets are not contiguous"
     read = [int(r.value) for r in records]

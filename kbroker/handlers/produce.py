@@ -19,6 +19,8 @@ from kbroker.protocol.produce_response import (
     ProducedTopic,
     encode_produce_response,
 )
+from kbroker.storage.producer_state import ProducerStateError
+from kbroker.txn.errors import producer_state_error_code
 
 PRODUCE = 0
 log = logging.getLogger("kbroker.produce")
@@ -52,7 +54,7 @@ def produce(ctx: Any, request: Any) -> Any:
                 result = _append(broker, name, pdata, now, awaiting_flush)
             failed = failed or result.error_code != 0
             partitions.append(result)
-        topics_out.append(ProducedTopic(name, getattr(topic_data, "topic_id", None), partitions))
+        topics_out.append(ProducedTopic(name, topic_data.topic_id, partitions))
     if acks == 0:
         if failed:
             # The client reads no answer; Kafka tells it of the failure by closing.
@@ -82,6 +84,8 @@ def _append(
     except InvalidBatchError as exc:
         log.warning("rejecting corrupt batch for %s-%d: %s", topic, index, exc)
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message=str(exc))
+    except ProducerStateError as exc:
+        return ProducedPartition(index, producer_state_error_code(exc), error_message=str(exc))
     if replica.log.config.flush_interval_messages == 1:
         awaiting_flush.append(replica.log)
     return ProducedPartition(

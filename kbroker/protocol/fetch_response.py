@@ -27,7 +27,12 @@ FIRST_TOPIC_ID = 13
 FIRST_NODE_ENDPOINTS = 16
 
 
+_SMALL_VARINTS = [bytes((i,)) for i in range(0x80)]
+
+
 def uvarint(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL_VARINTS[value]
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)

@@ -34,6 +34,7 @@ from kio.serial._introspect import (
 from kio.static.constants import EntityType
 
 from kbroker.protocol.header import MalformedRequest
+from kbroker.protocol.produce_request import decode_produce_request
 
 API_NAMES: dict[int, str] = dict(api_key_map)
 _UTC = datetime.UTC
@@ -47,10 +48,9 @@ def known_versions(api_key: int) -> range:
 
 PRODUCE = 0
 # Produce v0-2 predate Kafka 4's floor but stay advertised: librdkafka decides from the
-# advertised Produce range whether compression is available (KAFKA-18659). Their body is
-# Produce v3's without the leading transactional id, so they decode as v3 with a null one.
+# advertised Produce range whether compression is available (KAFKA-18659). kio has no
+# schema for them; produce_request.py decodes every Produce version by hand.
 LEGACY_PRODUCE_VERSIONS = range(0, 3)
-_NULL_STRING = b"\xff\xff"
 
 
 @functools.cache
@@ -78,8 +78,8 @@ def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any
     librdkafka sends Metadata v9+ asking for all topics with a 4-byte null count where a
     1-byte varint belongs (librdkafka issue 5049), and Kafka serves it regardless.
     """
-    if api_key == PRODUCE and version in LEGACY_PRODUCE_VERSIONS:
-        return decode_request(PRODUCE, 3, _NULL_STRING + frame[offset:], 0)
+    if api_key == PRODUCE:
+        return decode_produce_request(version, frame, offset)
     check_lengths(api_key, version, frame, offset)
     value, _size = request_reader(api_key, version)(frame, offset)
     return value

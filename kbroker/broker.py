@@ -27,6 +27,7 @@ from kbroker.server.connection import KafkaConnection
 from kbroker.server.waiters import DataWaiters
 from kbroker.storage.log import LogConfig
 from kbroker.storage.manager import LogManager
+from kbroker.txn.service import TransactionCoordinatorService
 
 log = logging.getLogger("kbroker.broker")
 
@@ -45,6 +46,7 @@ class Broker:
         self.logs = LogManager(self.log_dirs)
         self.replicas = ReplicaManager(self.logs, self.waiters)
         self.group_coordinator = GroupCoordinatorService(self)
+        self.txn_coordinator = TransactionCoordinatorService(self)
         self.controller = Controller(
             ControllerConfig(
                 node_id=self.node_id,
@@ -80,6 +82,7 @@ class Broker:
         for topic in list(self.controller.state.topics.values()):
             self._open_partitions(topic, topic.partitions)
         await self.group_coordinator.start()
+        await self.txn_coordinator.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: KafkaConnection(self),
@@ -123,6 +126,7 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.txn_coordinator.stop()
         await self.group_coordinator.stop()
         self.waiters.wake_all()
         self.logs.close_all()

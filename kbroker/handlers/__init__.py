@@ -13,6 +13,8 @@ from kbroker.handlers import (  # noqa: F401
     list_offsets,
     metadata,
     produce,
+    producers,
     records,
     topics,
+    transactions,
 )

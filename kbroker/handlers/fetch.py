@@ -8,6 +8,8 @@ the file by the connection.
 from __future__ import annotations
 
 import asyncio
+import os
+import struct
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -24,6 +26,7 @@ from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 
 FETCH = 1
 READ_COMMITTED = 1
+_I64 = struct.Struct(">q")
 
 
 @handles(FETCH, 4)
@@ -132,7 +135,7 @@ def _read_partition(
         return FetchedPartition(p.partition, ErrorCode.unknown_topic_or_partition)
     plog = replica.log
     high_watermark = plog.high_watermark
-    stable = high_watermark  # no open transactions yet: the last stable offset is the HW
+    stable = plog.last_stable_offset
     out = FetchedPartition(
         p.partition,
         0,
@@ -155,4 +158,23 @@ def _read_partition(
         out.error_code = ErrorCode.offset_out_of_range
     except LogClosedError:  # the topic was deleted while this fetch was parked
         out.error_code = ErrorCode.unknown_topic_or_partition
+        return out
+    if committed_only and out.records is not None and plog.producer_state.aborted:
+        upper = _offset_after(out.records, stable)
+        out.aborted_transactions = [
+            (t.producer_id, t.first_offset)
+            for t in plog.aborted_transactions(p.fetch_offset, upper)
+        ]
     return out
+
+
+def _offset_after(region: Any, default: int) -> int:
+    """The base offset of the batch after a file region (its 8 first bytes), or `default`
+    when the region ends its file: the upper end of the aborted transactions to list."""
+    try:
+        head = os.pread(region.file.fileno(), 8, region.position + region.length)
+    except (OSError, ValueError, AttributeError):
+        return default
+    if len(head) < 8:
+        return default
+    return min(_I64.unpack(head)[0], default)

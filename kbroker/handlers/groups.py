@@ -121,10 +121,13 @@ async def _find_coordinators(ctx: Any, keys: list[str], key_type: int, batched: 
 async def _locate(ctx: Any, key: str, key_type: int) -> dict[str, Any]:
     broker = ctx.broker
     if key_type == KEY_TYPE_TRANSACTION:
-        # Transactions have no coordinator of their own yet: this node answers.
-        return _coordinator_entry(
-            key, E.none, broker.node_id, broker.advertised.host, broker.advertised.port
-        )
+        txn = getattr(broker, "txn_coordinator", None)
+        if txn is None:
+            return _coordinator_entry(key, E.coordinator_not_available)
+        error, node = await txn.find_coordinator(key)
+        if error != E.none or node is None:
+            return _coordinator_entry(key, error)
+        return _coordinator_entry(key, E.none, node.node_id, node.host, node.port)
     if key_type != KEY_TYPE_GROUP:
         return _coordinator_entry(key, E.invalid_request, message=f"unknown key type {key_type}")
     service = _service(ctx)

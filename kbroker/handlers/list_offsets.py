@@ -37,7 +37,7 @@ def _partition(broker: Any, topic: str, p: Any, isolation_level: int) -> dict[st
     out["leader_epoch"] = replica.leader_epoch
     ts = p.timestamp
     if ts == LATEST:
-        out["offset"] = plog.high_watermark
+        out["offset"] = plog.last_stable_offset if isolation_level == 1 else plog.high_watermark
     elif ts in (EARLIEST, EARLIEST_LOCAL):
         out["offset"] = plog.log_start_offset
     elif ts == MAX_TIMESTAMP:

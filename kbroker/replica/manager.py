@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from kbroker.server.waiters import DataWaiters
 from kbroker.storage.log import AppendResult, LogConfig, PartitionLog
 from kbroker.storage.manager import LogManager
+from kbroker.storage.producer_state import CLIENT
 
 log = logging.getLogger("kbroker.replica")
 
@@ -56,10 +57,13 @@ class ReplicaManager:
             self.waiters.wake(key)
         self.logs.delete_topic(topic)
 
-    def append(self, replica: Replica, records: bytearray, now_ms: int) -> AppendResult:
-        """Append as leader; with no followers the write is committed at once."""
+    def append(
+        self, replica: Replica, records: bytearray, now_ms: int, origin: int = CLIENT
+    ) -> AppendResult:
+        """Append as leader; with no followers the write is committed at once. `origin`
+        (storage.producer_state) is CLIENT for produce, COORDINATOR for markers."""
         plog = replica.log
-        result = plog.append(records, replica.leader_epoch, now_ms)
+        result = plog.append(records, replica.leader_epoch, now_ms, origin)
         plog.high_watermark = plog.log_end_offset
         self.waiters.wake((replica.topic, replica.partition))
         return result

@@ -37,6 +37,11 @@ from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeErr
 from kbroker.storage.file_slice import FileSlice
 from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
+from kbroker.storage.producer_state import (
+    CLIENT,
+    AbortedTxn,
+    ProducerStateManager,
+)
 from kbroker.storage.segment import MAX_RELATIVE_OFFSET, Segment, remove_file
 from kbroker.storage.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 
@@ -138,6 +143,7 @@ class PartitionLog:
         self.closed = False
         self.recovered_bytes = 0  # bytes truncated by the last open's recovery (for logs)
         self._epochs: LeaderEpochCache | None = None
+        self.producer_state = ProducerStateManager(self._dir)
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -155,6 +161,7 @@ class PartitionLog:
         log = cls(directory, config, *parsed)
         directory.mkdir(parents=True, exist_ok=True)
         log._load(now_ms)
+        log.producer_state.load(log.segments, log.log_start_offset, log.log_end_offset)
         return log
 
     def _load(self, now_ms: int) -> None:
@@ -299,6 +306,16 @@ class PartitionLog:
         return self.epoch_cache.entries()
 
     @property
+    def last_stable_offset(self) -> int:
+        """Below the first offset of any open transaction and the high watermark: how far
+        a read_committed consumer may read."""
+        return self.producer_state.last_stable_offset(self._high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions with data in [fetch_offset, upper_offset)."""
+        return self.producer_state.aborted_between(fetch_offset, upper_offset)
+
+    @property
     def active_segment(self) -> Segment:
         return self.segments[-1]
 
@@ -310,18 +327,41 @@ class PartitionLog:
     # -- append --------------------------------------------------------------------------------
 
     def append(
-        self, records: bytearray | bytes | memoryview, leader_epoch: int, now_ms: int
+        self,
+        records: bytearray | bytes | memoryview,
+        leader_epoch: int,
+        now_ms: int,
+        origin: int = CLIENT,
     ) -> AppendResult:
         """Validate, assign offsets from the log end offset and write a records blob.
 
-        Raises CorruptBatchError / BatchTooLargeError (from protocol.batch) without
-        writing anything when any batch of the blob is bad.
+        Raises CorruptBatchError / BatchTooLargeError (from protocol.batch) or a
+        ProducerStateError without writing anything when any batch of the blob is bad. A
+        duplicate of a recent idempotent batch is answered with its original offsets and
+        not written again. `origin` (producer_state.CLIENT / COORDINATOR) says how much
+        of the producer state is checked.
         """
         self._check_open()
         if not isinstance(records, bytearray):
             records = bytearray(records)
         config = self.config
         headers = validate_batches(records, config.max_message_bytes)
+        producers = False
+        for h in headers:
+            if h.producer_id >= 0 or h.attributes & 0x30:
+                producers = True
+                break
+        if producers:
+            duplicate = self.producer_state.check(records, headers, origin)
+            if duplicate is not None:
+                return AppendResult(
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    duplicate.timestamp if config.log_append_time else -1,
+                    self.log_start_offset,
+                    0,
+                    duplicate.timestamp,
+                )
         base = self.log_end_offset
         next_offset = assign_offsets(records, headers, base, leader_epoch)
         epochs = self.epoch_cache
@@ -333,7 +373,10 @@ class PartitionLog:
             append_time = now_ms
             for h in headers:
                 set_log_append_time(records, h, h.position, now_ms)
-        return self._write(records, headers, base, next_offset, append_time, now_ms)
+        result = self._write(records, headers, base, next_offset, append_time, now_ms)
+        if producers:
+            self.producer_state.apply(records, headers)
+        return result
 
     def append_as_follower(
         self, records: bytearray | bytes | memoryview, now_ms: int
@@ -358,7 +401,9 @@ class PartitionLog:
                 changed = epochs.assign(h.partition_leader_epoch, h.base_offset) or changed
         if changed:
             epochs.persist()
-        return self._write(records, headers, headers[0].base_offset, expected, -1, now_ms)
+        result = self._write(records, headers, headers[0].base_offset, expected, -1, now_ms)
+        self.producer_state.apply(records, headers)
+        return result
 
     def _write(
         self,
@@ -418,6 +463,7 @@ class PartitionLog:
         old = self.segments[-1]
         with self._lock:
             old.finalize()
+        self.producer_state.take_snapshot(base, self.log_start_offset)
         seg = Segment.create(self._dir, base, now_ms, self.config.index_interval_bytes)
         self.segments.append(seg)
         self._bases.append(base)
@@ -676,6 +722,7 @@ class PartitionLog:
             self._high_watermark = min(self._high_watermark, new_end)
             self.recovery_point = min(self.recovery_point, new_end)
             self.log_start_offset = min(self.log_start_offset, new_end)
+            self.producer_state.truncate(self.segments, self.log_start_offset, new_end)
 
     # -- flushing -------------------------------------------------------------------------------
 
@@ -764,9 +811,11 @@ class PartitionLog:
             return
         if not self._checkpoint_clean:
             self.prepare_close()
+            self.producer_state.take_snapshot(self.log_end_offset, self.log_start_offset)
             self.flush()
             self._checkpoint_clean = True
             self._write_checkpoint()
+        self.producer_state.close()
         self.closed = True
         for seg in self.segments:
             seg.close()
@@ -782,6 +831,7 @@ class PartitionLog:
         """Close for good and remove the partition's directory (unless the caller removes
         it itself); slices still being sent stay readable until released."""
         self.closed = True
+        self.producer_state.close()
         with self._lock:
             for seg in self.segments:
                 seg.release()

@@ -1,0 +1,50 @@
+"""DescribeProducers: the idempotent and transactional producers a partition remembers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.handlers.registry import handles
+
+DESCRIBE_PRODUCERS = 61
+E = ErrorCode
+
+
+def _partition(ctx: Any, topic: str, index: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"partition_index": index, "error_code": E.none, "active_producers": []}
+    info = ctx.broker.controller.state.topics.get(topic)
+    replica = ctx.broker.replicas.get(topic, index)
+    if info is None or not 0 <= index < len(info.partitions):
+        out["error_code"] = E.unknown_topic_or_partition
+        return out
+    if replica is None or not replica.is_leader:
+        out["error_code"] = E.not_leader_or_follower
+        return out
+    out["active_producers"] = [
+        {
+            "producer_id": e.producer_id,
+            "producer_epoch": e.epoch,
+            "last_sequence": e.last_sequence,
+            "last_timestamp": e.last_timestamp,
+            "coordinator_epoch": e.coordinator_epoch,
+            "current_txn_start_offset": e.txn_first_offset,
+        }
+        for e in replica.log.producer_state.producers.values()
+    ]
+    return out
+
+
+@handles(DESCRIBE_PRODUCERS, 0)
+def describe_producers(ctx: Any, request: Any) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": t.name,
+                "partitions": [_partition(ctx, t.name, int(i)) for i in t.partition_indexes],
+            }
+            for t in request.topics
+        ],
+    }

@@ -1,0 +1,376 @@
+"""Transaction APIs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+WriteTxnMarkers, TxnOffsetCommit, DescribeTransactions, ListTransactions.
+
+Each handler turns its request into a call on the broker's transaction coordinator
+(kbroker.txn) and the answer back into the version's fields. The coordinator's calls
+are coroutines: their log writes may wait for an fsync or for replication.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.coordinator.group import OffsetAndMetadata
+from kbroker.coordinator.store import OFFSETS_TOPIC
+from kbroker.handlers.registry import handles
+from kbroker.txn.metadata import TxnMetadata, TxnState
+
+INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+WRITE_TXN_MARKERS = 27
+TXN_OFFSET_COMMIT = 28
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+
+E = ErrorCode
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _service(ctx: Any) -> Any:
+    return getattr(ctx.broker, "txn_coordinator", None)
+
+
+def _ms(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
+# -- InitProducerId ------------------------------------------------------------------------
+
+
+# v6 (KIP-939, two-phase commit) is not served: 0-5 as Kafka 3.9 does.
+@handles(INIT_PRODUCER_ID, 0, 5)
+async def init_producer_id(ctx: Any, request: Any) -> dict[str, Any]:
+    service = _service(ctx)
+    if service is None:
+        return {"throttle_time": 0, "error_code": E.coordinator_not_available, "producer_epoch": -1}
+    txn_id = request.transactional_id
+    if txn_id:
+        error = await service.ensure_topic()
+        if error != E.none:
+            return {"throttle_time": 0, "error_code": error, "producer_epoch": -1}
+    result = await service.coordinator.init_producer_id(
+        txn_id,
+        _ms(request.transaction_timeout),
+        getattr(request, "producer_id", -1),
+        getattr(request, "producer_epoch", -1),
+    )
+    return {
+        "throttle_time": 0,
+        "error_code": result.error,
+        "producer_id": result.producer_id,
+        "producer_epoch": result.producer_epoch,
+    }
+
+
+# -- AddPartitionsToTxn -------------------------------------------------------------------
+
+
+def _partition_errors(
+    ctx: Any, topics: Any
+) -> tuple[set[tuple[str, int]], dict[tuple[str, int], ErrorCode]]:
+    """The requested partitions, and an error for each that does not exist."""
+    state = ctx.broker.controller.state
+    wanted: set[tuple[str, int]] = set()
+    bad: dict[tuple[str, int], ErrorCode] = {}
+    for topic in topics:
+        info = state.topics.get(topic.name)
+        for p in topic.partitions:
+            tp = (topic.name, int(p))
+            wanted.add(tp)
+            if info is None or not 0 <= p < len(info.partitions):
+                bad[tp] = E.unknown_topic_or_partition
+    return wanted, bad
+
+
+async def _add_partitions(
+    ctx: Any,
+    txn_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    topics: Any,
+    verify_only: bool = False,
+) -> dict[tuple[str, int], ErrorCode]:
+    wanted, bad = _partition_errors(ctx, topics)
+    service = _service(ctx)
+    if service is None:
+        return dict.fromkeys(wanted, E.coordinator_not_available)
+    if bad:
+        # Kafka adds none of them when any is bad; the others were not attempted.
+        return {tp: bad.get(tp, E.operation_not_attempted) for tp in wanted}
+    coordinator = service.coordinator
+    if verify_only:
+        return coordinator.verify_partitions(txn_id, producer_id, producer_epoch, wanted)
+    error = await coordinator.add_partitions(txn_id, producer_id, producer_epoch, wanted)
+    return dict.fromkeys(wanted, error)
+
+
+def _topic_results(results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), error in sorted(results.items()):
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": partition, "partition_error_code": error}
+        )
+    return [{"name": name, "results_by_partition": parts} for name, parts in by_topic.items()]
+
+
+@handles(ADD_PARTITIONS_TO_TXN, 0)
+async def add_partitions_to_txn(ctx: Any, request: Any) -> dict[str, Any]:
+    if ctx.version <= 3:
+        results = await _add_partitions(
+            ctx,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            request.v3_and_below_topics,
+        )
+        return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(results)}
+    # v4+: batched, sent by brokers (verify_only) rather than clients.
+    out = []
+    for txn in request.transactions:
+        results = await _add_partitions(
+            ctx,
+            txn.transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            txn.topics,
+            verify_only=txn.verify_only,
+        )
+        out.append(
+            {"transactional_id": txn.transactional_id, "topic_results": _topic_results(results)}
+        )
+    return {"throttle_time": 0, "error_code": E.none, "results_by_transaction": out}
+
+
+# -- AddOffsetsToTxn ----------------------------------------------------------------------
+
+
+@handles(ADD_OFFSETS_TO_TXN, 0)
+async def add_offsets_to_txn(ctx: Any, request: Any) -> dict[str, Any]:
+    service = _service(ctx)
+    groups = getattr(ctx.broker, "group_coordinator", None)
+    if service is None or groups is None:
+        return {"throttle_time": 0, "error_code": E.coordinator_not_available}
+    # The group's offsets partition joins the transaction, so the commit marker reaches it.
+    error, _ = await groups.find_group_coordinator(request.group_id)
+    if error != E.none:
+        return {"throttle_time": 0, "error_code": error}
+    partition = groups.coordinator.partition_for(request.group_id)
+    error = await service.coordinator.add_partitions(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        {(OFFSETS_TOPIC, partition)},
+    )
+    return {"throttle_time": 0, "error_code": error}
+
+
+# -- EndTxn ---------------------------------------------------------------------------------
+
+
+@handles(END_TXN, 0)
+async def end_txn(ctx: Any, request: Any) -> dict[str, Any]:
+    service = _service(ctx)
+    if service is None:
+        return {"throttle_time": 0, "error_code": E.coordinator_not_available}
+    result = await service.coordinator.end_txn(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        bool(request.committed),
+    )
+    return {
+        "throttle_time": 0,
+        "error_code": result.error,
+        "producer_id": result.producer_id,
+        "producer_epoch": result.producer_epoch,
+    }
+
+
+# -- WriteTxnMarkers -------------------------------------------------------------------------
+
+
+@handles(WRITE_TXN_MARKERS, 1)
+async def write_txn_markers(ctx: Any, request: Any) -> dict[str, Any]:
+    """Markers from a transaction coordinator on another broker, for partitions led here."""
+    service = _service(ctx)
+    now = int(time.time() * 1000)
+    markers_out = []
+    for marker in request.markers:
+        topics_out = []
+        for topic in marker.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                if service is None:
+                    error = E.coordinator_not_available
+                else:
+                    error = service.markers.write_one(
+                        (topic.name, int(index)),
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        marker.coordinator_epoch,
+                        bool(marker.transaction_result),
+                        now,
+                    )
+                partitions.append({"partition_index": index, "error_code": error})
+            topics_out.append({"name": topic.name, "partitions": partitions})
+        markers_out.append({"producer_id": marker.producer_id, "topics": topics_out})
+    return {"markers": markers_out}
+
+
+# -- TxnOffsetCommit --------------------------------------------------------------------------
+
+
+@handles(TXN_OFFSET_COMMIT, 0)
+async def txn_offset_commit(ctx: Any, request: Any) -> dict[str, Any]:
+    state = ctx.broker.controller.state
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    results: dict[tuple[str, int], ErrorCode] = {}
+    for topic in request.topics:
+        info = state.topics.get(topic.name)
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if info is None or not 0 <= p.partition_index < len(info.partitions):
+                results[tp] = E.unknown_topic_or_partition
+                continue
+            offsets[tp] = OffsetAndMetadata(
+                offset=p.committed_offset,
+                leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                metadata=p.committed_metadata or "",
+            )
+    service = _service(ctx)
+    if offsets:
+        if service is None:
+            error = E.coordinator_not_available
+        else:
+            error = service.offsets.validate(
+                request.group_id,
+                getattr(request, "member_id", ""),
+                getattr(request, "generation_id", -1),
+                getattr(request, "group_instance_id", None),
+            )
+            if error == E.none:
+                error = service.offsets.write(
+                    request.group_id, request.producer_id, request.producer_epoch, offsets
+                )
+        results.update(dict.fromkeys(offsets, error))
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic in request.topics:
+        by_topic.setdefault(topic.name, [])
+        for p in topic.partitions:
+            by_topic[topic.name].append(
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": results[(topic.name, p.partition_index)],
+                }
+            )
+    return {
+        "throttle_time": 0,
+        "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+    }
+
+
+# -- DescribeTransactions / ListTransactions ------------------------------------------------
+
+
+def _describe_one(service: Any, txn_id: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "error_code": E.coordinator_not_available,
+        "transactional_id": txn_id,
+        "transaction_state": "",
+        "transaction_timeout": 0,
+        "transaction_start_time": _EPOCH,
+        "producer_id": -1,
+        "producer_epoch": -1,
+        "topics": [],
+    }
+    if service is None:
+        return out
+    error, meta = service.coordinator.describe(txn_id)
+    out["error_code"] = error
+    if meta is None:
+        return out
+    out.update(_described(meta))
+    return out
+
+
+def _described(meta: TxnMetadata) -> dict[str, Any]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(meta.partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return {
+        "transaction_state": meta.state.display_name,
+        "transaction_timeout": datetime.timedelta(milliseconds=meta.timeout_ms),
+        "transaction_start_time": _EPOCH + datetime.timedelta(milliseconds=meta.start_ms),
+        "producer_id": meta.producer_id,
+        "producer_epoch": meta.producer_epoch,
+        "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+    }
+
+
+@handles(DESCRIBE_TRANSACTIONS, 0)
+def describe_transactions(ctx: Any, request: Any) -> dict[str, Any]:
+    service = _service(ctx)
+    return {
+        "throttle_time": 0,
+        "transaction_states": [_describe_one(service, t) for t in request.transactional_ids],
+    }
+
+
+@handles(LIST_TRANSACTIONS, 0)
+def list_transactions(ctx: Any, request: Any) -> dict[str, Any]:
+    service = _service(ctx)
+    if service is None:
+        return {
+            "throttle_time": 0,
+            "error_code": E.coordinator_not_available,
+            "transaction_states": [],
+        }
+    states: set[TxnState] = set()
+    unknown: list[str] = []
+    for name in request.state_filters:
+        state = TxnState.from_name(name)
+        if state is None:
+            unknown.append(name)
+        else:
+            states.add(state)
+    if unknown and not states:
+        listed: list[TxnMetadata] = []
+    else:
+        listed = service.coordinator.list(
+            states or None,
+            set(request.producer_id_filters) or None,
+            getattr(request, "duration_filter", -1),
+        )
+    pattern = getattr(request, "transactional_id_pattern", None)
+    if pattern:
+        try:
+            regex = re.compile(pattern)
+        except re.error:
+            return {
+                "throttle_time": 0,
+                "error_code": E.invalid_regular_expression,
+                "transaction_states": [],
+            }
+        listed = [m for m in listed if regex.fullmatch(m.transactional_id)]
+    return {
+        "throttle_time": 0,
+        "error_code": E.none,
+        "unknown_state_filters": unknown,
+        "transaction_states": [
+            {
+                "transactional_id": m.transactional_id,
+                "producer_id": m.producer_id,
+                "transaction_state": m.state.display_name,
+            }
+            for m in listed
+        ],
+    }

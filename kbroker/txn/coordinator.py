@@ -1,0 +1,580 @@
+"""The transaction coordinator: transactional ids, their producer ids and epochs, and the
+two-phase end of each transaction.
+
+It follows Kafka's TransactionCoordinator (transactions version 1: the client adds
+partitions with AddPartitionsToTxn and ends with EndTxn). Every state change is first
+written to the id's `__transaction_state` partition and only then applied, so a
+coordinator that restarts finds each transaction where it was; a transaction found in
+PrepareCommit or PrepareAbort is completed on load. While a write is in flight the id
+is `pending` and other requests for it get CONCURRENT_TRANSACTIONS, as in Kafka.
+
+EndTxn here waits for the markers when every partition is local (the usual case on a
+single node): the answer then means the transaction is visible, and the next
+transaction of the producer starts without CONCURRENT_TRANSACTIONS retries. Markers
+that cannot be written now are retried in the background while the id stays in its
+Prepare state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.coordinator.records import partition_for
+from kbroker.txn.metadata import (
+    COMPLETED,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    PREPARING,
+    TopicPartition,
+    TxnMetadata,
+    TxnState,
+    epoch_exhausted,
+)
+from kbroker.txn.records import (
+    TxnRecordError,
+    decode_txn_key,
+    decode_txn_value,
+    encode_txn_key,
+    encode_txn_value,
+)
+
+log = logging.getLogger("kbroker.txn")
+
+E = ErrorCode
+
+
+class TxnStore(Protocol):
+    async def write(self, partition: int, key: bytes, value: bytes | None) -> ErrorCode:
+        """Append one record to a partition of the transaction log; the outcome."""
+        ...
+
+
+class MarkerWriter(Protocol):
+    async def write(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        partitions: Iterable[TopicPartition],
+    ) -> set[TopicPartition]:
+        """Write markers; returns the partitions to try again later."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TxnConfig:
+    num_partitions: int = 50
+    max_timeout_ms: int = 900_000
+    id_expiration_ms: int = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class InitResult:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(slots=True)
+class _Partition:
+    coordinator_epoch: int
+    loading: bool = True
+    ids: set[str] = field(default_factory=set)
+
+
+def _write_error(code: ErrorCode) -> ErrorCode:
+    """How a failed transaction-log write is reported (Kafka's appendTransactionToLog)."""
+    if code in (
+        E.unknown_topic_or_partition,
+        E.not_enough_replicas,
+        E.not_enough_replicas_after_append,
+        E.request_timed_out,
+    ):
+        return E.coordinator_not_available
+    if code in (E.not_leader_or_follower, E.kafka_storage_error):
+        return E.not_coordinator
+    if code in (E.message_too_large, E.record_list_too_large):
+        return E.unknown_server_error
+    return code
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        config: TxnConfig,
+        store: TxnStore,
+        markers: MarkerWriter,
+        next_producer_id: Callable[[], Awaitable[int]],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.markers = markers
+        self.next_producer_id = next_producer_id
+        self.now_ms = now_ms
+        self.txns: dict[str, TxnMetadata] = {}
+        self.partitions: dict[int, _Partition] = {}
+        self.active = True
+        # ids whose markers could not all be written yet
+        self.incomplete: set[str] = set()
+
+    # -- ownership ------------------------------------------------------------------------
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.config.num_partitions)
+
+    def _status(self, transactional_id: str) -> ErrorCode | None:
+        if not self.active:
+            return E.coordinator_not_available
+        state = self.partitions.get(self.partition_for(transactional_id))
+        if state is None:
+            return E.not_coordinator
+        if state.loading:
+            return E.coordinator_load_in_progress
+        return None
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        state = self.partitions.get(self.partition_for(transactional_id))
+        return state.coordinator_epoch if state is not None else -1
+
+    def begin_loading(self, partition: int, coordinator_epoch: int) -> None:
+        self.unload_partition(partition)
+        self.partitions[partition] = _Partition(coordinator_epoch)
+
+    def load_partition(self, partition: int, records: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Rebuild the ids of a partition from its records (the latest per id wins)."""
+        latest: dict[str, bytes | None] = {}
+        for key, value in records:
+            try:
+                latest[decode_txn_key(key)] = value
+            except TxnRecordError as exc:
+                log.warning("skipping unreadable key in transaction log %d: %s", partition, exc)
+        state = self.partitions.setdefault(partition, _Partition(-1))
+        for txn_id, value in latest.items():
+            if value is None:
+                continue
+            try:
+                meta = decode_txn_value(txn_id, value)
+            except TxnRecordError as exc:
+                log.warning("skipping transactional id %r: %s", txn_id, exc)
+                continue
+            self.txns[txn_id] = meta
+            state.ids.add(txn_id)
+            if meta.state in PREPARING:
+                self.incomplete.add(txn_id)
+        state.loading = False
+        return len(state.ids)
+
+    def unload_partition(self, partition: int) -> None:
+        state = self.partitions.pop(partition, None)
+        if state is None:
+            return
+        for txn_id in state.ids:
+            self.txns.pop(txn_id, None)
+            self.incomplete.discard(txn_id)
+
+    def shutdown(self) -> None:
+        self.active = False
+        for partition in list(self.partitions):
+            self.unload_partition(partition)
+
+    # -- writing a state ------------------------------------------------------------------
+
+    async def _store(self, meta: TxnMetadata, nxt: TxnMetadata) -> ErrorCode:
+        """Write `nxt` as the id's state and adopt it on success."""
+        partition = self.partition_for(meta.transactional_id)
+        epoch = self.coordinator_epoch(meta.transactional_id)
+        meta.pending = True
+        try:
+            code = await self.store.write(
+                partition, encode_txn_key(meta.transactional_id), encode_txn_value(nxt)
+            )
+        finally:
+            meta.pending = False
+        if code != E.none:
+            return _write_error(code)
+        state = self.partitions.get(partition)
+        if state is None or state.coordinator_epoch != epoch:
+            return E.not_coordinator  # leadership moved while the write was in flight
+        meta.adopt(nxt)
+        if self.txns.get(meta.transactional_id) is not meta:
+            self.txns[meta.transactional_id] = meta
+        state.ids.add(meta.transactional_id)
+        return E.none
+
+    # -- InitProducerId -------------------------------------------------------------------
+
+    async def init_producer_id(
+        self,
+        transactional_id: str | None,
+        timeout_ms: int,
+        expected_producer_id: int = NO_PRODUCER_ID,
+        expected_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> InitResult:
+        if transactional_id is None:
+            # Idempotence only: a fresh id every time, epoch 0 (KIP-360 clients re-init
+            # this way too when their id is unknown to a partition).
+            try:
+                return InitResult(E.none, await self.next_producer_id(), 0)
+            except Exception as exc:  # the controller is unavailable
+                log.warning("cannot allocate a producer id: %s", exc)
+                return InitResult(E.coordinator_not_available)
+        if not transactional_id:
+            return InitResult(E.invalid_request)
+        if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
+            return InitResult(E.invalid_transaction_timeout)
+        error = self._status(transactional_id)
+        if error is not None:
+            return InitResult(error)
+        expected = (
+            (expected_producer_id, expected_epoch)
+            if expected_producer_id != NO_PRODUCER_ID or expected_epoch != NO_PRODUCER_EPOCH
+            else None
+        )
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            try:
+                pid = await self.next_producer_id()
+            except Exception as exc:
+                log.warning("cannot allocate a producer id: %s", exc)
+                return InitResult(E.coordinator_not_available)
+            meta = self.txns.get(transactional_id)  # another request may have made it
+            if meta is None:
+                meta = TxnMetadata(
+                    transactional_id, pid, timeout_ms=timeout_ms, last_update_ms=self.now_ms()
+                )
+                self.txns[transactional_id] = meta
+        for _ in range(3):
+            if meta.pending:
+                return InitResult(E.concurrent_transactions)
+            if expected is not None and not (
+                meta.producer_epoch == NO_PRODUCER_EPOCH
+                or expected[0] == meta.producer_id
+                or (expected[0] == meta.last_producer_id and epoch_exhausted(expected[1]))
+            ):
+                return InitResult(E.producer_fenced)
+            if meta.state in PREPARING:
+                return InitResult(E.concurrent_transactions)
+            if meta.state == TxnState.ONGOING:
+                # A new instance of the producer: fence the old one (epoch bump) and abort
+                # its transaction, then bump again for the caller.
+                error = await self._fence_and_abort(meta)
+                if error != E.none:
+                    return InitResult(error)
+                if meta.state != TxnState.COMPLETE_ABORT:
+                    return InitResult(E.concurrent_transactions)
+                expected = None
+                continue
+            if meta.state in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
+                return InitResult(E.concurrent_transactions)
+            return await self._bump_for_init(meta, timeout_ms, expected)
+        return InitResult(E.concurrent_transactions)
+
+    async def _bump_for_init(
+        self, meta: TxnMetadata, timeout_ms: int, expected: tuple[int, int] | None
+    ) -> InitResult:
+        now = self.now_ms()
+        common = {"state": TxnState.EMPTY, "partitions": set(), "timeout_ms": timeout_ms}
+        if epoch_exhausted(meta.producer_epoch) and (
+            expected is None or expected[1] == meta.producer_epoch
+        ):
+            try:
+                pid = await self.next_producer_id()
+            except Exception:
+                return InitResult(E.coordinator_not_available)
+            nxt = meta.copy(
+                producer_id=pid,
+                producer_epoch=0,
+                last_producer_id=meta.producer_id,
+                last_producer_epoch=meta.producer_epoch if expected is not None else -1,
+                start_ms=-1,
+                last_update_ms=now,
+                **common,
+            )
+        else:
+            bumped = meta.producer_epoch + 1
+            if expected is None:
+                epoch, last = bumped, NO_PRODUCER_EPOCH
+            elif meta.producer_epoch == NO_PRODUCER_EPOCH or expected[1] == meta.producer_epoch:
+                epoch, last = bumped, meta.producer_epoch
+            elif expected[1] == meta.last_producer_epoch:
+                epoch, last = meta.producer_epoch, meta.last_producer_epoch  # a retry
+            else:
+                return InitResult(E.producer_fenced)
+            nxt = meta.copy(
+                producer_epoch=epoch,
+                last_producer_epoch=last,
+                start_ms=-1,
+                last_update_ms=now,
+                **common,
+            )
+        error = await self._store(meta, nxt)
+        if error != E.none:
+            return InitResult(error)
+        log.info(
+            "initialized transactional id %s: producer id %d epoch %d",
+            meta.transactional_id,
+            meta.producer_id,
+            meta.producer_epoch,
+        )
+        return InitResult(E.none, meta.producer_id, meta.producer_epoch)
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------
+
+    def _check_producer(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[ErrorCode, TxnMetadata | None]:
+        if not transactional_id:
+            return E.invalid_request, None
+        error = self._status(transactional_id)
+        if error is not None:
+            return error, None
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return E.invalid_producer_id_mapping, None
+        if meta.producer_epoch != producer_epoch:
+            return E.producer_fenced, None
+        return E.none, meta
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: set[TopicPartition],
+    ) -> ErrorCode:
+        error, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if meta is None:
+            return error
+        if meta.pending or meta.state in PREPARING:
+            return E.concurrent_transactions
+        if meta.state in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
+            return E.concurrent_transactions
+        if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
+            return E.none
+        now = self.now_ms()
+        nxt = meta.copy(
+            state=TxnState.ONGOING,
+            partitions=meta.partitions | partitions,
+            start_ms=meta.start_ms if meta.state == TxnState.ONGOING else now,
+            last_update_ms=now,
+        )
+        return await self._store(meta, nxt)
+
+    def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: set[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn verify_only: which partitions are in the transaction."""
+        error, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if meta is None:
+            return dict.fromkeys(partitions, error)
+        if meta.state in PREPARING:
+            return dict.fromkeys(partitions, E.concurrent_transactions)
+        return {
+            tp: E.none if tp in meta.partitions else E.transaction_abortable for tp in partitions
+        }
+
+    # -- EndTxn ---------------------------------------------------------------------------
+
+    async def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        from_client: bool = True,
+    ) -> InitResult:
+        """EndTxn: the result carries the producer id and epoch for EndTxn v5+."""
+        if not transactional_id:
+            return InitResult(E.invalid_request)
+        error = self._status(transactional_id)
+        if error is not None:
+            return InitResult(error)
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return InitResult(E.invalid_producer_id_mapping)
+        if producer_epoch < meta.producer_epoch or (
+            from_client and producer_epoch != meta.producer_epoch
+        ):
+            return InitResult(E.producer_fenced)
+        if meta.pending:
+            return InitResult(E.concurrent_transactions)
+        state = meta.state
+        done = InitResult(E.none, meta.producer_id, meta.producer_epoch)
+        if state == TxnState.ONGOING:
+            pass
+        elif state == TxnState.COMPLETE_COMMIT:
+            return done if commit else InitResult(E.invalid_txn_state)
+        elif state == TxnState.COMPLETE_ABORT:
+            return done if not commit else InitResult(E.invalid_txn_state)
+        elif state == TxnState.PREPARE_COMMIT:
+            return InitResult(E.concurrent_transactions if commit else E.invalid_txn_state)
+        elif state == TxnState.PREPARE_ABORT:
+            return InitResult(E.concurrent_transactions if not commit else E.invalid_txn_state)
+        else:
+            return InitResult(E.invalid_txn_state)
+        nxt = meta.copy(
+            state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+            producer_epoch=producer_epoch,
+            last_update_ms=self.now_ms(),
+        )
+        error = await self._store(meta, nxt)
+        if error != E.none:
+            return InitResult(error)
+        await self.complete(meta)
+        return InitResult(E.none, meta.producer_id, meta.producer_epoch)
+
+    async def complete(self, meta: TxnMetadata) -> bool:
+        """Write the markers of a prepared transaction, then its Complete state. False if
+        some markers must wait (the id stays prepared and is retried later)."""
+        if meta.state not in PREPARING or meta.pending:
+            return False
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        txn_id = meta.transactional_id
+        meta.pending = True
+        try:
+            retry = await self.markers.write(
+                meta.producer_id,
+                meta.producer_epoch,
+                self.coordinator_epoch(txn_id),
+                commit,
+                sorted(meta.partitions),
+            )
+        finally:
+            meta.pending = False
+        if self.txns.get(txn_id) is not meta or meta.state not in PREPARING:
+            return False
+        if retry:
+            meta.partitions = set(retry)
+            self.incomplete.add(txn_id)
+            return False
+        nxt = meta.copy(
+            state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+            partitions=set(),
+            last_update_ms=self.now_ms(),
+        )
+        error = await self._store(meta, nxt)
+        if error != E.none:
+            self.incomplete.add(txn_id)
+            return False
+        self.incomplete.discard(txn_id)
+        return True
+
+    async def retry_incomplete(self) -> None:
+        for txn_id in list(self.incomplete):
+            meta = self.txns.get(txn_id)
+            if meta is None or meta.state not in PREPARING:
+                self.incomplete.discard(txn_id)
+                continue
+            await self.complete(meta)
+
+    # -- fencing and timeouts -------------------------------------------------------------
+
+    async def _fence_and_abort(self, meta: TxnMetadata) -> ErrorCode:
+        """Bump the epoch of an ongoing transaction's producer and abort it with the new
+        epoch: the markers carry it, so the old instance's writes are refused from now."""
+        epoch = (
+            meta.producer_epoch if epoch_exhausted(meta.producer_epoch) else meta.producer_epoch + 1
+        )
+        result = await self.end_txn(
+            meta.transactional_id, meta.producer_id, epoch, commit=False, from_client=False
+        )
+        if result.error == E.none:
+            meta.last_producer_epoch = NO_PRODUCER_EPOCH
+        return result.error
+
+    async def abort_timed_out(self) -> list[str]:
+        """Abort (and fence) transactions open longer than their timeout."""
+        now = self.now_ms()
+        aborted = []
+        for txn_id, meta in list(self.txns.items()):
+            if (
+                meta.state == TxnState.ONGOING
+                and not meta.pending
+                and meta.start_ms >= 0
+                and now - meta.start_ms > meta.timeout_ms
+                and self._status(txn_id) is None
+            ):
+                log.info(
+                    "aborting transaction of %s (producer id %d epoch %d): open for %d ms",
+                    txn_id,
+                    meta.producer_id,
+                    meta.producer_epoch,
+                    now - meta.start_ms,
+                )
+                error = await self._fence_and_abort(meta)
+                if error == E.none:
+                    aborted.append(txn_id)
+                else:
+                    log.warning("aborting the transaction of %s failed: %s", txn_id, error.name)
+        return aborted
+
+    async def expire_ids(self) -> list[str]:
+        """Forget ids idle past transactional.id.expiration.ms (tombstone in the log)."""
+        now = self.now_ms()
+        expired = []
+        for txn_id, meta in list(self.txns.items()):
+            if (
+                (meta.state == TxnState.EMPTY or meta.state in COMPLETED)
+                and not meta.pending
+                and now - meta.last_update_ms > self.config.id_expiration_ms
+                and self._status(txn_id) is None
+            ):
+                partition = self.partition_for(txn_id)
+                meta.pending = True
+                try:
+                    code = await self.store.write(partition, encode_txn_key(txn_id), None)
+                finally:
+                    meta.pending = False
+                if code == E.none and self.txns.get(txn_id) is meta:
+                    del self.txns[txn_id]
+                    state = self.partitions.get(partition)
+                    if state is not None:
+                        state.ids.discard(txn_id)
+                    expired.append(txn_id)
+        return expired
+
+    # -- introspection --------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> tuple[ErrorCode, TxnMetadata | None]:
+        if not transactional_id:
+            return E.invalid_request, None
+        error = self._status(transactional_id)
+        if error is not None:
+            return error, None
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.state == TxnState.DEAD or meta.producer_epoch < 0:
+            return E.transactional_id_not_found, None
+        return E.none, meta
+
+    def list(
+        self,
+        states: set[TxnState] | None = None,
+        producer_ids: set[int] | None = None,
+        min_duration_ms: int = -1,
+    ) -> list[TxnMetadata]:
+        now = self.now_ms()
+        out = []
+        for txn_id, meta in self.txns.items():
+            if self._status(txn_id) is not None or meta.producer_epoch < 0:
+                continue
+            if states and meta.state not in states:
+                continue
+            if producer_ids and meta.producer_id not in producer_ids:
+                continue
+            if min_duration_ms >= 0 and (
+                meta.state != TxnState.ONGOING or now - meta.start_ms <= min_duration_ms
+            ):
+                continue
+            out.append(meta)
+        return out

@@ -1,0 +1,148 @@
+"""Transactional offset commits (TxnOffsetCommit), held until their transaction ends.
+
+As in Kafka, the offsets are written at once to the group's `__consumer_offsets`
+partition as a transactional batch of the producer, but the group sees them only when
+the commit marker reaches that partition; an abort marker drops them. The group
+coordinator's committed offsets are updated in place at that moment.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.coordinator.group import ClassicGroup, GroupState, OffsetAndMetadata
+from kbroker.coordinator.records import encode_offset_key, encode_offset_value
+from kbroker.coordinator.store import OFFSETS_TOPIC
+from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, Record, encode_batch
+from kbroker.storage.producer_state import (
+    COORDINATOR,
+    InvalidProducerEpochError,
+    ProducerStateError,
+)
+
+log = logging.getLogger("kbroker.txn.offsets")
+
+E = ErrorCode
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class PendingOffsets:
+    """The offsets one producer has committed in its open transaction, per group."""
+
+    by_group: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
+
+
+class TxnOffsetStore:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        # (offsets partition, producer id) -> what waits for the marker
+        self.pending: dict[tuple[int, int], PendingOffsets] = {}
+
+    def _coordinator(self) -> Any:
+        service = getattr(self.broker, "group_coordinator", None)
+        return None if service is None else service.coordinator
+
+    def validate(
+        self, group_id: str, member_id: str, generation_id: int, instance_id: str | None
+    ) -> ErrorCode:
+        """Kafka's checks of a TxnOffsetCommit against the group (coordinator, member,
+        generation); a group that does not exist yet is fine."""
+        coordinator = self._coordinator()
+        if coordinator is None:
+            return E.coordinator_not_available
+        error = coordinator._status(group_id, allow_empty=True)
+        if error is not None:
+            return error
+        group = coordinator.groups.get(group_id)
+        if group is None:
+            return E.none
+        if group.is_in(GroupState.DEAD):
+            return E.coordinator_not_available
+        if generation_id < 0 and group.is_in(GroupState.EMPTY):
+            return E.none
+        if generation_id >= 0 or member_id or instance_id is not None:
+            error = coordinator._validate_member(group, member_id, instance_id)
+            if error is not None:
+                return error
+            if generation_id != group.generation_id:
+                return E.illegal_generation
+        return E.none
+
+    def write(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+    ) -> ErrorCode:
+        """Append the offsets as a transactional batch and hold them until the marker."""
+        coordinator = self._coordinator()
+        if coordinator is None:
+            return E.coordinator_not_available
+        partition = coordinator.partition_for(group_id)
+        replica = self.broker.replicas.get(OFFSETS_TOPIC, partition)
+        if replica is None or not replica.is_leader:
+            return E.not_coordinator
+        now = int(time.time() * 1000)
+        stamped = {
+            tp: OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, now)
+            for tp, v in offsets.items()
+        }
+        batch = encode_batch(
+            [
+                Record(encode_offset_key(group_id, t, p), encode_offset_value(v), now)
+                for (t, p), v in stamped.items()
+            ],
+            now,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=True,
+        )
+        try:
+            self.broker.replicas.append(replica, batch, now, COORDINATOR)
+        except InvalidProducerEpochError:
+            return E.producer_fenced
+        except ProducerStateError as exc:
+            log.warning("transactional offsets of %s refused: %s", group_id, exc)
+            return E.invalid_txn_state
+        except BatchTooLargeError:
+            return E.invalid_commit_offset_size
+        except (InvalidBatchError, OSError) as exc:
+            log.error("cannot write transactional offsets of %s: %s", group_id, exc)
+            return E.not_coordinator
+        pending = self.pending.setdefault((partition, producer_id), PendingOffsets())
+        pending.by_group.setdefault(group_id, {}).update(stamped)
+        return E.none
+
+    def on_marker(self, tp: TopicPartition, producer_id: int, commit: bool) -> None:
+        """A marker reached a partition: if it is an offsets partition, settle its offsets."""
+        if tp[0] != OFFSETS_TOPIC:
+            return
+        pending = self.pending.pop((tp[1], producer_id), None)
+        if pending is None or not commit:
+            return
+        coordinator = self._coordinator()
+        if coordinator is None:
+            return
+        now = int(time.time() * 1000)
+        for group_id, offsets in pending.by_group.items():
+            group = coordinator.groups.get(group_id)
+            if group is None:
+                group = ClassicGroup(group_id, state_timestamp_ms=now)
+                coordinator.groups[group_id] = group
+            group.offsets.update(offsets)
+
+    def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an open transaction holds an offset of the group for `tp` (what
+        OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for)."""
+        for pending in self.pending.values():
+            offsets = pending.by_group.get(group_id)
+            if offsets is not None and tp in offsets:
+                return True
+        return False

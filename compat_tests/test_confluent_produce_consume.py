@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from compat_tests.confluent_helpers import (
     DeliveryLog,
     admin_client,
     consume,
     create_topic,
+    make_consumer,
     make_producer,
     per_partition,
     produce_all,
@@ -228,3 +230,28 @@ def test_idempotent_producer_delivers_in_order(shared_broker):
     assert [offset for _, offset, _ in log.delivered] == list(range(len(values)))
     records = consume(shared_broker.bootstrap, topic, len(values))
     assert [r.value for r in records] == values
+
+
+def test_fetch_waiting_at_the_end_of_a_partition_is_woken_by_new_data(shared_broker):
+    """A consumer at the log end gets a new record well before fetch.wait.max.ms runs out."""
+    topic = unique_topic("wake")
+    create_topic(shared_broker.bootstrap, topic)
+    consumer = make_consumer(shared_broker.bootstrap, fetch_wait_max_ms=5000)
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        idle_until = time.monotonic() + 1.0
+        while time.monotonic() < idle_until:
+            msg = consumer.poll(0.1)
+            assert msg is None or msg.error() is not None, "record from an empty topic"
+        began = time.monotonic()
+        produce_all(shared_broker.bootstrap, topic, [{"value": b"wake-up", "partition": 0}])
+        msg = None
+        while time.monotonic() - began < 10:
+            msg = consumer.poll(0.05)
+            if msg is not None and msg.error() is None:
+                break
+        latency = time.monotonic() - began
+    finally:
+        consumer.close()
+    assert msg is not None and msg.error() is None and msg.value() == b"wake-up"
+    assert latency < 2.5, f"record reached the waiting consumer only after {latency:.2f}s"

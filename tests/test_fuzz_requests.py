@@ -168,9 +168,35 @@ def test_valid_requests_round_trip(key: int, version: int) -> None:
     def round_trip(entity: Any) -> None:
         data = messages.encode(entity)
         messages.check_lengths(key, version, data, 0)
-        assert messages.decode_request(key, version, data, 0) == entity
+        decoded = messages.decode_request(key, version, data, 0)
+        assert _comparable(key, decoded) == _comparable(key, entity)
 
     round_trip()
+
+
+def _comparable(key: int, request: Any) -> Any:
+    """Produce has its own decoder with its own types: compare what it carries."""
+    if key != 0:
+        return request
+    timeout = getattr(request, "timeout_ms", None)
+    if timeout is None:
+        timeout = round(request.timeout.total_seconds() * 1000)
+    return (
+        request.transactional_id,
+        request.acks,
+        timeout,
+        [
+            (
+                getattr(t, "name", None),
+                getattr(t, "topic_id", None),
+                [
+                    (p.index, None if p.records is None else bytes(p.records))
+                    for p in t.partition_data
+                ],
+            )
+            for t in request.topic_data
+        ],
+    )
 
 
 @pytest.mark.parametrize(("key", "version"), ALL_VERSIONS, ids=IDS)

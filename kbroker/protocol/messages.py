@@ -79,7 +79,7 @@ def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any
     1-byte varint belongs (librdkafka issue 5049), and Kafka serves it regardless.
     """
     if api_key == PRODUCE:
-        return decode_produce_request(version, frame, offset)
+        return decode_produce_request(version, frame, offset, MAX_REQUEST_ELEMENTS)
     check_lengths(api_key, version, frame, offset)
     value, _size = request_reader(api_key, version)(frame, offset)
     return value

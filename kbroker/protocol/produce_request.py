@@ -118,20 +118,35 @@ class _Reader:
             self.need(self.uvarint())
 
 
-def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequest:
+_NO_TOPIC_ID = bytes(16)
+
+
+def decode_produce_request(
+    version: int, buf: bytes, offset: int, max_elements: int = 1_000_000
+) -> ProduceRequest:
+    """Decode a Produce body; at most `max_elements` topics and partitions in all, so a
+    request of millions of tiny partitions is refused before it becomes Python objects."""
     r = _Reader(buf, offset, version >= FIRST_FLEXIBLE)
+    budget = max_elements
     transactional_id = r.string() if version >= FIRST_TRANSACTIONAL else None
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, r.need(6))
     by_id = version >= FIRST_TOPIC_ID
     topics: list[TopicData] = []
-    for _ in range(r.array_count(2)):
+    topic_count = r.array_count(2)
+    budget -= topic_count
+    for _ in range(topic_count):
         if by_id:
             start = r.need(16)
-            name, topic_id = None, uuid.UUID(bytes=bytes(buf[start : start + 16]))
+            raw = bytes(buf[start : start + 16])
+            name, topic_id = None, (None if raw == _NO_TOPIC_ID else uuid.UUID(bytes=raw))
         else:
             name, topic_id = r.string(), None
         partitions: list[PartitionData] = []
-        for _ in range(r.array_count(5)):
+        partition_count = r.array_count(5)
+        budget -= partition_count
+        if budget < 0:
+            raise MalformedRequest(f"more than {max_elements} array elements in one request")
+        for _ in range(partition_count):
             index = r.int32()
             partitions.append(PartitionData(index, r.records()))
             r.tagged_fields()

@@ -25,6 +25,7 @@ from kbroker.protocol.batch import (
     set_log_append_time,
     validate_batches,
 )
+from kbroker.protocol.compression import decompress
 from kbroker.storage.checkpoint import (
     CHECKPOINT_FILE,
     CleanState,
@@ -32,6 +33,7 @@ from kbroker.storage.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from kbroker.storage.compaction import check_keys
 from kbroker.storage.config import LogConfig
 from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeError
 from kbroker.storage.file_slice import FileSlice
@@ -43,6 +45,7 @@ from kbroker.storage.producer_state import (
     ProducerStateManager,
 )
 from kbroker.storage.segment import MAX_RELATIVE_OFFSET, Segment, remove_file
+from kbroker.storage.segment_swap import complete_swaps
 from kbroker.storage.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 
 __all__ = [
@@ -119,9 +122,9 @@ class PartitionLog:
     """One partition's log. Use `PartitionLog.open`; all methods run on one thread
     (the event loop) except `flush` and `FlushJob.run`, which may run in a worker."""
 
-    # Set by the broker to let offset_for_timestamp look inside compressed batches:
-    # decompressor(codec, data) -> bytes.
-    decompressor: Callable[[int, bytes], bytes] | None = None
+    # Lets offset_for_timestamp look inside compressed batches: decompressor(codec, data)
+    # -> bytes, bounded against decompression bombs; None reads at batch level only.
+    decompressor: Callable[[int, bytes], bytes] | None = staticmethod(decompress)
 
     def __init__(self, directory: Path, config: LogConfig, topic: str, partition: int) -> None:
         self.directory = Path(directory)
@@ -168,6 +171,7 @@ class PartitionLog:
         d = self._dir
         interval = self.config.index_interval_bytes
         bases: list[int] = []
+        complete_swaps(d)  # a cleaner swap cut short by a crash: finish it before listing
         names = os.listdir(d)
         index_files: list[tuple[int, str]] = []
         for name in names:
@@ -346,6 +350,8 @@ class PartitionLog:
             records = bytearray(records)
         config = self.config
         headers = validate_batches(records, config.max_message_bytes)
+        if config.compacts:
+            check_keys(records, headers)  # Kafka: INVALID_RECORD for a record without key
         producers = False
         for h in headers:
             if h.producer_id >= 0 or h.attributes & 0x30:
@@ -839,6 +845,18 @@ class PartitionLog:
             self._bases = []
         if remove_files:
             shutil.rmtree(self._dir, ignore_errors=True)
+
+    def replace_segments(self, old: list[Segment], new: Segment) -> None:
+        """The log cleaner's swap: `new` (already on disk under old[0]'s name) takes the
+        place of the consecutive sealed segments `old`; slices of the old files stay
+        readable until released."""
+        with self._lock:
+            i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
+            self.segments[i : i + len(old)] = [new]
+            self._bases[i : i + len(old)] = [new.base_offset]
+        for seg in old:
+            seg.deleted = True
+            seg.release()
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -1,0 +1,533 @@
+"""Consumer groups against a real broker: stock clients split, rebalance, commit, resume;
+raw requests check the error codes a misbehaving member gets."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import socket
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from compat_tests.broker_process import BrokerProcess
+from compat_tests.confluent_helpers import create_topic, produce_all, unique_topic
+
+pytestmark = pytest.mark.timeout(120)
+
+# Small timeouts keep rebalances fast; the initial delay would add 3 s to every group.
+GROUP_SETTINGS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+}
+
+
+@pytest.fixture(scope="module")
+def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    node = BrokerProcess(tmp_path_factory.mktemp("groups-broker"), dict(GROUP_SETTINGS))
+    try:
+        node.start()
+        yield node
+    finally:
+        node.kill()
+
+
+def unique_group() -> str:
+    return f"group-{uuid.uuid4().hex[:12]}"
+
+
+def topic_with_records(bootstrap: str, partitions: int, per_partition: int) -> str:
+    topic = unique_topic()
+    create_topic(bootstrap, topic, partitions)
+    produce_all(
+        bootstrap,
+        topic,
+        (
+            {"value": f"{p}-{i}".encode(), "partition": p}
+            for p in range(partitions)
+            for i in range(per_partition)
+        ),
+    )
+    return topic
+
+
+# -- confluent-kafka -------------------------------------------------------------------------
+
+
+def group_consumer(bootstrap: str, group: str, **conf: Any) -> Consumer:
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 300,
+    }
+    settings.update(conf)
+    return Consumer(settings)
+
+
+def owned(consumer: Consumer) -> set[int]:
+    return {tp.partition for tp in consumer.assignment()}
+
+
+def poll_until(consumers: list[Consumer], done: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in consumers:
+            c.poll(0.05)
+        if done():
+            return
+    raise AssertionError(f"not reached in {timeout}s: {[owned(c) for c in consumers]}")
+
+
+def test_three_consumers_own_each_of_six_partitions_exactly_once(group_broker: BrokerProcess):
+    bootstrap = group_broker.bootstrap
+    topic = topic_with_records(bootstrap, 6, 1)
+    group = unique_group()
+    consumers = [group_consumer(bootstrap, group) for _ in range(3)]
+    try:
+        for c in consumers:
+            c.subscribe([topic])
+
+        def split() -> bool:
+            sets = [owned(c) for c in consumers]
+            return all(sets) and sorted(p for s in sets for p in s) == list(range(6))
+
+        poll_until(consumers, split)
+        assert all(len(owned(c)) == 2 for c in consumers)
+
+        consumers.pop().close()  # LeaveGroup: the other two take its partitions over
+        poll_until(
+            consumers,
+            lambda: (
+                sorted(p for c in consumers for p in owned(c)) == list(range(6))
+                and all(owned(c) for c in consumers)
+            ),
+        )
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_cooperative_sticky_consumers_split_partitions(group_broker: BrokerProcess):
+    bootstrap = group_broker.bootstrap
+    topic = topic_with_records(bootstrap, 4, 1)
+    group = unique_group()
+    conf = {"partition.assignment.strategy": "cooperative-sticky"}
+    consumers = [group_consumer(bootstrap, group, **conf) for _ in range(2)]
+    try:
+        for c in consumers:
+            c.subscribe([topic])
+        poll_until(
+            consumers,
+            lambda: (
+                sorted(p for c in consumers for p in owned(c)) == [0, 1, 2, 3]
+                and all(owned(c) for c in consumers)
+            ),
+        )
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def read_values(consumer: Consumer, count: int, timeout: float = 30.0) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is None:
+            continue
+        assert message.error() is None, message.error()
+        got.append(message)
+    assert len(got) == count, f"read {len(got)} of {count}"
+    return got
+
+
+def test_committed_offsets_survive_a_restart(broker_factory: Any):
+    node = broker_factory.start_with(dict(GROUP_SETTINGS))
+    bootstrap = node.bootstrap
+    topic = topic_with_records(bootstrap, 1, 20)
+    group = unique_group()
+    first = group_consumer(bootstrap, group)
+    first.subscribe([topic])
+    messages = read_values(first, 12)
+    first.commit(message=messages[9], asynchronous=False)  # commits offset 10
+    first.close()
+
+    node.stop()
+    node.start()
+
+    second = group_consumer(bootstrap, group)
+    try:
+        committed = second.committed([TopicPartition(topic, 0)], timeout=15)
+        assert committed[0].offset == 10
+        second.subscribe([topic])
+        resumed = read_values(second, 10)
+        assert [m.offset() for m in resumed] == list(range(10, 20))
+    finally:
+        second.close()
+
+
+def test_describe_and_list_show_a_stable_group(group_broker: BrokerProcess):
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = group_broker.bootstrap
+    topic = topic_with_records(bootstrap, 2, 1)
+    group = unique_group()
+    consumer = group_consumer(bootstrap, group)
+    try:
+        consumer.subscribe([topic])
+        poll_until([consumer], lambda: owned(consumer) == {0, 1})
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        listed = admin.list_consumer_groups().result(timeout=15)
+        assert (group, ConsumerGroupState.STABLE) in {(g.group_id, g.state) for g in listed.valid}
+        described = admin.describe_consumer_groups([group])[group].result(timeout=15)
+        assert described.state == ConsumerGroupState.STABLE
+        assert described.partition_assignor == "range"
+        (member,) = described.members
+        assert {tp.partition for tp in member.assignment.topic_partitions} == {0, 1}
+    finally:
+        consumer.close()
+
+
+def test_delete_group_after_its_members_leave(group_broker: BrokerProcess):
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = group_broker.bootstrap
+    topic = topic_with_records(bootstrap, 1, 3)
+    group = unique_group()
+    consumer = group_consumer(bootstrap, group)
+    consumer.subscribe([topic])
+    read_values(consumer, 3)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    with pytest.raises(Exception, match="NON_EMPTY_GROUP"):
+        admin.delete_consumer_groups([group])[group].result(timeout=15)
+    consumer.close()
+    admin.delete_consumer_groups([group])[group].result(timeout=15)
+    listed = admin.list_consumer_groups().result(timeout=15)
+    assert group not in {g.group_id for g in listed.valid}
+
+
+# -- kafka-python ----------------------------------------------------------------------------
+
+
+class KafkaPythonPoller(threading.Thread):
+    """Drives one kafka-python consumer in its own thread, as an application would: a
+    consumer blocked in a rebalance must not keep another from rejoining."""
+
+    def __init__(self, consumer: Any) -> None:
+        super().__init__(daemon=True)
+        self.consumer = consumer
+        self.seen: dict[int, int] = {}
+        self.stop = threading.Event()
+        self.commit_wanted = threading.Event()
+        self.committed = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                for tp, records in self.consumer.poll(100).items():
+                    self.seen[tp.partition] = self.seen.get(tp.partition, 0) + len(records)
+                if self.commit_wanted.is_set() and not self.committed.is_set():
+                    self.consumer.commit()
+                    self.committed.set()
+        finally:
+            self.consumer.close()
+
+    def partitions(self) -> set[int]:
+        return {tp.partition for tp in set(self.consumer.assignment())}
+
+
+def wait_for(condition: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_kafka_python_group_splits_commits_and_resumes(group_broker: BrokerProcess):
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    bootstrap = group_broker.bootstrap
+    topic = topic_with_records(bootstrap, 2, 5)
+    group = unique_group()
+
+    def consumer() -> KafkaConsumer:
+        return KafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=300,
+        )
+
+    a, b = KafkaPythonPoller(consumer()), KafkaPythonPoller(consumer())
+    a.start()
+    b.start()
+    try:
+        wait_for(
+            lambda: a.partitions() and b.partitions() and a.partitions() | b.partitions() == {0, 1}
+        )
+        wait_for(lambda: sum(a.seen.values()) + sum(b.seen.values()) == 10)
+        assert sorted([*a.seen, *b.seen]) == [0, 1]  # each partition read by one member
+        for poller in (a, b):
+            poller.commit_wanted.set()
+        wait_for(lambda: a.committed.is_set() and b.committed.is_set())
+        b.stop.set()
+        b.join(15)  # b leaves: a takes both partitions
+        wait_for(lambda: a.partitions() == {0, 1})
+    finally:
+        for poller in (a, b):
+            poller.stop.set()
+            poller.join(15)
+
+    resumed = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    try:
+        assert resumed.committed(KTopicPartition(topic, 0)) == 5
+        assert resumed.committed(KTopicPartition(topic, 1)) == 5
+    finally:
+        resumed.close()
+
+
+# -- aiokafka --------------------------------------------------------------------------------
+
+
+def test_aiokafka_group_consumes_commits_and_resumes(group_broker: BrokerProcess):
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as ATopicPartition
+
+    bootstrap = group_broker.bootstrap
+    topic = topic_with_records(bootstrap, 2, 4)
+    group = unique_group()
+
+    async def run() -> None:
+        def make() -> AIOKafkaConsumer:
+            return AIOKafkaConsumer(
+                topic,
+                bootstrap_servers=bootstrap,
+                group_id=group,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                session_timeout_ms=6000,
+                heartbeat_interval_ms=300,
+            )
+
+        first = make()
+        await first.start()
+        try:
+            got = []
+            async with asyncio.timeout(30):
+                while len(got) < 8:
+                    batch = await first.getmany(timeout_ms=500)
+                    got.extend(m for ms in batch.values() for m in ms)
+            await first.commit()
+        finally:
+            await first.stop()
+        second = make()
+        await second.start()
+        try:
+            for p in (0, 1):
+                assert await second.committed(ATopicPartition(topic, p)) == 4
+        finally:
+            await second.stop()
+
+    asyncio.run(run())
+
+
+# -- raw requests: the error codes ----------------------------------------------------------
+
+UNKNOWN_MEMBER_ID = 25
+ILLEGAL_GENERATION = 22
+INVALID_GROUP_ID = 24
+MEMBER_ID_REQUIRED = 79
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+
+
+class RawClient:
+    """One connection speaking kio-encoded requests; just enough for error-code checks."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=15)
+        self.correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def call(self, api_key: int, version: int, **fields: Any) -> Any:
+        request_type = load_request_schema(api_key, version)
+        response_type = load_response_schema(api_key, version)
+        flexible = request_type.__flexible__
+        self.correlation += 1
+        header = struct.pack(">hhih", api_key, version, self.correlation, 4) + b"test"
+        if flexible:
+            header += b"\x00"
+        body = io.BytesIO()
+        entity_writer(request_type)(body, request_type(**fields))
+        payload = header + body.getvalue()
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+        size = struct.unpack(">i", self._recv(4))[0]
+        data = self._recv(size)
+        (correlation,) = struct.unpack_from(">i", data, 0)
+        assert correlation == self.correlation
+        offset = 5 if flexible else 4
+        response, _ = entity_reader(response_type)(data, offset)
+        return response
+
+    def _recv(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed")
+            out += chunk
+        return bytes(out)
+
+
+def join(client: RawClient, group: str, member_id: str = "", session_ms: int = 10_000) -> Any:
+    import datetime
+
+    from kio.schema.join_group.v7.request import JoinGroupRequestProtocol
+
+    return client.call(
+        11,
+        7,
+        group_id=group,
+        session_timeout=datetime.timedelta(milliseconds=session_ms),
+        rebalance_timeout=datetime.timedelta(milliseconds=10_000),
+        member_id=member_id,
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x00\x00\x00\x00\x00"),),
+    )
+
+
+@pytest.fixture
+def member(group_broker: BrokerProcess) -> Iterator[tuple[RawClient, str, Any]]:
+    """A raw client that joined a fresh group and holds its join answer."""
+    client = RawClient(group_broker.bootstrap)
+    group = unique_group()
+    client.call(10, 3, key=group, key_type=0)
+    first = join(client, group)
+    assert first.error_code == MEMBER_ID_REQUIRED
+    joined = join(client, group, first.member_id)
+    assert joined.error_code == 0
+    try:
+        yield client, group, joined
+    finally:
+        client.close()
+
+
+def test_heartbeat_with_wrong_generation_is_illegal_generation(member):
+    client, group, joined = member
+    response = client.call(
+        12, 4, group_id=group, generation_id=joined.generation_id + 5, member_id=joined.member_id
+    )
+    assert response.error_code == ILLEGAL_GENERATION
+
+
+def test_heartbeat_from_unknown_member_is_unknown_member_id(member):
+    client, group, joined = member
+    response = client.call(
+        12, 4, group_id=group, generation_id=joined.generation_id, member_id="stranger"
+    )
+    assert response.error_code == UNKNOWN_MEMBER_ID
+
+
+def test_offset_commit_with_wrong_generation_is_illegal_generation(member, group_broker):
+    from kio.schema.offset_commit.v8.request import (
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+
+    client, group, joined = member
+    topic = unique_topic()
+    create_topic(group_broker.bootstrap, topic)
+    response = client.call(
+        8,
+        8,
+        group_id=group,
+        generation_id_or_member_epoch=joined.generation_id + 1,
+        member_id=joined.member_id,
+        group_instance_id=None,
+        topics=(
+            OffsetCommitRequestTopic(
+                name=topic,
+                partitions=(
+                    OffsetCommitRequestPartition(
+                        partition_index=0,
+                        committed_offset=1,
+                        committed_leader_epoch=-1,
+                        committed_metadata=None,
+                    ),
+                ),
+            ),
+        ),
+    )
+    assert response.topics[0].partitions[0].error_code == ILLEGAL_GENERATION
+
+
+def test_sync_with_wrong_generation_is_illegal_generation(member):
+    client, group, joined = member
+    response = client.call(
+        14,
+        5,
+        group_id=group,
+        generation_id=joined.generation_id - 1,
+        member_id=joined.member_id,
+        group_instance_id=None,
+        protocol_type=None,
+        protocol_name=None,
+        assignments=(),
+    )
+    assert response.error_code == ILLEGAL_GENERATION
+
+
+def test_huge_group_id_is_invalid_group_id(group_broker: BrokerProcess):
+    client = RawClient(group_broker.bootstrap)
+    try:
+        assert join(client, "g" * 40_000).error_code == INVALID_GROUP_ID
+    finally:
+        client.close()
+
+
+def test_empty_group_id_is_invalid_group_id(group_broker: BrokerProcess):
+    client = RawClient(group_broker.bootstrap)
+    try:
+        assert join(client, "").error_code == INVALID_GROUP_ID
+    finally:
+        client.close()
+
+
+def test_session_timeout_below_the_minimum_is_invalid(group_broker: BrokerProcess):
+    client = RawClient(group_broker.bootstrap)
+    try:
+        assert join(client, unique_group(), session_ms=10).error_code == INVALID_SESSION_TIMEOUT
+    finally:
+        client.close()
+
+
+def test_find_coordinator_names_this_broker_for_a_batch_of_groups(group_broker: BrokerProcess):
+    client = RawClient(group_broker.bootstrap)
+    try:
+        response = client.call(10, 4, key_type=0, coordinator_keys=("a", "b"))
+        assert [(c.key, c.error_code, c.port) for c in response.coordinators] == [
+            ("a", 0, group_broker.port),
+            ("b", 0, group_broker.port),
+        ]
+    finally:
+        client.close()

@@ -118,7 +118,8 @@ class GroupCoordinatorService:
                     if len(records) % 10_000 < len(batch):
                         await asyncio.sleep(0)
             loaded = self.coordinator.load_partition(partition, records)
-            log.info(
+            log.log(
+                logging.INFO if records else logging.DEBUG,
                 "loaded %d groups from %s-%d (%d records) in %.3fs",
                 loaded,
                 OFFSETS_TOPIC,

@@ -72,14 +72,27 @@ class LogGroupStore:
             log.error("cannot write coordinator records to partition %d: %s", partition, exc)
             done(ErrorCode.kafka_storage_error)
             return
+        waits = []
+        if replica.log.config.flush_interval_messages == 1:
+            # The same durability policy as a produce: fsync before acknowledging.
+            waits.append(self._broker.logs.flush_for_ack(replica.log))
         waiter = getattr(self._broker.replicas, "wait_for_commit", None)
-        if waiter is None:
+        if waiter is not None:
+            # Where the replica manager can wait for the ISR (acks=-1 semantics), answer
+            # only once the records are replicated: a coordinator failover must not lose them.
+            waits.append(waiter(replica))
+        if not waits:
             done(ErrorCode.none)
             return
-        # Where the replica manager can wait for the ISR (acks=-1 semantics), answer only
-        # once the records are replicated: a coordinator failover must not lose them.
-        task = asyncio.ensure_future(waiter(replica))
+        task = asyncio.ensure_future(_all(waits))
         task.add_done_callback(lambda t: done(_outcome(t)))
+
+
+async def _all(waits: list[Any]) -> Any:
+    result = None
+    for wait in waits:
+        result = await wait
+    return result
 
 
 def _outcome(task: asyncio.Future[Any]) -> ErrorCode:

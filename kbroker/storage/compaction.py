@@ -424,107 +424,110 @@ class _Pass:
 
     # -- phase 2: rewrite ------------------------------------------------------------------
 
-    def groups(self, map_end: int) -> list[list[_SegmentReader]]:
-        """Consecutive segments below the map's end, each group small enough to be one
-        segment (by segment.bytes and the 32-bit relative offsets of the indexes)."""
+    def clean(self, map_end: int) -> list[CleanedGroup]:
+        """Rewrite the segments below the map's end. Consecutive segments are merged
+        while the cleaned output plus the next source still fits segment.bytes (and the
+        indexes' 32-bit relative offsets), so a log whose keys compact well ends up in few
+        segments, as Kafka's cleaner leaves it."""
         plan = self.plan
-        out: list[list[_SegmentReader]] = []
-        current: list[_SegmentReader] = []
-        size = 0
-        readers = self.readers
-        for i, reader in enumerate(readers):
-            src = reader.source
-            if src.base_offset >= map_end:
-                break
-            nxt = readers[i + 1].source.base_offset if i + 1 < len(readers) else map_end
-            if current and (
-                size + src.size > plan.segment_bytes
-                or nxt - 1 - current[0].source.base_offset > _MAX_RELATIVE_OFFSET
-            ):
-                out.append(current)
-                current, size = [], 0
-            current.append(reader)
-            size += src.size
-        if current:
-            out.append(current)
-        return out
+        readers = [r for r in self.readers if r.source.base_offset < map_end]
+        groups: list[CleanedGroup] = []
+        writer: _CleanedWriter | None = None
+        sources: list[SourceSegment] = []
+        try:
+            for i, reader in enumerate(readers):
+                src = reader.source
+                end = readers[i + 1].source.base_offset if i + 1 < len(readers) else map_end
+                if writer is not None and (
+                    writer.output_size + src.size > plan.segment_bytes
+                    or end - 1 - writer.base > _MAX_RELATIVE_OFFSET
+                ):
+                    self.close_group(writer, sources, groups)
+                    writer = None
+                if writer is None:
+                    writer = _CleanedWriter(plan, src.base_offset)
+                    sources = []
+                elif not writer.changed:
+                    writer.drop()  # merging segments is a change in itself
+                sources.append(src)
+                self.clean_segment(reader, writer, map_end)
+            if writer is not None:
+                self.close_group(writer, sources, groups)
+                writer = None
+        except BaseException:
+            if writer is not None:
+                writer.discard()
+            for g in groups:
+                discard_cleaned(plan.directory, g.base_offset)
+            raise
+        return groups
 
-    def clean_group(self, group: list[_SegmentReader], map_end: int) -> CleanedGroup | None:
+    def close_group(
+        self, writer: _CleanedWriter, sources: list[SourceSegment], groups: list[CleanedGroup]
+    ) -> None:
+        if not writer.changed:
+            writer.discard()
+            return
+        size = writer.finish()
+        self.result.bytes_written += size
+        groups.append(CleanedGroup(writer.base, list(sources), size))
+
+    def clean_segment(self, reader: _SegmentReader, writer: _CleanedWriter, map_end: int) -> None:
         plan = self.plan
         now = plan.now_ms
-        base = group[0].source.base_offset
-        writer = _CleanedWriter(plan, base)
         offsets = self.offset_map
         result = self.result
-        try:
-            for reader in group:
-                for h in reader.headers():
-                    self.check_abort()
-                    if h.base_offset >= map_end or h.attributes & (
-                        TRANSACTIONAL_MASK | CONTROL_MASK
-                    ):
-                        writer.copy(reader, h)
-                        continue
-                    buf = reader.read(h)
-                    self.account(len(buf))
-                    section = self.section(buf, h)
-                    try:
-                        records = (
-                            list(iter_records(section, h.record_count))
-                            if section is not None
-                            else None
-                        )
-                    except (CorruptBatchError, IndexError):
-                        result.unreadable_batches += 1
-                        records = None
-                    if records is None or section is None:
-                        writer.copy(reader, h)  # cannot be read, so it cannot be cleaned
-                        continue
-                    has_horizon = bool(h.attributes & DELETE_HORIZON_MASK)
-                    expired = has_horizon and now >= h.base_timestamp
-                    kept: list[RawRecord] = []
-                    tombstones = False
-                    for rec in records:
-                        offset = h.base_offset + rec.offset_delta
-                        if offset >= map_end:
-                            keep = True
-                        elif rec.key is None:
-                            keep = False
-                        else:
-                            keep = offsets.get(key_digest(rec.key), -1) <= offset and not (
-                                rec.tombstone and expired
-                            )
-                        if keep:
-                            kept.append(rec)
-                            tombstones = tombstones or rec.tombstone
-                    result.records_read += len(records)
-                    result.records_kept += len(kept)
-                    horizon = None
-                    if tombstones:
-                        if has_horizon:
-                            self.note_horizon(h.base_timestamp)
-                        else:
-                            horizon = now + plan.settings.delete_retention_ms
-                            self.note_horizon(horizon)
-                    if len(kept) == len(records) and horizon is None:
-                        writer.copy(reader, h)
-                    elif kept:
-                        writer.write(h, rebuild_batch(h, section, kept, horizon))
-                    elif h.producer_id >= 0 and self.last_batch_of.get(h.producer_id) == (
-                        h.base_offset
-                    ):
-                        writer.write(h, empty_batch(h))
-                    else:
-                        writer.drop()
-            if not writer.changed:
-                writer.discard()
-                return None
-            size = writer.finish()
-        except BaseException:
-            writer.discard()
-            raise
-        result.bytes_written += size
-        return CleanedGroup(base, [r.source for r in group], size)
+        for h in reader.headers():
+            self.check_abort()
+            if h.base_offset >= map_end or h.attributes & (TRANSACTIONAL_MASK | CONTROL_MASK):
+                writer.copy(reader, h)
+                continue
+            buf = reader.read(h)
+            self.account(len(buf))
+            section = self.section(buf, h)
+            records: list[RawRecord] | None = None
+            if section is not None:
+                try:
+                    records = list(iter_records(section, h.record_count))
+                except (CorruptBatchError, IndexError):
+                    result.unreadable_batches += 1
+            if records is None or section is None:
+                writer.copy(reader, h)  # cannot be read, so it cannot be cleaned
+                continue
+            has_horizon = bool(h.attributes & DELETE_HORIZON_MASK)
+            expired = has_horizon and now >= h.base_timestamp
+            kept: list[RawRecord] = []
+            tombstones = False
+            for rec in records:
+                offset = h.base_offset + rec.offset_delta
+                if offset >= map_end:
+                    keep = True
+                elif rec.key is None:
+                    keep = False
+                else:
+                    keep = offsets.get(key_digest(rec.key), -1) <= offset and not (
+                        rec.tombstone and expired
+                    )
+                if keep:
+                    kept.append(rec)
+                    tombstones = tombstones or rec.tombstone
+            result.records_read += len(records)
+            result.records_kept += len(kept)
+            horizon = None
+            if tombstones:
+                if has_horizon:
+                    self.note_horizon(h.base_timestamp)
+                else:
+                    horizon = now + plan.settings.delete_retention_ms
+                    self.note_horizon(horizon)
+            if len(kept) == len(records) and horizon is None:
+                writer.copy(reader, h)
+            elif kept:
+                writer.write(rebuild_batch(h, section, kept, horizon))
+            elif h.producer_id >= 0 and self.last_batch_of.get(h.producer_id) == h.base_offset:
+                writer.write(empty_batch(h))
+            else:
+                writer.drop()
 
     def note_horizon(self, horizon: int) -> None:
         current = self.result.earliest_horizon
@@ -533,23 +536,14 @@ class _Pass:
 
     def run(self) -> CleanResult:
         plan = self.plan
-        self.readers = readers = [_SegmentReader(plan.directory, s) for s in plan.segments]
-        written: list[CleanedGroup] = []
+        self.readers = [_SegmentReader(plan.directory, s) for s in plan.segments]
         try:
-            map_end = self.build_map(readers)
+            map_end = self.build_map(self.readers)
             self.result.map_end = map_end
-            for group in self.groups(map_end):
-                cleaned = self.clean_group(group, map_end)
-                if cleaned is not None:
-                    written.append(cleaned)
-        except BaseException:
-            for g in written:
-                discard_cleaned(plan.directory, g.base_offset)
-            raise
+            self.result.groups = self.clean(map_end)
         finally:
-            for reader in readers:
+            for reader in self.readers:
                 reader.close()
-        self.result.groups = written
         return self.result
 
 
@@ -586,7 +580,12 @@ class _CleanedWriter:
             return
         self._append(h, reader.read(h))
 
-    def write(self, h: BatchHeader, batch: bytes) -> None:
+    @property
+    def output_size(self) -> int:
+        """Bytes the cleaned segment holds so far, counting copies not yet written."""
+        return self.size + sum(h.total_size for _, h in self.pending)
+
+    def write(self, batch: bytes) -> None:
         self.drop()
         self._append(read_header(batch), batch)
 

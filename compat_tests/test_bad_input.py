@@ -46,7 +46,7 @@ from compat_tests.confluent_helpers import (
     unique_topic,
 )
 from kbroker.protocol import messages
-from kbroker.protocol.batch import CRC_OFFSET, MAGIC_OFFSET, encode_batch
+from kbroker.protocol.batch import CRC_OFFSET, MAGIC_OFFSET, Record, encode_batch
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,6 +70,9 @@ INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
 
@@ -539,6 +542,92 @@ def test_corrupt_batch_with_acks_0_closes_the_connection(seeded: Seeded) -> None
         conn.send(conn.request_bytes(PRODUCE, 9, messages.encode(entity), 1))
         assert_closed_with_log(seeded.broker, conn, "acks=0")
     assert high_watermark(seeded, 0) == before
+
+
+def last_stable_offset(broker: BrokerProcess, topic: str, partition: int) -> int:
+    """ListOffsets latest under read_committed: where such consumers stop."""
+    with raw(broker) as conn:
+        answer = conn.call(
+            request(
+                LIST_OFFSETS,
+                7,
+                replica_id=-1,
+                isolation_level=1,
+                topics=[
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {
+                                "partition_index": partition,
+                                "current_leader_epoch": -1,
+                                "timestamp": -1,
+                            }
+                        ],
+                    }
+                ],
+            )
+        )
+    return answer.topics[0].partitions[0].offset
+
+
+def test_client_control_batch_is_invalid_record(seeded: Seeded) -> None:
+    # A forged COMMIT marker (control key: version 0, type 1).
+    marker = encode_batch(
+        [Record(b"\x00\x00\x00\x01", b"\x00" * 6)],
+        int(time.time() * 1000),
+        producer_id=5,
+        producer_epoch=0,
+        is_transactional=True,
+        is_control=True,
+    )
+    before = high_watermark(seeded, 1)
+    assert produce_error(seeded, bytes(marker), partition=1) == INVALID_RECORD
+    assert high_watermark(seeded, 1) == before
+
+
+HANGING_TRANSACTION = pytest.mark.xfail(
+    strict=True,
+    reason="kbroker appends a transactional batch no transaction coordinator knows of, and "
+    "the last stable offset then stays below it for good: read_committed consumers stall. "
+    "Kafka refuses it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED without a transactional id, "
+    "else transaction verification, KIP-890: INVALID_TXN_STATE)",
+)
+
+
+@HANGING_TRANSACTION
+@pytest.mark.parametrize("transactional_id", [None, "never-initialised"])
+def test_transactional_batch_outside_any_transaction_is_refused(
+    broker_factory: Any, transactional_id: str | None
+) -> None:
+    broker = broker_factory.start()  # its own: a hung partition must not stall the others
+    topic = unique_topic("bad-input-txn")
+    create_topic(broker.bootstrap, topic)
+    batch = encode_batch(
+        [b"in no transaction"],
+        int(time.time() * 1000),
+        producer_id=4242,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    entity = request(
+        PRODUCE,
+        9,
+        transactional_id=transactional_id,
+        acks=-1,
+        timeout=10000,
+        topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": bytes(batch)}]}],
+    )
+    with raw(broker) as conn:
+        answer = conn.call(entity)
+    error = answer.responses[0].partition_responses[0].error_code
+    assert error in (
+        INVALID_RECORD,
+        INVALID_TXN_STATE,
+        INVALID_PRODUCER_ID_MAPPING,
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    )
+    assert last_stable_offset(broker, topic, 0) == 0
 
 
 # -- hostile values in well-formed requests ----------------------------------------------------

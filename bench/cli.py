@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import report as report_mod
-from bench.peers import KbrokerPeer, MockPeer, Peer, PeerUnavailable, RedisPeer
+from bench.peers import (
+    KbrokerPeer,
+    MockPeer,
+    Peer,
+    PeerUnavailable,
+    RedisPeer,
+    kbroker_snapshot,
+    kbroker_tree_state,
+)
 from bench.procs import loadavg, machine_busy_seconds, self_cpu_seconds, wait_for_quiet
 from bench.results import Report
 
@@ -39,6 +47,8 @@ class Plan:
     workdir: Path
     quiet_wait: float = 30.0
     repeat: int = 1
+    budget: float = 540.0
+    kbroker_source: Path | None = None
 
     def settings(self) -> dict:
         from bench import kafka_load, redis_load
@@ -102,13 +112,24 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
         "--oneatatime-seconds", type=float, default=10.0, help="one-at-a-time time cap per peer"
     )
     p.add_argument(
-        "--time-limit", type=float, default=60.0, help="cap in seconds on each bulk produce/consume"
+        "--time-limit", type=float, default=30.0, help="cap in seconds on each bulk produce/consume"
     )
     p.add_argument(
         "--partitions",
         type=int,
         default=1000,
         help="partition count for the kbroker partitions workload",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=540.0,
+        help="start no further --repeat round once the next would likely end past this many seconds",
+    )
+    p.add_argument(
+        "--kbroker-rev",
+        help="run kbroker as committed at this git revision (a snapshot in the work dir) "
+        "instead of the work tree, which others may be editing",
     )
     p.add_argument(
         "--repeat",
@@ -167,6 +188,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
         workdir=workdir,
         quiet_wait=args.quiet_wait,
         repeat=max(1, args.repeat),
+        budget=args.budget,
     )
     return args, plan
 
@@ -305,7 +327,7 @@ class Runner:
         from bench import kafka_load
 
         plan = self.plan
-        peer = KbrokerPeer("kbroker", plan.workdir)
+        peer = KbrokerPeer("kbroker", plan.workdir, source=self.plan.kbroker_source)
         try:
             peer.start()
         except PeerUnavailable as exc:
@@ -330,7 +352,10 @@ class Runner:
         from bench import kafka_load
 
         peer = KbrokerPeer(
-            "kbroker-fsync", self.plan.workdir, overrides={"log.flush.interval.messages": "1"}
+            "kbroker-fsync",
+            self.plan.workdir,
+            overrides={"log.flush.interval.messages": "1"},
+            source=self.plan.kbroker_source,
         )
         try:
             peer.start()
@@ -357,7 +382,7 @@ class Runner:
         from bench import kafka_load
 
         n = self.plan.partitions
-        peer = KbrokerPeer("kbroker-partitions", self.plan.workdir)
+        peer = KbrokerPeer("kbroker-partitions", self.plan.workdir, source=self.plan.kbroker_source)
         try:
             peer.start()
         except PeerUnavailable as exc:
@@ -442,6 +467,8 @@ class Runner:
             )
 
     def skip(self, peer: str, why: str) -> None:
+        if self.report.round:
+            why = f"from round {self.report.round + 1} on: {why}"
         self.report.skipped[peer] = why
         print(f"SKIPPING {peer}: {why}", flush=True)
 
@@ -456,8 +483,20 @@ def main(argv: list[str] | None = None) -> int:
 
             print("measuring machine limits ...", flush=True)
             report.machine = describe(plan.workdir, quick=args.scale < 1)
+        if "kbroker" in plan.peers:
+            if args.kbroker_rev:
+                plan.kbroker_source = plan.workdir / "kbroker-src"
+                commit = kbroker_snapshot(args.kbroker_rev, plan.kbroker_source)
+                report.settings["kbroker_source"] = f"{commit} (snapshot)"
+            else:
+                report.settings["kbroker_source"] = kbroker_tree_state()
         runner = Runner(plan, report)
         for round_ in range(plan.repeat):
+            elapsed = time.perf_counter() - started
+            if round_ and elapsed + elapsed / round_ > plan.budget:
+                print(f"stopping after {round_} rounds: another would pass --budget", flush=True)
+                report.settings["rounds_done"] = round_
+                break
             report.round = round_
             if plan.repeat > 1:
                 print(f"-- round {round_ + 1} of {plan.repeat}", flush=True)

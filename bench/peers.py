@@ -7,6 +7,7 @@ peer by redis_load.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -94,6 +95,7 @@ class KbrokerPeer(Peer):
     overrides: dict[str, str] = field(default_factory=dict)
     data_dir: Path | None = None
     start_timeout: float = 60.0
+    source: Path | None = None  # a snapshot of the kbroker package to run instead of the tree
 
     def command(self) -> list[str]:
         settings = {
@@ -123,10 +125,15 @@ class KbrokerPeer(Peer):
             self.data_dir = self.workdir / f"{self.name}-data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.workdir / f"{self.name}.log"
+        env = dict(os.environ)
+        if self.source is not None:
+            env["PYTHONPATH"] = os.pathsep.join(
+                filter(None, [str(self.source), env.get("PYTHONPATH")])
+            )
         with self.log_path.open("ab") as log:
             launched = time.perf_counter()
             self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
+                self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env
             )
         first, full = wait_for_metadata(
             self.host,
@@ -203,3 +210,38 @@ def ensure_mock_built() -> None:
         raise PeerUnavailable(
             "building bench/build/mock_cluster failed (needs librdkafka-dev):\n" + done.stderr
         )
+
+
+def kbroker_snapshot(rev: str, dest: Path) -> str:
+    """Extracts the kbroker package as committed at `rev` into `dest`; returns the commit.
+
+    The work tree changes under a long run while others edit it; a snapshot pins the
+    figures to one commit. Only reads the repository (git archive), never checks out.
+    """
+    commit = subprocess.run(
+        ["git", "-C", str(REPO_DIR), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.Popen(
+        ["git", "-C", str(REPO_DIR), "archive", commit, "kbroker"], stdout=subprocess.PIPE
+    )
+    subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
+    if archive.wait() != 0:
+        raise PeerUnavailable(f"git archive {commit} kbroker failed")
+    return commit
+
+
+def kbroker_tree_state() -> str:
+    """HEAD of the work tree, marked dirty when kbroker/ has uncommitted changes."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO_DIR), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_DIR), "status", "--porcelain", "--", "kbroker"],
+            capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+    except OSError:
+        return "unknown"
+    return f"{head} (work tree{', kbroker/ modified' if dirty else ''})"

@@ -141,11 +141,12 @@ class KafkaConnection(asyncio.Protocol):
         except MalformedRequest as exc:
             self.close(str(exc))
             return
-        self.broker.counters.requests[api_key] += 1
         api = APIS.get(api_key)
         if api is None:
             self.close(f"unknown API key {api_key} (version {version})")
             return
+        # Counted only once served: every unknown key would otherwise become a metric series.
+        self.broker.counters.requests[api_key] += 1
         if not api.serves(version):
             if api_key == API_VERSIONS:
                 self._respond_now(correlation_id, False, self.broker.unsupported_api_versions())

@@ -398,3 +398,12 @@ def test_other_pending_requests_run_on_when_the_connection_is_lost(
 
     asyncio.run(asyncio.wait_for(scenario(), 5))
     assert outcome == ["finished"]
+
+
+def test_unknown_api_keys_are_not_counted_as_requests() -> None:
+    broker = FakeBroker()
+    for key in (9999, -1, 1234, API_VERSIONS):
+        conn = KafkaConnection(broker)  # type: ignore[arg-type]
+        conn.connection_made(FakeTransport())  # type: ignore[arg-type]
+        conn.data_received(request(key, 0, 1))
+    assert dict(broker.counters.requests) == {API_VERSIONS: 1}

@@ -7,6 +7,8 @@ import asyncio
 import io
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -137,6 +139,81 @@ def test_cooperative_sticky_consumers_split_partitions(group_broker: BrokerProce
     finally:
         for c in consumers:
             c.close()
+
+
+CRASHING_MEMBER = """
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+              "session.timeout.ms": 2000, "heartbeat.interval.ms": 300})
+c.subscribe([sys.argv[3]])
+while True:
+    c.poll(0.1)
+    if c.assignment():
+        print("assigned", flush=True)
+"""
+
+
+def test_partitions_of_a_crashed_member_move_after_its_session_expires(
+    group_broker: BrokerProcess,
+):
+    bootstrap = group_broker.bootstrap
+    topic = topic_with_records(bootstrap, 4, 1)
+    group = unique_group()
+    survivor = group_consumer(bootstrap, group, **{"session.timeout.ms": 2000})
+    crasher = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_MEMBER, bootstrap, group, topic],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert crasher.stdout is not None
+        assert crasher.stdout.readline().strip() == b"assigned"
+        survivor.subscribe([topic])
+        poll_until([survivor], lambda: len(owned(survivor)) == 2)
+        crasher.kill()  # no LeaveGroup: only the session timeout notices
+        crasher.wait(10)
+        poll_until([survivor], lambda: owned(survivor) == {0, 1, 2, 3})
+    finally:
+        if crasher.poll() is None:
+            crasher.kill()
+            crasher.wait(10)
+        survivor.close()
+
+
+def test_static_member_restarting_within_its_session_keeps_its_partitions(
+    group_broker: BrokerProcess,
+):
+    bootstrap = group_broker.bootstrap
+    topic = topic_with_records(bootstrap, 4, 1)
+    group = unique_group()
+    assigned: list[set[int]] = []
+
+    def static(instance: str, **conf: Any) -> Consumer:
+        return group_consumer(bootstrap, group, **{"group.instance.id": instance}, **conf)
+
+    steady = static("steady")
+    steady.subscribe(
+        [topic], on_assign=lambda c, parts: assigned.append({p.partition for p in parts})
+    )
+    restarting = static("restarting")
+    restarting.subscribe([topic])
+    poll_until(
+        [steady, restarting],
+        lambda: owned(steady) and owned(restarting) and len(owned(steady) | owned(restarting)) == 4,
+    )
+    before = owned(restarting)
+    rounds = len(assigned)
+    restarting.close()  # a static member does not leave the group on close
+    replacement = static("restarting")
+    try:
+        replacement.subscribe([topic])
+        poll_until([steady, replacement], lambda: owned(replacement) == before)
+        for _ in range(10):
+            steady.poll(0.05)
+        assert len(assigned) == rounds  # the steady member saw no rebalance
+    finally:
+        replacement.close()
+        steady.close()
 
 
 def read_values(consumer: Consumer, count: int, timeout: float = 30.0) -> list[Any]:

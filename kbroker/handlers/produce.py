@@ -21,6 +21,7 @@ from kbroker.protocol.produce_response import (
 )
 from kbroker.storage.producer_state import ProducerStateError
 from kbroker.txn.errors import producer_state_error_code
+from kbroker.txn.verification import verify_transactional_write
 
 PRODUCE = 0
 log = logging.getLogger("kbroker.produce")
@@ -51,7 +52,7 @@ def produce(ctx: Any, request: Any) -> Any:
                 code = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
                 result = ProducedPartition(pdata.index, code)
             else:
-                result = _append(broker, name, pdata, now, awaiting_flush)
+                result = _append(broker, name, pdata, now, awaiting_flush, request.transactional_id)
             failed = failed or result.error_code != 0
             partitions.append(result)
         topics_out.append(ProducedTopic(name, topic_data.topic_id, partitions))
@@ -66,7 +67,12 @@ def produce(ctx: Any, request: Any) -> Any:
 
 
 def _append(
-    broker: Any, topic: str, pdata: Any, now: int, awaiting_flush: list[Any]
+    broker: Any,
+    topic: str,
+    pdata: Any,
+    now: int,
+    awaiting_flush: list[Any],
+    transactional_id: str | None = None,
 ) -> ProducedPartition:
     index = pdata.index
     replica = broker.replicas.get(topic, index)
@@ -77,6 +83,11 @@ def _append(
     if pdata.records is None:
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message="null records")
     broker.counters.produced_bytes += len(pdata.records)
+    records = pdata.records
+    if len(records) > 22 and records[22] & 0x30 == 0x10:  # transactional, not a marker
+        code = verify_transactional_write(broker, transactional_id, topic, index, records)
+        if code:
+            return ProducedPartition(index, code)
     try:
         appended = broker.replicas.append(replica, bytearray(pdata.records), now)
     except BatchTooLargeError as exc:

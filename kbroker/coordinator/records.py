@@ -9,6 +9,7 @@ reader understands, and read versions 0 through 4 (4 is the first flexible one).
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -297,6 +298,18 @@ def java_string_hash(text: str) -> int:
 
 def partition_for(group_id: str, num_partitions: int) -> int:
     """The `__consumer_offsets` partition of a group, chosen exactly as Kafka chooses it,
-    so tools that compute it (and operators used to Kafka) find the same partition."""
+    so tools that compute it (and operators used to Kafka) find the same partition.
+
+    Every group request asks this, so ordinary ids are cached; long ones are not, lest
+    a client fill the cache with megabytes of names."""
+    if len(group_id) <= 255:
+        return _cached_partition(group_id, num_partitions)
+    return _partition(group_id, num_partitions)
+
+
+def _partition(group_id: str, num_partitions: int) -> int:
     h = java_string_hash(group_id)
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions  # Kafka's Utils.abs
+
+
+_cached_partition = functools.lru_cache(maxsize=8192)(_partition)

@@ -1,0 +1,356 @@
+"""The transaction coordinator's state machine, with an in-memory log and marker writer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.txn.coordinator import TransactionCoordinator, TxnConfig
+from kbroker.txn.metadata import MAX_EPOCH, TxnMetadata, TxnState
+from kbroker.txn.records import (
+    decode_txn_key,
+    decode_txn_value,
+    encode_txn_key,
+    encode_txn_value,
+)
+
+E = ErrorCode
+PARTITIONS = 4
+TP = ("topic", 0)
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.records: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        self.fail: ErrorCode = E.none
+
+    async def write(self, partition: int, key: bytes, value: bytes | None) -> ErrorCode:
+        if self.fail != E.none:
+            return self.fail
+        self.records.setdefault(partition, []).append((key, value))
+        return E.none
+
+    def latest(self, txn_id: str) -> TxnMetadata | None:
+        found = None
+        for records in self.records.values():
+            for key, value in records:
+                if decode_txn_key(key) == txn_id:
+                    found = None if value is None else decode_txn_value(txn_id, value)
+        return found
+
+
+class FakeMarkers:
+    def __init__(self) -> None:
+        self.written: list[tuple[int, int, bool, list]] = []
+        self.retry: set = set()
+
+    async def write(
+        self,
+        producer_id: int,
+        epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        partitions: Iterable,
+    ) -> set:
+        partitions = list(partitions)
+        self.written.append((producer_id, epoch, commit, partitions))
+        return {tp for tp in partitions if tp in self.retry}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def make(**config: int) -> tuple[TransactionCoordinator, MemoryStore, FakeMarkers, Clock]:
+    store, markers, clock = MemoryStore(), FakeMarkers(), Clock()
+    ids = iter(range(100, 10_000))
+
+    async def next_id() -> int:
+        return next(ids)
+
+    coordinator = TransactionCoordinator(
+        TxnConfig(num_partitions=PARTITIONS, **config), store, markers, next_id, clock
+    )
+    for p in range(PARTITIONS):
+        coordinator.begin_loading(p, 0)
+        coordinator.load_partition(p, [])
+    return coordinator, store, markers, clock
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+async def ongoing(c: TransactionCoordinator, txn_id: str = "tx") -> tuple[int, int]:
+    init = await c.init_producer_id(txn_id, 60_000)
+    assert init.error == E.none
+    assert await c.add_partitions(txn_id, init.producer_id, init.producer_epoch, {TP}) == E.none
+    return init.producer_id, init.producer_epoch
+
+
+# -- InitProducerId ------------------------------------------------------------------------
+
+
+def test_idempotent_producers_get_fresh_ids_at_epoch_zero():
+    c, *_ = make()
+    first = run(c.init_producer_id(None, 0))
+    second = run(c.init_producer_id(None, 0))
+    assert (first.error, first.producer_epoch, second.producer_epoch) == (E.none, 0, 0)
+    assert first.producer_id != second.producer_id
+
+
+def test_reinit_keeps_the_producer_id_and_bumps_the_epoch():
+    c, store, *_ = make()
+    first = run(c.init_producer_id("tx", 60_000))
+    second = run(c.init_producer_id("tx", 60_000))
+    assert first.producer_id == second.producer_id
+    assert (first.producer_epoch, second.producer_epoch) == (0, 1)
+    stored = store.latest("tx")
+    assert stored is not None and (stored.producer_epoch, stored.state) == (1, TxnState.EMPTY)
+
+
+def test_timeout_above_the_maximum_is_refused():
+    c, *_ = make(max_timeout_ms=1000)
+    assert run(c.init_producer_id("tx", 5000)).error == E.invalid_transaction_timeout
+
+
+def test_empty_transactional_id_is_an_invalid_request():
+    c, *_ = make()
+    assert run(c.init_producer_id("", 1000)).error == E.invalid_request
+
+
+def test_kip360_reinit_with_current_epoch_bumps_and_retry_returns_the_same():
+    c, *_ = make()
+    init = run(c.init_producer_id("tx", 60_000))
+    bumped = run(c.init_producer_id("tx", 60_000, init.producer_id, init.producer_epoch))
+    assert bumped.producer_epoch == init.producer_epoch + 1
+    retried = run(c.init_producer_id("tx", 60_000, init.producer_id, init.producer_epoch))
+    assert (retried.error, retried.producer_epoch) == (E.none, bumped.producer_epoch)
+
+
+def test_kip360_reinit_with_a_stale_epoch_is_fenced():
+    c, *_ = make()
+    init = run(c.init_producer_id("tx", 60_000))
+    run(c.init_producer_id("tx", 60_000))  # another instance took over
+    run(c.init_producer_id("tx", 60_000))
+    stale = run(c.init_producer_id("tx", 60_000, init.producer_id, init.producer_epoch))
+    assert stale.error == E.producer_fenced
+
+
+def test_exhausted_epoch_rotates_to_a_new_producer_id():
+    c, *_ = make()
+    init = run(c.init_producer_id("tx", 60_000))
+    c.txns["tx"].producer_epoch = MAX_EPOCH - 1
+    rotated = run(c.init_producer_id("tx", 60_000))
+    assert rotated.producer_id != init.producer_id
+    assert rotated.producer_epoch == 0
+
+
+def test_reinit_during_an_open_transaction_fences_and_aborts_it():
+    c, _, markers, _ = make()
+
+    async def scenario():
+        pid, epoch = await ongoing(c)
+        successor = await c.init_producer_id("tx", 60_000)
+        zombie_end = await c.end_txn("tx", pid, epoch, commit=True)
+        return pid, epoch, successor, zombie_end
+
+    pid, epoch, successor, zombie_end = run(scenario())
+    assert markers.written == [(pid, epoch + 1, False, [TP])]
+    assert (successor.error, successor.producer_epoch) == (E.none, epoch + 2)
+    assert zombie_end.error == E.producer_fenced
+
+
+# -- AddPartitionsToTxn ---------------------------------------------------------------------
+
+
+def test_add_partitions_checks_producer_id_and_epoch():
+    c, *_ = make()
+    init = run(c.init_producer_id("tx", 60_000))
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert run(c.add_partitions("tx", pid + 1, epoch, {TP})) == E.invalid_producer_id_mapping
+    assert run(c.add_partitions("tx", pid, epoch + 1, {TP})) == E.producer_fenced
+    assert run(c.add_partitions("nope", pid, epoch, {TP})) == E.invalid_producer_id_mapping
+    assert run(c.add_partitions("tx", pid, epoch, {TP})) == E.none
+    meta = c.txns["tx"]
+    assert (meta.state, meta.partitions) == (TxnState.ONGOING, {TP})
+
+
+def test_add_partitions_while_a_write_is_pending_is_concurrent():
+    c, *_ = make()
+    init = run(c.init_producer_id("tx", 60_000))
+    c.txns["tx"].pending = True
+    assert (
+        run(c.add_partitions("tx", init.producer_id, init.producer_epoch, {TP}))
+        == E.concurrent_transactions
+    )
+
+
+def test_verify_partitions_reports_partitions_not_in_the_transaction():
+    c, *_ = make()
+    pid, epoch = run(ongoing(c))
+    result = c.verify_partitions("tx", pid, epoch, {TP, ("topic", 1)})
+    assert result == {TP: E.none, ("topic", 1): E.transaction_abortable}
+
+
+# -- EndTxn ----------------------------------------------------------------------------------
+
+
+def test_commit_writes_commit_markers_and_completes():
+    c, store, markers, _ = make()
+
+    async def scenario():
+        pid, epoch = await ongoing(c)
+        return pid, epoch, await c.end_txn("tx", pid, epoch, commit=True)
+
+    pid, epoch, result = run(scenario())
+    assert (result.error, result.producer_id, result.producer_epoch) == (E.none, pid, epoch)
+    assert markers.written == [(pid, epoch, True, [TP])]
+    meta = c.txns["tx"]
+    assert (meta.state, meta.partitions) == (TxnState.COMPLETE_COMMIT, set())
+    states = [decode_txn_value("tx", v).state for _, v in store.records[c.partition_for("tx")]]
+    assert states == [
+        TxnState.EMPTY,
+        TxnState.ONGOING,
+        TxnState.PREPARE_COMMIT,
+        TxnState.COMPLETE_COMMIT,
+    ]
+
+
+def test_retried_commit_succeeds_and_abort_after_commit_is_invalid():
+    c, *_ = make()
+
+    async def scenario():
+        pid, epoch = await ongoing(c)
+        await c.end_txn("tx", pid, epoch, commit=True)
+        return (
+            (await c.end_txn("tx", pid, epoch, commit=True)).error,
+            (await c.end_txn("tx", pid, epoch, commit=False)).error,
+        )
+
+    assert run(scenario()) == (E.none, E.invalid_txn_state)
+
+
+def test_end_txn_on_unknown_id_or_empty_transaction():
+    c, *_ = make()
+    assert run(c.end_txn("unknown", 1, 0, True)).error == E.invalid_producer_id_mapping
+    init = run(c.init_producer_id("tx", 60_000))
+    empty = run(c.end_txn("tx", init.producer_id, init.producer_epoch, True))
+    assert empty.error == E.invalid_txn_state
+    wrong_epoch = run(c.end_txn("tx", init.producer_id, init.producer_epoch + 3, True))
+    assert wrong_epoch.error == E.producer_fenced
+
+
+def test_markers_that_cannot_be_written_are_retried_later():
+    c, _, markers, _ = make()
+    markers.retry = {TP}
+
+    async def scenario():
+        pid, epoch = await ongoing(c)
+        result = await c.end_txn("tx", pid, epoch, commit=False)
+        blocked = await c.add_partitions("tx", pid, epoch, {TP})
+        state_before = c.txns["tx"].state
+        markers.retry = set()
+        await c.retry_incomplete()
+        return result.error, blocked, state_before
+
+    error, blocked, state_before = run(scenario())
+    assert error == E.none
+    assert blocked == E.concurrent_transactions
+    assert state_before == TxnState.PREPARE_ABORT
+    assert c.txns["tx"].state == TxnState.COMPLETE_ABORT
+    assert not c.incomplete
+
+
+def test_failed_log_write_is_reported_as_kafka_does():
+    c, store, *_ = make()
+    store.fail = E.not_leader_or_follower
+    assert run(c.init_producer_id("tx", 60_000)).error == E.not_coordinator
+    store.fail = E.not_enough_replicas
+    assert run(c.init_producer_id("tx", 60_000)).error == E.coordinator_not_available
+
+
+# -- timeouts, ownership, loading -----------------------------------------------------------
+
+
+def test_timed_out_transaction_is_aborted_with_a_bumped_epoch():
+    c, _, markers, clock = make()
+    pid, epoch = run(ongoing(c))
+    clock.now += 30_000
+    assert run(c.abort_timed_out()) == []
+    clock.now += 31_000
+    assert run(c.abort_timed_out()) == ["tx"]
+    assert markers.written == [(pid, epoch + 1, False, [TP])]
+    assert run(c.end_txn("tx", pid, epoch, True)).error == E.producer_fenced
+
+
+def test_unowned_and_loading_partitions():
+    c, *_ = make()
+    partition = c.partition_for("tx")
+    c.unload_partition(partition)
+    assert run(c.init_producer_id("tx", 1000)).error == E.not_coordinator
+    c.begin_loading(partition, 1)
+    assert run(c.init_producer_id("tx", 1000)).error == E.coordinator_load_in_progress
+
+
+def test_loading_restores_ids_and_queues_prepared_transactions():
+    c, *_ = make()
+    partition = c.partition_for("tx")
+    prepared = TxnMetadata("tx", 42, 3, 60_000, TxnState.PREPARE_COMMIT, {TP}, 5, 6)
+    older = TxnMetadata("tx", 42, 3, 60_000, TxnState.ONGOING, {TP}, 5, 5)
+    c.begin_loading(partition, 2)
+    c.load_partition(
+        partition,
+        [
+            (encode_txn_key("tx"), encode_txn_value(older)),
+            (encode_txn_key("tx"), encode_txn_value(prepared)),
+            (encode_txn_key("gone"), encode_txn_value(older)),
+            (encode_txn_key("gone"), None),
+        ],
+    )
+    assert c.txns["tx"].state == TxnState.PREPARE_COMMIT
+    assert "gone" not in c.txns
+    assert c.incomplete == {"tx"}
+    assert c.coordinator_epoch("tx") == 2
+
+
+def test_idle_ids_expire_with_a_tombstone():
+    c, store, _, clock = make(id_expiration_ms=1000)
+    run(c.init_producer_id("tx", 500))
+    clock.now += 2000
+    assert run(c.expire_ids()) == ["tx"]
+    assert "tx" not in c.txns
+    assert store.records[c.partition_for("tx")][-1] == (encode_txn_key("tx"), None)
+
+
+def test_list_and_describe():
+    c, _, _, clock = make()
+    pid, _ = run(ongoing(c, "a"))
+    run(c.init_producer_id("b", 60_000))
+    clock.now += 5000
+    assert {m.transactional_id for m in c.list()} == {"a", "b"}
+    assert [m.transactional_id for m in c.list({TxnState.ONGOING})] == ["a"]
+    assert [m.transactional_id for m in c.list(producer_ids={pid})] == ["a"]
+    assert [m.transactional_id for m in c.list(min_duration_ms=1000)] == ["a"]
+    assert c.describe("a")[1].partitions == {TP}
+    assert c.describe("missing")[0] == E.transactional_id_not_found
+
+
+def test_transaction_log_value_round_trip():
+    meta = TxnMetadata("id", 7, 2, 900, TxnState.ONGOING, {("a", 1), ("a", 0), ("b", 3)}, 10, 11)
+    back = decode_txn_value("id", encode_txn_value(meta))
+    assert (back.producer_id, back.producer_epoch, back.timeout_ms, back.state) == (
+        7,
+        2,
+        900,
+        TxnState.ONGOING,
+    )
+    assert back.partitions == meta.partitions
+    assert (back.start_ms, back.last_update_ms) == (10, 11)
+    assert decode_txn_key(encode_txn_key("id")) == "id"

@@ -22,7 +22,6 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.clock import Scheduler
 from kbroker.coordinator.group import (
-    NO_OFFSET,
     UNKNOWN_MEMBER_ID,
     ClassicGroup,
     GroupState,
@@ -33,19 +32,18 @@ from kbroker.coordinator.group import (
     SyncCallback,
     SyncResult,
 )
+from kbroker.coordinator.persistence import (
+    expired_offsets,
+    group_from_record,
+    group_record,
+    offset_records,
+    replay,
+    tombstones,
+)
 from kbroker.coordinator.records import (
-    GroupKey,
-    OffsetKey,
     RecordFormatError,
-    StoredGroup,
-    StoredMember,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
     encode_group_key,
-    encode_group_value,
     encode_offset_key,
-    encode_offset_value,
     fits_in_key,
     partition_for,
 )
@@ -480,7 +478,7 @@ class GroupCoordinator:
 
                 self.store.write(
                     self.partition_for(group.group_id),
-                    [self._group_record(group, assignment)],
+                    [group_record(group, assignment)],
                     stored,
                 )
             else:
@@ -602,7 +600,7 @@ class GroupCoordinator:
             log.info("group %s: generation %d is empty", group.group_id, group.generation_id)
             self.store.write(
                 self.partition_for(group.group_id),
-                [self._group_record(group, {})],
+                [group_record(group, {})],
                 lambda code: _log_write_failure(group.group_id, code),
             )
             return
@@ -766,7 +764,7 @@ class GroupCoordinator:
             log.info("group %s: generation %d is stable", group.group_id, generation)
 
         self.store.write(
-            self.partition_for(group.group_id), [self._group_record(group, assignment)], stored
+            self.partition_for(group.group_id), [group_record(group, assignment)], stored
         )
 
     # -- Heartbeat ------------------------------------------------------------------------
@@ -984,10 +982,7 @@ class GroupCoordinator:
         if not to_store:
             callback(results)
             return
-        records: list[KeyValue] = [
-            (encode_offset_key(group_id, t, p), encode_offset_value(v))
-            for (t, p), v in to_store.items()
-        ]
+        records = offset_records(group_id, to_store)
 
         def stored(code: ErrorCode) -> None:
             if code == E.none:
@@ -1119,7 +1114,7 @@ class GroupCoordinator:
                 results[group_id] = error or E.group_id_not_found
                 continue
             records = by_partition.setdefault(self.partition_for(group_id), [])
-            records.extend(self._tombstones(group))
+            records.extend(tombstones(group))
             self._forget_group(group)
             results[group_id] = E.none
         if not by_partition:
@@ -1145,13 +1140,6 @@ class GroupCoordinator:
             }
             self.store.write(partition, records, stored_for(ids))
 
-    def _tombstones(self, group: ClassicGroup) -> list[KeyValue]:
-        records: list[KeyValue] = [
-            (encode_offset_key(group.group_id, t, p), None) for t, p in group.offsets
-        ]
-        records.append((encode_group_key(group.group_id), None))
-        return records
-
     def _forget_group(self, group: ClassicGroup) -> None:
         group.transition_to(GroupState.DEAD, self._now())
         self._cancel_join_timer(group)
@@ -1176,7 +1164,7 @@ class GroupCoordinator:
         for group in list(self.groups.values()):
             if self.partition_for(group.group_id) not in self.owned:
                 continue
-            expired = self._expired_offsets(group, now, retention)
+            expired = expired_offsets(group, now, retention)
             records = [(encode_offset_key(group.group_id, t, p), None) for t, p in expired]
             for tp in expired:
                 del group.offsets[tp]
@@ -1192,61 +1180,7 @@ class GroupCoordinator:
             log.info("expired %d committed offsets", expired_count)
         return expired_count
 
-    @staticmethod
-    def _expired_offsets(group: ClassicGroup, now: int, retention: int) -> list[TopicPartition]:
-        def older(base_of: Callable[[OffsetAndMetadata], int], keep: frozenset[str]) -> list:
-            out = []
-            for tp, value in group.offsets.items():
-                if tp[0] in keep:
-                    continue
-                if value.expire_timestamp_ms is not None:
-                    if now >= value.expire_timestamp_ms:
-                        out.append(tp)
-                elif now - base_of(value) >= retention:
-                    out.append(tp)
-            return out
-
-        if group.protocol_type:
-            if group.is_in(GroupState.EMPTY):
-                since = group.state_timestamp_ms
-                return older(
-                    lambda v: since if since is not None else v.commit_timestamp_ms, frozenset()
-                )
-            if (
-                group.protocol_type == "consumer"
-                and group.subscribed_topics is not None
-                and group.is_in(GroupState.STABLE)
-            ):
-                return older(lambda v: v.commit_timestamp_ms, group.subscribed_topics)
-            return []
-        return older(lambda v: v.commit_timestamp_ms, frozenset())
-
     # -- persistence ----------------------------------------------------------------------
-
-    def _group_record(self, group: ClassicGroup, assignment: dict[str, bytes]) -> KeyValue:
-        stored = StoredGroup(
-            protocol_type=group.protocol_type or "",
-            generation=group.generation_id,
-            protocol=group.protocol_name,
-            leader=group.leader_id,
-            state_timestamp_ms=group.state_timestamp_ms
-            if group.state_timestamp_ms is not None
-            else -1,
-            members=tuple(
-                StoredMember(
-                    member_id=m.member_id,
-                    group_instance_id=m.group_instance_id,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    rebalance_timeout_ms=m.rebalance_timeout_ms,
-                    session_timeout_ms=m.session_timeout_ms,
-                    subscription=m.metadata_for(group.protocol_name),
-                    assignment=assignment.get(m.member_id, b""),
-                )
-                for m in group.members.values()
-            ),
-        )
-        return encode_group_key(group.group_id), encode_group_value(stored)
 
     def begin_loading(self, partition: int) -> None:
         self.loading.add(partition)
@@ -1259,22 +1193,11 @@ class GroupCoordinator:
         loaded groups get a fresh session: if they are gone, their sessions expire.
         Returns the number of groups loaded.
         """
-        metadata: dict[str, StoredGroup | None] = {}
-        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
-        for key_bytes, value in records:
-            try:
-                key = decode_key(key_bytes)
-                if isinstance(key, OffsetKey):
-                    group_offsets = offsets.setdefault(key.group_id, {})
-                    tp = (key.topic, key.partition)
-                    if value is None:
-                        group_offsets.pop(tp, None)
-                    else:
-                        group_offsets[tp] = decode_offset_value(value)
-                elif isinstance(key, GroupKey):
-                    metadata[key.group_id] = None if value is None else decode_group_value(value)
-            except RecordFormatError as exc:
-                log.warning("skipping unreadable record in partition %d: %s", partition, exc)
+
+        def skip(error: RecordFormatError) -> None:
+            log.warning("skipping unreadable record in partition %d: %s", partition, error)
+
+        metadata, offsets = replay(records, skip)
         now = self._now()
         loaded = 0
         for group_id in set(metadata) | set(offsets):
@@ -1282,7 +1205,7 @@ class GroupCoordinator:
             group_offsets = offsets.get(group_id, {})
             if stored is None and not group_offsets:
                 continue
-            group = _group_from_record(group_id, stored, now)
+            group = group_from_record(group_id, stored, now)
             group.offsets = group_offsets
             old = self.groups.get(group_id)
             if old is not None:
@@ -1321,39 +1244,6 @@ class GroupCoordinator:
             self.unload_partition(partition)
 
 
-def _group_from_record(group_id: str, stored: StoredGroup | None, now: int) -> ClassicGroup:
-    if stored is None:
-        return ClassicGroup(group_id, state_timestamp_ms=now)
-    group = ClassicGroup(
-        group_id,
-        state=GroupState.STABLE if stored.members else GroupState.EMPTY,
-        state_timestamp_ms=stored.state_timestamp_ms if stored.state_timestamp_ms >= 0 else None,
-        generation_id=stored.generation,
-        protocol_type=stored.protocol_type or None,
-        protocol_name=stored.protocol,
-        leader_id=stored.leader if stored.members else None,
-    )
-    for m in stored.members:
-        member = Member(
-            member_id=m.member_id,
-            group_instance_id=m.group_instance_id,
-            client_id=m.client_id,
-            client_host=m.client_host,
-            rebalance_timeout_ms=m.rebalance_timeout_ms,
-            session_timeout_ms=m.session_timeout_ms,
-            protocol_type=stored.protocol_type,
-            protocols=[(stored.protocol or "", m.subscription)],
-            assignment=m.assignment,
-        )
-        group.members[m.member_id] = member
-        if m.group_instance_id is not None:
-            group.static_members[m.group_instance_id] = m.member_id
-    if group.leader_id not in group.members:
-        group.leader_id = next(iter(group.members), None)
-    group.update_subscriptions()
-    return group
-
-
 def _invoke(callback: Callable[[object], None], result: object) -> None:
     """Answer a parked request; a failing callback must not break the state machine."""
     try:
@@ -1368,7 +1258,6 @@ def _log_write_failure(what: str, code: ErrorCode) -> None:
 
 
 __all__ = [
-    "NO_OFFSET",
     "CoordinatorConfig",
     "GroupCoordinator",
     "JoinRequest",

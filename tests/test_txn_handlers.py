@@ -1,0 +1,353 @@
+"""Idempotent and transactional requests over the wire, against an in-process broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from inprocess import RawClient, run_broker
+
+from kbroker.protocol.batch import encode_batch
+
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+FIND_COORDINATOR = 10
+INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+END_TXN = 26
+WRITE_TXN_MARKERS = 27
+DESCRIBE_PRODUCERS = 61
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+
+OVERRIDES = ["transaction.state.log.num.partitions=2", "offsets.topic.num.partitions=2"]
+T0 = 1_700_000_000_000
+
+
+def _batch(pid: int, epoch: int, seq: int, n: int = 1, txn: bool = False) -> bytes:
+    return bytes(
+        encode_batch(
+            [b"r%d" % (seq + i) for i in range(n)],
+            T0,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            is_transactional=txn,
+        )
+    )
+
+
+async def _produce(
+    client: RawClient, topic: str, records: bytes, txn_id: str | None = None, partition: int = 0
+) -> Any:
+    response = await client.call(
+        PRODUCE,
+        9,
+        {
+            "transactional_id": txn_id,
+            "acks": -1,
+            "timeout": 5000,
+            "topic_data": [
+                {"name": topic, "partition_data": [{"index": partition, "records": records}]}
+            ],
+        },
+    )
+    return response.responses[0].partition_responses[0]
+
+
+async def _init(client: RawClient, txn_id: str | None, timeout_ms: int = 60_000) -> Any:
+    return await client.call(
+        INIT_PRODUCER_ID,
+        4,
+        {"transactional_id": txn_id, "transaction_timeout": timeout_ms},
+    )
+
+
+async def _add(client: RawClient, txn_id: str, pid: int, epoch: int, topic: str, *parts: int):
+    response = await client.call(
+        ADD_PARTITIONS_TO_TXN,
+        3,
+        {
+            "v3_and_below_transactional_id": txn_id,
+            "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": topic, "partitions": list(parts)}],
+        },
+    )
+    return {
+        (t.name, r.partition_index): r.partition_error_code
+        for t in response.results_by_topic_v3_and_below
+        for r in t.results_by_partition
+    }
+
+
+async def _end(client: RawClient, txn_id: str, pid: int, epoch: int, commit: bool) -> int:
+    response = await client.call(
+        END_TXN,
+        3,
+        {
+            "transactional_id": txn_id,
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "committed": commit,
+        },
+    )
+    return response.error_code
+
+
+async def _fetch(client: RawClient, topic: str, isolation: int) -> Any:
+    response = await client.call(
+        FETCH,
+        12,
+        {
+            "replica_id": -1,
+            "max_wait": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "isolation_level": isolation,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": 0,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        },
+    )
+    return response.responses[0].partitions[0]
+
+
+def _run(tmp_path: Path, body) -> None:  # type: ignore[no-untyped-def]
+    async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        await broker.controller.create_topic("t", 2, 1, {})
+        client = await RawClient.connect(port)
+        try:
+            await body(broker, client)
+        finally:
+            client.close()
+
+    run_broker(tmp_path, check, OVERRIDES)
+
+
+# -- idempotence ----------------------------------------------------------------------------
+
+
+def test_duplicate_batch_is_answered_with_its_first_offsets(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await _init(client, None)
+        assert (init.error_code, init.producer_epoch) == (0, 0)
+        pid = init.producer_id
+        await _produce(client, "t", encode_batch([b"other"], T0))
+        first = await _produce(client, "t", _batch(pid, 0, 0, 3))
+        again = await _produce(client, "t", _batch(pid, 0, 0, 3))
+        assert (first.error_code, first.base_offset) == (0, 1)
+        assert (again.error_code, again.base_offset) == (0, 1)
+        assert broker.replicas.get("t", 0).log.log_end_offset == 4
+
+    _run(tmp_path, body)
+
+
+def test_out_of_order_sequence_and_old_epoch_are_refused(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        pid = (await _init(client, None)).producer_id
+        assert (await _produce(client, "t", _batch(pid, 1, 0, 2))).error_code == 0
+        gap = await _produce(client, "t", _batch(pid, 1, 5))
+        assert gap.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+        old = await _produce(client, "t", _batch(pid, 0, 2))
+        assert old.error_code == 47  # INVALID_PRODUCER_EPOCH
+        assert broker.replicas.get("t", 0).log.log_end_offset == 2
+
+    _run(tmp_path, body)
+
+
+def test_describe_producers_lists_the_partitions_producers(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        pid = (await _init(client, None)).producer_id
+        await _produce(client, "t", _batch(pid, 0, 0, 4))
+        response = await client.call(
+            DESCRIBE_PRODUCERS, 0, {"topics": [{"name": "t", "partition_indexes": [0, 1, 7]}]}
+        )
+        p0, p1, p7 = response.topics[0].partitions
+        assert [
+            (s.producer_id, s.producer_epoch, s.last_sequence) for s in p0.active_producers
+        ] == [(pid, 0, 3)]
+        assert (p1.error_code, p1.active_producers) == (0, ())
+        assert p7.error_code == 3
+
+    _run(tmp_path, body)
+
+
+# -- transactions ---------------------------------------------------------------------------
+
+
+def test_find_coordinator_for_a_transactional_id_names_this_broker(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        response = await client.call(
+            FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["tx-a", "tx-b"]}
+        )
+        assert [(c.error_code, c.node_id) for c in response.coordinators] == [(0, 1), (0, 1)]
+        assert "__transaction_state" in broker.controller.state.topics
+
+    _run(tmp_path, body)
+
+
+def test_reinit_bumps_the_epoch_and_bad_timeouts_are_refused(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        first = await _init(client, "tx")
+        second = await _init(client, "tx")
+        assert (first.producer_id, first.producer_epoch + 1) == (
+            second.producer_id,
+            second.producer_epoch,
+        )
+        too_long = await _init(client, "tx", 10**9)
+        assert too_long.error_code == 50  # INVALID_TRANSACTION_TIMEOUT
+
+    _run(tmp_path, body)
+
+
+def test_end_txn_errors_for_unknown_ids_wrong_epochs_and_empty_transactions(
+    tmp_path: Path,
+) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        await _init(client, "known")
+        init = await _init(client, "tx")
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert await _end(client, "never-seen", pid, epoch, True) == 49
+        assert await _end(client, "tx", pid, epoch + 1, True) == 90  # PRODUCER_FENCED
+        assert await _end(client, "tx", pid, epoch, True) == 48  # nothing to end
+        assert await _end(client, "", pid, epoch, True) == 42
+        adds = await _add(client, "tx", pid + 99, epoch, "t", 0)
+        assert adds == {("t", 0): 49}
+        adds = await _add(client, "tx", pid, epoch, "t", 0, 9)
+        assert adds == {("t", 0): 55, ("t", 9): 3}  # none added when one is unknown
+        log = broker.replicas.get("t", 0).log
+        assert log.log_end_offset == 0
+
+    _run(tmp_path, body)
+
+
+def test_transactional_batches_outside_a_transaction_are_refused(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await _init(client, "tx")
+        pid, epoch = init.producer_id, init.producer_epoch
+        batch = _batch(pid, epoch, 0, txn=True)
+        assert (await _produce(client, "t", batch)).error_code == 53  # no transactional id
+        assert (await _produce(client, "t", batch, "tx")).error_code == 48  # not added
+        assert (await _produce(client, "t", batch, "other")).error_code == 49
+        await _add(client, "tx", pid, epoch, "t", 0)
+        stale = _batch(pid, epoch - 1 if epoch else 5, 0, txn=True)
+        assert (await _produce(client, "t", stale, "tx")).error_code == 47
+        assert (await _produce(client, "t", batch, "tx")).error_code == 0
+        assert broker.replicas.get("t", 0).log.log_end_offset == 1
+
+    _run(tmp_path, body)
+
+
+def test_abort_hides_records_from_read_committed_and_lists_the_aborted_transaction(
+    tmp_path: Path,
+) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await _init(client, "tx")
+        pid, epoch = init.producer_id, init.producer_epoch
+        await _produce(client, "t", encode_batch([b"plain"], T0))
+        assert await _add(client, "tx", pid, epoch, "t", 0) == {("t", 0): 0}
+        assert (
+            await _produce(client, "t", _batch(pid, epoch, 0, 2, txn=True), "tx")
+        ).error_code == 0
+        await _produce(client, "t", encode_batch([b"after"], T0))
+
+        open_txn = await _fetch(client, "t", 1)
+        assert (open_txn.high_watermark, open_txn.last_stable_offset) == (4, 1)
+        offsets = await client.call(
+            LIST_OFFSETS,
+            7,
+            {
+                "replica_id": -1,
+                "isolation_level": 1,
+                "topics": [
+                    {
+                        "name": "t",
+                        "partitions": [
+                            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+                        ],
+                    }
+                ],
+            },
+        )
+        assert offsets.topics[0].partitions[0].offset == 1
+
+        assert await _end(client, "tx", pid, epoch, False) == 0
+        committed = await _fetch(client, "t", 1)
+        assert (committed.high_watermark, committed.last_stable_offset) == (5, 5)
+        assert [(a.producer_id, a.first_offset) for a in committed.aborted_transactions] == [
+            (pid, 1)
+        ]
+        uncommitted = await _fetch(client, "t", 0)
+        assert uncommitted.aborted_transactions is None
+
+    _run(tmp_path, body)
+
+
+def test_list_and_describe_transactions(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await _init(client, "tx")
+        await _add(client, "tx", init.producer_id, init.producer_epoch, "t", 1)
+        await _init(client, "idle")
+        listed = await client.call(LIST_TRANSACTIONS, 1, {"state_filters": ["Ongoing", "Bogus"]})
+        assert [t.transactional_id for t in listed.transaction_states] == ["tx"]
+        assert listed.unknown_state_filters == ("Bogus",)
+        described = await client.call(
+            DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ["tx", "missing"]}
+        )
+        tx, missing = described.transaction_states
+        assert (tx.error_code, tx.transaction_state, tx.producer_id) == (
+            0,
+            "Ongoing",
+            init.producer_id,
+        )
+        assert [(t.topic, t.partitions) for t in tx.topics] == [("t", (1,))]
+        assert missing.error_code == 105  # TRANSACTIONAL_ID_NOT_FOUND
+
+    _run(tmp_path, body)
+
+
+def test_write_txn_markers_closes_a_transaction_in_a_partition(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await _init(client, "tx")
+        pid, epoch = init.producer_id, init.producer_epoch
+        await _add(client, "tx", pid, epoch, "t", 0)
+        await _produce(client, "t", _batch(pid, epoch, 0, txn=True), "tx")
+        log = broker.replicas.get("t", 0).log
+        assert log.last_stable_offset == 0
+        response = await client.call(
+            WRITE_TXN_MARKERS,
+            1,
+            {
+                "markers": [
+                    {
+                        "producer_id": pid,
+                        "producer_epoch": epoch,
+                        "transaction_result": True,
+                        "topics": [{"name": "t", "partition_indexes": [0]}],
+                        "coordinator_epoch": 0,
+                    }
+                ]
+            },
+        )
+        assert response.markers[0].topics[0].partitions[0].error_code == 0
+        assert log.last_stable_offset == log.log_end_offset == 2
+
+    _run(tmp_path, body)

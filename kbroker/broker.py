@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from kbroker import handlers  # noqa: F401  (registers every API handler)
-from kbroker.config import BrokerConfig, ConfigError, log_config_for, validate_topic_configs
+from kbroker.config import (
+    BrokerConfig,
+    ConfigError,
+    log_config_for,
+    topic_config_values,
+    validate_topic_configs,
+)
 from kbroker.controller import Controller, ControllerConfig, ControllerError
 from kbroker.controller.events import (
     PartitionsCreated,
@@ -25,7 +31,8 @@ from kbroker.metrics.http import HttpEndpoint
 from kbroker.replica.manager import ReplicaManager
 from kbroker.server.connection import KafkaConnection
 from kbroker.server.waiters import DataWaiters
-from kbroker.storage.log import LogConfig
+from kbroker.storage.cleaner import CleanerConfig, CompactionSettings
+from kbroker.storage.log import LogConfig, PartitionLog
 from kbroker.storage.manager import LogManager
 from kbroker.txn.service import TransactionCoordinatorService
 
@@ -94,6 +101,16 @@ class Broker:
         interval = self.config.get("log.retention.check.interval.ms") / 1000
         self._tasks.append(asyncio.create_task(self.logs.run_retention(interval)))
         self._tasks.append(asyncio.create_task(self.logs.run_flusher()))
+        cleaner = CleanerConfig.from_settings(self.config.get)
+        if cleaner.enabled and cleaner.threads > 0:
+
+            def compaction_settings(plog: PartitionLog) -> CompactionSettings:
+                values = topic_config_values(self.topic_overrides(plog.topic), self.config)
+                return CompactionSettings.from_topic_values(values)
+
+            self._tasks.append(
+                asyncio.create_task(self.logs.run_cleaner(cleaner, compaction_settings))
+            )
         await self.http.start(list(self.config.http_endpoints))
         self.started_at = time.time()
         self.ready = True

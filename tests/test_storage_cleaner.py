@@ -24,10 +24,10 @@ from kbroker.storage.cleaner import (
     assess,
     read_cleaner_checkpoint,
 )
-from kbroker.storage.compaction import CompactionSettings, RecordWithoutKeyError
+from kbroker.storage.compaction import CompactionSettings
 from kbroker.storage.config import LogConfig
 from kbroker.storage.log import PartitionLog
-from kbroker.storage.producer_state import CLIENT, COORDINATOR
+from kbroker.storage.producer_state import CLIENT, COORDINATOR, InvalidRecordError
 from kbroker.storage.segment import scan_batches
 
 T0 = 1_700_000_000_000
@@ -370,7 +370,7 @@ def test_keyless_records_are_dropped_by_the_cleaner(tmp_path):
 @pytest.mark.parametrize("codec", [0, GZIP, ZSTD])
 def test_keyless_record_is_rejected_by_compacted_log(tmp_path, codec):
     plog = open_log(tmp_path)
-    with pytest.raises(RecordWithoutKeyError):
+    with pytest.raises(InvalidRecordError):
         append(plog, [Record(b"k", b"v", T0), Record(None, b"v", T0)], codec)
     assert plog.log_end_offset == 0
     append(plog, [Record(b"k", b"v", T0)], codec)

@@ -47,7 +47,6 @@ from kbroker.protocol.batch import (
     TRANSACTIONAL_MASK,
     BatchHeader,
     CorruptBatchError,
-    InvalidBatchError,
     read_header,
 )
 from kbroker.protocol.compression import (
@@ -57,6 +56,7 @@ from kbroker.protocol.compression import (
     decompress,
 )
 from kbroker.storage.offset_index import OffsetIndex
+from kbroker.storage.producer_state import InvalidRecordError
 from kbroker.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, scan_batches
 from kbroker.storage.segment_swap import CLEANED, discard_cleaned, segment_path
 from kbroker.storage.time_index import TimeIndex
@@ -67,7 +67,6 @@ __all__ = [
     "CleanedGroup",
     "CleanerAbortedError",
     "CompactionSettings",
-    "RecordWithoutKeyError",
     "SourceSegment",
     "check_keys",
     "run_plan",
@@ -79,10 +78,6 @@ _U32 = struct.Struct(">I")
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _WRITE_CHUNK = 1 << 20
 _KEY_DIGEST = 16
-
-
-class RecordWithoutKeyError(InvalidBatchError):
-    """A record without key for a compacted topic (Kafka's INVALID_RECORD)."""
 
 
 class CleanerAbortedError(Exception):
@@ -242,8 +237,9 @@ def check_keys(
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> None:
     """Produce-path check of a compacted topic: every record of every data batch has a
-    key. `headers` come from validate_batches. Raises RecordWithoutKeyError, or
-    CorruptBatchError for a records section that cannot be read."""
+    key. `headers` come from validate_batches. Raises InvalidRecordError (which the
+    produce handler answers with Kafka's INVALID_RECORD), or CorruptBatchError for a
+    records section that cannot be read."""
     view = memoryview(records)
     for h in headers:
         if h.attributes & CONTROL_MASK:
@@ -253,7 +249,7 @@ def check_keys(
             section = _records_section(batch, h, max_decompressed_bytes)
             for rec in iter_records(section, h.record_count):
                 if rec.key is None:
-                    raise RecordWithoutKeyError(
+                    raise InvalidRecordError(
                         f"compacted topic: record at offset delta {rec.offset_delta} has no key"
                     )
         except (CompressionError, IndexError) as exc:

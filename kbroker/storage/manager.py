@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from kbroker.storage.cleaner import CleanerConfig, CompactionSettings, LogCleaner
 from kbroker.storage.config import LogConfig
 from kbroker.storage.log import PartitionLog, parse_partition_dir
 
@@ -57,6 +58,7 @@ class LogManager:
         self._commits: dict[int, _GroupCommit] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._flush_threads = flush_threads
+        self.cleaner: LogCleaner | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -136,6 +138,8 @@ class LogManager:
     def close_all(self) -> None:
         """Flush and close every log, leaving clean-shutdown checkpoints. The fsyncs run
         in parallel threads: shutdown time is bounded by the disk, not by one queue."""
+        if self.cleaner is not None:
+            self.cleaner.stop()  # abandons a pass in flight before its files close
         logs = list(self._logs.values())
         for plog in logs:
             plog.prepare_close()
@@ -162,6 +166,16 @@ class LogManager:
     def retention_pass(self, now_ms: int) -> int:
         """One synchronous pass over every log (tests, tools); returns bytes freed."""
         return sum(plog.apply_retention(now_ms) for plog in self.logs() if not plog.closed)
+
+    async def run_cleaner(
+        self,
+        config: CleanerConfig,
+        settings_for: Callable[[PartitionLog], CompactionSettings] | None = None,
+    ) -> None:
+        """Background task: the log cleaner, compacting logs whose cleanup.policy says so
+        (`settings_for` gives a log's compaction topic configs)."""
+        self.cleaner = LogCleaner(self.logs, config, settings_for)
+        await self.cleaner.run()
 
     async def run_retention(self, interval_s: float) -> None:
         """Background task: apply retention to each log in turn, yielding between logs."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -517,3 +518,43 @@ def test_background_cleaner_compacts_and_stops(tmp_path):
     assert latest_by_key(read_all(plog)) == latest
     assert len(read_all(plog)) == 50
     plog.close()
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+def test_cleaner_config_reads_broker_settings():
+    from kbroker.config import load_broker_config
+
+    broker = load_broker_config(
+        None, ["log.cleaner.backoff.ms=250", "log.cleaner.dedupe.buffer.size=1048576"], {}
+    )
+    config = CleanerConfig.from_settings(broker.get)
+    assert config.enabled and config.threads == 1
+    assert config.backoff_ms == 250
+    assert config.max_map_entries == int(1048576 * 0.9 // 128)
+
+
+def test_compaction_settings_read_topic_configs_with_broker_defaults():
+    from kbroker.config import load_broker_config, topic_config_values
+
+    broker = load_broker_config(None, ["log.cleaner.min.cleanable.ratio=0.25"], {})
+    values = topic_config_values(
+        {"delete.retention.ms": "1234", "min.compaction.lag.ms": "5"}, broker
+    )
+    assert CompactionSettings.from_topic_values(values) == CompactionSettings(
+        delete_retention_ms=1234,
+        min_cleanable_ratio=0.25,
+        min_compaction_lag_ms=5,
+        max_compaction_lag_ms=2**63 - 1,
+    )
+
+
+def test_io_throttle_slows_the_worker_to_the_configured_rate():
+    from kbroker.storage.compaction import IoThrottle
+
+    throttle = IoThrottle(1_000_000)
+    started = time.monotonic()
+    for _ in range(20):
+        throttle(10_000)  # 200 kB at 1 MB/s
+    assert 0.15 < time.monotonic() - started < 1.0

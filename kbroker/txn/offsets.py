@@ -10,15 +10,32 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.group import ClassicGroup, GroupState, OffsetAndMetadata
-from kbroker.coordinator.records import encode_offset_key, encode_offset_value
+from kbroker.coordinator.records import (
+    OffsetKey,
+    RecordFormatError,
+    decode_key,
+    decode_offset_value,
+    encode_offset_key,
+    encode_offset_value,
+)
 from kbroker.coordinator.store import OFFSETS_TOPIC
-from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, Record, encode_batch
+from kbroker.protocol.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    BatchTooLargeError,
+    InvalidBatchError,
+    Record,
+    decode_records,
+    encode_batch,
+    read_header,
+)
 from kbroker.storage.producer_state import (
     COORDINATOR,
     InvalidProducerEpochError,
@@ -61,6 +78,9 @@ class TxnOffsetStore:
             return error
         group = coordinator.groups.get(group_id)
         if group is None:
+            # Kafka creates the group, Empty: only a request from no member passes.
+            if generation_id >= 0 or member_id or instance_id is not None:
+                return E.unknown_member_id
             return E.none
         if group.is_in(GroupState.DEAD):
             return E.coordinator_not_available
@@ -146,3 +166,102 @@ class TxnOffsetStore:
             if offsets is not None and tp in offsets:
                 return True
         return False
+
+    # -- after a restart ------------------------------------------------------------------
+
+    def reconcile(self, partition: int) -> int:
+        """Correct the offsets the group coordinator loaded from an offsets partition.
+
+        Its loader replays every offset record; those of aborted transactions must not
+        count and those of still-open ones must wait for their marker. Only needed when
+        the partition's producer state knows of such transactions. Returns how many
+        (group, partition) offsets were corrected.
+        """
+        coordinator = self._coordinator()
+        replica = self.broker.replicas.get(OFFSETS_TOPIC, partition)
+        if coordinator is None or replica is None:
+            return 0
+        plog = replica.log
+        state = plog.producer_state
+        if not state.aborted and not state.ongoing:
+            return 0
+        aborted: dict[int, list[tuple[int, int]]] = {}
+        for txn in state.aborted:
+            aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+        ongoing = dict(state.ongoing)
+        final: dict[tuple[str, TopicPartition], OffsetAndMetadata | None] = {}
+        touched: set[tuple[str, TopicPartition]] = set()
+        pending: dict[int, PendingOffsets] = {}
+        for header, records in _batches_with_headers(plog):
+            hold = skip = False
+            if header.is_transactional:
+                pid, offset = header.producer_id, header.base_offset
+                if pid in ongoing and offset >= ongoing[pid]:
+                    hold = True
+                elif any(first <= offset <= last for first, last in aborted.get(pid, ())):
+                    skip = True
+            for key_bytes, value in records:
+                try:
+                    key = decode_key(key_bytes)
+                    if not isinstance(key, OffsetKey):
+                        continue
+                    decoded = None if value is None else decode_offset_value(value)
+                except RecordFormatError:
+                    continue
+                k = (key.group_id, (key.topic, key.partition))
+                if header.is_transactional:
+                    touched.add(k)
+                if hold and decoded is not None:
+                    entry = pending.setdefault(header.producer_id, PendingOffsets())
+                    entry.by_group.setdefault(k[0], {})[k[1]] = decoded
+                elif not skip and not hold:
+                    final[k] = decoded
+        now = int(time.time() * 1000)
+        for group_id, tp in touched:
+            value = final.get((group_id, tp))
+            group = coordinator.groups.get(group_id)
+            if value is None:
+                if group is not None:
+                    group.offsets.pop(tp, None)
+                continue
+            if group is None:
+                group = coordinator.groups[group_id] = ClassicGroup(
+                    group_id, state_timestamp_ms=now
+                )
+            group.offsets[tp] = value
+        for pid, entry in pending.items():
+            self.pending[(partition, pid)] = entry
+        return len(touched)
+
+
+def _batches_with_headers(
+    plog: Any, chunk_bytes: int = 1 << 20
+) -> Iterator[tuple[BatchHeader, list[tuple[bytes, bytes | None]]]]:
+    """Every data batch of a log with its keyed records, oldest first."""
+    offset = plog.log_start_offset
+    end = plog.log_end_offset
+    while offset < end:
+        region = plog.read(offset, chunk_bytes, end)
+        if region is None or region.length == 0:
+            return
+        with region:
+            data = region.read()
+        pos = 0
+        progressed = False
+        while pos + HEADER_SIZE <= len(data):
+            header = read_header(data, pos)
+            if pos + header.total_size > len(data):
+                break
+            progressed = True
+            if header.next_offset > offset and not header.is_control:
+                records = decode_records(data, pos, plog.decompressor)
+                yield (
+                    header,
+                    [(r.key, r.value) for r in records if r.key is not None and r.offset >= offset],
+                )
+            offset = max(offset, header.next_offset)
+            pos += header.total_size
+        if not progressed:
+            chunk_bytes *= 4
+            if chunk_bytes > 1 << 30:
+                return

@@ -99,6 +99,7 @@ class TransactionCoordinatorService:
 
     async def start(self) -> None:
         config = self.broker.config
+        self._follow_group_loads()
         self.broker.controller.subscribe(self._on_metadata_event)
         self.refresh()
         self._every(
@@ -120,6 +121,26 @@ class TransactionCoordinatorService:
         self._tasks.clear()
         self._loads.clear()
         self.coordinator.shutdown()
+
+    def _follow_group_loads(self) -> None:
+        """After the group coordinator loads an offsets partition, settle the offsets of
+        its transactions (aborted ones out, open ones held back until their marker)."""
+        groups = getattr(self.broker, "group_coordinator", None)
+        coordinator = getattr(groups, "coordinator", None)
+        if coordinator is None:
+            return
+        load = coordinator.load_partition
+        offsets = self.offsets
+
+        def load_partition(partition: int, records: Any) -> int:
+            loaded = load(partition, records)
+            try:
+                offsets.reconcile(partition)
+            except Exception:
+                log.exception("settling transactional offsets of partition %d failed", partition)
+            return loaded
+
+        coordinator.load_partition = load_partition
 
     def _every(self, interval_ms: float, job: Any) -> None:
         async def loop() -> None:

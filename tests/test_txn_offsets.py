@@ -1,0 +1,181 @@
+"""Transactional offset commits: visible on commit only, and still so after a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from inprocess import RawClient, run_broker
+
+OFFSET_FETCH = 9
+INIT_PRODUCER_ID = 22
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+OVERRIDES = ["transaction.state.log.num.partitions=2", "offsets.topic.num.partitions=2"]
+
+
+class Txn:
+    def __init__(self, client: RawClient, pid: int, epoch: int) -> None:
+        self.client, self.pid, self.epoch = client, pid, epoch
+
+    @classmethod
+    async def init(cls, client: RawClient) -> Txn:
+        init = await client.call(
+            INIT_PRODUCER_ID, 4, {"transactional_id": "tx", "transaction_timeout": 60_000}
+        )
+        assert init.error_code == 0
+        return cls(client, init.producer_id, init.producer_epoch)
+
+    async def commit_offset(self, offset: int, **member: Any) -> int:
+        added = await self.client.call(
+            ADD_OFFSETS_TO_TXN,
+            3,
+            {
+                "transactional_id": "tx",
+                "producer_id": self.pid,
+                "producer_epoch": self.epoch,
+                "group_id": "g",
+            },
+        )
+        assert added.error_code == 0
+        response = await self.client.call(
+            TXN_OFFSET_COMMIT,
+            3,
+            {
+                "transactional_id": "tx",
+                "group_id": "g",
+                "producer_id": self.pid,
+                "producer_epoch": self.epoch,
+                "generation_id": member.get("generation_id", -1),
+                "member_id": member.get("member_id", ""),
+                "group_instance_id": None,
+                "topics": [
+                    {
+                        "name": "in",
+                        "partitions": [
+                            {
+                                "partition_index": 0,
+                                "committed_offset": offset,
+                                "committed_leader_epoch": -1,
+                                "committed_metadata": "",
+                            }
+                        ],
+                    }
+                ],
+            },
+        )
+        return response.topics[0].partitions[0].error_code
+
+    async def end(self, commit: bool) -> int:
+        response = await self.client.call(
+            END_TXN,
+            3,
+            {
+                "transactional_id": "tx",
+                "producer_id": self.pid,
+                "producer_epoch": self.epoch,
+                "committed": commit,
+            },
+        )
+        return response.error_code
+
+
+async def committed(client: RawClient) -> int:
+    response = await client.call(
+        OFFSET_FETCH,
+        7,
+        {
+            "group_id": "g",
+            "topics": [{"name": "in", "partition_indexes": [0]}],
+            "require_stable": False,
+        },
+    )
+    return response.topics[0].partitions[0].committed_offset
+
+
+def test_offsets_count_only_once_committed_and_stay_right_after_restart(tmp_path: Path) -> None:
+    async def first(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        await broker.controller.create_topic("in", 1, 1, {})
+        client = await RawClient.connect(port)
+        txn = await Txn.init(client)
+        assert await txn.commit_offset(5) == 0
+        assert await committed(client) == -1
+        assert await txn.end(False) == 0
+        assert await committed(client) == -1
+        assert await txn.commit_offset(7) == 0
+        assert await txn.end(True) == 0
+        assert await committed(client) == 7
+        assert await txn.commit_offset(9) == 0  # left open across the restart
+        assert await committed(client) == 7
+        client.close()
+
+    async def second(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        client = await RawClient.connect(port)
+        for _ in range(100):  # the offsets partition loads in the background
+            response = await committed(client)
+            if response != -1:
+                break
+        assert await committed(client) == 7
+        service = broker.txn_coordinator
+        meta = service.coordinator.txns["tx"]
+        txn = Txn(client, meta.producer_id, meta.producer_epoch)
+        assert await txn.end(True) == 0
+        assert await committed(client) == 9
+        client.close()
+
+    run_broker(tmp_path, first, OVERRIDES)
+    run_broker(tmp_path, second, OVERRIDES)
+
+
+def test_fenced_producer_cannot_commit_offsets(tmp_path: Path) -> None:
+    async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        await broker.controller.create_topic("in", 1, 1, {})
+        client = await RawClient.connect(port)
+        old = await Txn.init(client)
+        assert await old.commit_offset(3) == 0
+        new = await Txn.init(client)  # bumps the epoch, aborts the open transaction
+        assert new.epoch > old.epoch
+        response = await client.call(
+            TXN_OFFSET_COMMIT,
+            3,
+            {
+                "transactional_id": "tx",
+                "group_id": "g",
+                "producer_id": old.pid,
+                "producer_epoch": old.epoch,
+                "generation_id": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": [
+                    {
+                        "name": "in",
+                        "partitions": [
+                            {
+                                "partition_index": 0,
+                                "committed_offset": 4,
+                                "committed_leader_epoch": -1,
+                                "committed_metadata": "",
+                            }
+                        ],
+                    }
+                ],
+            },
+        )
+        assert response.topics[0].partitions[0].error_code == 90  # PRODUCER_FENCED
+        assert await committed(client) == -1
+        client.close()
+
+    run_broker(tmp_path, check, OVERRIDES)
+
+
+def test_unknown_member_of_a_live_generation_is_refused(tmp_path: Path) -> None:
+    async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        await broker.controller.create_topic("in", 1, 1, {})
+        client = await RawClient.connect(port)
+        txn = await Txn.init(client)
+        error = await txn.commit_offset(1, generation_id=3, member_id="nobody")
+        assert error in (25, 22)  # UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION
+        client.close()
+
+    run_broker(tmp_path, check, OVERRIDES)

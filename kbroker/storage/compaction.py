@@ -181,6 +181,7 @@ class RawRecord:
 
     start: int  # its length varint
     end: int
+    body: int  # its attributes byte, the first byte the length counts
     after_timestamp: int  # first byte after the timestamp delta (the offset delta)
     timestamp_delta: int
     offset_delta: int
@@ -198,6 +199,7 @@ def iter_records(data: bytes | memoryview, count: int) -> Iterator[RawRecord]:
         end = p + length
         if length < 6 or end > size:
             raise CorruptBatchError("record length runs past its batch")
+        body = p
         p += 1  # attributes
         ts_delta, p = _varint(data, p)
         after_ts = p
@@ -210,7 +212,7 @@ def iter_records(data: bytes | memoryview, count: int) -> Iterator[RawRecord]:
         value_len, p = _varint(data, p)
         if p > end:
             raise CorruptBatchError("record fields run past its length")
-        yield RawRecord(start, end, after_ts, ts_delta, off_delta, key, value_len < 0)
+        yield RawRecord(start, end, body, after_ts, ts_delta, off_delta, key, value_len < 0)
         p = end
     if p != size:
         raise CorruptBatchError("records section length does not match its record count")
@@ -316,7 +318,7 @@ def rebuild_batch(
         attributes |= DELETE_HORIZON_MASK
         for rec in kept:
             absolute = h.base_timestamp + rec.timestamp_delta
-            body = bytearray(b"\x00")
+            body = bytearray(section[rec.body : rec.body + 1])  # record attributes
             _write_varint(body, absolute - horizon)
             body += section[rec.after_timestamp : rec.end]
             _write_varint(out, len(body))

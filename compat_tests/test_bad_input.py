@@ -735,6 +735,21 @@ def test_list_offsets_of_a_partition_that_does_not_exist(seeded: Seeded, partiti
     assert answer.topics[0].partitions[0].error_code == UNKNOWN_TOPIC_OR_PARTITION
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="kbroker answers each copy; Kafka answers INVALID_REQUEST for every copy of a "
+    "partition named twice in one ListOffsets (handlers/list_offsets.py)",
+)
+def test_list_offsets_of_a_partition_named_twice_is_invalid_request(seeded: Seeded) -> None:
+    part = {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+    entity = request(
+        LIST_OFFSETS, 7, replica_id=-1, topics=[{"name": seeded.topic, "partitions": [part, part]}]
+    )
+    with raw(seeded.broker) as conn:
+        answer = conn.call(entity)
+    assert [p.error_code for p in answer.topics[0].partitions] == [INVALID_REQUEST] * 2
+
+
 INVALID_NAMES = ["bad name!", "x" * 10_000, "x" * 250, ".", "..", "tab\there", ""]
 KBROKER_ANSWERS_UNKNOWN = pytest.mark.xfail(
     strict=True,

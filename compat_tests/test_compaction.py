@@ -4,6 +4,7 @@ delete.retention.ms, and a record without key is refused."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -19,6 +20,8 @@ from compat_tests.confluent_helpers import (
     unique_topic,
     watermarks,
 )
+from kbroker.protocol.batch import BatchHeader
+from kbroker.storage.segment import scan_batches
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -160,3 +163,38 @@ def test_record_without_key_is_refused_with_invalid_record(shared_broker):
     codes = [e.code() for e in log.failed]
     assert KafkaError.INVALID_RECORD in codes
     assert watermarks(shared_broker.bootstrap, topic)[1] <= 1
+
+
+def test_consumer_passes_empty_batch_kept_for_idempotent_producer(broker_factory):
+    # The first producer's records are all superseded; its last batch stays as an empty
+    # batch (so that its sequence numbers survive), which the consumer must step over.
+    broker = broker_factory.start_with(CLEANER)
+    topic = unique_topic("compacted-empty-batch")
+    create_topic(broker.bootstrap, topic, config=COMPACTED)
+    produce_all(
+        broker.bootstrap,
+        topic,
+        ({"key": b"key-%d" % k, "value": b"first", "partition": 0} for k in range(KEYS)),
+        enable_idempotence=True,
+    )
+    produce_all(
+        broker.bootstrap,
+        topic,
+        ({"key": b"key-%d" % k, "value": b"second", "partition": 0} for k in range(KEYS)),
+    )
+    roll_active_segment(broker.bootstrap, topic)
+    records = wait_until(broker.bootstrap, topic, lambda rs: len(rs) == KEYS + 1)
+    assert [r.offset for r in records] == list(range(KEYS, 2 * KEYS + 1))
+    assert {r.value for r in records[:-1]} == {b"second"}
+    assert any(h.record_count == 0 and h.producer_id >= 0 for h in stored_batches(broker, topic))
+
+
+def stored_batches(broker, topic: str) -> list[BatchHeader]:
+    headers: list[BatchHeader] = []
+    for path in sorted((broker.data_dir / f"{topic}-0").glob("*.log")):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            headers += scan_batches(fd, 0, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+    return headers

@@ -207,8 +207,22 @@ class ProducerStateManager:
         recent one, in which case nothing of the append may be written, as in Kafka.
         Raises a ProducerStateError subclass for a batch Kafka would refuse.
         """
-        staged: dict[int, tuple[int, int, bool]] | None = None  # pid -> epoch, last seq, txn
         producers = self.producers
+        if origin == CLIENT and len(headers) == 1:
+            # The usual case, answered with a few comparisons: the next batch of a known
+            # producer, same epoch, in sequence (so it cannot be a duplicate either).
+            h = headers[0]
+            entry = producers.get(h.producer_id)
+            if (
+                entry is not None
+                and h.producer_epoch == entry.epoch
+                and entry.batches
+                and h.base_sequence == entry.batches[-1][1] + 1
+                and not h.attributes & 0x20
+                and (entry.txn_first_offset < 0 or h.attributes & 0x10)
+            ):
+                return None
+        staged: dict[int, tuple[int, int, bool]] | None = None  # pid -> epoch, last seq, txn
         for h in headers:
             pid = h.producer_id
             if pid < 0:

@@ -462,3 +462,15 @@ def test_delete_groups_reports_each_group():
         ("g", E.none),
         ("nope", E.group_id_not_found),
     ]
+
+
+def test_fetch_with_require_stable_flags_offsets_held_by_open_transactions():
+    b = broker()
+    commit_v8(b)
+    b.harness.c.pending_offset_check = lambda group, tp: tp == ("t", 0)
+    topics = [{"name": "t", "partition_indexes": [0]}]
+    stable = call(b, OFFSET_FETCH, 7, group_id="g", topics=topics, require_stable=True)
+    loose = call(b, OFFSET_FETCH, 7, group_id="g", topics=topics, require_stable=False)
+    assert stable.topics[0].partitions[0].error_code == E.unstable_offset_commit
+    assert stable.topics[0].partitions[0].committed_offset == -1
+    assert loose.topics[0].partitions[0].committed_offset == 5

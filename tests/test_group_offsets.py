@@ -291,3 +291,49 @@ def test_commit_with_retention_time_expires_at_that_time():
     assert h.c.expire_offsets() == 0
     h.clock.advance(1)
     assert h.c.expire_offsets() == 1
+
+
+# -- hooks for the transaction coordinator ---------------------------------------------------
+
+
+def test_txn_commit_validation_allows_a_rebalancing_member():
+    h = Harness()
+    box = h.join_new()
+    h.clock.advance(0)
+    r = box.value  # CompletingRebalance: a plain commit would be refused
+    assert h.c.validate_txn_offset_commit("g", r.member_id, r.generation_id, None) == E.none
+    assert (
+        h.c.validate_txn_offset_commit("g", r.member_id, r.generation_id + 1, None)
+        == E.illegal_generation
+    )
+
+
+def test_txn_commit_validation_creates_a_simple_group_for_no_member():
+    h = Harness()
+    assert h.c.validate_txn_offset_commit("new", "", -1, None) == E.none
+    assert h.c.groups["new"].state == GroupState.EMPTY
+    assert h.c.validate_txn_offset_commit("other", "m", 2, None) == E.illegal_generation
+
+
+def test_applied_offsets_become_visible():
+    h = Harness()
+    h.c.apply_committed_offsets("g", {TP: OffsetAndMetadata(11)})
+    assert fetch(h)[1][TP].offset == 11
+
+
+def test_load_listeners_hear_of_each_loaded_partition():
+    h = Harness()
+    heard: list[int] = []
+    h.c.load_listeners.append(heard.append)
+    h.c.unload_partition(2)
+    h.c.begin_loading(2)
+    h.c.load_partition(2, [])
+    assert heard == [2]
+
+
+def test_pending_offset_check_is_consulted():
+    h = Harness()
+    assert not h.c.has_pending_offset("g", TP)
+    h.c.pending_offset_check = lambda group, tp: (group, tp) == ("g", TP)
+    assert h.c.has_pending_offset("g", TP)
+    assert not h.c.has_pending_offset("g", ("t", 1))

@@ -170,6 +170,11 @@ class GroupCoordinator:
         self.loading: set[int] = set()
         self.active = True
         self._new_id = new_id or (lambda: str(uuid.uuid4()))
+        # Hooks for the transaction coordinator: told of each loaded partition (to settle
+        # offsets of aborted or open transactions), and asked whether an open transaction
+        # holds a group's offset (OffsetFetch with require_stable).
+        self.load_listeners: list[Callable[[int], None]] = []
+        self.pending_offset_check: Callable[[str, TopicPartition], bool] | None = None
 
     # -- ownership ------------------------------------------------------------------------
 
@@ -1030,6 +1035,48 @@ class GroupCoordinator:
             return E.none, dict(offsets)
         return E.none, {tp: offsets.get(tp) for tp in partitions}
 
+    def has_pending_offset(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an open transaction holds an offset of the group for `tp`."""
+        check = self.pending_offset_check
+        return check is not None and check(group_id, tp)
+
+    def validate_txn_offset_commit(
+        self, group_id: str, member_id: str, generation_id: int, instance_id: str | None
+    ) -> ErrorCode:
+        """Kafka's checks of a TxnOffsetCommit against the group. Unlike a plain commit it
+        is not refused during a rebalance, nor from outside a live group; a missing group
+        is created (simple) for a request from no member, else ILLEGAL_GENERATION."""
+        error = self._status(group_id)
+        if error is not None:
+            return error
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return E.illegal_generation
+            self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=self._now())
+            return E.none
+        if group.is_in(GroupState.DEAD):
+            return E.coordinator_not_available
+        if generation_id < 0 and group.is_in(GroupState.EMPTY):
+            return E.none
+        if generation_id >= 0 or member_id or instance_id is not None:
+            error = self._validate_member(group, member_id, instance_id)
+            if error is not None:
+                return error
+            if generation_id != group.generation_id:
+                return E.illegal_generation
+        return E.none
+
+    def apply_committed_offsets(
+        self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]
+    ) -> None:
+        """Make offsets already in the log visible (a transaction's commit marker landed)."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            group = ClassicGroup(group_id, state_timestamp_ms=self._now())
+            self.groups[group_id] = group
+        group.offsets.update(offsets)
+
     def delete_offsets(
         self, group_id: str, partitions: list[TopicPartition], callback: DeleteOffsetsCallback
     ) -> None:
@@ -1216,6 +1263,11 @@ class GroupCoordinator:
             loaded += 1
         self.loading.discard(partition)
         self.owned.add(partition)
+        for listener in self.load_listeners:
+            try:
+                listener(partition)
+            except Exception:
+                log.exception("load listener failed for partition %d", partition)
         return loaded
 
     def unload_partition(self, partition: int) -> None:

@@ -369,10 +369,11 @@ def offset_commit(ctx: Any, request: Any) -> Any:
 @handles(OFFSET_FETCH, _lowest(OFFSET_FETCH))
 def offset_fetch(ctx: Any, request: Any) -> Any:
     version = ctx.version
+    stable = bool(getattr(request, "require_stable", False))
     if version >= 8:
-        groups = [_fetch_group(ctx, g.group_id, g.topics, version) for g in request.groups]
+        groups = [_fetch_group(ctx, g.group_id, g.topics, version, stable) for g in request.groups]
         return {"throttle_time": 0, "groups": groups}
-    fetched = _fetch_group(ctx, request.group_id, request.topics, version)
+    fetched = _fetch_group(ctx, request.group_id, request.topics, version, stable)
     error = fetched["error_code"]
     topics = fetched["topics"]
     if version < 2 and error != E.none:
@@ -387,7 +388,9 @@ def offset_fetch(ctx: Any, request: Any) -> Any:
     return {"throttle_time": 0, "topics": topics, "error_code": error}
 
 
-def _fetch_group(ctx: Any, group_id: str, topics: Any, version: int) -> dict[str, Any]:
+def _fetch_group(
+    ctx: Any, group_id: str, topics: Any, version: int, require_stable: bool = False
+) -> dict[str, Any]:
     coordinator = _coordinator(ctx)
     by_id = version >= 10
     state = ctx.broker.controller.state
@@ -397,7 +400,9 @@ def _fetch_group(ctx: Any, group_id: str, topics: Any, version: int) -> dict[str
         error, offsets = coordinator.fetch_offsets(group_id, None)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition), value in sorted(offsets.items()):
-            by_topic.setdefault(topic, []).append(_fetched_partition(partition, value, E.none))
+            by_topic.setdefault(topic, []).append(
+                _stable_partition(coordinator, group_id, topic, partition, value, require_stable)
+            )
         rendered = []
         for name, partitions in by_topic.items():
             topic_id = None
@@ -428,9 +433,29 @@ def _fetch_group(ctx: Any, group_id: str, topics: Any, version: int) -> dict[str
         if name is None:
             partitions = [_fetched_partition(i, None, E.unknown_topic_id) for i in indexes]
         else:
-            partitions = [_fetched_partition(i, offsets.get((name, i)), E.none) for i in indexes]
+            partitions = [
+                _stable_partition(
+                    coordinator, group_id, name, i, offsets.get((name, i)), require_stable
+                )
+                for i in indexes
+            ]
         rendered.append({"name": name or "", "topic_id": topic_id, "partitions": partitions})
     return {"group_id": group_id, "topics": rendered, "error_code": E.none}
+
+
+def _stable_partition(
+    coordinator: Any,
+    group_id: str,
+    topic: str,
+    index: int,
+    value: OffsetAndMetadata | None,
+    require_stable: bool,
+) -> dict[str, Any]:
+    """A fetched offset, or UNSTABLE_OFFSET_COMMIT while an open transaction holds one and
+    the client asked for stable offsets only (KIP-447)."""
+    if require_stable and coordinator.has_pending_offset(group_id, (topic, index)):
+        return _fetched_partition(index, None, E.unstable_offset_commit)
+    return _fetched_partition(index, value, E.none)
 
 
 def _fetched_partition(

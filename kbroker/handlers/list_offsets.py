@@ -50,7 +50,8 @@ def _partition(broker: Any, topic: str, p: Any, isolation_level: int) -> dict[st
         out["error_code"] = ErrorCode.invalid_request
     else:
         found = plog.offset_for_timestamp(ts)
-        if found is not None and found[0] < plog.high_watermark:
+        limit = plog.last_stable_offset if isolation_level == 1 else plog.high_watermark
+        if found is not None and found[0] < limit:
             out["offset"], out["timestamp"] = found
     return out
 

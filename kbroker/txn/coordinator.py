@@ -250,6 +250,9 @@ class TransactionCoordinator:
                     transactional_id, pid, timeout_ms=timeout_ms, last_update_ms=self.now_ms()
                 )
                 self.txns[transactional_id] = meta
+                owner = self.partitions.get(self.partition_for(transactional_id))
+                if owner is not None:
+                    owner.ids.add(transactional_id)
         for _ in range(3):
             if meta.pending:
                 return InitResult(E.concurrent_transactions)

@@ -28,6 +28,7 @@ from kbroker.coordinator.service import GroupCoordinatorService
 from kbroker.handlers.registry import APIS
 from kbroker.metrics.counters import RequestCounters
 from kbroker.metrics.http import HttpEndpoint
+from kbroker.replica.fetch_sessions import FetchSessionCache
 from kbroker.replica.manager import ReplicaManager
 from kbroker.server.connection import KafkaConnection
 from kbroker.server.waiters import DataWaiters
@@ -52,6 +53,9 @@ class Broker:
         self.waiters = DataWaiters()
         self.logs = LogManager(self.log_dirs)
         self.replicas = ReplicaManager(self.logs, self.waiters)
+        self.fetch_sessions = FetchSessionCache(
+            config.get("max.incremental.fetch.session.cache.slots")
+        )
         self.group_coordinator = GroupCoordinatorService(self)
         self.txn_coordinator = TransactionCoordinatorService(self)
         self.controller = Controller(

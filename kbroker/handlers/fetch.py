@@ -21,26 +21,31 @@ from kbroker.protocol.fetch_response import (
     NodeEndpoint,
     encode_fetch_response,
 )
+from kbroker.replica.fetch_sessions import FetchPlan, FetchTarget, remember_sent, worth_sending
 from kbroker.replica.manager import leader_epoch_error
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 
 FETCH = 1
 READ_COMMITTED = 1
+FIRST_SESSION_VERSION = 7
 _I64 = struct.Struct(">q")
 
 
 @handles(FETCH, 4)
 def fetch(ctx: Any, request: Any) -> Any:
-    topics, total, errors = _read_all(ctx, request)
+    plan = _plan(ctx, request)
+    if plan.error_code:
+        return encode_fetch_response(ctx.version, [], error_code=plan.error_code)
+    results, total, errors = _read_all(ctx, request, plan)
     max_wait_ms = request.max_wait.total_seconds() * 1000
     if total >= request.min_bytes or errors or max_wait_ms <= 0 or ctx.broker.stopping:
-        return _encode(ctx, topics)
-    return _delayed_fetch(ctx, request, max_wait_ms / 1000)
+        return _encode(ctx, plan, results)
+    return _delayed_fetch(ctx, request, plan, max_wait_ms / 1000)
 
 
-async def _delayed_fetch(ctx: Any, request: Any, max_wait_s: float) -> Any:
+async def _delayed_fetch(ctx: Any, request: Any, plan: FetchPlan, max_wait_s: float) -> Any:
     """Park until an append to one of the partitions (or the wait runs out), then read again."""
-    keys = [(t.name, p.partition) for t in _wanted(ctx, request) for p in t.partitions]
+    keys = [(t.topic, t.partition) for t in plan.targets if t.topic is not None]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_s
     while True:
@@ -52,79 +57,99 @@ async def _delayed_fetch(ctx: Any, request: Any, max_wait_s: float) -> Any:
             await asyncio.wait_for(waiter, remaining)
         except TimeoutError:
             break
-        topics, total, errors = _read_all(ctx, request)
+        results, total, errors = _read_all(ctx, request, plan)
         if total >= request.min_bytes or errors or ctx.broker.stopping:
-            return _encode(ctx, topics)
-    topics, _, _ = _read_all(ctx, request)
-    return _encode(ctx, topics)
+            return _encode(ctx, plan, results)
+    results, _, _ = _read_all(ctx, request, plan)
+    return _encode(ctx, plan, results)
 
 
-def _encode(ctx: Any, topics: list[FetchedTopic]) -> Any:
+def _plan(ctx: Any, request: Any) -> FetchPlan:
+    """The partitions this fetch reads: the request's own, or its session's (v7+)."""
+    state = ctx.broker.controller.state
+    by_id = ctx.version >= 13
+    requested: list[FetchTarget] = []
+    for t in request.topics:
+        if by_id:
+            info = state.topics_by_id.get(t.topic_id)
+            name, topic_id, named = (info.name if info else None), t.topic_id, t.topic_id
+        else:
+            info = state.topics.get(t.topic)
+            name, topic_id, named = t.topic, (info.topic_id if info else None), t.topic
+        for p in t.partitions:
+            requested.append(
+                FetchTarget(
+                    (named, p.partition),
+                    name if info is not None else None,
+                    topic_id,
+                    p.partition,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1),
+                )
+            )
+    if ctx.version < FIRST_SESSION_VERSION:
+        return FetchPlan(requested)
+    forgotten = [
+        (t.topic_id if by_id else t.topic, partition)
+        for t in request.forgotten_topics_data
+        for partition in t.partitions
+    ]
+    return ctx.broker.fetch_sessions.plan(
+        request.session_id, request.session_epoch, requested, forgotten
+    )
+
+
+def _encode(ctx: Any, plan: FetchPlan, results: list[tuple[FetchTarget, FetchedPartition]]) -> Any:
+    if plan.incremental:
+        results = [(t, r) for t, r in results if worth_sending(t, r)]
+    remember_sent(plan, results)
+    topics: list[FetchedTopic] = []
+    for target, result in results:
+        if (
+            not topics
+            or topics[-1].topic_id != target.topic_id
+            or topics[-1].name != (target.topic or "")
+        ):
+            topics.append(FetchedTopic(target.topic or "", target.topic_id))
+        topics[-1].partitions.append(result)
     endpoints = None
-    if ctx.version >= 16 and any(p.error_code for t in topics for p in t.partitions):
+    if ctx.version >= 16 and any(r.error_code for _, r in results):
         endpoints = [
             NodeEndpoint(b.node_id, b.host, b.port, b.rack)
             for b in ctx.broker.controller.state.brokers.values()
         ]
-    return encode_fetch_response(ctx.version, topics, session_id=0, node_endpoints=endpoints)
+    return encode_fetch_response(
+        ctx.version, topics, session_id=plan.session_id, node_endpoints=endpoints
+    )
 
 
-class _Wanted:
-    __slots__ = ("name", "topic_id", "partitions", "known")
-
-    def __init__(self, name: str | None, topic_id: Any, partitions: Any, known: bool) -> None:
-        self.name = name
-        self.topic_id = topic_id
-        self.partitions = partitions
-        self.known = known
-
-
-def _wanted(ctx: Any, request: Any) -> list[_Wanted]:
-    state = ctx.broker.controller.state
-    out = []
-    for t in request.topics:
-        if ctx.version >= 13:
-            info = state.topics_by_id.get(t.topic_id)
-            out.append(
-                _Wanted(info.name if info else None, t.topic_id, t.partitions, info is not None)
-            )
-        else:
-            info = state.topics.get(t.topic)
-            out.append(
-                _Wanted(t.topic, info.topic_id if info else None, t.partitions, info is not None)
-            )
-    return out
-
-
-def _read_all(ctx: Any, request: Any) -> tuple[list[FetchedTopic], int, bool]:
-    """Read every requested partition within max_bytes; (topics, bytes found, any error)."""
+def _read_all(
+    ctx: Any, request: Any, plan: FetchPlan
+) -> tuple[list[tuple[FetchTarget, FetchedPartition]], int, bool]:
+    """Read every partition of the plan within max_bytes; (results, bytes found, any error)."""
     broker = ctx.broker
     budget = request.max_bytes
     total = 0
     errors = False
     committed_only = request.isolation_level == READ_COMMITTED
-    topics: list[FetchedTopic] = []
-    for wanted in _wanted(ctx, request):
-        fetched = FetchedTopic(wanted.name or "", wanted.topic_id)
-        topics.append(fetched)
-        for p in wanted.partitions:
-            if not wanted.known:
-                code = (
-                    ErrorCode.unknown_topic_id
-                    if ctx.version >= 13
-                    else ErrorCode.unknown_topic_or_partition
-                )
-                fetched.partitions.append(FetchedPartition(p.partition, code))
-                errors = True
-                continue
-            result = _read_partition(broker, wanted.name, p, budget, committed_only, total == 0)
-            fetched.partitions.append(result)
-            if result.error_code:
-                errors = True
-            size = result.records_size
-            total += size
-            budget = max(0, budget - size)
-    return topics, total, errors
+    unknown = (
+        ErrorCode.unknown_topic_id if ctx.version >= 13 else ErrorCode.unknown_topic_or_partition
+    )
+    results: list[tuple[FetchTarget, FetchedPartition]] = []
+    for target in plan.targets:
+        if target.topic is None:
+            results.append((target, FetchedPartition(target.partition, unknown)))
+            errors = True
+            continue
+        result = _read_partition(broker, target.topic, target, budget, committed_only, total == 0)
+        results.append((target, result))
+        if result.error_code:
+            errors = True
+        size = result.records_size
+        total += size
+        budget = max(0, budget - size)
+    return results, total, errors
 
 
 def _read_partition(
@@ -144,7 +169,7 @@ def _read_partition(
         plog.log_start_offset,
         [] if committed_only else None,
     )
-    out.error_code = leader_epoch_error(replica, getattr(p, "current_leader_epoch", -1))
+    out.error_code = leader_epoch_error(replica, p.current_leader_epoch)
     if out.error_code:
         return out
     max_bytes = min(p.partition_max_bytes, budget)

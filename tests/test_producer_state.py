@@ -126,6 +126,15 @@ def test_batches_without_producer_id_skip_the_producer_state(tmp_path):
     assert plog.producer_state.producers == {}
 
 
+def test_negative_sequence_with_a_producer_id_is_invalid(tmp_path):
+    plog = open_log(tmp_path)
+    with pytest.raises(InvalidRecordError):
+        append(plog, batch(seq=-1))
+    with pytest.raises(InvalidRecordError):
+        append(plog, batch(pid=99, seq=-7))
+    assert plog.log_end_offset == 0
+
+
 def test_client_control_batch_is_invalid(tmp_path):
     plog = open_log(tmp_path)
     with pytest.raises(InvalidRecordError):

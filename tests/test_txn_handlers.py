@@ -168,6 +168,8 @@ def test_out_of_order_sequence_and_old_epoch_are_refused(tmp_path: Path) -> None
         assert gap.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
         old = await _produce(client, "t", _batch(pid, 0, 2))
         assert old.error_code == 47  # INVALID_PRODUCER_EPOCH
+        negative = await _produce(client, "t", _batch(pid, 1, -3))
+        assert negative.error_code == 87  # INVALID_RECORD
         assert broker.replicas.get("t", 0).log.log_end_offset == 2
 
     _run(tmp_path, body)

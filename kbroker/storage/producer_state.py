@@ -266,6 +266,8 @@ class ProducerStateManager:
                     f"epoch {h.producer_epoch} of producer {pid} is below the current {epoch}"
                 )
             if origin == CLIENT:
+                if h.base_sequence < 0:
+                    raise InvalidRecordError(f"producer {pid} sent sequence {h.base_sequence}")
                 if entry is not None and staged is None:
                     duplicate = entry.find_duplicate(h)
                     if duplicate is not None:

@@ -735,11 +735,6 @@ def test_list_offsets_of_a_partition_that_does_not_exist(seeded: Seeded, partiti
     assert answer.topics[0].partitions[0].error_code == UNKNOWN_TOPIC_OR_PARTITION
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kbroker answers each copy; Kafka answers INVALID_REQUEST for every copy of a "
-    "partition named twice in one ListOffsets (handlers/list_offsets.py)",
-)
 def test_list_offsets_of_a_partition_named_twice_is_invalid_request(seeded: Seeded) -> None:
     part = {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
     entity = request(
@@ -751,11 +746,6 @@ def test_list_offsets_of_a_partition_named_twice_is_invalid_request(seeded: Seed
 
 
 INVALID_NAMES = ["bad name!", "x" * 10_000, "x" * 250, ".", "..", "tab\there", ""]
-KBROKER_ANSWERS_UNKNOWN = pytest.mark.xfail(
-    strict=True,
-    reason="kbroker answers UNKNOWN_TOPIC_OR_PARTITION here; Kafka runs Topic.validate on "
-    "names it does not know and answers INVALID_TOPIC_EXCEPTION (handlers/metadata.py)",
-)
 
 
 def metadata_error(seeded: Seeded, name: str, auto_create: bool) -> int:
@@ -768,32 +758,20 @@ def metadata_error(seeded: Seeded, name: str, auto_create: bool) -> int:
     return int(topic.error_code)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [n if n else pytest.param(n, marks=KBROKER_ANSWERS_UNKNOWN) for n in INVALID_NAMES],
-    ids=repr,
-)
+@pytest.mark.parametrize("name", INVALID_NAMES, ids=repr)
 def test_metadata_auto_creation_of_an_invalid_name_is_invalid_topic(
     seeded: Seeded, name: str
 ) -> None:
     assert metadata_error(seeded, name, auto_create=True) == INVALID_TOPIC_EXCEPTION
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=KBROKER_ANSWERS_UNKNOWN) for n in INVALID_NAMES], ids=repr
-)
+@pytest.mark.parametrize("name", INVALID_NAMES, ids=repr)
 def test_metadata_without_auto_creation_of_an_invalid_name_is_invalid_topic(
     seeded: Seeded, name: str
 ) -> None:
     assert metadata_error(seeded, name, auto_create=False) == INVALID_TOPIC_EXCEPTION
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kbroker fails in encoding (name is not nullable in v10-11 responses) and closes "
-    "with 'internal error'; Kafka refuses a null name below v12 as INVALID_REQUEST "
-    "(handlers/metadata.py)",
-)
 @pytest.mark.parametrize("version", [10, 11])
 def test_metadata_topic_without_a_name_below_v12_is_invalid_request(
     broker_factory: Any, version: int

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -56,23 +57,25 @@ def _partition(broker: Any, topic: str, p: Any, isolation_level: int) -> dict[st
     return out
 
 
+def _error(partition: int, code: int) -> dict[str, Any]:
+    return {"partition_index": partition, "error_code": code, "timestamp": -1, "offset": -1}
+
+
 @handles(LIST_OFFSETS, 1)
 def list_offsets(ctx: Any, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     isolation = getattr(request, "isolation_level", 0)
+    named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     topics = []
     for t in request.topics:
         known = t.name in broker.controller.state.topics
-        partitions = [
-            _partition(broker, t.name, p, isolation)
-            if known
-            else {
-                "partition_index": p.partition_index,
-                "error_code": ErrorCode.unknown_topic_or_partition,
-                "timestamp": -1,
-                "offset": -1,
-            }
-            for p in t.partitions
-        ]
+        partitions = []
+        for p in t.partitions:
+            if named[(t.name, p.partition_index)] > 1:  # Kafka refuses every copy
+                partitions.append(_error(p.partition_index, ErrorCode.invalid_request))
+            elif not known:
+                partitions.append(_error(p.partition_index, ErrorCode.unknown_topic_or_partition))
+            else:
+                partitions.append(_partition(broker, t.name, p, isolation))
         topics.append({"name": t.name, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}

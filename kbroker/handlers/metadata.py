@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
+from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.registry import handles
 
 METADATA = 3
@@ -72,6 +73,11 @@ def metadata(ctx: Any, request: Any) -> Any:
     to_create: list[tuple[int, str]] = []
     for wanted in request.topics:
         name, topic_id = wanted.name, getattr(wanted, "topic_id", None)
+        if name is None and topic_id is None:
+            # Names are non-nullable in responses before v12: answer with an empty one.
+            shown = None if ctx.version >= 12 else ""
+            results.append(missing_topic(shown, None, ErrorCode.invalid_request))
+            continue
         if name is None and topic_id is not None:
             topic = state.topics_by_id.get(topic_id)
             results.append(
@@ -83,7 +89,9 @@ def metadata(ctx: Any, request: Any) -> Any:
         topic = state.topics.get(name)
         if topic is not None:
             results.append(describe_topic(topic))
-        elif may_create and name:
+        elif not _valid_name(name):
+            results.append(missing_topic(name, None, ErrorCode.invalid_topic_exception))
+        elif may_create:
             to_create.append((len(results), name))
             results.append(None)
         else:
@@ -91,6 +99,14 @@ def metadata(ctx: Any, request: Any) -> Any:
     if not to_create:
         return _response(broker, results)  # type: ignore[arg-type]
     return _create_then_respond(broker, results, to_create)
+
+
+def _valid_name(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+    except ControllerError:
+        return False
+    return True
 
 
 async def _create_then_respond(

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 
+from common import bootstrap, session
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType
-
-from common import bootstrap, session
 
 EVENT = StructType(
     [

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from pyspark.sql import functions as F
-
 from common import bootstrap, session
+from pyspark.sql import functions as F
 
 
 def main() -> None:

@@ -45,7 +45,7 @@ class Plan:
     time_limit: float
     partitions: int
     workdir: Path
-    quiet_wait: float = 30.0
+    quiet_wait: float = 10.0
     repeat: int = 1
     budget: float = 540.0
     kbroker_source: Path | None = None
@@ -150,7 +150,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
     p.add_argument(
         "--quiet-wait",
         type=float,
-        default=30.0,
+        default=10.0,
         help="before each peer, wait up to this many seconds for other processes to "
         "use < 0.3 CPU (the machine is shared)",
     )

@@ -540,6 +540,9 @@ class ProducerStateManager:
                     self.apply_marker(h, ctype, coordinator_epoch)
                 else:
                     self.apply_data(h)
+            # Save the replay: a log that is opened clean from now on (and perhaps never
+            # written again) must not replay the same headers at every start.
+            self.take_snapshot(log_end_offset, log_start_offset)
         return min(start, log_end_offset)
 
     def truncate(self, segments: Sequence[object], log_start_offset: int, offset: int) -> None:

@@ -77,3 +77,33 @@ def test_records_length_beyond_the_frame_is_refused() -> None:
     body += struct.pack(">i", 1) + struct.pack(">i", 0) + struct.pack(">i", 1_000_000) + b"x"
     with pytest.raises(MalformedRequest):
         decode_produce_request(3, body, 0)
+
+
+def test_producing_to_an_internal_topic_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from inprocess import RawClient, run_broker
+
+    from kbroker.protocol.batch import encode_batch
+
+    async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        await broker.controller.create_topic("__consumer_offsets", 1, 1, {})
+        client = await RawClient.connect(port)
+        batch = bytes(encode_batch([(b"k", b"v")], base_timestamp=1000))
+        response = await client.call(
+            0,
+            9,
+            {
+                "acks": -1,
+                "timeout": 1000,
+                "topic_data": [
+                    {
+                        "name": "__consumer_offsets",
+                        "partition_data": [{"index": 0, "records": batch}],
+                    }
+                ],
+            },
+        )
+        client.close()
+        assert response.responses[0].partition_responses[0].error_code == 17
+        assert broker.replicas.get("__consumer_offsets", 0).log.log_end_offset == 0
+
+    run_broker(tmp_path, check)

@@ -45,6 +45,10 @@ class TopicInfo:
     configs: dict[str, str] = field(default_factory=dict)
 
 
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+"""Topics the broker writes itself; clients may read but not produce to them."""
+
+
 def collision_key(name: str) -> str:
     """Kafka treats '.' and '_' as the same in metric names, so such names may not coexist."""
     return name.replace(".", "_")

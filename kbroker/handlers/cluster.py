@@ -14,6 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
+from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.registry import handles
 
@@ -39,7 +40,6 @@ TOPIC_OPERATIONS = sum(
     for op in (_READ, _WRITE, _CREATE, _DESCRIBE, _DELETE, _ALTER, _DESCRIBE_CONFIGS)
     + (_ALTER_CONFIGS,)
 )
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 # -- DescribeCluster -----------------------------------------------------------------------

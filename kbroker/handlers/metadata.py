@@ -7,11 +7,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
+from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.registry import handles
 
 METADATA = 3
-INTERNAL_TOPIC_PREFIX = "__"
 
 
 def describe_brokers(broker: Any) -> list[dict[str, Any]]:
@@ -27,7 +27,7 @@ def describe_topic(topic: Any, error: ErrorCode = ErrorCode.none) -> dict[str, A
         "error_code": error,
         "name": topic.name,
         "topic_id": topic.topic_id,
-        "is_internal": topic.name.startswith(INTERNAL_TOPIC_PREFIX),
+        "is_internal": topic.name in INTERNAL_TOPICS,
         "partitions": [
             {
                 "error_code": 0,

@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.handlers.registry import NO_RESPONSE, handles
 from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError
 from kbroker.protocol.produce_response import (
@@ -51,6 +52,8 @@ def produce(ctx: Any, request: Any) -> Any:
             elif topic is None:
                 code = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
                 result = ProducedPartition(pdata.index, code)
+            elif name in INTERNAL_TOPICS:  # written only by the coordinators that own them
+                result = ProducedPartition(pdata.index, ErrorCode.invalid_topic_exception)
             else:
                 result = _append(broker, name, pdata, now, awaiting_flush, request.transactional_id)
             failed = failed or result.error_code != 0

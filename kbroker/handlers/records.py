@@ -11,12 +11,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.handlers.registry import handles
 from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeError
 
 DELETE_RECORDS = 21
 HIGH_WATERMARK = -1
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 log = logging.getLogger("kbroker.delete_records")
 

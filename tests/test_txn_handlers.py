@@ -353,3 +353,16 @@ def test_write_txn_markers_closes_a_transaction_in_a_partition(tmp_path: Path) -
         assert log.last_stable_offset == log.log_end_offset == 2
 
     _run(tmp_path, body)
+
+
+def test_metrics_count_transactional_ids_by_state(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await _init(client, "tx")
+        await _add(client, "tx", init.producer_id, init.producer_epoch, "t", 0)
+        await _init(client, "idle")
+        lines = broker.txn_coordinator.metrics()
+        assert 'kbroker_transactions{state="Ongoing"} 1' in lines
+        assert 'kbroker_transactions{state="Empty"} 1' in lines
+        assert "kbroker_transactions_awaiting_markers 0" in lines
+
+    _run(tmp_path, body)

@@ -100,6 +100,9 @@ class TransactionCoordinatorService:
     async def start(self) -> None:
         config = self.broker.config
         self._follow_group_loads()
+        extra = getattr(self.broker, "extra_metrics", None)
+        if extra is not None:
+            extra.append(self.metrics)
         self.broker.controller.subscribe(self._on_metadata_event)
         self.refresh()
         self._every(
@@ -121,6 +124,25 @@ class TransactionCoordinatorService:
         self._tasks.clear()
         self._loads.clear()
         self.coordinator.shutdown()
+
+    def metrics(self) -> list[str]:
+        """Prometheus lines: transactional ids by state, markers waiting for a retry."""
+        counts: dict[str, int] = {}
+        for meta in self.coordinator.txns.values():
+            name = meta.state.display_name
+            counts[name] = counts.get(name, 0) + 1
+        out = [
+            "# HELP kbroker_transactions Transactional ids this node coordinates, by state.",
+            "# TYPE kbroker_transactions gauge",
+        ]
+        out += [f'kbroker_transactions{{state="{n}"}} {c}' for n, c in sorted(counts.items())]
+        out += [
+            "# HELP kbroker_transactions_awaiting_markers Ended transactions whose markers "
+            "are not all written yet.",
+            "# TYPE kbroker_transactions_awaiting_markers gauge",
+            f"kbroker_transactions_awaiting_markers {len(self.coordinator.incomplete)}",
+        ]
+        return out
 
     def _follow_group_loads(self) -> None:
         """After the group coordinator loads an offsets partition, settle the offsets of

@@ -746,17 +746,24 @@ class PartitionLog:
         segments = self.segments
         return len(segments) > 1 and segments[-2].dirty
 
-    def prepare_flush(self) -> FlushJob | None:
-        """Persist pending index entries and list what an fsync must cover."""
+    def prepare_flush(self, data_only: bool = False) -> FlushJob | None:
+        """Persist pending index entries and list what an fsync must cover.
+
+        `data_only` (an acknowledgement is waiting) syncs just the log files: a lost index
+        tail only makes lookups walk further, and recovery repairs indexes that point
+        wrong, so index files wait for the next full flush (roll, interval, close).
+        """
         if self.closed:
             return None
         with self._lock:
             paths: list[str] = []
             segments = [s for s in list(self.segments) if s.dirty and not s.deleted]
             for seg in segments:
+                paths.append(seg.log_path)
+                if data_only:
+                    continue
                 seg.persist_indexes()
                 seg.dirty = False
-                paths.append(seg.log_path)
                 paths.append(seg.index_path)
                 paths.append(seg.time_index_path)
             directory = self._dir if self._new_files else None

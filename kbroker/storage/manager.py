@@ -231,12 +231,12 @@ class LogManager:
     async def _group_flush(self, plog: PartitionLog, commit: _GroupCommit) -> None:
         try:
             await asyncio.sleep(0)  # let the appends of this loop iteration join
-            await self._run_flush(plog)
+            await self._run_flush(plog, data_only=True)
         finally:
             commit.inflight = None
 
-    async def _run_flush(self, plog: PartitionLog) -> None:
-        job = plog.prepare_flush()
+    async def _run_flush(self, plog: PartitionLog, data_only: bool = False) -> None:
+        job = plog.prepare_flush(data_only)
         if job is None:
             return
         loop = asyncio.get_running_loop()

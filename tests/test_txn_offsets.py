@@ -81,17 +81,19 @@ class Txn:
         return response.error_code
 
 
-async def committed(client: RawClient) -> int:
+async def committed(client: RawClient, require_stable: bool = False) -> int:
+    """The committed offset, or minus the error code (-88: UNSTABLE_OFFSET_COMMIT)."""
     response = await client.call(
         OFFSET_FETCH,
         7,
         {
             "group_id": "g",
             "topics": [{"name": "in", "partition_indexes": [0]}],
-            "require_stable": False,
+            "require_stable": require_stable,
         },
     )
-    return response.topics[0].partitions[0].committed_offset
+    partition = response.topics[0].partitions[0]
+    return -partition.error_code if partition.error_code else partition.committed_offset
 
 
 def test_offsets_count_only_once_committed_and_stay_right_after_restart(tmp_path: Path) -> None:
@@ -108,6 +110,7 @@ def test_offsets_count_only_once_committed_and_stay_right_after_restart(tmp_path
         assert await committed(client) == 7
         assert await txn.commit_offset(9) == 0  # left open across the restart
         assert await committed(client) == 7
+        assert await committed(client, require_stable=True) == -88
         client.close()
 
     async def second(broker, port: int) -> None:  # type: ignore[no-untyped-def]
@@ -117,11 +120,13 @@ def test_offsets_count_only_once_committed_and_stay_right_after_restart(tmp_path
             if response != -1:
                 break
         assert await committed(client) == 7
+        assert await committed(client, require_stable=True) == -88  # still pending
         service = broker.txn_coordinator
         meta = service.coordinator.txns["tx"]
         txn = Txn(client, meta.producer_id, meta.producer_epoch)
         assert await txn.end(True) == 0
         assert await committed(client) == 9
+        assert await committed(client, require_stable=True) == 9
         client.close()
 
     run_broker(tmp_path, first, OVERRIDES)

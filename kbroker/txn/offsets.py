@@ -16,7 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.coordinator.group import ClassicGroup, GroupState, OffsetAndMetadata
+from kbroker.coordinator.group import OffsetAndMetadata
 from kbroker.coordinator.records import (
     OffsetKey,
     RecordFormatError,
@@ -68,31 +68,13 @@ class TxnOffsetStore:
     def validate(
         self, group_id: str, member_id: str, generation_id: int, instance_id: str | None
     ) -> ErrorCode:
-        """Kafka's checks of a TxnOffsetCommit against the group (coordinator, member,
-        generation); a group that does not exist yet is fine."""
+        """Kafka's checks of a TxnOffsetCommit against the group (the group coordinator's)."""
         coordinator = self._coordinator()
         if coordinator is None:
             return E.coordinator_not_available
-        error = coordinator._status(group_id, allow_empty=True)
-        if error is not None:
-            return error
-        group = coordinator.groups.get(group_id)
-        if group is None:
-            # Kafka creates the group, Empty: only a request from no member passes.
-            if generation_id >= 0 or member_id or instance_id is not None:
-                return E.unknown_member_id
-            return E.none
-        if group.is_in(GroupState.DEAD):
-            return E.coordinator_not_available
-        if generation_id < 0 and group.is_in(GroupState.EMPTY):
-            return E.none
-        if generation_id >= 0 or member_id or instance_id is not None:
-            error = coordinator._validate_member(group, member_id, instance_id)
-            if error is not None:
-                return error
-            if generation_id != group.generation_id:
-                return E.illegal_generation
-        return E.none
+        return coordinator.validate_txn_offset_commit(
+            group_id, member_id, generation_id, instance_id
+        )
 
     def write(
         self,
@@ -150,13 +132,8 @@ class TxnOffsetStore:
         coordinator = self._coordinator()
         if coordinator is None:
             return
-        now = int(time.time() * 1000)
         for group_id, offsets in pending.by_group.items():
-            group = coordinator.groups.get(group_id)
-            if group is None:
-                group = ClassicGroup(group_id, state_timestamp_ms=now)
-                coordinator.groups[group_id] = group
-            group.offsets.update(offsets)
+            coordinator.apply_committed_offsets(group_id, offsets)
 
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
         """Whether an open transaction holds an offset of the group for `tp` (what
@@ -216,19 +193,14 @@ class TxnOffsetStore:
                     entry.by_group.setdefault(k[0], {})[k[1]] = decoded
                 elif not skip and not hold:
                     final[k] = decoded
-        now = int(time.time() * 1000)
         for group_id, tp in touched:
             value = final.get((group_id, tp))
-            group = coordinator.groups.get(group_id)
-            if value is None:
-                if group is not None:
-                    group.offsets.pop(tp, None)
+            if value is not None:
+                coordinator.apply_committed_offsets(group_id, {tp: value})
                 continue
-            if group is None:
-                group = coordinator.groups[group_id] = ClassicGroup(
-                    group_id, state_timestamp_ms=now
-                )
-            group.offsets[tp] = value
+            group = coordinator.groups.get(group_id)
+            if group is not None:
+                group.offsets.pop(tp, None)
         for pid, entry in pending.items():
             self.pending[(partition, pid)] = entry
         return len(touched)

@@ -145,24 +145,15 @@ class TransactionCoordinatorService:
         return out
 
     def _follow_group_loads(self) -> None:
-        """After the group coordinator loads an offsets partition, settle the offsets of
-        its transactions (aborted ones out, open ones held back until their marker)."""
+        """Plug into the group coordinator: after it loads an offsets partition, settle the
+        offsets of its transactions (aborted ones out, open ones held back until their
+        marker); and tell OffsetFetch (require_stable) which offsets are still pending."""
         groups = getattr(self.broker, "group_coordinator", None)
         coordinator = getattr(groups, "coordinator", None)
         if coordinator is None:
             return
-        load = coordinator.load_partition
-        offsets = self.offsets
-
-        def load_partition(partition: int, records: Any) -> int:
-            loaded = load(partition, records)
-            try:
-                offsets.reconcile(partition)
-            except Exception:
-                log.exception("settling transactional offsets of partition %d failed", partition)
-            return loaded
-
-        coordinator.load_partition = load_partition
+        coordinator.load_listeners.append(self.offsets.reconcile)
+        coordinator.pending_offset_check = self.offsets.has_pending
 
     def _every(self, interval_ms: float, job: Any) -> None:
         async def loop() -> None:

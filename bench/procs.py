@@ -65,18 +65,68 @@ def tree_memory(pid: int) -> Memory:
     return Memory(rss_mib=rss / 1024, hwm_mib=hwm / 1024)
 
 
+PF_KTHREAD = 0x00200000
+
+
+@dataclass(frozen=True)
+class ProcCpu:
+    """CPU ticks of one process, its reaped children included, and whether it is a kthread."""
+
+    ticks: int
+    kthread: bool
+
+
+def _proc_cpu(pid: int | str) -> ProcCpu | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the parenthesised command name: flags is field 9, utime..cstime 14-17.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    ticks = sum(int(x) for x in fields[11:15])
+    return ProcCpu(ticks=ticks, kthread=bool(int(fields[6]) & PF_KTHREAD))
+
+
 def tree_cpu_seconds(pid: int) -> float:
-    """User+system CPU seconds consumed so far by a process tree (all threads)."""
+    """User+system CPU seconds used so far by a process tree, all threads.
+
+    Children that have exited and were reaped count through their parent's cutime/cstime,
+    so a short-lived child (Redis forks one to rewrite its AOF) never makes this go down.
+    """
     total = 0
     for p in process_tree(pid):
-        try:
-            stat = Path(f"/proc/{p}/stat").read_text()
-        except OSError:
-            continue
-        # Fields after the parenthesised command name; utime and stime are 14 and 15.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        total += int(fields[11]) + int(fields[12])
+        cpu = _proc_cpu(p)
+        total += cpu.ticks if cpu else 0
     return total / CLOCK_TICKS
+
+
+def cpu_snapshot() -> dict[int, ProcCpu]:
+    """CPU of every process on the machine, to tell what neighbours used meanwhile."""
+    snap: dict[int, ProcCpu] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            cpu = _proc_cpu(entry.name)
+            if cpu is not None:
+                snap[int(entry.name)] = cpu
+    return snap
+
+
+def foreign_cpu_seconds(
+    before: dict[int, ProcCpu], after: dict[int, ProcCpu], ours: set[int]
+) -> float:
+    """CPU seconds that user processes other than `ours` used between two snapshots.
+
+    Kernel threads (journal commits, writeback, softirq work) are left out: much of what
+    they do is on the measured brokers' behalf. Processes that both started and ended
+    between the snapshots are missed unless their parent reaped them.
+    """
+    ticks = 0
+    for pid, cpu in after.items():
+        if pid in ours or cpu.kthread:
+            continue
+        prior = before.get(pid)
+        ticks += cpu.ticks - (prior.ticks if prior else 0)
+    return max(ticks, 0) / CLOCK_TICKS
 
 
 def self_cpu_seconds() -> float:
@@ -101,9 +151,9 @@ def wait_for_quiet(max_wait: float, cores: float = 0.3, window: float = 1.0) -> 
     """
     deadline = time.perf_counter() + max_wait
     while True:
-        before, mine0 = machine_busy_seconds(), self_cpu_seconds()
+        before = cpu_snapshot()
         time.sleep(window)
-        load = (machine_busy_seconds() - before - (self_cpu_seconds() - mine0)) / window
+        load = foreign_cpu_seconds(before, cpu_snapshot(), {os.getpid()}) / window
         if load < cores or time.perf_counter() >= deadline:
             return load
 

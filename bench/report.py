@@ -86,10 +86,10 @@ def _per_record_us(row: Row, key: str) -> str:
     return _fmt(cpu / n * 1e6, 2) if n and cpu is not None else "-"
 
 
-def _other_cores(row: Row) -> str:
-    """CPUs' worth of work other processes did during the run: the noise in the figure."""
-    other, secs = row.metrics.get("other_cpu_s"), row.metrics.get("seconds")
-    return _fmt(other / secs, 2) if other is not None and secs else "-"
+def _cores(row: Row, key: str) -> str:
+    """CPU seconds spent during the run, as a number of cores busy on average."""
+    cpu, secs = row.metrics.get(key), row.metrics.get("seconds")
+    return _fmt(cpu / secs, 2) if cpu is not None and secs else "-"
 
 
 def _table(headers: list[str], rows: list[list[str]], left: int = 1, md: bool = False) -> str:
@@ -112,7 +112,7 @@ def _table(headers: list[str], rows: list[list[str]], left: int = 1, md: bool = 
 
 def throughput_table(report: Report, md: bool = False) -> str:
     headers = ["peer", "workload", "size", "records", "seconds", "msg/s", "MiB/s",
-               "p50 ms", "p99 ms", "broker CPU us/rec", "client CPU us/rec", "other CPUs", "note"]  # fmt: skip
+               "p50 ms", "p99 ms", "broker CPU us/rec", "client CPU us/rec", "kernel CPUs", "others' CPUs", "note"]  # fmt: skip
     repeated = report.settings.get("repeat", 1) > 1
     if repeated:
         headers.insert(6, "msg/s range")
@@ -134,7 +134,8 @@ def throughput_table(report: Report, md: bool = False) -> str:
             _fmt(m.get("mib_per_s"), 1) if "mib_per_s" in m else "-",
             _fmt(m.get("p50_ms"), 3) if "p50_ms" in m else "-",
             _fmt(m.get("p99_ms"), 3) if "p99_ms" in m else "-",
-            _per_record_us(r, "broker_cpu_s"), _per_record_us(r, "client_cpu_s"), _other_cores(r),
+            _per_record_us(r, "broker_cpu_s"), _per_record_us(r, "client_cpu_s"),
+            _cores(r, "kernel_cpu_s"), _cores(r, "other_cpu_s"),
             "; ".join(notes),
         ])  # fmt: skip
         if repeated:

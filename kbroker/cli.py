@@ -24,11 +24,19 @@ def _parser() -> argparse.ArgumentParser:
         help="set one broker property (repeatable); beats the environment and the file",
     )
     serve.add_argument("--log-level", help="overrides logging.level")
+    serve.add_argument(
+        "--event-loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="uvloop (default, when installed) or the standard library's loop",
+    )
     return parser
 
 
-def _install_event_loop() -> None:
+def _install_event_loop(choice: str) -> None:
     """uvloop roughly doubles the request rate of the stock loop; use it when present."""
+    if choice == "asyncio":
+        return
     try:
         import uvloop
     except ImportError:
@@ -64,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    _install_event_loop()
+    _install_event_loop(args.event_loop)
     try:
         asyncio.run(_serve(config))
     except OSError as exc:

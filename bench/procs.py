@@ -70,9 +70,10 @@ PF_KTHREAD = 0x00200000
 
 @dataclass(frozen=True)
 class ProcCpu:
-    """CPU ticks of one process, its reaped children included, and whether it is a kthread."""
+    """CPU ticks of one process (all threads), of its reaped children, and if it is a kthread."""
 
     ticks: int
+    children_ticks: int
     kthread: bool
 
 
@@ -83,8 +84,11 @@ def _proc_cpu(pid: int | str) -> ProcCpu | None:
         return None
     # Fields after the parenthesised command name: flags is field 9, utime..cstime 14-17.
     fields = stat[stat.rindex(")") + 2 :].split()
-    ticks = sum(int(x) for x in fields[11:15])
-    return ProcCpu(ticks=ticks, kthread=bool(int(fields[6]) & PF_KTHREAD))
+    return ProcCpu(
+        ticks=int(fields[11]) + int(fields[12]),
+        children_ticks=int(fields[13]) + int(fields[14]),
+        kthread=bool(int(fields[6]) & PF_KTHREAD),
+    )
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -96,7 +100,7 @@ def tree_cpu_seconds(pid: int) -> float:
     total = 0
     for p in process_tree(pid):
         cpu = _proc_cpu(p)
-        total += cpu.ticks if cpu else 0
+        total += cpu.ticks + cpu.children_ticks if cpu else 0
     return total / CLOCK_TICKS
 
 
@@ -117,8 +121,9 @@ def foreign_cpu_seconds(
     """CPU seconds that user processes other than `ours` used between two snapshots.
 
     Kernel threads (journal commits, writeback, softirq work) are left out: much of what
-    they do is on the measured brokers' behalf. Processes that both started and ended
-    between the snapshots are missed unless their parent reaped them.
+    they do is on the measured brokers' behalf. Reaped children are left out too (a
+    parent's cutime jumps by a child's whole life at the moment it reaps it), so a
+    process that both starts and ends between the snapshots goes uncounted.
     """
     ticks = 0
     for pid, cpu in after.items():

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field, replace
 from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.clock import Scheduler
+from kbroker.coordinator.consumer_coordinator import ConsumerGroupConfig, ConsumerGroupCoordinator
+from kbroker.coordinator.consumer_group import ConsumerGroup
+from kbroker.coordinator.consumer_records import is_consumer_record
 from kbroker.coordinator.group import (
     UNKNOWN_MEMBER_ID,
     ClassicGroup,
@@ -161,6 +164,7 @@ class GroupCoordinator:
         scheduler: Scheduler,
         store: GroupStore,
         new_id: Callable[[], str] | None = None,
+        consumer_config: ConsumerGroupConfig | None = None,
     ) -> None:
         self.config = config
         self.scheduler = scheduler
@@ -175,6 +179,8 @@ class GroupCoordinator:
         # holds a group's offset (OffsetFetch with require_stable).
         self.load_listeners: list[Callable[[int], None]] = []
         self.pending_offset_check: Callable[[str, TopicPartition], bool] | None = None
+        # Consumer-protocol groups (KIP-848) share the id namespace, offsets and partitions.
+        self.consumer = ConsumerGroupCoordinator(self, consumer_config)
 
     # -- ownership ------------------------------------------------------------------------
 
@@ -200,6 +206,11 @@ class GroupCoordinator:
     def _is_current(self, group: ClassicGroup) -> bool:
         return self.groups.get(group.group_id) is group
 
+    def _holds(self, group: ClassicGroup | ConsumerGroup) -> bool:
+        """Whether the group (of either kind) is still the live one of its id."""
+        live = self.consumer.groups if isinstance(group, ConsumerGroup) else self.groups
+        return live.get(group.group_id) is group
+
     # -- JoinGroup ------------------------------------------------------------------------
 
     def join_group(self, req: JoinRequest, callback: JoinCallback) -> None:
@@ -213,6 +224,15 @@ class GroupCoordinator:
         if error is not None:
             callback(JoinResult(error, req.member_id))
             return
+        if req.group_id in self.consumer.groups:
+            offsets = self.consumer.release_to_classic(req.group_id)
+            if offsets is None:
+                # A consumer-protocol group with members: classic members cannot join it.
+                callback(JoinResult(E.inconsistent_group_protocol, req.member_id))
+                return
+            self.groups[req.group_id] = ClassicGroup(
+                req.group_id, state_timestamp_ms=self._now(), offsets=offsets
+            )
         is_unknown = req.member_id == UNKNOWN_MEMBER_ID
         group = self.groups.get(req.group_id)
         if group is None:
@@ -956,7 +976,12 @@ class GroupCoordinator:
         ILLEGAL_GENERATION before OffsetCommit v9, GROUP_ID_NOT_FOUND from v9 on.
         """
         error = self._status(group_id, allow_empty=True)
-        if error is None:
+        group: ClassicGroup | ConsumerGroup | None = None
+        consumer_group = self.consumer.groups.get(group_id) if error is None else None
+        if consumer_group is not None:
+            group = consumer_group
+            error = self.consumer.validate_offset_commit(consumer_group, member_id, generation_id)
+        elif error is None:
             group = self.groups.get(group_id)
             if group is None:
                 if generation_id < 0:
@@ -971,7 +996,9 @@ class GroupCoordinator:
             callback({tp: error for tp in offsets})
             return
         assert group is not None
-        if group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+        if isinstance(group, ClassicGroup) and group.is_in(
+            GroupState.STABLE, GroupState.PREPARING_REBALANCE
+        ):
             member = group.members.get(member_id)
             if member is not None:
                 self._schedule_heartbeat(group, member)
@@ -991,7 +1018,7 @@ class GroupCoordinator:
 
         def stored(code: ErrorCode) -> None:
             if code == E.none:
-                if self._is_current(group):
+                if self._holds(group):
                     group.offsets.update(to_store)
                 results.update(dict.fromkeys(to_store, E.none))
             else:
@@ -1020,16 +1047,27 @@ class GroupCoordinator:
         return None
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None
+        self,
+        group_id: str,
+        partitions: list[TopicPartition] | None,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[ErrorCode, dict[TopicPartition, OffsetAndMetadata | None]]:
         """Committed offsets of the group; None for partitions with none committed.
 
-        `partitions=None` asks for every committed offset of the group.
+        `partitions=None` asks for every committed offset of the group. A member of a
+        consumer-protocol group names itself (OffsetFetch v9+) and must be at its epoch.
         """
         error = self._status(group_id, allow_empty=True)
         if error is not None:
             return error, {}
-        group = self.groups.get(group_id)
+        group: ClassicGroup | ConsumerGroup | None = self.groups.get(group_id)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            error = self.consumer.validate_offset_fetch(consumer_group, member_id, member_epoch)
+            if error is not None:
+                return error, {}
+            group = consumer_group
         offsets = group.offsets if group is not None else {}
         if partitions is None:
             return E.none, dict(offsets)
@@ -1049,6 +1087,14 @@ class GroupCoordinator:
         error = self._status(group_id)
         if error is not None:
             return error
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return (
+                self.consumer.validate_offset_commit(
+                    consumer_group, member_id, generation_id, transactional=True
+                )
+                or E.none
+            )
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -1071,6 +1117,10 @@ class GroupCoordinator:
         self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]
     ) -> None:
         """Make offsets already in the log visible (a transaction's commit marker landed)."""
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            consumer_group.offsets.update(offsets)
+            return
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             group = ClassicGroup(group_id, state_timestamp_ms=self._now())
@@ -1081,17 +1131,31 @@ class GroupCoordinator:
         self, group_id: str, partitions: list[TopicPartition], callback: DeleteOffsetsCallback
     ) -> None:
         error = self._status(group_id)
-        group = self.groups.get(group_id) if error is None else None
-        if error is None and (group is None or group.is_in(GroupState.DEAD)):
-            error = E.group_id_not_found
-        if (
-            error is None
-            and group is not None
-            and not group.is_in(GroupState.EMPTY)
-            and group.protocol_type != "consumer"
-        ):
-            # Only the consumer protocol tells which topics a live group still uses.
-            error = E.non_empty_group
+        consumer_group = self.consumer.groups.get(group_id) if error is None else None
+        if consumer_group is not None:
+            group: ClassicGroup | ConsumerGroup | None = consumer_group
+            in_use = consumer_group.is_subscribed_to
+        else:
+            classic = self.groups.get(group_id) if error is None else None
+            if error is None and (classic is None or classic.is_in(GroupState.DEAD)):
+                error = E.group_id_not_found
+            if (
+                error is None
+                and classic is not None
+                and not classic.is_in(GroupState.EMPTY)
+                and classic.protocol_type != "consumer"
+            ):
+                # Only the consumer protocol tells which topics a live group still uses.
+                error = E.non_empty_group
+            group = classic
+
+            def in_use(topic: str) -> bool:
+                return (
+                    classic is not None
+                    and not classic.is_in(GroupState.EMPTY)
+                    and classic.is_subscribed_to(topic)
+                )
+
         if error is not None or group is None:
             callback((error or E.group_id_not_found, {}))
             return
@@ -1099,7 +1163,7 @@ class GroupCoordinator:
         records: list[KeyValue] = []
         removed: list[TopicPartition] = []
         for tp in partitions:
-            if not group.is_in(GroupState.EMPTY) and group.is_subscribed_to(tp[0]):
+            if in_use(tp[0]):
                 results[tp] = E.group_subscribed_to_topic
                 continue
             results[tp] = E.none
@@ -1133,6 +1197,11 @@ class GroupCoordinator:
             if wanted_types and "classic" not in wanted_types:
                 continue
             listed.append(ListedGroup(group.group_id, group.protocol_type or "", group.state.value))
+        if not wanted_types or "consumer" in wanted_types:
+            listed.extend(
+                ListedGroup(group_id, "consumer", state, "consumer")
+                for group_id, state in self.consumer.listed(wanted_states)
+            )
         error = E.coordinator_load_in_progress if self.loading else E.none
         if not self.active:
             error = E.coordinator_not_available
@@ -1152,6 +1221,14 @@ class GroupCoordinator:
         by_partition: dict[int, list[KeyValue]] = {}
         for group_id in group_ids:
             error = self._status(group_id, allow_empty=True)
+            if error is None and group_id in self.consumer.groups:
+                error, consumer_records = self.consumer.delete_group(group_id)
+                results[group_id] = error
+                if error == E.none:
+                    by_partition.setdefault(self.partition_for(group_id), []).extend(
+                        consumer_records
+                    )
+                continue
             group = self.groups.get(group_id) if error is None else None
             if error is None and (group is None or group.is_in(GroupState.DEAD)):
                 error = E.group_id_not_found
@@ -1221,6 +1298,12 @@ class GroupCoordinator:
                 self._forget_group(group)
             if records:
                 by_partition.setdefault(self.partition_for(group.group_id), []).extend(records)
+        consumer_records, consumer_expired = self.consumer.expire_offsets(
+            now, retention, self.owned
+        )
+        for partition, records in consumer_records.items():
+            by_partition.setdefault(partition, []).extend(records)
+        expired_count += consumer_expired
         for partition, records in by_partition.items():
             self.store.write(partition, records, lambda code: _log_write_failure("expiry", code))
         if expired_count:
@@ -1244,12 +1327,18 @@ class GroupCoordinator:
         def skip(error: RecordFormatError) -> None:
             log.warning("skipping unreadable record in partition %d: %s", partition, error)
 
-        metadata, offsets = replay(records, skip)
+        records = list(records)
+        consumer_loaded = self.consumer.load_records(partition, records)
+        metadata, offsets = replay((r for r in records if not is_consumer_record(r[0])), skip)
         now = self._now()
-        loaded = 0
+        loaded = len(consumer_loaded)
         for group_id in set(metadata) | set(offsets):
             stored = metadata.get(group_id)
             group_offsets = offsets.get(group_id, {})
+            consumer_group = self.consumer.groups.get(group_id)
+            if consumer_group is not None:
+                consumer_group.offsets = group_offsets
+                continue
             if stored is None and not group_offsets:
                 continue
             group = group_from_record(group_id, stored, now)
@@ -1274,6 +1363,7 @@ class GroupCoordinator:
         """Drop this partition's groups (leadership moved away, or shutdown)."""
         self.loading.discard(partition)
         self.owned.discard(partition)
+        self.consumer.unload_partition(partition)
         for group in [
             g for g in self.groups.values() if self.partition_for(g.group_id) == partition
         ]:

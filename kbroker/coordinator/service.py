@@ -17,8 +17,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.controller.events import PartitionsCreated, TopicCreated, TopicDeleted
 from kbroker.coordinator.clock import LoopScheduler
+from kbroker.coordinator.consumer_coordinator import consumer_group_config
 from kbroker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
+from kbroker.coordinator.lag import lag_metrics, replica_high_watermark
 from kbroker.coordinator.store import OFFSETS_TOPIC, KeyValue, LogGroupStore, read_log_records
 
 log = logging.getLogger("kbroker.coordinator")
@@ -47,7 +50,9 @@ class GroupCoordinatorService:
             coordinator_config(broker.config),
             self.scheduler,
             LogGroupStore(broker, self.scheduler.now_ms),
+            consumer_config=consumer_group_config(broker.config),
         )
+        self.coordinator.consumer.metadata = lambda: broker.controller.state
         self._loads: dict[int, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
         self._creating: asyncio.Future[ErrorCode] | None = None
@@ -57,12 +62,15 @@ class GroupCoordinatorService:
 
     async def start(self) -> None:
         self.broker.controller.subscribe(self._on_metadata_event)
+        self.broker.extra_metrics.append(self._lag_metrics)
         self.refresh()
         interval = self.broker.config.get("offsets.retention.check.interval.ms") / 1000
         self._tasks.append(asyncio.create_task(self._expire_periodically(interval)))
 
     async def stop(self) -> None:
         self.broker.controller.unsubscribe(self._on_metadata_event)
+        if self._lag_metrics in self.broker.extra_metrics:
+            self.broker.extra_metrics.remove(self._lag_metrics)
         for task in [*self._tasks, *self._loads.values()]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._loads.values(), return_exceptions=True)
@@ -72,7 +80,15 @@ class GroupCoordinatorService:
 
     # -- leadership of the offsets partitions --------------------------------------------
 
+    def _lag_metrics(self) -> list[str]:
+        return lag_metrics(self.coordinator, replica_high_watermark(self.broker))
+
     def _on_metadata_event(self, event: Any) -> None:
+        if isinstance(event, TopicCreated | PartitionsCreated):
+            # Consumer-protocol groups reading the topic (or a regex it matches) assign again.
+            self.coordinator.consumer.on_topics_changed([event.info.name])
+        elif isinstance(event, TopicDeleted):
+            self.coordinator.consumer.on_topics_changed([event.name])
         # Let the broker open the partitions first (it hears of the same event), then look.
         if not self._refresh_pending:
             self._refresh_pending = True

@@ -7,6 +7,7 @@ from kbroker.handlers import (  # noqa: F401
     api_versions,
     cluster,
     configs,
+    consumer_groups,
     fetch,
     groups,
     leader_epoch,

@@ -371,7 +371,18 @@ def offset_fetch(ctx: Any, request: Any) -> Any:
     version = ctx.version
     stable = bool(getattr(request, "require_stable", False))
     if version >= 8:
-        groups = [_fetch_group(ctx, g.group_id, g.topics, version, stable) for g in request.groups]
+        groups = [
+            _fetch_group(
+                ctx,
+                g.group_id,
+                g.topics,
+                version,
+                stable,
+                getattr(g, "member_id", None),
+                getattr(g, "member_epoch", -1),
+            )
+            for g in request.groups
+        ]
         return {"throttle_time": 0, "groups": groups}
     fetched = _fetch_group(ctx, request.group_id, request.topics, version, stable)
     error = fetched["error_code"]
@@ -389,7 +400,13 @@ def offset_fetch(ctx: Any, request: Any) -> Any:
 
 
 def _fetch_group(
-    ctx: Any, group_id: str, topics: Any, version: int, require_stable: bool = False
+    ctx: Any,
+    group_id: str,
+    topics: Any,
+    version: int,
+    require_stable: bool = False,
+    member_id: str | None = None,
+    member_epoch: int = -1,
 ) -> dict[str, Any]:
     coordinator = _coordinator(ctx)
     by_id = version >= 10
@@ -397,7 +414,7 @@ def _fetch_group(
     if coordinator is None:
         return {"group_id": group_id, "topics": [], "error_code": E.coordinator_not_available}
     if topics is None:
-        error, offsets = coordinator.fetch_offsets(group_id, None)
+        error, offsets = coordinator.fetch_offsets(group_id, None, member_id, member_epoch)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition), value in sorted(offsets.items()):
             by_topic.setdefault(topic, []).append(
@@ -425,7 +442,7 @@ def _fetch_group(
             named.append((name, None, list(t.partition_indexes)))
         if name is not None:
             wanted.extend((name, i) for i in t.partition_indexes)
-    error, offsets = coordinator.fetch_offsets(group_id, wanted)
+    error, offsets = coordinator.fetch_offsets(group_id, wanted, member_id, member_epoch)
     if error != E.none:
         return {"group_id": group_id, "topics": [], "error_code": error}
     rendered = []
@@ -563,16 +580,24 @@ def describe_groups(ctx: Any, request: Any) -> Any:
     )
     described = []
     for group_id in request.groups:
+        message = None
         if coordinator is None:
             error, group = E.coordinator_not_available, None
         else:
             error, group = coordinator.describe_group(group_id)
-        described.append(_describe(group_id, error, group, ctx.version, operations))
+            if group is None and group_id in coordinator.consumer.groups:
+                message = f"Group {group_id} is not a classic group."  # as Kafka answers
+        described.append(_describe(group_id, error, group, ctx.version, operations, message))
     return {"throttle_time": 0, "groups": described}
 
 
 def _describe(
-    group_id: str, error: ErrorCode, group: Any, version: int, operations: int
+    group_id: str,
+    error: ErrorCode,
+    group: Any,
+    version: int,
+    operations: int,
+    message: str | None = None,
 ) -> dict[str, Any]:
     if group is None:
         dead = {
@@ -587,7 +612,7 @@ def _describe(
             error = E.none  # before v6 a missing group is described as Dead, no error
         dead["error_code"] = error
         if error == E.group_id_not_found:
-            dead["error_message"] = f"Group {group_id} not found."
+            dead["error_message"] = message or f"Group {group_id} not found."
         return dead
     stable = group.state == GroupState.STABLE
     return {

@@ -1,0 +1,398 @@
+"""Consumer-protocol group records in `__consumer_offsets`, in Kafka's layouts.
+
+Kafka's group coordinator (KIP-848) keeps a consumer group as six record kinds, told
+apart by the int16 that starts the key (the "key version"):
+
+    3  ConsumerGroupMetadata              group epoch
+    4  ConsumerGroupPartitionMetadata     topics the group assigns from
+    5  ConsumerGroupMemberMetadata        one member's subscription
+    6  ConsumerGroupTargetAssignmentMetadata   assignment epoch
+    7  ConsumerGroupTargetAssignmentMember     one member's target partitions
+    8  ConsumerGroupCurrentMemberAssignment    one member's epoch, state and partitions
+
+Keys are non-flexible (int16-length strings). Values start with an int16 version (0)
+followed by the flexible encoding: compact strings and arrays, 16-byte uuids, and a
+tagged-field section after every struct. Unknown tagged fields are skipped on read.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Iterable
+
+from kbroker.coordinator.consumer_group import (
+    Assignment,
+    ConsumerMember,
+    CurrentAssignmentRecord,
+    GroupEpochRecord,
+    GroupRecord,
+    MemberMetadataRecord,
+    MemberState,
+    SubscriptionMetadataRecord,
+    TargetEpochRecord,
+    TargetMemberRecord,
+    TopicMetadata,
+)
+from kbroker.coordinator.records import MAX_STRING_BYTES, RecordFormatError
+from kbroker.coordinator.store import KeyValue
+
+GROUP_EPOCH_KEY = 3
+PARTITION_METADATA_KEY = 4
+MEMBER_METADATA_KEY = 5
+TARGET_EPOCH_KEY = 6
+TARGET_MEMBER_KEY = 7
+CURRENT_ASSIGNMENT_KEY = 8
+CONSUMER_KEY_VERSIONS = frozenset(range(GROUP_EPOCH_KEY, CURRENT_ASSIGNMENT_KEY + 1))
+VALUE_VERSION = 0
+_MEMBER_KEYS = (MEMBER_METADATA_KEY, TARGET_MEMBER_KEY, CURRENT_ASSIGNMENT_KEY)
+
+
+def is_consumer_record(key: bytes) -> bool:
+    """Whether a `__consumer_offsets` key belongs to a consumer-protocol group."""
+    return len(key) >= 2 and struct.unpack_from(">h", key)[0] in CONSUMER_KEY_VERSIONS
+
+
+def record_group_id(key: bytes) -> str:
+    """The group a consumer-protocol key belongs to (its first field)."""
+    return _KeyReader(key[2:]).string()
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+class _Out:
+    __slots__ = ("buf",)
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def int8(self, v: int) -> None:
+        self.buf += struct.pack(">b", v)
+
+    def int16(self, v: int) -> None:
+        self.buf += struct.pack(">h", v)
+
+    def int32(self, v: int) -> None:
+        self.buf += struct.pack(">i", v)
+
+    def uvarint(self, v: int) -> None:
+        while v >= 0x80:
+            self.buf.append((v & 0x7F) | 0x80)
+            v >>= 7
+        self.buf.append(v)
+
+    def key_string(self, v: str) -> None:
+        data = v.encode()
+        if len(data) > MAX_STRING_BYTES:
+            raise RecordFormatError(f"string of {len(data)} bytes does not fit a key")
+        self.int16(len(data))
+        self.buf += data
+
+    def string(self, v: str | None) -> None:
+        if v is None:
+            self.uvarint(0)
+            return
+        data = v.encode()
+        self.uvarint(len(data) + 1)
+        self.buf += data
+
+    def array_length(self, n: int) -> None:
+        self.uvarint(n + 1)
+
+    def uuid(self, v: uuid.UUID) -> None:
+        self.buf += v.bytes
+
+    def no_tags(self) -> None:
+        self.uvarint(0)
+
+
+def _key(version: int, group_id: str, member_id: str | None = None) -> bytes:
+    out = _Out()
+    out.int16(version)
+    out.key_string(group_id)
+    if member_id is not None:
+        out.key_string(member_id)
+    return bytes(out.buf)
+
+
+def _topic_partitions(out: _Out, assignment: Assignment) -> None:
+    out.array_length(len(assignment))
+    for topic_id in sorted(assignment, key=str):
+        partitions = sorted(assignment[topic_id])
+        out.uuid(topic_id)
+        out.array_length(len(partitions))
+        for p in partitions:
+            out.int32(p)
+        out.no_tags()
+
+
+def _value() -> _Out:
+    out = _Out()
+    out.int16(VALUE_VERSION)
+    return out
+
+
+def encode_record(record: GroupRecord) -> KeyValue:
+    """The (key, value) of a record; value None is a tombstone."""
+    gid = record.group_id
+    if isinstance(record, GroupEpochRecord):
+        key = _key(GROUP_EPOCH_KEY, gid)
+        if record.epoch is None:
+            return key, None
+        out = _value()
+        out.int32(record.epoch)
+        out.no_tags()
+        return key, bytes(out.buf)
+    if isinstance(record, SubscriptionMetadataRecord):
+        key = _key(PARTITION_METADATA_KEY, gid)
+        if record.topics is None:
+            return key, None
+        out = _value()
+        out.array_length(len(record.topics))
+        for topic in sorted(record.topics, key=lambda t: t.name):
+            out.uuid(topic.topic_id)
+            out.string(topic.name)
+            out.int32(topic.num_partitions)
+            out.array_length(0)  # partition racks: not tracked
+            out.no_tags()
+        out.no_tags()
+        return key, bytes(out.buf)
+    if isinstance(record, MemberMetadataRecord):
+        key = _key(MEMBER_METADATA_KEY, gid, record.member_id)
+        m = record.member
+        if m is None:
+            return key, None
+        out = _value()
+        out.string(m.instance_id)
+        out.string(m.rack_id)
+        out.string(m.client_id)
+        out.string(m.client_host)
+        names = sorted(m.subscribed_topic_names)
+        out.array_length(len(names))
+        for name in names:
+            out.string(name)
+        out.string(m.subscribed_topic_regex)
+        out.int32(m.rebalance_timeout_ms)
+        out.string(m.server_assignor)
+        out.no_tags()
+        return key, bytes(out.buf)
+    if isinstance(record, TargetEpochRecord):
+        key = _key(TARGET_EPOCH_KEY, gid)
+        if record.epoch is None:
+            return key, None
+        out = _value()
+        out.int32(record.epoch)
+        out.no_tags()
+        return key, bytes(out.buf)
+    if isinstance(record, TargetMemberRecord):
+        key = _key(TARGET_MEMBER_KEY, gid, record.member_id)
+        if record.assignment is None:
+            return key, None
+        out = _value()
+        _topic_partitions(out, record.assignment)
+        out.no_tags()
+        return key, bytes(out.buf)
+    if isinstance(record, CurrentAssignmentRecord):
+        key = _key(CURRENT_ASSIGNMENT_KEY, gid, record.member_id)
+        m = record.member
+        if m is None:
+            return key, None
+        out = _value()
+        out.int32(m.member_epoch)
+        out.int32(m.previous_member_epoch)
+        out.int8(int(m.state))
+        _topic_partitions(out, m.assigned)
+        _topic_partitions(out, m.pending_revocation)
+        out.no_tags()
+        return key, bytes(out.buf)
+    raise TypeError(f"not a consumer group record: {record!r}")
+
+
+def encode_records(records: Iterable[GroupRecord]) -> list[KeyValue]:
+    return [encode_record(r) for r in records]
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+class _In:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise RecordFormatError("record ends early")
+        chunk = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def int8(self) -> int:
+        return struct.unpack(">b", self.take(1))[0]
+
+    def int16(self) -> int:
+        return struct.unpack(">h", self.take(2))[0]
+
+    def int32(self) -> int:
+        return struct.unpack(">i", self.take(4))[0]
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self.take(1)[0]
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value
+            shift += 7
+            if shift > 35:
+                raise RecordFormatError("varint too long")
+
+    def string(self) -> str | None:
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        try:
+            return self.take(n).decode()
+        except UnicodeDecodeError as exc:
+            raise RecordFormatError(f"string is not utf-8: {exc}") from None
+
+    def array_length(self) -> int:
+        n = self.uvarint() - 1
+        if n > len(self.data) - self.pos:
+            raise RecordFormatError(f"array of {n} elements cannot fit the record")
+        return n
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self.take(16))
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.take(self.uvarint())
+
+
+class _KeyReader(_In):
+    def string(self) -> str:  # type: ignore[override]
+        n = self.int16()
+        if n < 0:
+            raise RecordFormatError("null string in a key")
+        try:
+            return self.take(n).decode()
+        except UnicodeDecodeError as exc:
+            raise RecordFormatError(f"key string is not utf-8: {exc}") from None
+
+
+def _read_topic_partitions(r: _In) -> dict[uuid.UUID, frozenset[int]]:
+    out: dict[uuid.UUID, frozenset[int]] = {}
+    for _ in range(max(r.array_length(), 0)):
+        topic_id = r.uuid()
+        partitions = frozenset(r.int32() for _ in range(max(r.array_length(), 0)))
+        r.skip_tags()
+        if partitions:
+            out[topic_id] = partitions
+    return out
+
+
+def _value_reader(value: bytes) -> _In:
+    r = _In(value)
+    version = r.int16()
+    if version != VALUE_VERSION:
+        raise RecordFormatError(f"unknown consumer group value version {version}")
+    return r
+
+
+def decode_record(key: bytes, value: bytes | None) -> GroupRecord:
+    """The record a (key, value) pair holds; RecordFormatError if it cannot be read."""
+    k = _KeyReader(key)
+    kind = k.int16()
+    if kind not in CONSUMER_KEY_VERSIONS:
+        raise RecordFormatError(f"key version {kind} is not a consumer group record")
+    gid = k.string()
+    member_id = k.string() if kind in _MEMBER_KEYS else None
+    if kind == GROUP_EPOCH_KEY:
+        if value is None:
+            return GroupEpochRecord(gid, None)
+        r = _value_reader(value)
+        epoch = r.int32()
+        r.skip_tags()
+        return GroupEpochRecord(gid, epoch)
+    if kind == PARTITION_METADATA_KEY:
+        if value is None:
+            return SubscriptionMetadataRecord(gid, None)
+        r = _value_reader(value)
+        topics = []
+        for _ in range(max(r.array_length(), 0)):
+            topic_id = r.uuid()
+            name = r.string() or ""
+            num_partitions = r.int32()
+            for _ in range(max(r.array_length(), 0)):
+                r.int32()
+                for _ in range(max(r.array_length(), 0)):
+                    r.string()
+                r.skip_tags()
+            r.skip_tags()
+            topics.append(TopicMetadata(topic_id, name, num_partitions))
+        r.skip_tags()
+        return SubscriptionMetadataRecord(gid, tuple(topics))
+    if kind == TARGET_EPOCH_KEY:
+        if value is None:
+            return TargetEpochRecord(gid, None)
+        r = _value_reader(value)
+        epoch = r.int32()
+        r.skip_tags()
+        return TargetEpochRecord(gid, epoch)
+    assert member_id is not None
+    if kind == MEMBER_METADATA_KEY:
+        if value is None:
+            return MemberMetadataRecord(gid, member_id, None)
+        r = _value_reader(value)
+        instance_id = r.string()
+        rack_id = r.string()
+        client_id = r.string() or ""
+        client_host = r.string() or ""
+        names = frozenset(r.string() or "" for _ in range(max(r.array_length(), 0)))
+        regex = r.string()
+        rebalance_timeout = r.int32()
+        assignor = r.string()
+        r.skip_tags()  # ClassicMemberMetadata (tag 0) is for classic members we do not host
+        member = ConsumerMember(
+            member_id,
+            instance_id=instance_id,
+            rack_id=rack_id,
+            client_id=client_id,
+            client_host=client_host,
+            subscribed_topic_names=names,
+            subscribed_topic_regex=regex or None,
+            rebalance_timeout_ms=rebalance_timeout,
+            server_assignor=assignor,
+        )
+        return MemberMetadataRecord(gid, member_id, member)
+    if kind == TARGET_MEMBER_KEY:
+        if value is None:
+            return TargetMemberRecord(gid, member_id, None)
+        r = _value_reader(value)
+        assignment = _read_topic_partitions(r)
+        r.skip_tags()
+        return TargetMemberRecord(gid, member_id, assignment)
+    # CURRENT_ASSIGNMENT_KEY
+    if value is None:
+        return CurrentAssignmentRecord(gid, member_id, None)
+    r = _value_reader(value)
+    epoch = r.int32()
+    previous = r.int32()
+    state = MemberState.of(r.int8())
+    assigned = _read_topic_partitions(r)
+    revoking = _read_topic_partitions(r)
+    r.skip_tags()
+    member = ConsumerMember(
+        member_id,
+        member_epoch=epoch,
+        previous_member_epoch=previous,
+        state=state,
+        assigned=assigned,
+        pending_revocation=revoking,
+    )
+    return CurrentAssignmentRecord(gid, member_id, member)

@@ -1,0 +1,83 @@
+"""Consumer lag as Prometheus gauges, computed when scraped.
+
+For every group this node coordinates (classic and consumer protocol) and every
+partition it has committed an offset for: the committed offset, and where this node
+leads the partition, the lag (high watermark minus committed offset, never negative).
+A partition led elsewhere has no lag line here: its leader's high watermark is not
+known on this node, and a guess would be worse than a gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kbroker.coordinator.group import GroupState, OffsetAndMetadata
+
+HighWatermark = Callable[[str, int], int | None]
+GroupOffsets = dict[tuple[str, int], OffsetAndMetadata]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(**labels: object) -> str:
+    return ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
+
+
+def groups_with_offsets(coordinator: Any) -> Iterator[tuple[str, str, str, int, GroupOffsets]]:
+    """(group id, type, state, members, offsets) of every live group, sorted by id."""
+    found: list[tuple[str, str, str, int, GroupOffsets]] = []
+    for group_id, group in coordinator.groups.items():
+        if group.is_in(GroupState.DEAD):
+            continue
+        found.append((group_id, "classic", group.state.value, len(group.members), group.offsets))
+    for group_id, group in coordinator.consumer.groups.items():
+        found.append((group_id, "consumer", group.state.value, len(group.members), group.offsets))
+    yield from sorted(found, key=lambda g: g[0])
+
+
+def lag_metrics(coordinator: Any, high_watermark: HighWatermark) -> list[str]:
+    members_lines = []
+    committed_lines = []
+    lag_lines = []
+    for group_id, kind, state, members, offsets in groups_with_offsets(coordinator):
+        members_lines.append(
+            f"kbroker_consumer_group_members{{{_labels(group=group_id, type=kind, state=state)}}}"
+            f" {members}"
+        )
+        for (topic, partition), value in sorted(offsets.items()):
+            labels = _labels(group=group_id, topic=topic, partition=partition)
+            committed_lines.append(
+                f"kbroker_consumer_group_committed_offset{{{labels}}} {value.offset}"
+            )
+            end = high_watermark(topic, partition)
+            if end is not None and value.offset >= 0:
+                lag_lines.append(
+                    f"kbroker_consumer_group_lag{{{labels}}} {max(end - value.offset, 0)}"
+                )
+    return [
+        "# HELP kbroker_consumer_group_members Members of each group this node coordinates.",
+        "# TYPE kbroker_consumer_group_members gauge",
+        *members_lines,
+        "# HELP kbroker_consumer_group_committed_offset Committed offset, by group and partition.",
+        "# TYPE kbroker_consumer_group_committed_offset gauge",
+        *committed_lines,
+        "# HELP kbroker_consumer_group_lag High watermark minus committed offset, by group and "
+        "partition (partitions this node leads).",
+        "# TYPE kbroker_consumer_group_lag gauge",
+        *lag_lines,
+    ]
+
+
+def replica_high_watermark(broker: Any) -> HighWatermark:
+    """The high watermark of partitions this broker leads, from its replica manager."""
+
+    def lookup(topic: str, partition: int) -> int | None:
+        replica = broker.replicas.get(topic, partition)
+        if replica is None or not replica.is_leader:
+            return None
+        return int(replica.log.high_watermark)
+
+    return lookup

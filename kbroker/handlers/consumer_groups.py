@@ -1,0 +1,154 @@
+"""Consumer-protocol group APIs (KIP-848): ConsumerGroupHeartbeat and ConsumerGroupDescribe.
+
+The heartbeat goes to the consumer-group coordinator that lives beside the classic one;
+its answer comes through a callback once the records it wrote are stored, so a slow
+write parks only this request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.coordinator.consumer_coordinator import HeartbeatRequest, HeartbeatResult
+from kbroker.coordinator.consumer_group import Assignment, ConsumerGroup, ConsumerMember
+from kbroker.handlers.groups import (
+    GROUP_OPERATIONS,
+    NO_AUTHORIZED_OPERATIONS,
+    _client_host,
+    _coordinator,
+    _ms,
+    _resolver,
+    _respond_when_done,
+)
+from kbroker.handlers.registry import handles
+
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
+CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1: 0 classic member, 1 consumer member
+
+E = ErrorCode
+
+
+@handles(CONSUMER_GROUP_HEARTBEAT, 0)
+def consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return _heartbeat_response(HeartbeatResult(E.coordinator_not_available))
+    names = request.subscribed_topic_names
+    owned = request.topic_partitions
+    req = HeartbeatRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=_ms(request.rebalance_timeout),
+        subscribed_topic_names=None if names is None else tuple(names),
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        server_assignor=request.server_assignor,
+        owned=None
+        if owned is None
+        else tuple((tp.topic_id, tuple(int(p) for p in tp.partitions)) for tp in owned),
+        client_id=ctx.header.client_id or "",
+        client_host=_client_host(ctx),
+        version=ctx.version,
+    )
+    future: asyncio.Future[HeartbeatResult] = asyncio.get_running_loop().create_future()
+    coordinator.consumer.heartbeat(req, _resolver(future))
+    return _respond_when_done(future, _heartbeat_response)
+
+
+def _topic_partitions(assignment: Assignment) -> list[dict[str, Any]]:
+    return [
+        {"topic_id": topic_id, "partitions": sorted(partitions)}
+        for topic_id, partitions in sorted(assignment.items(), key=lambda kv: str(kv[0]))
+    ]
+
+
+def _heartbeat_response(r: HeartbeatResult) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": r.error,
+        "error_message": r.message,
+        "member_id": r.member_id,
+        "member_epoch": r.member_epoch,
+        "heartbeat_interval": r.heartbeat_interval_ms,
+        "assignment": None
+        if r.assignment is None
+        else {"topic_partitions": _topic_partitions(r.assignment)},
+    }
+
+
+@handles(CONSUMER_GROUP_DESCRIBE, 0)
+def consumer_group_describe(ctx: Any, request: Any) -> Any:
+    coordinator = _coordinator(ctx)
+    operations = (
+        GROUP_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
+    )
+    described = []
+    for group_id in request.group_ids:
+        if coordinator is None:
+            error, message, group = E.coordinator_not_available, None, None
+        else:
+            error, message, group = coordinator.consumer.describe(group_id)
+        if group is None:
+            described.append(
+                {
+                    "error_code": error,
+                    "error_message": message,
+                    "group_id": group_id,
+                    "group_state": "",
+                    "group_epoch": 0,
+                    "assignment_epoch": 0,
+                    "assignor_name": "",
+                    "members": [],
+                    "authorized_operations": operations,
+                }
+            )
+            continue
+        consumer = coordinator.consumer
+        described.append(
+            {
+                "error_code": E.none,
+                "error_message": None,
+                "group_id": group_id,
+                "group_state": group.state.value,
+                "group_epoch": group.group_epoch,
+                "assignment_epoch": group.assignment_epoch,
+                "assignor_name": consumer.preferred_assignor(group),
+                "members": [_describe_member(consumer, group, m) for m in group.members.values()],
+                "authorized_operations": operations,
+            }
+        )
+    return {"throttle_time": 0, "groups": described}
+
+
+def _named(consumer: Any, assignment: Assignment) -> dict[str, Any]:
+    """An assignment with topic names; topics deleted since are left out, as Kafka does."""
+    topics = []
+    for topic_id, partitions in sorted(assignment.items(), key=lambda kv: str(kv[0])):
+        name = consumer.topic_name(topic_id)
+        if name is not None:
+            topics.append(
+                {"topic_id": topic_id, "topic_name": name, "partitions": sorted(partitions)}
+            )
+    return {"topic_partitions": topics}
+
+
+def _describe_member(consumer: Any, group: ConsumerGroup, m: ConsumerMember) -> dict[str, Any]:
+    return {
+        "member_id": m.member_id,
+        "instance_id": m.instance_id,
+        "rack_id": m.rack_id,
+        "member_epoch": m.member_epoch,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "subscribed_topic_names": sorted(m.subscribed_topic_names),
+        "subscribed_topic_regex": m.subscribed_topic_regex,
+        "assignment": _named(consumer, m.assigned),
+        "target_assignment": _named(consumer, group.target.get(m.member_id, {})),
+        "member_type": CONSUMER_MEMBER_TYPE,
+    }

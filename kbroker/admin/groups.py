@@ -1,0 +1,448 @@
+"""Consumer groups as an operator sees them: list, describe (members and lag), lag.
+
+Each function asks the cluster over the wire and returns plain dataclasses; `render_*`
+turns them into the tables `kbroker groups ...` prints. Consumer-protocol groups are
+described with ConsumerGroupDescribe, classic ones with DescribeGroups (their member
+assignments decoded from the consumer protocol's bytes); committed offsets come from
+the group coordinator, log end offsets from each partition's leader.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.admin.client import BrokerConnection, ClientError, Cluster
+
+METADATA = 3
+LIST_OFFSETS = 2
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+CONSUMER_GROUP_DESCRIBE = 69
+LATEST_TIMESTAMP = -1
+
+TopicPartition = tuple[str, int]
+
+
+def _error(code: Any) -> ErrorCode:
+    return code if isinstance(code, ErrorCode) else ErrorCode(int(code))
+
+
+def _check(code: Any, what: str) -> None:
+    error = _error(code)
+    if error != ErrorCode.none:
+        raise ClientError(f"{what}: {error.name.upper()}")
+
+
+# -- listing ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    group_type: str
+    state: str
+    protocol_type: str
+
+
+def brokers(cluster: Cluster) -> list[tuple[int, str, int]]:
+    """(node id, host, port) of every broker, from a Metadata answer."""
+    md = cluster.any().call(
+        METADATA, {"topics": [], "allow_auto_topic_creation": False}, versions=(1, 12)
+    )
+    return sorted((int(b.node_id), b.host, int(b.port)) for b in md.brokers)
+
+
+def list_groups(cluster: Cluster) -> list[GroupListing]:
+    """Every group of every broker (each answers for the groups it coordinates)."""
+    found: dict[str, GroupListing] = {}
+    for _, host, port in brokers(cluster):
+        response = cluster.connection(host, port).call(
+            LIST_GROUPS, {"states_filter": [], "types_filter": []}, versions=(0, 5)
+        )
+        _check(response.error_code, f"ListGroups on {host}:{port}")
+        for g in response.groups:
+            group_type = getattr(g, "group_type", "") or "classic"
+            found[g.group_id] = GroupListing(
+                g.group_id, group_type, getattr(g, "group_state", "") or "", g.protocol_type
+            )
+    return sorted(found.values(), key=lambda g: g.group_id)
+
+
+# -- describing ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    member_id: str
+    client_id: str
+    host: str
+    instance_id: str | None = None
+    epoch: int | None = None
+    assignment: tuple[TopicPartition, ...] = ()
+    target: tuple[TopicPartition, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int | None
+    log_end: int | None
+    member: MemberInfo | None = None
+
+    @property
+    def lag(self) -> int | None:
+        if self.committed is None or self.log_end is None:
+            return None
+        return max(self.log_end - self.committed, 0)
+
+
+@dataclass
+class GroupDescription:
+    group_id: str
+    group_type: str
+    state: str
+    coordinator: tuple[int, str, int]
+    epoch: int | None = None
+    assignment_epoch: int | None = None
+    assignor: str = ""
+    members: list[MemberInfo] = field(default_factory=list)
+    partitions: list[PartitionLag] = field(default_factory=list)
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag or 0 for p in self.partitions)
+
+
+def find_coordinator(cluster: Cluster, group_id: str) -> tuple[int, str, int]:
+    response = cluster.any().call(
+        FIND_COORDINATOR,
+        {"key": group_id, "key_type": 0, "coordinator_keys": [group_id]},
+        versions=(0, 4),
+    )
+    entry = response.coordinators[0] if hasattr(response, "coordinators") else response
+    _check(entry.error_code, f"FindCoordinator for group {group_id}")
+    return int(entry.node_id), entry.host, int(entry.port)
+
+
+def describe_group(cluster: Cluster, group_id: str) -> GroupDescription:
+    """Members, assignments, committed offsets and lag of one group."""
+    node = find_coordinator(cluster, group_id)
+    coordinator = cluster.connection(node[1], node[2])
+    description = _describe_consumer_group(coordinator, group_id, node)
+    if description is None:
+        description = _describe_classic_group(coordinator, group_id, node)
+    committed = fetch_committed(coordinator, group_id)
+    if description.state == "Dead" and not description.members and not committed:
+        raise ClientError(f"group {group_id} does not exist")
+    owner: dict[TopicPartition, MemberInfo] = {}
+    for member in description.members:
+        for tp in member.assignment:
+            owner[tp] = member
+    wanted = sorted(set(committed) | set(owner))
+    ends = log_end_offsets(cluster, wanted)
+    description.partitions = [
+        PartitionLag(t, p, committed.get((t, p)), ends.get((t, p)), owner.get((t, p)))
+        for t, p in wanted
+    ]
+    return description
+
+
+def _describe_consumer_group(
+    conn: BrokerConnection, group_id: str, node: tuple[int, str, int]
+) -> GroupDescription | None:
+    """ConsumerGroupDescribe; None when the group is not a consumer-protocol group."""
+    if CONSUMER_GROUP_DESCRIBE not in conn.versions:
+        return None
+    response = conn.call(
+        CONSUMER_GROUP_DESCRIBE,
+        {"group_ids": [group_id], "include_authorized_operations": False},
+        versions=(0, 1),
+    )
+    g = response.groups[0]
+    error = _error(g.error_code)
+    if error == ErrorCode.group_id_not_found:
+        return None  # classic, or no such group: DescribeGroups says which
+    _check(error, f"ConsumerGroupDescribe of {group_id}")
+    members = [
+        MemberInfo(
+            member_id=m.member_id,
+            client_id=m.client_id,
+            host=m.client_host,
+            instance_id=m.instance_id,
+            epoch=int(m.member_epoch),
+            assignment=_named_partitions(m.assignment),
+            target=_named_partitions(m.target_assignment),
+        )
+        for m in g.members
+    ]
+    return GroupDescription(
+        group_id=group_id,
+        group_type="consumer",
+        state=g.group_state,
+        coordinator=node,
+        epoch=int(g.group_epoch),
+        assignment_epoch=int(g.assignment_epoch),
+        assignor=g.assignor_name,
+        members=sorted(members, key=lambda m: m.member_id),
+    )
+
+
+def _named_partitions(assignment: Any) -> tuple[TopicPartition, ...]:
+    return tuple(
+        sorted((tp.topic_name, int(p)) for tp in assignment.topic_partitions for p in tp.partitions)
+    )
+
+
+def _describe_classic_group(
+    conn: BrokerConnection, group_id: str, node: tuple[int, str, int]
+) -> GroupDescription:
+    response = conn.call(
+        DESCRIBE_GROUPS, {"groups": [group_id], "include_authorized_operations": False}, (0, 6)
+    )
+    g = response.groups[0]
+    if _error(g.error_code) == ErrorCode.group_id_not_found:
+        raise ClientError(f"group {group_id} does not exist")
+    _check(g.error_code, f"DescribeGroups of {group_id}")
+    is_consumer = g.protocol_type == "consumer"
+    members = [
+        MemberInfo(
+            member_id=m.member_id,
+            client_id=m.client_id,
+            host=m.client_host,
+            instance_id=getattr(m, "group_instance_id", None),
+            assignment=decode_assignment(m.member_assignment) if is_consumer else (),
+        )
+        for m in g.members
+    ]
+    return GroupDescription(
+        group_id=group_id,
+        group_type="classic",
+        state=g.group_state,
+        coordinator=node,
+        assignor=g.protocol_data,
+        members=sorted(members, key=lambda m: m.member_id),
+    )
+
+
+def decode_assignment(data: bytes) -> tuple[TopicPartition, ...]:
+    """Partitions of a ConsumerProtocolAssignment (any version: the layout starts the
+    same): int16 version, [topic: int16 string, [int32 partition]], user data."""
+    if not data:
+        return ()
+    out: list[TopicPartition] = []
+    try:
+        pos = 2
+        (topics,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        for _ in range(max(topics, 0)):
+            (length,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            topic = data[pos : pos + length].decode()
+            pos += length
+            (count,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            for _ in range(max(count, 0)):
+                out.append((topic, struct.unpack_from(">i", data, pos)[0]))
+                pos += 4
+    except (struct.error, UnicodeDecodeError):
+        return tuple(sorted(out))
+    return tuple(sorted(out))
+
+
+def fetch_committed(conn: BrokerConnection, group_id: str) -> dict[TopicPartition, int]:
+    """Every committed offset of the group, from its coordinator."""
+    version = conn.version_for(OFFSET_FETCH, (2, 9))
+    if version >= 8:
+        response = conn.call(
+            OFFSET_FETCH,
+            {"groups": [{"group_id": group_id, "topics": None}], "require_stable": False},
+            versions=(version, version),
+        )
+        group = response.groups[0]
+        _check(group.error_code, f"OffsetFetch for {group_id}")
+        topics = group.topics
+    else:
+        response = conn.call(
+            OFFSET_FETCH, {"group_id": group_id, "topics": None}, versions=(version, version)
+        )
+        _check(response.error_code, f"OffsetFetch for {group_id}")
+        topics = response.topics
+    committed = {}
+    for t in topics:
+        for p in t.partitions:
+            if _error(p.error_code) == ErrorCode.none and int(p.committed_offset) >= 0:
+                committed[(t.name, int(p.partition_index))] = int(p.committed_offset)
+    return committed
+
+
+def log_end_offsets(
+    cluster: Cluster, partitions: Sequence[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The high watermark of each partition, asked of its leader (ListOffsets latest)."""
+    if not partitions:
+        return {}
+    topics = sorted({t for t, _ in partitions})
+    md = cluster.any().call(
+        METADATA,
+        {
+            "topics": [{"name": t, "topic_id": None} for t in topics],
+            "allow_auto_topic_creation": False,
+        },
+        versions=(1, 12),
+    )
+    nodes = {int(b.node_id): (b.host, int(b.port)) for b in md.brokers}
+    leaders: dict[TopicPartition, int] = {}
+    for t in md.topics:
+        if _error(t.error_code) != ErrorCode.none:
+            continue
+        for p in t.partitions:
+            leaders[(t.name, int(p.partition_index))] = int(p.leader_id)
+    by_leader: dict[int, list[TopicPartition]] = {}
+    for tp in partitions:
+        leader = leaders.get(tp)
+        if leader is not None and leader in nodes:
+            by_leader.setdefault(leader, []).append(tp)
+    ends: dict[TopicPartition, int] = {}
+    for leader, tps in by_leader.items():
+        host, port = nodes[leader]
+        grouped: dict[str, list[int]] = {}
+        for t, p in tps:
+            grouped.setdefault(t, []).append(p)
+        response = cluster.connection(host, port).call(
+            LIST_OFFSETS,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": t,
+                        "partitions": [
+                            {
+                                "partition_index": p,
+                                "current_leader_epoch": -1,
+                                "timestamp": LATEST_TIMESTAMP,
+                            }
+                            for p in ps
+                        ],
+                    }
+                    for t, ps in grouped.items()
+                ],
+            },
+            versions=(1, 7),
+        )
+        for t in response.topics:
+            for p in t.partitions:
+                if _error(p.error_code) == ErrorCode.none:
+                    ends[(t.name, int(p.partition_index))] = int(p.offset)
+    return ends
+
+
+# -- tables -------------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Columns padded to their widest cell, two spaces apart (kafka-consumer-groups style)."""
+    text = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in text) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in text
+    )
+
+
+def render_list(groups: Sequence[GroupListing]) -> str:
+    return table(
+        ["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"],
+        [(g.group_id, g.group_type, g.state, g.protocol_type) for g in groups],
+    )
+
+
+def render_description(d: GroupDescription) -> str:
+    node_id, host, port = d.coordinator
+    head = [
+        f"Group {d.group_id} ({d.group_type}), state {d.state}, "
+        f"coordinator {node_id} ({host}:{port})",
+    ]
+    if d.group_type == "consumer":
+        head.append(
+            f"Group epoch {d.epoch}, assignment epoch {d.assignment_epoch}, "
+            f"assignor {d.assignor}, {len(d.members)} members"
+        )
+    else:
+        head.append(f"Protocol {d.assignor or '-'}, {len(d.members)} members")
+    members = table(
+        ["MEMBER-ID", "CLIENT-ID", "HOST", "EPOCH", "PARTITIONS", "ASSIGNMENT"],
+        [
+            (
+                m.member_id,
+                m.client_id,
+                m.host,
+                m.epoch,
+                len(m.assignment),
+                _compact(m.assignment) or "-",
+            )
+            for m in d.members
+        ],
+    )
+    return "\n".join([*head, "", members, "", render_lag(d)])
+
+
+def render_lag(d: GroupDescription) -> str:
+    body = table(
+        ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID", "CLIENT-ID"],
+        [
+            (
+                p.topic,
+                p.partition,
+                p.committed,
+                p.log_end,
+                p.lag,
+                p.member.member_id if p.member else None,
+                p.member.client_id if p.member else None,
+            )
+            for p in d.partitions
+        ],
+    )
+    return f"{body}\n\nTotal lag: {d.total_lag}"
+
+
+def _compact(partitions: Iterable[TopicPartition]) -> str:
+    """`topic:0-2,5` style: partitions grouped by topic, runs collapsed."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(p)
+    parts = []
+    for topic in sorted(by_topic):
+        numbers = sorted(by_topic[topic])
+        runs: list[str] = []
+        start = prev = numbers[0]
+        for n in [*numbers[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            runs.append(str(start) if start == prev else f"{start}-{prev}")
+            if n is not None:
+                start = prev = n
+        parts.append(f"{topic}:{','.join(runs)}")
+    return " ".join(parts)
+
+
+__all__ = [
+    "GroupDescription",
+    "GroupListing",
+    "MemberInfo",
+    "PartitionLag",
+    "decode_assignment",
+    "describe_group",
+    "list_groups",
+    "render_description",
+    "render_lag",
+    "render_list",
+]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 from bench.results import Report, Row
@@ -57,15 +58,30 @@ def workload_label(peer: str, workload: str) -> str:
     return WORKLOAD_LABELS.get((peer, workload), WORKLOAD_LABELS.get(("*", workload), workload))
 
 
+def _metric_by_round(report: Report, key: tuple[str, str, str, str]) -> dict[int, float]:
+    peer, workload, variant, metric = key
+    out = {}
+    for row in report.rounds_of((peer, workload, variant)):
+        value = row.metrics.get(metric)
+        if value is not None:
+            out[row.round] = float(value)
+    return out
+
+
 def ratios(report: Report) -> list[dict]:
+    """Each ratio is the median of per-round ratios: rounds are interleaved in time, so
+    pairing numerator and denominator by round cancels part of a shared machine's drift.
+    """
     out = []
     for label, num, den in RATIOS:
-        a, b = report.get(*num), report.get(*den)
-        missing = [key[0] for key, v in ((num, a), (den, b)) if v is None]
+        a, b = _metric_by_round(report, num), _metric_by_round(report, den)
+        per_round = [a[r] / b[r] for r in sorted(a) if r in b and b[r]]
+        missing = [key[0] for key, v in ((num, a), (den, b)) if not v]
         out.append(
             {
                 "ratio": label,
-                "value": round(a / b, 3) if a is not None and b else None,
+                "value": round(statistics.median(per_round), 3) if per_round else None,
+                "per_round": [round(x, 3) for x in per_round],
                 "missing": sorted(set(missing)),
             }
         )
@@ -194,8 +210,12 @@ def render(report: Report, md: bool = False) -> str:
         value = (
             f"{r['value']:.3f}" if r["value"] is not None else f"n/a (no {', '.join(r['missing'])})"
         )
-        rows.append([r["ratio"], value])
-    parts += ["same-run ratios:", "", _table(["ratio", "value"], rows, left=1, md=md)]
+        rounds = " ".join(f"{x:.3f}" for x in r["per_round"]) if len(r["per_round"]) > 1 else ""
+        rows.append([r["ratio"], value, rounds])
+    title = "same-run ratios" + (
+        " (median of per-round ratios)" if settings.get("repeat", 1) > 1 else ""
+    )
+    parts += [title + ":", "", _table(["ratio", "value", "per round"], rows, left=1, md=md)]
     if report.skipped:
         parts.append("")
         for peer, why in report.skipped.items():

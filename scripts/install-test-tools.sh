@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# System tools the compat tests drive: kcat (Debian's package). Installed once, as root.
+# System tools the compat tests drive. Installed once; each part does nothing while its
+# tools are present.
 set -euo pipefail
 
 # --- Java Kafka client (compat_tests/test_java_client.py) ---------------------------------
@@ -40,13 +41,27 @@ EOF
   rm -rf "$kafka_java_tmp"
 fi
 # --- end Java Kafka client ---------------------------------------------------------------
-if command -v kcat >/dev/null 2>&1; then
+
+# --- Debian packages: kcat, Go and Sarama (compat_tests/test_kcat.py, test_sarama.py) ----
+# test_sarama.py builds its driver offline in GOPATH mode against Debian's Sarama source
+# under /usr/share/gocode; golang-go's recommended gcc gives Sarama its cgo zstd binding.
+apt_missing=()
+if ! command -v kcat >/dev/null 2>&1 && ! command -v kafkacat >/dev/null 2>&1; then
+  apt_missing+=(kcat)
+fi
+if ! command -v go >/dev/null 2>&1; then
+  apt_missing+=(golang-go)
+fi
+if [ ! -d /usr/share/gocode/src/github.com/Shopify/sarama ]; then
+  apt_missing+=(golang-github-shopify-sarama-dev)
+fi
+if [ ${#apt_missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
-  echo "kcat is missing and installing it needs root: apt-get install kcat" >&2
+  echo "missing test tools; installing them needs root: apt-get install ${apt_missing[*]}" >&2
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null
-apt-get install -y -qq kcat >/dev/null
+apt-get install -y -qq "${apt_missing[@]}" >/dev/null

@@ -214,3 +214,12 @@ def test_declared_length_past_end_is_corrupt_not_too_large():
     struct.pack_into(">i", buf, 8, 2**31 - 1)
     with pytest.raises(CorruptBatchError):
         validate_batches(buf, 1000)
+
+
+def test_message_format_v0_and_v1_are_unsupported_not_corrupt() -> None:
+    from kbroker.protocol.batch import UnsupportedMagicError
+
+    # offset, size, crc, magic 1, attributes, timestamp, key -1, value "x": a v1 message
+    message = struct.pack(">qii", 0, 23, 0) + bytes([1, 0]) + struct.pack(">qii", 0, -1, 1) + b"x"
+    with pytest.raises(UnsupportedMagicError, match="message format v1"):
+        validate_batches(message, 1 << 20)

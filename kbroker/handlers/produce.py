@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.handlers.registry import NO_RESPONSE, handles
-from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError
+from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, UnsupportedMagicError
 from kbroker.protocol.produce_response import (
     ProducedPartition,
     ProducedTopic,
@@ -25,6 +25,7 @@ from kbroker.txn.errors import producer_state_error_code
 from kbroker.txn.verification import verify_transactional_write
 
 PRODUCE = 0
+FIRST_V2_ONLY_VERSION = 3
 log = logging.getLogger("kbroker.produce")
 
 
@@ -55,7 +56,9 @@ def produce(ctx: Any, request: Any) -> Any:
             elif name in INTERNAL_TOPICS:  # written only by the coordinators that own them
                 result = ProducedPartition(pdata.index, ErrorCode.invalid_topic_exception)
             else:
-                result = _append(broker, name, pdata, now, awaiting_flush, request.transactional_id)
+                result = _append(
+                    broker, name, pdata, now, awaiting_flush, request.transactional_id, ctx.version
+                )
             failed = failed or result.error_code != 0
             partitions.append(result)
         topics_out.append(ProducedTopic(name, topic_data.topic_id, partitions))
@@ -75,7 +78,8 @@ def _append(
     pdata: Any,
     now: int,
     awaiting_flush: list[Any],
-    transactional_id: str | None = None,
+    transactional_id: str | None,
+    version: int,
 ) -> ProducedPartition:
     index = pdata.index
     replica = broker.replicas.get(topic, index)
@@ -95,6 +99,15 @@ def _append(
         appended = broker.replicas.append(replica, bytearray(pdata.records), now)
     except BatchTooLargeError as exc:
         return ProducedPartition(index, ErrorCode.message_too_large, error_message=str(exc))
+    except UnsupportedMagicError as exc:
+        # Produce v3+ carries only v2 batches (Kafka: INVALID_RECORD); v0-2 may carry the
+        # old formats, which Kafka 4 no longer stores.
+        code = (
+            ErrorCode.invalid_record
+            if version >= FIRST_V2_ONLY_VERSION
+            else ErrorCode.unsupported_for_message_format
+        )
+        return ProducedPartition(index, code, error_message=str(exc))
     except InvalidBatchError as exc:
         log.warning("rejecting corrupt batch for %s-%d: %s", topic, index, exc)
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message=str(exc))

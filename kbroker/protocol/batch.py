@@ -67,6 +67,11 @@ class CorruptBatchError(InvalidBatchError):
     """Bad CRC, magic, length or record count (Kafka's CORRUPT_MESSAGE)."""
 
 
+class UnsupportedMagicError(CorruptBatchError):
+    """Message format v0/v1 (magic 0 or 1), which Kafka 4 no longer stores
+    (UNSUPPORTED_FOR_MESSAGE_FORMAT, not retriable: old clients stop retrying)."""
+
+
 class BatchTooLargeError(InvalidBatchError):
     """A batch larger than the topic's max.message.bytes (Kafka's MESSAGE_TOO_LARGE)."""
 
@@ -146,6 +151,20 @@ def batch_crc(buf: bytes | bytearray | memoryview, pos: int, batch_length: int) 
     return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end])
 
 
+_OLD_MESSAGE_MIN_SIZE = (14, 22)  # crc..value of an empty v0 / v1 message
+
+
+def _looks_like_old_message(view: memoryview, pos: int, end: int) -> bool:
+    """A v0/v1 message: magic 0 or 1 at the same place as v2's, and a size that fits."""
+    if end - pos <= MAGIC_OFFSET:
+        return False
+    magic = view[pos + MAGIC_OFFSET]
+    if magic > 1:
+        return False
+    (size,) = _I32.unpack_from(view, pos + 8)
+    return _OLD_MESSAGE_MIN_SIZE[magic] <= size <= end - pos - 12
+
+
 def validate_batches(
     buf: bytes | bytearray | memoryview,
     max_batch_bytes: int,
@@ -170,6 +189,9 @@ def validate_batches(
     pos = 0
     unpack = _HEADER.unpack_from
     while pos < end:
+        if _looks_like_old_message(view, pos, end):
+            magic = view[pos + MAGIC_OFFSET]
+            raise UnsupportedMagicError(f"magic {magic} (message format v{magic}) at byte {pos}")
         if end - pos < HEADER_SIZE:
             raise CorruptBatchError(f"partial batch header at byte {pos}")
         fields = unpack(view, pos)

@@ -37,7 +37,7 @@ PRODUCER_ONE_AT_A_TIME = {
     "acks": "all",
     "linger.ms": 0,
     "compression.type": "none",
-    "message.timeout.ms": 30_000,
+    "message.timeout.ms": 10_000,
 }
 
 # Workload 2: fetch large responses and keep a deep local queue so the consumer is
@@ -220,9 +220,11 @@ def produce_one_at_a_time(
         producer.produce(topic, value, partition=0, on_delivery=on_delivery)
         while not state[0]:
             producer.poll(1.0)
+            if perf_counter() > deadline + 15:
+                raise RuntimeError("no acknowledgement 15 s past the time limit")
         if state[1] is not None:
             errors += 1
-            if errors > 10:
+            if errors > 3:
                 raise RuntimeError(f"one-at-a-time produce keeps failing: {state[1]}")
             time.sleep(0.05)
             continue

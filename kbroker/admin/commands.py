@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from kbroker.admin.client import ClientError, cluster
@@ -22,9 +21,10 @@ def add_group_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--bootstrap",
-        default=os.environ.get("KBROKER_BOOTSTRAP", DEFAULT_BOOTSTRAP),
+        default=DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT[,HOST:PORT]",
-        help=f"brokers to ask first (default: $KBROKER_BOOTSTRAP or {DEFAULT_BOOTSTRAP})",
+        # Not read from KBROKER_*: that prefix holds broker settings, which `serve` checks.
+        help=f"brokers to ask first (default {DEFAULT_BOOTSTRAP})",
     )
     common.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait on each broker"

@@ -452,6 +452,10 @@ class ConsumerGroupCoordinator:
             except HeartbeatError as exc:
                 failed = HeartbeatResult(exc.code, exc.message)
                 return None, lambda _code: callback(failed)
+            except Exception:
+                log.exception("group %s: heartbeat of %s failed", req.group_id, req.member_id)
+                broken = HeartbeatResult(E.unknown_server_error)
+                return None, lambda _code: callback(broken)
 
             def finish(code: ErrorCode) -> None:
                 if code != E.none:

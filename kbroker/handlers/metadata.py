@@ -78,7 +78,8 @@ def metadata(ctx: Any, request: Any) -> Any:
             shown = None if ctx.version >= 12 else ""
             results.append(missing_topic(shown, None, ErrorCode.invalid_request))
             continue
-        if name is None and topic_id is not None:
+        if topic_id is not None:
+            # An id wins over the name: the Java admin sends its default name "" beside it.
             topic = state.topics_by_id.get(topic_id)
             results.append(
                 describe_topic(topic)

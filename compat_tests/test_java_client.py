@@ -480,12 +480,23 @@ def test_group_member_gets_generation_and_member_id(java, protocol):
     assert meta["memberId"]
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+COOPERATIVE = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
+GROUP_SETTINGS = {
+    "classic": {"group.protocol": "classic"},
+    "classic-cooperative": {
+        "group.protocol": "classic",
+        "partition.assignment.strategy": COOPERATIVE,
+    },
+    "consumer": {"group.protocol": "consumer"},
+}
+
+
+@pytest.mark.parametrize("protocol", list(GROUP_SETTINGS))
 def test_two_group_members_split_partitions(java, protocol):
     topic = create_topic(java, partitions=4)
     group = unique("group")
     java.call("produce", topic=topic, count=40, key_prefix="k")
-    settings = {"group.protocol": protocol}
+    settings = GROUP_SETTINGS[protocol]
     for name in ("a", "b"):
         java.call("consumer-open", name=name, group=group, consumer=settings)
         java.call("subscribe", name=name, topics=topic)
@@ -737,6 +748,23 @@ def test_offsets_sent_in_an_aborted_transaction_are_not_committed(java):
     assert _read(java, sink, "read_committed").values() == []
 
 
+def test_list_and_describe_an_ongoing_transaction(java):
+    topic = create_topic(java, partitions=2)
+    txn_id = _txn_producer(java)
+    java.call("txn", name="txn", action="begin")
+    java.call("produce", producer="txn", topic=topic, count=4, key_prefix="k")
+    listed = {t["transactionalId"]: t for t in java.call("list-transactions")["transactions"]}
+    assert listed[txn_id]["state"] == "ONGOING"
+    described = java.call("describe-transactions", ids=txn_id)["transactions"][txn_id]
+    assert described["state"] == "ONGOING"
+    assert described["producerId"] == listed[txn_id]["producerId"]
+    assert described["partitions"] == [f"{topic}:0", f"{topic}:1"]
+    java.call("txn", name="txn", action="commit")
+    after = java.call("describe-transactions", ids=txn_id)["transactions"][txn_id]
+    assert after["state"] == "COMPLETE_COMMIT"
+    assert after["partitions"] == []
+
+
 def test_transactional_producer_is_fenced_by_a_newer_instance(java):
     topic = create_topic(java)
     txn_id = _txn_producer(java, "old")
@@ -783,6 +811,31 @@ def test_describe_topics_shows_leaders_replicas_and_topic_id(java, shared_broker
     ]
 
 
+def test_describe_topics_by_topic_id(java):
+    topic = unique("t")
+    created = java.call("create-topics", topics=topic, partitions=2)["created"][topic]
+    described = java.call("describe-topics", ids=created["topicId"])["topics"]
+    assert list(described) == [topic]
+    assert [p["partition"] for p in described[topic]["partitions"]] == [0, 1]
+
+
+def test_create_topics_validate_only_creates_nothing(java):
+    topic = unique("t")
+    checked = java.call("create-topics", topics=topic, partitions=4, validate_only=True)
+    assert checked["created"][topic]["partitions"] == 4
+    assert topic not in java.call("list-topics")["topics"]
+
+
+def test_create_topic_with_more_replicas_than_brokers_fails(java):
+    failure = java.fails("create-topics", topics=unique("t"), rf=3)
+    assert failure.error == "InvalidReplicationFactorException"
+
+
+def test_create_topic_with_invalid_config_value_fails(java):
+    failure = java.fails("create-topics", topics=unique("t"), config={"retention.ms": "soon"})
+    assert failure.error == "InvalidConfigurationException"
+
+
 def test_describe_unknown_topic_fails_with_unknown_topic(java):
     failure = java.fails("describe-topics", topics=unique("missing"))
     assert failure.error == "UnknownTopicOrPartitionException"
@@ -807,6 +860,11 @@ def test_describe_configs_marks_topic_overrides_and_defaults(java):
     assert configs["retention.ms"]["default"] is False
     assert configs["cleanup.policy"]["value"] == "delete"
     assert configs["cleanup.policy"]["source"] != "DYNAMIC_TOPIC_CONFIG"
+
+
+def test_describe_configs_of_unknown_topic_fails(java):
+    failure = java.fails("describe-configs", topic=unique("missing"))
+    assert failure.error == "UnknownTopicOrPartitionException"
 
 
 def test_describe_broker_configs(java):
@@ -847,6 +905,13 @@ def test_delete_records_moves_the_log_start(java):
     assert java.call("offsets", topic=topic, kind="beginning")["offsets"] == {f"{topic}:0": 6}
     got = java.call("consume", topic=topic, from_="beginning", until_end=True)
     assert offsets_of(got) == [6, 7, 8, 9]
+
+
+def test_delete_records_beyond_the_high_watermark_fails(java):
+    topic = create_topic(java)
+    java.call("produce", topic=topic, count=3)
+    failure = java.fails("delete-records", topic=topic, before=10)
+    assert failure.error == "OffsetOutOfRangeException"
 
 
 def test_list_offsets_earliest_latest_max_timestamp_and_by_timestamp(java):
@@ -954,6 +1019,37 @@ def test_delete_consumer_group(java):
     java.call("delete-groups", groups=group)
     assert group not in {g["groupId"] for g in java.call("list-groups")["groups"]}
     assert java.call("list-group-offsets", group=group)["offsets"] == {}
+
+
+def test_delete_committed_offsets_of_an_empty_group(java):
+    topic = create_topic(java, partitions=2)
+    group = unique("group")
+    java.call("alter-group-offsets", group=group, offsets=f"{topic}:0:0,{topic}:1:0")
+    java.call("delete-group-offsets", group=group, topic=topic, partitions="1")
+    offsets = java.call("list-group-offsets", group=group)["offsets"]
+    assert list(offsets) == [f"{topic}:0"]
+
+
+def test_describe_log_dirs_lists_partition_replicas_and_sizes(java):
+    topic = create_topic(java)
+    java.call("produce", topic=topic, count=10, value_pad=100)
+    (node,) = java.call("describe-cluster")["nodes"]
+    dirs = java.call("describe-log-dirs", brokers=node["id"])["logDirs"]
+    (log_dir,) = dirs.values()
+    assert log_dir["error"] is None
+    replica = log_dir["replicas"][f"{topic}:0"]
+    assert replica["size"] > 1000
+    assert replica["offsetLag"] == 0
+
+
+def test_delete_topic_by_topic_id(java):
+    topic = unique("t")
+    created = java.call("create-topics", topics=topic)["created"][topic]
+    java.call("delete-topics", ids=created["topicId"])
+    deadline = time.monotonic() + 10
+    while topic in java.call("list-topics")["topics"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert topic not in java.call("list-topics")["topics"]
 
 
 def test_delete_topics_removes_topic(java):

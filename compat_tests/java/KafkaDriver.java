@@ -11,6 +11,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -28,10 +29,12 @@ import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.ConsumerGroupListing;
+import org.apache.kafka.clients.admin.CreateTopicsOptions;
 import org.apache.kafka.clients.admin.CreateTopicsResult;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.DescribeConfigsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsOptions;
+import org.apache.kafka.clients.admin.LogDirDescription;
 import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
 import org.apache.kafka.clients.admin.ListTopicsOptions;
 import org.apache.kafka.clients.admin.MemberDescription;
@@ -41,6 +44,7 @@ import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -54,8 +58,10 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicCollection;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeaders;
@@ -145,7 +151,7 @@ public final class KafkaDriver {
     private void dispatch(String command, Args a) throws Exception {
         switch (command) {
             case "create-topics" -> createTopics(a);
-            case "delete-topics" -> admin(a).deleteTopics(a.list("topics")).all().get();
+            case "delete-topics" -> deleteTopics(a);
             case "list-topics" -> listTopics(a);
             case "describe-topics" -> describeTopics(a);
             case "describe-configs" -> describeConfigs(a);
@@ -166,6 +172,14 @@ public final class KafkaDriver {
                     .alterConsumerGroupOffsets(a.str("group"), parseOffsets(a.str("offsets")))
                     .all()
                     .get();
+            case "delete-group-offsets" -> admin(a)
+                    .deleteConsumerGroupOffsets(
+                            a.str("group"), new HashSet<>(partitionsOf(a)))
+                    .all()
+                    .get();
+            case "list-transactions" -> listTransactions(a);
+            case "describe-transactions" -> describeTransactions(a);
+            case "describe-log-dirs" -> describeLogDirs(a);
             case "delete-groups" -> admin(a).deleteConsumerGroups(a.list("groups")).all().get();
             case "produce" -> produce(a);
             case "producer-open" -> producers.put(a.str("name"), newProducer(a));
@@ -209,7 +223,9 @@ public final class KafkaDriver {
             topic.configs(a.props("config"));
             topics.add(topic);
         }
-        CreateTopicsResult result = admin(a).createTopics(topics);
+        CreateTopicsOptions options =
+                new CreateTopicsOptions().validateOnly(a.bool("validate-only", false));
+        CreateTopicsResult result = admin(a).createTopics(topics, options);
         result.all().get();
         Map<String, Object> created = new LinkedHashMap<>();
         for (NewTopic topic : topics) {
@@ -229,14 +245,37 @@ public final class KafkaDriver {
         emit(Json.obj("created", created));
     }
 
+    /** By name ({@code topics=}) or by topic id ({@code ids=}). */
+    private void deleteTopics(Args a) throws Exception {
+        if (a.has("ids")) {
+            List<Uuid> ids = new ArrayList<>();
+            a.list("ids").forEach(id -> ids.add(Uuid.fromString(id)));
+            admin(a).deleteTopics(TopicCollection.ofTopicIds(ids)).all().get();
+        } else {
+            admin(a).deleteTopics(a.list("topics")).all().get();
+        }
+    }
+
     private void listTopics(Args a) throws Exception {
         ListTopicsOptions options = new ListTopicsOptions().listInternal(a.bool("internal", false));
         emit(Json.obj("topics", new TreeMap<>(admin(a).listTopics(options).namesToListings().get()).keySet()));
     }
 
+    /** By name ({@code topics=}) or by topic id ({@code ids=}, base64 as Kafka prints them). */
     private void describeTopics(Args a) throws Exception {
-        Map<String, TopicDescription> found =
-                admin(a).describeTopics(a.list("topics")).allTopicNames().get();
+        Map<String, TopicDescription> found = new LinkedHashMap<>();
+        if (a.has("ids")) {
+            List<Uuid> ids = new ArrayList<>();
+            a.list("ids").forEach(id -> ids.add(Uuid.fromString(id)));
+            admin(a)
+                    .describeTopics(TopicCollection.ofTopicIds(ids))
+                    .allTopicIds()
+                    .get()
+                    .values()
+                    .forEach(d -> found.put(d.name(), d));
+        } else {
+            found.putAll(admin(a).describeTopics(a.list("topics")).allTopicNames().get());
+        }
         Map<String, Object> topics = new LinkedHashMap<>();
         for (TopicDescription d : found.values()) {
             List<Object> partitions = new ArrayList<>();
@@ -492,6 +531,71 @@ public final class KafkaDriver {
                             found.put(key(tp), active);
                         });
         emit(Json.obj("producers", found));
+    }
+
+    private void listTransactions(Args a) throws Exception {
+        List<Object> listed = new ArrayList<>();
+        for (TransactionListing t : admin(a).listTransactions().all().get()) {
+            listed.add(
+                    Json.obj(
+                            "transactionalId", t.transactionalId(),
+                            "producerId", t.producerId(),
+                            "state", t.state()));
+        }
+        emit(Json.obj("transactions", listed));
+    }
+
+    private void describeTransactions(Args a) throws Exception {
+        Map<String, Object> described = new TreeMap<>();
+        admin(a)
+                .describeTransactions(a.list("ids"))
+                .all()
+                .get()
+                .forEach(
+                        (id, t) -> {
+                            List<String> partitions = new ArrayList<>();
+                            t.topicPartitions().forEach(tp -> partitions.add(key(tp)));
+                            partitions.sort(null);
+                            described.put(
+                                    id,
+                                    Json.obj(
+                                            "coordinatorId", t.coordinatorId(),
+                                            "state", t.state(),
+                                            "producerId", t.producerId(),
+                                            "producerEpoch", t.producerEpoch(),
+                                            "timeoutMs", t.transactionTimeoutMs(),
+                                            "startTimeMs", t.transactionStartTimeMs(),
+                                            "partitions", partitions));
+                        });
+        emit(Json.obj("transactions", described));
+    }
+
+    private void describeLogDirs(Args a) throws Exception {
+        List<Integer> brokers = new ArrayList<>();
+        a.list("brokers").forEach(b -> brokers.add(Integer.parseInt(b)));
+        Map<String, Object> found = new TreeMap<>();
+        Map<Integer, Map<String, LogDirDescription>> all =
+                admin(a).describeLogDirs(brokers).allDescriptions().get();
+        for (Map.Entry<Integer, Map<String, LogDirDescription>> broker : all.entrySet()) {
+            for (Map.Entry<String, LogDirDescription> dir : broker.getValue().entrySet()) {
+                LogDirDescription d = dir.getValue();
+                Map<String, Object> replicas = new TreeMap<>();
+                d.replicaInfos()
+                        .forEach(
+                                (tp, r) ->
+                                        replicas.put(
+                                                key(tp),
+                                                Json.obj("size", r.size(), "offsetLag", r.offsetLag())));
+                found.put(
+                        broker.getKey() + ":" + dir.getKey(),
+                        Json.obj(
+                                "error", d.error() == null ? null : d.error().toString(),
+                                "totalBytes", d.totalBytes(),
+                                "usableBytes", d.usableBytes(),
+                                "replicas", replicas));
+            }
+        }
+        emit(Json.obj("logDirs", found));
     }
 
     // ---------------------------------------------------------------- producer

@@ -22,7 +22,7 @@ class RequestHeader:
     client_id: str | None
 
 
-def peek_api(frame: bytes) -> tuple[int, int, int]:
+def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
     """API key, version and correlation id: the part every header version shares."""
     if len(frame) < 8:
         raise MalformedRequest(f"request of {len(frame)} bytes is shorter than a header")
@@ -58,7 +58,7 @@ def skip_tagged_fields(buf: bytes, pos: int) -> int:
     return pos
 
 
-def parse_request_header(frame: bytes, flexible: bool) -> tuple[RequestHeader, int]:
+def parse_request_header(frame: bytes | memoryview, flexible: bool) -> tuple[RequestHeader, int]:
     """Parse header v1 (or v2 when the request body is flexible); return it and the body offset.
 
     The client id stays a legacy (int16-length) string even in header v2, as Kafka
@@ -73,7 +73,7 @@ def parse_request_header(frame: bytes, flexible: bool) -> tuple[RequestHeader, i
         end = pos + client_len
         if end > len(frame):
             raise MalformedRequest("client id runs past the end of the request")
-        client_id = frame[pos:end].decode("utf-8", "replace")
+        client_id = str(frame[pos:end], "utf-8", "replace")
         pos = end
     elif client_len != -1:
         raise MalformedRequest(f"client id length {client_len}")

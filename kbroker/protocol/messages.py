@@ -71,7 +71,7 @@ def response_type(api_key: int, version: int) -> type:
     return load_response_schema(api_key, version)
 
 
-def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
+def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Any:
     """Decode a request body; raises on malformed bytes (the caller closes the connection).
 
     Bytes after the body are ignored, as Kafka's own request parser ignores them:
@@ -280,7 +280,7 @@ def _request_skip(api_key: int, version: int) -> Skip:
     return _entity(load_request_schema(api_key, version), False).skip
 
 
-def check_lengths(api_key: int, version: int, frame: bytes, offset: int) -> None:
+def check_lengths(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> None:
     """Reject a request body whose array counts exceed what its bytes could hold.
 
     Also refuses more than MAX_REQUEST_ELEMENTS array elements in all. Raises

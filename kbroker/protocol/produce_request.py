@@ -47,7 +47,7 @@ class ProduceRequest:
 class _Reader:
     __slots__ = ("buf", "pos", "end", "flexible")
 
-    def __init__(self, buf: bytes, pos: int, flexible: bool) -> None:
+    def __init__(self, buf: bytes | memoryview, pos: int, flexible: bool) -> None:
         self.buf = buf
         self.pos = pos
         self.end = len(buf)
@@ -91,7 +91,7 @@ class _Reader:
         if size < 0:
             return None
         start = self.need(size)
-        return self.buf[start : start + size].decode("utf-8")
+        return str(self.buf[start : start + size], "utf-8")
 
     def array_count(self, min_element_size: int) -> int:
         count = self.uvarint() - 1 if self.flexible else self.int32()
@@ -122,7 +122,7 @@ _NO_TOPIC_ID = bytes(16)
 
 
 def decode_produce_request(
-    version: int, buf: bytes, offset: int, max_elements: int = 1_000_000
+    version: int, buf: bytes | memoryview, offset: int, max_elements: int = 1_000_000
 ) -> ProduceRequest:
     """Decode a Produce body; at most `max_elements` topics and partitions in all, so a
     request of millions of tiny partitions is refused before it becomes Python objects."""

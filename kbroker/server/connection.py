@@ -135,7 +135,7 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- dispatch --------------------------------------------------------------------
 
-    def _dispatch(self, request: bytes) -> None:
+    def _dispatch(self, request: memoryview) -> None:
         try:
             api_key, version, correlation_id = peek_api(request)
         except MalformedRequest as exc:

@@ -313,7 +313,10 @@ class KafkaPythonPoller(threading.Thread):
     def run(self) -> None:
         try:
             while not self.stop.is_set():
-                for tp, records in self.consumer.poll(100).items():
+                # A poll shorter than a rebalance can leave kafka-python 3.0's leader
+                # half-joined (no heartbeats) when the join completes after the poll
+                # returned; a poll long enough to span the join avoids that client race.
+                for tp, records in self.consumer.poll(2000).items():
                     self.seen[tp.partition] = self.seen.get(tp.partition, 0) + len(records)
                 if self.commit_wanted.is_set() and not self.committed.is_set():
                     self.consumer.commit()

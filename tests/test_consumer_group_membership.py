@@ -3,6 +3,8 @@ incremental revocation, leaving, fencing, static members, topic changes, persist
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from kio.schema.errors import ErrorCode as E
 from test_consumer_group_harness import (
@@ -433,3 +435,20 @@ def test_reloaded_members_that_stay_away_are_fenced(h):
     fresh.load_partition(partition, h.store.records(partition))
     h.clock.advance(SESSION_MS + 1)
     assert fresh.consumer.groups["g"].members == {}
+
+
+def test_pathological_regex_is_matched_in_linear_time(h):
+    h.create_topic("a" * 200 + "c", 1)
+    started = time.monotonic()
+    result = h.heartbeat(member_id="m", subscribed_topic_names=(), subscribed_topic_regex="(a+)+b")
+    assert result.error == E.none
+    assert time.monotonic() - started < 1.0  # a backtracking engine takes ages here
+
+
+def test_regex_takes_java_named_groups(h):
+    h.create_topic("orders-eu", 1)
+    result = h.heartbeat(
+        member_id="m", subscribed_topic_names=(), subscribed_topic_regex="(?<kind>orders)-.*"
+    )
+    assert result.error == E.none
+    assert result.assignment == {h.topic_id("orders-eu"): frozenset({0})}

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+import re2
 from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.assignors import ASSIGNORS, AssignorError, MemberSubscription
@@ -220,10 +220,14 @@ def _new_member_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
-def java_regex(pattern: str) -> re.Pattern[str]:
-    """Compile an RE2/J (Java) pattern with Python's re: the syntax clients send is the
-    common subset; Java's named groups `(?<name>` are Python's `(?P<name>`."""
-    return re.compile(re.sub(r"\(\?<(?=[A-Za-z])", "(?P<", pattern))
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a client's bad pattern is its error, not ours to log
+
+
+def topic_regex(pattern: str) -> Any:
+    """Compile a subscription regex as Kafka does: RE2 syntax (Kafka uses RE2/J), matched
+    in linear time, so no pattern a client sends can stall the coordinator."""
+    return re2.compile(pattern, _RE2_OPTIONS)
 
 
 def _group_write_error(code: ErrorCode) -> ErrorCode:
@@ -271,7 +275,7 @@ class ConsumerGroupCoordinator:
         self.metadata: Callable[[], Any] = _no_metadata
         self._new_member_id = new_member_id or _new_member_id
         self._queues: dict[str, deque[Operation]] = {}
-        self._regexes: dict[str, re.Pattern[str] | None] = {}
+        self._regexes: dict[str, Any] = {}
         self._regex_matches: dict[str, tuple[int, frozenset[str]]] = {}
 
     # -- small helpers --------------------------------------------------------------------
@@ -282,11 +286,11 @@ class ConsumerGroupCoordinator:
     def is_busy(self, group_id: str) -> bool:
         return group_id in self._queues
 
-    def _compiled(self, pattern: str) -> re.Pattern[str] | None:
+    def _compiled(self, pattern: str) -> Any:
         if pattern not in self._regexes:
             try:
-                self._regexes[pattern] = java_regex(pattern)
-            except re.error:
+                self._regexes[pattern] = topic_regex(pattern)
+            except re2.error:
                 self._regexes[pattern] = None
             if len(self._regexes) > 10_000:
                 self._regexes.clear()
@@ -1182,5 +1186,5 @@ __all__ = [
     "HeartbeatRequest",
     "HeartbeatResult",
     "consumer_group_config",
-    "java_regex",
+    "topic_regex",
 ]

@@ -99,8 +99,16 @@ class FlushJob:
     upto_offset: int
     messages: int
     segments: list[Segment]
+    seconds: float = 0.0  # how long the fsyncs took, once run
 
     def run(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._sync()
+        finally:
+            self.seconds = time.perf_counter() - started
+
+    def _sync(self) -> None:
         for path in self.paths:
             try:
                 fd = os.open(path, os.O_RDONLY)

@@ -786,7 +786,10 @@ public final class KafkaDriver {
         long deadline = System.currentTimeMillis() + a.lng("timeout-ms", 20000);
         int count = 0;
         boolean reached = false;
-        Map<TopicPartition, Long> ends = null;
+        // Asked before the first poll when the assignment is known: once a fetch is parked on
+        // the connection, the request would wait behind it (fetch.max.wait.ms).
+        Map<TopicPartition, Long> ends =
+                untilEnd && !c.assignment().isEmpty() ? c.endOffsets(c.assignment()) : null;
         while (System.currentTimeMillis() < deadline) {
             for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) {
                 emit(Json.obj("record", record(r)));

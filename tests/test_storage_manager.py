@@ -101,7 +101,60 @@ def test_flush_for_ack_shares_one_fsync_between_concurrent_callers(tmp_path, mon
     results, fsyncs = asyncio.run(scenario())
     assert results == [20] * 20
     assert fsyncs == 1
-    assert runs[0].startswith("kbroker-fsync")  # not on the event loop thread
+
+
+def _slow_disk(m: LogManager) -> LogManager:
+    """A manager that has seen a slow fsync: acknowledgement fsyncs go to workers."""
+    m._inline_fsync = False
+    return m
+
+
+def test_acknowledgement_fsyncs_run_in_workers_once_one_was_slow(tmp_path, monkeypatch):
+    runs = []
+    original = log_module.FlushJob.run
+
+    def recording_run(self):
+        runs.append(threading.current_thread().name)
+        original(self)
+        if len(runs) == 1:
+            self.seconds = 1.0  # as if the disk took a second
+
+    monkeypatch.setattr(log_module.FlushJob, "run", recording_run)
+
+    async def scenario():
+        m = LogManager([tmp_path])
+        log = m.create("t", 0, LogConfig(flush_interval_messages=1), NOW)
+        for _ in range(2):
+            log.append(batch(1), 0, NOW)
+            await m.flush_for_ack(log)
+        m.close_all()
+
+    asyncio.run(scenario())
+    assert runs[0] == "MainThread"  # a quick disk: inline
+    assert runs[1].startswith("kbroker-fsync")  # after a slow fsync: not on the loop
+
+
+def test_acknowledgement_fsyncs_come_back_inline_when_a_worker_fsync_is_quick(
+    tmp_path, monkeypatch
+):
+    original = log_module.FlushJob.run
+
+    def quick_run(self):
+        original(self)
+        self.seconds = 0.0001
+
+    monkeypatch.setattr(log_module.FlushJob, "run", quick_run)
+
+    async def scenario():
+        m = _slow_disk(LogManager([tmp_path]))
+        log = m.create("t", 0, LogConfig(flush_interval_messages=1), NOW)
+        log.append(batch(1), 0, NOW)
+        await m.flush_for_ack(log)
+        inline = m._inline_fsync
+        m.close_all()
+        return inline
+
+    assert asyncio.run(scenario()) is True
 
 
 def test_flush_for_ack_waits_for_a_later_fsync_when_appended_during_one(tmp_path, monkeypatch):
@@ -120,7 +173,7 @@ def test_flush_for_ack_waits_for_a_later_fsync_when_appended_during_one(tmp_path
     monkeypatch.setattr(log_module.FlushJob, "run", slow_run)
 
     async def scenario():
-        m = LogManager([tmp_path])
+        m = _slow_disk(LogManager([tmp_path]))
         log = m.create("t", 0, LogConfig(), NOW)
         log.append(batch(1), 0, NOW)
         first = asyncio.ensure_future(m.flush_for_ack(log))

@@ -198,7 +198,8 @@ class TxnOffsetStore:
             if value is not None:
                 coordinator.apply_committed_offsets(group_id, {tp: value})
                 continue
-            group = coordinator.groups.get(group_id)
+            # Classic and consumer-protocol groups share the id space; either may hold it.
+            group = coordinator.groups.get(group_id) or coordinator.consumer.groups.get(group_id)
             if group is not None:
                 group.offsets.pop(tp, None)
         for pid, entry in pending.items():

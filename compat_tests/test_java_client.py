@@ -388,6 +388,26 @@ def test_idempotent_producer_with_many_batches_in_flight_keeps_every_record_once
     assert sorted(r["key"] for r in got.records) == sorted(f"k{i}" for i in range(3000))
 
 
+@pytest.mark.parametrize("graceful", [True, False], ids=["restart", "crash"])
+def test_idempotent_producer_carries_on_across_a_broker_restart(java, broker, graceful):
+    """The producer keeps its id and sequences; the restarted broker must have recovered
+    its producer state, or the next batch is refused as out of order (or duplicated)."""
+    topic = unique("t")
+    java.call("create-topics", bootstrap=broker.bootstrap, topics=topic)
+    java.call("producer-open", name="p", bootstrap=broker.bootstrap)
+    java.call("produce", producer="p", topic=topic, count=10, value_prefix="before")
+    broker.restart(graceful=graceful)
+    java.call("produce", producer="p", topic=topic, count=10, value_prefix="after")
+    got = java.call(
+        "consume", bootstrap=broker.bootstrap, topic=topic, from_="beginning", until_end=True
+    )
+    assert got.values() == [f"before{i}" for i in range(10)] + [f"after{i}" for i in range(10)]
+    (state,) = java.call("describe-producers", bootstrap=broker.bootstrap, topic=topic)[
+        "producers"
+    ][f"{topic}:0"]
+    assert state["lastSequence"] == 19
+
+
 @pytest.mark.parametrize("acks", ["0", "1"])
 def test_non_idempotent_producer_with_acks(java, acks):
     topic = create_topic(java)
@@ -502,6 +522,7 @@ GROUP_SETTINGS = {
         "partition.assignment.strategy": COOPERATIVE,
     },
     "consumer": {"group.protocol": "consumer"},
+    "consumer-range": {"group.protocol": "consumer", "group.remote.assignor": "range"},
 }
 
 

@@ -946,12 +946,19 @@ public final class KafkaDriver {
         }
     }
 
+    /** Named clients, and admins of brokers other than the default one (a test's own node). */
     private void closeClients() {
         for (String name : new ArrayList<>(producers.keySet())) {
             close(name);
         }
         for (String name : new ArrayList<>(consumers.keySet())) {
             close(name);
+        }
+        String home = defaults.str("bootstrap", "");
+        for (String bootstrap : new ArrayList<>(admins.keySet())) {
+            if (!bootstrap.equals(home)) {
+                admins.remove(bootstrap).close(Duration.ofSeconds(5));
+            }
         }
     }
 

@@ -611,3 +611,48 @@ def test_find_coordinator_names_this_broker_for_a_batch_of_groups(group_broker: 
         ]
     finally:
         client.close()
+
+
+def test_heartbeat_for_a_group_that_does_not_exist_is_unknown_member_id(
+    group_broker: BrokerProcess,
+):
+    client = RawClient(group_broker.bootstrap)
+    try:
+        group = unique_group()
+        client.call(10, 3, key=group, key_type=0)
+        response = client.call(12, 4, group_id=group, generation_id=1, member_id="nobody")
+        assert response.error_code == UNKNOWN_MEMBER_ID
+    finally:
+        client.close()
+
+
+def test_join_with_a_megabyte_of_protocol_metadata_is_served_and_the_group_still_works(
+    group_broker: BrokerProcess,
+):
+    import datetime
+
+    from kio.schema.join_group.v7.request import JoinGroupRequestProtocol
+
+    client = RawClient(group_broker.bootstrap)
+    try:
+        group = unique_group()
+        client.call(10, 3, key=group, key_type=0)
+        fields = {
+            "group_id": group,
+            "session_timeout": datetime.timedelta(milliseconds=10_000),
+            "rebalance_timeout": datetime.timedelta(milliseconds=10_000),
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": (JoinGroupRequestProtocol(name="range", metadata=b"\x00" * (1 << 20)),),
+        }
+        first = client.call(11, 7, member_id="", **fields)
+        assert first.error_code == MEMBER_ID_REQUIRED
+        joined = client.call(11, 7, member_id=first.member_id, **fields)
+        assert joined.error_code == 0
+        assert len(joined.members[0].metadata) == 1 << 20  # the leader gets it back whole
+        beat = client.call(
+            12, 4, group_id=group, generation_id=joined.generation_id, member_id=joined.member_id
+        )
+        assert beat.error_code in (0, REBALANCE_IN_PROGRESS)
+    finally:
+        client.close()

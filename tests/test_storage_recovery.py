@@ -345,3 +345,21 @@ def test_hundred_partitions_of_ten_segments_reopen_cleanly_and_fast(tmp_path, mo
     assert elapsed < 2.0
     assert all(log.log_end_offset == 40 and log.num_segments == 10 for log in reopened)
     assert [b for b, _ in read_all(reopened[57])] == list(range(0, 40, 4))
+
+
+def test_a_log_closed_cleanly_opens_without_a_scan_and_one_left_open_is_recovered(tmp_path):
+    from kbroker.protocol.batch import encode_batch as _encode
+    from kbroker.storage import LogConfig as _Config
+    from kbroker.storage import PartitionLog as _Log
+
+    directory = tmp_path / "t-0"
+    plog = _Log.open(directory, _Config(), 1000)
+    plog.append(_encode([(None, b"v")], base_timestamp=1000), 0, 1000)
+    plog.close()
+    reopened = _Log.open(directory, _Config(), 1000)
+    assert reopened.opened_cleanly
+    reopened.append(_encode([(None, b"w")], base_timestamp=1000), 0, 1000)
+    reopened.flush()  # not closed: as after kill -9
+    crashed = _Log.open(directory, _Config(), 1000)
+    assert not crashed.opened_cleanly
+    assert crashed.log_end_offset == 2

@@ -153,6 +153,7 @@ class PartitionLog:
         self._lock = threading.Lock()
         self.closed = False
         self.recovered_bytes = 0  # bytes truncated by the last open's recovery (for logs)
+        self.opened_cleanly = True  # False when the last open had to scan for torn data
         self._epochs: LeaderEpochCache | None = None
         self.producer_state = ProducerStateManager(self._dir)
 
@@ -234,6 +235,7 @@ class PartitionLog:
             self.recovery_point = clean.log_end_offset
             self._checkpoint_clean = True
         else:
+            self.opened_cleanly = False
             recovery_point = checkpoint.recovery_point if checkpoint is not None else 0
             self._recover(recovery_point)
             self.recovery_point = min(recovery_point, self.log_end_offset)

@@ -67,6 +67,7 @@ class LogManager:
 
     def load_all(self, config_for: Callable[[str, int], LogConfig], now_ms: int) -> None:
         """Open every partition directory found; finish deletions a crash interrupted."""
+        started = time.monotonic()
         for root in self.log_dirs:
             root.mkdir(parents=True, exist_ok=True)
             with os.scandir(root) as entries:
@@ -87,6 +88,15 @@ class LogManager:
                         plog.recovered_bytes,
                     )
                 self._logs[parsed] = plog
+        recovered = sum(1 for plog in self._logs.values() if not plog.opened_cleanly)
+        if self._logs:
+            log.info(
+                "opened %d partition logs in %.2fs: %d after a clean shutdown, %d recovered",
+                len(self._logs),
+                time.monotonic() - started,
+                len(self._logs) - recovered,
+                recovered,
+            )
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))

@@ -9,7 +9,8 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode as E
 from test_group_harness import Box
 
-from kbroker.coordinator.store import OFFSETS_TOPIC, LogGroupStore, read_log_records
+from kbroker.coordinator.store import OFFSETS_TOPIC, LogGroupStore
+from kbroker.internal_topics import read_log_records
 from kbroker.protocol.batch import Record, encode_batch
 from kbroker.replica.manager import ReplicaManager
 from kbroker.server.waiters import DataWaiters

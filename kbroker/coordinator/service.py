@@ -22,7 +22,8 @@ from kbroker.coordinator.clock import LoopScheduler
 from kbroker.coordinator.consumer_coordinator import consumer_group_config
 from kbroker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from kbroker.coordinator.lag import lag_metrics, replica_high_watermark
-from kbroker.coordinator.store import OFFSETS_TOPIC, KeyValue, LogGroupStore, read_log_records
+from kbroker.coordinator.store import OFFSETS_TOPIC, LogGroupStore
+from kbroker.internal_topics import KeyValue, read_log_records
 
 log = logging.getLogger("kbroker.coordinator")
 

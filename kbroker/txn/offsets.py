@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,16 +25,8 @@ from kbroker.coordinator.records import (
     encode_offset_value,
 )
 from kbroker.coordinator.store import OFFSETS_TOPIC
-from kbroker.protocol.batch import (
-    HEADER_SIZE,
-    BatchHeader,
-    BatchTooLargeError,
-    InvalidBatchError,
-    Record,
-    decode_records,
-    encode_batch,
-    read_header,
-)
+from kbroker.internal_topics import read_batches
+from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, Record, encode_batch
 from kbroker.storage.producer_state import (
     COORDINATOR,
     InvalidProducerEpochError,
@@ -169,7 +160,7 @@ class TxnOffsetStore:
         final: dict[tuple[str, TopicPartition], OffsetAndMetadata | None] = {}
         touched: set[tuple[str, TopicPartition]] = set()
         pending: dict[int, PendingOffsets] = {}
-        for header, records in _batches_with_headers(plog):
+        for header, records in read_batches(plog):
             hold = skip = False
             if header.is_transactional:
                 pid, offset = header.producer_id, header.base_offset
@@ -205,36 +196,3 @@ class TxnOffsetStore:
         for pid, entry in pending.items():
             self.pending[(partition, pid)] = entry
         return len(touched)
-
-
-def _batches_with_headers(
-    plog: Any, chunk_bytes: int = 1 << 20
-) -> Iterator[tuple[BatchHeader, list[tuple[bytes, bytes | None]]]]:
-    """Every data batch of a log with its keyed records, oldest first."""
-    offset = plog.log_start_offset
-    end = plog.log_end_offset
-    while offset < end:
-        region = plog.read(offset, chunk_bytes, end)
-        if region is None or region.length == 0:
-            return
-        with region:
-            data = region.read()
-        pos = 0
-        progressed = False
-        while pos + HEADER_SIZE <= len(data):
-            header = read_header(data, pos)
-            if pos + header.total_size > len(data):
-                break
-            progressed = True
-            if header.next_offset > offset and not header.is_control:
-                records = decode_records(data, pos, plog.decompressor)
-                yield (
-                    header,
-                    [(r.key, r.value) for r in records if r.key is not None and r.offset >= offset],
-                )
-            offset = max(offset, header.next_offset)
-            pos += header.total_size
-        if not progressed:
-            chunk_bytes *= 4
-            if chunk_bytes > 1 << 30:
-                return

@@ -17,8 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.coordinator.store import read_log_records
-from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, Record, encode_batch
+from kbroker.internal_topics import append_records, read_log_records
 from kbroker.txn.coordinator import TransactionCoordinator, TxnConfig
 from kbroker.txn.markers import LocalMarkerWriter
 from kbroker.txn.offsets import TxnOffsetStore
@@ -50,30 +49,15 @@ class LogTxnStore:
         self.broker = broker
 
     async def write(self, partition: int, key: bytes, value: bytes | None) -> ErrorCode:
-        replica = self.broker.replicas.get(TRANSACTION_STATE_TOPIC, partition)
-        if replica is None:
-            return E.unknown_topic_or_partition
-        if not replica.is_leader:
-            return E.not_leader_or_follower
-        now = _now_ms()
+        error, acknowledgement = append_records(
+            self.broker, TRANSACTION_STATE_TOPIC, partition, [(key, value)], _now_ms()
+        )
+        if acknowledgement is None:
+            return error
         try:
-            self.broker.replicas.append(replica, encode_batch([Record(key, value, now)], now), now)
-        except BatchTooLargeError:
-            return E.message_too_large
-        except (InvalidBatchError, OSError) as exc:
-            log.error("cannot write to %s-%d: %s", TRANSACTION_STATE_TOPIC, partition, exc)
+            return await acknowledgement
+        except OSError:
             return E.kafka_storage_error
-        if replica.log.config.flush_interval_messages == 1:
-            try:
-                await self.broker.logs.flush_for_ack(replica.log)
-            except OSError:
-                return E.kafka_storage_error
-        waiter = getattr(self.broker.replicas, "wait_for_commit", None)
-        if waiter is not None:
-            result = await waiter(replica)
-            if isinstance(result, int) and result:
-                return ErrorCode(result)
-        return E.none
 
 
 class TransactionCoordinatorService:

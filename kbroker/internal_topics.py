@@ -2,15 +2,21 @@
 
 The group and the transaction coordinator keep their state the same way: as keyed
 records in a compacted topic whose partition leaders are the coordinators. What they
-share lives here: appending records to a led partition with the durability a produce
-would get, and reading a partition's records back to rebuild state after gaining it.
+share lives here: the service that creates the topic on first need, follows which of
+its partitions this node leads (replaying one on gaining it, dropping it on losing it)
+and answers FindCoordinator; appending records to a led partition with the durability
+a produce would get; and reading a partition's records back.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
-from collections.abc import Coroutine, Iterator
-from typing import Any
+import time
+from collections.abc import Callable, Collection, Coroutine, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -31,6 +37,217 @@ log = logging.getLogger("kbroker.internal_topics")
 E = ErrorCode
 KeyValue = tuple[bytes, bytes | None]
 Acknowledgement = Coroutine[Any, Any, ErrorCode]
+Metrics = Callable[[], list[str]]
+# Records read between two yields to the loop while replaying a partition.
+YIELD_EVERY_RECORDS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLayout:
+    """How an internal topic is created: from the broker's settings for it."""
+
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str]
+
+
+class PartitionedCoordinator(Protocol):
+    """What the service needs of the coordinator state machine it hosts."""
+
+    config: Any  # a frozen dataclass with num_partitions
+
+    def partition_for(self, key: str, /) -> int: ...
+
+    def unload_partition(self, partition: int, /) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class InternalTopicService:
+    """A coordinator state machine inside a running broker, over its internal topic.
+
+    A subclass names the topic (`topic`, `layout`), hosts a `coordinator`, and says how
+    its partitions are held: `held_partitions`, `needs_load`, `begin_loading`,
+    `load_records`. Replaying a partition yields to the loop between chunks, so a large
+    log does not stall other connections.
+    """
+
+    topic: ClassVar[str]
+    log: ClassVar[logging.Logger] = log
+    coordinator: PartitionedCoordinator
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self._loads: dict[int, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._metrics: list[Metrics] = []
+        self._creating: asyncio.Future[ErrorCode] | None = None
+        self._refresh_pending = False
+
+    # -- what a subclass says ---------------------------------------------------------------
+
+    def layout(self) -> TopicLayout:
+        raise NotImplementedError
+
+    def held_partitions(self) -> Collection[int]:
+        """The partitions the coordinator has loaded or is loading."""
+        raise NotImplementedError
+
+    def needs_load(self, partition: int, leader_epoch: int) -> bool:
+        """Whether a partition this node leads at `leader_epoch` must be (re)loaded."""
+        return partition not in self.held_partitions()
+
+    def begin_loading(self, partition: int, leader_epoch: int) -> None:
+        raise NotImplementedError
+
+    async def load_records(self, partition: int, records: list[KeyValue], started: float) -> None:
+        """Rebuild the partition's state from its records (read since `started`)."""
+        raise NotImplementedError
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.broker.controller.subscribe(self._on_metadata_event)
+        self.refresh()
+
+    async def stop(self) -> None:
+        self.broker.controller.unsubscribe(self._on_metadata_event)
+        extra = getattr(self.broker, "extra_metrics", None)
+        for metrics in self._metrics:
+            if extra is not None and metrics in extra:
+                extra.remove(metrics)
+        self._metrics.clear()
+        for task in [*self._tasks, *self._loads.values()]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._loads.values(), return_exceptions=True)
+        self._tasks.clear()
+        self._loads.clear()
+        self.coordinator.shutdown()
+
+    def publish_metrics(self, metrics: Metrics) -> None:
+        """Add Prometheus lines to the broker's until `stop`."""
+        extra = getattr(self.broker, "extra_metrics", None)
+        if extra is not None:
+            extra.append(metrics)
+            self._metrics.append(metrics)
+
+    def every(self, interval_ms: float, job: Callable[[], Any], what: str) -> None:
+        """Run `job` (a function or a coroutine function) every interval until `stop`; a
+        failure is logged as `what` failed, and the next run goes ahead."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_ms / 1000)
+                try:
+                    result = job()
+                    if inspect.isawaitable(result):
+                        await result
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    self.log.exception("%s failed", what)
+
+        self._tasks.append(asyncio.create_task(loop()))
+
+    # -- leadership of the topic's partitions -----------------------------------------------
+
+    def _on_metadata_event(self, event: Any) -> None:
+        # Let the broker open the partitions first (it hears of the same event), then look.
+        if not self._refresh_pending:
+            self._refresh_pending = True
+            asyncio.get_running_loop().call_soon(self.refresh)
+
+    def refresh(self) -> None:
+        """Load partitions this node now leads, unload those it no longer leads."""
+        self._refresh_pending = False
+        coordinator = self.coordinator
+        topic = self.broker.controller.state.topics.get(self.topic)
+        led: dict[int, int] = {}  # partition -> leader epoch
+        if topic is not None:
+            count = len(topic.partitions)
+            if count != coordinator.config.num_partitions and not self.held_partitions():
+                # The topic's real partition count decides placement, whatever the setting.
+                coordinator.config = replace(coordinator.config, num_partitions=count)
+            for p in topic.partitions:
+                replica = self.broker.replicas.get(self.topic, p.partition)
+                if p.leader == self.broker.node_id and replica is not None and replica.is_leader:
+                    led[p.partition] = replica.leader_epoch
+        for partition in sorted(set(self.held_partitions()) - set(led)):
+            task = self._loads.pop(partition, None)
+            if task is not None:
+                task.cancel()
+            coordinator.unload_partition(partition)
+            self.log.info("no longer coordinating %s-%d", self.topic, partition)
+        for partition, epoch in sorted(led.items()):
+            if self.needs_load(partition, epoch):
+                self.begin_loading(partition, epoch)
+                self._loads[partition] = asyncio.create_task(self._load(partition))
+
+    async def _load(self, partition: int) -> None:
+        started = time.monotonic()
+        try:
+            replica = self.broker.replicas.get(self.topic, partition)
+            records: list[KeyValue] = []
+            if replica is not None:
+                for _, batch in read_batches(replica.log):
+                    records.extend(batch)
+                    if len(records) % YIELD_EVERY_RECORDS < len(batch):
+                        await asyncio.sleep(0)
+            await self.load_records(partition, records, started)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.log.exception("loading %s-%d failed", self.topic, partition)
+            self.coordinator.unload_partition(partition)
+        finally:
+            self._loads.pop(partition, None)
+
+    # -- FindCoordinator --------------------------------------------------------------------
+
+    async def find_coordinator(self, key: str) -> tuple[ErrorCode, Any]:
+        """The broker leading the key's partition of the topic (creating the topic if new)."""
+        state = self.broker.controller.state
+        if self.topic not in state.topics:
+            error = await self.ensure_topic()
+            if error != E.none:
+                return error, None
+            state = self.broker.controller.state
+        topic = state.topics.get(self.topic)
+        if topic is None:
+            return E.coordinator_not_available, None
+        partition = topic.partitions[self.coordinator.partition_for(key) % len(topic.partitions)]
+        node = state.brokers.get(partition.leader)
+        if node is None or node.fenced:
+            return E.coordinator_not_available, None
+        return E.none, node
+
+    async def ensure_topic(self) -> ErrorCode:
+        """Create the topic once, however many requests ask at the same time."""
+        if self.topic in self.broker.controller.state.topics:
+            return E.none
+        if self._creating is None:
+            self._creating = asyncio.ensure_future(self._create())
+            self._creating.add_done_callback(self._forget_creation)
+        return await asyncio.shield(self._creating)
+
+    def _forget_creation(self, _: asyncio.Future[ErrorCode]) -> None:
+        self._creating = None
+
+    async def _create(self) -> ErrorCode:
+        from kbroker.controller import ControllerError
+
+        layout = self.layout()
+        try:
+            await self.broker.controller.create_topic(
+                self.topic, layout.partitions, layout.replication_factor, layout.configs
+            )
+        except ControllerError as exc:
+            if self.topic in self.broker.controller.state.topics:
+                return E.none  # created concurrently (another broker, or a retry)
+            self.log.warning("cannot create %s: %s", self.topic, exc)
+            return E.coordinator_not_available
+        self.log.info("created %s", self.topic)
+        return E.none
 
 
 # -- writing ------------------------------------------------------------------------------

@@ -253,6 +253,31 @@ class InternalTopicService:
 # -- writing ------------------------------------------------------------------------------
 
 
+def write_error(
+    code: ErrorCode,
+    *,
+    timed_out: ErrorCode = E.request_timed_out,
+    too_large: ErrorCode = E.unknown_server_error,
+) -> ErrorCode:
+    """How a coordinator reports a failed write to its topic (Kafka's mapping): the
+    partition gone or short of replicas means try later, leadership or the disk lost
+    means find the coordinator again. What a timeout or a batch too large means depends
+    on the request, so the caller says."""
+    if code in (
+        E.unknown_topic_or_partition,
+        E.not_enough_replicas,
+        E.not_enough_replicas_after_append,
+    ):
+        return E.coordinator_not_available
+    if code in (E.not_leader_or_follower, E.kafka_storage_error):
+        return E.not_coordinator
+    if code == E.request_timed_out:
+        return timed_out
+    if code in (E.message_too_large, E.record_list_too_large, E.invalid_fetch_size):
+        return too_large
+    return code
+
+
 def append_records(
     broker: Any, topic: str, partition: int, records: list[KeyValue], now_ms: int
 ) -> tuple[ErrorCode, Acknowledgement | None]:

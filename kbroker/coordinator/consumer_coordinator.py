@@ -62,6 +62,7 @@ from kbroker.coordinator.group import GroupState, OffsetAndMetadata
 from kbroker.coordinator.reconciliation import MemberFenced, OwnedPartitions, reconcile
 from kbroker.coordinator.records import RecordFormatError, encode_group_key, encode_offset_key
 from kbroker.coordinator.store import GroupStore, KeyValue
+from kbroker.internal_topics import write_error
 
 if TYPE_CHECKING:
     from kbroker.coordinator.group import ClassicGroup
@@ -228,22 +229,6 @@ def topic_regex(pattern: str) -> Any:
     """Compile a subscription regex as Kafka does: RE2 syntax (Kafka uses RE2/J), matched
     in linear time, so no pattern a client sends can stall the coordinator."""
     return re2.compile(pattern, _RE2_OPTIONS)
-
-
-def _group_write_error(code: ErrorCode) -> ErrorCode:
-    if code in (
-        E.unknown_topic_or_partition,
-        E.not_enough_replicas,
-        E.not_enough_replicas_after_append,
-    ):
-        return E.coordinator_not_available
-    if code in (E.not_leader_or_follower, E.kafka_storage_error):
-        return E.not_coordinator
-    if code == E.request_timed_out:
-        return E.request_timed_out
-    if code in (E.message_too_large, E.record_list_too_large, E.invalid_fetch_size):
-        return E.unknown_server_error
-    return code
 
 
 def _is_subset(owned: OwnedPartitions, assignment: Assignment) -> bool:
@@ -463,7 +448,7 @@ class ConsumerGroupCoordinator:
 
             def finish(code: ErrorCode) -> None:
                 if code != E.none:
-                    callback(HeartbeatResult(_group_write_error(code)))
+                    callback(HeartbeatResult(write_error(code)))
                     return
                 after()
                 callback(result)

@@ -51,6 +51,7 @@ from kbroker.coordinator.records import (
     partition_for,
 )
 from kbroker.coordinator.store import GroupStore, KeyValue
+from kbroker.internal_topics import write_error
 
 log = logging.getLogger("kbroker.coordinator")
 
@@ -127,34 +128,13 @@ DeleteOffsetsCallback = Callable[[tuple[ErrorCode, dict[TopicPartition, ErrorCod
 
 
 def _group_write_error(code: ErrorCode) -> ErrorCode:
-    """How a failed group-metadata write is reported to members (Kafka's mapping)."""
-    if code in (
-        E.unknown_topic_or_partition,
-        E.not_enough_replicas,
-        E.not_enough_replicas_after_append,
-    ):
-        return E.coordinator_not_available
-    if code in (E.not_leader_or_follower, E.kafka_storage_error):
-        return E.not_coordinator
-    if code == E.request_timed_out:
-        return E.rebalance_in_progress
-    if code in (E.message_too_large, E.record_list_too_large, E.invalid_fetch_size):
-        return E.unknown_server_error
-    return code
+    """How a failed group-metadata write is reported to members (Kafka's mapping): a
+    timeout leaves the rebalance to go on."""
+    return write_error(code, timed_out=E.rebalance_in_progress)
 
 
 def _offset_write_error(code: ErrorCode) -> ErrorCode:
-    if code in (
-        E.unknown_topic_or_partition,
-        E.not_enough_replicas,
-        E.not_enough_replicas_after_append,
-    ):
-        return E.coordinator_not_available
-    if code in (E.not_leader_or_follower, E.kafka_storage_error):
-        return E.not_coordinator
-    if code in (E.message_too_large, E.record_list_too_large, E.invalid_fetch_size):
-        return E.invalid_commit_offset_size
-    return code
+    return write_error(code, too_large=E.invalid_commit_offset_size)
 
 
 class GroupCoordinator:

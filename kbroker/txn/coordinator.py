@@ -25,6 +25,7 @@ from typing import Protocol
 from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.records import partition_for
+from kbroker.internal_topics import write_error
 from kbroker.txn.metadata import (
     COMPLETED,
     NO_PRODUCER_EPOCH,
@@ -90,18 +91,7 @@ class _Partition:
 
 def _write_error(code: ErrorCode) -> ErrorCode:
     """How a failed transaction-log write is reported (Kafka's appendTransactionToLog)."""
-    if code in (
-        E.unknown_topic_or_partition,
-        E.not_enough_replicas,
-        E.not_enough_replicas_after_append,
-        E.request_timed_out,
-    ):
-        return E.coordinator_not_available
-    if code in (E.not_leader_or_follower, E.kafka_storage_error):
-        return E.not_coordinator
-    if code in (E.message_too_large, E.record_list_too_large):
-        return E.unknown_server_error
-    return code
+    return write_error(code, timed_out=E.coordinator_not_available)
 
 
 class TransactionCoordinator:

@@ -34,7 +34,7 @@ from kbroker.coordinator.consumer_group import (
     TargetMemberRecord,
     TopicMetadata,
 )
-from kbroker.coordinator.records import MAX_STRING_BYTES, RecordFormatError
+from kbroker.coordinator.records import Reader, RecordFormatError, Writer
 from kbroker.coordinator.store import KeyValue
 
 GROUP_EPOCH_KEY = 3
@@ -55,68 +55,22 @@ def is_consumer_record(key: bytes) -> bool:
 
 def record_group_id(key: bytes) -> str:
     """The group a consumer-protocol key belongs to (its first field)."""
-    return _KeyReader(key[2:]).string()
+    return Reader(key, 2).key_string()
 
 
 # -- writing ------------------------------------------------------------------------------
 
 
-class _Out:
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def int8(self, v: int) -> None:
-        self.buf += struct.pack(">b", v)
-
-    def int16(self, v: int) -> None:
-        self.buf += struct.pack(">h", v)
-
-    def int32(self, v: int) -> None:
-        self.buf += struct.pack(">i", v)
-
-    def uvarint(self, v: int) -> None:
-        while v >= 0x80:
-            self.buf.append((v & 0x7F) | 0x80)
-            v >>= 7
-        self.buf.append(v)
-
-    def key_string(self, v: str) -> None:
-        data = v.encode()
-        if len(data) > MAX_STRING_BYTES:
-            raise RecordFormatError(f"string of {len(data)} bytes does not fit a key")
-        self.int16(len(data))
-        self.buf += data
-
-    def string(self, v: str | None) -> None:
-        if v is None:
-            self.uvarint(0)
-            return
-        data = v.encode()
-        self.uvarint(len(data) + 1)
-        self.buf += data
-
-    def array_length(self, n: int) -> None:
-        self.uvarint(n + 1)
-
-    def uuid(self, v: uuid.UUID) -> None:
-        self.buf += v.bytes
-
-    def no_tags(self) -> None:
-        self.uvarint(0)
-
-
 def _key(version: int, group_id: str, member_id: str | None = None) -> bytes:
-    out = _Out()
+    out = Writer()
     out.int16(version)
-    out.key_string(group_id)
+    out.string(group_id)
     if member_id is not None:
-        out.key_string(member_id)
-    return bytes(out.buf)
+        out.string(member_id)
+    return bytes(out.out)
 
 
-def _topic_partitions(out: _Out, assignment: Assignment) -> None:
+def _topic_partitions(out: Writer, assignment: Assignment) -> None:
     out.array_length(len(assignment))
     for topic_id in sorted(assignment, key=str):
         partitions = sorted(assignment[topic_id])
@@ -127,8 +81,8 @@ def _topic_partitions(out: _Out, assignment: Assignment) -> None:
         out.no_tags()
 
 
-def _value() -> _Out:
-    out = _Out()
+def _value() -> Writer:
+    out = Writer(flexible=True)
     out.int16(VALUE_VERSION)
     return out
 
@@ -143,7 +97,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out = _value()
         out.int32(record.epoch)
         out.no_tags()
-        return key, bytes(out.buf)
+        return key, bytes(out.out)
     if isinstance(record, SubscriptionMetadataRecord):
         key = _key(PARTITION_METADATA_KEY, gid)
         if record.topics is None:
@@ -157,7 +111,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
             out.array_length(0)  # partition racks: not tracked
             out.no_tags()
         out.no_tags()
-        return key, bytes(out.buf)
+        return key, bytes(out.out)
     if isinstance(record, MemberMetadataRecord):
         key = _key(MEMBER_METADATA_KEY, gid, record.member_id)
         m = record.member
@@ -176,7 +130,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out.int32(m.rebalance_timeout_ms)
         out.string(m.server_assignor)
         out.no_tags()
-        return key, bytes(out.buf)
+        return key, bytes(out.out)
     if isinstance(record, TargetEpochRecord):
         key = _key(TARGET_EPOCH_KEY, gid)
         if record.epoch is None:
@@ -184,7 +138,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out = _value()
         out.int32(record.epoch)
         out.no_tags()
-        return key, bytes(out.buf)
+        return key, bytes(out.out)
     if isinstance(record, TargetMemberRecord):
         key = _key(TARGET_MEMBER_KEY, gid, record.member_id)
         if record.assignment is None:
@@ -192,7 +146,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out = _value()
         _topic_partitions(out, record.assignment)
         out.no_tags()
-        return key, bytes(out.buf)
+        return key, bytes(out.out)
     if isinstance(record, CurrentAssignmentRecord):
         key = _key(CURRENT_ASSIGNMENT_KEY, gid, record.member_id)
         m = record.member
@@ -205,7 +159,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
         _topic_partitions(out, m.assigned)
         _topic_partitions(out, m.pending_revocation)
         out.no_tags()
-        return key, bytes(out.buf)
+        return key, bytes(out.out)
     raise TypeError(f"not a consumer group record: {record!r}")
 
 
@@ -216,76 +170,7 @@ def encode_records(records: Iterable[GroupRecord]) -> list[KeyValue]:
 # -- reading ------------------------------------------------------------------------------
 
 
-class _In:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise RecordFormatError("record ends early")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def int8(self) -> int:
-        return struct.unpack(">b", self.take(1))[0]
-
-    def int16(self) -> int:
-        return struct.unpack(">h", self.take(2))[0]
-
-    def int32(self) -> int:
-        return struct.unpack(">i", self.take(4))[0]
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            b = self.take(1)[0]
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise RecordFormatError("varint too long")
-
-    def string(self) -> str | None:
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        try:
-            return self.take(n).decode()
-        except UnicodeDecodeError as exc:
-            raise RecordFormatError(f"string is not utf-8: {exc}") from None
-
-    def array_length(self) -> int:
-        n = self.uvarint() - 1
-        if n > len(self.data) - self.pos:
-            raise RecordFormatError(f"array of {n} elements cannot fit the record")
-        return n
-
-    def uuid(self) -> uuid.UUID:
-        return uuid.UUID(bytes=self.take(16))
-
-    def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
-
-
-class _KeyReader(_In):
-    def string(self) -> str:  # type: ignore[override]
-        n = self.int16()
-        if n < 0:
-            raise RecordFormatError("null string in a key")
-        try:
-            return self.take(n).decode()
-        except UnicodeDecodeError as exc:
-            raise RecordFormatError(f"key string is not utf-8: {exc}") from None
-
-
-def _read_topic_partitions(r: _In) -> dict[uuid.UUID, frozenset[int]]:
+def _read_topic_partitions(r: Reader) -> dict[uuid.UUID, frozenset[int]]:
     out: dict[uuid.UUID, frozenset[int]] = {}
     for _ in range(max(r.array_length(), 0)):
         topic_id = r.uuid()
@@ -296,8 +181,8 @@ def _read_topic_partitions(r: _In) -> dict[uuid.UUID, frozenset[int]]:
     return out
 
 
-def _value_reader(value: bytes) -> _In:
-    r = _In(value)
+def _value_reader(value: bytes) -> Reader:
+    r = Reader(value, flexible=True)
     version = r.int16()
     if version != VALUE_VERSION:
         raise RecordFormatError(f"unknown consumer group value version {version}")
@@ -306,12 +191,12 @@ def _value_reader(value: bytes) -> _In:
 
 def decode_record(key: bytes, value: bytes | None) -> GroupRecord:
     """The record a (key, value) pair holds; RecordFormatError if it cannot be read."""
-    k = _KeyReader(key)
+    k = Reader(key)
     kind = k.int16()
     if kind not in CONSUMER_KEY_VERSIONS:
         raise RecordFormatError(f"key version {kind} is not a consumer group record")
-    gid = k.string()
-    member_id = k.string() if kind in _MEMBER_KEYS else None
+    gid = k.key_string()
+    member_id = k.key_string() if kind in _MEMBER_KEYS else None
     if kind == GROUP_EPOCH_KEY:
         if value is None:
             return GroupEpochRecord(gid, None)

@@ -5,12 +5,15 @@ tooling (the console consumer's offsets formatter, kcat with a decoder) can read
 log. Keys start with an int16 that says which record it is: 0 and 1 are offset
 commits, 2 is group metadata. We write value version 3 of both, which every Kafka
 reader understands, and read versions 0 through 4 (4 is the first flexible one).
+`Writer` and `Reader` hold the schema encoding, classic and flexible, for these records
+and the consumer-protocol ones (`consumer_records`).
 """
 
 from __future__ import annotations
 
 import functools
 import struct
+import uuid
 from dataclasses import dataclass
 
 from kbroker.coordinator.group import NO_LEADER_EPOCH, OffsetAndMetadata
@@ -63,11 +66,19 @@ class StoredGroup:
 # -- writing ------------------------------------------------------------------------------
 
 
-class _Writer:
-    __slots__ = ("out",)
+class Writer:
+    """Kafka's schema encoding, classic (int16-length strings, int32 lengths) or flexible
+    (compact lengths, a tagged-field section after each struct): the version that
+    starts a value says which."""
 
-    def __init__(self) -> None:
+    __slots__ = ("out", "flexible")
+
+    def __init__(self, flexible: bool = False) -> None:
         self.out = bytearray()
+        self.flexible = flexible
+
+    def int8(self, v: int) -> None:
+        self.out += struct.pack(">b", v)
 
     def int16(self, v: int) -> None:
         self.out += struct.pack(">h", v)
@@ -78,22 +89,46 @@ class _Writer:
     def int64(self, v: int) -> None:
         self.out += struct.pack(">q", v)
 
+    def uvarint(self, v: int) -> None:
+        while v >= 0x80:
+            self.out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        self.out.append(v)
+
     def string(self, v: str | None) -> None:
         if v is None:
-            self.int16(-1)
+            self._length(-1, wide=False)
             return
         data = v.encode()
-        if len(data) > MAX_STRING_BYTES:
+        if len(data) > MAX_STRING_BYTES and not self.flexible:
             raise RecordFormatError(f"string of {len(data)} bytes does not fit an int16 length")
-        self.int16(len(data))
+        self._length(len(data), wide=False)
         self.out += data
 
     def bytes_(self, v: bytes | None) -> None:
         if v is None:
-            self.int32(-1)
+            self._length(-1, wide=True)
             return
-        self.int32(len(v))
+        self._length(len(v), wide=True)
         self.out += v
+
+    def array_length(self, n: int) -> None:
+        self._length(n, wide=True)
+
+    def uuid(self, v: uuid.UUID) -> None:
+        self.out += v.bytes
+
+    def no_tags(self) -> None:
+        if self.flexible:
+            self.uvarint(0)
+
+    def _length(self, n: int, wide: bool) -> None:
+        if self.flexible:
+            self.uvarint(n + 1)
+        elif wide:
+            self.int32(n)
+        else:
+            self.int16(n)
 
 
 def fits_in_key(group_id: str) -> bool:
@@ -102,7 +137,7 @@ def fits_in_key(group_id: str) -> bool:
 
 
 def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:
-    w = _Writer()
+    w = Writer()
     w.int16(OFFSET_KEY_VERSION)
     w.string(group_id)
     w.string(topic)
@@ -111,14 +146,14 @@ def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:
 
 
 def encode_group_key(group_id: str) -> bytes:
-    w = _Writer()
+    w = Writer()
     w.int16(GROUP_KEY_VERSION)
     w.string(group_id)
     return bytes(w.out)
 
 
 def encode_offset_value(value: OffsetAndMetadata) -> bytes:
-    w = _Writer()
+    w = Writer()
     if value.expire_timestamp_ms is not None:
         # Only version 1 can carry an explicit expiry; keep it rather than lose it.
         w.int16(1)
@@ -136,7 +171,7 @@ def encode_offset_value(value: OffsetAndMetadata) -> bytes:
 
 
 def encode_group_value(group: StoredGroup) -> bytes:
-    w = _Writer()
+    w = Writer()
     w.int16(GROUP_VALUE_VERSION)
     w.string(group.protocol_type)
     w.int32(group.generation)
@@ -159,7 +194,9 @@ def encode_group_value(group: StoredGroup) -> bytes:
 # -- reading ------------------------------------------------------------------------------
 
 
-class _Reader:
+class Reader:
+    """Reads what `Writer` writes; every malformed input raises RecordFormatError."""
+
     __slots__ = ("data", "pos", "flexible")
 
     def __init__(self, data: bytes, pos: int = 0, flexible: bool = False) -> None:
@@ -167,26 +204,29 @@ class _Reader:
         self.pos = pos
         self.flexible = flexible
 
-    def _take(self, n: int) -> bytes:
+    def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
             raise RecordFormatError("record ends early")
         chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
 
+    def int8(self) -> int:
+        return struct.unpack(">b", self.take(1))[0]
+
     def int16(self) -> int:
-        return struct.unpack(">h", self._take(2))[0]
+        return struct.unpack(">h", self.take(2))[0]
 
     def int32(self) -> int:
-        return struct.unpack(">i", self._take(4))[0]
+        return struct.unpack(">i", self.take(4))[0]
 
     def int64(self) -> int:
-        return struct.unpack(">q", self._take(8))[0]
+        return struct.unpack(">q", self.take(8))[0]
 
     def uvarint(self) -> int:
         shift = value = 0
         while True:
-            b = self._take(1)[0]
+            b = self.take(1)[0]
             value |= (b & 0x7F) << shift
             if b < 0x80:
                 return value
@@ -201,24 +241,43 @@ class _Reader:
 
     def string(self) -> str | None:
         n = self._length(False)
-        return None if n < 0 else self._take(n).decode()
+        return None if n < 0 else self._text(n)
+
+    def key_string(self) -> str:
+        """A string of a key: int16 length (keys are never flexible), never null."""
+        n = self.int16()
+        if n < 0:
+            raise RecordFormatError("null string in a key")
+        return self._text(n)
+
+    def _text(self, n: int) -> str:
+        try:
+            return self.take(n).decode()
+        except UnicodeDecodeError as exc:
+            raise RecordFormatError(f"string is not utf-8: {exc}") from None
 
     def bytes_(self) -> bytes | None:
         n = self._length(True)
-        return None if n < 0 else self._take(n)
+        return None if n < 0 else self.take(n)
 
     def array_length(self) -> int:
-        return self._length(True)
+        n = self._length(True)
+        if n > len(self.data) - self.pos:
+            raise RecordFormatError(f"array of {n} elements cannot fit the record")
+        return n
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self.take(16))
 
     def skip_tags(self) -> None:
         if self.flexible:
             for _ in range(self.uvarint()):
                 self.uvarint()
-                self._take(self.uvarint())
+                self.take(self.uvarint())
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey:
-    r = _Reader(data)
+    r = Reader(data)
     version = r.int16()
     if version in (0, 1):
         return OffsetKey(r.string() or "", r.string() or "", r.int32())
@@ -228,7 +287,7 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey:
 
 
 def decode_offset_value(data: bytes) -> OffsetAndMetadata:
-    r = _Reader(data)
+    r = Reader(data)
     version = r.int16()
     if not 0 <= version <= 4:
         raise RecordFormatError(f"unknown offset value version {version}")
@@ -245,7 +304,7 @@ def decode_offset_value(data: bytes) -> OffsetAndMetadata:
 
 
 def decode_group_value(data: bytes) -> StoredGroup:
-    r = _Reader(data)
+    r = Reader(data)
     version = r.int16()
     if not 0 <= version <= 4:
         raise RecordFormatError(f"unknown group value version {version}")

@@ -862,9 +862,7 @@ class GroupCoordinator:
             old.cancel()
         group.pending_member_timers[member_id] = self.scheduler.call_later(timeout_ms, fire)
 
-    def _remove_member_and_update_group(
-        self, group: ClassicGroup, member: Member, reason: str
-    ) -> None:
+    def _drop_member(self, group: ClassicGroup, member: Member) -> None:
         self._cancel_heartbeat(member)
         # A member may leave while its join is parked: answer it so the client rejoins.
         if member.awaiting_join is not None:
@@ -874,6 +872,11 @@ class GroupCoordinator:
             sync_cb, member.awaiting_sync = member.awaiting_sync, None
             _invoke(sync_cb, SyncResult(E.unknown_member_id))
         group.remove_member(member.member_id)
+
+    def _remove_member_and_update_group(
+        self, group: ClassicGroup, member: Member, reason: str
+    ) -> None:
+        self._drop_member(group, member)
         if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance_or_complete_join(
                 group, f"member {member.member_id} left ({reason})"
@@ -920,14 +923,7 @@ class GroupCoordinator:
             if group.members.get(member.member_id) is not member:
                 continue  # named twice in one request
             log.info("group %s: member %s left", group.group_id, member.member_id)
-            self._cancel_heartbeat(member)
-            if member.awaiting_join is not None:
-                callback, member.awaiting_join = member.awaiting_join, None
-                _invoke(callback, JoinResult(E.unknown_member_id, UNKNOWN_MEMBER_ID))
-            if member.awaiting_sync is not None:
-                sync_cb, member.awaiting_sync = member.awaiting_sync, None
-                _invoke(sync_cb, SyncResult(E.unknown_member_id))
-            group.remove_member(member.member_id)
+            self._drop_member(group, member)
         if any(code == E.none for _, _, code in results):
             if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                 self._maybe_prepare_rebalance_or_complete_join(group, "members left the group")

@@ -84,7 +84,7 @@ class InternalTopicService:
         self._creating: asyncio.Future[ErrorCode] | None = None
         self._refresh_pending = False
 
-    # -- what a subclass says ---------------------------------------------------------------
+    # -- what a subclass says -------------------------------------------------------------
 
     def layout(self) -> TopicLayout:
         raise NotImplementedError
@@ -104,7 +104,7 @@ class InternalTopicService:
         """Rebuild the partition's state from its records (read since `started`)."""
         raise NotImplementedError
 
-    # -- lifecycle ----------------------------------------------------------------------------
+    # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.broker.controller.subscribe(self._on_metadata_event)
@@ -149,7 +149,7 @@ class InternalTopicService:
 
         self._tasks.append(asyncio.create_task(loop()))
 
-    # -- leadership of the topic's partitions -----------------------------------------------
+    # -- leadership of the topic's partitions ---------------------------------------------
 
     def _on_metadata_event(self, event: Any) -> None:
         # Let the broker open the partitions first (it hears of the same event), then look.
@@ -202,7 +202,7 @@ class InternalTopicService:
         finally:
             self._loads.pop(partition, None)
 
-    # -- FindCoordinator --------------------------------------------------------------------
+    # -- FindCoordinator ------------------------------------------------------------------
 
     async def find_coordinator(self, key: str) -> tuple[ErrorCode, Any]:
         """The broker leading the key's partition of the topic (creating the topic if new)."""

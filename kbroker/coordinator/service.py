@@ -72,7 +72,7 @@ class GroupCoordinatorService(InternalTopicService):
         """The broker leading the group's offsets partition (creating the topic if new)."""
         return await self.find_coordinator(group_id)
 
-    # -- the offsets topic ------------------------------------------------------------------
+    # -- the offsets topic ----------------------------------------------------------------
 
     def layout(self) -> TopicLayout:
         config = self.broker.config

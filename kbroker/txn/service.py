@@ -139,7 +139,7 @@ class TransactionCoordinatorService(InternalTopicService):
                 replica.log.producer_state.expire(now, max_age)
             await asyncio.sleep(0)
 
-    # -- the transaction log ------------------------------------------------------------
+    # -- the transaction log --------------------------------------------------------------
 
     def layout(self) -> TopicLayout:
         config = self.broker.config

@@ -83,6 +83,7 @@ def test_flush_for_ack_shares_one_fsync_between_concurrent_callers(tmp_path, mon
         original(self)
 
     monkeypatch.setattr(log_module.FlushJob, "run", counting_run)
+    monkeypatch.setattr(log_module.FlushJob, "run_on_owner_thread", counting_run)
 
     async def scenario():
         m = LogManager([tmp_path])
@@ -120,6 +121,7 @@ def test_acknowledgement_fsyncs_run_in_workers_once_one_was_slow(tmp_path, monke
             self.seconds = 1.0  # as if the disk took a second
 
     monkeypatch.setattr(log_module.FlushJob, "run", recording_run)
+    monkeypatch.setattr(log_module.FlushJob, "run_on_owner_thread", recording_run)
 
     async def scenario():
         m = LogManager([tmp_path])
@@ -165,9 +167,8 @@ def test_flush_for_ack_waits_for_a_later_fsync_when_appended_during_one(tmp_path
 
     def slow_run(self):
         calls.append(self.upto_offset)
-        if len(calls) == 1:
-            started.set()
-            release.wait(5)
+        started.set()
+        release.wait(5)  # every fsync is slow until released
         original(self)
 
     monkeypatch.setattr(log_module.FlushJob, "run", slow_run)
@@ -189,7 +190,9 @@ def test_flush_for_ack_waits_for_a_later_fsync_when_appended_during_one(tmp_path
         m.close_all()
         return flushed
 
-    assert asyncio.run(scenario()) == (2, [1, 2])
+    flushed, fsynced_up_to = asyncio.run(scenario())
+    assert flushed == 2
+    assert 2 in fsynced_up_to  # the second caller was answered by an fsync covering its append
 
 
 def test_background_retention_deletes_expired_segments(tmp_path):
@@ -248,3 +251,21 @@ def test_thousand_small_partitions_load_quickly_after_clean_shutdown(tmp_path, m
     assert len(list(m2.logs())) == 1000
     assert all(log.log_end_offset == 2 for log in m2.logs())
     assert elapsed < 2.0
+
+
+def test_an_inline_acknowledgement_fsync_syncs_the_open_segment_files(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr(log_module, "_fdatasync", lambda fd: synced.append(fd))
+
+    async def scenario():
+        m = LogManager([tmp_path])
+        log = m.create("t", 0, LogConfig(flush_interval_messages=1), NOW)
+        log.append(batch(1), 0, NOW)
+        await m.flush_for_ack(log)
+        fd = log.active_segment.file.fd
+        flushed = log.flushed_offset
+        m.close_all()
+        return fd, flushed
+
+    fd, flushed = asyncio.run(scenario())
+    assert synced[0] == fd and flushed == 1

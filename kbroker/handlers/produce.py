@@ -6,6 +6,7 @@ batch's header and CRC and patches its base offset, and nothing here looks insid
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -120,10 +121,24 @@ def _append(
     )
 
 
-async def _respond_after_flush(
+def _respond_after_flush(
     broker: Any, logs: list[Any], version: int, topics: list[ProducedTopic]
-) -> bytes:
-    """fsync-before-ack: one group-committed fsync per log covers every waiting append."""
-    for plog in logs:
-        await broker.logs.flush_for_ack(plog)
-    return encode_produce_response(version, topics)
+) -> asyncio.Future[bytes]:
+    """fsync-before-ack: the answer goes out when every written log is fsynced; the logs'
+    group commit shares one fsync among all appends of the loop iteration."""
+    answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+    waiting = set(logs)
+
+    def durable(plog: Any, error: OSError | None) -> None:
+        if answer.done():
+            return
+        if error is not None:
+            answer.set_exception(error)
+            return
+        waiting.discard(plog)
+        if not waiting:
+            answer.set_result(encode_produce_response(version, topics))
+
+    for plog in list(waiting):
+        broker.logs.when_durable(plog, lambda error, plog=plog: durable(plog, error))
+    return answer

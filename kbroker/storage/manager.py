@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from kbroker.storage.cleaner import CleanerConfig, CompactionSettings, LogCleaner
 from kbroker.storage.config import LogConfig
@@ -42,22 +43,15 @@ def _flush_quietly(plog: PartitionLog) -> OSError | None:
     return None
 
 
-class _GroupCommit:
-    """The fsync in flight for one log, shared by everyone who waits on it."""
-
-    __slots__ = ("inflight",)
-
-    def __init__(self) -> None:
-        self.inflight: asyncio.Future[None] | None = None
-
-
 class LogManager:
     def __init__(self, log_dirs: list[Path], *, flush_threads: int = 4) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
         self._logs: dict[tuple[str, int], PartitionLog] = {}
-        self._commits: dict[int, _GroupCommit] = {}
+        self._durable_waiters: dict[PartitionLog, list[Any]] = {}
+        self._commit_scheduled = False
+        self._commit_tasks: set[asyncio.Task[None]] = set()
         self._executor: ThreadPoolExecutor | None = None
         self._flush_threads = flush_threads
         self._inline_fsync = True  # acknowledgement fsyncs on the loop while they are quick
@@ -132,7 +126,6 @@ class LogManager:
         plog = self._logs.pop((topic, partition), None)
         if plog is None:
             return
-        self._commits.pop(id(plog), None)
         doomed = plog.directory.with_name(
             f"{plog.directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
         )
@@ -169,7 +162,6 @@ class LogManager:
             except OSError:
                 log.exception("closing %s-%d failed", plog.topic, plog.partition)
         self._logs.clear()
-        self._commits.clear()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -221,35 +213,70 @@ class LogManager:
             )
         return self._executor
 
-    async def flush_for_ack(self, plog: PartitionLog) -> None:
-        """Return once everything appended to `plog` before the call is fsynced.
+    def when_durable(self, plog: PartitionLog, done: Callable[[OSError | None], None]) -> None:
+        """Call `done(None)` once everything appended to `plog` so far is fsynced, or
+        `done(error)` if the fsync failed (group commit).
 
-        Callers arriving while no fsync is running share the next one, which starts
-        after the current loop iteration so that all appends of that iteration ride
-        on it; callers arriving during an fsync wait for it and, if it began before
-        their append, for the one after (group commit).
+        Every caller of one loop iteration shares one fsync per log: the commit runs
+        once the iteration's ready callbacks are through, so all the appends that one
+        read of the sockets produced ride on it, and `done` is called straight from it,
+        with no task or future in between.
         """
-        target = plog.log_end_offset
-        commit = self._commits.get(id(plog))
-        if commit is None:
-            commit = self._commits[id(plog)] = _GroupCommit()
-        while plog.flushed_offset < min(target, plog.log_end_offset) and not plog.closed:
-            fut = commit.inflight
-            if fut is None:
-                fut = commit.inflight = asyncio.ensure_future(self._group_flush(plog, commit))
-            await asyncio.shield(fut)
+        if plog.closed or plog.flushed_offset >= plog.log_end_offset:
+            done(None)
+            return
+        self._durable_waiters.setdefault(plog, []).append((plog.log_end_offset, done))
+        if not self._commit_scheduled:
+            self._commit_scheduled = True
+            asyncio.get_running_loop().call_soon(self._commit)
+
+    async def flush_for_ack(self, plog: PartitionLog) -> None:
+        """Return once everything appended to `plog` before the call is fsynced."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def settle(error: OSError | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        self.when_durable(plog, settle)
+        await future
 
     flush_async = flush_for_ack
 
-    async def _group_flush(self, plog: PartitionLog, commit: _GroupCommit) -> None:
-        try:
-            await asyncio.sleep(0)  # let the appends of this loop iteration join
-            if self._inline_fsync:
+    def _commit(self) -> None:
+        self._commit_scheduled = False
+        pending, self._durable_waiters = self._durable_waiters, {}
+        for plog, waiters in pending.items():
+            if not self._inline_fsync:
+                task = asyncio.ensure_future(self._commit_in_worker(plog, waiters))
+                self._commit_tasks.add(task)
+                task.add_done_callback(self._commit_tasks.discard)
+                continue
+            try:
                 self._flush_inline(plog)
+            except OSError as exc:
+                self._notify(plog, waiters, exc)
             else:
-                await self._run_flush(plog, data_only=True)
-        finally:
-            commit.inflight = None
+                self._notify(plog, waiters, None)
+
+    async def _commit_in_worker(self, plog: PartitionLog, waiters: list[Any]) -> None:
+        try:
+            await self._run_flush(plog, data_only=True)
+        except OSError as exc:
+            self._notify(plog, waiters, exc)
+        else:
+            self._notify(plog, waiters, None)
+
+    def _notify(self, plog: PartitionLog, waiters: list[Any], error: OSError | None) -> None:
+        for target, done in waiters:
+            if error is None and not plog.closed and plog.flushed_offset < target:
+                self.when_durable(plog, done)  # appended while a worker's fsync ran
+            else:
+                done(error)
 
     def _flush_inline(self, plog: PartitionLog) -> None:
         """The acknowledgement fsync on the loop thread, while this disk's fsyncs are quick.
@@ -264,7 +291,7 @@ class LogManager:
         if job is None:
             return
         try:
-            job.run()
+            job.run_on_owner_thread()
         except BaseException:
             plog.abort_flush(job)
             raise

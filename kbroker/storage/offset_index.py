@@ -9,11 +9,12 @@ the log when missing or damaged, so it never needs to be preallocated or mapped.
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 from array import array
 from bisect import bisect_right
+
+from kbroker.storage.entry_file import append_entries, rewrite_entries
 
 ENTRY_SIZE = 8
 _ENTRY = struct.Struct(">II")
@@ -85,36 +86,14 @@ class OffsetIndex:
 
     def persist(self, create: bool = False) -> bool:
         """Append the entries not yet in the file (idempotent: same bytes, same place)."""
-        start = self.persisted
-        end = len(self.offsets)
-        if start >= end:
-            if create and end == 0 and not os.path.exists(self.path):
-                _write_file(self.path, b"")
-                return True
+        written = append_entries(
+            self.path, _ENTRY, self.offsets, self.positions, self.persisted, create
+        )
+        if written < 0:
             return False
-        data = b"".join(_ENTRY.pack(self.offsets[i], self.positions[i]) for i in range(start, end))
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, data, start * ENTRY_SIZE)
-        finally:
-            os.close(fd)
-        self.persisted = max(self.persisted, end)
+        self.persisted = max(self.persisted, written)
         return True
 
     def rewrite(self) -> None:
         """Write the whole index afresh (after a rebuild or truncation)."""
-        data = b"".join(
-            _ENTRY.pack(o, p) for o, p in zip(self.offsets, self.positions, strict=True)
-        )
-        _write_file(self.path, data)
-        self.persisted = len(self.offsets)
-
-
-def _write_file(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
+        self.persisted = rewrite_entries(self.path, _ENTRY, self.offsets, self.positions)

@@ -15,7 +15,8 @@ import sys
 from array import array
 from bisect import bisect_right
 
-from kbroker.storage.offset_index import IndexCorruptError, _write_file
+from kbroker.storage.entry_file import append_entries, rewrite_entries
+from kbroker.storage.offset_index import IndexCorruptError
 
 ENTRY_SIZE = 12
 _ENTRY = struct.Struct(">qI")
@@ -87,25 +88,13 @@ class TimeIndex:
         return self.base_offset + self.offsets[i - 1]
 
     def persist(self, create: bool = False) -> bool:
-        start = self.persisted
-        end = len(self.timestamps)
-        if start >= end:
-            if create and end == 0 and not os.path.exists(self.path):
-                _write_file(self.path, b"")
-                return True
+        written = append_entries(
+            self.path, _ENTRY, self.timestamps, self.offsets, self.persisted, create
+        )
+        if written < 0:
             return False
-        data = b"".join(_ENTRY.pack(self.timestamps[i], self.offsets[i]) for i in range(start, end))
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, data, start * ENTRY_SIZE)
-        finally:
-            os.close(fd)
-        self.persisted = max(self.persisted, end)
+        self.persisted = max(self.persisted, written)
         return True
 
     def rewrite(self) -> None:
-        data = b"".join(
-            _ENTRY.pack(t, o) for t, o in zip(self.timestamps, self.offsets, strict=True)
-        )
-        _write_file(self.path, data)
-        self.persisted = len(self.timestamps)
+        self.persisted = rewrite_entries(self.path, _ENTRY, self.timestamps, self.offsets)

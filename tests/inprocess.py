@@ -32,15 +32,20 @@ def run_broker(
     tmp_path: Path,
     check: Callable[[Broker, int], Awaitable[None]],
     overrides: list[str] | None = None,
+    *,
+    http: bool = False,
 ) -> None:
-    """Start a broker on free loopback ports, run `check(broker, kafka_port)`, stop it."""
-    port = free_port()
+    """Start a broker on free loopback ports, run `check(broker, port)`, stop it.
+
+    The port is the Kafka listener's, or with `http` the HTTP endpoints' listener's.
+    """
+    port, http_port = free_port(), free_port()
     config = load_broker_config(
         None,
         [
             f"listeners=PLAINTEXT://127.0.0.1:{port}",
             f"log.dirs={tmp_path / 'data'}",
-            f"http.listeners=http://127.0.0.1:{free_port()}",
+            f"http.listeners=http://127.0.0.1:{http_port}",
             *(overrides or []),
         ],
         {},
@@ -50,7 +55,7 @@ def run_broker(
         broker = Broker(config)
         await broker.start()
         try:
-            await check(broker, port)
+            await check(broker, http_port if http else port)
         finally:
             await broker.stop()
 

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_storage_cleaner import read_all
 
-from kbroker.protocol.batch import Record, decode_records, encode_batch, validate_batches
-from kbroker.protocol.compression import decompress
+from kbroker.protocol.batch import Record, encode_batch
 from kbroker.storage.cleaner import LogCleaner
 from kbroker.storage.config import LogConfig
 from kbroker.storage.log import PartitionLog
@@ -128,21 +128,6 @@ def write_updates(directory: Path, updates: int) -> None:
 
 def key_of(offset: int) -> bytes:
     return b"once-%d" % offset if offset < ONCE else b"key-%d" % (offset % KEYS)
-
-
-def read_all(plog: PartitionLog) -> list[Record]:
-    out: list[Record] = []
-    offset = plog.log_start_offset
-    while offset < plog.log_end_offset:
-        region = plog.read(offset, 1 << 20)
-        if region is None:
-            break
-        with region:
-            data = region.read()
-        for h in validate_batches(data, 1 << 30, check_record_count=False):
-            out += decode_records(data, h.position, decompress)
-            offset = h.base_offset + h.last_offset_delta + 1
-    return out
 
 
 def check_nothing_lost(directory: Path) -> PartitionLog:

@@ -18,6 +18,8 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +27,13 @@ START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 20.0
 METADATA_GRACE_S = 3.0
 LOG_TAIL_LINES = 300
+
+# Classic groups that form at once and accept short sessions, so rebalances take seconds:
+# the initial delay alone would add 3 s to every new group.
+FAST_GROUP_SETTINGS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+}
 
 _LIVE: set[subprocess.Popen[bytes]] = set()
 
@@ -285,3 +294,16 @@ class BrokerProcess:
         text = self.log_text().splitlines()
         head = f"--- kbroker stderr ({self.log_path}), last {min(lines, len(text))} lines ---"
         return "\n".join([head, *text[-lines:]])
+
+
+@contextmanager
+def running_broker(
+    base_dir: Path, overrides: dict[str, str] | None = None
+) -> Iterator[BrokerProcess]:
+    """A started node for the length of the block (a module fixture's body), then SIGKILLed."""
+    node = BrokerProcess(base_dir, dict(overrides or {}))
+    try:
+        node.start()
+        yield node
+    finally:
+        node.kill()

@@ -3,13 +3,15 @@
 Consumers never join a group: they ``assign()`` explicit offsets with auto commit off
 (librdkafka still wants a ``group.id``, so each gets a unique one). Every wait is bounded,
 and anything the client reports as an error on the test's own partitions fails the test.
+The group tests' members are the tests' own consumers; they share only the uuid-named
+groups and the polling loop that waits for an assignment.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,3 +235,30 @@ def per_partition(records: Iterable[Record]) -> dict[int, list[Record]]:
     for record in records:
         by_partition.setdefault(record.partition, []).append(record)
     return by_partition
+
+
+# -- group members ---------------------------------------------------------------------------
+
+
+def unique_group(prefix: str = "group") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def owned(consumer: Consumer) -> set[int]:
+    """The partitions the consumer's group assignment gives it now."""
+    return {tp.partition for tp in consumer.assignment()}
+
+
+def poll_until(consumers: list[Consumer], done: Callable[[], bool], timeout: float = 30.0) -> float:
+    """Poll every consumer until `done()`; returns the seconds it took.
+
+    Group work (joins, heartbeats, revocations) only happens inside poll, so every member
+    must keep polling while the condition is awaited.
+    """
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        for c in consumers:
+            c.poll(0.05)
+        if done():
+            return time.monotonic() - started
+    raise AssertionError(f"not reached in {timeout}s: {[owned(c) for c in consumers]}")

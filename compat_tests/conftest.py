@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.broker_process import BrokerProcess
+from compat_tests.broker_process import BrokerProcess, running_broker
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -63,12 +63,8 @@ def broker(broker_factory: BrokerFactory) -> BrokerProcess:
 
 @pytest.fixture(scope="module")
 def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    node = BrokerProcess(tmp_path_factory.mktemp("shared-broker"))
-    try:
-        node.start()
+    with running_broker(tmp_path_factory.mktemp("shared-broker")) as node:
         yield node
-    finally:
-        node.kill()
 
 
 def _brokers_of(item: pytest.Item) -> list[BrokerProcess]:

@@ -15,7 +15,6 @@ import dataclasses
 import datetime
 import functools
 import random
-import socket
 import struct
 import threading
 import time
@@ -28,8 +27,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader
+from kio.index import load_request_schema
 from kio.serial._introspect import (
     EntityField,
     EntityTupleField,
@@ -45,6 +43,7 @@ from compat_tests.confluent_helpers import (
     produce_all,
     unique_topic,
 )
+from compat_tests.raw_client import RawClient
 from kbroker.protocol import messages
 from kbroker.protocol.batch import CRC_OFFSET, MAGIC_OFFSET, Record, encode_batch
 
@@ -80,79 +79,10 @@ UNKNOWN_TOPIC_ID = 100
 # -- a raw Kafka client ------------------------------------------------------------------
 
 
-class Raw:
-    """One TCP connection speaking bytes; knows just enough framing to ask and read."""
-
-    def __init__(self, broker: BrokerProcess) -> None:
-        self.sock = socket.create_connection((broker.host, broker.port), SOCKET_TIMEOUT_S)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        host, port = self.sock.getsockname()[:2]
-        self.local = f"{host}:{port}"
-        self.next_correlation = 1
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def request_bytes(self, api_key: int, version: int, body: bytes, correlation: int) -> bytes:
-        client = b"bad-input"
-        head = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
-        known = api_key in messages.API_NAMES and version in messages.known_versions(api_key)
-        if known and messages.is_flexible(api_key, version):
-            head += b"\x00"
-        payload = head + body
-        return struct.pack(">i", len(payload)) + payload
-
-    def call(self, entity: Any) -> Any:
-        """Send a kio request entity and decode the broker's answer to it."""
-        key, version = int(entity.__api_key__), int(entity.__version__)
-        correlation = self.next_correlation
-        self.next_correlation += 1
-        self.send(self.request_bytes(key, version, messages.encode(entity), correlation))
-        answer = self.read_frame()
-        (got,) = struct.unpack_from(">i", answer)
-        assert got == correlation
-        offset = 5 if messages.is_flexible(key, version) and key != API_VERSIONS else 4
-        reader = entity_reader(load_response_schema(key, version))
-        value, _ = reader(answer, offset)
-        return value
-
-    def read_exact(self, n: int) -> bytes:
-        data = bytearray()
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError(f"closed after {len(data)} of {n} bytes")
-            data += chunk
-        return bytes(data)
-
-    def read_frame(self) -> bytes:
-        (size,) = struct.unpack(">i", self.read_exact(4))
-        assert 0 <= size < 64 << 20, f"response size {size}"
-        return self.read_exact(size)
-
-    def closed_by_broker(self, timeout: float = SOCKET_TIMEOUT_S) -> bool:
-        """True once the broker closes (EOF or reset); False if it sends data or waits."""
-        self.sock.settimeout(timeout)
-        try:
-            return self.sock.recv(1) == b""
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            self.sock.settimeout(SOCKET_TIMEOUT_S)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @contextmanager
-def raw(broker: BrokerProcess) -> Iterator[Raw]:
-    conn = Raw(broker)
-    try:
+def raw(broker: BrokerProcess) -> Iterator[RawClient]:
+    with RawClient(broker.host, broker.port, SOCKET_TIMEOUT_S, b"bad-input") as conn:
         yield conn
-    finally:
-        conn.close()
 
 
 def request(api_key: int, version: int, **fields: Any) -> Any:
@@ -170,7 +100,7 @@ def wait_for_log(broker: BrokerProcess, text: str, timeout: float = LOG_WAIT_S) 
     raise AssertionError(f"no log line containing {text!r}\n{broker.log_tail(40)}")
 
 
-def assert_closed_with_log(broker: BrokerProcess, conn: Raw, reason: str) -> None:
+def assert_closed_with_log(broker: BrokerProcess, conn: RawClient, reason: str) -> None:
     assert conn.closed_by_broker(), "the broker kept the connection open"
     line = wait_for_log(broker, f"closing connection from {conn.local}: ")
     assert reason in line, line
@@ -206,14 +136,14 @@ def seeded(shared_broker: BrokerProcess) -> Seeded:
     ]
     produce_all(shared_broker.bootstrap, topic, records)
     with raw(shared_broker) as conn:
-        meta = conn.call(request(METADATA, 12, topics=[{"name": topic}]))
+        meta = conn.ask(request(METADATA, 12, topics=[{"name": topic}]))
     (described,) = meta.topics
     return Seeded(shared_broker, topic, records, described.topic_id)
 
 
 def high_watermark(seeded: Seeded, partition: int) -> int:
     with raw(seeded.broker) as conn:
-        answer = conn.call(
+        answer = conn.ask(
             request(
                 LIST_OFFSETS,
                 7,
@@ -252,7 +182,7 @@ def produce_request(
 def produce_error(seeded: Seeded, records: bytes | None, partition: int = 0) -> int:
     """Produce `records` to the seeded topic; return the partition's error code."""
     with raw(seeded.broker) as conn:
-        answer = conn.call(produce_request(seeded.topic, partition, records))
+        answer = conn.ask(produce_request(seeded.topic, partition, records))
         (p,) = answer.responses[0].partition_responses
         return int(p.error_code)
 
@@ -297,7 +227,7 @@ def fetch_request(
 
 def fetched_partition(seeded: Seeded, entity: Any) -> Any:
     with raw(seeded.broker) as conn:
-        answer = conn.call(entity)
+        answer = conn.ask(entity)
     (p,) = answer.responses[0].partitions
     return p
 
@@ -387,7 +317,7 @@ def test_api_versions_v99_gets_a_v0_unsupported_version_answer_with_the_api_list
         }
         assert listed == seeded.broker.api_versions
         # The client may now retry with a version both sides speak, on the same connection.
-        fine = conn.call(
+        fine = conn.ask(
             request(API_VERSIONS, 3, client_software_name="x", client_software_version="1")
         )
         assert fine.error_code == NONE
@@ -554,7 +484,7 @@ def test_corrupt_batch_with_acks_0_closes_the_connection(seeded: Seeded) -> None
 def last_stable_offset(broker: BrokerProcess, topic: str, partition: int) -> int:
     """ListOffsets latest under read_committed: where such consumers stop."""
     with raw(broker) as conn:
-        answer = conn.call(
+        answer = conn.ask(
             request(
                 LIST_OFFSETS,
                 7,
@@ -620,7 +550,7 @@ def test_transactional_batch_outside_any_transaction_is_refused(
         topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": bytes(batch)}]}],
     )
     with raw(broker) as conn:
-        answer = conn.call(entity)
+        answer = conn.ask(entity)
     error = answer.responses[0].partition_responses[0].error_code
     assert error in (
         INVALID_RECORD,
@@ -637,7 +567,7 @@ def test_transactional_batch_outside_any_transaction_is_refused(
 def test_acks_5_is_invalid_required_acks(seeded: Seeded) -> None:
     before = high_watermark(seeded, 0)
     with raw(seeded.broker) as conn:
-        answer = conn.call(produce_request(seeded.topic, 0, bytes(a_batch()), acks=5))
+        answer = conn.ask(produce_request(seeded.topic, 0, bytes(a_batch()), acks=5))
     assert answer.responses[0].partition_responses[0].error_code == INVALID_REQUIRED_ACKS
     assert high_watermark(seeded, 0) == before
 
@@ -652,7 +582,7 @@ def test_produce_to_a_partition_that_does_not_exist(seeded: Seeded, partition: i
 )
 def test_produce_to_a_topic_that_does_not_exist(seeded: Seeded, topic: str) -> None:
     with raw(seeded.broker) as conn:
-        answer = conn.call(produce_request(topic, 0, bytes(a_batch())))
+        answer = conn.ask(produce_request(topic, 0, bytes(a_batch())))
     assert answer.responses[0].partition_responses[0].error_code == UNKNOWN_TOPIC_OR_PARTITION
     assert_serving(seeded.broker)
 
@@ -671,7 +601,7 @@ def test_produce_v13_to_an_unknown_topic_id(seeded: Seeded) -> None:
         ],
     )
     with raw(seeded.broker) as conn:
-        answer = conn.call(entity)
+        answer = conn.ask(entity)
     assert answer.responses[0].partition_responses[0].error_code == UNKNOWN_TOPIC_ID
 
 
@@ -731,7 +661,7 @@ def test_list_offsets_of_a_partition_that_does_not_exist(seeded: Seeded, partiti
         ],
     )
     with raw(seeded.broker) as conn:
-        answer = conn.call(entity)
+        answer = conn.ask(entity)
     assert answer.topics[0].partitions[0].error_code == UNKNOWN_TOPIC_OR_PARTITION
 
 
@@ -741,7 +671,7 @@ def test_list_offsets_of_a_partition_named_twice_is_invalid_request(seeded: Seed
         LIST_OFFSETS, 7, replica_id=-1, topics=[{"name": seeded.topic, "partitions": [part, part]}]
     )
     with raw(seeded.broker) as conn:
-        answer = conn.call(entity)
+        answer = conn.ask(entity)
     assert [p.error_code for p in answer.topics[0].partitions] == [INVALID_REQUEST] * 2
 
 
@@ -750,7 +680,7 @@ INVALID_NAMES = ["bad name!", "x" * 10_000, "x" * 250, ".", "..", "tab\there", "
 
 def metadata_error(seeded: Seeded, name: str, auto_create: bool) -> int:
     with raw(seeded.broker) as conn:
-        answer = conn.call(
+        answer = conn.ask(
             request(METADATA, 12, topics=[{"name": name}], allow_auto_topic_creation=auto_create)
         )
     (topic,) = answer.topics
@@ -778,7 +708,7 @@ def test_metadata_topic_without_a_name_below_v12_is_invalid_request(
 ) -> None:
     # Its own broker: the failure logs a traceback the module's broker must not show.
     with raw(broker_factory.start()) as conn:
-        answer = conn.call(request(METADATA, version, topics=[{"name": None, "topic_id": None}]))
+        answer = conn.ask(request(METADATA, version, topics=[{"name": None, "topic_id": None}]))
     assert [t.error_code for t in answer.topics] == [INVALID_REQUEST]
 
 
@@ -786,7 +716,7 @@ def create_topics(seeded: Seeded, *topics: dict[str, Any]) -> dict[str, int]:
     """CreateTopics v7 over a raw socket: {name: error code} (no client-side checks)."""
     full = [{"num_partitions": 1, "replication_factor": 1, **t} for t in topics]
     with raw(seeded.broker) as conn:
-        answer = conn.call(request(CREATE_TOPICS, 7, topics=full, timeout=10000))
+        answer = conn.ask(request(CREATE_TOPICS, 7, topics=full, timeout=10000))
     return {t.name: int(t.error_code) for t in answer.topics}
 
 
@@ -993,7 +923,7 @@ def test_idle_connection_is_closed_after_connections_max_idle_ms(broker_factory:
     with raw(broker) as idle, raw(broker) as busy:
         began = time.monotonic()
         while time.monotonic() - began < 1.5:
-            busy.call(request(API_VERSIONS, 0))
+            busy.ask(request(API_VERSIONS, 0))
             time.sleep(0.1)
         assert_closed_with_log(broker, idle, "connections.max.idle.ms")
-        assert busy.call(request(API_VERSIONS, 0)).error_code == NONE
+        assert busy.ask(request(API_VERSIONS, 0)).error_code == NONE

@@ -9,15 +9,22 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from compat_tests.broker_process import BrokerProcess
-from compat_tests.confluent_helpers import create_topic, produce_all, unique_topic
+from compat_tests.broker_process import BrokerProcess, running_broker
+from compat_tests.confluent_helpers import (
+    create_topic,
+    owned,
+    poll_until,
+    produce_all,
+    unique_group,
+    unique_topic,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,16 +40,10 @@ CONSUMER_PROTOCOL_SETTINGS = {
 
 @pytest.fixture(scope="module")
 def kip848_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    node = BrokerProcess(tmp_path_factory.mktemp("kip848-broker"), dict(CONSUMER_PROTOCOL_SETTINGS))
-    try:
-        node.start()
+    with running_broker(
+        tmp_path_factory.mktemp("kip848-broker"), CONSUMER_PROTOCOL_SETTINGS
+    ) as node:
         yield node
-    finally:
-        node.kill()
-
-
-def unique_group() -> str:
-    return f"cg-{uuid.uuid4().hex[:12]}"
 
 
 def member(bootstrap: str, group: str, **conf: Any) -> Consumer:
@@ -57,21 +58,6 @@ def member(bootstrap: str, group: str, **conf: Any) -> Consumer:
     return Consumer(settings)
 
 
-def owned(consumer: Consumer) -> set[int]:
-    return {tp.partition for tp in consumer.assignment()}
-
-
-def poll_until(consumers: list[Consumer], done: Callable[[], bool], timeout: float = 30.0) -> float:
-    """Poll every consumer until `done()`; returns the seconds it took."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        for c in consumers:
-            c.poll(0.05)
-        if done():
-            return time.monotonic() - started
-    raise AssertionError(f"not reached in {timeout}s: {[owned(c) for c in consumers]}")
-
-
 def exclusive_cover(consumers: list[Consumer], partitions: int) -> bool:
     sets = [owned(c) for c in consumers]
     every = sorted(p for s in sets for p in s)
@@ -82,7 +68,7 @@ def test_three_members_own_each_of_six_partitions_exactly_once(kip848_broker: Br
     bootstrap = kip848_broker.bootstrap
     topic = unique_topic()
     create_topic(bootstrap, topic, 6)
-    group = unique_group()
+    group = unique_group("cg")
     consumers = [member(bootstrap, group) for _ in range(3)]
     try:
         for c in consumers:
@@ -98,7 +84,7 @@ def test_closed_member_partitions_move_to_the_others(kip848_broker: BrokerProces
     bootstrap = kip848_broker.bootstrap
     topic = unique_topic()
     create_topic(bootstrap, topic, 6)
-    group = unique_group()
+    group = unique_group("cg")
     consumers = [member(bootstrap, group) for _ in range(3)]
     try:
         for c in consumers:
@@ -131,7 +117,7 @@ def test_killed_member_partitions_move_after_the_session_timeout(kip848_broker: 
     bootstrap = kip848_broker.bootstrap
     topic = unique_topic()
     create_topic(bootstrap, topic, 6)
-    group = unique_group()
+    group = unique_group("cg")
     survivor = member(bootstrap, group)
     doomed = subprocess.Popen(
         [sys.executable, "-c", KILLED_MEMBER, bootstrap, group, topic], stdout=subprocess.PIPE
@@ -156,7 +142,7 @@ def test_added_partitions_are_assigned_to_the_group(kip848_broker: BrokerProcess
     bootstrap = kip848_broker.bootstrap
     topic = unique_topic()
     create_topic(bootstrap, topic, 2)
-    group = unique_group()
+    group = unique_group("cg")
     consumers = [member(bootstrap, group) for _ in range(2)]
     try:
         for c in consumers:
@@ -174,7 +160,7 @@ def test_regex_subscription_follows_topics_created_later(kip848_broker: BrokerPr
     bootstrap = kip848_broker.bootstrap
     prefix = f"rx{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, f"{prefix}-a", 1)
-    consumer = member(bootstrap, unique_group())
+    consumer = member(bootstrap, unique_group("cg"))
     try:
         consumer.subscribe([f"^{prefix}-.*"])
         poll_until(
@@ -210,7 +196,7 @@ def test_committed_offsets_and_the_group_survive_a_broker_restart(broker_factory
     topic = unique_topic()
     create_topic(bootstrap, topic, 2)
     produce_all(bootstrap, topic, ({"value": b"%d" % i, "partition": i % 2} for i in range(20)))
-    group = unique_group()
+    group = unique_group("cg")
     first = member(bootstrap, group, **{"max.poll.interval.ms": 10_000})
     first.subscribe([topic])
     try:
@@ -243,7 +229,7 @@ def test_member_keeps_its_epoch_across_a_broker_restart(broker_factory: Any):
     bootstrap = node.bootstrap
     topic = unique_topic()
     create_topic(bootstrap, topic, 2)
-    group = unique_group()
+    group = unique_group("cg")
     consumer = member(bootstrap, group)
     consumer.subscribe([topic])
     try:
@@ -267,7 +253,7 @@ def test_admin_client_lists_and_describes_the_group(kip848_broker: BrokerProcess
     bootstrap = kip848_broker.bootstrap
     topic = unique_topic()
     create_topic(bootstrap, topic, 4)
-    group = unique_group()
+    group = unique_group("cg")
     consumers = [member(bootstrap, group, **{"client.id": f"reader-{i}"}) for i in range(2)]
     try:
         for c in consumers:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from compat_tests.broker_process import BrokerProcess, kbroker_command
+from compat_tests.broker_process import BrokerProcess, kbroker_command, running_broker
 from compat_tests.confluent_helpers import create_topic, produce_all, unique_topic
 
 pytestmark = pytest.mark.timeout(120)
@@ -25,12 +25,8 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def cli_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    node = BrokerProcess(tmp_path_factory.mktemp("cli-broker"), dict(SETTINGS))
-    try:
-        node.start()
+    with running_broker(tmp_path_factory.mktemp("cli-broker"), SETTINGS) as node:
         yield node
-    finally:
-        node.kill()
 
 
 def groups_cli(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:

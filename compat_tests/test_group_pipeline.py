@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException
 
-from compat_tests.broker_process import BrokerProcess
+from compat_tests.broker_process import FAST_GROUP_SETTINGS, BrokerProcess, running_broker
 from compat_tests.confluent_helpers import create_topic, produce_all, unique_topic
 
 pytestmark = pytest.mark.timeout(150)
@@ -26,15 +26,8 @@ CHURN_SECONDS = 20
 
 @pytest.fixture(scope="module")
 def churn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    node = BrokerProcess(
-        tmp_path_factory.mktemp("churn-broker"),
-        {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"},
-    )
-    try:
-        node.start()
+    with running_broker(tmp_path_factory.mktemp("churn-broker"), FAST_GROUP_SETTINGS) as node:
         yield node
-    finally:
-        node.kill()
 
 
 class Processed:

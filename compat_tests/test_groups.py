@@ -4,46 +4,34 @@ raw requests check the error codes a misbehaving member gets."""
 from __future__ import annotations
 
 import asyncio
-import io
-import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
 
-from compat_tests.broker_process import BrokerProcess
-from compat_tests.confluent_helpers import create_topic, produce_all, unique_topic
+from compat_tests.broker_process import FAST_GROUP_SETTINGS, BrokerProcess, running_broker
+from compat_tests.confluent_helpers import (
+    create_topic,
+    owned,
+    poll_until,
+    produce_all,
+    unique_group,
+    unique_topic,
+)
+from compat_tests.raw_client import RawClient
 
 pytestmark = pytest.mark.timeout(120)
-
-# Small timeouts keep rebalances fast; the initial delay would add 3 s to every group.
-GROUP_SETTINGS = {
-    "group.initial.rebalance.delay.ms": "0",
-    "group.min.session.timeout.ms": "1000",
-}
 
 
 @pytest.fixture(scope="module")
 def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    node = BrokerProcess(tmp_path_factory.mktemp("groups-broker"), dict(GROUP_SETTINGS))
-    try:
-        node.start()
+    with running_broker(tmp_path_factory.mktemp("groups-broker"), FAST_GROUP_SETTINGS) as node:
         yield node
-    finally:
-        node.kill()
-
-
-def unique_group() -> str:
-    return f"group-{uuid.uuid4().hex[:12]}"
 
 
 def topic_with_records(bootstrap: str, partitions: int, per_partition: int) -> str:
@@ -75,20 +63,6 @@ def group_consumer(bootstrap: str, group: str, **conf: Any) -> Consumer:
     }
     settings.update(conf)
     return Consumer(settings)
-
-
-def owned(consumer: Consumer) -> set[int]:
-    return {tp.partition for tp in consumer.assignment()}
-
-
-def poll_until(consumers: list[Consumer], done: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for c in consumers:
-            c.poll(0.05)
-        if done():
-            return
-    raise AssertionError(f"not reached in {timeout}s: {[owned(c) for c in consumers]}")
 
 
 def test_three_consumers_own_each_of_six_partitions_exactly_once(group_broker: BrokerProcess):
@@ -230,7 +204,7 @@ def read_values(consumer: Consumer, count: int, timeout: float = 30.0) -> list[A
 
 
 def test_committed_offsets_survive_a_restart(broker_factory: Any):
-    node = broker_factory.start_with(dict(GROUP_SETTINGS))
+    node = broker_factory.start_with(dict(FAST_GROUP_SETTINGS))
     bootstrap = node.bootstrap
     topic = topic_with_records(bootstrap, 1, 20)
     group = unique_group()
@@ -437,47 +411,6 @@ INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
 
 
-class RawClient:
-    """One connection speaking kio-encoded requests; just enough for error-code checks."""
-
-    def __init__(self, bootstrap: str) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=15)
-        self.correlation = 0
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def call(self, api_key: int, version: int, **fields: Any) -> Any:
-        request_type = load_request_schema(api_key, version)
-        response_type = load_response_schema(api_key, version)
-        flexible = request_type.__flexible__
-        self.correlation += 1
-        header = struct.pack(">hhih", api_key, version, self.correlation, 4) + b"test"
-        if flexible:
-            header += b"\x00"
-        body = io.BytesIO()
-        entity_writer(request_type)(body, request_type(**fields))
-        payload = header + body.getvalue()
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", self._recv(4))[0]
-        data = self._recv(size)
-        (correlation,) = struct.unpack_from(">i", data, 0)
-        assert correlation == self.correlation
-        offset = 5 if flexible else 4
-        response, _ = entity_reader(response_type)(data, offset)
-        return response
-
-    def _recv(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError("closed")
-            out += chunk
-        return bytes(out)
-
-
 def join(client: RawClient, group: str, member_id: str = "", session_ms: int = 10_000) -> Any:
     import datetime
 
@@ -499,7 +432,7 @@ def join(client: RawClient, group: str, member_id: str = "", session_ms: int = 1
 @pytest.fixture
 def member(group_broker: BrokerProcess) -> Iterator[tuple[RawClient, str, Any]]:
     """A raw client that joined a fresh group and holds its join answer."""
-    client = RawClient(group_broker.bootstrap)
+    client = RawClient.to(group_broker.bootstrap, timeout=15)
     group = unique_group()
     client.call(10, 3, key=group, key_type=0)
     first = join(client, group)
@@ -578,7 +511,7 @@ def test_sync_with_wrong_generation_is_illegal_generation(member):
 
 
 def test_huge_group_id_is_invalid_group_id(group_broker: BrokerProcess):
-    client = RawClient(group_broker.bootstrap)
+    client = RawClient.to(group_broker.bootstrap, timeout=15)
     try:
         assert join(client, "g" * 40_000).error_code == INVALID_GROUP_ID
     finally:
@@ -586,7 +519,7 @@ def test_huge_group_id_is_invalid_group_id(group_broker: BrokerProcess):
 
 
 def test_empty_group_id_is_invalid_group_id(group_broker: BrokerProcess):
-    client = RawClient(group_broker.bootstrap)
+    client = RawClient.to(group_broker.bootstrap, timeout=15)
     try:
         assert join(client, "").error_code == INVALID_GROUP_ID
     finally:
@@ -594,7 +527,7 @@ def test_empty_group_id_is_invalid_group_id(group_broker: BrokerProcess):
 
 
 def test_session_timeout_below_the_minimum_is_invalid(group_broker: BrokerProcess):
-    client = RawClient(group_broker.bootstrap)
+    client = RawClient.to(group_broker.bootstrap, timeout=15)
     try:
         assert join(client, unique_group(), session_ms=10).error_code == INVALID_SESSION_TIMEOUT
     finally:
@@ -602,7 +535,7 @@ def test_session_timeout_below_the_minimum_is_invalid(group_broker: BrokerProces
 
 
 def test_find_coordinator_names_this_broker_for_a_batch_of_groups(group_broker: BrokerProcess):
-    client = RawClient(group_broker.bootstrap)
+    client = RawClient.to(group_broker.bootstrap, timeout=15)
     try:
         response = client.call(10, 4, key_type=0, coordinator_keys=("a", "b"))
         assert [(c.key, c.error_code, c.port) for c in response.coordinators] == [
@@ -616,7 +549,7 @@ def test_find_coordinator_names_this_broker_for_a_batch_of_groups(group_broker: 
 def test_heartbeat_for_a_group_that_does_not_exist_is_unknown_member_id(
     group_broker: BrokerProcess,
 ):
-    client = RawClient(group_broker.bootstrap)
+    client = RawClient.to(group_broker.bootstrap, timeout=15)
     try:
         group = unique_group()
         client.call(10, 3, key=group, key_type=0)
@@ -633,7 +566,7 @@ def test_join_with_a_megabyte_of_protocol_metadata_is_served_and_the_group_still
 
     from kio.schema.join_group.v7.request import JoinGroupRequestProtocol
 
-    client = RawClient(group_broker.bootstrap)
+    client = RawClient.to(group_broker.bootstrap, timeout=15)
     try:
         group = unique_group()
         client.call(10, 3, key=group, key_type=0)

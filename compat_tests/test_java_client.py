@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from compat_tests.broker_process import BrokerProcess
+from compat_tests.broker_process import BrokerProcess, running_broker
 
 JAVA_SOURCES = Path(__file__).with_name("java")
 JAR_NAMES = ("kafka-clients", "slf4j-api", "lz4-java", "snappy-java", "zstd-jni")
@@ -251,14 +251,10 @@ def java_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
 def java_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One node for the module, with Kafka's defaults but for the initial rebalance delay:
     a dozen tests start classic groups, and 3 s each would dominate the module's time."""
-    node = BrokerProcess(
+    with running_broker(
         tmp_path_factory.mktemp("java-broker"), {"group.initial.rebalance.delay.ms": "200"}
-    )
-    try:
-        node.start()
+    ) as node:
         yield node
-    finally:
-        node.kill()
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbroker.protocol.batch import BatchHeader
+from kbroker.storage.segment import scan_batches
+
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 20.0
 METADATA_GRACE_S = 3.0
@@ -307,3 +310,16 @@ def running_broker(
         yield node
     finally:
         node.kill()
+
+
+def stored_batches(broker: BrokerProcess, topic: str, partition: int = 0) -> list[BatchHeader]:
+    """The headers of every batch in the partition's segment files, as the node wrote them:
+    what a client cannot see, such as codecs, compaction and control batches."""
+    headers: list[BatchHeader] = []
+    for path in sorted((broker.data_dir / f"{topic}-{partition}").glob("*.log")):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            headers += scan_batches(fd, 0, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+    return headers

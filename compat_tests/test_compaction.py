@@ -4,12 +4,12 @@ delete.retention.ms, and a record without key is refused."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
+from compat_tests.broker_process import stored_batches
 from compat_tests.confluent_helpers import (
     DeliveryLog,
     Record,
@@ -20,8 +20,6 @@ from compat_tests.confluent_helpers import (
     unique_topic,
     watermarks,
 )
-from kbroker.protocol.batch import BatchHeader
-from kbroker.storage.segment import scan_batches
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -187,14 +185,3 @@ def test_consumer_passes_empty_batch_kept_for_idempotent_producer(broker_factory
     assert [r.offset for r in records] == list(range(KEYS, 2 * KEYS + 1))
     assert {r.value for r in records[:-1]} == {b"second"}
     assert any(h.record_count == 0 and h.producer_id >= 0 for h in stored_batches(broker, topic))
-
-
-def stored_batches(broker, topic: str) -> list[BatchHeader]:
-    headers: list[BatchHeader] = []
-    for path in sorted((broker.data_dir / f"{topic}-0").glob("*.log")):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            headers += scan_batches(fd, 0, os.fstat(fd).st_size)
-        finally:
-            os.close(fd)
-    return headers

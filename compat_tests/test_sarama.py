@@ -32,10 +32,8 @@ from typing import Any
 
 import pytest
 
-from compat_tests.broker_process import BrokerProcess
+from compat_tests.broker_process import stored_batches
 from compat_tests.confluent_helpers import unique_topic
-from kbroker.protocol.batch import BatchHeader
-from kbroker.storage.segment import scan_batches
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -239,17 +237,6 @@ def expected_record(
         "value": None if null_values and i % 3 == 2 else f"value-{i}",
         "headers": {"h": str(i), "idx": f"{i:06d}"} if headers else {},
     }
-
-
-def stored_batches(broker: BrokerProcess, topic: str, partition: int = 0) -> list[BatchHeader]:
-    headers: list[BatchHeader] = []
-    for path in sorted((broker.data_dir / f"{topic}-{partition}").glob("*.log")):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            headers += scan_batches(fd, 0, os.fstat(fd).st_size)
-        finally:
-            os.close(fd)
-    return headers
 
 
 def create_topic(sarama: SaramaDriver, bootstrap: str, prefix: str, partitions: int = 1) -> str:

@@ -33,6 +33,7 @@ from kio.serial._introspect import (
     classify_field,
     is_optional,
 )
+from test_header import uvarint
 
 from kbroker.protocol import messages
 from kbroker.protocol.header import MalformedRequest
@@ -240,15 +241,6 @@ def _decode_in_child(key: int, version: int, data: bytes) -> str:
     )
     assert done.returncode == 0, f"decoder process died ({done.returncode}): {done.stderr[-400:]}"
     return done.stdout.strip()
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 FETCH_V12_HEAD = struct.pack(">iiiibii", -1, 500, 1, 1 << 20, 0, 0, -1)

@@ -58,10 +58,13 @@ fi
 if [ ${#apt_missing[@]} -eq 0 ]; then
   exit 0
 fi
+# A tool that cannot be installed only warns: the tests that drive it skip and say why.
 if [ "$(id -u)" != 0 ]; then
-  echo "missing test tools; installing them needs root: apt-get install ${apt_missing[*]}" >&2
-  exit 1
+  echo "warning: installing ${apt_missing[*]} needs root (apt-get install);" \
+    "the tests that drive them will skip" >&2
+  exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >/dev/null
-apt-get install -y -qq "${apt_missing[@]}" >/dev/null
+if ! { apt-get update -qq >/dev/null && apt-get install -y -qq "${apt_missing[@]}" >/dev/null; }; then
+  echo "warning: could not install ${apt_missing[*]}; the tests that drive them will skip" >&2
+fi

@@ -31,6 +31,7 @@ from kbroker.metrics.http import HttpEndpoint
 from kbroker.replica.fetch_sessions import FetchSessionCache
 from kbroker.replica.manager import ReplicaManager
 from kbroker.server.connection import KafkaConnection
+from kbroker.server.keep_awake import KeepAwake
 from kbroker.server.waiters import DataWaiters
 from kbroker.storage.cleaner import CleanerConfig, CompactionSettings
 from kbroker.storage.log import LogConfig, PartitionLog
@@ -49,6 +50,7 @@ class Broker:
         self.config = config
         self.node_id: int = config.get("node.id")
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
+        self.keep_awake = KeepAwake(config.get("socket.busy.poll.us") / 1e6)
         self.log_dirs = [Path(d) for d in config.get("log.dirs")]
         self.waiters = DataWaiters()
         self.logs = LogManager(self.log_dirs)

@@ -24,6 +24,7 @@ from kbroker.metrics.counters import RequestCounters
 from kbroker.protocol import messages
 from kbroker.protocol.framing import frame
 from kbroker.server.connection import KafkaConnection
+from kbroker.server.keep_awake import KeepAwake
 
 MAX_REQUEST = 1 << 16
 API_VERSIONS = 18
@@ -72,6 +73,7 @@ class FakeBroker:
         self.connections: set[KafkaConnection] = set()
         self.counters = RequestCounters()
         self.config = FakeConfig({"connections.max.idle.ms": max_idle_ms})
+        self.keep_awake = KeepAwake(budget_s=0)  # no running loop to spin in
 
     def unsupported_api_versions(self) -> bytes:
         return Broker.unsupported_api_versions(self)  # type: ignore[arg-type]

@@ -264,6 +264,15 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         at_least(1),
     ),
     _d(
+        "socket.busy.poll.us",
+        INT,
+        200,
+        "kbroker: microseconds the event loop keeps polling its sockets after an answer "
+        "instead of sleeping, while clients answer within that time (one-at-a-time "
+        "producers); 0 never spins.",
+        between(0, 10000),
+    ),
+    _d(
         "socket.listen.backlog.size",
         INT,
         50,

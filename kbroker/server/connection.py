@@ -119,6 +119,7 @@ class KafkaConnection(asyncio.Protocol):
         self._maybe_resume_reading()
 
     def data_received(self, data: bytes) -> None:
+        self.broker.keep_awake.request_read()
         self.broker.counters.bytes_in += len(data)
         self._last_active = time.monotonic()
         try:
@@ -264,6 +265,7 @@ class KafkaConnection(asyncio.Protocol):
         if transport is None or self._closed:
             return
         self._last_active = time.monotonic()
+        self.broker.keep_awake.answered()
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
                 transport.write(part)

@@ -183,6 +183,7 @@ def test_log_config_for_defaults():
         "flush_interval_ms": LONG_MAX,
         "cleanup_policy": "delete",
         "file_delete_delay_ms": 60000,
+        "preallocate": False,
     }
 
 
@@ -195,6 +196,15 @@ def test_log_config_for_applies_overrides():
     assert config["retention_ms"] == -1
     assert config["segment_bytes"] == 1024
     assert config["flush_interval_messages"] == 1
+
+
+def test_log_config_for_takes_preallocate_from_the_broker_default():
+    config = log_config_for({}, BrokerConfig.from_settings({"log.preallocate": "true"}))
+    assert config["preallocate"] is True
+    assert (
+        log_config_for({"preallocate": "false"}, BrokerConfig.from_settings({}))["preallocate"]
+        is False
+    )
 
 
 def test_log_config_for_rejects_bad_override():

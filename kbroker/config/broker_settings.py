@@ -523,7 +523,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "log.preallocate",
         BOOLEAN,
         False,
-        "Preallocate segment files. Default of preallocate.",
+        "Allocate the active segment's file ahead of its data (1 MiB at a time, "
+        "given back when the segment rolls or the log closes). Default of preallocate.",
         dynamic=True,
     ),
     _d(

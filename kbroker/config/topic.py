@@ -248,7 +248,13 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "succeed; fewer fails it with NOT_ENOUGH_REPLICAS.",
         at_least(1),
     ),
-    _t("preallocate", BOOLEAN, False, "Preallocate segment files when they are created."),
+    _t(
+        "preallocate",
+        BOOLEAN,
+        False,
+        "Allocate the active segment's file ahead of its data (always done when "
+        "flush.messages is 1).",
+    ),
     _t("remote.log.copy.disable", BOOLEAN, False, "Tiered storage only (unsupported)."),
     _t("remote.log.delete.on.disable", BOOLEAN, False, "Tiered storage only (unsupported)."),
     _t(
@@ -443,4 +449,5 @@ def log_config_for(overrides: Mapping[str, str], broker: BrokerConfig) -> dict[s
         "flush_interval_ms": values["flush.ms"],
         "cleanup_policy": cleanup_policy_text(values["cleanup.policy"]),
         "file_delete_delay_ms": values["file.delete.delay.ms"],
+        "preallocate": values["preallocate"],
     }

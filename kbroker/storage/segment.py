@@ -89,10 +89,24 @@ def scan_batches(
         pos += size
 
 
+def _written_end(fd: int, start: int, end: int) -> int:
+    """Where the bytes of [start, end) stop being all zeros: a preallocated file reads
+    as zeros past what was written."""
+    pos = end
+    while pos > start:
+        chunk_start = max(start, pos - SCAN_CHUNK)
+        data = os.pread(fd, pos - chunk_start, chunk_start)
+        stripped = len(data.rstrip(b"\0"))
+        if stripped:
+            return chunk_start + stripped
+        pos = chunk_start
+    return start
+
+
 @dataclass(slots=True)
 class RecoveryResult:
     valid_bytes: int
-    truncated_bytes: int
+    truncated_bytes: int  # torn or corrupt bytes cut off; zeros of unwritten space excluded
     next_offset: int | None  # offset after the last valid batch; None when empty
 
 
@@ -115,6 +129,7 @@ class Segment:
         "dirty",
         "deleted",
         "index_interval_bytes",
+        "_reserved_end",
     )
 
     def __init__(
@@ -139,6 +154,7 @@ class Segment:
         self.bytes_since_index_entry = 0
         self.dirty = False  # bytes written since the last fsync
         self.deleted = False
+        self._reserved_end = 0  # file allocated up to here, past the data (preallocation)
 
     @classmethod
     def create(
@@ -289,13 +305,16 @@ class Segment:
 
     # -- writing --------------------------------------------------------------------------
 
-    def append(self, buf: bytearray, headers: list[BatchHeader]) -> None:
-        """Write a validated, offset-assigned records blob at the end of the segment."""
+    def append(self, buf: bytearray, headers: list[BatchHeader], preallocate: int = 0) -> None:
+        """Write a validated, offset-assigned records blob at the end of the segment;
+        with `preallocate`, the file is allocated that far ahead of the data first."""
         fd = self.file.fd
         start = self.size
         view = memoryview(buf)
         written = 0
         total = len(buf)
+        if preallocate and start + total > self._reserved_end:
+            self._reserve(fd, start, max(total, preallocate))
         while written < total:
             written += os.pwrite(fd, view[written:], start + written)
         index = self.index
@@ -320,9 +339,29 @@ class Segment:
         self.next_offset = headers[-1].base_offset + headers[-1].last_offset_delta + 1
         self.dirty = True
 
+    def _reserve(self, fd: int, start: int, length: int) -> None:
+        """Allocate [start, start + length) so that the coming appends neither allocate
+        blocks nor grow the file. The file then reads as zeros past the data until
+        `trim`; recovery takes such a zero tail for unwritten space, not for a torn
+        write. A filesystem that cannot allocate (or a full disk) just goes without."""
+        try:
+            os.posix_fallocate(fd, start, length)
+        except (OSError, AttributeError):
+            self._reserved_end = start + length  # do not retry on every append
+            return
+        self._reserved_end = start + length
+
+    def trim(self) -> None:
+        """Give back the space reserved past the data, so the file ends where it does."""
+        if self._reserved_end > self.size:
+            os.ftruncate(self.file.fd, self.size)
+        self._reserved_end = 0
+
     def finalize(self) -> None:
-        """The segment stops being active: record its max timestamp and persist indexes
-        (creating empty index files too, so that reopening finds them)."""
+        """The segment stops being active: give back reserved space, record its max
+        timestamp and persist indexes (creating empty index files too, so that
+        reopening finds them)."""
+        self.trim()
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self._offset_of_max_timestamp)
         if self.persist_indexes(create=True):
@@ -422,8 +461,10 @@ class Segment:
             since += h.batch_length + LOG_OVERHEAD
             valid = h.position + h.batch_length + LOG_OVERHEAD
             next_offset = h.base_offset + h.last_offset_delta + 1
+        torn = _written_end(fd, valid, size) - valid
         if valid < size:
             os.ftruncate(fd, valid)
+        self._reserved_end = 0
         if max_ts >= 0:
             time_index.maybe_append(max_ts, max_off)
         index.rewrite()
@@ -435,7 +476,7 @@ class Segment:
         self.bytes_since_index_entry = since
         self.next_offset = next_offset if found else None
         self.dirty = True
-        return RecoveryResult(valid, size - valid, next_offset if found else None)
+        return RecoveryResult(valid, torn, next_offset if found else None)
 
     def rebuild_indexes(self) -> None:
         """Index files missing or damaged: rebuild them from the batch headers."""
@@ -481,6 +522,7 @@ class Segment:
         old = self.size
         os.ftruncate(self.file.fd, h.position)
         self._size = h.position
+        self._reserved_end = 0
         self.rebuild_indexes()
         self._first_timestamp = None
         self.next_offset = h.base_offset

@@ -6,7 +6,6 @@ batch's header and CRC and patches its base offset, and nothing here looks insid
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import INTERNAL_TOPICS
-from kbroker.handlers.registry import NO_RESPONSE, handles
+from kbroker.handlers.registry import NO_RESPONSE, Later, handles
 from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, UnsupportedMagicError
 from kbroker.protocol.produce_response import (
     ProducedPartition,
@@ -123,21 +122,22 @@ def _append(
 
 def _respond_after_flush(
     broker: Any, logs: list[Any], version: int, topics: list[ProducedTopic]
-) -> asyncio.Future[bytes]:
-    """fsync-before-ack: the answer goes out when every written log is fsynced; the logs'
-    group commit shares one fsync among all appends of the loop iteration."""
-    answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+) -> Later:
+    """fsync-before-ack: the answer goes out when every written log is fsynced, straight
+    from the group commit that fsynced them (one fsync for all appends of the loop
+    iteration)."""
+    answer = Later()
     waiting = set(logs)
 
     def durable(plog: Any, error: OSError | None) -> None:
-        if answer.done():
+        if answer.settled:
             return
         if error is not None:
-            answer.set_exception(error)
+            answer.fail(error)
             return
         waiting.discard(plog)
         if not waiting:
-            answer.set_result(encode_produce_response(version, topics))
+            answer.settle(encode_produce_response(version, topics))
 
     for plog in list(waiting):
         broker.logs.when_durable(plog, lambda error, plog=plog: durable(plog, error))

@@ -51,4 +51,45 @@ class NoResponse:
 
 NO_RESPONSE = NoResponse()
 
-HandlerResult = dict[str, Any] | Any | NoResponse | Awaitable[Any]
+
+class Later:
+    """An answer settled later by a plain callback: the connection writes it the moment
+    `settle` or `fail` is called, with no task, future or loop iteration in between.
+
+    For answers whose latency is the product, above all the acknowledgement that
+    follows an fsync; anything that has to await uses a coroutine instead.
+    """
+
+    __slots__ = ("_listener", "_outcome")
+
+    def __init__(self) -> None:
+        self._listener: Callable[[Any, BaseException | None], None] | None = None
+        self._outcome: tuple[Any, BaseException | None] | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self._outcome is not None
+
+    def settle(self, value: Any) -> None:
+        self._finish(value, None)
+
+    def fail(self, error: BaseException) -> None:
+        self._finish(None, error)
+
+    def then(self, listener: Callable[[Any, BaseException | None], None]) -> None:
+        """Call `listener(value, error)` once settled (at once if it already is)."""
+        if self._outcome is not None:
+            listener(*self._outcome)
+        else:
+            self._listener = listener
+
+    def _finish(self, value: Any, error: BaseException | None) -> None:
+        if self._outcome is not None:
+            return
+        self._outcome = (value, error)
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener(value, error)
+
+
+HandlerResult = dict[str, Any] | Any | NoResponse | Later | Awaitable[Any]

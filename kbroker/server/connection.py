@@ -17,7 +17,7 @@ import typing
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from kbroker.handlers.registry import APIS, NoResponse
+from kbroker.handlers.registry import APIS, Later, NoResponse
 from kbroker.protocol import messages
 from kbroker.protocol.encoded import EncodedBody
 from kbroker.protocol.framing import FrameDecoder, FrameError, frame
@@ -171,6 +171,15 @@ class KafkaConnection(asyncio.Protocol):
         response_flexible = flexible and api_key != API_VERSIONS
         try:
             result = api.handler(ctx, body)
+            if isinstance(result, Later):
+                slot = _Slot()
+                self._queue.append(slot)
+                result.then(
+                    lambda value, error: self._complete(
+                        slot, value, error, api_key, version, correlation_id, response_flexible
+                    )
+                )
+                return
             if inspect.isawaitable(result):
                 slot = _Slot()
                 self._queue.append(slot)
@@ -205,19 +214,44 @@ class KafkaConnection(asyncio.Protocol):
     ) -> None:
         if self._closed:
             return
+        result: Any = None
+        error: BaseException | None
+        if task.cancelled():
+            error = asyncio.CancelledError()
+        else:
+            error = task.exception()
+            if error is None:
+                result = task.result()
+        self._complete(slot, result, error, api_key, version, correlation_id, flexible)
+
+    def _complete(
+        self,
+        slot: _Slot,
+        result: Any,
+        error: BaseException | None,
+        api_key: int,
+        version: int,
+        correlation_id: int,
+        flexible: bool,
+    ) -> None:
+        """A handler's answer is ready: fill its slot and write what is now in order."""
+        if self._closed:
+            return
+        name = messages.API_NAMES.get(api_key)
+        if isinstance(error, asyncio.CancelledError):
+            self.close(f"{name} v{version} request cancelled")
+            return
         try:
-            result = task.result()
+            if error is not None:
+                raise error
             if isinstance(result, NoResponse):
                 slot.data = None
             else:
                 slot.data = self._frame(
                     correlation_id, flexible, self._encode(api_key, version, result)
                 )
-        except asyncio.CancelledError:
-            self.close(f"{messages.API_NAMES.get(api_key)} v{version} request cancelled")
-            return
         except Exception:
-            log.exception("handler for %s v%d failed", messages.API_NAMES.get(api_key), version)
+            log.exception("handler for %s v%d failed", name, version)
             self.close("internal error")
             return
         slot.done = True

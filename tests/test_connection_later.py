@@ -1,0 +1,91 @@
+"""Answers settled later by a callback (Later): written the moment they settle, in the
+order their requests arrived."""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+import pytest
+from test_fuzz_connection import API_VERSIONS, closed_with, connect, request, responses
+
+from kbroker.handlers.registry import APIS, Api, Later
+
+
+@pytest.fixture
+def pending(monkeypatch: pytest.MonkeyPatch) -> list[Later]:
+    """ApiVersions replaced by a handler that answers each request with a new Later."""
+    made: list[Later] = []
+
+    def handler(_ctx, _body):
+        later = Later()
+        made.append(later)
+        return later
+
+    monkeypatch.setitem(APIS, API_VERSIONS, Api(API_VERSIONS, 0, 4, handler))
+    return made
+
+
+def correlations(written: bytes) -> list[int]:
+    return [struct.unpack_from(">i", answer)[0] for answer in responses(written)]
+
+
+def test_a_later_answer_is_written_when_it_settles(pending: list[Later]) -> None:
+    conn, transport = connect()
+    conn.data_received(request(API_VERSIONS, 0, 1))
+    assert transport.written == b""
+    pending[0].settle(b"body")
+    (answer,) = responses(transport.written)
+    assert answer == struct.pack(">i", 1) + b"body"
+
+
+def test_an_answer_settled_before_the_connection_asks_is_written_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def handler(_ctx, _body):
+        later = Later()
+        later.settle(b"now")
+        return later
+
+    monkeypatch.setitem(APIS, API_VERSIONS, Api(API_VERSIONS, 0, 4, handler))
+    conn, transport = connect()
+    conn.data_received(request(API_VERSIONS, 0, 5))
+    assert correlations(transport.written) == [5]
+
+
+def test_answers_settled_out_of_order_go_out_in_request_order(pending: list[Later]) -> None:
+    conn, transport = connect()
+    conn.data_received(request(API_VERSIONS, 0, 1) + request(API_VERSIONS, 0, 2))
+    pending[1].settle(b"second")
+    assert transport.written == b""
+    pending[0].settle(b"first")
+    assert correlations(transport.written) == [1, 2]
+
+
+def test_a_failed_later_closes_the_connection_with_a_log_line(
+    pending: list[Later], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    conn, transport = connect()
+    conn.data_received(request(API_VERSIONS, 0, 1))
+    pending[0].fail(OSError("disk gone"))
+    assert transport.closed
+    assert closed_with(caplog, "internal error")
+
+
+def test_settling_after_the_connection_closed_writes_nothing(pending: list[Later]) -> None:
+    conn, transport = connect()
+    conn.data_received(request(API_VERSIONS, 0, 1))
+    conn.connection_lost(None)
+    pending[0].settle(b"late")
+    assert transport.written == b""
+
+
+def test_a_later_settles_once() -> None:
+    later = Later()
+    seen: list[tuple[object, BaseException | None]] = []
+    later.then(lambda value, error: seen.append((value, error)))
+    later.settle(1)
+    later.settle(2)
+    later.fail(OSError())
+    assert seen == [(1, None)]

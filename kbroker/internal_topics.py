@@ -306,7 +306,7 @@ def append_records(
     except OSError as exc:
         log.error("cannot write to %s-%d: %s", topic, partition, exc)
         return E.kafka_storage_error, None
-    flush = replica.log.config.flush_interval_messages == 1
+    flush = replica.log.config.fsyncs_every_append
     waiter = getattr(broker.replicas, "wait_for_commit", None)
     if not flush and waiter is None:
         return E.none, None

@@ -113,7 +113,7 @@ def _append(
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message=str(exc))
     except ProducerStateError as exc:
         return ProducedPartition(index, producer_state_error_code(exc), error_message=str(exc))
-    if replica.log.config.flush_interval_messages == 1:
+    if replica.log.config.fsyncs_every_append:
         awaiting_flush.append(replica.log)
     return ProducedPartition(
         index, 0, appended.base_offset, appended.log_append_time_ms, appended.log_start_offset

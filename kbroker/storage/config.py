@@ -31,6 +31,11 @@ class LogConfig:
         return self.message_timestamp_type == "LogAppendTime"
 
     @property
+    def fsyncs_every_append(self) -> bool:
+        """flush.messages=1: every append is fsynced before it is acknowledged."""
+        return self.flush_interval_messages == 1
+
+    @property
     def preallocate_bytes(self) -> int:
         """How far ahead of its data the active segment's file is allocated (0: not).
 
@@ -39,7 +44,7 @@ class LogConfig:
         machine's ext4, fdatasync of a small append 110-120 us growing the file, 78 us
         inside space already allocated).
         """
-        if self.preallocate or self.flush_interval_messages == 1:
+        if self.preallocate or self.fsyncs_every_append:
             return min(PREALLOCATE_CHUNK, self.segment_bytes)
         return 0
 

@@ -458,7 +458,8 @@ class PartitionLog:
             # An empty active segment whose base lies below the first offset to be written
             # (follower jump ahead): start a segment at the right base.
             seg = self._replace_empty_active(base, now_ms)
-        seg.append(records, headers, self.config.preallocate_bytes)
+        config = self.config
+        seg.append(records, headers, config.preallocate_bytes, config.fsyncs_every_append)
         self.log_end_offset = next_offset
         self._unflushed_messages += count
         return AppendResult(

@@ -27,6 +27,7 @@ from kbroker.protocol.batch import (
 from kbroker.storage.file_slice import SegmentFile
 from kbroker.storage.offset_index import IndexCorruptError, OffsetIndex
 from kbroker.storage.time_index import TimeIndex
+from kbroker.storage.writeback import start_writeback
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -305,9 +306,18 @@ class Segment:
 
     # -- writing --------------------------------------------------------------------------
 
-    def append(self, buf: bytearray, headers: list[BatchHeader], preallocate: int = 0) -> None:
-        """Write a validated, offset-assigned records blob at the end of the segment;
-        with `preallocate`, the file is allocated that far ahead of the data first."""
+    def append(
+        self,
+        buf: bytearray,
+        headers: list[BatchHeader],
+        preallocate: int = 0,
+        writeback: bool = False,
+    ) -> None:
+        """Write a validated, offset-assigned records blob at the end of the segment.
+
+        With `preallocate`, the file is allocated that far ahead of the data first; with
+        `writeback`, the disk write of the new bytes starts at once (an fsync follows).
+        """
         fd = self.file.fd
         start = self.size
         view = memoryview(buf)
@@ -317,6 +327,8 @@ class Segment:
             self._reserve(fd, start, max(total, preallocate))
         while written < total:
             written += os.pwrite(fd, view[written:], start + written)
+        if writeback:
+            start_writeback(fd, start, total)
         index = self.index
         time_index = self.time_index
         max_ts = self.max_timestamp

@@ -72,7 +72,7 @@ class LocalMarkerWriter:
             code = self.write_one(tp, producer_id, producer_epoch, coordinator_epoch, commit, now)
             if code == ErrorCode.none:
                 replica = self.broker.replicas.get(*tp)
-                if replica is not None and replica.log.config.flush_interval_messages == 1:
+                if replica is not None and replica.log.config.fsyncs_every_append:
                     to_flush.append(replica.log)
             elif code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
                 retry.add(tp)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +132,7 @@ async def _fetch(client: RawClient, topic: str, isolation: int) -> Any:
     return response.responses[0].partitions[0]
 
 
-def _run(tmp_path: Path, body) -> None:  # type: ignore[no-untyped-def]
+def _run(tmp_path: Path, body, overrides: tuple[str, ...] = ()) -> None:  # type: ignore[no-untyped-def]
     async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
         await broker.controller.create_topic("t", 2, 1, {})
         client = await RawClient.connect(port)
@@ -139,7 +141,7 @@ def _run(tmp_path: Path, body) -> None:  # type: ignore[no-untyped-def]
         finally:
             client.close()
 
-    run_broker(tmp_path, check, OVERRIDES)
+    run_broker(tmp_path, check, [*OVERRIDES, *overrides])
 
 
 # -- idempotence ----------------------------------------------------------------------------
@@ -301,6 +303,39 @@ def test_abort_hides_records_from_read_committed_and_lists_the_aborted_transacti
         assert uncommitted.aborted_transactions is None
 
     _run(tmp_path, body)
+
+
+def test_an_abort_at_the_end_of_a_preallocated_segment_is_listed_to_read_committed(
+    tmp_path: Path,
+) -> None:
+    """With fsync per message the active segment reads as zeros past its data; the fetch
+    must not take those zeros for the next batch's offset."""
+
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await _init(client, "tx")
+        pid, epoch = init.producer_id, init.producer_epoch
+        now = int(time.time() * 1000)  # an old timestamp would roll the segment (segment.ms)
+        await _produce(client, "t", encode_batch([b"plain"], now))
+        assert await _add(client, "tx", pid, epoch, "t", 0) == {("t", 0): 0}
+        records = encode_batch(
+            [b"r0", b"r1"],
+            now,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+            is_transactional=True,
+        )
+        assert (await _produce(client, "t", bytes(records), "tx")).error_code == 0
+        assert await _end(client, "tx", pid, epoch, False) == 0
+        plog = broker.replicas.get("t", 0).log
+        assert plog.num_segments == 1
+        assert os.path.getsize(plog.active_segment.log_path) > plog.active_segment.size
+        committed = await _fetch(client, "t", 1)
+        assert [(a.producer_id, a.first_offset) for a in committed.aborted_transactions] == [
+            (pid, 1)
+        ]
+
+    _run(tmp_path, body, ("log.flush.interval.messages=1",))
 
 
 def test_list_and_describe_transactions(tmp_path: Path) -> None:

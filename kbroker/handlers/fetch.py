@@ -185,7 +185,7 @@ def _read_partition(
         out.error_code = ErrorCode.unknown_topic_or_partition
         return out
     if committed_only and out.records is not None and plog.producer_state.aborted:
-        upper = _offset_after(out.records, stable)
+        upper = _offset_after(out.records, p.fetch_offset, stable)
         out.aborted_transactions = [
             (t.producer_id, t.first_offset)
             for t in plog.aborted_transactions(p.fetch_offset, upper)
@@ -193,13 +193,19 @@ def _read_partition(
     return out
 
 
-def _offset_after(region: Any, default: int) -> int:
+def _offset_after(region: Any, fetch_offset: int, default: int) -> int:
     """The base offset of the batch after a file region (its 8 first bytes), or `default`
-    when the region ends its file: the upper end of the aborted transactions to list."""
+    when the region ends its segment's data: the upper end of the aborted transactions
+    to list. Past the data a segment may read as zeros (space reserved ahead of the
+    appends), and no batch after the region can start at or below `fetch_offset`, which
+    the region holds: such a value means the data ended."""
     try:
         head = os.pread(region.file.fileno(), 8, region.position + region.length)
     except (OSError, ValueError, AttributeError):
         return default
     if len(head) < 8:
         return default
-    return min(_I64.unpack(head)[0], default)
+    offset = _I64.unpack(head)[0]
+    if offset <= fetch_offset:
+        return default
+    return min(offset, default)

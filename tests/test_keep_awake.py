@@ -1,4 +1,5 @@
-"""The event loop stays awake briefly after answers, and stops when nothing comes back."""
+"""The event loop stays awake briefly after answers while clients come back within the
+budget, and stops spinning for clients that do not."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import time
 from kbroker.server.keep_awake import MAX_SKIP, KeepAwake
 
 
-async def _settle(seconds: float) -> None:
-    await asyncio.sleep(seconds)
+def _run(scenario):
+    return asyncio.run(scenario())
 
 
-def _run(coro_fn):
-    return asyncio.run(coro_fn())
+async def _miss(awake: KeepAwake) -> None:
+    """An answer that nobody follows up within the budget."""
+    awake.answered()
+    await asyncio.sleep(awake.budget_s * 5)
+    awake.request_read()
 
 
 def test_an_answer_keeps_the_loop_polling_until_the_budget_runs_out():
@@ -21,24 +25,22 @@ def test_an_answer_keeps_the_loop_polling_until_the_budget_runs_out():
         awake = KeepAwake(budget_s=0.05)
         started_cpu = time.process_time()
         awake.answered()
-        await _settle(0.1)
-        assert awake.spins == 1
-        assert awake.hits == 0
-        assert not awake.enabled
+        await asyncio.sleep(0.1)
+        assert (awake.spins, awake.hits, awake.misses) == (1, 0, 1)
         return time.process_time() - started_cpu
 
     # The loop did not sleep through the budget: it polled for it.
     assert _run(scenario) >= 0.02
 
 
-def test_a_request_during_the_spin_is_a_hit_and_keeps_spinning_on():
+def test_a_request_within_the_budget_is_a_hit():
     async def scenario():
-        awake = KeepAwake(budget_s=0.02)
+        awake = KeepAwake(budget_s=0.05)
         awake.answered()
         await asyncio.sleep(0)
         awake.request_read()
-        await _settle(0.05)  # the budget runs out after the request: not a miss
-        assert (awake.spins, awake.hits) == (1, 1)
+        await asyncio.sleep(0.1)  # the budget runs out after the request: no miss
+        assert (awake.spins, awake.hits, awake.misses) == (1, 1, 0)
         assert awake.enabled
 
     _run(scenario)
@@ -51,8 +53,7 @@ def test_answers_within_the_budget_extend_one_spin():
             awake.answered()
             await asyncio.sleep(0.002)
             awake.request_read()
-        assert awake.spins == 1
-        assert awake.hits == 20
+        assert (awake.spins, awake.hits) == (1, 20)
 
     _run(scenario)
 
@@ -63,9 +64,7 @@ def test_timers_and_other_callbacks_run_while_spinning():
         awake.answered()
         started = time.perf_counter()
         await asyncio.sleep(0.005)
-        waited = time.perf_counter() - started
-        awake.request_read()
-        return waited
+        return time.perf_counter() - started
 
     assert _run(scenario) < 0.5
 
@@ -78,57 +77,60 @@ def test_a_zero_budget_never_spins():
             await asyncio.sleep(0)
             awake.request_read()
         assert awake.spins == 0
-
-    _run(scenario)
-
-
-def test_after_a_miss_a_request_soon_after_its_answer_turns_spinning_back_on():
-    async def scenario():
-        awake = KeepAwake(budget_s=0.002)
-        awake.answered()
-        await _settle(0.01)
         assert not awake.enabled
-        awake.answered()  # let pass unspun: the first answer after a miss
-        awake.request_read()  # ... yet the client came back within the budget
-        assert awake.enabled
-        assert awake.spins == 1
 
     _run(scenario)
 
 
-def test_misses_in_a_row_spin_ever_fewer_answers():
+def test_one_miss_does_not_stop_spinning_but_misses_in_a_row_do():
     async def scenario():
         awake = KeepAwake(budget_s=0.001)
-        answers = 0
-        for _ in range(6):  # six misses in a row, each waited out
-            spins = awake.spins
-            while awake.spins == spins:
-                awake.answered()
-                answers += 1
-            await _settle(0.005)
-            assert not awake.enabled
-        return answers, awake.spins
-
-    answers, spins = _run(scenario)
-    assert spins == 6
-    # One answer, then probes after 1, 3, 7, 15 and 31 unspun ones (skips 2, 4 ... 32).
-    assert answers == 1 + 2 + 4 + 8 + 16 + 32
-    assert MAX_SKIP >= 32
-
-
-def test_a_successful_probe_restores_spinning_on_every_answer():
-    async def scenario():
-        awake = KeepAwake(budget_s=0.002)
-        awake.answered()
-        await _settle(0.01)  # miss
-        awake.answered()  # skipped
-        await _settle(0.01)
-        awake.request_read()  # late: no evidence
-        assert not awake.enabled
-        awake.answered()  # the probe
-        await asyncio.sleep(0)
-        awake.request_read()
+        await _miss(awake)
         assert awake.enabled
-        assert (awake.spins, awake.hits) == (2, 1)
+        misses = 1
+        while awake.enabled:
+            await _miss(awake)
+            misses += 1
+        return misses
+
+    assert 4 <= _run(scenario) <= 8
+
+
+def test_below_the_hit_rate_only_ever_rarer_probes_spin():
+    async def scenario():
+        awake = KeepAwake(budget_s=0.001)
+        while awake.enabled:
+            await _miss(awake)
+        spins = awake.spins
+        answers = 0
+        for _ in range(200):  # unanswered answers: each a miss, probes back off
+            await _miss(awake)
+            answers += 1
+        return awake.spins - spins, answers
+
+    probes, answers = _run(scenario)
+    assert 1 <= probes <= answers // 8
+    assert answers >= MAX_SKIP
+
+
+def test_requests_soon_after_unspun_answers_bring_spinning_back():
+    async def scenario():
+        awake = KeepAwake(budget_s=0.01)
+        while awake.enabled:
+            await _miss(awake)
+        for _ in range(10):
+            awake.answered()
+            awake.request_read()  # the client came back at once
+        assert awake.enabled
+
+    _run(scenario)
+
+
+def test_a_request_that_follows_no_answer_counts_for_nothing():
+    async def scenario():
+        awake = KeepAwake(budget_s=0.01)
+        awake.request_read()
+        awake.request_read()
+        assert (awake.hits, awake.misses) == (0, 0)
 
     _run(scenario)

@@ -12,12 +12,13 @@ instead of sleeping, so the next request is read as soon as it lands, and everyt
 else the loop serves (other connections, timers, fsync results) runs in between as
 usual.
 
-Spinning only pays while requests come back within the budget. A spin that ends with
-nothing read switches spinning off. It comes back on when a request is seen to arrive
-within the budget of the answer before it, or when a probe succeeds: after the n-th
-miss in a row one answer in 2**n (at most one in MAX_SKIP) is spun anyway, because a
-client answered without spinning is slower to come back than one answered with it. An
-idle broker spends at most one budget per answer, and far less once misses add up.
+Spinning only pays when clients wait for our answers; a client that pipelines requests,
+or pauses between them, would just lose CPU to it on a shared machine. So each answer's
+outcome counts, spun or not: a hit when a request arrives within the budget after it, a
+miss when none does. Answers start a spin while the recent hit rate (a moving average
+over about eight answers) is at least one half. Below that only probes spin, each twice
+as far from the one before (one answer in 2, 4, 8 ... at most one in MAX_SKIP), since
+without spinning a waiting client comes back more slowly than it would with it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from time import perf_counter
 
 DEFAULT_BUDGET_S = 200e-6
 MAX_SKIP = 64
+_WEIGHT = 1 / 8  # of each outcome in the moving hit rate
+_SPIN_AT = 0.5  # hit rate from which every answer spins
 
 
 class KeepAwake:
@@ -38,13 +41,14 @@ class KeepAwake:
         "_loop",
         "_deadline",
         "_spinning",
-        "_enabled",
         "_answered_at",
-        "_read_since_answer",
+        "_waiting",
+        "_hit_rate",
         "_skip",
         "_skipped",
         "spins",
         "hits",
+        "misses",
     )
 
     def __init__(self, budget_s: float = DEFAULT_BUDGET_S) -> None:
@@ -52,50 +56,55 @@ class KeepAwake:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._deadline = 0.0
         self._spinning = False
-        self._enabled = budget_s > 0
         self._answered_at = 0.0
-        self._read_since_answer = True
-        self._skip = 0  # answers to let pass unspun after the last miss
+        self._waiting = False  # an answer went out and no request has arrived since
+        self._hit_rate = 1.0
+        self._skip = 0  # answers to let pass unspun between probes
         self._skipped = 0
         self.spins = 0  # spins started (an answer during a spin extends it)
-        self.hits = 0  # answers followed by a request while spinning
+        self.hits = 0  # answers followed by a request within the budget
+        self.misses = 0  # answers followed by none within the budget
 
     @property
     def enabled(self) -> bool:
-        """Whether the next answer starts a spin without waiting for a probe."""
-        return self._enabled
+        """Whether every answer starts a spin (rather than only probes)."""
+        return self.budget_s > 0 and self._hit_rate >= _SPIN_AT
 
     def answered(self) -> None:
         """An answer was just written: stay awake for the next request."""
         now = perf_counter()
         self._answered_at = now
-        self._read_since_answer = False
-        if not self._enabled:
-            if self.budget_s <= 0:
-                return
+        self._waiting = True
+        if self.budget_s <= 0:
+            return
+        if self._spinning:
+            self._deadline = now + self.budget_s
+            return
+        if self._hit_rate < _SPIN_AT:
             self._skipped += 1
             if self._skipped < self._skip:
                 return
-            self._skipped = 0  # probe: spin this once
+            self._skipped = 0  # a probe; the next one twice as far off
+            self._skip = min(max(self._skip * 2, 2), MAX_SKIP)
         self._deadline = now + self.budget_s
-        if not self._spinning:
-            self._spinning = True
-            self.spins += 1
-            loop = self._loop
-            if loop is None:
-                loop = self._loop = asyncio.get_running_loop()
-            loop.call_soon(self._spin)
+        self._spinning = True
+        self.spins += 1
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        loop.call_soon(self._spin)
 
     def request_read(self) -> None:
-        """Bytes arrived from a client: the spin paid off, or shows that it would have."""
-        if self._read_since_answer:
+        """Bytes arrived from a client: the last answer's outcome, if not yet counted."""
+        if not self._waiting:
             return
-        self._read_since_answer = True
-        if self._spinning:
+        self._waiting = False
+        hit = perf_counter() - self._answered_at < self.budget_s
+        if hit:
             self.hits += 1
-            self._enable()
-        elif not self._enabled and perf_counter() - self._answered_at < self.budget_s:
-            self._enable()
+        else:
+            self.misses += 1
+        self._count(hit)
 
     def _spin(self) -> None:
         if perf_counter() < self._deadline:
@@ -104,12 +113,13 @@ class KeepAwake:
             return
         # A budget since the last answer has passed: rest until the next answer.
         self._spinning = False
-        if not self._read_since_answer:  # and nobody came back: a miss
-            self._enabled = False
-            self._skip = min(max(self._skip * 2, 2), MAX_SKIP)
-            self._skipped = 0
+        if self._waiting:  # and nobody came back
+            self._waiting = False
+            self.misses += 1
+            self._count(hit=False)
 
-    def _enable(self) -> None:
-        self._enabled = True
-        self._skip = 0
-        self._skipped = 0
+    def _count(self, hit: bool) -> None:
+        rate = self._hit_rate + ((1.0 if hit else 0.0) - self._hit_rate) * _WEIGHT
+        self._hit_rate = rate
+        if rate >= _SPIN_AT:
+            self._skip = self._skipped = 0

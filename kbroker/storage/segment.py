@@ -356,12 +356,9 @@ class Segment:
         blocks nor grow the file. The file then reads as zeros past the data until
         `trim`; recovery takes such a zero tail for unwritten space, not for a torn
         write. A filesystem that cannot allocate (or a full disk) just goes without."""
-        try:
+        with contextlib.suppress(OSError, AttributeError):
             os.posix_fallocate(fd, start, length)
-        except (OSError, AttributeError):
-            self._reserved_end = start + length  # do not retry on every append
-            return
-        self._reserved_end = start + length
+        self._reserved_end = start + length  # after a failure too: no retry every append
 
     def trim(self) -> None:
         """Give back the space reserved past the data, so the file ends where it does."""

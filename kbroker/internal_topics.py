@@ -306,11 +306,17 @@ def append_records(
     except OSError as exc:
         log.error("cannot write to %s-%d: %s", topic, partition, exc)
         return E.kafka_storage_error, None
+    return E.none, acknowledgement(broker, replica)
+
+
+def acknowledgement(broker: Any, replica: Any) -> Acknowledgement | None:
+    """What to await before acknowledging what was just appended to `replica`, if
+    anything: the same policy as a produce (see `append_records`)."""
     flush = replica.log.config.fsyncs_every_append
     waiter = getattr(broker.replicas, "wait_for_commit", None)
     if not flush and waiter is None:
-        return E.none, None
-    return E.none, _acknowledgement(broker, replica, flush, waiter)
+        return None
+    return _acknowledgement(broker, replica, flush, waiter)
 
 
 async def _acknowledgement(broker: Any, replica: Any, flush: bool, waiter: Any) -> ErrorCode:

@@ -184,3 +184,24 @@ def test_unknown_member_of_a_live_generation_is_refused(tmp_path: Path) -> None:
         client.close()
 
     run_broker(tmp_path, check, OVERRIDES)
+
+
+def test_with_fsync_per_message_the_answer_waits_for_the_offsets_fsync(tmp_path: Path) -> None:
+    async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        await broker.controller.create_topic("in", 1, 1, {})
+        synced: list[str] = []
+        flush_for_ack = broker.logs.flush_for_ack
+
+        async def recording(plog):  # type: ignore[no-untyped-def]
+            await flush_for_ack(plog)
+            synced.append(plog.topic)
+
+        broker.logs.flush_for_ack = recording
+        client = await RawClient.connect(port)
+        txn = await Txn.init(client)
+        synced.clear()
+        assert await txn.commit_offset(5) == 0
+        assert "__consumer_offsets" in synced
+        client.close()
+
+    run_broker(tmp_path, check, [*OVERRIDES, "log.flush.interval.messages=1"])

@@ -9,6 +9,7 @@ are coroutines: their log writes may wait for an fsync or for replication.
 from __future__ import annotations
 
 import datetime
+import logging
 import re
 import time
 from typing import Any
@@ -18,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.coordinator.group import OffsetAndMetadata
 from kbroker.coordinator.store import OFFSETS_TOPIC
 from kbroker.handlers.registry import handles
+from kbroker.internal_topics import write_error
 from kbroker.txn.metadata import TxnMetadata, TxnState
 
 INIT_PRODUCER_ID = 22
@@ -31,6 +33,7 @@ LIST_TRANSACTIONS = 66
 
 E = ErrorCode
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+log = logging.getLogger("kbroker.txn")
 
 
 def _service(ctx: Any) -> Any:
@@ -258,9 +261,11 @@ async def txn_offset_commit(ctx: Any, request: Any) -> dict[str, Any]:
                 getattr(request, "group_instance_id", None),
             )
             if error == E.none:
-                error = service.offsets.write(
+                error, pending = service.offsets.write(
                     request.group_id, request.producer_id, request.producer_epoch, offsets
                 )
+                if pending is not None:
+                    error = await _acknowledged(request.group_id, pending)
         results.update(dict.fromkeys(offsets, error))
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for topic in request.topics:
@@ -276,6 +281,16 @@ async def txn_offset_commit(ctx: Any, request: Any) -> dict[str, Any]:
         "throttle_time": 0,
         "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
     }
+
+
+async def _acknowledged(group_id: str, pending: Any) -> ErrorCode:
+    """The error to answer once the offsets' batch is fsynced (and replicated)."""
+    try:
+        error = await pending
+    except OSError as exc:
+        log.error("cannot fsync transactional offsets of %s: %s", group_id, exc)
+        return E.not_coordinator
+    return write_error(error, too_large=E.invalid_commit_offset_size)
 
 
 # -- DescribeTransactions / ListTransactions ------------------------------------------------

@@ -25,7 +25,7 @@ from kbroker.coordinator.records import (
     encode_offset_value,
 )
 from kbroker.coordinator.store import OFFSETS_TOPIC
-from kbroker.internal_topics import read_batches
+from kbroker.internal_topics import Acknowledgement, acknowledgement, read_batches
 from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, Record, encode_batch
 from kbroker.storage.producer_state import (
     COORDINATOR,
@@ -73,15 +73,18 @@ class TxnOffsetStore:
         producer_id: int,
         producer_epoch: int,
         offsets: dict[TopicPartition, OffsetAndMetadata],
-    ) -> ErrorCode:
-        """Append the offsets as a transactional batch and hold them until the marker."""
+    ) -> tuple[ErrorCode, Acknowledgement | None]:
+        """Append the offsets as a transactional batch and hold them until the marker.
+
+        Returns the error and, after a successful append, what to await before the
+        answer (an fsync when the offsets topic flushes every message)."""
         coordinator = self._coordinator()
         if coordinator is None:
-            return E.coordinator_not_available
+            return E.coordinator_not_available, None
         partition = coordinator.partition_for(group_id)
         replica = self.broker.replicas.get(OFFSETS_TOPIC, partition)
         if replica is None or not replica.is_leader:
-            return E.not_coordinator
+            return E.not_coordinator, None
         now = int(time.time() * 1000)
         stamped = {
             tp: OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, now)
@@ -100,18 +103,18 @@ class TxnOffsetStore:
         try:
             self.broker.replicas.append(replica, batch, now, COORDINATOR)
         except InvalidProducerEpochError:
-            return E.producer_fenced
+            return E.producer_fenced, None
         except ProducerStateError as exc:
             log.warning("transactional offsets of %s refused: %s", group_id, exc)
-            return E.invalid_txn_state
+            return E.invalid_txn_state, None
         except BatchTooLargeError:
-            return E.invalid_commit_offset_size
+            return E.invalid_commit_offset_size, None
         except (InvalidBatchError, OSError) as exc:
             log.error("cannot write transactional offsets of %s: %s", group_id, exc)
-            return E.not_coordinator
+            return E.not_coordinator, None
         pending = self.pending.setdefault((partition, producer_id), PendingOffsets())
         pending.by_group.setdefault(group_id, {}).update(stamped)
-        return E.none
+        return E.none, acknowledgement(self.broker, replica)
 
     def on_marker(self, tp: TopicPartition, producer_id: int, commit: bool) -> None:
         """A marker reached a partition: if it is an offsets partition, settle its offsets."""

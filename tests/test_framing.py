@@ -114,3 +114,19 @@ def test_thousands_of_tiny_frames_in_one_read() -> None:
     frames = FrameDecoder(MAX_FRAME).feed((frame(1) + b"z") * count)
     assert len(frames) == count
     assert set(frames) == {b"z"}
+
+
+def test_a_frame_joined_from_several_reads_is_writable() -> None:
+    decoder = FrameDecoder(1 << 20)
+    data = frame(6) + b"abcdef"
+    assert decoder.feed(data[:5]) == []
+    (joined,) = decoder.feed(data[5:])
+    assert not joined.readonly
+    assert bytes(joined) == b"abcdef"
+
+
+def test_a_frame_from_one_read_is_a_view_of_that_read() -> None:
+    decoder = FrameDecoder(1 << 20)
+    (whole,) = decoder.feed(frame(3) + b"xyz")
+    assert whole.readonly
+    assert bytes(whole) == b"xyz"

@@ -409,3 +409,13 @@ def test_unknown_api_keys_are_not_counted_as_requests() -> None:
         conn.connection_made(FakeTransport())  # type: ignore[arg-type]
         conn.data_received(request(key, 0, 1))
     assert dict(broker.counters.requests) == {API_VERSIONS: 1}
+
+
+def test_a_request_split_across_reads_is_answered() -> None:
+    conn, transport = connect()
+    data = request(API_VERSIONS, 0, 42)
+    conn.data_received(data[:7])
+    conn.data_received(data[7:])
+    (answer,) = responses(transport.written)
+    assert struct.unpack_from(">ih", answer) == (42, 0)
+    assert not transport.closed

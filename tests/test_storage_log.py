@@ -445,3 +445,23 @@ def test_closed_log_rejects_use(tmp_path):
 def test_directory_without_partition_suffix_is_rejected(tmp_path):
     with pytest.raises(Exception, match="topic"):
         PartitionLog.open(Path(tmp_path / "nopartition"), LogConfig(), NOW)
+
+
+def test_a_writable_view_is_appended_in_place_without_a_copy(tmp_path):
+    log = open_log(tmp_path)
+    log.append(batch(2), 0, NOW)
+    frame = bytearray(b"head") + batch(3)
+    view = memoryview(frame)[4:]
+    result = log.append(view, 0, NOW)
+    assert (result.base_offset, result.last_offset) == (2, 4)
+    assert int.from_bytes(frame[4:12], "big") == 2  # the base offset patched into the frame
+    assert [(h.base_offset, h.last_offset) for h in headers_of(log.read(2, 1 << 20))] == [(2, 4)]
+
+
+def test_a_read_only_view_is_copied_before_offsets_are_patched(tmp_path):
+    log = open_log(tmp_path)
+    log.append(batch(2), 0, NOW)
+    original = bytes(batch(1))
+    log.append(memoryview(original), 0, NOW)
+    assert original == bytes(batch(1))
+    assert [h.base_offset for h in headers_of(log.read(2, 1 << 20))] == [2]

@@ -96,7 +96,7 @@ def _append(
         if code:
             return ProducedPartition(index, code)
     try:
-        appended = broker.replicas.append(replica, bytearray(pdata.records), now)
+        appended = broker.replicas.append(replica, records, now)
     except BatchTooLargeError as exc:
         return ProducedPartition(index, ErrorCode.message_too_large, error_message=str(exc))
     except UnsupportedMagicError as exc:

@@ -22,7 +22,9 @@ class FrameDecoder:
 
     Frames come out as memoryviews of the received bytes, not copies: a 1 MB produce
     request that arrived in one read is never copied here, and one that arrived in many
-    is joined once, when its last piece is in.
+    is joined once, when its last piece is in, into a bytearray. Such a frame is
+    writable, so storage can patch offsets into its record batches in place instead of
+    copying them once more.
     """
 
     __slots__ = ("_chunks", "_held", "_need", "_max_frame")
@@ -33,14 +35,14 @@ class FrameDecoder:
         self._need = 4  # bytes that must be held before parsing can make progress
         self._max_frame = max_frame_bytes
 
-    def feed(self, data: bytes) -> list[memoryview]:
+    def feed(self, data: bytes | bytearray) -> list[memoryview]:
         """Add received bytes; return every frame now complete, in order."""
         if self._chunks:
             self._chunks.append(data)
             self._held += len(data)
             if self._held < self._need:
                 return []
-            data = b"".join(self._chunks)
+            data = bytearray().join(self._chunks)  # writable: see the class docstring
             self._chunks = []
             self._held = 0
         view = memoryview(data)

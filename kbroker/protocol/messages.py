@@ -80,6 +80,8 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
     """
     if api_key == PRODUCE:
         return decode_produce_request(version, frame, offset, MAX_REQUEST_ELEMENTS)
+    if isinstance(frame, memoryview) and not frame.readonly:
+        frame = frame.toreadonly()  # kio's native reader takes read-only buffers only
     check_lengths(api_key, version, frame, offset)
     value, _size = request_reader(api_key, version)(frame, offset)
     return value

@@ -58,7 +58,7 @@ class ReplicaManager:
         self.logs.delete_topic(topic)
 
     def append(
-        self, replica: Replica, records: bytearray, now_ms: int, origin: int = CLIENT
+        self, replica: Replica, records: bytearray | memoryview, now_ms: int, origin: int = CLIENT
     ) -> AppendResult:
         """Append as leader; with no followers the write is committed at once. `origin`
         (storage.producer_state) is CLIENT for produce, COORDINATOR for markers."""

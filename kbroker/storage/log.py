@@ -370,8 +370,8 @@ class PartitionLog:
         of the producer state is checked.
         """
         self._check_open()
-        if not isinstance(records, bytearray):
-            records = bytearray(records)
+        if isinstance(records, bytes) or (isinstance(records, memoryview) and records.readonly):
+            records = bytearray(records)  # offsets are patched in place
         config = self.config
         headers = validate_batches(records, config.max_message_bytes)
         if config.compacts:
@@ -437,7 +437,7 @@ class PartitionLog:
 
     def _write(
         self,
-        records: bytearray,
+        records: bytearray | memoryview,
         headers: list[BatchHeader],
         base: int,
         next_offset: int,

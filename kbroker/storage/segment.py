@@ -308,7 +308,7 @@ class Segment:
 
     def append(
         self,
-        buf: bytearray,
+        buf: bytearray | memoryview,
         headers: list[BatchHeader],
         preallocate: int = 0,
         writeback: bool = False,

@@ -16,13 +16,18 @@ def record_writebacks(monkeypatch) -> list[tuple[int, int]]:
     return calls
 
 
-def test_an_fsync_per_message_log_starts_the_write_of_each_append(tmp_path, monkeypatch):
+def test_an_fsync_per_message_log_starts_the_write_of_the_first_append_an_fsync_covers(
+    tmp_path, monkeypatch
+):
     calls = record_writebacks(monkeypatch)
     log = open_log(tmp_path / "t-0", flush_interval_messages=1)
     one = len(batch(1))
     log.append(batch(1), 0, NOW)
+    log.append(batch(1), 0, NOW)  # shares the coming fsync: no second call
+    assert calls == [(0, one)]
+    log.flush()
     log.append(batch(1), 0, NOW)
-    assert calls == [(0, one), (one, one)]
+    assert calls == [(0, one), (2 * one, one)]
 
 
 def test_the_default_flush_policy_leaves_writeback_to_the_kernel(tmp_path, monkeypatch):

@@ -58,14 +58,21 @@ class RequestContext:
 
 
 class _Slot:
-    """A response position in the connection's order; filled now or when its task ends."""
+    """A response position in the connection's order; filled now or when its handler's
+    answer is ready, which it then frames as the request it stands for asked."""
 
-    __slots__ = ("data", "done", "task")
+    __slots__ = ("data", "done", "task", "api_key", "version", "correlation_id", "flexible")
 
-    def __init__(self) -> None:
+    def __init__(
+        self, api_key: int = -1, version: int = 0, correlation_id: int = 0, flexible: bool = False
+    ) -> None:
         self.data: list[Any] | None = None
         self.done = False
         self.task: asyncio.Future[Any] | None = None  # set when it may be cancelled
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+        self.flexible = flexible
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -171,26 +178,16 @@ class KafkaConnection(asyncio.Protocol):
         response_flexible = flexible and api_key != API_VERSIONS
         try:
             result = api.handler(ctx, body)
-            if isinstance(result, Later):
-                slot = _Slot()
+            if isinstance(result, Later) or inspect.isawaitable(result):
+                slot = _Slot(api_key, version, correlation_id, response_flexible)
                 self._queue.append(slot)
-                result.then(
-                    lambda value, error: self._complete(
-                        slot, value, error, api_key, version, correlation_id, response_flexible
-                    )
-                )
-                return
-            if inspect.isawaitable(result):
-                slot = _Slot()
-                self._queue.append(slot)
+                if isinstance(result, Later):
+                    result.then(lambda value, error: self._complete(slot, value, error))
+                    return
                 task = asyncio.ensure_future(result)
                 if api_key in _CANCEL_WHEN_CLOSED:
                     slot.task = task
-                task.add_done_callback(
-                    lambda t: self._finish(
-                        slot, t, api_key, version, correlation_id, response_flexible
-                    )
-                )
+                task.add_done_callback(lambda t: self._finish(slot, t))
                 return
             if isinstance(result, NoResponse):
                 return
@@ -203,15 +200,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._respond_now(correlation_id, response_flexible, encoded)
 
-    def _finish(
-        self,
-        slot: _Slot,
-        task: asyncio.Future,
-        api_key: int,
-        version: int,
-        correlation_id: int,
-        flexible: bool,
-    ) -> None:
+    def _finish(self, slot: _Slot, task: asyncio.Future) -> None:
         if self._closed:
             return
         result: Any = None
@@ -222,21 +211,13 @@ class KafkaConnection(asyncio.Protocol):
             error = task.exception()
             if error is None:
                 result = task.result()
-        self._complete(slot, result, error, api_key, version, correlation_id, flexible)
+        self._complete(slot, result, error)
 
-    def _complete(
-        self,
-        slot: _Slot,
-        result: Any,
-        error: BaseException | None,
-        api_key: int,
-        version: int,
-        correlation_id: int,
-        flexible: bool,
-    ) -> None:
+    def _complete(self, slot: _Slot, result: Any, error: BaseException | None) -> None:
         """A handler's answer is ready: fill its slot and write what is now in order."""
         if self._closed:
             return
+        api_key, version = slot.api_key, slot.version
         name = messages.API_NAMES.get(api_key)
         if isinstance(error, asyncio.CancelledError):
             self.close(f"{name} v{version} request cancelled")
@@ -247,9 +228,8 @@ class KafkaConnection(asyncio.Protocol):
             if isinstance(result, NoResponse):
                 slot.data = None
             else:
-                slot.data = self._frame(
-                    correlation_id, flexible, self._encode(api_key, version, result)
-                )
+                encoded = self._encode(api_key, version, result)
+                slot.data = self._frame(slot.correlation_id, slot.flexible, encoded)
         except Exception:
             log.exception("handler for %s v%d failed", name, version)
             self.close("internal error")

@@ -459,7 +459,10 @@ class PartitionLog:
             # (follower jump ahead): start a segment at the right base.
             seg = self._replace_empty_active(base, now_ms)
         config = self.config
-        seg.append(records, headers, config.preallocate_bytes, config.fsyncs_every_append)
+        # Start the disk write at once only for the first append an fsync will cover: the
+        # ones after it share that fsync (group commit) and would each add a system call.
+        writeback = config.fsyncs_every_append and self._unflushed_messages == 0
+        seg.append(records, headers, config.preallocate_bytes, writeback)
         self.log_end_offset = next_offset
         self._unflushed_messages += count
         return AppendResult(

@@ -415,6 +415,19 @@ def test_rolled_segment_awaits_background_flush(tmp_path):
     assert not log.needs_flush(NOW)
 
 
+def test_an_acknowledgement_fsync_covers_only_segments_from_the_recovery_point(tmp_path):
+    log = open_log(tmp_path, segment_bytes=300)
+    for _ in range(20):
+        log.append(batch(1, size=250), 0, NOW)
+    job = log.prepare_flush(data_only=True)
+    job.run()
+    log.complete_flush(job)
+    assert log.num_segments == 20
+    log.append(batch(1, size=250), 0, NOW)  # rolls to a 21st segment
+    job = log.prepare_flush(data_only=True)
+    assert [s.base_offset for s in job.segments] == [20]
+
+
 def test_truncate_to_removes_tail_and_appends_continue(tmp_path):
     log = open_log(tmp_path, segment_bytes=400)
     for _ in range(10):

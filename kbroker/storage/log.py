@@ -785,7 +785,13 @@ class PartitionLog:
             return None
         with self._lock:
             paths: list[str] = []
-            segments = [s for s in list(self.segments) if s.dirty and not s.deleted]
+            candidates = self.segments
+            if data_only:
+                # Bytes below the recovery point are on disk already: only the segments
+                # from the one holding it on can have data an acknowledgement waits for.
+                first = max(bisect_right(self._bases, self.recovery_point) - 1, 0)
+                candidates = candidates[first:]
+            segments = [s for s in list(candidates) if s.dirty and not s.deleted]
             for seg in segments:
                 paths.append(seg.log_path)
                 if data_only:

@@ -125,9 +125,10 @@ def _respond_after_flush(
 ) -> Later:
     """fsync-before-ack: the answer goes out when every written log is fsynced, straight
     from the group commit that fsynced them (one fsync for all appends of the loop
-    iteration)."""
+    iteration). It is encoded now, while the disk is already writing, not after."""
     answer = Later()
     waiting = set(logs)
+    encoded = encode_produce_response(version, topics)
 
     def durable(plog: Any, error: OSError | None) -> None:
         if answer.settled:
@@ -137,7 +138,7 @@ def _respond_after_flush(
             return
         waiting.discard(plog)
         if not waiting:
-            answer.settle(encode_produce_response(version, topics))
+            answer.settle(encoded)
 
     for plog in list(waiting):
         broker.logs.when_durable(plog, lambda error, plog=plog: durable(plog, error))

@@ -180,6 +180,9 @@ class InternalTopicService:
             self.log.info("no longer coordinating %s-%d", self.topic, partition)
         for partition, epoch in sorted(led.items()):
             if self.needs_load(partition, epoch):
+                stale = self._loads.pop(partition, None)
+                if stale is not None:  # a load for an older leader epoch must not finish
+                    stale.cancel()
                 self.begin_loading(partition, epoch)
                 self._loads[partition] = asyncio.create_task(self._load(partition))
 
@@ -200,7 +203,8 @@ class InternalTopicService:
             self.log.exception("loading %s-%d failed", self.topic, partition)
             self.coordinator.unload_partition(partition)
         finally:
-            self._loads.pop(partition, None)
+            if self._loads.get(partition) is asyncio.current_task():
+                del self._loads[partition]
 
     # -- FindCoordinator ------------------------------------------------------------------
 

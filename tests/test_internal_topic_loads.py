@@ -1,0 +1,108 @@
+"""A coordinator partition reloaded for a new leader epoch: the older load never lands."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from kbroker.internal_topics import InternalTopicService
+from kbroker.storage import LogConfig, PartitionLog
+
+TOPIC = "__test_state"
+
+
+@dataclass
+class FakeCoordinator:
+    config: Any = field(default_factory=lambda: SimpleNamespace(num_partitions=1))
+    epochs: dict[int, int] = field(default_factory=dict)
+    loaded: list[int] = field(default_factory=list)  # leader epochs whose load finished
+
+    def partition_for(self, key: str) -> int:
+        return 0
+
+    def unload_partition(self, partition: int) -> None:
+        self.epochs.pop(partition, None)
+
+    def shutdown(self) -> None:
+        pass
+
+
+class SlowService(InternalTopicService):
+    """Each load waits for its own release, as a long replay would."""
+
+    topic = TOPIC
+
+    def __init__(self, broker: Any) -> None:
+        super().__init__(broker)
+        self.coordinator = FakeCoordinator()
+        self.releases: dict[int, asyncio.Event] = {}
+
+    def held_partitions(self) -> list[int]:
+        return list(self.coordinator.epochs)
+
+    def needs_load(self, partition: int, leader_epoch: int) -> bool:
+        return self.coordinator.epochs.get(partition) != leader_epoch
+
+    def begin_loading(self, partition: int, leader_epoch: int) -> None:
+        self.coordinator.epochs[partition] = leader_epoch
+        self.releases[leader_epoch] = asyncio.Event()
+
+    async def load_records(self, partition: int, records: list, started: float) -> None:
+        epoch = self.coordinator.epochs[partition]
+        await self.releases[epoch].wait()
+        self.coordinator.loaded.append(epoch)
+
+
+def fake_broker(tmp_path: Path) -> SimpleNamespace:
+    log = PartitionLog.open(tmp_path / f"{TOPIC}-0", LogConfig(), 0)
+    replica = SimpleNamespace(is_leader=True, leader_epoch=1, log=log)
+    partition = SimpleNamespace(partition=0, leader=1)
+    state = SimpleNamespace(topics={TOPIC: SimpleNamespace(partitions=[partition])})
+    return SimpleNamespace(
+        node_id=1,
+        controller=SimpleNamespace(state=state),
+        replicas=SimpleNamespace(get=lambda topic, p: replica),
+        replica=replica,
+    )
+
+
+def test_a_load_for_an_older_leader_epoch_is_cancelled_by_the_newer_one(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker = fake_broker(tmp_path)
+        service = SlowService(broker)
+        service.refresh()
+        await asyncio.sleep(0.01)
+        broker.replica.leader_epoch = 2
+        service.refresh()
+        await asyncio.sleep(0.01)
+        service.releases[1].set()
+        service.releases[2].set()
+        for _ in range(100):
+            if not service._loads:
+                break
+            await asyncio.sleep(0.01)
+        assert service.coordinator.loaded == [2]
+        assert service._loads == {}
+
+    asyncio.run(scenario())
+
+
+def test_the_newer_load_stays_tracked_while_the_older_one_unwinds(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker = fake_broker(tmp_path)
+        service = SlowService(broker)
+        service.refresh()
+        await asyncio.sleep(0.01)
+        broker.replica.leader_epoch = 2
+        service.refresh()
+        newer = service._loads[0]
+        service.releases[1].set()  # whatever the older load still does, it ends now
+        await asyncio.sleep(0.01)
+        assert service._loads.get(0) is newer
+        service.releases[2].set()
+        await newer
+
+    asyncio.run(scenario())

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
-from inprocess import run_broker
+from inprocess import RawClient, run_broker
 
 from kbroker.broker import Broker
+
+API_VERSIONS = 18
 
 
 async def _get(port: int, path: str) -> tuple[int, str]:
@@ -49,6 +52,24 @@ def test_metrics_expose_partitions_of_created_topics(tmp_path: Path) -> None:
         assert "process_resident_memory_bytes" in body
 
     run_broker(tmp_path, check, http=True)
+
+
+def test_metrics_count_answers_followed_by_a_request_within_the_busy_poll_budget(
+    tmp_path: Path,
+) -> None:
+    async def check(broker: Broker, port: int) -> None:
+        client = await RawClient.connect(broker.listener.port)
+        for _ in range(3):
+            await client.call(
+                API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
+            )
+        client.close()
+        _, body = await _get(port, "/metrics")
+        hits = re.search(r'kbroker_busy_poll_answers_total\{outcome="hit"\} (\d+)', body)
+        assert hits is not None and int(hits.group(1)) >= 2
+        assert "kbroker_busy_poll_spins_total" in body
+
+    run_broker(tmp_path, check, ["socket.busy.poll.us=10000"], http=True)
 
 
 @pytest.mark.parametrize("path", ["/nope", "/metricsx"])

@@ -38,6 +38,17 @@ def render(broker: Any) -> str:
     out.append(_line("kbroker_network_bytes_total", counters.bytes_out, {"direction": "out"}))
     _family(out, "kbroker_connections", "gauge", "Open client connections.")
     out.append(_line("kbroker_connections", len(broker.connections)))
+    awake = broker.keep_awake
+    _family(
+        out,
+        "kbroker_busy_poll_answers_total",
+        "counter",
+        "Answers by whether a request followed within socket.busy.poll.us.",
+    )
+    out.append(_line("kbroker_busy_poll_answers_total", awake.hits, {"outcome": "hit"}))
+    out.append(_line("kbroker_busy_poll_answers_total", awake.misses, {"outcome": "miss"}))
+    _family(out, "kbroker_busy_poll_spins_total", "counter", "Busy-polling spells started.")
+    out.append(_line("kbroker_busy_poll_spins_total", awake.spins))
     _family(out, "kbroker_produced_bytes_total", "counter", "Record bytes appended by producers.")
     out.append(_line("kbroker_produced_bytes_total", counters.produced_bytes))
     _family(out, "kbroker_partitions", "gauge", "Partitions held by this broker.")

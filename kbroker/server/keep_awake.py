@@ -72,11 +72,11 @@ class KeepAwake:
 
     def answered(self) -> None:
         """An answer was just written: stay awake for the next request."""
+        if self.budget_s <= 0:
+            return
         now = perf_counter()
         self._answered_at = now
         self._waiting = True
-        if self.budget_s <= 0:
-            return
         if self._spinning:
             self._deadline = now + self.budget_s
             return

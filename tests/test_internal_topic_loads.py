@@ -69,14 +69,20 @@ def fake_broker(tmp_path: Path) -> SimpleNamespace:
     )
 
 
+async def reloaded_at_a_newer_epoch(tmp_path: Path) -> SlowService:
+    """A service whose partition began loading at leader epoch 1, then again at 2."""
+    broker = fake_broker(tmp_path)
+    service = SlowService(broker)
+    service.refresh()
+    await asyncio.sleep(0.01)
+    broker.replica.leader_epoch = 2
+    service.refresh()
+    return service
+
+
 def test_a_load_for_an_older_leader_epoch_is_cancelled_by_the_newer_one(tmp_path: Path) -> None:
     async def scenario() -> None:
-        broker = fake_broker(tmp_path)
-        service = SlowService(broker)
-        service.refresh()
-        await asyncio.sleep(0.01)
-        broker.replica.leader_epoch = 2
-        service.refresh()
+        service = await reloaded_at_a_newer_epoch(tmp_path)
         await asyncio.sleep(0.01)
         service.releases[1].set()
         service.releases[2].set()
@@ -92,12 +98,7 @@ def test_a_load_for_an_older_leader_epoch_is_cancelled_by_the_newer_one(tmp_path
 
 def test_the_newer_load_stays_tracked_while_the_older_one_unwinds(tmp_path: Path) -> None:
     async def scenario() -> None:
-        broker = fake_broker(tmp_path)
-        service = SlowService(broker)
-        service.refresh()
-        await asyncio.sleep(0.01)
-        broker.replica.leader_epoch = 2
-        service.refresh()
+        service = await reloaded_at_a_newer_epoch(tmp_path)
         newer = service._loads[0]
         service.releases[1].set()  # whatever the older load still does, it ends now
         await asyncio.sleep(0.01)

@@ -7,11 +7,16 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     ConfigSource,
     NewPartitions,
+    ResourcePatternType,
     ResourceType,
 )
 
@@ -244,3 +249,33 @@ def test_deleting_unknown_topic_fails_with_unknown_topic(shared_broker):
     with pytest.raises(KafkaException) as raised:
         futures[topic].result(timeout=15)
     assert raised.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_acl_changes_are_refused_as_security_disabled(shared_broker):
+    admin = admin_client(shared_broker.bootstrap)
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        "t",
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    any_acl = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    (created,) = admin.create_acls([binding], request_timeout=10).values()
+    (deleted,) = admin.delete_acls([any_acl], request_timeout=10).values()
+    for future in (created, deleted):
+        with pytest.raises(KafkaException) as raised:
+            future.result(timeout=15)
+        assert raised.value.args[0].code() == KafkaError.SECURITY_DISABLED
+    # librdkafka reports DescribeAcls' top-level SECURITY_DISABLED as no bindings.
+    assert admin.describe_acls(any_acl, request_timeout=10).result(timeout=15) == []

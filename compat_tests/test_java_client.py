@@ -985,6 +985,14 @@ def test_describe_cluster_names_this_broker(java, java_broker):
     assert cluster["controller"] is not None
 
 
+def test_describe_acls_fails_as_security_disabled(java):
+    assert java.fails("describe-acls").error == "SecurityDisabledException"
+
+
+def test_no_partition_reassignments_are_listed(java):
+    assert java.call("list-reassignments")["count"] == 0
+
+
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_list_and_describe_consumer_groups_with_a_live_member(java, protocol):
     topic = create_topic(java, partitions=2)

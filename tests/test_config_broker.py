@@ -451,3 +451,8 @@ def test_dynamic_update_is_validated():
     with pytest.raises(ConfigError, match="message.max.bytes"):
         validate_dynamic_broker_configs({"message.max.bytes": "-3"})
     validate_dynamic_broker_configs({"message.max.bytes": None})
+
+
+def test_an_authorizer_is_refused_rather_than_run_without():
+    with pytest.raises(ConfigError, match="authorizer.class.name.*no authorizer"):
+        load(["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"])

@@ -859,3 +859,58 @@ def test_requests_built_here_decode_as_sent():
     entity_writer(cls)(buffer, req)
     decoded, _ = entity_reader(cls)(buffer.getvalue(), 0)
     assert decoded == req
+
+
+# -- ACLs and reassignments ----------------------------------------------------------------
+
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+LIST_PARTITION_REASSIGNMENTS = 46
+ANY, LITERAL, TOPIC_RESOURCE, READ, ALLOW = 1, 3, 2, 3, 3
+
+
+def acl_filter() -> dict[str, Any]:
+    return {
+        "resource_type_filter": ANY,
+        "resource_name_filter": None,
+        "pattern_type_filter": ANY,
+        "principal_filter": None,
+        "host_filter": None,
+        "operation": ANY,
+        "permission_type": ANY,
+    }
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_describe_acls_says_security_is_disabled(broker, version):
+    resp = call(broker, DESCRIBE_ACLS, version, **acl_filter())
+    assert resp.error_code == ErrorCode.security_disabled
+    assert resp.error_message
+    assert resp.resources == ()
+
+
+def test_create_acls_refuses_each_creation_as_security_disabled(broker):
+    creation = {
+        "resource_type": TOPIC_RESOURCE,
+        "resource_name": "t",
+        "resource_pattern_type": LITERAL,
+        "principal": "User:alice",
+        "host": "*",
+        "operation": READ,
+        "permission_type": ALLOW,
+    }
+    resp = call(broker, CREATE_ACLS, 3, creations=[creation, creation])
+    assert [r.error_code for r in resp.results] == [ErrorCode.security_disabled] * 2
+
+
+def test_delete_acls_refuses_each_filter_as_security_disabled(broker):
+    resp = call(broker, DELETE_ACLS, 3, filters=[acl_filter()])
+    (result,) = resp.filter_results
+    assert result.error_code == ErrorCode.security_disabled
+    assert result.matching_acls == ()
+
+
+@pytest.mark.parametrize("topics", [None, [{"name": "t", "partition_indexes": [0]}]])
+def test_no_partition_reassignment_is_ever_in_progress(broker, topics):
+    resp = call(broker, LIST_PARTITION_REASSIGNMENTS, 0, timeout=1000, topics=topics)
+    assert resp.error_code == ErrorCode.none
+    assert resp.topics == ()

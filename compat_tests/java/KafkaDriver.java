@@ -21,6 +21,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.common.acl.AclBindingFilter;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.Config;
@@ -162,6 +163,10 @@ public final class KafkaDriver {
             case "delete-records" -> deleteRecords(a);
             case "list-offsets" -> listOffsets(a);
             case "describe-cluster" -> describeCluster(a);
+            case "describe-acls" -> emit(
+                    Json.obj("count", admin(a).describeAcls(AclBindingFilter.ANY).values().get().size()));
+            case "list-reassignments" -> emit(
+                    Json.obj("count", admin(a).listPartitionReassignments().reassignments().get().size()));
             case "list-groups" -> listGroups(a);
             case "describe-groups" -> describeGroups(a);
             case "list-group-offsets" -> listGroupOffsets(a);

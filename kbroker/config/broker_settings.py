@@ -95,6 +95,13 @@ cleanup_policy_validator = each_of(*CLEANUP_POLICIES, non_empty=True)
 compression_validator = one_of(*COMPRESSION_TYPES)
 timestamp_type_validator = one_of(*TIMESTAMP_TYPES)
 gzip_level_validator: Validator = _gzip_level
+
+
+def _no_authorizer(value: str) -> None:
+    if value:
+        raise ValueError("kbroker has no authorizer and will not run unprotected; leave it empty")
+
+
 lz4_level_validator = between(1, 17)
 zstd_level_validator = between(-131072, 22)
 message_format_version_validator: Validator = _message_format_version
@@ -1113,15 +1120,17 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "authorizer.class.name",
         STRING,
         "",
-        "Empty disables ACL checks; any value enables "
-        "kbroker's ACL authorizer (the class name itself is not loaded).",
+        "Must stay empty: kbroker has no authorizer, so it refuses to start rather than "
+        "run without the ACL checks the setting asks for. ACL requests are answered "
+        "SECURITY_DISABLED.",
+        _no_authorizer,
     ),
-    _d("super.users", STRING, None, "Semicolon-separated principals (User:name) that bypass ACLs."),
+    _d("super.users", STRING, None, "Accepted for compatibility; no authorizer reads it."),
     _d(
         "allow.everyone.if.no.acl.found",
         BOOLEAN,
         False,
-        "With an authorizer, allow access to resources that have no ACL.",
+        "Accepted for compatibility; no authorizer reads it.",
     ),
 )
 

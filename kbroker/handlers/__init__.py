@@ -4,6 +4,7 @@ Importing this package registers every handler in `registry.APIS`.
 """
 
 from kbroker.handlers import (  # noqa: F401
+    acls,
     api_versions,
     cluster,
     configs,

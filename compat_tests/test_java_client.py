@@ -989,6 +989,12 @@ def test_describe_acls_fails_as_security_disabled(java):
     assert java.fails("describe-acls").error == "SecurityDisabledException"
 
 
+def test_preferred_leader_election_is_not_needed(java):
+    topic = create_topic(java, partitions=2)
+    outcomes = java.call("elect-leaders", topic=topic, partitions="0,1")["partitions"]
+    assert outcomes == {"0": "ElectionNotNeededException", "1": "ElectionNotNeededException"}
+
+
 def test_no_partition_reassignments_are_listed(java):
     assert java.call("list-reassignments")["count"] == 0
 

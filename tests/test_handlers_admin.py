@@ -914,3 +914,44 @@ def test_no_partition_reassignment_is_ever_in_progress(broker, topics):
     resp = call(broker, LIST_PARTITION_REASSIGNMENTS, 0, timeout=1000, topics=topics)
     assert resp.error_code == ErrorCode.none
     assert resp.topics == ()
+
+
+# -- ElectLeaders --------------------------------------------------------------------------
+
+ELECT_LEADERS, PREFERRED = 43, 0
+
+
+@pytest.mark.parametrize("version", [0, 2])
+def test_elect_leaders_is_never_needed_for_existing_partitions(broker, version):
+    broker.controller.add_topic("t", 2)
+    resp = call(
+        broker,
+        ELECT_LEADERS,
+        version,
+        election_type=PREFERRED,
+        topic_partitions=[
+            {"topic": "t", "partitions": [0, 1, 2]},
+            {"topic": "gone", "partitions": [0]},
+        ],
+        timeout=1000,
+    )
+    by_partition = {
+        (r.topic, p.partition_id): p.error_code
+        for r in resp.replica_election_results
+        for p in r.partition_result
+    }
+    assert by_partition == {
+        ("t", 0): ErrorCode.election_not_needed,
+        ("t", 1): ErrorCode.election_not_needed,
+        ("t", 2): ErrorCode.unknown_topic_or_partition,
+        ("gone", 0): ErrorCode.unknown_topic_or_partition,
+    }
+
+
+def test_electing_for_all_partitions_lists_none(broker):
+    broker.controller.add_topic("t", 2)
+    resp = call(
+        broker, ELECT_LEADERS, 2, election_type=PREFERRED, topic_partitions=None, timeout=1000
+    )
+    assert resp.error_code == ErrorCode.none
+    assert resp.replica_election_results == ()

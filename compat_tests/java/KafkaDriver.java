@@ -21,6 +21,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.acl.AclBindingFilter;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
@@ -165,6 +166,7 @@ public final class KafkaDriver {
             case "describe-cluster" -> describeCluster(a);
             case "describe-acls" -> emit(
                     Json.obj("count", admin(a).describeAcls(AclBindingFilter.ANY).values().get().size()));
+            case "elect-leaders" -> electLeaders(a);
             case "list-reassignments" -> emit(
                     Json.obj("count", admin(a).listPartitionReassignments().reassignments().get().size()));
             case "list-groups" -> listGroups(a);
@@ -431,6 +433,19 @@ public final class KafkaDriver {
                         "clusterId", result.clusterId().get(),
                         "controller", node(result.controller().get()),
                         "nodes", nodes));
+    }
+
+    private void electLeaders(Args a) throws Exception {
+        Set<TopicPartition> partitions = new HashSet<>();
+        for (String p : a.list("partitions")) {
+            partitions.add(new TopicPartition(a.str("topic"), Integer.parseInt(p)));
+        }
+        Map<String, Object> outcomes = new TreeMap<>();
+        admin(a).electLeaders(ElectionType.PREFERRED, partitions).partitions().get().forEach(
+                (tp, error) -> outcomes.put(
+                        String.valueOf(tp.partition()),
+                        error.map(e -> e.getClass().getSimpleName()).orElse("none")));
+        emit(Json.obj("partitions", outcomes));
     }
 
     private static Object node(Node n) {

@@ -9,6 +9,7 @@ from kbroker.handlers import (  # noqa: F401
     cluster,
     configs,
     consumer_groups,
+    elections,
     fetch,
     groups,
     leader_epoch,

@@ -995,6 +995,10 @@ def test_preferred_leader_election_is_not_needed(java):
     assert outcomes == {"0": "ElectionNotNeededException", "1": "ElectionNotNeededException"}
 
 
+def test_no_client_quotas_are_described(java):
+    assert java.call("describe-quotas")["count"] == 0
+
+
 def test_no_partition_reassignments_are_listed(java):
     assert java.call("list-reassignments")["count"] == 0
 

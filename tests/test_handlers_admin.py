@@ -955,3 +955,41 @@ def test_electing_for_all_partitions_lists_none(broker):
     )
     assert resp.error_code == ErrorCode.none
     assert resp.replica_election_results == ()
+
+
+# -- DescribeClientQuotas ------------------------------------------------------------------
+
+DESCRIBE_CLIENT_QUOTAS, MATCH_EXACT, MATCH_ANY = 48, 0, 2
+
+
+def test_no_client_quotas_match_any_filter(broker):
+    resp = call(
+        broker,
+        DESCRIBE_CLIENT_QUOTAS,
+        1,
+        components=[
+            {"entity_type": "user", "match_type": MATCH_EXACT, "match": "alice"},
+            {"entity_type": "client-id", "match_type": MATCH_ANY, "match": None},
+        ],
+        strict=False,
+    )
+    assert resp.error_code == ErrorCode.none
+    assert resp.entries == ()
+
+
+@pytest.mark.parametrize(
+    "components",
+    [
+        [{"entity_type": "tenant", "match_type": MATCH_ANY, "match": None}],
+        [
+            {"entity_type": "user", "match_type": MATCH_ANY, "match": None},
+            {"entity_type": "user", "match_type": MATCH_ANY, "match": None},
+        ],
+        [{"entity_type": "user", "match_type": MATCH_EXACT, "match": None}],
+    ],
+)
+def test_a_malformed_quota_filter_is_an_invalid_request(broker, components):
+    resp = call(broker, DESCRIBE_CLIENT_QUOTAS, 1, components=components, strict=True)
+    assert resp.error_code == ErrorCode.invalid_request
+    assert resp.error_message
+    assert resp.entries is None

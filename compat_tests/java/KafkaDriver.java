@@ -23,6 +23,7 @@ import java.util.regex.Pattern;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.acl.AclBindingFilter;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.Config;
@@ -167,6 +168,8 @@ public final class KafkaDriver {
             case "describe-acls" -> emit(
                     Json.obj("count", admin(a).describeAcls(AclBindingFilter.ANY).values().get().size()));
             case "elect-leaders" -> electLeaders(a);
+            case "describe-quotas" -> emit(Json.obj(
+                    "count", admin(a).describeClientQuotas(ClientQuotaFilter.all()).entities().get().size()));
             case "list-reassignments" -> emit(
                     Json.obj("count", admin(a).listPartitionReassignments().reassignments().get().size()));
             case "list-groups" -> listGroups(a);

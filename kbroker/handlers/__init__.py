@@ -17,6 +17,7 @@ from kbroker.handlers import (  # noqa: F401
     metadata,
     produce,
     producers,
+    quotas,
     records,
     topics,
     transactions,

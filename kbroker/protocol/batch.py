@@ -277,7 +277,8 @@ def _zigzag(n: int) -> int:
     return (n << 1) ^ (n >> 63)
 
 
-def _write_varint(out: bytearray, n: int) -> None:
+def write_varint(out: bytearray, n: int) -> None:
+    """Append `n` as a zigzag varint, the encoding of record fields."""
     v = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
@@ -285,7 +286,9 @@ def _write_varint(out: bytearray, n: int) -> None:
     out.append(v)
 
 
-def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """The zigzag varint at `pos` and the position after it (CorruptBatchError if over
+    ten bytes; IndexError if the buffer ends first)."""
     shift = 0
     v = 0
     while True:
@@ -302,23 +305,23 @@ def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 def _write_bytes(out: bytearray, data: bytes | None) -> None:
     if data is None:
-        _write_varint(out, -1)
+        write_varint(out, -1)
     else:
-        _write_varint(out, len(data))
+        write_varint(out, len(data))
         out += data
 
 
 def _encode_record(out: bytearray, rec: Record, offset_delta: int, timestamp_delta: int) -> None:
     body = bytearray(b"\x00")  # record attributes, unused
-    _write_varint(body, timestamp_delta)
-    _write_varint(body, offset_delta)
+    write_varint(body, timestamp_delta)
+    write_varint(body, offset_delta)
     _write_bytes(body, rec.key)
     _write_bytes(body, rec.value)
-    _write_varint(body, len(rec.headers))
+    write_varint(body, len(rec.headers))
     for hkey, hval in rec.headers:
         _write_bytes(body, hkey.encode())
         _write_bytes(body, hval)
-    _write_varint(out, len(body))
+    write_varint(out, len(body))
     out += body
 
 
@@ -433,14 +436,14 @@ def decode_records(
     out: list[Record] = []
     log_append = h.timestamp_type == 1
     for _ in range(h.record_count):
-        length, p = _read_varint(data, p)
+        length, p = read_varint(data, p)
         end = p + length
         p += 1  # attributes
-        ts_delta, p = _read_varint(data, p)
-        off_delta, p = _read_varint(data, p)
+        ts_delta, p = read_varint(data, p)
+        off_delta, p = read_varint(data, p)
         key, p = _read_bytes(data, p)
         value, p = _read_bytes(data, p)
-        nheaders, p = _read_varint(data, p)
+        nheaders, p = read_varint(data, p)
         headers: list[tuple[str, bytes | None]] = []
         for _ in range(nheaders):
             hk, p = _read_bytes(data, p)
@@ -454,7 +457,7 @@ def decode_records(
 
 
 def _read_bytes(data: memoryview, p: int) -> tuple[bytes | None, int]:
-    n, p = _read_varint(data, p)
+    n, p = read_varint(data, p)
     if n < 0:
         return None, p
     return bytes(data[p : p + n]), p + n

@@ -48,6 +48,8 @@ from kbroker.protocol.batch import (
     BatchHeader,
     CorruptBatchError,
     read_header,
+    read_varint,
+    write_varint,
 )
 from kbroker.protocol.compression import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
@@ -154,27 +156,6 @@ Throttle = Callable[[int], None]
 # -- records --------------------------------------------------------------------------------
 
 
-def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptBatchError("varint too long")
-
-
-def _write_varint(out: bytearray, n: int) -> None:
-    v = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
 @dataclass(slots=True)
 class RawRecord:
     """One record's place in a batch's (decompressed) records section."""
@@ -195,21 +176,21 @@ def iter_records(data: bytes | memoryview, count: int) -> Iterator[RawRecord]:
     size = len(data)
     for _ in range(count):
         start = p
-        length, p = _varint(data, p)
+        length, p = read_varint(data, p)
         end = p + length
         if length < 6 or end > size:
             raise CorruptBatchError("record length runs past its batch")
         body = p
         p += 1  # attributes
-        ts_delta, p = _varint(data, p)
+        ts_delta, p = read_varint(data, p)
         after_ts = p
-        off_delta, p = _varint(data, p)
-        key_len, p = _varint(data, p)
+        off_delta, p = read_varint(data, p)
+        key_len, p = read_varint(data, p)
         key = None
         if key_len >= 0:
             key = bytes(data[p : p + key_len])
             p += key_len
-        value_len, p = _varint(data, p)
+        value_len, p = read_varint(data, p)
         if p > end:
             raise CorruptBatchError("record fields run past its length")
         yield RawRecord(start, end, body, after_ts, ts_delta, off_delta, key, value_len < 0)
@@ -319,9 +300,9 @@ def rebuild_batch(
         for rec in kept:
             absolute = h.base_timestamp + rec.timestamp_delta
             body = bytearray(section[rec.body : rec.body + 1])  # record attributes
-            _write_varint(body, absolute - horizon)
+            write_varint(body, absolute - horizon)
             body += section[rec.after_timestamp : rec.end]
-            _write_varint(out, len(body))
+            write_varint(out, len(body))
             out += body
         base_ts = horizon
     if log_append:

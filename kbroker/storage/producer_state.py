@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
-from kbroker.protocol.batch import HEADER_SIZE, BatchHeader
+from kbroker.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatchError, read_varint
 
 __all__ = [
     "CLIENT",
@@ -144,19 +144,6 @@ def _in_sequence(last: int, nxt: int) -> bool:
     return nxt == last + 1 or (nxt == 0 and last == 0x7FFFFFFF)
 
 
-def _read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
 def read_control_record(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     """(control type, coordinator epoch) of the control batch at `pos`: type 0 is abort,
     1 commit, -1 unreadable (compressed, empty or malformed). Reads one record only."""
@@ -164,23 +151,23 @@ def read_control_record(buf: bytes | bytearray | memoryview, pos: int) -> tuple[
         if buf[pos + 21 + 1] & 0x07:  # compressed: coordinators never compress markers
             return -1, -1
         p = pos + HEADER_SIZE
-        _, p = _read_varint(buf, p)  # record length
+        _, p = read_varint(buf, p)  # record length
         p += 1  # attributes
-        _, p = _read_varint(buf, p)  # timestamp delta
-        _, p = _read_varint(buf, p)  # offset delta
-        key_len, p = _read_varint(buf, p)
+        _, p = read_varint(buf, p)  # timestamp delta
+        _, p = read_varint(buf, p)  # offset delta
+        key_len, p = read_varint(buf, p)
         if key_len < 4:
             return -1, -1
         version, ctype = struct.unpack_from(">hh", buf, p)
         p += key_len
-        value_len, p = _read_varint(buf, p)
+        value_len, p = read_varint(buf, p)
         coordinator_epoch = -1
         if value_len >= 6:
             coordinator_epoch = struct.unpack_from(">i", buf, p + 2)[0]
         if version < 0 or ctype not in (ABORT, COMMIT):
             return -1, -1
         return ctype, coordinator_epoch
-    except (IndexError, struct.error, ValueError):
+    except (IndexError, struct.error, CorruptBatchError):
         return -1, -1
 
 

@@ -13,6 +13,8 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
+from kbroker.storage.entry_file import replace_file
+
 CHECKPOINT_FILE = "partition.checkpoint"
 
 
@@ -53,11 +55,5 @@ def read_checkpoint(directory: str) -> PartitionCheckpoint | None:
 
 def write_checkpoint(directory: str, checkpoint: PartitionCheckpoint) -> None:
     path = os.path.join(directory, CHECKPOINT_FILE)
-    tmp = path + ".tmp"
     data = json.dumps(asdict(checkpoint), separators=(",", ":")).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    replace_file(path, data)

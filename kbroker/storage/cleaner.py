@@ -43,6 +43,7 @@ from kbroker.storage.compaction import (
     SourceSegment,
     run_plan,
 )
+from kbroker.storage.entry_file import replace_file
 from kbroker.storage.log import PartitionLog
 from kbroker.storage.segment import Segment, remove_file
 from kbroker.storage.segment_swap import commit_group, discard_cleaned, fsync_directory
@@ -93,19 +94,13 @@ def read_cleaner_checkpoint(directory: str) -> CleanerCheckpoint:
 
 def write_cleaner_checkpoint(directory: str, checkpoint: CleanerCheckpoint) -> None:
     path = os.path.join(directory, CHECKPOINT_FILE)
-    tmp = path + ".tmp"
     data = json.dumps(
         {
             "first_dirty_offset": checkpoint.first_dirty_offset,
             "earliest_horizon": checkpoint.earliest_horizon,
         }
     ).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    replace_file(path, data)
 
 
 # -- configuration --------------------------------------------------------------------------

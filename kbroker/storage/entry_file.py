@@ -2,7 +2,8 @@
 
 The offset and time indexes keep their entries in memory as two parallel arrays and
 differ only in what the columns hold and how an entry is packed; writing them out is
-the same job, done here once.
+the same job, done here once. So is the whole-file write that checkpoints and snapshots
+use to replace themselves.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ def write_file(path: str, data: bytes) -> None:
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
+
+
+def replace_file(path: str, data: bytes) -> None:
+    """Write `data` beside `path` and rename it over `path`: readers see the old file or
+    the new one, never half of either (checkpoints, snapshots)."""
+    tmp = path + ".tmp"
+    write_file(tmp, data)
+    os.replace(tmp, path)
 
 
 def append_entries(

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from crc32c import crc32c
 
 from kbroker.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatchError, read_varint
+from kbroker.storage.entry_file import replace_file
 
 __all__ = [
     "CLIENT",
@@ -441,15 +442,7 @@ class ProducerStateManager:
         crc = crc32c(head_rest)
         data = _SNAPSHOT_MAGIC + struct.pack(">I", crc) + head_rest
         path = self._snapshot_path(offset)
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        replace_file(path, data)
         for old in self.snapshot_offsets()[:-SNAPSHOTS_KEPT]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._snapshot_path(old))

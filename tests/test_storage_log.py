@@ -478,3 +478,21 @@ def test_a_read_only_view_is_copied_before_offsets_are_patched(tmp_path):
     log.append(memoryview(original), 0, NOW)
     assert original == bytes(batch(1))
     assert [h.base_offset for h in headers_of(log.read(2, 1 << 20))] == [2]
+
+
+def test_a_read_knows_the_base_offset_of_the_batch_after_it(tmp_path):
+    log = open_log(tmp_path)
+    for _ in range(3):
+        log.append(batch(2), 0, NOW)
+    with log.read(0, 1) as first:  # one whole batch (KIP-74)
+        assert first.next_base_offset() == 2
+    with log.read(4, 1 << 20) as last:
+        assert last.next_base_offset() is None
+
+
+def test_reserved_space_after_the_data_is_not_taken_for_a_next_batch(tmp_path):
+    log = open_log(tmp_path, preallocate=True)
+    log.append(batch(2), 0, NOW)
+    assert os.path.getsize(log.active_segment.log_path) > log.active_segment.size
+    with log.read(0, 1 << 20) as whole:
+        assert whole.next_base_offset() is None

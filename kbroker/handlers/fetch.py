@@ -8,8 +8,6 @@ the file by the connection.
 from __future__ import annotations
 
 import asyncio
-import os
-import struct
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -28,7 +26,6 @@ from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 FETCH = 1
 READ_COMMITTED = 1
 FIRST_SESSION_VERSION = 7
-_I64 = struct.Struct(">q")
 
 
 @handles(FETCH, 4)
@@ -185,7 +182,7 @@ def _read_partition(
         out.error_code = ErrorCode.unknown_topic_or_partition
         return out
     if committed_only and out.records is not None and plog.producer_state.aborted:
-        upper = _offset_after(out.records, p.fetch_offset, stable)
+        upper = _offset_after(out.records, stable)
         out.aborted_transactions = [
             (t.producer_id, t.first_offset)
             for t in plog.aborted_transactions(p.fetch_offset, upper)
@@ -193,19 +190,8 @@ def _read_partition(
     return out
 
 
-def _offset_after(region: Any, fetch_offset: int, default: int) -> int:
-    """The base offset of the batch after a file region (its 8 first bytes), or `default`
-    when the region ends its segment's data: the upper end of the aborted transactions
-    to list. Past the data a segment may read as zeros (space reserved ahead of the
-    appends), and no batch after the region can start at or below `fetch_offset`, which
-    the region holds: such a value means the data ended."""
-    try:
-        head = os.pread(region.file.fileno(), 8, region.position + region.length)
-    except (OSError, ValueError, AttributeError):
-        return default
-    if len(head) < 8:
-        return default
-    offset = _I64.unpack(head)[0]
-    if offset <= fetch_offset:
-        return default
-    return min(offset, default)
+def _offset_after(region: Any, default: int) -> int:
+    """The base offset of the batch after a file region, or `default` when the region
+    ends its segment's data: the upper end of the aborted transactions to list."""
+    following = region.next_base_offset()
+    return default if following is None else min(following, default)

@@ -52,14 +52,28 @@ class FileSlice:
     Call release() (or use `with`) when sent; dropping the last reference does too.
     """
 
-    __slots__ = ("file", "position", "length", "_owner")
+    __slots__ = ("file", "position", "length", "data_end", "_owner")
 
-    def __init__(self, owner: SegmentFile, position: int, length: int) -> None:
+    def __init__(
+        self, owner: SegmentFile, position: int, length: int, data_end: int | None = None
+    ) -> None:
         self.file = owner.file
         self.position = position
         self.length = length
+        # Where the segment's data ended when the slice was cut: the file may run on
+        # past it (space reserved ahead of appends), and those bytes are not batches.
+        self.data_end = position + length if data_end is None else data_end
         self._owner: SegmentFile | None = owner
         owner.refs += 1
+
+    def next_base_offset(self) -> int | None:
+        """Base offset of the batch right after the range in the same segment, or None
+        when the range ends the segment's data."""
+        end = self.position + self.length
+        if end + 8 > self.data_end:
+            return None
+        head = os.pread(self.file.fileno(), 8, end)
+        return int.from_bytes(head, "big", signed=True) if len(head) == 8 else None
 
     def release(self) -> None:
         owner = self._owner

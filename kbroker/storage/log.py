@@ -567,7 +567,7 @@ class PartitionLog:
                 length = boundary - start
             if length <= 0:
                 return None
-            return FileSlice(seg.file, start, length)
+            return FileSlice(seg.file, start, length, seg.size)
         return None
 
     # -- timestamps ----------------------------------------------------------------------------

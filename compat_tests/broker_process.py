@@ -14,7 +14,6 @@ import shlex
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbroker.admin.client import BrokerConnection, ClientError
 from kbroker.protocol.batch import BatchHeader
 from kbroker.storage.segment import scan_batches
 
@@ -84,35 +84,8 @@ def api_versions_round_trip(
     host: str, port: int, timeout: float = 2.0
 ) -> dict[int, tuple[int, int]]:
     """Send ApiVersions v0 and return {api_key: (min, max)}; raise on any error or mismatch."""
-    correlation_id = 0x5EED
-    client_id = b"kbroker-compat-probe"
-    header = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(header)) + header)
-        size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-        if not 6 <= size <= 1 << 20:
-            raise ConnectionError(f"ApiVersions response has implausible size {size}")
-        body = _recv_exact(sock, size)
-    got_correlation, error_code, count = struct.unpack_from(">ihi", body, 0)
-    if got_correlation != correlation_id:
-        raise ConnectionError(f"ApiVersions correlation id {got_correlation} != {correlation_id}")
-    if error_code != 0:
-        raise ConnectionError(f"ApiVersions v0 answered error code {error_code}")
-    versions: dict[int, tuple[int, int]] = {}
-    for i in range(count):
-        key, low, high = struct.unpack_from(">hhh", body, 10 + 6 * i)
-        versions[key] = (low, high)
-    return versions
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < n:
-        chunk = sock.recv(n - len(chunks))
-        if not chunk:
-            raise ConnectionError("connection closed mid-response")
-        chunks += chunk
-    return bytes(chunks)
+    with BrokerConnection(host, port, timeout, "kbroker-compat-probe") as conn:
+        return conn.negotiate().versions
 
 
 def metadata_round_trip(bootstrap: str, timeout: float) -> None:
@@ -220,7 +193,7 @@ class BrokerProcess:
             try:
                 self.api_versions = api_versions_round_trip(self.host, self.port)
                 break
-            except (OSError, struct.error) as exc:
+            except (OSError, ClientError) as exc:
                 last_error = exc
                 time.sleep(0.05)
         else:

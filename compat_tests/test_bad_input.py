@@ -43,7 +43,7 @@ from compat_tests.confluent_helpers import (
     produce_all,
     unique_topic,
 )
-from compat_tests.raw_client import RawClient
+from kbroker.admin.client import BrokerConnection
 from kbroker.protocol import messages
 from kbroker.protocol.batch import CRC_OFFSET, MAGIC_OFFSET, Record, encode_batch
 
@@ -80,8 +80,8 @@ UNKNOWN_TOPIC_ID = 100
 
 
 @contextmanager
-def raw(broker: BrokerProcess) -> Iterator[RawClient]:
-    with RawClient(broker.host, broker.port, SOCKET_TIMEOUT_S, b"bad-input") as conn:
+def raw(broker: BrokerProcess) -> Iterator[BrokerConnection]:
+    with BrokerConnection(broker.host, broker.port, SOCKET_TIMEOUT_S, "bad-input") as conn:
         yield conn
 
 
@@ -100,7 +100,7 @@ def wait_for_log(broker: BrokerProcess, text: str, timeout: float = LOG_WAIT_S) 
     raise AssertionError(f"no log line containing {text!r}\n{broker.log_tail(40)}")
 
 
-def assert_closed_with_log(broker: BrokerProcess, conn: RawClient, reason: str) -> None:
+def assert_closed_with_log(broker: BrokerProcess, conn: BrokerConnection, reason: str) -> None:
     assert conn.closed_by_broker(), "the broker kept the connection open"
     line = wait_for_log(broker, f"closing connection from {conn.local}: ")
     assert reason in line, line

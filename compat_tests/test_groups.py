@@ -23,7 +23,7 @@ from compat_tests.confluent_helpers import (
     unique_group,
     unique_topic,
 )
-from compat_tests.raw_client import RawClient
+from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -411,12 +411,14 @@ INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
 
 
-def join(client: RawClient, group: str, member_id: str = "", session_ms: int = 10_000) -> Any:
+def join(
+    client: BrokerConnection, group: str, member_id: str = "", session_ms: int = 10_000
+) -> Any:
     import datetime
 
     from kio.schema.join_group.v7.request import JoinGroupRequestProtocol
 
-    return client.call(
+    return client.request(
         11,
         7,
         group_id=group,
@@ -430,11 +432,11 @@ def join(client: RawClient, group: str, member_id: str = "", session_ms: int = 1
 
 
 @pytest.fixture
-def member(group_broker: BrokerProcess) -> Iterator[tuple[RawClient, str, Any]]:
+def member(group_broker: BrokerProcess) -> Iterator[tuple[BrokerConnection, str, Any]]:
     """A raw client that joined a fresh group and holds its join answer."""
-    client = RawClient.to(group_broker.bootstrap, timeout=15)
+    client = BrokerConnection.to(group_broker.bootstrap, timeout=15)
     group = unique_group()
-    client.call(10, 3, key=group, key_type=0)
+    client.request(10, 3, key=group, key_type=0)
     first = join(client, group)
     assert first.error_code == MEMBER_ID_REQUIRED
     joined = join(client, group, first.member_id)
@@ -447,7 +449,7 @@ def member(group_broker: BrokerProcess) -> Iterator[tuple[RawClient, str, Any]]:
 
 def test_heartbeat_with_wrong_generation_is_illegal_generation(member):
     client, group, joined = member
-    response = client.call(
+    response = client.request(
         12, 4, group_id=group, generation_id=joined.generation_id + 5, member_id=joined.member_id
     )
     assert response.error_code == ILLEGAL_GENERATION
@@ -455,7 +457,7 @@ def test_heartbeat_with_wrong_generation_is_illegal_generation(member):
 
 def test_heartbeat_from_unknown_member_is_unknown_member_id(member):
     client, group, joined = member
-    response = client.call(
+    response = client.request(
         12, 4, group_id=group, generation_id=joined.generation_id, member_id="stranger"
     )
     assert response.error_code == UNKNOWN_MEMBER_ID
@@ -470,7 +472,7 @@ def test_offset_commit_with_wrong_generation_is_illegal_generation(member, group
     client, group, joined = member
     topic = unique_topic()
     create_topic(group_broker.bootstrap, topic)
-    response = client.call(
+    response = client.request(
         8,
         8,
         group_id=group,
@@ -496,7 +498,7 @@ def test_offset_commit_with_wrong_generation_is_illegal_generation(member, group
 
 def test_sync_with_wrong_generation_is_illegal_generation(member):
     client, group, joined = member
-    response = client.call(
+    response = client.request(
         14,
         5,
         group_id=group,
@@ -511,7 +513,7 @@ def test_sync_with_wrong_generation_is_illegal_generation(member):
 
 
 def test_huge_group_id_is_invalid_group_id(group_broker: BrokerProcess):
-    client = RawClient.to(group_broker.bootstrap, timeout=15)
+    client = BrokerConnection.to(group_broker.bootstrap, timeout=15)
     try:
         assert join(client, "g" * 40_000).error_code == INVALID_GROUP_ID
     finally:
@@ -519,7 +521,7 @@ def test_huge_group_id_is_invalid_group_id(group_broker: BrokerProcess):
 
 
 def test_empty_group_id_is_invalid_group_id(group_broker: BrokerProcess):
-    client = RawClient.to(group_broker.bootstrap, timeout=15)
+    client = BrokerConnection.to(group_broker.bootstrap, timeout=15)
     try:
         assert join(client, "").error_code == INVALID_GROUP_ID
     finally:
@@ -527,7 +529,7 @@ def test_empty_group_id_is_invalid_group_id(group_broker: BrokerProcess):
 
 
 def test_session_timeout_below_the_minimum_is_invalid(group_broker: BrokerProcess):
-    client = RawClient.to(group_broker.bootstrap, timeout=15)
+    client = BrokerConnection.to(group_broker.bootstrap, timeout=15)
     try:
         assert join(client, unique_group(), session_ms=10).error_code == INVALID_SESSION_TIMEOUT
     finally:
@@ -535,9 +537,9 @@ def test_session_timeout_below_the_minimum_is_invalid(group_broker: BrokerProces
 
 
 def test_find_coordinator_names_this_broker_for_a_batch_of_groups(group_broker: BrokerProcess):
-    client = RawClient.to(group_broker.bootstrap, timeout=15)
+    client = BrokerConnection.to(group_broker.bootstrap, timeout=15)
     try:
-        response = client.call(10, 4, key_type=0, coordinator_keys=("a", "b"))
+        response = client.request(10, 4, key_type=0, coordinator_keys=("a", "b"))
         assert [(c.key, c.error_code, c.port) for c in response.coordinators] == [
             ("a", 0, group_broker.port),
             ("b", 0, group_broker.port),
@@ -549,11 +551,11 @@ def test_find_coordinator_names_this_broker_for_a_batch_of_groups(group_broker: 
 def test_heartbeat_for_a_group_that_does_not_exist_is_unknown_member_id(
     group_broker: BrokerProcess,
 ):
-    client = RawClient.to(group_broker.bootstrap, timeout=15)
+    client = BrokerConnection.to(group_broker.bootstrap, timeout=15)
     try:
         group = unique_group()
-        client.call(10, 3, key=group, key_type=0)
-        response = client.call(12, 4, group_id=group, generation_id=1, member_id="nobody")
+        client.request(10, 3, key=group, key_type=0)
+        response = client.request(12, 4, group_id=group, generation_id=1, member_id="nobody")
         assert response.error_code == UNKNOWN_MEMBER_ID
     finally:
         client.close()
@@ -566,10 +568,10 @@ def test_join_with_a_megabyte_of_protocol_metadata_is_served_and_the_group_still
 
     from kio.schema.join_group.v7.request import JoinGroupRequestProtocol
 
-    client = RawClient.to(group_broker.bootstrap, timeout=15)
+    client = BrokerConnection.to(group_broker.bootstrap, timeout=15)
     try:
         group = unique_group()
-        client.call(10, 3, key=group, key_type=0)
+        client.request(10, 3, key=group, key_type=0)
         fields = {
             "group_id": group,
             "session_timeout": datetime.timedelta(milliseconds=10_000),
@@ -578,12 +580,12 @@ def test_join_with_a_megabyte_of_protocol_metadata_is_served_and_the_group_still
             "protocol_type": "consumer",
             "protocols": (JoinGroupRequestProtocol(name="range", metadata=b"\x00" * (1 << 20)),),
         }
-        first = client.call(11, 7, member_id="", **fields)
+        first = client.request(11, 7, member_id="", **fields)
         assert first.error_code == MEMBER_ID_REQUIRED
-        joined = client.call(11, 7, member_id=first.member_id, **fields)
+        joined = client.request(11, 7, member_id=first.member_id, **fields)
         assert joined.error_code == 0
         assert len(joined.members[0].metadata) == 1 << 20  # the leader gets it back whole
-        beat = client.call(
+        beat = client.request(
             12, 4, group_id=group, generation_id=joined.generation_id, member_id=joined.member_id
         )
         assert beat.error_code in (0, REBALANCE_IN_PROGRESS)

@@ -7,19 +7,18 @@ request objects, send them over a real socket, and read kio response objects bac
 from __future__ import annotations
 
 import asyncio
-import io
 import socket
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.index import load_request_schema
 
+from kbroker.admin.client import decode_response, encode_request
 from kbroker.broker import Broker
 from kbroker.config import load_broker_config
-from kbroker.protocol.messages import build, is_flexible
+from kbroker.protocol.messages import build
 
 
 def free_port() -> int:
@@ -63,7 +62,7 @@ def run_broker(
 
 
 class RawClient:
-    """One connection speaking kio-encoded requests; responses decoded by version."""
+    """kbroker.admin.client's framing over asyncio streams, for brokers in the test's loop."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
@@ -77,21 +76,12 @@ class RawClient:
 
     async def call(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         request = build(load_request_schema(api_key, version), body)
-        flexible = is_flexible(api_key, version)
         self.correlation += 1
-        head = struct.pack(">hhih", api_key, version, self.correlation, 4) + b"test"
-        if flexible:
-            head += b"\x00"
-        buf = io.BytesIO()
-        entity_writer(type(request))(buf, request)
-        payload = head + buf.getvalue()
-        self.writer.write(struct.pack(">i", len(payload)) + payload)
+        self.writer.write(encode_request(request, self.correlation, "test"))
         size = struct.unpack(">i", await self.reader.readexactly(4))[0]
         data = await self.reader.readexactly(size)
-        (correlation,) = struct.unpack_from(">i", data, 0)
+        correlation, response = decode_response(api_key, version, data)
         assert correlation == self.correlation
-        offset = 5 if flexible and api_key != 18 else 4
-        response, _ = entity_reader(load_response_schema(api_key, version))(data, offset)
         return response
 
     def close(self) -> None:

@@ -102,7 +102,7 @@ def test_commands_against_a_broker(tmp_path, capsys):
 
         def commit() -> None:
             """An offsets-only group; the first lookups create and load the offsets topic."""
-            conn = BrokerConnection("127.0.0.1", port).open()
+            conn = BrokerConnection("127.0.0.1", port).negotiate()
             body = {
                 "group_id": "cli-g",
                 "generation_id_or_member_epoch": -1,

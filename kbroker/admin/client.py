@@ -1,25 +1,28 @@
-"""A small blocking Kafka client: one socket per broker, kio for the message bodies.
+"""The one small Kafka client of the project: the admin commands and the tests use it.
 
-Enough for admin commands: it negotiates versions with ApiVersions, sends one request at
-a time and reads its answer. Requests are given as plain dicts of kio field names (as
-the broker's handlers answer), built for the newest version both sides speak within
-the range the caller asks for.
+Framing and decoding are plain functions (no I/O): `request_frame` and `encode_request`
+build a size-prefixed request, `decode_response` reads an answer by its request's API
+and version. `BrokerConnection` is the blocking socket around them (admin commands,
+compat tests); the in-process tests wrap the same functions around asyncio streams.
+
+A connection can negotiate versions with ApiVersions, then `call` builds a request
+from a plain dict of kio field names for the newest version both sides speak within
+the range the caller asks for. `request` and `ask` send one exact version (a test's
+choice), and `send` / `read_frame` move raw bytes, so malformed input can be sent too.
 """
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
-from kbroker.protocol.messages import build, is_flexible, known_versions
+from kbroker.protocol.messages import API_NAMES, build, encode, is_flexible, known_versions
 
 API_VERSIONS = 18
 MAX_RESPONSE_BYTES = 100 * 1024 * 1024
@@ -27,6 +30,41 @@ MAX_RESPONSE_BYTES = 100 * 1024 * 1024
 
 class ClientError(Exception):
     """The broker could not be reached, or answered something this client cannot use."""
+
+
+class ConnectionClosed(ClientError, ConnectionError):
+    """The broker closed the connection before the whole answer came."""
+
+
+# -- framing (no I/O) ---------------------------------------------------------------------
+
+
+def request_frame(
+    api_key: int, version: int, correlation: int, client_id: str, body: bytes
+) -> bytes:
+    """A whole size-prefixed request; unknown keys and versions get a v1 header."""
+    client = client_id.encode()
+    head = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
+    known = api_key in API_NAMES and version in known_versions(api_key)
+    if known and is_flexible(api_key, version):
+        head += b"\x00"  # no tagged fields in the header
+    payload = head + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def encode_request(entity: Any, correlation: int, client_id: str) -> bytes:
+    """A kio request entity framed for the wire."""
+    key, version = int(entity.__api_key__), int(entity.__version__)
+    return request_frame(key, version, correlation, client_id, encode(entity))
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation id, kio response entity) of one response frame (without its size)."""
+    (correlation,) = struct.unpack_from(">i", frame, 0)
+    # ApiVersions answers with a v0 header even in its flexible versions.
+    offset = 5 if is_flexible(api_key, version) and api_key != API_VERSIONS else 4
+    response, _ = entity_reader(load_response_schema(api_key, version))(frame, offset)
+    return correlation, response
 
 
 def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
@@ -44,33 +82,44 @@ def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
         raise ClientError(f"bad port in address {address!r}") from None
 
 
-@dataclass
-class BrokerConnection:
-    host: str
-    port: int
-    timeout: float = 10.0
-    client_id: str = "kbroker-admin"
-    versions: dict[int, tuple[int, int]] = field(default_factory=dict)
-    _sock: socket.socket | None = None
-    _correlation: int = 0
+# -- a blocking connection ----------------------------------------------------------------
 
-    def open(self) -> BrokerConnection:
+
+class BrokerConnection:
+    """One TCP connection to one broker, one request at a time."""
+
+    def __init__(
+        self, host: str, port: int, timeout: float = 10.0, client_id: str = "kbroker-admin"
+    ) -> None:
+        self.host, self.port = host, port
+        self.timeout = timeout
+        self.client_id = client_id
+        self.versions: dict[int, tuple[int, int]] = {}
+        self.next_correlation = 1
         try:
-            self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
-            raise ClientError(f"cannot connect to {self.host}:{self.port}: {exc}") from None
-        response = self.call(API_VERSIONS, {}, versions=(0, 0))
-        if response.error_code != 0:
+            raise ClientError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        local_host, local_port = self.sock.getsockname()[:2]
+        self.local = f"{local_host}:{local_port}"
+
+    @classmethod
+    def to(
+        cls, bootstrap: str, timeout: float = 10.0, client_id: str = "kbroker-admin"
+    ) -> BrokerConnection:
+        host, port = parse_address(bootstrap)
+        return cls(host, port, timeout, client_id)
+
+    def negotiate(self) -> BrokerConnection:
+        """Learn the broker's version ranges (ApiVersions v0), for `call` to choose from."""
+        response = self.request(API_VERSIONS, 0)
+        if int(response.error_code) != 0:
             raise ClientError(f"ApiVersions answered error {int(response.error_code)}")
         self.versions = {
             int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
         }
         return self
-
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
 
     def version_for(self, api_key: int, wanted: tuple[int, int]) -> int:
         """The newest version in `wanted` that both the broker and kio speak."""
@@ -80,7 +129,7 @@ class BrokerConnection:
         low = max(low, known.start)
         if self.versions:
             if api_key not in self.versions:
-                raise ClientError(f"the broker does not serve API {api_key}")
+                raise ClientError(f"the broker does not serve {API_NAMES.get(api_key, api_key)}")
             broker_low, broker_high = self.versions[api_key]
             low, high = max(low, broker_low), min(high, broker_high)
         if low > high:
@@ -88,50 +137,77 @@ class BrokerConnection:
         return high
 
     def call(self, api_key: int, body: dict[str, Any], versions: tuple[int, int]) -> Any:
-        """Send one request and return the decoded response (a kio dataclass)."""
-        if self._sock is None:
-            raise ClientError("connection is not open")
+        """Ask with the newest common version in `versions`, the request built from `body`."""
         version = self.version_for(api_key, versions)
-        request = build(load_request_schema(api_key, version), body)
-        flexible = is_flexible(api_key, version)
-        self._correlation += 1
-        client_id = self.client_id.encode()
-        head = struct.pack(">hhih", api_key, version, self._correlation, len(client_id))
-        head += client_id
-        if flexible:
-            head += b"\x00"  # no tagged fields in the header
-        buffer = io.BytesIO()
-        entity_writer(type(request))(buffer, request)
-        payload = head + buffer.getvalue()
+        return self.ask(build(load_request_schema(api_key, version), body))
+
+    def request(self, api_key: int, version: int, **fields: Any) -> Any:
+        """Ask with exactly this version, its fields named as kio names them."""
+        return self.ask(build(load_request_schema(api_key, version), fields))
+
+    def ask(self, entity: Any) -> Any:
+        """Send a kio request entity and decode the broker's answer to it."""
+        correlation = self.next_correlation
+        self.next_correlation += 1
         try:
-            self._sock.sendall(struct.pack(">i", len(payload)) + payload)
-            size = struct.unpack(">i", self._recv(4))[0]
-            if not 4 <= size <= MAX_RESPONSE_BYTES:
-                raise ClientError(f"response of implausible size {size}")
-            data = self._recv(size)
+            self.send(encode_request(entity, correlation, self.client_id))
+            frame = self.read_frame()
+        except ClientError:
+            raise
         except OSError as exc:
             raise ClientError(f"{self.host}:{self.port}: {exc}") from None
-        (correlation,) = struct.unpack_from(">i", data, 0)
-        if correlation != self._correlation:
-            raise ClientError(f"correlation id {correlation} != {self._correlation}")
-        # ApiVersions answers with header v0 whatever the request's version.
-        offset = 5 if flexible and api_key != API_VERSIONS else 4
-        response, _ = entity_reader(load_response_schema(api_key, version))(data, offset)
+        got, response = decode_response(int(entity.__api_key__), int(entity.__version__), frame)
+        if got != correlation:
+            raise ClientError(f"correlation id {got} != {correlation}")
         return response
 
-    def _recv(self, n: int) -> bytes:
-        assert self._sock is not None
-        chunks = bytearray()
-        while len(chunks) < n:
-            chunk = self._sock.recv(n - len(chunks))
+    def request_bytes(self, api_key: int, version: int, body: bytes, correlation: int) -> bytes:
+        return request_frame(api_key, version, correlation, self.client_id, body)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_exact(self, n: int) -> bytes:
+        data = bytearray()
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
             if not chunk:
-                raise ClientError(f"{self.host}:{self.port} closed the connection")
-            chunks += chunk
-        return bytes(chunks)
+                raise ConnectionClosed(
+                    f"{self.host}:{self.port} closed the connection after {len(data)} of {n} bytes"
+                )
+            data += chunk
+        return bytes(data)
+
+    def read_frame(self) -> bytes:
+        (size,) = struct.unpack(">i", self.read_exact(4))
+        if not 4 <= size <= MAX_RESPONSE_BYTES:
+            raise ClientError(f"response of implausible size {size}")
+        return self.read_exact(size)
+
+    def closed_by_broker(self, timeout: float | None = None) -> bool:
+        """True once the broker closes (EOF or reset); False if it sends data or waits."""
+        self.sock.settimeout(self.timeout if timeout is None else timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.sock.settimeout(self.timeout)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> BrokerConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Cluster:
-    """Connections to the brokers of one cluster, opened on first use."""
+    """Connections to the brokers of one cluster, opened (and negotiated) on first use."""
 
     def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
         self.bootstrap = [parse_address(a) for a in bootstrap.split(",") if a.strip()]
@@ -144,7 +220,12 @@ class Cluster:
         key = (host, port)
         conn = self._connections.get(key)
         if conn is None:
-            conn = BrokerConnection(host, port, self.timeout).open()
+            conn = BrokerConnection(host, port, self.timeout)
+            try:
+                conn.negotiate()
+            except (ClientError, OSError) as exc:
+                conn.close()
+                raise ClientError(f"{host}:{port}: {exc}") from None
             self._connections[key] = conn
         return conn
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from kbroker.controller.events import (
     TopicDeleted,
 )
 from kbroker.coordinator.service import GroupCoordinatorService
-from kbroker.handlers.registry import APIS
+from kbroker.handlers.context import BrokerParts
 from kbroker.metrics.counters import RequestCounters
 from kbroker.metrics.http import HttpEndpoint
 from kbroker.replica.fetch_sessions import FetchSessionCache
@@ -78,6 +77,20 @@ class Broker:
         self.counters = RequestCounters()
         self.extra_metrics: list[Any] = []  # callables returning Prometheus lines
         self.http = HttpEndpoint(self)
+        self.parts = BrokerParts(
+            node_id=self.node_id,
+            config=config,
+            log_dirs=self.log_dirs,
+            partitions=self.replicas,
+            controller=self.controller,
+            groups=self.group_coordinator,
+            transactions=self.txn_coordinator,
+            fetch_sessions=self.fetch_sessions,
+            waiters=self.waiters,
+            durability=self.logs,
+            counters=self.counters,
+            lifecycle=self,
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -141,7 +154,7 @@ class Broker:
             self._server.close()
         self.waiters.wake_all()  # parked fetches answer now with what they have
         deadline = time.monotonic() + 5
-        while any(c._queue for c in self.connections) and time.monotonic() < deadline:
+        while any(c.answering for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         for connection in list(self.connections):
             if connection.transport is not None:
@@ -195,16 +208,3 @@ class Broker:
             validate_topic_configs(configs)
         except ConfigError as exc:
             raise ControllerError(40, str(exc)) from exc
-
-    # -- ApiVersions -----------------------------------------------------------------
-
-    def unsupported_api_versions(self) -> bytes:
-        """ApiVersions v0 body with UNSUPPORTED_VERSION and the ranges served.
-
-        Kafka answers an ApiVersions request newer than it knows this way so that the
-        client can retry with a version both sides speak.
-        """
-        apis = sorted(APIS.values(), key=lambda a: a.key)
-        body = struct.pack(">hi", 35, len(apis))
-        body += b"".join(struct.pack(">hhh", a.key, a.min_version, a.max_version) for a in apis)
-        return body

@@ -12,7 +12,7 @@ from typing import Any
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as E
 from test_consumer_group_harness import HEARTBEAT_MS, ConsumerHarness, settle
-from test_group_handlers import Address, Ctx, FakeController, decode
+from test_group_handlers import Address, FakeController, context, decode
 
 from kbroker.coordinator import OffsetAndMetadata
 from kbroker.coordinator.lag import lag_metrics
@@ -45,7 +45,7 @@ class FakeBroker:
 def call(b: FakeBroker, api: int, version: int, **request: Any) -> Any:
     async def run() -> Any:
         req = build(load_request_schema(api, version), request)
-        result = APIS[api].handler(Ctx(b, version), req)  # type: ignore[arg-type]
+        result = APIS[api].handler(context(b, api, version), req)  # type: ignore[arg-type]
         if inspect.isawaitable(result):
             result = await asyncio.wait_for(result, 1)
         return decode(api, version, result)

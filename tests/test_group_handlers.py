@@ -12,12 +12,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from handler_context import handler_context
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_reader
 from test_group_harness import Harness, subscription
 
 from kbroker.controller.state import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
+from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import APIS
 from kbroker.protocol.messages import build, build_response, encode, response_type
 
@@ -62,28 +64,20 @@ class FakeBroker:
         self.group_coordinator = FakeService(self.harness, node)
 
 
-@dataclass
-class Connection:
-    peer: str = "10.1.2.3:5555"
-
-
-@dataclass
-class Header:
-    client_id: str = "client"
-
-
-@dataclass
-class Ctx:
-    broker: FakeBroker
-    version: int
-    header: Header = field(default_factory=Header)
-    connection: Connection = field(default_factory=Connection)
+def context(broker: FakeBroker, api: int, version: int) -> RequestContext:
+    return handler_context(
+        api,
+        version,
+        node_id=broker.node_id,
+        controller=broker.controller,
+        groups=broker.group_coordinator,
+    )
 
 
 def start(broker: FakeBroker, api: int, version: int, **request: Any) -> Any:
     """Call the handler; returns a decoded response or a pending awaitable."""
     req = build(load_request_schema(api, version), request)
-    return APIS[api].handler(Ctx(broker, version), req)
+    return APIS[api].handler(context(broker, api, version), req)
 
 
 def decode(key: int, version: int, result: Any) -> Any:

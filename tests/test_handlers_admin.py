@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from handler_context import handler_context
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
@@ -189,16 +190,21 @@ class FakeBroker:
         return plog
 
 
-@dataclass
-class Ctx:
-    broker: FakeBroker
-    version: int
-
-
 def call(broker: FakeBroker, key: int, version: int, **request: Any) -> Any:
     """Run the handler for API `key` and return the response as a client would decode it."""
     req = build(load_request_schema(key, version), request)
-    result = APIS[key].handler(Ctx(broker, version), req)
+    result = APIS[key].handler(
+        handler_context(
+            key,
+            version,
+            node_id=broker.node_id,
+            config=broker.config,
+            log_dirs=broker.log_dirs,
+            controller=broker.controller,
+            partitions=broker.replicas,
+        ),
+        req,
+    )
     if inspect.isawaitable(result):
 
         async def wait() -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 
 DESCRIBE_ACLS = 29
@@ -21,7 +22,7 @@ NO_AUTHORIZER = "No Authorizer is configured on the broker"
 
 
 @handles(DESCRIBE_ACLS, 1)
-def describe_acls(ctx: Any, request: Any) -> dict[str, Any]:
+def describe_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.security_disabled,
@@ -31,13 +32,13 @@ def describe_acls(ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(CREATE_ACLS, 1)
-def create_acls(ctx: Any, request: Any) -> dict[str, Any]:
+def create_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
     refused = {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER}
     return {"throttle_time": 0, "results": [refused for _ in request.creations]}
 
 
 @handles(DELETE_ACLS, 1)
-def delete_acls(ctx: Any, request: Any) -> dict[str, Any]:
+def delete_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
     refused = {
         "error_code": ErrorCode.security_disabled,
         "error_message": NO_AUTHORIZER,

@@ -1,16 +1,22 @@
-"""ApiVersions: the versions of every API this broker serves, straight from the registry."""
+"""ApiVersions: the versions of every API this broker serves, straight from the registry.
+
+A request newer than the broker knows cannot be decoded, so the connection answers it
+with `unsupported_api_versions` before any handler runs.
+"""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
+from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import APIS, handles
 
 API_VERSIONS = 18
 
 
 @handles(API_VERSIONS, 0, 4)
-def api_versions(ctx: Any, request: Any) -> dict[str, Any]:
+def api_versions(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {
         "error_code": 0,
         "api_keys": [
@@ -19,3 +25,15 @@ def api_versions(ctx: Any, request: Any) -> dict[str, Any]:
         ],
         "throttle_time": 0,
     }
+
+
+def unsupported_api_versions() -> bytes:
+    """ApiVersions v0 body with UNSUPPORTED_VERSION and the ranges served.
+
+    Kafka answers an ApiVersions request newer than it knows this way so that the
+    client can retry with a version both sides speak.
+    """
+    apis = sorted(APIS.values(), key=lambda a: a.key)
+    body = struct.pack(">hi", 35, len(apis))
+    body += b"".join(struct.pack(">hhh", a.key, a.min_version, a.max_version) for a in apis)
+    return body

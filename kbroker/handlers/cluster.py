@@ -9,6 +9,7 @@ naming the first topic and partition the next request should start from.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ from kio.schema.errors import ErrorCode
 from kbroker.controller import ControllerError
 from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.controller.validation import validate_topic_name
+from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.replica.manager import Replica
 
 DESCRIBE_CLUSTER = 60
 DESCRIBE_LOG_DIRS = 35
@@ -48,7 +51,7 @@ TOPIC_OPERATIONS = sum(
 
 
 @handles(LIST_PARTITION_REASSIGNMENTS, 0)
-def list_partition_reassignments(ctx: Any, request: Any) -> dict[str, Any]:
+def list_partition_reassignments(ctx: RequestContext, request: Any) -> dict[str, Any]:
     """No reassignment is ever in progress: replicas never move on this broker, so the
     list is empty, for all topics or for those named."""
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": []}
@@ -58,7 +61,7 @@ def list_partition_reassignments(ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(DESCRIBE_CLUSTER, 0)
-def describe_cluster(ctx: Any, request: Any) -> dict[str, Any]:
+def describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:
     state = ctx.broker.controller.state
     endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
     response: dict[str, Any] = {
@@ -107,14 +110,12 @@ def describe_cluster(ctx: Any, request: Any) -> dict[str, Any]:
 # -- DescribeLogDirs -----------------------------------------------------------------------
 
 
-def _log_dir_of(replica: Any, log_dirs: list[Path]) -> Path | None:
+def _log_dir_of(replica: Replica, log_dirs: Sequence[Path]) -> Path | None:
     """The configured log dir holding the replica's partition directory."""
-    partition_dir = getattr(replica.log, "directory", None)
-    if partition_dir is not None:
-        parent = Path(partition_dir).resolve().parent
-        for directory in log_dirs:
-            if directory.resolve() == parent:
-                return directory
+    parent = replica.log.directory.resolve().parent
+    for directory in log_dirs:
+        if directory.resolve() == parent:
+            return directory
     name = f"{replica.topic}-{replica.partition}"
     for directory in log_dirs:
         if (directory / name).is_dir():
@@ -129,12 +130,12 @@ def _wanted_partitions(request: Any) -> set[tuple[str, int]] | None:
 
 
 @handles(DESCRIBE_LOG_DIRS, 1)
-def describe_log_dirs(ctx: Any, request: Any) -> dict[str, Any]:
+def describe_log_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     wanted = _wanted_partitions(request)
     log_dirs = list(broker.log_dirs)
     by_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {d: {} for d in log_dirs}
-    for (topic, partition), replica in sorted(broker.replicas.replicas.items()):
+    for (topic, partition), replica in sorted(broker.partitions.replicas.items()):
         if wanted is not None and (topic, partition) not in wanted:
             continue
         directory = _log_dir_of(replica, log_dirs)
@@ -220,7 +221,7 @@ def _refused(request: Any, message: str) -> dict[str, Any]:
 
 
 @handles(DESCRIBE_TOPIC_PARTITIONS, 0)
-def describe_topic_partitions(ctx: Any, request: Any) -> dict[str, Any]:
+def describe_topic_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]:
     state = ctx.broker.controller.state
     cursor = request.cursor
     start_topic = cursor.topic_name if cursor is not None else ""

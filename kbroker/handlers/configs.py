@@ -25,6 +25,7 @@ from kbroker.config import (
 from kbroker.config import validate_topic_configs as _validate_topic_configs
 from kbroker.controller import ControllerError
 from kbroker.controller.validation import validate_topic_name
+from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 
 log = logging.getLogger("kbroker.admin")
@@ -102,7 +103,7 @@ def config_entry_result(
     }
 
 
-def created_topic_configs(broker: Any, overrides: dict[str, str]) -> list[dict[str, Any]]:
+def created_topic_configs(broker: BrokerParts, overrides: dict[str, str]) -> list[dict[str, Any]]:
     """A new topic's effective configs, as CreateTopics v5+ returns them, sorted by name."""
     entries = describe_topic_config(
         overrides, broker.config, include_synonyms=False, include_documentation=False
@@ -119,7 +120,7 @@ def created_topic_configs(broker: Any, overrides: dict[str, str]) -> list[dict[s
     ]
 
 
-def check_node_id(broker: Any, resource_name: str) -> None:
+def check_node_id(broker: BrokerParts, resource_name: str) -> None:
     """A per-broker resource must name this node (INVALID_REQUEST otherwise)."""
     try:
         node_id = int(resource_name)
@@ -135,7 +136,7 @@ def check_node_id(broker: Any, resource_name: str) -> None:
         )
 
 
-def existing_topic(broker: Any, name: str) -> Any:
+def existing_topic(broker: BrokerParts, name: str) -> Any:
     try:
         validate_topic_name(name)
     except ControllerError as exc:
@@ -146,7 +147,9 @@ def existing_topic(broker: Any, name: str) -> Any:
     return topic
 
 
-def _describe_resource(broker: Any, resource: Any, synonyms: bool, docs: bool) -> list[dict]:
+def _describe_resource(
+    broker: BrokerParts, resource: Any, synonyms: bool, docs: bool
+) -> list[dict]:
     kind, name = resource.resource_type, resource.resource_name
     flags = {"include_synonyms": synonyms, "include_documentation": docs}
     keys = resource.configuration_keys or None  # null or empty: every config
@@ -181,7 +184,7 @@ def _describe_resource(broker: Any, resource: Any, synonyms: bool, docs: bool) -
 
 
 @handles(DESCRIBE_CONFIGS, 1)
-def describe_configs(ctx: Any, request: Any) -> dict[str, Any]:
+def describe_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     include_documentation = getattr(request, "include_documentation", False)
     results = []
@@ -259,7 +262,7 @@ def _preflight(resources: list[Any], null_allowed_for_delete: bool) -> list[Reso
     return errors
 
 
-def _refuse_dynamic_broker_configs(broker: Any, resource: Any) -> None:
+def _refuse_dynamic_broker_configs(broker: BrokerParts, resource: Any) -> None:
     """Broker settings are static here: a change to any of them is refused, with the reason
     Kafka would give for a setting that is unknown, read-only or malformed if it is one."""
     if resource.resource_name:
@@ -280,7 +283,7 @@ def _refuse_dynamic_broker_configs(broker: Any, resource: Any) -> None:
 
 
 async def _run_alters(
-    broker: Any,
+    broker: BrokerParts,
     resources: list[Any],
     errors: list[ResourceError | None],
     alter: Any,
@@ -301,13 +304,13 @@ async def _run_alters(
 
 
 @handles(ALTER_CONFIGS, 0)
-async def alter_configs(ctx: Any, request: Any) -> dict[str, Any]:
+async def alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
     """Legacy AlterConfigs: the given configs replace all of a topic's overrides."""
     broker = ctx.broker
     validate_only = request.validate_only
     resources = list(request.resources)
 
-    async def alter(broker: Any, resource: Any) -> None:
+    async def alter(broker: BrokerParts, resource: Any) -> None:
         if resource.resource_type == BROKER:
             _refuse_dynamic_broker_configs(broker, resource)
             return
@@ -360,12 +363,12 @@ def apply_incremental(
 
 
 @handles(INCREMENTAL_ALTER_CONFIGS, 0)
-async def incremental_alter_configs(ctx: Any, request: Any) -> dict[str, Any]:
+async def incremental_alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     validate_only = request.validate_only
     resources = list(request.resources)
 
-    async def alter(broker: Any, resource: Any) -> None:
+    async def alter(broker: BrokerParts, resource: Any) -> None:
         kind = resource.resource_type
         if kind == BROKER_LOGGER:
             alter_log_levels(broker, resource, validate_only)
@@ -437,7 +440,7 @@ def current_log_levels() -> dict[str, str]:
     return levels
 
 
-def alter_log_levels(broker: Any, resource: Any, validate_only: bool) -> None:
+def alter_log_levels(broker: BrokerParts, resource: Any, validate_only: bool) -> None:
     """Validate every operation first, then apply them all (KIP-412's order)."""
     check_node_id(broker, resource.resource_name)
     changes: list[tuple[logging.Logger, int]] = []

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.consumer_coordinator import HeartbeatRequest, HeartbeatResult
 from kbroker.coordinator.consumer_group import Assignment, ConsumerGroup, ConsumerMember
+from kbroker.handlers.context import RequestContext
 from kbroker.handlers.groups import (
     GROUP_OPERATIONS,
     NO_AUTHORIZED_OPERATIONS,
@@ -33,10 +34,8 @@ E = ErrorCode
 
 
 @handles(CONSUMER_GROUP_HEARTBEAT, 0)
-def consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
+def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     coordinator = _coordinator(ctx)
-    if coordinator is None:
-        return _heartbeat_response(HeartbeatResult(E.coordinator_not_available))
     names = request.subscribed_topic_names
     owned = request.topic_partitions
     req = HeartbeatRequest(
@@ -52,7 +51,7 @@ def consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
         owned=None
         if owned is None
         else tuple((tp.topic_id, tuple(int(p) for p in tp.partitions)) for tp in owned),
-        client_id=ctx.header.client_id or "",
+        client_id=ctx.client_id,
         client_host=_client_host(ctx),
         version=ctx.version,
     )
@@ -83,17 +82,14 @@ def _heartbeat_response(r: HeartbeatResult) -> dict[str, Any]:
 
 
 @handles(CONSUMER_GROUP_DESCRIBE, 0)
-def consumer_group_describe(ctx: Any, request: Any) -> Any:
+def consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
     coordinator = _coordinator(ctx)
     operations = (
         GROUP_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
     )
     described = []
     for group_id in request.group_ids:
-        if coordinator is None:
-            error, message, group = E.coordinator_not_available, None, None
-        else:
-            error, message, group = coordinator.consumer.describe(group_id)
+        error, message, group = coordinator.consumer.describe(group_id)
         if group is None:
             described.append(
                 {

@@ -13,13 +13,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 
 ELECT_LEADERS = 43
 
 
 @handles(ELECT_LEADERS, 0)
-def elect_leaders(ctx: Any, request: Any) -> dict[str, Any]:
+def elect_leaders(ctx: RequestContext, request: Any) -> dict[str, Any]:
     topics = ctx.broker.controller.state.topics
     results = []
     for requested in request.topic_partitions or ():

@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol.fetch_response import (
     FetchedPartition,
@@ -29,18 +30,20 @@ FIRST_SESSION_VERSION = 7
 
 
 @handles(FETCH, 4)
-def fetch(ctx: Any, request: Any) -> Any:
+def fetch(ctx: RequestContext, request: Any) -> Any:
     plan = _plan(ctx, request)
     if plan.error_code:
         return encode_fetch_response(ctx.version, [], error_code=plan.error_code)
     results, total, errors = _read_all(ctx, request, plan)
     max_wait_ms = request.max_wait.total_seconds() * 1000
-    if total >= request.min_bytes or errors or max_wait_ms <= 0 or ctx.broker.stopping:
+    if total >= request.min_bytes or errors or max_wait_ms <= 0 or ctx.broker.lifecycle.stopping:
         return _encode(ctx, plan, results)
     return _delayed_fetch(ctx, request, plan, max_wait_ms / 1000)
 
 
-async def _delayed_fetch(ctx: Any, request: Any, plan: FetchPlan, max_wait_s: float) -> Any:
+async def _delayed_fetch(
+    ctx: RequestContext, request: Any, plan: FetchPlan, max_wait_s: float
+) -> Any:
     """Park until an append to one of the partitions (or the wait runs out), then read again."""
     keys = [(t.topic, t.partition) for t in plan.targets if t.topic is not None]
     loop = asyncio.get_running_loop()
@@ -55,13 +58,13 @@ async def _delayed_fetch(ctx: Any, request: Any, plan: FetchPlan, max_wait_s: fl
         except TimeoutError:
             break
         results, total, errors = _read_all(ctx, request, plan)
-        if total >= request.min_bytes or errors or ctx.broker.stopping:
+        if total >= request.min_bytes or errors or ctx.broker.lifecycle.stopping:
             return _encode(ctx, plan, results)
     results, _, _ = _read_all(ctx, request, plan)
     return _encode(ctx, plan, results)
 
 
-def _plan(ctx: Any, request: Any) -> FetchPlan:
+def _plan(ctx: RequestContext, request: Any) -> FetchPlan:
     """The partitions this fetch reads: the request's own, or its session's (v7+)."""
     state = ctx.broker.controller.state
     by_id = ctx.version >= 13
@@ -97,7 +100,9 @@ def _plan(ctx: Any, request: Any) -> FetchPlan:
     )
 
 
-def _encode(ctx: Any, plan: FetchPlan, results: list[tuple[FetchTarget, FetchedPartition]]) -> Any:
+def _encode(
+    ctx: RequestContext, plan: FetchPlan, results: list[tuple[FetchTarget, FetchedPartition]]
+) -> Any:
     if plan.incremental:
         results = [(t, r) for t, r in results if worth_sending(t, r)]
     remember_sent(plan, results)
@@ -122,7 +127,7 @@ def _encode(ctx: Any, plan: FetchPlan, results: list[tuple[FetchTarget, FetchedP
 
 
 def _read_all(
-    ctx: Any, request: Any, plan: FetchPlan
+    ctx: RequestContext, request: Any, plan: FetchPlan
 ) -> tuple[list[tuple[FetchTarget, FetchedPartition]], int, bool]:
     """Read every partition of the plan within max_bytes; (results, bytes found, any error)."""
     broker = ctx.broker
@@ -150,9 +155,9 @@ def _read_all(
 
 
 def _read_partition(
-    broker: Any, topic: str, p: Any, budget: int, committed_only: bool, first: bool
+    broker: BrokerParts, topic: str, p: Any, budget: int, committed_only: bool, first: bool
 ) -> FetchedPartition:
-    replica = broker.replicas.get(topic, p.partition)
+    replica = broker.partitions.get(topic, p.partition)
     if replica is None:
         return FetchedPartition(p.partition, ErrorCode.unknown_topic_or_partition)
     plog = replica.log

@@ -25,7 +25,9 @@ from kbroker.coordinator import (
     SyncRequest,
     SyncResult,
 )
+from kbroker.coordinator.coordinator import GroupCoordinator
 from kbroker.coordinator.group import describe_members
+from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol.messages import known_versions
 
@@ -53,13 +55,8 @@ def _lowest(key: int) -> int:
     return known_versions(key).start
 
 
-def _service(ctx: Any) -> Any:
-    return getattr(ctx.broker, "group_coordinator", None)
-
-
-def _coordinator(ctx: Any) -> Any:
-    service = _service(ctx)
-    return None if service is None else service.coordinator
+def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    return ctx.broker.groups.coordinator
 
 
 def _ms(value: Any) -> int:
@@ -68,7 +65,7 @@ def _ms(value: Any) -> int:
     return int(value)
 
 
-def _client_host(ctx: Any) -> str:
+def _client_host(ctx: RequestContext) -> str:
     peer = ctx.connection.peer
     return "/" + peer.rsplit(":", 1)[0] if peer and peer != "?" else ""
 
@@ -96,14 +93,16 @@ def _respond_when_done(future: asyncio.Future[Any], render: Callable[[Any], Any]
 
 
 @handles(FIND_COORDINATOR, _lowest(FIND_COORDINATOR))
-def find_coordinator(ctx: Any, request: Any) -> Any:
+def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     batched = ctx.version >= 4
     keys = list(request.coordinator_keys) if batched else [request.key]
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     return _find_coordinators(ctx, keys, key_type, batched)
 
 
-async def _find_coordinators(ctx: Any, keys: list[str], key_type: int, batched: bool) -> Any:
+async def _find_coordinators(
+    ctx: RequestContext, keys: list[str], key_type: int, batched: bool
+) -> Any:
     found = [await _locate(ctx, key, key_type) for key in keys]
     if batched:
         return {"throttle_time": 0, "coordinators": found}
@@ -118,21 +117,16 @@ async def _find_coordinators(ctx: Any, keys: list[str], key_type: int, batched: 
     }
 
 
-async def _locate(ctx: Any, key: str, key_type: int) -> dict[str, Any]:
+async def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     broker = ctx.broker
     if key_type == KEY_TYPE_TRANSACTION:
-        txn = getattr(broker, "txn_coordinator", None)
-        if txn is None:
-            return _coordinator_entry(key, E.coordinator_not_available)
-        error, node = await txn.find_coordinator(key)
+        error, node = await broker.transactions.find_coordinator(key)
         if error != E.none or node is None:
             return _coordinator_entry(key, error)
         return _coordinator_entry(key, E.none, node.node_id, node.host, node.port)
     if key_type != KEY_TYPE_GROUP:
         return _coordinator_entry(key, E.invalid_request, message=f"unknown key type {key_type}")
-    service = _service(ctx)
-    if service is None:
-        return _coordinator_entry(key, E.coordinator_not_available)
+    service = ctx.broker.groups
     error, node = await service.find_group_coordinator(key)
     if error != E.none or node is None:
         return _coordinator_entry(key, error)
@@ -163,11 +157,9 @@ def _coordinator_entry(
 
 
 @handles(JOIN_GROUP, _lowest(JOIN_GROUP))
-def join_group(ctx: Any, request: Any) -> Any:
+def join_group(ctx: RequestContext, request: Any) -> Any:
     version = ctx.version
     coordinator = _coordinator(ctx)
-    if coordinator is None:
-        return _join_response(version, JoinResult(E.coordinator_not_available, request.member_id))
     session = _ms(request.session_timeout)
     rebalance = _ms(request.rebalance_timeout) if version >= 1 else -1
     future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
@@ -180,7 +172,7 @@ def join_group(ctx: Any, request: Any) -> Any:
             session_timeout_ms=session,
             rebalance_timeout_ms=rebalance if rebalance >= 0 else session,
             group_instance_id=getattr(request, "group_instance_id", None),
-            client_id=ctx.header.client_id or "",
+            client_id=ctx.client_id,
             client_host=_client_host(ctx),
             require_known_member_id=version >= 4,
             supports_skip_assignment=version >= 9,
@@ -214,10 +206,8 @@ def _join_response(version: int, r: JoinResult) -> dict[str, Any]:
 
 
 @handles(SYNC_GROUP, _lowest(SYNC_GROUP))
-def sync_group(ctx: Any, request: Any) -> Any:
+def sync_group(ctx: RequestContext, request: Any) -> Any:
     coordinator = _coordinator(ctx)
-    if coordinator is None:
-        return _sync_response(SyncResult(E.coordinator_not_available))
     future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
     coordinator.sync_group(
         SyncRequest(
@@ -248,22 +238,19 @@ def _sync_response(r: SyncResult) -> dict[str, Any]:
 
 
 @handles(HEARTBEAT, _lowest(HEARTBEAT))
-def heartbeat(ctx: Any, request: Any) -> Any:
+def heartbeat(ctx: RequestContext, request: Any) -> Any:
     coordinator = _coordinator(ctx)
-    if coordinator is None:
-        error = E.coordinator_not_available
-    else:
-        error = coordinator.heartbeat(
-            request.group_id,
-            request.member_id,
-            request.generation_id,
-            getattr(request, "group_instance_id", None),
-        )
+    error = coordinator.heartbeat(
+        request.group_id,
+        request.member_id,
+        request.generation_id,
+        getattr(request, "group_instance_id", None),
+    )
     return {"throttle_time": 0, "error_code": error}
 
 
 @handles(LEAVE_GROUP, _lowest(LEAVE_GROUP))
-def leave_group(ctx: Any, request: Any) -> Any:
+def leave_group(ctx: RequestContext, request: Any) -> Any:
     batched = ctx.version >= 3
     if batched:
         leaving = [
@@ -273,8 +260,6 @@ def leave_group(ctx: Any, request: Any) -> Any:
     else:
         leaving = [LeavingMember(request.member_id)]
     coordinator = _coordinator(ctx)
-    if coordinator is None:
-        return {"throttle_time": 0, "error_code": E.coordinator_not_available, "members": []}
     result = coordinator.leave_group(request.group_id, leaving)
     if not batched:
         # One member, one error: before v3 the member's error is the response's error.
@@ -296,7 +281,7 @@ def leave_group(ctx: Any, request: Any) -> Any:
 
 
 @handles(OFFSET_COMMIT, _lowest(OFFSET_COMMIT))
-def offset_commit(ctx: Any, request: Any) -> Any:
+def offset_commit(ctx: RequestContext, request: Any) -> Any:
     version = ctx.version
     state = ctx.broker.controller.state
     by_id = version >= 10
@@ -341,8 +326,6 @@ def offset_commit(ctx: Any, request: Any) -> Any:
         return {"throttle_time": 0, "topics": topics}
 
     coordinator = _coordinator(ctx)
-    if coordinator is None:
-        return render(dict.fromkeys(offsets, E.coordinator_not_available))
     if not offsets:
         return render({})
     retention = getattr(request, "retention_time", None)
@@ -367,7 +350,7 @@ def offset_commit(ctx: Any, request: Any) -> Any:
 
 
 @handles(OFFSET_FETCH, _lowest(OFFSET_FETCH))
-def offset_fetch(ctx: Any, request: Any) -> Any:
+def offset_fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.version
     stable = bool(getattr(request, "require_stable", False))
     if version >= 8:
@@ -400,7 +383,7 @@ def offset_fetch(ctx: Any, request: Any) -> Any:
 
 
 def _fetch_group(
-    ctx: Any,
+    ctx: RequestContext,
     group_id: str,
     topics: Any,
     version: int,
@@ -411,8 +394,6 @@ def _fetch_group(
     coordinator = _coordinator(ctx)
     by_id = version >= 10
     state = ctx.broker.controller.state
-    if coordinator is None:
-        return {"group_id": group_id, "topics": [], "error_code": E.coordinator_not_available}
     if topics is None:
         error, offsets = coordinator.fetch_offsets(group_id, None, member_id, member_epoch)
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -499,7 +480,7 @@ def _fetched_partition(
 
 
 @handles(OFFSET_DELETE, _lowest(OFFSET_DELETE))
-def offset_delete(ctx: Any, request: Any) -> Any:
+def offset_delete(ctx: RequestContext, request: Any) -> Any:
     state = ctx.broker.controller.state
     unknown: dict[tuple[str, int], ErrorCode] = {}
     partitions: list[tuple[str, int]] = []
@@ -537,8 +518,6 @@ def offset_delete(ctx: Any, request: Any) -> Any:
         }
 
     coordinator = _coordinator(ctx)
-    if coordinator is None:
-        return render((E.coordinator_not_available, {}))
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     coordinator.delete_offsets(request.group_id, partitions, _resolver(future))
     return _respond_when_done(future, render)
@@ -548,10 +527,8 @@ def offset_delete(ctx: Any, request: Any) -> Any:
 
 
 @handles(LIST_GROUPS, _lowest(LIST_GROUPS))
-def list_groups(ctx: Any, request: Any) -> Any:
+def list_groups(ctx: RequestContext, request: Any) -> Any:
     coordinator = _coordinator(ctx)
-    if coordinator is None:
-        return {"throttle_time": 0, "error_code": E.coordinator_not_available, "groups": []}
     error, groups = coordinator.list_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
     )
@@ -571,7 +548,7 @@ def list_groups(ctx: Any, request: Any) -> Any:
 
 
 @handles(DESCRIBE_GROUPS, _lowest(DESCRIBE_GROUPS))
-def describe_groups(ctx: Any, request: Any) -> Any:
+def describe_groups(ctx: RequestContext, request: Any) -> Any:
     coordinator = _coordinator(ctx)
     operations = (
         GROUP_OPERATIONS
@@ -581,12 +558,9 @@ def describe_groups(ctx: Any, request: Any) -> Any:
     described = []
     for group_id in request.groups:
         message = None
-        if coordinator is None:
-            error, group = E.coordinator_not_available, None
-        else:
-            error, group = coordinator.describe_group(group_id)
-            if group is None and group_id in coordinator.consumer.groups:
-                message = f"Group {group_id} is not a classic group."  # as Kafka answers
+        error, group = coordinator.describe_group(group_id)
+        if group is None and group_id in coordinator.consumer.groups:
+            message = f"Group {group_id} is not a classic group."  # as Kafka answers
         described.append(_describe(group_id, error, group, ctx.version, operations, message))
     return {"throttle_time": 0, "groups": described}
 
@@ -627,7 +601,7 @@ def _describe(
 
 
 @handles(DELETE_GROUPS, _lowest(DELETE_GROUPS))
-def delete_groups(ctx: Any, request: Any) -> Any:
+def delete_groups(ctx: RequestContext, request: Any) -> Any:
     names = list(request.groups_names)
 
     def render(results: dict[str, ErrorCode]) -> dict[str, Any]:
@@ -637,8 +611,6 @@ def delete_groups(ctx: Any, request: Any) -> Any:
         }
 
     coordinator = _coordinator(ctx)
-    if coordinator is None:
-        return render(dict.fromkeys(names, E.coordinator_not_available))
     future: asyncio.Future[dict[str, ErrorCode]] = asyncio.get_running_loop().create_future()
     coordinator.delete_groups(names, _resolver(future))
     return _respond_when_done(future, render)

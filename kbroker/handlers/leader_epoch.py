@@ -10,20 +10,21 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.replica.manager import leader_epoch_error
 
 OFFSET_FOR_LEADER_EPOCH = 23
 
 
-def _partition(broker: Any, topic: str, p: Any) -> dict[str, Any]:
+def _partition(broker: BrokerParts, topic: str, p: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "partition": p.partition,
         "error_code": 0,
         "leader_epoch": -1,
         "end_offset": -1,
     }
-    replica = broker.replicas.get(topic, p.partition)
+    replica = broker.partitions.get(topic, p.partition)
     if replica is None:
         out["error_code"] = ErrorCode.unknown_topic_or_partition
         return out
@@ -37,7 +38,7 @@ def _partition(broker: Any, topic: str, p: Any) -> dict[str, Any]:
 
 
 @handles(OFFSET_FOR_LEADER_EPOCH, 2)
-def offset_for_leader_epoch(ctx: Any, request: Any) -> dict[str, Any]:
+def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "topics": [

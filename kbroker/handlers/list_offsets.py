@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.replica.manager import leader_epoch_error
 
@@ -19,7 +20,7 @@ EARLIEST_PENDING_UPLOAD = -5
 LATEST_TIERED = -6
 
 
-def _partition(broker: Any, topic: str, p: Any, isolation_level: int) -> dict[str, Any]:
+def _partition(broker: BrokerParts, topic: str, p: Any, isolation_level: int) -> dict[str, Any]:
     out: dict[str, Any] = {
         "partition_index": p.partition_index,
         "error_code": 0,
@@ -27,7 +28,7 @@ def _partition(broker: Any, topic: str, p: Any, isolation_level: int) -> dict[st
         "offset": -1,
         "leader_epoch": -1,
     }
-    replica = broker.replicas.get(topic, p.partition_index)
+    replica = broker.partitions.get(topic, p.partition_index)
     if replica is None:
         out["error_code"] = ErrorCode.unknown_topic_or_partition
         return out
@@ -62,7 +63,7 @@ def _error(partition: int, code: int) -> dict[str, Any]:
 
 
 @handles(LIST_OFFSETS, 1)
-def list_offsets(ctx: Any, request: Any) -> dict[str, Any]:
+def list_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     isolation = getattr(request, "isolation_level", 0)
     named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)

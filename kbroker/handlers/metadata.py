@@ -9,12 +9,13 @@ from kio.schema.errors import ErrorCode
 from kbroker.controller import ControllerError
 from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.controller.validation import validate_topic_name
+from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 
 METADATA = 3
 
 
-def describe_brokers(broker: Any) -> list[dict[str, Any]]:
+def describe_brokers(broker: BrokerParts) -> list[dict[str, Any]]:
     return [
         {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
         for b in sorted(broker.controller.state.brokers.values(), key=lambda b: b.node_id)
@@ -48,7 +49,7 @@ def missing_topic(name: str | None, topic_id: Any, error: ErrorCode) -> dict[str
     return {"error_code": error, "name": name, "topic_id": topic_id, "partitions": []}
 
 
-def _response(broker: Any, topics: list[dict[str, Any]]) -> dict[str, Any]:
+def _response(broker: BrokerParts, topics: list[dict[str, Any]]) -> dict[str, Any]:
     state = broker.controller.state
     return {
         "throttle_time": 0,
@@ -61,7 +62,7 @@ def _response(broker: Any, topics: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @handles(METADATA, 0)
-def metadata(ctx: Any, request: Any) -> Any:
+def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     state = broker.controller.state
     if request.topics is None:
@@ -111,7 +112,7 @@ def _valid_name(name: str) -> bool:
 
 
 async def _create_then_respond(
-    broker: Any, results: list[dict[str, Any] | None], to_create: list[tuple[int, str]]
+    broker: BrokerParts, results: list[dict[str, Any] | None], to_create: list[tuple[int, str]]
 ) -> dict[str, Any]:
     """Auto-create topics (Kafka's auto.create.topics.enable) and describe them at once."""
     for index, name in to_create:
@@ -119,7 +120,7 @@ async def _create_then_respond(
     return _response(broker, results)  # type: ignore[arg-type]
 
 
-async def auto_create_topic(broker: Any, name: str) -> dict[str, Any]:
+async def auto_create_topic(broker: BrokerParts, name: str) -> dict[str, Any]:
     state = broker.controller.state
     try:
         topic = await broker.controller.create_topic(

@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import INTERNAL_TOPICS
+from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import NO_RESPONSE, Later, handles
 from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, UnsupportedMagicError
 from kbroker.protocol.produce_response import (
@@ -30,7 +31,7 @@ log = logging.getLogger("kbroker.produce")
 
 
 @handles(PRODUCE, 0)
-def produce(ctx: Any, request: Any) -> Any:
+def produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     acks = request.acks
     now = int(time.time() * 1000)
@@ -73,7 +74,7 @@ def produce(ctx: Any, request: Any) -> Any:
 
 
 def _append(
-    broker: Any,
+    broker: BrokerParts,
     topic: str,
     pdata: Any,
     now: int,
@@ -82,7 +83,7 @@ def _append(
     version: int,
 ) -> ProducedPartition:
     index = pdata.index
-    replica = broker.replicas.get(topic, index)
+    replica = broker.partitions.get(topic, index)
     if replica is None:
         return ProducedPartition(index, ErrorCode.unknown_topic_or_partition)
     if not replica.is_leader:
@@ -92,11 +93,19 @@ def _append(
     broker.counters.produced_bytes += len(pdata.records)
     records = pdata.records
     if len(records) > 22 and records[22] & 0x30 == 0x10:  # transactional, not a marker
-        code = verify_transactional_write(broker, transactional_id, topic, index, records)
+        code = verify_transactional_write(
+            broker.transactions.coordinator,
+            broker.config.get("transaction.partition.verification.enable"),
+            broker.controller.state,
+            transactional_id,
+            topic,
+            index,
+            records,
+        )
         if code:
             return ProducedPartition(index, code)
     try:
-        appended = broker.replicas.append(replica, records, now)
+        appended = broker.partitions.append(replica, records, now)
     except BatchTooLargeError as exc:
         return ProducedPartition(index, ErrorCode.message_too_large, error_message=str(exc))
     except UnsupportedMagicError as exc:
@@ -121,7 +130,7 @@ def _append(
 
 
 def _respond_after_flush(
-    broker: Any, logs: list[Any], version: int, topics: list[ProducedTopic]
+    broker: BrokerParts, logs: list[Any], version: int, topics: list[ProducedTopic]
 ) -> Later:
     """fsync-before-ack: the answer goes out when every written log is fsynced, straight
     from the group commit that fsynced them (one fsync for all appends of the loop
@@ -141,5 +150,5 @@ def _respond_after_flush(
             answer.settle(encoded)
 
     for plog in list(waiting):
-        broker.logs.when_durable(plog, lambda error, plog=plog: durable(plog, error))
+        broker.durability.when_durable(plog, lambda error, plog=plog: durable(plog, error))
     return answer

@@ -6,16 +6,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 
 DESCRIBE_PRODUCERS = 61
 E = ErrorCode
 
 
-def _partition(ctx: Any, topic: str, index: int) -> dict[str, Any]:
+def _partition(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
     out: dict[str, Any] = {"partition_index": index, "error_code": E.none, "active_producers": []}
     info = ctx.broker.controller.state.topics.get(topic)
-    replica = ctx.broker.replicas.get(topic, index)
+    replica = ctx.broker.partitions.get(topic, index)
     if info is None or not 0 <= index < len(info.partitions):
         out["error_code"] = E.unknown_topic_or_partition
         return out
@@ -37,7 +38,7 @@ def _partition(ctx: Any, topic: str, index: int) -> dict[str, Any]:
 
 
 @handles(DESCRIBE_PRODUCERS, 0)
-def describe_producers(ctx: Any, request: Any) -> dict[str, Any]:
+def describe_producers(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "topics": [

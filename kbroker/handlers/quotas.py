@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 
 DESCRIBE_CLIENT_QUOTAS = 48
@@ -20,7 +21,7 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 
 
 @handles(DESCRIBE_CLIENT_QUOTAS, 0)
-def describe_client_quotas(ctx: Any, request: Any) -> dict[str, Any]:
+def describe_client_quotas(ctx: RequestContext, request: Any) -> dict[str, Any]:
     problem = _filter_problem(request.components)
     return {
         "throttle_time": 0,

@@ -12,6 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import INTERNAL_TOPICS
+from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeError
 
@@ -25,14 +26,16 @@ def _result(index: int, code: ErrorCode, low_watermark: int = -1) -> dict[str, A
     return {"partition_index": index, "low_watermark": low_watermark, "error_code": code}
 
 
-def delete_partition_records(broker: Any, topic: Any, index: int, offset: int) -> dict[str, Any]:
+def delete_partition_records(
+    broker: BrokerParts, topic: Any, index: int, offset: int
+) -> dict[str, Any]:
     """One partition's deletion, with the error codes Kafka gives for each refusal."""
     if topic.name in INTERNAL_TOPICS:
         return _result(index, ErrorCode.invalid_topic_exception)
     if not any(p.partition == index for p in topic.partitions):
         return _result(index, ErrorCode.unknown_topic_or_partition)
-    replica = broker.replicas.get(topic.name, index)
-    if replica is None or not getattr(replica, "is_leader", True):
+    replica = broker.partitions.get(topic.name, index)
+    if replica is None or not replica.is_leader:
         return _result(index, ErrorCode.not_leader_or_follower)
     plog = replica.log
     if not plog.config.deletes:
@@ -53,7 +56,7 @@ def delete_partition_records(broker: Any, topic: Any, index: int, offset: int) -
 
 
 @handles(DELETE_RECORDS, 0)
-def delete_records(ctx: Any, request: Any) -> dict[str, Any]:
+def delete_records(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     topics = broker.controller.state.topics
     results = []

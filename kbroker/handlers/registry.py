@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbroker.protocol.messages import known_versions
 
-Handler = Callable[[Any, Any], Any]
+if TYPE_CHECKING:
+    from kbroker.handlers.context import RequestContext
+
+Handler = Callable[["RequestContext", Any], "HandlerResult"]
+"""A handler: the request's context and its decoded kio body, to an answer."""
 
 
 @dataclass(frozen=True, slots=True)

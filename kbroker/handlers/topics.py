@@ -27,6 +27,7 @@ from kbroker.handlers.configs import (
     created_topic_configs,
     validate_topic_configs,
 )
+from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol.messages import build, response_type
 
@@ -85,7 +86,7 @@ def duplicates(names: list[Any]) -> set[Any]:
 # -- CreateTopics --------------------------------------------------------------------------
 
 
-def _creation_plan(broker: Any, topic: Any) -> tuple[int, int, dict[int, list[int]] | None]:
+def _creation_plan(broker: BrokerParts, topic: Any) -> tuple[int, int, dict[int, list[int]] | None]:
     """(partitions, replication factor, manual assignment) with Kafka's rules for -1: the
     broker's num.partitions and default.replication.factor stand in for -1."""
     if topic.assignments:
@@ -155,7 +156,7 @@ def _config_entities(version: int, configs: list[dict[str, Any]]) -> Any:
 
 
 def _created(
-    broker: Any, version: int, name: str, info: Any, configs: dict[str, str]
+    broker: BrokerParts, version: int, name: str, info: Any, configs: dict[str, str]
 ) -> dict[str, Any]:
     partitions = list(info.partitions)
     return {
@@ -182,7 +183,7 @@ def _create_failed(name: str, err: ResourceError) -> dict[str, Any]:
 
 
 @handles(CREATE_TOPICS, 2)
-async def create_topics(ctx: Any, request: Any) -> dict[str, Any]:
+async def create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     timeout = timeout_seconds(request.timeout)
     validate_only = request.validate_only
@@ -227,7 +228,7 @@ async def create_topics(ctx: Any, request: Any) -> dict[str, Any]:
 # -- DeleteTopics --------------------------------------------------------------------------
 
 
-def _deletion_enabled(broker: Any) -> bool:
+def _deletion_enabled(broker: BrokerParts) -> bool:
     try:
         value = broker.config.get("delete.topic.enable")
     except (KeyError, AttributeError, ValueError):
@@ -256,7 +257,7 @@ def _requested_deletions(request: Any, version: int) -> list[tuple[str | None, A
 
 
 @handles(DELETE_TOPICS, 1)
-async def delete_topics(ctx: Any, request: Any) -> dict[str, Any]:
+async def delete_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     state = broker.controller.state
     wanted = _requested_deletions(request, ctx.version)
@@ -335,7 +336,7 @@ async def delete_topics(ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(CREATE_PARTITIONS, 0)
-async def create_partitions(ctx: Any, request: Any) -> dict[str, Any]:
+async def create_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     timeout = timeout_seconds(request.timeout)
     validate_only = request.validate_only

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.group import OffsetAndMetadata
 from kbroker.coordinator.store import OFFSETS_TOPIC
+from kbroker.handlers.context import RequestContext, TxnCoordination
 from kbroker.handlers.registry import handles
 from kbroker.internal_topics import write_error
 from kbroker.txn.metadata import TxnMetadata, TxnState
@@ -36,8 +37,8 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 log = logging.getLogger("kbroker.txn")
 
 
-def _service(ctx: Any) -> Any:
-    return getattr(ctx.broker, "txn_coordinator", None)
+def _service(ctx: RequestContext) -> TxnCoordination:
+    return ctx.broker.transactions
 
 
 def _ms(value: Any) -> int:
@@ -51,10 +52,8 @@ def _ms(value: Any) -> int:
 
 # v6 (KIP-939, two-phase commit) is not served: 0-5 as Kafka 3.9 does.
 @handles(INIT_PRODUCER_ID, 0, 5)
-async def init_producer_id(ctx: Any, request: Any) -> dict[str, Any]:
+async def init_producer_id(ctx: RequestContext, request: Any) -> dict[str, Any]:
     service = _service(ctx)
-    if service is None:
-        return {"throttle_time": 0, "error_code": E.coordinator_not_available, "producer_epoch": -1}
     txn_id = request.transactional_id
     if txn_id:
         error = await service.ensure_topic()
@@ -78,7 +77,7 @@ async def init_producer_id(ctx: Any, request: Any) -> dict[str, Any]:
 
 
 def _partition_errors(
-    ctx: Any, topics: Any
+    ctx: RequestContext, topics: Any
 ) -> tuple[set[tuple[str, int]], dict[tuple[str, int], ErrorCode]]:
     """The requested partitions, and an error for each that does not exist."""
     state = ctx.broker.controller.state
@@ -95,7 +94,7 @@ def _partition_errors(
 
 
 async def _add_partitions(
-    ctx: Any,
+    ctx: RequestContext,
     txn_id: str,
     producer_id: int,
     producer_epoch: int,
@@ -104,8 +103,6 @@ async def _add_partitions(
 ) -> dict[tuple[str, int], ErrorCode]:
     wanted, bad = _partition_errors(ctx, topics)
     service = _service(ctx)
-    if service is None:
-        return dict.fromkeys(wanted, E.coordinator_not_available)
     if bad:
         # Kafka adds none of them when any is bad; the others were not attempted.
         return {tp: bad.get(tp, E.operation_not_attempted) for tp in wanted}
@@ -126,7 +123,7 @@ def _topic_results(results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, 
 
 
 @handles(ADD_PARTITIONS_TO_TXN, 0)
-async def add_partitions_to_txn(ctx: Any, request: Any) -> dict[str, Any]:
+async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if ctx.version <= 3:
         results = await _add_partitions(
             ctx,
@@ -157,11 +154,9 @@ async def add_partitions_to_txn(ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ADD_OFFSETS_TO_TXN, 0)
-async def add_offsets_to_txn(ctx: Any, request: Any) -> dict[str, Any]:
+async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
     service = _service(ctx)
-    groups = getattr(ctx.broker, "group_coordinator", None)
-    if service is None or groups is None:
-        return {"throttle_time": 0, "error_code": E.coordinator_not_available}
+    groups = ctx.broker.groups
     # The group's offsets partition joins the transaction, so the commit marker reaches it.
     error, _ = await groups.find_group_coordinator(request.group_id)
     if error != E.none:
@@ -180,10 +175,8 @@ async def add_offsets_to_txn(ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(END_TXN, 0)
-async def end_txn(ctx: Any, request: Any) -> dict[str, Any]:
+async def end_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
     service = _service(ctx)
-    if service is None:
-        return {"throttle_time": 0, "error_code": E.coordinator_not_available}
     result = await service.coordinator.end_txn(
         request.transactional_id,
         request.producer_id,
@@ -202,7 +195,7 @@ async def end_txn(ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(WRITE_TXN_MARKERS, 1)
-async def write_txn_markers(ctx: Any, request: Any) -> dict[str, Any]:
+async def write_txn_markers(ctx: RequestContext, request: Any) -> dict[str, Any]:
     """Markers from a transaction coordinator on another broker, for partitions led here."""
     service = _service(ctx)
     now = int(time.time() * 1000)
@@ -212,17 +205,14 @@ async def write_txn_markers(ctx: Any, request: Any) -> dict[str, Any]:
         for topic in marker.topics:
             partitions = []
             for index in topic.partition_indexes:
-                if service is None:
-                    error = E.coordinator_not_available
-                else:
-                    error = service.markers.write_one(
-                        (topic.name, int(index)),
-                        marker.producer_id,
-                        marker.producer_epoch,
-                        marker.coordinator_epoch,
-                        bool(marker.transaction_result),
-                        now,
-                    )
+                error = service.markers.write_one(
+                    (topic.name, int(index)),
+                    marker.producer_id,
+                    marker.producer_epoch,
+                    marker.coordinator_epoch,
+                    bool(marker.transaction_result),
+                    now,
+                )
                 partitions.append({"partition_index": index, "error_code": error})
             topics_out.append({"name": topic.name, "partitions": partitions})
         markers_out.append({"producer_id": marker.producer_id, "topics": topics_out})
@@ -233,7 +223,7 @@ async def write_txn_markers(ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(TXN_OFFSET_COMMIT, 0)
-async def txn_offset_commit(ctx: Any, request: Any) -> dict[str, Any]:
+async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict[str, Any]:
     state = ctx.broker.controller.state
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     results: dict[tuple[str, int], ErrorCode] = {}
@@ -251,21 +241,18 @@ async def txn_offset_commit(ctx: Any, request: Any) -> dict[str, Any]:
             )
     service = _service(ctx)
     if offsets:
-        if service is None:
-            error = E.coordinator_not_available
-        else:
-            error = service.offsets.validate(
-                request.group_id,
-                getattr(request, "member_id", ""),
-                getattr(request, "generation_id", -1),
-                getattr(request, "group_instance_id", None),
+        error = service.offsets.validate(
+            request.group_id,
+            getattr(request, "member_id", ""),
+            getattr(request, "generation_id", -1),
+            getattr(request, "group_instance_id", None),
+        )
+        if error == E.none:
+            error, pending = service.offsets.write(
+                request.group_id, request.producer_id, request.producer_epoch, offsets
             )
-            if error == E.none:
-                error, pending = service.offsets.write(
-                    request.group_id, request.producer_id, request.producer_epoch, offsets
-                )
-                if pending is not None:
-                    error = await _acknowledged(request.group_id, pending)
+            if pending is not None:
+                error = await _acknowledged(request.group_id, pending)
         results.update(dict.fromkeys(offsets, error))
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for topic in request.topics:
@@ -296,9 +283,10 @@ async def _acknowledged(group_id: str, pending: Any) -> ErrorCode:
 # -- DescribeTransactions / ListTransactions ------------------------------------------------
 
 
-def _describe_one(service: Any, txn_id: str) -> dict[str, Any]:
+def _describe_one(service: TxnCoordination, txn_id: str) -> dict[str, Any]:
+    error, meta = service.coordinator.describe(txn_id)
     out: dict[str, Any] = {
-        "error_code": E.coordinator_not_available,
+        "error_code": error,
         "transactional_id": txn_id,
         "transaction_state": "",
         "transaction_timeout": 0,
@@ -307,10 +295,6 @@ def _describe_one(service: Any, txn_id: str) -> dict[str, Any]:
         "producer_epoch": -1,
         "topics": [],
     }
-    if service is None:
-        return out
-    error, meta = service.coordinator.describe(txn_id)
-    out["error_code"] = error
     if meta is None:
         return out
     out.update(_described(meta))
@@ -332,7 +316,7 @@ def _described(meta: TxnMetadata) -> dict[str, Any]:
 
 
 @handles(DESCRIBE_TRANSACTIONS, 0)
-def describe_transactions(ctx: Any, request: Any) -> dict[str, Any]:
+def describe_transactions(ctx: RequestContext, request: Any) -> dict[str, Any]:
     service = _service(ctx)
     return {
         "throttle_time": 0,
@@ -341,14 +325,8 @@ def describe_transactions(ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(LIST_TRANSACTIONS, 0)
-def list_transactions(ctx: Any, request: Any) -> dict[str, Any]:
+def list_transactions(ctx: RequestContext, request: Any) -> dict[str, Any]:
     service = _service(ctx)
-    if service is None:
-        return {
-            "throttle_time": 0,
-            "error_code": E.coordinator_not_available,
-            "transaction_states": [],
-        }
     states: set[TxnState] = set()
     unknown: list[str] = []
     for name in request.state_filters:

@@ -15,22 +15,25 @@ import os
 import time
 import typing
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from kbroker.handlers.api_versions import unsupported_api_versions
+from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import APIS, Later, NoResponse
 from kbroker.protocol import messages
 from kbroker.protocol.encoded import EncodedBody
 from kbroker.protocol.framing import FrameDecoder, FrameError, frame
 from kbroker.protocol.header import (
     MalformedRequest,
-    RequestHeader,
     parse_request_header,
     peek_api,
     response_header,
 )
 
 if TYPE_CHECKING:
-    from kbroker.broker import Broker
+    from kbroker.config import BrokerConfig
+    from kbroker.metrics.counters import RequestCounters
+    from kbroker.server.keep_awake import KeepAwake
 
 log = logging.getLogger("kbroker.connection")
 
@@ -42,19 +45,15 @@ _CANCEL_WHEN_CLOSED = frozenset({1})
 _MAX_IN_FLIGHT = 200
 
 
-class RequestContext:
-    """What a handler knows about the request besides its body."""
+class Host(Protocol):
+    """What a connection needs of the broker it serves."""
 
-    __slots__ = ("broker", "header", "connection")
-
-    def __init__(self, broker: Broker, header: RequestHeader, connection: KafkaConnection):
-        self.broker = broker
-        self.header = header
-        self.connection = connection
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
+    parts: BrokerParts
+    config: BrokerConfig
+    max_request_bytes: int
+    keep_awake: KeepAwake
+    counters: RequestCounters
+    connections: set[KafkaConnection]
 
 
 class _Slot:
@@ -76,7 +75,7 @@ class _Slot:
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Host) -> None:
         self.broker = broker
         self.decoder = FrameDecoder(broker.max_request_bytes)
         self.transport: asyncio.Transport | None = None
@@ -89,6 +88,11 @@ class KafkaConnection(asyncio.Protocol):
         self._max_idle_s = broker.config.get("connections.max.idle.ms") / 1000
         self._last_active = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def answering(self) -> bool:
+        """Whether a request read on this connection still awaits its answer."""
+        return bool(self._queue)
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -157,7 +161,7 @@ class KafkaConnection(asyncio.Protocol):
         self.broker.counters.requests[api_key] += 1
         if not api.serves(version):
             if api_key == API_VERSIONS:
-                self._respond_now(correlation_id, False, self.broker.unsupported_api_versions())
+                self._respond_now(correlation_id, False, unsupported_api_versions())
                 return
             self.close(
                 f"unsupported version {version} of API {api_key} "
@@ -174,7 +178,7 @@ class KafkaConnection(asyncio.Protocol):
                 f"(correlation {correlation_id}): {exc!r}"
             )
             return
-        ctx = RequestContext(self.broker, header, self)
+        ctx = RequestContext(header, self.broker.parts, self)
         response_flexible = flexible and api_key != API_VERSIONS
         try:
             result = api.handler(ctx, body)

@@ -119,7 +119,8 @@ class TransactionCoordinator:
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.config.num_partitions)
 
-    def _status(self, transactional_id: str) -> ErrorCode | None:
+    def status(self, transactional_id: str) -> ErrorCode | None:
+        """None when this node coordinates the id and has loaded it, else why not."""
         if not self.active:
             return E.coordinator_not_available
         state = self.partitions.get(self.partition_for(transactional_id))
@@ -219,7 +220,7 @@ class TransactionCoordinator:
             return InitResult(E.invalid_request)
         if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
             return InitResult(E.invalid_transaction_timeout)
-        error = self._status(transactional_id)
+        error = self.status(transactional_id)
         if error is not None:
             return InitResult(error)
         expected = (
@@ -325,7 +326,7 @@ class TransactionCoordinator:
     ) -> tuple[ErrorCode, TxnMetadata | None]:
         if not transactional_id:
             return E.invalid_request, None
-        error = self._status(transactional_id)
+        error = self.status(transactional_id)
         if error is not None:
             return error, None
         meta = self.txns.get(transactional_id)
@@ -390,7 +391,7 @@ class TransactionCoordinator:
         """EndTxn: the result carries the producer id and epoch for EndTxn v5+."""
         if not transactional_id:
             return InitResult(E.invalid_request)
-        error = self._status(transactional_id)
+        error = self.status(transactional_id)
         if error is not None:
             return InitResult(error)
         meta = self.txns.get(transactional_id)
@@ -496,7 +497,7 @@ class TransactionCoordinator:
                 and not meta.pending
                 and meta.start_ms >= 0
                 and now - meta.start_ms > meta.timeout_ms
-                and self._status(txn_id) is None
+                and self.status(txn_id) is None
             ):
                 log.info(
                     "aborting transaction of %s (producer id %d epoch %d): open for %d ms",
@@ -521,7 +522,7 @@ class TransactionCoordinator:
                 (meta.state == TxnState.EMPTY or meta.state in COMPLETED)
                 and not meta.pending
                 and now - meta.last_update_ms > self.config.id_expiration_ms
-                and self._status(txn_id) is None
+                and self.status(txn_id) is None
             ):
                 partition = self.partition_for(txn_id)
                 meta.pending = True
@@ -542,7 +543,7 @@ class TransactionCoordinator:
     def describe(self, transactional_id: str) -> tuple[ErrorCode, TxnMetadata | None]:
         if not transactional_id:
             return E.invalid_request, None
-        error = self._status(transactional_id)
+        error = self.status(transactional_id)
         if error is not None:
             return error, None
         meta = self.txns.get(transactional_id)
@@ -559,7 +560,7 @@ class TransactionCoordinator:
         now = self.now_ms()
         out = []
         for txn_id, meta in self.txns.items():
-            if self._status(txn_id) is not None or meta.producer_epoch < 0:
+            if self.status(txn_id) is not None or meta.producer_epoch < 0:
                 continue
             if states and meta.state not in states:
                 continue

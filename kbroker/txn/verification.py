@@ -12,10 +12,11 @@ through (asking it would take Kafka's AddPartitionsToTxn verify round trip).
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.controller.state import MetadataState
+from kbroker.txn.coordinator import TransactionCoordinator
 from kbroker.txn.metadata import TxnState
 from kbroker.txn.records import TRANSACTION_STATE_TOPIC
 
@@ -25,22 +26,25 @@ PRODUCER_OFFSET = 43
 
 
 def verify_transactional_write(
-    broker: Any,
+    coordinator: TransactionCoordinator,
+    enabled: bool,
+    metadata: MetadataState,
     transactional_id: str | None,
     topic: str,
     partition: int,
     records: bytes | bytearray | memoryview,
 ) -> ErrorCode:
-    """E.none when the transactional batch at the start of `records` may be appended."""
+    """E.none when the transactional batch at the start of `records` may be appended.
+
+    `enabled` is Kafka's transaction.partition.verification.enable.
+    """
     if transactional_id is None:
         return E.transactional_id_authorization_failed
-    service = getattr(broker, "txn_coordinator", None)
-    if service is None or not broker.config.get("transaction.partition.verification.enable"):
+    if not enabled:
         return E.none
-    if TRANSACTION_STATE_TOPIC not in broker.controller.state.topics:
+    if TRANSACTION_STATE_TOPIC not in metadata.topics:
         return E.invalid_producer_id_mapping  # no transaction exists anywhere yet
-    coordinator = service.coordinator
-    status = coordinator._status(transactional_id)
+    status = coordinator.status(transactional_id)
     if status == E.not_coordinator:
         return E.none
     if status is not None:

@@ -1,0 +1,171 @@
+"""What a handler may use: the request's header, its connection, and the broker's parts.
+
+A handler sees the broker through small Protocols, each saying what one concern
+offers (the partitions held here, the metadata and topic administration of the
+controller, the two coordinators, durability), never the whole `Broker`. The broker
+builds one `BrokerParts` at start; the connection wraps it with each request's
+header in a `RequestContext`. Tests build the same context around fakes of the parts
+they need.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.protocol.header import RequestHeader
+
+if TYPE_CHECKING:
+    from kbroker.config import BrokerConfig
+    from kbroker.controller.state import BrokerInfo, MetadataState, TopicInfo
+    from kbroker.coordinator.coordinator import GroupCoordinator
+    from kbroker.metrics.counters import RequestCounters
+    from kbroker.replica.fetch_sessions import FetchSessionCache
+    from kbroker.replica.manager import Replica
+    from kbroker.server.waiters import DataWaiters
+    from kbroker.storage.log import AppendResult, PartitionLog
+    from kbroker.txn.coordinator import TransactionCoordinator
+    from kbroker.txn.markers import LocalMarkerWriter
+    from kbroker.txn.offsets import TxnOffsetStore
+
+
+class Client(Protocol):
+    """The connection a request came on."""
+
+    @property
+    def peer(self) -> str: ...
+
+    def close(self, reason: str) -> None: ...
+
+
+class Partitions(Protocol):
+    """The partitions this broker holds a replica of (kbroker.replica.manager)."""
+
+    @property
+    def replicas(self) -> Mapping[tuple[str, int], Replica]: ...
+
+    def get(self, topic: str, partition: int) -> Replica | None: ...
+
+    def append(
+        self, replica: Replica, records: bytearray | memoryview, now_ms: int, origin: int = ...
+    ) -> AppendResult: ...
+
+
+class MetadataView(Protocol):
+    """The latest cluster metadata the controller has applied."""
+
+    @property
+    def state(self) -> MetadataState: ...
+
+
+class TopicAdmin(MetadataView, Protocol):
+    """Topic changes proposed to the controller (kbroker.controller.Controller)."""
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str] | None = ...,
+        assignments: Mapping[int, Sequence[int]] | None = ...,
+        validate_only: bool = ...,
+    ) -> TopicInfo: ...
+
+    async def delete_topic_by_id(self, topic_id: uuid.UUID) -> str: ...
+
+    async def create_partitions(
+        self,
+        name: str,
+        new_total: int,
+        assignments: Mapping[int, Sequence[int]] | None = ...,
+        validate_only: bool = ...,
+    ) -> TopicInfo: ...
+
+    async def set_topic_configs(
+        self, name: str, configs: Mapping[str, str | None], validate_only: bool = ...
+    ) -> None: ...
+
+    async def replace_topic_configs(
+        self, name: str, configs: Mapping[str, str], validate_only: bool = ...
+    ) -> None: ...
+
+
+class GroupCoordination(Protocol):
+    """The group coordinator of a running broker (kbroker.coordinator.service)."""
+
+    @property
+    def coordinator(self) -> GroupCoordinator: ...
+
+    async def find_group_coordinator(
+        self, group_id: str
+    ) -> tuple[ErrorCode, BrokerInfo | None]: ...
+
+
+class TxnCoordination(Protocol):
+    """The transaction coordinator of a running broker (kbroker.txn.service)."""
+
+    @property
+    def coordinator(self) -> TransactionCoordinator: ...
+
+    @property
+    def markers(self) -> LocalMarkerWriter: ...
+
+    @property
+    def offsets(self) -> TxnOffsetStore: ...
+
+    async def find_coordinator(self, key: str) -> tuple[ErrorCode, BrokerInfo | None]: ...
+
+    async def ensure_topic(self) -> ErrorCode: ...
+
+
+class Durability(Protocol):
+    """Group commit: when appended bytes are on disk (kbroker.storage.manager)."""
+
+    def when_durable(self, plog: PartitionLog, done: Callable[[OSError | None], None]) -> None: ...
+
+
+class Lifecycle(Protocol):
+    """Whether the broker is shutting down (parked fetches then answer at once)."""
+
+    @property
+    def stopping(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerParts:
+    """The broker as its handlers see it, built once at start."""
+
+    node_id: int
+    config: BrokerConfig
+    log_dirs: Sequence[Path]
+    partitions: Partitions
+    controller: TopicAdmin
+    groups: GroupCoordination
+    transactions: TxnCoordination
+    fetch_sessions: FetchSessionCache
+    waiters: DataWaiters
+    durability: Durability
+    counters: RequestCounters
+    lifecycle: Lifecycle
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What a handler knows about a request besides its body."""
+
+    header: RequestHeader
+    broker: BrokerParts
+    connection: Client
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def client_id(self) -> str:
+        return self.header.client_id or ""

@@ -1,0 +1,30 @@
+"""A handler's RequestContext around fakes of the broker parts a test needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from kbroker.handlers.context import BrokerParts, RequestContext
+from kbroker.protocol.header import RequestHeader
+
+
+@dataclass
+class FakeConnection:
+    peer: str = "10.1.2.3:5555"
+    closed_with: str | None = None
+
+    def close(self, reason: str) -> None:
+        self.closed_with = reason
+
+
+def handler_context(
+    api_key: int, version: int, client_id: str = "client", **parts: Any
+) -> RequestContext:
+    """A context whose broker has the given parts (by BrokerParts' field names); the parts
+    a test leaves out are None, so a handler touching one fails the test loudly."""
+    known = {f.name for f in fields(BrokerParts)}
+    unknown = set(parts) - known
+    assert not unknown, f"not parts of a broker: {unknown}"
+    broker = BrokerParts(**{name: parts.get(name) for name in known})
+    return RequestContext(RequestHeader(api_key, version, 0, client_id), broker, FakeConnection())

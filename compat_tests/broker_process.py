@@ -108,6 +108,7 @@ class BrokerProcess:
     api_versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     ready_seconds: float = 0.0
     starts: int = 0
+    _spawned_at: float = 0.0
 
     def __post_init__(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -154,6 +155,12 @@ class BrokerProcess:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> float:
         """Start the process and wait until it serves; return seconds from spawn to ready."""
+        self.spawn()
+        return self.wait_ready(timeout)
+
+    def spawn(self) -> None:
+        """Start the process without waiting (a cluster node serves only once a majority
+        of the quorum runs, so a cluster spawns every node before waiting for any)."""
         if self.running():
             raise RuntimeError("broker already running")
         env = {k: v for k, v in os.environ.items() if not k.startswith("KBROKER_")}
@@ -163,7 +170,7 @@ class BrokerProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start #{self.starts}: {' '.join(cmd)}\n".encode())
             log.flush()
-            began = time.monotonic()
+            self._spawned_at = time.monotonic()
             self.proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
@@ -173,6 +180,10 @@ class BrokerProcess:
                 cwd=self.base_dir,
             )
         _LIVE.add(self.proc)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> float:
+        """Wait until the spawned process serves; return seconds from spawn to ready."""
+        began = self._spawned_at
         try:
             self._wait_ready(began + timeout)
         except BaseException:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests.broker_process import BrokerProcess, running_broker
+from compat_tests.cluster import KafkaCluster, running_cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -67,6 +68,42 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
         yield node
 
 
+class ClusterFactory:
+    """Starts clusters under one directory (``start(size=3, **overrides)``), each killed at
+    teardown; overrides name settings with ``_`` for ``.``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.clusters: list[KafkaCluster] = []
+
+    def start(self, size: int = 3, **overrides: str) -> KafkaCluster:
+        settings = {k.replace("_", "."): str(v) for k, v in overrides.items()}
+        cluster = KafkaCluster(self.root / f"cluster{len(self.clusters)}", size, settings)
+        self.clusters.append(cluster)
+        cluster.start()
+        return cluster
+
+    def kill_all(self) -> None:
+        for cluster in self.clusters:
+            cluster.kill_all()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
+    factory = ClusterFactory(tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.kill_all()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """Three nodes, each a voter and a broker, shared by a test module (see cluster.py)."""
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
 def _brokers_of(item: pytest.Item) -> list[BrokerProcess]:
     found: list[BrokerProcess] = []
     for value in getattr(item, "funcargs", {}).values():
@@ -74,6 +111,10 @@ def _brokers_of(item: pytest.Item) -> list[BrokerProcess]:
             found.append(value)
         elif isinstance(value, BrokerFactory):
             found.extend(value.brokers)
+        elif isinstance(value, KafkaCluster):
+            found.extend(value.nodes)
+        elif isinstance(value, ClusterFactory):
+            found.extend(n for c in value.clusters for n in c.nodes)
     unique: dict[int, BrokerProcess] = {id(b): b for b in found}
     return list(unique.values())
 

@@ -44,6 +44,22 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def controller_config(config: BrokerConfig) -> ControllerConfig:
+    """The controller's part of the broker settings (KRaft's quorum names)."""
+    quorum = config.quorum
+    election_max = config.get("controller.quorum.election.timeout.ms") / 1000
+    return ControllerConfig(
+        node_id=quorum.node_id,
+        data_dir=config.metadata_dir,
+        raft_bind=quorum.bind_address,
+        raft_advertised=quorum.self_address,
+        peers=list(quorum.peer_addresses),
+        observer=not quorum.is_voter,
+        secret=quorum.secret,
+        election_timeout_s=(election_max / 2, election_max),
+    )
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -59,13 +75,7 @@ class Broker:
         )
         self.group_coordinator = GroupCoordinatorService(self)
         self.txn_coordinator = TransactionCoordinatorService(self)
-        self.controller = Controller(
-            ControllerConfig(
-                node_id=self.node_id,
-                data_dir=self.log_dirs[0],
-                raft_bind=config.get("controller.raft.listener") or None,
-            )
-        )
+        self.controller = Controller(controller_config(config))
         self.connections: set[KafkaConnection] = set()
         self.listener = config.listener()
         self.advertised = config.advertised_listener()
@@ -102,7 +112,7 @@ class Broker:
         await self.controller.start()
         self.controller.subscribe(self._on_metadata_event)
         await self.controller.register_broker(
-            self.node_id, self.advertised.host, self.advertised.port, None
+            self.node_id, self.advertised.host, self.advertised.port, self.config.get("broker.rack")
         )
         self.logs.load_all(self._log_config_for_partition, now_ms())
         for topic in list(self.controller.state.topics.values()):

@@ -413,6 +413,7 @@ def test_http_raft_and_peers():
             "http.listeners=http://0.0.0.0:9700",
             "controller.raft.listener=node1:19093",
             "cluster.peers=1@node1:19093,2@node2:19093",
+            "cluster.secret=s3cret",
         ]
     )
     assert cfg.http_endpoints == (Endpoint("HTTP", "0.0.0.0", 9700),)

@@ -4,7 +4,9 @@ import asyncio
 import socket
 import time
 
-from kbroker.controller import Controller, ControllerConfig
+import pytest
+
+from kbroker.controller import Controller, ControllerConfig, ControllerStartError
 
 
 def free_port():
@@ -13,7 +15,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def three_voters(base):
+def three_voters(base, secrets=("s", "s", "s"), **config):
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
     return [
         Controller(
@@ -23,6 +25,8 @@ def three_voters(base):
                 raft_bind=address,
                 peers=[f"{j + 1}@{a}" for j, a in enumerate(addresses) if a != address],
                 election_timeout_s=(0.3, 0.6),
+                secret=secrets[i],
+                **config,
             )
         )
         for i, address in enumerate(addresses)
@@ -71,5 +75,48 @@ def test_three_voters_share_one_metadata_log(tmp_path):
             )
         finally:
             await asyncio.gather(*(n.stop() for n in nodes))
+
+    asyncio.run(main())
+
+
+def test_a_voter_without_the_cluster_secret_is_not_let_in(tmp_path):
+    async def main():
+        good1, good2, stranger = three_voters(
+            tmp_path, secrets=("right", "right", "wrong"), start_timeout_s=3.0
+        )
+        await asyncio.gather(good1.start(), good2.start())
+        try:
+            with pytest.raises(ControllerStartError):
+                await stranger.start()
+            assert stranger.state.cluster_id is None
+            assert good1.state.cluster_id == good2.state.cluster_id is not None
+        finally:
+            await asyncio.gather(good1.stop(), good2.stop(), stranger.stop())
+
+    asyncio.run(main())
+
+
+def test_an_observer_follows_the_log_and_its_changes_reach_the_leader(tmp_path):
+    async def main():
+        voters = three_voters(tmp_path)
+        await asyncio.gather(*(n.start() for n in voters))
+        observer = Controller(
+            ControllerConfig(
+                4,
+                tmp_path / "observer",
+                peers=[n.raft_address for n in voters],
+                observer=True,
+                secret="s",
+            )
+        )
+        await observer.start()
+        try:
+            assert not observer.is_leader
+            assert observer.state.cluster_id == voters[0].state.cluster_id
+            await observer.register_broker(4, "127.0.0.1", 9094)
+            await eventually(lambda: all(4 in n.state.brokers for n in voters))
+        finally:
+            await observer.stop()
+            await asyncio.gather(*(n.stop() for n in voters))
 
     asyncio.run(main())

@@ -31,6 +31,7 @@ from kbroker.config.listeners import (
     parse_peer,
     parse_protocol_map,
 )
+from kbroker.config.quorum import QuorumConfig, resolve_quorum
 from kbroker.config.sources import (
     DEFAULT_SOURCE,
     RawSetting,
@@ -47,6 +48,13 @@ MS_PER_MINUTE = 60_000
 MS_PER_HOUR = 3_600_000
 
 Layer = dict[str, tuple[Any, SettingSource]]
+
+CLUSTER_DEFAULTS = {
+    "offsets.topic.replication.factor": 3,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+}
+"""Kafka's defaults for settings whose kbroker default suits only a single node."""
 
 
 def advertised_host_name() -> str:
@@ -116,6 +124,7 @@ class BrokerConfig:
         "_advertised",
         "_http",
         "_peers",
+        "_quorum",
     )
 
     def __init__(
@@ -303,7 +312,13 @@ class BrokerConfig:
 
     @property
     def peers(self) -> tuple[Peer, ...]:
+        """The quorum's voters (``controller.quorum.voters``, or its alias ``cluster.peers``)."""
         return self._peers
+
+    @property
+    def quorum(self) -> QuorumConfig:
+        """This node's place in the metadata quorum (voter or observer, addresses, secret)."""
+        return self._quorum
 
     @property
     def data_dirs(self) -> tuple[Path, ...]:
@@ -370,11 +385,47 @@ class BrokerConfig:
                 raise self._fail(blamed, f"{low} must not exceed {high} ({effective[high]})")
 
         put(self, "_http", tuple(parse_http_listener(u) for u in effective["http.listeners"]))
-        peers = tuple(parse_peer(p) for p in effective["cluster.peers"])
+        self._resolve_quorum()
+
+    def _resolve_quorum(self) -> None:
+        effective = self._effective
+        put = object.__setattr__
+        voters_name = "controller.quorum.voters"
+        if self.is_set("cluster.peers"):
+            if self.is_set(voters_name) and effective["cluster.peers"] != effective[voters_name]:
+                raise self._fail("cluster.peers", f"differs from {voters_name}; set only one")
+            effective[voters_name] = effective["cluster.peers"]
+            voters_name = "cluster.peers"
+        peers = tuple(parse_peer(p) for p in effective[voters_name])
         ids = [p.node_id for p in peers]
         if len(set(ids)) != len(ids):
-            raise self._fail("cluster.peers", "names a node id twice")
+            raise self._fail(voters_name, "names a node id twice")
         put(self, "_peers", peers)
+        controller_endpoints = tuple(
+            e for e in self._endpoints if e.name in self._controller_listeners
+        )
+        try:
+            quorum = resolve_quorum(
+                node_id=effective["node.id"],
+                roles=effective["process.roles"],
+                voters=peers,
+                bootstrap_servers=effective["controller.quorum.bootstrap.servers"],
+                controller_endpoints=controller_endpoints,
+                raft_listener=effective["controller.raft.listener"],
+                secret=effective["cluster.secret"],
+            )
+        except ValueError as exc:
+            name, _, reason = str(exc).partition(": ")
+            if name == "controller.quorum.voters":
+                name = voters_name
+            shown = "[hidden]" if BROKER_CONFIGS[name].is_sensitive else self._values[name]
+            raise _invalid(name, shown, self._sources[name], reason) from None
+        put(self, "_quorum", quorum)
+        if quorum.is_cluster:
+            # Kafka's defaults, which kbroker lowers only for a single node.
+            for name, kafka_default in CLUSTER_DEFAULTS.items():
+                if not self.is_set(name):
+                    effective[name] = kafka_default
 
     def _first_of_group(self, group: Sequence[str]) -> Any:
         primary = self._values[group[0]]

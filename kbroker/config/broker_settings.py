@@ -36,7 +36,7 @@ from kbroker.config.types import (
     table,
 )
 
-BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = (
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, PASSWORD = (
     ConfigType.BOOLEAN,
     ConfigType.STRING,
     ConfigType.INT,
@@ -44,6 +44,7 @@ BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = (
     ConfigType.LONG,
     ConfigType.DOUBLE,
     ConfigType.LIST,
+    ConfigType.PASSWORD,
 )
 
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -147,44 +148,75 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "cluster.peers",
         LIST,
         [],
-        "kbroker: every member of the cluster as id@host:port of its "
-        "controller.raft.listener. Empty means a single-node cluster.",
+        "kbroker's older spelling of controller.quorum.voters (id@host:port of each voter's "
+        "Raft address); set only one of the two.",
         _each_parsed_by(parse_peer),
     ),
     _d(
         "controller.raft.listener",
         STRING,
         None,
-        "kbroker: host:port the Raft controller listens "
-        "on for its peers. Unset means an ephemeral loopback port (enough for a single node).",
+        "kbroker's older spelling of the CONTROLLER listener: host:port this voter's Raft "
+        "server binds. Unset means the controller listener in listeners, else this node's "
+        "entry in controller.quorum.voters; a single node needs no socket at all.",
         _parsed_by(parse_address),
     ),
     _d(
         "process.roles",
         LIST,
         [],
-        "Accepted for compatibility with KRaft files; every kbroker "
-        "node is both broker and controller.",
+        "What this node is: broker, controller, or both. A controller is a voter of the "
+        "metadata quorum; a broker-only node follows the quorum as a non-voting observer. "
+        "Unset means both (a single node when controller.quorum.voters is unset too). "
+        "Every kbroker node serves the Kafka API, so controller alone is refused.",
         each_of("broker", "controller"),
     ),
     _d(
         "controller.quorum.voters",
         LIST,
         [],
-        "Accepted for compatibility with KRaft files; kbroker's quorum is cluster.peers.",
+        "The voters of the metadata quorum as id@host:port of each one's CONTROLLER listener. "
+        "Unset means a single-node cluster.",
+        _each_parsed_by(parse_peer),
     ),
     _d(
         "controller.quorum.bootstrap.servers",
         LIST,
         [],
-        "Accepted for compatibility with KRaft files; kbroker's quorum is cluster.peers.",
+        "host:port of the controllers a broker-only node follows when "
+        "controller.quorum.voters is not given; kbroker's voters are static, so a "
+        "controller needs controller.quorum.voters.",
+        _each_parsed_by(parse_address),
     ),
     _d(
         "controller.listener.names",
         STRING,
         None,
-        "Names of listeners used by the KRaft "
-        "controller. kbroker does not serve the Kafka API on them.",
+        "Names of the listeners the controller quorum uses (its Raft traffic); they never "
+        "serve the Kafka API.",
+    ),
+    ConfigDef(
+        "cluster.secret",
+        PASSWORD,
+        None,
+        "kbroker: shared secret of the controller quorum. pysyncobj authenticates and "
+        "encrypts every Raft message with it; a peer without it is disconnected. Required "
+        "whenever the quorum uses the network; the same on every node.",
+        is_sensitive=True,
+    ),
+    _d(
+        "controller.quorum.election.timeout.ms",
+        INT,
+        1000,
+        "Maximum time without a leader before a voter starts an election; kbroker draws "
+        "each election timeout between half of this and this.",
+        at_least(10),
+    ),
+    _d(
+        "controller.quorum.fetch.timeout.ms",
+        INT,
+        2000,
+        "Accepted for compatibility; a voter follows the election timeout.",
     ),
     _d(
         "zookeeper.connect",
@@ -796,10 +828,23 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "broker.heartbeat.interval.ms",
         INT,
         2000,
-        "How often a broker heartbeats to the controller.",
+        "How often a broker heartbeats to the active controller.",
+        at_least(1),
     ),
-    _d("broker.session.timeout.ms", INT, 9000, "A broker silent for this long is fenced."),
-    _d("controlled.shutdown.enable", BOOLEAN, True, "Hand leadership over before shutting down."),
+    _d(
+        "broker.session.timeout.ms",
+        INT,
+        9000,
+        "The active controller fences a broker it has not heard from for this long: its "
+        "partitions get new leaders and it leaves every ISR until it heartbeats again.",
+        at_least(1),
+    ),
+    _d(
+        "controlled.shutdown.enable",
+        BOOLEAN,
+        True,
+        "On SIGTERM, ask the controller to move this broker's leaderships away first.",
+    ),
     _d("fetch.max.bytes", INT, 57671680, "Most bytes returned by one fetch.", at_least(1024)),
     _d(
         "max.incremental.fetch.session.cache.slots",
@@ -978,7 +1023,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         SHORT,
         1,
         "Replication factor of the group offsets "
-        "topic (Kafka's default is 3; kbroker's suits a single node).",
+        "topic. 1 on a single node; Kafka's default, 3, in a cluster.",
         at_least(1),
     ),
     _d(
@@ -1036,7 +1081,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "transaction.state.log.replication.factor",
         SHORT,
         1,
-        "Replication factor of the transaction state topic (Kafka's default is 3).",
+        "Replication factor of the transaction state topic. 1 on a single node; Kafka's "
+        "default, 3, in a cluster.",
         at_least(1),
     ),
     _d(
@@ -1050,7 +1096,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "transaction.state.log.min.isr",
         INT,
         1,
-        "min.insync.replicas of the transaction state topic (Kafka's default is 2).",
+        "min.insync.replicas of the transaction state topic. 1 on a single node; Kafka's "
+        "default, 2, in a cluster.",
         at_least(1),
     ),
     _d(

@@ -78,6 +78,13 @@ class ControllerConfig:
     fsync: bool = False
     # Snapshot the state and truncate the journal after this many entries.
     snapshot_every_entries: int = 1000
+    # How the other voters name this one, when it differs from raft_bind (which may be a
+    # wildcard): its entry in controller.quorum.voters.
+    raft_advertised: str | None = None
+    # A broker-only node: follows the quorum without voting (peers are the voters).
+    observer: bool = False
+    # pysyncobj's password: authenticates and encrypts every Raft message.
+    secret: str | None = None
 
 
 def new_cluster_id() -> str:
@@ -158,7 +165,7 @@ class Controller:
         self._lock_directory(directory)
 
         address = cfg.raft_bind
-        if address is None and cfg.peers:
+        if address is None and cfg.peers and not cfg.observer:
             raise ControllerStartError("raft_bind is required when peers are configured")
         if address is not None:
             host, port = address.rsplit(":", 1)
@@ -166,7 +173,7 @@ class Controller:
                 address = f"{host}:{_free_loopback_port(host.strip('[]'))}"
         self._raft_address = address
         peers = [_voter_address(p) for p in cfg.peers]
-        if peers:
+        if peers or cfg.observer:
             timings = RaftTimings.cluster(*cfg.election_timeout_s)
         else:
             timings = RaftTimings.single_voter()
@@ -180,11 +187,14 @@ class Controller:
             machine=machine,
             journal_path=str(directory / "raft.journal"),
             snapshot_path=str(directory / "raft.snapshot"),
-            self_address=address,
+            self_address=cfg.raft_advertised or address,
             peers=peers,
             timings=timings,
             snapshot_every=cfg.snapshot_every_entries,
             fsync=cfg.fsync,
+            bind_address=address,
+            observer=cfg.observer,
+            password=cfg.secret,
         )
         self._state = MetadataState()
         self._live = False

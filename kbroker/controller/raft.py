@@ -13,7 +13,10 @@ asyncio thread wakes the tick thread's poll() at once, and followers get entries
 waiting for the next heartbeat.
 
 A voter with no partners and no configured address needs no socket at all; it gets a
-transport that never sends (`LocalTransport`). pysyncobj elects a lone voter by itself
+transport that never sends (`LocalTransport`). A broker-only node is an observer:
+pysyncobj's read-only node, which follows the log without a vote and without a server
+socket. Any socket is authenticated and encrypted with the cluster secret (pysyncobj's
+`password`): unauthenticated pysyncobj peers would have their messages unpickled. pysyncobj elects a lone voter by itself
 once its election timeout passes (a vote from itself is a majority of one).
 """
 
@@ -101,6 +104,9 @@ class RaftThread:
         timings: RaftTimings,
         snapshot_every: int = 1000,
         fsync: bool = False,
+        bind_address: str | None = None,
+        observer: bool = False,
+        password: str | None = None,
     ) -> None:
         self.node_id = node_id
         self.machine = machine
@@ -111,6 +117,9 @@ class RaftThread:
         self._timings = timings
         self._snapshot_every = snapshot_every
         self._fsync = fsync
+        self._bind_address = bind_address or self_address
+        self._observer = observer
+        self._password = password
         self._node: _RaftNode | None = None
         self._wake: PipeNotifier | None = None
         self._thread: threading.Thread | None = None
@@ -196,7 +205,8 @@ class RaftThread:
             serializer=self.machine.write_snapshot,
             deserializer=self.machine.read_snapshot,
             logCompactionMinEntries=self._snapshot_every,
-            bindAddress=self._self_address,
+            bindAddress=self._bind_address,
+            password=self._password,
             maxBindRetries=1,
             dynamicMembershipChange=False,
             onStateChanged=self._on_state_changed,
@@ -204,6 +214,16 @@ class RaftThread:
 
     def _construct(self) -> _RaftNode:
         conf = self._conf()
+        if self._observer:
+            # pysyncobj's read-only node: dials every voter, applies the committed log the
+            # leader sends it, never votes; its proposals are forwarded to the leader.
+            return _RaftNode(
+                self.machine,
+                None,
+                [TCPNode(p) for p in self._peers],
+                conf,
+                transportClass=TCPTransport,
+            )
         if self._self_address is None:
             return _RaftNode(
                 self.machine,

@@ -1,0 +1,205 @@
+"""A multi-process kbroker cluster on loopback for compat tests: use it, don't rebuild it.
+
+``KafkaCluster`` starts N real ``kbroker serve`` processes configured with KRaft's own
+settings (``node.id``, ``process.roles=broker,controller``, ``listeners`` with a
+``CONTROLLER://`` listener, ``controller.listener.names``, ``controller.quorum.voters``)
+plus kbroker's ``cluster.secret``, each on free loopback ports with its own data dir.
+Every node is a voter and a broker, like the docker-compose cluster. Ports and data
+dirs survive restarts, so a restarted node rejoins as itself.
+
+Fixtures (compat_tests/conftest.py):
+- ``cluster``: one 3-node cluster per test module. A test that kills or stops a node
+  must leave it running again (``cluster.heal()`` in a ``finally``), or use
+  ``cluster_factory`` for a cluster of its own.
+- ``cluster_factory``: ``cluster_factory.start(size=3, **overrides)`` per test.
+
+What tests get:
+- ``cluster.bootstrap``: every node's PLAINTEXT address, for ``bootstrap.servers``;
+- ``cluster.nodes`` / ``cluster.node(node_id)``: the ``BrokerProcess`` objects (kill,
+  stop, start, log_tail...); ``kill(node_id)`` is kill -9, ``restart(node_id)``;
+- ``metadata()``: a confluent-kafka ``ClusterMetadata`` from a live node;
+- ``wait_for_controller(exclude=...)``: the active controller's id once live nodes agree;
+- ``partition(topic, p)``: leader, replicas, ISR as a live node reports them;
+- ``wait_until(predicate, timeout, what)``: bounded polling with a readable failure.
+
+Timings are shortened for tests (a broker is fenced 3 s after its last heartbeat).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from compat_tests.broker_process import (
+    FAST_GROUP_SETTINGS,
+    START_TIMEOUT_S,
+    BrokerProcess,
+    free_port,
+)
+
+T = TypeVar("T")
+
+CLUSTER_SECRET = "compat-tests-cluster-secret"
+TEST_TIMINGS = {
+    "broker.heartbeat.interval.ms": "300",
+    "broker.session.timeout.ms": "3000",
+    "controller.quorum.election.timeout.ms": "1000",
+}
+
+
+class ClusterNode(BrokerProcess):
+    """A BrokerProcess that knows its node id and CONTROLLER port."""
+
+    node_id: int = 0
+    controller_port: int = 0
+
+
+class KafkaCluster:
+    def __init__(self, root: Path, size: int = 3, overrides: dict[str, str] | None = None):
+        self.root = root
+        self.size = size
+        ids = list(range(1, size + 1))
+        controller_ports = {i: free_port() for i in ids}
+        voters = ",".join(f"{i}@127.0.0.1:{controller_ports[i]}" for i in ids)
+        self.nodes: list[ClusterNode] = []
+        for i in ids:
+            port = free_port()
+            settings = {
+                "node.id": str(i),
+                "process.roles": "broker,controller",
+                "listeners": (
+                    f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_ports[i]}"
+                ),
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "controller.listener.names": "CONTROLLER",
+                "controller.quorum.voters": voters,
+                "cluster.secret": CLUSTER_SECRET,
+                **TEST_TIMINGS,
+                **FAST_GROUP_SETTINGS,
+                **(overrides or {}),
+            }
+            node = ClusterNode(root / f"node{i}", settings, port=port)
+            node.node_id = i
+            node.controller_port = controller_ports[i]
+            self.nodes.append(node)
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Spawn every node, then wait for each: a node serves once a majority runs."""
+        for node in self.nodes:
+            if not node.running():
+                node.spawn()
+        for node in self.nodes:
+            node.wait_ready(timeout)
+
+    def kill_all(self) -> None:
+        for node in self.nodes:
+            node.kill()
+
+    def node(self, node_id: int) -> ClusterNode:
+        return self.nodes[node_id - 1]
+
+    def kill(self, node_id: int) -> None:
+        """kill -9: no controlled shutdown, no flush."""
+        self.node(node_id).kill()
+
+    def stop(self, node_id: int) -> int:
+        """SIGTERM: controlled shutdown; returns the exit code."""
+        return self.node(node_id).stop()
+
+    def restart(self, node_id: int) -> float:
+        node = self.node(node_id)
+        node.kill()
+        return node.start()
+
+    def heal(self) -> None:
+        """Start every node that is not running (a test's clean-up after killing one)."""
+        dead = [n for n in self.nodes if not n.running()]
+        for node in dead:
+            node.spawn()
+        for node in dead:
+            node.wait_ready()
+
+    @property
+    def live_nodes(self) -> list[ClusterNode]:
+        return [n for n in self.nodes if n.running()]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    # -- looking at it --------------------------------------------------------------------
+
+    def admin(self, node: BrokerProcess | None = None) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        target = node.bootstrap if node else ",".join(n.bootstrap for n in self.live_nodes)
+        return AdminClient({"bootstrap.servers": target, "socket.timeout.ms": 3000})
+
+    def metadata(self, node: BrokerProcess | None = None, topic: str | None = None) -> Any:
+        """ClusterMetadata as one node (default: any live one) answers it."""
+        return self.admin(node).list_topics(topic=topic, timeout=5)
+
+    def partition(self, topic: str, partition: int = 0, node: BrokerProcess | None = None) -> Any:
+        """confluent-kafka's PartitionMetadata: .leader, .replicas, .isrs."""
+        return self.metadata(node, topic).topics[topic].partitions[partition]
+
+    def wait_for_controller(self, exclude: tuple[int, ...] = (), timeout: float = 15.0) -> int:
+        """The controller every live node names, once they agree on a live one."""
+
+        def agreed() -> int | None:
+            ids = set()
+            for node in self.live_nodes:
+                try:
+                    ids.add(self.metadata(node).controller_id)
+                except Exception:
+                    return None
+            if len(ids) != 1:
+                return None
+            (controller,) = ids
+            live = {n.node_id for n in self.live_nodes}
+            return controller if controller in live and controller not in exclude else None
+
+        return self.wait_until(agreed, timeout, "live nodes to agree on a live controller")
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        futures = self.admin().create_topics(
+            [NewTopic(name, partitions, replication_factor)], operation_timeout=10
+        )
+        futures[name].result(timeout=15)
+
+    @staticmethod
+    def wait_until(predicate: Callable[[], T | None], timeout: float, what: str) -> T:
+        """Poll `predicate` until it returns something truthy; fail naming `what`."""
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                result = predicate()
+                if result:
+                    return result
+            except Exception as exc:  # a node going down mid-poll is expected here
+                last_error = exc
+            time.sleep(0.1)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what} ({last_error!r})")
+
+    def log_tails(self, lines: int = 80) -> str:
+        return "\n".join(n.log_tail(lines) for n in self.nodes)
+
+
+@contextmanager
+def running_cluster(
+    root: Path, size: int = 3, overrides: dict[str, str] | None = None
+) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster(root, size, overrides)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.kill_all()

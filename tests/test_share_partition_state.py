@@ -1,0 +1,226 @@
+"""The share-partition state machine against a plain per-offset model (hypothesis
+stateful testing), plus the rules a client can see one by one."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from kbroker.share.partition_state import (
+    DELIVERY_LIMIT,
+    INVALID_RECORD_STATE,
+    INVALID_REQUEST,
+    REJECTED,
+    AckBatch,
+    AckError,
+    AckType,
+    Acquired,
+    RecordState,
+    SharePartitionState,
+)
+
+LOCK = 1000
+LIMIT = 3
+LOG = [(0, 4), (6, 9), (10, 10), (13, 19)]  # offsets the log holds; 5, 11, 12 are gaps
+HELD = [o for first, last in LOG for o in range(first, last + 1)]
+MEMBERS = ("a", "b", "c")
+
+
+def _offsets(acquired: list[Acquired]) -> list[int]:
+    return [o for a in acquired for o in range(a.first_offset, a.last_offset + 1)]
+
+
+class Model:
+    """Each log offset's (state, deliveries, member, deadline), in the plainest terms."""
+
+    def __init__(self) -> None:
+        self.records = {o: ["available", 0, None, 0] for o in HELD}
+        self.dead: list[tuple[int, int, str]] = []
+        self.end = 0  # past the highest offset ever acquired: gaps below it are done
+
+    def acquire(self, member: str, limit: int, now: int, window_end: int) -> list[int]:
+        out = []
+        for o in HELD:
+            if len(out) >= limit or o >= window_end:
+                break
+            r = self.records[o]
+            if r[0] == "available":
+                r[0], r[1], r[2], r[3] = "acquired", r[1] + 1, member, now + LOCK
+                out.append(o)
+                self.end = max(self.end, o + 1)
+        return out
+
+    def release(self, o: int) -> None:
+        r = self.records[o]
+        if r[1] >= LIMIT:
+            r[0] = "archived"
+            self.dead.append((o, r[1], DELIVERY_LIMIT))
+        else:
+            r[0] = "available"
+        r[2] = None
+
+    def start(self) -> int:
+        for o in HELD:
+            if self.records[o][0] in ("available", "acquired"):
+                return min(o, self.end)
+        return self.end
+
+
+class SharePartitionMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sp = SharePartitionState(0, delivery_limit=LIMIT, max_in_flight=12)
+        self.sp.dead_letters_enabled = True
+        self.model = Model()
+        self.now = 0
+
+    @rule(member=st.sampled_from(MEMBERS), limit=st.integers(1, 8))
+    def acquire(self, member: str, limit: int) -> None:
+        window_end = self.sp.start_offset + self.sp.max_in_flight
+        # Offsets already in flight may be re-acquired whatever the window.
+        window_end = max(window_end, self.sp.end_offset)
+        got = _offsets(self.sp.acquire(member, LOG, limit, self.now, LOCK))
+        expected = self.model.acquire(member, limit, self.now, window_end)
+        assert got == expected
+
+    @rule(
+        member=st.sampled_from(MEMBERS),
+        kind=st.sampled_from([AckType.ACCEPT, AckType.RELEASE, AckType.REJECT]),
+        data=st.data(),
+    )
+    def acknowledge(self, member: str, kind: AckType, data: st.DataObject) -> None:
+        candidates = [o for o in HELD if self.model.records[o][0] == "acquired"]
+        if not candidates:
+            return
+        offset = data.draw(st.sampled_from(candidates))
+        owner = self.model.records[offset][2]
+        batch = [AckBatch(offset, offset, (int(kind),))]
+        if owner != member:
+            with pytest.raises(AckError) as caught:
+                self.sp.acknowledge(member, batch, self.now, LOCK)
+            assert caught.value.code == INVALID_RECORD_STATE
+            return
+        self.sp.acknowledge(member, batch, self.now, LOCK)
+        r = self.model.records[offset]
+        if kind == AckType.ACCEPT:
+            r[0], r[2] = "acknowledged", None
+        elif kind == AckType.REJECT:
+            r[0], r[2] = "archived", None
+            self.model.dead.append((offset, r[1], REJECTED))
+        else:
+            self.model.release(offset)
+
+    @rule(ms=st.integers(1, 1500))
+    def time_passes(self, ms: int) -> None:
+        self.now += ms
+        self.sp.expire_locks(self.now)
+        for o in HELD:
+            r = self.model.records[o]
+            if r[0] == "acquired" and r[3] <= self.now:
+                self.model.release(o)
+
+    @rule(member=st.sampled_from(MEMBERS))
+    def member_leaves(self, member: str) -> None:
+        self.sp.release_member(member)
+        for o in HELD:
+            r = self.model.records[o]
+            if r[0] == "acquired" and r[2] == member:
+                self.model.release(o)
+
+    @rule()
+    def restart(self) -> None:
+        """A restart keeps everything but the locks: acquired records come back available."""
+        self.sp = SharePartitionState.from_snapshot(self.sp.snapshot(), LIMIT, 12)
+        self.sp.dead_letters_enabled = True
+        for o in HELD:
+            r = self.model.records[o]
+            if r[0] == "acquired":
+                r[0], r[2] = "available", None
+
+    @invariant()
+    def states_agree(self) -> None:
+        assert self.sp.start_offset == self.model.start()
+        for o in HELD:
+            if o < self.sp.start_offset:
+                assert self.model.records[o][0] in ("acknowledged", "archived")
+                continue
+            record = self.sp.records.get(o)
+            expected = self.model.records[o]
+            if record is None:
+                assert expected[0] == "available" and expected[1] == 0
+                continue
+            assert record.state.name.lower() == expected[0]
+            assert record.delivery_count == expected[1]
+
+    @invariant()
+    def dead_letters_agree(self) -> None:
+        got = [(d.offset, d.delivery_count, d.reason) for d in self.sp.pending_dead_letters]
+        assert got == self.model.dead
+
+
+TestSharePartitionMachine = SharePartitionMachine.TestCase
+TestSharePartitionMachine.settings = settings(
+    max_examples=150, stateful_step_count=50, deadline=None
+)
+
+
+def _acquire_all(sp: SharePartitionState, member: str = "a") -> list[Acquired]:
+    return sp.acquire(member, [(0, 9)], 100, 0, LOCK)
+
+
+def test_acquired_records_come_in_runs_of_one_delivery_count() -> None:
+    sp = SharePartitionState(0, LIMIT, 100)
+    assert _acquire_all(sp) == [Acquired(0, 9, 1)]
+    sp.acknowledge("a", [AckBatch(3, 4, (int(AckType.RELEASE),))], 0, LOCK)
+    assert sp.acquire("b", [(0, 9)], 100, 0, LOCK) == [Acquired(3, 4, 2)]
+
+
+def test_overlapping_acknowledgement_batches_are_invalid_request() -> None:
+    sp = SharePartitionState(0, LIMIT, 100)
+    _acquire_all(sp)
+    batches = [AckBatch(0, 4, (1,)), AckBatch(4, 6, (1,))]
+    with pytest.raises(AckError) as caught:
+        sp.acknowledge("a", batches, 0, LOCK)
+    assert caught.value.code == INVALID_REQUEST
+    assert sp.in_flight() == 10  # nothing applied
+
+
+def test_acknowledging_records_acquired_by_another_member_is_invalid_record_state() -> None:
+    sp = SharePartitionState(0, LIMIT, 100)
+    _acquire_all(sp, "a")
+    with pytest.raises(AckError) as caught:
+        sp.acknowledge("b", [AckBatch(0, 0, (1,))], 0, LOCK)
+    assert caught.value.code == INVALID_RECORD_STATE
+
+
+def test_a_record_released_at_the_delivery_limit_is_archived_once() -> None:
+    sp = SharePartitionState(0, LIMIT, 100)
+    sp.dead_letters_enabled = True
+    for _ in range(LIMIT):
+        assert sp.acquire("a", [(0, 0)], 1, 0, LOCK)
+        sp.acknowledge("a", [AckBatch(0, 0, (int(AckType.RELEASE),))], 0, LOCK)
+    assert sp.acquire("a", [(0, 0)], 1, 0, LOCK) == []
+    assert sp.start_offset == 1
+    assert [(d.offset, d.delivery_count, d.reason) for d in sp.pending_dead_letters] == [
+        (0, LIMIT, DELIVERY_LIMIT)
+    ]
+
+
+def test_renew_extends_the_lock() -> None:
+    sp = SharePartitionState(0, LIMIT, 100)
+    sp.acquire("a", [(0, 0)], 1, 0, LOCK)
+    sp.acknowledge("a", [AckBatch(0, 0, (int(AckType.RENEW),))], 900, LOCK)
+    sp.expire_locks(1500)
+    assert sp.records[0].state == RecordState.ACQUIRED
+    sp.expire_locks(1900)
+    assert sp.records[0].state == RecordState.AVAILABLE
+
+
+def test_the_window_of_in_flight_records_is_bounded() -> None:
+    sp = SharePartitionState(0, LIMIT, 4)
+    assert _offsets(sp.acquire("a", [(0, 9)], 100, 0, LOCK)) == [0, 1, 2, 3]
+    assert sp.fetch_offset() is None
+    sp.acknowledge("a", [AckBatch(0, 1, (1,))], 0, LOCK)
+    assert _offsets(sp.acquire("a", [(4, 9)], 100, 0, LOCK)) == [4, 5]

@@ -30,9 +30,9 @@ def _parser() -> argparse.ArgumentParser:
         default="uvloop",
         help="uvloop (default, when installed) or the standard library's loop",
     )
-    from kbroker.admin.commands import add_group_commands
+    from kbroker.admin.commands import add_admin_commands
 
-    add_group_commands(sub)
+    add_admin_commands(sub)
     return parser
 
 
@@ -63,10 +63,10 @@ async def _serve(config) -> None:  # type: ignore[no-untyped-def]
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "groups":
-        from kbroker.admin.commands import run_group_command
+    if args.command != "serve":
+        from kbroker.admin.commands import run_admin_command
 
-        return run_group_command(args)
+        return run_admin_command(args)
     from kbroker.config import ConfigError, load_broker_config
 
     try:

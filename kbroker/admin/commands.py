@@ -1,26 +1,41 @@
-"""`kbroker groups list|describe|lag`: consumer groups of a running cluster, as tables."""
+"""The admin commands of `kbroker`, shaped as kafka-topics, kafka-consumer-groups,
+kafka-configs and the console producer/consumer shape theirs:
+
+    kbroker topics   list | describe [TOPIC...] | create | alter | delete
+    kbroker groups   list | describe GROUP | lag GROUP | reset-offsets GROUP ...
+    kbroker configs  describe | alter | list          (--topic, --broker, --group, ...)
+    kbroker produce TOPIC    lines of stdin as records
+    kbroker consume TOPIC    records to stdout
+    kbroker cluster status   brokers, controller, partitions that need attention
+
+Every command takes `--bootstrap` (default DEFAULT_BOOTSTRAP, the listener `kbroker
+serve` opens by default), `--timeout` and `--output table|json`. A broker that cannot be
+reached, or an error it answers, is reported in one line on stderr with exit code 1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
+from collections.abc import Callable
+from dataclasses import asdict
 
-from kbroker.admin.client import ClientError, cluster
-from kbroker.admin.groups import (
-    describe_group,
-    list_groups,
-    render_description,
-    render_lag,
-    render_list,
-)
+from kbroker.admin import configs, groups, records, topics
+from kbroker.admin.client import ClientError, Cluster, cluster
+from kbroker.admin.output import Output, advance
 
-DEFAULT_BOOTSTRAP = "localhost:9092"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+ADMIN_COMMANDS = ("topics", "groups", "configs", "produce", "consume", "cluster")
+
+Runner = Callable[[Cluster, argparse.Namespace, Output], int]
 
 
-def add_group_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--bootstrap",
+        "--bootstrap-server",
         default=DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT[,HOST:PORT]",
         # Not read from KBROKER_*: that prefix holds broker settings, which `serve` checks.
@@ -29,29 +44,604 @@ def add_group_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     common.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait on each broker"
     )
-    groups = sub.add_parser("groups", help="list and describe consumer groups of a cluster")
-    commands = groups.add_subparsers(dest="groups_command", required=True)
-    commands.add_parser("list", parents=[common], help="every group, its type and state")
+    common.add_argument(
+        "--output",
+        "-o",
+        choices=("table", "json"),
+        default="table",
+        help="tables for people (default) or one JSON document for scripts",
+    )
+    return common
+
+
+def _key_values(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        for pair in item.split(","):
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise ClientError(f"expected NAME=VALUE, got {pair!r}")
+            out[key.strip()] = value
+    return out
+
+
+# -- parsers ------------------------------------------------------------------------------
+
+
+def add_admin_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    common = _common()
+    _add_topics(sub, common)
+    _add_groups(sub, common)
+    _add_configs(sub, common)
+
+    produce = sub.add_parser(
+        "produce", parents=[common], help="send lines of stdin as records (console producer)"
+    )
+    produce.add_argument("topic")
+    produce.add_argument("--key-separator", help="split each line into key and value at this")
+    produce.add_argument("--partition", type=int, help="send every record to this partition")
+    produce.add_argument("--acks", type=int, choices=(-1, 0, 1), default=-1)
+    produce.set_defaults(run=_produce)
+
+    consume = sub.add_parser(
+        "consume", parents=[common], help="print records of a topic (console consumer)"
+    )
+    consume.add_argument("topic")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="start at the earliest")
+    start.add_argument("--offset", type=int, help="start at this offset")
+    consume.add_argument(
+        "--partition", type=int, action="append", help="read only these (repeatable)"
+    )
+    consume.add_argument("--max-messages", type=int, help="stop after this many records")
+    consume.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=5.0,
+        help="stop once nothing new has come for this many seconds (default 5)",
+    )
+    consume.add_argument("--print-key", action="store_true", help="print key<TAB>value")
+    consume.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+    )
+    consume.set_defaults(run=_consume)
+
+    cluster_cmd = sub.add_parser("cluster", help="the cluster as a whole")
+    cluster_sub = cluster_cmd.add_subparsers(dest="cluster_command", required=True)
+    status = cluster_sub.add_parser(
+        "status", parents=[common], help="brokers, controller, partitions needing attention"
+    )
+    status.set_defaults(run=_cluster_status)
+
+
+def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("topics", help="list, describe, create, alter and delete topics")
+    commands = parser.add_subparsers(dest="topics_command", required=True)
+    listing = commands.add_parser("list", parents=[common], help="every topic")
+    listing.add_argument("--internal", action="store_true", help="include internal topics")
+    listing.set_defaults(run=_topics_list)
+    describe = commands.add_parser(
+        "describe", parents=[common], help="partitions, leaders, replicas, ISR and configs"
+    )
+    describe.add_argument("topic", nargs="*", help="topics to describe (default: all)")
+    describe.add_argument(
+        "--under-replicated-partitions", action="store_true", help="only partitions short of ISR"
+    )
+    describe.add_argument(
+        "--unavailable-partitions", action="store_true", help="only partitions without a leader"
+    )
+    describe.set_defaults(run=_topics_describe)
+    create = commands.add_parser("create", parents=[common], help="create a topic")
+    create.add_argument("topic")
+    create.add_argument("--partitions", type=int, default=-1, help="default: num.partitions")
+    create.add_argument(
+        "--replication-factor", type=int, default=-1, help="default: default.replication.factor"
+    )
+    create.add_argument(
+        "--config", action="append", default=[], metavar="NAME=VALUE", help="topic config"
+    )
+    create.add_argument("--if-not-exists", action="store_true")
+    create.set_defaults(run=_topics_create)
+    alter = commands.add_parser(
+        "alter", parents=[common], help="add partitions, set or delete topic configs"
+    )
+    alter.add_argument("topic")
+    alter.add_argument("--partitions", type=int, help="the new total partition count")
+    alter.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="NAME")
+    alter.set_defaults(run=_topics_alter)
+    delete = commands.add_parser("delete", parents=[common], help="delete topics")
+    delete.add_argument("topic", nargs="+")
+    delete.add_argument("--if-exists", action="store_true")
+    delete.set_defaults(run=_topics_delete)
+
+
+def _add_groups(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("groups", help="list, describe and reset consumer groups")
+    commands = parser.add_subparsers(dest="groups_command", required=True)
+    commands.add_parser(
+        "list", parents=[common], help="every group, its type and state"
+    ).set_defaults(run=_groups_list)
     describe = commands.add_parser(
         "describe", parents=[common], help="members, assignments, committed offsets and lag"
     )
     describe.add_argument("group")
+    describe.set_defaults(run=_groups_describe)
     lag = commands.add_parser(
         "lag", parents=[common], help="committed offset and lag per partition"
     )
     lag.add_argument("group")
+    lag.set_defaults(run=_groups_lag)
+    reset = commands.add_parser(
+        "reset-offsets",
+        parents=[common],
+        help="move committed offsets (a dry run unless --execute), as kafka-consumer-groups",
+    )
+    reset.add_argument("group")
+    which = reset.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--topic", action="append", metavar="TOPIC[:P,P]", help="topic or topic:partitions"
+    )
+    which.add_argument("--all-topics", action="store_true", help="every topic with offsets")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument(
+        "--to-datetime", metavar="YYYY-MM-DDTHH:MM:SS[.sss][+HH:MM]", help="local time unless zoned"
+    )
+    to.add_argument("--to-offset", type=int)
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="show the new offsets (default)")
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    reset.set_defaults(run=_groups_reset)
 
 
-def run_group_command(args: argparse.Namespace) -> int:
+def _add_configs(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("configs", help="describe and alter configs (kafka-configs)")
+    commands = parser.add_subparsers(dest="configs_command", required=True)
+    resource = argparse.ArgumentParser(add_help=False)
+    which = resource.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic")
+    which.add_argument("--broker", help="a broker's node id")
+    which.add_argument("--broker-logger", help="a broker's node id: its loggers")
+    which.add_argument("--group")
+    describe = commands.add_parser(
+        "describe", parents=[common, resource], help="configs of one resource, with sources"
+    )
+    describe.add_argument("--all", action="store_true", help="defaults too, not only overrides")
+    describe.set_defaults(run=_configs_describe)
+    alter = commands.add_parser(
+        "alter", parents=[common, resource], help="set (--add-config) or revert (--delete-config)"
+    )
+    alter.add_argument("--add-config", action="append", default=[], metavar="NAME=VALUE[,...]")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="NAME[,...]")
+    alter.set_defaults(run=_configs_alter)
+    listing = commands.add_parser(
+        "list", parents=[common], help="resources that have configs (ListConfigResources)"
+    )
+    listing.add_argument(
+        "--type",
+        action="append",
+        choices=sorted(configs.RESOURCE_TYPES),
+        help="only these types (repeatable; default all)",
+    )
+    listing.set_defaults(run=_configs_list)
+
+
+def run_admin_command(args: argparse.Namespace) -> int:
+    """Run the chosen command; a ClientError is one line on stderr and exit code 1."""
+    out = Output(args.output)
     try:
         with cluster(args.bootstrap, args.timeout) as c:
-            if args.groups_command == "list":
-                print(render_list(list_groups(c)))
-            elif args.groups_command == "describe":
-                print(render_description(describe_group(c, args.group)))
-            else:
-                print(render_lag(describe_group(c, args.group)))
+            code: int = args.run(c, args, out)
+            return code
     except ClientError as exc:
-        print(f"kbroker groups: {exc}", file=sys.stderr)
+        print(f"kbroker {args.command}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+# -- topics -------------------------------------------------------------------------------
+
+
+def _topics_list(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    md = topics.metadata(c)
+    shown = [t for t in md.topics if args.internal or not t.internal]
+    if out.json:
+        out.data(
+            [
+                {
+                    "name": t.name,
+                    "partitions": len(t.partitions),
+                    "replication_factor": t.replication_factor,
+                    "internal": t.internal,
+                }
+                for t in shown
+            ]
+        )
+    else:
+        out.table(
+            ["TOPIC", "PARTITIONS", "REPLICAS", "INTERNAL"],
+            [
+                (t.name, len(t.partitions), t.replication_factor, str(t.internal).lower())
+                for t in shown
+            ],
+        )
+    return 0
+
+
+def _topics_describe(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    md = topics.metadata(c, args.topic or None)
+    shown = md.topics if args.topic else [t for t in md.topics if not t.internal]
+    overrides = {
+        t.name: {
+            e.name: e.value
+            for e in configs.describe_configs(c, "topic", t.name)
+            if e.source == "DYNAMIC_TOPIC_CONFIG"
+        }
+        for t in shown
+    }
+
+    def wanted(p: topics.PartitionInfo) -> bool:
+        if args.under_replicated_partitions and not p.under_replicated:
+            return False
+        return not (args.unavailable_partitions and p.leader >= 0)
+
+    if out.json:
+        docs = []
+        for t in shown:
+            doc = topics.topic_as_dict(t)
+            doc["configs"] = overrides[t.name]
+            doc["partitions"] = [
+                d for d, p in zip(doc["partitions"], t.partitions, strict=True) if wanted(p)
+            ]
+            docs.append(doc)
+        out.data(docs)
+        return 0
+    for t in shown:
+        configs_text = ",".join(f"{k}={v}" for k, v in sorted(overrides[t.name].items()))
+        out.text(
+            f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
+            f"ReplicationFactor: {t.replication_factor}\tConfigs: {configs_text}"
+        )
+        out.table(
+            ["PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH"],
+            [
+                (
+                    p.partition,
+                    "none" if p.leader < 0 else p.leader,
+                    ",".join(map(str, p.replicas)),
+                    ",".join(map(str, p.isr)),
+                    p.leader_epoch,
+                )
+                for p in t.partitions
+                if wanted(p)
+            ],
+        )
+        out.text()
+    return 0
+
+
+def _topics_create(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    created = topics.create_topic(
+        c,
+        args.topic,
+        args.partitions,
+        args.replication_factor,
+        _key_values(args.config),
+        if_not_exists=args.if_not_exists,
+    )
+    if out.json:
+        out.data({"topic": args.topic, "created": created})
+    else:
+        out.text(f"Created topic {args.topic}." if created else f"Topic {args.topic} exists.")
+    return 0
+
+
+def _topics_alter(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    if args.partitions is None and not args.config and not args.delete_config:
+        raise ClientError("nothing to alter: give --partitions, --config or --delete-config")
+    if args.partitions is not None:
+        topics.add_partitions(c, args.topic, args.partitions)
+    if args.config or args.delete_config:
+        configs.alter_configs(
+            c, "topic", args.topic, _key_values(args.config), _names(args.delete_config)
+        )
+    if out.json:
+        out.data({"topic": args.topic, "altered": True})
+    else:
+        out.text(f"Altered topic {args.topic}.")
+    return 0
+
+
+def _topics_delete(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    names = list(args.topic)
+    if args.if_exists:
+        existing = {t.name for t in topics.metadata(c).topics}
+        names = [n for n in names if n in existing]
+    if names:
+        topics.delete_topics(c, names)
+    if out.json:
+        out.data({"deleted": names})
+    else:
+        for name in names:
+            out.text(f"Deleted topic {name}.")
+    return 0
+
+
+# -- groups -------------------------------------------------------------------------------
+
+
+def _groups_list(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    found = groups.list_groups(c)
+    if out.json:
+        out.data([asdict(g) for g in found])
+    else:
+        out.text(groups.render_list(found))
+    return 0
+
+
+def _group_json(d: groups.GroupDescription) -> dict[str, object]:
+    return {
+        "group_id": d.group_id,
+        "type": d.group_type,
+        "state": d.state,
+        "coordinator": {
+            "node_id": d.coordinator[0],
+            "host": d.coordinator[1],
+            "port": d.coordinator[2],
+        },
+        "epoch": d.epoch,
+        "assignment_epoch": d.assignment_epoch,
+        "assignor": d.assignor,
+        "members": [
+            {**asdict(m), "assignment": [list(tp) for tp in m.assignment]} for m in d.members
+        ],
+        "partitions": [
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "committed_offset": p.committed,
+                "log_end_offset": p.log_end,
+                "lag": p.lag,
+                "member_id": p.member.member_id if p.member else None,
+            }
+            for p in d.partitions
+        ],
+        "total_lag": d.total_lag,
+    }
+
+
+def _groups_describe(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    d = groups.describe_group(c, args.group)
+    if out.json:
+        out.data(_group_json(d))
+    else:
+        out.text(groups.render_description(d))
+    return 0
+
+
+def _groups_lag(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    d = groups.describe_group(c, args.group)
+    if out.json:
+        doc = _group_json(d)
+        out.data({k: doc[k] for k in ("group_id", "partitions", "total_lag")})
+    else:
+        out.text(groups.render_lag(d))
+    return 0
+
+
+def parse_datetime(text: str) -> int:
+    """Epoch milliseconds of an ISO-8601 time; one without a zone is local time, as in
+    kafka-consumer-groups' --to-datetime."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ClientError(f"bad --to-datetime {text!r}: expected YYYY-MM-DDTHH:MM:SS") from None
+    if when.tzinfo is None:
+        when = when.astimezone()
+    return int(when.timestamp() * 1000)
+
+
+def _groups_reset(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    if args.to_earliest:
+        strategy, value = "earliest", None
+    elif args.to_latest:
+        strategy, value = "latest", None
+    elif args.to_datetime is not None:
+        strategy, value = "datetime", parse_datetime(args.to_datetime)
+    else:
+        strategy, value = "offset", args.to_offset
+    targets = groups.reset_targets(c, args.group, args.topic or [], args.all_topics)
+    with out.progress(f"planning {len(targets)} partitions", total=None):
+        plan = groups.plan_reset(c, args.group, targets, strategy, value)
+    if args.execute:
+        groups.apply_reset(c, args.group, plan)
+    if out.json:
+        out.data(
+            {
+                "group_id": args.group,
+                "executed": bool(args.execute),
+                "partitions": [asdict(r) for r in plan],
+            }
+        )
+    else:
+        out.table(
+            ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
+            [(args.group, r.topic, r.partition, r.new) for r in plan],
+        )
+        if not args.execute:
+            out.note("Dry run: nothing committed. Run again with --execute to apply.")
+    return 0
+
+
+# -- configs ------------------------------------------------------------------------------
+
+
+def _resource(args: argparse.Namespace) -> tuple[str, str]:
+    for kind in ("topic", "broker", "broker_logger", "group"):
+        name = getattr(args, kind)
+        if name is not None:
+            return kind.replace("_", "-"), name
+    raise ClientError("name a resource: --topic, --broker, --broker-logger or --group")
+
+
+def _names(items: list[str]) -> list[str]:
+    return [n.strip() for item in items for n in item.split(",") if n.strip()]
+
+
+def _configs_describe(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    kind, name = _resource(args)
+    entries = configs.describe_configs(c, kind, name)
+    shown = (
+        entries if args.all or kind == "broker-logger" else [e for e in entries if not e.is_default]
+    )
+    if out.json:
+        out.data(
+            {"resource_type": kind, "resource_name": name, "configs": [asdict(e) for e in shown]}
+        )
+    else:
+        out.table(
+            ["NAME", "VALUE", "SOURCE", "READ-ONLY"],
+            [
+                (
+                    e.name,
+                    "(sensitive)" if e.sensitive else e.value,
+                    e.source,
+                    str(e.read_only).lower(),
+                )
+                for e in shown
+            ],
+        )
+    return 0
+
+
+def _configs_alter(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    kind, name = _resource(args)
+    to_set, to_delete = _key_values(args.add_config), _names(args.delete_config)
+    if not to_set and not to_delete:
+        raise ClientError("nothing to alter: give --add-config or --delete-config")
+    configs.alter_configs(c, kind, name, to_set, to_delete)
+    if out.json:
+        out.data(
+            {"resource_type": kind, "resource_name": name, "set": to_set, "deleted": to_delete}
+        )
+    else:
+        out.text(f"Completed updating config for {kind} {name}.")
+    return 0
+
+
+def _configs_list(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    found = configs.list_config_resources(c, args.type or [])
+    if out.json:
+        out.data([{"resource_type": t, "resource_name": n} for t, n in found])
+    else:
+        out.table(["TYPE", "NAME"], found)
+    return 0
+
+
+# -- records ------------------------------------------------------------------------------
+
+
+def _produce(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    lines = records.parse_lines(sys.stdin, args.key_separator)
+    with out.progress(f"producing to {args.topic}", total=None) as bar:
+        sent = records.produce(
+            c, args.topic, lines, args.partition, args.acks, on_sent=lambda _: advance(bar)
+        )
+    if out.json:
+        out.data([asdict(s) for s in sent])
+    else:
+        out.note(f"Produced {len(sent)} records to {args.topic}.")
+    return 0
+
+
+def _consume(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    isolation = 1 if args.isolation_level == "read_committed" else 0
+    got = records.consume(
+        c,
+        args.topic,
+        args.partition,
+        args.from_beginning,
+        args.offset,
+        args.max_messages,
+        args.idle_timeout,
+        isolation,
+    )
+    count = 0
+    for r in got:
+        count += 1
+        if out.json:
+            out.data(
+                {
+                    "topic": r.topic,
+                    "partition": r.partition,
+                    "offset": r.offset,
+                    "timestamp": r.timestamp,
+                    "key": _text(r.key),
+                    "value": _text(r.value),
+                    "headers": {k: _text(v) for k, v in r.headers},
+                }
+            )
+        elif args.print_key:
+            out.text(f"{_text(r.key) or ''}\t{_text(r.value) or ''}")
+        else:
+            out.text(_text(r.value) or "")
+        out.out.flush()
+    out.note(f"Processed a total of {count} messages")
+    return 0
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+# -- cluster ------------------------------------------------------------------------------
+
+
+def _cluster_status(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    md = topics.metadata(c)
+    partitions = [p for t in md.topics for p in t.partitions]
+    under = sum(1 for p in partitions if p.under_replicated)
+    offline = sum(1 for p in partitions if p.leader < 0)
+    leaders: dict[int, int] = {}
+    for p in partitions:
+        leaders[p.leader] = leaders.get(p.leader, 0) + 1
+    summary = {
+        "cluster_id": md.cluster_id,
+        "controller_id": md.controller_id,
+        "brokers": [
+            {**asdict(b), "leader_partitions": leaders.get(b.node_id, 0)} for b in md.brokers
+        ],
+        "topics": len(md.topics),
+        "partitions": len(partitions),
+        "under_replicated_partitions": under,
+        "offline_partitions": offline,
+    }
+    if out.json:
+        out.data(summary)
+        return 0
+    out.text(f"Cluster {md.cluster_id}, controller {md.controller_id}")
+    out.text(
+        f"{len(md.brokers)} brokers, {len(md.topics)} topics, {len(partitions)} partitions, "
+        f"{under} under-replicated, {offline} offline"
+    )
+    out.text()
+    out.table(
+        ["NODE", "HOST", "PORT", "RACK", "LEADERS", "CONTROLLER"],
+        [
+            (
+                b.node_id,
+                b.host,
+                b.port,
+                b.rack,
+                leaders.get(b.node_id, 0),
+                "yes" if b.node_id == md.controller_id else "",
+            )
+            for b in md.brokers
+        ],
+    )
     return 0

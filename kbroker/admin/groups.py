@@ -17,15 +17,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.admin.client import BrokerConnection, ClientError, Cluster
+from kbroker.admin.output import table
+from kbroker.admin.topics import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets, metadata
 
 METADATA = 3
-LIST_OFFSETS = 2
+OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
 FIND_COORDINATOR = 10
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 CONSUMER_GROUP_DESCRIBE = 69
-LATEST_TIMESTAMP = -1
 
 TopicPartition = tuple[str, int]
 
@@ -287,74 +288,130 @@ def log_end_offsets(
     cluster: Cluster, partitions: Sequence[TopicPartition]
 ) -> dict[TopicPartition, int]:
     """The high watermark of each partition, asked of its leader (ListOffsets latest)."""
+    return list_offsets(cluster, partitions, LATEST_TIMESTAMP)
+
+
+# -- resetting offsets --------------------------------------------------------------------
+
+INACTIVE_STATES = ("Empty", "Dead")
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetReset:
+    topic: str
+    partition: int
+    current: int | None
+    new: int
+
+
+def reset_targets(
+    cluster: Cluster, group_id: str, topics: Sequence[str], all_topics: bool
+) -> list[TopicPartition]:
+    """The partitions a reset applies to: `topic` (every partition) or `topic:0,2`
+    entries, or with `all_topics` every partition the group has committed offsets for."""
+    if all_topics:
+        node = find_coordinator(cluster, group_id)
+        return sorted(fetch_committed(cluster.connection(node[1], node[2]), group_id))
+    chosen: list[TopicPartition] = []
+    whole = [t for t in topics if ":" not in t]
+    counts = {t.name: len(t.partitions) for t in metadata(cluster, whole).topics} if whole else {}
+    for spec in topics:
+        name, sep, numbers = spec.partition(":")
+        if sep:
+            try:
+                chosen += [(name, int(n)) for n in numbers.split(",") if n.strip()]
+            except ValueError:
+                raise ClientError(f"bad partition list in {spec!r}") from None
+        else:
+            chosen += [(name, p) for p in range(counts[name])]
+    return sorted(set(chosen))
+
+
+def plan_reset(
+    cluster: Cluster,
+    group_id: str,
+    partitions: Sequence[TopicPartition],
+    strategy: str,
+    value: int | None = None,
+) -> list[OffsetReset]:
+    """New offsets by `strategy`: "earliest", "latest", "datetime" (value = epoch ms) or
+    "offset" (value, kept within each partition's earliest..latest as Kafka's tool does)."""
     if not partitions:
-        return {}
-    topics = sorted({t for t, _ in partitions})
-    md = cluster.any().call(
-        METADATA,
-        {
-            "topics": [{"name": t, "topic_id": None} for t in topics],
-            "allow_auto_topic_creation": False,
-        },
-        versions=(1, 12),
-    )
-    nodes = {int(b.node_id): (b.host, int(b.port)) for b in md.brokers}
-    leaders: dict[TopicPartition, int] = {}
-    for t in md.topics:
-        if _error(t.error_code) != ErrorCode.none:
-            continue
-        for p in t.partitions:
-            leaders[(t.name, int(p.partition_index))] = int(p.leader_id)
-    by_leader: dict[int, list[TopicPartition]] = {}
-    for tp in partitions:
-        leader = leaders.get(tp)
-        if leader is not None and leader in nodes:
-            by_leader.setdefault(leader, []).append(tp)
-    ends: dict[TopicPartition, int] = {}
-    for leader, tps in by_leader.items():
-        host, port = nodes[leader]
-        grouped: dict[str, list[int]] = {}
-        for t, p in tps:
-            grouped.setdefault(t, []).append(p)
-        response = cluster.connection(host, port).call(
-            LIST_OFFSETS,
-            {
-                "replica_id": -1,
-                "isolation_level": 0,
-                "topics": [
-                    {
-                        "name": t,
-                        "partitions": [
-                            {
-                                "partition_index": p,
-                                "current_leader_epoch": -1,
-                                "timestamp": LATEST_TIMESTAMP,
-                            }
-                            for p in ps
-                        ],
-                    }
-                    for t, ps in grouped.items()
-                ],
-            },
-            versions=(1, 7),
+        raise ClientError("no partitions to reset")
+    node = find_coordinator(cluster, group_id)
+    committed = fetch_committed(cluster.connection(node[1], node[2]), group_id)
+    earliest = list_offsets(cluster, partitions, EARLIEST_TIMESTAMP)
+    latest = list_offsets(cluster, partitions, LATEST_TIMESTAMP)
+    if strategy == "earliest":
+        new = earliest
+    elif strategy == "latest":
+        new = latest
+    elif strategy == "datetime":
+        assert value is not None
+        new = list_offsets(cluster, partitions, value)
+    elif strategy == "offset":
+        assert value is not None
+        new = {tp: min(max(value, earliest[tp]), latest[tp]) for tp in partitions}
+    else:
+        raise ClientError(f"unknown reset strategy {strategy}")
+    return [OffsetReset(t, p, committed.get((t, p)), new[(t, p)]) for t, p in partitions]
+
+
+def apply_reset(cluster: Cluster, group_id: str, plan: Sequence[OffsetReset]) -> None:
+    """Commit the planned offsets, as an admin client does (no member, generation -1).
+
+    Kafka's tool refuses while the group has members: their next commit would undo the
+    reset. The state is checked first so the refusal says why.
+    """
+    state = _group_state(cluster, group_id)
+    if state not in INACTIVE_STATES:
+        raise ClientError(
+            f"assignments can only be reset if the group '{group_id}' is inactive, "
+            f"but the current state is {state}"
         )
-        for t in response.topics:
-            for p in t.partitions:
-                if _error(p.error_code) == ErrorCode.none:
-                    ends[(t.name, int(p.partition_index))] = int(p.offset)
-    return ends
+    node = find_coordinator(cluster, group_id)
+    by_topic: dict[str, list[OffsetReset]] = {}
+    for r in plan:
+        by_topic.setdefault(r.topic, []).append(r)
+    response = cluster.connection(node[1], node[2]).call(
+        OFFSET_COMMIT,
+        {
+            "group_id": group_id,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "retention_time_ms": -1,
+            "topics": [
+                {
+                    "name": t,
+                    "partitions": [
+                        {
+                            "partition_index": r.partition,
+                            "committed_offset": r.new,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": "",
+                        }
+                        for r in rs
+                    ],
+                }
+                for t, rs in by_topic.items()
+            ],
+        },
+        versions=(2, 9),
+    )
+    for t in response.topics:
+        for p in t.partitions:
+            _check(p.error_code, f"committing {t.name}-{p.partition_index} for {group_id}")
+
+
+def _group_state(cluster: Cluster, group_id: str) -> str:
+    for listing in list_groups(cluster):
+        if listing.group_id == group_id:
+            return listing.state
+    return "Dead"
 
 
 # -- tables -------------------------------------------------------------------------------
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """Columns padded to their widest cell, two spaces apart (kafka-consumer-groups style)."""
-    text = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in text) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in text
-    )
 
 
 def render_list(groups: Sequence[GroupListing]) -> str:
@@ -436,6 +493,10 @@ def _compact(partitions: Iterable[TopicPartition]) -> str:
 
 __all__ = [
     "GroupDescription",
+    "OffsetReset",
+    "apply_reset",
+    "plan_reset",
+    "reset_targets",
     "GroupListing",
     "MemberInfo",
     "PartitionLag",

@@ -478,3 +478,38 @@ def alter_log_levels(broker: BrokerParts, resource: Any, validate_only: bool) ->
     if not validate_only:
         for logger, level in changes:
             logger.setLevel(level)
+
+
+# -- ListConfigResources (KIP-1142) --------------------------------------------------------
+
+LIST_CONFIG_RESOURCES = 74
+# v0 was ListClientMetricsResources: client-metrics subscriptions only.
+LISTABLE_TYPES = {0: (CLIENT_METRICS,), 1: (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)}
+
+
+@handles(LIST_CONFIG_RESOURCES, 0)
+def list_config_resources(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    """The resources that can hold configs, of the types asked (all when none are).
+
+    As Kafka lists them: every topic; every registered broker, as BROKER and as
+    BROKER_LOGGER; groups and client-metrics subscriptions that have configs, of which
+    kbroker has none (it keeps no group configs or metrics subscriptions). A type the
+    version does not list answers UNSUPPORTED_VERSION for the whole request.
+    """
+    supported = LISTABLE_TYPES[min(ctx.version, 1)]
+    wanted = [int(t) for t in getattr(request, "resource_types", ())] or list(supported)
+    if any(t not in supported for t in wanted):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.unsupported_version,
+            "config_resources": [],
+        }
+    state = ctx.broker.controller.state
+    brokers = sorted(state.brokers)
+    found: list[dict[str, Any]] = []
+    for kind in wanted:
+        if kind in (BROKER, BROKER_LOGGER):
+            found += [{"resource_name": str(b), "resource_type": kind} for b in brokers]
+        elif kind == TOPIC:
+            found += [{"resource_name": t, "resource_type": TOPIC} for t in sorted(state.topics)]
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": found}

@@ -1,0 +1,262 @@
+"""Topics as an operator sees them: list, describe, create, alter, delete; offsets by time.
+
+Each function asks the cluster over the wire (Metadata, CreateTopics, CreatePartitions,
+DeleteTopics, ListOffsets) and returns plain dataclasses; the commands print them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.admin.client import ClientError, Cluster
+
+LIST_OFFSETS = 2
+METADATA = 3
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+CREATE_PARTITIONS = 37
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+TopicPartition = tuple[str, int]
+
+
+def error_of(code: Any) -> ErrorCode:
+    return code if isinstance(code, ErrorCode) else ErrorCode(int(code))
+
+
+def check(code: Any, what: str, message: str | None = None) -> None:
+    """Raise ClientError naming Kafka's error (and the broker's message) unless NONE."""
+    error = error_of(code)
+    if error != ErrorCode.none:
+        detail = f" ({message})" if message else ""
+        raise ClientError(f"{what}: {error.name.upper()}{detail}")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline: tuple[int, ...] = ()
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.isr) < len(self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: str
+    internal: bool
+    partitions: tuple[PartitionInfo, ...]
+
+    @property
+    def replication_factor(self) -> int:
+        return max((len(p.replicas) for p in self.partitions), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass
+class ClusterMetadata:
+    cluster_id: str | None
+    controller_id: int
+    brokers: list[BrokerInfo] = field(default_factory=list)
+    topics: list[TopicInfo] = field(default_factory=list)
+
+    def leader_address(self, tp: TopicPartition) -> tuple[str, int] | None:
+        nodes = {b.node_id: (b.host, b.port) for b in self.brokers}
+        for t in self.topics:
+            if t.name == tp[0]:
+                for p in t.partitions:
+                    if p.partition == tp[1]:
+                        return nodes.get(p.leader)
+        return None
+
+
+def metadata(cluster: Cluster, topics: Sequence[str] | None = None) -> ClusterMetadata:
+    """Brokers and topics (all of them when `topics` is None); unknown topics raise."""
+    body = {
+        "topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    md = cluster.any().call(METADATA, body, versions=(1, 12))
+    found = []
+    for t in md.topics:
+        check(t.error_code, f"topic {t.name}")
+        partitions = tuple(
+            sorted(
+                (
+                    PartitionInfo(
+                        int(p.partition_index),
+                        int(p.leader_id),
+                        int(getattr(p, "leader_epoch", -1)),
+                        tuple(int(r) for r in p.replica_nodes),
+                        tuple(int(r) for r in p.isr_nodes),
+                        tuple(int(r) for r in getattr(p, "offline_replicas", ())),
+                    )
+                    for p in t.partitions
+                ),
+                key=lambda p: p.partition,
+            )
+        )
+        topic_id = str(getattr(t, "topic_id", "") or "")
+        found.append(TopicInfo(t.name, topic_id, bool(t.is_internal), partitions))
+    return ClusterMetadata(
+        cluster_id=getattr(md, "cluster_id", None),
+        controller_id=int(getattr(md, "controller_id", -1)),
+        brokers=sorted(
+            (BrokerInfo(int(b.node_id), b.host, int(b.port), b.rack) for b in md.brokers),
+            key=lambda b: b.node_id,
+        ),
+        topics=sorted(found, key=lambda t: t.name),
+    )
+
+
+def topic_as_dict(topic: TopicInfo) -> dict[str, Any]:
+    return {
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "internal": topic.internal,
+        "partition_count": len(topic.partitions),
+        "replication_factor": topic.replication_factor,
+        "partitions": [
+            {**asdict(p), "replicas": list(p.replicas), "isr": list(p.isr)}
+            for p in topic.partitions
+        ],
+    }
+
+
+def create_topic(
+    cluster: Cluster,
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    configs: dict[str, str],
+    if_not_exists: bool = False,
+    validate_only: bool = False,
+    timeout_ms: int = 30_000,
+) -> bool:
+    """CreateTopics on the controller's behalf; False if it existed and `if_not_exists`."""
+    response = cluster.any().call(
+        CREATE_TOPICS,
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": partitions,
+                    "replication_factor": replication_factor,
+                    "assignments": [],
+                    "configs": [{"name": k, "value": v} for k, v in configs.items()],
+                }
+            ],
+            "timeout": timeout_ms,
+            "validate_only": validate_only,
+        },
+        versions=(2, 7),
+    )
+    result = response.topics[0]
+    if if_not_exists and error_of(result.error_code) == ErrorCode.topic_already_exists:
+        return False
+    check(result.error_code, f"creating topic {name}", getattr(result, "error_message", None))
+    return True
+
+
+def delete_topics(cluster: Cluster, names: Sequence[str], timeout_ms: int = 30_000) -> None:
+    response = cluster.any().call(
+        DELETE_TOPICS,
+        {
+            "topic_names": list(names),
+            "topics": [{"name": n, "topic_id": None} for n in names],
+            "timeout": timeout_ms,
+        },
+        versions=(1, 6),
+    )
+    for result in response.responses:
+        check(
+            result.error_code,
+            f"deleting topic {result.name}",
+            getattr(result, "error_message", None),
+        )
+
+
+def add_partitions(cluster: Cluster, name: str, count: int, timeout_ms: int = 30_000) -> None:
+    """CreatePartitions: grow `name` to `count` partitions in all."""
+    response = cluster.any().call(
+        CREATE_PARTITIONS,
+        {
+            "topics": [{"name": name, "count": count, "assignments": None}],
+            "timeout": timeout_ms,
+            "validate_only": False,
+        },
+        versions=(0, 3),
+    )
+    result = response.results[0]
+    check(result.error_code, f"adding partitions to {name}", result.error_message)
+
+
+def list_offsets(
+    cluster: Cluster, partitions: Sequence[TopicPartition], timestamp: int
+) -> dict[TopicPartition, int]:
+    """ListOffsets of each partition at `timestamp` (or EARLIEST/LATEST), asked of its
+    leader. A partition with no offset at or after the time maps to its log end, as
+    kafka-consumer-groups resets to the end when a datetime is past the last record."""
+    if not partitions:
+        return {}
+    md = metadata(cluster, sorted({t for t, _ in partitions}))
+    by_leader: dict[tuple[str, int], dict[str, list[int]]] = {}
+    for tp in partitions:
+        address = md.leader_address(tp)
+        if address is None:
+            raise ClientError(f"no leader for {tp[0]}-{tp[1]}")
+        by_leader.setdefault(address, {}).setdefault(tp[0], []).append(tp[1])
+    found: dict[TopicPartition, int] = {}
+    missing: list[TopicPartition] = []
+    for (host, port), grouped in by_leader.items():
+        response = cluster.connection(host, port).call(
+            LIST_OFFSETS,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": t,
+                        "partitions": [
+                            {
+                                "partition_index": p,
+                                "current_leader_epoch": -1,
+                                "timestamp": timestamp,
+                            }
+                            for p in ps
+                        ],
+                    }
+                    for t, ps in grouped.items()
+                ],
+            },
+            versions=(1, 7),
+        )
+        for t in response.topics:
+            for p in t.partitions:
+                check(p.error_code, f"ListOffsets of {t.name}-{p.partition_index}")
+                if int(p.offset) < 0:
+                    missing.append((t.name, int(p.partition_index)))
+                else:
+                    found[(t.name, int(p.partition_index))] = int(p.offset)
+    if missing:
+        found.update(list_offsets(cluster, missing, LATEST_TIMESTAMP))
+    return found

@@ -1,0 +1,44 @@
+"""The admin client's pieces that need no broker: Kafka's partitioner hash, times, lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbroker.admin.client import ClientError
+from kbroker.admin.commands import parse_datetime
+from kbroker.admin.records import murmur2, parse_lines, partition_for
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        # The vectors of Kafka's own UtilsTest.testMurmur2.
+        (b"21", -973932308),
+        (b"foobar", -790332482),
+        (b"a-little-bit-long-string", -985981536),
+        (b"a-little-bit-longer-string", -1486304829),
+        (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        (b"abc", 479470107),
+    ],
+)
+def test_murmur2_matches_kafkas_java_implementation(data, expected):
+    assert murmur2(data) == expected
+
+
+def test_unkeyed_records_take_the_fallback_partition():
+    assert partition_for(None, 3, 7) == 1
+    assert partition_for(b"21", 3, 7) == (-973932308 & 0x7FFFFFFF) % 3
+
+
+def test_lines_split_at_the_first_key_separator():
+    assert list(parse_lines(["a:b:c\n", "x:\n"], ":")) == [(b"a", b"b:c"), (b"x", b"")]
+    assert list(parse_lines(["plain\n"], None)) == [(None, b"plain")]
+    with pytest.raises(ClientError, match="no key separator"):
+        list(parse_lines(["nokey\n"], ":"))
+
+
+def test_datetimes_with_a_zone_are_exact():
+    assert parse_datetime("2020-01-01T00:00:00+00:00") == 1577836800000
+    assert parse_datetime("2020-01-01T01:00:00.500+01:00") == 1577836800500
+    with pytest.raises(ClientError, match="bad --to-datetime"):
+        parse_datetime("yesterday")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from kbroker.controller.events import (
     TopicCreated,
     TopicDeleted,
 )
+from kbroker.controller.state import PartitionInfo, TopicInfo
 from kbroker.coordinator.service import GroupCoordinatorService
 from kbroker.handlers.context import BrokerParts
 from kbroker.metrics.counters import RequestCounters
@@ -194,7 +196,7 @@ class Broker:
                 if replica.topic == event.name:
                     replica.log.update_config(config)
 
-    def _open_partitions(self, topic: Any, partitions: list[Any]) -> None:
+    def _open_partitions(self, topic: TopicInfo, partitions: Sequence[PartitionInfo]) -> None:
         config = self.log_config(topic.name)
         for p in partitions:
             if self.node_id in p.replicas:

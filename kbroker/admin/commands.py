@@ -68,7 +68,7 @@ def _key_values(items: list[str]) -> dict[str, str]:
 # -- parsers ------------------------------------------------------------------------------
 
 
-def add_admin_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_admin_commands(sub: argparse._SubParsersAction) -> None:
     common = _common()
     _add_topics(sub, common)
     _add_groups(sub, common)
@@ -116,7 +116,7 @@ def add_admin_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     status.set_defaults(run=_cluster_status)
 
 
-def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     parser = sub.add_parser("topics", help="list, describe, create, alter and delete topics")
     commands = parser.add_subparsers(dest="topics_command", required=True)
     listing = commands.add_parser("list", parents=[common], help="every topic")
@@ -158,7 +158,7 @@ def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     delete.set_defaults(run=_topics_delete)
 
 
-def _add_groups(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+def _add_groups(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     parser = sub.add_parser("groups", help="list, describe and reset consumer groups")
     commands = parser.add_subparsers(dest="groups_command", required=True)
     commands.add_parser(
@@ -198,7 +198,7 @@ def _add_groups(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     reset.set_defaults(run=_groups_reset)
 
 
-def _add_configs(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+def _add_configs(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     parser = sub.add_parser("configs", help="describe and alter configs (kafka-configs)")
     commands = parser.add_subparsers(dest="configs_command", required=True)
     resource = argparse.ArgumentParser(add_help=False)

@@ -84,12 +84,12 @@ def parse_value(config_type: ConfigType, raw: str) -> Any:
         return lowered == "true"
     if config_type is ConfigType.DOUBLE:
         try:
-            number = float(text) if "_" not in text else math.nan
+            real = float(text) if "_" not in text else math.nan
         except ValueError:
-            number = math.nan
-        if not math.isfinite(number):
+            real = math.nan
+        if not math.isfinite(real):
             raise ValueError(f"expected a finite number, got {raw!r}")
-        return number
+        return real
     if config_type is ConfigType.LIST:
         return [] if not text else [item.strip() for item in text.split(",")]
     return text

@@ -48,17 +48,17 @@ def diff_events(old: MetadataState, new: MetadataState) -> list[MetadataEvent]:
     for info in new.brokers.values():
         if old.brokers.get(info.node_id) != info:
             events.append(BrokerRegistered(info))
-    for name, info in old.topics.items():
+    for name, gone in old.topics.items():
         current = new.topics.get(name)
-        if current is None or current.topic_id != info.topic_id:
-            events.append(TopicDeleted(name, info.topic_id))
-    for name, info in new.topics.items():
+        if current is None or current.topic_id != gone.topic_id:
+            events.append(TopicDeleted(name, gone.topic_id))
+    for name, topic in new.topics.items():
         before = old.topics.get(name)
-        if before is None or before.topic_id != info.topic_id:
-            events.append(TopicCreated(info))
+        if before is None or before.topic_id != topic.topic_id:
+            events.append(TopicCreated(topic))
             continue
-        if len(info.partitions) > len(before.partitions):
-            events.append(PartitionsCreated(info, info.partitions[len(before.partitions) :]))
-        if info.configs != before.configs:
-            events.append(TopicConfigsChanged(name, dict(info.configs)))
+        if len(topic.partitions) > len(before.partitions):
+            events.append(PartitionsCreated(topic, topic.partitions[len(before.partitions) :]))
+        if topic.configs != before.configs:
+            events.append(TopicConfigsChanged(name, dict(topic.configs)))
     return events

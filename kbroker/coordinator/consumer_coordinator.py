@@ -1069,7 +1069,9 @@ class ConsumerGroupCoordinator:
             return E.group_id_not_found, []
         if group.members or self.is_busy(group_id):
             return E.non_empty_group, []
-        records = [(encode_offset_key(group_id, t, p), None) for t, p in group.offsets]
+        records: list[KeyValue] = [
+            (encode_offset_key(group_id, t, p), None) for t, p in group.offsets
+        ]
         records.extend(encode_records(group.tombstones()))
         self._drop(group)
         return E.none, records
@@ -1094,7 +1096,9 @@ class ConsumerGroupCoordinator:
                         expired.append(tp)
                 elif now - value.commit_timestamp_ms >= retention_ms:
                     expired.append(tp)
-            records = [(encode_offset_key(group.group_id, t, p), None) for t, p in expired]
+            records: list[KeyValue] = [
+                (encode_offset_key(group.group_id, t, p), None) for t, p in expired
+            ]
             for tp in expired:
                 del group.offsets[tp]
             count += len(expired)

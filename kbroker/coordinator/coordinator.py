@@ -17,6 +17,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -53,6 +54,7 @@ from kbroker.coordinator.records import (
 from kbroker.coordinator.store import GroupStore, KeyValue
 from kbroker.internal_topics import write_error
 
+R = TypeVar("R")
 log = logging.getLogger("kbroker.coordinator")
 
 E = ErrorCode
@@ -1265,7 +1267,9 @@ class GroupCoordinator:
             if self.partition_for(group.group_id) not in self.owned:
                 continue
             expired = expired_offsets(group, now, retention)
-            records = [(encode_offset_key(group.group_id, t, p), None) for t, p in expired]
+            records: list[KeyValue] = [
+                (encode_offset_key(group.group_id, t, p), None) for t, p in expired
+            ]
             for tp in expired:
                 del group.offsets[tp]
             expired_count += len(expired)
@@ -1277,11 +1281,11 @@ class GroupCoordinator:
         consumer_records, consumer_expired = self.consumer.expire_offsets(
             now, retention, self.owned
         )
-        for partition, records in consumer_records.items():
-            by_partition.setdefault(partition, []).extend(records)
+        for partition, written in consumer_records.items():
+            by_partition.setdefault(partition, []).extend(written)
         expired_count += consumer_expired
-        for partition, records in by_partition.items():
-            self.store.write(partition, records, lambda code: _log_write_failure("expiry", code))
+        for partition, written in by_partition.items():
+            self.store.write(partition, written, lambda code: _log_write_failure("expiry", code))
         if expired_count:
             log.info("expired %d committed offsets", expired_count)
         return expired_count
@@ -1362,7 +1366,7 @@ class GroupCoordinator:
             self.unload_partition(partition)
 
 
-def _invoke(callback: Callable[[object], None], result: object) -> None:
+def _invoke(callback: Callable[[R], None], result: R) -> None:
     """Answer a parked request; a failing callback must not break the state machine."""
     try:
         callback(result)

@@ -226,8 +226,8 @@ def describe_topic_partitions(ctx: RequestContext, request: Any) -> dict[str, An
     cursor = request.cursor
     start_topic = cursor.topic_name if cursor is not None else ""
     all_topics = not request.topics
-    names = state.topics.keys() if all_topics else {t.name for t in request.topics}
-    names = sorted(n for n in names if n >= start_topic)
+    candidates = state.topics.keys() if all_topics else {t.name for t in request.topics}
+    names = sorted(n for n in candidates if n >= start_topic)
     if cursor is not None:
         if not all_topics and cursor.topic_name not in names:
             return _refused(

@@ -167,7 +167,7 @@ def _describe_resource(
         if not name:
             raise ResourceError(ErrorCode.invalid_request, "Broker id must not be empty")
         check_node_id(broker, name)
-        results = [
+        results: list[dict[str, Any]] = [
             {
                 "name": logger_name,
                 "value": level,

@@ -297,7 +297,7 @@ def offset_commit(ctx: RequestContext, request: Any) -> Any:
             name = topic.name
             info = state.topics.get(name)
             missing = E.unknown_topic_or_partition
-        entries = []
+        entries: list[tuple[int, OffsetAndMetadata | None, ErrorCode]] = []
         for p in topic.partitions:
             if info is None:
                 entries.append((p.partition_index, None, missing))
@@ -402,21 +402,22 @@ def _fetch_group(
                 _stable_partition(coordinator, group_id, topic, partition, value, require_stable)
             )
         rendered = []
-        for name, partitions in by_topic.items():
+        for topic_name, partitions in by_topic.items():
             topic_id = None
             if by_id:
-                info = state.topics.get(name)
+                info = state.topics.get(topic_name)
                 if info is None:
                     continue  # no id to name it by
                 topic_id = info.topic_id
-            rendered.append({"name": name, "topic_id": topic_id, "partitions": partitions})
+            rendered.append({"name": topic_name, "topic_id": topic_id, "partitions": partitions})
         return {"group_id": group_id, "topics": rendered, "error_code": error}
     wanted: list[tuple[str, int]] = []
     named: list[tuple[str | None, Any, list[int]]] = []
     for t in topics:
+        name: str | None
         if by_id:
-            info = state.topics_by_id.get(t.topic_id)
-            name = info.name if info is not None else None
+            by_id_info = state.topics_by_id.get(t.topic_id)
+            name = by_id_info.name if by_id_info is not None else None
             named.append((name, t.topic_id, list(t.partition_indexes)))
         else:
             name = t.name

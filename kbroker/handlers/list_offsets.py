@@ -51,10 +51,10 @@ def _partition(broker: BrokerParts, topic: str, p: Any, isolation_level: int) ->
     elif ts < 0:
         out["error_code"] = ErrorCode.invalid_request
     else:
-        found = plog.offset_for_timestamp(ts)
+        at = plog.offset_for_timestamp(ts)
         limit = plog.last_stable_offset if isolation_level == 1 else plog.high_watermark
-        if found is not None and found[0] < limit:
-            out["offset"], out["timestamp"] = found
+        if at is not None and at[0] < limit:
+            out["offset"], out["timestamp"] = at
     return out
 
 

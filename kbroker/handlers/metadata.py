@@ -130,10 +130,11 @@ async def auto_create_topic(broker: BrokerParts, name: str) -> dict[str, Any]:
             {},
         )
     except ControllerError as exc:
-        topic = state.topics.get(name)
-        if topic is None:
+        existing = state.topics.get(name)
+        if existing is None:
             code = ErrorCode(exc.error_code)
             if code == ErrorCode.invalid_replication_factor:
                 code = ErrorCode.leader_not_available
             return missing_topic(name, None, code)
+        topic = existing
     return describe_topic(topic)

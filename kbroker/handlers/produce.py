@@ -6,6 +6,7 @@ batch's header and CRC and patches its base offset, and nothing here looks insid
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -21,6 +22,7 @@ from kbroker.protocol.produce_response import (
     ProducedTopic,
     encode_produce_response,
 )
+from kbroker.storage.log import PartitionLog
 from kbroker.storage.producer_state import ProducerStateError
 from kbroker.txn.errors import producer_state_error_code
 from kbroker.txn.verification import verify_transactional_write
@@ -38,7 +40,7 @@ def produce(ctx: RequestContext, request: Any) -> Any:
     state = broker.controller.state
     by_id = ctx.version >= 13
     topics_out = []
-    awaiting_flush: list[Any] = []
+    awaiting_flush: list[PartitionLog] = []
     failed = False
     for topic_data in request.topic_data:
         if by_id:
@@ -58,7 +60,13 @@ def produce(ctx: RequestContext, request: Any) -> Any:
                 result = ProducedPartition(pdata.index, ErrorCode.invalid_topic_exception)
             else:
                 result = _append(
-                    broker, name, pdata, now, awaiting_flush, request.transactional_id, ctx.version
+                    broker,
+                    topic.name,
+                    pdata,
+                    now,
+                    awaiting_flush,
+                    request.transactional_id,
+                    ctx.version,
                 )
             failed = failed or result.error_code != 0
             partitions.append(result)
@@ -78,7 +86,7 @@ def _append(
     topic: str,
     pdata: Any,
     now: int,
-    awaiting_flush: list[Any],
+    awaiting_flush: list[PartitionLog],
     transactional_id: str | None,
     version: int,
 ) -> ProducedPartition:
@@ -130,7 +138,7 @@ def _append(
 
 
 def _respond_after_flush(
-    broker: BrokerParts, logs: list[Any], version: int, topics: list[ProducedTopic]
+    broker: BrokerParts, logs: list[PartitionLog], version: int, topics: list[ProducedTopic]
 ) -> Later:
     """fsync-before-ack: the answer goes out when every written log is fsynced, straight
     from the group commit that fsynced them (one fsync for all appends of the loop
@@ -139,7 +147,7 @@ def _respond_after_flush(
     waiting = set(logs)
     encoded = encode_produce_response(version, topics)
 
-    def durable(plog: Any, error: OSError | None) -> None:
+    def durable(plog: PartitionLog, error: OSError | None) -> None:
         if answer.settled:
             return
         if error is not None:
@@ -150,5 +158,5 @@ def _respond_after_flush(
             answer.settle(encoded)
 
     for plog in list(waiting):
-        broker.durability.when_durable(plog, lambda error, plog=plog: durable(plog, error))
+        broker.durability.when_durable(plog, functools.partial(durable, plog))
     return answer

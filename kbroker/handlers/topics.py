@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
 import sys
 from collections import Counter
@@ -213,7 +214,9 @@ async def create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
         return _created(broker, ctx.version, topic.name, info, configs)
 
     unique = [t for t in request.topics if t.name not in repeated]
-    outcomes = await asyncio.gather(*(guarded(lambda t=t: create(t), timeout) for t in unique))
+    outcomes = await asyncio.gather(
+        *(guarded(functools.partial(create, t), timeout) for t in unique)
+    )
     results = [
         _create_failed(t.name, out) if isinstance(out, ResourceError) else out
         for t, out in zip(unique, outcomes, strict=True)
@@ -299,7 +302,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 )
             else:
                 resolved.append((None, info.topic_id))
-        else:
+        elif name is not None:
             info = state.topics.get(name)
             if info is None:
                 err = ResourceError(ErrorCode.unknown_topic_or_partition)
@@ -323,7 +326,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
     timeout = timeout_seconds(request.timeout)
     outcomes = await asyncio.gather(
         *(
-            guarded(lambda i=topic_id: broker.controller.delete_topic_by_id(i), timeout)
+            guarded(functools.partial(broker.controller.delete_topic_by_id, topic_id), timeout)
             for _, topic_id in targets
         )
     )
@@ -375,7 +378,7 @@ async def create_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]
         )
 
     unique = [t for t in request.topics if t.name not in repeated]
-    outcomes = await asyncio.gather(*(guarded(lambda t=t: grow(t), timeout) for t in unique))
+    outcomes = await asyncio.gather(*(guarded(functools.partial(grow, t), timeout) for t in unique))
     results = [
         {
             "name": t.name,

@@ -93,7 +93,7 @@ class BatchHeader:
     producer_epoch: int
     base_sequence: int
     record_count: int
-    position: int = 0
+    position: int = field(default=0, kw_only=True)
 
     @property
     def compression(self) -> int:
@@ -137,7 +137,7 @@ class BatchHeader:
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at `pos`; the caller guarantees HEADER_SIZE bytes are there."""
-    return BatchHeader(*_HEADER.unpack_from(buf, pos), pos)
+    return BatchHeader(*_HEADER.unpack_from(buf, pos), position=pos)
 
 
 def read_prefix(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
@@ -217,13 +217,13 @@ def validate_batches(
                 )
         elif fields[6] < 0:
             raise CorruptBatchError(f"negative lastOffsetDelta at byte {pos}")
-        headers.append(BatchHeader(*fields, pos))
+        headers.append(BatchHeader(*fields, position=pos))
         pos = nxt
     return headers
 
 
 def assign_offsets(
-    buf: bytearray, headers: Sequence[BatchHeader], base_offset: int, leader_epoch: int
+    buf: bytearray | memoryview, headers: Sequence[BatchHeader], base_offset: int, leader_epoch: int
 ) -> int:
     """Give the batches consecutive offsets from `base_offset`; returns the next offset.
 
@@ -241,7 +241,9 @@ def assign_offsets(
     return offset
 
 
-def set_log_append_time(buf: bytearray, header: BatchHeader, pos: int, now_ms: int) -> None:
+def set_log_append_time(
+    buf: bytearray | memoryview, header: BatchHeader, pos: int, now_ms: int
+) -> None:
     """Stamp a batch with LogAppendTime as Kafka does: timestamp-type bit and maxTimestamp.
 
     baseTimestamp and the record deltas stay as produced; readers of a LogAppendTime

@@ -87,7 +87,7 @@ class _Out:
         self.pending = bytearray()
         self.size = 0
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         self.pending += data
 
     def region(self, region: Any, length: int) -> None:

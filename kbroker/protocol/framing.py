@@ -30,7 +30,7 @@ class FrameDecoder:
     __slots__ = ("_chunks", "_held", "_need", "_max_frame")
 
     def __init__(self, max_frame_bytes: int) -> None:
-        self._chunks: list[bytes] = []
+        self._chunks: list[bytes | bytearray] = []
         self._held = 0  # bytes in _chunks
         self._need = 4  # bytes that must be held before parsing can make progress
         self._max_frame = max_frame_bytes

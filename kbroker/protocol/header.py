@@ -29,7 +29,7 @@ def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
     return _PEEK.unpack_from(frame, 0)
 
 
-def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Decode an unsigned varint at `pos`; return (value, next position)."""
     result = 0
     shift = 0
@@ -46,7 +46,7 @@ def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
             raise MalformedRequest("varint longer than 5 bytes")
 
 
-def skip_tagged_fields(buf: bytes, pos: int) -> int:
+def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
     """Skip a tagged-field section (count, then tag/size/bytes each); return the end."""
     count, pos = read_uvarint(buf, pos)
     for _ in range(count):

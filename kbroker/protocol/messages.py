@@ -32,6 +32,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 from kio.static.constants import EntityType
+from kio.static.protocol import Entity
 
 from kbroker.protocol.header import MalformedRequest
 from kbroker.protocol.produce_request import decode_produce_request
@@ -110,7 +111,7 @@ def encode(entity: Any) -> bytes:
 
 MAX_REQUEST_ELEMENTS = 1_000_000
 
-Skip = Callable[[bytes, int, int, list[int]], int]
+Skip = Callable[[bytes | memoryview, int, int, list[int]], int]
 """(buffer, position, end, [elements allowed]) -> position after the field."""
 
 _FIXED_SIZES: dict[str, int] = {
@@ -144,7 +145,7 @@ class _Walk:
     fixed_size: int | None = None
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """An unsigned varint as kio reads it: at most 5 bytes."""
     result = 0
     for shift in (0, 7, 14, 21, 28):
@@ -156,7 +157,7 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     raise MalformedRequest("varint longer than 5 bytes")
 
 
-def _skip_compact(buf: bytes, pos: int, end: int, budget: list[int]) -> int:
+def _skip_compact(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
     size = buf[pos]
     if size < 0x80:
         return pos + size if size else pos + 1
@@ -164,12 +165,12 @@ def _skip_compact(buf: bytes, pos: int, end: int, budget: list[int]) -> int:
     return pos + size - 1 if size else pos
 
 
-def _skip_string(buf: bytes, pos: int, end: int, budget: list[int]) -> int:
+def _skip_string(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
     (size,) = _I16.unpack_from(buf, pos)
     return pos + 2 + (size if size > 0 else 0)
 
 
-def _skip_bytes(buf: bytes, pos: int, end: int, budget: list[int]) -> int:
+def _skip_bytes(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
     (size,) = _I32.unpack_from(buf, pos)
     return pos + 4 + (size if size > 0 else 0)
 
@@ -194,7 +195,7 @@ def _array(element: _Walk, flexible: bool) -> _Walk:
     element_size = element.fixed_size
     skip_element = element.skip
 
-    def skip(buf: bytes, pos: int, end: int, budget: list[int]) -> int:
+    def skip(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
         if flexible:
             count, pos = _uvarint(buf, pos)
             count -= 1
@@ -221,7 +222,9 @@ def _array(element: _Walk, flexible: bool) -> _Walk:
     return _Walk(skip, 4 if not flexible else 1)
 
 
-def _skip_tagged(tagged: dict[int, Skip], buf: bytes, pos: int, end: int, budget: list[int]) -> int:
+def _skip_tagged(
+    tagged: dict[int, Skip], buf: bytes | memoryview, pos: int, end: int, budget: list[int]
+) -> int:
     count, pos = _uvarint(buf, pos)
     for _ in range(count):
         tag, pos = _uvarint(buf, pos)
@@ -236,7 +239,7 @@ def _skip_tagged(tagged: dict[int, Skip], buf: bytes, pos: int, end: int, budget
 
 
 @functools.cache
-def _entity(cls: type, nullable: bool) -> _Walk:
+def _entity(cls: type[Entity], nullable: bool) -> _Walk:
     flexible = bool(cls.__flexible__)
     walks: list[_Walk] = []
     tagged: dict[int, Skip] = {}
@@ -259,7 +262,7 @@ def _entity(cls: type, nullable: bool) -> _Walk:
         return _fixed(sum(w.fixed_size or 0 for w in walks))
     steps = tuple(w.skip for w in walks)
 
-    def skip(buf: bytes, pos: int, end: int, budget: list[int]) -> int:
+    def skip(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
         if nullable:
             if buf[pos] == 0xFF:  # int8 -1 is null; kio reads any other marker as present
                 return pos + 1

@@ -89,10 +89,10 @@ class FetchSessionCache:
             return FetchPlan(requested)
         if epoch == INITIAL_EPOCH:
             self._sessions.pop(session_id, None)
-            session = self._create()
+            created = self._create()
             for target in requested:
-                session.targets[target.key] = target
-            return FetchPlan(list(session.targets.values()), session)
+                created.targets[target.key] = target
+            return FetchPlan(list(created.targets.values()), created)
         session = self._sessions.get(session_id)
         if session is None:
             return FetchPlan([], error_code=FETCH_SESSION_ID_NOT_FOUND)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 _NEVER = 2**63 - 1
 # Space reserved ahead of the active segment's end when it is preallocated.
@@ -60,7 +61,7 @@ class LogConfig:
     def with_kafka_overrides(self, props: Mapping[str, str]) -> LogConfig:
         """A copy with Kafka topic-config names applied (`retention.ms` -> retention_ms)."""
         known = {f.name: f for f in fields(self)}
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}
         for key, value in props.items():
             name = _KAFKA_NAMES.get(key)
             if name is None or name not in known:

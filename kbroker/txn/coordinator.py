@@ -261,7 +261,8 @@ class TransactionCoordinator:
                 error = await self._fence_and_abort(meta)
                 if error != E.none:
                     return InitResult(error)
-                if meta.state != TxnState.COMPLETE_ABORT:
+                # _fence_and_abort moved the state on (mypy keeps the narrowing above).
+                if meta.state != TxnState.COMPLETE_ABORT:  # type: ignore[comparison-overlap]
                     return InitResult(E.concurrent_transactions)
                 expected = None
                 continue

@@ -188,9 +188,9 @@ class TxnOffsetStore:
                 elif not skip and not hold:
                     final[k] = decoded
         for group_id, tp in touched:
-            value = final.get((group_id, tp))
-            if value is not None:
-                coordinator.apply_committed_offsets(group_id, {tp: value})
+            committed = final.get((group_id, tp))
+            if committed is not None:
+                coordinator.apply_committed_offsets(group_id, {tp: committed})
                 continue
             # Classic and consumer-protocol groups share the id space; either may hold it.
             group = coordinator.groups.get(group_id) or coordinator.consumer.groups.get(group_id)

@@ -20,6 +20,7 @@ What tests get:
 - ``metadata()``: a confluent-kafka ``ClusterMetadata`` from a live node;
 - ``wait_for_controller(exclude=...)``: the active controller's id once live nodes agree;
 - ``partition(topic, p)``: leader, replicas, ISR as a live node reports them;
+- ``raw_metadata(topic)``: the wire MetadataResponse (offline replicas, leader epochs);
 - ``wait_until(predicate, timeout, what)``: bounded polling with a readable failure.
 
 Timings are shortened for tests (a broker is fenced 3 s after its last heartbeat).
@@ -148,6 +149,15 @@ class KafkaCluster:
         """confluent-kafka's PartitionMetadata: .leader, .replicas, .isrs."""
         return self.metadata(node, topic).topics[topic].partitions[partition]
 
+    def raw_metadata(self, topic: str, node: BrokerProcess | None = None) -> Any:
+        """kio's MetadataResponse v12 for one topic, fields as on the wire (offline
+        replicas, leader epochs and partition error codes, which confluent-kafka hides)."""
+        from kbroker.admin.client import BrokerConnection
+
+        target = node or self.live_nodes[0]
+        with BrokerConnection(target.host, target.port, 5.0, "cluster-harness") as conn:
+            return conn.request(3, 12, topics=[{"name": topic}], allow_auto_topic_creation=False)
+
     def wait_for_controller(self, exclude: tuple[int, ...] = (), timeout: float = 15.0) -> int:
         """The controller every live node names, once they agree on a live one."""
 
@@ -169,7 +179,8 @@ class KafkaCluster:
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3) -> None:
         from confluent_kafka.admin import NewTopic
 
-        futures = self.admin().create_topics(
+        admin = self.admin()  # kept alive until the answer arrives
+        futures = admin.create_topics(
             [NewTopic(name, partitions, replication_factor)], operation_timeout=10
         )
         futures[name].result(timeout=15)

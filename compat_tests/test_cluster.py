@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+import uuid
+from typing import Any
+
 import pytest
 
 from compat_tests.broker_process import api_versions_round_trip
@@ -28,3 +32,105 @@ def test_the_controller_listener_does_not_serve_the_kafka_api(cluster: KafkaClus
     node = cluster.nodes[0]
     with pytest.raises(ClientError):
         api_versions_round_trip(node.host, node.controller_port, timeout=3)
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def test_a_replication_factor_3_topic_has_replicas_and_isr_on_every_broker(
+    cluster: KafkaCluster,
+) -> None:
+    topic = f"rf3-{_uid()}"
+    cluster.create_topic(topic, partitions=3, replication_factor=3)
+    leaders = set()
+    for node in cluster.nodes:
+        partitions = cluster.metadata(node, topic).topics[topic].partitions
+        for p in partitions.values():
+            assert sorted(p.replicas) == [1, 2, 3]
+            assert sorted(p.isrs) == [1, 2, 3]
+            leaders.add(p.leader)
+    assert leaders == {1, 2, 3}  # three partitions, one led by each broker
+
+
+def test_a_replication_factor_above_the_live_brokers_is_refused(cluster: KafkaCluster) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    with pytest.raises(KafkaException) as caught:
+        cluster.create_topic(f"rf4-{_uid()}", partitions=1, replication_factor=4)
+    assert caught.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
+
+
+def test_confluent_kafka_produces_and_consumes_through_the_cluster(
+    cluster: KafkaCluster,
+) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    topic = f"pc-{_uid()}"
+    cluster.create_topic(topic, partitions=3, replication_factor=3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(30):
+        producer.produce(topic, key=str(i % 3).encode(), value=f"v{i}".encode())
+    assert producer.flush(15) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": f"g-{_uid()}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(seen) < 30 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                seen.append(message.value())
+    finally:
+        consumer.close()
+    assert sorted(seen) == sorted(f"v{i}".encode() for i in range(30))
+
+
+def test_a_killed_broker_is_fenced_and_its_leadership_moves_within_10_s(
+    cluster: KafkaCluster,
+) -> None:
+    topic = f"fence-{_uid()}"
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    before = cluster.raw_metadata(topic).topics[0].partitions[0]
+    victim = before.leader_id
+    survivor = next(n for n in cluster.nodes if n.node_id != victim)
+    try:
+        cluster.kill(victim)
+        killed_at = time.monotonic()
+
+        def moved() -> Any:
+            p = cluster.raw_metadata(topic, survivor).topics[0].partitions[0]
+            return p if p.leader_id not in (victim, -1) else None
+
+        after = cluster.wait_until(moved, 10.0, f"leadership of {topic} to leave {victim}")
+        assert time.monotonic() - killed_at < 10.0
+        assert after.leader_epoch > before.leader_epoch
+        assert victim not in after.isr_nodes
+        assert list(after.offline_replicas) == [victim]
+        assert victim not in cluster.metadata(survivor).brokers
+    finally:
+        cluster.heal()
+    cluster.wait_until(
+        lambda: victim in cluster.metadata(survivor).brokers, 15.0, "the broker to return"
+    )
+
+
+def test_killing_the_active_controller_elects_another_and_metadata_keeps_working(
+    cluster: KafkaCluster,
+) -> None:
+    old = cluster.wait_for_controller()
+    try:
+        cluster.kill(old)
+        new = cluster.wait_for_controller(exclude=(old,), timeout=15)
+        assert new != old
+        topic = f"after-{_uid()}"
+        cluster.create_topic(topic, partitions=2, replication_factor=2)
+        assert len(cluster.metadata(topic=topic).topics[topic].partitions) == 2
+    finally:
+        cluster.heal()

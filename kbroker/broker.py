@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -18,13 +19,15 @@ from kbroker.config import (
     validate_topic_configs,
 )
 from kbroker.controller import Controller, ControllerConfig, ControllerError
+from kbroker.controller.errors import STALE_BROKER_EPOCH
 from kbroker.controller.events import (
+    PartitionChanged,
     PartitionsCreated,
     TopicConfigsChanged,
     TopicCreated,
     TopicDeleted,
 )
-from kbroker.controller.state import PartitionInfo, TopicInfo
+from kbroker.controller.state import BrokerInfo, PartitionInfo, TopicInfo
 from kbroker.coordinator.service import GroupCoordinatorService
 from kbroker.handlers.context import BrokerParts
 from kbroker.metrics.counters import RequestCounters
@@ -40,6 +43,10 @@ from kbroker.storage.manager import LogManager
 from kbroker.txn.service import TransactionCoordinatorService
 
 log = logging.getLogger("kbroker.broker")
+
+
+# How long a stopping broker waits for its leaderships to move away.
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
 
 
 def now_ms() -> int:
@@ -59,6 +66,10 @@ def controller_config(config: BrokerConfig) -> ControllerConfig:
         observer=not quorum.is_voter,
         secret=quorum.secret,
         election_timeout_s=(election_max / 2, election_max),
+        broker_session_timeout_s=(
+            config.get("broker.session.timeout.ms") / 1000 if quorum.is_cluster else None
+        ),
+        unclean_leader_election=config.get("unclean.leader.election.enable"),
     )
 
 
@@ -83,6 +94,8 @@ class Broker:
         self.advertised = config.advertised_listener()
         self._server: asyncio.AbstractServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self.registration: BrokerInfo | None = None
         self.started_at = 0.0
         self.ready = False
         self.stopping = False
@@ -113,10 +126,10 @@ class Broker:
         self.controller.config_validator = self._validate_topic_configs
         await self.controller.start()
         self.controller.subscribe(self._on_metadata_event)
-        await self.controller.register_broker(
-            self.node_id, self.advertised.host, self.advertised.port, self.config.get("broker.rack")
-        )
         self.logs.load_all(self._log_config_for_partition, now_ms())
+        self.registration = await self._register()
+        if self.config.quorum.is_cluster:
+            self._heartbeat_task = asyncio.create_task(self._heartbeat())
         for topic in list(self.controller.state.topics.values()):
             self._open_partitions(topic, topic.partitions)
         await self.group_coordinator.start()
@@ -158,8 +171,11 @@ class Broker:
         )
 
     async def stop(self) -> None:
-        """Stop accepting, answer what is in flight, then flush and close every file."""
+        """Hand leadership over (in a cluster), stop accepting, answer what is in flight,
+        then flush and close every file."""
         self.ready = False
+        if self.config.quorum.is_cluster:
+            await self._controlled_shutdown()
         self.stopping = True
         await self.http.stop()
         if self._server is not None:
@@ -188,6 +204,8 @@ class Broker:
             self._open_partitions(event.info, event.info.partitions)
         elif isinstance(event, PartitionsCreated):
             self._open_partitions(event.info, event.new_partitions)
+        elif isinstance(event, PartitionChanged):
+            self._take_role(event.topic, event.info, self.log_config(event.topic))
         elif isinstance(event, TopicDeleted):
             self.replicas.drop_topic(event.name)
         elif isinstance(event, TopicConfigsChanged):
@@ -199,8 +217,75 @@ class Broker:
     def _open_partitions(self, topic: TopicInfo, partitions: Sequence[PartitionInfo]) -> None:
         config = self.log_config(topic.name)
         for p in partitions:
-            if self.node_id in p.replicas:
-                self.replicas.ensure(topic.name, p.partition, p.leader_epoch, config)
+            self._take_role(topic.name, p, config)
+
+    def _take_role(self, topic: str, p: PartitionInfo, config: LogConfig) -> None:
+        """Become leader or follower of a partition assigned here, as the controller says."""
+        if self.node_id not in p.replicas:
+            return
+        if p.leader == self.node_id:
+            self.replicas.become_leader(topic, p.partition, p.leader, p.leader_epoch, config)
+        else:
+            self.replicas.become_follower(topic, p.partition, p.leader, p.leader_epoch, config)
+
+    # -- membership of the cluster --------------------------------------------------------
+
+    async def _register(self) -> BrokerInfo:
+        return await self.controller.register_broker(
+            self.node_id, self.advertised.host, self.advertised.port, self.config.get("broker.rack")
+        )
+
+    async def _heartbeat(self) -> None:
+        """Heartbeat to the active controller every broker.heartbeat.interval.ms; register
+        again when the controller no longer knows this incarnation."""
+        interval = self.config.get("broker.heartbeat.interval.ms") / 1000
+        timeout = self.config.get("broker.session.timeout.ms") / 1000
+        while True:
+            await asyncio.sleep(interval)
+            epoch = self.registration.epoch if self.registration else -1
+            try:
+                await self.controller.broker_heartbeat(self.node_id, epoch, timeout)
+            except ControllerError as exc:
+                if exc.error_code == STALE_BROKER_EPOCH:
+                    log.warning("controller no longer knows this broker; registering again")
+                    with contextlib.suppress(ControllerError):
+                        self.registration = await self._register()
+                else:
+                    log.debug("heartbeat not acknowledged: %s", exc)
+
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships away, then wait (bounded)
+        until this broker's metadata shows it leads nothing, so clients are sent to the
+        new leaders by a retriable NOT_LEADER_OR_FOLLOWER rather than a dead socket."""
+        task, self._heartbeat_task = self._heartbeat_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if not self.config.get("controlled.shutdown.enable") or self.registration is None:
+            return
+        began = time.monotonic()
+        try:
+            await self.controller.controlled_shutdown(
+                self.node_id, self.registration.epoch, CONTROLLED_SHUTDOWN_TIMEOUT_S
+            )
+        except ControllerError as exc:
+            log.warning("controlled shutdown not acknowledged, stopping anyway: %s", exc)
+            return
+        deadline = began + CONTROLLED_SHUTDOWN_TIMEOUT_S
+        while self._leads_anything() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        log.info(
+            "controlled shutdown: leadership moved away in %.0f ms",
+            (time.monotonic() - began) * 1000,
+        )
+
+    def _leads_anything(self) -> bool:
+        return any(
+            p.leader == self.node_id
+            for t in self.controller.state.topics.values()
+            for p in t.partitions
+            if len(p.replicas) > 1
+        )
 
     # -- configs ------------------------------------------------------------------------
 

@@ -18,15 +18,20 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kbroker.controller import leadership
 from kbroker.controller.errors import (
     INVALID_PARTITIONS,
     INVALID_REQUEST,
+    STALE_BROKER_EPOCH,
+    UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     ControllerError,
 )
 from kbroker.controller.events import (
+    BrokerChanged,
     BrokerRegistered,
     MetadataEvent,
+    PartitionChanged,
     PartitionsCreated,
     TopicConfigsChanged,
     TopicCreated,
@@ -52,6 +57,12 @@ DELETE_TOPIC = "delete_topic"
 CREATE_PARTITIONS = "create_partitions"
 ALTER_TOPIC_CONFIGS = "alter_topic_configs"
 ALLOCATE_PRODUCER_IDS = "allocate_producer_ids"
+BROKER_HEARTBEAT = "broker_heartbeat"
+FENCE_BROKER = "fence_broker"
+CONTROLLED_SHUTDOWN = "controlled_shutdown"
+ALTER_PARTITION = "alter_partition"
+
+UNCLEAN_CONFIG = "unclean.leader.election.enable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,17 +108,174 @@ def _init_cluster(state: MetadataState, p: dict[str, Any]) -> Applied:
 
 
 def _register_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """A broker (re)joins: a new incarnation with a new broker epoch, unfenced. A restart
+    the controller had not noticed first ends the old incarnation's leaderships and ISR
+    memberships (its log may have lost an unflushed tail); then offline partitions the
+    broker can lead get it as leader."""
+    node_id = p["node_id"]
+    unclean_default = p.get("unclean", False)
+    changed: tuple[MetadataEvent, ...] = ()
+    old = state.brokers.get(node_id)
+    if old is not None and not old.fenced:
+        state = _with_broker(state, replace(old, fenced=True))
+        state, changed = _update_partitions(
+            state,
+            lambda part, usable, unclean: leadership.without_broker(part, node_id, usable, unclean),
+            unclean_default,
+        )
     info = BrokerInfo(
-        node_id=p["node_id"],
+        node_id=node_id,
         host=p["host"],
         port=p["port"],
         rack=p.get("rack"),
         fenced=False,
         last_heartbeat_ms=p["timestamp_ms"],
+        epoch=state.version + 1,
     )
+    new = _with_broker(state, info)
+    new, back = _update_partitions(
+        new,
+        lambda part, usable, unclean: leadership.with_broker_back(part, node_id, usable, unclean),
+        unclean_default,
+    )
+    return Applied(new, info, (BrokerRegistered(info), *_latest(changed + back)))
+
+
+def _latest(events: tuple[MetadataEvent, ...]) -> tuple[MetadataEvent, ...]:
+    """One PartitionChanged per partition: its final state."""
+    final: dict[Any, MetadataEvent] = {}
+    for event in events:
+        key = (
+            (event.topic, event.info.partition)
+            if isinstance(event, PartitionChanged)
+            else id(event)
+        )
+        final.pop(key, None)
+        final[key] = event
+    return tuple(final.values())
+
+
+def _with_broker(state: MetadataState, info: BrokerInfo) -> MetadataState:
     brokers = dict(state.brokers)
     brokers[info.node_id] = info
-    return Applied(_bump(state, brokers=brokers), info, (BrokerRegistered(info),))
+    return _bump(state, brokers=brokers)
+
+
+def _current_broker(state: MetadataState, p: dict[str, Any]) -> BrokerInfo:
+    info = state.brokers.get(p["node_id"])
+    if info is None or info.epoch != p["epoch"]:
+        raise ControllerError(
+            STALE_BROKER_EPOCH,
+            f"broker {p['node_id']} epoch {p['epoch']} is not the registered incarnation",
+        )
+    return info
+
+
+def _broker_heartbeat(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """Liveness is the active controller's business (it notes when each heartbeat is
+    applied); the log changes only when a fenced broker comes back."""
+    info = _current_broker(state, p)
+    if not info.fenced or info.shutting_down:
+        return Applied(state, info)
+    back = replace(info, fenced=False)
+    new = _with_broker(state, back)
+    new, changed = _update_partitions(
+        new,
+        lambda part, usable, unclean: leadership.with_broker_back(
+            part, back.node_id, usable, unclean
+        ),
+        p.get("unclean", False),
+    )
+    return Applied(new, back, (BrokerChanged(back), *changed))
+
+
+def _fence_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """The active controller stopped hearing from the broker (FENCE_BROKER) or the broker
+    asked to shut down (CONTROLLED_SHUTDOWN): it leaves every ISR it can and leads
+    nothing."""
+    info = _current_broker(state, p)
+    shutting_down = p.get("shutting_down", False)
+    if info.fenced and info.shutting_down == shutting_down:
+        return Applied(state, info)
+    gone = replace(info, fenced=True, shutting_down=info.shutting_down or shutting_down)
+    new = _with_broker(state, gone)
+    new, changed = _update_partitions(
+        new,
+        lambda part, usable, unclean: leadership.without_broker(
+            part, gone.node_id, usable, unclean
+        ),
+        p.get("unclean", False),
+    )
+    return Applied(new, gone, (BrokerChanged(gone), *changed))
+
+
+def _update_partitions(
+    state: MetadataState,
+    update: Any,
+    unclean_default: bool,
+) -> tuple[MetadataState, tuple[MetadataEvent, ...]]:
+    """Apply `update(partition, usable, unclean)` to every partition; one new TopicInfo
+    per topic that changed, and a PartitionChanged per changed partition."""
+
+    def usable(node: int) -> bool:
+        broker = state.brokers.get(node)
+        return broker is not None and not broker.fenced
+
+    events: list[MetadataEvent] = []
+    topics = dict(state.topics)
+    by_id = dict(state.topics_by_id)
+    for name, info in state.topics.items():
+        unclean = _unclean(info, unclean_default)
+        partitions = tuple(update(part, usable, unclean) for part in info.partitions)
+        if partitions == info.partitions:
+            continue
+        new_info = replace(info, partitions=partitions)
+        topics[name] = by_id[info.topic_id] = new_info
+        for was, now in zip(info.partitions, partitions, strict=True):
+            if was is not now:
+                events.append(PartitionChanged(name, info.topic_id, now))
+    if not events:
+        return state, ()
+    return replace(state, topics=topics, topics_by_id=by_id), tuple(events)
+
+
+def _unclean(info: TopicInfo, default: bool) -> bool:
+    value = info.configs.get(UNCLEAN_CONFIG)
+    return default if value is None else value.strip().lower() == "true"
+
+
+def _alter_partition(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """A partition leader's ISR change (Kafka's AlterPartition), checked against the
+    current leader epoch and partition epoch; answers the partition as it now is."""
+    topic_id = uuid.UUID(bytes=p["topic_id"])
+    info = state.topics_by_id.get(topic_id)
+    if info is None:
+        raise ControllerError(UNKNOWN_TOPIC_ID, f"unknown topic id {topic_id}")
+    index = p["partition"]
+    if not 0 <= index < len(info.partitions):
+        raise ControllerError(UNKNOWN_TOPIC_OR_PARTITION, f"{info.name} has no partition {index}")
+
+    def usable(node: int) -> bool:
+        broker = state.brokers.get(node)
+        return broker is not None and not broker.fenced
+
+    part = info.partitions[index]
+    changed = leadership.alter_isr(
+        part,
+        leader=p["leader"],
+        leader_epoch=p["leader_epoch"],
+        partition_epoch=p["partition_epoch"],
+        new_isr=p["isr"],
+        usable=usable,
+    )
+    if changed is part:
+        return Applied(state, part)
+    partitions = list(info.partitions)
+    partitions[index] = changed
+    new_info = replace(info, partitions=tuple(partitions))
+    return Applied(
+        _with_topic(state, new_info), changed, (PartitionChanged(info.name, topic_id, changed),)
+    )
 
 
 def _partition(partition: int, replicas: list[int] | tuple[int, ...]) -> PartitionInfo:
@@ -201,4 +369,8 @@ _HANDLERS = {
     CREATE_PARTITIONS: _create_partitions,
     ALTER_TOPIC_CONFIGS: _alter_topic_configs,
     ALLOCATE_PRODUCER_IDS: _allocate_producer_ids,
+    BROKER_HEARTBEAT: _broker_heartbeat,
+    FENCE_BROKER: _fence_broker,
+    CONTROLLED_SHUTDOWN: _fence_broker,
+    ALTER_PARTITION: _alter_partition,
 }

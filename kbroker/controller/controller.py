@@ -40,7 +40,7 @@ from kbroker.controller.errors import (
 from kbroker.controller.events import MetadataEvent
 from kbroker.controller.machine import MetadataMachine
 from kbroker.controller.raft import FAIL_REASON_NAMES, RaftThread, RaftTimings
-from kbroker.controller.state import MetadataState, PartitionInfo, TopicInfo
+from kbroker.controller.state import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
 from kbroker.controller.validation import (
     check_manual_assignment,
     check_partition_count,
@@ -85,6 +85,11 @@ class ControllerConfig:
     observer: bool = False
     # pysyncobj's password: authenticates and encrypts every Raft message.
     secret: str | None = None
+    # The active controller fences a broker whose heartbeats stop for this long; None
+    # (a single node) runs no session checks at all.
+    broker_session_timeout_s: float | None = None
+    # unclean.leader.election.enable for topics that do not override it.
+    unclean_leader_election: bool = False
 
 
 def new_cluster_id() -> str:
@@ -121,6 +126,7 @@ class Controller:
         self._drain_scheduled = False
         self._live = False  # events are delivered only for changes after start()
         self._live_token: bytes | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     # --- read side ---
 
@@ -220,6 +226,10 @@ class Controller:
             await asyncio.to_thread(raft.stop)
             self._unlock_directory()
             raise
+        if cfg.broker_session_timeout_s is not None:
+            self._watcher = asyncio.create_task(
+                self._watch_broker_sessions(cfg.broker_session_timeout_s)
+            )
         s = self._state
         log.info(
             "controller %d started in %.0f ms: cluster %s, metadata version %d, %d topics, "
@@ -289,6 +299,10 @@ class Controller:
             )
 
     async def stop(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
         raft, self._raft = self._raft, None
         if raft is None:
             return
@@ -301,8 +315,9 @@ class Controller:
 
     async def register_broker(
         self, node_id: int, host: str, port: int, rack: str | None = None
-    ) -> None:
-        await self._propose(
+    ) -> BrokerInfo:
+        """Register this incarnation of a broker; its `epoch` names it in heartbeats."""
+        info: BrokerInfo = await self._propose(
             cmd.REGISTER_BROKER,
             {
                 "node_id": node_id,
@@ -310,8 +325,108 @@ class Controller:
                 "port": port,
                 "rack": rack,
                 "timestamp_ms": int(time.time() * 1000),
+                "unclean": self.config.unclean_leader_election,
             },
         )
+        return info
+
+    async def broker_heartbeat(self, node_id: int, epoch: int, timeout: float) -> BrokerInfo:
+        """Tell the active controller the broker lives; unfences it if it was fenced.
+        STALE_BROKER_EPOCH means the broker must register again."""
+        info: BrokerInfo = await self._propose(
+            cmd.BROKER_HEARTBEAT,
+            {"node_id": node_id, "epoch": epoch, "unclean": self.config.unclean_leader_election},
+            timeout=timeout,
+        )
+        return info
+
+    async def controlled_shutdown(self, node_id: int, epoch: int, timeout: float) -> None:
+        """Move the broker's leaderships away and take it out of every ISR it can leave,
+        before it stops (Kafka's controlled shutdown)."""
+        await self._propose(
+            cmd.CONTROLLED_SHUTDOWN,
+            {
+                "node_id": node_id,
+                "epoch": epoch,
+                "shutting_down": True,
+                "unclean": self.config.unclean_leader_election,
+            },
+            timeout=timeout,
+        )
+
+    async def alter_partition(
+        self,
+        topic_id: uuid.UUID,
+        partition: int,
+        *,
+        leader: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        new_isr: Sequence[int],
+    ) -> PartitionInfo:
+        """A partition leader's ISR change (Kafka's AlterPartition). Answers the partition
+        as committed, or raises ControllerError: FENCED_LEADER_EPOCH (the caller is no
+        longer leader at that epoch), INVALID_UPDATE_VERSION (its partition epoch is
+        stale: refresh from `state` and retry), INELIGIBLE_REPLICA (an added replica is
+        fenced or shutting down), INVALID_REQUEST, UNKNOWN_TOPIC_ID, NOT_CONTROLLER."""
+        self._check_can_commit()
+        info: PartitionInfo = await self._propose(
+            cmd.ALTER_PARTITION,
+            {
+                "topic_id": topic_id.bytes,
+                "partition": partition,
+                "leader": leader,
+                "leader_epoch": leader_epoch,
+                "partition_epoch": partition_epoch,
+                "isr": list(new_isr),
+            },
+        )
+        return info
+
+    async def _watch_broker_sessions(self, session_timeout: float) -> None:
+        """On the active controller: fence every unfenced broker whose last heartbeat is
+        older than the session timeout. A controller that has just become active counts
+        every session from its election, as KRaft does, so nobody is fenced for the
+        silence of the election itself."""
+        interval = min(0.25, session_timeout / 8)
+        active_since: float | None = None
+        fencing: set[int] = set()
+        tasks: set[asyncio.Task[None]] = set()
+        while True:
+            await asyncio.sleep(interval)
+            machine = self._machine
+            if machine is None or not self.is_leader:
+                active_since = None
+                continue
+            now = time.monotonic()
+            if active_since is None:
+                active_since = now
+            seen = dict(machine.last_seen)
+            for broker in list(self._state.brokers.values()):
+                if broker.fenced or broker.node_id in fencing:
+                    continue
+                last = max(seen.get(broker.node_id, 0.0), active_since)
+                if now - last > session_timeout:
+                    fencing.add(broker.node_id)
+                    task = asyncio.create_task(self._fence(broker.node_id, broker.epoch, fencing))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+
+    async def _fence(self, node_id: int, epoch: int, fencing: set[int]) -> None:
+        try:
+            await self._propose(
+                cmd.FENCE_BROKER,
+                {
+                    "node_id": node_id,
+                    "epoch": epoch,
+                    "unclean": self.config.unclean_leader_election,
+                },
+            )
+            log.warning("fenced broker %d: no heartbeat within the session timeout", node_id)
+        except ControllerError as exc:
+            log.info("fencing broker %d not committed: %s", node_id, exc)
+        finally:
+            fencing.discard(node_id)
 
     async def create_topic(
         self,

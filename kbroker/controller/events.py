@@ -36,8 +36,32 @@ class BrokerRegistered:
     info: BrokerInfo
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerChanged:
+    """A registered broker was fenced, unfenced, or began a controlled shutdown."""
+
+    info: BrokerInfo
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChanged:
+    """An existing partition's leader, ISR or epochs changed. This is how a broker's
+    replicas learn to become leader or follower: compare `info.leader` with the broker's
+    own id, and `info.leader_epoch` with the epoch the replica holds."""
+
+    topic: str
+    topic_id: uuid.UUID
+    info: PartitionInfo
+
+
 MetadataEvent = (
-    TopicCreated | TopicDeleted | PartitionsCreated | TopicConfigsChanged | BrokerRegistered
+    TopicCreated
+    | TopicDeleted
+    | PartitionsCreated
+    | TopicConfigsChanged
+    | BrokerRegistered
+    | BrokerChanged
+    | PartitionChanged
 )
 
 
@@ -45,9 +69,12 @@ def diff_events(old: MetadataState, new: MetadataState) -> list[MetadataEvent]:
     """Events that turn `old` into `new`; used when a whole snapshot replaces the state
     (a follower catching up from the leader's snapshot) instead of single commands."""
     events: list[MetadataEvent] = []
-    for info in new.brokers.values():
-        if old.brokers.get(info.node_id) != info:
-            events.append(BrokerRegistered(info))
+    for broker in new.brokers.values():
+        before_broker = old.brokers.get(broker.node_id)
+        if before_broker is None or before_broker.epoch != broker.epoch:
+            events.append(BrokerRegistered(broker))
+        elif before_broker != broker:
+            events.append(BrokerChanged(broker))
     for name, gone in old.topics.items():
         current = new.topics.get(name)
         if current is None or current.topic_id != gone.topic_id:
@@ -57,6 +84,9 @@ def diff_events(old: MetadataState, new: MetadataState) -> list[MetadataEvent]:
         if before is None or before.topic_id != topic.topic_id:
             events.append(TopicCreated(topic))
             continue
+        for was, now in zip(before.partitions, topic.partitions, strict=False):
+            if was != now:
+                events.append(PartitionChanged(name, topic.topic_id, now))
         if len(topic.partitions) > len(before.partitions):
             events.append(PartitionsCreated(topic, topic.partitions[len(before.partitions) :]))
         if topic.configs != before.configs:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kbroker.controller.commands import apply_command
+from kbroker.controller.commands import BROKER_HEARTBEAT, REGISTER_BROKER, apply_command
 from kbroker.controller.events import MetadataEvent, diff_events
 from kbroker.controller.state import MetadataState, state_from_plain, state_to_plain
 
@@ -38,8 +39,14 @@ class MetadataMachine:
         # was truncated up to that snapshot: metadata would silently go missing. The error
         # is kept here so the controller refuses to start instead.
         self.load_error: BaseException | None = None
+        # node id -> time.monotonic() this replica applied the broker's latest heartbeat or
+        # registration. Not replicated state: only the active controller acts on it, to
+        # fence the silent (KRaft keeps broker sessions out of the log the same way).
+        self.last_seen: dict[int, float] = {}
 
     def apply(self, kind: str, payload: dict[str, Any]) -> Any:
+        if kind in (BROKER_HEARTBEAT, REGISTER_BROKER):
+            self.last_seen[payload["node_id"]] = time.monotonic()
         applied = apply_command(self.state, kind, payload)
         if applied.state is not self.state:
             self.state = applied.state

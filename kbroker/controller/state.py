@@ -18,12 +18,20 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
+    """A registered broker. `epoch` is the metadata version its registration was applied
+    at (KRaft's broker epoch): heartbeats and fencing name it, so nothing meant for an
+    earlier incarnation of the broker applies to a restarted one."""
+
     node_id: int
     host: str
     port: int
     rack: str | None = None
     fenced: bool = False
     last_heartbeat_ms: int = 0
+    epoch: int = 0
+    # Set by a controlled shutdown: fenced, and heartbeats do not unfence it until it
+    # registers again.
+    shutting_down: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +42,13 @@ class PartitionInfo:
     isr: tuple[int, ...]
     leader_epoch: int = 0
     partition_epoch: int = 0
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader >= 0
+
+
+NO_LEADER = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +84,18 @@ class MetadataState:
     # collision_key(name) -> name of the topic holding it
     topic_collisions: dict[str, str] = field(default_factory=dict)
 
+    def partition(self, topic: str, index: int) -> PartitionInfo | None:
+        info = self.topics.get(topic)
+        if info is None or not 0 <= index < len(info.partitions):
+            return None
+        return info.partitions[index]
+
+    def missing_replica_error(self, topic: str, index: int) -> int:
+        """The error for a partition this broker holds no replica of: Kafka's
+        NOT_LEADER_OR_FOLLOWER (6) when the partition exists elsewhere in the cluster,
+        UNKNOWN_TOPIC_OR_PARTITION (3) when it does not exist at all."""
+        return 6 if self.partition(topic, index) is not None else 3
+
     @property
     def live_brokers(self) -> list[int]:
         """Ids of unfenced brokers, ascending: the candidates for new replicas."""
@@ -94,6 +121,8 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
                 "rack": b.rack,
                 "fenced": b.fenced,
                 "last_heartbeat_ms": b.last_heartbeat_ms,
+                "epoch": b.epoch,
+                "shutting_down": b.shutting_down,
             }
             for b in state.brokers.values()
         ],
@@ -128,6 +157,8 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
             rack=b.get("rack"),
             fenced=b.get("fenced", False),
             last_heartbeat_ms=b.get("last_heartbeat_ms", 0),
+            epoch=b.get("epoch", 0),
+            shutting_down=b.get("shutting_down", False),
         )
         for b in data.get("brokers", [])
     }

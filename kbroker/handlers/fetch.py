@@ -159,7 +159,10 @@ def _read_partition(
 ) -> FetchedPartition:
     replica = broker.partitions.get(topic, p.partition)
     if replica is None:
-        return FetchedPartition(p.partition, ErrorCode.unknown_topic_or_partition)
+        code = broker.controller.state.missing_replica_error(topic, p.partition)
+        return FetchedPartition(p.partition, ErrorCode(code))
+    if not replica.is_leader:
+        return FetchedPartition(p.partition, ErrorCode.not_leader_or_follower)
     plog = replica.log
     high_watermark = plog.high_watermark
     stable = plog.last_stable_offset

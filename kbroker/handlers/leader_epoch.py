@@ -26,7 +26,9 @@ def _partition(broker: BrokerParts, topic: str, p: Any) -> dict[str, Any]:
     }
     replica = broker.partitions.get(topic, p.partition)
     if replica is None:
-        out["error_code"] = ErrorCode.unknown_topic_or_partition
+        out["error_code"] = ErrorCode(
+            broker.controller.state.missing_replica_error(topic, p.partition)
+        )
         return out
     if not replica.is_leader:
         out["error_code"] = ErrorCode.not_leader_or_follower

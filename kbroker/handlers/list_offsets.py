@@ -30,7 +30,11 @@ def _partition(broker: BrokerParts, topic: str, p: Any, isolation_level: int) ->
     }
     replica = broker.partitions.get(topic, p.partition_index)
     if replica is None:
-        out["error_code"] = ErrorCode.unknown_topic_or_partition
+        code = broker.controller.state.missing_replica_error(topic, p.partition_index)
+        out["error_code"] = ErrorCode(code)
+        return out
+    if not replica.is_leader:
+        out["error_code"] = ErrorCode.not_leader_or_follower
         return out
     out["error_code"] = leader_epoch_error(replica, getattr(p, "current_leader_epoch", -1))
     if out["error_code"]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
-from kbroker.controller.state import INTERNAL_TOPICS
+from kbroker.controller.state import INTERNAL_TOPICS, BrokerInfo, TopicInfo
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
@@ -23,7 +24,16 @@ def describe_brokers(broker: BrokerParts) -> list[dict[str, Any]]:
     ]
 
 
-def describe_topic(topic: Any, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+def describe_topic(
+    topic: TopicInfo, brokers: Mapping[int, BrokerInfo], error: ErrorCode = ErrorCode.none
+) -> dict[str, Any]:
+    """A topic as Kafka's Metadata shows it: a partition without a leader carries
+    LEADER_NOT_AVAILABLE, and replicas on brokers that are fenced or unknown are offline."""
+
+    def offline(replica: int) -> bool:
+        b = brokers.get(replica)
+        return b is None or b.fenced
+
     return {
         "error_code": error,
         "name": topic.name,
@@ -31,13 +41,13 @@ def describe_topic(topic: Any, error: ErrorCode = ErrorCode.none) -> dict[str, A
         "is_internal": topic.name in INTERNAL_TOPICS,
         "partitions": [
             {
-                "error_code": 0,
+                "error_code": ErrorCode.none if p.has_leader else ErrorCode.leader_not_available,
                 "partition_index": p.partition,
                 "leader_id": p.leader,
                 "leader_epoch": p.leader_epoch,
                 "replica_nodes": list(p.replicas),
                 "isr_nodes": list(p.isr),
-                "offline_replicas": [],
+                "offline_replicas": [r for r in p.replicas if offline(r)],
             }
             for p in topic.partitions
         ],
@@ -66,7 +76,7 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     state = broker.controller.state
     if request.topics is None:
-        return _response(broker, [describe_topic(t) for t in state.topics.values()])
+        return _response(broker, [describe_topic(t, state.brokers) for t in state.topics.values()])
     may_create = (ctx.version < 4 or request.allow_auto_topic_creation) and broker.config.get(
         "auto.create.topics.enable"
     )
@@ -83,14 +93,14 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
             # An id wins over the name: the Java admin sends its default name "" beside it.
             topic = state.topics_by_id.get(topic_id)
             results.append(
-                describe_topic(topic)
+                describe_topic(topic, state.brokers)
                 if topic
                 else missing_topic(None, topic_id, ErrorCode.unknown_topic_id)
             )
             continue
         topic = state.topics.get(name)
         if topic is not None:
-            results.append(describe_topic(topic))
+            results.append(describe_topic(topic, state.brokers))
         elif not _valid_name(name):
             results.append(missing_topic(name, None, ErrorCode.invalid_topic_exception))
         elif may_create:
@@ -137,4 +147,4 @@ async def auto_create_topic(broker: BrokerParts, name: str) -> dict[str, Any]:
                 code = ErrorCode.leader_not_available
             return missing_topic(name, None, code)
         topic = existing
-    return describe_topic(topic)
+    return describe_topic(topic, broker.controller.state.brokers)

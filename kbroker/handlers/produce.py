@@ -93,7 +93,8 @@ def _append(
     index = pdata.index
     replica = broker.partitions.get(topic, index)
     if replica is None:
-        return ProducedPartition(index, ErrorCode.unknown_topic_or_partition)
+        code = broker.controller.state.missing_replica_error(topic, index)
+        return ProducedPartition(index, ErrorCode(code))
     if not replica.is_leader:
         return ProducedPartition(index, ErrorCode.not_leader_or_follower)
     if pdata.records is None:

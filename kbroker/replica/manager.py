@@ -27,6 +27,8 @@ class Replica:
     log: PartitionLog
     leader_epoch: int
     is_leader: bool = True
+    # The broker leading the partition as this broker last heard from the controller.
+    leader_id: int = -1
 
 
 class ReplicaManager:
@@ -49,6 +51,26 @@ class ReplicaManager:
             self.replicas[key] = replica
         else:
             replica.leader_epoch = leader_epoch
+        return replica
+
+    def become_leader(
+        self, topic: str, partition: int, leader_id: int, leader_epoch: int, config: LogConfig
+    ) -> Replica:
+        """The controller made this broker the partition's leader at `leader_epoch`."""
+        replica = self.ensure(topic, partition, leader_epoch, config)
+        replica.is_leader = True
+        replica.leader_id = leader_id
+        return replica
+
+    def become_follower(
+        self, topic: str, partition: int, leader_id: int, leader_epoch: int, config: LogConfig
+    ) -> Replica:
+        """The controller made another broker (or nobody: -1) the leader at
+        `leader_epoch`; produce and consume requests here get NOT_LEADER_OR_FOLLOWER."""
+        replica = self.ensure(topic, partition, leader_epoch, config)
+        replica.is_leader = False
+        replica.leader_id = leader_id
+        self.waiters.wake((topic, partition))  # parked fetches answer with the new role
         return replica
 
     def drop_topic(self, topic: str) -> None:

@@ -1,0 +1,120 @@
+"""Partition leadership as the controller decides it: elections, ISR changes, epochs.
+
+Pure functions of a `PartitionInfo` and the brokers' liveness, so every replica of the
+metadata log that applies the same command reaches the same answer. Kafka's rules
+(KRaft's ReplicationControlManager / PartitionChangeBuilder):
+
+- the leader is the first replica, in assignment order, that is in the ISR and usable
+  (registered, not fenced, not shutting down);
+- with no such replica the partition is offline (leader -1) unless unclean election is
+  enabled, which takes the first usable replica and makes it the whole ISR;
+- a broker that goes away leaves the ISR, except the last member, which stays so the
+  partition can come back when it does (the "last known ISR");
+- the leader epoch rises with every leader change; the partition epoch with every change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from kbroker.controller.errors import (
+    FENCED_LEADER_EPOCH,
+    INELIGIBLE_REPLICA,
+    INVALID_REQUEST,
+    INVALID_UPDATE_VERSION,
+    NOT_CONTROLLER,
+    ControllerError,
+)
+from kbroker.controller.state import NO_LEADER, PartitionInfo
+
+Usable = Callable[[int], bool]
+
+
+def change(
+    p: PartitionInfo, leader: int, isr: Sequence[int], bump_leader: bool | None = None
+) -> PartitionInfo:
+    """`p` with a new leader and ISR, its epochs bumped as Kafka bumps them; `p` itself
+    when nothing changes."""
+    isr = tuple(isr)
+    if leader == p.leader and isr == p.isr:
+        return p
+    leader_changed = leader != p.leader if bump_leader is None else bump_leader
+    return replace(
+        p,
+        leader=leader,
+        isr=isr,
+        leader_epoch=p.leader_epoch + 1 if leader_changed else p.leader_epoch,
+        partition_epoch=p.partition_epoch + 1,
+    )
+
+
+def elect(p: PartitionInfo, isr: Sequence[int], usable: Usable, unclean: bool) -> PartitionInfo:
+    """Keep a usable leader that is in `isr`; otherwise elect one (see module doc)."""
+    isr = tuple(isr)
+    if p.leader in isr and usable(p.leader):
+        return change(p, p.leader, isr)
+    for replica in p.replicas:
+        if replica in isr and usable(replica):
+            return change(p, replica, isr)
+    if unclean:
+        for replica in p.replicas:
+            if usable(replica):
+                return change(p, replica, (replica,))
+    return change(p, NO_LEADER, isr)
+
+
+def without_broker(p: PartitionInfo, node: int, usable: Usable, unclean: bool) -> PartitionInfo:
+    """`node` was fenced or is shutting down: it leaves the ISR (unless it is the last
+    member) and gives up leadership."""
+    if node not in p.replicas:
+        return p
+    isr = tuple(r for r in p.isr if r != node) or p.isr
+    return elect(p, isr, lambda r: r != node and usable(r), unclean)
+
+
+def with_broker_back(p: PartitionInfo, node: int, usable: Usable, unclean: bool) -> PartitionInfo:
+    """`node` is usable again: an offline partition it may lead gets it as leader."""
+    if node not in p.replicas or p.has_leader:
+        return p
+    return elect(p, p.isr, usable, unclean)
+
+
+def alter_isr(
+    p: PartitionInfo,
+    *,
+    leader: int,
+    leader_epoch: int,
+    partition_epoch: int,
+    new_isr: Sequence[int],
+    usable: Usable,
+) -> PartitionInfo:
+    """A leader's AlterPartition, checked as Kafka checks it; the ISR change bumps the
+    partition epoch only."""
+    if leader_epoch > p.leader_epoch:
+        raise ControllerError(
+            NOT_CONTROLLER, "the request's leader epoch is newer than the controller's"
+        )
+    if leader_epoch < p.leader_epoch or leader != p.leader:
+        raise ControllerError(
+            FENCED_LEADER_EPOCH,
+            f"leader {leader} epoch {leader_epoch} is not the current leader "
+            f"{p.leader} epoch {p.leader_epoch}",
+        )
+    if partition_epoch != p.partition_epoch:
+        raise ControllerError(
+            INVALID_UPDATE_VERSION,
+            f"partition epoch {partition_epoch} is not the current {p.partition_epoch}",
+        )
+    isr = tuple(new_isr)
+    if len(set(isr)) != len(isr) or leader not in isr:
+        raise ControllerError(INVALID_REQUEST, f"invalid ISR {list(isr)} for leader {leader}")
+    strangers = [r for r in isr if r not in p.replicas]
+    if strangers:
+        raise ControllerError(INVALID_REQUEST, f"ISR names non-replicas {strangers}")
+    ineligible = [r for r in isr if r not in p.isr and not usable(r)]
+    if ineligible:
+        raise ControllerError(
+            INELIGIBLE_REPLICA, f"replicas {ineligible} are fenced or shutting down"
+        )
+    return change(p, leader, isr, bump_leader=False)

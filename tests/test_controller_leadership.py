@@ -1,0 +1,180 @@
+"""Fencing, return, controlled shutdown and AlterPartition as metadata commands: who leads,
+who is in sync, and which epochs move (Kafka's rules, applied without Raft)."""
+
+import uuid
+
+import pytest
+
+from kbroker.controller import commands as cmd
+from kbroker.controller.commands import apply_command
+from kbroker.controller.errors import (
+    FENCED_LEADER_EPOCH,
+    INELIGIBLE_REPLICA,
+    INVALID_REQUEST,
+    INVALID_UPDATE_VERSION,
+    NOT_CONTROLLER,
+    STALE_BROKER_EPOCH,
+    ControllerError,
+)
+from kbroker.controller.events import BrokerChanged, PartitionChanged
+from kbroker.controller.state import MetadataState
+
+
+def ok(state, kind, payload):
+    applied = apply_command(state, kind, payload)
+    assert not isinstance(applied.outcome, ControllerError), applied.outcome
+    return applied
+
+
+def cluster(*assignment, configs=None):
+    """Brokers 1-3 registered, one topic "t" with the given replica lists."""
+    state = MetadataState()
+    epochs = {}
+    for node in (1, 2, 3):
+        applied = ok(
+            state,
+            cmd.REGISTER_BROKER,
+            {"node_id": node, "host": "h", "port": 9000 + node, "timestamp_ms": 0},
+        )
+        state, epochs[node] = applied.state, applied.outcome.epoch
+    state = ok(
+        state,
+        cmd.CREATE_TOPIC,
+        {
+            "name": "t",
+            "topic_id": uuid.uuid4().bytes,
+            "assignment": [list(r) for r in assignment],
+            "configs": configs or {},
+        },
+    ).state
+    return state, epochs
+
+
+def fence(state, epochs, node, **extra):
+    return ok(state, cmd.FENCE_BROKER, {"node_id": node, "epoch": epochs[node], **extra})
+
+
+def part(state, index=0):
+    return state.topics["t"].partitions[index]
+
+
+def test_fencing_the_leader_elects_the_next_in_sync_replica_and_bumps_both_epochs():
+    state, epochs = cluster([1, 2, 3])
+    applied = fence(state, epochs, 1)
+    p = part(applied.state)
+    assert (p.leader, p.isr, p.leader_epoch, p.partition_epoch) == (2, (2, 3), 1, 1)
+    assert applied.state.brokers[1].fenced
+    assert PartitionChanged("t", applied.state.topics["t"].topic_id, p) in applied.events
+    assert any(isinstance(e, BrokerChanged) for e in applied.events)
+
+
+def test_fencing_a_follower_shrinks_the_isr_but_keeps_the_leader_epoch():
+    state, epochs = cluster([1, 2, 3])
+    p = part(fence(state, epochs, 3).state)
+    assert (p.leader, p.isr, p.leader_epoch, p.partition_epoch) == (1, (1, 2), 0, 1)
+
+
+def test_the_last_in_sync_replica_stays_in_the_isr_and_the_partition_goes_offline():
+    state, epochs = cluster([1])
+    p = part(fence(state, epochs, 1).state)
+    assert (p.leader, p.isr) == (-1, (1,))
+
+
+def test_an_offline_partition_comes_back_when_its_last_in_sync_replica_heartbeats():
+    state, epochs = cluster([1])
+    state = fence(state, epochs, 1).state
+    applied = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 1, "epoch": epochs[1]})
+    p = part(applied.state)
+    assert not applied.state.brokers[1].fenced
+    assert (p.leader, p.isr, p.leader_epoch) == (1, (1,), 2)
+
+
+def test_without_unclean_election_an_out_of_sync_replica_never_leads():
+    state, epochs = cluster([1, 2])
+    state = fence(state, epochs, 2).state  # isr (1,)
+    state = fence(state, epochs, 1).state  # offline, isr stays (1,)
+    state = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 2, "epoch": epochs[2]}).state
+    assert part(state).leader == -1
+
+
+def test_unclean_election_takes_an_out_of_sync_replica_when_the_topic_allows_it():
+    state, epochs = cluster([1, 2], configs={"unclean.leader.election.enable": "true"})
+    state = fence(state, epochs, 2).state
+    state = fence(state, epochs, 1).state
+    state = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 2, "epoch": epochs[2]}).state
+    assert (part(state).leader, part(state).isr) == (2, (2,))
+
+
+def test_a_heartbeat_from_an_old_incarnation_is_stale():
+    state, epochs = cluster([1])
+    applied = apply_command(state, cmd.BROKER_HEARTBEAT, {"node_id": 1, "epoch": epochs[1] - 1})
+    assert applied.outcome.error_code == STALE_BROKER_EPOCH
+    assert applied.state is state
+
+
+def test_an_unfenced_heartbeat_changes_no_metadata():
+    state, epochs = cluster([1])
+    assert ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 1, "epoch": epochs[1]}).state is state
+
+
+def test_a_broker_shutting_down_is_not_unfenced_by_its_heartbeats():
+    state, epochs = cluster([1, 2])
+    state = fence(state, epochs, 1, shutting_down=True).state
+    state = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 1, "epoch": epochs[1]}).state
+    assert state.brokers[1].fenced and part(state).leader == 2
+
+
+def test_a_restart_the_controller_missed_ends_the_old_incarnations_leadership():
+    state, epochs = cluster([1, 2])
+    applied = ok(
+        state, cmd.REGISTER_BROKER, {"node_id": 1, "host": "h", "port": 1, "timestamp_ms": 0}
+    )
+    p = part(applied.state)
+    assert applied.outcome.epoch > epochs[1]
+    assert (p.leader, p.isr) == (2, (2,))
+
+
+def alter(state, **fields):
+    p = part(state)
+    payload = {
+        "topic_id": state.topics["t"].topic_id.bytes,
+        "partition": 0,
+        "leader": p.leader,
+        "leader_epoch": p.leader_epoch,
+        "partition_epoch": p.partition_epoch,
+        "isr": list(p.isr),
+    }
+    payload.update(fields)
+    return apply_command(state, cmd.ALTER_PARTITION, payload)
+
+
+def test_alter_partition_changes_the_isr_and_bumps_only_the_partition_epoch():
+    state, _ = cluster([1, 2, 3])
+    applied = alter(state, isr=[1, 2])
+    assert (applied.outcome.isr, applied.outcome.leader_epoch) == ((1, 2), 0)
+    assert applied.outcome.partition_epoch == 1
+    assert part(applied.state) == applied.outcome
+
+
+@pytest.mark.parametrize(
+    ("fields", "code"),
+    [
+        ({"leader_epoch": -1}, FENCED_LEADER_EPOCH),
+        ({"leader_epoch": 5}, NOT_CONTROLLER),
+        ({"leader": 2}, FENCED_LEADER_EPOCH),
+        ({"partition_epoch": 7}, INVALID_UPDATE_VERSION),
+        ({"isr": [2, 3]}, INVALID_REQUEST),
+        ({"isr": [1, 4]}, INVALID_REQUEST),
+    ],
+)
+def test_alter_partition_is_refused_as_kafka_refuses_it(fields, code):
+    state, _ = cluster([1, 2, 3])
+    applied = alter(state, **fields)
+    assert applied.outcome.error_code == code
+    assert applied.state is state
+
+
+def test_alter_partition_may_not_add_a_fenced_replica():
+    state, epochs = cluster([1, 2, 3])
+    state = fence(state, epochs, 3).state
+    assert alter(state, isr=[1, 2, 3]).outcome.error_code == INELIGIBLE_REPLICA

@@ -100,7 +100,7 @@ class Broker:
         self.ready = False
         self.stopping = False
         self.counters = RequestCounters()
-        self.extra_metrics: list[Any] = []  # callables returning Prometheus lines
+        self.extra_metrics: list[Any] = []  # callables returning prometheus-client families
         self.http = HttpEndpoint(self)
         self.parts = BrokerParts(
             node_id=self.node_id,

@@ -14,11 +14,12 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine, Iterator
+from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
 
 from kio.schema.errors import ErrorCode
+from prometheus_client.core import Metric
 
 from kbroker.protocol.batch import (
     HEADER_SIZE,
@@ -37,7 +38,7 @@ log = logging.getLogger("kbroker.internal_topics")
 E = ErrorCode
 KeyValue = tuple[bytes, bytes | None]
 Acknowledgement = Coroutine[Any, Any, ErrorCode]
-Metrics = Callable[[], list[str]]
+Metrics = Callable[[], Iterable[Metric]]
 # Records read between two yields to the loop while replaying a partition.
 YIELD_EVERY_RECORDS = 10_000
 
@@ -125,7 +126,7 @@ class InternalTopicService:
         self.coordinator.shutdown()
 
     def publish_metrics(self, metrics: Metrics) -> None:
-        """Add Prometheus lines to the broker's until `stop`."""
+        """Add metric families to the broker's /metrics until `stop`."""
         extra = getattr(self.broker, "extra_metrics", None)
         if extra is not None:
             extra.append(metrics)

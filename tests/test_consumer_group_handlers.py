@@ -17,6 +17,7 @@ from test_group_handlers import Address, FakeController, context, decode
 from kbroker.coordinator import OffsetAndMetadata
 from kbroker.coordinator.lag import lag_metrics
 from kbroker.handlers.registry import APIS
+from kbroker.metrics.prometheus import render_families
 from kbroker.protocol.messages import build
 
 HEARTBEAT, DESCRIBE = 68, 69
@@ -196,13 +197,14 @@ def test_lag_gauges_report_committed_offsets_and_lag_of_led_partitions():
         {("t", 0): OffsetAndMetadata(7), ("t", 1): OffsetAndMetadata(3)},
     )
     ends = {("t", 0): 10}
-    lines = lag_metrics(h.c, lambda t, p: ends.get((t, p)))
-    assert 'kbroker_consumer_group_committed_offset{group="g",topic="t",partition="0"} 7' in lines
-    assert 'kbroker_consumer_group_committed_offset{group="g",topic="t",partition="1"} 3' in lines
-    assert 'kbroker_consumer_group_lag{group="g",topic="t",partition="0"} 3' in lines
+    lines = render_families(lag_metrics(h.c, lambda t, p: ends.get((t, p)))).splitlines()
+    assert 'kbroker_consumer_group_committed_offset{group="g",partition="0",topic="t"} 7.0' in lines
+    assert 'kbroker_consumer_group_committed_offset{group="g",partition="1",topic="t"} 3.0' in lines
+    assert 'kbroker_consumer_group_lag{group="g",partition="0",topic="t"} 3.0' in lines
+    assert 'kafka_consumergroup_lag{consumergroup="g",partition="0",topic="t"} 3.0' in lines
     assert not any(
         line.startswith('kbroker_consumer_group_lag{group="g",topic="t",partition="1"')
         for line in lines
     )
-    assert 'kbroker_consumer_group_members{group="g",type="consumer",state="Stable"} 1' in lines
+    assert 'kbroker_consumer_group_members{group="g",state="Stable",type="consumer"} 1.0' in lines
     assert "# TYPE kbroker_consumer_group_lag gauge" in lines

@@ -9,6 +9,7 @@ from typing import Any
 
 from inprocess import RawClient, run_broker
 
+from kbroker.metrics.prometheus import render_families
 from kbroker.protocol.batch import encode_batch
 
 PRODUCE = 0
@@ -395,9 +396,9 @@ def test_metrics_count_transactional_ids_by_state(tmp_path: Path) -> None:
         init = await _init(client, "tx")
         await _add(client, "tx", init.producer_id, init.producer_epoch, "t", 0)
         await _init(client, "idle")
-        lines = broker.txn_coordinator.metrics()
-        assert 'kbroker_transactions{state="Ongoing"} 1' in lines
-        assert 'kbroker_transactions{state="Empty"} 1' in lines
-        assert "kbroker_transactions_awaiting_markers 0" in lines
+        lines = render_families(broker.txn_coordinator.metrics()).splitlines()
+        assert 'kbroker_transactions{state="Ongoing"} 1.0' in lines
+        assert 'kbroker_transactions{state="Empty"} 1.0' in lines
+        assert "kbroker_transactions_awaiting_markers 0.0" in lines
 
     _run(tmp_path, body)

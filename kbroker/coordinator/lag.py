@@ -1,4 +1,4 @@
-"""Consumer lag as Prometheus gauges, computed when scraped.
+"""Consumer lag as Prometheus gauges (prometheus-client families), computed when scraped.
 
 For every group this node coordinates (classic and consumer protocol) and every
 partition it has committed an offset for: the committed offset, and where this node
@@ -12,18 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from prometheus_client.core import GaugeMetricFamily, Metric
+
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata
 
 HighWatermark = Callable[[str, int], int | None]
 GroupOffsets = dict[tuple[str, int], OffsetAndMetadata]
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(**labels: object) -> str:
-    return ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
 
 
 def groups_with_offsets(coordinator: Any) -> Iterator[tuple[str, str, str, int, GroupOffsets]]:
@@ -38,37 +32,46 @@ def groups_with_offsets(coordinator: Any) -> Iterator[tuple[str, str, str, int, 
     yield from sorted(found, key=lambda g: g[0])
 
 
-def lag_metrics(coordinator: Any, high_watermark: HighWatermark) -> list[str]:
-    members_lines = []
-    committed_lines = []
-    lag_lines = []
-    for group_id, kind, state, members, offsets in groups_with_offsets(coordinator):
-        members_lines.append(
-            f"kbroker_consumer_group_members{{{_labels(group=group_id, type=kind, state=state)}}}"
-            f" {members}"
-        )
+def lag_metrics(coordinator: Any, high_watermark: HighWatermark) -> list[Metric]:
+    members = GaugeMetricFamily(
+        "kbroker_consumer_group_members",
+        "Members of each group this node coordinates.",
+        labels=["group", "type", "state"],
+    )
+    committed = GaugeMetricFamily(
+        "kbroker_consumer_group_committed_offset",
+        "Committed offset, by group and partition.",
+        labels=["group", "topic", "partition"],
+    )
+    lag = GaugeMetricFamily(
+        "kbroker_consumer_group_lag",
+        "High watermark minus committed offset, by group and partition (partitions this "
+        "node leads).",
+        labels=["group", "topic", "partition"],
+    )
+    # The same under kafka_exporter's names, which Kafka dashboards query.
+    exporter_offset = GaugeMetricFamily(
+        "kafka_consumergroup_current_offset",
+        "Committed offset, by group and partition.",
+        labels=["consumergroup", "topic", "partition"],
+    )
+    exporter_lag = GaugeMetricFamily(
+        "kafka_consumergroup_lag",
+        "High watermark minus committed offset, by group and partition (partitions this "
+        "node leads).",
+        labels=["consumergroup", "topic", "partition"],
+    )
+    for group_id, kind, state, count, offsets in groups_with_offsets(coordinator):
+        members.add_metric([group_id, kind, state], count)
         for (topic, partition), value in sorted(offsets.items()):
-            labels = _labels(group=group_id, topic=topic, partition=partition)
-            committed_lines.append(
-                f"kbroker_consumer_group_committed_offset{{{labels}}} {value.offset}"
-            )
+            labels = [group_id, topic, str(partition)]
+            committed.add_metric(labels, value.offset)
+            exporter_offset.add_metric(labels, value.offset)
             end = high_watermark(topic, partition)
             if end is not None and value.offset >= 0:
-                lag_lines.append(
-                    f"kbroker_consumer_group_lag{{{labels}}} {max(end - value.offset, 0)}"
-                )
-    return [
-        "# HELP kbroker_consumer_group_members Members of each group this node coordinates.",
-        "# TYPE kbroker_consumer_group_members gauge",
-        *members_lines,
-        "# HELP kbroker_consumer_group_committed_offset Committed offset, by group and partition.",
-        "# TYPE kbroker_consumer_group_committed_offset gauge",
-        *committed_lines,
-        "# HELP kbroker_consumer_group_lag High watermark minus committed offset, by group and "
-        "partition (partitions this node leads).",
-        "# TYPE kbroker_consumer_group_lag gauge",
-        *lag_lines,
-    ]
+                lag.add_metric(labels, max(end - value.offset, 0))
+                exporter_lag.add_metric(labels, max(end - value.offset, 0))
+    return [members, committed, lag, exporter_offset, exporter_lag]
 
 
 def replica_high_watermark(broker: Any) -> HighWatermark:

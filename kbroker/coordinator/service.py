@@ -15,6 +15,7 @@ from collections.abc import Collection
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from prometheus_client.core import Metric
 
 from kbroker.controller.events import PartitionsCreated, TopicCreated, TopicDeleted
 from kbroker.coordinator.clock import LoopScheduler
@@ -65,7 +66,7 @@ class GroupCoordinatorService(InternalTopicService):
             "offset expiry",
         )
 
-    def _lag_metrics(self) -> list[str]:
+    def _lag_metrics(self) -> list[Metric]:
         return lag_metrics(self.coordinator, replica_high_watermark(self.broker))
 
     async def find_group_coordinator(self, group_id: str) -> tuple[ErrorCode, Any]:

@@ -115,6 +115,8 @@ def _encode(
         ):
             topics.append(FetchedTopic(target.topic or "", target.topic_id))
         topics[-1].partitions.append(result)
+        if result.records_size and target.topic is not None:
+            ctx.broker.counters.topic(target.topic).bytes_out += result.records_size
     endpoints = None
     if ctx.version >= 16 and any(r.error_code for _, r in results):
         endpoints = [

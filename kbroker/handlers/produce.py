@@ -131,6 +131,9 @@ def _append(
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message=str(exc))
     except ProducerStateError as exc:
         return ProducedPartition(index, producer_state_error_code(exc), error_message=str(exc))
+    stats = broker.counters.topic(topic)
+    stats.messages_in += appended.record_count
+    stats.bytes_in += len(records)
     if replica.log.config.fsyncs_every_append:
         awaiting_flush.append(replica.log)
     return ProducedPartition(

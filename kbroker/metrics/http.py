@@ -7,7 +7,7 @@ import json
 import logging
 from typing import Any
 
-from kbroker.metrics.prometheus import render
+from kbroker.metrics.prometheus import broker_registry, render
 
 log = logging.getLogger("kbroker.http")
 
@@ -17,6 +17,7 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Servic
 class HttpEndpoint:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
+        self.registry = broker_registry(broker)
         self.servers: list[asyncio.AbstractServer] = []
 
     async def start(self, endpoints: list[Any]) -> None:
@@ -43,7 +44,7 @@ class HttpEndpoint:
             return 405, "text/plain", "GET only\n"
         path = path.split("?", 1)[0]
         if path == "/metrics":
-            return 200, "text/plain; version=0.0.4", render(self.broker)
+            return 200, "text/plain; version=0.0.4", render(self.registry)
         if path == "/health":
             return 200, "application/json", json.dumps({"status": "ok"}) + "\n"
         if path == "/ready":

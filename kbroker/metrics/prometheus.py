@@ -1,80 +1,256 @@
-"""Prometheus text exposition of the broker's state, computed when scraped."""
+"""The broker's metrics as Prometheus families, computed when scraped (prometheus-client).
+
+Names follow what Prometheus' JMX exporter makes of Kafka's MBeans, so dashboards and
+alerts written for Kafka work unchanged: `kafka.server:type=BrokerTopicMetrics,
+name=MessagesInPerSec,topic=T` becomes `kafka_server_brokertopicmetrics_messagesin_total
+{topic="T"}` (the all-topics MBean is the same name without the label), RequestMetrics
+become `kafka_network_requestmetrics_*{request="Produce"}`, `kafka.log:type=Log,name=Size`
+becomes `kafka_log_log_size{topic,partition}`. Consumer lag, which Kafka brokers do not
+export, uses kafka_exporter's names (`kafka_consumergroup_lag{consumergroup,topic,
+partition}`). kbroker's own `kbroker_*` series stay alongside for what Kafka has no name
+for.
+
+The request path only adds to plain counters (kbroker.metrics.counters); this custom
+collector reads them, the replica manager and the controller's metadata at scrape time.
+"""
 
 from __future__ import annotations
 
-import os
-import resource
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from kbroker.protocol.messages import API_NAMES
 
-
-def _line(name: str, value: float, labels: dict[str, Any] | None = None) -> str:
-    if labels:
-        inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
-        return f"{name}{{{inner}}} {value}"
-    return f"{name} {value}"
+MetricsSource = Callable[[], Iterable[Metric]]
+"""What a part of the broker publishes: a callable returning metric families."""
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def kafka_request_name(api_key: int) -> str:
+    """Kafka's name for an API as its request metrics label it ("Produce", "ApiVersions")."""
+    name = API_NAMES.get(api_key)
+    if name is None:
+        return str(api_key)
+    return "".join(word.capitalize() for word in name.split("_"))
 
 
-def _family(out: list[str], name: str, kind: str, help_text: str) -> None:
-    out.append(f"# HELP {name} {help_text}")
-    out.append(f"# TYPE {name} {kind}")
+class BrokerCollector:
+    """Everything one broker exports; one per broker (tests run several in a process)."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        broker = self.broker
+        yield from self._requests(broker.counters)
+        yield from self._topics(broker)
+        yield from self._partitions(broker)
+        yield from self._kbroker(broker)
+        for source in list(broker.extra_metrics):
+            yield from source()
+
+    def _requests(self, counters: Any) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "kafka_network_requestmetrics_requests",
+            "Requests received, by API (Kafka's RequestMetrics RequestsPerSec).",
+            labels=["request"],
+        )
+        for key, n in sorted(counters.requests.items()):
+            requests.add_metric([kafka_request_name(key)], n)
+        yield requests
+        total_time = HistogramMetricFamily(
+            "kafka_network_requestmetrics_totaltimems",
+            "Milliseconds from a request's last byte read to its answer written, by API "
+            "(Kafka's RequestMetrics TotalTimeMs).",
+            labels=["request"],
+        )
+        for key, histogram in sorted(counters.latency.items()):
+            total_time.add_metric(
+                [kafka_request_name(key)], histogram.buckets(), histogram.total_ms
+            )
+        yield total_time
+
+    def _topics(self, broker: Any) -> Iterator[Metric]:
+        counters = broker.counters
+        existing = broker.controller.state.topics
+        for gone in [t for t in counters.topics if t not in existing]:
+            del counters.topics[gone]  # a deleted topic's series end with it
+        families = {
+            "messages_in": CounterMetricFamily(
+                "kafka_server_brokertopicmetrics_messagesin",
+                "Records appended by producers, by topic and in all (MessagesInPerSec).",
+                labels=["topic"],
+            ),
+            "bytes_in": CounterMetricFamily(
+                "kafka_server_brokertopicmetrics_bytesin",
+                "Record batch bytes appended by producers, by topic and in all (BytesInPerSec).",
+                labels=["topic"],
+            ),
+            "bytes_out": CounterMetricFamily(
+                "kafka_server_brokertopicmetrics_bytesout",
+                "Record batch bytes sent to consumers, by topic and in all (BytesOutPerSec).",
+                labels=["topic"],
+            ),
+        }
+        for attribute, family in families.items():
+            # The all-topics MBean has no topic label; as with the JMX exporter, sum
+            # either the labelled series or the unlabelled one, not both.
+            total = sum(getattr(t, attribute) for t in counters.topics.values())
+            family.add_sample(family.name + "_total", {}, total)
+            for name, topic in sorted(counters.topics.items()):
+                family.add_metric([name], getattr(topic, attribute))
+            yield family
+
+    def _partitions(self, broker: Any) -> Iterator[Metric]:
+        node = broker.node_id
+        state = broker.controller.state
+        size = GaugeMetricFamily(
+            "kafka_log_log_size", "Bytes on disk, by partition.", labels=["topic", "partition"]
+        )
+        end = GaugeMetricFamily(
+            "kafka_log_log_logendoffset",
+            "Next offset to be written, by partition.",
+            labels=["topic", "partition"],
+        )
+        start = GaugeMetricFamily(
+            "kafka_log_log_logstartoffset",
+            "First offset kept, by partition.",
+            labels=["topic", "partition"],
+        )
+        leaders = 0
+        for (topic, partition), replica in sorted(broker.replicas.replicas.items()):
+            labels = [topic, str(partition)]
+            plog = replica.log
+            size.add_metric(labels, plog.size_bytes())
+            end.add_metric(labels, plog.log_end_offset)
+            start.add_metric(labels, plog.log_start_offset)
+            leaders += 1 if replica.is_leader else 0
+        yield from (size, end, start)
+        under = offline = 0
+        for topic in state.topics.values():
+            for p in topic.partitions:
+                if p.leader < 0:
+                    offline += 1
+                elif p.leader == node and len(p.isr) < len(p.replicas):
+                    under += 1
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_partitioncount",
+            "Partitions this broker holds a replica of.",
+            value=len(broker.replicas.replicas),
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_leadercount",
+            "Partitions this broker leads.",
+            value=leaders,
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_underreplicatedpartitions",
+            "Partitions this broker leads whose ISR is smaller than their replica set.",
+            value=under,
+        )
+        yield GaugeMetricFamily(
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            "Partitions without a leader, cluster-wide.",
+            value=offline,
+        )
+        yield GaugeMetricFamily(
+            "kafka_controller_kafkacontroller_activecontrollercount",
+            "1 on the broker whose controller leads the metadata quorum.",
+            value=1 if state.controller_id == node else 0,
+        )
+
+    def _kbroker(self, broker: Any) -> Iterator[Metric]:
+        counters = broker.counters
+        requests = CounterMetricFamily(
+            "kbroker_requests", "Requests received, by API.", labels=["api"]
+        )
+        for key, n in sorted(counters.requests.items()):
+            requests.add_metric([API_NAMES.get(key, str(key))], n)
+        yield requests
+        yield CounterMetricFamily(
+            "kbroker_bad_requests",
+            "Connections closed over bad input.",
+            value=counters.bad_requests,
+        )
+        network = CounterMetricFamily(
+            "kbroker_network_bytes", "Bytes received and sent.", labels=["direction"]
+        )
+        network.add_metric(["in"], counters.bytes_in)
+        network.add_metric(["out"], counters.bytes_out)
+        yield network
+        yield GaugeMetricFamily(
+            "kbroker_connections", "Open client connections.", value=len(broker.connections)
+        )
+        awake = broker.keep_awake
+        answers = CounterMetricFamily(
+            "kbroker_busy_poll_answers",
+            "Answers by whether a request followed within socket.busy.poll.us.",
+            labels=["outcome"],
+        )
+        answers.add_metric(["hit"], awake.hits)
+        answers.add_metric(["miss"], awake.misses)
+        yield answers
+        yield CounterMetricFamily(
+            "kbroker_busy_poll_spins", "Busy-polling spells started.", value=awake.spins
+        )
+        yield CounterMetricFamily(
+            "kbroker_produced_bytes",
+            "Record bytes appended by producers.",
+            value=counters.produced_bytes,
+        )
+        yield GaugeMetricFamily(
+            "kbroker_partitions",
+            "Partitions held by this broker.",
+            value=len(broker.replicas.replicas),
+        )
+        end = GaugeMetricFamily(
+            "kbroker_log_end_offset",
+            "Next offset to be written, by partition.",
+            labels=["topic", "partition"],
+        )
+        start = GaugeMetricFamily(
+            "kbroker_log_start_offset",
+            "First offset kept, by partition.",
+            labels=["topic", "partition"],
+        )
+        size = GaugeMetricFamily(
+            "kbroker_log_size_bytes", "Bytes on disk, by partition.", labels=["topic", "partition"]
+        )
+        for (topic, partition), replica in sorted(broker.replicas.replicas.items()):
+            labels = [topic, str(partition)]
+            end.add_metric(labels, replica.log.log_end_offset)
+            start.add_metric(labels, replica.log.log_start_offset)
+            size.add_metric(labels, replica.log.size_bytes())
+        yield from (end, start, size)
 
 
-def render(broker: Any) -> str:
-    counters = broker.counters
-    out: list[str] = []
-    _family(out, "kbroker_requests_total", "counter", "Requests received, by API.")
-    for key, n in sorted(counters.requests.items()):
-        out.append(_line("kbroker_requests_total", n, {"api": API_NAMES.get(key, key)}))
-    _family(out, "kbroker_bad_requests_total", "counter", "Connections closed over bad input.")
-    out.append(_line("kbroker_bad_requests_total", counters.bad_requests))
-    _family(out, "kbroker_network_bytes_total", "counter", "Bytes received and sent.")
-    out.append(_line("kbroker_network_bytes_total", counters.bytes_in, {"direction": "in"}))
-    out.append(_line("kbroker_network_bytes_total", counters.bytes_out, {"direction": "out"}))
-    _family(out, "kbroker_connections", "gauge", "Open client connections.")
-    out.append(_line("kbroker_connections", len(broker.connections)))
-    awake = broker.keep_awake
-    _family(
-        out,
-        "kbroker_busy_poll_answers_total",
-        "counter",
-        "Answers by whether a request followed within socket.busy.poll.us.",
-    )
-    out.append(_line("kbroker_busy_poll_answers_total", awake.hits, {"outcome": "hit"}))
-    out.append(_line("kbroker_busy_poll_answers_total", awake.misses, {"outcome": "miss"}))
-    _family(out, "kbroker_busy_poll_spins_total", "counter", "Busy-polling spells started.")
-    out.append(_line("kbroker_busy_poll_spins_total", awake.spins))
-    _family(out, "kbroker_produced_bytes_total", "counter", "Record bytes appended by producers.")
-    out.append(_line("kbroker_produced_bytes_total", counters.produced_bytes))
-    _family(out, "kbroker_partitions", "gauge", "Partitions held by this broker.")
-    out.append(_line("kbroker_partitions", len(broker.replicas.replicas)))
-    _family(out, "kbroker_log_end_offset", "gauge", "Next offset to be written, by partition.")
-    _family(out, "kbroker_log_start_offset", "gauge", "First offset kept, by partition.")
-    _family(out, "kbroker_log_size_bytes", "gauge", "Bytes on disk, by partition.")
-    for (topic, partition), replica in sorted(broker.replicas.replicas.items()):
-        labels = {"topic": topic, "partition": partition}
-        plog = replica.log
-        out.append(_line("kbroker_log_end_offset", plog.log_end_offset, labels))
-        out.append(_line("kbroker_log_start_offset", plog.log_start_offset, labels))
-        out.append(_line("kbroker_log_size_bytes", plog.size_bytes(), labels))
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    _family(out, "process_cpu_seconds_total", "counter", "CPU time of the broker process.")
-    out.append(_line("process_cpu_seconds_total", usage.ru_utime + usage.ru_stime))
-    _family(out, "process_resident_memory_bytes", "gauge", "Resident memory.")
-    out.append(_line("process_resident_memory_bytes", _rss_bytes()))
-    for extra in broker.extra_metrics:
-        out.extend(extra())
-    return "\n".join(out) + "\n"
+def broker_registry(broker: Any) -> CollectorRegistry:
+    """A registry of this broker's collector and the process's CPU, memory and fds."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(broker))
+    ProcessCollector(registry=registry)
+    return registry
 
 
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return 0
+def render(registry: CollectorRegistry) -> str:
+    """The text exposition format (0.0.4) of everything in the registry."""
+    return generate_latest(registry).decode()
+
+
+def render_families(families: Iterable[Metric]) -> str:
+    """Families as exposition text (for tests and for sources checked on their own)."""
+    registry = CollectorRegistry(auto_describe=False)
+
+    class _Fixed:
+        def collect(self) -> Iterable[Metric]:
+            return families
+
+    registry.register(_Fixed())
+    return render(registry)

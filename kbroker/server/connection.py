@@ -60,7 +60,16 @@ class _Slot:
     """A response position in the connection's order; filled now or when its handler's
     answer is ready, which it then frames as the request it stands for asked."""
 
-    __slots__ = ("data", "done", "task", "api_key", "version", "correlation_id", "flexible")
+    __slots__ = (
+        "data",
+        "done",
+        "task",
+        "api_key",
+        "version",
+        "correlation_id",
+        "flexible",
+        "started",
+    )
 
     def __init__(
         self, api_key: int = -1, version: int = 0, correlation_id: int = 0, flexible: bool = False
@@ -72,6 +81,7 @@ class _Slot:
         self.version = version
         self.correlation_id = correlation_id
         self.flexible = flexible
+        self.started = 0.0  # perf_counter() when the request was read, for its latency
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -148,6 +158,7 @@ class KafkaConnection(asyncio.Protocol):
     # -- dispatch --------------------------------------------------------------------
 
     def _dispatch(self, request: memoryview) -> None:
+        started = time.perf_counter()
         try:
             api_key, version, correlation_id = peek_api(request)
         except MalformedRequest as exc:
@@ -184,6 +195,7 @@ class KafkaConnection(asyncio.Protocol):
             result = api.handler(ctx, body)
             if isinstance(result, Later) or inspect.isawaitable(result):
                 slot = _Slot(api_key, version, correlation_id, response_flexible)
+                slot.started = started
                 self._queue.append(slot)
                 if isinstance(result, Later):
                     result.then(lambda value, error: self._complete(slot, value, error))
@@ -194,6 +206,7 @@ class KafkaConnection(asyncio.Protocol):
                 task.add_done_callback(lambda t: self._finish(slot, t))
                 return
             if isinstance(result, NoResponse):
+                self._answered(api_key, started)
                 return
             # Encoding belongs inside: a value the version cannot carry must not escape
             # data_received, where the loop would drop the connection without our log line.
@@ -203,6 +216,10 @@ class KafkaConnection(asyncio.Protocol):
             self.close("internal error")
             return
         self._respond_now(correlation_id, response_flexible, encoded)
+        self._answered(api_key, started)
+
+    def _answered(self, api_key: int, started: float) -> None:
+        self.broker.counters.answered(api_key, (time.perf_counter() - started) * 1000.0)
 
     def _finish(self, slot: _Slot, task: asyncio.Future) -> None:
         if self._closed:
@@ -239,6 +256,7 @@ class KafkaConnection(asyncio.Protocol):
             self.close("internal error")
             return
         slot.done = True
+        self._answered(api_key, slot.started)
         self._drain_queue()
 
     def _respond_now(self, correlation_id: int, flexible: bool, body: bytes | EncodedBody) -> None:

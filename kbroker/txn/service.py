@@ -17,6 +17,7 @@ from collections.abc import Collection
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kbroker.internal_topics import InternalTopicService, KeyValue, TopicLayout, append_records
 from kbroker.txn.coordinator import TransactionCoordinator, TxnConfig
@@ -98,24 +99,26 @@ class TransactionCoordinatorService(InternalTopicService):
         )
         self._every(config.get("producer.id.expiration.check.interval.ms"), self._expire_producers)
 
-    def metrics(self) -> list[str]:
-        """Prometheus lines: transactional ids by state, markers waiting for a retry."""
+    def metrics(self) -> list[Metric]:
+        """Transactional ids by state, and ended transactions whose markers are not all
+        written yet."""
         counts: dict[str, int] = {}
         for meta in self.coordinator.txns.values():
             name = meta.state.display_name
             counts[name] = counts.get(name, 0) + 1
-        out = [
-            "# HELP kbroker_transactions Transactional ids this node coordinates, by state.",
-            "# TYPE kbroker_transactions gauge",
-        ]
-        out += [f'kbroker_transactions{{state="{n}"}} {c}' for n, c in sorted(counts.items())]
-        out += [
-            "# HELP kbroker_transactions_awaiting_markers Ended transactions whose markers "
-            "are not all written yet.",
-            "# TYPE kbroker_transactions_awaiting_markers gauge",
-            f"kbroker_transactions_awaiting_markers {len(self.coordinator.incomplete)}",
-        ]
-        return out
+        by_state = GaugeMetricFamily(
+            "kbroker_transactions",
+            "Transactional ids this node coordinates, by state.",
+            labels=["state"],
+        )
+        for name, count in sorted(counts.items()):
+            by_state.add_metric([name], count)
+        awaiting = GaugeMetricFamily(
+            "kbroker_transactions_awaiting_markers",
+            "Ended transactions whose markers are not all written yet.",
+            value=len(self.coordinator.incomplete),
+        )
+        return [by_state, awaiting]
 
     def _follow_group_loads(self) -> None:
         """Plug into the group coordinator: after it loads an offsets partition, settle the

@@ -99,6 +99,9 @@ class Broker:
         self.started_at = 0.0
         self.ready = False
         self.stopping = False
+        # When the controller last acknowledged this broker (registration or heartbeat);
+        # /health reports the controller unreachable once it is older than the session.
+        self.last_heartbeat_ack: float | None = None
         self.counters = RequestCounters()
         self.extra_metrics: list[Any] = []  # callables returning prometheus-client families
         self.http = HttpEndpoint(self)
@@ -128,6 +131,7 @@ class Broker:
         self.controller.subscribe(self._on_metadata_event)
         self.logs.load_all(self._log_config_for_partition, now_ms())
         self.registration = await self._register()
+        self.last_heartbeat_ack = time.monotonic()
         if self.config.quorum.is_cluster:
             self._heartbeat_task = asyncio.create_task(self._heartbeat())
         for topic in list(self.controller.state.topics.values()):
@@ -245,11 +249,13 @@ class Broker:
             epoch = self.registration.epoch if self.registration else -1
             try:
                 await self.controller.broker_heartbeat(self.node_id, epoch, timeout)
+                self.last_heartbeat_ack = time.monotonic()
             except ControllerError as exc:
                 if exc.error_code == STALE_BROKER_EPOCH:
                     log.warning("controller no longer knows this broker; registering again")
                     with contextlib.suppress(ControllerError):
                         self.registration = await self._register()
+                        self.last_heartbeat_ack = time.monotonic()
                 else:
                     log.debug("heartbeat not acknowledged: %s", exc)
 

@@ -74,10 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kbroker: configuration error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=(args.log_level or config.get("logging.level")).upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    from kbroker.log_setup import configure_logging, parse_levels
+
+    configure_logging(
+        args.log_level or config.get("logging.level"),
+        config.get("logging.format"),
+        parse_levels(config.get("logging.levels")),
     )
     _install_event_loop(args.event_loop)
     try:

@@ -72,7 +72,9 @@ class FakeBroker:
     def __init__(self, max_idle_ms: int = -1) -> None:
         self.connections: set[KafkaConnection] = set()
         self.counters = RequestCounters()
-        self.config = FakeConfig({"connections.max.idle.ms": max_idle_ms})
+        self.config = FakeConfig(
+            {"connections.max.idle.ms": max_idle_ms, "logging.requests.enable": False}
+        )
         self.keep_awake = KeepAwake(budget_s=0)  # no running loop to spin in
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 from inprocess import RawClient, run_broker
 
 from kbroker.broker import Broker
+from kbroker.metrics.health import controller_check
 
 API_VERSIONS = 18
 
@@ -23,12 +26,36 @@ async def _get(port: int, path: str) -> tuple[int, str]:
     return int(head.split()[1]), body
 
 
-def test_health_answers_ok(tmp_path: Path) -> None:
+def test_health_answers_ok_with_each_check_it_made(tmp_path: Path) -> None:
     async def check(broker: Broker, port: int) -> None:
         status, body = await _get(port, "/health")
-        assert status == 200 and '"ok"' in body
+        report = json.loads(body)
+        assert status == 200 and report["status"] == "ok"
+        assert [c["name"] for c in report["checks"]] == [
+            f"log_dir {tmp_path / 'data'}",
+            "controller",
+        ]
 
     run_broker(tmp_path, check, http=True)
+
+
+def test_health_names_a_log_dir_that_is_gone(tmp_path: Path) -> None:
+    async def check(broker: Broker, port: int) -> None:
+        shutil.rmtree(tmp_path / "data")
+        status, body = await _get(port, "/health")
+        report = json.loads(body)
+        assert status == 503 and report["status"] == "unhealthy"
+        assert report["unhealthy"] == [f"log_dir {tmp_path / 'data'}: missing or not a directory"]
+
+    run_broker(tmp_path, check, http=True)
+
+
+def test_controller_check_fails_once_heartbeats_go_unacknowledged_past_the_session() -> None:
+    assert controller_check(False, None, 9.0, 100.0).ok
+    assert controller_check(True, 95.0, 9.0, 100.0).ok
+    late = controller_check(True, 80.0, 9.0, 100.0)
+    assert not late.ok and "no heartbeat acknowledged for 20.0s" in late.detail
+    assert not controller_check(True, None, 9.0, 100.0).ok
 
 
 def test_ready_reports_a_started_broker(tmp_path: Path) -> None:

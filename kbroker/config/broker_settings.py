@@ -35,6 +35,7 @@ from kbroker.config.types import (
     one_of,
     table,
 )
+from kbroker.log_setup import validate_levels
 
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, PASSWORD = (
     ConfigType.BOOLEAN,
@@ -373,6 +374,21 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "text",
         "kbroker: 'text' for human-readable log lines, 'json' for one JSON object per line.",
         one_of("text", "json"),
+    ),
+    _d(
+        "logging.levels",
+        LIST,
+        "",
+        "kbroker: levels of single loggers over logging.level, as LOGGER=LEVEL items "
+        "(kbroker.request=INFO,kbroker.controller=WARNING).",
+        validate_levels,
+    ),
+    _d(
+        "logging.requests.enable",
+        BOOLEAN,
+        False,
+        "kbroker: log every answered request (API, version, correlation id, client, peer, "
+        "milliseconds) on the kbroker.request logger at INFO.",
     ),
     # -- topics and the log --------------------------------------------------------------
     _d(

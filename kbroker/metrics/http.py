@@ -1,4 +1,8 @@
-"""A tiny HTTP/1.1 server for /metrics, /health and /ready (no framework needed for three GETs)."""
+"""A tiny HTTP/1.1 server for /metrics, /health and /ready (no framework needed for three GETs).
+
+/health answers 503 naming what is unhealthy (kbroker.metrics.health); /ready 503 until
+the broker serves and once it stops.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import json
 import logging
 from typing import Any
 
+from kbroker.metrics.health import health
 from kbroker.metrics.prometheus import broker_registry, render
 
 log = logging.getLogger("kbroker.http")
@@ -46,7 +51,8 @@ class HttpEndpoint:
         if path == "/metrics":
             return 200, "text/plain; version=0.0.4", render(self.registry)
         if path == "/health":
-            return 200, "application/json", json.dumps({"status": "ok"}) + "\n"
+            healthy, report = health(self.broker)
+            return (200 if healthy else 503), "application/json", json.dumps(report) + "\n"
         if path == "/ready":
             ready = self.broker.ready
             body = json.dumps({"ready": ready, "node_id": self.broker.node_id}) + "\n"

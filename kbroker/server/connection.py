@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from kbroker.server.keep_awake import KeepAwake
 
 log = logging.getLogger("kbroker.connection")
+request_log = logging.getLogger("kbroker.request")
 
 API_VERSIONS = 18
 # Requests whose pending work is only for this connection's answer: a parked Fetch
@@ -69,6 +70,7 @@ class _Slot:
         "correlation_id",
         "flexible",
         "started",
+        "client_id",
     )
 
     def __init__(
@@ -82,6 +84,7 @@ class _Slot:
         self.correlation_id = correlation_id
         self.flexible = flexible
         self.started = 0.0  # perf_counter() when the request was read, for its latency
+        self.client_id: str | None = None
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -96,6 +99,7 @@ class KafkaConnection(asyncio.Protocol):
         self._closed = False
         self._sock_fd = -1
         self._max_idle_s = broker.config.get("connections.max.idle.ms") / 1000
+        self._log_requests = bool(broker.config.get("logging.requests.enable"))
         self._last_active = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
 
@@ -196,6 +200,7 @@ class KafkaConnection(asyncio.Protocol):
             if isinstance(result, Later) or inspect.isawaitable(result):
                 slot = _Slot(api_key, version, correlation_id, response_flexible)
                 slot.started = started
+                slot.client_id = header.client_id
                 self._queue.append(slot)
                 if isinstance(result, Later):
                     result.then(lambda value, error: self._complete(slot, value, error))
@@ -206,7 +211,7 @@ class KafkaConnection(asyncio.Protocol):
                 task.add_done_callback(lambda t: self._finish(slot, t))
                 return
             if isinstance(result, NoResponse):
-                self._answered(api_key, started)
+                self._answered(api_key, version, correlation_id, started, header.client_id)
                 return
             # Encoding belongs inside: a value the version cannot carry must not escape
             # data_received, where the loop would drop the connection without our log line.
@@ -216,10 +221,33 @@ class KafkaConnection(asyncio.Protocol):
             self.close("internal error")
             return
         self._respond_now(correlation_id, response_flexible, encoded)
-        self._answered(api_key, started)
+        self._answered(api_key, version, correlation_id, started, header.client_id)
 
-    def _answered(self, api_key: int, started: float) -> None:
-        self.broker.counters.answered(api_key, (time.perf_counter() - started) * 1000.0)
+    def _answered(
+        self, api_key: int, version: int, correlation_id: int, started: float, client: str | None
+    ) -> None:
+        """Count the request's time; with logging.requests.enable, log it too."""
+        ms = (time.perf_counter() - started) * 1000.0
+        self.broker.counters.answered(api_key, ms)
+        if self._log_requests:
+            name = messages.API_NAMES.get(api_key, str(api_key))
+            request_log.info(
+                "%s v%d correlation %d from %s (client %r) answered in %.3f ms",
+                name,
+                version,
+                correlation_id,
+                self.peer,
+                client,
+                ms,
+                extra={
+                    "api": name,
+                    "api_version": version,
+                    "correlation_id": correlation_id,
+                    "peer": self.peer,
+                    "client_id": client,
+                    "duration_ms": round(ms, 3),
+                },
+            )
 
     def _finish(self, slot: _Slot, task: asyncio.Future) -> None:
         if self._closed:
@@ -256,7 +284,7 @@ class KafkaConnection(asyncio.Protocol):
             self.close("internal error")
             return
         slot.done = True
-        self._answered(api_key, slot.started)
+        self._answered(api_key, version, slot.correlation_id, slot.started, slot.client_id)
         self._drain_queue()
 
     def _respond_now(self, correlation_id: int, flexible: bool, body: bytes | EncodedBody) -> None:

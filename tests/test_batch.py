@@ -13,6 +13,7 @@ from kbroker.protocol.batch import (
     BatchTooLargeError,
     CorruptBatchError,
     InvalidBatchError,
+    InvalidRecordsError,
     Record,
     assign_offsets,
     decode_records,
@@ -107,11 +108,11 @@ def test_batch_length_below_header_is_rejected():
         validate_batches(buf, BIG)
 
 
-def test_record_count_disagreeing_with_offset_delta_is_rejected():
+def test_record_count_disagreeing_with_offset_delta_is_an_invalid_record():
     buf = encode_batch([b"1", b"2"], 10)
     struct.pack_into(">i", buf, 57, 5)
     struct.pack_into(">I", buf, CRC_OFFSET, crc32c(bytes(buf[ATTRIBUTES_OFFSET:])))
-    with pytest.raises(CorruptBatchError, match="count"):
+    with pytest.raises(InvalidRecordsError, match="count"):
         validate_batches(buf, BIG)
     assert len(validate_batches(buf, BIG, check_record_count=False)) == 1
 

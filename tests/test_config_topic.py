@@ -184,6 +184,8 @@ def test_log_config_for_defaults():
         "cleanup_policy": "delete",
         "file_delete_delay_ms": 60000,
         "preallocate": False,
+        "message_timestamp_before_max_ms": LONG_MAX,
+        "message_timestamp_after_max_ms": 3_600_000,
     }
 
 

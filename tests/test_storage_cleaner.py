@@ -13,6 +13,7 @@ import pytest
 
 from kbroker.protocol.batch import (
     DELETE_HORIZON_MASK,
+    InvalidRecordsError,
     Record,
     decode_records,
     encode_batch,
@@ -28,7 +29,7 @@ from kbroker.storage.cleaner import (
 from kbroker.storage.compaction import CompactionSettings
 from kbroker.storage.config import LogConfig
 from kbroker.storage.log import PartitionLog
-from kbroker.storage.producer_state import CLIENT, COORDINATOR, InvalidRecordError
+from kbroker.storage.producer_state import CLIENT, COORDINATOR
 from kbroker.storage.segment import scan_batches
 
 T0 = 1_700_000_000_000
@@ -371,8 +372,9 @@ def test_keyless_records_are_dropped_by_the_cleaner(tmp_path):
 @pytest.mark.parametrize("codec", [0, GZIP, ZSTD])
 def test_keyless_record_is_rejected_by_compacted_log(tmp_path, codec):
     plog = open_log(tmp_path)
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(InvalidRecordsError) as refused:
         append(plog, [Record(b"k", b"v", T0), Record(None, b"v", T0)], codec)
+    assert [index for index, _ in refused.value.record_errors] == [1]
     assert plog.log_end_offset == 0
     append(plog, [Record(b"k", b"v", T0)], codec)
     assert plog.log_end_offset == 1

@@ -622,7 +622,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     _d(
         "log.message.timestamp.after.max.ms",
         LONG,
-        LONG_MAX,
+        3_600_000,
         "How far a CreateTime timestamp "
         "may lie after the broker's clock. Default of message.timestamp.after.max.ms.",
         at_least(0),

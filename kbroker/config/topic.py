@@ -198,7 +198,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     _t(
         "message.timestamp.after.max.ms",
         LONG,
-        LONG_MAX,
+        3_600_000,
         "How far a CreateTime timestamp may "
         "lie after the broker's clock before the batch is rejected.",
         at_least(0),
@@ -450,4 +450,6 @@ def log_config_for(overrides: Mapping[str, str], broker: BrokerConfig) -> dict[s
         "cleanup_policy": cleanup_policy_text(values["cleanup.policy"]),
         "file_delete_delay_ms": values["file.delete.delay.ms"],
         "preallocate": values["preallocate"],
+        "message_timestamp_before_max_ms": values["message.timestamp.before.max.ms"],
+        "message_timestamp_after_max_ms": values["message.timestamp.after.max.ms"],
     }

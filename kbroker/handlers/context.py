@@ -52,7 +52,12 @@ class Partitions(Protocol):
     def get(self, topic: str, partition: int) -> Replica | None: ...
 
     def append(
-        self, replica: Replica, records: bytearray | memoryview, now_ms: int, origin: int = ...
+        self,
+        replica: Replica,
+        records: bytearray | memoryview,
+        now_ms: int,
+        origin: int = ...,
+        issued_producer_ids: int | None = ...,
     ) -> AppendResult: ...
 
 

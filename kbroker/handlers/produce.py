@@ -16,12 +16,18 @@ from kio.schema.errors import ErrorCode
 from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import NO_RESPONSE, Later, handles
-from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, UnsupportedMagicError
+from kbroker.protocol.batch import (
+    BatchTooLargeError,
+    InvalidBatchError,
+    InvalidRecordsError,
+    UnsupportedMagicError,
+)
 from kbroker.protocol.produce_response import (
     ProducedPartition,
     ProducedTopic,
     encode_produce_response,
 )
+from kbroker.protocol.record_validation import InvalidTimestampError
 from kbroker.storage.log import PartitionLog
 from kbroker.storage.producer_state import ProducerStateError
 from kbroker.txn.errors import producer_state_error_code
@@ -114,7 +120,9 @@ def _append(
         if code:
             return ProducedPartition(index, code)
     try:
-        appended = broker.partitions.append(replica, records, now)
+        appended = broker.partitions.append(
+            replica, records, now, issued_producer_ids=broker.controller.state.next_producer_id
+        )
     except BatchTooLargeError as exc:
         return ProducedPartition(index, ErrorCode.message_too_large, error_message=str(exc))
     except UnsupportedMagicError as exc:
@@ -126,6 +134,15 @@ def _append(
             else ErrorCode.unsupported_for_message_format
         )
         return ProducedPartition(index, code, error_message=str(exc))
+    except InvalidRecordsError as exc:
+        code = (
+            ErrorCode.invalid_timestamp
+            if isinstance(exc, InvalidTimestampError)
+            else ErrorCode.invalid_record
+        )
+        return ProducedPartition(
+            index, code, error_message=str(exc), record_errors=list(exc.record_errors)
+        )
     except InvalidBatchError as exc:
         log.warning("rejecting corrupt batch for %s-%d: %s", topic, index, exc)
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message=str(exc))

@@ -72,6 +72,16 @@ class UnsupportedMagicError(CorruptBatchError):
     (UNSUPPORTED_FOR_MESSAGE_FORMAT, not retriable: old clients stop retrying)."""
 
 
+class InvalidRecordsError(InvalidBatchError):
+    """Records Kafka refuses with INVALID_RECORD (KIP-467): a record count that does not
+    match the batch, records that do not parse. `record_errors` are (index of the record
+    within its batch, message) pairs for the Produce response's record_errors."""
+
+    def __init__(self, message: str, record_errors: Sequence[tuple[int, str]] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = list(record_errors)
+
+
 class BatchTooLargeError(InvalidBatchError):
     """A batch larger than the topic's max.message.bytes (Kafka's MESSAGE_TOO_LARGE)."""
 
@@ -212,7 +222,7 @@ def validate_batches(
         if check_record_count:
             count = fields[12]
             if count <= 0 or fields[6] + 1 != count:
-                raise CorruptBatchError(
+                raise InvalidRecordsError(
                     f"record count {count} does not match lastOffsetDelta {fields[6]}"
                 )
         elif fields[6] < 0:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kbroker.protocol.fetch_response import uvarint
 
@@ -29,6 +29,8 @@ class ProducedPartition:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    # (index of the record within its batch, message): the records that failed the batch
+    record_errors: list[tuple[int, str | None]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -67,7 +69,12 @@ def encode_produce_response(
             if version >= 5:
                 out += _I64.pack(p.log_start_offset)
             if version >= 8:
-                out += _length(0, flexible)  # record_errors
+                out += _length(len(p.record_errors), flexible)
+                for batch_index, message in p.record_errors:
+                    out += _I32.pack(batch_index)
+                    out += _nullable_string(message, flexible)
+                    if flexible:
+                        out += b"\x00"
                 out += _nullable_string(p.error_message, flexible)
             if flexible:
                 out += b"\x00"

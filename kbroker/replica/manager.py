@@ -80,12 +80,18 @@ class ReplicaManager:
         self.logs.delete_topic(topic)
 
     def append(
-        self, replica: Replica, records: bytearray | memoryview, now_ms: int, origin: int = CLIENT
+        self,
+        replica: Replica,
+        records: bytearray | memoryview,
+        now_ms: int,
+        origin: int = CLIENT,
+        issued_producer_ids: int | None = None,
     ) -> AppendResult:
         """Append as leader; with no followers the write is committed at once. `origin`
-        (storage.producer_state) is CLIENT for produce, COORDINATOR for markers."""
+        (storage.producer_state) is CLIENT for produce, COORDINATOR for markers;
+        `issued_producer_ids` is the first producer id never handed out."""
         plog = replica.log
-        result = plog.append(records, replica.leader_epoch, now_ms, origin)
+        result = plog.append(records, replica.leader_epoch, now_ms, origin, issued_producer_ids)
         plog.high_watermark = plog.log_end_offset
         self.waiters.wake((replica.topic, replica.partition))
         return result

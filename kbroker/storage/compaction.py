@@ -58,7 +58,6 @@ from kbroker.protocol.compression import (
     decompress,
 )
 from kbroker.storage.offset_index import OffsetIndex
-from kbroker.storage.producer_state import InvalidRecordError
 from kbroker.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, scan_batches
 from kbroker.storage.segment_swap import CLEANED, discard_cleaned, segment_path
 from kbroker.storage.time_index import TimeIndex
@@ -70,7 +69,6 @@ __all__ = [
     "CleanerAbortedError",
     "CompactionSettings",
     "SourceSegment",
-    "check_keys",
     "run_plan",
 ]
 
@@ -212,31 +210,6 @@ def _records_section(buf: bytes, h: BatchHeader, max_size: int) -> bytes | memor
     if h.attributes & COMPRESSION_MASK:
         return decompress(h.attributes & COMPRESSION_MASK, section, max_size)
     return section
-
-
-def check_keys(
-    records: bytes | bytearray | memoryview,
-    headers: list[BatchHeader],
-    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-) -> None:
-    """Produce-path check of a compacted topic: every record of every data batch has a
-    key. `headers` come from validate_batches. Raises InvalidRecordError (which the
-    produce handler answers with Kafka's INVALID_RECORD), or CorruptBatchError for a
-    records section that cannot be read."""
-    view = memoryview(records)
-    for h in headers:
-        if h.attributes & CONTROL_MASK:
-            continue
-        batch = bytes(view[h.position : h.position + h.total_size])
-        try:
-            section = _records_section(batch, h, max_decompressed_bytes)
-            for rec in iter_records(section, h.record_count):
-                if rec.key is None:
-                    raise InvalidRecordError(
-                        f"compacted topic: record at offset delta {rec.offset_delta} has no key"
-                    )
-        except (CompressionError, IndexError) as exc:
-            raise CorruptBatchError(f"unreadable records section: {exc}") from exc
 
 
 # -- batches ----------------------------------------------------------------------------

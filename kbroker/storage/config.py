@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from kbroker.protocol.record_validation import RecordPolicy
+
 _NEVER = 2**63 - 1
 # Space reserved ahead of the active segment's end when it is preallocated.
 PREALLOCATE_CHUNK = 1 << 20
@@ -26,6 +28,10 @@ class LogConfig:
     cleanup_policy: str = "delete"
     file_delete_delay_ms: int = 60000
     preallocate: bool = False
+    # How far a CreateTime timestamp may lie before / after the broker's clock (Kafka 4's
+    # defaults: unbounded before, one hour after).
+    message_timestamp_before_max_ms: int = _NEVER
+    message_timestamp_after_max_ms: int = 3_600_000
 
     @property
     def log_append_time(self) -> bool:
@@ -48,6 +54,16 @@ class LogConfig:
         if self.preallocate or self.fsyncs_every_append:
             return min(PREALLOCATE_CHUNK, self.segment_bytes)
         return 0
+
+    @property
+    def record_policy(self) -> RecordPolicy:
+        """What the records of a client append are checked against."""
+        return RecordPolicy(
+            self.message_timestamp_before_max_ms,
+            self.message_timestamp_after_max_ms,
+            self.log_append_time,
+            self.compacts,
+        )
 
     @property
     def deletes(self) -> bool:
@@ -90,4 +106,6 @@ _KAFKA_NAMES = {
     "cleanup.policy": "cleanup_policy",
     "file.delete.delay.ms": "file_delete_delay_ms",
     "preallocate": "preallocate",
+    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
 }

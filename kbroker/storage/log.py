@@ -26,6 +26,7 @@ from kbroker.protocol.batch import (
     validate_batches,
 )
 from kbroker.protocol.compression import decompress
+from kbroker.protocol.record_validation import validate_records
 from kbroker.storage.checkpoint import (
     CHECKPOINT_FILE,
     CleanState,
@@ -33,7 +34,6 @@ from kbroker.storage.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from kbroker.storage.compaction import check_keys
 from kbroker.storage.config import LogConfig
 from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeError
 from kbroker.storage.file_slice import FileSlice
@@ -43,6 +43,7 @@ from kbroker.storage.producer_state import (
     CLIENT,
     AbortedTxn,
     ProducerStateManager,
+    UnknownProducerIdError,
 )
 from kbroker.storage.segment import MAX_RELATIVE_OFFSET, Segment, remove_file
 from kbroker.storage.segment_swap import complete_swaps
@@ -360,27 +361,35 @@ class PartitionLog:
         leader_epoch: int,
         now_ms: int,
         origin: int = CLIENT,
+        issued_producer_ids: int | None = None,
     ) -> AppendResult:
         """Validate, assign offsets from the log end offset and write a records blob.
 
-        Raises CorruptBatchError / BatchTooLargeError (from protocol.batch) or a
+        Raises CorruptBatchError / BatchTooLargeError (protocol.batch), InvalidRecordsError
+        (protocol.record_validation: every record is walked, as Kafka's leader does) or a
         ProducerStateError without writing anything when any batch of the blob is bad. A
         duplicate of a recent idempotent batch is answered with its original offsets and
         not written again. `origin` (producer_state.CLIENT / COORDINATOR) says how much
-        of the producer state is checked.
+        of the producer state is checked. A producer id at or above `issued_producer_ids`
+        (the first id never handed out) is UnknownProducerIdError.
         """
         self._check_open()
         if isinstance(records, bytes) or (isinstance(records, memoryview) and records.readonly):
             records = bytearray(records)  # offsets are patched in place
         config = self.config
         headers = validate_batches(records, config.max_message_bytes)
-        if config.compacts:
-            check_keys(records, headers)  # Kafka: INVALID_RECORD for a record without key
+        if origin == CLIENT:
+            validate_records(records, headers, now_ms, config.record_policy)
         producers = False
         for h in headers:
             if h.producer_id >= 0 or h.attributes & 0x30:
                 producers = True
-                break
+                if (
+                    issued_producer_ids is not None
+                    and h.producer_id >= issued_producer_ids
+                    and not h.attributes & 0x20  # a client's marker is INVALID_RECORD first
+                ):
+                    raise UnknownProducerIdError(f"producer id {h.producer_id} was never issued")
         if producers:
             duplicate = self.producer_state.check(records, headers, origin)
             if duplicate is not None:

@@ -40,6 +40,7 @@ __all__ = [
     "DuplicateBatch",
     "InvalidProducerEpochError",
     "InvalidRecordError",
+    "UnknownProducerIdError",
     "InvalidTxnStateError",
     "OutOfOrderSequenceError",
     "ProducerEntry",
@@ -91,6 +92,10 @@ class CoordinatorFencedError(ProducerStateError):
 
 class InvalidRecordError(ProducerStateError):
     pass
+
+
+class UnknownProducerIdError(ProducerStateError):
+    """A producer id no InitProducerId ever handed out."""
 
 
 @dataclass(slots=True, frozen=True)

@@ -11,6 +11,7 @@ from kbroker.storage.producer_state import (
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     ProducerStateError,
+    UnknownProducerIdError,
 )
 
 _CODES: dict[type[ProducerStateError], ErrorCode] = {
@@ -21,6 +22,7 @@ _CODES: dict[type[ProducerStateError], ErrorCode] = {
     InvalidTxnStateError: ErrorCode.invalid_txn_state,
     CoordinatorFencedError: ErrorCode.transaction_coordinator_fenced,
     InvalidRecordError: ErrorCode.invalid_record,
+    UnknownProducerIdError: ErrorCode.unknown_producer_id,
 }
 
 

@@ -2,7 +2,7 @@
 FROM python:3.11-slim
 
 WORKDIR /opt/kbroker
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY kbroker ./kbroker
 RUN pip install --no-cache-dir . && useradd --system --home /var/lib/kbroker kbroker \
     && mkdir -p /var/lib/kbroker && chown kbroker /var/lib/kbroker

@@ -7,10 +7,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: serve test lint bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py kbroker/protocol/_recordwalk.c
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --upgrade pip setuptools
 	$(PY) -m pip install --quiet -e ".[test]"
+	# The C record walk next to its sources, where an editable install imports it from.
+	$(PY) setup.py --quiet build_ext --inplace
 	touch $(STAMP)
 
 serve: $(STAMP)

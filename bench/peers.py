@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,6 +230,18 @@ def kbroker_snapshot(rev: str, dest: Path) -> str:
     subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
     if archive.wait() != 0:
         raise PeerUnavailable(f"git archive {commit} kbroker failed")
+    # The C parts (the produce path's record walk) are built in place, as `make` does.
+    setup = subprocess.run(
+        ["git", "-C", str(REPO_DIR), "show", f"{commit}:setup.py"], capture_output=True
+    )
+    if setup.returncode == 0:
+        (dest / "setup.py").write_bytes(setup.stdout)
+        built = subprocess.run(
+            [sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
+            cwd=dest, capture_output=True, text=True,
+        )  # fmt: skip
+        if built.returncode != 0:
+            raise PeerUnavailable(f"building kbroker's extension failed:\n{built.stderr}")
     return commit
 
 

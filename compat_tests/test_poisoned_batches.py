@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kio.index import load_request_schema
 
 from compat_tests.broker_process import BrokerProcess
 from compat_tests.confluent_helpers import (
@@ -31,8 +30,7 @@ from compat_tests.poisoned_batches import (
     long_ago,
     poisoned,
 )
-from compat_tests.raw_client import RawClient
-from kbroker.protocol import messages
+from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -78,16 +76,14 @@ def produce_good(t: Topics, topic: str, n: int = 2) -> None:
 
 def produce_raw(t: Topics, topic: str, records: bytes) -> Any:
     """Produce v9 (acks=all) of one partition's records; the partition's answer."""
-    entity = messages.build(
-        load_request_schema(PRODUCE, 9),
-        {
-            "acks": -1,
-            "timeout": 10000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
-        },
-    )
-    with RawClient(t.broker.host, t.broker.port, 10.0, b"poisoner") as conn:
-        answer = conn.ask(entity)
+    with BrokerConnection(t.broker.host, t.broker.port, 10.0, "poisoner") as conn:
+        answer = conn.request(
+            PRODUCE,
+            9,
+            acks=-1,
+            timeout=10000,
+            topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+        )
     (p,) = answer.responses[0].partition_responses
     return p
 

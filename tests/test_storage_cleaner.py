@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from compat_tests.poisoned_batches import with_section
 from kbroker.protocol.batch import (
     DELETE_HORIZON_MASK,
     InvalidRecordsError,
@@ -20,6 +21,7 @@ from kbroker.protocol.batch import (
     validate_batches,
 )
 from kbroker.protocol.compression import GZIP, LZ4, SNAPPY, ZSTD, compress, decompress
+from kbroker.storage.checkpoint import CHECKPOINT_FILE
 from kbroker.storage.cleaner import (
     CleanerConfig,
     LogCleaner,
@@ -560,3 +562,25 @@ def test_io_throttle_slows_the_worker_to_the_configured_rate():
     for _ in range(20):
         throttle(10_000)  # 200 kB at 1 MB/s
     assert 0.15 < time.monotonic() - started < 1.0
+
+
+def test_a_stored_batch_that_does_not_inflate_is_skipped_by_cleaner_and_recovery(tmp_path):
+    """Produce refuses such batches now, but older logs or a replica may hold one: the
+    cleaner keeps it as it is (one warning line per pass) and compacts around it, and
+    recovery after a crash neither loops nor fails on it."""
+    plog = open_log(tmp_path)
+    write_updates(plog, 300, 3)
+    good = encode_batch([Record(b"key-0", b"x", T0)], T0, compression=GZIP, base_offset=300)
+    poisoned = with_section(good, compress(GZIP, b"x")[:10] + b"\xff" * 40)
+    plog.append_as_follower(poisoned, T0)
+    write_updates(plog, 300, 3)
+    plog.high_watermark = plog.log_end_offset
+    plog.roll(T0)
+    result = cleaner().clean_now(plog, T0 + 1_000)
+    assert result is not None and result.unreadable_batches > 0  # counted by each phase
+    assert plog.log_end_offset == 601
+    plog.close()
+    (tmp_path / "topic-0" / CHECKPOINT_FILE).unlink()  # as after a crash: full recovery
+    reopened = open_log(tmp_path)
+    assert reopened.log_end_offset == 601
+    reopened.close()

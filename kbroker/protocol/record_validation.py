@@ -30,7 +30,7 @@ offending record.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -90,7 +90,9 @@ class RecordPolicy:
 # -- the walk ------------------------------------------------------------------------------
 
 
-def _varint(data: bytes | memoryview, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+def _varint(
+    data: bytes | bytearray | memoryview, pos: int, end: int, max_bytes: int
+) -> tuple[int, int]:
     """(value, next position) of the zigzag varint at pos, inside [pos, end); raises
     IndexError when it runs past `end` and OverflowError when it is too long."""
     v = shift = 0
@@ -106,7 +108,9 @@ def _varint(data: bytes | memoryview, pos: int, end: int, max_bytes: int) -> tup
     raise OverflowError
 
 
-def _field(data: bytes | memoryview, pos: int, end: int, index: int, what: str) -> tuple[int, int]:
+def _field(
+    data: bytes | bytearray | memoryview, pos: int, end: int, index: int, what: str
+) -> tuple[int, int]:
     try:
         value, pos = _varint(data, pos, end, 5)
     except (IndexError, OverflowError):
@@ -192,19 +196,22 @@ def walk_py(
     return min_ts, max_ts, first_keyless
 
 
+_Walk = Callable[[bytes | bytearray | memoryview, int, int], tuple[int, int, int]]
+walk: _Walk
 try:
-    from kbroker.protocol._recordwalk import walk as _walk_c
+    from kbroker.protocol._recordwalk import walk
 except ImportError:  # the extension is not built: the same rules, in Python
-    _walk_c = None
-
-walk = _walk_c if _walk_c is not None else walk_py
+    walk = walk_py
 
 
 # -- the checks ----------------------------------------------------------------------------
 
 
 def validate_records(
-    buf: bytearray, headers: Sequence[BatchHeader], now_ms: int, policy: RecordPolicy
+    buf: bytearray | memoryview,
+    headers: Sequence[BatchHeader],
+    now_ms: int,
+    policy: RecordPolicy,
 ) -> None:
     """Check the records of batches that passed `validate_batches`, as Kafka's leader
     does before a client append; fixes a batch's maxTimestamp in `buf` (and its CRC, and
@@ -277,7 +284,7 @@ def _summary(batch: int, errors: list[tuple[int, str]]) -> str:
     return f"batch {batch}: {len(errors)} record(s) rejected, first: {shown}"
 
 
-def _set_max_timestamp(buf: bytearray, h: BatchHeader, max_timestamp: int) -> None:
+def _set_max_timestamp(buf: bytearray | memoryview, h: BatchHeader, max_timestamp: int) -> None:
     pos = h.position
     _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
     crc = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + LOG_OVERHEAD + h.batch_length])

@@ -1,0 +1,3 @@
+def walk(
+    section: bytes | bytearray | memoryview, count: int, last_offset_delta: int, /
+) -> tuple[int, int, int]: ...

@@ -95,7 +95,6 @@ def config_entry_result(
         "value": None if entry.is_sensitive else entry.value,
         "read_only": bool(entry.read_only),
         "config_source": int(entry.source),
-        "is_default": bool(entry.is_default),
         "is_sensitive": bool(entry.is_sensitive),
         "synonyms": [_synonym(s) for s in entry.synonyms or ()] if include_synonyms else [],
         "config_type": int(entry.config_type),

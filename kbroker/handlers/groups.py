@@ -403,13 +403,13 @@ def _fetch_group(
             )
         rendered = []
         for topic_name, partitions in by_topic.items():
-            topic_id = None
+            entry: dict[str, Any] = {"name": topic_name, "partitions": partitions}
             if by_id:
                 info = state.topics.get(topic_name)
                 if info is None:
                     continue  # no id to name it by
-                topic_id = info.topic_id
-            rendered.append({"name": topic_name, "topic_id": topic_id, "partitions": partitions})
+                entry["topic_id"] = info.topic_id
+            rendered.append(entry)
         return {"group_id": group_id, "topics": rendered, "error_code": error}
     wanted: list[tuple[str, int]] = []
     named: list[tuple[str | None, Any, list[int]]] = []
@@ -438,7 +438,10 @@ def _fetch_group(
                 )
                 for i in indexes
             ]
-        rendered.append({"name": name or "", "topic_id": topic_id, "partitions": partitions})
+        entry = {"name": name or "", "partitions": partitions}
+        if by_id:  # the topics of a group in a batched (v8+) answer have ids from v10
+            entry["topic_id"] = topic_id
+        rendered.append(entry)
     return {"group_id": group_id, "topics": rendered, "error_code": E.none}
 
 

@@ -368,24 +368,82 @@ def _coerce(kafka_type: str | None, value: Any) -> Any:
     return value
 
 
-def build(cls: type, data: dict[str, Any]) -> Any:
-    """Instantiate kio entity `cls` from `data`, ignoring keys the version lacks."""
+class UnknownFieldError(ValueError):
+    """A message described with a key no version of its schema has: a misspelling,
+    which would otherwise silently leave the real field at its default."""
+
+
+Shape = dict[str, "Shape | None"]
+"""The field names of an entity in any version, with the shape of each nested entity."""
+
+
+def _merge_shape(shape: Shape, cls: type) -> None:
+    for name, _kafka_type, nested, _is_array, _default in _plan(cls):
+        if nested is None:
+            shape.setdefault(name, None)
+            continue
+        child = shape.get(name)
+        if child is None:
+            child = shape[name] = {}
+        _merge_shape(child, nested)
+
+
+@functools.cache
+def _api_shape(api_key: int, kind: EntityType) -> Shape:
+    """Every field of an API's request or response in any version kio knows."""
+    load = load_request_schema if kind is EntityType.request else load_response_schema
+    shape: Shape = {}
+    for version in known_versions(api_key):
+        _merge_shape(shape, load(api_key, version))
+    return shape
+
+
+@functools.cache
+def _shape_of(cls: type) -> Shape:
+    kind = getattr(cls, "__type__", None)
+    if kind in (EntityType.request, EntityType.response):
+        return _api_shape(int(cls.__api_key__), kind)  # type: ignore[attr-defined]
+    shape: Shape = {}
+    _merge_shape(shape, cls)
+    return shape
+
+
+def build(cls: type, data: dict[str, Any], shape: Shape | None = None) -> Any:
+    """Instantiate kio entity `cls` from `data`.
+
+    Keys of fields this version lacks but another version of the message has are
+    dropped, so one description serves every version; a key no version has raises
+    UnknownFieldError. Fields left out take their defaults.
+    """
+    if shape is None:
+        shape = _shape_of(cls)
     kwargs = {}
+    used = 0
     for name, kafka_type, nested, is_array, default in _plan(cls):
         if name not in data:
             kwargs[name] = default
             continue
+        used += 1
         value = data[name]
         if nested is not None and value is not None:
+            inner = shape.get(name) or {}
             if is_array:
-                value = tuple(v if isinstance(v, nested) else build(nested, v) for v in value)
+                value = tuple(
+                    v if isinstance(v, nested) else build(nested, v, inner) for v in value
+                )
             elif not isinstance(value, nested):
-                value = build(nested, value)
+                value = build(nested, value, inner)
         elif is_array and value is not None:
             value = tuple(_coerce(kafka_type, v) for v in value)
         else:
             value = _coerce(kafka_type, value)
         kwargs[name] = value
+    if used != len(data):
+        unknown = sorted(key for key in data if key not in shape)
+        if unknown:
+            raise UnknownFieldError(
+                f"{cls.__qualname__} has no field {', '.join(unknown)} in any version"
+            )
     return cls(**kwargs)
 
 
@@ -396,6 +454,7 @@ def build_response(api_key: int, version: int, data: dict[str, Any]) -> Any:
 __all__ = [
     "API_NAMES",
     "EntityType",
+    "UnknownFieldError",
     "build",
     "build_response",
     "decode_request",

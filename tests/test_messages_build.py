@@ -1,0 +1,38 @@
+"""Responses described as dicts become the kio dataclass of the version asked for:
+fields of other versions are dropped, a key no version has is an error."""
+
+from __future__ import annotations
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from kbroker.protocol.messages import UnknownFieldError, build_response
+
+LIST_GROUPS = 16
+DESCRIBE_GROUPS = 15
+
+
+def test_a_field_of_a_newer_version_is_dropped_from_an_older_one() -> None:
+    # group_state arrived in ListGroups v4.
+    groups = [{"group_id": "g", "protocol_type": "consumer", "group_state": "Stable"}]
+    old = build_response(LIST_GROUPS, 3, {"error_code": 0, "groups": groups})
+    new = build_response(LIST_GROUPS, 4, {"error_code": 0, "groups": groups})
+    assert not hasattr(old.groups[0], "group_state")
+    assert new.groups[0].group_state == "Stable"
+
+
+def test_a_misspelled_top_level_key_is_refused() -> None:
+    with pytest.raises(UnknownFieldError, match="eror_code"):
+        build_response(LIST_GROUPS, 4, {"eror_code": ErrorCode.not_coordinator, "groups": []})
+
+
+def test_a_misspelled_key_in_a_nested_entity_is_refused() -> None:
+    groups = [{"group_id": "g", "protocl_type": "consumer"}]
+    with pytest.raises(UnknownFieldError, match="protocl_type"):
+        build_response(LIST_GROUPS, 4, {"error_code": 0, "groups": groups})
+
+
+def test_a_key_known_only_at_another_nesting_is_refused() -> None:
+    # `members` belongs to a described group, not to the response itself.
+    with pytest.raises(UnknownFieldError, match="members"):
+        build_response(DESCRIBE_GROUPS, 5, {"groups": [], "members": []})

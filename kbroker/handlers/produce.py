@@ -21,6 +21,7 @@ from kbroker.protocol.batch import (
     InvalidBatchError,
     InvalidRecordsError,
     UnsupportedMagicError,
+    starts_with_transactional_data,
 )
 from kbroker.protocol.produce_response import (
     ProducedPartition,
@@ -107,7 +108,7 @@ def _append(
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message="null records")
     broker.counters.produced_bytes += len(pdata.records)
     records = pdata.records
-    if len(records) > 22 and records[22] & 0x30 == 0x10:  # transactional, not a marker
+    if starts_with_transactional_data(records):
         code = verify_transactional_write(
             broker.transactions.coordinator,
             broker.config.get("transaction.partition.verification.enable"),

@@ -42,6 +42,7 @@ TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 DELETE_HORIZON_MASK = 0x40
+TRANSACTIONAL_OR_CONTROL = TRANSACTIONAL_MASK | CONTROL_MASK
 
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
@@ -55,6 +56,8 @@ _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
+_PRODUCER = struct.Struct(">qh")  # producerId, producerEpoch: adjacent in the header
+_ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # every flag sits in the low byte
 
 assert _HEADER.size == HEADER_SIZE
 
@@ -143,6 +146,21 @@ class BatchHeader:
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
         return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+
+def starts_with_transactional_data(records: bytes | bytearray | memoryview) -> bool:
+    """Whether the first batch of `records` is transactional and not a control batch (a
+    transaction marker), read from its attributes alone, before the batch is parsed."""
+    return (
+        len(records) > _ATTRIBUTES_LOW_BYTE
+        and records[_ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_OR_CONTROL == TRANSACTIONAL_MASK
+    )
+
+
+def first_producer(records: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """(producerId, producerEpoch) of the first batch; HEADER_SIZE bytes must be there."""
+    producer_id, epoch = _PRODUCER.unpack_from(records, PRODUCER_ID_OFFSET)
+    return producer_id, epoch
 
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:

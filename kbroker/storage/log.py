@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbroker.protocol.batch import (
+    TRANSACTIONAL_OR_CONTROL,
     BatchHeader,
     assign_offsets,
     decode_records,
@@ -382,7 +383,7 @@ class PartitionLog:
             validate_records(records, headers, now_ms, config.record_policy)
         producers = False
         for h in headers:
-            if h.producer_id >= 0 or h.attributes & 0x30:
+            if h.producer_id >= 0 or h.attributes & TRANSACTIONAL_OR_CONTROL:
                 producers = True
                 if (
                     issued_producer_ids is not None

@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
-from kbroker.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatchError, read_varint
+from kbroker.protocol.batch import (
+    HEADER_SIZE,
+    TRANSACTIONAL_MASK,
+    TRANSACTIONAL_OR_CONTROL,
+    BatchHeader,
+    CorruptBatchError,
+    read_varint,
+)
 from kbroker.storage.entry_file import replace_file
 
 __all__ = [
@@ -219,7 +226,7 @@ class ProducerStateManager:
         for h in headers:
             pid = h.producer_id
             if pid < 0:
-                if h.attributes & 0x30:
+                if h.attributes & TRANSACTIONAL_OR_CONTROL:
                     raise InvalidRecordError("a transactional or control batch needs a producer id")
                 continue
             entry = producers.get(pid)
@@ -321,7 +328,7 @@ class ProducerStateManager:
             if len(batches) > MAX_BATCHES:
                 del batches[0]
         entry.last_timestamp = h.max_timestamp
-        if h.attributes & 0x10 and entry.txn_first_offset < 0:
+        if h.attributes & TRANSACTIONAL_MASK and entry.txn_first_offset < 0:
             entry.txn_first_offset = h.base_offset
             self.ongoing[pid] = h.base_offset
 

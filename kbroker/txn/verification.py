@@ -11,18 +11,15 @@ through (asking it would take Kafka's AddPartitionsToTxn verify round trip).
 
 from __future__ import annotations
 
-import struct
-
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import MetadataState
+from kbroker.protocol.batch import first_producer
 from kbroker.txn.coordinator import TransactionCoordinator
 from kbroker.txn.metadata import TxnState
 from kbroker.txn.records import TRANSACTION_STATE_TOPIC
 
 E = ErrorCode
-_PRODUCER = struct.Struct(">qh")  # producerId@43, producerEpoch@51
-PRODUCER_OFFSET = 43
 
 
 def verify_transactional_write(
@@ -49,7 +46,7 @@ def verify_transactional_write(
         return E.none
     if status is not None:
         return E.not_enough_replicas  # loading: retriable for the producer
-    producer_id, epoch = _PRODUCER.unpack_from(records, PRODUCER_OFFSET)
+    producer_id, epoch = first_producer(records)
     meta = coordinator.txns.get(transactional_id)
     if meta is None or meta.producer_id != producer_id:
         return E.invalid_producer_id_mapping

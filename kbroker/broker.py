@@ -37,6 +37,7 @@ from kbroker.replica.manager import ReplicaManager
 from kbroker.server.connection import KafkaConnection
 from kbroker.server.keep_awake import KeepAwake
 from kbroker.server.waiters import DataWaiters
+from kbroker.share.service import ShareService
 from kbroker.storage.cleaner import CleanerConfig, CompactionSettings
 from kbroker.storage.log import LogConfig, PartitionLog
 from kbroker.storage.manager import LogManager
@@ -88,6 +89,7 @@ class Broker:
         )
         self.group_coordinator = GroupCoordinatorService(self)
         self.txn_coordinator = TransactionCoordinatorService(self)
+        self.share_coordinator = ShareService(self)
         self.controller = Controller(controller_config(config))
         self.connections: set[KafkaConnection] = set()
         self.listener = config.listener()
@@ -118,6 +120,7 @@ class Broker:
             durability=self.logs,
             counters=self.counters,
             lifecycle=self,
+            shares=self.share_coordinator,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -138,6 +141,7 @@ class Broker:
             self._open_partitions(topic, topic.partitions)
         await self.group_coordinator.start()
         await self.txn_coordinator.start()
+        await self.share_coordinator.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: KafkaConnection(self),
@@ -194,6 +198,7 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.share_coordinator.stop()
         await self.txn_coordinator.stop()
         await self.group_coordinator.stop()
         self.waiters.wake_all()

@@ -65,16 +65,27 @@ class FakeConfig:
         return self.settings[name]
 
 
+class FakeParts:
+    """ApiVersions, the one handler run, reads only the settings of optional APIs."""
+
+    def __init__(self, config: FakeConfig) -> None:
+        self.config = config
+
+
 class FakeBroker:
     max_request_bytes = MAX_REQUEST
-    parts = None  # ApiVersions, the one handler run, uses no part of the broker
 
     def __init__(self, max_idle_ms: int = -1) -> None:
         self.connections: set[KafkaConnection] = set()
         self.counters = RequestCounters()
         self.config = FakeConfig(
-            {"connections.max.idle.ms": max_idle_ms, "logging.requests.enable": False}
+            {
+                "connections.max.idle.ms": max_idle_ms,
+                "logging.requests.enable": False,
+                "group.share.enable": True,
+            }
         )
+        self.parts = FakeParts(self.config)
         self.keep_awake = KeepAwake(budget_s=0)  # no running loop to spin in
 
 

@@ -1030,9 +1030,31 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     _d(
         "group.share.partition.max.record.locks",
         INT,
-        200,
+        2000,
         "In-flight records per share partition.",
         between(100, 10000),
+    ),
+    _d(
+        "share.coordinator.state.topic.num.partitions",
+        INT,
+        50,
+        "Partitions of __share_group_state; fixed once the topic exists.",
+        at_least(1),
+    ),
+    _d(
+        "share.coordinator.state.topic.replication.factor",
+        SHORT,
+        1,
+        "Replication factor of __share_group_state "
+        "(Kafka's default is 3; kbroker's suits a single node).",
+        at_least(1),
+    ),
+    _d(
+        "share.coordinator.state.topic.segment.bytes",
+        INT,
+        104857600,
+        "Segment size of __share_group_state.",
+        at_least(1),
     ),
     _d(
         "offsets.topic.replication.factor",

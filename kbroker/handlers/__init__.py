@@ -19,6 +19,7 @@ from kbroker.handlers import (  # noqa: F401
     producers,
     quotas,
     records,
+    share_groups,
     topics,
     transactions,
 )

@@ -10,7 +10,7 @@ import struct
 from typing import Any
 
 from kbroker.handlers.context import RequestContext
-from kbroker.handlers.registry import APIS, handles
+from kbroker.handlers.registry import APIS, handles, served_apis
 
 API_VERSIONS = 18
 
@@ -21,7 +21,7 @@ def api_versions(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "error_code": 0,
         "api_keys": [
             {"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
-            for api in sorted(APIS.values(), key=lambda a: a.key)
+            for api in served_apis(ctx.broker.config)
         ],
         "throttle_time": 0,
     }

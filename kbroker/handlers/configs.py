@@ -179,6 +179,8 @@ def _describe_resource(
             for logger_name, level in current_log_levels().items()
         ]
         return [r for r in results if keys is None or r["name"] in keys]
+    if kind == GROUP:
+        return describe_group_configs(broker, name, keys, docs)
     raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type: {kind}")
 
 
@@ -186,7 +188,7 @@ def _describe_resource(
 def describe_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     include_documentation = getattr(request, "include_documentation", False)
-    results = []
+    results: list[dict[str, Any]] = []
     for resource in request.resources:
         out: dict[str, Any] = {
             "resource_type": resource.resource_type,
@@ -381,6 +383,9 @@ async def incremental_alter_configs(ctx: RequestContext, request: Any) -> dict[s
                     )
             _refuse_dynamic_broker_configs(broker, resource)
             return
+        if kind == GROUP:
+            await alter_group_configs(broker, resource, validate_only)
+            return
         if kind != TOPIC:
             raise ResourceError(ErrorCode.invalid_request, f"Unknown resource type {kind}")
         topic = existing_topic(broker, resource.resource_name)
@@ -400,6 +405,88 @@ async def incremental_alter_configs(ctx: RequestContext, request: Any) -> dict[s
 
     errors = await _run_alters(broker, resources, _preflight(resources, True), alter)
     return _alter_response(resources, errors)
+
+
+# -- GROUP: share-group configs (KIP-932, KIP-1191) ------------------------------------
+
+SOURCE_DYNAMIC_GROUP = 8  # ConfigSource.GROUP_CONFIG
+SOURCE_DEFAULT = 5
+CONFIG_TYPE_STRING = 2
+
+
+def _share_service(broker: BrokerParts) -> Any:
+    service = broker.shares
+    if service is None or not broker.config.get("group.share.enable"):
+        raise ResourceError(ErrorCode.invalid_request, "Group configs need share groups enabled")
+    return service
+
+
+async def alter_group_configs(broker: BrokerParts, resource: Any, validate_only: bool) -> None:
+    """SET and DELETE of a share group's configs; stored with its share state."""
+    service = _share_service(broker)
+    coordinator = service.coordinator
+    group_id = resource.resource_name
+    if not group_id:
+        raise ResourceError(ErrorCode.invalid_request, "Group name must not be empty")
+    changes: dict[str, str | None] = {}
+    for op in resource.configs:
+        if op.config_operation not in (SET, DELETE):
+            raise ResourceError(
+                ErrorCode.invalid_config,
+                f"Can't {_OP_NAMES.get(op.config_operation, '?')} to key {op.name} "
+                "because its type is not LIST.",
+            )
+        value = op.value if op.config_operation == SET else None
+        problem = coordinator.validate_group_config(op.name, value)
+        if problem is not None:
+            raise ResourceError(ErrorCode.invalid_config, problem)
+        changes[op.name] = value
+    if validate_only or not changes:
+        return
+    error = await service.ready(group_id)
+    if error != ErrorCode.none:
+        raise ResourceError(error, None)
+    coordinator.set_group_configs(group_id, changes)
+    stored = await service.persist()
+    if stored != ErrorCode.none:
+        raise ResourceError(stored, "The group configs could not be stored")
+
+
+def describe_group_configs(
+    broker: BrokerParts, group_id: str, keys: Any, docs: bool
+) -> list[dict[str, Any]]:
+    from kbroker.share.coordinator import GROUP_CONFIGS
+
+    coordinator = _share_service(broker).coordinator
+    defaults = {
+        "share.auto.offset.reset": "latest",
+        "share.isolation.level": "read_uncommitted",
+        "share.record.lock.duration.ms": str(coordinator.config.record_lock_ms),
+        "share.delivery.count.limit": str(coordinator.config.delivery_count_limit),
+        "share.session.timeout.ms": str(coordinator.config.session_timeout_ms),
+        "share.heartbeat.interval.ms": str(coordinator.config.heartbeat_interval_ms),
+        "errors.deadletterqueue.topic.name": None,
+    }
+    configs = coordinator.group_configs.get(group_id, {})
+    results: list[dict[str, Any]] = []
+    for name in GROUP_CONFIGS:
+        if keys is not None and name not in keys:
+            continue
+        explicit = name in configs
+        results.append(
+            {
+                "name": name,
+                "value": configs[name] if explicit else defaults[name],
+                "read_only": False,
+                "config_source": SOURCE_DYNAMIC_GROUP if explicit else SOURCE_DEFAULT,
+                "is_default": not explicit,
+                "is_sensitive": False,
+                "synonyms": [],
+                "config_type": CONFIG_TYPE_STRING,
+                "documentation": None,
+            }
+        )
+    return results
 
 
 # -- BROKER_LOGGER: Python loggers under log4j's level names -----------------------------

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from kbroker.replica.fetch_sessions import FetchSessionCache
     from kbroker.replica.manager import Replica
     from kbroker.server.waiters import DataWaiters
+    from kbroker.share.service import ShareService
     from kbroker.storage.log import AppendResult, PartitionLog
     from kbroker.txn.coordinator import TransactionCoordinator
     from kbroker.txn.markers import LocalMarkerWriter
@@ -157,6 +158,7 @@ class BrokerParts:
     durability: Durability
     counters: RequestCounters
     lifecycle: Lifecycle
+    shares: ShareService | None = None
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kbroker.protocol.messages import known_versions
 
@@ -25,27 +25,42 @@ class Api:
     min_version: int
     max_version: int
     handler: Handler
+    enabled_by: str | None = None  # a boolean broker setting the API is served only under
 
     def serves(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
+
+    def enabled(self, config: SettingSource) -> bool:
+        return self.enabled_by is None or bool(config.get(self.enabled_by))
+
+
+class SettingSource(Protocol):
+    def get(self, name: str) -> Any: ...
 
 
 APIS: dict[int, Api] = {}
 
 
 def handles(
-    key: int, min_version: int, max_version: int | None = None
+    key: int, min_version: int, max_version: int | None = None, enabled_by: str | None = None
 ) -> Callable[[Handler], Handler]:
-    """Register a handler for API `key`, versions min..max (max defaults to kio's newest)."""
+    """Register a handler for API `key`, versions min..max (max defaults to kio's newest);
+    with `enabled_by`, only while that boolean broker setting is on (neither advertised
+    nor answered otherwise, as Kafka leaves out the APIs of a disabled feature)."""
 
     def register(fn: Handler) -> Handler:
         top = known_versions(key).stop - 1 if max_version is None else max_version
         if key in APIS:
             raise RuntimeError(f"API {key} registered twice")
-        APIS[key] = Api(key, min_version, top, fn)
+        APIS[key] = Api(key, min_version, top, fn, enabled_by)
         return fn
 
     return register
+
+
+def served_apis(config: SettingSource) -> list[Api]:
+    """The APIs this broker serves under its settings, by key."""
+    return [api for _, api in sorted(APIS.items()) if api.enabled(config)]
 
 
 @dataclass(frozen=True, slots=True)

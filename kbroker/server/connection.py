@@ -169,6 +169,8 @@ class KafkaConnection(asyncio.Protocol):
             self.close(str(exc))
             return
         api = APIS.get(api_key)
+        if api is not None and api.enabled_by and not api.enabled(self.broker.parts.config):
+            api = None
         if api is None:
             self.close(f"unknown API key {api_key} (version {version})")
             return

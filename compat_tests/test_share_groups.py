@@ -1,0 +1,243 @@
+"""Share groups (KIP-932) driven by confluent-kafka's ShareConsumer (librdkafka's share
+consumer): records split between consumers, redelivery after a lock times out, the
+dead-letter topic, and acknowledgements surviving kill -9 of the broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+
+import pytest
+from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+from compat_tests.broker_process import api_versions_round_trip, running_broker
+from compat_tests.confluent_helpers import (
+    admin_client,
+    create_topic,
+    make_consumer,
+    produce_all,
+    unique_group,
+    unique_topic,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+SHARE_APIS = {76, 77, 78, 79, 90, 91, 92}
+LOCK_MS = 2000
+# Short locks and sessions so redelivery is quick; the minimums are lowered to allow them.
+BROKER = {
+    "group.share.record.lock.duration.ms": str(LOCK_MS),
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.session.timeout.ms": "6000",
+    "group.share.min.session.timeout.ms": "6000",
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.heartbeat.interval.ms": "1000",
+}
+
+
+@pytest.fixture(scope="module")
+def share_broker(tmp_path_factory):  # type: ignore[no-untyped-def]
+    with running_broker(tmp_path_factory.mktemp("share-broker"), BROKER) as node:
+        yield node
+
+
+def set_group_configs(bootstrap: str, group: str, **configs: str) -> None:
+    resource = ConfigResource(
+        "GROUP",
+        group,
+        incremental_configs=[
+            ConfigEntry(name.replace("_", "."), value, incremental_operation=AlterConfigOpType.SET)
+            for name, value in configs.items()
+        ],
+    )
+    admin = admin_client(bootstrap)  # kept alive until the answer comes
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=15)
+
+
+def share_consumer(bootstrap: str, group: str, topic: str, **conf: str) -> ShareConsumer:
+    settings = {"bootstrap.servers": bootstrap, "group.id": group}
+    settings.update({k.replace("_", "."): v for k, v in conf.items()})
+    consumer = ShareConsumer(settings)
+    consumer.subscribe([topic])
+    return consumer
+
+
+def new_queue(bootstrap: str, count: int, **group_configs: str) -> tuple[str, str]:
+    """A one-partition topic holding `count` records (values "0".."count-1") and a share
+    group reading it from the earliest offset."""
+    topic, group = unique_topic("share"), unique_group("share")
+    create_topic(bootstrap, topic, partitions=1)
+    set_group_configs(bootstrap, group, share_auto_offset_reset="earliest", **group_configs)
+    produce_all(bootstrap, topic, ({"value": str(i).encode()} for i in range(count)))
+    return topic, group
+
+
+def test_share_apis_are_advertised_only_while_share_groups_are_enabled(
+    share_broker, broker_factory
+):  # type: ignore[no-untyped-def]
+    assert set(api_versions_round_trip(share_broker.host, share_broker.port)) >= SHARE_APIS
+    disabled = broker_factory.start(group_share_enable="false")
+    assert not SHARE_APIS & set(api_versions_round_trip(disabled.host, disabled.port))
+
+
+def test_three_share_consumers_split_ten_thousand_records_none_twice(share_broker):  # type: ignore[no-untyped-def]
+    total = 10_000
+    topic, group = new_queue(share_broker.bootstrap, total)
+    consumers = [share_consumer(share_broker.bootstrap, group, topic) for _ in range(3)]
+    seen: Counter[int] = Counter()
+    per_consumer = [0, 0, 0]
+    deadline = time.monotonic() + 90
+    try:
+        while sum(seen.values()) < total and time.monotonic() < deadline:
+            for i, consumer in enumerate(consumers):
+                for message in consumer.poll(0.2):  # implicit mode: accepted at the next poll
+                    assert message.error() is None, message.error()
+                    seen[int(message.value())] += 1
+                    per_consumer[i] += 1
+        for consumer in consumers:
+            consumer.commit_sync(10)
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert sorted(seen) == list(range(total))
+    assert [v for v, n in seen.items() if n > 1] == []
+    assert all(n > 0 for n in per_consumer), per_consumer
+
+
+DYING_CONSUMER = textwrap.dedent(
+    """
+    import sys, time
+    from confluent_kafka import ShareConsumer
+    bootstrap, group, topic = sys.argv[1:4]
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit"})
+    c.subscribe([topic])
+    while True:
+        got = [m.offset() for m in c.poll(1.0) if m.error() is None]
+        if got:
+            print(" ".join(map(str, got)), flush=True)
+            time.sleep(3600)  # holds its records until killed
+    """
+)
+
+
+def test_records_of_a_consumer_killed_while_holding_them_are_redelivered_after_the_lock(  # type: ignore[no-untyped-def]
+    share_broker,
+):
+    topic, group = new_queue(share_broker.bootstrap, 20)
+    dying = subprocess.Popen(
+        [sys.executable, "-c", DYING_CONSUMER, share_broker.bootstrap, group, topic],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert dying.stdout is not None
+        held = [int(o) for o in dying.stdout.readline().split()]
+        assert held
+    finally:
+        dying.send_signal(signal.SIGKILL)
+        dying.wait(10)
+    killed_at = time.monotonic()
+    survivor = share_consumer(share_broker.bootstrap, group, topic)
+    received: dict[int, float] = {}
+    try:
+        while len(received) < 20 and time.monotonic() - killed_at < 30:
+            for message in survivor.poll(0.5):
+                assert message.error() is None
+                received.setdefault(message.offset(), time.monotonic() - killed_at)
+    finally:
+        survivor.close()
+    assert sorted(received) == list(range(20))
+    # Held records came back once their lock ran out, not before (the dead member's
+    # session, 6 s, had not yet expired when the 2 s lock did).
+    assert min(received[o] for o in held) < 6.0
+
+
+def test_a_record_released_five_times_lands_in_the_dead_letter_topic_once(share_broker):  # type: ignore[no-untyped-def]
+    dlq = unique_topic("dlq")
+    topic, group = new_queue(share_broker.bootstrap, 3, errors_deadletterqueue_topic_name=dlq)
+    consumer = share_consumer(
+        share_broker.bootstrap, group, topic, share_acknowledgement_mode="explicit"
+    )
+    deliveries: Counter[int] = Counter()
+    deadline = time.monotonic() + 40
+    try:
+        while time.monotonic() < deadline and (deliveries[1] < 5 or sum(deliveries.values()) < 7):
+            for message in consumer.poll(0.5):
+                deliveries[message.offset()] += 1
+                poisoned = message.offset() == 1
+                consumer.acknowledge(
+                    message, AcknowledgeType.RELEASE if poisoned else AcknowledgeType.ACCEPT
+                )
+            consumer.commit_sync(10)
+        for _ in range(4):  # no sixth delivery of the archived record
+            for message in consumer.poll(0.5):
+                deliveries[message.offset()] += 1
+                consumer.acknowledge(message)
+    finally:
+        consumer.close()
+    assert deliveries == {0: 1, 1: 5, 2: 1}
+    reader = make_consumer(share_broker.bootstrap)
+    copies = []
+    try:
+        reader.subscribe([dlq])
+        end = time.monotonic() + 20
+        while time.monotonic() < end and not copies:
+            message = reader.poll(0.5)
+            if message is not None and message.error() is None:
+                copies.append(message)
+        while (message := reader.poll(1.0)) is not None:  # and nothing more
+            copies.append(message)
+    finally:
+        reader.close()
+    assert len(copies) == 1
+    headers = {k: v.decode() for k, v in copies[0].headers()}
+    assert copies[0].value() == b"1"
+    assert headers["__dlq.errors.topic"] == topic
+    assert headers["__dlq.errors.partition"] == "0"
+    assert headers["__dlq.errors.offset"] == "1"
+    assert headers["__dlq.errors.delivery.count"] == "5"
+    assert headers["__dlq.errors.group.id"] == group
+    assert headers["__dlq.errors.reason"] == "delivery count limit reached"
+
+
+def test_kill_minus_nine_loses_no_acknowledgement_and_redelivers_none(broker_factory):  # type: ignore[no-untyped-def]
+    broker = broker_factory.start_with(BROKER)
+    total = 3000
+    topic, group = new_queue(broker.bootstrap, total)
+    acknowledged: set[int] = set()
+    consumer = share_consumer(broker.bootstrap, group, topic, share_acknowledgement_mode="explicit")
+    deadline = time.monotonic() + 40
+    while len(acknowledged) < total // 3 and time.monotonic() < deadline:
+        batch = []
+        for message in consumer.poll(0.5):
+            consumer.acknowledge(message)
+            batch.append(message.offset())
+        if batch:
+            results = consumer.commit_sync(10)
+            if all(error is None for error in results.values()):
+                acknowledged.update(batch)
+    broker.kill()
+    del consumer  # its client dies with the broker's connections; never closed cleanly
+    broker.start()
+    after: Counter[int] = Counter()
+    survivor = share_consumer(broker.bootstrap, group, topic)
+    deadline = time.monotonic() + 60
+    try:
+        while len(acknowledged) + len(after) < total and time.monotonic() < deadline:
+            for message in survivor.poll(0.5):
+                assert message.error() is None
+                after[message.offset()] += 1
+    finally:
+        survivor.close()
+    assert acknowledged, "nothing was acknowledged before the kill"
+    assert acknowledged.isdisjoint(after), sorted(acknowledged & set(after))[:10]
+    assert acknowledged | set(after) == set(range(total))

@@ -1,0 +1,402 @@
+"""Share-group APIs (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch,
+ShareAcknowledge, and the admin side (Describe/Alter/DeleteShareGroupOffsets).
+
+Served only while `group.share.enable` is on. The work is the share coordinator's
+(`kbroker.share`); these functions turn requests into its calls and its answers into
+response dicts.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.handlers.context import RequestContext
+from kbroker.handlers.groups import _client_host, _ms
+from kbroker.handlers.registry import handles
+from kbroker.share.coordinator import FetchAnswer, PartitionAcks
+from kbroker.share.partition_state import AckBatch
+from kbroker.share.service import ShareService
+
+SHARE_GROUP_HEARTBEAT = 76
+SHARE_GROUP_DESCRIBE = 77
+SHARE_FETCH = 78
+SHARE_ACKNOWLEDGE = 79
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
+ALTER_SHARE_GROUP_OFFSETS = 91
+DELETE_SHARE_GROUP_OFFSETS = 92
+ENABLE = "group.share.enable"
+
+E = ErrorCode
+
+
+def _error(code: int) -> ErrorCode:
+    return ErrorCode(code)
+
+
+# -- ShareGroupHeartbeat ---------------------------------------------------------------
+
+
+def _service(ctx: RequestContext) -> ShareService:
+    service = ctx.broker.shares
+    if service is None:  # registered with enabled_by: only served when the service runs
+        raise RuntimeError("share groups are not served by this broker")
+    return service
+
+
+@handles(SHARE_GROUP_HEARTBEAT, 1, 1, enabled_by=ENABLE)
+async def share_group_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    service = _service(ctx)
+    ready = await service.ready(request.group_id or "")
+    if ready != E.none:
+        return {
+            "throttle_time": 0,
+            "error_code": ready,
+            "error_message": None,
+            "member_id": None,
+            "member_epoch": 0,
+            "heartbeat_interval": 0,
+            "assignment": None,
+        }
+    names = request.subscribed_topic_names
+    result = service.coordinator.heartbeat(
+        request.group_id,
+        request.member_id,
+        request.member_epoch,
+        request.rack_id,
+        None if names is None else tuple(names),
+        ctx.client_id,
+        _client_host(ctx),
+        int(time.time() * 1000),
+    )
+    service.persist()
+    assignment = None
+    if result.assignment is not None:
+        assignment = {
+            "topic_partitions": [
+                {"topic_id": topic_id, "partitions": sorted(partitions)}
+                for topic_id, partitions in sorted(
+                    result.assignment.items(), key=lambda kv: str(kv[0])
+                )
+            ]
+        }
+    return {
+        "throttle_time": 0,
+        "error_code": _error(result.error),
+        "error_message": result.message,
+        "member_id": result.member_id,
+        "member_epoch": result.member_epoch,
+        "heartbeat_interval": result.heartbeat_interval_ms,
+        "assignment": assignment,
+    }
+
+
+# -- ShareGroupDescribe ----------------------------------------------------------------
+
+
+@handles(SHARE_GROUP_DESCRIBE, 1, 1, enabled_by=ENABLE)
+def share_group_describe(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coordinator = _service(ctx).coordinator
+    topics = ctx.broker.controller.state.topics_by_id
+    groups = []
+    for group_id in request.group_ids:
+        group = coordinator.groups.get(group_id)
+        if group is None:
+            groups.append(
+                {
+                    "error_code": E.group_id_not_found,
+                    "error_message": f"Group {group_id} not found.",
+                    "group_id": group_id,
+                    "group_state": "Dead",
+                    "authorized_operations": -2147483648,
+                }
+            )
+            continue
+        members = []
+        for m in group.members.values():
+            members.append(
+                {
+                    "member_id": m.member_id,
+                    "rack_id": m.rack_id,
+                    "member_epoch": m.member_epoch,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "subscribed_topic_names": list(m.subscribed),
+                    "assignment": {
+                        "topic_partitions": [
+                            {
+                                "topic_id": topic_id,
+                                "topic_name": topics[topic_id].name if topic_id in topics else "",
+                                "partitions": sorted(ps),
+                            }
+                            for topic_id, ps in m.assignment.items()
+                        ]
+                    },
+                }
+            )
+        groups.append(
+            {
+                "error_code": E.none,
+                "group_id": group_id,
+                "group_state": group.state,
+                "group_epoch": group.group_epoch,
+                "assignment_epoch": group.assignment_epoch,
+                "assignor_name": "simple",
+                "members": members,
+                "authorized_operations": -2147483648,
+            }
+        )
+    return {"throttle_time": 0, "groups": groups}
+
+
+# -- ShareFetch / ShareAcknowledge -----------------------------------------------------
+
+
+def _acks(topics: Any) -> PartitionAcks:
+    acks: PartitionAcks = []
+    for topic in topics:
+        for p in topic.partitions:
+            batches = [
+                AckBatch(b.first_offset, b.last_offset, tuple(int(t) for t in b.acknowledge_types))
+                for b in p.acknowledgement_batches
+            ]
+            acks.append((topic.topic_id, p.partition_index, batches))
+    return acks
+
+
+def _leader(ctx: RequestContext) -> dict[str, int]:
+    return {"leader_id": ctx.broker.node_id, "leader_epoch": 0}
+
+
+def _partitions(ctx: RequestContext, answer: FetchAnswer, fetch: bool) -> list[dict[str, Any]]:
+    by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    for (topic_id, partition), part in sorted(
+        answer.partitions.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])
+    ):
+        entry: dict[str, Any] = {
+            "partition_index": partition,
+            "error_code": _error(part.error) if fetch else _error(part.ack_error or part.error),
+            "current_leader": _leader(ctx),
+        }
+        if fetch:
+            entry.update(
+                {
+                    "acknowledge_error_code": part.ack_error,
+                    "acknowledge_error_message": part.ack_message,
+                    "records": part.records,
+                    "acquired_records": [
+                        {
+                            "first_offset": a.first_offset,
+                            "last_offset": a.last_offset,
+                            "delivery_count": a.delivery_count,
+                        }
+                        for a in part.acquired
+                    ],
+                }
+            )
+        else:
+            entry["error_message"] = part.ack_message
+        by_topic.setdefault(topic_id, []).append(entry)
+    return [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+@handles(SHARE_FETCH, 1, 2, enabled_by=ENABLE)
+async def share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    added = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
+    forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
+    answer = await _service(ctx).share_fetch(
+        request.group_id or "",
+        request.member_id or "",
+        request.share_session_epoch,
+        added,
+        _acks(request.topics),
+        forgotten,
+        _ms(request.max_wait) if not ctx.broker.lifecycle.stopping else 0,
+        request.max_records,
+        request.max_bytes,
+    )
+    if answer.error:
+        return {
+            "throttle_time": 0,
+            "error_code": _error(answer.error),
+            "error_message": answer.message,
+            "acquisition_lock_timeout": 0,
+            "responses": [],
+            "node_endpoints": [],
+        }
+    return {
+        "throttle_time": 0,
+        "error_code": E.none,
+        "acquisition_lock_timeout": answer.lock_ms,
+        "responses": _partitions(ctx, answer, fetch=True),
+        "node_endpoints": [],
+    }
+
+
+@handles(SHARE_ACKNOWLEDGE, 1, 2, enabled_by=ENABLE)
+async def share_acknowledge(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    answer = await _service(ctx).share_acknowledge(
+        request.group_id or "",
+        request.member_id or "",
+        request.share_session_epoch,
+        _acks(request.topics),
+    )
+    if answer.error:
+        return {
+            "throttle_time": 0,
+            "error_code": _error(answer.error),
+            "error_message": answer.message,
+            "responses": [],
+            "node_endpoints": [],
+        }
+    return {
+        "throttle_time": 0,
+        "error_code": E.none,
+        "responses": _partitions(ctx, answer, fetch=False),
+        "node_endpoints": [],
+    }
+
+
+# -- share-group offsets (admin) -------------------------------------------------------
+
+
+@handles(DESCRIBE_SHARE_GROUP_OFFSETS, 0, enabled_by=ENABLE)
+def describe_share_group_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coordinator = _service(ctx).coordinator
+    state = ctx.broker.controller.state
+    groups = []
+    for g in request.groups:
+        if g.group_id not in coordinator.share_group_ids():
+            groups.append(
+                {
+                    "group_id": g.group_id,
+                    "topics": [],
+                    "error_code": E.group_id_not_found,
+                    "error_message": f"Group {g.group_id} is not a share group.",
+                }
+            )
+            continue
+        offsets = coordinator.start_offsets(g.group_id)
+        wanted: list[tuple[str, list[int]]]
+        if g.topics is None:
+            names = sorted({t for t, _ in offsets})
+            wanted = [(t, sorted(p for tt, p in offsets if tt == t)) for t in names]
+        else:
+            wanted = [(t.topic_name, list(t.partitions)) for t in g.topics]
+        topics = []
+        for name, partitions in wanted:
+            info = state.topics.get(name)
+            parts = []
+            for p in partitions:
+                found = offsets.get((name, p))
+                if info is None or not 0 <= p < len(info.partitions):
+                    parts.append(
+                        {
+                            "partition_index": p,
+                            "start_offset": -1,
+                            "leader_epoch": -1,
+                            "error_code": E.unknown_topic_or_partition,
+                            "error_message": "This server does not host this topic-partition.",
+                        }
+                    )
+                else:
+                    parts.append(
+                        {
+                            "partition_index": p,
+                            "start_offset": found[1] if found else -1,
+                            "leader_epoch": 0,
+                            "error_code": E.none,
+                        }
+                    )
+            topics.append(
+                {
+                    "topic_name": name,
+                    "topic_id": info.topic_id if info else uuid.UUID(int=0),
+                    "partitions": parts,
+                }
+            )
+        groups.append({"group_id": g.group_id, "topics": topics, "error_code": E.none})
+    return {"throttle_time": 0, "groups": groups}
+
+
+@handles(ALTER_SHARE_GROUP_OFFSETS, 0, enabled_by=ENABLE)
+async def alter_share_group_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    service = _service(ctx)
+    coordinator = service.coordinator
+    state = ctx.broker.controller.state
+    group = coordinator.groups.get(request.group_id)
+    if group is not None and group.members:
+        return {
+            "throttle_time": 0,
+            "error_code": E.non_empty_group,
+            "error_message": "The group is not empty.",
+            "responses": [],
+        }
+    responses = []
+    for t in request.topics:
+        info = state.topics.get(t.topic_name)
+        parts = []
+        for p in t.partitions:
+            if info is None or not 0 <= p.partition_index < len(info.partitions):
+                code = E.unknown_topic_or_partition
+            else:
+                ref = coordinator.topics.by_name(t.topic_name)
+                code = (
+                    E.unknown_topic_or_partition
+                    if ref is None
+                    else _error(
+                        coordinator.alter_start_offset(
+                            request.group_id, ref, p.partition_index, p.start_offset
+                        )
+                    )
+                )
+            parts.append({"partition_index": p.partition_index, "error_code": code})
+        responses.append(
+            {
+                "topic_name": t.topic_name,
+                "topic_id": info.topic_id if info else uuid.UUID(int=0),
+                "partitions": parts,
+            }
+        )
+    await service.persist()
+    return {"throttle_time": 0, "error_code": E.none, "responses": responses}
+
+
+@handles(DELETE_SHARE_GROUP_OFFSETS, 0, enabled_by=ENABLE)
+async def delete_share_group_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    service = _service(ctx)
+    coordinator = service.coordinator
+    state = ctx.broker.controller.state
+    if request.group_id not in coordinator.share_group_ids():
+        return {
+            "throttle_time": 0,
+            "error_code": E.group_id_not_found,
+            "error_message": f"Group {request.group_id} is not a share group.",
+            "responses": [],
+        }
+    responses = []
+    for t in request.topics:
+        info = state.topics.get(t.topic_name)
+        if info is None:
+            code = E.unknown_topic_or_partition
+        else:
+            code = _error(coordinator.delete_topic_state(request.group_id, info.topic_id))
+        if code == E.non_empty_group:
+            return {
+                "throttle_time": 0,
+                "error_code": code,
+                "error_message": "The group is not empty.",
+                "responses": [],
+            }
+        responses.append(
+            {
+                "topic_name": t.topic_name,
+                "topic_id": info.topic_id if info else uuid.UUID(int=0),
+                "error_code": code,
+            }
+        )
+    await service.persist()
+    return {"throttle_time": 0, "error_code": E.none, "responses": responses}

@@ -1,0 +1,740 @@
+"""The share-group coordinator: membership, share sessions, and every share-partition.
+
+One object holds what KIP-932 spreads over the group coordinator, the share-partition
+leaders and the share coordinator, because on one node they are the same process. It
+is synchronous and does no I/O: the log is read through `ShareLog`, the state is
+written through `StateStore`, and time comes in as arguments, so tests drive it with a
+manual clock. `kbroker.share.service` hosts it in the broker.
+
+Persistence: each share-partition's whole state (`SharePartitionState.snapshot`) is a
+record keyed by (group, topic id, partition) in `__share_group_state`, a compacted
+topic, so the latest record is the state and loading is a fold. A change marks the
+share-partition dirty; `take_dirty` hands the records to write, and a caller that
+must not answer before an acknowledgement is durable waits for that write.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kbroker.coordinator.records import partition_for
+from kbroker.share.group import Assignment, ShareGroup, ShareMember, assign
+from kbroker.share.partition_state import (
+    AckBatch,
+    AckError,
+    Acquired,
+    DeadLetter,
+    SharePartitionState,
+)
+
+KeyValue = tuple[bytes, bytes | None]
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+GROUP_ID_NOT_FOUND = 69
+INVALID_REQUEST = 42
+UNKNOWN_MEMBER_ID = 25
+GROUP_MAX_SIZE_REACHED = 81
+INCONSISTENT_GROUP_PROTOCOL = 23
+NON_EMPTY_GROUP = 68
+UNKNOWN_TOPIC_ID = 100
+FENCED_MEMBER_EPOCH = 110
+SHARE_SESSION_NOT_FOUND = 122
+INVALID_SHARE_SESSION_EPOCH = 123
+INVALID_CONFIG = 40
+
+# Bytes read from one partition for one fetch: plenty for max_records of small records;
+# the log returns at least one whole batch whatever its size.
+READ_CHUNK = 1 << 20
+
+LEAVE_EPOCH = -1
+FINAL_SESSION_EPOCH = -1
+
+# Group configs of share groups (KIP-932, KIP-1191) and their checks.
+GROUP_CONFIGS = (
+    "share.auto.offset.reset",
+    "share.isolation.level",
+    "share.record.lock.duration.ms",
+    "share.delivery.count.limit",
+    "share.session.timeout.ms",
+    "share.heartbeat.interval.ms",
+    "errors.deadletterqueue.topic.name",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareConfig:
+    """The broker's share-group settings (Kafka's group.share.* names)."""
+
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    record_lock_ms: int = 30_000
+    min_record_lock_ms: int = 15_000
+    max_record_lock_ms: int = 60_000
+    delivery_count_limit: int = 5
+    max_record_locks: int = 2000
+    max_size: int = 200
+    max_groups: int = 10
+    num_partitions: int = 50  # of __share_group_state, which places each group's state
+
+
+class ShareLog(Protocol):
+    """The data partitions as share-partitions read them (kbroker.share.service)."""
+
+    def bounds(self, topic: str, partition: int, committed: bool) -> tuple[int, int] | None:
+        """(log start, readable end: high watermark or last stable offset), or None when
+        this node does not lead the partition."""
+        ...
+
+    def read(
+        self, topic: str, partition: int, offset: int, max_bytes: int, end: int
+    ) -> tuple[bytes, list[tuple[int, int, int]]]:
+        """Whole batches from `offset` below `end`: their bytes and, per data batch,
+        (first offset, last offset, position in the bytes)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRef:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+
+
+class Topics(Protocol):
+    """What the coordinator needs of the cluster metadata."""
+
+    def by_name(self, name: str) -> TopicRef | None: ...
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicRef | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: int
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
+
+
+@dataclass(slots=True)
+class ShareSession:
+    epoch: int
+    partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class PartitionAnswer:
+    """One partition of a ShareFetch or ShareAcknowledge answer."""
+
+    topic_id: uuid.UUID
+    partition: int
+    error: int = NONE
+    ack_error: int = NONE
+    ack_message: str | None = None
+    records: bytes = b""
+    acquired: list[Acquired] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FetchAnswer:
+    error: int = NONE
+    message: str | None = None
+    partitions: dict[tuple[uuid.UUID, int], PartitionAnswer] = field(default_factory=dict)
+    lock_ms: int = 0
+    acknowledged: bool = False  # acknowledgements were applied: answer once they are stored
+
+    def part(self, topic_id: uuid.UUID, partition: int) -> PartitionAnswer:
+        key = (topic_id, partition)
+        answer = self.partitions.get(key)
+        if answer is None:
+            answer = self.partitions[key] = PartitionAnswer(topic_id, partition)
+        return answer
+
+    @property
+    def acquired_any(self) -> bool:
+        return any(p.acquired for p in self.partitions.values())
+
+
+PartitionAcks = list[tuple[uuid.UUID, int, list[AckBatch]]]
+StateKey = tuple[str, uuid.UUID, int]
+
+
+@dataclass(slots=True)
+class HeldPartition:
+    """A share-partition with the topic name it reads."""
+
+    topic: str
+    state: SharePartitionState
+
+
+class ShareCoordinator:
+    def __init__(self, config: ShareConfig, log: ShareLog, topics: Topics) -> None:
+        self.config = config
+        self.log = log
+        self.topics = topics
+        self.groups: dict[str, ShareGroup] = {}
+        self.group_configs: dict[str, dict[str, str]] = {}
+        self.partitions: dict[StateKey, HeldPartition] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self.dirty: set[StateKey] = set()
+        self.dirty_configs: set[str] = set()
+        self.on_available: list[Callable[[], None]] = []
+        self.is_other_group: Callable[[str], bool] = lambda group_id: False
+        self.owned: set[int] = set()  # partitions of __share_group_state loaded here
+        self.loading: set[int] = set()
+
+    # -- placement (what InternalTopicService asks of a hosted coordinator) --------------
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.num_partitions)
+
+    def unload_partition(self, partition: int) -> None:
+        self.owned.discard(partition)
+        self.loading.discard(partition)
+        self.unload(lambda group_id: self.partition_for(group_id) != partition)
+
+    def shutdown(self) -> None:
+        self.on_available.clear()
+
+    # -- group configs -----------------------------------------------------------------
+
+    def group_config(self, group_id: str, name: str) -> str | None:
+        return self.group_configs.get(group_id, {}).get(name)
+
+    def lock_ms(self, group_id: str) -> int:
+        value = self.group_config(group_id, "share.record.lock.duration.ms")
+        return int(value) if value is not None else self.config.record_lock_ms
+
+    def delivery_limit(self, group_id: str) -> int:
+        value = self.group_config(group_id, "share.delivery.count.limit")
+        return int(value) if value is not None else self.config.delivery_count_limit
+
+    def dead_letter_topic(self, group_id: str) -> str | None:
+        return self.group_config(group_id, "errors.deadletterqueue.topic.name") or None
+
+    def validate_group_config(self, name: str, value: str | None) -> str | None:
+        """Why a group config is refused, or None when it is fine."""
+        if name not in GROUP_CONFIGS:
+            return f"Unknown group config name: {name}"
+        if value is None:
+            return None
+        checks: dict[str, Callable[[str], bool]] = {
+            "share.auto.offset.reset": lambda v: (
+                v in ("latest", "earliest") or v.startswith("by_duration:")
+            ),
+            "share.isolation.level": lambda v: v in ("read_uncommitted", "read_committed"),
+            "share.record.lock.duration.ms": lambda v: (
+                v.isdigit()
+                and self.config.min_record_lock_ms <= int(v) <= self.config.max_record_lock_ms
+            ),
+            "share.delivery.count.limit": lambda v: v.isdigit() and 2 <= int(v) <= 10,
+            "share.session.timeout.ms": lambda v: v.isdigit() and int(v) > 0,
+            "share.heartbeat.interval.ms": lambda v: v.isdigit() and int(v) > 0,
+            "errors.deadletterqueue.topic.name": lambda v: True,
+        }
+        if not checks[name](value):
+            return f"Invalid value {value} for configuration {name}"
+        return None
+
+    def set_group_configs(self, group_id: str, changes: dict[str, str | None]) -> None:
+        configs = self.group_configs.setdefault(group_id, {})
+        for name, value in changes.items():
+            if value is None:
+                configs.pop(name, None)
+            else:
+                configs[name] = value
+        for key, held in self.partitions.items():
+            if key[0] == group_id:
+                held.state.delivery_limit = self.delivery_limit(group_id)
+                held.state.dead_letters_enabled = self.dead_letter_topic(group_id) is not None
+        self.dirty_configs.add(group_id)
+
+    # -- membership (ShareGroupHeartbeat) ----------------------------------------------
+
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        rack_id: str | None,
+        subscribed: tuple[str, ...] | None,
+        client_id: str,
+        client_host: str,
+        now_ms: int,
+    ) -> HeartbeatResult:
+        if not group_id:
+            return HeartbeatResult(INVALID_REQUEST, "GroupId can't be empty.")
+        if not member_id:
+            return HeartbeatResult(INVALID_REQUEST, "MemberId can't be empty.")
+        if self.is_other_group(group_id):
+            return HeartbeatResult(
+                INCONSISTENT_GROUP_PROTOCOL, f"Group {group_id} is not a share group."
+            )
+        group = self.groups.get(group_id)
+        if member_epoch == LEAVE_EPOCH:
+            if group is not None and member_id in group.members:
+                self._remove_member(group, member_id)
+            return HeartbeatResult(NONE, None, member_id, LEAVE_EPOCH, self._interval(group_id))
+        if member_epoch == 0:
+            if subscribed is None:
+                return HeartbeatResult(INVALID_REQUEST, "SubscribedTopicNames must be set.")
+            if group is None:
+                if len(self.groups) >= self.config.max_groups:
+                    return HeartbeatResult(GROUP_MAX_SIZE_REACHED, "Too many share groups.")
+                group = self.groups[group_id] = ShareGroup(group_id)
+            member = group.members.get(member_id)
+            if member is None:
+                if len(group.members) >= self.config.max_size:
+                    return HeartbeatResult(
+                        GROUP_MAX_SIZE_REACHED,
+                        f"The share group has reached its maximum capacity of "
+                        f"{self.config.max_size} members.",
+                    )
+                member = group.members[member_id] = ShareMember(
+                    member_id, 0, 0, client_id, client_host, rack_id, (), now_ms
+                )
+            member.subscribed = tuple(sorted(set(subscribed)))
+            member.sent_assignment = None
+            self._reassign(group)
+        else:
+            member = group.members.get(member_id) if group is not None else None
+            if group is None or member is None:
+                return HeartbeatResult(
+                    UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}."
+                )
+            if member_epoch not in (member.member_epoch, member.previous_epoch):
+                return HeartbeatResult(
+                    FENCED_MEMBER_EPOCH,
+                    f"The share group member has a stale member epoch {member_epoch}; "
+                    f"current {member.member_epoch}.",
+                )
+            if subscribed is not None and tuple(sorted(set(subscribed))) != member.subscribed:
+                member.subscribed = tuple(sorted(set(subscribed)))
+                self._reassign(group)
+            elif self._assignment_stale(group):
+                self._reassign(group)
+        member.last_seen_ms = now_ms
+        member.client_id = client_id
+        member.client_host = client_host
+        assignment = None
+        if member.sent_assignment != member.assignment:
+            assignment = member.assignment
+            member.sent_assignment = dict(member.assignment)
+        return HeartbeatResult(
+            NONE,
+            None,
+            member_id,
+            member.member_epoch,
+            self._interval(group_id),
+            assignment,
+        )
+
+    def _interval(self, group_id: str) -> int:
+        value = self.group_config(group_id, "share.heartbeat.interval.ms")
+        return int(value) if value is not None else self.config.heartbeat_interval_ms
+
+    def _session_timeout(self, group_id: str) -> int:
+        value = self.group_config(group_id, "share.session.timeout.ms")
+        return int(value) if value is not None else self.config.session_timeout_ms
+
+    def _topic_layout(self, group: ShareGroup) -> dict[str, tuple[uuid.UUID, int]]:
+        layout = {}
+        for name in group.subscribed_topics():
+            ref = self.topics.by_name(name)
+            if ref is not None:
+                layout[name] = (ref.topic_id, ref.partitions)
+        return layout
+
+    def _assignment_stale(self, group: ShareGroup) -> bool:
+        """Whether topics appeared, vanished or grew since the last assignment."""
+        wanted = assign(
+            {m.member_id: m.subscribed for m in group.members.values()}, self._topic_layout(group)
+        )
+        return any(wanted.get(m.member_id) != m.assignment for m in group.members.values())
+
+    def _reassign(self, group: ShareGroup) -> None:
+        group.group_epoch += 1
+        wanted = assign(
+            {m.member_id: m.subscribed for m in group.members.values()}, self._topic_layout(group)
+        )
+        for member in group.members.values():
+            member.assignment = wanted.get(member.member_id, {})
+            if member.member_epoch != group.group_epoch:
+                member.previous_epoch = member.member_epoch
+                member.member_epoch = group.group_epoch
+        group.assignment_epoch = group.group_epoch
+
+    def _remove_member(self, group: ShareGroup, member_id: str, expired: bool = False) -> None:
+        """A member leaves or expires: its records go back to the group. A leaving
+        member's share session stays until it closes it (the final acknowledgements of
+        a closing consumer may come after its leave heartbeat, on another connection)."""
+        del group.members[member_id]
+        session = self.sessions.pop((group.group_id, member_id), None) if expired else None
+        self._release_member(group.group_id, member_id, session)
+        if group.members:
+            self._reassign(group)
+        else:
+            group.group_epoch += 1
+
+    def _release_member(self, group_id: str, member_id: str, session: ShareSession | None) -> None:
+        released = False
+        for key, held in self.partitions.items():
+            if key[0] != group_id:
+                continue
+            if held.state.acquired_by(member_id):
+                held.state.release_member(member_id)
+                self.dirty.add(key)
+                released = True
+        if released:
+            self._notify()
+
+    # -- time --------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Expire silent members and acquisition locks that have run out."""
+        for group in list(self.groups.values()):
+            timeout = self._session_timeout(group.group_id)
+            for member in list(group.members.values()):
+                if now_ms - member.last_seen_ms > timeout:
+                    self._remove_member(group, member.member_id, expired=True)
+        released = False
+        for key, held in self.partitions.items():
+            deadline = held.state.next_deadline()
+            if deadline is not None and deadline <= now_ms:
+                held.state.expire_locks(now_ms)
+                self.dirty.add(key)
+                released = True
+        if released:
+            self._notify()
+
+    def _notify(self) -> None:
+        listeners, self.on_available = self.on_available, []
+        for listener in listeners:
+            listener()
+
+    # -- share sessions, fetching and acknowledging ------------------------------------
+
+    def open_session(
+        self,
+        group_id: str,
+        member_id: str,
+        epoch: int,
+        added: Iterable[tuple[uuid.UUID, int]],
+        forgotten: Iterable[tuple[uuid.UUID, int]],
+        has_acks: bool,
+        answer: FetchAnswer,
+    ) -> ShareSession | None:
+        """The share session a ShareFetch names, opened, continued or closed (KIP-932's
+        epochs: 0 opens, -1 closes, otherwise the next in sequence)."""
+        if not group_id or not member_id:
+            answer.error, answer.message = INVALID_REQUEST, "GroupId and MemberId must be set."
+            return None
+        key = (group_id, member_id)
+        session = self.sessions.get(key)
+        if epoch == 0:
+            if has_acks:
+                answer.error = INVALID_REQUEST
+                answer.message = "Acknowledgements are not allowed when opening a share session."
+                return None
+            if session is not None:
+                self._release_member(group_id, member_id, session)
+            session = self.sessions[key] = ShareSession(0)
+        elif session is None:
+            answer.error = SHARE_SESSION_NOT_FOUND
+            answer.message = f"Share session for member {member_id} not found."
+            return None
+        elif epoch != FINAL_SESSION_EPOCH and epoch != session.epoch:
+            answer.error = INVALID_SHARE_SESSION_EPOCH
+            answer.message = f"Share session epoch {epoch} is not the expected {session.epoch}."
+            return None
+        session.partitions.update(added)
+        session.partitions.difference_update(forgotten)
+        if epoch != FINAL_SESSION_EPOCH:
+            session.epoch += 1
+        return session
+
+    def close_session(self, group_id: str, member_id: str) -> None:
+        """The final request of a session: its member's records go back to the group."""
+        session = self.sessions.pop((group_id, member_id), None)
+        self._release_member(group_id, member_id, session)
+
+    def forget(
+        self, group_id: str, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]]
+    ) -> None:
+        for topic_id, partition in partitions:
+            held = self.partitions.get((group_id, topic_id, partition))
+            if held is not None and held.state.acquired_by(member_id):
+                held.state.release_member(member_id)
+                self.dirty.add((group_id, topic_id, partition))
+                self._notify()
+
+    def acknowledge(
+        self,
+        group_id: str,
+        member_id: str,
+        acks: PartitionAcks,
+        now_ms: int,
+        answer: FetchAnswer,
+    ) -> None:
+        """Apply each partition's acknowledgements; a partition's error goes to its answer."""
+        lock_ms = self.lock_ms(group_id)
+        released = False
+        for topic_id, partition, batches in acks:
+            part = answer.part(topic_id, partition)
+            if not batches:
+                continue
+            held = self.partitions.get((group_id, topic_id, partition))
+            if held is None:
+                part.ack_error = INVALID_RECORD_STATE_CODE
+                part.ack_message = "No records were acquired from this partition."
+                continue
+            try:
+                held.state.acknowledge(member_id, batches, now_ms, lock_ms)
+            except AckError as exc:
+                part.ack_error, part.ack_message = exc.code, exc.message
+                continue
+            answer.acknowledged = True
+            self.dirty.add((group_id, topic_id, partition))
+            released = released or any(2 in b.types for b in batches)
+        if released:
+            self._notify()
+
+    def acquire(
+        self,
+        group_id: str,
+        member_id: str,
+        session: ShareSession,
+        max_records: int,
+        max_bytes: int,
+        now_ms: int,
+        answer: FetchAnswer,
+    ) -> None:
+        """Acquire available records of the session's partitions, in turn, within
+        `max_records` and `max_bytes`; their batches and ranges go to the answer."""
+        lock_ms = answer.lock_ms = self.lock_ms(group_id)
+        committed = self.group_config(group_id, "share.isolation.level") == "read_committed"
+        budget_records, budget_bytes = max_records, max_bytes
+        for topic_id, partition in sorted(session.partitions, key=lambda tp: (str(tp[0]), tp[1])):
+            if budget_records <= 0 or budget_bytes <= 0:
+                break
+            ref = self.topics.by_id(topic_id)
+            if ref is None:
+                answer.part(topic_id, partition).error = UNKNOWN_TOPIC_ID
+                continue
+            if not 0 <= partition < ref.partitions:
+                answer.part(topic_id, partition).error = UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            bounds = self.log.bounds(ref.name, partition, committed)
+            if bounds is None:
+                answer.part(topic_id, partition).error = NOT_LEADER_OR_FOLLOWER
+                continue
+            held = self._held(group_id, ref, partition, bounds)
+            state = held.state
+            if state.start_offset < bounds[0]:
+                state.move_start_to(bounds[0])
+                self.dirty.add((group_id, topic_id, partition))
+            offset = state.fetch_offset()
+            if offset is None or offset >= bounds[1]:
+                continue
+            data, batches = self.log.read(
+                ref.name, partition, offset, min(budget_bytes, READ_CHUNK), bounds[1]
+            )
+            if not batches:
+                continue
+            acquired = state.acquire(
+                member_id, [(f, last) for f, last, _ in batches], budget_records, now_ms, lock_ms
+            )
+            if not acquired:
+                continue
+            self.dirty.add((group_id, topic_id, partition))
+            first = acquired[0].first_offset
+            last = acquired[-1].last_offset
+            used = [(pos, f, lo) for f, lo, pos in batches if lo >= first and f <= last]
+            begin = used[0][0]
+            after = [pos for f, _, pos in batches if f > last]
+            end = after[0] if after else len(data)
+            part = answer.part(topic_id, partition)
+            part.records = data[begin:end]
+            part.acquired = acquired
+            budget_records -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+            budget_bytes -= end - begin
+
+    def _held(
+        self, group_id: str, ref: TopicRef, partition: int, bounds: tuple[int, int]
+    ) -> HeldPartition:
+        key = (group_id, ref.topic_id, partition)
+        held = self.partitions.get(key)
+        if held is None:
+            reset = self.group_config(group_id, "share.auto.offset.reset") or "latest"
+            start = bounds[0] if reset == "earliest" else bounds[1]
+            state = SharePartitionState(
+                start, self.delivery_limit(group_id), self.config.max_record_locks
+            )
+            state.dead_letters_enabled = self.dead_letter_topic(group_id) is not None
+            held = self.partitions[key] = HeldPartition(ref.name, state)
+            self.groups.setdefault(group_id, ShareGroup(group_id))
+            self.dirty.add(key)
+        return held
+
+    # -- admin -------------------------------------------------------------------------
+
+    def share_group_ids(self) -> set[str]:
+        return set(self.groups) | {k[0] for k in self.partitions}
+
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], tuple[uuid.UUID, int]]:
+        """(topic, partition) -> (topic id, share-partition start offset)."""
+        return {
+            (held.topic, k[2]): (k[1], held.state.start_offset)
+            for k, held in self.partitions.items()
+            if k[0] == group_id
+        }
+
+    def alter_start_offset(self, group_id: str, ref: TopicRef, partition: int, offset: int) -> int:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return NON_EMPTY_GROUP
+        key = (group_id, ref.topic_id, partition)
+        held = self.partitions.get(key)
+        if held is None:
+            state = SharePartitionState(
+                offset, self.delivery_limit(group_id), self.config.max_record_locks
+            )
+            held = self.partitions[key] = HeldPartition(ref.name, state)
+            self.groups.setdefault(group_id, ShareGroup(group_id))
+        else:
+            held.state.reset(offset)
+        self.dirty.add(key)
+        return NONE
+
+    def delete_topic_state(self, group_id: str, topic_id: uuid.UUID) -> int:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return NON_EMPTY_GROUP
+        for key in [k for k in self.partitions if k[0] == group_id and k[1] == topic_id]:
+            del self.partitions[key]
+            self.dirty.add(key)
+        return NONE
+
+    def delete_group(self, group_id: str) -> int:
+        if group_id not in self.share_group_ids():
+            return GROUP_ID_NOT_FOUND
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return NON_EMPTY_GROUP
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            del self.partitions[key]
+            self.dirty.add(key)
+        self.groups.pop(group_id, None)
+        if self.group_configs.pop(group_id, None) is not None:
+            self.dirty_configs.add(group_id)
+        return NONE
+
+    # -- persistence -------------------------------------------------------------------
+
+    def take_dirty(self) -> dict[str, list[KeyValue]]:
+        """Records for every changed share-partition and group config, by group id."""
+        out: dict[str, list[KeyValue]] = {}
+        for key in sorted(self.dirty, key=lambda k: (k[0], str(k[1]), k[2])):
+            held = self.partitions.get(key)
+            value = None
+            if held is not None:
+                snapshot = held.state.snapshot()
+                snapshot["topic"] = held.topic
+                value = _dumps(snapshot)
+            out.setdefault(key[0], []).append((state_key(key), value))
+        for group_id in sorted(self.dirty_configs):
+            configs = self.group_configs.get(group_id)
+            out.setdefault(group_id, []).append(
+                (config_key(group_id), _dumps(configs) if configs else None)
+            )
+        self.dirty.clear()
+        self.dirty_configs.clear()
+        return out
+
+    def load(self, records: Iterable[KeyValue]) -> int:
+        """Fold `__share_group_state` records (oldest first) into this coordinator."""
+        latest: dict[bytes, bytes | None] = {}
+        for key, value in records:
+            latest[key] = value
+        loaded = 0
+        for key, value in latest.items():
+            try:
+                kind, *rest = json.loads(key)
+            except (ValueError, TypeError):
+                continue
+            if kind == "config":
+                (group_id,) = rest
+                if value is None:
+                    self.group_configs.pop(group_id, None)
+                else:
+                    self.group_configs[group_id] = json.loads(value)
+        for key, value in latest.items():
+            try:
+                kind, *rest = json.loads(key)
+            except (ValueError, TypeError):
+                continue
+            if kind != "state":
+                continue
+            group_id, topic_hex, partition = rest
+            skey = (group_id, uuid.UUID(topic_hex), int(partition))
+            if value is None:
+                self.partitions.pop(skey, None)
+                continue
+            data = json.loads(value)
+            state = SharePartitionState.from_snapshot(
+                data, self.delivery_limit(group_id), self.config.max_record_locks
+            )
+            state.dead_letters_enabled = self.dead_letter_topic(group_id) is not None
+            self.partitions[skey] = HeldPartition(data["topic"], state)
+            self.groups.setdefault(group_id, ShareGroup(group_id))
+            loaded += 1
+        return loaded
+
+    def unload(self, owns: Callable[[str], bool]) -> None:
+        """Forget groups whose state partition this node no longer leads."""
+        for key in [k for k in self.partitions if not owns(k[0])]:
+            del self.partitions[key]
+        for group_id in [g for g in self.groups if not owns(g)]:
+            del self.groups[group_id]
+        for group_id in [g for g in self.group_configs if not owns(g)]:
+            del self.group_configs[group_id]
+
+    def pending_dead_letters(self) -> list[tuple[StateKey, str, list[DeadLetter]]]:
+        """(share-partition, its topic, records to dead-letter) where a group has a DLQ."""
+        return [
+            (key, held.topic, list(held.state.pending_dead_letters))
+            for key, held in self.partitions.items()
+            if held.state.pending_dead_letters
+        ]
+
+    def dead_letters_written(self, key: StateKey, offsets: set[int]) -> None:
+        held = self.partitions.get(key)
+        if held is None:
+            return
+        held.state.pending_dead_letters = [
+            d for d in held.state.pending_dead_letters if d.offset not in offsets
+        ]
+        self.dirty.add(key)
+
+
+INVALID_RECORD_STATE_CODE = 121
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def state_key(key: StateKey) -> bytes:
+    return _dumps(["state", key[0], key[1].hex, key[2]])
+
+
+def config_key(group_id: str) -> bytes:
+    return _dumps(["config", group_id])

@@ -1,0 +1,207 @@
+"""Copying dead-lettered records to a share group's dead-letter topic (KIP-1191).
+
+A record a consumer rejects, or that runs out of deliveries, is ARCHIVED and, when the
+group names a topic in `errors.deadletterqueue.topic.name`, copied there with its key,
+value and headers saying where it came from and why. The pending copies are part of
+the share-partition's persisted state, so a restart still writes them; and before the
+first copy after a start the topic is searched for copies already made, so a crash
+between writing a copy and recording it cannot make a second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from kbroker.internal_topics import acknowledgement
+from kbroker.protocol.batch import HEADER_SIZE, Record, decode_records, encode_batch, read_header
+from kbroker.protocol.compression import decompress
+from kbroker.share.partition_state import DeadLetter
+
+if TYPE_CHECKING:
+    from kbroker.share.service import ShareService
+
+log = logging.getLogger("kbroker.share.dlq")
+
+H_GROUP = "__dlq.errors.group.id"
+H_TOPIC = "__dlq.errors.topic"
+H_PARTITION = "__dlq.errors.partition"
+H_OFFSET = "__dlq.errors.offset"
+H_DELIVERY_COUNT = "__dlq.errors.delivery.count"
+H_REASON = "__dlq.errors.reason"
+
+Identity = tuple[str, str, int, int]  # group, topic, partition, offset
+
+
+class DeadLetterWriter:
+    def __init__(self, broker: Any, service: ShareService) -> None:
+        self._broker = broker
+        self._service = service
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        self._written: dict[str, set[Identity]] = {}  # copies found in DLQ topics at start
+
+    def kick(self) -> None:
+        """Write whatever is pending, now or after the run under way."""
+        if self._task is not None and not self._task.done():
+            self._again = True
+            return
+        self._task = asyncio.ensure_future(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                self._again = False
+                await self._write_pending()
+                if not self._again:
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("writing dead letters failed; retrying on the next change")
+
+    async def _write_pending(self) -> None:
+        coordinator = self._service.coordinator
+        for key, topic, letters in coordinator.pending_dead_letters():
+            group_id, _, partition = key
+            target = coordinator.dead_letter_topic(group_id)
+            if target is None:
+                coordinator.dead_letters_written(key, {d.offset for d in letters})
+                continue
+            if not await self._ensure_topic(target):
+                continue
+            if target not in self._written:
+                self._written[target] = self._existing_copies(target)
+            done: set[int] = set()
+            for letter in letters:
+                identity = (group_id, topic, partition, letter.offset)
+                if identity not in self._written[target] and not await self._copy(
+                    target, group_id, topic, partition, letter
+                ):
+                    break
+                done.add(letter.offset)
+            coordinator.dead_letters_written(key, done)
+        await self._service.persist()
+
+    async def _ensure_topic(self, name: str) -> bool:
+        controller = self._broker.controller
+        if name in controller.state.topics:
+            return True
+        try:
+            await controller.create_topic(
+                name, 1, self._broker.config.get("default.replication.factor"), {}
+            )
+        except Exception as exc:  # noqa: BLE001 - created concurrently or refused: look again
+            if name not in controller.state.topics:
+                log.warning("cannot create dead-letter topic %s: %s", name, exc)
+                return False
+        for _ in range(50):  # the replica opens once the broker hears of the topic
+            if self._broker.replicas.get(name, 0) is not None:
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
+    def _original(self, topic: str, partition: int, offset: int) -> Record | None:
+        replica = self._broker.replicas.get(topic, partition)
+        if replica is None:
+            return None
+        plog = replica.log
+        try:
+            region = plog.read(offset, 1 << 20, plog.high_watermark)
+        except Exception:  # noqa: BLE001 - deleted by retention: the copy says only where from
+            return None
+        if region is None:
+            return None
+        with region:
+            data = region.read()
+        pos = 0
+        while pos + HEADER_SIZE <= len(data):
+            header = read_header(data, pos)
+            if pos + header.total_size > len(data):
+                break
+            if header.base_offset <= offset <= header.last_offset and not header.is_control:
+                for record in decode_records(data, pos, plog.decompressor or decompress):
+                    if record.offset == offset:
+                        return record
+            pos += header.total_size
+        return None
+
+    async def _copy(
+        self, target: str, group_id: str, topic: str, partition: int, letter: DeadLetter
+    ) -> bool:
+        original = self._original(topic, partition, letter.offset)
+        now = int(time.time() * 1000)
+        headers: list[tuple[str, bytes | None]] = list(original.headers) if original else []
+        headers += [
+            (H_GROUP, group_id.encode()),
+            (H_TOPIC, topic.encode()),
+            (H_PARTITION, str(partition).encode()),
+            (H_OFFSET, str(letter.offset).encode()),
+            (H_DELIVERY_COUNT, str(letter.delivery_count).encode()),
+            (H_REASON, letter.reason.encode()),
+        ]
+        record = Record(
+            original.key if original else None,
+            original.value if original else None,
+            now,
+            headers,
+        )
+        replica = self._broker.replicas.get(target, 0)
+        if replica is None or not replica.is_leader:
+            return False
+        try:
+            self._broker.replicas.append(replica, encode_batch([record], now), now)
+        except (OSError, ValueError) as exc:
+            log.error("cannot write to dead-letter topic %s: %s", target, exc)
+            return False
+        waiting = acknowledgement(self._broker, replica)
+        if waiting is not None:
+            await waiting
+        return True
+
+    def _existing_copies(self, target: str) -> set[Identity]:
+        """Identities of the copies a dead-letter topic already holds."""
+        found: set[Identity] = set()
+        replica = self._broker.replicas.get(target, 0)
+        if replica is None:
+            return found
+        plog = replica.log
+        offset = plog.log_start_offset
+        end = plog.log_end_offset
+        while offset < end:
+            region = plog.read(offset, 1 << 20, end)
+            if region is None or region.length == 0:
+                break
+            with region:
+                data = region.read()
+            pos = 0
+            moved = False
+            while pos + HEADER_SIZE <= len(data):
+                header = read_header(data, pos)
+                if pos + header.total_size > len(data):
+                    break
+                moved = True
+                for record in decode_records(data, pos, plog.decompressor or decompress):
+                    h = dict(record.headers)
+                    try:
+                        found.add(
+                            (
+                                (h.get(H_GROUP) or b"").decode(),
+                                (h.get(H_TOPIC) or b"").decode(),
+                                int(h.get(H_PARTITION) or -1),
+                                int(h.get(H_OFFSET) or -1),
+                            )
+                        )
+                    except ValueError:
+                        continue
+                offset = header.next_offset
+                pos += header.total_size
+            if not moved:
+                break
+        return found

@@ -1,0 +1,323 @@
+"""The share coordinator inside a running broker.
+
+Hosts `ShareCoordinator` over the broker's logs and metadata: it reads data partitions
+for ShareFetch, writes share-partition state to `__share_group_state` (created on
+first need, replayed on gaining a partition of it, through the machinery the group and
+transaction coordinators use), runs the clock that expires members and acquisition
+locks, parks a ShareFetch that found nothing until records arrive or come back, and
+copies dead-lettered records to the group's dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Collection
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.internal_topics import InternalTopicService, KeyValue, TopicLayout, append_records
+from kbroker.protocol.batch import HEADER_SIZE, read_header
+from kbroker.share.coordinator import (
+    FetchAnswer,
+    PartitionAcks,
+    ShareConfig,
+    ShareCoordinator,
+    TopicRef,
+)
+from kbroker.share.dead_letters import DeadLetterWriter
+from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
+
+log = logging.getLogger("kbroker.share")
+
+STATE_TOPIC = "__share_group_state"
+TICK_MS = 100
+
+
+def share_config(config: Any) -> ShareConfig:
+    return ShareConfig(
+        session_timeout_ms=config.get("group.share.session.timeout.ms"),
+        heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
+        record_lock_ms=config.get("group.share.record.lock.duration.ms"),
+        min_record_lock_ms=config.get("group.share.min.record.lock.duration.ms"),
+        max_record_lock_ms=config.get("group.share.max.record.lock.duration.ms"),
+        delivery_count_limit=config.get("group.share.delivery.count.limit"),
+        max_record_locks=config.get("group.share.partition.max.record.locks"),
+        max_size=config.get("group.share.max.size"),
+        max_groups=config.get("group.share.max.groups"),
+        num_partitions=config.get("share.coordinator.state.topic.num.partitions"),
+    )
+
+
+class _Coordinates:
+    """ShareLog and Topics over the broker's replicas and the controller's metadata."""
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+
+    def by_name(self, name: str) -> TopicRef | None:
+        info = self._broker.controller.state.topics.get(name)
+        return None if info is None else TopicRef(info.name, info.topic_id, len(info.partitions))
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicRef | None:
+        info = self._broker.controller.state.topics_by_id.get(topic_id)
+        return None if info is None else TopicRef(info.name, info.topic_id, len(info.partitions))
+
+    def bounds(self, topic: str, partition: int, committed: bool) -> tuple[int, int] | None:
+        replica = self._broker.replicas.get(topic, partition)
+        if replica is None or not replica.is_leader:
+            return None
+        plog = replica.log
+        end = plog.last_stable_offset if committed else plog.high_watermark
+        return plog.log_start_offset, end
+
+    def read(
+        self, topic: str, partition: int, offset: int, max_bytes: int, end: int
+    ) -> tuple[bytes, list[tuple[int, int, int]]]:
+        replica = self._broker.replicas.get(topic, partition)
+        if replica is None:
+            return b"", []
+        try:
+            region = replica.log.read(offset, max(max_bytes, 1), end)
+        except (OffsetOutOfRangeError, LogClosedError):
+            return b"", []
+        if region is None:
+            return b"", []
+        with region:
+            data = region.read()
+        batches = []
+        pos = 0
+        while pos + HEADER_SIZE <= len(data):
+            header = read_header(data, pos)
+            if pos + header.total_size > len(data):
+                break
+            if not header.is_control:
+                batches.append((header.base_offset, header.last_offset, pos))
+            pos += header.total_size
+        return data[:pos], batches
+
+
+class ShareService(InternalTopicService):
+    topic = STATE_TOPIC
+    log = log
+    coordinator: ShareCoordinator  # type: ignore[assignment]
+
+    def __init__(self, broker: Any) -> None:
+        super().__init__(broker)
+        self.enabled: bool = broker.config.get("group.share.enable")
+        coordinates = _Coordinates(broker)
+        self.coordinator = ShareCoordinator(share_config(broker.config), coordinates, coordinates)
+        self.dead_letters = DeadLetterWriter(broker, self)
+
+    # -- InternalTopicService --------------------------------------------------------------
+
+    def layout(self) -> TopicLayout:
+        config = self.broker.config
+        return TopicLayout(
+            config.get("share.coordinator.state.topic.num.partitions"),
+            config.get("share.coordinator.state.topic.replication.factor"),
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(config.get("share.coordinator.state.topic.segment.bytes")),
+            },
+        )
+
+    def held_partitions(self) -> Collection[int]:
+        return self.coordinator.owned | self.coordinator.loading
+
+    def begin_loading(self, partition: int, leader_epoch: int) -> None:
+        self.coordinator.loading.add(partition)
+
+    async def load_records(self, partition: int, records: list[KeyValue], started: float) -> None:
+        loaded = self.coordinator.load(records)
+        self.coordinator.loading.discard(partition)
+        self.coordinator.owned.add(partition)
+        log.log(
+            logging.INFO if records else logging.DEBUG,
+            "loaded %d share-partitions from %s-%d in %.3fs",
+            loaded,
+            STATE_TOPIC,
+            partition,
+            time.monotonic() - started,
+        )
+        self.dead_letters.kick()
+
+    async def start(self) -> None:
+        if not self.enabled:
+            return
+        self.coordinator.is_other_group = self._is_other_group
+        await super().start()
+        self.every(TICK_MS, self._tick, "share group clock")
+
+    async def ready(self, group_id: str, wait_s: float = 1.0) -> ErrorCode:
+        """Whether this node holds the group's state, creating `__share_group_state` on
+        first need and waiting (briefly) while its partition loads: nothing about a
+        group may be decided before its stored state is known."""
+        if self.topic not in self.broker.controller.state.topics:
+            error = await self.ensure_topic()
+            if error != ErrorCode.none:
+                return error
+        partition = self.coordinator.partition_for(group_id)
+        deadline = time.monotonic() + wait_s
+        while partition not in self.coordinator.owned:
+            if time.monotonic() >= deadline:
+                if partition in self.coordinator.loading:
+                    return ErrorCode.coordinator_load_in_progress
+                return ErrorCode.not_coordinator
+            await asyncio.sleep(0.02)
+        return ErrorCode.none
+
+    async def stop(self) -> None:
+        if not self.enabled:
+            return
+        self.dead_letters.stop()
+        await super().stop()
+
+    def _is_other_group(self, group_id: str) -> bool:
+        groups = getattr(self.broker.group_coordinator.coordinator, "groups", {})
+        return group_id in groups
+
+    def _tick(self) -> None:
+        self.coordinator.tick(int(time.time() * 1000))
+        self.persist()
+
+    # -- persistence -------------------------------------------------------------------
+
+    def persist(self) -> asyncio.Future[ErrorCode]:
+        """Write every changed share-partition; the future settles when stored."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[ErrorCode] = loop.create_future()
+        writes = self.coordinator.take_dirty()
+        if not writes:
+            done.set_result(ErrorCode.none)
+            return done
+        now = int(time.time() * 1000)
+        by_partition: dict[int, list[KeyValue]] = {}
+        for group_id, records in writes.items():
+            partition = self.coordinator.partition_for(group_id)
+            by_partition.setdefault(partition, []).extend(records)
+        waits = []
+        failed = ErrorCode.none
+        for partition, records in by_partition.items():
+            error, acknowledgement = append_records(
+                self.broker, STATE_TOPIC, partition, records, now
+            )
+            if error != ErrorCode.none:
+                log.error("cannot store share state in %s-%d: %s", STATE_TOPIC, partition, error)
+                failed = error
+            elif acknowledgement is not None:
+                waits.append(acknowledgement)
+        if self.coordinator.pending_dead_letters():
+            self.dead_letters.kick()
+        if not waits:
+            done.set_result(failed)
+            return done
+
+        async def settle() -> None:
+            results = await asyncio.gather(*waits, return_exceptions=True)
+            errors = [r for r in results if r != ErrorCode.none]
+            done.set_result(ErrorCode.kafka_storage_error if errors else failed)
+
+        asyncio.ensure_future(settle())
+        return done
+
+    # -- ShareFetch ----------------------------------------------------------------------
+
+    async def share_fetch(
+        self,
+        group_id: str,
+        member_id: str,
+        epoch: int,
+        added: list[tuple[uuid.UUID, int]],
+        acks: PartitionAcks,
+        forgotten: list[tuple[uuid.UUID, int]],
+        max_wait_ms: int,
+        max_records: int,
+        max_bytes: int,
+    ) -> FetchAnswer:
+        coordinator = self.coordinator
+        answer = FetchAnswer(lock_ms=coordinator.lock_ms(group_id))
+        if group_id and await self.ready(group_id, max_wait_ms / 1000) != ErrorCode.none:
+            return answer  # nothing is acquired before the group's state is loaded
+        has_acks = any(batches for _, _, batches in acks)
+        session = coordinator.open_session(
+            group_id, member_id, epoch, added, forgotten, has_acks, answer
+        )
+        if session is None:
+            return answer
+        now = int(time.time() * 1000)
+        coordinator.acknowledge(group_id, member_id, acks, now, answer)
+        coordinator.forget(group_id, member_id, forgotten)
+        if epoch == -1:
+            coordinator.close_session(group_id, member_id)
+        elif max_records > 0:
+            coordinator.acquire(group_id, member_id, session, max_records, max_bytes, now, answer)
+            if not answer.acquired_any and not answer.acknowledged and max_wait_ms > 0:
+                await self._wait_for_records(session.partitions, max_wait_ms / 1000)
+                if self.coordinator.sessions.get((group_id, member_id)) is session:
+                    now = int(time.time() * 1000)
+                    coordinator.acquire(
+                        group_id, member_id, session, max_records, max_bytes, now, answer
+                    )
+        stored = self.persist()
+        if answer.acknowledged:
+            error = await stored
+            if error != ErrorCode.none:
+                for part in answer.partitions.values():
+                    if not part.ack_error:
+                        part.ack_error = int(ErrorCode.kafka_storage_error)
+        return answer
+
+    async def share_acknowledge(
+        self, group_id: str, member_id: str, epoch: int, acks: PartitionAcks
+    ) -> FetchAnswer:
+        coordinator = self.coordinator
+        answer = FetchAnswer()
+        if group_id:
+            error = await self.ready(group_id)
+            if error != ErrorCode.none:
+                answer.error, answer.message = int(error), None
+                return answer
+        if epoch == 0:
+            answer.error = int(ErrorCode.invalid_share_session_epoch)
+            answer.message = "ShareAcknowledge cannot open a share session."
+            return answer
+        session = coordinator.open_session(group_id, member_id, epoch, [], [], False, answer)
+        if session is None:
+            return answer
+        coordinator.acknowledge(group_id, member_id, acks, int(time.time() * 1000), answer)
+        if epoch == -1:
+            coordinator.close_session(group_id, member_id)
+        error = await self.persist()
+        if error != ErrorCode.none:
+            for part in answer.partitions.values():
+                if not part.ack_error:
+                    part.ack_error = int(ErrorCode.kafka_storage_error)
+        return answer
+
+    async def _wait_for_records(
+        self, partitions: Collection[tuple[uuid.UUID, int]], timeout: float
+    ) -> None:
+        """Until a session partition grows, records come back, or the wait runs out."""
+        keys = []
+        for topic_id, partition in partitions:
+            info = self.broker.controller.state.topics_by_id.get(topic_id)
+            if info is not None:
+                keys.append((info.name, partition))
+        loop = asyncio.get_running_loop()
+        data = self.broker.waiters.new_waiter(keys)
+        released: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not released.done():
+                released.set_result(None)
+
+        self.coordinator.on_available.append(wake)
+        try:
+            await asyncio.wait([data, released], timeout=timeout, return_when="FIRST_COMPLETED")
+        finally:
+            data.cancel()
+            wake()

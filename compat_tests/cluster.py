@@ -17,6 +17,7 @@ What tests get:
 - ``cluster.bootstrap``: every node's PLAINTEXT address, for ``bootstrap.servers``;
 - ``cluster.nodes`` / ``cluster.node(node_id)``: the ``BrokerProcess`` objects (kill,
   stop, start, log_tail...); ``kill(node_id)`` is kill -9, ``restart(node_id)``;
+- ``add_broker()``: one more node with ``process.roles=broker`` (a quorum observer);
 - ``metadata()``: a confluent-kafka ``ClusterMetadata`` from a live node;
 - ``wait_for_controller(exclude=...)``: the active controller's id once live nodes agree;
 - ``partition(topic, p)``: leader, replicas, ISR as a live node reports them;
@@ -65,6 +66,8 @@ class KafkaCluster:
         ids = list(range(1, size + 1))
         controller_ports = {i: free_port() for i in ids}
         voters = ",".join(f"{i}@127.0.0.1:{controller_ports[i]}" for i in ids)
+        self.voters = voters
+        self.overrides = dict(overrides or {})
         self.nodes: list[ClusterNode] = []
         for i in ids:
             port = free_port()
@@ -80,12 +83,36 @@ class KafkaCluster:
                 "cluster.secret": CLUSTER_SECRET,
                 **TEST_TIMINGS,
                 **FAST_GROUP_SETTINGS,
-                **(overrides or {}),
+                **self.overrides,
             }
             node = ClusterNode(root / f"node{i}", settings, port=port)
             node.node_id = i
             node.controller_port = controller_ports[i]
             self.nodes.append(node)
+
+    def add_broker(self, **settings: str) -> ClusterNode:
+        """Start one more node with ``process.roles=broker``: it follows the quorum as an
+        observer and votes in nothing. Its node id is the next after the last node's."""
+        node_id = self.nodes[-1].node_id + 1
+        port = free_port()
+        overrides = {
+            "node.id": str(node_id),
+            "process.roles": "broker",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "controller.quorum.voters": self.voters,
+            "cluster.secret": CLUSTER_SECRET,
+            **TEST_TIMINGS,
+            **FAST_GROUP_SETTINGS,
+            **self.overrides,
+            **{k.replace("_", "."): v for k, v in settings.items()},
+        }
+        node = ClusterNode(self.root / f"node{node_id}", overrides, port=port)
+        node.node_id = node_id
+        self.nodes.append(node)
+        node.start()
+        return node
 
     # -- life cycle -------------------------------------------------------------------------
 

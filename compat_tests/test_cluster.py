@@ -134,3 +134,69 @@ def test_killing_the_active_controller_elects_another_and_metadata_keeps_working
         assert len(cluster.metadata(topic=topic).topics[topic].partitions) == 2
     finally:
         cluster.heal()
+
+
+def _describe_quorum(node: Any) -> Any:
+    from kbroker.admin.client import BrokerConnection
+
+    with BrokerConnection(node.host, node.port, 5.0, "quorum-test") as conn:
+        return conn.request(
+            55,
+            2,
+            topics=[{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}],
+        )
+
+
+def test_describe_quorum_names_the_active_controller_and_every_voter(
+    cluster: KafkaCluster,
+) -> None:
+    controller = cluster.wait_for_controller()
+    answers = [_describe_quorum(node) for node in cluster.nodes]
+    for answer in answers:
+        partition = answer.topics[0].partitions[0]
+        assert partition.leader_id == controller
+        assert [v.replica_id for v in partition.current_voters] == [1, 2, 3]
+        assert {n.node_id for n in answer.nodes} == {1, 2, 3}
+    leader_view = answers[controller - 1].topics[0].partitions[0]
+    assert leader_view.high_watermark > 0
+    assert all(v.log_end_offset >= 0 for v in leader_view.current_voters)
+    assert len({a.topics[0].partitions[0].leader_epoch for a in answers}) == 1
+
+
+def test_a_broker_only_node_joins_through_the_quorum_and_is_fenced_when_killed(
+    cluster: KafkaCluster,
+) -> None:
+    observer = cluster.add_broker()
+    try:
+        assert observer.node_id in cluster.metadata(cluster.nodes[0]).brokers
+        assert cluster.metadata(observer).controller_id == cluster.wait_for_controller()
+        observers = _describe_quorum(cluster.nodes[0]).topics[0].partitions[0].observers
+        assert [o.replica_id for o in observers] == [observer.node_id]
+        observer.kill()
+        cluster.wait_until(
+            lambda: observer.node_id not in cluster.metadata(cluster.nodes[0]).brokers,
+            10.0,
+            "the killed broker-only node to be fenced",
+        )
+    finally:
+        observer.kill()
+        cluster.nodes.remove(observer)
+
+
+def test_sigterm_moves_leadership_away_before_the_broker_exits(cluster: KafkaCluster) -> None:
+    topic = f"shutdown-{_uid()}"
+    cluster.create_topic(topic, partitions=3, replication_factor=3)
+    leaving = cluster.nodes[-1]
+    survivor = cluster.nodes[0]
+    try:
+        assert cluster.stop(leaving.node_id) == 0
+        stopped_at = time.monotonic()
+        partitions = cluster.raw_metadata(topic, survivor).topics[0].partitions
+        # Fencing after a silent death would take the 3 s session timeout; a controlled
+        # shutdown has moved every leadership before the process is gone.
+        assert time.monotonic() - stopped_at < 3.0
+        assert all(p.leader_id not in (leaving.node_id, -1) for p in partitions)
+        assert all(leaving.node_id not in p.isr_nodes for p in partitions)
+        assert "controlled shutdown: leadership moved away" in leaving.log_text()
+    finally:
+        cluster.heal()

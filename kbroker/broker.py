@@ -18,6 +18,7 @@ from kbroker.config import (
     topic_config_values,
     validate_topic_configs,
 )
+from kbroker.config.listeners import format_address
 from kbroker.controller import Controller, ControllerConfig, ControllerError
 from kbroker.controller.errors import STALE_BROKER_EPOCH
 from kbroker.controller.events import (
@@ -71,6 +72,7 @@ def controller_config(config: BrokerConfig) -> ControllerConfig:
             config.get("broker.session.timeout.ms") / 1000 if quorum.is_cluster else None
         ),
         unclean_leader_election=config.get("unclean.leader.election.enable"),
+        voters={v.node_id: format_address(v.host, v.port) for v in quorum.voters},
     )
 
 

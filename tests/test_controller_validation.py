@@ -13,6 +13,7 @@ from kbroker.controller.validation import (
     check_manual_assignment,
     check_partition_count,
     check_replication_factor,
+    place_replicas,
     round_robin_assignment,
     validate_topic_name,
 )
@@ -87,3 +88,25 @@ def test_round_robin_spreads_leaders_and_replicas():
 
 def test_round_robin_continues_numbering_for_added_partitions():
     assert round_robin_assignment([1, 2, 3], 2, 1, 1, start=0) == [(3,)]
+
+
+def test_rack_aware_placement_puts_each_partitions_replicas_on_different_racks():
+    racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
+    placed = place_replicas([1, 2, 3, 4, 5, 6], racks, 0, 6, 3, start=0)
+    for replicas in placed:
+        assert len({racks[r] for r in replicas}) == 3
+    assert sorted(r[0] for r in placed) == [1, 2, 3, 4, 5, 6]  # one leader each
+
+
+def test_rack_aware_placement_doubles_up_a_rack_only_when_racks_run_out():
+    racks = {1: "a", 2: "a", 3: "b"}
+    for replicas in place_replicas([1, 2, 3], racks, 0, 3, 3, start=0):
+        assert sorted(replicas) == [1, 2, 3]
+    for replicas in place_replicas([1, 2, 3], racks, 0, 3, 2, start=0):
+        assert {racks[r] for r in replicas} == {"a", "b"}
+
+
+def test_without_racks_placement_is_round_robin():
+    assert place_replicas([1, 2, 3], {}, 0, 2, 2, start=0) == round_robin_assignment(
+        [1, 2, 3], 0, 2, 2, start=0
+    )

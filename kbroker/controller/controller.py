@@ -46,7 +46,7 @@ from kbroker.controller.validation import (
     check_partition_count,
     check_replication_factor,
     check_topic_absent,
-    round_robin_assignment,
+    place_replicas,
     validate_topic_name,
 )
 
@@ -90,6 +90,27 @@ class ControllerConfig:
     broker_session_timeout_s: float | None = None
     # unclean.leader.election.enable for topics that do not override it.
     unclean_leader_election: bool = False
+    # node id -> Raft address of every voter (itself included), for DescribeQuorum.
+    voters: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    """One replica of the metadata log in DescribeQuorum; -1 where it is not known."""
+
+    node_id: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True)
+class QuorumStatus:
+    """The metadata quorum as this node sees it (Kafka's DescribeQuorum)."""
+
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[ReplicaView, ...]
+    observers: tuple[ReplicaView, ...]
 
 
 def new_cluster_id() -> str:
@@ -101,6 +122,10 @@ def _free_loopback_port(host: str) -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _racks(state: MetadataState) -> dict[int, str | None]:
+    return {b.node_id: b.rack for b in state.brokers.values()}
 
 
 def _voter_address(peer: str) -> str:
@@ -148,6 +173,42 @@ class Controller:
     def raft_address(self) -> str | None:
         """The address the Raft server is bound to; None for a socketless lone voter."""
         return self._raft_address
+
+    def quorum_status(self) -> QuorumStatus | None:
+        """Leader, epoch and each replica's log end offset, as far as this node knows:
+        the leader knows every voter's, a follower only its own. Brokers that are not
+        voters are listed as observers."""
+        raft = self._raft
+        view = raft.quorum_view() if raft is not None else None
+        if view is None:
+            return None
+        voters = self.config.voters or {self.config.node_id: ""}
+        by_address = {address: node_id for node_id, address in voters.items()}
+        if view.is_leader:
+            leader_id = self.config.node_id
+        elif view.leader_address is not None:
+            leader_id = by_address.get(view.leader_address, -1)
+        else:
+            leader_id = -1
+
+        def offset(node_id: int) -> int:
+            if node_id == self.config.node_id:
+                return view.last_index
+            if view.is_leader:
+                return view.match_index.get(voters[node_id], -1)
+            return -1
+
+        observers = sorted(set(self._state.brokers) - set(voters))
+        return QuorumStatus(
+            leader_id=leader_id,
+            leader_epoch=view.term,
+            high_watermark=view.commit_index,
+            voters=tuple(ReplicaView(v, offset(v)) for v in sorted(voters)),
+            observers=tuple(
+                ReplicaView(o, view.last_index if o == self.config.node_id else -1)
+                for o in observers
+            ),
+        )
 
     def subscribe(self, callback: Callable[[MetadataEvent], None]) -> None:
         self._subscribers.append(callback)
@@ -460,8 +521,8 @@ class Controller:
             check_partition_count(num_partitions, self.config.max_partitions_per_topic)
             live = state.live_brokers
             check_replication_factor(replication_factor, len(live))
-            replicas = round_robin_assignment(
-                live, 0, num_partitions, replication_factor, start=len(state.topics)
+            replicas = place_replicas(
+                live, _racks(state), 0, num_partitions, replication_factor, len(state.topics)
             )
         topic_configs = dict(configs or {})
         self._validate_configs(topic_configs)
@@ -532,7 +593,9 @@ class Controller:
             check_replication_factor(replication_factor, len(live))
             leader0 = info.partitions[0].leader
             start = live.index(leader0) if leader0 in live else 0
-            replicas = round_robin_assignment(live, current, count, replication_factor, start)
+            replicas = place_replicas(
+                live, _racks(state), current, count, replication_factor, start
+            )
         if validate_only:
             added = tuple(PartitionInfo(current + i, r[0], r, r) for i, r in enumerate(replicas))
             return TopicInfo(info.name, info.topic_id, info.partitions + added, info.configs)

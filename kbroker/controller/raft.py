@@ -75,6 +75,16 @@ class RaftTimings:
         return cls(heartbeat, election_min, election_max, idle_tick=min(0.05, heartbeat / 2))
 
 
+@dataclass(frozen=True)
+class QuorumView:
+    leader_address: str | None  # "host:port" of the leader, as the voters name it
+    is_leader: bool
+    term: int
+    commit_index: int
+    last_index: int  # this node's own log end
+    match_index: dict[str, int]  # on the leader: each follower's replicated index
+
+
 class _RaftNode(SyncObj):
     """The pysyncobj object. One replicated method, so the method id pysyncobj writes
     into every journal entry never changes when command kinds are added."""
@@ -179,6 +189,29 @@ class RaftThread:
     def term(self) -> int:
         node = self._node
         return node.raftCurrentTerm if node is not None else 0
+
+    def quorum_view(self) -> QuorumView | None:
+        """What this node knows of the quorum (racy read from another thread, as Kafka's
+        DescribeQuorum is a snapshot too). Replica offsets are Raft log indexes; only the
+        leader knows its followers'."""
+        node = self._node
+        if node is None:
+            return None
+        status = node.getStatus()
+        leader = status.get("leader")
+        match = {
+            key[len("match_idx_server_") :]: value
+            for key, value in status.items()
+            if key.startswith("match_idx_server_")
+        }
+        return QuorumView(
+            leader_address=None if leader is None else str(leader),
+            is_leader=node._isLeader(),
+            term=int(status["raft_term"]),
+            commit_index=int(status["commit_idx"]),
+            last_index=int(node._SyncObj__getCurrentLogIndex()),
+            match_index=match,
+        )
 
     def status(self) -> dict[str, Any]:
         """pysyncobj's debug status (racy read from another thread; for logs and tests)."""

@@ -143,3 +143,54 @@ def round_robin_assignment(
         first = (start + p) % n
         result.append(tuple(brokers[(first + j) % n] for j in range(replication_factor)))
     return result
+
+
+def rack_alternated(brokers: Sequence[int], racks: Mapping[int, str | None]) -> list[int]:
+    """Brokers ordered so consecutive ones sit on different racks where possible
+    (Kafka's getRackAlternatedBrokerList): rack by rack, the i-th broker of each."""
+    by_rack: dict[str | None, list[int]] = {}
+    for broker in sorted(brokers):
+        by_rack.setdefault(racks.get(broker), []).append(broker)
+    ordered_racks = sorted(by_rack, key=lambda r: (r is None, r or ""))
+    result: list[int] = []
+    for i in range(max(len(v) for v in by_rack.values())):
+        result.extend(by_rack[r][i] for r in ordered_racks if i < len(by_rack[r]))
+    return result
+
+
+def place_replicas(
+    brokers: Sequence[int],
+    racks: Mapping[int, str | None],
+    first_partition: int,
+    count: int,
+    replication_factor: int,
+    start: int,
+) -> list[tuple[int, ...]]:
+    """Replicas for new partitions, leaders spread over the brokers in turn. With
+    `broker.rack` set on the brokers, each partition's replicas go to as many different
+    racks as there are (Kafka's rack-aware assignment): the leader walks a
+    rack-alternated broker list, and each follower is the next broker on a rack that
+    holds no replica of the partition yet, or once every rack has one, the next broker
+    holding none."""
+    if not any(racks.get(b) for b in brokers):
+        return round_robin_assignment(brokers, first_partition, count, replication_factor, start)
+    ordered = rack_alternated(brokers, racks)
+    n = len(ordered)
+    rack_count = len({racks.get(b) for b in ordered})
+    result = []
+    for p in range(first_partition, first_partition + count):
+        first = (start + p) % n
+        chosen = [ordered[first]]
+        used_racks = {racks.get(ordered[first])}
+        k = first
+        while len(chosen) < replication_factor:
+            k = (k + 1) % n
+            candidate = ordered[k]
+            if candidate in chosen:
+                continue
+            if racks.get(candidate) in used_racks and len(used_racks) < rack_count:
+                continue
+            chosen.append(candidate)
+            used_racks.add(racks.get(candidate))
+        result.append(tuple(chosen))
+    return result

@@ -17,6 +17,7 @@ from kbroker.handlers import (  # noqa: F401
     metadata,
     produce,
     producers,
+    quorum,
     quotas,
     records,
     share_groups,

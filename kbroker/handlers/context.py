@@ -22,6 +22,7 @@ from kbroker.protocol.header import RequestHeader
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
+    from kbroker.controller.controller import QuorumStatus
     from kbroker.controller.state import BrokerInfo, MetadataState, TopicInfo
     from kbroker.coordinator.coordinator import GroupCoordinator
     from kbroker.metrics.counters import RequestCounters
@@ -99,6 +100,8 @@ class TopicAdmin(MetadataView, Protocol):
     async def replace_topic_configs(
         self, name: str, configs: Mapping[str, str], validate_only: bool = ...
     ) -> None: ...
+
+    def quorum_status(self) -> QuorumStatus | None: ...
 
 
 class GroupCoordination(Protocol):

@@ -24,7 +24,7 @@ stranger sends.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kbroker.config.listeners import Endpoint, Peer, format_address, parse_address
 
@@ -44,7 +44,7 @@ class QuorumConfig:
     self_address: str | None
     # Where the Raft server binds (the CONTROLLER listener, wildcard allowed).
     bind_address: str | None
-    secret: str | None
+    secret: str | None = field(repr=False)
 
     @property
     def is_cluster(self) -> bool:

@@ -35,6 +35,8 @@ from kbroker.metrics.counters import RequestCounters
 from kbroker.metrics.http import HttpEndpoint
 from kbroker.replica.fetch_sessions import FetchSessionCache
 from kbroker.replica.manager import ReplicaManager
+from kbroker.security.listener import ListenerSecurity, listener_security
+from kbroker.security.scram import ScramCredential
 from kbroker.server.connection import KafkaConnection
 from kbroker.server.keep_awake import KeepAwake
 from kbroker.server.waiters import DataWaiters
@@ -96,7 +98,11 @@ class Broker:
         self.connections: set[KafkaConnection] = set()
         self.listener = config.listener()
         self.advertised = config.advertised_listener()
-        self._server: asyncio.AbstractServer | None = None
+        # Built now so that a key store that does not load stops the start.
+        self.listener_security: list[tuple[Any, ListenerSecurity]] = [
+            (endpoint, listener_security(config, endpoint)) for endpoint in config.broker_endpoints
+        ]
+        self._servers: list[asyncio.AbstractServer] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._heartbeat_task: asyncio.Task[None] | None = None
         self.registration: BrokerInfo | None = None
@@ -122,6 +128,7 @@ class Broker:
             durability=self.logs,
             counters=self.counters,
             lifecycle=self,
+            credentials=self.controller,
             shares=self.share_coordinator,
         )
 
@@ -145,13 +152,15 @@ class Broker:
         await self.txn_coordinator.start()
         await self.share_coordinator.start()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: KafkaConnection(self),
-            self.listener.host,
-            self.listener.port,
-            reuse_address=True,
-            backlog=1024,
-        )
+        for endpoint, security in self.listener_security:
+            server = await loop.create_server(
+                lambda security=security: KafkaConnection(self, security),  # type: ignore[misc]
+                endpoint.bind_host,
+                endpoint.port,
+                reuse_address=True,
+                backlog=1024,
+            )
+            self._servers.append(server)
         interval = self.config.get("log.retention.check.interval.ms") / 1000
         self._tasks.append(asyncio.create_task(self.logs.run_retention(interval)))
         self._tasks.append(asyncio.create_task(self.logs.run_flusher()))
@@ -169,13 +178,12 @@ class Broker:
         self.started_at = time.time()
         self.ready = True
         log.info(
-            "kbroker node %d serving Kafka on %s:%d (advertised %s:%d), %d partitions, "
-            "started in %.2fs",
+            "kbroker node %d serving Kafka on %s (advertised %s), %d partitions, started in %.2fs",
             self.node_id,
-            self.listener.host,
-            self.listener.port,
-            self.advertised.host,
-            self.advertised.port,
+            ", ".join(
+                f"{endpoint} ({security.protocol})" for endpoint, security in self.listener_security
+            ),
+            ", ".join(str(e) for e in self.config.advertised_endpoints),
             len(self.replicas.replicas),
             time.monotonic() - started,
         )
@@ -188,8 +196,8 @@ class Broker:
             await self._controlled_shutdown()
         self.stopping = True
         await self.http.stop()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         self.waiters.wake_all()  # parked fetches answer now with what they have
         deadline = time.monotonic() + 5
         while any(c.answering for c in self.connections) and time.monotonic() < deadline:
@@ -207,6 +215,10 @@ class Broker:
         self.logs.close_all()
         await self.controller.stop()
         log.info("kbroker node %d stopped cleanly", self.node_id)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """A SCRAM user's stored keys, from the replicated metadata."""
+        return self.controller.state.scram_credentials.get((user, mechanism))
 
     # -- metadata events ----------------------------------------------------------------
 

@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     _install_event_loop(args.event_loop)
     try:
         asyncio.run(_serve(config))
+    except ConfigError as exc:
+        print(f"kbroker: configuration error: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"kbroker: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -7,12 +7,15 @@ from typing import Any
 
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.protocol.header import RequestHeader
+from kbroker.security.principal import ANONYMOUS, KafkaPrincipal
 
 
 @dataclass
 class FakeConnection:
     peer: str = "10.1.2.3:5555"
     closed_with: str | None = None
+    listener_name: str = "PLAINTEXT"
+    principal: KafkaPrincipal = ANONYMOUS
 
     def close(self, reason: str) -> None:
         self.closed_with = reason

@@ -372,19 +372,50 @@ def test_inter_broker_listener_defaults_to_plaintext():
     assert load().inter_broker_listener_name == "PLAINTEXT"
 
 
-def test_ssl_listener_fails_with_clear_message():
-    with pytest.raises(ConfigError, match="listeners.*SSL.*only PLAINTEXT"):
-        load(["listeners=SSL://127.0.0.1:9093"])
+def test_listeners_of_every_security_protocol_are_served():
+    cfg = load(
+        [
+            "listeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093,CLIENT://127.0.0.1:9094",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,CLIENT:SASL_SSL",
+        ]
+    )
+    assert [e.name for e in cfg.broker_endpoints] == ["PLAINTEXT", "SSL", "CLIENT"]
+    assert cfg.protocol_map["CLIENT"] == "SASL_SSL"
 
 
-def test_sasl_listener_through_map_fails():
-    with pytest.raises(ConfigError, match="SASL_PLAINTEXT"):
-        load(
-            [
-                "listeners=PLAINTEXT://127.0.0.1:9092,CLIENT://127.0.0.1:9093",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
-            ]
-        )
+def test_a_listener_prefixed_setting_overrides_the_broker_wide_one_for_that_listener():
+    cfg = load(
+        [
+            "listeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",
+            "ssl.client.auth=requested",
+            "listener.name.ssl.ssl.client.auth=required",
+        ]
+    )
+    assert cfg.for_listener("SSL", "ssl.client.auth") == "required"
+    assert cfg.for_listener("PLAINTEXT", "ssl.client.auth") == "requested"
+
+
+def test_a_mechanism_jaas_line_is_found_for_its_listener_before_sasl_jaas_config():
+    scoped = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
+    cfg = load(
+        [
+            "listeners=SASL_PLAINTEXT://127.0.0.1:9092",
+            f"{scoped}=org.apache.kafka.common.security.plain.PlainLoginModule required;",
+            "sasl.jaas.config=fallback required;",
+        ]
+    )
+    assert cfg.jaas_config("SASL_PLAINTEXT", "PLAIN").endswith("PlainLoginModule required;")
+    assert cfg.jaas_config("SASL_PLAINTEXT", "SCRAM-SHA-256") == "fallback required;"
+
+
+def test_a_listener_prefixed_setting_naming_no_listener_fails():
+    with pytest.raises(ConfigError, match="listener.name.ssl.ssl.client.auth.*SSL"):
+        load(["listener.name.ssl.ssl.client.auth=required"])
+
+
+def test_a_listener_prefix_on_a_setting_that_has_none_fails():
+    with pytest.raises(ConfigError, match="unknown setting 'listener.name.plaintext.log.dirs'"):
+        load(["listener.name.plaintext.log.dirs=/tmp/x"])
 
 
 def test_listener_missing_from_protocol_map_fails():

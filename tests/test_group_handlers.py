@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_reader
 from test_group_harness import Harness, subscription
 
+from kbroker.config import BrokerConfig
 from kbroker.controller.state import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import APIS
@@ -64,11 +65,18 @@ class FakeBroker:
         self.group_coordinator = FakeService(self.harness, node)
 
 
+# FindCoordinator answers with the address this node advertises on the client's listener.
+ADVERTISED_LOCALHOST = BrokerConfig.from_settings(
+    {"advertised.listeners": "PLAINTEXT://localhost:9092"}
+)
+
+
 def context(broker: FakeBroker, api: int, version: int) -> RequestContext:
     return handler_context(
         api,
         version,
         node_id=broker.node_id,
+        config=ADVERTISED_LOCALHOST,
         controller=broker.controller,
         groups=broker.group_coordinator,
     )

@@ -84,11 +84,33 @@ def _invalid(name: str, raw: Any, source: SettingSource, reason: str) -> ConfigE
     )
 
 
+# Settings a listener may override as ``listener.name.<listener>.<setting>``.
+LISTENER_SCOPED_PREFIXES = ("ssl.", "sasl.enabled.mechanisms", "connections.max.reauth.ms")
+_SCOPED = "listener.name."
+_JAAS = ".sasl.jaas.config"
+
+
+def listener_scoped_definition(name: str) -> Any:
+    """The definition behind ``listener.name.<l>.<setting>`` (or ``<l>.<mechanism>.sasl.
+    jaas.config``, Kafka's per-mechanism JAAS line), None for any other name."""
+    if not name.startswith(_SCOPED):
+        return None
+    _listener, _, setting = name[len(_SCOPED) :].partition(".")
+    if not _listener or not setting:
+        return None
+    if setting.endswith(_JAAS) and setting.count(".") == _JAAS.count("."):
+        return BROKER_CONFIGS["sasl.jaas.config"]
+    definition = BROKER_CONFIGS.get(setting)
+    if definition is not None and setting.startswith(LISTENER_SCOPED_PREFIXES):
+        return definition
+    return None
+
+
 def parse_layer(settings: Iterable[RawSetting]) -> Layer:
     """Parse raw settings into one layer; a later pair for the same name replaces an earlier."""
     layer: Layer = {}
     for raw in settings:
-        definition = BROKER_CONFIGS.get(raw.name)
+        definition = BROKER_CONFIGS.get(raw.name) or listener_scoped_definition(raw.name)
         if definition is None:
             raise _unknown(raw, BROKER_CONFIGS)
         try:
@@ -125,6 +147,7 @@ class BrokerConfig:
         "_http",
         "_peers",
         "_quorum",
+        "_scoped",
     )
 
     def __init__(
@@ -144,6 +167,12 @@ class BrokerConfig:
             for layer in (self._static, self._dynamic_default, self._dynamic_broker):
                 if name in layer:
                     values[name], sources[name] = layer[name]
+        scoped: dict[str, Any] = {}
+        for layer in (self._static, self._dynamic_default, self._dynamic_broker):
+            for name, (value, _source) in layer.items():
+                if name.startswith(_SCOPED):
+                    scoped[name] = value
+        put(self, "_scoped", scoped)
         put(self, "_values", values)
         put(self, "_sources", sources)
         put(self, "_effective", dict(values))
@@ -188,6 +217,20 @@ class BrokerConfig:
             return self._values[name]
         except KeyError:
             raise KeyError(f"no broker setting named {name!r}") from None
+
+    def for_listener(self, listener: str, name: str) -> Any:
+        """``listener.name.<listener>.<name>`` when set, else the broker-wide ``name``."""
+        scoped = f"{_SCOPED}{listener.lower()}.{name}"
+        if scoped in self._scoped:
+            return self._scoped[scoped]
+        return self.get(name)
+
+    def jaas_config(self, listener: str, mechanism: str) -> str | None:
+        """The JAAS line for one mechanism on one listener, else ``sasl.jaas.config``."""
+        scoped = f"{_SCOPED}{listener.lower()}.{mechanism.lower()}{_JAAS}"
+        if scoped in self._scoped:
+            return self._scoped[scoped]
+        return self.get("sasl.jaas.config")
 
     def source(self, name: str) -> SettingSource:
         """Where ``raw(name)`` came from; ``.config_source`` is the DescribeConfigs source."""
@@ -464,11 +507,6 @@ class BrokerConfig:
                         "listeners",
                         f"listener {endpoint.name} has no entry in listener.security.protocol.map",
                     )
-            if protocol != "PLAINTEXT" and endpoint.name not in controller:
-                raise self._fail(
-                    "listeners",
-                    f"listener {endpoint.name} uses {protocol}; kbroker serves only PLAINTEXT",
-                )
         ports = [e.port for e in endpoints if e.port != 0]
         if len(set(ports)) != len(ports):
             raise self._fail("listeners", "two listeners share a port")
@@ -509,7 +547,9 @@ class BrokerConfig:
                 "set only one of inter.broker.listener.name and security.inter.broker.protocol",
             )
         if effective["security.inter.broker.protocol"] != "PLAINTEXT":
-            raise self._fail("security.inter.broker.protocol", "kbroker serves only PLAINTEXT")
+            raise self._fail(
+                "security.inter.broker.protocol", "brokers reach each other over PLAINTEXT only"
+            )
         advertised_names = [e.name for e in advertised]
         if inter_name is None:
             inter_name = "PLAINTEXT" if "PLAINTEXT" in advertised_names else advertised_names[0]
@@ -517,6 +557,15 @@ class BrokerConfig:
             raise self._fail("inter.broker.listener.name", f"no broker listener named {inter_name}")
         effective["inter.broker.listener.name"] = inter_name.upper()
 
+        names = {e.name.lower() for e in endpoints}
+        for scoped in self._scoped:
+            listener = scoped[len(_SCOPED) :].partition(".")[0]
+            if listener not in names:
+                raise ConfigError(
+                    f"setting {scoped} names listener {listener.upper()}, which is not in "
+                    "listeners",
+                    setting=scoped,
+                )
         put(self, "_protocol_map", protocol_map)
         put(self, "_controller_listeners", controller)
         put(self, "_endpoints", endpoints)

@@ -36,6 +36,7 @@ from kbroker.config.types import (
     table,
 )
 from kbroker.log_setup import validate_levels
+from kbroker.security.principal import parse_mapping_rules
 
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, PASSWORD = (
     ConfigType.BOOLEAN,
@@ -52,6 +53,8 @@ COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("compact", "delete")
 LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+CLIENT_AUTH_MODES = ("none", "requested", "required")
+TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 RECORD_OVERHEAD_V0 = 14  # smallest legal segment: one legacy record header
 
 
@@ -120,6 +123,11 @@ def _d(
     dynamic: bool = False,
 ) -> ConfigDef:
     return ConfigDef(name, config_type, default, documentation, validator, read_only=not dynamic)
+
+
+def _p(name: str, documentation: str) -> ConfigDef:
+    """A secret (Kafka's PASSWORD type): never shown by DescribeConfigs or in logs."""
+    return ConfigDef(name, PASSWORD, None, documentation, None, is_sensitive=True)
 
 
 BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
@@ -243,8 +251,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         STRING,
         "PLAINTEXT://127.0.0.1:9092",
         "Comma-separated NAME://host:port "
-        "listeners to accept Kafka clients on. An empty host binds every interface. Only "
-        "listeners whose security protocol is PLAINTEXT can be served.",
+        "listeners to accept Kafka clients on, each served with the security protocol "
+        "listener.security.protocol.map gives its name. An empty host binds every interface.",
         _parsed_by(parse_listeners),
     ),
     _d(
@@ -1199,6 +1207,94 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         600000,
         "How often expired producer ids are looked for.",
         at_least(1),
+    ),
+    # -- TLS (PEM key stores; listener.name.<l>.ssl.* overrides per listener) ---------------
+    _d(
+        "ssl.keystore.type",
+        STRING,
+        "JKS",
+        "Format of the key store. kbroker reads PEM only: a TLS listener with a key store "
+        "of another type is refused at start.",
+    ),
+    _d(
+        "ssl.keystore.location",
+        STRING,
+        None,
+        "PEM file holding the listener's private key and certificate chain.",
+    ),
+    _p(
+        "ssl.keystore.certificate.chain",
+        "The listener's certificate chain as PEM text (instead of ssl.keystore.location).",
+    ),
+    _p(
+        "ssl.keystore.key",
+        "The listener's private key as PEM text, with ssl.keystore.certificate.chain.",
+    ),
+    _p("ssl.key.password", "Password of an encrypted private key."),
+    _d("ssl.truststore.type", STRING, "JKS", "Format of the trust store; PEM only, as above."),
+    _d(
+        "ssl.truststore.location",
+        STRING,
+        None,
+        "PEM file of the CA certificates client certificates are checked against.",
+    ),
+    _p("ssl.truststore.certificates", "Trusted CA certificates as PEM text."),
+    _d(
+        "ssl.client.auth",
+        STRING,
+        "none",
+        "none, requested or required: whether TLS clients must (or may) present a "
+        "certificate; its subject then names the principal.",
+        one_of(*CLIENT_AUTH_MODES),
+    ),
+    _d(
+        "ssl.principal.mapping.rules",
+        STRING,
+        "DEFAULT",
+        "Rules mapping a client certificate's distinguished name to a principal name: "
+        "RULE:pattern/replacement/[LU] entries and DEFAULT (the whole name).",
+        _parsed_by(parse_mapping_rules),
+    ),
+    _d(
+        "ssl.enabled.protocols",
+        LIST,
+        ["TLSv1.2", "TLSv1.3"],
+        "TLS versions a listener accepts.",
+        each_of(*TLS_PROTOCOLS, non_empty=True),
+    ),
+    _d(
+        "ssl.protocol",
+        STRING,
+        "TLSv1.3",
+        "Kafka's SSLContext protocol; the versions actually offered are ssl.enabled.protocols.",
+        one_of("TLS", "TLSv1.2", "TLSv1.3"),
+    ),
+    _d(
+        "ssl.cipher.suites",
+        LIST,
+        [],
+        "TLS 1.2 cipher suites (IANA or OpenSSL names); empty means the platform's defaults.",
+    ),
+    # -- SASL ------------------------------------------------------------------------------
+    _d(
+        "sasl.enabled.mechanisms",
+        LIST,
+        ["GSSAPI"],
+        "SASL mechanisms SASL listeners accept. kbroker serves PLAIN, SCRAM-SHA-256 and "
+        "SCRAM-SHA-512; a SASL listener enabling another is refused at start.",
+    ),
+    _p(
+        "sasl.jaas.config",
+        "JAAS line used when a listener has no listener.name.<l>.<mechanism>.sasl.jaas.config; "
+        'PLAIN users are its user_<name>="<password>" options.',
+    ),
+    _d(
+        "connections.max.reauth.ms",
+        LONG,
+        0,
+        "Longest SASL session: a client must re-authenticate (KIP-368) before it ends, "
+        "else its connection is closed. 0 means sessions never expire.",
+        at_least(0),
     ),
     # -- authorization -------------------------------------------------------------------
     _d(

@@ -45,6 +45,7 @@ from kbroker.controller.state import (
     collision_key,
 )
 from kbroker.controller.validation import check_topic_absent
+from kbroker.security.scram import ScramCredential
 
 log = logging.getLogger("kbroker.controller")
 
@@ -63,6 +64,7 @@ CONTROLLED_SHUTDOWN = "controlled_shutdown"
 ALTER_PARTITION = "alter_partition"
 
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
+ALTER_SCRAM_CREDENTIALS = "alter_scram_credentials"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,19 @@ def apply_command(state: MetadataState, kind: str, payload: dict[str, Any]) -> A
         # so skipping it keeps them identical, where raising would retry it forever.
         log.critical("metadata command %s failed; skipped: %r", kind, payload, exc_info=True)
         return Applied(state, ControllerError(INVALID_REQUEST, f"{kind} failed: {e!r}"))
+
+
+def _alter_scram_credentials(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """Upsert and delete SCRAM credentials (already checked by the handler); deleting
+    one another command removed first is no error, the end state is the same."""
+    credentials = dict(state.scram_credentials)
+    for user, mechanism in p.get("deletions", []):
+        credentials.pop((user, mechanism), None)
+    for user, mechanism, salt, iterations, stored_key, server_key in p.get("upsertions", []):
+        credentials[(user, mechanism)] = ScramCredential(
+            mechanism, salt, iterations, stored_key, server_key
+        )
+    return Applied(_bump(state, scram_credentials=credentials), None)
 
 
 def _bump(state: MetadataState, **changes: Any) -> MetadataState:
@@ -373,4 +388,5 @@ _HANDLERS = {
     FENCE_BROKER: _fence_broker,
     CONTROLLED_SHUTDOWN: _fence_broker,
     ALTER_PARTITION: _alter_partition,
+    ALTER_SCRAM_CREDENTIALS: _alter_scram_credentials,
 }

@@ -651,6 +651,21 @@ class Controller:
 
     allocate_producer_id_block = allocate_producer_ids
 
+    async def alter_scram_credentials(
+        self,
+        upsertions: list[tuple[str, str, bytes, int, bytes, bytes]],
+        deletions: list[tuple[str, str]],
+    ) -> None:
+        """Replicate SCRAM credential changes: (user, mechanism, salt, iterations,
+        stored key, server key) upserted, (user, mechanism) deleted."""
+        await self._propose(
+            cmd.ALTER_SCRAM_CREDENTIALS,
+            {
+                "upsertions": [list(u) for u in upsertions],
+                "deletions": [list(d) for d in deletions],
+            },
+        )
+
     # --- internals ---
 
     def _check_can_commit(self) -> None:

@@ -15,6 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbroker.security.scram import ScramCredential
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
@@ -83,6 +85,8 @@ class MetadataState:
     topics_by_id: dict[uuid.UUID, TopicInfo] = field(default_factory=dict)
     # collision_key(name) -> name of the topic holding it
     topic_collisions: dict[str, str] = field(default_factory=dict)
+    # (user, mechanism) -> salted keys; never a password (AlterUserScramCredentials)
+    scram_credentials: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         info = self.topics.get(topic)
@@ -145,6 +149,10 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
             }
             for t in state.topics.values()
         ],
+        "scram_credentials": [
+            [user, c.mechanism, c.salt, c.iterations, c.stored_key, c.server_key]
+            for (user, _), c in state.scram_credentials.items()
+        ],
     }
 
 
@@ -183,4 +191,8 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
         topics=topics,
         topics_by_id={t.topic_id: t for t in topics.values()},
         topic_collisions={collision_key(name): name for name in topics},
+        scram_credentials={
+            (c[0], c[1]): ScramCredential(c[1], c[2], c[3], c[4], c[5])
+            for c in data.get("scram_credentials", [])
+        },
     )

@@ -20,6 +20,8 @@ from kbroker.handlers import (  # noqa: F401
     quorum,
     quotas,
     records,
+    sasl,
+    scram,
     share_groups,
     topics,
     transactions,

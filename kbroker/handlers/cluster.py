@@ -19,6 +19,7 @@ from kbroker.controller import ControllerError
 from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import RequestContext
+from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
 from kbroker.replica.manager import Replica
 
@@ -96,8 +97,8 @@ def describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:
     response["brokers"] = [
         {
             "broker_id": b.node_id,
-            "host": b.host,
-            "port": b.port,
+            "host": node_address(ctx, b)[0],
+            "port": node_address(ctx, b)[1],
             "rack": b.rack,
             "is_fenced": b.fenced,
         }

@@ -14,11 +14,12 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.protocol.header import RequestHeader
+from kbroker.security.principal import KafkaPrincipal
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
@@ -42,7 +43,17 @@ class Client(Protocol):
     @property
     def peer(self) -> str: ...
 
+    @property
+    def listener_name(self) -> str: ...
+
+    @property
+    def principal(self) -> KafkaPrincipal: ...
+
     def close(self, reason: str) -> None: ...
+
+    def sasl_handshake(self, mechanism: str, version: int) -> dict[str, Any]: ...
+
+    def sasl_authenticate(self, token: bytes, version: int) -> dict[str, Any]: ...
 
 
 class Partitions(Protocol):
@@ -68,6 +79,16 @@ class MetadataView(Protocol):
 
     @property
     def state(self) -> MetadataState: ...
+
+
+class CredentialAdmin(MetadataView, Protocol):
+    """SCRAM credentials proposed to the controller (kbroker.controller.Controller)."""
+
+    async def alter_scram_credentials(
+        self,
+        upsertions: list[tuple[str, str, bytes, int, bytes, bytes]],
+        deletions: list[tuple[str, str]],
+    ) -> None: ...
 
 
 class TopicAdmin(MetadataView, Protocol):
@@ -161,6 +182,7 @@ class BrokerParts:
     durability: Durability
     counters: RequestCounters
     lifecycle: Lifecycle
+    credentials: CredentialAdmin
     shares: ShareService | None = None
 
 
@@ -179,3 +201,11 @@ class RequestContext:
     @property
     def client_id(self) -> str:
         return self.header.client_id or ""
+
+    @property
+    def listener_name(self) -> str:
+        return self.connection.listener_name
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.connection.principal

@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import BrokerParts, RequestContext
+from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
 from kbroker.protocol.fetch_response import (
     FetchedPartition,
@@ -120,7 +121,7 @@ def _encode(
     endpoints = None
     if ctx.version >= 16 and any(r.error_code for _, r in results):
         endpoints = [
-            NodeEndpoint(b.node_id, b.host, b.port, b.rack)
+            NodeEndpoint(b.node_id, *node_address(ctx, b), b.rack)
             for b in ctx.broker.controller.state.brokers.values()
         ]
     return encode_fetch_response(

@@ -28,6 +28,7 @@ from kbroker.coordinator import (
 from kbroker.coordinator.coordinator import GroupCoordinator
 from kbroker.coordinator.group import describe_members
 from kbroker.handlers.context import RequestContext
+from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
 from kbroker.protocol.messages import known_versions
 
@@ -123,14 +124,14 @@ async def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any
         error, node = await broker.transactions.find_coordinator(key)
         if error != E.none or node is None:
             return _coordinator_entry(key, error)
-        return _coordinator_entry(key, E.none, node.node_id, node.host, node.port)
+        return _coordinator_entry(key, E.none, node.node_id, *node_address(ctx, node))
     if key_type != KEY_TYPE_GROUP:
         return _coordinator_entry(key, E.invalid_request, message=f"unknown key type {key_type}")
     service = ctx.broker.groups
     error, node = await service.find_group_coordinator(key)
     if error != E.none or node is None:
         return _coordinator_entry(key, error)
-    return _coordinator_entry(key, E.none, node.node_id, node.host, node.port)
+    return _coordinator_entry(key, E.none, node.node_id, *node_address(ctx, node))
 
 
 def _coordinator_entry(

@@ -11,17 +11,20 @@ from kbroker.controller import ControllerError
 from kbroker.controller.state import INTERNAL_TOPICS, BrokerInfo, TopicInfo
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import BrokerParts, RequestContext
+from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
 
 METADATA = 3
 
 
-def describe_brokers(broker: BrokerParts) -> list[dict[str, Any]]:
-    return [
-        {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-        for b in sorted(broker.controller.state.brokers.values(), key=lambda b: b.node_id)
-        if not b.fenced
-    ]
+def describe_brokers(ctx: RequestContext) -> list[dict[str, Any]]:
+    brokers = sorted(ctx.broker.controller.state.brokers.values(), key=lambda b: b.node_id)
+    described = []
+    for b in brokers:
+        if not b.fenced:
+            host, port = node_address(ctx, b)
+            described.append({"node_id": b.node_id, "host": host, "port": port, "rack": b.rack})
+    return described
 
 
 def describe_topic(
@@ -59,11 +62,11 @@ def missing_topic(name: str | None, topic_id: Any, error: ErrorCode) -> dict[str
     return {"error_code": error, "name": name, "topic_id": topic_id, "partitions": []}
 
 
-def _response(broker: BrokerParts, topics: list[dict[str, Any]]) -> dict[str, Any]:
-    state = broker.controller.state
+def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, Any]:
+    state = ctx.broker.controller.state
     return {
         "throttle_time": 0,
-        "brokers": describe_brokers(broker),
+        "brokers": describe_brokers(ctx),
         "cluster_id": state.cluster_id,
         "controller_id": state.controller_id,
         "topics": topics,
@@ -76,7 +79,7 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     state = broker.controller.state
     if request.topics is None:
-        return _response(broker, [describe_topic(t, state.brokers) for t in state.topics.values()])
+        return _response(ctx, [describe_topic(t, state.brokers) for t in state.topics.values()])
     may_create = (ctx.version < 4 or request.allow_auto_topic_creation) and broker.config.get(
         "auto.create.topics.enable"
     )
@@ -109,8 +112,8 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
         else:
             results.append(missing_topic(name, None, ErrorCode.unknown_topic_or_partition))
     if not to_create:
-        return _response(broker, results)  # type: ignore[arg-type]
-    return _create_then_respond(broker, results, to_create)
+        return _response(ctx, results)  # type: ignore[arg-type]
+    return _create_then_respond(ctx, results, to_create)
 
 
 def _valid_name(name: str) -> bool:
@@ -122,12 +125,12 @@ def _valid_name(name: str) -> bool:
 
 
 async def _create_then_respond(
-    broker: BrokerParts, results: list[dict[str, Any] | None], to_create: list[tuple[int, str]]
+    ctx: RequestContext, results: list[dict[str, Any] | None], to_create: list[tuple[int, str]]
 ) -> dict[str, Any]:
     """Auto-create topics (Kafka's auto.create.topics.enable) and describe them at once."""
     for index, name in to_create:
-        results[index] = await auto_create_topic(broker, name)
-    return _response(broker, results)  # type: ignore[arg-type]
+        results[index] = await auto_create_topic(ctx.broker, name)
+    return _response(ctx, results)  # type: ignore[arg-type]
 
 
 async def auto_create_topic(broker: BrokerParts, name: str) -> dict[str, Any]:

@@ -85,3 +85,7 @@ class RequestCounters:
         if histogram is None:
             histogram = self.latency[api_key] = LatencyHistogram()
         histogram.observe(ms)
+
+    successful_authentications: int = 0  # SASL logins
+    failed_authentications: int = 0  # SASL logins refused, refused client certificates
+    failed_tls_handshakes: int = 0

@@ -179,6 +179,21 @@ class BrokerCollector:
             "Connections closed over bad input.",
             value=counters.bad_requests,
         )
+        yield CounterMetricFamily(
+            "kafka_server_socket_server_metrics_successful_authentication",
+            "Connections that authenticated with SASL.",
+            value=counters.successful_authentications,
+        )
+        yield CounterMetricFamily(
+            "kafka_server_socket_server_metrics_failed_authentication",
+            "Connections whose SASL login or client certificate was refused.",
+            value=counters.failed_authentications,
+        )
+        yield CounterMetricFamily(
+            "kbroker_tls_handshake_failures",
+            "TLS handshakes that failed.",
+            value=counters.failed_tls_handshakes,
+        )
         network = CounterMetricFamily(
             "kbroker_network_bytes", "Bytes received and sent.", labels=["direction"]
         )

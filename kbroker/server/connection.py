@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import logging
 import os
+import ssl
 import time
 import typing
 from collections import deque
@@ -29,6 +30,12 @@ from kbroker.protocol.header import (
     peek_api,
     response_header,
 )
+from kbroker.security.listener import ListenerSecurity
+from kbroker.security.principal import ANONYMOUS, KafkaPrincipal, distinguished_name, map_name, user
+from kbroker.security.sasl import SaslFailure, SaslSession
+from kbroker.security.scram import ScramCredential
+from kbroker.security.tls_session import TlsSession
+from kbroker.server.tls_transport import TlsTransport
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
@@ -39,6 +46,13 @@ log = logging.getLogger("kbroker.connection")
 request_log = logging.getLogger("kbroker.request")
 
 API_VERSIONS = 18
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+_BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+SASL_AUTHENTICATION_FAILED = 58
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 # Requests whose pending work is only for this connection's answer: a parked Fetch
 # would otherwise wake on every append until its max_wait (up to 24 days) ran out,
 # long after its client left. Other handlers may hold shared state while they wait.
@@ -55,6 +69,8 @@ class Host(Protocol):
     keep_awake: KeepAwake
     counters: RequestCounters
     connections: set[KafkaConnection]
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
 
 class _Slot:
@@ -88,8 +104,29 @@ class _Slot:
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, broker: Host) -> None:
+    """One client connection on one listener.
+
+    On a TLS listener every byte passes through a TlsSession (kbroker.security) before
+    the frame decoder, so a failed handshake is this connection's to log and count. On a SASL listener
+    ``_dispatch`` is swapped for a gate that lets only ApiVersions, SaslHandshake and
+    SaslAuthenticate through until the client has authenticated: a PLAINTEXT or SSL
+    connection pays nothing per request for security it does not use.
+    """
+
+    def __init__(self, broker: Host, security: ListenerSecurity | None = None) -> None:
         self.broker = broker
+        self.security = security
+        self.listener_name = security.name if security is not None else "PLAINTEXT"
+        self.principal: KafkaPrincipal = ANONYMOUS
+        self._sasl: SaslSession | None = None
+        self._session_deadline = 0.0
+        self._tls: TlsSession | None = None
+        self._raw: asyncio.Transport | None = None
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        if security is not None and security.ssl_context is not None:
+            self._tls = TlsSession(security.ssl_context)
+            # Set before the transport exists: uvloop binds data_received when it does.
+            self.data_received = self._tls_data_received  # type: ignore[method-assign]
         self.decoder = FrameDecoder(broker.max_request_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -111,12 +148,92 @@ class KafkaConnection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's TCPTransport implements asyncio.Transport without subclassing it.
-        self.transport = typing.cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        sock = transport.get_extra_info("socket")
-        self._sock_fd = sock.fileno() if sock is not None else -1
+        # uvloop's TCPTransport implements asyncio.Transport without subclassing it.
+        raw = typing.cast(asyncio.Transport, transport)
+        if self._tls is not None:
+            self._raw = raw  # attached once the handshake is done
+            self._handshake_timer = asyncio.get_running_loop().call_later(
+                TLS_HANDSHAKE_TIMEOUT_S, self._handshake_timed_out
+            )
+            return
+        self._attach(raw, tls=False)
+
+    def _tls_data_received(self, data: bytes) -> None:
+        """A TLS listener's data_received: decrypt, then handle as on a plain socket."""
+        tls, raw = self._tls, self._raw
+        assert tls is not None and raw is not None
+        try:
+            plaintext = tls.receive(data)
+        except ssl.SSLError as exc:
+            reply = tls.outgoing()  # the alert that tells the client why
+            if reply:
+                raw.write(reply)
+            self._tls_failed(exc.reason or str(exc))
+            return
+        reply = tls.outgoing()
+        if reply:
+            raw.write(reply)
+        if self.transport is None:
+            if not tls.handshake_done:
+                return
+            if self._handshake_timer is not None:
+                self._handshake_timer.cancel()
+            self._attach(typing.cast(asyncio.Transport, TlsTransport(raw, tls)), tls=True)
+        if plaintext and not self._closed:
+            KafkaConnection.data_received(self, plaintext)
+        if tls.closed_by_peer and not self._closed:
+            self.close("", quiet=True)
+
+    def _tls_failed(self, reason: str) -> None:
+        raw = self._raw
+        if self.transport is None:
+            self.broker.counters.failed_tls_handshakes += 1
+            log.warning(
+                "closing connection from %s on listener %s: TLS handshake failed: %s",
+                self.peer,
+                self.listener_name,
+                reason,
+            )
+            if self._handshake_timer is not None:
+                self._handshake_timer.cancel()
+            if raw is not None:
+                raw.close()
+            return
+        self.close(f"TLS error: {reason}")
+
+    def _handshake_timed_out(self) -> None:
+        if self.transport is None and self._raw is not None and not self._raw.is_closing():
+            self._tls_failed(f"no handshake within {TLS_HANDSHAKE_TIMEOUT_S:.0f}s")
+
+    def _attach(self, transport: asyncio.Transport, tls: bool) -> None:
+        """The connection is usable: TLS (if any) is up, the principal is known or SASL
+        is about to establish it."""
+        self.transport = transport
+        security = self.security
+        if tls:
+            # sendfile would bypass the encryption: file regions go out as copies.
+            self._sock_fd = -1
+        else:
+            sock = transport.get_extra_info("socket")
+            self._sock_fd = sock.fileno() if sock is not None else -1
+        if security is not None:
+            if security.uses_sasl:
+                self._sasl = SaslSession(
+                    security.mechanisms, security.plain_users, self.broker.scram_credential
+                )
+                self._dispatch = self._dispatch_unauthenticated  # type: ignore[method-assign]
+            elif tls:
+                peercert = transport.get_extra_info("peercert")
+                if peercert:
+                    dn = distinguished_name(peercert)
+                    try:
+                        self.principal = user(map_name(security.principal_rules, dn))
+                    except ValueError as exc:
+                        self.broker.counters.failed_authentications += 1
+                        self.close(f"client certificate refused: {exc}")
+                        return
         self.broker.connections.add(self)
         self.broker.counters.connections_opened += 1
         self._last_active = time.monotonic()
@@ -126,6 +243,10 @@ class KafkaConnection(asyncio.Protocol):
             )
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is None:
+            if self._handshake_timer is not None:
+                self._handshake_timer.cancel()
+            return  # during a TLS handshake: nothing was attached
         self._closed = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
@@ -158,6 +279,138 @@ class KafkaConnection(asyncio.Protocol):
             self._dispatch(request)
         if len(self._queue) >= _MAX_IN_FLIGHT:
             self._pause_reading()
+
+    # -- SASL authentication (Kafka's SaslServerAuthenticator) ------------------------
+
+    def _dispatch_unauthenticated(self, request: memoryview) -> None:
+        """Before authentication: ApiVersions and the SASL requests, or, after a v0
+        SaslHandshake, raw tokens in bare size-prefixed frames. Anything else ends the
+        connection, as Kafka's authenticator throws IllegalSaslStateException."""
+        sasl = self._sasl
+        assert sasl is not None
+        if sasl.raw_tokens:
+            self._raw_token(bytes(request))
+            return
+        try:
+            api_key, version, _correlation_id = peek_api(request)
+        except MalformedRequest as exc:
+            self.close(str(exc))
+            return
+        if api_key not in _BEFORE_AUTHENTICATION:
+            name = messages.API_NAMES.get(api_key, api_key)
+            self._authentication_failed(f"unexpected {name} request before SASL authentication")
+            self.close("", quiet=True)
+            return
+        KafkaConnection._dispatch(self, request)
+
+    def _dispatch_in_session(self, request: memoryview) -> None:
+        """KIP-368: once the session lifetime has passed, only re-authentication is served."""
+        if time.monotonic() >= self._session_deadline:
+            try:
+                api_key = peek_api(request)[0]
+            except MalformedRequest as exc:
+                self.close(str(exc))
+                return
+            if api_key not in _BEFORE_AUTHENTICATION:
+                self.close(
+                    f"SASL session of {self.principal} expired without re-authentication "
+                    "(connections.max.reauth.ms)"
+                )
+                return
+        KafkaConnection._dispatch(self, request)
+
+    def _drop_frames(self, request: memoryview) -> None:
+        """After a failed login: the answer is out, the close follows; nothing else runs."""
+
+    def sasl_handshake(self, mechanism: str, version: int) -> dict[str, Any]:
+        sasl = self._sasl
+        if sasl is None:
+            return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": []}
+        if version == 0 and sasl.principal is not None:
+            # Re-authentication needs SaslAuthenticate (KIP-368): a v0 handshake cannot.
+            self._authentication_failed("SaslHandshake v0 cannot re-authenticate")
+            self._close_after_answer()
+            return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": list(sasl.mechanisms)}
+        if not sasl.handshake(mechanism, version):
+            self._authentication_failed(f"SASL mechanism {mechanism!r} is not enabled")
+            self._close_after_answer()
+            return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": list(sasl.mechanisms)}
+        return {"error_code": 0, "mechanisms": list(sasl.mechanisms)}
+
+    def sasl_authenticate(self, token: bytes, version: int) -> dict[str, Any]:
+        sasl = self._sasl
+        refused: dict[str, Any] = {
+            "error_code": ILLEGAL_SASL_STATE,
+            "auth_bytes": b"",
+            "session_lifetime": 0,
+        }
+        if sasl is None:
+            return {**refused, "error_message": "SASL is not enabled on this listener"}
+        if not sasl.in_exchange:
+            reason = "SaslAuthenticate received without a SaslHandshake before it"
+            self._authentication_failed(reason)
+            self._close_after_answer()
+            return {**refused, "error_message": reason}
+        try:
+            answer, finished = sasl.authenticate(token)
+        except SaslFailure as exc:
+            self._authentication_failed(str(exc))
+            self._close_after_answer()
+            return {**refused, "error_code": SASL_AUTHENTICATION_FAILED, "error_message": str(exc)}
+        lifetime = self._authenticated() if finished else 0
+        return {
+            "error_code": 0,
+            "error_message": None,
+            "auth_bytes": answer,
+            "session_lifetime": lifetime if version >= 1 else 0,
+        }
+
+    def _raw_token(self, token: bytes) -> None:
+        sasl = self._sasl
+        assert sasl is not None
+        try:
+            answer, finished = sasl.authenticate(token)
+        except SaslFailure as exc:
+            self._authentication_failed(str(exc))
+            self.close("", quiet=True)
+            return
+        self._respond_raw(answer)
+        if finished:
+            self._authenticated()
+
+    def _authenticated(self) -> int:
+        """Authentication succeeded: requests flow; returns the session lifetime in ms."""
+        sasl, security = self._sasl, self.security
+        assert sasl is not None and sasl.principal is not None and security is not None
+        self.principal = sasl.principal
+        self.broker.counters.successful_authentications += 1
+        if security.reauth_ms > 0:
+            self._session_deadline = time.monotonic() + security.reauth_ms / 1000
+            self._dispatch = self._dispatch_in_session  # type: ignore[method-assign]
+            return security.reauth_ms
+        self.__dict__.pop("_dispatch", None)  # the class's dispatch, with no gate
+        return 0
+
+    def _authentication_failed(self, reason: str) -> None:
+        """Count it and say it once; the reason never holds a password."""
+        self.broker.counters.failed_authentications += 1
+        log.warning(
+            "authentication failed for connection from %s on listener %s: %s",
+            self.peer,
+            self.listener_name,
+            reason,
+        )
+        self._dispatch = self._drop_frames  # type: ignore[method-assign]
+
+    def _close_after_answer(self) -> None:
+        """Close once the answer being built now is written (the transport flushes it)."""
+        asyncio.get_running_loop().call_soon(self.close, "", True)
+
+    def _respond_raw(self, token: bytes) -> None:
+        """A SASL token in a bare size-prefixed frame (after a v0 SaslHandshake)."""
+        data = frame(len(token)) + token
+        self.broker.counters.bytes_out += len(data)
+        self._write([data])
 
     # -- dispatch --------------------------------------------------------------------
 
@@ -399,10 +652,13 @@ class KafkaConnection(asyncio.Protocol):
         wait = self._max_idle_s if self._queue else self._max_idle_s - idle
         self._idle_timer = asyncio.get_running_loop().call_later(wait, self._check_idle)
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, quiet: bool = False) -> None:
+        """Close the connection; unless ``quiet`` (the cause was logged already), say why
+        once and count it as bad input."""
         if not self._closed:
-            log.warning("closing connection from %s: %s", self.peer, reason)
-            self.broker.counters.bad_requests += 1
+            if not quiet:
+                log.warning("closing connection from %s: %s", self.peer, reason)
+                self.broker.counters.bad_requests += 1
             self._closed = True
             if self.transport is not None:
                 self.transport.close()

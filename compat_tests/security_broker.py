@@ -1,0 +1,94 @@
+"""A broker with one listener of each security protocol, and how each client reaches it.
+
+PLAINTEXT stays first (the harness's readiness probe and the admin side of the tests);
+SSL asks for (but does not require) a client certificate and maps its subject with a
+RULE; SASL listeners enable PLAIN (users in the JAAS line) and both SCRAM mechanisms
+(users created through AlterUserScramCredentials). Passwords here are test fixtures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from compat_tests.broker_process import BrokerProcess, free_port
+from compat_tests.tls_material import TlsMaterial
+
+PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
+SCRAM_USER, SCRAM_PASSWORD = "bob", "bob-secret"
+PLAIN_JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    + " ".join(f'user_{name}="{password}"' for name, password in PLAIN_USERS.items())
+    + ";"
+)
+MAPPING_RULES = "RULE:^CN=([^,]+),OU=([^,]+),.*$/$1@$2/L,DEFAULT"
+
+
+@dataclass
+class SecureBroker:
+    node: BrokerProcess
+    tls: TlsMaterial
+    ports: dict[str, int]
+    http_port: int
+
+    def address(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    @property
+    def plaintext(self) -> str:
+        return self.node.bootstrap
+
+
+def security_overrides(
+    tls: TlsMaterial, ports: dict[str, int], http_port: int, plain_port: int
+) -> dict[str, str]:
+    listeners = ",".join(
+        [f"PLAINTEXT://127.0.0.1:{plain_port}"]
+        + [f"{name}://127.0.0.1:{port}" for name, port in ports.items()]
+    )
+    return {
+        "listeners": listeners,
+        "http.listeners": f"http://127.0.0.1:{http_port}",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(tls.broker_keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(tls.ca.cert),
+        "listener.name.ssl.ssl.client.auth": "requested",
+        "ssl.principal.mapping.rules": MAPPING_RULES,
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+    }
+
+
+def start_secure_broker(base: Path, tls: TlsMaterial, **extra: str) -> SecureBroker:
+    node = BrokerProcess(base)
+    ports = {name: free_port() for name in ("SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+    http_port = free_port()
+    node.overrides = {**security_overrides(tls, ports, http_port, node.port), **extra}
+    node.start()
+    return SecureBroker(node, tls, ports, http_port)
+
+
+def confluent_settings(
+    broker: SecureBroker,
+    listener: str,
+    mechanism: str | None = None,
+    user: str | None = None,
+    password: str | None = None,
+    client_cert: bool = False,
+) -> dict[str, str]:
+    """librdkafka settings for one listener (and SASL mechanism)."""
+    conf = {"security.protocol": listener}
+    if listener in ("SSL", "SASL_SSL"):
+        conf["ssl.ca.location"] = str(broker.tls.ca.cert)
+        if client_cert:
+            conf["ssl.certificate.location"] = str(broker.tls.client.cert)
+            conf["ssl.key.location"] = str(broker.tls.client.key)
+    if mechanism is not None:
+        conf["sasl.mechanism"] = mechanism
+        conf["sasl.username"] = user or (SCRAM_USER if mechanism.startswith("SCRAM") else "alice")
+        conf["sasl.password"] = password or (
+            SCRAM_PASSWORD if mechanism.startswith("SCRAM") else PLAIN_USERS["alice"]
+        )
+    return conf

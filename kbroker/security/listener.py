@@ -1,0 +1,81 @@
+"""What a listener's security protocol asks of its connections, built once at start.
+
+``listener.security.protocol.map`` gives each listener PLAINTEXT, SSL, SASL_PLAINTEXT or
+SASL_SSL; its ``ssl.*`` and SASL settings come from ``listener.name.<listener>.*`` with
+the broker-wide names as fallback. Anything a listener cannot serve (a non-PEM key
+store, a mechanism kbroker does not speak, PLAIN without users) stops the start here.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+
+from kbroker.config.broker import BrokerConfig
+from kbroker.config.errors import ConfigError
+from kbroker.config.listeners import Endpoint
+from kbroker.security.jaas import parse_jaas, plain_users
+from kbroker.security.principal import MappingRule, parse_mapping_rules
+from kbroker.security.sasl import PLAIN, SUPPORTED_MECHANISMS
+from kbroker.security.tls import server_context
+
+
+@dataclass(frozen=True)
+class ListenerSecurity:
+    name: str
+    protocol: str
+    ssl_context: ssl.SSLContext | None = None
+    mechanisms: tuple[str, ...] = ()
+    plain_users: dict[str, str] = field(default_factory=dict)
+    principal_rules: tuple[MappingRule, ...] = ()
+    reauth_ms: int = 0
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+
+def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecurity:
+    name = endpoint.name
+    protocol = config.protocol_map[name]
+
+    def setting(key: str):  # type: ignore[no-untyped-def]
+        return config.for_listener(name, key)
+
+    context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        context = server_context(name, setting)
+    mechanisms: tuple[str, ...] = ()
+    users: dict[str, str] = {}
+    if protocol.startswith("SASL_"):
+        mechanisms = tuple(m.strip().upper() for m in setting("sasl.enabled.mechanisms"))
+        unknown = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+        if unknown or not mechanisms:
+            raise ConfigError(
+                f"listener {name}: sasl.enabled.mechanisms enables {', '.join(unknown) or 'none'}"
+                f"; kbroker serves {', '.join(SUPPORTED_MECHANISMS)}",
+                setting="sasl.enabled.mechanisms",
+            )
+        if PLAIN in mechanisms:
+            jaas = config.jaas_config(name, PLAIN)
+            if not jaas:
+                raise ConfigError(
+                    f"listener {name}: PLAIN needs listener.name.{name.lower()}.plain."
+                    "sasl.jaas.config (or sasl.jaas.config) naming its users",
+                    setting="sasl.jaas.config",
+                )
+            try:
+                users = plain_users(parse_jaas(jaas))
+            except ValueError as exc:
+                raise ConfigError(
+                    f"listener {name}: sasl.jaas.config: {exc}", setting="sasl.jaas.config"
+                ) from None
+    return ListenerSecurity(
+        name=name,
+        protocol=protocol,
+        ssl_context=context,
+        mechanisms=mechanisms,
+        plain_users=users,
+        principal_rules=parse_mapping_rules(setting("ssl.principal.mapping.rules")),
+        reauth_ms=setting("connections.max.reauth.ms"),
+    )

@@ -1,0 +1,161 @@
+"""The SASL mechanisms a listener serves and one connection's authentication state.
+
+Kafka's ``SaslServerAuthenticator`` in sans-IO form: the connection hands it each
+SaslHandshake and SaslAuthenticate (or, after a v0 handshake, each raw token frame) and
+writes back what it returns. It decides nothing about sockets; a failure is a
+``SaslFailure`` whose message is safe to send and to log (it never holds a secret).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kbroker.security.principal import KafkaPrincipal, user
+from kbroker.security.scram import MECHANISMS as SCRAM_MECHANISMS
+from kbroker.security.scram import ScramCredential, ScramError, ScramServer
+
+PLAIN = "PLAIN"
+SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)
+
+ScramLookup = Callable[[str, str], ScramCredential | None]  # (user, mechanism)
+
+
+class SaslFailure(Exception):
+    """Authentication failed; the message goes to the client and the log as it is."""
+
+
+class SaslServer(Protocol):
+    mechanism: str
+
+    @property
+    def complete(self) -> bool: ...
+
+    def evaluate(self, token: bytes) -> bytes: ...
+
+    @property
+    def authorized_id(self) -> str: ...
+
+
+class PlainServer:
+    """RFC 4616: one message ``authzid NUL authcid NUL passwd``, checked against the
+    listener's JAAS users in constant time."""
+
+    mechanism = PLAIN
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self._users = users
+        self._done = False
+        self._user = ""
+
+    @property
+    def complete(self) -> bool:
+        return self._done
+
+    @property
+    def authorized_id(self) -> str:
+        return self._user
+
+    def evaluate(self, token: bytes) -> bytes:
+        if self._done:
+            raise SaslFailure("Unexpected PLAIN message after authentication")
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise SaslFailure("Invalid SASL/PLAIN response: expected 3 tokens")
+        try:
+            authzid, authcid, password = (p.decode("utf-8") for p in parts)
+        except UnicodeDecodeError:
+            raise SaslFailure("Invalid SASL/PLAIN response: not UTF-8") from None
+        if not authcid:
+            raise SaslFailure("Authentication failed: username not specified")
+        if not password:
+            raise SaslFailure("Authentication failed: password not specified")
+        expected = self._users.get(authcid)
+        # Compare against something even for an unknown user: no timing oracle.
+        ok = hmac.compare_digest((expected or "\0").encode(), password.encode())
+        if expected is None or not ok:
+            raise SaslFailure("Authentication failed: Invalid username or password")
+        if authzid and authzid != authcid:
+            raise SaslFailure(
+                "Authentication failed: Client requested an authorization id that is "
+                "different from username"
+            )
+        self._user, self._done = authcid, True
+        return b""
+
+
+class ScramSaslServer:
+    def __init__(self, mechanism: str, lookup: ScramLookup) -> None:
+        self.mechanism = mechanism
+        self._scram = ScramServer(mechanism, lambda name: lookup(name, mechanism))
+
+    @property
+    def complete(self) -> bool:
+        return self._scram.complete
+
+    @property
+    def authorized_id(self) -> str:
+        return self._scram.user or ""
+
+    def evaluate(self, token: bytes) -> bytes:
+        try:
+            return self._scram.evaluate(token)
+        except ScramError as exc:
+            raise SaslFailure(str(exc)) from None
+
+
+@dataclass
+class SaslSession:
+    """What one connection has proved so far, and with which mechanism."""
+
+    mechanisms: tuple[str, ...]
+    plain_users: dict[str, str]
+    scram_lookup: ScramLookup
+    server: SaslServer | None = None
+    raw_tokens: bool = False  # a v0 handshake: tokens follow as bare size-prefixed frames
+    principal: KafkaPrincipal | None = None
+    authenticated_mechanism: str | None = None
+    failures: list[str] = field(default_factory=list)
+
+    def handshake(self, mechanism: str, version: int) -> bool:
+        """Start an exchange; False when the mechanism is not enabled (Kafka answers
+        UNSUPPORTED_SASL_MECHANISM, then closes the connection)."""
+        if mechanism not in self.mechanisms:
+            return False
+        if self.authenticated_mechanism not in (None, mechanism):
+            return False  # KIP-368: re-authentication keeps the mechanism
+        if mechanism == PLAIN:
+            self.server = PlainServer(self.plain_users)
+        else:
+            self.server = ScramSaslServer(mechanism, self.scram_lookup)
+        self.raw_tokens = version == 0
+        return True
+
+    @property
+    def in_exchange(self) -> bool:
+        return self.server is not None
+
+    def authenticate(self, token: bytes) -> tuple[bytes, bool]:
+        """Feed one client token; returns (answer, finished). Raises SaslFailure."""
+        server = self.server
+        if server is None:
+            raise SaslFailure("SaslAuthenticate received before SaslHandshake")
+        try:
+            answer = server.evaluate(token)
+        except SaslFailure:
+            self.server = None
+            raise
+        if not server.complete:
+            return answer, False
+        principal = user(server.authorized_id)
+        if self.principal is not None and principal != self.principal:
+            self.server = None
+            raise SaslFailure(
+                "Cannot change principals during re-authentication from "
+                f"{self.principal} to {principal}"
+            )
+        self.principal, self.authenticated_mechanism = principal, server.mechanism
+        self.server, self.raw_tokens = None, False
+        return answer, True

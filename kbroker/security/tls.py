@@ -1,0 +1,153 @@
+"""A listener's TLS server context from Kafka's ``ssl.*`` settings (PEM key stores only).
+
+Kafka's PEM support takes the key store either as one file (``ssl.keystore.location``:
+private key and certificate chain) or as inline text (``ssl.keystore.key`` and
+``ssl.keystore.certificate.chain``); the trust store likewise as a file or as
+``ssl.truststore.certificates``. Python's ``ssl`` loads a key only from a file, so
+inline PEM is written to a private temporary file for the load and removed at once.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from kbroker.config.errors import ConfigError
+
+_CLIENT_AUTH = {
+    "none": ssl.CERT_NONE,
+    "requested": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}
+_VERSIONS = {
+    "TLSv1": ssl.TLSVersion.TLSv1,
+    "TLSv1.1": ssl.TLSVersion.TLSv1_1,
+    "TLSv1.2": ssl.TLSVersion.TLSv1_2,
+    "TLSv1.3": ssl.TLSVersion.TLSv1_3,
+}
+# IANA names (what Java and Kafka's documentation use) of the TLS 1.2 suites OpenSSL
+# names differently; an OpenSSL name is accepted as it is.
+_IANA_TO_OPENSSL = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256": "DHE-RSA-AES128-GCM-SHA256",
+    "TLS_DHE_RSA_WITH_AES_256_GCM_SHA384": "DHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA384": "ECDHE-RSA-AES256-SHA384",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+}
+_TLS13_SUITES = frozenset(
+    {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"}
+)
+
+Setting = Callable[[str], Any]
+
+
+def server_context(listener: str, setting: Setting) -> ssl.SSLContext:
+    """Build the context; ``setting(name)`` gives the listener's value of an ``ssl.*``
+    setting. Raises ConfigError naming the setting when the files or values are wrong."""
+
+    def fail(name: str, reason: str) -> ConfigError:
+        return ConfigError(f"listener {listener}: {name}: {reason}", setting=name)
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _set_versions(context, setting("ssl.enabled.protocols"), fail)
+    _set_ciphers(context, setting("ssl.cipher.suites"), setting("ssl.enabled.protocols"), fail)
+
+    if setting("ssl.keystore.type").upper() != "PEM":
+        raise fail("ssl.keystore.type", "kbroker reads PEM key stores only; set it to PEM")
+    location = setting("ssl.keystore.location")
+    chain, key = setting("ssl.keystore.certificate.chain"), setting("ssl.keystore.key")
+    password = setting("ssl.key.password")
+    if location and (chain or key):
+        raise fail("ssl.keystore.location", "set it or ssl.keystore.key, not both")
+    try:
+        if location:
+            context.load_cert_chain(location, password=password)
+        elif chain and key:
+            with _private_file(key + "\n" + chain) as path:
+                context.load_cert_chain(path, password=password)
+        else:
+            raise fail(
+                "ssl.keystore.location",
+                "a TLS listener needs a key store (ssl.keystore.location, or "
+                "ssl.keystore.key with ssl.keystore.certificate.chain)",
+            )
+    except (OSError, ssl.SSLError) as exc:
+        raise fail("ssl.keystore.location", f"cannot load the key store: {exc}") from None
+
+    client_auth = setting("ssl.client.auth")
+    trust_location, trust_pem = (
+        setting("ssl.truststore.location"),
+        setting("ssl.truststore.certificates"),
+    )
+    if (trust_location or trust_pem) and setting("ssl.truststore.type").upper() != "PEM":
+        raise fail("ssl.truststore.type", "kbroker reads PEM trust stores only; set it to PEM")
+    try:
+        if trust_location:
+            context.load_verify_locations(cafile=trust_location)
+        if trust_pem:
+            context.load_verify_locations(cadata=trust_pem)
+    except (OSError, ssl.SSLError) as exc:
+        raise fail("ssl.truststore.location", f"cannot load the trust store: {exc}") from None
+    if client_auth != "none" and not (trust_location or trust_pem):
+        raise fail("ssl.client.auth", f"{client_auth} needs a trust store to check certificates")
+    context.verify_mode = _CLIENT_AUTH[client_auth]
+    return context
+
+
+def _set_versions(context: ssl.SSLContext, enabled: list[str], fail: Any) -> None:
+    versions = sorted(_VERSIONS[name] for name in enabled)
+    if not versions:
+        raise fail("ssl.enabled.protocols", "enables no TLS version")
+    context.minimum_version, context.maximum_version = versions[0], versions[-1]
+    if not _contiguous(versions):
+        raise fail("ssl.enabled.protocols", "must name a contiguous range of TLS versions")
+
+
+def _contiguous(versions: list[ssl.TLSVersion]) -> bool:
+    order = list(_VERSIONS.values())
+    indexes = [order.index(v) for v in versions]
+    return indexes == list(range(indexes[0], indexes[-1] + 1))
+
+
+def _set_ciphers(context: ssl.SSLContext, suites: list[str], enabled: list[str], fail: Any) -> None:
+    """TLS 1.2 suites through OpenSSL's cipher list. Python cannot narrow TLS 1.3's
+    suites, so a list naming none of them while TLS 1.3 is enabled is refused rather
+    than silently left wider than asked."""
+    if not suites:
+        return
+    tls12 = [_IANA_TO_OPENSSL.get(s, s) for s in suites if s not in _TLS13_SUITES]
+    if "TLSv1.3" in enabled and not _TLS13_SUITES.intersection(suites):
+        raise fail(
+            "ssl.cipher.suites",
+            "names no TLS 1.3 suite while TLSv1.3 is enabled; kbroker cannot turn TLS 1.3's "
+            "suites off, so remove TLSv1.3 from ssl.enabled.protocols",
+        )
+    if tls12:
+        try:
+            context.set_ciphers(":".join(tls12))
+        except ssl.SSLError:
+            raise fail("ssl.cipher.suites", f"no cipher suite of {suites} is available") from None
+    elif "TLSv1.3" not in enabled:
+        raise fail("ssl.cipher.suites", "names no suite of the enabled TLS versions")
+
+
+@contextmanager
+def _private_file(text: str) -> Iterator[str]:
+    fd, path = tempfile.mkstemp(prefix="kbroker-pem-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        yield path
+    finally:
+        os.unlink(path)

@@ -1,0 +1,172 @@
+"""TLS sessions over memory buffers: a real handshake, the client certificate's
+principal, and what bogus bytes get."""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compat_tests.tls_material import TlsMaterial, make_tls_material
+from kbroker.config import BrokerConfig, ConfigError
+from kbroker.config.listeners import Endpoint
+from kbroker.security.listener import listener_security
+from kbroker.security.principal import distinguished_name, map_name, parse_mapping_rules
+from kbroker.security.tls_session import TlsSession
+
+
+@pytest.fixture(scope="module")
+def material(tmp_path_factory: pytest.TempPathFactory) -> TlsMaterial:
+    return make_tls_material(tmp_path_factory.mktemp("tls"))
+
+
+def server_context(
+    material: TlsMaterial, client_auth: str = "required", **extra: str
+) -> ssl.SSLContext:
+    config = BrokerConfig.from_settings(
+        {
+            "listeners": "SSL://127.0.0.1:9093",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(material.broker_keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(material.ca.cert),
+            "ssl.client.auth": client_auth,
+            **extra,
+        }
+    )
+    security = listener_security(config, Endpoint("SSL", "127.0.0.1", 9093))
+    assert security.ssl_context is not None
+    return security.ssl_context
+
+
+class Client:
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.ssl = context.wrap_bio(self.incoming, self.outgoing, server_hostname="localhost")
+
+
+def handshake(server: TlsSession, client_context: ssl.SSLContext) -> Client:
+    wrapped = Client(client_context)
+    client, incoming, outgoing = wrapped.ssl, wrapped.incoming, wrapped.outgoing
+    for _ in range(10):
+        with contextlib.suppress(ssl.SSLWantReadError):
+            client.do_handshake()
+        server.receive(outgoing.read())
+        incoming.write(server.outgoing())
+        if server.handshake_done:
+            client.do_handshake()
+            return wrapped
+    raise AssertionError("no handshake")
+
+
+def client_context(material: TlsMaterial, cert: bool = True) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(material.ca.cert))
+    if cert:
+        context.load_cert_chain(str(material.client.cert), str(material.client.key))
+    return context
+
+
+def test_the_client_certificate_subject_is_an_rfc2253_name_mapped_by_the_rules(
+    material: TlsMaterial,
+) -> None:
+    server = TlsSession(server_context(material))
+    handshake(server, client_context(material))
+    cert = server.peercert()
+    assert cert is not None
+    dn = distinguished_name(cert)
+    assert dn == "CN=alice,OU=eng,O=kbroker-test"
+    rules = parse_mapping_rules("RULE:^CN=([^,]+),OU=([^,]+),.*$/$1@$2/U,DEFAULT")
+    assert map_name(rules, dn) == "ALICE@ENG"
+    assert map_name(parse_mapping_rules("DEFAULT"), dn) == dn
+
+
+def test_bytes_written_after_the_handshake_arrive_decrypted(material: TlsMaterial) -> None:
+    server = TlsSession(server_context(material, "none"))
+    client = handshake(server, client_context(material, cert=False))
+    client.ssl.write(b"\x00\x00\x00\x02hi")
+    assert server.receive(client.outgoing.read()) == b"\x00\x00\x00\x02hi"
+    client.incoming.write(server.encrypt(b"answer"))
+    assert client.ssl.read() == b"answer"
+    assert server.peercert() is None
+
+
+def test_required_client_auth_refuses_a_client_without_certificate(material: TlsMaterial) -> None:
+    server = TlsSession(server_context(material, "required"))
+    with pytest.raises(ssl.SSLError):
+        handshake(server, client_context(material, cert=False))
+        server.receive(b"")
+
+
+def test_a_rule_that_matches_nothing_is_a_refusal() -> None:
+    with pytest.raises(ValueError, match="no ssl.principal.mapping.rules rule"):
+        map_name(parse_mapping_rules("RULE:^CN=admin$/admin/"), "CN=alice")
+
+
+@pytest.mark.parametrize("text", ["RULE:^CN=(.*$/x/", "RULE:missing-slashes", "SOMETHING"])
+def test_malformed_mapping_rules_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_mapping_rules(text)
+
+
+def test_a_key_store_of_another_type_is_refused_at_start(material: TlsMaterial) -> None:
+    with pytest.raises(ConfigError, match="ssl.keystore.type.*PEM"):
+        server_context(material, **{"ssl.keystore.type": "JKS"})
+
+
+def test_inline_pem_key_and_chain_serve_as_a_key_store(material: TlsMaterial) -> None:
+    context = server_context(
+        material,
+        "none",
+        **{
+            "ssl.keystore.location": "",
+            "ssl.keystore.key": material.broker.key_text,
+            "ssl.keystore.certificate.chain": material.broker.cert_text,
+            "ssl.truststore.location": "",
+            "ssl.truststore.certificates": material.ca.cert_text,
+        },
+    )
+    server = TlsSession(context)
+    handshake(server, client_context(material, cert=False))
+    assert server.handshake_done
+
+
+def test_enabled_protocols_bound_the_versions_offered(material: TlsMaterial) -> None:
+    context = server_context(material, "none", **{"ssl.enabled.protocols": "TLSv1.3"})
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_3
+    client = client_context(material, cert=False)
+    client.maximum_version = ssl.TLSVersion.TLSv1_2
+    with pytest.raises(ssl.SSLError):
+        handshake(TlsSession(context), client)
+
+
+def test_cipher_suites_without_tls13_ones_are_refused_while_tls13_is_on(
+    material: TlsMaterial,
+) -> None:
+    with pytest.raises(ConfigError, match="ssl.cipher.suites"):
+        server_context(
+            material, "none", **{"ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}
+        )
+
+
+@pytest.fixture(scope="module")
+def fuzz_context(material: TlsMaterial) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(material.broker_keystore))
+    return context
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunks=st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=4))
+def test_bogus_bytes_fail_the_handshake_with_an_ssl_error_only(
+    fuzz_context: ssl.SSLContext, chunks: list[bytes]
+) -> None:
+    session = TlsSession(fuzz_context)
+    try:
+        for chunk in chunks:
+            assert session.receive(chunk) == b""
+            session.outgoing()
+    except ssl.SSLError:
+        return

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from compat_tests.broker_process import api_versions_round_trip, running_broker
+from compat_tests.broker_process import api_versions_round_trip, kbroker_command, running_broker
 from compat_tests.confluent_helpers import (
     admin_client,
     create_topic,
@@ -241,3 +241,61 @@ def test_kill_minus_nine_loses_no_acknowledgement_and_redelivers_none(broker_fac
     assert acknowledged, "nothing was acknowledged before the kill"
     assert acknowledged.isdisjoint(after), sorted(acknowledged & set(after))[:10]
     assert acknowledged | set(after) == set(range(total))
+
+
+def test_groups_cli_lists_and_describes_a_share_group_with_members_and_lag(share_broker):  # type: ignore[no-untyped-def]
+    topic, group = new_queue(share_broker.bootstrap, 50)
+    consumer = share_consumer(
+        share_broker.bootstrap, group, topic, share_acknowledgement_mode="explicit"
+    )
+    try:
+        acked = 0
+        deadline = time.monotonic() + 20
+        while acked < 10 and time.monotonic() < deadline:
+            for message in consumer.poll(0.5):
+                consumer.acknowledge(
+                    message, AcknowledgeType.ACCEPT if acked < 10 else AcknowledgeType.RELEASE
+                )
+                acked += 1
+            consumer.commit_sync(10)
+        listed = groups_cli(share_broker, "list")
+        described = groups_cli(share_broker, "describe", group)
+    finally:
+        consumer.close()
+    assert listed.returncode == 0, listed.stderr
+    assert [group, "share", "Stable"] in [line.split()[:3] for line in listed.stdout.splitlines()]
+    assert described.returncode == 0, described.stderr
+    assert f"Group {group} (share), state Stable" in described.stdout
+    assert "1 members" in described.stdout
+    lag_rows = [line.split() for line in described.stdout.splitlines() if line.startswith(topic)]
+    assert [row[:4] for row in lag_rows] == [[topic, "0", "10", "50"]]
+    assert lag_rows[0][4] == "40"
+
+
+def test_an_empty_share_group_is_deleted_and_no_longer_listed(share_broker):  # type: ignore[no-untyped-def]
+    topic, group = new_queue(share_broker.bootstrap, 5)
+    consumer = share_consumer(share_broker.bootstrap, group, topic)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not consumer.poll(0.5):
+        pass
+    consumer.close()
+    assert group in listed_groups(share_broker)
+    admin = admin_client(share_broker.bootstrap)
+    for future in admin.delete_consumer_groups([group], request_timeout=10).values():
+        future.result()
+    assert group not in listed_groups(share_broker)
+
+
+def listed_groups(broker) -> list[str]:  # type: ignore[no-untyped-def]
+    listed = groups_cli(broker, "list")
+    assert listed.returncode == 0, listed.stderr
+    return [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+
+
+def groups_cli(broker, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return subprocess.run(
+        [*kbroker_command(), "groups", *args, "--bootstrap", broker.bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

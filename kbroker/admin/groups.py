@@ -27,6 +27,8 @@ FIND_COORDINATOR = 10
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 CONSUMER_GROUP_DESCRIBE = 69
+SHARE_GROUP_DESCRIBE = 77
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
 
 TopicPartition = tuple[str, int]
 
@@ -97,9 +99,12 @@ class PartitionLag:
     committed: int | None
     log_end: int | None
     member: MemberInfo | None = None
+    share_lag: int | None = None  # a share group's own count (KIP-1226), not end - start
 
     @property
     def lag(self) -> int | None:
+        if self.share_lag is not None:
+            return self.share_lag
         if self.committed is None or self.log_end is None:
             return None
         return max(self.log_end - self.committed, 0)
@@ -137,6 +142,9 @@ def describe_group(cluster: Cluster, group_id: str) -> GroupDescription:
     """Members, assignments, committed offsets and lag of one group."""
     node = find_coordinator(cluster, group_id)
     coordinator = cluster.connection(node[1], node[2])
+    share = _describe_share_group(cluster, coordinator, group_id, node)
+    if share is not None:
+        return share
     description = _describe_consumer_group(coordinator, group_id, node)
     if description is None:
         description = _describe_classic_group(coordinator, group_id, node)
@@ -193,6 +201,74 @@ def _describe_consumer_group(
         assignment_epoch=int(g.assignment_epoch),
         assignor=g.assignor_name,
         members=sorted(members, key=lambda m: m.member_id),
+    )
+
+
+def _describe_share_group(
+    cluster: Cluster, conn: BrokerConnection, group_id: str, node: tuple[int, str, int]
+) -> GroupDescription | None:
+    """ShareGroupDescribe and DescribeShareGroupOffsets (start offsets and lag of each
+    share-partition); None when the group is not a share group."""
+    if SHARE_GROUP_DESCRIBE not in conn.versions:
+        return None
+    response = conn.call(
+        SHARE_GROUP_DESCRIBE,
+        {"group_ids": [group_id], "include_authorized_operations": False},
+        versions=(1, 1),
+    )
+    g = response.groups[0]
+    if _error(g.error_code) == ErrorCode.group_id_not_found:
+        return None
+    _check(g.error_code, f"ShareGroupDescribe of {group_id}")
+    members = [
+        MemberInfo(
+            member_id=m.member_id,
+            client_id=m.client_id,
+            host=m.client_host,
+            epoch=int(m.member_epoch),
+            assignment=_named_partitions(m.assignment),
+        )
+        for m in g.members
+    ]
+    offsets = conn.call(
+        DESCRIBE_SHARE_GROUP_OFFSETS,
+        {"groups": [{"group_id": group_id, "topics": None}]},
+        versions=(0, 1),
+    ).groups[0]
+    _check(offsets.error_code, f"DescribeShareGroupOffsets of {group_id}")
+    starts = {
+        (t.topic_name, int(p.partition_index)): (int(p.start_offset), int(getattr(p, "lag", -1)))
+        for t in offsets.topics
+        for p in t.partitions
+        if _error(p.error_code) == ErrorCode.none
+    }
+    readers: dict[TopicPartition, list[MemberInfo]] = {}
+    for member in members:
+        for tp in member.assignment:
+            readers.setdefault(tp, []).append(member)
+    wanted = sorted(set(starts) | set(readers))
+    ends = log_end_offsets(cluster, wanted)
+    partitions = [
+        PartitionLag(
+            t,
+            p,
+            starts[(t, p)][0] if (t, p) in starts else None,
+            ends.get((t, p)),
+            None,
+            starts[(t, p)][1] if (t, p) in starts and starts[(t, p)][1] >= 0 else None,
+        )
+        for t, p in wanted
+    ]
+    return GroupDescription(
+        group_id=group_id,
+        group_type="share",
+        state=g.group_state,
+        coordinator=node,
+        epoch=int(g.group_epoch),
+        assignment_epoch=int(g.assignment_epoch),
+        assignor=g.assignor_name,
+        members=sorted(members, key=lambda m: m.member_id),
+        partitions=partitions,
     )
 
 
@@ -427,7 +503,7 @@ def render_description(d: GroupDescription) -> str:
         f"Group {d.group_id} ({d.group_type}), state {d.state}, "
         f"coordinator {node_id} ({host}:{port})",
     ]
-    if d.group_type == "consumer":
+    if d.group_type in ("consumer", "share"):
         head.append(
             f"Group epoch {d.epoch}, assignment epoch {d.assignment_epoch}, "
             f"assignor {d.assignor}, {len(d.members)} members"

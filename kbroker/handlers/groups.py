@@ -534,22 +534,42 @@ def offset_delete(ctx: RequestContext, request: Any) -> Any:
 @handles(LIST_GROUPS, _lowest(LIST_GROUPS))
 def list_groups(ctx: RequestContext, request: Any) -> Any:
     coordinator = _coordinator(ctx)
-    error, groups = coordinator.list_groups(
-        getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
-    )
-    return {
-        "throttle_time": 0,
-        "error_code": error,
-        "groups": [
-            {
-                "group_id": g.group_id,
-                "protocol_type": g.protocol_type,
-                "group_state": g.state,
-                "group_type": g.group_type,
-            }
-            for g in groups
-        ],
-    }
+    states = getattr(request, "states_filter", ())
+    types = getattr(request, "types_filter", ())
+    error, groups = coordinator.list_groups(states, types)
+    listed = [
+        {
+            "group_id": g.group_id,
+            "protocol_type": g.protocol_type,
+            "group_state": g.state,
+            "group_type": g.group_type,
+        }
+        for g in groups
+    ]
+    shares = _share_coordinator(ctx)
+    wanted_states = {s.strip().lower() for s in states}
+    if shares is not None and (not types or "share" in {t.strip().lower() for t in types}):
+        for group_id in sorted(shares.share_group_ids()):
+            group = shares.groups.get(group_id)
+            state = group.state if group is not None else "Empty"
+            if not wanted_states or state.lower() in wanted_states:
+                listed.append(
+                    {
+                        "group_id": group_id,
+                        "protocol_type": "share",
+                        "group_state": state,
+                        "group_type": "share",
+                    }
+                )
+    return {"throttle_time": 0, "error_code": error, "groups": listed}
+
+
+def _share_coordinator(ctx: RequestContext) -> Any:
+    """The share-group coordinator while share groups are served, else None."""
+    service = ctx.broker.shares
+    if service is None or not ctx.broker.config.get("group.share.enable"):
+        return None
+    return service.coordinator
 
 
 @handles(DESCRIBE_GROUPS, _lowest(DESCRIBE_GROUPS))
@@ -564,7 +584,11 @@ def describe_groups(ctx: RequestContext, request: Any) -> Any:
     for group_id in request.groups:
         message = None
         error, group = coordinator.describe_group(group_id)
-        if group is None and group_id in coordinator.consumer.groups:
+        shares = _share_coordinator(ctx)
+        if group is None and (
+            group_id in coordinator.consumer.groups
+            or (shares is not None and group_id in shares.share_group_ids())
+        ):
             message = f"Group {group_id} is not a classic group."  # as Kafka answers
         described.append(_describe(group_id, error, group, ctx.version, operations, message))
     return {"throttle_time": 0, "groups": described}
@@ -615,7 +639,20 @@ def delete_groups(ctx: RequestContext, request: Any) -> Any:
             "results": [{"group_id": g, "error_code": results.get(g, E.none)} for g in names],
         }
 
+    shares = _share_coordinator(ctx)
+    share_ids = shares.share_group_ids() if shares is not None else set()
+    share_results = {g: ErrorCode(shares.delete_group(g)) for g in names if g in share_ids}
     coordinator = _coordinator(ctx)
     future: asyncio.Future[dict[str, ErrorCode]] = asyncio.get_running_loop().create_future()
-    coordinator.delete_groups(names, _resolver(future))
-    return _respond_when_done(future, render)
+    coordinator.delete_groups([g for g in names if g not in share_ids], _resolver(future))
+    if not share_results:
+        return _respond_when_done(future, render)
+
+    async def with_share_groups() -> dict[str, Any]:
+        stored = await ctx.broker.shares.persist()  # type: ignore[union-attr]
+        results = dict(await future)
+        for group_id, error in share_results.items():
+            results[group_id] = stored if error == E.none and stored != E.none else error
+        return render(results)
+
+    return with_share_groups()

@@ -308,6 +308,7 @@ def describe_share_group_offsets(ctx: RequestContext, request: Any) -> dict[str,
                             "partition_index": p,
                             "start_offset": found[1] if found else -1,
                             "leader_epoch": 0,
+                            "lag": coordinator.lag(g.group_id, info.topic_id, p) if found else -1,
                             "error_code": E.none,
                         }
                     )

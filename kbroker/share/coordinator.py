@@ -597,6 +597,21 @@ class ShareCoordinator:
             if k[0] == group_id
         }
 
+    def lag(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
+        """KIP-1226's lag of a share-partition: records up to the high watermark the
+        group has not finished; -1 when unknown here."""
+        held = self.partitions.get((group_id, topic_id, partition))
+        if held is None:
+            return -1
+        bounds = self.log.bounds(held.topic, partition, False)
+        return -1 if bounds is None else held.state.lag(bounds[1])
+
+    def in_flight(self) -> dict[tuple[str, str, int], int]:
+        """Records acquired and not yet acknowledged, per (group, topic, partition)."""
+        return {
+            (k[0], held.topic, k[2]): held.state.in_flight() for k, held in self.partitions.items()
+        }
+
     def alter_start_offset(self, group_id: str, ref: TopicRef, partition: int, offset: int) -> int:
         group = self.groups.get(group_id)
         if group is not None and group.members:

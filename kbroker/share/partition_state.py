@@ -123,6 +123,15 @@ class SharePartitionState:
         """Records acquired and not yet acknowledged, released or timed out."""
         return sum(1 for r in self.records.values() if r.state == RecordState.ACQUIRED)
 
+    def lag(self, end_offset: int) -> int:
+        """Records below `end_offset` not yet acknowledged or archived (KIP-1226's lag)."""
+        done = sum(
+            1
+            for o, r in self.records.items()
+            if o < end_offset and r.state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+        )
+        return max(end_offset - self.start_offset - done, 0)
+
     def acquired_by(self, member: str) -> list[int]:
         return sorted(
             o

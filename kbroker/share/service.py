@@ -18,6 +18,7 @@ from collections.abc import Collection
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kbroker.internal_topics import InternalTopicService, KeyValue, TopicLayout, append_records
 from kbroker.protocol.batch import HEADER_SIZE, read_header
@@ -149,8 +150,33 @@ class ShareService(InternalTopicService):
         if not self.enabled:
             return
         self.coordinator.is_other_group = self._is_other_group
+        self.publish_metrics(self._metrics_now)
         await super().start()
         self.every(TICK_MS, self._tick, "share group clock")
+
+    def _metrics_now(self) -> list[Metric]:
+        """Per share-partition: records in flight (acquired, not yet acknowledged) and
+        lag (not yet acknowledged up to the high watermark)."""
+        in_flight = GaugeMetricFamily(
+            "kbroker_share_partition_in_flight_records",
+            "Records acquired by a share-group member and not yet acknowledged.",
+            labels=["group", "topic", "partition"],
+        )
+        lag = GaugeMetricFamily(
+            "kbroker_share_partition_lag",
+            "Records of the partition the share group has not yet acknowledged.",
+            labels=["group", "topic", "partition"],
+        )
+        coordinator = self.coordinator
+        for (group_id, topic_id, partition), held in sorted(
+            coordinator.partitions.items(), key=lambda kv: (kv[0][0], kv[1].topic, kv[0][2])
+        ):
+            labels = [group_id, held.topic, str(partition)]
+            in_flight.add_metric(labels, held.state.in_flight())
+            value = coordinator.lag(group_id, topic_id, partition)
+            if value >= 0:
+                lag.add_metric(labels, value)
+        return [in_flight, lag]
 
     async def ready(self, group_id: str, wait_s: float = 1.0) -> ErrorCode:
         """Whether this node holds the group's state, creating `__share_group_state` on

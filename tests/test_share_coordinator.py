@@ -1,0 +1,177 @@
+"""The share coordinator without a broker: membership by heartbeat, share sessions, bad
+acknowledgements answered with Kafka's error codes, expiry, and reloading its records."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from kbroker.protocol.batch import encode_batch
+from kbroker.share.coordinator import (
+    FENCED_MEMBER_EPOCH,
+    INVALID_REQUEST,
+    INVALID_SHARE_SESSION_EPOCH,
+    SHARE_SESSION_NOT_FOUND,
+    UNKNOWN_MEMBER_ID,
+    FetchAnswer,
+    ShareConfig,
+    ShareCoordinator,
+    TopicRef,
+)
+from kbroker.share.partition_state import INVALID_RECORD_STATE, AckBatch, AckType
+
+TOPIC = TopicRef("orders", uuid.uuid4(), 1)
+TP = (TOPIC.topic_id, 0)
+RECORDS = 10
+LOCK = 1000
+
+
+class FakeLog:
+    """One partition of RECORDS one-record batches."""
+
+    def __init__(self) -> None:
+        self.batches = [
+            bytes(encode_batch([(None, b"v")], 0, base_offset=o)) for o in range(RECORDS)
+        ]
+
+    def bounds(self, topic: str, partition: int, committed: bool) -> tuple[int, int] | None:
+        return (0, RECORDS)
+
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int, end: int):  # type: ignore[no-untyped-def]
+        data, index = b"", []
+        for o in range(offset, end):
+            index.append((o, o, len(data)))
+            data += self.batches[o]
+        return data, index
+
+    def by_name(self, name: str) -> TopicRef | None:
+        return TOPIC if name == TOPIC.name else None
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicRef | None:
+        return TOPIC if topic_id == TOPIC.topic_id else None
+
+
+@pytest.fixture
+def coordinator() -> ShareCoordinator:
+    fake = FakeLog()
+    c = ShareCoordinator(ShareConfig(record_lock_ms=LOCK, session_timeout_ms=5000), fake, fake)
+    c.set_group_configs("g", {"share.auto.offset.reset": "earliest"})
+    return c
+
+
+def join(c: ShareCoordinator, member: str, now: int = 0) -> int:
+    result = c.heartbeat("g", member, 0, None, (TOPIC.name,), "client", "/127.0.0.1", now)
+    assert result.error == 0
+    return result.member_epoch
+
+
+def fetch(c: ShareCoordinator, member: str, max_records: int = 100, now: int = 0) -> FetchAnswer:
+    answer = FetchAnswer()
+    session = c.sessions.get(("g", member))
+    epoch = 0 if session is None else session.epoch
+    session = c.open_session("g", member, epoch, [TP], [], False, answer)
+    assert session is not None, answer.message
+    c.acquire("g", member, session, max_records, 1 << 20, now, answer)
+    return answer
+
+
+def ack(c: ShareCoordinator, member: str, *batches: AckBatch, now: int = 0) -> FetchAnswer:
+    answer = FetchAnswer()
+    c.acknowledge("g", member, [(TOPIC.topic_id, 0, list(batches))], now, answer)
+    return answer
+
+
+def test_every_member_of_a_one_partition_topic_is_assigned_that_partition(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    join(coordinator, "b")
+    members = coordinator.groups["g"].members
+    assert members["a"].assignment == {TOPIC.topic_id: frozenset({0})}
+    assert members["b"].assignment == {TOPIC.topic_id: frozenset({0})}
+
+
+def test_a_stale_member_epoch_is_fenced(coordinator) -> None:  # type: ignore[no-untyped-def]
+    first = join(coordinator, "a")
+    join(coordinator, "b")  # each join bumps the group epoch: a's epoch moves on twice
+    join(coordinator, "c")
+    current = coordinator.groups["g"].members["a"].member_epoch
+    assert current > first + 1
+    stale = coordinator.heartbeat("g", "a", first, None, None, "c", "h", 0)
+    assert stale.error == FENCED_MEMBER_EPOCH
+    assert coordinator.heartbeat("g", "a", current, None, None, "c", "h", 0).error == 0
+
+
+def test_an_unknown_member_is_told_so(coordinator) -> None:  # type: ignore[no-untyped-def]
+    result = coordinator.heartbeat("g", "ghost", 3, None, None, "c", "h", 0)
+    assert result.error == UNKNOWN_MEMBER_ID
+
+
+def test_acknowledging_another_members_records_is_invalid_record_state(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    join(coordinator, "b")
+    got = fetch(coordinator, "a", max_records=3)
+    assert [(r.first_offset, r.last_offset) for r in got.partitions[TP].acquired] == [(0, 2)]
+    answer = ack(coordinator, "b", AckBatch(0, 2, (int(AckType.ACCEPT),)))
+    assert answer.partitions[TP].ack_error == INVALID_RECORD_STATE
+    assert coordinator.partitions[("g", *TP)].state.acquired_by("a") == [0, 1, 2]
+
+
+def test_overlapping_acknowledgement_ranges_are_invalid_request(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    fetch(coordinator, "a")
+    answer = ack(
+        coordinator,
+        "a",
+        AckBatch(0, 4, (int(AckType.ACCEPT),)),
+        AckBatch(3, 6, (int(AckType.ACCEPT),)),
+    )
+    assert answer.partitions[TP].ack_error == INVALID_REQUEST
+    assert coordinator.partitions[("g", *TP)].state.start_offset == 0
+
+
+def test_share_session_epochs_must_follow_in_sequence(coordinator) -> None:  # type: ignore[no-untyped-def]
+    answer = FetchAnswer()
+    assert coordinator.open_session("g", "a", 5, [TP], [], False, answer) is None
+    assert answer.error == SHARE_SESSION_NOT_FOUND
+    assert coordinator.open_session("g", "a", 0, [TP], [], False, FetchAnswer()) is not None
+    answer = FetchAnswer()
+    assert coordinator.open_session("g", "a", 7, [], [], False, answer) is None
+    assert answer.error == INVALID_SHARE_SESSION_EPOCH
+    assert coordinator.open_session("g", "a", 1, [], [], False, FetchAnswer()) is not None
+
+
+def test_opening_a_session_with_acknowledgements_is_invalid_request(coordinator) -> None:  # type: ignore[no-untyped-def]
+    answer = FetchAnswer()
+    assert coordinator.open_session("g", "a", 0, [TP], [], True, answer) is None
+    assert answer.error == INVALID_REQUEST
+
+
+def test_an_expired_member_releases_its_records_to_the_others(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    join(coordinator, "b")
+    fetch(coordinator, "a", max_records=RECORDS)
+    assert fetch(coordinator, "b").partitions == {}
+    coordinator.heartbeat(
+        "g", "b", coordinator.groups["g"].members["b"].member_epoch, None, None, "c", "h", 4000
+    )
+    coordinator.tick(5500)  # a last heard of at 0: past its 5 s session; locks also gone
+    assert "a" not in coordinator.groups["g"].members
+    again = fetch(coordinator, "b", now=5500)
+    assert again.partitions[TP].acquired[0].delivery_count == 2
+
+
+def test_state_reloaded_from_its_records_keeps_acknowledgements(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    fetch(coordinator, "a", max_records=6)
+    ack(coordinator, "a", AckBatch(0, 5, (1, 1, 2, 1, 1, 1)))  # offset 2 released
+    records = [kv for kvs in coordinator.take_dirty().values() for kv in kvs]
+    fake = FakeLog()
+    reloaded = ShareCoordinator(ShareConfig(record_lock_ms=LOCK), fake, fake)
+    reloaded.load(records)
+    join(reloaded, "z")
+    answer = fetch(reloaded, "z")
+    offsets = [
+        o for r in answer.partitions[TP].acquired for o in range(r.first_offset, r.last_offset + 1)
+    ]
+    assert offsets == [2, 6, 7, 8, 9]
+    assert reloaded.group_config("g", "share.auto.offset.reset") == "earliest"

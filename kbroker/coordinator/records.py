@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass
 
 from kbroker.coordinator.group import NO_LEADER_EPOCH, OffsetAndMetadata
+from kbroker.protocol.errors import MalformedRequest
+from kbroker.protocol.varint import read_uvarint, write_uvarint
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -90,10 +92,7 @@ class Writer:
         self.out += struct.pack(">q", v)
 
     def uvarint(self, v: int) -> None:
-        while v >= 0x80:
-            self.out.append((v & 0x7F) | 0x80)
-            v >>= 7
-        self.out.append(v)
+        write_uvarint(self.out, v)
 
     def string(self, v: str | None) -> None:
         if v is None:
@@ -224,15 +223,11 @@ class Reader:
         return struct.unpack(">q", self.take(8))[0]
 
     def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            b = self.take(1)[0]
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise RecordFormatError("varint too long")
+        try:
+            value, self.pos = read_uvarint(self.data, self.pos)
+        except MalformedRequest as exc:
+            raise RecordFormatError(str(exc)) from None
+        return value
 
     def _length(self, wide: bool) -> int:
         if self.flexible:

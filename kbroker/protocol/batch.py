@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
+from kbroker.protocol.errors import CorruptBatchError, InvalidBatchError
+from kbroker.protocol.varint import read_varint, write_varint
+
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch not counted by batchLength
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
@@ -60,14 +63,6 @@ _PRODUCER = struct.Struct(">qh")  # producerId, producerEpoch: adjacent in the h
 _ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # every flag sits in the low byte
 
 assert _HEADER.size == HEADER_SIZE
-
-
-class InvalidBatchError(Exception):
-    """A records blob that must not be appended."""
-
-
-class CorruptBatchError(InvalidBatchError):
-    """Bad CRC, magic, length or record count (Kafka's CORRUPT_MESSAGE)."""
 
 
 class UnsupportedMagicError(CorruptBatchError):
@@ -301,36 +296,6 @@ class Record:
     timestamp: int | None = None
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
     offset: int | None = None
-
-
-def _zigzag(n: int) -> int:
-    return (n << 1) ^ (n >> 63)
-
-
-def write_varint(out: bytearray, n: int) -> None:
-    """Append `n` as a zigzag varint, the encoding of record fields."""
-    v = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """The zigzag varint at `pos` and the position after it (CorruptBatchError if over
-    ten bytes; IndexError if the buffer ends first)."""
-    shift = 0
-    v = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise CorruptBatchError("varint too long")
-    return (v >> 1) ^ -(v & 1), pos
 
 
 def _write_bytes(out: bytearray, data: bytes | None) -> None:

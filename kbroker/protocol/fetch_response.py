@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbroker.protocol.encoded import EncodedBody
+from kbroker.protocol.varint import uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -25,20 +26,6 @@ _DIVERGING = struct.Struct(">iq")
 FIRST_FLEXIBLE = 12
 FIRST_TOPIC_ID = 13
 FIRST_NODE_ENDPOINTS = 16
-
-
-_SMALL_VARINTS = [bytes((i,)) for i in range(0x80)]
-
-
-def uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return _SMALL_VARINTS[value]
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 @dataclass(slots=True)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from kbroker.protocol.errors import MalformedRequest
+from kbroker.protocol.varint import read_uvarint
+
 _HEAD = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
 _PEEK = struct.Struct(">hhi")
-
-
-class MalformedRequest(Exception):
-    """A request whose bytes do not parse; Kafka closes the connection on these."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -27,23 +26,6 @@ def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
     if len(frame) < 8:
         raise MalformedRequest(f"request of {len(frame)} bytes is shorter than a header")
     return _PEEK.unpack_from(frame, 0)
-
-
-def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Decode an unsigned varint at `pos`; return (value, next position)."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise MalformedRequest("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise MalformedRequest("varint longer than 5 bytes")
 
 
 def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:

@@ -34,8 +34,9 @@ from kio.serial._introspect import (
 from kio.static.constants import EntityType
 from kio.static.protocol import Entity
 
-from kbroker.protocol.header import MalformedRequest
+from kbroker.protocol.errors import MalformedRequest
 from kbroker.protocol.produce_request import decode_produce_request
+from kbroker.protocol.varint import read_uvarint
 
 API_NAMES: dict[int, str] = dict(api_key_map)
 _UTC = datetime.UTC
@@ -145,23 +146,11 @@ class _Walk:
     fixed_size: int | None = None
 
 
-def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """An unsigned varint as kio reads it: at most 5 bytes."""
-    result = 0
-    for shift in (0, 7, 14, 21, 28):
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-    raise MalformedRequest("varint longer than 5 bytes")
-
-
 def _skip_compact(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
     size = buf[pos]
     if size < 0x80:
         return pos + size if size else pos + 1
-    size, pos = _uvarint(buf, pos)
+    size, pos = read_uvarint(buf, pos)
     return pos + size - 1 if size else pos
 
 
@@ -197,7 +186,7 @@ def _array(element: _Walk, flexible: bool) -> _Walk:
 
     def skip(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
         if flexible:
-            count, pos = _uvarint(buf, pos)
+            count, pos = read_uvarint(buf, pos)
             count -= 1
         else:
             (count,) = _I32.unpack_from(buf, pos)
@@ -225,10 +214,10 @@ def _array(element: _Walk, flexible: bool) -> _Walk:
 def _skip_tagged(
     tagged: dict[int, Skip], buf: bytes | memoryview, pos: int, end: int, budget: list[int]
 ) -> int:
-    count, pos = _uvarint(buf, pos)
+    count, pos = read_uvarint(buf, pos)
     for _ in range(count):
-        tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
         skip = tagged.get(tag)
         if skip is not None and skip(buf, pos, end, budget) != pos + size:
             raise MalformedRequest(f"tagged field {tag} does not fill its {size} bytes")

@@ -12,7 +12,8 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from kbroker.protocol.header import MalformedRequest
+from kbroker.protocol.errors import MalformedRequest
+from kbroker.protocol.varint import read_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -63,19 +64,8 @@ class _Reader:
         return pos
 
     def uvarint(self) -> int:
-        pos = self.pos
-        if pos < self.end:
-            first = self.buf[pos]
-            if first < 0x80:  # lengths and counts in a produce request are almost always small
-                self.pos = pos + 1
-                return first
-        result = 0
-        for shift in (0, 7, 14, 21, 28):
-            byte = self.buf[self.need(1)]
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-        raise MalformedRequest("varint longer than 5 bytes")
+        value, self.pos = read_uvarint(self.buf, self.pos)
+        return value
 
     def int32(self) -> int:
         return _I32.unpack_from(self.buf, self.need(4))[0]

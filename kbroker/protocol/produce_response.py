@@ -10,7 +10,7 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from kbroker.protocol.fetch_response import uvarint
+from kbroker.protocol.varint import uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

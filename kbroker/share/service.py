@@ -104,7 +104,7 @@ class _Coordinates:
 class ShareService(InternalTopicService):
     topic = STATE_TOPIC
     log = log
-    coordinator: ShareCoordinator  # type: ignore[assignment]
+    coordinator: ShareCoordinator
 
     def __init__(self, broker: Any) -> None:
         super().__init__(broker)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
+from kbroker.protocol.compression import compress as compress_records
 from kbroker.protocol.errors import CorruptBatchError, InvalidBatchError
 from kbroker.protocol.varint import read_varint, write_varint
 
@@ -320,26 +321,6 @@ def _encode_record(out: bytearray, rec: Record, offset_delta: int, timestamp_del
     out += body
 
 
-def _default_compressor(codec: int) -> Callable[[bytes], bytes]:
-    if codec == 1:
-        import gzip
-
-        return gzip.compress
-    if codec == 2:
-        import snappy
-
-        return snappy.compress
-    if codec == 3:
-        import lz4.frame
-
-        return lz4.frame.compress
-    if codec == 4:
-        import zstandard
-
-        return zstandard.ZstdCompressor().compress
-    raise ValueError(f"unknown compression codec {codec}")
-
-
 def encode_batch(
     records: Iterable[Record | tuple[bytes | None, bytes | None] | bytes],
     base_timestamp: int,
@@ -358,7 +339,7 @@ def encode_batch(
     """Build one v2 batch as a producer would (records as Record, (key, value) or value).
 
     A nonzero `compression` compresses the record section with `compress` or, if
-    omitted, a stock codec (snappy here is raw, not Kafka's xerial framing).
+    omitted, as Kafka's producers do (protocol.compression).
     """
     recs: list[Record] = []
     for r in records:
@@ -380,7 +361,8 @@ def encode_batch(
         max_ts = max(max_ts, ts)
         _encode_record(body, rec, delta, ts - base_timestamp)
     if compression:
-        body = bytearray((compress or _default_compressor(compression))(bytes(body)))
+        packed = compress(bytes(body)) if compress else compress_records(compression, body)
+        body = bytearray(packed)
     attributes = compression & COMPRESSION_MASK
     if log_append_time:
         attributes |= TIMESTAMP_TYPE_MASK

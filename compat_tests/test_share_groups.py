@@ -21,6 +21,7 @@ from compat_tests.confluent_helpers import (
     admin_client,
     create_topic,
     make_consumer,
+    make_producer,
     produce_all,
     unique_group,
     unique_topic,
@@ -75,7 +76,8 @@ def new_queue(bootstrap: str, count: int, **group_configs: str) -> tuple[str, st
     topic, group = unique_topic("share"), unique_group("share")
     create_topic(bootstrap, topic, partitions=1)
     set_group_configs(bootstrap, group, share_auto_offset_reset="earliest", **group_configs)
-    produce_all(bootstrap, topic, ({"value": str(i).encode()} for i in range(count)))
+    if count:
+        produce_all(bootstrap, topic, ({"value": str(i).encode()} for i in range(count)))
     return topic, group
 
 
@@ -299,3 +301,29 @@ def groups_cli(broker, *args: str) -> subprocess.CompletedProcess[str]:  # type:
         text=True,
         timeout=60,
     )
+
+
+def test_read_committed_share_group_never_delivers_aborted_records(share_broker):  # type: ignore[no-untyped-def]
+    topic, group = new_queue(share_broker.bootstrap, 0, share_isolation_level="read_committed")
+    producer = make_producer(share_broker.bootstrap, transactional_id=unique_group("tx"))
+    producer.init_transactions(15)
+    for outcome, values in (("commit", "abc"), ("abort", "xyz"), ("commit", "de")):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value.encode())
+        producer.flush(15)  # written before the outcome, so aborted records are in the log
+        if outcome == "commit":
+            producer.commit_transaction(15)
+        else:
+            producer.abort_transaction(15)
+    consumer = share_consumer(share_broker.bootstrap, group, topic)
+    received: list[str] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(received) < 5 and time.monotonic() < deadline:
+            received += [m.value().decode() for m in consumer.poll(0.5) if m.error() is None]
+        for _ in range(3):
+            received += [m.value().decode() for m in consumer.poll(0.3) if m.error() is None]
+    finally:
+        consumer.close()
+    assert received == list("abcde")

@@ -38,7 +38,9 @@ class FakeLog:
     def bounds(self, topic: str, partition: int, committed: bool) -> tuple[int, int] | None:
         return (0, RECORDS)
 
-    def read(self, topic: str, partition: int, offset: int, max_bytes: int, end: int):  # type: ignore[no-untyped-def]
+    def read(
+        self, topic: str, partition: int, offset: int, max_bytes: int, end: int, committed: bool
+    ):  # type: ignore[no-untyped-def]
         data, index = b"", []
         for o in range(offset, end):
             index.append((o, o, len(data)))

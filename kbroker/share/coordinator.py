@@ -92,10 +92,11 @@ class ShareLog(Protocol):
         ...
 
     def read(
-        self, topic: str, partition: int, offset: int, max_bytes: int, end: int
+        self, topic: str, partition: int, offset: int, max_bytes: int, end: int, committed: bool
     ) -> tuple[bytes, list[tuple[int, int, int]]]:
-        """Whole batches from `offset` below `end`: their bytes and, per data batch,
-        (first offset, last offset, position in the bytes)."""
+        """Whole batches from `offset` below `end`: their bytes and, per deliverable data
+        batch, (first offset, last offset, position in the bytes); with `committed`,
+        batches of aborted transactions are not deliverable."""
         ...
 
 
@@ -545,7 +546,7 @@ class ShareCoordinator:
             if offset is None or offset >= bounds[1]:
                 continue
             data, batches = self.log.read(
-                ref.name, partition, offset, min(budget_bytes, READ_CHUNK), bounds[1]
+                ref.name, partition, offset, min(budget_bytes, READ_CHUNK), bounds[1], committed
             )
             if not batches:
                 continue

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kbroker.internal_topics import InternalTopicService, KeyValue, TopicLayout, append_records
-from kbroker.protocol.batch import HEADER_SIZE, read_header
+from kbroker.protocol.batch import HEADER_SIZE, BatchHeader, read_header
 from kbroker.share.coordinator import (
     FetchAnswer,
     PartitionAcks,
@@ -31,6 +31,7 @@ from kbroker.share.coordinator import (
 )
 from kbroker.share.dead_letters import DeadLetterWriter
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
+from kbroker.storage.producer_state import AbortedTxn
 
 log = logging.getLogger("kbroker.share")
 
@@ -76,7 +77,7 @@ class _Coordinates:
         return plog.log_start_offset, end
 
     def read(
-        self, topic: str, partition: int, offset: int, max_bytes: int, end: int
+        self, topic: str, partition: int, offset: int, max_bytes: int, end: int, committed: bool
     ) -> tuple[bytes, list[tuple[int, int, int]]]:
         replica = self._broker.replicas.get(topic, partition)
         if replica is None:
@@ -89,16 +90,28 @@ class _Coordinates:
             return b"", []
         with region:
             data = region.read()
+        aborted = replica.log.aborted_transactions(offset, end) if committed else []
         batches = []
         pos = 0
         while pos + HEADER_SIZE <= len(data):
             header = read_header(data, pos)
             if pos + header.total_size > len(data):
                 break
-            if not header.is_control:
+            if not header.is_control and not (
+                aborted and header.is_transactional and _aborted(header, aborted)
+            ):
                 batches.append((header.base_offset, header.last_offset, pos))
             pos += header.total_size
         return data[:pos], batches
+
+
+def _aborted(header: BatchHeader, aborted: list[AbortedTxn]) -> bool:
+    """Whether a transactional batch belongs to an aborted transaction: its records are
+    never delivered under read_committed (the share-partition archives their offsets)."""
+    return any(
+        t.producer_id == header.producer_id and t.first_offset <= header.base_offset < t.last_offset
+        for t in aborted
+    )
 
 
 class ShareService(InternalTopicService):

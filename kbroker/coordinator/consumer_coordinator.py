@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import re2
 from kio.schema.errors import ErrorCode
 
+from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.coordinator.assignors import ASSIGNORS, AssignorError, MemberSubscription
 from kbroker.coordinator.clock import Scheduler
 from kbroker.coordinator.consumer_group import (
@@ -71,7 +72,6 @@ log = logging.getLogger("kbroker.coordinator.consumer")
 
 E = ErrorCode
 TopicPartition = tuple[str, int]
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,3 +200,88 @@ def test_sigterm_moves_leadership_away_before_the_broker_exits(cluster: KafkaClu
         assert "controlled shutdown: leadership moved away" in leaving.log_text()
     finally:
         cluster.heal()
+
+
+def _coordinator(node: Any, group: str) -> tuple[int, int]:
+    """(error code, node id) of FindCoordinator v4 for a group, asked of `node`."""
+    from kbroker.admin.client import BrokerConnection
+
+    with BrokerConnection(node.host, node.port, 5.0, "coordinator-test") as conn:
+        answer = conn.request(10, 4, key_type=0, coordinator_keys=[group])
+    found = answer.coordinators[0]
+    return int(found.error_code), int(found.node_id)
+
+
+def _join_and_get_assignment(cluster: KafkaCluster, topic: str, group: str) -> list[int]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": ",".join(n.bootstrap for n in cluster.live_nodes),
+            "group.id": group,
+            "session.timeout.ms": 6000,
+        }
+    )
+    assigned: list[int] = []
+    consumer.subscribe([topic], on_assign=lambda c, ps: assigned.extend(p.partition for p in ps))
+    deadline = time.monotonic() + 30
+    try:
+        while not assigned and time.monotonic() < deadline:
+            consumer.poll(0.2)
+    finally:
+        consumer.close()
+    return sorted(assigned)
+
+
+def test_the_group_coordinator_moves_with_the_leadership_of_its_offsets_partition(
+    cluster_factory: Any,
+) -> None:
+    # A cluster of its own: nodes killed by other tests leave __consumer_offsets
+    # partitions with a shrunken ISR, and an ISR with no live member has no leader.
+    cluster = cluster_factory.start()
+    topic, group = f"coord-{_uid()}", f"group-{_uid()}"
+    cluster.create_topic(topic, partitions=2, replication_factor=3)
+    assert _join_and_get_assignment(cluster, topic, group) == [0, 1]
+    code, coordinator = _coordinator(cluster.nodes[0], group)
+    assert code == 0
+    survivor = next(n for n in cluster.nodes if n.node_id != coordinator)
+    try:
+        cluster.kill(coordinator)
+
+        def moved() -> int | None:
+            code, node = _coordinator(survivor, group)
+            return node if code == 0 and node != coordinator else None
+
+        new_coordinator = cluster.wait_until(moved, 10.0, "FindCoordinator to name a survivor")
+        assert new_coordinator in {n.node_id for n in cluster.live_nodes}
+        assert _join_and_get_assignment(cluster, topic, group) == [0, 1]
+    finally:
+        cluster.heal()
+
+
+def test_describe_cluster_lists_a_fenced_broker_only_when_asked(cluster: KafkaCluster) -> None:
+    from kbroker.admin.client import BrokerConnection
+
+    victim = cluster.nodes[1]
+    survivor = cluster.nodes[0]
+
+    def describe(include_fenced: bool) -> dict[int, bool]:
+        with BrokerConnection(survivor.host, survivor.port, 5.0, "describe-test") as conn:
+            answer = conn.request(
+                60,
+                2,
+                include_cluster_authorized_operations=False,
+                endpoint_type=1,
+                include_fenced_brokers=include_fenced,
+            )
+        return {int(b.broker_id): bool(b.is_fenced) for b in answer.brokers}
+
+    assert describe(False) == {1: False, 2: False, 3: False}
+    try:
+        victim.kill()
+        cluster.wait_until(
+            lambda: describe(True).get(victim.node_id), 10.0, "the killed broker to be fenced"
+        )
+        assert victim.node_id not in describe(False)
+    finally:
+        cluster.heal()

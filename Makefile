@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint bench
+.PHONY: serve test lint bench pyz
 
 $(STAMP): pyproject.toml setup.py kbroker/protocol/_recordwalk.c
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,6 +26,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# dist/kbroker.pyz: one file holding kbroker and its dependencies (python3 kbroker.pyz serve)
+pyz: $(STAMP)
+	$(PY) -m pip install --quiet shiv
+	PYTHON=$(PY) bash scripts/build-dist.sh dist
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[test,bench]"

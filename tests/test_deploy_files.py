@@ -1,0 +1,187 @@
+"""The Dockerfile, docker-compose.yml and the monitoring files, checked where docker cannot
+run: hadolint on the Dockerfile, the image's promises read from it, and a compose client
+validating the compose file offline (`config` needs no daemon)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined."""
+    joined = text.replace("\\\n", " ")
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def final_stage() -> list[tuple[str, str]]:
+    steps = instructions(DOCKERFILE.read_text())
+    last_from = max(i for i, (k, _) in enumerate(steps) if k == "FROM")
+    return steps[last_from:]
+
+
+def test_dockerfile_passes_hadolint():
+    hadolint = Path(sys.executable).with_name("hadolint")
+    result = subprocess.run(
+        [str(hadolint), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_image_is_built_in_one_stage_and_run_from_another():
+    steps = instructions(DOCKERFILE.read_text())
+    froms = [args for keyword, args in steps if keyword == "FROM"]
+    assert len(froms) == 2 and froms[0].endswith(" AS build")
+    copies = [args for keyword, args in final_stage() if keyword == "COPY"]
+    assert copies and all(c.startswith("--from=build ") for c in copies)
+    assert not any(k == "RUN" and "pip install" in a for k, a in final_stage())
+
+
+def test_image_runs_as_a_user_other_than_root():
+    users = [args for keyword, args in final_stage() if keyword == "USER"]
+    assert users, "no USER in the final stage"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0")
+
+
+def test_image_entry_point_is_kbroker_and_serves_by_default():
+    steps = dict(final_stage())
+    assert json.loads(steps["ENTRYPOINT"]) == ["kbroker"]
+    assert json.loads(steps["CMD"]) == ["serve"]
+
+
+def test_image_healthcheck_asks_ready_on_the_http_listener_it_configures():
+    steps = dict(final_stage())
+    check = steps["HEALTHCHECK"]
+    assert "http://127.0.0.1:9644/ready" in check
+    env = dict(shlex.split(pair)[0].split("=", 1) for pair in _env_pairs(steps["ENV"]))
+    assert env["KBROKER_HTTP_LISTENERS"] == "http://0.0.0.0:9644"
+
+
+def _env_pairs(text: str) -> list[str]:
+    return [p for p in shlex.split(text) if "=" in p]
+
+
+def test_build_context_holds_only_what_the_image_copies():
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    allowed = ignored[ignored.index("*") :][:5]
+    assert allowed == ["*", "!pyproject.toml", "!setup.py", "!README.md", "!kbroker/"]
+
+
+# -- docker-compose.yml -------------------------------------------------------------------
+
+
+def compose_command() -> list[str]:
+    docker = shutil.which("docker")
+    if docker:
+        probe = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=30)
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    if legacy:
+        return [legacy]
+    pytest.skip("no compose client (make test installs docker-compose with apt-get as root)")
+
+
+def compose_config(*args: str) -> dict:
+    result = subprocess.run(
+        [
+            *compose_command(),
+            "--project-directory",
+            str(ROOT),
+            "-f",
+            str(ROOT / "docker-compose.yml"),
+            *args,
+            "config",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+def binds(service: dict) -> dict[str, Path]:
+    """Bind mounts of a service, {container path: host path}, in either client's output
+    (compose v2 writes long-form volumes, v1 `source:target:mode` strings)."""
+    found = {}
+    for volume in service.get("volumes", []):
+        if isinstance(volume, dict):
+            if volume["type"] == "bind":
+                found[volume["target"]] = Path(volume["source"])
+        else:
+            source, target = volume.split(":")[:2]
+            if source.startswith("/"):
+                found[target] = Path(source)
+    return found
+
+
+MONITORING = {"prometheus", "grafana"}
+
+
+def test_compose_runs_the_brokers_alone_unless_monitoring_is_asked_for():
+    services = compose_config("--profile", "monitoring")["services"]
+    profiled = {n for n, s in services.items() if "monitoring" in s.get("profiles", [])}
+    assert profiled == MONITORING
+    others = [s for n, s in services.items() if n not in MONITORING]
+    assert others and all("profiles" not in s for s in others)
+    brokers = [s for s in others if s.get("entrypoint") is None]
+    assert brokers and all(Path(s["build"]["context"]) == ROOT for s in brokers)
+
+
+def test_compose_monitoring_services_mount_files_that_exist():
+    services = compose_config("--profile", "monitoring")["services"]
+    for name in ("prometheus", "grafana"):
+        mounted = binds(services[name])
+        assert mounted
+        for source in mounted.values():
+            assert source.exists(), source
+
+
+def test_prometheus_scrapes_every_brokers_http_listener():
+    scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    (job,) = scrape["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    targets = job["static_configs"][0]["targets"]
+    services = compose_config("--profile", "monitoring")["services"]
+    http_ports = {
+        s["environment"]["KBROKER_HTTP_LISTENERS"].rsplit(":", 1)[1]
+        for s in services.values()
+        if "KBROKER_HTTP_LISTENERS" in s.get("environment", {})
+    }
+    assert {t.rsplit(":", 1)[1] for t in targets} == http_ports
+    hosts = {t.rsplit(":", 1)[0] for t in targets}
+    assert hosts <= set(services), "a scrape target is no compose service"
+    prometheus = services["prometheus"]
+    config_path = binds(prometheus)["/etc/prometheus/prometheus.yml"]
+    assert config_path == ROOT / "deploy/prometheus/prometheus.yml"
+
+
+def test_grafana_is_provisioned_with_the_dashboard_and_the_prometheus_source():
+    provisioning = ROOT / "deploy/grafana/provisioning"
+    sources = yaml.safe_load((provisioning / "datasources/prometheus.yml").read_text())
+    (source,) = sources["datasources"]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
+    boards = yaml.safe_load((provisioning / "dashboards/kbroker.yml").read_text())
+    path = boards["providers"][0]["options"]["path"]
+    grafana = compose_config("--profile", "monitoring")["services"]["grafana"]
+    mounted = binds(grafana)
+    assert mounted["/etc/grafana/provisioning"] == provisioning
+    assert mounted[f"{path}/kbroker.json"] == ROOT / "deploy/grafana/kbroker.json"

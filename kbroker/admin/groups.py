@@ -456,7 +456,6 @@ def apply_reset(cluster: Cluster, group_id: str, plan: Sequence[OffsetReset]) ->
             "generation_id_or_member_epoch": -1,
             "member_id": "",
             "group_instance_id": None,
-            "retention_time_ms": -1,
             "topics": [
                 {
                     "name": t,

@@ -5,12 +5,15 @@ dead-letter topic, and acknowledgements surviving kill -9 of the broker."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
@@ -327,3 +330,62 @@ def test_read_committed_share_group_never_delivers_aborted_records(share_broker)
     finally:
         consumer.close()
     assert received == list("abcde")
+
+
+JAVA_JARS = Path(
+    os.environ.get(
+        "KBROKER_KAFKA_JARS", Path.home() / ".cache" / "kbroker-test-tools" / "kafka-java"
+    )
+)
+SHARE_CONSUMER_CLASS = "org/apache/kafka/clients/consumer/KafkaShareConsumer.class"
+
+
+def _java_share_consumer_missing() -> str | None:
+    """Why the Java KafkaShareConsumer cannot be tested here, or None.
+
+    Kafka 3.9's clients carry an early-access KafkaShareConsumer that speaks version 0 of
+    the share APIs, which Kafka 4 brokers (and kbroker) do not serve; 4.x clients are
+    needed."""
+    jar = JAVA_JARS / "kafka-clients.jar"
+    if shutil.which("javac") is None or not jar.is_file():
+        return "no JDK or no kafka-clients jar (scripts/install-test-tools.sh installs them)"
+    with zipfile.ZipFile(jar) as archive:
+        if SHARE_CONSUMER_CLASS not in archive.namelist():
+            return f"{jar} has no KafkaShareConsumer"
+        properties = archive.read("kafka/kafka-version.properties").decode()
+    version = dict(line.split("=", 1) for line in properties.splitlines() if "=" in line)
+    major = version.get("version", "0").split(".")[0]
+    if not major.isdigit() or int(major) < 4:
+        return (
+            f"{jar} is kafka-clients {version.get('version')} (installed for Spark), whose "
+            "early-access KafkaShareConsumer speaks share API v0; Kafka 4.x clients use v1"
+        )
+    return None
+
+
+@pytest.mark.skipif(
+    _java_share_consumer_missing() is not None, reason=str(_java_share_consumer_missing())
+)
+def test_java_share_consumer_reads_every_record_once(share_broker, tmp_path):  # type: ignore[no-untyped-def]
+    topic, group = new_queue(share_broker.bootstrap, 500)
+    classpath = os.pathsep.join(str(j) for j in sorted(JAVA_JARS.glob("*.jar")))
+    source = Path(__file__).with_name("java_share") / "ShareDriver.java"
+    subprocess.run(["javac", "-cp", classpath, "-d", str(tmp_path), str(source)], check=True)
+    run = subprocess.run(
+        [
+            "java",
+            "-cp",
+            os.pathsep.join([str(tmp_path), classpath]),
+            "ShareDriver",
+            share_broker.bootstrap,
+            group,
+            topic,
+            "500",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "DUPLICATE" not in run.stdout
+    assert "SEEN 500" in run.stdout

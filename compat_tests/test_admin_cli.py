@@ -418,3 +418,15 @@ def test_list_config_resources_refuses_a_type_it_does_not_list(broker):
         answer = conn.request(LIST_CONFIG_RESOURCES, 1, resource_types=(2, 64))
     assert answer.error_code == ErrorCode.unsupported_version
     assert answer.config_resources == ()
+
+
+def test_configs_alter_a_share_groups_config_and_list_it_as_a_group_resource(kb):
+    group = unique_group("cli-share")
+    code, _, err = kb(
+        "configs", "alter", "--group", group, "--add-config", "share.record.lock.duration.ms=20000"
+    )
+    assert code == 0, err
+    code, out, _ = kb("configs", "describe", "--group", group)
+    assert ["share.record.lock.duration.ms", "20000", "GROUP_CONFIG", "false"] in rows(out)
+    code, out, _ = kb("configs", "list", "--type", "group", "-o", "json")
+    assert {"resource_type": "group", "resource_name": group} in json.loads(out)

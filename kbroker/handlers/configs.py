@@ -479,7 +479,6 @@ def describe_group_configs(
                 "value": configs[name] if explicit else defaults[name],
                 "read_only": False,
                 "config_source": SOURCE_DYNAMIC_GROUP if explicit else SOURCE_DEFAULT,
-                "is_default": not explicit,
                 "is_sensitive": False,
                 "synonyms": [],
                 "config_type": CONFIG_TYPE_STRING,
@@ -578,9 +577,9 @@ def list_config_resources(ctx: RequestContext, request: Any) -> dict[str, Any]:
     """The resources that can hold configs, of the types asked (all when none are).
 
     As Kafka lists them: every topic; every registered broker, as BROKER and as
-    BROKER_LOGGER; groups and client-metrics subscriptions that have configs, of which
-    kbroker has none (it keeps no group configs or metrics subscriptions). A type the
-    version does not list answers UNSUPPORTED_VERSION for the whole request.
+    BROKER_LOGGER; the groups that have configs set (share groups here); client-metrics
+    subscriptions, of which kbroker keeps none. A type the version does not list answers
+    UNSUPPORTED_VERSION for the whole request.
     """
     supported = LISTABLE_TYPES[min(ctx.version, 1)]
     wanted = [int(t) for t in getattr(request, "resource_types", ())] or list(supported)
@@ -598,4 +597,11 @@ def list_config_resources(ctx: RequestContext, request: Any) -> dict[str, Any]:
             found += [{"resource_name": str(b), "resource_type": kind} for b in brokers]
         elif kind == TOPIC:
             found += [{"resource_name": t, "resource_type": TOPIC} for t in sorted(state.topics)]
+        elif kind == GROUP and ctx.broker.shares is not None:
+            configured = ctx.broker.shares.coordinator.group_configs
+            found += [
+                {"resource_name": g, "resource_type": GROUP}
+                for g in sorted(configured)
+                if configured[g]
+            ]
     return {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": found}

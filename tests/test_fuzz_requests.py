@@ -19,6 +19,8 @@ import struct
 import subprocess
 import sys
 import time
+import types
+import typing
 from typing import Any
 
 import pytest
@@ -35,6 +37,7 @@ from kio.serial._introspect import (
 )
 from test_header import uvarint
 
+from compat_tests.null_requests import variants
 from kbroker.protocol import messages
 from kbroker.protocol.header import MalformedRequest
 
@@ -84,19 +87,28 @@ _PRIMITIVES: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
+def _nullable(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in (
+        typing.get_args(hint)
+    )
+
+
 @functools.cache
 def entities(cls: type) -> st.SearchStrategy[Any]:
     """Any instance of a kio request entity, nested entities and arrays included."""
     kwargs: dict[str, st.SearchStrategy[Any]] = {}
     for f in dataclasses.fields(cls):
         kind = classify_field(f)
+        is_array = isinstance(kind, EntityTupleField | PrimitiveTupleField)
         if isinstance(kind, EntityField | EntityTupleField):
             inner = st.deferred(lambda t=kind.type_: entities(t))
         else:
             inner = _PRIMITIVES[f.metadata["kafka_type"]]
-        if isinstance(kind, EntityTupleField | PrimitiveTupleField):
+            if is_array and _nullable(typing.get_args(f.type)[0]):
+                inner = st.none() | inner
+        if is_array:
             inner = st.lists(inner, max_size=3).map(tuple)
-        if is_optional(f):
+        if _nullable(f.type) if is_array else is_optional(f):
             inner = st.none() | inner
         kwargs[f.name] = inner
     return st.builds(cls, **kwargs)
@@ -314,3 +326,31 @@ def test_two_million_tiny_partitions_are_refused_at_once() -> None:
     with pytest.raises(MalformedRequest, match="array elements in one request"):
         messages.check_lengths(0, 9, _produce_v9(1, 2_000_000), 0)
     assert time.monotonic() - began < SLOW_DECODE_S
+
+
+# -- nulls and lengths where the schema forbids them -----------------------------------
+
+
+@pytest.mark.parametrize(("key", "version"), ALL_VERSIONS, ids=IDS)
+def test_null_where_the_schema_forbids_it_is_a_malformed_request(key: int, version: int) -> None:
+    """Kafka fails a request carrying a null in a non-nullable string, bytes or array
+    field; a handler must never see None there. A nullable one set to null decodes."""
+    checked = 0
+    for variant in variants(key, version):
+        if variant.mutation != "null":
+            continue
+        outcome = decode_outcome(key, version, variant.data)
+        if variant.nullable:
+            assert outcome is None, (variant.path, outcome)
+        else:
+            assert isinstance(outcome, MalformedRequest), (variant.path, outcome)
+            assert "non-nullable" in str(outcome)
+        checked += 1
+    assert checked > 0 or not list(variants(key, version))
+
+
+@pytest.mark.parametrize(("key", "version"), ALL_VERSIONS, ids=IDS)
+def test_a_length_past_the_end_is_refused(key: int, version: int) -> None:
+    for variant in variants(key, version):
+        if variant.mutation == "overrun":
+            assert decode_outcome(key, version, variant.data) is not None, variant.path

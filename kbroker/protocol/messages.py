@@ -146,40 +146,53 @@ class _Walk:
     fixed_size: int | None = None
 
 
-def _skip_compact(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
-    size = buf[pos]
-    if size < 0x80:
-        return pos + size if size else pos + 1
-    size, pos = read_uvarint(buf, pos)
-    return pos + size - 1 if size else pos
+def _null_in(name: str) -> MalformedRequest:
+    # Kafka's generated readers: "non-nullable field X was serialized as null".
+    return MalformedRequest(f"non-nullable field {name} was serialized as null")
 
 
-def _skip_string(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
-    (size,) = _I16.unpack_from(buf, pos)
-    return pos + 2 + (size if size > 0 else 0)
+def _length_walk(name: str, flexible: bool, width: struct.Struct, nullable: bool) -> Skip:
+    """Step over a string/bytes: a compact (varint + 1) or int16/int32 length, then the
+    data; a null (length 0 compact, negative otherwise) only where the schema allows."""
 
+    def skip_compact(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
+        size = buf[pos]
+        if size >= 0x80:
+            size, pos = read_uvarint(buf, pos)
+            pos -= 1
+        if size == 0:
+            if not nullable:
+                raise _null_in(name)
+            return pos + 1
+        return pos + size
 
-def _skip_bytes(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
-    (size,) = _I32.unpack_from(buf, pos)
-    return pos + 4 + (size if size > 0 else 0)
+    def skip_sized(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
+        (size,) = width.unpack_from(buf, pos)
+        pos += width.size
+        if size < 0:
+            if not nullable:
+                raise _null_in(name)
+            return pos
+        return pos + size
+
+    return skip_compact if flexible else skip_sized
 
 
 def _fixed(size: int) -> _Walk:
     return _Walk(lambda buf, pos, end, budget: pos + size, size, size)
 
 
-def _primitive(kafka_type: str, flexible: bool) -> _Walk:
+def _primitive(kafka_type: str, flexible: bool, name: str = "", nullable: bool = True) -> _Walk:
     size = _FIXED_SIZES.get(kafka_type)
     if size is not None:
         return _fixed(size)
     if kafka_type not in ("string", "bytes", "records"):
         raise TypeError(f"no length rule for kafka type {kafka_type!r}")
-    if flexible:
-        return _Walk(_skip_compact, 1)
-    return _Walk(_skip_string, 2) if kafka_type == "string" else _Walk(_skip_bytes, 4)
+    width = _I16 if kafka_type == "string" else _I32
+    return _Walk(_length_walk(name, flexible, width, nullable), 1 if flexible else width.size)
 
 
-def _array(element: _Walk, flexible: bool) -> _Walk:
+def _array(element: _Walk, flexible: bool, name: str = "", nullable: bool = True) -> _Walk:
     per_element = max(element.min_size, 1)
     element_size = element.fixed_size
     skip_element = element.skip
@@ -192,6 +205,8 @@ def _array(element: _Walk, flexible: bool) -> _Walk:
             (count,) = _I32.unpack_from(buf, pos)
             pos += 4
         if count <= 0:
+            if count < 0 and not nullable:
+                raise _null_in(name)
             return pos
         if count * per_element > end - pos:
             raise MalformedRequest(
@@ -227,6 +242,13 @@ def _skip_tagged(
     return pos
 
 
+def _is_nullable(hint: Any) -> bool:
+    """`X | None`: the schema lets the field (or array) be null."""
+    return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in (
+        typing.get_args(hint)
+    )
+
+
 @functools.cache
 def _entity(cls: type[Entity], nullable: bool) -> _Walk:
     flexible = bool(cls.__flexible__)
@@ -234,12 +256,15 @@ def _entity(cls: type[Entity], nullable: bool) -> _Walk:
     tagged: dict[int, Skip] = {}
     for f in fields(cls):
         kind = classify_field(f)
+        name = f"{cls.__name__}.{f.name}"
+        is_array = isinstance(kind, EntityTupleField | PrimitiveTupleField)
         if isinstance(kind, EntityField | EntityTupleField):
             walk = _entity(kind.type_, isinstance(kind, EntityField) and is_optional(f))
         else:
-            walk = _primitive(f.metadata["kafka_type"], flexible)
-        if isinstance(kind, EntityTupleField | PrimitiveTupleField):
-            walk = _array(walk, flexible)
+            element_type = typing.get_args(f.type)[0] if is_array else f.type
+            walk = _primitive(f.metadata["kafka_type"], flexible, name, _is_nullable(element_type))
+        if is_array:
+            walk = _array(walk, flexible, name, _is_nullable(f.type))
         tag = get_field_tag(f)
         if tag is not None:
             tagged[int(tag)] = walk.skip
@@ -275,7 +300,9 @@ def _request_skip(api_key: int, version: int) -> Skip:
 
 
 def check_lengths(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> None:
-    """Reject a request body whose array counts exceed what its bytes could hold.
+    """Reject a request body whose array counts exceed what its bytes could hold, or
+    that holds a null where its schema declares a field non-nullable (kio would hand the
+    handler a None where it expects a list or a string; Kafka fails such a request).
 
     Also refuses more than MAX_REQUEST_ELEMENTS array elements in all. Raises
     MalformedRequest. A body that passes may still be malformed in other ways, which

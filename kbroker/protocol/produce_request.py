@@ -83,11 +83,13 @@ class _Reader:
         start = self.need(size)
         return str(self.buf[start : start + size], "utf-8")
 
-    def array_count(self, min_element_size: int) -> int:
+    def array_count(self, min_element_size: int, name: str) -> int:
         count = self.uvarint() - 1 if self.flexible else self.int32()
+        if count < 0:
+            raise MalformedRequest(f"non-nullable field {name} was serialized as null")
         if count > 0 and count * min_element_size > self.end - self.pos:
             raise MalformedRequest(f"array of {count} elements in {self.end - self.pos} bytes")
-        return max(count, 0)
+        return count
 
     def records(self) -> memoryview | None:
         size = self.uvarint() - 1 if self.flexible else self.int32()
@@ -122,7 +124,7 @@ def decode_produce_request(
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, r.need(6))
     by_id = version >= FIRST_TOPIC_ID
     topics: list[TopicData] = []
-    topic_count = r.array_count(2)
+    topic_count = r.array_count(2, "ProduceRequest.topic_data")
     budget -= topic_count
     for _ in range(topic_count):
         if by_id:
@@ -131,8 +133,12 @@ def decode_produce_request(
             name, topic_id = None, (None if raw == _NO_TOPIC_ID else uuid.UUID(bytes=raw))
         else:
             name, topic_id = r.string(), None
+            if name is None:
+                raise MalformedRequest(
+                    "non-nullable field TopicProduceData.name was serialized as null"
+                )
         partitions: list[PartitionData] = []
-        partition_count = r.array_count(5)
+        partition_count = r.array_count(5, "TopicProduceData.partition_data")
         budget -= partition_count
         if budget < 0:
             raise MalformedRequest(f"more than {max_elements} array elements in one request")

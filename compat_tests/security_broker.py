@@ -14,7 +14,7 @@ from pathlib import Path
 from compat_tests.broker_process import BrokerProcess, free_port
 from compat_tests.tls_material import TlsMaterial
 
-PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
+PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-plain-secret"}
 SCRAM_USER, SCRAM_PASSWORD = "bob", "bob-secret"
 PLAIN_JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "

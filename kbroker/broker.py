@@ -35,6 +35,7 @@ from kbroker.metrics.counters import RequestCounters
 from kbroker.metrics.http import HttpEndpoint
 from kbroker.replica.fetch_sessions import FetchSessionCache
 from kbroker.replica.manager import ReplicaManager
+from kbroker.security.acl import StandardAuthorizer, parse_super_users
 from kbroker.security.listener import ListenerSecurity, listener_security
 from kbroker.security.scram import ScramCredential
 from kbroker.server.connection import KafkaConnection
@@ -115,6 +116,13 @@ class Broker:
         self.counters = RequestCounters()
         self.extra_metrics: list[Any] = []  # callables returning prometheus-client families
         self.http = HttpEndpoint(self)
+        self.authorizer: StandardAuthorizer | None = None
+        if config.get("authorizer.class.name"):
+            self.authorizer = StandardAuthorizer(
+                parse_super_users(config.get("super.users")),
+                config.get("allow.everyone.if.no.acl.found"),
+                lambda: self.controller.state.acls,
+            )
         self.parts = BrokerParts(
             node_id=self.node_id,
             config=config,
@@ -128,7 +136,8 @@ class Broker:
             durability=self.logs,
             counters=self.counters,
             lifecycle=self,
-            credentials=self.controller,
+            security=self.controller,
+            authorizer=self.authorizer,
             shares=self.share_coordinator,
         )
 

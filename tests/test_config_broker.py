@@ -485,6 +485,11 @@ def test_dynamic_update_is_validated():
     validate_dynamic_broker_configs({"message.max.bytes": None})
 
 
-def test_an_authorizer_is_refused_rather_than_run_without():
-    with pytest.raises(ConfigError, match="authorizer.class.name.*no authorizer"):
-        load(["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"])
+def test_kafkas_standard_authorizer_is_accepted():
+    name = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert load([f"authorizer.class.name={name}"]).get("authorizer.class.name") == name
+
+
+def test_another_authorizer_class_is_refused_rather_than_run_without_its_checks():
+    with pytest.raises(ConfigError, match="authorizer.class.name.*StandardAuthorizer"):
+        load(["authorizer.class.name=kafka.security.authorizer.AclAuthorizer"])

@@ -36,6 +36,7 @@ from kbroker.config.types import (
     table,
 )
 from kbroker.log_setup import validate_levels
+from kbroker.security.acl import AUTHORIZER_NAMES
 from kbroker.security.principal import parse_mapping_rules
 
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, PASSWORD = (
@@ -102,9 +103,12 @@ timestamp_type_validator = one_of(*TIMESTAMP_TYPES)
 gzip_level_validator: Validator = _gzip_level
 
 
-def _no_authorizer(value: str) -> None:
-    if value:
-        raise ValueError("kbroker has no authorizer and will not run unprotected; leave it empty")
+def _known_authorizer(value: str) -> None:
+    if value and value not in AUTHORIZER_NAMES:
+        raise ValueError(
+            f"kbroker's authorizer is {AUTHORIZER_NAMES[0]} (or {AUTHORIZER_NAMES[1]}); "
+            "it will not run without the checks another class would make"
+        )
 
 
 lz4_level_validator = between(1, 17)
@@ -1301,17 +1305,22 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "authorizer.class.name",
         STRING,
         "",
-        "Must stay empty: kbroker has no authorizer, so it refuses to start rather than "
-        "run without the ACL checks the setting asks for. ACL requests are answered "
-        "SECURITY_DISABLED.",
-        _no_authorizer,
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACL checks on (ACLs "
+        "live in the replicated metadata). Empty means none: ACL requests are answered "
+        "SECURITY_DISABLED. Any other class is refused at start.",
+        _known_authorizer,
     ),
-    _d("super.users", STRING, None, "Accepted for compatibility; no authorizer reads it."),
+    _d(
+        "super.users",
+        STRING,
+        None,
+        "Principals (User:name) separated by semicolons that the authorizer allows everything.",
+    ),
     _d(
         "allow.everyone.if.no.acl.found",
         BOOLEAN,
         False,
-        "Accepted for compatibility; no authorizer reads it.",
+        "Whether a resource no ACL names is open to everyone (else only to super users).",
     ),
 )
 

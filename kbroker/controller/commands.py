@@ -45,6 +45,7 @@ from kbroker.controller.state import (
     collision_key,
 )
 from kbroker.controller.validation import check_topic_absent
+from kbroker.security.acl import AclBinding
 from kbroker.security.scram import ScramCredential
 
 log = logging.getLogger("kbroker.controller")
@@ -65,6 +66,8 @@ ALTER_PARTITION = "alter_partition"
 
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
 ALTER_SCRAM_CREDENTIALS = "alter_scram_credentials"
+CREATE_ACLS = "create_acls"
+DELETE_ACLS = "delete_acls"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,19 @@ def _alter_scram_credentials(state: MetadataState, p: dict[str, Any]) -> Applied
             mechanism, salt, iterations, stored_key, server_key
         )
     return Applied(_bump(state, scram_credentials=credentials), None)
+
+
+def _create_acls(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """Add bindings (checked by the handler); one already present is not added twice."""
+    present = set(state.acls)
+    added = [b for b in (AclBinding.from_plain(a) for a in p["acls"]) if b not in present]
+    acls = state.acls + tuple(dict.fromkeys(added))
+    return Applied(_bump(state, acls=acls), None)
+
+
+def _delete_acls(state: MetadataState, p: dict[str, Any]) -> Applied:
+    gone = {AclBinding.from_plain(a) for a in p["acls"]}
+    return Applied(_bump(state, acls=tuple(b for b in state.acls if b not in gone)), None)
 
 
 def _bump(state: MetadataState, **changes: Any) -> MetadataState:
@@ -389,4 +405,6 @@ _HANDLERS = {
     CONTROLLED_SHUTDOWN: _fence_broker,
     ALTER_PARTITION: _alter_partition,
     ALTER_SCRAM_CREDENTIALS: _alter_scram_credentials,
+    CREATE_ACLS: _create_acls,
+    DELETE_ACLS: _delete_acls,
 }

@@ -49,6 +49,7 @@ from kbroker.controller.validation import (
     place_replicas,
     validate_topic_name,
 )
+from kbroker.security.acl import AclBinding
 
 log = logging.getLogger("kbroker.controller")
 
@@ -650,6 +651,12 @@ class Controller:
         return await self._propose(cmd.ALLOCATE_PRODUCER_IDS, {"count": count})
 
     allocate_producer_id_block = allocate_producer_ids
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        await self._propose(cmd.CREATE_ACLS, {"acls": [b.to_plain() for b in bindings]})
+
+    async def delete_acls(self, bindings: Sequence[AclBinding]) -> None:
+        await self._propose(cmd.DELETE_ACLS, {"acls": [b.to_plain() for b in bindings]})
 
     async def alter_scram_credentials(
         self,

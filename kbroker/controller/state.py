@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbroker.security.acl import AclBinding
 from kbroker.security.scram import ScramCredential
 
 
@@ -87,6 +88,7 @@ class MetadataState:
     topic_collisions: dict[str, str] = field(default_factory=dict)
     # (user, mechanism) -> salted keys; never a password (AlterUserScramCredentials)
     scram_credentials: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
+    acls: tuple[AclBinding, ...] = ()  # CreateAcls / DeleteAcls, in creation order
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         info = self.topics.get(topic)
@@ -149,6 +151,7 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
             }
             for t in state.topics.values()
         ],
+        "acls": [acl.to_plain() for acl in state.acls],
         "scram_credentials": [
             [user, c.mechanism, c.salt, c.iterations, c.stored_key, c.server_key]
             for (user, _), c in state.scram_credentials.items()
@@ -191,6 +194,7 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
         topics=topics,
         topics_by_id={t.topic_id: t for t in topics.values()},
         topic_collisions={collision_key(name): name for name in topics},
+        acls=tuple(AclBinding.from_plain(a) for a in data.get("acls", [])),
         scram_credentials={
             (c[0], c[1]): ScramCredential(c[1], c[2], c[3], c[4], c[5])
             for c in data.get("scram_credentials", [])

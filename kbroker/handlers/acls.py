@@ -1,47 +1,192 @@
-"""DescribeAcls, CreateAcls and DeleteAcls on a broker without an authorizer.
+"""CreateAcls, DescribeAcls and DeleteAcls against the replicated ACLs.
 
-kbroker authorizes nothing (it refuses to start with `authorizer.class.name` set), so,
-as Kafka does when no authorizer is configured, every ACL request is answered
-SECURITY_DISABLED. Admin tools and UIs then learn that ACLs are off, instead of failing
-on an API the broker does not advertise.
+With ``authorizer.class.name`` empty, as Kafka does without an authorizer, every ACL
+request is answered SECURITY_DISABLED, so admin tools learn ACLs are off. With the
+StandardAuthorizer, creating and deleting need ALTER on the cluster and describing needs
+DESCRIBE on it (CLUSTER_AUTHORIZATION_FAILED otherwise); bindings and filters are checked
+as Kafka checks them (INVALID_REQUEST), and the ACLs are replicated metadata.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.controller.errors import ControllerError
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.security.acl import (
+    CLUSTER_NAME,
+    AclBinding,
+    AclFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+    binding_problem,
+)
 
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
 DELETE_ACLS = 31
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
+CLUSTER_DENIED = "Cluster authorization failed."
+
+
+def _cluster_allowed(ctx: RequestContext, operation: Operation) -> bool:
+    return ctx.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def _filter(f: Any, version: int) -> AclFilter:
+    pattern = f.pattern_type_filter if version >= 1 else PatternType.LITERAL
+    return AclFilter(
+        _enum(ResourceType, f.resource_type_filter),
+        f.resource_name_filter,
+        _enum(PatternType, pattern),
+        f.principal_filter,
+        f.host_filter,
+        _enum(Operation, f.operation),
+        _enum(Permission, f.permission_type),
+    )
+
+
+def _enum(kind: Any, value: int) -> Any:
+    try:
+        return kind(int(value))
+    except ValueError:
+        return kind.UNKNOWN
+
+
+def _described(b: AclBinding) -> dict[str, Any]:
+    return {
+        "principal": b.principal,
+        "host": b.host,
+        "operation": int(b.operation),
+        "permission_type": int(b.permission),
+    }
 
 
 @handles(DESCRIBE_ACLS, 1)
 def describe_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    return {
+    answer: dict[str, Any] = {
         "throttle_time": 0,
-        "error_code": ErrorCode.security_disabled,
-        "error_message": NO_AUTHORIZER,
+        "error_code": ErrorCode.none,
+        "error_message": None,
         "resources": [],
     }
+    if ctx.broker.authorizer is None:
+        return {**answer, "error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER}
+    if not _cluster_allowed(ctx, Operation.DESCRIBE):
+        return {
+            **answer,
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "error_message": CLUSTER_DENIED,
+        }
+    acl_filter = _filter(request, ctx.version)
+    if acl_filter.problem:
+        return {
+            **answer,
+            "error_code": ErrorCode.invalid_request,
+            "error_message": acl_filter.problem,
+        }
+    grouped: dict[tuple[ResourceType, str, PatternType], list[AclBinding]] = defaultdict(list)
+    for b in ctx.broker.security.state.acls:
+        if acl_filter.matches(b):
+            grouped[(b.resource_type, b.resource_name, b.pattern_type)].append(b)
+    answer["resources"] = [
+        {
+            "resource_type": int(rtype),
+            "resource_name": name,
+            "pattern_type": int(pattern),
+            "acls": [_described(b) for b in bindings],
+        }
+        for (rtype, name, pattern), bindings in grouped.items()
+    ]
+    return answer
 
 
 @handles(CREATE_ACLS, 1)
-def create_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    refused = {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER}
-    return {"throttle_time": 0, "results": [refused for _ in request.creations]}
+async def create_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    def result(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+        return {"error_code": code, "error_message": message}
+
+    if ctx.broker.authorizer is None:
+        refused = result(ErrorCode.security_disabled, NO_AUTHORIZER)
+        return {"throttle_time": 0, "results": [refused for _ in request.creations]}
+    if not _cluster_allowed(ctx, Operation.ALTER):
+        refused = result(ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)
+        return {"throttle_time": 0, "results": [refused for _ in request.creations]}
+    results: list[dict[str, Any]] = []
+    valid: list[AclBinding] = []
+    for c in request.creations:
+        pattern = c.resource_pattern_type if ctx.version >= 1 else PatternType.LITERAL
+        binding = AclBinding(
+            _enum(ResourceType, c.resource_type),
+            c.resource_name,
+            _enum(PatternType, pattern),
+            c.principal,
+            c.host,
+            _enum(Operation, c.operation),
+            _enum(Permission, c.permission_type),
+        )
+        problem = binding_problem(binding)
+        if problem:
+            results.append(result(ErrorCode.invalid_request, problem))
+        else:
+            results.append(result(ErrorCode.none))
+            valid.append(binding)
+    if valid:
+        try:
+            await ctx.broker.security.create_acls(valid)
+        except ControllerError as exc:
+            failed = result(ErrorCode(exc.error_code), exc.message)
+            results = [failed if r["error_code"] == ErrorCode.none else r for r in results]
+    return {"throttle_time": 0, "results": results}
 
 
 @handles(DELETE_ACLS, 1)
-def delete_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    refused = {
-        "error_code": ErrorCode.security_disabled,
-        "error_message": NO_AUTHORIZER,
-        "matching_acls": [],
-    }
-    return {"throttle_time": 0, "filter_results": [refused for _ in request.filters]}
+async def delete_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    def refused(code: ErrorCode, message: str) -> dict[str, Any]:
+        return {"error_code": code, "error_message": message, "matching_acls": []}
+
+    if ctx.broker.authorizer is None:
+        no = refused(ErrorCode.security_disabled, NO_AUTHORIZER)
+        return {"throttle_time": 0, "filter_results": [no for _ in request.filters]}
+    if not _cluster_allowed(ctx, Operation.ALTER):
+        no = refused(ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)
+        return {"throttle_time": 0, "filter_results": [no for _ in request.filters]}
+    existing = ctx.broker.security.state.acls
+    results: list[dict[str, Any]] = []
+    doomed: dict[AclBinding, None] = {}
+    for f in request.filters:
+        acl_filter = _filter(f, ctx.version)
+        if acl_filter.problem:
+            results.append(refused(ErrorCode.invalid_request, acl_filter.problem))
+            continue
+        matching = [b for b in existing if acl_filter.matches(b)]
+        doomed.update(dict.fromkeys(matching))
+        results.append(
+            {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "matching_acls": [
+                    {
+                        "error_code": ErrorCode.none,
+                        "error_message": None,
+                        "resource_type": int(b.resource_type),
+                        "resource_name": b.resource_name,
+                        "pattern_type": int(b.pattern_type),
+                        **_described(b),
+                    }
+                    for b in matching
+                ],
+            }
+        )
+    if doomed:
+        try:
+            await ctx.broker.security.delete_acls(list(doomed))
+        except ControllerError as exc:
+            results = [refused(ErrorCode(exc.error_code), exc.message) for _ in results]
+    return {"throttle_time": 0, "filter_results": results}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from kbroker.protocol.header import RequestHeader
+from kbroker.security.acl import AclBinding, Operation, ResourceType, StandardAuthorizer
 from kbroker.security.principal import KafkaPrincipal
 
 if TYPE_CHECKING:
@@ -81,8 +82,12 @@ class MetadataView(Protocol):
     def state(self) -> MetadataState: ...
 
 
-class CredentialAdmin(MetadataView, Protocol):
-    """SCRAM credentials proposed to the controller (kbroker.controller.Controller)."""
+class SecurityAdmin(MetadataView, Protocol):
+    """SCRAM credentials and ACLs proposed to the controller (kbroker.controller.Controller)."""
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> None: ...
+
+    async def delete_acls(self, bindings: Sequence[AclBinding]) -> None: ...
 
     async def alter_scram_credentials(
         self,
@@ -182,7 +187,8 @@ class BrokerParts:
     durability: Durability
     counters: RequestCounters
     lifecycle: Lifecycle
-    credentials: CredentialAdmin
+    security: SecurityAdmin
+    authorizer: StandardAuthorizer | None
     shares: ShareService | None = None
 
 
@@ -205,6 +211,18 @@ class RequestContext:
     @property
     def listener_name(self) -> str:
         return self.connection.listener_name
+
+    @property
+    def client_host(self) -> str:
+        host = self.connection.peer.rpartition(":")[0]
+        return host.strip("[]")
+
+    def allowed(self, operation: Operation, rtype: ResourceType, name: str) -> bool:
+        """One authorization check; always True when no authorizer is configured."""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize(
+            self.connection.principal, self.client_host, operation, rtype, name
+        )
 
     @property
     def principal(self) -> KafkaPrincipal:

@@ -23,6 +23,7 @@ from kbroker.protocol.fetch_response import (
 )
 from kbroker.replica.fetch_sessions import FetchPlan, FetchTarget, remember_sent, worth_sending
 from kbroker.replica.manager import leader_epoch_error
+from kbroker.security.acl import Operation, ResourceType
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 
 FETCH = 1
@@ -142,9 +143,18 @@ def _read_all(
         ErrorCode.unknown_topic_id if ctx.version >= 13 else ErrorCode.unknown_topic_or_partition
     )
     results: list[tuple[FetchTarget, FetchedPartition]] = []
+    denied: set[str] = set()
+    if broker.authorizer is not None:
+        names = {t.topic for t in plan.targets if t.topic is not None}
+        denied = {n for n in names if not ctx.allowed(Operation.READ, ResourceType.TOPIC, n)}
     for target in plan.targets:
         if target.topic is None:
             results.append((target, FetchedPartition(target.partition, unknown)))
+            errors = True
+            continue
+        if denied and target.topic in denied:
+            refused = FetchedPartition(target.partition, ErrorCode.topic_authorization_failed)
+            results.append((target, refused))
             errors = True
             continue
         result = _read_partition(broker, target.topic, target, budget, committed_only, total == 0)

@@ -31,6 +31,7 @@ from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
 from kbroker.protocol.messages import known_versions
+from kbroker.security.acl import Operation, ResourceType
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -118,8 +119,22 @@ async def _find_coordinators(
     }
 
 
+def _group_denied(ctx: RequestContext, operation: Operation, group_id: str) -> bool:
+    """Kafka's group check; no work at all without an authorizer."""
+    return ctx.broker.authorizer is not None and not ctx.allowed(
+        operation, ResourceType.GROUP, group_id
+    )
+
+
 async def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     broker = ctx.broker
+    if broker.authorizer is not None:
+        if key_type == KEY_TYPE_TRANSACTION and not ctx.allowed(
+            Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+        ):
+            return _coordinator_entry(key, E.transactional_id_authorization_failed)
+        if key_type == KEY_TYPE_GROUP and _group_denied(ctx, Operation.DESCRIBE, key):
+            return _coordinator_entry(key, E.group_authorization_failed)
     if key_type == KEY_TYPE_TRANSACTION:
         error, node = await broker.transactions.find_coordinator(key)
         if error != E.none or node is None:
@@ -160,6 +175,8 @@ def _coordinator_entry(
 @handles(JOIN_GROUP, _lowest(JOIN_GROUP))
 def join_group(ctx: RequestContext, request: Any) -> Any:
     version = ctx.version
+    if _group_denied(ctx, Operation.READ, request.group_id):
+        return _join_response(version, JoinResult(E.group_authorization_failed, ""))
     coordinator = _coordinator(ctx)
     session = _ms(request.session_timeout)
     rebalance = _ms(request.rebalance_timeout) if version >= 1 else -1
@@ -208,6 +225,8 @@ def _join_response(version: int, r: JoinResult) -> dict[str, Any]:
 
 @handles(SYNC_GROUP, _lowest(SYNC_GROUP))
 def sync_group(ctx: RequestContext, request: Any) -> Any:
+    if _group_denied(ctx, Operation.READ, request.group_id):
+        return _sync_response(SyncResult(E.group_authorization_failed))
     coordinator = _coordinator(ctx)
     future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
     coordinator.sync_group(
@@ -240,6 +259,8 @@ def _sync_response(r: SyncResult) -> dict[str, Any]:
 
 @handles(HEARTBEAT, _lowest(HEARTBEAT))
 def heartbeat(ctx: RequestContext, request: Any) -> Any:
+    if _group_denied(ctx, Operation.READ, request.group_id):
+        return {"throttle_time": 0, "error_code": E.group_authorization_failed}
     coordinator = _coordinator(ctx)
     error = coordinator.heartbeat(
         request.group_id,
@@ -260,6 +281,8 @@ def leave_group(ctx: RequestContext, request: Any) -> Any:
         ]
     else:
         leaving = [LeavingMember(request.member_id)]
+    if _group_denied(ctx, Operation.READ, request.group_id):
+        return {"throttle_time": 0, "error_code": E.group_authorization_failed, "members": []}
     coordinator = _coordinator(ctx)
     result = coordinator.leave_group(request.group_id, leaving)
     if not batched:
@@ -289,6 +312,8 @@ def offset_commit(ctx: RequestContext, request: Any) -> Any:
     # (topic name or None, topic id or None, [(partition, committed)]) in request order
     layout: list[tuple[str | None, Any, list[tuple[int, OffsetAndMetadata | None, ErrorCode]]]] = []
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    group_denied = _group_denied(ctx, Operation.READ, request.group_id)
+    checking = ctx.broker.authorizer is not None
     for topic in request.topics:
         if by_id:
             info = state.topics_by_id.get(topic.topic_id)
@@ -299,7 +324,15 @@ def offset_commit(ctx: RequestContext, request: Any) -> Any:
             info = state.topics.get(name)
             missing = E.unknown_topic_or_partition
         entries: list[tuple[int, OffsetAndMetadata | None, ErrorCode]] = []
+        denied = None
+        if group_denied:
+            denied = E.group_authorization_failed
+        elif checking and not ctx.allowed(Operation.READ, ResourceType.TOPIC, name or ""):
+            denied = E.topic_authorization_failed
         for p in topic.partitions:
+            if denied is not None:
+                entries.append((p.partition_index, None, denied))
+                continue
             if info is None:
                 entries.append((p.partition_index, None, missing))
                 continue
@@ -392,6 +425,8 @@ def _fetch_group(
     member_id: str | None = None,
     member_epoch: int = -1,
 ) -> dict[str, Any]:
+    if _group_denied(ctx, Operation.DESCRIBE, group_id):
+        return {"group_id": group_id, "topics": [], "error_code": E.group_authorization_failed}
     coordinator = _coordinator(ctx)
     by_id = version >= 10
     state = ctx.broker.controller.state

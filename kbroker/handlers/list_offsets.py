@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.replica.manager import leader_epoch_error
+from kbroker.security.acl import Operation, ResourceType
 
 LIST_OFFSETS = 2
 LATEST = -1
@@ -72,11 +73,15 @@ def list_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
     isolation = getattr(request, "isolation_level", 0)
     named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     topics = []
+    checking = broker.authorizer is not None
     for t in request.topics:
         known = t.name in broker.controller.state.topics
+        denied = checking and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
         partitions = []
         for p in t.partitions:
-            if named[(t.name, p.partition_index)] > 1:  # Kafka refuses every copy
+            if denied:
+                partitions.append(_error(p.partition_index, ErrorCode.topic_authorization_failed))
+            elif named[(t.name, p.partition_index)] > 1:  # Kafka refuses every copy
                 partitions.append(_error(p.partition_index, ErrorCode.invalid_request))
             elif not known:
                 partitions.append(_error(p.partition_index, ErrorCode.unknown_topic_or_partition))

@@ -13,6 +13,7 @@ from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
+from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 METADATA = 3
 
@@ -78,8 +79,21 @@ def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, An
 def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     state = broker.controller.state
+    checking = broker.authorizer is not None
+
+    def may(operation: Operation, name: str) -> bool:
+        return not checking or ctx.allowed(operation, ResourceType.TOPIC, name)
+
     if request.topics is None:
-        return _response(ctx, [describe_topic(t, state.brokers) for t in state.topics.values()])
+        # Topics the principal may not describe are left out, as Kafka leaves them out.
+        return _response(
+            ctx,
+            [
+                describe_topic(t, state.brokers)
+                for t in state.topics.values()
+                if may(Operation.DESCRIBE, t.name)
+            ],
+        )
     may_create = (ctx.version < 4 or request.allow_auto_topic_creation) and broker.config.get(
         "auto.create.topics.enable"
     )
@@ -95,6 +109,10 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
         if topic_id is not None:
             # An id wins over the name: the Java admin sends its default name "" beside it.
             topic = state.topics_by_id.get(topic_id)
+            if topic is not None and not may(Operation.DESCRIBE, topic.name):
+                denied = ErrorCode.topic_authorization_failed
+                results.append(missing_topic(None, topic_id, denied))
+                continue
             results.append(
                 describe_topic(topic, state.brokers)
                 if topic
@@ -102,10 +120,14 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
             )
             continue
         topic = state.topics.get(name)
-        if topic is not None:
+        if checking and not may(Operation.DESCRIBE, name):
+            results.append(missing_topic(name, None, ErrorCode.topic_authorization_failed))
+        elif topic is not None:
             results.append(describe_topic(topic, state.brokers))
         elif not _valid_name(name):
             results.append(missing_topic(name, None, ErrorCode.invalid_topic_exception))
+        elif may_create and checking and not _may_create(ctx, name):
+            results.append(missing_topic(name, None, ErrorCode.topic_authorization_failed))
         elif may_create:
             to_create.append((len(results), name))
             results.append(None)
@@ -114,6 +136,13 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
     if not to_create:
         return _response(ctx, results)  # type: ignore[arg-type]
     return _create_then_respond(ctx, results, to_create)
+
+
+def _may_create(ctx: RequestContext, name: str) -> bool:
+    """Kafka's rule for creating a topic: CREATE on the cluster, or on the topic itself."""
+    return ctx.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or ctx.allowed(
+        Operation.CREATE, ResourceType.TOPIC, name
+    )
 
 
 def _valid_name(name: str) -> bool:

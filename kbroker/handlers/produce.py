@@ -29,6 +29,7 @@ from kbroker.protocol.produce_response import (
     encode_produce_response,
 )
 from kbroker.protocol.record_validation import InvalidTimestampError
+from kbroker.security.acl import Operation, ResourceType
 from kbroker.storage.log import PartitionLog
 from kbroker.storage.producer_state import ProducerStateError
 from kbroker.txn.errors import producer_state_error_code
@@ -49,6 +50,17 @@ def produce(ctx: RequestContext, request: Any) -> Any:
     topics_out = []
     awaiting_flush: list[PartitionLog] = []
     failed = False
+    # Authorization only when an authorizer is configured: none costs one test per request.
+    checking = broker.authorizer is not None
+    denied_all = None
+    if (
+        checking
+        and request.transactional_id is not None
+        and not ctx.allowed(
+            Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+        )
+    ):
+        denied_all = ErrorCode.transactional_id_authorization_failed
     for topic_data in request.topic_data:
         if by_id:
             topic = state.topics_by_id.get(topic_data.topic_id)
@@ -56,10 +68,19 @@ def produce(ctx: RequestContext, request: Any) -> Any:
         else:
             name = topic_data.name
             topic = state.topics.get(name)
+        denied = denied_all
+        if (
+            checking
+            and denied is None
+            and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name or "")
+        ):
+            denied = ErrorCode.topic_authorization_failed
         partitions = []
         for pdata in topic_data.partition_data:
             if acks not in (0, 1, -1):
                 result = ProducedPartition(pdata.index, ErrorCode.invalid_required_acks)
+            elif denied is not None:
+                result = ProducedPartition(pdata.index, denied)
             elif topic is None:
                 code = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
                 result = ProducedPartition(pdata.index, code)

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.controller.errors import ControllerError
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_TYPES,
@@ -29,7 +30,14 @@ ALTER_USER_SCRAM_CREDENTIALS = 51
 
 @handles(DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
 async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    credentials = ctx.broker.credentials.state.scram_credentials
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "error_message": None,
+            "results": [],
+        }
+    credentials = ctx.broker.security.state.scram_credentials
     by_user: dict[str, list[dict[str, int]]] = {}
     for (user, mechanism), credential in sorted(credentials.items()):
         by_user.setdefault(user, []).append(
@@ -63,7 +71,14 @@ async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> 
 
 @handles(ALTER_USER_SCRAM_CREDENTIALS, 0)
 async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    existing = ctx.broker.credentials.state.scram_credentials
+    if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        users = dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))
+        denied = ErrorCode.cluster_authorization_failed
+        return {
+            "throttle_time": 0,
+            "results": [{"user": u, "error_code": denied, "error_message": None} for u in users],
+        }
+    existing = ctx.broker.security.state.scram_credentials
     pairs = Counter(
         (change.name, change.mechanism) for change in (*request.deletions, *request.upsertions)
     )
@@ -118,7 +133,7 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> dic
     ]
     if upserts or deletes:
         try:
-            await ctx.broker.credentials.alter_scram_credentials(upserts, deletes)
+            await ctx.broker.security.alter_scram_credentials(upserts, deletes)
         except ControllerError as exc:
             for user in order:
                 refuse(user, ErrorCode(exc.error_code), exc.message)

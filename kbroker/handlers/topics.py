@@ -31,6 +31,7 @@ from kbroker.handlers.configs import (
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol.messages import build, response_type
+from kbroker.security.acl import AUTHORIZATION_FAILED, CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger("kbroker.admin")
 
@@ -191,6 +192,11 @@ async def create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
     repeated = duplicates([t.name for t in request.topics])
 
     async def create(topic: Any) -> dict[str, Any]:
+        if broker.authorizer is not None and not (
+            ctx.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+            or ctx.allowed(Operation.CREATE, ResourceType.TOPIC, topic.name)
+        ):
+            raise ResourceError(ErrorCode.topic_authorization_failed, AUTHORIZATION_FAILED)
         if topic.name == CLUSTER_METADATA_TOPIC:
             raise ResourceError(
                 ErrorCode.invalid_request,
@@ -281,6 +287,12 @@ async def delete_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
         err = ResourceError(ErrorCode.invalid_request, "Duplicate topic id.")
         responses.append(_deleted(None, topic_id, err))
     resolved: list[tuple[str | None, Any]] = []  # (name as requested, topic id), known topics
+    checking = broker.authorizer is not None
+
+    def may_delete(name: str) -> bool:
+        return not checking or ctx.allowed(Operation.DELETE, ResourceType.TOPIC, name)
+
+    denied = ResourceError(ErrorCode.topic_authorization_failed, AUTHORIZATION_FAILED)
     for name, topic_id in wanted:
         if name is None and topic_id is None:
             err = ResourceError(
@@ -300,11 +312,15 @@ async def delete_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 responses.append(
                     _deleted(None, topic_id, ResourceError(ErrorCode.unknown_topic_id))
                 )
+            elif not may_delete(info.name):
+                responses.append(_deleted(None, topic_id, denied))
             else:
                 resolved.append((None, info.topic_id))
         elif name is not None:
             info = state.topics.get(name)
-            if info is None:
+            if not may_delete(name):
+                responses.append(_deleted(name, None, denied))
+            elif info is None:
                 err = ResourceError(ErrorCode.unknown_topic_or_partition)
                 responses.append(_deleted(name, None, err))
             else:
@@ -346,6 +362,10 @@ async def create_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]
     repeated = duplicates([t.name for t in request.topics])
 
     async def grow(topic: Any) -> None:
+        if broker.authorizer is not None and not ctx.allowed(
+            Operation.ALTER, ResourceType.TOPIC, topic.name
+        ):
+            raise ResourceError(ErrorCode.topic_authorization_failed, AUTHORIZATION_FAILED)
         info = broker.controller.state.topics.get(topic.name)
         if info is None:
             raise ResourceError(

@@ -21,6 +21,7 @@ from kbroker.coordinator.store import OFFSETS_TOPIC
 from kbroker.handlers.context import RequestContext, TxnCoordination
 from kbroker.handlers.registry import handles
 from kbroker.internal_topics import write_error
+from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.txn.metadata import TxnMetadata, TxnState
 
 INIT_PRODUCER_ID = 22
@@ -51,10 +52,34 @@ def _ms(value: Any) -> int:
 
 
 # v6 (KIP-939, two-phase commit) is not served: 0-5 as Kafka 3.9 does.
+def _init_denied(ctx: RequestContext, txn_id: str | None) -> ErrorCode | None:
+    """Kafka's rule: a transactional producer needs WRITE on its transactional id; an
+    idempotent one IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679)."""
+    if txn_id:
+        if ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            return None
+        return E.transactional_id_authorization_failed
+    if ctx.allowed(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return None
+    topics = ctx.broker.controller.state.topics
+    if any(ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name) for name in topics):
+        return None
+    return E.cluster_authorization_failed
+
+
 @handles(INIT_PRODUCER_ID, 0, 5)
 async def init_producer_id(ctx: RequestContext, request: Any) -> dict[str, Any]:
     service = _service(ctx)
     txn_id = request.transactional_id
+    if ctx.broker.authorizer is not None:
+        denied = _init_denied(ctx, txn_id)
+        if denied is not None:
+            return {
+                "throttle_time": 0,
+                "error_code": denied,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
     if txn_id:
         error = await service.ensure_topic()
         if error != E.none:

@@ -1,0 +1,302 @@
+"""The StandardAuthorizer on a live broker: users logged in over SASL/PLAIN (and one by
+its client certificate) are refused or let through exactly as their ACLs say, with
+Kafka's error codes. ``admin`` is a super user and manages the ACLs with the stock
+admin client."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from compat_tests.confluent_helpers import make_consumer
+from compat_tests.security_broker import PLAIN_USERS, SecureBroker, start_secure_broker
+from compat_tests.tls_material import make_tls_material
+from kbroker.admin.client import BrokerConnection
+
+pytestmark = pytest.mark.timeout(120)
+
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    base = tmp_path_factory.mktemp("acl-broker")
+    broker = start_secure_broker(
+        base / "node",
+        make_tls_material(base / "tls"),
+        **{
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin",
+            "listener.name.ssl.ssl.client.auth": "required",
+        },
+    )
+    try:
+        yield broker
+    finally:
+        broker.node.kill()
+
+
+def sasl(broker: SecureBroker, name: str) -> dict[str, str]:
+    return {
+        "bootstrap.servers": broker.address("SASL_PLAINTEXT"),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": name,
+        "sasl.password": PLAIN_USERS[name],
+    }
+
+
+def admin(broker: SecureBroker) -> AdminClient:
+    return AdminClient(sasl(broker, "admin"))
+
+
+def login(broker: SecureBroker, name: str) -> BrokerConnection:
+    """A raw connection that has authenticated with SASL/PLAIN (SaslHandshake v1)."""
+    conn = BrokerConnection.to(broker.address("SASL_PLAINTEXT"))
+    assert conn.request(17, 1, mechanism="PLAIN").error_code == 0
+    token = f"\0{name}\0{PLAIN_USERS[name]}".encode()
+    assert conn.request(36, 1, auth_bytes=token).error_code == 0
+    return conn
+
+
+def new_topic(broker: SecureBroker, prefix: str = "acl") -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    client = admin(broker)
+    client.create_topics([NewTopic(name, 1, 1)])[name].result(20)
+    producer = Producer(sasl(broker, "admin"))
+    producer.produce(name, b"from admin")
+    assert producer.flush(20) == 0
+    return name
+
+
+def grant(broker: SecureBroker, *bindings: AclBinding) -> None:
+    client = admin(broker)
+    for future in client.create_acls(list(bindings)).values():
+        future.result(20)
+
+
+def allow(
+    rtype: ResourceType,
+    name: str,
+    operation: AclOperation,
+    principal: str = "User:alice",
+    pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+    permission: AclPermissionType = AclPermissionType.ALLOW,
+) -> AclBinding:
+    return AclBinding(rtype, name, pattern, principal, "*", operation, permission)
+
+
+def produce_error(broker: SecureBroker, user: str, topic: str) -> int | None:
+    """The error code of one record's delivery (None when delivered)."""
+    outcome: list[KafkaError | None] = []
+    producer = Producer({**sasl(broker, user), "message.timeout.ms": 15000})
+    producer.produce(topic, b"x", on_delivery=lambda err, msg: outcome.append(err))
+    producer.flush(20)
+    assert outcome, "no delivery report"
+    return None if outcome[0] is None else outcome[0].code()
+
+
+def fetch_error(broker: SecureBroker, user: str, topic: str) -> int | None:
+    """None when Fetch (v12, from offset 0) returns records, else its partition's error."""
+    with login(broker, user) as conn:
+        answer = conn.request(
+            1,
+            12,
+            replica_id=-1,
+            max_wait=datetime.timedelta(milliseconds=100),
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": 0,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                    ],
+                }
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+    partition = answer.responses[0].partitions[0]
+    if partition.error_code:
+        return int(partition.error_code)
+    assert partition.records, "no error and no records"
+    return None
+
+
+def test_without_acls_a_user_is_refused_writes_and_reads(secure: SecureBroker) -> None:
+    topic = new_topic(secure)
+    assert produce_error(secure, "alice", topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert fetch_error(secure, "alice", topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_without_acls_topic_creation_and_group_joins_are_refused(secure: SecureBroker) -> None:
+    with login(secure, "alice") as conn:
+        created = conn.request(
+            19,
+            4,
+            topics=[
+                {
+                    "name": f"denied-{uuid.uuid4().hex[:8]}",
+                    "num_partitions": 1,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+            ],
+            timeout=10000,
+            validate_only=False,
+        )
+        assert created.topics[0].error_code == TOPIC_AUTHORIZATION_FAILED
+        joined = conn.request(
+            11,
+            5,
+            group_id="alice-group",
+            session_timeout=10000,
+            rebalance_timeout=10000,
+            member_id="",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=[{"name": "range", "metadata": b""}],
+        )
+        assert joined.error_code == GROUP_AUTHORIZATION_FAILED
+        found = conn.request(10, 2, key="alice-group", key_type=0)
+        assert found.error_code == GROUP_AUTHORIZATION_FAILED
+
+
+def test_one_acl_grants_exactly_that(secure: SecureBroker) -> None:
+    topic = new_topic(secure)
+    grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.READ))
+    assert fetch_error(secure, "alice", topic) is None
+    assert produce_error(secure, "alice", topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert fetch_error(secure, "bob", topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_a_prefixed_acl_covers_every_topic_with_the_prefix(secure: SecureBroker) -> None:
+    prefix = f"pre{uuid.uuid4().hex[:6]}"
+    inside, outside = new_topic(secure, prefix), new_topic(secure, "elsewhere")
+    grant(
+        secure,
+        allow(
+            ResourceType.TOPIC,
+            prefix,
+            AclOperation.WRITE,
+            pattern=ResourcePatternType.PREFIXED,
+        ),
+    )
+    assert produce_error(secure, "alice", inside) is None
+    assert produce_error(secure, "alice", outside) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_deny_wins_over_allow(secure: SecureBroker) -> None:
+    prefix = f"shared{uuid.uuid4().hex[:6]}"
+    open_topic, secret = new_topic(secure, prefix), new_topic(secure, prefix)
+    grant(
+        secure,
+        allow(ResourceType.TOPIC, prefix, AclOperation.ALL, pattern=ResourcePatternType.PREFIXED),
+        allow(
+            ResourceType.TOPIC,
+            secret,
+            AclOperation.READ,
+            permission=AclPermissionType.DENY,
+        ),
+    )
+    assert fetch_error(secure, "alice", open_topic) is None
+    assert fetch_error(secure, "alice", secret) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert produce_error(secure, "alice", secret) is None  # the deny is for READ only
+
+
+def test_metadata_lists_only_topics_the_user_may_describe(secure: SecureBroker) -> None:
+    visible, hidden = new_topic(secure), new_topic(secure)
+    grant(secure, allow(ResourceType.TOPIC, visible, AclOperation.DESCRIBE))
+    listed = AdminClient(sasl(secure, "alice")).list_topics(timeout=20).topics
+    assert visible in listed and hidden not in listed
+    with login(secure, "alice") as conn:
+        answer = conn.request(
+            3,
+            9,
+            topics=[{"name": hidden}],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        assert answer.topics[0].error_code == TOPIC_AUTHORIZATION_FAILED
+
+
+def test_acls_are_described_and_deleted_by_filter(secure: SecureBroker) -> None:
+    topic = new_topic(secure)
+    grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.READ, principal="User:carol"))
+    client = admin(secure)
+    match = AclBindingFilter(
+        ResourceType.TOPIC,
+        topic,
+        ResourcePatternType.MATCH,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    described = client.describe_acls(match).result(20)
+    assert [(b.name, b.principal, b.operation) for b in described] == [
+        (topic, "User:carol", AclOperation.READ)
+    ]
+    deleted = list(client.delete_acls([match]).values())[0].result(20)
+    assert len(deleted) == 1
+    assert client.describe_acls(match).result(20) == []
+
+
+def test_acl_requests_need_cluster_alter(secure: SecureBroker) -> None:
+    client = AdminClient(sasl(secure, "alice"))
+    futures = client.create_acls([allow(ResourceType.TOPIC, "x", AclOperation.READ)])
+    with pytest.raises(KafkaException) as failure:
+        list(futures.values())[0].result(20)
+    assert failure.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_a_client_certificate_is_the_principal_acls_name(secure: SecureBroker) -> None:
+    topic = new_topic(secure)
+    # The broker maps CN=alice,OU=eng,... to alice@eng (MAPPING_RULES).
+    grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.READ, principal="User:alice@eng"))
+    conf = {
+        "bootstrap.servers": secure.address("SSL"),
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(secure.tls.ca.cert),
+        "ssl.certificate.location": str(secure.tls.client.cert),
+        "ssl.key.location": str(secure.tls.client.key),
+    }
+    consumer = make_consumer(secure.address("SSL"), **conf)
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 15
+        msg = None
+        while msg is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+        assert msg is not None and msg.error() is None and msg.value() == b"from admin"
+    finally:
+        consumer.close()

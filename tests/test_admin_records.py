@@ -42,3 +42,15 @@ def test_datetimes_with_a_zone_are_exact():
     assert parse_datetime("2020-01-01T01:00:00.500+01:00") == 1577836800500
     with pytest.raises(ClientError, match="bad --to-datetime"):
         parse_datetime("yesterday")
+
+
+def test_default_bootstrap_is_where_serve_listens_and_what_the_readme_says():
+    from pathlib import Path
+
+    from kbroker.admin.commands import DEFAULT_BOOTSTRAP
+    from kbroker.config import load_broker_config
+
+    listener = load_broker_config(None, [], {}).get("listeners")
+    assert listener == f"PLAINTEXT://{DEFAULT_BOOTSTRAP}"
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert f"`--bootstrap`, default `{DEFAULT_BOOTSTRAP}`" in readme.replace("\n", " ")

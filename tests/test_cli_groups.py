@@ -19,7 +19,6 @@ from kbroker.admin.groups import (
     decode_assignment,
     render_description,
     render_list,
-    table,
 )
 from kbroker.cli import main
 
@@ -34,14 +33,6 @@ def assignment_bytes(topics: dict[str, list[int]], version: int = 3) -> bytes:
             struct.pack(">i", p) for p in partitions
         )
     return out + struct.pack(">i", -1)
-
-
-def test_table_pads_columns_and_shows_missing_values_as_dashes():
-    assert table(["A", "LONGER"], [("x", None), ("wide-cell", 7)]).splitlines() == [
-        "A          LONGER",
-        "x          -",
-        "wide-cell  7",
-    ]
 
 
 def test_list_table_has_one_row_per_group():

@@ -572,27 +572,33 @@ def _consume(c: Cluster, args: argparse.Namespace, out: Output) -> int:
         isolation,
     )
     count = 0
-    for r in got:
-        count += 1
-        if out.json:
-            out.data(
-                {
-                    "topic": r.topic,
-                    "partition": r.partition,
-                    "offset": r.offset,
-                    "timestamp": r.timestamp,
-                    "key": _text(r.key),
-                    "value": _text(r.value),
-                    "headers": {k: _text(v) for k, v in r.headers},
-                }
-            )
-        elif args.print_key:
-            out.text(f"{_text(r.key) or ''}\t{_text(r.value) or ''}")
-        else:
-            out.text(_text(r.value) or "")
-        out.out.flush()
+    with out.progress(f"consuming {args.topic}", args.max_messages, printing=True) as bar:
+        for r in got:
+            count += 1
+            advance(bar)
+            _print_record(out, r, args.print_key)
     out.note(f"Processed a total of {count} messages")
     return 0
+
+
+def _print_record(out: Output, r: records.Consumed, print_key: bool) -> None:
+    if out.json:
+        out.data(
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "timestamp": r.timestamp,
+                "key": _text(r.key),
+                "value": _text(r.value),
+                "headers": {k: _text(v) for k, v in r.headers},
+            }
+        )
+    elif print_key:
+        out.text(f"{_text(r.key) or ''}\t{_text(r.value) or ''}")
+    else:
+        out.text(_text(r.value) or "")
+    out.out.flush()
 
 
 def _text(data: bytes | None) -> str | None:

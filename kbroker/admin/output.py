@@ -84,8 +84,12 @@ class Output:
         print(line, file=self.err)
 
     @contextmanager
-    def progress(self, description: str, total: int | None) -> Iterator[Progress]:
-        """A progress bar on stderr while the block runs; invisible off a terminal."""
+    def progress(
+        self, description: str, total: int | None, printing: bool = False
+    ) -> Iterator[Progress]:
+        """A progress bar on stderr while the block runs; invisible off a terminal, and
+        when the block `printing` results to stdout on the same terminal (a bar redrawn
+        between the lines would garble them: piped output gets the bar)."""
         bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -93,7 +97,7 @@ class Output:
             TimeElapsedColumn(),
             console=Console(file=self.err),
             transient=True,
-            disable=not self.err.isatty(),
+            disable=not self.err.isatty() or (printing and self.out.isatty()),
         )
         with bar:
             bar.add_task(description, total=total)

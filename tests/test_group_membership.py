@@ -94,7 +94,7 @@ def test_empty_group_id_is_invalid():
 def test_group_id_too_long_to_store_is_invalid():
     h = Harness()
     assert h.join(group="x" * 40_000).value.error == E.invalid_group_id
-    assert h.c.heartbeat("x" * 40_000, "m", 1) == E.invalid_group_id
+    assert h.c.classic.heartbeat("x" * 40_000, "m", 1) == E.invalid_group_id
 
 
 def test_group_of_a_partition_not_led_here_gets_not_coordinator():
@@ -274,34 +274,34 @@ def test_member_that_never_syncs_is_removed_after_the_rebalance_timeout():
 def test_heartbeat_of_a_stable_member_is_fine():
     h = Harness()
     (r,) = h.stable_group(1)
-    assert h.c.heartbeat("g", r.member_id, r.generation_id) == E.none
+    assert h.c.classic.heartbeat("g", r.member_id, r.generation_id) == E.none
 
 
 def test_heartbeat_with_old_generation_is_illegal():
     h = Harness()
     (r,) = h.stable_group(1)
-    assert h.c.heartbeat("g", r.member_id, r.generation_id - 1) == E.illegal_generation
+    assert h.c.classic.heartbeat("g", r.member_id, r.generation_id - 1) == E.illegal_generation
 
 
 def test_heartbeat_of_unknown_member_is_refused():
     h = Harness()
     (r,) = h.stable_group(1)
-    assert h.c.heartbeat("g", "stranger", r.generation_id) == E.unknown_member_id
-    assert h.c.heartbeat("other", "stranger", 1) == E.unknown_member_id
+    assert h.c.classic.heartbeat("g", "stranger", r.generation_id) == E.unknown_member_id
+    assert h.c.classic.heartbeat("other", "stranger", 1) == E.unknown_member_id
 
 
 def test_heartbeat_during_rebalance_asks_to_rejoin():
     h = Harness()
     a, b = h.stable_group(2)
     h.join(member_id=a.member_id)  # the leader rejoins: a rebalance starts
-    assert h.c.heartbeat("g", b.member_id, b.generation_id) == E.rebalance_in_progress
+    assert h.c.classic.heartbeat("g", b.member_id, b.generation_id) == E.rebalance_in_progress
 
 
 def test_heartbeat_between_join_and_sync_is_fine():
     h = Harness()
     a = h.join_new()
     h.clock.advance(0)
-    assert h.c.heartbeat("g", a.value.member_id, a.value.generation_id) == E.none
+    assert h.c.classic.heartbeat("g", a.value.member_id, a.value.generation_id) == E.none
 
 
 def test_heartbeats_keep_a_member_alive():
@@ -309,7 +309,7 @@ def test_heartbeats_keep_a_member_alive():
     (r,) = h.stable_group(1, session_ms=1000)
     for _ in range(10):
         h.clock.advance(600)
-        assert h.c.heartbeat("g", r.member_id, r.generation_id) == E.none
+        assert h.c.classic.heartbeat("g", r.member_id, r.generation_id) == E.none
     assert r.member_id in h.c.groups["g"].members
 
 
@@ -317,12 +317,12 @@ def test_silent_member_is_removed_and_the_rest_rebalance():
     h = Harness()
     a, b = h.stable_group(2, session_ms=1000)
     h.clock.advance(600)
-    h.c.heartbeat("g", a.member_id, a.generation_id)
+    h.c.classic.heartbeat("g", a.member_id, a.generation_id)
     h.clock.advance(600)  # b has been silent for 1200 ms
     group = h.c.groups["g"]
     assert b.member_id not in group.members
     assert group.state == GroupState.PREPARING_REBALANCE
-    assert h.c.heartbeat("g", a.member_id, a.generation_id) == E.rebalance_in_progress
+    assert h.c.classic.heartbeat("g", a.member_id, a.generation_id) == E.rebalance_in_progress
     rejoin = h.join(member_id=a.member_id)
     assert rejoin.value.generation_id == a.generation_id + 1
     assert rejoin.value.leader_id == a.member_id
@@ -343,7 +343,7 @@ def test_member_not_rejoining_within_rebalance_timeout_is_dropped():
     a, b = h.stable_group(2, rebalance_ms=5000, session_ms=60_000)
     rejoin = h.join(member_id=a.member_id, rebalance_ms=5000, session_ms=60_000)
     h.clock.advance(4000)
-    h.c.heartbeat("g", b.member_id, b.generation_id)  # alive but not rejoining
+    h.c.classic.heartbeat("g", b.member_id, b.generation_id)  # alive but not rejoining
     assert not rejoin.done
     h.clock.advance(1001)
     assert rejoin.value.error == E.none
@@ -409,7 +409,7 @@ def test_parked_syncs_are_told_to_rejoin_when_a_rebalance_starts():
 def test_leave_removes_the_member_and_rebalances_the_rest():
     h = Harness()
     a, b = h.stable_group(2)
-    result = h.c.leave_group("g", [LeavingMember(b.member_id)])
+    result = h.c.classic.leave_group("g", [LeavingMember(b.member_id)])
     assert result.error == E.none
     assert result.members == ((b.member_id, None, E.none),)
     assert state(h) == GroupState.PREPARING_REBALANCE
@@ -420,26 +420,26 @@ def test_leave_removes_the_member_and_rebalances_the_rest():
 def test_last_member_leaving_empties_the_group():
     h = Harness()
     (a,) = h.stable_group(1)
-    h.c.leave_group("g", [LeavingMember(a.member_id)])
+    h.c.classic.leave_group("g", [LeavingMember(a.member_id)])
     assert state(h) == GroupState.EMPTY
 
 
 def test_batched_leave_reports_each_member():
     h = Harness()
     a, b = h.stable_group(2)
-    result = h.c.leave_group("g", [LeavingMember(a.member_id), LeavingMember("ghost")])
+    result = h.c.classic.leave_group("g", [LeavingMember(a.member_id), LeavingMember("ghost")])
     assert result.members == ((a.member_id, None, E.none), ("ghost", None, E.unknown_member_id))
 
 
 def test_leave_of_missing_group_is_unknown_member():
     h = Harness()
-    assert h.c.leave_group("nope", [LeavingMember("m")]).error == E.unknown_member_id
+    assert h.c.classic.leave_group("nope", [LeavingMember("m")]).error == E.unknown_member_id
 
 
 def test_leave_of_a_pending_member_is_accepted():
     h = Harness()
     pending = h.join().value.member_id
-    result = h.c.leave_group("g", [LeavingMember(pending)])
+    result = h.c.classic.leave_group("g", [LeavingMember(pending)])
     assert result.members == ((pending, None, E.none),)
     assert pending not in h.c.groups["g"].pending_members
 
@@ -447,7 +447,7 @@ def test_leave_of_a_pending_member_is_accepted():
 def test_member_leaving_while_its_join_is_parked_gets_an_answer():
     h = Harness(initial_rebalance_delay_ms=3000)
     box = h.join_new()
-    h.c.leave_group("g", [LeavingMember(h.c.groups["g"].leader_id or "")])
+    h.c.classic.leave_group("g", [LeavingMember(h.c.groups["g"].leader_id or "")])
     assert box.value.error == E.unknown_member_id
 
 
@@ -488,8 +488,10 @@ def test_old_incarnation_of_a_static_member_is_fenced():
     h.sync("g", old.generation_id, old.member_id, {old.member_id: b"x"}, instance_id="i1")
     new = h.join(instance_id="i1").value
     assert new.member_id != old.member_id
-    assert h.c.heartbeat("g", old.member_id, old.generation_id, "i1") == E.fenced_instance_id
-    assert h.c.heartbeat("g", new.member_id, new.generation_id, "i1") == E.none
+    assert (
+        h.c.classic.heartbeat("g", old.member_id, old.generation_id, "i1") == E.fenced_instance_id
+    )
+    assert h.c.classic.heartbeat("g", new.member_id, new.generation_id, "i1") == E.none
 
 
 def test_static_member_joins_without_member_id_required():
@@ -557,7 +559,7 @@ def test_leave_by_instance_id_removes_the_static_member():
     h = Harness()
     box = h.join(instance_id="i1")
     h.clock.advance(0)
-    result = h.c.leave_group("g", [LeavingMember("", "i1")])
+    result = h.c.classic.leave_group("g", [LeavingMember("", "i1")])
     assert result.members == (("", "i1", E.none),)
     assert box.value.member_id not in h.c.groups["g"].members
 

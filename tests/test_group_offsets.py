@@ -89,7 +89,7 @@ def test_simple_commit_into_a_live_group_is_refused():
 def test_simple_commit_into_an_emptied_consumer_group_is_accepted():
     h = Harness()
     (r,) = h.stable_group(1)
-    h.c.leave_group("g", [LeavingMember(r.member_id)])
+    h.c.classic.leave_group("g", [LeavingMember(r.member_id)])
     assert commit(h) == {TP: E.none}
 
 
@@ -241,9 +241,9 @@ def test_offsets_of_an_empty_consumer_group_expire_from_when_it_emptied():
     (r,) = h.stable_group(1, session_ms=2 * DAY_MS)
     commit(h, member_id=r.member_id, generation=r.generation_id)
     h.clock.advance(DAY_MS)  # the commit is old, but the group is still live
-    h.c.heartbeat("g", r.member_id, r.generation_id)
+    h.c.classic.heartbeat("g", r.member_id, r.generation_id)
     assert h.c.expire_offsets() == 0
-    h.c.leave_group("g", [LeavingMember(r.member_id)])
+    h.c.classic.leave_group("g", [LeavingMember(r.member_id)])
     h.clock.advance(DAY_MS - 1)
     assert h.c.expire_offsets() == 0
     h.clock.advance(1)
@@ -278,7 +278,7 @@ def test_stable_group_keeps_offsets_of_subscribed_topics_only():
 def test_empty_group_without_offsets_is_removed_by_expiry():
     h = Harness()
     (r,) = h.stable_group(1)
-    h.c.leave_group("g", [LeavingMember(r.member_id)])
+    h.c.classic.leave_group("g", [LeavingMember(r.member_id)])
     h.c.expire_offsets()
     assert "g" not in h.c.groups
 

@@ -131,7 +131,7 @@ def test_stable_group_and_offsets_survive_a_reload():
     assert set(group.members) == {a.member_id, b.member_id}
     assert group.members[b.member_id].assignment == b.member_id.encode()
     assert group.offsets[("t", 1)].offset == 8
-    assert again.c.heartbeat("g", b.member_id, b.generation_id) == E.none
+    assert again.c.classic.heartbeat("g", b.member_id, b.generation_id) == E.none
 
 
 def test_reloaded_members_that_never_return_expire():

@@ -28,14 +28,13 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import re2
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.coordinator.assignors import ASSIGNORS, AssignorError, MemberSubscription
-from kbroker.coordinator.clock import Scheduler
 from kbroker.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -60,9 +59,10 @@ from kbroker.coordinator.consumer_records import (
     is_consumer_record,
 )
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata
+from kbroker.coordinator.host import GroupHost
 from kbroker.coordinator.reconciliation import MemberFenced, OwnedPartitions, reconcile
 from kbroker.coordinator.records import RecordFormatError, encode_group_key, encode_offset_key
-from kbroker.coordinator.store import GroupStore, KeyValue
+from kbroker.coordinator.store import KeyValue
 from kbroker.internal_topics import write_error
 
 if TYPE_CHECKING:
@@ -174,21 +174,6 @@ class HeartbeatError(Exception):
         self.message = message
 
 
-class Host(Protocol):
-    """What the classic coordinator shares with this one."""
-
-    groups: dict[str, ClassicGroup]
-    store: GroupStore
-    scheduler: Scheduler
-    owned: set[int]
-
-    def partition_for(self, group_id: str) -> int: ...
-
-    def _status(self, group_id: str | None, allow_empty: bool = False) -> ErrorCode | None: ...
-
-    def _forget_group(self, group: ClassicGroup) -> None: ...
-
-
 class _Change:
     """The records one operation produces, applied as they come to a working copy."""
 
@@ -248,7 +233,7 @@ def _is_subset(owned: OwnedPartitions, assignment: Assignment) -> bool:
 class ConsumerGroupCoordinator:
     def __init__(
         self,
-        host: Host,
+        host: GroupHost,
         config: ConsumerGroupConfig | None = None,
         new_member_id: Callable[[], str] | None = None,
     ) -> None:
@@ -423,13 +408,13 @@ class ConsumerGroupCoordinator:
         except HeartbeatError as exc:
             callback(HeartbeatResult(exc.code, exc.message))
             return
-        status = self.host._status(req.group_id)
+        status = self.host.status(req.group_id)
         if status is not None:
             callback(HeartbeatResult(status))
             return
 
         def op() -> tuple[_Change | None, Finish]:
-            status = self.host._status(req.group_id)
+            status = self.host.status(req.group_id)
             if status is not None:  # the partition moved while this waited in line
                 lost = HeartbeatResult(status)
                 return None, lambda _code: callback(lost)
@@ -1007,7 +992,7 @@ class ConsumerGroupCoordinator:
         offsets; its metadata record is deleted."""
         gid = classic.group_id
         group = ConsumerGroup(gid, offsets=dict(classic.offsets))
-        self.host._forget_group(classic)
+        self.host.forget_classic_group(classic)
         self.groups[gid] = group
         self.host.store.write(
             self.host.partition_for(gid),
@@ -1113,7 +1098,7 @@ class ConsumerGroupCoordinator:
 
     def describe(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
         """ConsumerGroupDescribe's lookup: the group, or why not."""
-        status = self.host._status(group_id)
+        status = self.host.status(group_id)
         if status is not None:
             return status, None, None
         group = self.groups.get(group_id)

@@ -20,7 +20,8 @@ from prometheus_client.core import Metric
 from kbroker.controller.events import PartitionsCreated, TopicCreated, TopicDeleted
 from kbroker.coordinator.clock import LoopScheduler
 from kbroker.coordinator.consumer_coordinator import consumer_group_config
-from kbroker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
+from kbroker.coordinator.coordinator import GroupCoordinator
+from kbroker.coordinator.host import CoordinatorConfig
 from kbroker.coordinator.lag import lag_metrics, replica_high_watermark
 from kbroker.coordinator.store import OFFSETS_TOPIC, LogGroupStore
 from kbroker.internal_topics import InternalTopicService, KeyValue, TopicLayout

@@ -181,7 +181,7 @@ def join_group(ctx: RequestContext, request: Any) -> Any:
     session = _ms(request.session_timeout)
     rebalance = _ms(request.rebalance_timeout) if version >= 1 else -1
     future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
-    coordinator.join_group(
+    coordinator.classic.join_group(
         JoinRequest(
             group_id=request.group_id,
             member_id=request.member_id,
@@ -229,7 +229,7 @@ def sync_group(ctx: RequestContext, request: Any) -> Any:
         return _sync_response(SyncResult(E.group_authorization_failed))
     coordinator = _coordinator(ctx)
     future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
-    coordinator.sync_group(
+    coordinator.classic.sync_group(
         SyncRequest(
             group_id=request.group_id,
             generation_id=request.generation_id,
@@ -262,7 +262,7 @@ def heartbeat(ctx: RequestContext, request: Any) -> Any:
     if _group_denied(ctx, Operation.READ, request.group_id):
         return {"throttle_time": 0, "error_code": E.group_authorization_failed}
     coordinator = _coordinator(ctx)
-    error = coordinator.heartbeat(
+    error = coordinator.classic.heartbeat(
         request.group_id,
         request.member_id,
         request.generation_id,
@@ -284,7 +284,7 @@ def leave_group(ctx: RequestContext, request: Any) -> Any:
     if _group_denied(ctx, Operation.READ, request.group_id):
         return {"throttle_time": 0, "error_code": E.group_authorization_failed, "members": []}
     coordinator = _coordinator(ctx)
-    result = coordinator.leave_group(request.group_id, leaving)
+    result = coordinator.classic.leave_group(request.group_id, leaving)
     if not batched:
         # One member, one error: before v3 the member's error is the response's error.
         error = result.error

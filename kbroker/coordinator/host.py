@@ -1,0 +1,92 @@
+"""What the classic and the consumer-protocol group coordinators share, and the
+interface through which each reaches the group coordinator hosting both.
+
+Both protocols' groups live in one id space, one set of `__consumer_offsets`
+partitions, one store and one clock, all owned by `coordinator.GroupCoordinator`;
+`GroupHost` is the part of it they may use, so neither calls into the other's
+internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.coordinator.clock import Scheduler
+from kbroker.coordinator.store import GroupStore
+from kbroker.internal_topics import write_error
+
+if TYPE_CHECKING:
+    from kbroker.coordinator.group import ClassicGroup, OffsetAndMetadata
+
+R = TypeVar("R")
+log = logging.getLogger("kbroker.coordinator")
+
+E = ErrorCode
+TopicPartition = tuple[str, int]
+
+
+class GroupHost(Protocol):
+    """The group coordinator as the protocol coordinators see it."""
+
+    groups: dict[str, ClassicGroup]  # classic (and simple, offsets-only) groups by id
+    store: GroupStore
+    scheduler: Scheduler
+    owned: set[int]  # partitions of __consumer_offsets loaded here
+
+    def partition_for(self, group_id: str) -> int: ...
+
+    def status(self, group_id: str | None, allow_empty: bool = False) -> ErrorCode | None:
+        """None if the id is usable and this node coordinates it, else why not."""
+        ...
+
+    def is_consumer_group(self, group_id: str) -> bool: ...
+
+    def release_consumer_group(
+        self, group_id: str
+    ) -> dict[TopicPartition, OffsetAndMetadata] | None:
+        """An empty consumer-protocol group given up for a classic one: its offsets, or
+        None while it has members."""
+        ...
+
+    def forget_classic_group(self, group: ClassicGroup) -> None:
+        """Drop a classic group (its timers stopped) that a consumer group replaces."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    """Kafka's broker settings for groups (group.*, offsets.*), in milliseconds."""
+
+    num_partitions: int = 50
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    max_group_size: int = 2**31 - 1
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offset_metadata_max_bytes: int = 4096
+    # KIP-394: how long a member that joined without an id may wait for its join answer.
+    new_member_join_timeout_ms: int = 300_000
+
+
+def group_write_error(code: ErrorCode) -> ErrorCode:
+    """How a failed group-metadata write is reported to members (Kafka's mapping): a
+    timeout leaves the rebalance to go on."""
+    return write_error(code, timed_out=E.rebalance_in_progress)
+
+
+def invoke(callback: Callable[[R], None], result: R) -> None:
+    """Answer a parked request; a failing callback must not break the state machine."""
+    try:
+        callback(result)
+    except Exception:
+        log.exception("group callback failed")
+
+
+def log_write_failure(what: str, code: ErrorCode) -> None:
+    if code != E.none:
+        log.warning("writing coordinator records (%s) failed: %s", what, code.name)

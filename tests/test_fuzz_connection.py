@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
 
+from kbroker.admin.client import request_frame
 from kbroker.handlers.registry import APIS
 from kbroker.metrics.counters import RequestCounters
 from kbroker.protocol import messages
@@ -96,15 +97,9 @@ def connect(max_idle_ms: int = -1) -> tuple[KafkaConnection, FakeTransport]:
     return conn, transport
 
 
-def request(
-    api_key: int, version: int, correlation: int, body: bytes = b"", flexible=False
-) -> bytes:
-    client = b"fuzz"
-    head = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
-    if flexible:
-        head += b"\x00"
-    payload = head + body
-    return frame(len(payload)) + payload
+def request(api_key: int, version: int, correlation: int, body: bytes = b"") -> bytes:
+    """A whole frame, with the header version the API version asks for."""
+    return request_frame(api_key, version, correlation, "fuzz", body)
 
 
 def responses(data: bytes) -> list[bytes]:
@@ -181,7 +176,7 @@ def test_frame_shorter_than_a_header_closes(caplog: pytest.LogCaptureFixture) ->
 
 def test_truncated_body_closes_naming_the_api(caplog: pytest.LogCaptureFixture) -> None:
     conn, transport = connect()
-    conn.data_received(request(3, 12, 5, b"\x05", flexible=True))  # Metadata: 4 topics, no bytes
+    conn.data_received(request(3, 12, 5, b"\x05"))  # Metadata: 4 topics, no bytes
     assert transport.closed
     assert closed_with(caplog, "malformed metadata v12 request (correlation 5)")
 
@@ -189,7 +184,7 @@ def test_truncated_body_closes_naming_the_api(caplog: pytest.LogCaptureFixture) 
 def test_hostile_array_count_closes_instead_of_aborting(caplog: pytest.LogCaptureFixture) -> None:
     conn, transport = connect()
     body = struct.pack(">iiiibii", -1, 500, 1, 1 << 20, 0, 0, -1) + bytes.fromhex("a8c881905c")
-    conn.data_received(request(1, 12, 9, body, flexible=True))
+    conn.data_received(request(1, 12, 9, body))
     assert transport.closed
     assert closed_with(caplog, "array of 24729642023 elements")
 
@@ -380,7 +375,7 @@ def test_parked_fetch_is_cancelled_when_its_connection_is_lost(
 
     async def scenario() -> None:
         conn, _ = connect()
-        conn.data_received(request(FETCH, 12, 1, fetch_v12_body(), flexible=True))
+        conn.data_received(request(FETCH, 12, 1, fetch_v12_body()))
         await asyncio.sleep(0.01)
         conn.connection_lost(None)
         await asyncio.sleep(0.01)

@@ -389,3 +389,38 @@ def test_java_share_consumer_reads_every_record_once(share_broker, tmp_path):  #
     assert run.returncode == 0, run.stderr
     assert "DUPLICATE" not in run.stdout
     assert "SEEN 500" in run.stdout
+
+
+def test_a_dead_letter_is_written_once_across_a_kill_minus_nine(broker_factory):  # type: ignore[no-untyped-def]
+    broker = broker_factory.start_with(BROKER)
+    dlq = unique_topic("dlq")
+    topic, group = new_queue(
+        broker.bootstrap, 1, errors_deadletterqueue_topic_name=dlq, share_delivery_count_limit="2"
+    )
+    consumer = share_consumer(broker.bootstrap, group, topic, share_acknowledgement_mode="explicit")
+    rejected = False
+    deadline = time.monotonic() + 20
+    while not rejected and time.monotonic() < deadline:
+        for message in consumer.poll(0.5):
+            consumer.acknowledge(message, AcknowledgeType.REJECT)
+            rejected = True
+    assert all(error is None for error in consumer.commit_sync(10).values())
+    broker.kill()  # right after the rejection was acknowledged: the copy may be pending
+    del consumer
+    broker.start()
+    reader = make_consumer(broker.bootstrap)
+    copies = []
+    try:
+        reader.subscribe([dlq])
+        end = time.monotonic() + 20
+        while time.monotonic() < end and not copies:
+            message = reader.poll(0.5)
+            if message is not None and message.error() is None:
+                copies.append(message)
+        while (message := reader.poll(1.5)) is not None:
+            if message.error() is None:
+                copies.append(message)
+    finally:
+        reader.close()
+    assert len(copies) == 1
+    assert dict(copies[0].headers())["__dlq.errors.reason"] == b"rejected"

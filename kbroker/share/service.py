@@ -216,8 +216,9 @@ class ShareService(InternalTopicService):
         await super().stop()
 
     def _is_other_group(self, group_id: str) -> bool:
-        groups = getattr(self.broker.group_coordinator.coordinator, "groups", {})
-        return group_id in groups
+        """Whether the id is taken by a classic or consumer-protocol group."""
+        coordinator = self.broker.group_coordinator.coordinator
+        return group_id in coordinator.groups or group_id in coordinator.consumer.groups
 
     def _tick(self) -> None:
         self.coordinator.tick(int(time.time() * 1000))

@@ -95,3 +95,30 @@ def test_requests_are_logged_with_their_fields_when_enabled(tmp_path, caplog):
 
 def test_requests_are_not_logged_by_default(tmp_path, caplog):
     assert _api_versions_logged(tmp_path, [], caplog) == []
+
+
+def test_text_lines_escape_control_characters_in_client_text(restore_logging: None) -> None:
+    stream = io.StringIO()
+    configure_logging("INFO", "text", {}, stream)
+    logging.getLogger("kbroker.test").warning(
+        "group %s joined", "g\n2026-01-01 00:00:00,000 ERROR kbroker.fake: FORGED\x1b[0m\u2028"
+    )
+    (line,) = stream.getvalue().splitlines()
+    assert line.endswith(
+        "group g\\x0a2026-01-01 00:00:00,000 ERROR kbroker.fake: FORGED\\x1b[0m\\u2028 joined"
+    )
+
+
+def test_a_traceback_keeps_its_lines_but_not_a_clients_newline_in_its_message(
+    restore_logging: None,
+) -> None:
+    stream = io.StringIO()
+    configure_logging("INFO", "text", {}, stream)
+    try:
+        raise ValueError("tag\nFORGED")
+    except ValueError:
+        logging.getLogger("kbroker.test").exception("handler failed")
+    lines = stream.getvalue().splitlines()
+    assert lines[1] == "Traceback (most recent call last):"
+    assert lines[-1] == "ValueError: tag\\x0aFORGED"
+    assert not any(line.startswith("FORGED") for line in lines)

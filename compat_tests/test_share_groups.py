@@ -29,6 +29,7 @@ from compat_tests.confluent_helpers import (
     unique_group,
     unique_topic,
 )
+from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -424,3 +425,79 @@ def test_a_dead_letter_is_written_once_across_a_kill_minus_nine(broker_factory):
         reader.close()
     assert len(copies) == 1
     assert dict(copies[0].headers())["__dlq.errors.reason"] == b"rejected"
+
+
+def _wire(broker):  # type: ignore[no-untyped-def]
+    return BrokerConnection(broker.host, broker.port, 10.0, "share-wire").negotiate()
+
+
+def _heartbeat(conn, group: str, member: str, epoch: int, topics: list[str] | None):  # type: ignore[no-untyped-def]
+    return conn.request(
+        76,
+        1,
+        group_id=group,
+        member_id=member,
+        member_epoch=epoch,
+        rack_id=None,
+        subscribed_topic_names=topics,
+    )
+
+
+def _share_fetch(conn, group: str, member: str, epoch: int, topic_id, acks=()):  # type: ignore[no-untyped-def]
+    partition = {"partition_index": 0, "acknowledgement_batches": list(acks)}
+    return conn.request(
+        78,
+        1,
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        max_wait=500,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        max_records=5,
+        batch_size=5,
+        topics=[{"topic_id": topic_id, "partitions": [partition]}],
+        forgotten_topics_data=[],
+    )
+
+
+def _ack(conn, group: str, member: str, epoch: int, topic_id, *batches):  # type: ignore[no-untyped-def]
+    response = conn.request(
+        79,
+        1,
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        topics=[
+            {
+                "topic_id": topic_id,
+                "partitions": [{"partition_index": 0, "acknowledgement_batches": list(batches)}],
+            }
+        ],
+    )
+    return int(response.responses[0].partitions[0].error_code)
+
+
+def test_bad_acknowledgements_and_stale_epochs_get_kafkas_error_codes(share_broker):  # type: ignore[no-untyped-def]
+    topic, group = new_queue(share_broker.bootstrap, 20)
+    with _wire(share_broker) as a, _wire(share_broker) as b:
+        joined = _heartbeat(a, group, "member-a", 0, [topic])
+        assert int(joined.error_code) == 0
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        assert int(_heartbeat(b, group, "member-b", 0, [topic]).error_code) == 0
+        fetched = _share_fetch(a, group, "member-a", 0, topic_id)
+        acquired = fetched.responses[0].partitions[0].acquired_records
+        assert [(r.first_offset, r.last_offset) for r in acquired] == [(0, 4)]
+        assert int(_share_fetch(b, group, "member-b", 0, topic_id).error_code) == 0
+        accept = {"first_offset": 0, "last_offset": 1, "acknowledge_types": [1]}
+        # b acknowledges what a holds: INVALID_RECORD_STATE, and a still holds it.
+        assert _ack(b, group, "member-b", 1, topic_id, accept) == 121
+        overlapping = [accept, {"first_offset": 1, "last_offset": 2, "acknowledge_types": [1]}]
+        assert _ack(a, group, "member-a", 1, topic_id, *overlapping) == 42  # INVALID_REQUEST
+        assert _ack(a, group, "member-a", 2, topic_id, accept) == 0
+        # A session epoch out of sequence, and a session never opened.
+        assert int(_share_fetch(a, group, "member-a", 9, topic_id).error_code) == 123
+        assert int(_share_fetch(a, group, "nobody", 4, topic_id).error_code) == 122
+        # A member epoch older than the one before the current: FENCED_MEMBER_EPOCH.
+        _heartbeat(b, group, "member-c", 0, [topic])
+        assert int(_heartbeat(a, group, "member-a", 1, None).error_code) == 110

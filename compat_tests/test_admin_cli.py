@@ -353,7 +353,35 @@ def test_reset_offsets_to_datetime_finds_the_first_record_at_or_after_it(kb, bro
     assert [p["new"] for p in json.loads(out)["partitions"]] == [6, 6]
 
 
-def test_reset_offsets_refuses_while_the_group_has_members(kb, broker, idle_group):
+def test_reset_offsets_shift_by_moves_from_the_committed_offset_within_the_log(
+    kb, broker, idle_group
+):
+    topic, group = idle_group
+    code, out, _ = kb(
+        "groups", "reset-offsets", group, "--topic", topic, "--shift-by", "-3", "-o", "json"
+    )
+    assert code == 0
+    assert [p["new"] for p in json.loads(out)["partitions"]] == [1, 1]
+    code, out, _ = kb(
+        "groups", "reset-offsets", group, "--topic", f"{topic}:0", "--shift-by", "50", "--execute"
+    )
+    assert code == 0
+    assert committed(broker.bootstrap, group, topic, 2) == [6, 4]
+
+
+def test_groups_delete_removes_an_idle_group_and_its_offsets(kb, broker, idle_group):
+    topic, group = idle_group
+    code, out, err = kb("groups", "delete", group)
+    assert code == 0, err
+    assert f"Deleted group {group}." in out
+    assert committed(broker.bootstrap, group, topic, 2) == [-1001, -1001]
+    code, _, err = kb("groups", "delete", group)
+    assert code == 1 and "GROUP_ID_NOT_FOUND" in err
+
+
+@pytest.fixture
+def active_group(broker: BrokerProcess, idle_group: tuple[str, str]) -> Iterator[tuple[str, str]]:
+    """The idle group with one subscribed consumer that has its assignment."""
     topic, group = idle_group
     consumer = Consumer(
         {"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest"}
@@ -364,13 +392,24 @@ def test_reset_offsets_refuses_while_the_group_has_members(kb, broker, idle_grou
         while not consumer.assignment() and time.monotonic() < deadline:
             consumer.poll(0.2)
         assert consumer.assignment()
-        code, _, err = kb(
-            "groups", "reset-offsets", group, "--all-topics", "--to-earliest", "--execute"
-        )
-        assert code == 1
-        assert "inactive" in err and "Stable" in err
+        yield topic, group
     finally:
         consumer.close()
+
+
+def test_reset_offsets_refuses_while_the_group_has_members(kb, active_group):
+    topic, group = active_group
+    code, _, err = kb(
+        "groups", "reset-offsets", group, "--all-topics", "--to-earliest", "--execute"
+    )
+    assert code == 1
+    assert "inactive" in err and "Stable" in err
+
+
+def test_groups_delete_refuses_a_group_with_members(kb, active_group):
+    topic, group = active_group
+    code, _, err = kb("groups", "delete", group)
+    assert code == 1 and "NON_EMPTY_GROUP" in err
 
 
 # -- cluster ------------------------------------------------------------------------------

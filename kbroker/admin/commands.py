@@ -2,7 +2,7 @@
 kafka-configs and the console producer/consumer shape theirs:
 
     kbroker topics   list | describe [TOPIC...] | create | alter | delete
-    kbroker groups   list | describe GROUP | lag GROUP | reset-offsets GROUP ...
+    kbroker groups   list | describe GROUP | lag GROUP | reset-offsets GROUP ... | delete
     kbroker configs  describe | alter | list          (--topic, --broker, --group, ...)
     kbroker produce TOPIC    lines of stdin as records
     kbroker consume TOPIC    records to stdout
@@ -159,7 +159,7 @@ def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
 
 
 def _add_groups(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    parser = sub.add_parser("groups", help="list, describe and reset consumer groups")
+    parser = sub.add_parser("groups", help="list, describe, reset and delete consumer groups")
     commands = parser.add_subparsers(dest="groups_command", required=True)
     commands.add_parser(
         "list", parents=[common], help="every group, its type and state"
@@ -192,10 +192,16 @@ def _add_groups(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
         "--to-datetime", metavar="YYYY-MM-DDTHH:MM:SS[.sss][+HH:MM]", help="local time unless zoned"
     )
     to.add_argument("--to-offset", type=int)
+    to.add_argument("--shift-by", type=int, metavar="N", help="committed offset + N (N may be <0)")
     mode = reset.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="show the new offsets (default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     reset.set_defaults(run=_groups_reset)
+    delete = commands.add_parser(
+        "delete", parents=[common], help="delete groups that have no members, with their offsets"
+    )
+    delete.add_argument("group", nargs="+")
+    delete.set_defaults(run=_groups_delete)
 
 
 def _add_configs(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -453,6 +459,8 @@ def _groups_reset(c: Cluster, args: argparse.Namespace, out: Output) -> int:
         strategy, value = "latest", None
     elif args.to_datetime is not None:
         strategy, value = "datetime", parse_datetime(args.to_datetime)
+    elif args.shift_by is not None:
+        strategy, value = "shift", args.shift_by
     else:
         strategy, value = "offset", args.to_offset
     targets = groups.reset_targets(c, args.group, args.topic or [], args.all_topics)
@@ -475,6 +483,16 @@ def _groups_reset(c: Cluster, args: argparse.Namespace, out: Output) -> int:
         )
         if not args.execute:
             out.note("Dry run: nothing committed. Run again with --execute to apply.")
+    return 0
+
+
+def _groups_delete(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    for group in args.group:
+        groups.delete_group(c, group)
+        if not out.json:
+            out.text(f"Deleted group {group}.")
+    if out.json:
+        out.data({"deleted": list(args.group)})
     return 0
 
 

@@ -25,6 +25,7 @@ OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
 FIND_COORDINATOR = 10
 DESCRIBE_GROUPS = 15
+DELETE_GROUPS = 42
 LIST_GROUPS = 16
 CONSUMER_GROUP_DESCRIBE = 69
 SHARE_GROUP_DESCRIBE = 77
@@ -410,8 +411,9 @@ def plan_reset(
     strategy: str,
     value: int | None = None,
 ) -> list[OffsetReset]:
-    """New offsets by `strategy`: "earliest", "latest", "datetime" (value = epoch ms) or
-    "offset" (value, kept within each partition's earliest..latest as Kafka's tool does)."""
+    """New offsets by `strategy`: "earliest", "latest", "datetime" (value = epoch ms),
+    "offset" (value) or "shift" (committed offset + value), the last two kept within each
+    partition's earliest..latest as Kafka's tool keeps them."""
     if not partitions:
         raise ClientError("no partitions to reset")
     node = find_coordinator(cluster, group_id)
@@ -428,6 +430,12 @@ def plan_reset(
     elif strategy == "offset":
         assert value is not None
         new = {tp: min(max(value, earliest[tp]), latest[tp]) for tp in partitions}
+    elif strategy == "shift":
+        assert value is not None
+        missing = [f"{t}-{p}" for t, p in partitions if (t, p) not in committed]
+        if missing:
+            raise ClientError(f"no committed offset to shift for {', '.join(missing)}")
+        new = {tp: min(max(committed[tp] + value, earliest[tp]), latest[tp]) for tp in partitions}
     else:
         raise ClientError(f"unknown reset strategy {strategy}")
     return [OffsetReset(t, p, committed.get((t, p)), new[(t, p)]) for t, p in partitions]
@@ -477,6 +485,17 @@ def apply_reset(cluster: Cluster, group_id: str, plan: Sequence[OffsetReset]) ->
     for t in response.topics:
         for p in t.partitions:
             _check(p.error_code, f"committing {t.name}-{p.partition_index} for {group_id}")
+
+
+def delete_group(cluster: Cluster, group_id: str) -> None:
+    """DeleteGroups on the group's coordinator: its offsets and state go; a group with
+    members is refused (NON_EMPTY_GROUP), as kafka-consumer-groups --delete reports."""
+    node = find_coordinator(cluster, group_id)
+    response = cluster.connection(node[1], node[2]).call(
+        DELETE_GROUPS, {"groups_names": [group_id]}, versions=(0, 2)
+    )
+    (result,) = response.results
+    _check(result.error_code, f"deleting group {group_id}")
 
 
 def _group_state(cluster: Cluster, group_id: str) -> str:
@@ -570,6 +589,7 @@ __all__ = [
     "GroupDescription",
     "OffsetReset",
     "apply_reset",
+    "delete_group",
     "plan_reset",
     "reset_targets",
     "GroupListing",

@@ -18,6 +18,7 @@ from kbroker.share.coordinator import (
     ShareConfig,
     ShareCoordinator,
     TopicRef,
+    parse_duration_ms,
 )
 from kbroker.share.partition_state import INVALID_RECORD_STATE, AckBatch, AckType
 
@@ -46,6 +47,9 @@ class FakeLog:
             index.append((o, o, len(data)))
             data += self.batches[o]
         return data, index
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        return 7  # every record was stamped 7 ms apart from 0: offset 7 is the first found
 
     def by_name(self, name: str) -> TopicRef | None:
         return TOPIC if name == TOPIC.name else None
@@ -177,3 +181,25 @@ def test_state_reloaded_from_its_records_keeps_acknowledgements(coordinator) -> 
     ]
     assert offsets == [2, 6, 7, 8, 9]
     assert reloaded.group_config("g", "share.auto.offset.reset") == "earliest"
+
+
+def test_by_duration_starts_at_the_first_record_of_that_age(coordinator) -> None:  # type: ignore[no-untyped-def]
+    coordinator.set_group_configs("g", {"share.auto.offset.reset": "by_duration:PT1H"})
+    join(coordinator, "a")
+    got = fetch(coordinator, "a")
+    assert got.partitions[TP].acquired[0].first_offset == 7
+
+
+def test_durations_are_read_as_iso_8601() -> None:
+    assert parse_duration_ms("PT1H30M") == 5_400_000
+    assert parse_duration_ms("P1DT0.5S") == 86_400_500
+    with pytest.raises(ValueError):
+        parse_duration_ms("1h")
+
+
+def test_a_malformed_by_duration_reset_is_refused(coordinator) -> None:  # type: ignore[no-untyped-def]
+    assert coordinator.validate_group_config("share.auto.offset.reset", "by_duration:1h")
+    assert (
+        coordinator.validate_group_config("share.auto.offset.reset", "by_duration:PT") is not None
+    )
+    assert coordinator.validate_group_config("share.auto.offset.reset", "by_duration:PT5M") is None

@@ -16,6 +16,7 @@ must not answer before an acknowledgement is durable waits for that write.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -89,6 +90,10 @@ class ShareLog(Protocol):
     def bounds(self, topic: str, partition: int, committed: bool) -> tuple[int, int] | None:
         """(log start, readable end: high watermark or last stable offset), or None when
         this node does not lead the partition."""
+        ...
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """The first offset whose record is stamped at or after `timestamp_ms`."""
         ...
 
     def read(
@@ -229,7 +234,8 @@ class ShareCoordinator:
             return None
         checks: dict[str, Callable[[str], bool]] = {
             "share.auto.offset.reset": lambda v: (
-                v in ("latest", "earliest") or v.startswith("by_duration:")
+                v in ("latest", "earliest")
+                or (v.startswith("by_duration:") and _is_duration(v.removeprefix("by_duration:")))
             ),
             "share.isolation.level": lambda v: v in ("read_uncommitted", "read_committed"),
             "share.record.lock.duration.ms": lambda v: (
@@ -537,7 +543,7 @@ class ShareCoordinator:
             if bounds is None:
                 answer.part(topic_id, partition).error = NOT_LEADER_OR_FOLLOWER
                 continue
-            held = self._held(group_id, ref, partition, bounds)
+            held = self._held(group_id, ref, partition, bounds, now_ms)
             state = held.state
             if state.start_offset < bounds[0]:
                 state.move_start_to(bounds[0])
@@ -569,13 +575,25 @@ class ShareCoordinator:
             budget_bytes -= end - begin
 
     def _held(
-        self, group_id: str, ref: TopicRef, partition: int, bounds: tuple[int, int]
+        self,
+        group_id: str,
+        ref: TopicRef,
+        partition: int,
+        bounds: tuple[int, int],
+        now_ms: int,
     ) -> HeldPartition:
         key = (group_id, ref.topic_id, partition)
         held = self.partitions.get(key)
         if held is None:
             reset = self.group_config(group_id, "share.auto.offset.reset") or "latest"
-            start = bounds[0] if reset == "earliest" else bounds[1]
+            start = bounds[1]
+            if reset == "earliest":
+                start = bounds[0]
+            elif reset.startswith("by_duration:"):
+                since = now_ms - parse_duration_ms(reset.removeprefix("by_duration:"))
+                found = self.log.offset_for_time(ref.name, partition, since)
+                if found is not None:
+                    start = min(max(found, bounds[0]), bounds[1])
             state = SharePartitionState(
                 start, self.delivery_limit(group_id), self.config.max_record_locks
             )
@@ -742,6 +760,27 @@ class ShareCoordinator:
 
 
 INVALID_RECORD_STATE_CODE = 121
+
+
+_DURATION = re.compile(
+    r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def _is_duration(text: str) -> bool:
+    match = _DURATION.fullmatch(text)
+    return match is not None and text not in ("P", "PT") and not text.endswith("T")
+
+
+def parse_duration_ms(text: str) -> int:
+    """An ISO-8601 duration as `share.auto.offset.reset=by_duration:` takes it (PnDTnHnMnS,
+    as Java's Duration.parse), in milliseconds."""
+    match = _DURATION.fullmatch(text)
+    if match is None or not _is_duration(text):
+        raise ValueError(f"not an ISO-8601 duration: {text}")
+    days, hours, minutes = (int(match[k] or 0) for k in ("d", "h", "m"))
+    seconds = float(match["s"] or 0)
+    return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
 
 
 def _dumps(value: object) -> bytes:

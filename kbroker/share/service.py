@@ -76,6 +76,13 @@ class _Coordinates:
         end = plog.last_stable_offset if committed else plog.high_watermark
         return plog.log_start_offset, end
 
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        replica = self._broker.replicas.get(topic, partition)
+        if replica is None:
+            return None
+        found = replica.log.offset_for_timestamp(timestamp_ms)
+        return None if found is None else found[0]
+
     def read(
         self, topic: str, partition: int, offset: int, max_bytes: int, end: int, committed: bool
     ) -> tuple[bytes, list[tuple[int, int, int]]]:

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import Metric
@@ -32,6 +32,12 @@ from kbroker.protocol.batch import (
     read_header,
 )
 from kbroker.protocol.compression import decompress
+
+if TYPE_CHECKING:
+    from kbroker.config import BrokerConfig
+    from kbroker.controller import Controller
+    from kbroker.replica.manager import Replica, ReplicaManager
+    from kbroker.storage.manager import LogManager
 
 log = logging.getLogger("kbroker.internal_topics")
 
@@ -50,6 +56,17 @@ class TopicLayout:
     partitions: int
     replication_factor: int
     configs: dict[str, str]
+
+
+class ServiceBroker(Protocol):
+    """What a coordinator service uses of the broker running it."""
+
+    node_id: int
+    config: BrokerConfig
+    controller: Controller
+    replicas: ReplicaManager
+    logs: LogManager
+    extra_metrics: list[Metrics]
 
 
 class PartitionedCoordinator(Protocol):
@@ -77,7 +94,7 @@ class InternalTopicService:
     log: ClassVar[logging.Logger] = log
     coordinator: PartitionedCoordinator
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: ServiceBroker) -> None:
         self.broker = broker
         self._loads: dict[int, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
@@ -113,9 +130,9 @@ class InternalTopicService:
 
     async def stop(self) -> None:
         self.broker.controller.unsubscribe(self._on_metadata_event)
-        extra = getattr(self.broker, "extra_metrics", None)
+        extra = self.broker.extra_metrics
         for metrics in self._metrics:
-            if extra is not None and metrics in extra:
+            if metrics in extra:
                 extra.remove(metrics)
         self._metrics.clear()
         for task in [*self._tasks, *self._loads.values()]:
@@ -127,10 +144,8 @@ class InternalTopicService:
 
     def publish_metrics(self, metrics: Metrics) -> None:
         """Add metric families to the broker's /metrics until `stop`."""
-        extra = getattr(self.broker, "extra_metrics", None)
-        if extra is not None:
-            extra.append(metrics)
-            self._metrics.append(metrics)
+        self.broker.extra_metrics.append(metrics)
+        self._metrics.append(metrics)
 
     def every(self, interval_ms: float, job: Callable[[], Any], what: str) -> None:
         """Run `job` (a function or a coroutine function) every interval until `stop`; a
@@ -284,16 +299,15 @@ def write_error(
 
 
 def append_records(
-    broker: Any, topic: str, partition: int, records: list[KeyValue], now_ms: int
+    broker: ServiceBroker, topic: str, partition: int, records: list[KeyValue], now_ms: int
 ) -> tuple[ErrorCode, Acknowledgement | None]:
     """Append `records` as one batch to this node's leader replica of the partition.
 
     The append itself happens before this returns, so records of successive calls land
     in call order. Returns its error and, when it succeeded but may not be acknowledged
     yet, what to await first (the same policy as a produce: fsync when the topic flushes
-    every message, and the ISR where the replica manager can wait for it, so that a
-    coordinator failover cannot lose what was acknowledged). The awaitable gives the
-    final error and raises OSError when the fsync fails.
+    every message, so that a coordinator failover cannot lose what was acknowledged).
+    The awaitable gives the final error and raises OSError when the fsync fails.
     """
     replica = broker.replicas.get(topic, partition)
     if replica is None:
@@ -314,23 +328,17 @@ def append_records(
     return E.none, acknowledgement(broker, replica)
 
 
-def acknowledgement(broker: Any, replica: Any) -> Acknowledgement | None:
+def acknowledgement(broker: ServiceBroker, replica: Replica) -> Acknowledgement | None:
     """What to await before acknowledging what was just appended to `replica`, if
-    anything: the same policy as a produce (see `append_records`)."""
-    flush = replica.log.config.fsyncs_every_append
-    waiter = getattr(broker.replicas, "wait_for_commit", None)
-    if not flush and waiter is None:
+    anything: the same policy as a produce (see `append_records`). On a single node an
+    append is committed once written, so that is the fsync when the topic asks for one."""
+    if not replica.log.config.fsyncs_every_append:
         return None
-    return _acknowledgement(broker, replica, flush, waiter)
+    return _flushed(broker, replica)
 
 
-async def _acknowledgement(broker: Any, replica: Any, flush: bool, waiter: Any) -> ErrorCode:
-    if flush:
-        await broker.logs.flush_for_ack(replica.log)
-    if waiter is not None:
-        result = await waiter(replica)
-        if isinstance(result, int) and result:
-            return ErrorCode(result)
+async def _flushed(broker: ServiceBroker, replica: Replica) -> ErrorCode:
+    await broker.logs.flush_for_ack(replica.log)
     return E.none
 
 

@@ -88,7 +88,7 @@ class GroupCoordinator:
         # Hooks for the transaction coordinator: told of each loaded partition (to settle
         # offsets of aborted or open transactions), and asked whether an open transaction
         # holds a group's offset (OffsetFetch with require_stable).
-        self.load_listeners: list[Callable[[int], None]] = []
+        self.load_listeners: list[Callable[[int], object]] = []
         self.pending_offset_check: Callable[[str, TopicPartition], bool] | None = None
         # The two protocols' groups share the id namespace, offsets and partitions.
         self.classic = ClassicGroupCoordinator(self, config, new_id)

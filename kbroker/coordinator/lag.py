@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata
+from kbroker.internal_topics import ServiceBroker
 
 HighWatermark = Callable[[str, int], int | None]
 GroupOffsets = dict[tuple[str, int], OffsetAndMetadata]
@@ -74,7 +75,7 @@ def lag_metrics(coordinator: Any, high_watermark: HighWatermark) -> list[Metric]
     return [members, committed, lag, exporter_offset, exporter_lag]
 
 
-def replica_high_watermark(broker: Any) -> HighWatermark:
+def replica_high_watermark(broker: ServiceBroker) -> HighWatermark:
     """The high watermark of partitions this broker leads, from its replica manager."""
 
     def lookup(topic: str, partition: int) -> int | None:

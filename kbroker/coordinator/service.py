@@ -24,7 +24,7 @@ from kbroker.coordinator.coordinator import GroupCoordinator
 from kbroker.coordinator.host import CoordinatorConfig
 from kbroker.coordinator.lag import lag_metrics, replica_high_watermark
 from kbroker.coordinator.store import OFFSETS_TOPIC, LogGroupStore
-from kbroker.internal_topics import InternalTopicService, KeyValue, TopicLayout
+from kbroker.internal_topics import InternalTopicService, KeyValue, ServiceBroker, TopicLayout
 
 log = logging.getLogger("kbroker.coordinator")
 
@@ -47,7 +47,7 @@ class GroupCoordinatorService(InternalTopicService):
     log = log
     coordinator: GroupCoordinator
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: ServiceBroker) -> None:
         super().__init__(broker)
         self.scheduler = LoopScheduler()
         self.coordinator = GroupCoordinator(

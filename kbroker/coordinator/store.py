@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.internal_topics import KeyValue, append_records
+from kbroker.internal_topics import KeyValue, ServiceBroker, append_records
 
 log = logging.getLogger("kbroker.coordinator.store")
 
@@ -33,7 +33,7 @@ class GroupStore(Protocol):
 class LogGroupStore:
     """Writes coordinator records to this broker's replicas of `__consumer_offsets`."""
 
-    def __init__(self, broker: Any, now_ms: Callable[[], int]) -> None:
+    def __init__(self, broker: ServiceBroker, now_ms: Callable[[], int]) -> None:
         self._broker = broker
         self._now_ms = now_ms
 

@@ -15,12 +15,18 @@ import logging
 import time
 import uuid
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from kbroker.internal_topics import InternalTopicService, KeyValue, TopicLayout, append_records
+from kbroker.internal_topics import (
+    InternalTopicService,
+    KeyValue,
+    ServiceBroker,
+    TopicLayout,
+    append_records,
+)
 from kbroker.protocol.batch import HEADER_SIZE, BatchHeader, read_header
 from kbroker.share.coordinator import (
     FetchAnswer,
@@ -33,7 +39,19 @@ from kbroker.share.dead_letters import DeadLetterWriter
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 from kbroker.storage.producer_state import AbortedTxn
 
+if TYPE_CHECKING:
+    from kbroker.coordinator.service import GroupCoordinatorService
+    from kbroker.server.waiters import DataWaiters
+
 log = logging.getLogger("kbroker.share")
+
+
+class ShareBroker(ServiceBroker, Protocol):
+    """What the share-group service uses of the broker beyond any coordinator service."""
+
+    group_coordinator: GroupCoordinatorService  # share and consumer groups share ids
+    waiters: DataWaiters
+
 
 STATE_TOPIC = "__share_group_state"
 TICK_MS = 100
@@ -125,8 +143,9 @@ class ShareService(InternalTopicService):
     topic = STATE_TOPIC
     log = log
     coordinator: ShareCoordinator
+    broker: ShareBroker
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: ShareBroker) -> None:
         super().__init__(broker)
         self.enabled: bool = broker.config.get("group.share.enable")
         coordinates = _Coordinates(broker)

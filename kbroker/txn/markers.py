@@ -18,6 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.internal_topics import ServiceBroker
 from kbroker.protocol.batch import InvalidBatchError, Record, encode_batch
 from kbroker.storage.producer_state import COORDINATOR, ProducerStateError
 from kbroker.txn.errors import producer_state_error_code
@@ -53,7 +54,7 @@ class LocalMarkerWriter:
     markers the partition refuses for a newer epoch (a later marker supersedes them).
     """
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: ServiceBroker) -> None:
         self.broker = broker
         self.on_written: list[MarkerWritten] = []
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -25,13 +25,22 @@ from kbroker.coordinator.records import (
     encode_offset_value,
 )
 from kbroker.coordinator.store import OFFSETS_TOPIC
-from kbroker.internal_topics import Acknowledgement, acknowledgement, read_batches
+from kbroker.internal_topics import (
+    Acknowledgement,
+    ServiceBroker,
+    acknowledgement,
+    read_batches,
+)
 from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, Record, encode_batch
 from kbroker.storage.producer_state import (
     COORDINATOR,
     InvalidProducerEpochError,
     ProducerStateError,
 )
+
+if TYPE_CHECKING:
+    from kbroker.coordinator.coordinator import GroupCoordinator
+    from kbroker.coordinator.service import GroupCoordinatorService
 
 log = logging.getLogger("kbroker.txn.offsets")
 
@@ -46,23 +55,27 @@ class PendingOffsets:
     by_group: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
 
 
+class TxnBroker(ServiceBroker, Protocol):
+    """What the transaction coordinator uses of the broker: a coordinator service's
+    parts and the group coordinator, whose offsets transactions commit."""
+
+    group_coordinator: GroupCoordinatorService
+
+
 class TxnOffsetStore:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: TxnBroker) -> None:
         self.broker = broker
         # (offsets partition, producer id) -> what waits for the marker
         self.pending: dict[tuple[int, int], PendingOffsets] = {}
 
-    def _coordinator(self) -> Any:
-        service = getattr(self.broker, "group_coordinator", None)
-        return None if service is None else service.coordinator
+    def _coordinator(self) -> GroupCoordinator:
+        return self.broker.group_coordinator.coordinator
 
     def validate(
         self, group_id: str, member_id: str, generation_id: int, instance_id: str | None
     ) -> ErrorCode:
         """Kafka's checks of a TxnOffsetCommit against the group (the group coordinator's)."""
         coordinator = self._coordinator()
-        if coordinator is None:
-            return E.coordinator_not_available
         return coordinator.validate_txn_offset_commit(
             group_id, member_id, generation_id, instance_id
         )
@@ -79,8 +92,6 @@ class TxnOffsetStore:
         Returns the error and, after a successful append, what to await before the
         answer (an fsync when the offsets topic flushes every message)."""
         coordinator = self._coordinator()
-        if coordinator is None:
-            return E.coordinator_not_available, None
         partition = coordinator.partition_for(group_id)
         replica = self.broker.replicas.get(OFFSETS_TOPIC, partition)
         if replica is None or not replica.is_leader:
@@ -124,8 +135,6 @@ class TxnOffsetStore:
         if pending is None or not commit:
             return
         coordinator = self._coordinator()
-        if coordinator is None:
-            return
         for group_id, offsets in pending.by_group.items():
             coordinator.apply_committed_offsets(group_id, offsets)
 
@@ -150,7 +159,7 @@ class TxnOffsetStore:
         """
         coordinator = self._coordinator()
         replica = self.broker.replicas.get(OFFSETS_TOPIC, partition)
-        if coordinator is None or replica is None:
+        if replica is None:
             return 0
         plog = replica.log
         state = plog.producer_state

@@ -19,10 +19,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from kbroker.internal_topics import InternalTopicService, KeyValue, TopicLayout, append_records
+from kbroker.internal_topics import (
+    InternalTopicService,
+    KeyValue,
+    ServiceBroker,
+    TopicLayout,
+    append_records,
+)
 from kbroker.txn.coordinator import TransactionCoordinator, TxnConfig
 from kbroker.txn.markers import LocalMarkerWriter
-from kbroker.txn.offsets import TxnOffsetStore
+from kbroker.txn.offsets import TxnBroker, TxnOffsetStore
 from kbroker.txn.producer_ids import ProducerIdManager
 from kbroker.txn.records import TRANSACTION_STATE_TOPIC
 
@@ -47,7 +53,7 @@ def txn_config(config: Any) -> TxnConfig:
 class LogTxnStore:
     """Writes transaction-log records to this broker's replicas of `__transaction_state`."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: ServiceBroker) -> None:
         self.broker = broker
 
     async def write(self, partition: int, key: bytes, value: bytes | None) -> ErrorCode:
@@ -66,8 +72,9 @@ class TransactionCoordinatorService(InternalTopicService):
     topic = TRANSACTION_STATE_TOPIC
     log = log
     coordinator: TransactionCoordinator
+    broker: TxnBroker
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: TxnBroker) -> None:
         super().__init__(broker)
         self.producer_ids = ProducerIdManager(lambda n: broker.controller.allocate_producer_ids(n))
         self.markers = LocalMarkerWriter(broker)
@@ -124,10 +131,7 @@ class TransactionCoordinatorService(InternalTopicService):
         """Plug into the group coordinator: after it loads an offsets partition, settle the
         offsets of its transactions (aborted ones out, open ones held back until their
         marker); and tell OffsetFetch (require_stable) which offsets are still pending."""
-        groups = getattr(self.broker, "group_coordinator", None)
-        coordinator = getattr(groups, "coordinator", None)
-        if coordinator is None:
-            return
+        coordinator = self.broker.group_coordinator.coordinator
         coordinator.load_listeners.append(self.offsets.reconcile)
         coordinator.pending_offset_check = self.offsets.has_pending
 

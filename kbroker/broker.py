@@ -40,6 +40,7 @@ from kbroker.security.listener import ListenerSecurity, listener_security
 from kbroker.security.scram import ScramCredential
 from kbroker.server.connection import KafkaConnection
 from kbroker.server.keep_awake import KeepAwake
+from kbroker.server.request_memory import RequestMemory
 from kbroker.server.waiters import DataWaiters
 from kbroker.share.service import ShareService
 from kbroker.storage.cleaner import CleanerConfig, CompactionSettings
@@ -84,6 +85,7 @@ class Broker:
         self.config = config
         self.node_id: int = config.get("node.id")
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
+        self.request_memory = RequestMemory(config.get("queued.max.request.bytes"))
         self.keep_awake = KeepAwake(config.get("socket.busy.poll.us") / 1e6)
         self.log_dirs = [Path(d) for d in config.get("log.dirs")]
         self.waiters = DataWaiters()

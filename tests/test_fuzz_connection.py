@@ -25,6 +25,7 @@ from kbroker.protocol import messages
 from kbroker.protocol.framing import frame
 from kbroker.server.connection import KafkaConnection
 from kbroker.server.keep_awake import KeepAwake
+from kbroker.server.request_memory import RequestMemory
 
 MAX_REQUEST = 1 << 16
 API_VERSIONS = 18
@@ -76,7 +77,8 @@ class FakeParts:
 class FakeBroker:
     max_request_bytes = MAX_REQUEST
 
-    def __init__(self, max_idle_ms: int = -1) -> None:
+    def __init__(self, max_idle_ms: int = -1, memory: RequestMemory | None = None) -> None:
+        self.request_memory = memory or RequestMemory(-1)
         self.connections: set[KafkaConnection] = set()
         self.counters = RequestCounters()
         self.config = FakeConfig(
@@ -90,8 +92,10 @@ class FakeBroker:
         self.keep_awake = KeepAwake(budget_s=0)  # no running loop to spin in
 
 
-def connect(max_idle_ms: int = -1) -> tuple[KafkaConnection, FakeTransport]:
-    conn = KafkaConnection(FakeBroker(max_idle_ms))  # type: ignore[arg-type]
+def connect(
+    max_idle_ms: int = -1, memory: RequestMemory | None = None
+) -> tuple[KafkaConnection, FakeTransport]:
+    conn = KafkaConnection(FakeBroker(max_idle_ms, memory))  # type: ignore[arg-type]
     transport = FakeTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     return conn, transport
@@ -424,3 +428,53 @@ def test_a_request_split_across_reads_is_answered() -> None:
     (answer,) = responses(transport.written)
     assert struct.unpack_from(">ih", answer) == (42, 0)
     assert not transport.closed
+
+
+# -- queued.max.request.bytes ------------------------------------------------------------
+
+
+def padded_api_versions(correlation: int, size: int) -> bytes:
+    """An ApiVersions v3 frame of `size` bytes in all (Kafka ignores bytes after a body)."""
+    body = messages.encode(
+        messages.build(
+            load_request_schema(API_VERSIONS, 3),
+            {"client_software_name": "fuzz", "client_software_version": "1"},
+        )
+    )
+    whole = request(API_VERSIONS, 3, correlation, body)
+    padding = size - len(whole)
+    return frame(len(whole) - 4 + padding) + whole[4:] + b"\0" * padding
+
+
+def test_while_a_request_over_the_budget_is_read_no_connection_starts_another() -> None:
+    memory = RequestMemory(10_000)
+    big, big_transport = connect(memory=memory)
+    other, other_transport = connect(memory=memory)
+    whole = padded_api_versions(1, 40_000)
+    big.data_received(whole[:20_000])  # admitted: a begun frame is read whole
+    assert big_transport.reading and memory.exhausted
+    other.data_received(request(API_VERSIONS, 3, 2, b"\x05fuzz\x021\x00"))
+    assert len(responses(bytes(other_transport.written))) == 1  # already read: answered
+    assert not other_transport.reading  # but nothing new is read while memory is short
+    big.data_received(whole[20_000:])
+    assert len(responses(bytes(big_transport.written))) == 1
+    assert memory.used == 0 and not memory.exhausted
+    assert other_transport.reading and big_transport.reading
+
+
+def test_a_closed_connection_gives_back_what_it_held() -> None:
+    memory = RequestMemory(10_000)
+    conn, _ = connect(memory=memory)
+    waiting, waiting_transport = connect(memory=memory)
+    conn.data_received(padded_api_versions(1, 50_000)[:30_000])
+    waiting.data_received(request(API_VERSIONS, 3, 2, b"\x05fuzz\x021\x00"))
+    assert memory.used >= 50_000 and not waiting_transport.reading
+    conn.connection_lost(None)
+    assert memory.used == 0 and waiting_transport.reading
+
+
+def test_without_a_limit_reading_never_pauses() -> None:
+    memory = RequestMemory(-1)
+    conn, transport = connect(memory=memory)
+    conn.data_received(padded_api_versions(1, 60_000)[:30_000])
+    assert transport.reading and not memory.exhausted

@@ -355,8 +355,11 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     _d(
         "queued.max.request.bytes",
         LONG,
-        -1,
-        "Bytes of queued requests before reading stops; -1 means no limit.",
+        209715200,
+        "Bytes of requests being read or handled, across all connections, before the "
+        "broker stops reading new requests from sockets (a request already begun is read "
+        "whole); -1 means no limit. kbroker's default is 200 MiB, where Kafka's is -1: "
+        "without a bound, a few clients sending socket.request.max.bytes each exhaust memory.",
     ),
     _d(
         "num.network.threads",

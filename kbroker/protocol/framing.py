@@ -73,6 +73,17 @@ class FrameDecoder:
         """Bytes held for a frame not yet complete."""
         return self._held
 
+    @property
+    def reading(self) -> int:
+        """What the frame being read will hold once complete: its declared size (with its
+        prefix) once the prefix is in, the bytes held before that, 0 between frames."""
+        return self._need if self._chunks else 0
+
+    @property
+    def inside_frame(self) -> bool:
+        """Whether a frame's size prefix has been read but not yet all of its body."""
+        return bool(self._chunks) and self._held >= 4
+
 
 def frame(payload_size: int) -> bytes:
     """The size prefix for a frame whose payload is `payload_size` bytes."""

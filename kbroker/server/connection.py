@@ -35,6 +35,7 @@ from kbroker.security.principal import ANONYMOUS, KafkaPrincipal, distinguished_
 from kbroker.security.sasl import SaslFailure, SaslSession
 from kbroker.security.scram import ScramCredential
 from kbroker.security.tls_session import TlsSession
+from kbroker.server.request_memory import RequestMemory
 from kbroker.server.tls_transport import TlsTransport
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class Host(Protocol):
     parts: BrokerParts
     config: BrokerConfig
     max_request_bytes: int
+    request_memory: RequestMemory
     keep_awake: KeepAwake
     counters: RequestCounters
     connections: set[KafkaConnection]
@@ -80,6 +82,7 @@ class _Slot:
     __slots__ = (
         "data",
         "done",
+        "size",
         "task",
         "api_key",
         "version",
@@ -94,6 +97,7 @@ class _Slot:
     ) -> None:
         self.data: list[Any] | None = None
         self.done = False
+        self.size = 0  # bytes of the request held (queued.max.request.bytes) until done
         self.task: asyncio.Future[Any] | None = None  # set when it may be cancelled
         self.api_key = api_key
         self.version = version
@@ -133,6 +137,10 @@ class KafkaConnection(asyncio.Protocol):
         self._queue: deque[_Slot] = deque()
         self._paused_reading = False
         self._paused_writing = False
+        self._memory = broker.request_memory
+        self._memory_held = 0  # this connection's part of request_memory.used
+        self._in_flight_bytes = 0  # requests read whose answers are pending
+        self._waiting_for_memory = False
         self._closed = False
         self._sock_fd = -1
         self._max_idle_s = broker.config.get("connections.max.idle.ms") / 1000
@@ -255,6 +263,9 @@ class KafkaConnection(asyncio.Protocol):
             if slot.task is not None:
                 slot.task.cancel()
         self._queue.clear()
+        self._memory.forget(self)
+        self._memory.adjust(-self._memory_held)
+        self._memory_held = self._in_flight_bytes = 0
 
     def pause_writing(self) -> None:
         self._paused_writing = True
@@ -279,6 +290,24 @@ class KafkaConnection(asyncio.Protocol):
             self._dispatch(request)
         if len(self._queue) >= _MAX_IN_FLIGHT:
             self._pause_reading()
+        self._account_memory()
+        if self._memory.exhausted and not self.decoder.inside_frame and not self._closed:
+            # Kafka's pool: a frame already begun is read whole; no new one starts.
+            self._waiting_for_memory = True
+            self._memory.wait(self)
+            self._pause_reading()
+
+    def _account_memory(self) -> None:
+        held = self.decoder.reading + self._in_flight_bytes
+        if held != self._memory_held:
+            delta = held - self._memory_held
+            self._memory_held = held
+            self._memory.adjust(delta)
+
+    def memory_available(self) -> None:
+        """request_memory dropped below queued.max.request.bytes: read again."""
+        self._waiting_for_memory = False
+        self._maybe_resume_reading()
 
     # -- SASL authentication (Kafka's SaslServerAuthenticator) ------------------------
 
@@ -456,6 +485,8 @@ class KafkaConnection(asyncio.Protocol):
                 slot = _Slot(api_key, version, correlation_id, response_flexible)
                 slot.started = started
                 slot.client_id = header.client_id
+                slot.size = len(request) + 4
+                self._in_flight_bytes += slot.size
                 self._queue.append(slot)
                 if isinstance(result, Later):
                     result.then(lambda value, error: self._complete(slot, value, error))
@@ -521,6 +552,10 @@ class KafkaConnection(asyncio.Protocol):
         """A handler's answer is ready: fill its slot and write what is now in order."""
         if self._closed:
             return
+        if slot.size:
+            self._in_flight_bytes -= slot.size
+            slot.size = 0
+            self._account_memory()
         api_key, version = slot.api_key, slot.version
         name = messages.API_NAMES.get(api_key)
         if isinstance(error, asyncio.CancelledError):
@@ -629,6 +664,7 @@ class KafkaConnection(asyncio.Protocol):
         if (
             self._paused_reading
             and not self._paused_writing
+            and not self._waiting_for_memory
             and len(self._queue) < _MAX_IN_FLIGHT // 2
             and self.transport is not None
             and not self._closed

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import re2
 from kio.schema.errors import ErrorCode
 
-from kbroker.controller.state import INTERNAL_TOPICS
+from kbroker.controller.state import INTERNAL_TOPICS, MetadataState
 from kbroker.coordinator.assignors import ASSIGNORS, AssignorError, MemberSubscription
 from kbroker.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -240,9 +240,8 @@ class ConsumerGroupCoordinator:
         self.host = host
         self.config = config or ConsumerGroupConfig()
         self.groups: dict[str, ConsumerGroup] = {}
-        # The cluster metadata (kbroker.controller.state.MetadataState or alike: `topics`
-        # by name with `topic_id` and `partitions`, `topics_by_id`, `version`).
-        self.metadata: Callable[[], Any] = _no_metadata
+        # The latest cluster metadata, as the broker's controller holds it.
+        self.metadata: Callable[[], MetadataState] = MetadataState
         self._new_member_id = new_member_id or _new_member_id
         self._queues: dict[str, deque[Operation]] = {}
         self._regexes: dict[str, Any] = {}
@@ -270,7 +269,7 @@ class ConsumerGroupCoordinator:
     def _regex_topics(self, pattern: str) -> frozenset[str]:
         """Topics (not internal ones) the whole pattern matches, as Kafka's matches()."""
         metadata = self.metadata()
-        version = getattr(metadata, "version", 0)
+        version = metadata.version
         cached = self._regex_matches.get(pattern)
         if cached is not None and cached[0] == version:
             return cached[1]
@@ -1118,12 +1117,6 @@ class ConsumerGroupCoordinator:
                 continue
             out.append((group_id, state))
         return out
-
-
-def _no_metadata() -> Any:
-    from kbroker.controller.state import MetadataState
-
-    return MetadataState()
 
 
 def _is_tombstone(record: GroupRecord) -> bool:

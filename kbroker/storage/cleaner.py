@@ -165,11 +165,6 @@ class LogToClean:
         return self.dirty_bytes > 0 and self.ratio > self.settings.min_cleanable_ratio
 
 
-def _stable_offset(plog: PartitionLog) -> int:
-    stable = getattr(plog, "last_stable_offset", None)
-    return stable if isinstance(stable, int) else plog.high_watermark
-
-
 def assess(
     plog: PartitionLog, settings: CompactionSettings, now_ms: int, roll: bool = True
 ) -> LogToClean | None:
@@ -194,7 +189,7 @@ def assess(
         return None
     checkpoint = read_cleaner_checkpoint(str(plog.directory))
     first_dirty = min(max(checkpoint.first_dirty_offset, plog.log_start_offset), active.base_offset)
-    bound = min(active.base_offset, _stable_offset(plog))
+    bound = min(active.base_offset, plog.last_stable_offset)
     sealed = segs[:-1]
     min_lag = settings.min_compaction_lag_ms
     if min_lag > 0:

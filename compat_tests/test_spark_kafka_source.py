@@ -10,6 +10,7 @@ test states one behaviour a pipeline relies on, in the terms of a Spark option.
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +19,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions
+from prometheus_client.parser import text_string_to_metric_families
 
-from compat_tests.broker_process import BrokerProcess, stored_batches
+from compat_tests.broker_process import BrokerProcess, free_port, running_broker, stored_batches
 from compat_tests.confluent_helpers import (
     admin_client,
     create_topic,
@@ -37,6 +39,29 @@ T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in ms
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     yield from spark_session_or_skip("test-kafka-source")
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One node for the module, with /metrics, to see which APIs Spark's client sends."""
+    settings = {"http.listeners": f"http://127.0.0.1:{free_port()}"}
+    with running_broker(tmp_path_factory.mktemp("spark-source-broker"), settings) as node:
+        yield node
+
+
+def requests_served(node: BrokerProcess, api: str) -> float:
+    """How many requests of ``api`` the node has answered, from its /metrics."""
+    http = node.overrides["http.listeners"]
+    with urllib.request.urlopen(f"{http}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (
+                sample.name == "kafka_network_requestmetrics_requests_total"
+                and sample.labels.get("request") == api
+            ):
+                return float(sample.value)
+    return 0.0
 
 
 def read_kafka(spark: Any, bootstrap: str, topic: str, **options: str) -> list[Any]:
@@ -156,6 +181,7 @@ def test_a_streaming_query_finds_partitions_added_while_it_runs(
     )
     try:
         _wait_rows(spark, query, name, 2)
+        described = requests_served(shared_broker, "DescribeTopicPartitions")
         admin = admin_client(shared_broker.bootstrap)
         admin.create_partitions([NewPartitions(topic, 4)])[topic].result(15)
         produce_all(
@@ -165,6 +191,8 @@ def test_a_streaming_query_finds_partitions_added_while_it_runs(
     finally:
         query.stop()
     assert sorted(r.partition for r in rows) == [0, 0, 1, 1, 2, 3]
+    # Spark's admin client learns the partitions with DescribeTopicPartitions each trigger.
+    assert requests_served(shared_broker, "DescribeTopicPartitions") > described
 
 
 def _wait_rows(spark: Any, query: Any, name: str, count: int, timeout: float = 90) -> list[Any]:

@@ -77,6 +77,11 @@ def controller_config(config: BrokerConfig) -> ControllerConfig:
         ),
         unclean_leader_election=config.get("unclean.leader.election.enable"),
         voters={v.node_id: format_address(v.host, v.port) for v in quorum.voters},
+        leader_imbalance_check_interval_s=(
+            config.get("leader.imbalance.check.interval.seconds")
+            if quorum.is_cluster and config.get("auto.leader.rebalance.enable")
+            else None
+        ),
     )
 
 

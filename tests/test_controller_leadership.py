@@ -178,3 +178,68 @@ def test_alter_partition_may_not_add_a_fenced_replica():
     state, epochs = cluster([1, 2, 3])
     state = fence(state, epochs, 3).state
     assert alter(state, isr=[1, 2, 3]).outcome.error_code == INELIGIBLE_REPLICA
+
+
+def elect(state, election_type, *partitions):
+    return ok(
+        state,
+        cmd.ELECT_LEADERS,
+        {"election_type": election_type, "partitions": [list(p) for p in partitions]},
+    )
+
+
+def test_preferred_election_is_refused_while_the_preferred_replica_is_out_of_sync():
+    state, epochs = cluster([1, 2])
+    state = fence(state, epochs, 1).state
+    state = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 1, "epoch": epochs[1]}).state
+    applied = elect(state, 0, ("t", 0), ("t", 5))
+    assert [r[2] for r in applied.outcome] == [80, 3]  # PREFERRED_LEADER_NOT_AVAILABLE
+    assert part(applied.state).leader == 2
+
+
+def test_unclean_election_gives_an_offline_partition_a_live_out_of_sync_leader():
+    state, epochs = cluster([1, 2])
+    state = fence(state, epochs, 2).state
+    state = fence(state, epochs, 1).state
+    state = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 2, "epoch": epochs[2]}).state
+    applied = elect(state, 1, ("t", 0))
+    assert applied.outcome == [["t", 0, 0, None]]
+    assert (part(applied.state).leader, part(applied.state).isr) == (2, (2,))
+
+
+def test_the_active_controller_gives_leadership_back_to_the_preferred_replica(tmp_path):
+    import asyncio
+
+    from kbroker.controller import Controller, ControllerConfig
+
+    async def main():
+        controller = Controller(
+            ControllerConfig(1, tmp_path, leader_imbalance_check_interval_s=0.05)
+        )
+        await controller.start()
+        try:
+            b1 = await controller.register_broker(1, "h", 1)
+            await controller.register_broker(2, "h", 2)
+            info = await controller.create_topic("t", -1, -1, assignments={0: [1, 2]})
+            await controller.controlled_shutdown(1, b1.epoch, timeout=5)
+            await controller.register_broker(1, "h", 1)
+            p = controller.state.topics["t"].partitions[0]
+            assert (p.leader, p.isr) == (2, (2,))
+            await controller.alter_partition(
+                info.topic_id,
+                0,
+                leader=2,
+                leader_epoch=p.leader_epoch,
+                partition_epoch=p.partition_epoch,
+                new_isr=[2, 1],
+            )
+            for _ in range(100):
+                if controller.state.topics["t"].partitions[0].leader == 1:
+                    break
+                await asyncio.sleep(0.02)
+            back = controller.state.topics["t"].partitions[0]
+            assert (back.leader, back.leader_epoch) == (1, p.leader_epoch + 1)
+        finally:
+            await controller.stop()
+
+    asyncio.run(main())

@@ -25,6 +25,8 @@ from kio.serial import entity_reader
 
 from kbroker.config import BrokerConfig, ConfigSource
 from kbroker.controller import ControllerError
+from kbroker.controller import commands as cmd
+from kbroker.controller.commands import apply_command
 from kbroker.controller.errors import UNKNOWN_TOPIC_ID
 from kbroker.controller.state import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
 from kbroker.handlers.configs import BROKER, BROKER_LOGGER, TOPIC, apply_incremental
@@ -107,6 +109,21 @@ class FakeController:
             )
         info = TopicInfo(name, uuid.uuid4(), parts, dict(configs))
         return info if validate_only else self._publish(info)
+
+    async def elect_leaders(self, election_type, partitions):
+        """The real ELECT_LEADERS command applied to this fake's state."""
+        await self._work("elect_leaders", election_type, partitions)
+        every = partitions is None
+        if every:
+            partitions = [(t.name, p.partition) for t in self.state.topics.values()
+                          for p in t.partitions]  # fmt: skip
+        applied = apply_command(
+            self.state,
+            cmd.ELECT_LEADERS,
+            {"election_type": election_type, "partitions": [list(p) for p in partitions]},
+        )
+        self.state = applied.state
+        return [tuple(r) for r in applied.outcome if not every or r[2] != 84]
 
     async def delete_topic_by_id(self, topic_id: uuid.UUID) -> str:
         await self._work("delete_topic_by_id", topic_id)
@@ -928,7 +945,7 @@ ELECT_LEADERS, PREFERRED = 43, 0
 
 
 @pytest.mark.parametrize("version", [0, 2])
-def test_elect_leaders_is_never_needed_for_existing_partitions(broker, version):
+def test_elect_leaders_is_not_needed_where_the_preferred_replica_leads(broker, version):
     broker.controller.add_topic("t", 2)
     resp = call(
         broker,
@@ -952,6 +969,41 @@ def test_elect_leaders_is_never_needed_for_existing_partitions(broker, version):
         ("t", 2): ErrorCode.unknown_topic_or_partition,
         ("gone", 0): ErrorCode.unknown_topic_or_partition,
     }
+
+
+def test_preferred_election_gives_a_partition_back_to_its_first_replica(broker):
+    broker.controller.state = replace(
+        broker.controller.state,
+        brokers={b: BrokerInfo(b, "localhost", 9091 + b) for b in (1, 2)},
+    )
+    info = broker.controller.add_topic("t", 1, replicas=(1, 2))
+    moved = replace(info.partitions[0], leader=2, leader_epoch=3)
+    broker.controller._publish(replace(info, partitions=(moved,)))
+    resp = call(
+        broker,
+        ELECT_LEADERS,
+        2,
+        election_type=PREFERRED,
+        topic_partitions=[{"topic": "t", "partitions": [0]}],
+        timeout=1000,
+    )
+    assert resp.replica_election_results[0].partition_result[0].error_code == ErrorCode.none
+    partition = broker.controller.state.topics["t"].partitions[0]
+    assert (partition.leader, partition.leader_epoch) == (1, 4)
+
+
+def test_unclean_election_is_not_needed_where_a_leader_exists(broker):
+    broker.controller.add_topic("t", 1)
+    resp = call(
+        broker,
+        ELECT_LEADERS,
+        2,
+        election_type=1,
+        topic_partitions=[{"topic": "t", "partitions": [0]}],
+        timeout=1000,
+    )
+    result = resp.replica_election_results[0].partition_result[0]
+    assert result.error_code == ErrorCode.election_not_needed
 
 
 def test_electing_for_all_partitions_lists_none(broker):

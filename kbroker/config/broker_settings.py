@@ -840,7 +840,9 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "auto.leader.rebalance.enable",
         BOOLEAN,
         True,
-        "Move leadership back to preferred replicas when it drifts.",
+        "Every leader.imbalance.check.interval.seconds the active controller gives each "
+        "partition back to its preferred (first) replica when that replica is in the ISR "
+        "and live but does not lead.",
     ),
     _d(
         "leader.imbalance.check.interval.seconds",
@@ -853,7 +855,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "leader.imbalance.per.broker.percentage",
         INT,
         10,
-        "Imbalance per broker that triggers a leadership rebalance.",
+        "Accepted for compatibility; as on KRaft, any partition away from its preferred "
+        "leader is rebalanced.",
     ),
     _d(
         "broker.heartbeat.interval.ms",

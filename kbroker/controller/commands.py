@@ -63,6 +63,7 @@ BROKER_HEARTBEAT = "broker_heartbeat"
 FENCE_BROKER = "fence_broker"
 CONTROLLED_SHUTDOWN = "controlled_shutdown"
 ALTER_PARTITION = "alter_partition"
+ELECT_LEADERS = "elect_leaders"
 
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
 ALTER_SCRAM_CREDENTIALS = "alter_scram_credentials"
@@ -248,9 +249,7 @@ def _update_partitions(
     """Apply `update(partition, usable, unclean)` to every partition; one new TopicInfo
     per topic that changed, and a PartitionChanged per changed partition."""
 
-    def usable(node: int) -> bool:
-        broker = state.brokers.get(node)
-        return broker is not None and not broker.fenced
+    usable = leadership.usable_in(state)
 
     events: list[MetadataEvent] = []
     topics = dict(state.topics)
@@ -286,9 +285,7 @@ def _alter_partition(state: MetadataState, p: dict[str, Any]) -> Applied:
     if not 0 <= index < len(info.partitions):
         raise ControllerError(UNKNOWN_TOPIC_OR_PARTITION, f"{info.name} has no partition {index}")
 
-    def usable(node: int) -> bool:
-        broker = state.brokers.get(node)
-        return broker is not None and not broker.fenced
+    usable = leadership.usable_in(state)
 
     part = info.partitions[index]
     changed = leadership.alter_isr(
@@ -390,6 +387,46 @@ def _allocate_producer_ids(state: MetadataState, p: dict[str, Any]) -> Applied:
     return Applied(_bump(state, next_producer_id=start + p["count"]), start)
 
 
+def _elect_leaders(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """ElectLeaders for the listed [topic, partition] pairs; the outcome lists
+    [topic, partition, error code, message] per pair (0 where a leader was elected)."""
+
+    usable = leadership.usable_in(state)
+
+    elect = (
+        leadership.elect_unclean
+        if p["election_type"] == leadership.UNCLEAN
+        else leadership.elect_preferred
+    )
+    outcome: list[list[Any]] = []
+    changed: dict[str, list[PartitionInfo]] = {}
+    for name, index in p["partitions"]:
+        info = state.topics.get(name)
+        if info is None or not 0 <= index < len(info.partitions):
+            outcome.append([name, index, UNKNOWN_TOPIC_OR_PARTITION, None])
+            continue
+        partitions = changed.setdefault(name, list(info.partitions))
+        try:
+            partitions[index] = elect(partitions[index], usable)
+        except ControllerError as e:
+            outcome.append([name, index, e.error_code, e.message])
+            continue
+        outcome.append([name, index, 0, None])
+    events: list[MetadataEvent] = []
+    new = state
+    for name, partitions in changed.items():
+        info = state.topics[name]
+        if tuple(partitions) == info.partitions:
+            continue
+        new = _with_topic(new, replace(info, partitions=tuple(partitions)))
+        events.extend(
+            PartitionChanged(name, info.topic_id, now)
+            for was, now in zip(info.partitions, partitions, strict=True)
+            if was is not now
+        )
+    return Applied(new, outcome, tuple(events))
+
+
 _HANDLERS = {
     BARRIER: _barrier,
     CONTROLLER_ELECTED: _controller_elected,
@@ -404,6 +441,7 @@ _HANDLERS = {
     FENCE_BROKER: _fence_broker,
     CONTROLLED_SHUTDOWN: _fence_broker,
     ALTER_PARTITION: _alter_partition,
+    ELECT_LEADERS: _elect_leaders,
     ALTER_SCRAM_CREDENTIALS: _alter_scram_credentials,
     CREATE_ACLS: _create_acls,
     DELETE_ACLS: _delete_acls,

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.controller import commands as cmd
+from kbroker.controller import leadership
 from kbroker.controller.errors import (
+    ELECTION_NOT_NEEDED,
     INVALID_CONFIG,
     INVALID_PARTITIONS,
     INVALID_REQUEST,
@@ -91,6 +93,9 @@ class ControllerConfig:
     broker_session_timeout_s: float | None = None
     # unclean.leader.election.enable for topics that do not override it.
     unclean_leader_election: bool = False
+    # auto.leader.rebalance.enable: how often the active controller gives partitions back
+    # to their preferred leaders; None never does (a single node has nothing to move).
+    leader_imbalance_check_interval_s: float | None = None
     # node id -> Raft address of every voter (itself included), for DescribeQuorum.
     voters: dict[int, str] = field(default_factory=dict)
 
@@ -152,7 +157,7 @@ class Controller:
         self._drain_scheduled = False
         self._live = False  # events are delivered only for changes after start()
         self._live_token: bytes | None = None
-        self._watcher: asyncio.Task[None] | None = None
+        self._watchers: list[asyncio.Task[None]] = []
 
     # --- read side ---
 
@@ -289,8 +294,12 @@ class Controller:
             self._unlock_directory()
             raise
         if cfg.broker_session_timeout_s is not None:
-            self._watcher = asyncio.create_task(
-                self._watch_broker_sessions(cfg.broker_session_timeout_s)
+            self._watchers.append(
+                asyncio.create_task(self._watch_broker_sessions(cfg.broker_session_timeout_s))
+            )
+        if cfg.leader_imbalance_check_interval_s is not None:
+            self._watchers.append(
+                asyncio.create_task(self._rebalance_leaders(cfg.leader_imbalance_check_interval_s))
             )
         s = self._state
         log.info(
@@ -361,10 +370,10 @@ class Controller:
             )
 
     async def stop(self) -> None:
-        watcher, self._watcher = self._watcher, None
-        if watcher is not None:
+        watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
             watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
+        await asyncio.gather(*watchers, return_exceptions=True)
         raft, self._raft = self._raft, None
         if raft is None:
             return
@@ -444,6 +453,53 @@ class Controller:
             },
         )
         return info
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[tuple[str, int, int, str | None]]:
+        """ElectLeaders: PREFERRED (0) or UNCLEAN (1) for the named partitions, or every
+        partition when None; answers (topic, partition, error code, message) for each
+        named one, and with None only where an election was attempted (Kafka omits
+        ELECTION_NOT_NEEDED there)."""
+        self._check_can_commit()
+        every = partitions is None
+        if partitions is None:
+            partitions = [
+                (t.name, p.partition) for t in self._state.topics.values() for p in t.partitions
+            ]
+        outcome = await self._propose(
+            cmd.ELECT_LEADERS,
+            {"election_type": election_type, "partitions": [list(tp) for tp in partitions]},
+        )
+        results = [(str(t), int(i), int(code), msg) for t, i, code, msg in outcome]
+        if every:
+            results = [r for r in results if r[2] != ELECTION_NOT_NEEDED]
+        return results
+
+    async def _rebalance_leaders(self, interval: float) -> None:
+        """auto.leader.rebalance.enable, as KRaft's controller does it: every interval the
+        active controller hands each partition whose preferred replica is in the ISR and
+        live, but does not lead, back to that replica."""
+        while True:
+            await asyncio.sleep(interval)
+            if not self.is_leader:
+                continue
+            state = self._state
+            usable = leadership.usable_in(state)
+            imbalanced = [
+                (t.name, p.partition)
+                for t in state.topics.values()
+                for p in t.partitions
+                if leadership.is_imbalanced(p, usable)
+            ]
+            if not imbalanced:
+                continue
+            try:
+                results = await self.elect_leaders(leadership.PREFERRED, imbalanced)
+                moved = sum(1 for r in results if r[2] == 0)
+                log.info("leader rebalance: %d partitions back on their preferred leader", moved)
+            except ControllerError as exc:
+                log.info("leader rebalance not committed: %s", exc)
 
     async def _watch_broker_sessions(self, session_timeout: float) -> None:
         """On the active controller: fence every unfenced broker whose last heartbeat is

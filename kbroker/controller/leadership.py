@@ -19,16 +19,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from kbroker.controller.errors import (
+    ELECTION_NOT_NEEDED,
+    ELIGIBLE_LEADERS_NOT_AVAILABLE,
     FENCED_LEADER_EPOCH,
     INELIGIBLE_REPLICA,
     INVALID_REQUEST,
     INVALID_UPDATE_VERSION,
     NOT_CONTROLLER,
+    PREFERRED_LEADER_NOT_AVAILABLE,
     ControllerError,
 )
-from kbroker.controller.state import NO_LEADER, PartitionInfo
+from kbroker.controller.state import NO_LEADER, MetadataState, PartitionInfo
 
 Usable = Callable[[int], bool]
+
+
+def usable_in(state: MetadataState) -> Usable:
+    """Whether a broker may lead or join an ISR: registered and not fenced."""
+
+    def usable(node: int) -> bool:
+        broker = state.brokers.get(node)
+        return broker is not None and not broker.fenced
+
+    return usable
 
 
 def change(
@@ -118,3 +131,46 @@ def alter_isr(
             INELIGIBLE_REPLICA, f"replicas {ineligible} are fenced or shutting down"
         )
     return change(p, leader, isr, bump_leader=False)
+
+
+PREFERRED = 0
+UNCLEAN = 1
+
+
+def elect_preferred(p: PartitionInfo, usable: Usable) -> PartitionInfo:
+    """ElectLeaders(PREFERRED) and the automatic rebalance: the first assigned replica
+    takes over when it is in the ISR and usable."""
+    preferred = p.replicas[0]
+    if p.leader == preferred:
+        raise ControllerError(
+            ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
+        )
+    if preferred not in p.isr or not usable(preferred):
+        raise ControllerError(
+            PREFERRED_LEADER_NOT_AVAILABLE,
+            f"Failed to elect leader for partition: preferred replica {preferred} is not "
+            "in the ISR or not live",
+        )
+    return change(p, preferred, p.isr)
+
+
+def elect_unclean(p: PartitionInfo, usable: Usable) -> PartitionInfo:
+    """ElectLeaders(UNCLEAN): a partition without a leader takes one from the ISR, else
+    from any live replica (which then is the whole ISR)."""
+    if p.has_leader:
+        raise ControllerError(
+            ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
+        )
+    elected = elect(p, p.isr, usable, unclean=True)
+    if not elected.has_leader:
+        raise ControllerError(
+            ELIGIBLE_LEADERS_NOT_AVAILABLE,
+            "Failed to elect leader for partition: no live replica",
+        )
+    return elected
+
+
+def is_imbalanced(p: PartitionInfo, usable: Usable) -> bool:
+    """The preferred replica could lead but does not (auto.leader.rebalance.enable)."""
+    preferred = p.replicas[0]
+    return p.leader != preferred and preferred in p.isr and usable(preferred)

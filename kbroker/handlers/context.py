@@ -129,6 +129,10 @@ class TopicAdmin(MetadataView, Protocol):
 
     def quorum_status(self) -> QuorumStatus | None: ...
 
+    async def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[tuple[str, int, int, str | None]]: ...
+
 
 class GroupCoordination(Protocol):
     """The group coordinator of a running broker (kbroker.coordinator.service)."""

@@ -1,10 +1,12 @@
-"""ElectLeaders: every partition already has its preferred leader.
+"""ElectLeaders: preferred-leader and unclean elections through the controller.
 
-A single broker leads every partition it holds, and that broker is each partition's
-first (preferred) and only replica, so no election is ever needed. As Kafka does, a
-request naming partitions gets ELECTION_NOT_NEEDED for each existing one and
-UNKNOWN_TOPIC_OR_PARTITION for the rest; a request for all partitions (a null list)
-gets an empty answer, since Kafka lists only partitions it tried to elect for.
+PREFERRED gives a partition back to its first replica when that replica is in the ISR
+and live (ELECTION_NOT_NEEDED when it already leads, PREFERRED_LEADER_NOT_AVAILABLE
+when it cannot); UNCLEAN gives a leaderless partition a leader, from outside the ISR if
+need be (ELIGIBLE_LEADERS_NOT_AVAILABLE when no replica is live). A request naming
+partitions gets a result for each; a request for all partitions (a null list) lists
+only those an election was tried for, as Kafka does. Version 0 has no election type
+(it is PREFERRED) and no top-level error code.
 """
 
 from __future__ import annotations
@@ -13,36 +15,44 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.controller import ControllerError
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 
 ELECT_LEADERS = 43
+PREFERRED, UNCLEAN = 0, 1
 
 
 @handles(ELECT_LEADERS, 0)
-def elect_leaders(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    topics = ctx.broker.controller.state.topics
-    results = []
-    for requested in request.topic_partitions or ():
-        info = topics.get(requested.topic)
-        count = len(info.partitions) if info is not None else 0
-        results.append(
-            {
-                "topic": requested.topic,
-                "partition_result": [
-                    _result(partition, 0 <= partition < count) for partition in requested.partitions
-                ],
-            }
+async def elect_leaders(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    election_type = int(getattr(request, "election_type", PREFERRED))
+    response: dict[str, Any] = {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "replica_election_results": [],
+    }
+    if election_type not in (PREFERRED, UNCLEAN):
+        response["error_code"] = ErrorCode.invalid_request
+        return response
+    wanted = (
+        None
+        if request.topic_partitions is None
+        else [(t.topic, int(p)) for t in request.topic_partitions for p in t.partitions]
+    )
+    try:
+        results = await ctx.broker.controller.elect_leaders(election_type, wanted)
+    except ControllerError as exc:
+        if ctx.version == 0:  # no top-level error: every partition carries it
+            results = [(t, p, exc.error_code, exc.message) for t, p in wanted or ()]
+        else:
+            response["error_code"] = ErrorCode(exc.error_code)
+            return response
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition, code, message in results:
+        by_topic.setdefault(topic, []).append(
+            {"partition_id": partition, "error_code": ErrorCode(code), "error_message": message}
         )
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "replica_election_results": results}
-
-
-def _result(partition: int, exists: bool) -> dict[str, Any]:
-    if exists:
-        code, message = (
-            ErrorCode.election_not_needed,
-            "Leader election not needed for topic partition.",
-        )
-    else:
-        code, message = ErrorCode.unknown_topic_or_partition, None
-    return {"partition_id": partition, "error_code": code, "error_message": message}
+    response["replica_election_results"] = [
+        {"topic": topic, "partition_result": partitions} for topic, partitions in by_topic.items()
+    ]
+    return response

@@ -109,6 +109,8 @@ class BrokerProcess:
     ready_seconds: float = 0.0
     starts: int = 0
     _spawned_at: float = 0.0
+    # How long a Metadata round trip may keep failing once the listener answers.
+    metadata_grace_s: float = METADATA_GRACE_S
 
     def __post_init__(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -213,7 +215,7 @@ class BrokerProcess:
                 f"timeout (last error: {last_error!r})\n" + self.log_tail()
             )
         # The listener is up, so a failing Metadata is the broker's fault: retry briefly only.
-        metadata_deadline = min(deadline, time.monotonic() + METADATA_GRACE_S)
+        metadata_deadline = min(deadline, time.monotonic() + self.metadata_grace_s)
         while True:
             try:
                 metadata_round_trip(self.bootstrap, metadata_deadline - time.monotonic())

@@ -37,12 +37,16 @@ from typing import Any, TypeVar
 
 from compat_tests.broker_process import (
     FAST_GROUP_SETTINGS,
-    START_TIMEOUT_S,
     BrokerProcess,
     free_port,
 )
 
 T = TypeVar("T")
+
+# Three interpreters importing at once on a loaded 2-core machine, then a quorum to form:
+# a cluster node gets longer than a lone broker to serve.
+CLUSTER_START_TIMEOUT_S = 60.0
+CLUSTER_METADATA_GRACE_S = 15.0
 
 CLUSTER_SECRET = "compat-tests-cluster-secret"
 TEST_TIMINGS = {
@@ -57,6 +61,16 @@ class ClusterNode(BrokerProcess):
 
     node_id: int = 0
     controller_port: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.metadata_grace_s = CLUSTER_METADATA_GRACE_S
+
+    def start(self, timeout: float = CLUSTER_START_TIMEOUT_S) -> float:
+        return super().start(timeout)
+
+    def wait_ready(self, timeout: float = CLUSTER_START_TIMEOUT_S) -> float:
+        return super().wait_ready(timeout)
 
 
 class KafkaCluster:
@@ -116,7 +130,7 @@ class KafkaCluster:
 
     # -- life cycle -------------------------------------------------------------------------
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+    def start(self, timeout: float = CLUSTER_START_TIMEOUT_S) -> None:
         """Spawn every node, then wait for each: a node serves once a majority runs."""
         for node in self.nodes:
             if not node.running():

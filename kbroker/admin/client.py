@@ -20,11 +20,15 @@ from contextlib import contextmanager
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
+from kbroker.admin.security import ClientSecurity, SaslFailure, exchange
 from kbroker.protocol.messages import API_NAMES, build, encode, is_flexible, known_versions
 
+SASL_HANDSHAKE = 17
 API_VERSIONS = 18
+SASL_AUTHENTICATE = 36
 MAX_RESPONSE_BYTES = 100 * 1024 * 1024
 
 
@@ -89,7 +93,12 @@ class BrokerConnection:
     """One TCP connection to one broker, one request at a time."""
 
     def __init__(
-        self, host: str, port: int, timeout: float = 10.0, client_id: str = "kbroker-admin"
+        self,
+        host: str,
+        port: int,
+        timeout: float = 10.0,
+        client_id: str = "kbroker-admin",
+        security: ClientSecurity | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.timeout = timeout
@@ -101,6 +110,12 @@ class BrokerConnection:
         except OSError as exc:
             raise ClientError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if security is not None and security.tls:
+            try:
+                self.sock = security.ssl_context().wrap_socket(self.sock, server_hostname=host)
+            except (OSError, ValueError) as exc:
+                self.sock.close()
+                raise ClientError(f"TLS with {host}:{port} failed: {exc}") from None
         local_host, local_port = self.sock.getsockname()[:2]
         self.local = f"{local_host}:{local_port}"
 
@@ -120,6 +135,31 @@ class BrokerConnection:
             int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
         }
         return self
+
+    def authenticate(self, security: ClientSecurity) -> BrokerConnection:
+        """SaslHandshake, then SaslAuthenticate requests carrying the mechanism's messages."""
+        mechanism = security.mechanism
+        shake = self.call(SASL_HANDSHAKE, {"mechanism": mechanism}, versions=(1, 1))
+        if int(shake.error_code) != 0:
+            enabled = ", ".join(shake.mechanisms) or "none"
+            raise ClientError(
+                f"{self.host}:{self.port} does not enable SASL {mechanism} (enabled: {enabled})"
+            )
+        steps = exchange(security)
+        message = next(steps)
+        while True:
+            answer = self.call(SASL_AUTHENTICATE, {"auth_bytes": message}, versions=(0, 2))
+            if int(answer.error_code) != 0:
+                reason = answer.error_message or ErrorCode(int(answer.error_code)).name.upper()
+                raise ClientError(f"authentication failed on {self.host}:{self.port}: {reason}")
+            try:
+                message = steps.send(bytes(answer.auth_bytes))
+            except StopIteration:
+                return self
+            except SaslFailure as exc:
+                raise ClientError(
+                    f"authentication failed on {self.host}:{self.port}: {exc}"
+                ) from None
 
     def version_for(self, api_key: int, wanted: tuple[int, int]) -> int:
         """The newest version in `wanted` that both the broker and kio speak."""
@@ -209,21 +249,29 @@ class BrokerConnection:
 class Cluster:
     """Connections to the brokers of one cluster, opened (and negotiated) on first use."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    def __init__(
+        self, bootstrap: str, timeout: float = 10.0, security: ClientSecurity | None = None
+    ) -> None:
         self.bootstrap = [parse_address(a) for a in bootstrap.split(",") if a.strip()]
         if not self.bootstrap:
             raise ClientError("no bootstrap address given")
         self.timeout = timeout
+        self.security = security
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
 
     def connection(self, host: str, port: int) -> BrokerConnection:
         key = (host, port)
         conn = self._connections.get(key)
         if conn is None:
-            conn = BrokerConnection(host, port, self.timeout)
+            conn = BrokerConnection(host, port, self.timeout, security=self.security)
             try:
                 conn.negotiate()
-            except (ClientError, OSError) as exc:
+                if self.security is not None and self.security.sasl:
+                    conn.authenticate(self.security)
+            except ClientError:
+                conn.close()
+                raise
+            except OSError as exc:
                 conn.close()
                 raise ClientError(f"{host}:{port}: {exc}") from None
             self._connections[key] = conn
@@ -245,8 +293,10 @@ class Cluster:
 
 
 @contextmanager
-def cluster(bootstrap: str, timeout: float = 10.0) -> Iterator[Cluster]:
-    c = Cluster(bootstrap, timeout)
+def cluster(
+    bootstrap: str, timeout: float = 10.0, security: ClientSecurity | None = None
+) -> Iterator[Cluster]:
+    c = Cluster(bootstrap, timeout, security)
     try:
         yield c
     finally:

@@ -9,7 +9,8 @@ kafka-configs and the console producer/consumer shape theirs:
     kbroker cluster status   brokers, controller, partitions that need attention
 
 Every command takes `--bootstrap` (default DEFAULT_BOOTSTRAP, the listener `kbroker
-serve` opens by default), `--timeout` and `--output table|json`. A broker that cannot be
+serve` opens by default), `--timeout`, `--output table|json` and, for a TLS or SASL
+listener, `--command-config FILE` with Kafka's client properties. A broker that cannot be
 reached, or an error it answers, is reported in one line on stderr with exit code 1.
 """
 
@@ -20,10 +21,12 @@ import datetime
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 
 from kbroker.admin import configs, groups, records, topics
 from kbroker.admin.client import ClientError, Cluster, cluster
 from kbroker.admin.output import Output, advance
+from kbroker.admin.security import SecurityConfigError, load_command_config
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 ADMIN_COMMANDS = ("topics", "groups", "configs", "produce", "consume", "cluster")
@@ -43,6 +46,13 @@ def _common() -> argparse.ArgumentParser:
     )
     common.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait on each broker"
+    )
+    common.add_argument(
+        "--command-config",
+        type=Path,
+        metavar="FILE",
+        help="client properties for a secured listener (security.protocol, sasl.mechanism, "
+        "sasl.jaas.config, ssl.truststore.location, ...), as Kafka's tools take them",
     )
     common.add_argument(
         "--output",
@@ -240,7 +250,12 @@ def run_admin_command(args: argparse.Namespace) -> int:
     """Run the chosen command; a ClientError is one line on stderr and exit code 1."""
     out = Output(args.output)
     try:
-        with cluster(args.bootstrap, args.timeout) as c:
+        security = load_command_config(args.command_config) if args.command_config else None
+    except SecurityConfigError as exc:
+        print(f"kbroker {args.command}: {args.command_config}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with cluster(args.bootstrap, args.timeout, security) as c:
             code: int = args.run(c, args, out)
             return code
     except ClientError as exc:

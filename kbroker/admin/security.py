@@ -1,0 +1,180 @@
+"""How the admin client reaches a secured listener: TLS, SASL PLAIN and SCRAM.
+
+Settings come from a Kafka client properties file, as the `--command-config` of Kafka's
+tools: `security.protocol`, `sasl.mechanism`, the credentials in `sasl.jaas.config`
+(`username="..." password="..."`) or librdkafka's `sasl.username` / `sasl.password`, and
+PEM files for TLS (`ssl.truststore.location` with `ssl.truststore.type=PEM`, or
+librdkafka's `ssl.ca.location`; a client certificate from `ssl.keystore.location` or
+`ssl.certificate.location` + `ssl.key.location`). `ssl.endpoint.identification.algorithm=`
+(empty) turns host name checking off, as in Kafka.
+
+The SASL exchanges are plain functions of the server's answers (no I/O): the
+connection carries their messages in SaslAuthenticate requests.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+import ssl
+from collections.abc import Generator
+from dataclasses import dataclass
+from pathlib import Path
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class SecurityConfigError(ValueError):
+    """The client properties ask for something this client cannot do."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    protocol: str = "PLAINTEXT"
+    mechanism: str | None = None
+    username: str | None = None
+    password: str | None = None
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    check_hostname: bool = True
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+        context.check_hostname = self.check_hostname
+        if self.cert_file is not None:
+            context.load_cert_chain(
+                str(self.cert_file), str(self.key_file) if self.key_file else None
+            )
+        return context
+
+
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """`key=value` (or `key: value`) lines; `#` and `!` start comments."""
+    values = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=len(line))
+        values[line[:cut].strip()] = line[cut + 1 :].strip()
+    return values
+
+
+def from_properties(values: dict[str, str]) -> ClientSecurity:
+    protocol = values.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in PROTOCOLS:
+        raise SecurityConfigError(f"security.protocol {protocol} is not one of {PROTOCOLS}")
+    mechanism = values.get("sasl.mechanism", "GSSAPI" if protocol.startswith("SASL") else "")
+    username, password = values.get("sasl.username"), values.get("sasl.password")
+    jaas = values.get("sasl.jaas.config")
+    if jaas:
+        options = dict(_JAAS_OPTION.findall(jaas))
+        username = options.get("username", username)
+        password = options.get("password", password)
+    if protocol.startswith("SASL"):
+        if mechanism not in MECHANISMS:
+            raise SecurityConfigError(f"sasl.mechanism {mechanism} is not one of {MECHANISMS}")
+        if username is None or password is None:
+            raise SecurityConfigError("SASL needs a username and a password")
+    ca = values.get("ssl.ca.location")
+    if ca is None and values.get("ssl.truststore.location"):
+        if values.get("ssl.truststore.type", "JKS").upper() != "PEM":
+            raise SecurityConfigError("only PEM trust stores are read (ssl.truststore.type=PEM)")
+        ca = values["ssl.truststore.location"]
+    cert = values.get("ssl.certificate.location")
+    key = values.get("ssl.key.location")
+    if cert is None and values.get("ssl.keystore.location"):
+        if values.get("ssl.keystore.type", "JKS").upper() != "PEM":
+            raise SecurityConfigError("only PEM key stores are read (ssl.keystore.type=PEM)")
+        cert = values["ssl.keystore.location"]  # key and certificate chain in one file
+    return ClientSecurity(
+        protocol=protocol,
+        mechanism=mechanism if protocol.startswith("SASL") else None,
+        username=username,
+        password=password,
+        ca_file=Path(ca) if ca else None,
+        cert_file=Path(cert) if cert else None,
+        key_file=Path(key) if key else None,
+        check_hostname=values.get("ssl.endpoint.identification.algorithm", "https") != "",
+    )
+
+
+def load_command_config(path: Path) -> ClientSecurity:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SecurityConfigError(f"cannot read {path}: {exc.strerror}") from None
+    return from_properties(parse_properties(text))
+
+
+# -- SASL exchanges (RFC 4616 PLAIN, RFC 5802 / 7677 SCRAM) ---------------------------------
+
+Exchange = Generator[bytes, bytes, None]
+"""Yields each client message; is sent the server's answer to it."""
+
+
+class SaslFailure(Exception):
+    """The server's answer does not prove it knows the password, or is malformed."""
+
+
+def plain(username: str, password: str) -> Exchange:
+    yield b"\0" + username.encode() + b"\0" + password.encode()
+
+
+def scram(mechanism: str, username: str, password: str, nonce: str | None = None) -> Exchange:
+    digest = hashlib.sha256 if mechanism == "SCRAM-SHA-256" else hashlib.sha512
+    name = username.replace("=", "=3D").replace(",", "=2C")
+    client_nonce = nonce or secrets.token_urlsafe(24)
+    first_bare = f"n={name},r={client_nonce}"
+    server_first = (yield f"n,,{first_bare}".encode()).decode()
+    fields = dict(part.split("=", 1) for part in server_first.split(",") if "=" in part)
+    if "e" in fields:
+        raise SaslFailure(fields["e"])
+    try:
+        server_nonce, salt, iterations = (
+            fields["r"],
+            base64.b64decode(fields["s"]),
+            int(fields["i"]),
+        )
+    except (KeyError, ValueError) as exc:
+        raise SaslFailure(f"malformed server-first message: {exc}") from None
+    if not server_nonce.startswith(client_nonce):
+        raise SaslFailure("the server's nonce does not extend the client's")
+    salted = hashlib.pbkdf2_hmac(digest().name, password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    stored_key = digest(client_key).digest()
+    without_proof = f"c=biws,r={server_nonce}"
+    auth_message = f"{first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.new(stored_key, auth_message, digest).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    server_final = (yield f"{without_proof},p={base64.b64encode(proof).decode()}".encode()).decode()
+    final = dict(part.split("=", 1) for part in server_final.split(",") if "=" in part)
+    if "e" in final:
+        raise SaslFailure(final["e"])
+    server_key = hmac.new(salted, b"Server Key", digest).digest()
+    expected = hmac.new(server_key, auth_message, digest).digest()
+    if not hmac.compare_digest(base64.b64decode(final.get("v", "")), expected):
+        raise SaslFailure("the server's signature does not match: it does not know the password")
+
+
+def exchange(security: ClientSecurity) -> Exchange:
+    assert security.mechanism and security.username is not None and security.password is not None
+    if security.mechanism == "PLAIN":
+        return plain(security.username, security.password)
+    return scram(security.mechanism, security.username, security.password)

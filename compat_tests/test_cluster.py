@@ -285,3 +285,16 @@ def test_describe_cluster_lists_a_fenced_broker_only_when_asked(cluster: KafkaCl
         assert victim.node_id not in describe(False)
     finally:
         cluster.heal()
+
+
+def test_sigterm_of_the_active_controller_hands_its_role_to_another_voter(
+    cluster: KafkaCluster,
+) -> None:
+    controller = cluster.wait_for_controller()
+    node = cluster.node(controller)
+    try:
+        assert cluster.stop(controller) == 0
+        assert "the active controller role moved to another voter" in node.log_text()
+        assert cluster.wait_for_controller(exclude=(controller,), timeout=5) != controller
+    finally:
+        cluster.heal()

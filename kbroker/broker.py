@@ -319,6 +319,8 @@ class Broker:
             "controlled shutdown: leadership moved away in %.0f ms",
             (time.monotonic() - began) * 1000,
         )
+        if await self.controller.resign(max(0.1, deadline - time.monotonic())):
+            log.info("controlled shutdown: the active controller role moved to another voter")
 
     def _leads_anything(self) -> bool:
         return any(

@@ -501,6 +501,21 @@ class Controller:
             except ControllerError as exc:
                 log.info("leader rebalance not committed: %s", exc)
 
+    async def resign(self, timeout: float) -> bool:
+        """If this node is the active controller, hand Raft leadership to a caught-up
+        voter and wait (bounded) until another node leads; True if it was handed over.
+        A stopping controller does this so metadata changes wait for no election."""
+        raft = self._raft
+        if raft is None or not raft.is_leader:
+            return False
+        raft.transfer_leadership()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            if not raft.is_leader and raft.leader_known:
+                return True
+        return False
+
     async def _watch_broker_sessions(self, session_timeout: float) -> None:
         """On the active controller: fence every unfenced broker whose last heartbeat is
         older than the session timeout. A controller that has just become active counts

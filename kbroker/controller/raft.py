@@ -138,6 +138,9 @@ class RaftThread:
         self._inflight_lock = threading.Lock()
         self._journal_fd: int | None = None
         self.constructed = threading.Event()
+        # Work for the Raft thread, which alone may touch the pysyncobj node.
+        self._calls: list[Callable[[_RaftNode], None]] = []
+        self._calls_lock = threading.Lock()
         self.construct_error: BaseException | None = None
 
     # --- called from any thread ---
@@ -174,6 +177,19 @@ class RaftThread:
             callback(outcome, fail_reason)
 
         node.apply_command(kind, payload, callback=done)
+
+    def transfer_leadership(self) -> None:
+        """Ask the most caught-up connected voter to take over leadership now (Raft's
+        TimeoutNow), instead of letting the others wait out an election timeout after
+        this leader stops. Best effort: pysyncobj refuses when no voter is caught up."""
+
+        def transfer(node: _RaftNode) -> None:
+            node.transferLeadership(callback=_log_transfer)
+
+        with self._calls_lock:
+            self._calls.append(transfer)
+        if self._wake is not None:
+            self._wake.notify()
 
     @property
     def is_leader(self) -> bool:
@@ -288,6 +304,7 @@ class RaftThread:
         try:
             while not self._stopping:
                 try:
+                    self._run_calls(node)
                     node.doTick(self._tick_timeout(node))
                 except Exception:
                     log.exception("raft tick failed")
@@ -299,6 +316,12 @@ class RaftThread:
                 os.close(self._journal_fd)
                 self._journal_fd = None
             log.info("controller raft node %d stopped", self.node_id)
+
+    def _run_calls(self, node: _RaftNode) -> None:
+        with self._calls_lock:
+            calls, self._calls = self._calls, []
+        for call in calls:
+            call(node)
 
     def _tick_timeout(self, node: _RaftNode) -> float:
         if self._peers:
@@ -320,6 +343,11 @@ class RaftThread:
         # Record the new controller in the log, as KRaft does, so every replica's state
         # names the same controller_id.
         self.propose(CONTROLLER_ELECTED, {"node_id": self.node_id, "epoch": term}, _ignore_result)
+
+
+def _log_transfer(outcome: Any, fail_reason: int) -> None:
+    if fail_reason != FAIL_REASON.SUCCESS:
+        log.info("raft leadership not handed over: %s", FAIL_REASON_NAMES[fail_reason])
 
 
 def _ignore_result(outcome: Any, fail_reason: int) -> None:

@@ -163,3 +163,17 @@ def test_backfill_sink_writes_with_the_idempotent_producer(
     batches = stored_batches(broker, backfilled.cfg.sink)
     assert batches
     assert all(b.producer_id >= 0 and b.base_sequence >= 0 for b in batches), batches
+
+
+def test_backfill_refuses_a_range_that_ends_before_it_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        backfill.parse_args(["--from", "2026-03-01T10:00:00Z", "--until", "2026-03-01T09:00:00Z"])
+    assert exit_.value.code == 2
+    assert "--until must be after --from" in capsys.readouterr().err
+
+
+def test_pipeline_times_without_a_zone_are_utc() -> None:
+    cfg = backfill.parse_args(["--from", "2026-03-01T09:00:00"])
+    assert cfg.since == RANGE_START and cfg.until is None

@@ -108,9 +108,9 @@ def produce(
     source: OrderSource,
     progress: bool = True,
 ) -> int:
-    """Produce ``count`` records (0: until interrupted) at ``rate`` per second; return how
-    many the broker acknowledged. Pacing sleeps to a schedule, so a slow moment is caught
-    up rather than lost."""
+    """Produce ``count`` records (0: until Ctrl-C) at ``rate`` per second; return how many
+    the broker acknowledged. Pacing sleeps to a schedule, so a slow moment is caught up
+    rather than lost; on Ctrl-C the records already sent are still delivered."""
     from confluent_kafka import KafkaException, Producer
     from rich.progress import (
         BarColumn,
@@ -143,18 +143,25 @@ def produce(
     began = time.monotonic()
     with Progress(*columns, disable=not progress, transient=False) as bar:
         task = bar.add_task("produce", total=count or None, rate=0.0)
-        for sent, (key, value) in enumerate(source.records(), start=1):
-            producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-            producer.poll(0)
-            due = began + sent / rate
-            delay = due - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            if sent % max(1, int(rate // 10) or 1) == 0 or sent == count:
-                elapsed = max(time.monotonic() - began, 1e-6)
-                bar.update(task, completed=sent, rate=sent / elapsed)
-            if count and sent >= count:
-                break
+        try:
+            for sent, (key, value) in enumerate(source.records(), start=1):
+                while True:
+                    try:
+                        producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                        break
+                    except BufferError:  # the local queue is full: let deliveries drain
+                        producer.poll(0.1)
+                producer.poll(0)
+                delay = began + sent / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                if sent % max(1, int(rate // 10)) == 0 or sent == count:
+                    elapsed = max(time.monotonic() - began, 1e-6)
+                    bar.update(task, completed=sent, rate=sent / elapsed)
+                if count and sent >= count:
+                    break
+        except KeyboardInterrupt:
+            pass  # Ctrl-C stops producing; what was sent is still delivered below
         remaining = producer.flush(30)
     if failed or remaining:
         raise KafkaException(f"{len(failed)} records failed, {remaining} unsent: {failed[:3]}")
@@ -191,10 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         start = start.replace(tzinfo=UTC)
     clock = simulated_clock(start, args.rate) if start else wall_clock
     source = OrderSource(random.Random(args.seed), clock, args.bad_ratio)
-    try:
-        acked = produce(args.bootstrap, args.topic, args.count, args.rate, source, not args.quiet)
-    except KeyboardInterrupt:
-        return
+    acked = produce(args.bootstrap, args.topic, args.count, args.rate, source, not args.quiet)
     print(f"{acked} records acknowledged on {args.topic}")
 
 

@@ -487,7 +487,8 @@ def test_bad_acknowledgements_and_stale_epochs_get_kafkas_error_codes(share_brok
         assert int(_heartbeat(b, group, "member-b", 0, [topic]).error_code) == 0
         fetched = _share_fetch(a, group, "member-a", 0, topic_id)
         acquired = fetched.responses[0].partitions[0].acquired_records
-        assert [(r.first_offset, r.last_offset) for r in acquired] == [(0, 4)]
+        # max_records 5, exceeded towards the end of the 20-record batch, up to twice that.
+        assert [(r.first_offset, r.last_offset) for r in acquired] == [(0, 9)]
         assert int(_share_fetch(b, group, "member-b", 0, topic_id).error_code) == 0
         accept = {"first_offset": 0, "last_offset": 1, "acknowledge_types": [1]}
         # b acknowledges what a holds: INVALID_RECORD_STATE, and a still holds it.

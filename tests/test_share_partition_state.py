@@ -41,15 +41,19 @@ class Model:
         self.end = 0  # past the highest offset ever acquired: gaps below it are done
 
     def acquire(self, member: str, limit: int, now: int, window_end: int) -> list[int]:
-        out = []
-        for o in HELD:
-            if len(out) >= limit or o >= window_end:
+        """Up to `limit` records, then on to the end of that batch (at most 2 x limit)."""
+        out: list[int] = []
+        for first, last in LOG:
+            if len(out) >= limit:
                 break
-            r = self.records[o]
-            if r[0] == "available":
-                r[0], r[1], r[2], r[3] = "acquired", r[1] + 1, member, now + LOCK
-                out.append(o)
-                self.end = max(self.end, o + 1)
+            for o in range(first, last + 1):
+                if len(out) >= 2 * limit or o >= window_end:
+                    break
+                r = self.records[o]
+                if r[0] == "available":
+                    r[0], r[1], r[2], r[3] = "acquired", r[1] + 1, member, now + LOCK
+                    out.append(o)
+                    self.end = max(self.end, o + 1)
         return out
 
     def release(self, o: int) -> None:
@@ -216,6 +220,12 @@ def test_renew_extends_the_lock() -> None:
     assert sp.records[0].state == RecordState.ACQUIRED
     sp.expire_locks(1900)
     assert sp.records[0].state == RecordState.AVAILABLE
+
+
+def test_acquisition_runs_to_the_end_of_the_batch_within_twice_max_records() -> None:
+    sp = SharePartitionState(0, LIMIT, 100)
+    assert _offsets(sp.acquire("a", [(0, 2), (3, 5), (6, 9)], 4, 0, LOCK)) == [0, 1, 2, 3, 4, 5]
+    assert _offsets(sp.acquire("a", [(6, 30)], 2, 0, LOCK)) == [6, 7, 8, 9]
 
 
 def test_the_window_of_in_flight_records_is_bounded() -> None:

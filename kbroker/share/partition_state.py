@@ -155,17 +155,21 @@ class SharePartitionState:
         now_ms: int,
         lock_ms: int,
     ) -> list[Acquired]:
-        """Acquire for `member` up to `max_records` available records among the offsets
-        the log holds (`batches`: (first, last) offset ranges in order). Offsets past
-        the end offset that no batch holds (compacted away, or control records) become
-        ARCHIVED as they are passed; they were never deliverable."""
+        """Acquire for `member` available records among the offsets the log holds
+        (`batches`: (first, last) offset ranges in order): `max_records` of them, and on
+        to the end of the batch the last one is in, as Kafka's batch-optimized
+        acquisition does (ShareFetch's max_records may be exceeded for batch alignment),
+        but never more than twice `max_records`. Offsets past the end offset that no
+        batch holds (compacted away, or control records) become ARCHIVED as they are
+        passed; they were never deliverable."""
         taken: list[tuple[int, int]] = []
         deadline = now_ms + lock_ms
+        ceiling = 2 * max_records
         for first, last in batches:
             if len(taken) >= max_records:
                 break
             for offset in range(max(first, self.start_offset), last + 1):
-                if len(taken) >= max_records:
+                if len(taken) >= ceiling:
                     break
                 if offset < self.end_offset:
                     record = self.records.get(offset)
@@ -176,9 +180,10 @@ class SharePartitionState:
                         break
                     for gap in range(self.end_offset, offset):
                         self.records[gap] = InFlight(RecordState.ARCHIVED, 0)
-                    record = InFlight(RecordState.AVAILABLE, 0)
-                    self.records[offset] = record
+                    self.records[offset] = InFlight(RecordState.ACQUIRED, 1, member, deadline)
                     self.end_offset = offset + 1
+                    taken.append((offset, 1))
+                    continue
                 record.state = RecordState.ACQUIRED
                 record.delivery_count += 1
                 record.member = member

@@ -151,6 +151,7 @@ class ShareService(InternalTopicService):
         coordinates = _Coordinates(broker)
         self.coordinator = ShareCoordinator(share_config(broker.config), coordinates, coordinates)
         self.dead_letters = DeadLetterWriter(broker, self)
+        self._flush: asyncio.Future[ErrorCode] | None = None
 
     # -- InternalTopicService --------------------------------------------------------------
 
@@ -253,13 +254,24 @@ class ShareService(InternalTopicService):
     # -- persistence -------------------------------------------------------------------
 
     def persist(self) -> asyncio.Future[ErrorCode]:
-        """Write every changed share-partition; the future settles when stored."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[ErrorCode] = loop.create_future()
+        """Write every changed share-partition; the future settles when stored.
+
+        The write happens at the end of the loop iteration, once for every change made
+        in it: under load, many requests' acknowledgements share one snapshot and one
+        append (group commit, as the log does for fsyncs)."""
+        if self._flush is None:
+            loop = asyncio.get_running_loop()
+            self._flush = loop.create_future()
+            loop.call_soon(self._write_dirty)
+        return self._flush
+
+    def _write_dirty(self) -> None:
+        done, self._flush = self._flush, None
+        assert done is not None
         writes = self.coordinator.take_dirty()
         if not writes:
             done.set_result(ErrorCode.none)
-            return done
+            return
         now = int(time.time() * 1000)
         by_partition: dict[int, list[KeyValue]] = {}
         for group_id, records in writes.items():
@@ -280,7 +292,7 @@ class ShareService(InternalTopicService):
             self.dead_letters.kick()
         if not waits:
             done.set_result(failed)
-            return done
+            return
 
         async def settle() -> None:
             results = await asyncio.gather(*waits, return_exceptions=True)
@@ -288,7 +300,6 @@ class ShareService(InternalTopicService):
             done.set_result(ErrorCode.kafka_storage_error if errors else failed)
 
         asyncio.ensure_future(settle())
-        return done
 
     # -- ShareFetch ----------------------------------------------------------------------
 

@@ -218,6 +218,7 @@ class KafkaCluster:
         return self.wait_until(agreed, timeout, "live nodes to agree on a live controller")
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3) -> None:
+        """CreateTopics through any node; returns once every live node's Metadata has it."""
         from confluent_kafka.admin import NewTopic
 
         admin = self.admin()  # kept alive until the answer arrives
@@ -225,6 +226,15 @@ class KafkaCluster:
             [NewTopic(name, partitions, replication_factor)], operation_timeout=10
         )
         futures[name].result(timeout=15)
+
+        def everywhere() -> bool:
+            return all(
+                len(self.raw_metadata(name, node).topics[0].partitions) == partitions
+                for node in self.live_nodes
+            )
+
+        # Other nodes apply the metadata log a moment later, as on Kafka.
+        self.wait_until(everywhere, 10.0, f"every live node to know topic {name}")
 
     @staticmethod
     def wait_until(predicate: Callable[[], T | None], timeout: float, what: str) -> T:

@@ -166,7 +166,11 @@ def test_describe_quorum_names_the_active_controller_and_every_voter(
 def test_a_broker_only_node_joins_through_the_quorum_and_is_fenced_when_killed(
     cluster: KafkaCluster,
 ) -> None:
-    observer = cluster.add_broker()
+    # Named the KIP-853 way: the controllers' addresses, without voter ids.
+    controllers = ",".join(f"127.0.0.1:{n.controller_port}" for n in cluster.nodes)
+    observer = cluster.add_broker(
+        controller_quorum_voters="", controller_quorum_bootstrap_servers=controllers
+    )
     try:
         assert observer.node_id in cluster.metadata(cluster.nodes[0]).brokers
         assert cluster.metadata(observer).controller_id == cluster.wait_for_controller()

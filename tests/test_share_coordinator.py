@@ -203,3 +203,13 @@ def test_a_malformed_by_duration_reset_is_refused(coordinator) -> None:  # type:
         coordinator.validate_group_config("share.auto.offset.reset", "by_duration:PT") is not None
     )
     assert coordinator.validate_group_config("share.auto.offset.reset", "by_duration:PT5M") is None
+
+
+def test_a_deleted_topics_share_state_is_dropped_with_a_tombstone(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    fetch(coordinator, "a")
+    coordinator.take_dirty()
+    coordinator.forget_topic(TOPIC.topic_id)
+    assert coordinator.partitions == {}
+    written = [kv for kvs in coordinator.take_dirty().values() for kv in kvs]
+    assert [value for _, value in written] == [None]

@@ -657,6 +657,15 @@ class ShareCoordinator:
             self.dirty.add(key)
         return NONE
 
+    def forget_topic(self, topic_id: uuid.UUID) -> None:
+        """A deleted topic's share-partitions go, with their stored state: a topic created
+        again under the name has a new id and starts afresh."""
+        for key in [k for k in self.partitions if k[1] == topic_id]:
+            del self.partitions[key]
+            self.dirty.add(key)
+        for session in self.sessions.values():
+            session.partitions = {tp for tp in session.partitions if tp[0] != topic_id}
+
     def delete_group(self, group_id: str) -> int:
         if group_id not in self.share_group_ids():
             return GROUP_ID_NOT_FOUND

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from kbroker.controller.events import TopicDeleted
 from kbroker.internal_topics import (
     InternalTopicService,
     KeyValue,
@@ -241,6 +242,12 @@ class ShareService(InternalTopicService):
             return
         self.dead_letters.stop()
         await super().stop()
+
+    def _on_metadata_event(self, event: Any) -> None:
+        if isinstance(event, TopicDeleted):
+            self.coordinator.forget_topic(event.topic_id)
+            self.persist()
+        super()._on_metadata_event(event)
 
     def _is_other_group(self, group_id: str) -> bool:
         """Whether the id is taken by a classic or consumer-protocol group."""

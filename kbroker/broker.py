@@ -271,7 +271,11 @@ class Broker:
 
     async def _register(self) -> BrokerInfo:
         return await self.controller.register_broker(
-            self.node_id, self.advertised.host, self.advertised.port, self.config.get("broker.rack")
+            self.node_id,
+            self.advertised.host,
+            self.advertised.port,
+            self.config.get("broker.rack"),
+            [(e.name, e.host, e.port) for e in self.config.advertised_endpoints],
         )
 
     async def _heartbeat(self) -> None:

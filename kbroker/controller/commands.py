@@ -163,6 +163,7 @@ def _register_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
         fenced=False,
         last_heartbeat_ms=p["timestamp_ms"],
         epoch=state.version + 1,
+        endpoints=tuple((e[0], e[1], e[2]) for e in p.get("endpoints", ())),
     )
     new = _with_broker(state, info)
     new, back = _update_partitions(

@@ -385,9 +385,15 @@ class Controller:
     # --- changes ---
 
     async def register_broker(
-        self, node_id: int, host: str, port: int, rack: str | None = None
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        rack: str | None = None,
+        endpoints: Sequence[tuple[str, str, int]] = (),
     ) -> BrokerInfo:
-        """Register this incarnation of a broker; its `epoch` names it in heartbeats."""
+        """Register this incarnation of a broker; its `epoch` names it in heartbeats.
+        `endpoints` are its advertised listeners as (name, host, port)."""
         info: BrokerInfo = await self._propose(
             cmd.REGISTER_BROKER,
             {
@@ -397,6 +403,7 @@ class Controller:
                 "rack": rack,
                 "timestamp_ms": int(time.time() * 1000),
                 "unclean": self.config.unclean_leader_election,
+                "endpoints": [list(e) for e in endpoints],
             },
         )
         return info

@@ -35,6 +35,19 @@ class BrokerInfo:
     # Set by a controlled shutdown: fenced, and heartbeats do not unfence it until it
     # registers again.
     shutting_down: bool = False
+    # Every advertised listener as (name, host, port); host/port above are the
+    # inter-broker one's.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """(host, port) this broker advertises on `listener`; a registration that named
+        no listeners (an older snapshot) has only its inter-broker address."""
+        if not self.endpoints:
+            return self.host, self.port
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +142,7 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
                 "last_heartbeat_ms": b.last_heartbeat_ms,
                 "epoch": b.epoch,
                 "shutting_down": b.shutting_down,
+                "endpoints": [list(e) for e in b.endpoints],
             }
             for b in state.brokers.values()
         ],
@@ -170,6 +184,7 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
             last_heartbeat_ms=b.get("last_heartbeat_ms", 0),
             epoch=b.get("epoch", 0),
             shutting_down=b.get("shutting_down", False),
+            endpoints=tuple((e[0], e[1], e[2]) for e in b.get("endpoints", ())),
         )
         for b in data.get("brokers", [])
     }

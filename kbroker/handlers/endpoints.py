@@ -22,4 +22,6 @@ def node_address(ctx: RequestContext, node: BrokerInfo) -> tuple[str, int]:
         endpoint = broker.config.advertised_endpoint(ctx.listener_name)
         if endpoint is not None:
             return endpoint.host, endpoint.port
-    return node.host, node.port
+    # Every broker registers all its advertised listeners with the controller.
+    address = node.endpoint(ctx.listener_name)
+    return address if address is not None else (node.host, node.port)

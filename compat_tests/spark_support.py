@@ -25,6 +25,9 @@ TEST_SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "768m",
+    # Short jobs on two busy cores: the quick C1 compiler only (C2 would pay back on long
+    # jobs, not here) and the serial collector halve a module's time on this machine.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     # Small test inputs: planning and scheduling dominate, not data.
     "spark.default.parallelism": "2",
     "spark.sql.adaptive.enabled": "false",

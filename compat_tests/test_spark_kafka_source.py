@@ -302,9 +302,11 @@ def test_kafka_sink_writes_keys_values_headers_and_partitions_with_the_idempoten
             by_producer[b.producer_id] = expected + b.record_count
 
 
-def _drain(spark: Any, bootstrap: str, topic: str, checkpoint: Path, **options: str) -> list[int]:
+def _drain_records(
+    spark: Any, bootstrap: str, topic: str, checkpoint: Path, **options: str
+) -> list[tuple[int, bytes]]:
     """Run a query over everything available now, resuming from ``checkpoint``; return
-    the offsets this run read."""
+    the (offset, value) pairs this run read."""
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -313,10 +315,10 @@ def _drain(spark: Any, bootstrap: str, topic: str, checkpoint: Path, **options: 
     )
     for key, value in options.items():
         reader = reader.option(key, value)
-    seen: list[int] = []
+    seen: list[tuple[int, bytes]] = []
 
     def collect(batch: Any, _batch_id: int) -> None:
-        seen.extend(r.offset for r in batch.select("offset").collect())
+        seen.extend((r.offset, bytes(r.value)) for r in batch.select("offset", "value").collect())
 
     query = (
         reader.load()
@@ -332,6 +334,34 @@ def _drain(spark: Any, bootstrap: str, topic: str, checkpoint: Path, **options: 
     finally:
         query.stop()
     return sorted(seen)
+
+
+def _drain(spark: Any, bootstrap: str, topic: str, checkpoint: Path, **options: str) -> list[int]:
+    """The offsets a run over everything available now read."""
+    return [offset for offset, _ in _drain_records(spark, bootstrap, topic, checkpoint, **options)]
+
+
+def test_a_read_committed_stream_delivers_exactly_the_committed_records_batch_after_batch(
+    spark: Any, shared_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    topic = unique_topic("spark-txn-stream")
+    create_topic(shared_broker.bootstrap, topic)
+    producer = _transactional(shared_broker.bootstrap)
+    committed: list[bytes] = []
+    for n in range(6):
+        batch = [f"t{n}-{i}" for i in range(3)]
+        _transaction(producer, topic, batch, commit=n % 2 == 0)
+        if n % 2 == 0:
+            committed += [v.encode() for v in batch]
+    # Five offsets per micro-batch: batch bounds fall on aborted records and markers.
+    got = _drain_records(
+        spark,
+        shared_broker.bootstrap,
+        topic,
+        tmp_path / "cp",
+        **{"kafka.isolation.level": "read_committed", "maxOffsetsPerTrigger": "5"},
+    )
+    assert [value for _, value in got] == committed
 
 
 def test_fail_on_data_loss_stops_a_query_whose_next_offsets_were_deleted(

@@ -502,3 +502,46 @@ def test_bad_acknowledgements_and_stale_epochs_get_kafkas_error_codes(share_brok
         # A member epoch older than the one before the current: FENCED_MEMBER_EPOCH.
         _heartbeat(b, group, "member-c", 0, [topic])
         assert int(_heartbeat(a, group, "member-a", 1, None).error_code) == 110
+
+
+def _start_offsets(conn, group: str) -> dict[tuple[str, int], int]:  # type: ignore[no-untyped-def]
+    response = conn.request(90, 1, groups=[{"group_id": group, "topics": None}])
+    found = response.groups[0]
+    assert int(found.error_code) == 0
+    return {
+        (t.topic_name, int(p.partition_index)): int(p.start_offset)
+        for t in found.topics
+        for p in t.partitions
+    }
+
+
+def test_share_group_start_offsets_are_altered_and_deleted_only_while_empty(share_broker):  # type: ignore[no-untyped-def]
+    topic, group = new_queue(share_broker.bootstrap, 20)
+    alter = {
+        "group_id": group,
+        "topics": [
+            {"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 15}]}
+        ],
+    }
+    with _wire(share_broker) as conn:
+        assert int(_heartbeat(conn, group, "member-a", 0, [topic]).error_code) == 0
+        assert int(conn.request(91, 0, **alter).error_code) == 68  # NON_EMPTY_GROUP
+        assert int(_heartbeat(conn, group, "member-a", -1, None).error_code) == 0
+        response = conn.request(91, 0, **alter)
+        assert int(response.error_code) == 0
+        assert int(response.responses[0].partitions[0].error_code) == 0
+        assert _start_offsets(conn, group) == {(topic, 0): 15}
+    consumer = share_consumer(share_broker.bootstrap, group, topic)
+    offsets: list[int] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(offsets) < 5 and time.monotonic() < deadline:
+            offsets += [m.offset() for m in consumer.poll(0.5) if m.error() is None]
+    finally:
+        consumer.close()
+    assert sorted(offsets) == [15, 16, 17, 18, 19]
+    with _wire(share_broker) as conn:
+        deleted = conn.request(92, 0, group_id=group, topics=[{"topic_name": topic}])
+        assert int(deleted.error_code) == 0
+        assert int(deleted.responses[0].error_code) == 0
+        assert _start_offsets(conn, group) == {}

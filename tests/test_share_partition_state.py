@@ -234,3 +234,12 @@ def test_the_window_of_in_flight_records_is_bounded() -> None:
     assert sp.fetch_offset() is None
     sp.acknowledge("a", [AckBatch(0, 1, (1,))], 0, LOCK)
     assert _offsets(sp.acquire("a", [(4, 9)], 100, 0, LOCK)) == [4, 5]
+
+
+def test_a_huge_acknowledgement_range_is_refused_without_walking_it() -> None:
+    sp = SharePartitionState(0, LIMIT, 100)
+    _acquire_all(sp)
+    with pytest.raises(AckError) as caught:
+        sp.acknowledge("a", [AckBatch(0, 2**62, (int(AckType.ACCEPT),))], 0, LOCK)
+    assert caught.value.code == INVALID_RECORD_STATE
+    assert sp.in_flight() == 10

@@ -214,6 +214,13 @@ class SharePartitionState:
                 t not in AckType._value2member_map_ for t in batch.types
             ):
                 raise AckError(INVALID_REQUEST, "bad acknowledge types")
+            if batch.first_offset < self.start_offset or batch.last_offset >= self.end_offset:
+                # Checked before walking the range: a hostile range of 2^62 offsets must
+                # cost no more than one in flight.
+                raise AckError(
+                    INVALID_RECORD_STATE,
+                    f"offsets {batch.first_offset}-{batch.last_offset} are not in flight",
+                )
             for offset in range(batch.first_offset, batch.last_offset + 1):
                 record = self.records.get(offset)
                 if (

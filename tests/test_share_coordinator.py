@@ -12,6 +12,7 @@ from kbroker.share.coordinator import (
     FENCED_MEMBER_EPOCH,
     INVALID_REQUEST,
     INVALID_SHARE_SESSION_EPOCH,
+    SHARE_SESSION_LIMIT_REACHED,
     SHARE_SESSION_NOT_FOUND,
     UNKNOWN_MEMBER_ID,
     FetchAnswer,
@@ -213,3 +214,15 @@ def test_a_deleted_topics_share_state_is_dropped_with_a_tombstone(coordinator) -
     assert coordinator.partitions == {}
     written = [kv for kvs in coordinator.take_dirty().values() for kv in kvs]
     assert [value for _, value in written] == [None]
+
+
+def test_share_sessions_beyond_the_limit_are_refused_and_idle_ones_of_no_member_evicted() -> None:
+    fake = FakeLog()
+    c = ShareCoordinator(ShareConfig(max_share_sessions=2, session_timeout_ms=5000), fake, fake)
+    for member in ("a", "b"):
+        assert c.open_session("g", member, 0, [TP], [], False, FetchAnswer(), now_ms=0)
+    refused = FetchAnswer()
+    assert c.open_session("g", "c", 0, [TP], [], False, refused, now_ms=0) is None
+    assert refused.error == SHARE_SESSION_LIMIT_REACHED
+    c.tick(6000)  # a and b never joined the group and have been idle past its timeout
+    assert c.open_session("g", "c", 0, [TP], [], False, FetchAnswer(), now_ms=6000)

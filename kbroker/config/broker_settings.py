@@ -1046,6 +1046,13 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         between(2, 10),
     ),
     _d(
+        "group.share.max.share.sessions",
+        INT,
+        2000,
+        "Share sessions this broker keeps; a new one beyond is SHARE_SESSION_LIMIT_REACHED.",
+        at_least(1),
+    ),
+    _d(
         "group.share.partition.max.record.locks",
         INT,
         2000,

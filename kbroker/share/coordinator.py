@@ -46,6 +46,7 @@ NON_EMPTY_GROUP = 68
 UNKNOWN_TOPIC_ID = 100
 FENCED_MEMBER_EPOCH = 110
 SHARE_SESSION_NOT_FOUND = 122
+SHARE_SESSION_LIMIT_REACHED = 133
 INVALID_SHARE_SESSION_EPOCH = 123
 INVALID_CONFIG = 40
 
@@ -82,6 +83,7 @@ class ShareConfig:
     max_size: int = 200
     max_groups: int = 10
     num_partitions: int = 50  # of __share_group_state, which places each group's state
+    max_share_sessions: int = 2000
 
 
 class ShareLog(Protocol):
@@ -134,6 +136,7 @@ class HeartbeatResult:
 class ShareSession:
     epoch: int
     partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
+    last_used_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -406,12 +409,18 @@ class ShareCoordinator:
     # -- time --------------------------------------------------------------------------
 
     def tick(self, now_ms: int) -> None:
-        """Expire silent members and acquisition locks that have run out."""
+        """Expire silent members, idle share sessions of no member, and acquisition locks
+        that have run out."""
         for group in list(self.groups.values()):
             timeout = self._session_timeout(group.group_id)
             for member in list(group.members.values()):
                 if now_ms - member.last_seen_ms > timeout:
                     self._remove_member(group, member.member_id, expired=True)
+        for (group_id, member_id), session in list(self.sessions.items()):
+            holder = self.groups.get(group_id)
+            member_gone = holder is None or member_id not in holder.members
+            if member_gone and now_ms - session.last_used_ms > self._session_timeout(group_id):
+                self.close_session(group_id, member_id)  # idle, of no member: evicted
         released = False
         for key, held in self.partitions.items():
             deadline = held.state.next_deadline()
@@ -438,6 +447,7 @@ class ShareCoordinator:
         forgotten: Iterable[tuple[uuid.UUID, int]],
         has_acks: bool,
         answer: FetchAnswer,
+        now_ms: int = 0,
     ) -> ShareSession | None:
         """The share session a ShareFetch names, opened, continued or closed (KIP-932's
         epochs: 0 opens, -1 closes, otherwise the next in sequence)."""
@@ -453,6 +463,10 @@ class ShareCoordinator:
                 return None
             if session is not None:
                 self._release_member(group_id, member_id, session)
+            elif len(self.sessions) >= self.config.max_share_sessions:
+                answer.error = SHARE_SESSION_LIMIT_REACHED
+                answer.message = "The share session cache is full."
+                return None
             session = self.sessions[key] = ShareSession(0)
         elif session is None:
             answer.error = SHARE_SESSION_NOT_FOUND
@@ -464,6 +478,7 @@ class ShareCoordinator:
             return None
         session.partitions.update(added)
         session.partitions.difference_update(forgotten)
+        session.last_used_ms = now_ms
         if epoch != FINAL_SESSION_EPOCH:
             session.epoch += 1
         return session

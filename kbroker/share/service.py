@@ -69,6 +69,7 @@ def share_config(config: Any) -> ShareConfig:
         max_record_locks=config.get("group.share.partition.max.record.locks"),
         max_size=config.get("group.share.max.size"),
         max_groups=config.get("group.share.max.groups"),
+        max_share_sessions=config.get("group.share.max.share.sessions"),
         num_partitions=config.get("share.coordinator.state.topic.num.partitions"),
     )
 
@@ -327,12 +328,12 @@ class ShareService(InternalTopicService):
         if group_id and await self.ready(group_id, max_wait_ms / 1000) != ErrorCode.none:
             return answer  # nothing is acquired before the group's state is loaded
         has_acks = any(batches for _, _, batches in acks)
+        now = int(time.time() * 1000)
         session = coordinator.open_session(
-            group_id, member_id, epoch, added, forgotten, has_acks, answer
+            group_id, member_id, epoch, added, forgotten, has_acks, answer, now
         )
         if session is None:
             return answer
-        now = int(time.time() * 1000)
         coordinator.acknowledge(group_id, member_id, acks, now, answer)
         coordinator.forget(group_id, member_id, forgotten)
         if epoch == -1:
@@ -369,10 +370,11 @@ class ShareService(InternalTopicService):
             answer.error = int(ErrorCode.invalid_share_session_epoch)
             answer.message = "ShareAcknowledge cannot open a share session."
             return answer
-        session = coordinator.open_session(group_id, member_id, epoch, [], [], False, answer)
+        now = int(time.time() * 1000)
+        session = coordinator.open_session(group_id, member_id, epoch, [], [], False, answer, now)
         if session is None:
             return answer
-        coordinator.acknowledge(group_id, member_id, acks, int(time.time() * 1000), answer)
+        coordinator.acknowledge(group_id, member_id, acks, now, answer)
         if epoch == -1:
             coordinator.close_session(group_id, member_id)
         error = await self.persist()

@@ -226,3 +226,13 @@ def test_share_sessions_beyond_the_limit_are_refused_and_idle_ones_of_no_member_
     assert refused.error == SHARE_SESSION_LIMIT_REACHED
     c.tick(6000)  # a and b never joined the group and have been idle past its timeout
     assert c.open_session("g", "c", 0, [TP], [], False, FetchAnswer(), now_ms=6000)
+
+
+def test_group_configs_stay_within_the_brokers_bounds(coordinator) -> None:  # type: ignore[no-untyped-def]
+    check = coordinator.validate_group_config
+    assert check("share.session.timeout.ms", "45000") is None
+    assert check("share.session.timeout.ms", "1000") is not None  # below the 45 s minimum
+    assert check("share.heartbeat.interval.ms", "60000") is not None  # above 15 s
+    assert check("share.record.lock.duration.ms", "999999999") is not None
+    assert check("share.delivery.count.limit", "11") is not None
+    assert check("no.such.config", "1") is not None

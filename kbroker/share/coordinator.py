@@ -74,7 +74,11 @@ class ShareConfig:
     """The broker's share-group settings (Kafka's group.share.* names)."""
 
     session_timeout_ms: int = 45_000
+    min_session_timeout_ms: int = 45_000
+    max_session_timeout_ms: int = 60_000
     heartbeat_interval_ms: int = 5_000
+    min_heartbeat_interval_ms: int = 5_000
+    max_heartbeat_interval_ms: int = 15_000
     record_lock_ms: int = 30_000
     min_record_lock_ms: int = 15_000
     max_record_lock_ms: int = 60_000
@@ -235,6 +239,7 @@ class ShareCoordinator:
             return f"Unknown group config name: {name}"
         if value is None:
             return None
+        c = self.config  # group configs stay within the broker's bounds, as on Kafka
         checks: dict[str, Callable[[str], bool]] = {
             "share.auto.offset.reset": lambda v: (
                 v in ("latest", "earliest")
@@ -246,8 +251,12 @@ class ShareCoordinator:
                 and self.config.min_record_lock_ms <= int(v) <= self.config.max_record_lock_ms
             ),
             "share.delivery.count.limit": lambda v: v.isdigit() and 2 <= int(v) <= 10,
-            "share.session.timeout.ms": lambda v: v.isdigit() and int(v) > 0,
-            "share.heartbeat.interval.ms": lambda v: v.isdigit() and int(v) > 0,
+            "share.session.timeout.ms": lambda v: (
+                v.isdigit() and c.min_session_timeout_ms <= int(v) <= c.max_session_timeout_ms
+            ),
+            "share.heartbeat.interval.ms": lambda v: (
+                v.isdigit() and c.min_heartbeat_interval_ms <= int(v) <= c.max_heartbeat_interval_ms
+            ),
             "errors.deadletterqueue.topic.name": lambda v: True,
         }
         if not checks[name](value):

@@ -61,7 +61,11 @@ TICK_MS = 100
 def share_config(config: Any) -> ShareConfig:
     return ShareConfig(
         session_timeout_ms=config.get("group.share.session.timeout.ms"),
+        min_session_timeout_ms=config.get("group.share.min.session.timeout.ms"),
+        max_session_timeout_ms=config.get("group.share.max.session.timeout.ms"),
         heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
+        min_heartbeat_interval_ms=config.get("group.share.min.heartbeat.interval.ms"),
+        max_heartbeat_interval_ms=config.get("group.share.max.heartbeat.interval.ms"),
         record_lock_ms=config.get("group.share.record.lock.duration.ms"),
         min_record_lock_ms=config.get("group.share.min.record.lock.duration.ms"),
         max_record_lock_ms=config.get("group.share.max.record.lock.duration.ms"),

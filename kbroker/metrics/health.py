@@ -12,7 +12,10 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +52,7 @@ def controller_check(
     return Check("controller", True, "ok")
 
 
-def health(broker: Any) -> tuple[bool, dict[str, Any]]:
+def health(broker: Broker) -> tuple[bool, dict[str, Any]]:
     """(healthy, the JSON body of /health)."""
     checks = [log_dir_check(d) for d in broker.log_dirs]
     checks.append(

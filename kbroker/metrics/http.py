@@ -9,10 +9,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from kbroker.metrics.health import health
 from kbroker.metrics.prometheus import broker_registry, render
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+    from kbroker.config.listeners import Endpoint
 
 log = logging.getLogger("kbroker.http")
 
@@ -20,12 +25,12 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Servic
 
 
 class HttpEndpoint:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.registry = broker_registry(broker)
         self.servers: list[asyncio.AbstractServer] = []
 
-    async def start(self, endpoints: list[Any]) -> None:
+    async def start(self, endpoints: Iterable[Endpoint]) -> None:
         for endpoint in endpoints:
             try:
                 server = await asyncio.start_server(

@@ -17,7 +17,7 @@ collector reads them, the replica manager and the controller's metadata at scrap
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import (
@@ -27,7 +27,11 @@ from prometheus_client.core import (
     Metric,
 )
 
+from kbroker.metrics.counters import RequestCounters
 from kbroker.protocol.messages import API_NAMES
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
 
 MetricsSource = Callable[[], Iterable[Metric]]
 """What a part of the broker publishes: a callable returning metric families."""
@@ -44,7 +48,7 @@ def kafka_request_name(api_key: int) -> str:
 class BrokerCollector:
     """Everything one broker exports; one per broker (tests run several in a process)."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
     def collect(self) -> Iterator[Metric]:
@@ -56,7 +60,7 @@ class BrokerCollector:
         for source in list(broker.extra_metrics):
             yield from source()
 
-    def _requests(self, counters: Any) -> Iterator[Metric]:
+    def _requests(self, counters: RequestCounters) -> Iterator[Metric]:
         requests = CounterMetricFamily(
             "kafka_network_requestmetrics_requests",
             "Requests received, by API (Kafka's RequestMetrics RequestsPerSec).",
@@ -77,7 +81,7 @@ class BrokerCollector:
             )
         yield total_time
 
-    def _topics(self, broker: Any) -> Iterator[Metric]:
+    def _topics(self, broker: Broker) -> Iterator[Metric]:
         counters = broker.counters
         existing = broker.controller.state.topics
         for gone in [t for t in counters.topics if t not in existing]:
@@ -108,7 +112,7 @@ class BrokerCollector:
                 family.add_metric([name], getattr(topic, attribute))
             yield family
 
-    def _partitions(self, broker: Any) -> Iterator[Metric]:
+    def _partitions(self, broker: Broker) -> Iterator[Metric]:
         node = broker.node_id
         state = broker.controller.state
         size = GaugeMetricFamily(
@@ -134,8 +138,8 @@ class BrokerCollector:
             leaders += 1 if replica.is_leader else 0
         yield from (size, end, start)
         under = offline = 0
-        for topic in state.topics.values():
-            for p in topic.partitions:
+        for info in state.topics.values():
+            for p in info.partitions:
                 if p.leader < 0:
                     offline += 1
                 elif p.leader == node and len(p.isr) < len(p.replicas):
@@ -166,7 +170,7 @@ class BrokerCollector:
             value=1 if state.controller_id == node else 0,
         )
 
-    def _kbroker(self, broker: Any) -> Iterator[Metric]:
+    def _kbroker(self, broker: Broker) -> Iterator[Metric]:
         counters = broker.counters
         requests = CounterMetricFamily(
             "kbroker_requests", "Requests received, by API.", labels=["api"]
@@ -246,7 +250,7 @@ class BrokerCollector:
         yield from (end, start, size)
 
 
-def broker_registry(broker: Any) -> CollectorRegistry:
+def broker_registry(broker: Broker) -> CollectorRegistry:
     """A registry of this broker's collector and the process's CPU, memory and fds."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(broker))

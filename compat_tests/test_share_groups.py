@@ -43,6 +43,7 @@ BROKER = {
     "group.share.min.session.timeout.ms": "6000",
     "group.share.heartbeat.interval.ms": "1000",
     "group.share.min.heartbeat.interval.ms": "1000",
+    "group.share.max.groups": "100",  # each test makes its own groups on the shared broker
 }
 
 
@@ -74,14 +75,20 @@ def share_consumer(bootstrap: str, group: str, topic: str, **conf: str) -> Share
     return consumer
 
 
-def new_queue(bootstrap: str, count: int, **group_configs: str) -> tuple[str, str]:
-    """A one-partition topic holding `count` records (values "0".."count-1") and a share
-    group reading it from the earliest offset."""
+def new_queue(
+    bootstrap: str, count: int, partitions: int = 1, **group_configs: str
+) -> tuple[str, str]:
+    """A topic holding `count` records (values "0".."count-1", spread over `partitions`)
+    and a share group reading it from the earliest offset."""
     topic, group = unique_topic("share"), unique_group("share")
-    create_topic(bootstrap, topic, partitions=1)
+    create_topic(bootstrap, topic, partitions=partitions)
     set_group_configs(bootstrap, group, share_auto_offset_reset="earliest", **group_configs)
     if count:
-        produce_all(bootstrap, topic, ({"value": str(i).encode()} for i in range(count)))
+        produce_all(
+            bootstrap,
+            topic,
+            ({"value": str(i).encode(), "partition": i % partitions} for i in range(count)),
+        )
     return topic, group
 
 
@@ -545,3 +552,23 @@ def test_share_group_start_offsets_are_altered_and_deleted_only_while_empty(shar
         assert int(deleted.error_code) == 0
         assert int(deleted.responses[0].error_code) == 0
         assert _start_offsets(conn, group) == {}
+
+
+def test_two_share_consumers_read_a_three_partition_topic_once(share_broker):  # type: ignore[no-untyped-def]
+    total = 900
+    topic, group = new_queue(share_broker.bootstrap, total, partitions=3)
+    consumers = [share_consumer(share_broker.bootstrap, group, topic) for _ in range(2)]
+    seen: Counter[int] = Counter()
+    deadline = time.monotonic() + 40
+    try:
+        while sum(seen.values()) < total and time.monotonic() < deadline:
+            for consumer in consumers:
+                for message in consumer.poll(0.2):
+                    assert message.error() is None, message.error()
+                    assert int(message.value()) % 3 == message.partition()
+                    seen[int(message.value())] += 1
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert sorted(seen) == list(range(total))
+    assert max(seen.values()) == 1

@@ -37,6 +37,7 @@ from kbroker.replica.fetch_sessions import FetchSessionCache
 from kbroker.replica.manager import ReplicaManager
 from kbroker.security.acl import StandardAuthorizer, parse_super_users
 from kbroker.security.listener import ListenerSecurity, listener_security
+from kbroker.security.quotas import ClientQuotas
 from kbroker.security.scram import ScramCredential
 from kbroker.server.connection import KafkaConnection
 from kbroker.server.keep_awake import KeepAwake
@@ -130,6 +131,11 @@ class Broker:
                 config.get("allow.everyone.if.no.acl.found"),
                 lambda: self.controller.state.acls,
             )
+        self.quotas = ClientQuotas(
+            lambda: self.controller.state.client_quotas,
+            config.get("quota.window.num"),
+            config.get("quota.window.size.seconds"),
+        )
         self.parts = BrokerParts(
             node_id=self.node_id,
             config=config,
@@ -145,6 +151,7 @@ class Broker:
             lifecycle=self,
             security=self.controller,
             authorizer=self.authorizer,
+            quotas=self.quotas,
             shares=self.share_coordinator,
         )
 

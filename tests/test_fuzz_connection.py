@@ -23,6 +23,7 @@ from kbroker.handlers.registry import APIS
 from kbroker.metrics.counters import RequestCounters
 from kbroker.protocol import messages
 from kbroker.protocol.framing import frame
+from kbroker.security.quotas import ClientQuotas
 from kbroker.server.connection import KafkaConnection
 from kbroker.server.keep_awake import KeepAwake
 from kbroker.server.request_memory import RequestMemory
@@ -72,6 +73,7 @@ class FakeParts:
 
     def __init__(self, config: FakeConfig) -> None:
         self.config = config
+        self.quotas = ClientQuotas(dict)  # none configured
 
 
 class FakeBroker:

@@ -218,6 +218,7 @@ def call(broker: FakeBroker, key: int, version: int, **request: Any) -> Any:
             config=broker.config,
             log_dirs=broker.log_dirs,
             controller=broker.controller,
+            security=broker.controller,
             partitions=broker.replicas,
         ),
         req,

@@ -1313,6 +1313,21 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "else its connection is closed. 0 means sessions never expire.",
         at_least(0),
     ),
+    # -- client quotas ---------------------------------------------------------------------
+    _d(
+        "quota.window.num",
+        INT,
+        11,
+        "Samples a client quota's rate is measured over.",
+        at_least(1),
+    ),
+    _d(
+        "quota.window.size.seconds",
+        INT,
+        1,
+        "Length of each client quota sample.",
+        at_least(1),
+    ),
     # -- authorization -------------------------------------------------------------------
     _d(
         "authorizer.class.name",

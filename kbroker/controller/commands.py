@@ -68,6 +68,7 @@ ELECT_LEADERS = "elect_leaders"
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
 ALTER_SCRAM_CREDENTIALS = "alter_scram_credentials"
 CREATE_ACLS = "create_acls"
+ALTER_CLIENT_QUOTAS = "alter_client_quotas"
 DELETE_ACLS = "delete_acls"
 
 
@@ -105,6 +106,23 @@ def _alter_scram_credentials(state: MetadataState, p: dict[str, Any]) -> Applied
             mechanism, salt, iterations, stored_key, server_key
         )
     return Applied(_bump(state, scram_credentials=credentials), None)
+
+
+def _alter_client_quotas(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """Set and remove quota values per entity (checked by the handler); an entity left
+    with no value is dropped."""
+    quotas = dict(state.client_quotas)
+    for entity_parts, set_values, removed in p["entries"]:
+        entity = tuple((str(t), n) for t, n in entity_parts)
+        values = dict(quotas.get(entity, {}))
+        values.update(set_values)
+        for key in removed:
+            values.pop(key, None)
+        if values:
+            quotas[entity] = values
+        else:
+            quotas.pop(entity, None)
+    return Applied(_bump(state, client_quotas=quotas), None)
 
 
 def _create_acls(state: MetadataState, p: dict[str, Any]) -> Applied:
@@ -445,5 +463,6 @@ _HANDLERS = {
     ELECT_LEADERS: _elect_leaders,
     ALTER_SCRAM_CREDENTIALS: _alter_scram_credentials,
     CREATE_ACLS: _create_acls,
+    ALTER_CLIENT_QUOTAS: _alter_client_quotas,
     DELETE_ACLS: _delete_acls,
 }

@@ -730,6 +730,16 @@ class Controller:
 
     allocate_producer_id_block = allocate_producer_ids
 
+    async def alter_client_quotas(
+        self,
+        entries: Sequence[tuple[Sequence[tuple[str, str | None]], dict[str, float], list[str]]],
+    ) -> None:
+        """Replicate quota changes: (entity, values set, keys removed) per entity."""
+        payload = [
+            [[list(p) for p in entity], values, removed] for entity, values, removed in entries
+        ]
+        await self._propose(cmd.ALTER_CLIENT_QUOTAS, {"entries": payload})
+
     async def create_acls(self, bindings: Sequence[AclBinding]) -> None:
         await self._propose(cmd.CREATE_ACLS, {"acls": [b.to_plain() for b in bindings]})
 

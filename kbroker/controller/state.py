@@ -102,6 +102,10 @@ class MetadataState:
     # (user, mechanism) -> salted keys; never a password (AlterUserScramCredentials)
     scram_credentials: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
     acls: tuple[AclBinding, ...] = ()  # CreateAcls / DeleteAcls, in creation order
+    # AlterClientQuotas: ((entity type, name or None for the default), ...) -> {key: value}
+    client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = field(
+        default_factory=dict
+    )
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         info = self.topics.get(topic)
@@ -166,6 +170,10 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
             for t in state.topics.values()
         ],
         "acls": [acl.to_plain() for acl in state.acls],
+        "client_quotas": [
+            [[list(part) for part in entity], dict(values)]
+            for entity, values in state.client_quotas.items()
+        ],
         "scram_credentials": [
             [user, c.mechanism, c.salt, c.iterations, c.stored_key, c.server_key]
             for (user, _), c in state.scram_credentials.items()
@@ -210,6 +218,10 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
         topics_by_id={t.topic_id: t for t in topics.values()},
         topic_collisions={collision_key(name): name for name in topics},
         acls=tuple(AclBinding.from_plain(a) for a in data.get("acls", [])),
+        client_quotas={
+            tuple((str(t), n) for t, n in entity): dict(values)
+            for entity, values in data.get("client_quotas", [])
+        },
         scram_credentials={
             (c[0], c[1]): ScramCredential(c[1], c[2], c[3], c[4], c[5])
             for c in data.get("scram_credentials", [])

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.protocol.header import RequestHeader
 from kbroker.security.acl import AclBinding, Operation, ResourceType, StandardAuthorizer
 from kbroker.security.principal import KafkaPrincipal
+from kbroker.security.quotas import ClientQuotas
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
@@ -51,6 +52,8 @@ class Client(Protocol):
     def principal(self) -> KafkaPrincipal: ...
 
     def close(self, reason: str) -> None: ...
+
+    def throttle(self, ms: int) -> None: ...
 
     def sasl_handshake(self, mechanism: str, version: int) -> dict[str, Any]: ...
 
@@ -86,6 +89,11 @@ class SecurityAdmin(MetadataView, Protocol):
     """SCRAM credentials and ACLs proposed to the controller (kbroker.controller.Controller)."""
 
     async def create_acls(self, bindings: Sequence[AclBinding]) -> None: ...
+
+    async def alter_client_quotas(
+        self,
+        entries: Sequence[tuple[Sequence[tuple[str, str | None]], dict[str, float], list[str]]],
+    ) -> None: ...
 
     async def delete_acls(self, bindings: Sequence[AclBinding]) -> None: ...
 
@@ -193,6 +201,7 @@ class BrokerParts:
     lifecycle: Lifecycle
     security: SecurityAdmin
     authorizer: StandardAuthorizer | None
+    quotas: ClientQuotas
     shares: ShareService | None = None
 
 

@@ -24,6 +24,7 @@ from kbroker.protocol.fetch_response import (
 from kbroker.replica.fetch_sessions import FetchPlan, FetchTarget, remember_sent, worth_sending
 from kbroker.replica.manager import leader_epoch_error
 from kbroker.security.acl import Operation, ResourceType
+from kbroker.security.quotas import CONSUMER_BYTE_RATE
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 
 FETCH = 1
@@ -107,6 +108,18 @@ def _encode(
 ) -> Any:
     if plan.incremental:
         results = [(t, r) for t, r in results if worth_sending(t, r)]
+    if ctx.broker.quotas.active:
+        size = sum(r.records_size for _, r in results)
+        throttle = ctx.broker.quotas.record(
+            CONSUMER_BYTE_RATE, ctx.principal.name, ctx.client_id, size
+        )
+        if throttle > 0:
+            # Kafka's throttled fetch: no data now (nothing marked sent), the throttle
+            # time, and a muted channel; the client fetches the same offsets again.
+            ctx.connection.throttle(throttle)
+            return encode_fetch_response(
+                ctx.version, [], session_id=plan.session_id, throttle_time_ms=throttle
+            )
     remember_sent(plan, results)
     topics: list[FetchedTopic] = []
     for target, result in results:

@@ -30,6 +30,7 @@ from kbroker.protocol.produce_response import (
 )
 from kbroker.protocol.record_validation import InvalidTimestampError
 from kbroker.security.acl import Operation, ResourceType
+from kbroker.security.quotas import PRODUCER_BYTE_RATE
 from kbroker.storage.log import PartitionLog
 from kbroker.storage.producer_state import ProducerStateError
 from kbroker.txn.errors import producer_state_error_code
@@ -99,14 +100,24 @@ def produce(ctx: RequestContext, request: Any) -> Any:
             failed = failed or result.error_code != 0
             partitions.append(result)
         topics_out.append(ProducedTopic(name, topic_data.topic_id, partitions))
+    throttle = _throttle(ctx, request) if broker.quotas.active else 0
     if acks == 0:
         if failed:
             # The client reads no answer; Kafka tells it of the failure by closing.
             ctx.connection.close("produce with acks=0 failed; closing so the client notices")
         return NO_RESPONSE
     if awaiting_flush:
-        return _respond_after_flush(broker, awaiting_flush, ctx.version, topics_out)
-    return encode_produce_response(ctx.version, topics_out)
+        return _respond_after_flush(broker, awaiting_flush, ctx.version, topics_out, throttle)
+    return encode_produce_response(ctx.version, topics_out, throttle)
+
+
+def _throttle(ctx: RequestContext, request: Any) -> int:
+    """producer_byte_rate: count the request's record bytes against the client's quota;
+    over it, the answer carries the throttle time and the channel is muted that long."""
+    size = sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records)
+    throttle = ctx.broker.quotas.record(PRODUCER_BYTE_RATE, ctx.principal.name, ctx.client_id, size)
+    ctx.connection.throttle(throttle)
+    return throttle
 
 
 def _append(
@@ -181,14 +192,18 @@ def _append(
 
 
 def _respond_after_flush(
-    broker: BrokerParts, logs: list[PartitionLog], version: int, topics: list[ProducedTopic]
+    broker: BrokerParts,
+    logs: list[PartitionLog],
+    version: int,
+    topics: list[ProducedTopic],
+    throttle_ms: int = 0,
 ) -> Later:
     """fsync-before-ack: the answer goes out when every written log is fsynced, straight
     from the group commit that fsynced them (one fsync for all appends of the loop
     iteration). It is encoded now, while the disk is already writing, not after."""
     answer = Later()
     waiting = set(logs)
-    encoded = encode_produce_response(version, topics)
+    encoded = encode_produce_response(version, topics, throttle_ms)
 
     def durable(plog: PartitionLog, error: OSError | None) -> None:
         if answer.settled:

@@ -1,9 +1,12 @@
-"""DescribeClientQuotas: kbroker sets no client quotas, so none match.
+"""AlterClientQuotas and DescribeClientQuotas: the client quotas the broker enforces.
 
-The filter is still checked as Kafka checks it (known entity types, each at most once,
-a name with an exact match and none otherwise), so a malformed filter fails here as it
-would on Kafka. AlterClientQuotas is not served: a quota the broker would not enforce
-must not look accepted.
+Entities are users and client-ids (a null name is the default entity); the values are
+``producer_byte_rate``, ``consumer_byte_rate`` and ``request_percentage``, kept in the
+replicated metadata and enforced by kbroker.security.quotas. Keys kbroker does not
+enforce (``controller_mutation_rate``, ``connection_creation_rate``, IP entities) are
+refused with INVALID_REQUEST rather than accepted and ignored. Filters are checked as
+Kafka checks them. Altering needs ALTER_CONFIGS on the cluster, describing
+DESCRIBE_CONFIGS (CLUSTER_AUTHORIZATION_FAILED otherwise).
 """
 
 from __future__ import annotations
@@ -12,23 +15,67 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.controller.errors import ControllerError
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from kbroker.security.quotas import (
+    CLIENT_ID,
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    QUOTA_KEYS,
+    USER,
+    Entity,
+)
 
 DESCRIBE_CLIENT_QUOTAS = 48
-ENTITY_TYPES = frozenset({"user", "client-id", "ip"})
+ALTER_CLIENT_QUOTAS = 49
+ENTITY_TYPES = frozenset({USER, CLIENT_ID, "ip"})
+ENFORCED_ENTITY_TYPES = frozenset({USER, CLIENT_ID})
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 
 
 @handles(DESCRIBE_CLIENT_QUOTAS, 0)
 def describe_client_quotas(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    problem = _filter_problem(request.components)
-    return {
+    answer: dict[str, Any] = {
         "throttle_time": 0,
-        "error_code": ErrorCode.invalid_request if problem else ErrorCode.none,
-        "error_message": problem,
-        "entries": None if problem else [],
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "entries": [],
     }
+    if not ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        return {**answer, "error_code": ErrorCode.cluster_authorization_failed, "entries": None}
+    problem = _filter_problem(request.components)
+    if problem:
+        return {
+            **answer,
+            "error_code": ErrorCode.invalid_request,
+            "error_message": problem,
+            "entries": None,
+        }
+    strict = bool(getattr(request, "strict", False))
+    for entity, values in ctx.broker.security.state.client_quotas.items():
+        if _matches(entity, request.components, strict):
+            answer["entries"].append(
+                {
+                    "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                    "values": [{"key": k, "value": float(v)} for k, v in sorted(values.items())],
+                }
+            )
+    return answer
+
+
+def _matches(entity: Entity, components: Any, strict: bool) -> bool:
+    names = dict(entity)
+    for c in components:
+        if c.entity_type not in names:
+            return False
+        name = names[c.entity_type]
+        if c.match_type == MATCH_EXACT and name != c.match:
+            return False
+        if c.match_type == MATCH_DEFAULT and name is not None:
+            return False
+    return not strict or len(names) == len(components)
 
 
 def _filter_problem(components: Any) -> str | None:
@@ -47,3 +94,66 @@ def _filter_problem(components: Any) -> str | None:
         if component.match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY):
             return f"Unknown match type {component.match_type}"
     return None
+
+
+def _entry_problem(entry: Any) -> str | None:
+    kinds = [e.entity_type for e in entry.entity]
+    if not kinds:
+        return "Invalid empty client quota entity"
+    if len(set(kinds)) != len(kinds):
+        return "Duplicate entity type in client quota entity"
+    for kind in kinds:
+        if kind == "ip":
+            return "kbroker does not enforce IP quotas (connection_creation_rate)"
+        if kind not in ENTITY_TYPES:
+            return f"Custom entity type '{kind}' not supported"
+    for op in entry.ops:
+        if op.key not in QUOTA_KEYS:
+            return f"kbroker does not enforce the client quota {op.key!r}"
+        if op.remove:
+            continue
+        if op.value <= 0:
+            return f"{op.key} must be positive"
+        if op.key in (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE) and op.value != int(op.value):
+            return f"{op.key} must be a whole number of bytes per second"
+    return None
+
+
+@handles(ALTER_CLIENT_QUOTAS, 0)
+async def alter_client_quotas(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    def entity_of(entry: Any) -> list[dict[str, Any]]:
+        return [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]
+
+    if not ctx.allowed(Operation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        denied = ErrorCode.cluster_authorization_failed
+        return {
+            "throttle_time": 0,
+            "entries": [
+                {"error_code": denied, "error_message": None, "entity": entity_of(e)}
+                for e in request.entries
+            ],
+        }
+    results: list[dict[str, Any]] = []
+    changes: list[tuple[Entity, dict[str, float], list[str]]] = []
+    for entry in request.entries:
+        problem = _entry_problem(entry)
+        results.append(
+            {
+                "error_code": ErrorCode.invalid_request if problem else ErrorCode.none,
+                "error_message": problem,
+                "entity": entity_of(entry),
+            }
+        )
+        if problem is None:
+            entity = tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity))
+            values = {op.key: float(op.value) for op in entry.ops if not op.remove}
+            removed = [op.key for op in entry.ops if op.remove]
+            changes.append((entity, values, removed))
+    if changes and not request.validate_only:
+        try:
+            await ctx.broker.security.alter_client_quotas(changes)
+        except ControllerError as exc:
+            for r in results:
+                if r["error_code"] == ErrorCode.none:
+                    r["error_code"], r["error_message"] = ErrorCode(exc.error_code), exc.message
+    return {"throttle_time": 0, "entries": results}

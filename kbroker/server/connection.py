@@ -32,6 +32,7 @@ from kbroker.protocol.header import (
 )
 from kbroker.security.listener import ListenerSecurity
 from kbroker.security.principal import ANONYMOUS, KafkaPrincipal, distinguished_name, map_name, user
+from kbroker.security.quotas import REQUEST_PERCENTAGE, ClientQuotas
 from kbroker.security.sasl import SaslFailure, SaslSession
 from kbroker.security.scram import ScramCredential
 from kbroker.security.tls_session import TlsSession
@@ -124,6 +125,9 @@ class KafkaConnection(asyncio.Protocol):
         self.principal: KafkaPrincipal = ANONYMOUS
         self._sasl: SaslSession | None = None
         self._session_deadline = 0.0
+        self._muted_until = 0.0  # quota throttling
+        self._held: deque[bytes] = deque()  # requests read while muted
+        self._unmuted_dispatch: Any = None
         self._tls: TlsSession | None = None
         self._raw: asyncio.Transport | None = None
         self._handshake_timer: asyncio.TimerHandle | None = None
@@ -348,6 +352,56 @@ class KafkaConnection(asyncio.Protocol):
                 return
         KafkaConnection._dispatch(self, request)
 
+    def _request_quota(
+        self, quotas: ClientQuotas, ctx: RequestContext, result: dict[str, Any], started: float
+    ) -> None:
+        """request_percentage: the handler's time, as percent of one thread's second, is
+        counted against the client's quota; over it, the answer says so and the channel
+        is muted (Produce and Fetch carry their byte-rate throttle instead)."""
+        busy = (time.perf_counter() - started) * 100
+        throttle = quotas.record(REQUEST_PERCENTAGE, self.principal.name, ctx.client_id, busy)
+        if throttle > 0 and "throttle_time" in result:
+            result["throttle_time"] = max(int(result["throttle_time"] or 0), throttle)
+            self.throttle(throttle)
+
+    def throttle(self, ms: int) -> None:
+        """Mute the channel for ``ms`` after the answer that carries the throttle time, as
+        Kafka's quota managers do (KIP-219): nothing more is read or handled until it
+        ends. Requests already read wait, copied, in arrival order; ``_dispatch`` is
+        swapped while muted, so an unthrottled connection pays nothing for this."""
+        if ms <= 0 or self._closed or self.transport is None:
+            return
+        until = time.monotonic() + ms / 1000
+        if until <= self._muted_until:
+            return
+        self._muted_until = until
+        self._pause_reading()
+        if "_dispatch" not in self.__dict__ or self.__dict__["_dispatch"] != self._hold:
+            self._unmuted_dispatch = self.__dict__.get("_dispatch")
+            self._dispatch = self._hold  # type: ignore[method-assign]
+        asyncio.get_running_loop().call_later(ms / 1000, self._unmute)
+
+    def _hold(self, request: memoryview) -> None:
+        self._held.append(bytes(request))
+
+    def _unmute(self) -> None:
+        if self._closed:
+            return
+        left = self._muted_until - time.monotonic()
+        if left > 0.0005:
+            asyncio.get_running_loop().call_later(left, self._unmute)
+            return
+        self._muted_until = 0.0  # timers may fire a hair early: the mute is over now
+        if self._unmuted_dispatch is None:
+            self.__dict__.pop("_dispatch", None)
+        else:
+            self._dispatch = self._unmuted_dispatch  # type: ignore[method-assign]
+        self._unmuted_dispatch = None
+        held = self._held
+        while held and not self._closed and self.__dict__.get("_dispatch") != self._hold:
+            self._dispatch(memoryview(held.popleft()))
+        self._maybe_resume_reading()
+
     def _drop_frames(self, request: memoryview) -> None:
         """After a failed login: the answer is out, the close follows; nothing else runs."""
 
@@ -499,6 +553,9 @@ class KafkaConnection(asyncio.Protocol):
             if isinstance(result, NoResponse):
                 self._answered(api_key, version, correlation_id, started, header.client_id)
                 return
+            quotas = self.broker.parts.quotas
+            if quotas.active and isinstance(result, dict):
+                self._request_quota(quotas, ctx, result, started)
             # Encoding belongs inside: a value the version cannot carry must not escape
             # data_received, where the loop would drop the connection without our log line.
             encoded = self._encode(api_key, version, result)
@@ -668,6 +725,7 @@ class KafkaConnection(asyncio.Protocol):
             and len(self._queue) < _MAX_IN_FLIGHT // 2
             and self.transport is not None
             and not self._closed
+            and time.monotonic() >= self._muted_until
         ):
             self._paused_reading = False
             self.transport.resume_reading()

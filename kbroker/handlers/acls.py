@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.controller.errors import ControllerError
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -69,7 +70,7 @@ def _described(b: AclBinding) -> dict[str, Any]:
 
 
 @handles(DESCRIBE_ACLS, 1)
-def describe_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def describe_acls(ctx: RequestContext, request: requests.DescribeAclsRequest) -> dict[str, Any]:
     answer: dict[str, Any] = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
@@ -108,7 +109,7 @@ def describe_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 @handles(CREATE_ACLS, 1)
-async def create_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def create_acls(ctx: RequestContext, request: requests.CreateAclsRequest) -> dict[str, Any]:
     def result(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
         return {"error_code": code, "error_message": message}
 
@@ -147,7 +148,7 @@ async def create_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 @handles(DELETE_ACLS, 1)
-async def delete_acls(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def delete_acls(ctx: RequestContext, request: requests.DeleteAclsRequest) -> dict[str, Any]:
     def refused(code: ErrorCode, message: str) -> dict[str, Any]:
         return {"error_code": code, "error_message": message, "matching_acls": []}
 

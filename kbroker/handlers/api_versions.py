@@ -11,12 +11,13 @@ from typing import Any
 
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import APIS, handles, served_apis
+from kbroker.protocol import requests
 
 API_VERSIONS = 18
 
 
 @handles(API_VERSIONS, 0, 4)
-def api_versions(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def api_versions(ctx: RequestContext, request: requests.ApiVersionsRequest) -> dict[str, Any]:
     return {
         "error_code": 0,
         "api_keys": [

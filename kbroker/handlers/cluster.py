@@ -21,6 +21,7 @@ from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.replica.manager import Replica
 
 DESCRIBE_CLUSTER = 60
@@ -52,7 +53,9 @@ TOPIC_OPERATIONS = sum(
 
 
 @handles(LIST_PARTITION_REASSIGNMENTS, 0)
-def list_partition_reassignments(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def list_partition_reassignments(
+    ctx: RequestContext, request: requests.ListPartitionReassignmentsRequest
+) -> dict[str, Any]:
     """No reassignment is ever in progress: replicas never move on this broker, so the
     list is empty, for all topics or for those named."""
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": []}
@@ -62,7 +65,9 @@ def list_partition_reassignments(ctx: RequestContext, request: Any) -> dict[str,
 
 
 @handles(DESCRIBE_CLUSTER, 0)
-def describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def describe_cluster(
+    ctx: RequestContext, request: requests.DescribeClusterRequest
+) -> dict[str, Any]:
     state = ctx.broker.controller.state
     endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
     response: dict[str, Any] = {
@@ -131,7 +136,9 @@ def _wanted_partitions(request: Any) -> set[tuple[str, int]] | None:
 
 
 @handles(DESCRIBE_LOG_DIRS, 1)
-def describe_log_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def describe_log_dirs(
+    ctx: RequestContext, request: requests.DescribeLogDirsRequest
+) -> dict[str, Any]:
     broker = ctx.broker
     wanted = _wanted_partitions(request)
     log_dirs = list(broker.log_dirs)
@@ -222,7 +229,9 @@ def _refused(request: Any, message: str) -> dict[str, Any]:
 
 
 @handles(DESCRIBE_TOPIC_PARTITIONS, 0)
-def describe_topic_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def describe_topic_partitions(
+    ctx: RequestContext, request: requests.DescribeTopicPartitionsRequest
+) -> dict[str, Any]:
     state = ctx.broker.controller.state
     cursor = request.cursor
     start_topic = cursor.topic_name if cursor is not None else ""

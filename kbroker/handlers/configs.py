@@ -27,6 +27,7 @@ from kbroker.controller import ControllerError
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 
 log = logging.getLogger("kbroker.admin")
 
@@ -185,7 +186,9 @@ def _describe_resource(
 
 
 @handles(DESCRIBE_CONFIGS, 1)
-def describe_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def describe_configs(
+    ctx: RequestContext, request: requests.DescribeConfigsRequest
+) -> dict[str, Any]:
     broker = ctx.broker
     include_documentation = getattr(request, "include_documentation", False)
     results: list[dict[str, Any]] = []
@@ -305,7 +308,9 @@ async def _run_alters(
 
 
 @handles(ALTER_CONFIGS, 0)
-async def alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def alter_configs(
+    ctx: RequestContext, request: requests.AlterConfigsRequest
+) -> dict[str, Any]:
     """Legacy AlterConfigs: the given configs replace all of a topic's overrides."""
     broker = ctx.broker
     validate_only = request.validate_only
@@ -364,7 +369,9 @@ def apply_incremental(
 
 
 @handles(INCREMENTAL_ALTER_CONFIGS, 0)
-async def incremental_alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def incremental_alter_configs(
+    ctx: RequestContext, request: requests.IncrementalAlterConfigsRequest
+) -> dict[str, Any]:
     broker = ctx.broker
     validate_only = request.validate_only
     resources = list(request.resources)
@@ -573,7 +580,9 @@ LISTABLE_TYPES = {0: (CLIENT_METRICS,), 1: (TOPIC, BROKER, BROKER_LOGGER, CLIENT
 
 
 @handles(LIST_CONFIG_RESOURCES, 0)
-def list_config_resources(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def list_config_resources(
+    ctx: RequestContext, request: requests.ListConfigResourcesRequest
+) -> dict[str, Any]:
     """The resources that can hold configs, of the types asked (all when none are).
 
     As Kafka lists them: every topic; every registered broker, as BROKER and as

@@ -18,13 +18,16 @@ from kio.schema.errors import ErrorCode
 from kbroker.controller import ControllerError
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 
 ELECT_LEADERS = 43
 PREFERRED, UNCLEAN = 0, 1
 
 
 @handles(ELECT_LEADERS, 0)
-async def elect_leaders(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def elect_leaders(
+    ctx: RequestContext, request: requests.ElectLeadersRequest
+) -> dict[str, Any]:
     election_type = int(getattr(request, "election_type", PREFERRED))
     response: dict[str, Any] = {
         "throttle_time": 0,

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.protocol.fetch_response import (
     FetchedPartition,
     FetchedTopic,
@@ -33,7 +34,7 @@ FIRST_SESSION_VERSION = 7
 
 
 @handles(FETCH, 4)
-def fetch(ctx: RequestContext, request: Any) -> Any:
+def fetch(ctx: RequestContext, request: requests.FetchRequest) -> Any:
     plan = _plan(ctx, request)
     if plan.error_code:
         return encode_fetch_response(ctx.version, [], error_code=plan.error_code)

@@ -30,6 +30,7 @@ from kbroker.coordinator.group import describe_members
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.protocol.messages import known_versions
 from kbroker.security.acl import Operation, ResourceType
 
@@ -224,7 +225,7 @@ def _join_response(version: int, r: JoinResult) -> dict[str, Any]:
 
 
 @handles(SYNC_GROUP, _lowest(SYNC_GROUP))
-def sync_group(ctx: RequestContext, request: Any) -> Any:
+def sync_group(ctx: RequestContext, request: requests.SyncGroupRequest) -> Any:
     if _group_denied(ctx, Operation.READ, request.group_id):
         return _sync_response(SyncResult(E.group_authorization_failed))
     coordinator = _coordinator(ctx)
@@ -258,7 +259,7 @@ def _sync_response(r: SyncResult) -> dict[str, Any]:
 
 
 @handles(HEARTBEAT, _lowest(HEARTBEAT))
-def heartbeat(ctx: RequestContext, request: Any) -> Any:
+def heartbeat(ctx: RequestContext, request: requests.HeartbeatRequest) -> Any:
     if _group_denied(ctx, Operation.READ, request.group_id):
         return {"throttle_time": 0, "error_code": E.group_authorization_failed}
     coordinator = _coordinator(ctx)
@@ -520,7 +521,7 @@ def _fetched_partition(
 
 
 @handles(OFFSET_DELETE, _lowest(OFFSET_DELETE))
-def offset_delete(ctx: RequestContext, request: Any) -> Any:
+def offset_delete(ctx: RequestContext, request: requests.OffsetDeleteRequest) -> Any:
     state = ctx.broker.controller.state
     unknown: dict[tuple[str, int], ErrorCode] = {}
     partitions: list[tuple[str, int]] = []
@@ -567,7 +568,7 @@ def offset_delete(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(LIST_GROUPS, _lowest(LIST_GROUPS))
-def list_groups(ctx: RequestContext, request: Any) -> Any:
+def list_groups(ctx: RequestContext, request: requests.ListGroupsRequest) -> Any:
     coordinator = _coordinator(ctx)
     states = getattr(request, "states_filter", ())
     types = getattr(request, "types_filter", ())
@@ -608,7 +609,7 @@ def _share_coordinator(ctx: RequestContext) -> Any:
 
 
 @handles(DESCRIBE_GROUPS, _lowest(DESCRIBE_GROUPS))
-def describe_groups(ctx: RequestContext, request: Any) -> Any:
+def describe_groups(ctx: RequestContext, request: requests.DescribeGroupsRequest) -> Any:
     coordinator = _coordinator(ctx)
     operations = (
         GROUP_OPERATIONS
@@ -665,7 +666,7 @@ def _describe(
 
 
 @handles(DELETE_GROUPS, _lowest(DELETE_GROUPS))
-def delete_groups(ctx: RequestContext, request: Any) -> Any:
+def delete_groups(ctx: RequestContext, request: requests.DeleteGroupsRequest) -> Any:
     names = list(request.groups_names)
 
     def render(results: dict[str, ErrorCode]) -> dict[str, Any]:

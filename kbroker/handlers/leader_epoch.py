@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.replica.manager import leader_epoch_error
 
 OFFSET_FOR_LEADER_EPOCH = 23
@@ -40,7 +41,9 @@ def _partition(broker: BrokerParts, topic: str, p: Any) -> dict[str, Any]:
 
 
 @handles(OFFSET_FOR_LEADER_EPOCH, 2)
-def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def offset_for_leader_epoch(
+    ctx: RequestContext, request: requests.OffsetForLeaderEpochRequest
+) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "topics": [

@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.replica.manager import leader_epoch_error
 from kbroker.security.acl import Operation, ResourceType
 
@@ -68,7 +69,7 @@ def _error(partition: int, code: int) -> dict[str, Any]:
 
 
 @handles(LIST_OFFSETS, 1)
-def list_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def list_offsets(ctx: RequestContext, request: requests.ListOffsetsRequest) -> dict[str, Any]:
     broker = ctx.broker
     isolation = getattr(request, "isolation_level", 0)
     named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)

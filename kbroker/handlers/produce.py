@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.controller.state import INTERNAL_TOPICS
+from kbroker.controller.state import INTERNAL_TOPICS, TopicInfo
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import NO_RESPONSE, Later, handles
 from kbroker.protocol.batch import (
@@ -23,6 +23,7 @@ from kbroker.protocol.batch import (
     UnsupportedMagicError,
     starts_with_transactional_data,
 )
+from kbroker.protocol.produce_request import ProduceRequest
 from kbroker.protocol.produce_response import (
     ProducedPartition,
     ProducedTopic,
@@ -42,7 +43,7 @@ log = logging.getLogger("kbroker.produce")
 
 
 @handles(PRODUCE, 0)
-def produce(ctx: RequestContext, request: Any) -> Any:
+def produce(ctx: RequestContext, request: ProduceRequest) -> Any:
     broker = ctx.broker
     acks = request.acks
     now = int(time.time() * 1000)
@@ -63,12 +64,15 @@ def produce(ctx: RequestContext, request: Any) -> Any:
     ):
         denied_all = ErrorCode.transactional_id_authorization_failed
     for topic_data in request.topic_data:
+        topic: TopicInfo | None = None
         if by_id:
-            topic = state.topics_by_id.get(topic_data.topic_id)
+            if topic_data.topic_id is not None:
+                topic = state.topics_by_id.get(topic_data.topic_id)
             name = topic.name if topic else None
         else:
             name = topic_data.name
-            topic = state.topics.get(name)
+            if name is not None:
+                topic = state.topics.get(name)
         denied = denied_all
         if (
             checking

@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 
 DESCRIBE_PRODUCERS = 61
 E = ErrorCode
@@ -38,7 +39,9 @@ def _partition(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
 
 
 @handles(DESCRIBE_PRODUCERS, 0)
-def describe_producers(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def describe_producers(
+    ctx: RequestContext, request: requests.DescribeProducersRequest
+) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "topics": [

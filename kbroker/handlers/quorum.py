@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 
 DESCRIBE_QUORUM = 55
 METADATA_TOPIC = "__cluster_metadata"
@@ -32,7 +33,7 @@ def _replica(node_id: int, log_end_offset: int) -> dict[str, Any]:
 
 
 @handles(DESCRIBE_QUORUM, 0)
-def describe_quorum(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def describe_quorum(ctx: RequestContext, request: requests.DescribeQuorumRequest) -> dict[str, Any]:
     response: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None}
     response["topics"], response["nodes"] = [], []
     wanted = [(t.topic_name, p.partition_index) for t in request.topics for p in t.partitions]

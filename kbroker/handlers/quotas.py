@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.controller.errors import ControllerError
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.security.quotas import (
     CLIENT_ID,
@@ -36,7 +37,9 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 
 
 @handles(DESCRIBE_CLIENT_QUOTAS, 0)
-def describe_client_quotas(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def describe_client_quotas(
+    ctx: RequestContext, request: requests.DescribeClientQuotasRequest
+) -> dict[str, Any]:
     answer: dict[str, Any] = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
@@ -120,7 +123,9 @@ def _entry_problem(entry: Any) -> str | None:
 
 
 @handles(ALTER_CLIENT_QUOTAS, 0)
-async def alter_client_quotas(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def alter_client_quotas(
+    ctx: RequestContext, request: requests.AlterClientQuotasRequest
+) -> dict[str, Any]:
     def entity_of(entry: Any) -> list[dict[str, Any]]:
         return [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]
 

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeError
 
 DELETE_RECORDS = 21
@@ -56,7 +57,7 @@ def delete_partition_records(
 
 
 @handles(DELETE_RECORDS, 0)
-def delete_records(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def delete_records(ctx: RequestContext, request: requests.DeleteRecordsRequest) -> dict[str, Any]:
     broker = ctx.broker
     topics = broker.controller.state.topics
     results = []

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.controller.errors import ControllerError
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.security.scram import (
     MAX_ITERATIONS,
@@ -29,7 +30,9 @@ ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
 @handles(DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
-async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def describe_user_scram_credentials(
+    ctx: RequestContext, request: requests.DescribeUserScramCredentialsRequest
+) -> dict[str, Any]:
     if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return {
             "throttle_time": 0,

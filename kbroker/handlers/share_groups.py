@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.groups import _client_host, _ms
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.share.coordinator import FetchAnswer, PartitionAcks
 from kbroker.share.partition_state import AckBatch
 from kbroker.share.service import ShareService
@@ -48,7 +49,9 @@ def _service(ctx: RequestContext) -> ShareService:
 
 
 @handles(SHARE_GROUP_HEARTBEAT, 1, 1, enabled_by=ENABLE)
-async def share_group_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def share_group_heartbeat(
+    ctx: RequestContext, request: requests.ShareGroupHeartbeatRequest
+) -> dict[str, Any]:
     service = _service(ctx)
     ready = await service.ready(request.group_id or "")
     if ready != E.none:
@@ -98,7 +101,9 @@ async def share_group_heartbeat(ctx: RequestContext, request: Any) -> dict[str, 
 
 
 @handles(SHARE_GROUP_DESCRIBE, 1, 1, enabled_by=ENABLE)
-def share_group_describe(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def share_group_describe(
+    ctx: RequestContext, request: requests.ShareGroupDescribeRequest
+) -> dict[str, Any]:
     coordinator = _service(ctx).coordinator
     topics = ctx.broker.controller.state.topics_by_id
     groups = []
@@ -237,7 +242,9 @@ async def share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 @handles(SHARE_ACKNOWLEDGE, 1, 2, enabled_by=ENABLE)
-async def share_acknowledge(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def share_acknowledge(
+    ctx: RequestContext, request: requests.ShareAcknowledgeRequest
+) -> dict[str, Any]:
     answer = await _service(ctx).share_acknowledge(
         request.group_id or "",
         request.member_id or "",
@@ -264,7 +271,9 @@ async def share_acknowledge(ctx: RequestContext, request: Any) -> dict[str, Any]
 
 
 @handles(DESCRIBE_SHARE_GROUP_OFFSETS, 0, enabled_by=ENABLE)
-def describe_share_group_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def describe_share_group_offsets(
+    ctx: RequestContext, request: requests.DescribeShareGroupOffsetsRequest
+) -> dict[str, Any]:
     coordinator = _service(ctx).coordinator
     state = ctx.broker.controller.state
     groups = []
@@ -324,7 +333,9 @@ def describe_share_group_offsets(ctx: RequestContext, request: Any) -> dict[str,
 
 
 @handles(ALTER_SHARE_GROUP_OFFSETS, 0, enabled_by=ENABLE)
-async def alter_share_group_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def alter_share_group_offsets(
+    ctx: RequestContext, request: requests.AlterShareGroupOffsetsRequest
+) -> dict[str, Any]:
     service = _service(ctx)
     coordinator = service.coordinator
     state = ctx.broker.controller.state
@@ -367,7 +378,9 @@ async def alter_share_group_offsets(ctx: RequestContext, request: Any) -> dict[s
 
 
 @handles(DELETE_SHARE_GROUP_OFFSETS, 0, enabled_by=ENABLE)
-async def delete_share_group_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def delete_share_group_offsets(
+    ctx: RequestContext, request: requests.DeleteShareGroupOffsetsRequest
+) -> dict[str, Any]:
     service = _service(ctx)
     coordinator = service.coordinator
     state = ctx.broker.controller.state

@@ -30,6 +30,7 @@ from kbroker.handlers.configs import (
 )
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.protocol.messages import build, response_type
 from kbroker.security.acl import AUTHORIZATION_FAILED, CLUSTER_NAME, Operation, ResourceType
 
@@ -185,7 +186,9 @@ def _create_failed(name: str, err: ResourceError) -> dict[str, Any]:
 
 
 @handles(CREATE_TOPICS, 2)
-async def create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def create_topics(
+    ctx: RequestContext, request: requests.CreateTopicsRequest
+) -> dict[str, Any]:
     broker = ctx.broker
     timeout = timeout_seconds(request.timeout)
     validate_only = request.validate_only
@@ -266,7 +269,9 @@ def _requested_deletions(request: Any, version: int) -> list[tuple[str | None, A
 
 
 @handles(DELETE_TOPICS, 1)
-async def delete_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def delete_topics(
+    ctx: RequestContext, request: requests.DeleteTopicsRequest
+) -> dict[str, Any]:
     broker = ctx.broker
     state = broker.controller.state
     wanted = _requested_deletions(request, ctx.version)
@@ -355,7 +360,9 @@ async def delete_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 @handles(CREATE_PARTITIONS, 0)
-async def create_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def create_partitions(
+    ctx: RequestContext, request: requests.CreatePartitionsRequest
+) -> dict[str, Any]:
     broker = ctx.broker
     timeout = timeout_seconds(request.timeout)
     validate_only = request.validate_only

@@ -21,6 +21,7 @@ from kbroker.coordinator.store import OFFSETS_TOPIC
 from kbroker.handlers.context import RequestContext, TxnCoordination
 from kbroker.handlers.registry import handles
 from kbroker.internal_topics import write_error
+from kbroker.protocol import requests
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.txn.metadata import TxnMetadata, TxnState
 
@@ -68,7 +69,9 @@ def _init_denied(ctx: RequestContext, txn_id: str | None) -> ErrorCode | None:
 
 
 @handles(INIT_PRODUCER_ID, 0, 5)
-async def init_producer_id(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def init_producer_id(
+    ctx: RequestContext, request: requests.InitProducerIdRequest
+) -> dict[str, Any]:
     service = _service(ctx)
     txn_id = request.transactional_id
     if ctx.broker.authorizer is not None:
@@ -179,7 +182,9 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict[str, 
 
 
 @handles(ADD_OFFSETS_TO_TXN, 0)
-async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def add_offsets_to_txn(
+    ctx: RequestContext, request: requests.AddOffsetsToTxnRequest
+) -> dict[str, Any]:
     service = _service(ctx)
     groups = ctx.broker.groups
     # The group's offsets partition joins the transaction, so the commit marker reaches it.
@@ -200,7 +205,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict[str, Any
 
 
 @handles(END_TXN, 0)
-async def end_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def end_txn(ctx: RequestContext, request: requests.EndTxnRequest) -> dict[str, Any]:
     service = _service(ctx)
     result = await service.coordinator.end_txn(
         request.transactional_id,
@@ -220,7 +225,9 @@ async def end_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 @handles(WRITE_TXN_MARKERS, 1)
-async def write_txn_markers(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def write_txn_markers(
+    ctx: RequestContext, request: requests.WriteTxnMarkersRequest
+) -> dict[str, Any]:
     """Markers from a transaction coordinator on another broker, for partitions led here."""
     service = _service(ctx)
     now = int(time.time() * 1000)
@@ -248,7 +255,9 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> dict[str, Any]
 
 
 @handles(TXN_OFFSET_COMMIT, 0)
-async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def txn_offset_commit(
+    ctx: RequestContext, request: requests.TxnOffsetCommitRequest
+) -> dict[str, Any]:
     state = ctx.broker.controller.state
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     results: dict[tuple[str, int], ErrorCode] = {}
@@ -341,7 +350,9 @@ def _described(meta: TxnMetadata) -> dict[str, Any]:
 
 
 @handles(DESCRIBE_TRANSACTIONS, 0)
-def describe_transactions(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def describe_transactions(
+    ctx: RequestContext, request: requests.DescribeTransactionsRequest
+) -> dict[str, Any]:
     service = _service(ctx)
     return {
         "throttle_time": 0,
@@ -350,7 +361,9 @@ def describe_transactions(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 @handles(LIST_TRANSACTIONS, 0)
-def list_transactions(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def list_transactions(
+    ctx: RequestContext, request: requests.ListTransactionsRequest
+) -> dict[str, Any]:
     service = _service(ctx)
     states: set[TxnState] = set()
     unknown: list[str] = []

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from inprocess import RawClient, run_broker
 
 from kbroker.broker import Broker
-from kbroker.metrics.health import controller_check
+from kbroker.metrics.health import PROBE_NAME, controller_check
 
 API_VERSIONS = 18
 
@@ -48,6 +51,45 @@ def test_health_names_a_log_dir_that_is_gone(tmp_path: Path) -> None:
         assert report["unhealthy"] == [f"log_dir {tmp_path / 'data'}: missing or not a directory"]
 
     run_broker(tmp_path, check, http=True)
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs (mounting needs root, which the test machine's suite runs as)."""
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_health_names_a_log_dir_that_is_full(tmp_path: Path, tiny_filesystem: Path) -> None:
+    async def check(broker: Broker, port: int) -> None:
+        status, _ = await _get(port, "/health")
+        assert status == 200
+        with contextlib.suppress(OSError), open(tiny_filesystem / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+        status, body = await _get(port, "/health")
+        report = json.loads(body)
+        assert status == 503
+        assert report["unhealthy"] == [
+            f"log_dir {tiny_filesystem}: cannot write: No space left on device"
+        ]
+        assert not (tiny_filesystem / PROBE_NAME).exists()
+        (tiny_filesystem / "filler").unlink()
+        status, _ = await _get(port, "/health")
+        assert status == 200
+
+    run_broker(tmp_path, check, [f"log.dirs={tmp_path / 'data'},{tiny_filesystem}"], http=True)
 
 
 def test_controller_check_fails_once_heartbeats_go_unacknowledged_past_the_session() -> None:

@@ -1,13 +1,17 @@
 """What /health reports: each check the broker can fail, and why it failed.
 
-A broker is unhealthy when a log directory it writes to is gone or unusable, or when
-(in a cluster) the active controller has not acknowledged a heartbeat within
-broker.session.timeout.ms — after that the controller fences the broker anyway.
+A broker is unhealthy when a log directory it writes to is gone, read-only or full (a
+small probe file is written and removed: what a failed disk or a remount read-only
+refuses), or when (in a cluster) the active controller has not acknowledged a heartbeat
+within broker.session.timeout.ms — after that the controller fences the broker anyway.
 /ready says whether the broker serves at all; /health says what is wrong with it.
+
+The log directory checks do file I/O: the HTTP endpoint runs them off the event loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -25,12 +29,25 @@ class Check:
     detail: str
 
 
+PROBE_NAME = ".kbroker-health-probe"
+
+
 def log_dir_check(directory: Path) -> Check:
+    """Blocking: stats the directory and writes, then removes, a probe file in it."""
     name = f"log_dir {directory}"
     if not directory.is_dir():
         return Check(name, False, "missing or not a directory")
     if not os.access(directory, os.W_OK | os.X_OK):
         return Check(name, False, "not writable")
+    probe = directory / PROBE_NAME
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"kbroker /health probe\n")
+        probe.unlink()
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        return Check(name, False, f"cannot write: {exc.strerror or exc}")
     return Check(name, True, "ok")
 
 
@@ -52,17 +69,17 @@ def controller_check(
     return Check("controller", True, "ok")
 
 
-def health(broker: Broker) -> tuple[bool, dict[str, Any]]:
-    """(healthy, the JSON body of /health)."""
-    checks = [log_dir_check(d) for d in broker.log_dirs]
-    checks.append(
-        controller_check(
-            broker.config.quorum.is_cluster,
-            broker.last_heartbeat_ack,
-            broker.config.get("broker.session.timeout.ms") / 1000,
-            time.monotonic(),
-        )
+def broker_controller_check(broker: Broker) -> Check:
+    return controller_check(
+        broker.config.quorum.is_cluster,
+        broker.last_heartbeat_ack,
+        broker.config.get("broker.session.timeout.ms") / 1000,
+        time.monotonic(),
     )
+
+
+def report(checks: list[Check]) -> tuple[bool, dict[str, Any]]:
+    """(healthy, the JSON body of /health)."""
     healthy = all(c.ok for c in checks)
     body: dict[str, Any] = {"status": "ok" if healthy else "unhealthy"}
     if not healthy:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from kbroker.metrics.health import health
+from kbroker.metrics.health import broker_controller_check, log_dir_check, report
 from kbroker.metrics.prometheus import broker_registry, render
 
 if TYPE_CHECKING:
@@ -49,15 +49,18 @@ class HttpEndpoint:
         for server in self.servers:
             server.close()
 
-    def _answer(self, method: str, path: str) -> tuple[int, str, str]:
+    async def _answer(self, method: str, path: str) -> tuple[int, str, str]:
         if method != "GET":
             return 405, "text/plain", "GET only\n"
         path = path.split("?", 1)[0]
         if path == "/metrics":
             return 200, "text/plain; version=0.0.4", render(self.registry)
         if path == "/health":
-            healthy, report = health(self.broker)
-            return (200 if healthy else 503), "application/json", json.dumps(report) + "\n"
+            dirs = list(self.broker.log_dirs)
+            loop = asyncio.get_running_loop()
+            checks = await loop.run_in_executor(None, lambda: [log_dir_check(d) for d in dirs])
+            healthy, found = report([*checks, broker_controller_check(self.broker)])
+            return (200 if healthy else 503), "application/json", json.dumps(found) + "\n"
         if path == "/ready":
             ready = self.broker.ready
             body = json.dumps({"ready": ready, "node_id": self.broker.node_id}) + "\n"
@@ -74,7 +77,7 @@ class HttpEndpoint:
             parts = request_line.decode("latin-1").split()
             if len(parts) < 2:
                 return
-            status, ctype, body = self._answer(parts[0], parts[1])
+            status, ctype, body = await self._answer(parts[0], parts[1])
             data = body.encode()
             writer.write(
                 f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"

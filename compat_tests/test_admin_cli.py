@@ -114,6 +114,18 @@ def test_topics_describe_shows_leader_replicas_and_isr_per_partition(kb, broker)
     assert [p["isr"] for p in doc["partitions"]] == [[1], [1]]
 
 
+def test_topics_describe_without_names_shows_every_topic_with_its_overrides(kb, broker):
+    first, second = unique_topic("cli"), unique_topic("cli")
+    assert kb("topics", "create", first, "--config", "retention.ms=111111")[0] == 0
+    assert kb("topics", "create", second, "--config", "segment.ms=222222")[0] == 0
+    code, out, _ = kb("topics", "describe", "-o", "json")
+    assert code == 0
+    docs = {d["name"]: d for d in json.loads(out)}
+    assert docs[first]["configs"] == {"retention.ms": "111111"}
+    assert docs[second]["configs"] == {"segment.ms": "222222"}
+    assert "__consumer_offsets" not in docs
+
+
 def test_topics_describe_of_a_missing_topic_names_the_error(kb):
     code, _, err = kb("topics", "describe", "no-such-topic-anywhere")
     assert code == 1

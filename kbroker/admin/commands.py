@@ -297,13 +297,10 @@ def _topics_list(c: Cluster, args: argparse.Namespace, out: Output) -> int:
 def _topics_describe(c: Cluster, args: argparse.Namespace, out: Output) -> int:
     md = topics.metadata(c, args.topic or None)
     shown = md.topics if args.topic else [t for t in md.topics if not t.internal]
+    described = configs.describe_many(c, "topic", [t.name for t in shown])
     overrides = {
-        t.name: {
-            e.name: e.value
-            for e in configs.describe_configs(c, "topic", t.name)
-            if e.source == "DYNAMIC_TOPIC_CONFIG"
-        }
-        for t in shown
+        name: {e.name: e.value for e in entries if e.source == "DYNAMIC_TOPIC_CONFIG"}
+        for name, entries in described.items()
     }
 
     def wanted(p: topics.PartitionInfo) -> bool:

@@ -49,6 +49,15 @@ def describe_configs(
     cluster: Cluster, resource_type: str, name: str, keys: list[str] | None = None
 ) -> list[ConfigEntry]:
     """Every config of one resource (or only `keys`), with its source."""
+    return describe_many(cluster, resource_type, [name], keys)[name]
+
+
+def describe_many(
+    cluster: Cluster, resource_type: str, names: list[str], keys: list[str] | None = None
+) -> dict[str, list[ConfigEntry]]:
+    """The configs of several resources of one type, in one DescribeConfigs request."""
+    if not names:
+        return {}
     response = cluster.any().call(
         DESCRIBE_CONFIGS,
         {
@@ -58,27 +67,31 @@ def describe_configs(
                     "resource_name": name,
                     "configuration_keys": keys,
                 }
+                for name in names
             ],
             "include_synonyms": False,
             "include_documentation": False,
         },
         versions=(1, 4),
     )
-    result = response.results[0]
-    check(result.error_code, f"describing {resource_type} {name}", result.error_message)
-    return sorted(
-        (
-            ConfigEntry(
-                c.name,
-                None if c.is_sensitive else c.value,
-                SOURCES.get(int(c.config_source), str(int(c.config_source))),
-                bool(c.read_only),
-                bool(c.is_sensitive),
-            )
-            for c in result.configs
-        ),
-        key=lambda c: c.name,
-    )
+    described = {}
+    for result in response.results:
+        name = result.resource_name
+        check(result.error_code, f"describing {resource_type} {name}", result.error_message)
+        described[name] = sorted(
+            (
+                ConfigEntry(
+                    c.name,
+                    None if c.is_sensitive else c.value,
+                    SOURCES.get(int(c.config_source), str(int(c.config_source))),
+                    bool(c.read_only),
+                    bool(c.is_sensitive),
+                )
+                for c in result.configs
+            ),
+            key=lambda c: c.name,
+        )
+    return described
 
 
 def alter_configs(

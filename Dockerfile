@@ -16,9 +16,9 @@ WORKDIR /src
 RUN python -m venv /opt/kbroker
 COPY pyproject.toml setup.py README.md ./
 COPY kbroker ./kbroker
+# pip compiles the bytecode at install: kept, since the unprivileged user cannot write it.
 RUN /opt/kbroker/bin/pip install --no-cache-dir . \
-    && /opt/kbroker/bin/python -c "import kbroker.protocol._recordwalk" \
-    && find /opt/kbroker -name '__pycache__' -prune -exec rm -rf {} +
+    && /opt/kbroker/bin/python -c "import kbroker.protocol._recordwalk"
 
 FROM python:3.11.11-slim-bookworm
 

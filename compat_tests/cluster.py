@@ -18,6 +18,8 @@ What tests get:
 - ``cluster.nodes`` / ``cluster.node(node_id)``: the ``BrokerProcess`` objects (kill,
   stop, start, log_tail...); ``kill(node_id)`` is kill -9, ``restart(node_id)``;
 - ``add_broker()``: one more node with ``process.roles=broker`` (a quorum observer);
+- ``KafkaCluster(..., controller_only=(3,))``: node 3 with ``process.roles=controller``
+  (a voter serving no Kafka API; ``live_nodes`` and ``bootstrap`` leave it out);
 - ``metadata()``: a confluent-kafka ``ClusterMetadata`` from a live node;
 - ``wait_for_controller(exclude=...)``: the active controller's id once live nodes agree;
 - ``partition(topic, p)``: leader, replicas, ISR as a live node reports them;
@@ -38,6 +40,7 @@ from typing import Any, TypeVar
 from compat_tests.broker_process import (
     FAST_GROUP_SETTINGS,
     BrokerProcess,
+    BrokerStartError,
     free_port,
 )
 
@@ -56,11 +59,16 @@ TEST_TIMINGS = {
 }
 
 
+CONTROLLER_READY_LINE = "serving the metadata quorum as a controller only"
+
+
 class ClusterNode(BrokerProcess):
-    """A BrokerProcess that knows its node id and CONTROLLER port."""
+    """A BrokerProcess that knows its node id and CONTROLLER port. A controller-only
+    node serves no Kafka API: it is ready when it says so in its log."""
 
     node_id: int = 0
     controller_port: int = 0
+    controller_only: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -70,11 +78,30 @@ class ClusterNode(BrokerProcess):
         return super().start(timeout)
 
     def wait_ready(self, timeout: float = CLUSTER_START_TIMEOUT_S) -> float:
-        return super().wait_ready(timeout)
+        if not self.controller_only:
+            return super().wait_ready(timeout)
+        began = self._spawned_at
+        deadline = began + timeout
+        while time.monotonic() < deadline:
+            this_start = self.log_text().rsplit("===== start #", 1)[-1]
+            if CONTROLLER_READY_LINE in this_start:
+                self.ready_seconds = time.monotonic() - began
+                return self.ready_seconds
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.kill()
+        raise BrokerStartError(f"controller node {self.node_id} did not start\n" + self.log_tail())
 
 
 class KafkaCluster:
-    def __init__(self, root: Path, size: int = 3, overrides: dict[str, str] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        size: int = 3,
+        overrides: dict[str, str] | None = None,
+        controller_only: tuple[int, ...] = (),
+    ):
         self.root = root
         self.size = size
         ids = list(range(1, size + 1))
@@ -99,9 +126,14 @@ class KafkaCluster:
                 **FAST_GROUP_SETTINGS,
                 **self.overrides,
             }
+            if i in controller_only:
+                settings["process.roles"] = "controller"
+                settings["listeners"] = f"CONTROLLER://127.0.0.1:{controller_ports[i]}"
+                del settings["advertised.listeners"]
             node = ClusterNode(root / f"node{i}", settings, port=port)
             node.node_id = i
             node.controller_port = controller_ports[i]
+            node.controller_only = i in controller_only
             self.nodes.append(node)
 
     def add_broker(self, **settings: str) -> ClusterNode:
@@ -168,11 +200,12 @@ class KafkaCluster:
 
     @property
     def live_nodes(self) -> list[ClusterNode]:
-        return [n for n in self.nodes if n.running()]
+        """Running nodes that serve the Kafka API (controller-only nodes do not)."""
+        return [n for n in self.nodes if n.running() and not n.controller_only]
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(n.bootstrap for n in self.nodes)
+        return ",".join(n.bootstrap for n in self.nodes if not n.controller_only)
 
     # -- looking at it --------------------------------------------------------------------
 

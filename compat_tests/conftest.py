@@ -76,9 +76,13 @@ class ClusterFactory:
         self.root = root
         self.clusters: list[KafkaCluster] = []
 
-    def start(self, size: int = 3, **overrides: str) -> KafkaCluster:
+    def start(
+        self, size: int = 3, controller_only: tuple[int, ...] = (), **overrides: str
+    ) -> KafkaCluster:
         settings = {k.replace("_", "."): str(v) for k, v in overrides.items()}
-        cluster = KafkaCluster(self.root / f"cluster{len(self.clusters)}", size, settings)
+        cluster = KafkaCluster(
+            self.root / f"cluster{len(self.clusters)}", size, settings, controller_only
+        )
         self.clusters.append(cluster)
         cluster.start()
         return cluster

@@ -302,3 +302,37 @@ def test_sigterm_of_the_active_controller_hands_its_role_to_another_voter(
         assert cluster.wait_for_controller(exclude=(controller,), timeout=5) != controller
     finally:
         cluster.heal()
+
+
+def test_a_controller_only_node_votes_but_serves_no_kafka_api(cluster_factory: Any) -> None:
+    cluster = cluster_factory.start(controller_only=(3,))
+    one, two, controller_node = cluster.nodes
+    metadata = cluster.metadata(one)
+    assert sorted(metadata.brokers) == [1, 2]
+    assert metadata.controller_id in (1, 2)  # clients are named a broker they can reach
+    voters = _describe_quorum(one).topics[0].partitions[0].current_voters
+    assert [v.replica_id for v in voters] == [1, 2, 3]
+    try:
+        # With node 1 gone, metadata still changes: node 3's vote makes the majority.
+        cluster.kill(1)
+        topic = f"after-{_uid()}"
+        cluster.wait_until(
+            lambda: _create(cluster, two, topic), 20.0, "a topic created without node 1"
+        )
+        assert sorted(cluster.metadata(two).brokers) in ([1, 2], [2])
+        assert controller_node.running()
+    finally:
+        cluster.heal()
+
+
+def _create(cluster: KafkaCluster, node: Any, topic: str) -> bool:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=5)[topic].result(10)
+    except KafkaException as exc:  # an earlier attempt's creation got through after all
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+    return topic in cluster.metadata(node).topics

@@ -18,8 +18,7 @@ from kbroker.config import (
     topic_config_values,
     validate_topic_configs,
 )
-from kbroker.config.listeners import format_address
-from kbroker.controller import Controller, ControllerConfig, ControllerError
+from kbroker.controller import Controller, ControllerError
 from kbroker.controller.errors import STALE_BROKER_EPOCH
 from kbroker.controller.events import (
     PartitionChanged,
@@ -29,6 +28,7 @@ from kbroker.controller.events import (
     TopicDeleted,
 )
 from kbroker.controller.state import BrokerInfo, PartitionInfo, TopicInfo
+from kbroker.controller_node import controller_config
 from kbroker.coordinator.service import GroupCoordinatorService
 from kbroker.handlers.context import BrokerParts
 from kbroker.metrics.counters import RequestCounters
@@ -58,32 +58,6 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def controller_config(config: BrokerConfig) -> ControllerConfig:
-    """The controller's part of the broker settings (KRaft's quorum names)."""
-    quorum = config.quorum
-    election_max = config.get("controller.quorum.election.timeout.ms") / 1000
-    return ControllerConfig(
-        node_id=quorum.node_id,
-        data_dir=config.metadata_dir,
-        raft_bind=quorum.bind_address,
-        raft_advertised=quorum.self_address,
-        peers=list(quorum.peer_addresses),
-        observer=not quorum.is_voter,
-        secret=quorum.secret,
-        election_timeout_s=(election_max / 2, election_max),
-        broker_session_timeout_s=(
-            config.get("broker.session.timeout.ms") / 1000 if quorum.is_cluster else None
-        ),
-        unclean_leader_election=config.get("unclean.leader.election.enable"),
-        voters={v.node_id: format_address(v.host, v.port) for v in quorum.voters},
-        leader_imbalance_check_interval_s=(
-            config.get("leader.imbalance.check.interval.seconds")
-            if quorum.is_cluster and config.get("auto.leader.rebalance.enable")
-            else None
-        ),
-    )
 
 
 class Broker:

@@ -49,8 +49,9 @@ def _install_event_loop(choice: str) -> None:
 
 async def _serve(config) -> None:  # type: ignore[no-untyped-def]
     from kbroker.broker import Broker
+    from kbroker.controller_node import ControllerNode
 
-    broker = Broker(config)
+    broker = Broker(config) if config.quorum.is_broker else ControllerNode(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -91,8 +91,15 @@ def test_a_broker_only_node_may_not_listen_on_a_controller_listener():
         kraft(4, process_roles="broker")
 
 
-def test_a_controller_only_node_is_refused():
-    with pytest.raises(ConfigError, match="process.roles"):
+def test_a_controller_only_node_votes_and_serves_no_kafka_listener():
+    cfg = kraft(1, process_roles="controller", listeners="CONTROLLER://127.0.0.1:19091")
+    assert cfg.quorum.is_voter and not cfg.quorum.is_broker
+    assert cfg.quorum.bind_address == "127.0.0.1:19091"
+    assert cfg.broker_endpoints == ()
+
+
+def test_a_controller_only_node_with_a_broker_listener_is_refused():
+    with pytest.raises(ConfigError, match="controller-only"):
         kraft(1, process_roles="controller")
 
 

@@ -493,7 +493,14 @@ class BrokerConfig:
         controller = frozenset(n.strip().upper() for n in controller_text.split(",") if n.strip())
         endpoints = tuple(parse_listeners(effective["listeners"]))
         broker_endpoints = [e for e in endpoints if e.name not in controller]
-        if not broker_endpoints:
+        controller_only = set(effective["process.roles"]) == {"controller"}
+        if controller_only and broker_endpoints:
+            raise self._fail(
+                "listeners",
+                "a controller-only node (process.roles=controller) may only have the "
+                "listeners named in controller.listener.names",
+            )
+        if not broker_endpoints and not controller_only:
             raise self._fail("listeners", "no listener serves the Kafka API")
         for endpoint in endpoints:
             protocol = protocol_map.get(endpoint.name)
@@ -551,11 +558,14 @@ class BrokerConfig:
                 "security.inter.broker.protocol", "brokers reach each other over PLAINTEXT only"
             )
         advertised_names = [e.name for e in advertised]
-        if inter_name is None:
+        if controller_only:
+            pass  # no broker listener: nothing to reach other brokers on
+        elif inter_name is None:
             inter_name = "PLAINTEXT" if "PLAINTEXT" in advertised_names else advertised_names[0]
         elif inter_name.upper() not in advertised_names:
             raise self._fail("inter.broker.listener.name", f"no broker listener named {inter_name}")
-        effective["inter.broker.listener.name"] = inter_name.upper()
+        if inter_name is not None:
+            effective["inter.broker.listener.name"] = inter_name.upper()
 
         names = {e.name.lower() for e in endpoints}
         for scoped in self._scoped:

@@ -7,6 +7,8 @@ are the controller's with ``controller.listener.names``. kbroker runs its Raft g
 
 - a voter (``process.roles`` holds ``controller``) is a Raft member: it binds its
   CONTROLLER listener and is known to the others by its own entry in the voters list;
+- a controller-only node (``process.roles=controller``) is a voter that serves no Kafka
+  API: it only has controller listeners, holds no partitions and registers no broker;
 - a broker-only node (``process.roles=broker``) is a Raft *observer*, as a KRaft broker
   is: a pysyncobj read-only node that receives the committed metadata log from the
   leader without voting, and whose changes (registration, heartbeats) pysyncobj forwards
@@ -74,10 +76,10 @@ def resolve_quorum(
     names the setting at fault first (``name: reason``)."""
     is_voter = not roles or "controller" in roles
     is_broker = not roles or "broker" in roles
-    if not is_broker:
+    if not is_broker and not voters:
         raise ValueError(
-            "process.roles: a controller-only node is not supported; every kbroker node "
-            "serves the Kafka API (use process.roles=broker,controller)"
+            "controller.quorum.voters: a controller-only node (process.roles=controller) "
+            "needs the quorum's voters"
         )
     bind: str | None = None
     if controller_endpoints:
@@ -122,13 +124,13 @@ def resolve_quorum(
         if len(voters) == 1:
             # Kafka's quick-start file: a quorum of this node alone. Nobody could talk to
             # its Raft port, so it runs as kbroker's socketless lone voter.
-            return QuorumConfig(node_id, True, True, voters, (), None, None, secret)
+            return QuorumConfig(node_id, True, is_broker, voters, (), None, None, secret)
         self_address = format_address(own.host, own.port)
         if bind is None:
             bind = self_address
         peers = tuple(format_address(v.host, v.port) for v in voters if v.node_id != node_id)
         return QuorumConfig(
-            node_id, True, True, voters, peers, self_address, bind, _need_secret(secret)
+            node_id, True, is_broker, voters, peers, self_address, bind, _need_secret(secret)
         )
     if own is not None:
         raise ValueError(

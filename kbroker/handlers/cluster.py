@@ -20,6 +20,7 @@ from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
+from kbroker.handlers.metadata import visible_controller_id
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.replica.manager import Replica
@@ -76,7 +77,7 @@ def describe_cluster(
         "error_message": None,
         "endpoint_type": endpoint_type,
         "cluster_id": state.cluster_id or "",
-        "controller_id": state.controller_id,
+        "controller_id": visible_controller_id(ctx),
         "brokers": [],
         "cluster_authorized_operations": CLUSTER_OPERATIONS
         if request.include_cluster_authorized_operations

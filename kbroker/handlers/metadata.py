@@ -63,13 +63,25 @@ def missing_topic(name: str | None, topic_id: Any, error: ErrorCode) -> dict[str
     return {"error_code": error, "name": name, "topic_id": topic_id, "partitions": []}
 
 
+def visible_controller_id(ctx: RequestContext) -> int:
+    """The controller a client is told of. A client can only reach brokers, so when the
+    active controller is a controller-only node this broker names itself, as a KRaft
+    broker names a live broker: it forwards what a client sends the controller (here
+    through the Raft log)."""
+    state = ctx.broker.controller.state
+    active = state.brokers.get(state.controller_id)
+    if active is not None and not active.fenced:
+        return state.controller_id
+    return ctx.broker.node_id if state.controller_id >= 0 else -1
+
+
 def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, Any]:
     state = ctx.broker.controller.state
     return {
         "throttle_time": 0,
         "brokers": describe_brokers(ctx),
         "cluster_id": state.cluster_id,
-        "controller_id": state.controller_id,
+        "controller_id": visible_controller_id(ctx),
         "topics": topics,
         "cluster_authorized_operations": -2147483648,
     }

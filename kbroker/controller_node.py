@@ -1,0 +1,78 @@
+"""A controller-only node (process.roles=controller): a voter of the metadata quorum
+that serves no Kafka API, holds no partitions and registers no broker.
+
+KRaft deployments often run three such controllers beside the brokers. The node keeps
+the metadata log, votes, and, while it is the active controller, fences silent brokers
+and rebalances leadership; brokers reach it only through the Raft protocol on its
+CONTROLLER listener, and clients never (Metadata names a broker as the controller).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kbroker.config import BrokerConfig
+from kbroker.config.listeners import format_address
+from kbroker.controller import Controller, ControllerConfig
+
+log = logging.getLogger("kbroker.controller")
+
+RESIGN_TIMEOUT_S = 5.0
+
+
+def controller_config(config: BrokerConfig) -> ControllerConfig:
+    """The controller's part of the broker settings (KRaft's quorum names)."""
+    quorum = config.quorum
+    election_max = config.get("controller.quorum.election.timeout.ms") / 1000
+    return ControllerConfig(
+        node_id=quorum.node_id,
+        data_dir=config.metadata_dir,
+        raft_bind=quorum.bind_address,
+        raft_advertised=quorum.self_address,
+        peers=list(quorum.peer_addresses),
+        observer=not quorum.is_voter,
+        secret=quorum.secret,
+        election_timeout_s=(election_max / 2, election_max),
+        broker_session_timeout_s=(
+            config.get("broker.session.timeout.ms") / 1000 if quorum.is_cluster else None
+        ),
+        unclean_leader_election=config.get("unclean.leader.election.enable"),
+        voters={v.node_id: format_address(v.host, v.port) for v in quorum.voters},
+        leader_imbalance_check_interval_s=(
+            config.get("leader.imbalance.check.interval.seconds")
+            if quorum.is_cluster and config.get("auto.leader.rebalance.enable")
+            else None
+        ),
+    )
+
+
+class ControllerNode:
+    """The process of a controller-only node: start, serve the quorum, stop."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.controller = Controller(controller_config(config))
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        self.config.metadata_dir.mkdir(parents=True, exist_ok=True)
+        if self.config.http_endpoints:
+            log.warning(
+                "http.listeners is not served by a controller-only node (no /metrics, "
+                "/health or /ready here)"
+            )
+        await self.controller.start()
+        log.info(
+            "kbroker node %d serving the metadata quorum as a controller only on %s, "
+            "started in %.2fs",
+            self.config.quorum.node_id,
+            self.controller.raft_address,
+            time.monotonic() - started,
+        )
+
+    async def stop(self) -> None:
+        if await self.controller.resign(RESIGN_TIMEOUT_S):
+            log.info("the active controller role moved to another voter")
+        await self.controller.stop()
+        log.info("kbroker controller node %d stopped cleanly", self.config.quorum.node_id)

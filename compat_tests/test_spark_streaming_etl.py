@@ -226,14 +226,14 @@ def test_malformed_input_goes_to_the_dead_letter_topic_with_its_reason_in_a_head
     dead = read_topic(broker.bootstrap, outcome.cfg.dead_letter)
     by_source: dict[tuple[int, int], tuple[bytes | None, str]] = {}
     for record in dead:
-        reason = header(record, orders.REASON_HEADER)
-        assert reason, f"dead letter without a {orders.REASON_HEADER} header: {record}"
+        why = header(record, orders.REASON_HEADER)
+        assert why, f"dead letter without a {orders.REASON_HEADER} header: {record}"
         assert header(record, "dlq.topic") == outcome.cfg.source.encode()
         where = (
             int(header(record, "dlq.partition") or b"-1"),
             int(header(record, "dlq.offset") or b"-1"),
         )
-        by_source[where] = (record.value, reason.decode())
+        by_source[where] = (record.value, why.decode())
     reasons = Counter(by_source.values())
     for value, reason in MALFORMED:
         assert reasons[(value, reason)] == 1, (

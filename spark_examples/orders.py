@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
 # Fields an order cannot do without, checked in this order for the dead-letter reason.
 REQUIRED = ("order_id", "customer_id", "product_id", "quantity", "unit_price", "ts")
@@ -24,7 +25,7 @@ REASON_HEADER = "dlq.reason"
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"  # the Kafka source's and sink's
 
 
-def order_schema():  # type: ignore[no-untyped-def]
+def order_schema() -> StructType:
     """The Spark schema of an order, with a column that keeps text that is not one."""
     from pyspark.sql.types import (
         DecimalType,

@@ -174,13 +174,14 @@ def _coordinator_entry(
 
 
 @handles(JOIN_GROUP, _lowest(JOIN_GROUP))
-def join_group(ctx: RequestContext, request: Any) -> Any:
+def join_group(ctx: RequestContext, request: requests.JoinGroupRequest) -> Any:
     version = ctx.version
     if _group_denied(ctx, Operation.READ, request.group_id):
         return _join_response(version, JoinResult(E.group_authorization_failed, ""))
     coordinator = _coordinator(ctx)
     session = _ms(request.session_timeout)
-    rebalance = _ms(request.rebalance_timeout) if version >= 1 else -1
+    rebalance_timeout = getattr(request, "rebalance_timeout", None)  # v1+
+    rebalance = -1 if rebalance_timeout is None else _ms(rebalance_timeout)
     future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
     coordinator.classic.join_group(
         JoinRequest(

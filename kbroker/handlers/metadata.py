@@ -13,6 +13,7 @@ from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 METADATA = 3
@@ -88,7 +89,7 @@ def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, An
 
 
 @handles(METADATA, 0)
-def metadata(ctx: RequestContext, request: Any) -> Any:
+def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> Any:
     broker = ctx.broker
     state = broker.controller.state
     checking = broker.authorizer is not None
@@ -106,18 +107,14 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
                 if may(Operation.DESCRIBE, t.name)
             ],
         )
-    may_create = (ctx.version < 4 or request.allow_auto_topic_creation) and broker.config.get(
+    # Before v4 the request cannot say, and auto-creation is the broker's to decide.
+    may_create = getattr(request, "allow_auto_topic_creation", True) and broker.config.get(
         "auto.create.topics.enable"
     )
     results: list[dict[str, Any] | None] = []
     to_create: list[tuple[int, str]] = []
     for wanted in request.topics:
         name, topic_id = wanted.name, getattr(wanted, "topic_id", None)
-        if name is None and topic_id is None:
-            # Names are non-nullable in responses before v12: answer with an empty one.
-            shown = None if ctx.version >= 12 else ""
-            results.append(missing_topic(shown, None, ErrorCode.invalid_request))
-            continue
         if topic_id is not None:
             # An id wins over the name: the Java admin sends its default name "" beside it.
             topic = state.topics_by_id.get(topic_id)
@@ -130,6 +127,11 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
                 if topic
                 else missing_topic(None, topic_id, ErrorCode.unknown_topic_id)
             )
+            continue
+        if name is None:
+            # Names are non-nullable in responses before v12: answer with an empty one.
+            shown = None if ctx.version >= 12 else ""
+            results.append(missing_topic(shown, None, ErrorCode.invalid_request))
             continue
         topic = state.topics.get(name)
         if checking and not may(Operation.DESCRIBE, name):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kbroker.internal_topics import acknowledgement
+from kbroker.internal_topics import ServiceBroker, acknowledgement
 from kbroker.protocol.batch import HEADER_SIZE, Record, decode_records, encode_batch, read_header
 from kbroker.protocol.compression import decompress
 from kbroker.share.partition_state import DeadLetter
@@ -36,7 +36,7 @@ Identity = tuple[str, str, int, int]  # group, topic, partition, offset
 
 
 class DeadLetterWriter:
-    def __init__(self, broker: Any, service: ShareService) -> None:
+    def __init__(self, broker: ServiceBroker, service: ShareService) -> None:
         self._broker = broker
         self._service = service
         self._task: asyncio.Task[None] | None = None

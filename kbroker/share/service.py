@@ -81,7 +81,7 @@ def share_config(config: Any) -> ShareConfig:
 class _Coordinates:
     """ShareLog and Topics over the broker's replicas and the controller's metadata."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: ServiceBroker) -> None:
         self._broker = broker
 
     def by_name(self, name: str) -> TopicRef | None:

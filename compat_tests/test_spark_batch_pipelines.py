@@ -29,8 +29,9 @@ from spark_examples import backfill, connector, generate_orders, orders
 pytestmark = pytest.mark.timeout(180)
 
 REPO = connector.REPO
-RANGE_START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-RANGE_END = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
+# Three hours ago, on the hour: record timestamps stay within the default retention.
+RANGE_START = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+RANGE_END = RANGE_START + timedelta(hours=1)
 
 
 @pytest.fixture(scope="module")
@@ -176,4 +177,4 @@ def test_backfill_refuses_a_range_that_ends_before_it_starts(
 
 def test_pipeline_times_without_a_zone_are_utc() -> None:
     cfg = backfill.parse_args(["--from", "2026-03-01T09:00:00"])
-    assert cfg.since == RANGE_START and cfg.until is None
+    assert cfg.since == datetime(2026, 3, 1, 9, tzinfo=UTC) and cfg.until is None

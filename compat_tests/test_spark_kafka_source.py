@@ -18,7 +18,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import NewPartitions
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    ResourceType,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from compat_tests.broker_process import BrokerProcess, free_port, running_broker, stored_batches
@@ -33,7 +39,9 @@ from compat_tests.spark_support import read_topic, spark_session_or_skip
 
 pytestmark = pytest.mark.timeout(180)
 
-T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in ms
+# Record timestamps in the recent past: older ones would fall to the 7-day retention
+# that this module's broker checks every 300 ms.
+T0 = (int(time.time()) // 60 - 60) * 60_000
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +52,10 @@ def spark() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One node for the module, with /metrics, to see which APIs Spark's client sends."""
-    settings = {"http.listeners": f"http://127.0.0.1:{free_port()}"}
+    settings = {
+        "http.listeners": f"http://127.0.0.1:{free_port()}",
+        "log.retention.check.interval.ms": "300",
+    }
     with running_broker(tmp_path_factory.mktemp("spark-source-broker"), settings) as node:
         yield node
 
@@ -388,6 +399,60 @@ def test_fail_on_data_loss_stops_a_query_whose_next_offsets_were_deleted(
         spark, shared_broker.bootstrap, topic, tmp_path / "lenient", failOnDataLoss="false"
     )
     assert resumed == list(range(15, 20))
+
+
+def test_fail_on_data_loss_stops_a_query_whose_next_offsets_retention_deleted(
+    spark: Any, shared_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    topic = unique_topic("spark-retained")
+    create_topic(shared_broker.bootstrap, topic, config={"segment.bytes": "4096"})
+    day_ago = int(time.time() * 1000) - 86_400_000
+    old = [{"value": b"%04d" % i + b"." * 996, "timestamp": day_ago} for i in range(10)]
+    produce_all(shared_broker.bootstrap, topic, old, batch_size=2048)
+    for checkpoint in ("strict", "lenient"):
+        assert _drain(spark, shared_broker.bootstrap, topic, tmp_path / checkpoint) == list(
+            range(10)
+        )
+    produce_all(shared_broker.bootstrap, topic, old * 4, batch_size=2048)
+    # Retention of an hour now covers none of these day-old segments but the active one.
+    admin = admin_client(shared_broker.bootstrap)
+    entry = ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(15)
+    deadline = time.monotonic() + 30
+    while (low := watermarks(shared_broker.bootstrap, topic)[0]) <= 10:
+        assert time.monotonic() < deadline, "retention deleted no segment"
+        time.sleep(0.2)
+
+    with pytest.raises(RuntimeError, match="(?i)data may have been lost"):
+        _drain(spark, shared_broker.bootstrap, topic, tmp_path / "strict")
+    resumed = _drain(
+        spark, shared_broker.bootstrap, topic, tmp_path / "lenient", failOnDataLoss="false"
+    )
+    assert resumed == list(range(low, 50))
+
+
+def test_a_batch_larger_than_the_fetch_size_limits_is_still_delivered(
+    spark: Any, shared_broker: BrokerProcess
+) -> None:
+    topic = unique_topic("spark-big-batch")
+    create_topic(shared_broker.bootstrap, topic)
+    produce_all(
+        shared_broker.bootstrap,
+        topic,
+        ({"value": bytes([65 + i % 26]) * 2000} for i in range(20)),
+        linger_ms=100,
+    )
+    # As Kafka does (KIP-74), the first batch comes whole even when it exceeds both limits.
+    rows = read_kafka(
+        spark,
+        shared_broker.bootstrap,
+        topic,
+        **{"kafka.max.partition.fetch.bytes": "500", "kafka.fetch.max.bytes": "600"},
+    )
+    assert [r.offset for r in rows] == list(range(20))
+    assert all(len(r.value) == 2000 for r in rows)
 
 
 def test_latest_offsets_never_move_back_across_a_broker_restart(

@@ -16,11 +16,10 @@ from kbroker.share.coordinator import (
     SHARE_SESSION_NOT_FOUND,
     UNKNOWN_MEMBER_ID,
     FetchAnswer,
-    ShareConfig,
     ShareCoordinator,
     TopicRef,
-    parse_duration_ms,
 )
+from kbroker.share.group_configs import ShareConfig, parse_duration_ms
 from kbroker.share.partition_state import INVALID_RECORD_STATE, AckBatch, AckType
 
 TOPIC = TopicRef("orders", uuid.uuid4(), 1)

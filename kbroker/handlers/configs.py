@@ -462,7 +462,7 @@ async def alter_group_configs(broker: BrokerParts, resource: Any, validate_only:
 def describe_group_configs(
     broker: BrokerParts, group_id: str, keys: Any, docs: bool
 ) -> list[dict[str, Any]]:
-    from kbroker.share.coordinator import GROUP_CONFIGS
+    from kbroker.share.group_configs import GROUP_CONFIGS
 
     coordinator = _share_service(broker).coordinator
     defaults = {

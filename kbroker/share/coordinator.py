@@ -15,8 +15,6 @@ must not answer before an acknowledgement is durable waits for that write.
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,12 +22,25 @@ from typing import Protocol
 
 from kbroker.coordinator.records import partition_for
 from kbroker.share.group import Assignment, ShareGroup, ShareMember, assign
+from kbroker.share.group_configs import (
+    ShareConfig,
+    parse_duration_ms,
+    validate_group_config,
+)
 from kbroker.share.partition_state import (
     AckBatch,
     AckError,
     Acquired,
     DeadLetter,
     SharePartitionState,
+)
+from kbroker.share.records import (
+    StateKey,
+    config_key,
+    config_value,
+    fold,
+    state_key,
+    state_value,
 )
 
 KeyValue = tuple[bytes, bytes | None]
@@ -56,38 +67,6 @@ READ_CHUNK = 1 << 20
 
 LEAVE_EPOCH = -1
 FINAL_SESSION_EPOCH = -1
-
-# Group configs of share groups (KIP-932, KIP-1191) and their checks.
-GROUP_CONFIGS = (
-    "share.auto.offset.reset",
-    "share.isolation.level",
-    "share.record.lock.duration.ms",
-    "share.delivery.count.limit",
-    "share.session.timeout.ms",
-    "share.heartbeat.interval.ms",
-    "errors.deadletterqueue.topic.name",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ShareConfig:
-    """The broker's share-group settings (Kafka's group.share.* names)."""
-
-    session_timeout_ms: int = 45_000
-    min_session_timeout_ms: int = 45_000
-    max_session_timeout_ms: int = 60_000
-    heartbeat_interval_ms: int = 5_000
-    min_heartbeat_interval_ms: int = 5_000
-    max_heartbeat_interval_ms: int = 15_000
-    record_lock_ms: int = 30_000
-    min_record_lock_ms: int = 15_000
-    max_record_lock_ms: int = 60_000
-    delivery_count_limit: int = 5
-    max_record_locks: int = 2000
-    max_size: int = 200
-    max_groups: int = 10
-    num_partitions: int = 50  # of __share_group_state, which places each group's state
-    max_share_sessions: int = 2000
 
 
 class ShareLog(Protocol):
@@ -177,7 +156,6 @@ class FetchAnswer:
 
 
 PartitionAcks = list[tuple[uuid.UUID, int, list[AckBatch]]]
-StateKey = tuple[str, uuid.UUID, int]
 
 
 @dataclass(slots=True)
@@ -235,33 +213,7 @@ class ShareCoordinator:
 
     def validate_group_config(self, name: str, value: str | None) -> str | None:
         """Why a group config is refused, or None when it is fine."""
-        if name not in GROUP_CONFIGS:
-            return f"Unknown group config name: {name}"
-        if value is None:
-            return None
-        c = self.config  # group configs stay within the broker's bounds, as on Kafka
-        checks: dict[str, Callable[[str], bool]] = {
-            "share.auto.offset.reset": lambda v: (
-                v in ("latest", "earliest")
-                or (v.startswith("by_duration:") and _is_duration(v.removeprefix("by_duration:")))
-            ),
-            "share.isolation.level": lambda v: v in ("read_uncommitted", "read_committed"),
-            "share.record.lock.duration.ms": lambda v: (
-                v.isdigit()
-                and self.config.min_record_lock_ms <= int(v) <= self.config.max_record_lock_ms
-            ),
-            "share.delivery.count.limit": lambda v: v.isdigit() and 2 <= int(v) <= 10,
-            "share.session.timeout.ms": lambda v: (
-                v.isdigit() and c.min_session_timeout_ms <= int(v) <= c.max_session_timeout_ms
-            ),
-            "share.heartbeat.interval.ms": lambda v: (
-                v.isdigit() and c.min_heartbeat_interval_ms <= int(v) <= c.max_heartbeat_interval_ms
-            ),
-            "errors.deadletterqueue.topic.name": lambda v: True,
-        }
-        if not checks[name](value):
-            return f"Invalid value {value} for configuration {name}"
-        return None
+        return validate_group_config(self.config, name, value)
 
     def set_group_configs(self, group_id: str, changes: dict[str, str | None]) -> None:
         configs = self.group_configs.setdefault(group_id, {})
@@ -713,14 +665,12 @@ class ShareCoordinator:
             held = self.partitions.get(key)
             value = None
             if held is not None:
-                snapshot = held.state.snapshot()
-                snapshot["topic"] = held.topic
-                value = _dumps(snapshot)
+                value = state_value(held.topic, held.state.snapshot())
             out.setdefault(key[0], []).append((state_key(key), value))
         for group_id in sorted(self.dirty_configs):
             configs = self.group_configs.get(group_id)
             out.setdefault(group_id, []).append(
-                (config_key(group_id), _dumps(configs) if configs else None)
+                (config_key(group_id), config_value(configs) if configs else None)
             )
         self.dirty.clear()
         self.dirty_configs.clear()
@@ -728,39 +678,23 @@ class ShareCoordinator:
 
     def load(self, records: Iterable[KeyValue]) -> int:
         """Fold `__share_group_state` records (oldest first) into this coordinator."""
-        latest: dict[bytes, bytes | None] = {}
-        for key, value in records:
-            latest[key] = value
+        configs, states = fold(records)
+        for group_id, group_configs in configs.items():
+            if group_configs is None:
+                self.group_configs.pop(group_id, None)
+            else:
+                self.group_configs[group_id] = group_configs
         loaded = 0
-        for key, value in latest.items():
-            try:
-                kind, *rest = json.loads(key)
-            except (ValueError, TypeError):
+        for key, data in states.items():
+            if data is None:
+                self.partitions.pop(key, None)
                 continue
-            if kind == "config":
-                (group_id,) = rest
-                if value is None:
-                    self.group_configs.pop(group_id, None)
-                else:
-                    self.group_configs[group_id] = json.loads(value)
-        for key, value in latest.items():
-            try:
-                kind, *rest = json.loads(key)
-            except (ValueError, TypeError):
-                continue
-            if kind != "state":
-                continue
-            group_id, topic_hex, partition = rest
-            skey = (group_id, uuid.UUID(topic_hex), int(partition))
-            if value is None:
-                self.partitions.pop(skey, None)
-                continue
-            data = json.loads(value)
+            group_id = key[0]
             state = SharePartitionState.from_snapshot(
                 data, self.delivery_limit(group_id), self.config.max_record_locks
             )
             state.dead_letters_enabled = self.dead_letter_topic(group_id) is not None
-            self.partitions[skey] = HeldPartition(data["topic"], state)
+            self.partitions[key] = HeldPartition(str(data["topic"]), state)
             self.groups.setdefault(group_id, ShareGroup(group_id))
             loaded += 1
         return loaded
@@ -793,36 +727,3 @@ class ShareCoordinator:
 
 
 INVALID_RECORD_STATE_CODE = 121
-
-
-_DURATION = re.compile(
-    r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
-)
-
-
-def _is_duration(text: str) -> bool:
-    match = _DURATION.fullmatch(text)
-    return match is not None and text not in ("P", "PT") and not text.endswith("T")
-
-
-def parse_duration_ms(text: str) -> int:
-    """An ISO-8601 duration as `share.auto.offset.reset=by_duration:` takes it (PnDTnHnMnS,
-    as Java's Duration.parse), in milliseconds."""
-    match = _DURATION.fullmatch(text)
-    if match is None or not _is_duration(text):
-        raise ValueError(f"not an ISO-8601 duration: {text}")
-    days, hours, minutes = (int(match[k] or 0) for k in ("d", "h", "m"))
-    seconds = float(match["s"] or 0)
-    return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
-
-
-def _dumps(value: object) -> bytes:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
-
-
-def state_key(key: StateKey) -> bytes:
-    return _dumps(["state", key[0], key[1].hex, key[2]])
-
-
-def config_key(group_id: str) -> bytes:
-    return _dumps(["config", group_id])

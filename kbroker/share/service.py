@@ -32,11 +32,11 @@ from kbroker.protocol.batch import HEADER_SIZE, BatchHeader, read_header
 from kbroker.share.coordinator import (
     FetchAnswer,
     PartitionAcks,
-    ShareConfig,
     ShareCoordinator,
     TopicRef,
 )
 from kbroker.share.dead_letters import DeadLetterWriter
+from kbroker.share.group_configs import ShareConfig
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 from kbroker.storage.producer_state import AbortedTxn
 

@@ -1,0 +1,94 @@
+"""Share-group configs (KIP-932, KIP-1191): the broker's bounds and each group's own.
+
+A group config set by IncrementalAlterConfigs on a GROUP resource overrides the
+broker's default for that group, within the broker's minimum and maximum, as Kafka
+checks it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# Group configs of share groups (KIP-932, KIP-1191) and their checks.
+GROUP_CONFIGS = (
+    "share.auto.offset.reset",
+    "share.isolation.level",
+    "share.record.lock.duration.ms",
+    "share.delivery.count.limit",
+    "share.session.timeout.ms",
+    "share.heartbeat.interval.ms",
+    "errors.deadletterqueue.topic.name",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareConfig:
+    """The broker's share-group settings (Kafka's group.share.* names)."""
+
+    session_timeout_ms: int = 45_000
+    min_session_timeout_ms: int = 45_000
+    max_session_timeout_ms: int = 60_000
+    heartbeat_interval_ms: int = 5_000
+    min_heartbeat_interval_ms: int = 5_000
+    max_heartbeat_interval_ms: int = 15_000
+    record_lock_ms: int = 30_000
+    min_record_lock_ms: int = 15_000
+    max_record_lock_ms: int = 60_000
+    delivery_count_limit: int = 5
+    max_record_locks: int = 2000
+    max_size: int = 200
+    max_groups: int = 10
+    num_partitions: int = 50  # of __share_group_state, which places each group's state
+    max_share_sessions: int = 2000
+
+
+def validate_group_config(c: ShareConfig, name: str, value: str | None) -> str | None:
+    """Why a group config is refused, or None when it is fine (None deletes it)."""
+    if name not in GROUP_CONFIGS:
+        return f"Unknown group config name: {name}"
+    if value is None:
+        return None
+    checks: dict[str, Callable[[str], bool]] = {
+        "share.auto.offset.reset": lambda v: (
+            v in ("latest", "earliest")
+            or (v.startswith("by_duration:") and _is_duration(v.removeprefix("by_duration:")))
+        ),
+        "share.isolation.level": lambda v: v in ("read_uncommitted", "read_committed"),
+        "share.record.lock.duration.ms": lambda v: (
+            v.isdigit() and c.min_record_lock_ms <= int(v) <= c.max_record_lock_ms
+        ),
+        "share.delivery.count.limit": lambda v: v.isdigit() and 2 <= int(v) <= 10,
+        "share.session.timeout.ms": lambda v: (
+            v.isdigit() and c.min_session_timeout_ms <= int(v) <= c.max_session_timeout_ms
+        ),
+        "share.heartbeat.interval.ms": lambda v: (
+            v.isdigit() and c.min_heartbeat_interval_ms <= int(v) <= c.max_heartbeat_interval_ms
+        ),
+        "errors.deadletterqueue.topic.name": lambda v: True,
+    }
+    if not checks[name](value):
+        return f"Invalid value {value} for configuration {name}"
+    return None
+
+
+_DURATION = re.compile(
+    r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def _is_duration(text: str) -> bool:
+    match = _DURATION.fullmatch(text)
+    return match is not None and text not in ("P", "PT") and not text.endswith("T")
+
+
+def parse_duration_ms(text: str) -> int:
+    """An ISO-8601 duration as `share.auto.offset.reset=by_duration:` takes it (PnDTnHnMnS,
+    as Java's Duration.parse), in milliseconds."""
+    match = _DURATION.fullmatch(text)
+    if match is None or not _is_duration(text):
+        raise ValueError(f"not an ISO-8601 duration: {text}")
+    days, hours, minutes = (int(match[k] or 0) for k in ("d", "h", "m"))
+    seconds = float(match["s"] or 0)
+    return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)

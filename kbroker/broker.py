@@ -27,7 +27,7 @@ from kbroker.controller.events import (
     TopicCreated,
     TopicDeleted,
 )
-from kbroker.controller.state import BrokerInfo, PartitionInfo, TopicInfo
+from kbroker.controller.state import INTERNAL_TOPICS, BrokerInfo, PartitionInfo, TopicInfo
 from kbroker.controller_node import controller_config
 from kbroker.coordinator.service import GroupCoordinatorService
 from kbroker.handlers.context import BrokerParts
@@ -48,6 +48,10 @@ from kbroker.storage.cleaner import CleanerConfig, CompactionSettings
 from kbroker.storage.log import LogConfig, PartitionLog
 from kbroker.storage.manager import LogManager
 from kbroker.txn.service import TransactionCoordinatorService
+
+# More unopened partitions than this in one metadata change are opened by workers.
+_OPEN_ON_LOOP = 32
+_ROLES_PER_SLICE = 200  # replicas taken up between yields to the loop
 
 log = logging.getLogger("kbroker.broker")
 
@@ -79,6 +83,8 @@ class Broker:
         self.share_coordinator = ShareService(self)
         self.controller = Controller(controller_config(config))
         self.connections: set[KafkaConnection] = set()
+        # Topics whose partitions are being opened off the loop (see _open_partitions).
+        self._opening: dict[str, list[asyncio.Future[dict[int, str]]]] = {}
         self.listener = config.listener()
         self.advertised = config.advertised_listener()
         # Built now so that a key store that does not load stops the start.
@@ -235,9 +241,71 @@ class Broker:
                     replica.log.update_config(config)
 
     def _open_partitions(self, topic: TopicInfo, partitions: Sequence[PartitionInfo]) -> None:
+        """Take up this broker's replicas of new partitions. A few are opened at once; many
+        (a topic of thousands of partitions) are opened by worker threads while the loop
+        goes on serving every other client, and `partitions_opened` tells when."""
         config = self.log_config(topic.name)
-        for p in partitions:
-            self._take_role(topic.name, p, config)
+        mine = [p for p in partitions if self.node_id in p.replicas]
+        unopened = sum(1 for p in mine if self.logs.get(topic.name, p.partition) is None)
+        # The coordinators' topics are opened at once: their services look for the
+        # replicas as soon as the topic appears (and have few partitions).
+        if unopened <= _OPEN_ON_LOOP or topic.name in INTERNAL_TOPICS:
+            for p in mine:
+                self._take_role(topic.name, p, config)
+            return
+        task = asyncio.ensure_future(self._open_in_background(topic, mine, config))
+        self._opening.setdefault(topic.name, []).append(task)
+        task.add_done_callback(lambda t: self._opened(topic.name, t))
+
+    async def _open_in_background(
+        self, topic: TopicInfo, partitions: list[PartitionInfo], config: LogConfig
+    ) -> dict[int, str]:
+        """Open the logs off the loop, then take each replica's role on it in slices;
+        returns the partitions whose logs could not be made, with why."""
+        started = time.monotonic()
+        name = topic.name
+        opened = await self.logs.create_many(name, [p.partition for p in partitions], config)
+        current = self.controller.state.topics.get(name)
+        if current is None or current.topic_id != topic.topic_id:  # deleted meanwhile
+            for partition, plog in opened.items():
+                if isinstance(plog, PartitionLog) and self.logs.get(name, partition) is plog:
+                    self.logs.delete_log(name, partition)
+            return {}
+        failed: dict[int, str] = {}
+        for count, p in enumerate(partitions):
+            result = opened[p.partition]
+            if isinstance(result, OSError):
+                failed[p.partition] = f"{type(result).__name__}: {result}"
+                continue
+            latest = current.partitions[p.partition] if p.partition < len(current.partitions) else p
+            self._take_role(name, latest, config)
+            if count % _ROLES_PER_SLICE == _ROLES_PER_SLICE - 1:
+                await asyncio.sleep(0)
+        log.info(
+            "opened %d partition logs of %s in %.2fs%s",
+            len(partitions) - len(failed),
+            name,
+            time.monotonic() - started,
+            f"; {len(failed)} could not be created" if failed else "",
+        )
+        return failed
+
+    def _opened(self, topic: str, task: asyncio.Future[dict[int, str]]) -> None:
+        tasks = self._opening.get(topic, [])
+        if task in tasks:
+            tasks.remove(task)
+        if not tasks:
+            self._opening.pop(topic, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("opening the partitions of %s failed", topic, exc_info=task.exception())
+
+    async def partitions_opened(self, topic: str) -> dict[int, str]:
+        """Wait until every partition of `topic` assigned here has a log (or failed to
+        get one); returns the failed ones, partition -> why."""
+        failed: dict[int, str] = {}
+        for task in list(self._opening.get(topic, [])):
+            failed.update(await asyncio.shield(task))
+        return failed
 
     def _take_role(self, topic: str, p: PartitionInfo, config: LogConfig) -> None:
         """Become leader or follower of a partition assigned here, as the controller says."""

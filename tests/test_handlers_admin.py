@@ -200,6 +200,11 @@ class FakeBroker:
         for d in self.log_dirs:
             d.mkdir()
 
+    stopping = False
+
+    async def partitions_opened(self, topic: str) -> dict[int, str]:
+        return {}  # the fake controller's topics need no logs
+
     def add_replica(self, topic: str, partition: int, dir_index: int = 0, **log: Any) -> FakeLog:
         plog = FakeLog(self.log_dirs[dir_index] / f"{topic}-{partition}", **log)
         plog.directory.mkdir()
@@ -220,6 +225,7 @@ def call(broker: FakeBroker, key: int, version: int, **request: Any) -> Any:
             controller=broker.controller,
             security=broker.controller,
             partitions=broker.replicas,
+            lifecycle=broker,
         ),
         req,
     )

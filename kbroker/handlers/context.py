@@ -177,10 +177,13 @@ class Durability(Protocol):
 
 
 class Lifecycle(Protocol):
-    """Whether the broker is shutting down (parked fetches then answer at once)."""
+    """Whether the broker is shutting down (parked fetches then answer at once), and
+    when the partitions of a new topic have their logs here."""
 
     @property
     def stopping(self) -> bool: ...
+
+    async def partitions_opened(self, topic: str) -> dict[int, str]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -220,6 +220,18 @@ async def create_topics(
             assignments=assignments,
             validate_only=validate_only,
         )
+        if not validate_only:
+            # Answered once the logs exist here (or past the timeout, as REQUEST_TIMED_OUT
+            # while they are still being made); partitions whose files could not be made
+            # fail the topic with KAFKA_STORAGE_ERROR.
+            failed = await broker.lifecycle.partitions_opened(topic.name)
+            if failed:
+                partition, why = next(iter(sorted(failed.items())))
+                raise ResourceError(
+                    ErrorCode.kafka_storage_error,
+                    f"{len(failed)} partition log(s) could not be created, "
+                    f"first partition {partition}: {why}",
+                )
         return _created(broker, ctx.version, topic.name, info, configs)
 
     unique = [t for t in request.topics if t.name not in repeated]

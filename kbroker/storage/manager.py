@@ -28,11 +28,18 @@ from kbroker.storage.log import PartitionLog, parse_partition_dir
 log = logging.getLogger("kbroker.storage")
 
 DELETE_SUFFIX = "-delete"
+_OPEN_SLICE = 64  # partitions a worker opens before the loop registers them
+_FLUSH_CHECKS_PER_SLICE = 200
 INLINE_FSYNC_LIMIT_S = 0.001
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _remove_all(directories: list[Path]) -> None:
+    for directory in directories:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _flush_quietly(plog: PartitionLog) -> OSError | None:
@@ -49,6 +56,13 @@ class LogManager:
             raise ValueError("at least one log directory is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        # Partitions per log directory, kept as logs come and go: placing a new log must
+        # not cost a pass over every log (that made creating 10,000 partitions quadratic).
+        # Keyed by path strings: pathlib's hashing costs a microsecond or more a call.
+        self._placed: dict[str, int] = {str(d): 0 for d in self.log_dirs}
+        # Logs of deleted topics whose directories are still to be renamed away.
+        self._doomed: dict[str, PartitionLog] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
         self._durable_waiters: dict[PartitionLog, list[Any]] = {}
         self._commit_scheduled = False
         self._commit_tasks: set[asyncio.Task[None]] = set()
@@ -81,7 +95,7 @@ class LogManager:
                         plog.partition,
                         plog.recovered_bytes,
                     )
-                self._logs[parsed] = plog
+                self._add(parsed, plog)
         recovered = sum(1 for plog in self._logs.values() if not plog.opened_cleanly)
         if self._logs:
             log.info(
@@ -103,29 +117,135 @@ class LogManager:
         existing = self._logs.get(key)
         if existing is not None:
             return existing
-        counts = dict.fromkeys(self.log_dirs, 0)
-        for plog in self._logs.values():
-            parent = plog.directory.parent
-            if parent in counts:
-                counts[parent] += 1
-        root = min(self.log_dirs, key=lambda d: counts[d])
         now = _now_ms() if now_ms is None else now_ms
-        plog = PartitionLog.open(root / f"{topic}-{partition}", config, now)
-        self._logs[key] = plog
+        directory = self._place(topic, partition)
+        self._clear_path(directory)
+        plog = PartitionLog.open(directory, config, now)
+        self._add(key, plog)
         return plog
+
+    def _place(self, topic: str, partition: int) -> Path:
+        """Where a new log goes: the log directory holding the fewest partitions."""
+        root = min(self.log_dirs, key=lambda d: self._placed[str(d)])
+        return root / f"{topic}-{partition}"
+
+    def _add(self, key: tuple[str, int], plog: PartitionLog) -> None:
+        self._logs[key] = plog
+        parent = os.path.dirname(plog._dir)
+        if parent in self._placed:
+            self._placed[parent] += 1
+
+    async def create_many(
+        self, topic: str, partitions: Iterable[int], config: LogConfig, *, threads: int = 2
+    ) -> dict[int, PartitionLog | OSError]:
+        """Open or create the logs of many partitions of one topic without holding the
+        event loop: the file work (directories, segment and index files, checkpoints)
+        runs in worker threads, a slice of partitions at a time, and each log joins the
+        manager on the loop as its slice completes. A partition whose files cannot be
+        made (no space, no descriptors, a failing disk) comes back as its OSError and is
+        not added."""
+        loop = asyncio.get_running_loop()
+        now = _now_ms()
+        pending: list[tuple[int, Path]] = []  # (partition, the log directory it goes to)
+        results: dict[int, PartitionLog | OSError] = {}
+        placed = {d: self._placed[str(d)] for d in self.log_dirs}
+        single = self.log_dirs[0] if len(self.log_dirs) == 1 else None
+        for partition in partitions:
+            existing = self._logs.get((topic, partition))
+            if existing is not None:
+                results[partition] = existing
+                continue
+            root = single or min(self.log_dirs, key=lambda d: placed[d])
+            placed[root] += 1
+            if self._doomed:
+                self._clear_path(root / f"{topic}-{partition}")
+            pending.append((partition, root))
+
+        def open_slice(items: list[tuple[int, Path]]) -> list[tuple[int, PartitionLog | OSError]]:
+            opened: list[tuple[int, PartitionLog | OSError]] = []
+            for partition, root in items:
+                try:
+                    plog = PartitionLog.open(root / f"{topic}-{partition}", config, now)
+                    opened.append((partition, plog))
+                except OSError as exc:
+                    opened.append((partition, exc))
+            return opened
+
+        slices = [pending[i : i + _OPEN_SLICE] for i in range(0, len(pending), _OPEN_SLICE)]
+        with ThreadPoolExecutor(threads, thread_name_prefix="kbroker-open") as pool:
+            futures = [loop.run_in_executor(pool, open_slice, items) for items in slices]
+            for future in futures:
+                for partition, opened in await future:
+                    key = (topic, partition)
+                    if isinstance(opened, PartitionLog):
+                        if key in self._logs:  # opened meanwhile by another path
+                            opened.close()
+                            opened = self._logs[key]
+                        else:
+                            self._add(key, opened)
+                    results[partition] = opened
+        return results
 
     def logs(self) -> Iterable[PartitionLog]:
         return list(self._logs.values())
 
     def delete_topic(self, topic: str) -> None:
-        """Rename the topic's directories out of sight at once, then remove them."""
+        """Take the topic's logs out of service at once; their directories are renamed out
+        of sight and removed after, a slice at a time, so that deleting thousands of
+        partitions does not hold the loop (a new log at one of those paths first renames
+        the old directory away itself, see `_clear_path`)."""
+        doomed: list[PartitionLog] = []
         for key in [k for k in self._logs if k[0] == topic]:
-            self.delete_log(*key)
+            plog = self._withdraw(key)
+            if plog is not None:
+                doomed.append(plog)
+        if len(doomed) <= _OPEN_SLICE:
+            for plog in doomed:
+                self._retire(plog)
+            return
+        for plog in doomed:
+            self._doomed[plog._dir] = plog
+        try:
+            task = asyncio.get_running_loop().create_task(self._retire_slices(doomed))
+        except RuntimeError:  # no loop (tools, tests): all at once
+            for plog in doomed:
+                self._retire(plog)
+            return
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     def delete_log(self, topic: str, partition: int) -> None:
-        plog = self._logs.pop((topic, partition), None)
-        if plog is None:
-            return
+        plog = self._withdraw((topic, partition))
+        if plog is not None:
+            self._retire(plog)
+
+    def _withdraw(self, key: tuple[str, int]) -> PartitionLog | None:
+        plog = self._logs.pop(key, None)
+        if plog is not None:
+            parent = os.path.dirname(plog._dir)
+            if parent in self._placed:
+                self._placed[parent] -= 1
+        return plog
+
+    async def _retire_slices(self, plogs: list[PartitionLog]) -> None:
+        for start in range(0, len(plogs), _OPEN_SLICE):
+            for plog in plogs[start : start + _OPEN_SLICE]:
+                if self._doomed.pop(plog._dir, None) is not None:
+                    self._retire(plog, remove=False)
+            await asyncio.sleep(0)
+        removed = [plog.directory for plog in plogs]
+        threading.Thread(target=_remove_all, args=(removed,), daemon=True).start()
+
+    def _clear_path(self, directory: Path) -> None:
+        """A log is about to be made at `directory`: a deleted one still there goes first."""
+        plog = self._doomed.pop(str(directory), None)
+        if plog is not None:
+            self._retire(plog, remove=False)
+
+    def _retire(self, plog: PartitionLog, remove: bool = True) -> None:
+        """Rename a withdrawn log's directory out of sight and close it; with `remove`,
+        delete its files in a worker (unlinking gigabytes takes a while; a restart
+        finishes the job)."""
         doomed = plog.directory.with_name(
             f"{plog.directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
         )
@@ -136,10 +256,10 @@ class LogManager:
         plog.directory = doomed
         plog._dir = str(doomed)
         plog.delete(remove_files=False)
-        # Unlinking gigabytes can take a while: off the loop; a restart finishes the job.
-        threading.Thread(
-            target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
-        ).start()
+        if remove:
+            threading.Thread(
+                target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
+            ).start()
 
     def close_all(self) -> None:
         """Flush and close every log, leaving clean-shutdown checkpoints. The fsyncs run
@@ -317,7 +437,9 @@ class LogManager:
         and segments rolled since the last fsync, without blocking the loop."""
         while True:
             now = _now_ms()
-            for plog in self.logs():
+            for count, plog in enumerate(self.logs()):
+                if count % _FLUSH_CHECKS_PER_SLICE == _FLUSH_CHECKS_PER_SLICE - 1:
+                    await asyncio.sleep(0)  # thousands of logs: never one long step
                 if plog.closed or not plog.needs_flush(now):
                     continue
                 try:

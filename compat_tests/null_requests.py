@@ -28,6 +28,7 @@ from kio.serial._introspect import (
 )
 
 from kbroker.protocol import messages
+from kbroker.protocol.varint import uvarint
 
 MARK = "\u2603nul\u2603"  # unique in any request this module builds
 MARK_BYTES = MARK.encode()
@@ -115,17 +116,8 @@ def _marked(kafka_type: str | None) -> Any:
 
 def _length_prefix(flexible: bool, kafka_type: str | None, size: int) -> bytes:
     if flexible:
-        return bytes(_uvarint(size + 1))
+        return uvarint(size + 1)
     return struct.pack(">h" if kafka_type == "string" else ">i", size)
-
-
-def _uvarint(n: int) -> bytearray:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return out
 
 
 def variants(key: int, version: int) -> Iterator[Variant]:

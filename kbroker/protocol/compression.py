@@ -20,6 +20,9 @@ import cramjam
 import lz4.frame
 import zstandard
 
+from kbroker.protocol.errors import MalformedRequest
+from kbroker.protocol.varint import read_uvarint
+
 __all__ = [
     "CODEC_NAMES",
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
@@ -164,14 +167,11 @@ def _raw_snappy_block(block: bytes, already: int, max_size: int) -> bytes:
 
 
 def _snappy_length(block: bytes) -> int:
-    value = shift = 0
-    for i in range(min(len(block), 5)):
-        b = block[i]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value
-        shift += 7
-    raise CompressionError("bad snappy length preamble")
+    try:
+        value, _ = read_uvarint(block, 0)
+    except MalformedRequest:
+        raise CompressionError("bad snappy length preamble") from None
+    return value
 
 
 def _unlz4(data: bytes, max_size: int) -> bytes:

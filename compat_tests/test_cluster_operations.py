@@ -56,23 +56,28 @@ def gauge(node, name: str) -> float:  # type: ignore[no-untyped-def]
     raise AssertionError(f"{name} not on /metrics")
 
 
-def status(cluster: KafkaCluster) -> dict:
+def status(cluster: KafkaCluster, *extra: str) -> str:
     live = ",".join(n.bootstrap for n in cluster.live_nodes)
     result = subprocess.run(
-        [*kbroker_command(), "cluster", "status", "--bootstrap", live, "-o", "json"],
+        [*kbroker_command(), "cluster", "status", "--bootstrap", live, *extra],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return result.stdout
+
+
+def status_json(cluster: KafkaCluster) -> dict:
+    return json.loads(status(cluster, "-o", "json"))
 
 
 def test_cluster_status_lists_every_broker_and_the_active_controller(cluster):
-    doc = status(cluster)
+    doc = status_json(cluster)
     assert [b["node_id"] for b in doc["brokers"]] == [1, 2, 3]
     assert doc["controller_id"] in (1, 2, 3)
     assert doc["under_replicated_partitions"] == 0 and doc["offline_partitions"] == 0
+    assert doc["attention"] == []
 
 
 def test_a_killed_broker_makes_its_partitions_under_replicated_on_metrics_and_status(cluster):
@@ -92,9 +97,19 @@ def test_a_killed_broker_makes_its_partitions_under_replicated_on_metrics_and_st
             30,
             "the surviving leaders to report all 3 partitions under-replicated",
         )
-        doc = status(cluster)
+        doc = status_json(cluster)
         assert doc["under_replicated_partitions"] == 3
         assert [b["node_id"] for b in doc["brokers"]] == [1, 2]
+        assert sorted(a["partition"] for a in doc["attention"]) == [0, 1, 2]
+        assert all(
+            a["topic"] == TOPIC and a["problem"] == "under-replicated" and 3 not in a["isr"]
+            for a in doc["attention"]
+        )
+        rows = [line.split() for line in status(cluster).splitlines()]
+        assert ["TOPIC", "PARTITION", "PROBLEM", "LEADER", "REPLICAS", "ISR"] in rows
+        assert [r[:3] for r in rows if r[:1] == [TOPIC]] == [
+            [TOPIC, str(p), "under-replicated"] for p in range(3)
+        ]
         assert all(
             gauge(n, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
             for n in survivors
@@ -103,7 +118,7 @@ def test_a_killed_broker_makes_its_partitions_under_replicated_on_metrics_and_st
         cluster.heal()
     # Back in the cluster (rejoining the ISRs is the replication tests' business).
     cluster.wait_until(
-        lambda: len(status(cluster)["brokers"]) == 3, 60, "the restarted broker to register"
+        lambda: len(status_json(cluster)["brokers"]) == 3, 60, "the restarted broker to register"
     )
 
 

@@ -641,8 +641,26 @@ def _text(data: bytes | None) -> str | None:
 def _cluster_status(c: Cluster, args: argparse.Namespace, out: Output) -> int:
     md = topics.metadata(c)
     partitions = [p for t in md.topics for p in t.partitions]
-    under = sum(1 for p in partitions if p.under_replicated)
-    offline = sum(1 for p in partitions if p.leader < 0)
+    # Partitions an operator must look at: without a leader, or short of their replicas.
+    troubled = [
+        (t.name, p, "offline" if p.leader < 0 else "under-replicated")
+        for t in md.topics
+        for p in t.partitions
+        if p.leader < 0 or p.under_replicated
+    ]
+    attention = [
+        {
+            "topic": name,
+            "partition": p.partition,
+            "problem": problem,
+            "leader": p.leader,
+            "replicas": list(p.replicas),
+            "isr": list(p.isr),
+        }
+        for name, p, problem in troubled
+    ]
+    under = sum(1 for _, _, problem in troubled if problem == "under-replicated")
+    offline = sum(1 for _, _, problem in troubled if problem == "offline")
     leaders: dict[int, int] = {}
     for p in partitions:
         leaders[p.leader] = leaders.get(p.leader, 0) + 1
@@ -656,6 +674,7 @@ def _cluster_status(c: Cluster, args: argparse.Namespace, out: Output) -> int:
         "partitions": len(partitions),
         "under_replicated_partitions": under,
         "offline_partitions": offline,
+        "attention": attention,
     }
     if out.json:
         out.data(summary)
@@ -680,4 +699,20 @@ def _cluster_status(c: Cluster, args: argparse.Namespace, out: Output) -> int:
             for b in md.brokers
         ],
     )
+    if troubled:
+        out.text()
+        out.table(
+            ["TOPIC", "PARTITION", "PROBLEM", "LEADER", "REPLICAS", "ISR"],
+            [
+                (
+                    name,
+                    p.partition,
+                    problem,
+                    "none" if p.leader < 0 else p.leader,
+                    ",".join(map(str, p.replicas)),
+                    ",".join(map(str, p.isr)),
+                )
+                for name, p, problem in troubled
+            ],
+        )
     return 0

@@ -300,3 +300,54 @@ def test_a_client_certificate_is_the_principal_acls_name(secure: SecureBroker) -
         assert msg is not None and msg.error() is None and msg.value() == b"from admin"
     finally:
         consumer.close()
+
+
+def init_producer_id(conn: BrokerConnection, transactional_id: str | None) -> int:
+    answer = conn.request(
+        22,
+        1,
+        transactional_id=transactional_id,
+        transaction_timeout=datetime.timedelta(seconds=10),
+    )
+    return int(answer.error_code)
+
+
+def test_producer_ids_need_write_on_the_transactional_id_or_idempotent_write(
+    secure: SecureBroker,
+) -> None:
+    with login(secure, "bob") as conn:
+        assert init_producer_id(conn, "bob-tx") == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert init_producer_id(conn, None) == CLUSTER_AUTHORIZATION_FAILED
+    grant(
+        secure,
+        allow(ResourceType.TRANSACTIONAL_ID, "bob-tx", AclOperation.WRITE, principal="User:bob"),
+        allow(
+            ResourceType.BROKER,
+            "kafka-cluster",
+            AclOperation.IDEMPOTENT_WRITE,
+            principal="User:bob",
+        ),
+    )
+    with login(secure, "bob") as conn:
+        assert init_producer_id(conn, "bob-tx") == 0
+        assert init_producer_id(conn, None) == 0
+
+
+def test_groups_are_listed_and_described_only_where_the_user_may_describe(
+    secure: SecureBroker,
+) -> None:
+    group = f"listed-{uuid.uuid4().hex[:6]}"
+    settings = {**sasl(secure, "admin"), "group.id": group}
+    consumer = make_consumer(secure.address("SASL_PLAINTEXT"), **settings)
+    consumer.subscribe([new_topic(secure)])
+    deadline = time.monotonic() + 20
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.2)  # joined: the group exists
+    with login(secure, "admin") as conn:
+        assert group in {g.group_id for g in conn.request(16, 4, states_filter=[]).groups}
+    with login(secure, "alice") as conn:
+        described = conn.request(15, 5, groups=[group], include_authorized_operations=False)
+        assert described.groups[0].error_code == GROUP_AUTHORIZATION_FAILED
+        listed = conn.request(16, 4, states_filter=[])
+        assert group not in {g.group_id for g in listed.groups}
+    consumer.close()

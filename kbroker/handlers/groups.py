@@ -32,7 +32,7 @@ from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.protocol.messages import known_versions
-from kbroker.security.acl import Operation, ResourceType
+from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -523,13 +523,19 @@ def _fetched_partition(
 
 @handles(OFFSET_DELETE, _lowest(OFFSET_DELETE))
 def offset_delete(ctx: RequestContext, request: requests.OffsetDeleteRequest) -> Any:
+    if _group_denied(ctx, Operation.DELETE, request.group_id):
+        return {"error_code": E.group_authorization_failed, "throttle_time": 0, "topics": []}
     state = ctx.broker.controller.state
     unknown: dict[tuple[str, int], ErrorCode] = {}
     partitions: list[tuple[str, int]] = []
+    checking = ctx.broker.authorizer is not None
     for t in request.topics:
+        denied = checking and not ctx.allowed(Operation.READ, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
-            if t.name not in state.topics:
+            if denied:
+                unknown[tp] = E.topic_authorization_failed
+            elif t.name not in state.topics:
                 unknown[tp] = E.unknown_topic_or_partition
             else:
                 partitions.append(tp)
@@ -598,6 +604,11 @@ def list_groups(ctx: RequestContext, request: requests.ListGroupsRequest) -> Any
                         "group_type": "share",
                     }
                 )
+    if ctx.broker.authorizer is not None and not ctx.allowed(
+        Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME
+    ):
+        # Without DESCRIBE on the cluster, Kafka lists the groups one may describe.
+        listed = [g for g in listed if not _group_denied(ctx, Operation.DESCRIBE, g["group_id"])]
     return {"throttle_time": 0, "error_code": error, "groups": listed}
 
 
@@ -620,6 +631,14 @@ def describe_groups(ctx: RequestContext, request: requests.DescribeGroupsRequest
     described = []
     for group_id in request.groups:
         message = None
+        if _group_denied(ctx, Operation.DESCRIBE, group_id):
+            denied = _describe(
+                group_id, E.group_authorization_failed, None, ctx.version, operations
+            )
+            described.append(
+                {**denied, "group_state": "", "error_code": E.group_authorization_failed}
+            )
+            continue
         error, group = coordinator.describe_group(group_id)
         shares = _share_coordinator(ctx)
         if group is None and (
@@ -668,12 +687,19 @@ def _describe(
 
 @handles(DELETE_GROUPS, _lowest(DELETE_GROUPS))
 def delete_groups(ctx: RequestContext, request: requests.DeleteGroupsRequest) -> Any:
-    names = list(request.groups_names)
+    requested: list[str] = list(request.groups_names)
+    refused: dict[str, ErrorCode] = {
+        g: E.group_authorization_failed
+        for g in requested
+        if _group_denied(ctx, Operation.DELETE, g)
+    }
+    names = [g for g in requested if g not in refused]
 
     def render(results: dict[str, ErrorCode]) -> dict[str, Any]:
+        results = {**results, **refused}
         return {
             "throttle_time": 0,
-            "results": [{"group_id": g, "error_code": results.get(g, E.none)} for g in names],
+            "results": [{"group_id": g, "error_code": results.get(g, E.none)} for g in requested],
         }
 
     shares = _share_coordinator(ctx)

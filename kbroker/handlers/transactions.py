@@ -53,6 +53,13 @@ def _ms(value: Any) -> int:
 
 
 # v6 (KIP-939, two-phase commit) is not served: 0-5 as Kafka 3.9 does.
+def _txn_denied(ctx: RequestContext, txn_id: str) -> bool:
+    """WRITE on the transactional id, which every transactional request needs."""
+    return ctx.broker.authorizer is not None and not ctx.allowed(
+        Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id
+    )
+
+
 def _init_denied(ctx: RequestContext, txn_id: str | None) -> ErrorCode | None:
     """Kafka's rule: a transactional producer needs WRITE on its transactional id; an
     idempotent one IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679)."""
@@ -131,6 +138,12 @@ async def _add_partitions(
 ) -> dict[tuple[str, int], ErrorCode]:
     wanted, bad = _partition_errors(ctx, topics)
     service = _service(ctx)
+    if ctx.broker.authorizer is not None and not verify_only:
+        if _txn_denied(ctx, txn_id):
+            return dict.fromkeys(wanted, E.transactional_id_authorization_failed)
+        for topic, partition in wanted:
+            if not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, topic):
+                bad[(topic, partition)] = E.topic_authorization_failed
     if bad:
         # Kafka adds none of them when any is bad; the others were not attempted.
         return {tp: bad.get(tp, E.operation_not_attempted) for tp in wanted}
@@ -185,6 +198,12 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict[str, 
 async def add_offsets_to_txn(
     ctx: RequestContext, request: requests.AddOffsetsToTxnRequest
 ) -> dict[str, Any]:
+    if _txn_denied(ctx, request.transactional_id):
+        return {"throttle_time": 0, "error_code": E.transactional_id_authorization_failed}
+    if ctx.broker.authorizer is not None and not ctx.allowed(
+        Operation.READ, ResourceType.GROUP, request.group_id
+    ):
+        return {"throttle_time": 0, "error_code": E.group_authorization_failed}
     service = _service(ctx)
     groups = ctx.broker.groups
     # The group's offsets partition joins the transaction, so the commit marker reaches it.
@@ -206,6 +225,13 @@ async def add_offsets_to_txn(
 
 @handles(END_TXN, 0)
 async def end_txn(ctx: RequestContext, request: requests.EndTxnRequest) -> dict[str, Any]:
+    if _txn_denied(ctx, request.transactional_id):
+        return {
+            "throttle_time": 0,
+            "error_code": E.transactional_id_authorization_failed,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
     service = _service(ctx)
     result = await service.coordinator.end_txn(
         request.transactional_id,
@@ -261,10 +287,27 @@ async def txn_offset_commit(
     state = ctx.broker.controller.state
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     results: dict[tuple[str, int], ErrorCode] = {}
+    denied_all = None
+    if _txn_denied(ctx, request.transactional_id):
+        denied_all = E.transactional_id_authorization_failed
+    elif ctx.broker.authorizer is not None and not ctx.allowed(
+        Operation.READ, ResourceType.GROUP, request.group_id
+    ):
+        denied_all = E.group_authorization_failed
     for topic in request.topics:
         info = state.topics.get(topic.name)
+        denied = denied_all
+        if (
+            denied is None
+            and ctx.broker.authorizer is not None
+            and not ctx.allowed(Operation.READ, ResourceType.TOPIC, topic.name)
+        ):
+            denied = E.topic_authorization_failed
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
+            if denied is not None:
+                results[tp] = denied
+                continue
             if info is None or not 0 <= p.partition_index < len(info.partitions):
                 results[tp] = E.unknown_topic_or_partition
                 continue

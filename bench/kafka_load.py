@@ -95,9 +95,16 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 60.0)
 
 
 def produce_batched(
-    bootstrap: str, topic: str, count: int, size: int, time_limit: float
+    bootstrap: str,
+    topic: str,
+    count: int,
+    size: int,
+    time_limit: float,
+    security: dict | None = None,
 ) -> Throughput:
-    """Tight produce loop into partition 0, timed from the first produce to flush()'s return."""
+    """Tight produce loop into partition 0, timed from the first produce to flush()'s return.
+
+    ``security`` adds client settings (security.protocol, sasl.*, ssl.*) to the rest."""
     failures = [0]
 
     def on_delivery(err, _msg) -> None:
@@ -105,7 +112,12 @@ def produce_batched(
             failures[0] += 1
 
     producer = Producer(
-        {"bootstrap.servers": bootstrap, **PRODUCER_BATCHED, "on_delivery": on_delivery}
+        {
+            "bootstrap.servers": bootstrap,
+            **PRODUCER_BATCHED,
+            **(security or {}),
+            "on_delivery": on_delivery,
+        }
     )
     _warm(producer, topic)
     value = os.urandom(size)
@@ -144,6 +156,7 @@ def consume_all(
     time_limit: float,
     rewind: bool = False,
     stall_seconds: float = 10.0,
+    security: dict | None = None,
 ) -> Throughput:
     """Reads partition 0 from offset 0 until `count` records arrived (or the time limit).
 
@@ -152,7 +165,7 @@ def consume_all(
     window of the partition (librdkafka's mock keeps the last 5 MiB), this measures
     serving that window over and over.
     """
-    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_FETCH})
+    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_FETCH, **(security or {})})
     try:
         _warm(consumer, topic)
         low, high = 0, -1

@@ -11,7 +11,7 @@ import contextlib
 import ssl
 from typing import Any
 
-_READ_CHUNK = 256 * 1024
+_READ_CHUNK = 64 * 1024  # grows to the largest plaintext one read delivered
 
 
 class TlsSession:
@@ -21,6 +21,8 @@ class TlsSession:
         self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self.handshake_done = False
         self.closed_by_peer = False
+        self._buffer = bytearray(_READ_CHUNK)
+        self._view = memoryview(self._buffer)
 
     def receive(self, data: bytes) -> bytes:
         """Feed ciphertext; return the plaintext it completes (maybe none). Raises
@@ -33,19 +35,25 @@ class TlsSession:
             except ssl.SSLWantReadError:
                 return b""
             self.handshake_done = True
-        chunks = []
+        # Records decrypt into one growing buffer: no object per 16 KiB TLS record.
+        buffer = self._buffer
+        view = self._view
+        filled = 0
         while True:
+            if filled == len(buffer):
+                buffer.extend(bytes(len(buffer)))
+                view = self._view = memoryview(buffer)
             try:
-                chunk = self._ssl.read(_READ_CHUNK)
+                count = self._ssl.read(len(buffer) - filled, view[filled:])
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLZeroReturnError:
                 self.closed_by_peer = True
                 break
-            if not chunk:
+            if not count:
                 break
-            chunks.append(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            filled += count
+        return bytes(view[:filled])
 
     def encrypt(self, data: Any) -> bytes:
         """Records carrying ``data`` (bytes-like), ready for the socket."""

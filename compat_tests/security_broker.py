@@ -8,6 +8,8 @@ RULE; SASL listeners enable PLAIN (users in the JAAS line) and both SCRAM mechan
 
 from __future__ import annotations
 
+import re
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,3 +94,12 @@ def confluent_settings(
             SCRAM_PASSWORD if mechanism.startswith("SCRAM") else PLAIN_USERS["alice"]
         )
     return conf
+
+
+def metric(broker: SecureBroker, name: str) -> float:
+    url = f"http://127.0.0.1:{broker.http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    assert match is not None, f"{name} not on /metrics"
+    return float(match[1])

@@ -8,12 +8,10 @@ Every client produces on the secured listener and reads its records back over it
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 import ssl
 import struct
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -33,6 +31,7 @@ from compat_tests.security_broker import (
     SCRAM_USER,
     SecureBroker,
     confluent_settings,
+    metric,
     start_secure_broker,
 )
 from compat_tests.test_java_client import JavaDriver
@@ -92,15 +91,6 @@ def closed_after_alert(client: BrokerConnection, timeout: float = 10.0) -> bool:
         return True
     except TimeoutError:
         return False
-
-
-def metric(broker: SecureBroker, name: str) -> float:
-    url = f"http://127.0.0.1:{broker.http_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-    assert match is not None, f"{name} not on /metrics"
-    return float(match[1])
 
 
 # -- confluent-kafka (librdkafka) ---------------------------------------------------------

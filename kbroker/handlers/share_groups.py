@@ -172,8 +172,13 @@ def _acks(topics: Any) -> PartitionAcks:
     return acks
 
 
-def _leader(ctx: RequestContext) -> dict[str, int]:
-    return {"leader_id": ctx.broker.node_id, "leader_epoch": 0}
+def _leader(ctx: RequestContext, topic_id: uuid.UUID, partition: int) -> dict[str, int]:
+    """The partition's leader and epoch from the metadata (-1 when unknown)."""
+    info = ctx.broker.controller.state.topics_by_id.get(topic_id)
+    if info is None or not 0 <= partition < len(info.partitions):
+        return {"leader_id": -1, "leader_epoch": -1}
+    p = info.partitions[partition]
+    return {"leader_id": p.leader, "leader_epoch": p.leader_epoch}
 
 
 def _partitions(ctx: RequestContext, answer: FetchAnswer, fetch: bool) -> list[dict[str, Any]]:
@@ -184,7 +189,7 @@ def _partitions(ctx: RequestContext, answer: FetchAnswer, fetch: bool) -> list[d
         entry: dict[str, Any] = {
             "partition_index": partition,
             "error_code": _error(part.error) if fetch else _error(part.ack_error or part.error),
-            "current_leader": _leader(ctx),
+            "current_leader": _leader(ctx, topic_id, partition),
         }
         if fetch:
             entry.update(

@@ -93,6 +93,16 @@ def test_bytes_written_after_the_handshake_arrive_decrypted(material: TlsMateria
     assert server.peercert() is None
 
 
+def test_much_ciphertext_at_once_decrypts_whole(material: TlsMaterial) -> None:
+    server = TlsSession(server_context(material, "none"))
+    client = handshake(server, client_context(material, cert=False))
+    payload = bytes(range(256)) * 4096 * 3  # 3 MiB: the read buffer must grow twice over
+    client.ssl.write(payload)
+    assert server.receive(client.outgoing.read()) == payload
+    client.ssl.write(b"after")
+    assert server.receive(client.outgoing.read()) == b"after"
+
+
 def test_required_client_auth_refuses_a_client_without_certificate(material: TlsMaterial) -> None:
     server = TlsSession(server_context(material, "required"))
     with pytest.raises(ssl.SSLError):

@@ -40,9 +40,10 @@ class TlsSession:
         view = self._view
         filled = 0
         while True:
-            if filled == len(buffer):
-                buffer.extend(bytes(len(buffer)))
-                view = self._view = memoryview(buffer)
+            if filled == len(buffer):  # full: continue in one twice the size
+                bigger = bytearray(2 * len(buffer))
+                bigger[:filled] = view[:filled]
+                buffer, view = self._buffer, self._view = bigger, memoryview(bigger)
             try:
                 count = self._ssl.read(len(buffer) - filled, view[filled:])
             except ssl.SSLWantReadError:

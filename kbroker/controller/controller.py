@@ -515,12 +515,16 @@ class Controller:
         raft = self._raft
         if raft is None or not raft.is_leader:
             return False
-        raft.transfer_leadership()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-            if not raft.is_leader and raft.leader_known:
-                return True
+            # pysyncobj refuses unless a voter has every entry; with other brokers'
+            # heartbeats arriving, that may take a few attempts.
+            raft.transfer_leadership()
+            attempt_ends = min(deadline, time.monotonic() + 0.2)
+            while time.monotonic() < attempt_ends:
+                await asyncio.sleep(0.01)
+                if not raft.is_leader and raft.leader_known:
+                    return True
         return False
 
     async def _watch_broker_sessions(self, session_timeout: float) -> None:

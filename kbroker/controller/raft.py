@@ -347,7 +347,7 @@ class RaftThread:
 
 def _log_transfer(outcome: Any, fail_reason: int) -> None:
     if fail_reason != FAIL_REASON.SUCCESS:
-        log.info("raft leadership not handed over: %s", FAIL_REASON_NAMES[fail_reason])
+        log.debug("raft leadership not handed over: %s", FAIL_REASON_NAMES[fail_reason])
 
 
 def _ignore_result(outcome: Any, fail_reason: int) -> None:

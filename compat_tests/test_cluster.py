@@ -336,3 +336,71 @@ def _create(cluster: KafkaCluster, node: Any, topic: str) -> bool:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
     return topic in cluster.metadata(node).topics
+
+
+def test_kafka_python_produces_and_consumes_in_a_group_across_the_cluster(
+    cluster: KafkaCluster,
+) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    topic = f"kp-{_uid()}"
+    cluster.create_topic(topic, partitions=3, replication_factor=3)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    for i in range(30):
+        producer.send(topic, key=str(i % 3).encode(), value=f"v{i}".encode())
+    producer.flush(timeout=15)
+    producer.close()
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=cluster.bootstrap,
+        group_id=f"g-{_uid()}",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=20000,
+    )
+    seen: list[bytes] = []
+    try:
+        for message in consumer:
+            seen.append(message.value)
+            if len(seen) == 30:
+                break
+    finally:
+        consumer.close()
+    assert sorted(seen) == sorted(f"v{i}".encode() for i in range(30))
+
+
+def test_aiokafka_sees_every_partition_leader_and_reads_back_what_it_wrote(
+    cluster: KafkaCluster,
+) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    topic = f"aio-{_uid()}"
+    cluster.create_topic(topic, partitions=3, replication_factor=2)
+
+    async def main() -> list[bytes]:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+        await producer.start()
+        try:
+            for p in range(3):
+                await producer.send_and_wait(topic, f"p{p}".encode(), partition=p)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap)
+        await consumer.start()
+        try:
+            parts = [TopicPartition(topic, p) for p in range(3)]
+            consumer.assign(parts)
+            await consumer.seek_to_beginning(*parts)
+            batches = await consumer.getmany(timeout_ms=10000)
+            while sum(len(v) for v in batches.values()) < 3:
+                more = await consumer.getmany(timeout_ms=5000)
+                if not more:
+                    break
+                for tp, records in more.items():
+                    batches.setdefault(tp, []).extend(records)
+            return [r.value for records in batches.values() for r in records]
+        finally:
+            await consumer.stop()
+
+    assert sorted(asyncio.run(main())) == [b"p0", b"p1", b"p2"]

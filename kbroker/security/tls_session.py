@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from typing import Any
+from typing import Any, cast
 
 _READ_CHUNK = 64 * 1024  # grows to the largest plaintext one read delivered
 
@@ -45,7 +45,8 @@ class TlsSession:
                 bigger[:filled] = view[:filled]
                 buffer, view = self._buffer, self._view = bigger, memoryview(bigger)
             try:
-                count = self._ssl.read(len(buffer) - filled, view[filled:])
+                # With a buffer, read() answers the count (typeshed knows only bytes).
+                count = cast(int, self._ssl.read(len(buffer) - filled, view[filled:]))
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLZeroReturnError:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -19,7 +20,12 @@ import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from compat_tests.broker_process import api_versions_round_trip, kbroker_command, running_broker
+from compat_tests.broker_process import (
+    api_versions_round_trip,
+    free_port,
+    kbroker_command,
+    running_broker,
+)
 from compat_tests.confluent_helpers import (
     admin_client,
     create_topic,
@@ -49,7 +55,8 @@ BROKER = {
 
 @pytest.fixture(scope="module")
 def share_broker(tmp_path_factory):  # type: ignore[no-untyped-def]
-    with running_broker(tmp_path_factory.mktemp("share-broker"), BROKER) as node:
+    http = {"http.listeners": f"http://127.0.0.1:{free_port()}"}  # for /metrics
+    with running_broker(tmp_path_factory.mktemp("share-broker"), {**BROKER, **http}) as node:
         yield node
 
 
@@ -571,3 +578,22 @@ def test_two_share_consumers_read_a_three_partition_topic_once(share_broker):  #
             consumer.close()
     assert sorted(seen) == list(range(total))
     assert max(seen.values()) == 1
+
+
+def test_in_flight_records_and_lag_of_a_share_partition_are_on_metrics(share_broker):  # type: ignore[no-untyped-def]
+    topic, group = new_queue(share_broker.bootstrap, 30)
+    consumer = share_consumer(
+        share_broker.bootstrap, group, topic, share_acknowledgement_mode="explicit"
+    )
+    held: list[int] = []
+    deadline = time.monotonic() + 20
+    try:
+        while not held and time.monotonic() < deadline:
+            held = [m.offset() for m in consumer.poll(0.5) if m.error() is None]
+        url = share_broker.overrides["http.listeners"] + "/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+    finally:
+        consumer.close()
+    labels = f'group="{group}",partition="0",topic="{topic}"'
+    assert f"kbroker_share_partition_in_flight_records{{{labels}}} {float(len(held))}" in text
+    assert f"kbroker_share_partition_lag{{{labels}}} 30.0" in text

@@ -10,6 +10,7 @@ they need.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from kbroker.replica.fetch_sessions import FetchSessionCache
     from kbroker.replica.manager import Replica
     from kbroker.server.waiters import DataWaiters
-    from kbroker.share.service import ShareService
+    from kbroker.share.coordinator import FetchAnswer, PartitionAcks, ShareCoordinator
     from kbroker.storage.log import AppendResult, PartitionLog
     from kbroker.txn.coordinator import TransactionCoordinator
     from kbroker.txn.markers import LocalMarkerWriter
@@ -186,6 +187,34 @@ class Lifecycle(Protocol):
     async def partitions_opened(self, topic: str) -> dict[int, str]: ...
 
 
+class ShareCoordination(Protocol):
+    """The share-group coordinator of a running broker (kbroker.share.service)."""
+
+    @property
+    def coordinator(self) -> ShareCoordinator: ...
+
+    def persist(self) -> asyncio.Future[ErrorCode]: ...
+
+    async def ready(self, group_id: str, wait_s: float = ...) -> ErrorCode: ...
+
+    async def share_fetch(
+        self,
+        group_id: str,
+        member_id: str,
+        epoch: int,
+        added: list[tuple[uuid.UUID, int]],
+        acks: PartitionAcks,
+        forgotten: list[tuple[uuid.UUID, int]],
+        max_wait_ms: int,
+        max_records: int,
+        max_bytes: int,
+    ) -> FetchAnswer: ...
+
+    async def share_acknowledge(
+        self, group_id: str, member_id: str, epoch: int, acks: PartitionAcks
+    ) -> FetchAnswer: ...
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerParts:
     """The broker as its handlers see it, built once at start."""
@@ -205,7 +234,7 @@ class BrokerParts:
     security: SecurityAdmin
     authorizer: StandardAuthorizer | None
     quotas: ClientQuotas
-    shares: ShareService | None = None
+    shares: ShareCoordination | None = None
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.protocol.messages import known_versions
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from kbroker.share.coordinator import ShareCoordinator
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -612,7 +613,7 @@ def list_groups(ctx: RequestContext, request: requests.ListGroupsRequest) -> Any
     return {"throttle_time": 0, "error_code": error, "groups": listed}
 
 
-def _share_coordinator(ctx: RequestContext) -> Any:
+def _share_coordinator(ctx: RequestContext) -> ShareCoordinator | None:
     """The share-group coordinator while share groups are served, else None."""
     service = ctx.broker.shares
     if service is None or not ctx.broker.config.get("group.share.enable"):
@@ -704,7 +705,9 @@ def delete_groups(ctx: RequestContext, request: requests.DeleteGroupsRequest) ->
 
     shares = _share_coordinator(ctx)
     share_ids = shares.share_group_ids() if shares is not None else set()
-    share_results = {g: ErrorCode(shares.delete_group(g)) for g in names if g in share_ids}
+    share_results = {
+        g: ErrorCode(shares.delete_group(g)) for g in names if shares is not None and g in share_ids
+    }
     coordinator = _coordinator(ctx)
     future: asyncio.Future[dict[str, ErrorCode]] = asyncio.get_running_loop().create_future()
     coordinator.delete_groups([g for g in names if g not in share_ids], _resolver(future))
@@ -712,7 +715,8 @@ def delete_groups(ctx: RequestContext, request: requests.DeleteGroupsRequest) ->
         return _respond_when_done(future, render)
 
     async def with_share_groups() -> dict[str, Any]:
-        stored = await ctx.broker.shares.persist()  # type: ignore[union-attr]
+        assert ctx.broker.shares is not None  # share groups were found through it
+        stored = await ctx.broker.shares.persist()
         results = dict(await future)
         for group_id, error in share_results.items():
             results[group_id] = stored if error == E.none and stored != E.none else error

@@ -14,13 +14,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.handlers.context import RequestContext
+from kbroker.handlers.context import RequestContext, ShareCoordination
 from kbroker.handlers.groups import _client_host, _ms
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.share.coordinator import FetchAnswer, PartitionAcks
 from kbroker.share.partition_state import AckBatch
-from kbroker.share.service import ShareService
 
 SHARE_GROUP_HEARTBEAT = 76
 SHARE_GROUP_DESCRIBE = 77
@@ -41,7 +40,7 @@ def _error(code: int) -> ErrorCode:
 # -- ShareGroupHeartbeat ---------------------------------------------------------------
 
 
-def _service(ctx: RequestContext) -> ShareService:
+def _service(ctx: RequestContext) -> ShareCoordination:
     service = ctx.broker.shares
     if service is None:  # registered with enabled_by: only served when the service runs
         raise RuntimeError("share groups are not served by this broker")

@@ -354,3 +354,26 @@ def test_groups_are_listed_and_described_only_where_the_user_may_describe(
         listed = conn.request(16, 4, states_filter=[])
         assert group not in {g.group_id for g in listed.groups}
     consumer.close()
+
+
+def test_configs_need_describe_configs_and_alter_configs(secure: SecureBroker) -> None:
+    topic = new_topic(secure)
+
+    def describe(conn: BrokerConnection, resource_type: int, name: str) -> int:
+        answer = conn.request(
+            32,
+            4,
+            resources=[
+                {"resource_type": resource_type, "resource_name": name, "configuration_keys": None}
+            ],
+            include_synonyms=False,
+            include_documentation=False,
+        )
+        return int(answer.results[0].error_code)
+
+    with login(secure, "alice") as conn:
+        assert describe(conn, 2, topic) == TOPIC_AUTHORIZATION_FAILED
+        assert describe(conn, 4, "1") == CLUSTER_AUTHORIZATION_FAILED
+    grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.ALTER_CONFIGS))
+    with login(secure, "alice") as conn:
+        assert describe(conn, 2, topic) == 0  # ALTER_CONFIGS implies DESCRIBE_CONFIGS

@@ -28,6 +28,7 @@ from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.security.acl import AUTHORIZATION_FAILED, CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger("kbroker.admin")
 
@@ -185,6 +186,28 @@ def _describe_resource(
     raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type: {kind}")
 
 
+def _config_denial(
+    ctx: RequestContext, resource_type: int, name: str, operation: Operation
+) -> ResourceError | None:
+    """Kafka's check for a config resource: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic,
+    the group, or (brokers and their loggers) the cluster."""
+    if ctx.broker.authorizer is None:
+        return None
+    if resource_type == TOPIC:
+        if ctx.allowed(operation, ResourceType.TOPIC, name):
+            return None
+        return ResourceError(ErrorCode.topic_authorization_failed, AUTHORIZATION_FAILED)
+    if resource_type == GROUP:
+        if ctx.allowed(operation, ResourceType.GROUP, name):
+            return None
+        return ResourceError(ErrorCode.group_authorization_failed, AUTHORIZATION_FAILED)
+    if resource_type in (BROKER, BROKER_LOGGER):
+        if ctx.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME):
+            return None
+        return ResourceError(ErrorCode.cluster_authorization_failed, AUTHORIZATION_FAILED)
+    return None
+
+
 @handles(DESCRIBE_CONFIGS, 1)
 def describe_configs(
     ctx: RequestContext, request: requests.DescribeConfigsRequest
@@ -200,6 +223,13 @@ def describe_configs(
             "error_message": None,
             "configs": [],
         }
+        denied = _config_denial(
+            ctx, resource.resource_type, resource.resource_name, Operation.DESCRIBE_CONFIGS
+        )
+        if denied is not None:
+            out["error_code"], out["error_message"] = denied.code, denied.message
+            results.append(out)
+            continue
         try:
             out["configs"] = _describe_resource(
                 broker, resource, request.include_synonyms, include_documentation
@@ -317,6 +347,11 @@ async def alter_configs(
     resources = list(request.resources)
 
     async def alter(broker: BrokerParts, resource: Any) -> None:
+        denied = _config_denial(
+            ctx, resource.resource_type, resource.resource_name, Operation.ALTER_CONFIGS
+        )
+        if denied is not None:
+            raise denied
         if resource.resource_type == BROKER:
             _refuse_dynamic_broker_configs(broker, resource)
             return
@@ -378,6 +413,9 @@ async def incremental_alter_configs(
 
     async def alter(broker: BrokerParts, resource: Any) -> None:
         kind = resource.resource_type
+        denied = _config_denial(ctx, kind, resource.resource_name, Operation.ALTER_CONFIGS)
+        if denied is not None:
+            raise denied
         if kind == BROKER_LOGGER:
             alter_log_levels(broker, resource, validate_only)
             return

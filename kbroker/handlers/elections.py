@@ -19,6 +19,7 @@ from kbroker.controller import ControllerError
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 ELECT_LEADERS = 43
 PREFERRED, UNCLEAN = 0, 1
@@ -36,6 +37,9 @@ async def elect_leaders(
     }
     if election_type not in (PREFERRED, UNCLEAN):
         response["error_code"] = ErrorCode.invalid_request
+        return response
+    if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        response["error_code"] = ErrorCode.cluster_authorization_failed
         return response
     wanted = (
         None

@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.security.acl import Operation, ResourceType
 
 DESCRIBE_PRODUCERS = 61
 E = ErrorCode
@@ -16,6 +17,11 @@ E = ErrorCode
 
 def _partition(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
     out: dict[str, Any] = {"partition_index": index, "error_code": E.none, "active_producers": []}
+    if ctx.broker.authorizer is not None and not ctx.allowed(
+        Operation.READ, ResourceType.TOPIC, topic
+    ):
+        out["error_code"] = E.topic_authorization_failed
+        return out
     info = ctx.broker.controller.state.topics.get(topic)
     replica = ctx.broker.partitions.get(topic, index)
     if info is None or not 0 <= index < len(info.partitions):

@@ -15,6 +15,7 @@ from kbroker.controller.state import INTERNAL_TOPICS
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.security.acl import Operation, ResourceType
 from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeError
 
 DELETE_RECORDS = 21
@@ -63,6 +64,13 @@ def delete_records(ctx: RequestContext, request: requests.DeleteRecordsRequest) 
     results = []
     for t in request.topics:
         topic = topics.get(t.name)
+        if broker.authorizer is not None and not ctx.allowed(
+            Operation.DELETE, ResourceType.TOPIC, t.name
+        ):
+            denied = ErrorCode.topic_authorization_failed
+            partitions = [_result(p.partition_index, denied) for p in t.partitions]
+            results.append({"name": t.name, "partitions": partitions})
+            continue
         partitions = [
             delete_partition_records(broker, topic, p.partition_index, p.offset)
             if topic is not None

@@ -25,7 +25,6 @@ def test_the_handler_takes_a_request_context_not_any(key: int) -> None:
 UNTYPED_BODIES = {
     "add_partitions_to_txn",
     "alter_user_scram_credentials",
-    "consumer_group_describe",
     "consumer_group_heartbeat",
     "find_coordinator",
     "leave_group",

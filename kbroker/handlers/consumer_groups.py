@@ -25,6 +25,7 @@ from kbroker.handlers.groups import (
     _respond_when_done,
 )
 from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
@@ -82,12 +83,14 @@ def _heartbeat_response(r: HeartbeatResult) -> dict[str, Any]:
 
 
 @handles(CONSUMER_GROUP_DESCRIBE, 0)
-def consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
+def consumer_group_describe(
+    ctx: RequestContext, request: requests.ConsumerGroupDescribeRequest
+) -> Any:
     coordinator = _coordinator(ctx)
     operations = (
         GROUP_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
     )
-    described = []
+    described: list[dict[str, Any]] = []
     for group_id in request.group_ids:
         error, message, group = coordinator.consumer.describe(group_id)
         if group is None:

@@ -251,7 +251,9 @@ class Broker:
         # replicas as soon as the topic appears (and have few partitions).
         if unopened <= _OPEN_ON_LOOP or topic.name in INTERNAL_TOPICS:
             for p in mine:
-                self._take_role(topic.name, p, config)
+                # An OSError is recorded by the log manager: the partition is offline here.
+                with contextlib.suppress(OSError):
+                    self._take_role(topic.name, p, config)
             return
         task = asyncio.ensure_future(self._open_in_background(topic, mine, config))
         self._opening.setdefault(topic.name, []).append(task)
@@ -302,10 +304,9 @@ class Broker:
     async def partitions_opened(self, topic: str) -> dict[int, str]:
         """Wait until every partition of `topic` assigned here has a log (or failed to
         get one); returns the failed ones, partition -> why."""
-        failed: dict[int, str] = {}
         for task in list(self._opening.get(topic, [])):
-            failed.update(await asyncio.shield(task))
-        return failed
+            await asyncio.shield(task)
+        return {p: why for (t, p), why in self.logs.failed.items() if t == topic}
 
     def _take_role(self, topic: str, p: PartitionInfo, config: LogConfig) -> None:
         """Become leader or follower of a partition assigned here, as the controller says."""

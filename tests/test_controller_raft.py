@@ -613,3 +613,30 @@ def test_start_time_with_1000_partitions(tmp_path, topics, partitions):
         f"start with {topics} topics x {partitions} partitions (journal): {elapsed * 1000:.0f} ms"
     )
     assert elapsed < 2.0
+
+
+def test_a_journal_that_cannot_be_written_stops_the_raft_node_once(tmp_path, caplog):
+    """Not a retry every tick, each failing and logging: the node stops with one ERROR
+    line, and proposals then fail as on a node that is not the leader."""
+
+    async def main():
+        async with running(tmp_path) as c:
+            raft = c._raft
+            node = raft._node
+
+            def full_disk(timeout):
+                raise OSError(28, "No space left on device")
+
+            node.doTick = full_disk
+            raft.propose("noop", {}, lambda outcome, reason: None)  # wakes the tick
+            deadline = time.monotonic() + 5
+            while raft.fault is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert isinstance(raft.fault, OSError)
+            assert await error_code(c.create_topic("after", 1, 1)) != 0
+            await asyncio.sleep(0.2)
+
+    with caplog.at_level("ERROR"):
+        run(main())
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "journal cannot be written" in errors[0].getMessage()

@@ -148,3 +148,24 @@ def test_unknown_paths_are_not_found(tmp_path: Path, path: str) -> None:
         assert status == 404
 
     run_broker(tmp_path, check, http=True)
+
+
+def test_a_log_dir_a_partition_could_not_be_made_in_is_offline_on_health_and_metrics(
+    tmp_path: Path,
+) -> None:
+    async def check(broker: Broker, port: int) -> None:
+        (tmp_path / "data" / "blocked-0").write_bytes(b"not a directory")
+        await broker.controller.create_topic("blocked", 1, 1, {})
+        assert await broker.partitions_opened("blocked") == {0: broker.logs.failed[("blocked", 0)]}
+        status, body = await _get(port, "/health")
+        report = json.loads(body)
+        assert status == 503
+        assert any(
+            line.startswith(f"log_dir {tmp_path / 'data'} offline: FileExistsError")
+            for line in report["unhealthy"]
+        ), report
+        _, metrics = await _get(port, "/metrics")
+        assert "kafka_log_logmanager_offlinelogdirectorycount 1.0" in metrics
+        assert "kbroker_partition_logs_failed 1.0" in metrics
+
+    run_broker(tmp_path, check, http=True)

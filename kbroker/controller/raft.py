@@ -142,6 +142,8 @@ class RaftThread:
         self._calls: list[Callable[[_RaftNode], None]] = []
         self._calls_lock = threading.Lock()
         self.construct_error: BaseException | None = None
+        # Set when the node stopped because its journal could not be written.
+        self.fault: OSError | None = None
 
     # --- called from any thread ---
 
@@ -306,6 +308,19 @@ class RaftThread:
                 try:
                     self._run_calls(node)
                     node.doTick(self._tick_timeout(node))
+                except OSError as exc:
+                    # The journal (or its directory) cannot be written: retrying every
+                    # tick would fail forever and log each time. The node stops, once
+                    # and loudly; proposals then fail as they do on a node that is not
+                    # the leader, and other voters (if any) elect one that can write.
+                    self.fault = exc
+                    log.error(
+                        "controller raft node %d stops: its journal cannot be written (%s: %s)",
+                        self.node_id,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    break
                 except Exception:
                     log.exception("raft tick failed")
                     threading.Event().wait(0.01)

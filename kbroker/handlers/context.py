@@ -172,7 +172,11 @@ class TxnCoordination(Protocol):
 
 
 class Durability(Protocol):
-    """Group commit: when appended bytes are on disk (kbroker.storage.manager)."""
+    """Group commit: when appended bytes are on disk (kbroker.storage.manager); and the
+    partitions whose logs could not be made or opened here, with why."""
+
+    @property
+    def failed(self) -> Mapping[tuple[str, int], str]: ...
 
     def when_durable(self, plog: PartitionLog, done: Callable[[OSError | None], None]) -> None: ...
 

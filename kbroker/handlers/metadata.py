@@ -30,32 +30,50 @@ def describe_brokers(ctx: RequestContext) -> list[dict[str, Any]]:
 
 
 def describe_topic(
-    topic: TopicInfo, brokers: Mapping[int, BrokerInfo], error: ErrorCode = ErrorCode.none
+    topic: TopicInfo,
+    brokers: Mapping[int, BrokerInfo],
+    error: ErrorCode = ErrorCode.none,
+    storage_failed: tuple[int, Mapping[tuple[str, int], str]] | None = None,
 ) -> dict[str, Any]:
     """A topic as Kafka's Metadata shows it: a partition without a leader carries
-    LEADER_NOT_AVAILABLE, and replicas on brokers that are fenced or unknown are offline."""
+    LEADER_NOT_AVAILABLE, and replicas on brokers that are fenced or unknown are offline.
+    `storage_failed` is (this node, the partitions whose logs could not be made here):
+    where this node should lead one of those, the partition is not offered (no leader,
+    KAFKA_STORAGE_ERROR, this replica offline), as Kafka shows a partition whose log
+    directory failed."""
 
     def offline(replica: int) -> bool:
         b = brokers.get(replica)
         return b is None or b.fenced
 
-    return {
-        "error_code": error,
-        "name": topic.name,
-        "topic_id": topic.topic_id,
-        "is_internal": topic.name in INTERNAL_TOPICS,
-        "partitions": [
+    node, failed = storage_failed if storage_failed else (-1, {})
+    name = topic.name
+    partitions = []
+    for p in topic.partitions:
+        error_code = ErrorCode.none if p.has_leader else ErrorCode.leader_not_available
+        leader, isr = p.leader, list(p.isr)
+        offline_replicas = [r for r in p.replicas if offline(r)]
+        if failed and leader == node and (name, p.partition) in failed:
+            error_code, leader = ErrorCode.kafka_storage_error, -1
+            isr = [r for r in isr if r != node]
+            offline_replicas = sorted({*offline_replicas, node})
+        partitions.append(
             {
-                "error_code": ErrorCode.none if p.has_leader else ErrorCode.leader_not_available,
+                "error_code": error_code,
                 "partition_index": p.partition,
-                "leader_id": p.leader,
+                "leader_id": leader,
                 "leader_epoch": p.leader_epoch,
                 "replica_nodes": list(p.replicas),
-                "isr_nodes": list(p.isr),
-                "offline_replicas": [r for r in p.replicas if offline(r)],
+                "isr_nodes": isr,
+                "offline_replicas": offline_replicas,
             }
-            for p in topic.partitions
-        ],
+        )
+    return {
+        "error_code": error,
+        "name": name,
+        "topic_id": topic.topic_id,
+        "is_internal": name in INTERNAL_TOPICS,
+        "partitions": partitions,
         "topic_authorized_operations": -2147483648,
     }
 
@@ -93,6 +111,7 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> Any:
     broker = ctx.broker
     state = broker.controller.state
     checking = broker.authorizer is not None
+    failed = (broker.node_id, broker.durability.failed) if broker.durability.failed else None
 
     def may(operation: Operation, name: str) -> bool:
         return not checking or ctx.allowed(operation, ResourceType.TOPIC, name)
@@ -102,7 +121,7 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> Any:
         return _response(
             ctx,
             [
-                describe_topic(t, state.brokers)
+                describe_topic(t, state.brokers, storage_failed=failed)
                 for t in state.topics.values()
                 if may(Operation.DESCRIBE, t.name)
             ],
@@ -123,7 +142,7 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> Any:
                 results.append(missing_topic(None, topic_id, denied))
                 continue
             results.append(
-                describe_topic(topic, state.brokers)
+                describe_topic(topic, state.brokers, storage_failed=failed)
                 if topic
                 else missing_topic(None, topic_id, ErrorCode.unknown_topic_id)
             )
@@ -137,7 +156,7 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> Any:
         if checking and not may(Operation.DESCRIBE, name):
             results.append(missing_topic(name, None, ErrorCode.topic_authorization_failed))
         elif topic is not None:
-            results.append(describe_topic(topic, state.brokers))
+            results.append(describe_topic(topic, state.brokers, storage_failed=failed))
         elif not _valid_name(name):
             results.append(missing_topic(name, None, ErrorCode.invalid_topic_exception))
         elif may_create and checking and not _may_create(ctx, name):

@@ -136,6 +136,9 @@ def _append(
     index = pdata.index
     replica = broker.partitions.get(topic, index)
     if replica is None:
+        why = broker.durability.failed.get((topic, index))
+        if why is not None:  # its log could not be made or opened here
+            return ProducedPartition(index, ErrorCode.kafka_storage_error, error_message=why)
         code = broker.controller.state.missing_replica_error(topic, index)
         return ProducedPartition(index, ErrorCode(code))
     if not replica.is_leader:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,26 @@ def log_dir_check(directory: Path) -> Check:
             probe.unlink()
         return Check(name, False, f"cannot write: {exc.strerror or exc}")
     return Check(name, True, "ok")
+
+
+def storage_checks(
+    offline_dirs: Mapping[str, str], failed: Mapping[tuple[str, int], str]
+) -> list[Check]:
+    """What the log manager met while making or opening logs: a directory an I/O error
+    came from is offline (Kafka's offline log directory) even if a probe file still
+    writes; partitions whose logs could not be opened (no descriptors left) are named."""
+    checks = [Check(f"log_dir {d} offline", False, why) for d, why in sorted(offline_dirs.items())]
+    if failed:
+        (topic, partition), why = next(iter(sorted(failed.items())))
+        checks.append(
+            Check(
+                "partition_logs",
+                False,
+                f"{len(failed)} partition log(s) could not be opened, first {topic}-{partition}: "
+                f"{why}",
+            )
+        )
+    return checks
 
 
 def controller_check(

@@ -12,7 +12,12 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from kbroker.metrics.health import broker_controller_check, log_dir_check, report
+from kbroker.metrics.health import (
+    broker_controller_check,
+    log_dir_check,
+    report,
+    storage_checks,
+)
 from kbroker.metrics.prometheus import broker_registry, render
 
 if TYPE_CHECKING:
@@ -59,6 +64,7 @@ class HttpEndpoint:
             dirs = list(self.broker.log_dirs)
             loop = asyncio.get_running_loop()
             checks = await loop.run_in_executor(None, lambda: [log_dir_check(d) for d in dirs])
+            checks += storage_checks(self.broker.logs.offline_dirs, self.broker.logs.failed)
             healthy, found = report([*checks, broker_controller_check(self.broker)])
             return (200 if healthy else 503), "application/json", json.dumps(found) + "\n"
         if path == "/ready":

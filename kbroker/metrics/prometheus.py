@@ -145,6 +145,16 @@ class BrokerCollector:
                 elif p.leader == node and len(p.isr) < len(p.replicas):
                     under += 1
         yield GaugeMetricFamily(
+            "kafka_log_logmanager_offlinelogdirectorycount",
+            "Log directories an I/O error was met in (Kafka's OfflineLogDirectoryCount).",
+            value=len(broker.logs.offline_dirs),
+        )
+        yield GaugeMetricFamily(
+            "kbroker_partition_logs_failed",
+            "Partitions assigned here whose logs could not be made or opened (offline here).",
+            value=len(broker.logs.failed),
+        )
+        yield GaugeMetricFamily(
             "kafka_server_replicamanager_partitioncount",
             "Partitions this broker holds a replica of.",
             value=len(broker.replicas.replicas),

@@ -10,8 +10,10 @@ long as the disk answers it within a millisecond, where a worker would only add 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import resource
 import shutil
 import threading
 import time
@@ -30,11 +32,27 @@ log = logging.getLogger("kbroker.storage")
 DELETE_SUFFIX = "-delete"
 _OPEN_SLICE = 64  # partitions a worker opens before the loop registers them
 _FLUSH_CHECKS_PER_SLICE = 200
+# Errors of the process, not of a disk: a partition fails, its directory does not.
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 INLINE_FSYNC_LIMIT_S = 0.001
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def spare_descriptors() -> int | None:
+    """File descriptors this process may still open before a reserve (a tenth of
+    RLIMIT_NOFILE, at least 64) kept for sockets, the metadata journal and segment rolls;
+    None where that cannot be known."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+    return soft - in_use - max(64, soft // 10)
 
 
 def _remove_all(directories: list[Path]) -> None:
@@ -62,6 +80,12 @@ class LogManager:
         self._placed: dict[str, int] = {str(d): 0 for d in self.log_dirs}
         # Logs of deleted topics whose directories are still to be renamed away.
         self._doomed: dict[str, PartitionLog] = {}
+        # Partitions whose log could not be made or opened here, with why: offline on
+        # this broker (Metadata does not offer them, Produce answers KAFKA_STORAGE_ERROR).
+        self.failed: dict[tuple[str, int], str] = {}
+        # Log directories an I/O error other than running out of descriptors came from:
+        # reported offline by /health and /metrics.
+        self.offline_dirs: dict[str, str] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         self._durable_waiters: dict[PartitionLog, list[Any]] = {}
         self._commit_scheduled = False
@@ -109,6 +133,28 @@ class LogManager:
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
 
+    def record_failure(self, topic: str, partition: int, directory: Path, exc: OSError) -> str:
+        """A partition's log could not be made or opened: remember it (and, unless the
+        process merely ran out of file descriptors, its directory) as failing; one log
+        line says so. Returns the reason."""
+        reason = f"{type(exc).__name__}: {exc}"
+        first = not self.failed
+        self.failed[(topic, partition)] = reason
+        if exc.errno in _RESOURCE_ERRNOS:
+            if first:
+                log.error(
+                    "cannot open partition logs (first %s-%d): %s; they stay offline",
+                    topic,
+                    partition,
+                    reason,
+                )
+        else:
+            root = str(directory.parent)
+            if root not in self.offline_dirs:
+                self.offline_dirs[root] = reason
+                log.error("log directory %s is failing: %s", root, reason)
+        return reason
+
     def create(
         self, topic: str, partition: int, config: LogConfig, now_ms: int | None = None
     ) -> PartitionLog:
@@ -120,7 +166,12 @@ class LogManager:
         now = _now_ms() if now_ms is None else now_ms
         directory = self._place(topic, partition)
         self._clear_path(directory)
-        plog = PartitionLog.open(directory, config, now)
+        try:
+            plog = PartitionLog.open(directory, config, now)
+        except OSError as exc:
+            self.record_failure(topic, partition, directory, exc)
+            raise
+        self.failed.pop(key, None)
         self._add(key, plog)
         return plog
 
@@ -171,6 +222,21 @@ class LogManager:
                     opened.append((partition, exc))
             return opened
 
+        spare = spare_descriptors()
+        if spare is not None and len(pending) > spare:
+            # Each new log holds a descriptor: past the spare ones, a partition fails now
+            # rather than leaving the broker no descriptor for a client or its journal.
+            short = OSError(
+                errno.EMFILE,
+                f"too many open files: {spare} descriptors were left before the "
+                f"reserve kept for connections and the metadata journal",
+            )
+            root = self.log_dirs[0]
+            for partition, _ in pending[max(spare, 0) :]:
+                results[partition] = short
+                self.record_failure(topic, partition, root / f"{topic}-{partition}", short)
+            pending = pending[: max(spare, 0)]
+        roots = dict(pending)
         slices = [pending[i : i + _OPEN_SLICE] for i in range(0, len(pending), _OPEN_SLICE)]
         with ThreadPoolExecutor(threads, thread_name_prefix="kbroker-open") as pool:
             futures = [loop.run_in_executor(pool, open_slice, items) for items in slices]
@@ -178,11 +244,15 @@ class LogManager:
                 for partition, opened in await future:
                     key = (topic, partition)
                     if isinstance(opened, PartitionLog):
+                        self.failed.pop(key, None)
                         if key in self._logs:  # opened meanwhile by another path
                             opened.close()
                             opened = self._logs[key]
                         else:
                             self._add(key, opened)
+                    else:
+                        directory = roots[partition] / f"{topic}-{partition}"
+                        self.record_failure(topic, partition, directory, opened)
                     results[partition] = opened
         return results
 
@@ -194,6 +264,8 @@ class LogManager:
         of sight and removed after, a slice at a time, so that deleting thousands of
         partitions does not hold the loop (a new log at one of those paths first renames
         the old directory away itself, see `_clear_path`)."""
+        for key in [k for k in self.failed if k[0] == topic]:
+            del self.failed[key]
         doomed: list[PartitionLog] = []
         for key in [k for k in self._logs if k[0] == topic]:
             plog = self._withdraw(key)

@@ -377,3 +377,24 @@ def test_configs_need_describe_configs_and_alter_configs(secure: SecureBroker) -
     grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.ALTER_CONFIGS))
     with login(secure, "alice") as conn:
         assert describe(conn, 2, topic) == 0  # ALTER_CONFIGS implies DESCRIBE_CONFIGS
+
+
+def test_log_dirs_leader_epochs_and_transactions_need_describe(secure: SecureBroker) -> None:
+    topic = new_topic(secure)
+    with login(secure, "bob") as conn:
+        dirs = conn.request(35, 4, topics=None)
+        assert dirs.error_code == CLUSTER_AUTHORIZATION_FAILED
+        epochs = conn.request(
+            23,
+            4,
+            replica_id=-1,
+            topics=[
+                {
+                    "topic": topic,
+                    "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}],
+                }
+            ],
+        )
+        assert epochs.topics[0].partitions[0].error_code == TOPIC_AUTHORIZATION_FAILED
+        described = conn.request(65, 0, transactional_ids=["someone-elses"])
+        assert described.transaction_states[0].error_code == 53

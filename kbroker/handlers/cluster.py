@@ -24,6 +24,7 @@ from kbroker.handlers.metadata import visible_controller_id
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.replica.manager import Replica
+from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 DESCRIBE_CLUSTER = 60
 DESCRIBE_LOG_DIRS = 35
@@ -141,6 +142,10 @@ def describe_log_dirs(
     ctx: RequestContext, request: requests.DescribeLogDirsRequest
 ) -> dict[str, Any]:
     broker = ctx.broker
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        # Kafka answers this request with the error at the top (v3+) and no directories.
+        denied = ErrorCode.cluster_authorization_failed
+        return {"throttle_time": 0, "error_code": denied, "results": []}
     wanted = _wanted_partitions(request)
     log_dirs = list(broker.log_dirs)
     by_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {d: {} for d in log_dirs}

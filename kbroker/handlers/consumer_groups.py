@@ -26,6 +26,7 @@ from kbroker.handlers.groups import (
 )
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.security.acl import Operation, ResourceType
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
@@ -36,6 +37,12 @@ E = ErrorCode
 
 @handles(CONSUMER_GROUP_HEARTBEAT, 0)
 def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    if ctx.broker.authorizer is not None and not ctx.allowed(
+        Operation.READ, ResourceType.GROUP, request.group_id
+    ):
+        return _heartbeat_response(
+            HeartbeatResult(E.group_authorization_failed, "Group authorization failed.")
+        )
     coordinator = _coordinator(ctx)
     names = request.subscribed_topic_names
     owned = request.topic_partitions
@@ -93,6 +100,10 @@ def consumer_group_describe(
     described: list[dict[str, Any]] = []
     for group_id in request.group_ids:
         error, message, group = coordinator.consumer.describe(group_id)
+        if ctx.broker.authorizer is not None and not ctx.allowed(
+            Operation.DESCRIBE, ResourceType.GROUP, group_id
+        ):
+            error, message, group = E.group_authorization_failed, None, None
         if group is None:
             described.append(
                 {

@@ -14,8 +14,24 @@ from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.replica.manager import leader_epoch_error
+from kbroker.security.acl import Operation, ResourceType
 
 OFFSET_FOR_LEADER_EPOCH = 23
+
+
+def _may_describe(ctx: RequestContext, topic: str) -> bool:
+    return ctx.broker.authorizer is None or ctx.allowed(
+        Operation.DESCRIBE, ResourceType.TOPIC, topic
+    )
+
+
+def _denied(p: Any) -> dict[str, Any]:
+    return {
+        "partition": p.partition,
+        "error_code": int(ErrorCode.topic_authorization_failed),
+        "leader_epoch": -1,
+        "end_offset": -1,
+    }
 
 
 def _partition(broker: BrokerParts, topic: str, p: Any) -> dict[str, Any]:
@@ -49,7 +65,12 @@ def offset_for_leader_epoch(
         "topics": [
             {
                 "topic": t.topic,
-                "partitions": [_partition(ctx.broker, t.topic, p) for p in t.partitions],
+                "partitions": [
+                    _partition(ctx.broker, t.topic, p)
+                    if _may_describe(ctx, t.topic)
+                    else _denied(p)
+                    for p in t.partitions
+                ],
             }
             for t in request.topics
         ],

@@ -399,8 +399,23 @@ def describe_transactions(
     service = _service(ctx)
     return {
         "throttle_time": 0,
-        "transaction_states": [_describe_one(service, t) for t in request.transactional_ids],
+        "transaction_states": [
+            _describe_one(service, t)
+            if _may_describe_txn(ctx, t)
+            else {
+                **_describe_one(service, ""),
+                "transactional_id": t,
+                "error_code": E.transactional_id_authorization_failed,
+            }
+            for t in request.transactional_ids
+        ],
     }
+
+
+def _may_describe_txn(ctx: RequestContext, txn_id: str) -> bool:
+    return ctx.broker.authorizer is None or ctx.allowed(
+        Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id
+    )
 
 
 @handles(LIST_TRANSACTIONS, 0)
@@ -435,6 +450,8 @@ def list_transactions(
                 "transaction_states": [],
             }
         listed = [m for m in listed if regex.fullmatch(m.transactional_id)]
+    # As Kafka: only the transactional ids the principal may describe are listed.
+    listed = [m for m in listed if _may_describe_txn(ctx, m.transactional_id)]
     return {
         "throttle_time": 0,
         "error_code": E.none,

@@ -597,3 +597,40 @@ def test_in_flight_records_and_lag_of_a_share_partition_are_on_metrics(share_bro
     labels = f'group="{group}",partition="0",topic="{topic}"'
     assert f"kbroker_share_partition_in_flight_records{{{labels}}} {float(len(held))}" in text
     assert f"kbroker_share_partition_lag{{{labels}}} 30.0" in text
+
+
+def test_share_fetch_v2_record_limit_mode_and_renewals(share_broker):  # type: ignore[no-untyped-def]
+    topic, group = new_queue(share_broker.bootstrap, 20)
+
+    def fetch(conn, epoch: int, renew: bool = False, acks=()):  # type: ignore[no-untyped-def]
+        partition = {"partition_index": 0, "acknowledgement_batches": list(acks)}
+        response = conn.request(
+            78,
+            2,
+            group_id=group,
+            member_id="member-v2",
+            share_session_epoch=epoch,
+            max_wait=100,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            max_records=5,
+            batch_size=5,
+            share_acquire_mode=1,
+            is_renew_ack=renew,
+            topics=[{"topic_id": topic_id, "partitions": [partition]}],
+            forgotten_topics_data=[],
+        )
+        assert int(response.error_code) == 0
+        part = response.responses[0].partitions[0]
+        return [(r.first_offset, r.last_offset) for r in part.acquired_records], part
+
+    with _wire(share_broker) as conn:
+        joined = _heartbeat(conn, group, "member-v2", 0, [topic])
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        acquired, _ = fetch(conn, 0)
+        assert acquired == [(0, 4)]  # record-limit: max_records exactly, batch or not
+        renew = {"first_offset": 0, "last_offset": 4, "acknowledge_types": [4]}
+        acquired, part = fetch(conn, 1, renew=True, acks=[renew])
+        assert acquired == [] and int(part.acknowledge_error_code) == 0
+        acquired, _ = fetch(conn, 2)
+        assert acquired == [(5, 9)]

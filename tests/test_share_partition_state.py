@@ -243,3 +243,9 @@ def test_a_huge_acknowledgement_range_is_refused_without_walking_it() -> None:
         sp.acknowledge("a", [AckBatch(0, 2**62, (int(AckType.ACCEPT),))], 0, LOCK)
     assert caught.value.code == INVALID_RECORD_STATE
     assert sp.in_flight() == 10
+
+
+def test_record_limit_mode_never_exceeds_max_records() -> None:
+    sp = SharePartitionState(0, LIMIT, 100)
+    got = sp.acquire("a", [(0, 9)], 4, 0, LOCK, batch_aligned=False)
+    assert _offsets(got) == [0, 1, 2, 3]

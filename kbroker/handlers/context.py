@@ -212,6 +212,7 @@ class ShareCoordination(Protocol):
         max_wait_ms: int,
         max_records: int,
         max_bytes: int,
+        batch_aligned: bool = ...,
     ) -> FetchAnswer: ...
 
     async def share_acknowledge(

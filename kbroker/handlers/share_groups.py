@@ -29,6 +29,7 @@ DESCRIBE_SHARE_GROUP_OFFSETS = 90
 ALTER_SHARE_GROUP_OFFSETS = 91
 DELETE_SHARE_GROUP_OFFSETS = 92
 ENABLE = "group.share.enable"
+BATCH_OPTIMIZED = 0  # ShareFetch v2 share_acquire_mode; 1 is record-limit
 
 E = ErrorCode
 
@@ -224,8 +225,11 @@ async def share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
         _acks(request.topics),
         forgotten,
         _ms(request.max_wait) if not ctx.broker.lifecycle.stopping else 0,
-        request.max_records,
+        # v2: a request carrying renewals acquires nothing (KIP-1222); the record-limit
+        # acquire mode never exceeds max_records for batch alignment.
+        0 if getattr(request, "is_renew_ack", False) else request.max_records,
         request.max_bytes,
+        getattr(request, "share_acquire_mode", BATCH_OPTIMIZED) == BATCH_OPTIMIZED,
     )
     if answer.error:
         return {

@@ -499,6 +499,7 @@ class ShareCoordinator:
         max_bytes: int,
         now_ms: int,
         answer: FetchAnswer,
+        batch_aligned: bool = True,
     ) -> None:
         """Acquire available records of the session's partitions, in turn, within
         `max_records` and `max_bytes`; their batches and ranges go to the answer."""
@@ -533,7 +534,12 @@ class ShareCoordinator:
             if not batches:
                 continue
             acquired = state.acquire(
-                member_id, [(f, last) for f, last, _ in batches], budget_records, now_ms, lock_ms
+                member_id,
+                [(f, last) for f, last, _ in batches],
+                budget_records,
+                now_ms,
+                lock_ms,
+                batch_aligned,
             )
             if not acquired:
                 continue

@@ -154,6 +154,7 @@ class SharePartitionState:
         max_records: int,
         now_ms: int,
         lock_ms: int,
+        batch_aligned: bool = True,
     ) -> list[Acquired]:
         """Acquire for `member` available records among the offsets the log holds
         (`batches`: (first, last) offset ranges in order): `max_records` of them, and on
@@ -161,10 +162,11 @@ class SharePartitionState:
         acquisition does (ShareFetch's max_records may be exceeded for batch alignment),
         but never more than twice `max_records`. Offsets past the end offset that no
         batch holds (compacted away, or control records) become ARCHIVED as they are
-        passed; they were never deliverable."""
+        passed; they were never deliverable. Without `batch_aligned` (ShareFetch's
+        record-limit acquire mode) `max_records` is never exceeded."""
         taken: list[tuple[int, int]] = []
         deadline = now_ms + lock_ms
-        ceiling = 2 * max_records
+        ceiling = 2 * max_records if batch_aligned else max_records
         for first, last in batches:
             if len(taken) >= max_records:
                 break

@@ -326,6 +326,7 @@ class ShareService(InternalTopicService):
         max_wait_ms: int,
         max_records: int,
         max_bytes: int,
+        batch_aligned: bool = True,
     ) -> FetchAnswer:
         coordinator = self.coordinator
         answer = FetchAnswer(lock_ms=coordinator.lock_ms(group_id))
@@ -343,13 +344,22 @@ class ShareService(InternalTopicService):
         if epoch == -1:
             coordinator.close_session(group_id, member_id)
         elif max_records > 0:
-            coordinator.acquire(group_id, member_id, session, max_records, max_bytes, now, answer)
+            coordinator.acquire(
+                group_id, member_id, session, max_records, max_bytes, now, answer, batch_aligned
+            )
             if not answer.acquired_any and not answer.acknowledged and max_wait_ms > 0:
                 await self._wait_for_records(session.partitions, max_wait_ms / 1000)
                 if self.coordinator.sessions.get((group_id, member_id)) is session:
                     now = int(time.time() * 1000)
                     coordinator.acquire(
-                        group_id, member_id, session, max_records, max_bytes, now, answer
+                        group_id,
+                        member_id,
+                        session,
+                        max_records,
+                        max_bytes,
+                        now,
+                        answer,
+                        batch_aligned,
                     )
         stored = self.persist()
         if answer.acknowledged:

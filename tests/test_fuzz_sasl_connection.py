@@ -1,0 +1,155 @@
+"""A SASL listener's connection against hostile clients: skipped handshakes, unknown
+mechanisms, garbage tokens, SCRAM messages out of order. Each ends in Kafka's answer or
+a closed connection with one log line; data_received never raises, nothing is served
+before authentication, and no secret reaches the log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_fuzz_connection import FakeBroker, FakeTransport, request, responses
+
+from kbroker.security.listener import ListenerSecurity
+from kbroker.security.scram import ScramCredential, credential_from_salted, salted_password
+from kbroker.server.connection import KafkaConnection
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA, API_VERSIONS = 17, 36, 3, 18
+METADATA_CORRELATION = 77
+PASSWORD = "s3cret-value"
+SALT = os.urandom(16)
+CREDENTIAL = credential_from_salted(
+    "SCRAM-SHA-256", SALT, 4096, salted_password("SCRAM-SHA-256", PASSWORD, SALT, 4096)
+)
+
+
+class SaslBroker(FakeBroker):
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return CREDENTIAL if (user, mechanism) == ("bob", "SCRAM-SHA-256") else None
+
+
+SECURITY = ListenerSecurity(
+    name="SASL_PLAINTEXT",
+    protocol="SASL_PLAINTEXT",
+    mechanisms=("PLAIN", "SCRAM-SHA-256"),
+    plain_users={"alice": PASSWORD},
+)
+
+
+def run(frames: list[bytes]) -> tuple[KafkaConnection, FakeTransport, SaslBroker]:
+    """Feed the frames to a fresh connection inside a loop (closes are scheduled)."""
+    broker = SaslBroker()
+    conn = KafkaConnection(broker, SECURITY)  # type: ignore[arg-type]
+    transport = FakeTransport()
+
+    async def feed() -> None:
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        for data in frames:
+            if transport.closed:
+                break
+            conn.data_received(data)
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(feed())
+    return conn, transport, broker
+
+
+def handshake(mechanism: str, version: int = 1, correlation: int = 1) -> bytes:
+    return request(SASL_HANDSHAKE, version, correlation, _string(mechanism, version))
+
+
+def authenticate(token: bytes, correlation: int = 2) -> bytes:
+    return request(SASL_AUTHENTICATE, 1, correlation, struct.pack(">i", len(token)) + token)
+
+
+def _string(text: str, version: int) -> bytes:
+    raw = text.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "kbroker.connection" and r.levelno == logging.WARNING
+    ]
+
+
+def test_plain_login_then_requests_are_served() -> None:
+    conn, transport, broker = run(
+        [handshake("PLAIN"), authenticate(f"\0alice\0{PASSWORD}".encode()), request(18, 0, 3)]
+    )
+    assert not transport.closed
+    assert str(conn.principal) == "User:alice"
+    assert len(responses(transport.written)) == 3
+    assert broker.counters.successful_authentications == 1
+
+
+def test_a_request_before_authentication_closes_with_one_line(caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    _, transport, broker = run([request(METADATA, 1, 1, b"\xff\xff\xff\xff")])
+    assert transport.closed and transport.written == b""
+    assert len(warnings(caplog)) == 1 and "before SASL authentication" in warnings(caplog)[0]
+    assert broker.counters.failed_authentications == 1
+
+
+def test_a_wrong_password_is_answered_then_closed_without_the_password(caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    attempt = "wrong-" + PASSWORD
+    _, transport, _ = run([handshake("PLAIN"), authenticate(f"\0alice\0{attempt}".encode())])
+    answers = responses(transport.written)
+    assert len(answers) == 2
+    error = struct.unpack_from(">h", answers[1], 4)[0]
+    assert error == 58  # SASL_AUTHENTICATION_FAILED
+    assert transport.closed
+    assert len(warnings(caplog)) == 1
+    assert attempt not in caplog.text and PASSWORD not in caplog.text
+
+
+def test_a_scram_final_message_first_is_refused(caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    _, transport, _ = run([handshake("SCRAM-SHA-256"), authenticate(b"c=biws,r=abc,p=AAAA")])
+    answers = responses(transport.written)
+    assert struct.unpack_from(">h", answers[1], 4)[0] == 58
+    assert transport.closed and len(warnings(caplog)) == 1
+
+
+def test_an_unknown_mechanism_is_answered_with_the_enabled_ones_then_closed() -> None:
+    _, transport, _ = run([handshake("GSSAPI")])
+    (answer,) = responses(transport.written)
+    assert struct.unpack_from(">h", answer, 4)[0] == 33  # UNSUPPORTED_SASL_MECHANISM
+    assert transport.closed
+
+
+FRAMES = st.one_of(
+    st.builds(
+        handshake,
+        st.sampled_from(["PLAIN", "SCRAM-SHA-256", "GSSAPI", "", "x" * 40]),
+        st.sampled_from([0, 1]),
+    ),
+    st.builds(authenticate, st.binary(max_size=120)),
+    st.builds(lambda t: authenticate(b"n,,n=bob,r=" + t), st.binary(min_size=1, max_size=30)),
+    st.just(request(API_VERSIONS, 0, 9)),
+    st.just(request(METADATA, 1, METADATA_CORRELATION, b"\xff\xff\xff\xff")),
+    st.binary(min_size=4, max_size=60).map(lambda b: struct.pack(">i", len(b)) + b),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(FRAMES, min_size=1, max_size=6))
+def test_any_sequence_ends_served_answered_or_closed_never_raising(frames: list[bytes]) -> None:
+    conn, transport, broker = run(frames)
+    correlations = [struct.unpack_from(">i", a)[0] for a in responses(transport.written)]
+    if conn.principal.name == "ANONYMOUS":
+        # Nothing but ApiVersions and the SASL exchange is answered before a login.
+        assert METADATA_CORRELATION not in correlations
+    # One refusal per connection at most, and it ends the connection.
+    assert broker.counters.failed_authentications <= 1
+    if broker.counters.failed_authentications:
+        assert transport.closed

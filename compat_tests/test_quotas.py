@@ -4,6 +4,7 @@ while another client on the same broker is not slowed."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 import uuid
@@ -13,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from compat_tests.broker_process import BrokerProcess, running_broker
-from kbroker.admin.client import BrokerConnection
+from kbroker.admin.client import BrokerConnection, ClientError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -142,3 +143,52 @@ def test_a_producer_over_its_byte_rate_is_held_to_it_and_another_is_not_slowed(
     print(f"throttled producer: {measured:.0f} B/s against a quota of {QUOTA}")
     assert abs(measured - QUOTA) <= 0.1 * QUOTA, f"{measured:.0f} B/s against {QUOTA}"
     assert rate(results["fast"], 0.0, 3.0) > 10 * QUOTA
+
+
+def test_a_consumer_over_its_byte_rate_gets_an_empty_throttled_fetch_and_a_muted_channel(
+    node: BrokerProcess,
+) -> None:
+    reader = f"reader-{uuid.uuid4().hex[:6]}"
+    assert alter(node, [("client-id", reader)], [set_quota("consumer_byte_rate", 10_000)]) == 0
+    topic = f"quota-read-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": node.bootstrap})
+    for _ in range(30):
+        producer.produce(topic, RECORD)
+    assert producer.flush(30) == 0
+    fetch = {
+        "replica_id": -1,
+        "max_wait": datetime.timedelta(milliseconds=10),
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": 0,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1 << 20,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+    with BrokerConnection.to(node.bootstrap, client_id=reader) as conn:
+        answer = conn.request(1, 12, **fetch)
+        throttle_ms = answer.throttle_time.total_seconds() * 1000
+        # 300 kB against 10 kB/s over a 2 s window: (150 000 - 10 000) / 10 000 * 2 s.
+        assert throttle_ms > 10_000
+        assert answer.responses == ()  # Kafka's throttled fetch carries no data
+        began = time.monotonic()
+        conn.sock.settimeout(1.0)
+        with pytest.raises(ClientError, match="timed out"):
+            conn.request(18, 0)  # muted: not even read for the throttle time
+    assert time.monotonic() - began >= 0.9

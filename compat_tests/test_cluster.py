@@ -92,6 +92,87 @@ def test_confluent_kafka_produces_and_consumes_through_the_cluster(
     assert sorted(seen) == sorted(f"v{i}".encode() for i in range(30))
 
 
+def _coordinator(node: Any, group: str) -> tuple[int, int]:
+    """(error code, node id) of FindCoordinator v4 for a group, asked of `node`."""
+    from kbroker.admin.client import BrokerConnection
+
+    with BrokerConnection(node.host, node.port, 5.0, "coordinator-test") as conn:
+        answer = conn.request(10, 4, key_type=0, coordinator_keys=[group])
+    found = answer.coordinators[0]
+    return int(found.error_code), int(found.node_id)
+
+
+def _join_and_get_assignment(cluster: KafkaCluster, topic: str, group: str) -> list[int]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": ",".join(n.bootstrap for n in cluster.live_nodes),
+            "group.id": group,
+            "session.timeout.ms": 6000,
+        }
+    )
+    assigned: list[int] = []
+    consumer.subscribe([topic], on_assign=lambda c, ps: assigned.extend(p.partition for p in ps))
+    deadline = time.monotonic() + 30
+    try:
+        while not assigned and time.monotonic() < deadline:
+            consumer.poll(0.2)
+    finally:
+        consumer.close()
+    return sorted(assigned)
+
+
+def _offsets_partition(group: str, partitions: int) -> int:
+    """Kafka's choice: abs(Java String.hashCode(group)) modulo the partition count."""
+    h = 0
+    for ch in group.encode("utf-16-be").decode("utf-16-be"):
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % partitions
+
+
+def _group_with_full_isr(cluster: KafkaCluster) -> str:
+    """A new group id whose __consumer_offsets partition has all three replicas in sync
+    (nodes killed by earlier tests may have left others with a shrunken ISR)."""
+    _coordinator(cluster.nodes[0], "bootstrap-the-offsets-topic")
+    offsets = cluster.wait_until(
+        lambda: cluster.raw_metadata("__consumer_offsets").topics[0].partitions or None,
+        10.0,
+        "__consumer_offsets to exist",
+    )
+    full = {p.partition_index for p in offsets if len(p.isr_nodes) == 3 and p.leader_id > 0}
+    for i in range(1000):
+        group = f"group-{_uid()}-{i}"
+        if _offsets_partition(group, len(offsets)) in full:
+            return group
+    raise AssertionError("no __consumer_offsets partition has a full ISR")
+
+
+def test_the_group_coordinator_moves_with_the_leadership_of_its_offsets_partition(
+    cluster: KafkaCluster,
+) -> None:
+    # Placed before the other tests that kill nodes: each kill shrinks ISRs, which grow
+    # back only as followers catch up.
+    topic, group = f"coord-{_uid()}", _group_with_full_isr(cluster)
+    cluster.create_topic(topic, partitions=2, replication_factor=3)
+    assert _join_and_get_assignment(cluster, topic, group) == [0, 1]
+    code, coordinator = _coordinator(cluster.nodes[0], group)
+    assert code == 0
+    survivor = next(n for n in cluster.nodes if n.node_id != coordinator)
+    try:
+        cluster.kill(coordinator)
+
+        def moved() -> int | None:
+            code, node = _coordinator(survivor, group)
+            return node if code == 0 and node != coordinator else None
+
+        new_coordinator = cluster.wait_until(moved, 10.0, "FindCoordinator to name a survivor")
+        assert new_coordinator in {n.node_id for n in cluster.live_nodes}
+        assert _join_and_get_assignment(cluster, topic, group) == [0, 1]
+    finally:
+        cluster.heal()
+
+
 def test_a_killed_broker_is_fenced_and_its_leadership_moves_within_10_s(
     cluster: KafkaCluster,
 ) -> None:
@@ -202,63 +283,6 @@ def test_sigterm_moves_leadership_away_before_the_broker_exits(cluster: KafkaClu
         assert all(p.leader_id not in (leaving.node_id, -1) for p in partitions)
         assert all(leaving.node_id not in p.isr_nodes for p in partitions)
         assert "controlled shutdown: leadership moved away" in leaving.log_text()
-    finally:
-        cluster.heal()
-
-
-def _coordinator(node: Any, group: str) -> tuple[int, int]:
-    """(error code, node id) of FindCoordinator v4 for a group, asked of `node`."""
-    from kbroker.admin.client import BrokerConnection
-
-    with BrokerConnection(node.host, node.port, 5.0, "coordinator-test") as conn:
-        answer = conn.request(10, 4, key_type=0, coordinator_keys=[group])
-    found = answer.coordinators[0]
-    return int(found.error_code), int(found.node_id)
-
-
-def _join_and_get_assignment(cluster: KafkaCluster, topic: str, group: str) -> list[int]:
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": ",".join(n.bootstrap for n in cluster.live_nodes),
-            "group.id": group,
-            "session.timeout.ms": 6000,
-        }
-    )
-    assigned: list[int] = []
-    consumer.subscribe([topic], on_assign=lambda c, ps: assigned.extend(p.partition for p in ps))
-    deadline = time.monotonic() + 30
-    try:
-        while not assigned and time.monotonic() < deadline:
-            consumer.poll(0.2)
-    finally:
-        consumer.close()
-    return sorted(assigned)
-
-
-def test_the_group_coordinator_moves_with_the_leadership_of_its_offsets_partition(
-    cluster_factory: Any,
-) -> None:
-    # A cluster of its own: nodes killed by other tests leave __consumer_offsets
-    # partitions with a shrunken ISR, and an ISR with no live member has no leader.
-    cluster = cluster_factory.start()
-    topic, group = f"coord-{_uid()}", f"group-{_uid()}"
-    cluster.create_topic(topic, partitions=2, replication_factor=3)
-    assert _join_and_get_assignment(cluster, topic, group) == [0, 1]
-    code, coordinator = _coordinator(cluster.nodes[0], group)
-    assert code == 0
-    survivor = next(n for n in cluster.nodes if n.node_id != coordinator)
-    try:
-        cluster.kill(coordinator)
-
-        def moved() -> int | None:
-            code, node = _coordinator(survivor, group)
-            return node if code == 0 and node != coordinator else None
-
-        new_coordinator = cluster.wait_until(moved, 10.0, "FindCoordinator to name a survivor")
-        assert new_coordinator in {n.node_id for n in cluster.live_nodes}
-        assert _join_and_get_assignment(cluster, topic, group) == [0, 1]
     finally:
         cluster.heal()
 

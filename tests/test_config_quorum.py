@@ -117,3 +117,29 @@ def test_a_cluster_takes_kafkas_internal_topic_replication_defaults():
     assert (
         kraft(1, offsets_topic_replication_factor="2").get("offsets.topic.replication.factor") == 2
     )
+
+
+def test_kafka_4_shipped_server_properties_runs_as_a_standalone_single_node():
+    cfg = BrokerConfig.from_settings(
+        {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": "localhost:9093",
+            "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+            "advertised.listeners": "PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        }
+    )
+    assert cfg.quorum.is_voter and not cfg.quorum.is_cluster
+    assert cfg.quorum.bind_address is None
+    assert [e.name for e in cfg.advertised_endpoints] == ["PLAINTEXT"]
+
+
+def test_several_bootstrap_controllers_without_voters_are_refused_for_a_controller():
+    with pytest.raises(ConfigError, match="controller.quorum.bootstrap.servers"):
+        kraft(
+            1,
+            controller_quorum_voters="",
+            controller_quorum_bootstrap_servers="127.0.0.1:19091,127.0.0.1:19092",
+        )

@@ -197,8 +197,9 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         LIST,
         [],
         "host:port of the controllers a broker-only node follows when "
-        "controller.quorum.voters is not given; kbroker's voters are static, so a "
-        "controller needs controller.quorum.voters.",
+        "controller.quorum.voters is not given. kbroker's voters are static: a controller "
+        "given one address (Kafka 4's standalone quorum) is a single node, and a quorum "
+        "of several controllers needs controller.quorum.voters.",
         _each_parsed_by(parse_address),
     ),
     _d(

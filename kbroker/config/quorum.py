@@ -101,10 +101,14 @@ def resolve_quorum(
             return QuorumConfig(
                 node_id, False, True, (), addresses, None, None, _need_secret(secret)
             )
+        if len(bootstrap_servers) == 1:
+            # Kafka 4's shipped server.properties: a dynamic quorum formatted
+            # --standalone, this node its only voter. kbroker runs it as a lone voter.
+            return QuorumConfig(node_id, True, is_broker, (), (), None, None, secret)
         if bootstrap_servers:
             raise ValueError(
                 "controller.quorum.bootstrap.servers: kbroker's voters are static; a "
-                "controller needs controller.quorum.voters"
+                "quorum of several controllers needs controller.quorum.voters"
             )
         # A single node; a configured Raft address still gets a socket (and a secret).
         if bind is not None and raft_listener is not None:

@@ -13,7 +13,11 @@ reason in a header.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -27,8 +31,14 @@ import pytest
 
 from compat_tests.broker_process import BrokerProcess, running_broker
 from compat_tests.confluent_helpers import create_topic, produce_all, unique_topic
-from compat_tests.spark_support import header, offsets_of, read_topic, spark_session_or_skip
-from spark_examples import generate_orders, orders, streaming_etl
+from compat_tests.spark_support import (
+    TEST_SPARK_CONF,
+    header,
+    offsets_of,
+    read_topic,
+    spark_session_or_skip,
+)
+from spark_examples import connector, generate_orders, orders, streaming_etl
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -242,3 +252,47 @@ def test_malformed_input_goes_to_the_dead_letter_topic_with_its_reason_in_a_head
     generated_bad = [v for _k, v in outcome.generated if _expected_totals([(b"", v)]) == {}]
     assert len(by_source) == len(MALFORMED) + len(generated_bad)
     assert {value for value, _reason in by_source.values()} >= set(generated_bad)
+
+
+def test_the_etl_command_stops_on_sigterm_and_says_how_to_resume(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    source = unique_topic("orders-cli")
+    create_topic(broker.bootstrap, source)
+    _produce(broker.bootstrap, source, _generated(20, seed=3, start=START))
+    command = [
+        sys.executable, "-m", "spark_examples.streaming_etl",
+        "--bootstrap", broker.bootstrap, "--output", str(tmp_path),
+        "--source", source, "--sink", unique_topic("rev"), "--dead-letter", unique_topic("dlq"),
+        "--interval", "1 second",
+    ]  # fmt: skip
+    committed = tmp_path / "checkpoints" / "revenue-to-parquet" / "commits" / "0"
+    # The test session's JVM settings, through the variable PySpark reads at launch.
+    java = TEST_SPARK_CONF["spark.driver.extraJavaOptions"]
+    env = {
+        **os.environ,
+        "PYSPARK_SUBMIT_ARGS": f'--driver-java-options "{java}" --conf spark.ui.enabled=false '
+        "--conf spark.sql.shuffle.partitions=2 pyspark-shell",
+    }
+    with subprocess.Popen(
+        command,
+        cwd=connector.REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as etl:
+        try:
+            deadline = time.monotonic() + 120
+            while not committed.exists():
+                assert etl.poll() is None, (
+                    f"the ETL exited early: {etl.stderr.read() if etl.stderr else ''}"
+                )
+                assert time.monotonic() < deadline, "the ETL committed no batch in 120 s"
+                time.sleep(0.5)
+            etl.send_signal(signal.SIGTERM)
+            _out, err = etl.communicate(timeout=60)
+        finally:
+            etl.kill()
+    assert etl.returncode == 0, err[-3000:]
+    assert f"run again with --output {tmp_path} to resume" in err

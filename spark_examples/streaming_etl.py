@@ -30,6 +30,9 @@ minus ``--watermark``, passes their end; orders later than that are dropped, as 
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -149,15 +152,23 @@ def start(spark: SparkSession, cfg: EtlConfig) -> list[StreamingQuery]:
     return [dead, to_kafka, to_parquet]
 
 
-def run(spark: SparkSession, cfg: EtlConfig) -> None:
-    """Run until stopped (or, with ``available_now``, until the input read at start is done)."""
+def run(spark: SparkSession, cfg: EtlConfig, stop: threading.Event | None = None) -> bool:
+    """Run until ``stop`` is set (or, with ``available_now``, until the input read at start
+    is done); return whether it finished rather than was stopped. A failed query raises.
+
+    Waiting is in short slices so that a signal handler setting ``stop`` is seen at once:
+    a blocking wait inside the JVM cannot be interrupted cleanly.
+    """
+    stop = stop or threading.Event()
     queries = start(spark, cfg)
     try:
-        if cfg.available_now:
-            for query in queries:
-                query.awaitTermination()
-        else:
-            spark.streams.awaitAnyTermination()
+        while not stop.is_set():
+            if cfg.available_now:
+                if all(query.awaitTermination(1) for query in queries):
+                    return True
+            elif spark.streams.awaitAnyTermination(1):
+                return True  # a query ended without an error: nothing more to wait for
+        return False
     finally:
         for query in queries:
             query.stop()
@@ -202,7 +213,13 @@ def parse_args(argv: list[str] | None = None) -> EtlConfig:
 
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_args(argv)
-    run(connector.session("kbroker-orders-etl"), cfg)
+    spark = connector.session("kbroker-orders-etl")
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    if not run(spark, cfg, stop):
+        # The queries have stopped; their checkpoints hold where each one was.
+        print(f"stopped; run again with --output {cfg.output} to resume", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from kbroker.handlers.context import RequestContext, ShareCoordination
 from kbroker.handlers.groups import _client_host, _ms
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.security.acl import Operation, ResourceType
 from kbroker.share.coordinator import FetchAnswer, PartitionAcks
 from kbroker.share.partition_state import AckBatch
 
@@ -48,12 +49,20 @@ def _service(ctx: RequestContext) -> ShareCoordination:
     return service
 
 
+def _group_denied(ctx: RequestContext, operation: Operation, group_id: str) -> bool:
+    return ctx.broker.authorizer is not None and not ctx.allowed(
+        operation, ResourceType.GROUP, group_id
+    )
+
+
 @handles(SHARE_GROUP_HEARTBEAT, 1, 1, enabled_by=ENABLE)
 async def share_group_heartbeat(
     ctx: RequestContext, request: requests.ShareGroupHeartbeatRequest
 ) -> dict[str, Any]:
     service = _service(ctx)
     ready = await service.ready(request.group_id or "")
+    if _group_denied(ctx, Operation.READ, request.group_id or ""):
+        ready = E.group_authorization_failed
     if ready != E.none:
         return {
             "throttle_time": 0,
@@ -106,14 +115,15 @@ def share_group_describe(
 ) -> dict[str, Any]:
     coordinator = _service(ctx).coordinator
     topics = ctx.broker.controller.state.topics_by_id
-    groups = []
+    groups: list[dict[str, Any]] = []
     for group_id in request.group_ids:
         group = coordinator.groups.get(group_id)
-        if group is None:
+        denied = _group_denied(ctx, Operation.DESCRIBE, group_id)
+        if group is None or denied:
             groups.append(
                 {
-                    "error_code": E.group_id_not_found,
-                    "error_message": f"Group {group_id} not found.",
+                    "error_code": E.group_authorization_failed if denied else E.group_id_not_found,
+                    "error_message": None if denied else f"Group {group_id} not found.",
                     "group_id": group_id,
                     "group_state": "Dead",
                     "authorized_operations": -2147483648,
@@ -215,6 +225,15 @@ def _partitions(ctx: RequestContext, answer: FetchAnswer, fetch: bool) -> list[d
 
 @handles(SHARE_FETCH, 1, 2, enabled_by=ENABLE)
 async def share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if _group_denied(ctx, Operation.READ, request.group_id or ""):
+        return {
+            "throttle_time": 0,
+            "error_code": E.group_authorization_failed,
+            "error_message": None,
+            "acquisition_lock_timeout": 0,
+            "responses": [],
+            "node_endpoints": [],
+        }
     added = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
     answer = await _service(ctx).share_fetch(
@@ -253,6 +272,14 @@ async def share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
 async def share_acknowledge(
     ctx: RequestContext, request: requests.ShareAcknowledgeRequest
 ) -> dict[str, Any]:
+    if _group_denied(ctx, Operation.READ, request.group_id or ""):
+        return {
+            "throttle_time": 0,
+            "error_code": E.group_authorization_failed,
+            "error_message": None,
+            "responses": [],
+            "node_endpoints": [],
+        }
     answer = await _service(ctx).share_acknowledge(
         request.group_id or "",
         request.member_id or "",

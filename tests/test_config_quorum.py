@@ -143,3 +143,12 @@ def test_several_bootstrap_controllers_without_voters_are_refused_for_a_controll
             controller_quorum_voters="",
             controller_quorum_bootstrap_servers="127.0.0.1:19091,127.0.0.1:19092",
         )
+
+
+def test_a_cluster_whose_inter_broker_listener_needs_tls_or_sasl_is_refused():
+    with pytest.raises(ConfigError, match="inter.broker.listener.name.*PLAINTEXT only"):
+        kraft(
+            1,
+            listeners="SASL_SSL://:9092,CONTROLLER://:9093",
+            listener_security_protocol_map="SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+        )

@@ -469,6 +469,14 @@ class BrokerConfig:
             for name, kafka_default in CLUSTER_DEFAULTS.items():
                 if not self.is_set(name):
                     effective[name] = kafka_default
+            inter = effective["inter.broker.listener.name"]
+            if self._protocol_map.get(inter, "PLAINTEXT") != "PLAINTEXT":
+                # Followers fetch over the inter-broker listener with a plain client.
+                raise self._fail(
+                    "inter.broker.listener.name",
+                    f"listener {inter} uses {self._protocol_map[inter]}; replication between "
+                    "brokers speaks PLAINTEXT only, so name a PLAINTEXT listener for it",
+                )
 
     def _first_of_group(self, group: Sequence[str]) -> Any:
         primary = self._values[group[0]]

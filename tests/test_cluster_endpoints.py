@@ -34,6 +34,11 @@ class StateOnly:
     state: MetadataState
 
 
+@dataclass
+class HealthyDisks:
+    failed: frozenset[str] = frozenset()
+
+
 def test_registration_keeps_every_advertised_listener_through_a_snapshot():
     info = state_from_plain(state_to_plain(registered(1))).brokers[1]
     assert info.endpoint("EXTERNAL") == ("localhost", 19091)
@@ -42,7 +47,13 @@ def test_registration_keeps_every_advertised_listener_through_a_snapshot():
 
 
 def test_metadata_answers_with_the_addresses_of_the_clients_listener():
-    ctx = handler_context(METADATA, 12, node_id=99, controller=StateOnly(registered(1, 2)))
+    ctx = handler_context(
+        METADATA,
+        12,
+        node_id=99,
+        controller=StateOnly(registered(1, 2)),
+        durability=HealthyDisks(),
+    )
     ctx.connection.listener_name = "EXTERNAL"
     request = build(load_request_schema(METADATA, 12), {"topics": None})
     response = APIS[METADATA].handler(ctx, request)

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
+import pytest
+from test_fuzz_connection import FakeBroker as PlainBroker
+from test_fuzz_connection import FakeTransport, request, responses
+
+from kbroker.admin.client import decode_response
 from kbroker.security.quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
     ClientQuotas,
     WindowedRate,
     entity_key,
 )
+from kbroker.server.connection import KafkaConnection
+
+API_VERSIONS = 18
 
 
 class Clock:
@@ -95,3 +104,26 @@ def test_old_samples_leave_the_window() -> None:
     rate.record(1000, 0.0)
     assert rate.rate(0.5) == 1000 / 1.5
     assert rate.rate(5.0) == 0.0
+
+
+def test_a_client_over_its_request_percentage_is_told_and_muted() -> None:
+    """request_percentage: the handler's time counts against the client's quota; the
+    answer carries the throttle time and the connection reads nothing until it ends."""
+    broker = PlainBroker()
+    table = {entity_key({"client-id": "fuzz"}): {REQUEST_PERCENTAGE: 1e-9}}
+    broker.parts.quotas = ClientQuotas(lambda: table)
+    conn = KafkaConnection(broker)  # type: ignore[arg-type]
+    transport = FakeTransport()
+
+    async def feed() -> None:
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.data_received(request(API_VERSIONS, 3, 5, b"\x01\x01\x00"))
+        conn.data_received(request(API_VERSIONS, 3, 6, b"\x01\x01\x00"))
+        await asyncio.sleep(0)
+
+    asyncio.run(feed())
+    (answer,) = responses(transport.written)  # the second request waits, unread
+    correlation, decoded = decode_response(API_VERSIONS, 3, answer)
+    assert correlation == 5
+    assert decoded.throttle_time.total_seconds() > 0
+    assert not transport.reading

@@ -153,3 +153,23 @@ def test_any_sequence_ends_served_answered_or_closed_never_raising(frames: list[
     assert broker.counters.failed_authentications <= 1
     if broker.counters.failed_authentications:
         assert transport.closed
+
+
+def test_a_v0_handshake_takes_the_token_in_a_bare_frame_and_answers_in_one() -> None:
+    token = f"\0alice\0{PASSWORD}".encode()
+    conn, transport, _ = run(
+        [handshake("PLAIN", version=0), struct.pack(">i", len(token)) + token, request(18, 0, 3)]
+    )
+    handshake_answer, raw_answer, versions = responses(transport.written)
+    assert struct.unpack_from(">h", handshake_answer, 4)[0] == 0
+    assert raw_answer == b""  # PLAIN's (empty) server token, size-prefixed, no header
+    assert struct.unpack_from(">i", versions)[0] == 3
+    assert str(conn.principal) == "User:alice"
+
+
+def test_a_v0_handshake_with_a_wrong_token_closes_without_an_answer(caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    token = b"\0alice\0nope"
+    _, transport, _ = run([handshake("PLAIN", version=0), struct.pack(">i", len(token)) + token])
+    assert len(responses(transport.written)) == 1  # the handshake's answer only
+    assert transport.closed and len(warnings(caplog)) == 1

@@ -70,7 +70,7 @@ def test_generator_produces_valid_orders_at_the_set_rate(broker: BrokerProcess) 
     assert len({json.loads(r.value or b"")["order_id"] for r in records}) == 150
 
 
-def test_generator_refuses_a_rate_that_is_not_positive(broker: BrokerProcess) -> None:
+def test_generator_refuses_a_rate_that_is_not_positive() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "spark_examples.generate_orders", "--rate", "0", "--count", "1"],
         cwd=REPO,

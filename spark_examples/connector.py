@@ -93,22 +93,34 @@ def session(
 ) -> SparkSession:
     """A SparkSession that can load ``format("kafka")``.
 
-    The driver binds to loopback, as a laptop or a test wants; ``SPARK_MASTER`` or
-    ``master`` points it at a cluster instead.
+    Run with ``python``, the session is local (``local[2]``, driver on loopback) unless
+    ``SPARK_MASTER`` or ``master`` names a cluster, and finds the connector as this
+    module's docstring says. Run by ``spark-submit``, which launched the JVM already,
+    the submit command's ``--master``, ``--packages`` and ``--jars`` decide instead.
     """
     from pyspark.sql import SparkSession
 
+    # spark-submit starts the JVM itself and hands PySpark its gateway through these.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(master or os.environ.get("SPARK_MASTER", "local[2]"))
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         # Event times in, window bounds out: all in UTC, whatever the machine's zone.
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.host", os.environ.get("SPARK_DRIVER_HOST", "127.0.0.1"))
-        .config("spark.driver.bindAddress", os.environ.get("SPARK_DRIVER_BIND", "127.0.0.1"))
     )
+    master = master or os.environ.get("SPARK_MASTER")
+    if master:
+        builder = builder.master(master)
+    elif not submitted:
+        builder = (
+            builder.master("local[2]")
+            .config("spark.driver.host", os.environ.get("SPARK_DRIVER_HOST", "127.0.0.1"))
+            .config("spark.driver.bindAddress", os.environ.get("SPARK_DRIVER_BIND", "127.0.0.1"))
+        )
     jars = local_jars()
-    if jars:
+    if submitted:
+        pass
+    elif jars:
         builder = builder.config("spark.jars", ",".join(jars))
     elif allow_maven:
         builder = builder.config("spark.jars.packages", maven_package())

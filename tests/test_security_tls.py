@@ -180,3 +180,30 @@ def test_bogus_bytes_fail_the_handshake_with_an_ssl_error_only(
             session.outgoing()
     except ssl.SSLError:
         return
+
+
+def test_an_encrypted_key_loads_with_ssl_key_password_and_not_without(
+    material: TlsMaterial, tmp_path
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(material.broker.key.read_bytes(), None)
+    encrypted = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"key-pass"),
+    ).decode()
+    store = tmp_path / "encrypted-keystore.pem"
+    store.write_text(encrypted + material.broker.cert_text)
+    context = server_context(
+        material,
+        "none",
+        **{"ssl.keystore.location": str(store), "ssl.key.password": "key-pass"},
+    )
+    assert handshake(TlsSession(context), client_context(material, cert=False))
+    with pytest.raises(ConfigError, match="cannot load the key store"):
+        server_context(
+            material,
+            "none",
+            **{"ssl.keystore.location": str(store), "ssl.key.password": "wrong"},
+        )

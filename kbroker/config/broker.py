@@ -422,6 +422,7 @@ class BrokerConfig:
             ("group.share.min.record.lock.duration.ms", "group.share.record.lock.duration.ms"),
             ("group.share.record.lock.duration.ms", "group.share.max.record.lock.duration.ms"),
             ("log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
+            ("broker.heartbeat.interval.ms", "broker.session.timeout.ms"),
         ):
             if effective[low] > effective[high]:
                 blamed = low if self.is_set(low) else high

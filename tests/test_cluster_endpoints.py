@@ -59,3 +59,25 @@ def test_metadata_answers_with_the_addresses_of_the_clients_listener():
     response = APIS[METADATA].handler(ctx, request)
     brokers = {b["node_id"]: (b["host"], b["port"]) for b in response["brokers"]}
     assert brokers == {1: ("localhost", 19091), 2: ("localhost", 19092)}
+
+
+def test_metadata_leaves_out_a_broker_without_the_clients_listener():
+    state = registered(1, 2)
+    lone = apply_command(
+        state,
+        cmd.REGISTER_BROKER,
+        {
+            "node_id": 3,
+            "host": "kb3",
+            "port": 9092,
+            "timestamp_ms": 0,
+            "endpoints": [["PLAINTEXT", "kb3", 9092]],
+        },
+    ).state
+    ctx = handler_context(
+        METADATA, 12, node_id=99, controller=StateOnly(lone), durability=HealthyDisks()
+    )
+    ctx.connection.listener_name = "EXTERNAL"
+    request = build(load_request_schema(METADATA, 12), {"topics": None})
+    response = APIS[METADATA].handler(ctx, request)
+    assert sorted(b["node_id"] for b in response["brokers"]) == [1, 2]

@@ -20,9 +20,15 @@ METADATA = 3
 
 
 def describe_brokers(ctx: RequestContext) -> list[dict[str, Any]]:
+    """Live brokers, each at its address on the client's listener; as on Kafka, a
+    broker without that listener is left out rather than named at a port the client
+    cannot speak to."""
     brokers = sorted(ctx.broker.controller.state.brokers.values(), key=lambda b: b.node_id)
     described = []
+    listener = ctx.listener_name
     for b in brokers:
+        if b.node_id != ctx.broker.node_id and b.endpoint(listener) is None:
+            continue
         if not b.fenced:
             host, port = node_address(ctx, b)
             described.append({"node_id": b.node_id, "host": host, "port": port, "rack": b.rack})

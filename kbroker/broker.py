@@ -27,12 +27,19 @@ from kbroker.controller.events import (
     TopicCreated,
     TopicDeleted,
 )
-from kbroker.controller.state import INTERNAL_TOPICS, BrokerInfo, PartitionInfo, TopicInfo
+from kbroker.controller.state import (
+    INTERNAL_TOPICS,
+    BrokerInfo,
+    MetadataState,
+    PartitionInfo,
+    TopicInfo,
+)
 from kbroker.controller_node import controller_config
 from kbroker.coordinator.service import GroupCoordinatorService
 from kbroker.handlers.context import BrokerParts
 from kbroker.metrics.counters import RequestCounters
 from kbroker.metrics.http import HttpEndpoint
+from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.fetch_sessions import FetchSessionCache
 from kbroker.replica.manager import ReplicaManager
 from kbroker.security.acl import StandardAuthorizer, parse_super_users
@@ -42,7 +49,6 @@ from kbroker.security.scram import ScramCredential
 from kbroker.server.connection import KafkaConnection
 from kbroker.server.keep_awake import KeepAwake
 from kbroker.server.request_memory import RequestMemory
-from kbroker.server.waiters import DataWaiters
 from kbroker.share.service import ShareService
 from kbroker.storage.cleaner import CleanerConfig, CompactionSettings
 from kbroker.storage.log import LogConfig, PartitionLog
@@ -74,7 +80,7 @@ class Broker:
         self.log_dirs = [Path(d) for d in config.get("log.dirs")]
         self.waiters = DataWaiters()
         self.logs = LogManager(self.log_dirs)
-        self.replicas = ReplicaManager(self.logs, self.waiters)
+        self.replicas = ReplicaManager(self.node_id, self.logs, self.waiters, self.metadata)
         self.fetch_sessions = FetchSessionCache(
             config.get("max.incremental.fetch.session.cache.slots")
         )
@@ -187,7 +193,7 @@ class Broker:
                 f"{endpoint} ({security.protocol})" for endpoint, security in self.listener_security
             ),
             ", ".join(str(e) for e in self.config.advertised_endpoints),
-            len(self.replicas.replicas),
+            len(self.replicas.hosted),
             time.monotonic() - started,
         )
 
@@ -236,9 +242,11 @@ class Broker:
             self.replicas.drop_topic(event.name)
         elif isinstance(event, TopicConfigsChanged):
             config = self.log_config(event.name)
-            for replica in self.replicas.replicas.values():
-                if replica.topic == event.name:
-                    replica.log.update_config(config)
+            min_insync = self.min_insync_replicas(event.name)
+            for partition in self.replicas.hosted.values():
+                if partition.topic == event.name:
+                    partition.log.update_config(config)
+                    partition.min_insync_replicas = min_insync
 
     def _open_partitions(self, topic: TopicInfo, partitions: Sequence[PartitionInfo]) -> None:
         """Take up this broker's replicas of new partitions. A few are opened at once; many
@@ -310,12 +318,8 @@ class Broker:
 
     def _take_role(self, topic: str, p: PartitionInfo, config: LogConfig) -> None:
         """Become leader or follower of a partition assigned here, as the controller says."""
-        if self.node_id not in p.replicas:
-            return
-        if p.leader == self.node_id:
-            self.replicas.become_leader(topic, p.partition, p.leader, p.leader_epoch, config)
-        else:
-            self.replicas.become_follower(topic, p.partition, p.leader, p.leader_epoch, config)
+        if self.node_id in p.replicas:
+            self.replicas.ensure(topic, p, config, self.min_insync_replicas(topic))
 
     # -- membership of the cluster --------------------------------------------------------
 
@@ -386,12 +390,22 @@ class Broker:
 
     # -- configs ------------------------------------------------------------------------
 
+    def metadata(self) -> MetadataState:
+        """The cluster metadata as this broker last applied it."""
+        return self.controller.state
+
     def topic_overrides(self, topic: str) -> dict[str, str]:
         info = self.controller.state.topics.get(topic)
         return dict(info.configs) if info is not None else {}
 
     def log_config(self, topic: str) -> LogConfig:
         return LogConfig(**log_config_for(self.topic_overrides(topic), self.config))
+
+    def min_insync_replicas(self, topic: str) -> int:
+        """min.insync.replicas of a topic (its override, else the broker's)."""
+        return int(
+            topic_config_values(self.topic_overrides(topic), self.config)["min.insync.replicas"]
+        )
 
     def _log_config_for_partition(self, topic: str, partition: int) -> LogConfig:
         return self.log_config(topic)

@@ -32,11 +32,14 @@ from kbroker.protocol.batch import (
     read_header,
 )
 from kbroker.protocol.compression import decompress
+from kbroker.replica.delayed import PendingAck
+from kbroker.replica.partition import Partition, PartitionError
+from kbroker.storage.producer_state import CLIENT
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
     from kbroker.controller import Controller
-    from kbroker.replica.manager import Replica, ReplicaManager
+    from kbroker.replica.manager import ReplicaManager
     from kbroker.storage.manager import LogManager
 
 log = logging.getLogger("kbroker.internal_topics")
@@ -44,6 +47,7 @@ log = logging.getLogger("kbroker.internal_topics")
 E = ErrorCode
 KeyValue = tuple[bytes, bytes | None]
 Acknowledgement = Coroutine[Any, Any, ErrorCode]
+ALL_REPLICAS = -1  # coordinators write with acks=all, as Kafka's do
 Metrics = Callable[[], Iterable[Metric]]
 # Records read between two yields to the loop while replaying a partition.
 YIELD_EVERY_RECORDS = 10_000
@@ -185,8 +189,8 @@ class InternalTopicService:
                 # The topic's real partition count decides placement, whatever the setting.
                 coordinator.config = replace(coordinator.config, num_partitions=count)
             for p in topic.partitions:
-                replica = self.broker.replicas.get(self.topic, p.partition)
-                if p.leader == self.broker.node_id and replica is not None and replica.is_leader:
+                replica, _ = self.broker.replicas.leader(self.topic, p.partition)
+                if p.leader == self.broker.node_id and replica is not None:
                     led[p.partition] = replica.leader_epoch
         for partition in sorted(set(self.held_partitions()) - set(led)):
             task = self._loads.pop(partition, None)
@@ -305,18 +309,19 @@ def append_records(
 
     The append itself happens before this returns, so records of successive calls land
     in call order. Returns its error and, when it succeeded but may not be acknowledged
-    yet, what to await first (the same policy as a produce: fsync when the topic flushes
-    every message, so that a coordinator failover cannot lose what was acknowledged).
+    yet, what to await first (the same policy as an acks=all produce: fsync when the
+    topic flushes every message, and the ISR reaching the batch, so that a coordinator
+    failover cannot lose what was acknowledged).
     The awaitable gives the final error and raises OSError when the fsync fails.
     """
-    replica = broker.replicas.get(topic, partition)
+    replica, code = broker.replicas.leader(topic, partition)
     if replica is None:
-        return E.unknown_topic_or_partition, None
-    if not replica.is_leader:
-        return E.not_leader_or_follower, None
+        return code, None
     batch = encode_batch([Record(k, v, now_ms) for k, v in records], now_ms)
     try:
-        broker.replicas.append(replica, batch, now_ms)
+        appended = replica.append_as_leader(batch, now_ms, CLIENT, ALL_REPLICAS)
+    except PartitionError as exc:
+        return exc.code, None
     except BatchTooLargeError:
         return E.message_too_large, None
     except InvalidBatchError as exc:
@@ -325,21 +330,39 @@ def append_records(
     except OSError as exc:
         log.error("cannot write to %s-%d: %s", topic, partition, exc)
         return E.kafka_storage_error, None
-    return E.none, acknowledgement(broker, replica)
+    return E.none, acknowledgement(broker, replica, appended.last_offset + 1)
 
 
-def acknowledgement(broker: ServiceBroker, replica: Replica) -> Acknowledgement | None:
-    """What to await before acknowledging what was just appended to `replica`, if
-    anything: the same policy as a produce (see `append_records`). On a single node an
-    append is committed once written, so that is the fsync when the topic asks for one."""
-    if not replica.log.config.fsyncs_every_append:
+def acknowledgement(
+    broker: ServiceBroker, replica: Partition, required_offset: int
+) -> Acknowledgement | None:
+    """What to await before acknowledging an append to `replica` that ended before
+    `required_offset`, if anything: the same policy as an acks=all produce (see
+    `append_records`)."""
+    flush = replica.log.config.fsyncs_every_append
+    if not flush and replica.replication_outcome(required_offset) == E.none:
         return None
-    return _flushed(broker, replica)
+    return _acknowledgement(broker, replica, flush, required_offset)
 
 
-async def _flushed(broker: ServiceBroker, replica: Replica) -> ErrorCode:
-    await broker.logs.flush_for_ack(replica.log)
-    return E.none
+async def _acknowledgement(
+    broker: ServiceBroker, replica: Partition, flush: bool, required_offset: int
+) -> ErrorCode:
+    if flush:
+        await broker.logs.flush_for_ack(replica.log)
+    future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+
+    def done(code: ErrorCode) -> None:
+        if not future.done():
+            future.set_result(code)
+
+    outcome = replica.await_replication(required_offset, done)
+    if isinstance(outcome, PendingAck):
+        try:
+            return await future
+        finally:
+            outcome.cancel()
+    return outcome
 
 
 # -- reading ------------------------------------------------------------------------------

@@ -38,8 +38,8 @@ def _fetch(session_id: int, epoch: int, partitions: list[tuple[int, int]], forgo
 
 
 def _append(broker, partition: int) -> None:  # type: ignore[no-untyped-def]
-    replica = broker.replicas.get("sessions", partition)
-    broker.replicas.append(replica, encode_batch([(None, b"x")], base_timestamp=1000), 1000)
+    partition_ = broker.replicas.get("sessions", partition)
+    partition_.append_as_leader(encode_batch([(None, b"x")], base_timestamp=1000), 1000)
 
 
 def _partitions(response) -> list[int]:  # type: ignore[no-untyped-def]

@@ -9,11 +9,12 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode as E
 from test_group_harness import Box
 
+from kbroker.controller.state import PartitionInfo
 from kbroker.coordinator.store import OFFSETS_TOPIC, LogGroupStore
 from kbroker.internal_topics import read_log_records
 from kbroker.protocol.batch import Record, encode_batch
+from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.manager import ReplicaManager
-from kbroker.server.waiters import DataWaiters
 from kbroker.storage import LogConfig, LogManager
 
 NOW = 1_700_000_000_000
@@ -27,8 +28,9 @@ class FakeBroker:
 
 def make_broker(tmp_path: Path, config: LogConfig | None = None) -> FakeBroker:
     logs = LogManager([tmp_path])
-    replicas = ReplicaManager(logs, DataWaiters())
-    replicas.ensure(OFFSETS_TOPIC, 0, 0, config or LogConfig(cleanup_policy="compact"))
+    replicas = ReplicaManager(1, logs, DataWaiters())
+    leader_here = PartitionInfo(0, 1, (1,), (1,))
+    replicas.ensure(OFFSETS_TOPIC, leader_here, config or LogConfig(cleanup_policy="compact"))
     return FakeBroker(logs, replicas)
 
 
@@ -82,7 +84,7 @@ def test_write_to_a_partition_not_held_here_is_unknown(tmp_path):
 
 def test_write_to_a_follower_replica_is_not_leader(tmp_path):
     broker = make_broker(tmp_path)
-    broker.replicas.get(OFFSETS_TOPIC, 0).is_leader = False
+    broker.replicas.get(OFFSETS_TOPIC, 0).become_follower(2, 1, 1, (1, 2), (1, 2))
     box = Box()
     LogGroupStore(broker, lambda: NOW).write(0, [(b"k", b"v")], box)
     assert box.value == E.not_leader_or_follower

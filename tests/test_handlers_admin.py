@@ -176,18 +176,22 @@ class FakeLog:
 @dataclass
 class FakeReplica:
     topic: str
-    partition: int
+    index: int
     log: FakeLog
     leader_epoch: int = 0
     is_leader: bool = True
 
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
 
 class FakeReplicas:
     def __init__(self) -> None:
-        self.replicas: dict[tuple[str, int], FakeReplica] = {}
+        self.hosted: dict[tuple[str, int], FakeReplica] = {}
 
     def get(self, topic: str, partition: int) -> FakeReplica | None:
-        return self.replicas.get((topic, partition))
+        return self.hosted.get((topic, partition))
 
 
 class FakeBroker:
@@ -208,7 +212,7 @@ class FakeBroker:
     def add_replica(self, topic: str, partition: int, dir_index: int = 0, **log: Any) -> FakeLog:
         plog = FakeLog(self.log_dirs[dir_index] / f"{topic}-{partition}", **log)
         plog.directory.mkdir()
-        self.replicas.replicas[(topic, partition)] = FakeReplica(topic, partition, plog)
+        self.replicas.hosted[(topic, partition)] = FakeReplica(topic, partition, plog)
         return plog
 
 
@@ -871,7 +875,7 @@ def test_delete_records_unknown_topic_and_partition(broker):
 def test_delete_records_on_follower_is_refused(broker):
     broker.controller.add_topic("t")
     broker.add_replica("t", 0, high_watermark=7)
-    broker.replicas.replicas[("t", 0)].is_leader = False
+    broker.replicas.hosted[("t", 0)].is_leader = False
     assert delete_records(broker, "t", 0, 1).error_code == ErrorCode.not_leader_or_follower
 
 

@@ -8,7 +8,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from kbroker.controller.state import PartitionInfo
 from kbroker.internal_topics import InternalTopicService
+from kbroker.replica.delayed import DataWaiters
+from kbroker.replica.manager import ReplicaManager
 from kbroker.storage import LogConfig, PartitionLog
 
 TOPIC = "__test_state"
@@ -58,14 +61,14 @@ class SlowService(InternalTopicService):
 
 def fake_broker(tmp_path: Path) -> SimpleNamespace:
     log = PartitionLog.open(tmp_path / f"{TOPIC}-0", LogConfig(), 0)
-    replica = SimpleNamespace(is_leader=True, leader_epoch=1, log=log)
-    partition = SimpleNamespace(partition=0, leader=1)
-    state = SimpleNamespace(topics={TOPIC: SimpleNamespace(partitions=[partition])})
+    info = PartitionInfo(0, 1, (1,), (1,), leader_epoch=1)
+    state = SimpleNamespace(topics={TOPIC: SimpleNamespace(partitions=[info])})
+    replicas = ReplicaManager(1, SimpleNamespace(get=lambda topic, p: log), DataWaiters())
     return SimpleNamespace(
         node_id=1,
         controller=SimpleNamespace(state=state),
-        replicas=SimpleNamespace(get=lambda topic, p: replica),
-        replica=replica,
+        replicas=replicas,
+        replica=replicas.ensure(TOPIC, info, LogConfig()),
     )
 
 
@@ -75,7 +78,7 @@ async def reloaded_at_a_newer_epoch(tmp_path: Path) -> SlowService:
     service = SlowService(broker)
     service.refresh()
     await asyncio.sleep(0.01)
-    broker.replica.leader_epoch = 2
+    broker.replica.become_leader(2, 0, (1,), (1,), 0)
     service.refresh()
     return service
 

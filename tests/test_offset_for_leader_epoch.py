@@ -26,9 +26,10 @@ def _request(topic: str, leader_epoch: int, current: int = -1) -> dict:
 
 
 async def _produce(broker, topic: str, count: int) -> None:  # type: ignore[no-untyped-def]
-    replica = broker.replicas.get(topic, 0)
     records = [(None, b"v%d" % i) for i in range(count)]
-    broker.replicas.append(replica, bytearray(encode_batch(records, base_timestamp=1000)), 1000)
+    broker.replicas.get(topic, 0).append_as_leader(
+        bytearray(encode_batch(records, base_timestamp=1000)), 1000
+    )
 
 
 def test_current_epoch_ends_at_the_log_end(tmp_path: Path) -> None:

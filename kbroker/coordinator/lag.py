@@ -79,9 +79,7 @@ def replica_high_watermark(broker: ServiceBroker) -> HighWatermark:
     """The high watermark of partitions this broker leads, from its replica manager."""
 
     def lookup(topic: str, partition: int) -> int | None:
-        replica = broker.replicas.get(topic, partition)
-        if replica is None or not replica.is_leader:
-            return None
-        return int(replica.log.high_watermark)
+        led, _ = broker.replicas.leader(topic, partition)
+        return None if led is None else led.high_watermark
 
     return lookup

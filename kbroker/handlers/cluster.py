@@ -23,7 +23,7 @@ from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.metadata import visible_controller_id
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
-from kbroker.replica.manager import Replica
+from kbroker.replica.partition import Partition
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 DESCRIBE_CLUSTER = 60
@@ -118,13 +118,13 @@ def describe_cluster(
 # -- DescribeLogDirs -----------------------------------------------------------------------
 
 
-def _log_dir_of(replica: Replica, log_dirs: Sequence[Path]) -> Path | None:
+def _log_dir_of(replica: Partition, log_dirs: Sequence[Path]) -> Path | None:
     """The configured log dir holding the replica's partition directory."""
     parent = replica.log.directory.resolve().parent
     for directory in log_dirs:
         if directory.resolve() == parent:
             return directory
-    name = f"{replica.topic}-{replica.partition}"
+    name = f"{replica.topic}-{replica.index}"
     for directory in log_dirs:
         if (directory / name).is_dir():
             return directory
@@ -149,7 +149,7 @@ def describe_log_dirs(
     wanted = _wanted_partitions(request)
     log_dirs = list(broker.log_dirs)
     by_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {d: {} for d in log_dirs}
-    for (topic, partition), replica in sorted(broker.partitions.replicas.items()):
+    for (topic, partition), replica in sorted(broker.partitions.hosted.items()):
         if wanted is not None and (topic, partition) not in wanted:
             continue
         directory = _log_dir_of(replica, log_dirs)
@@ -160,7 +160,7 @@ def describe_log_dirs(
             {
                 "partition_index": partition,
                 "partition_size": plog.size_bytes(),
-                "offset_lag": max(plog.high_watermark - plog.log_end_offset, 0),
+                "offset_lag": max(replica.high_watermark - plog.log_end_offset, 0),
                 "is_future_key": False,
             }
         )

@@ -30,11 +30,11 @@ if TYPE_CHECKING:
     from kbroker.controller.state import BrokerInfo, MetadataState, TopicInfo
     from kbroker.coordinator.coordinator import GroupCoordinator
     from kbroker.metrics.counters import RequestCounters
+    from kbroker.replica.delayed import DataWaiters
     from kbroker.replica.fetch_sessions import FetchSessionCache
-    from kbroker.replica.manager import Replica
-    from kbroker.server.waiters import DataWaiters
+    from kbroker.replica.partition import Partition
     from kbroker.share.coordinator import FetchAnswer, PartitionAcks, ShareCoordinator
-    from kbroker.storage.log import AppendResult, PartitionLog
+    from kbroker.storage.log import PartitionLog
     from kbroker.txn.coordinator import TransactionCoordinator
     from kbroker.txn.markers import LocalMarkerWriter
     from kbroker.txn.offsets import TxnOffsetStore
@@ -62,21 +62,17 @@ class Client(Protocol):
 
 
 class Partitions(Protocol):
-    """The partitions this broker holds a replica of (kbroker.replica.manager)."""
+    """The partitions this broker holds a replica of (kbroker.replica.manager); what a
+    request does with one goes through its `Partition`."""
 
     @property
-    def replicas(self) -> Mapping[tuple[str, int], Replica]: ...
+    def hosted(self) -> Mapping[tuple[str, int], Partition]: ...
 
-    def get(self, topic: str, partition: int) -> Replica | None: ...
+    def get(self, topic: str, partition: int) -> Partition | None: ...
 
-    def append(
-        self,
-        replica: Replica,
-        records: bytearray | memoryview,
-        now_ms: int,
-        origin: int = ...,
-        issued_producer_ids: int | None = ...,
-    ) -> AppendResult: ...
+    def leader(
+        self, topic: str, partition: int, current_leader_epoch: int = ...
+    ) -> tuple[Partition | None, ErrorCode]: ...
 
 
 class MetadataView(Protocol):

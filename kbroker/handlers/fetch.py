@@ -8,6 +8,7 @@ the file by the connection.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -23,14 +24,13 @@ from kbroker.protocol.fetch_response import (
     encode_fetch_response,
 )
 from kbroker.replica.fetch_sessions import FetchPlan, FetchTarget, remember_sent, worth_sending
-from kbroker.replica.manager import leader_epoch_error
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.security.quotas import CONSUMER_BYTE_RATE
-from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 
 FETCH = 1
 READ_COMMITTED = 1
 FIRST_SESSION_VERSION = 7
+FIRST_REPLICA_STATE_VERSION = 15
 
 
 @handles(FETCH, 4)
@@ -161,6 +161,8 @@ def _read_all(
     if broker.authorizer is not None:
         names = {t.topic for t in plan.targets if t.topic is not None}
         denied = {n for n in names if not ctx.allowed(Operation.READ, ResourceType.TOPIC, n)}
+    replica = replica_id_of(request, ctx.version)
+    now = int(time.time() * 1000) if replica >= 0 else 0
     for target in plan.targets:
         if target.topic is None:
             results.append((target, FetchedPartition(target.partition, unknown)))
@@ -171,7 +173,9 @@ def _read_all(
             results.append((target, refused))
             errors = True
             continue
-        result = _read_partition(broker, target.topic, target, budget, committed_only, total == 0)
+        result = _read_partition(
+            broker, target.topic, target, budget, committed_only, total == 0, replica, now
+        )
         results.append((target, result))
         if result.error_code:
             errors = True
@@ -182,51 +186,47 @@ def _read_all(
 
 
 def _read_partition(
-    broker: BrokerParts, topic: str, p: Any, budget: int, committed_only: bool, first: bool
+    broker: BrokerParts,
+    topic: str,
+    p: FetchTarget,
+    budget: int,
+    committed_only: bool,
+    first: bool,
+    replica_id: int,
+    now_ms: int,
 ) -> FetchedPartition:
-    replica = broker.partitions.get(topic, p.partition)
-    if replica is None:
+    partition = broker.partitions.get(topic, p.partition)
+    if partition is None:
         code = broker.controller.state.missing_replica_error(topic, p.partition)
         return FetchedPartition(p.partition, ErrorCode(code))
-    if not replica.is_leader:
-        return FetchedPartition(p.partition, ErrorCode.not_leader_or_follower)
-    plog = replica.log
-    high_watermark = plog.high_watermark
-    stable = plog.last_stable_offset
-    out = FetchedPartition(
-        p.partition,
-        0,
-        high_watermark,
-        stable,
-        plog.log_start_offset,
-        [] if committed_only else None,
-    )
-    out.error_code = leader_epoch_error(replica, p.current_leader_epoch)
-    if out.error_code:
-        return out
     max_bytes = min(p.partition_max_bytes, budget)
     if max_bytes <= 0 and not first:
-        return out
-    try:
-        out.records = plog.read(
-            p.fetch_offset, max(max_bytes, 1), stable if committed_only else high_watermark
+        read = partition.read_offsets(p.current_leader_epoch)
+    else:
+        read = partition.read(
+            p.fetch_offset,
+            max_bytes,
+            committed_only=committed_only,
+            replica_id=replica_id,
+            current_leader_epoch=p.current_leader_epoch,
+            now_ms=now_ms,
         )
-    except OffsetOutOfRangeError:
-        out.error_code = ErrorCode.offset_out_of_range
-    except LogClosedError:  # the topic was deleted while this fetch was parked
-        out.error_code = ErrorCode.unknown_topic_or_partition
-        return out
-    if committed_only and out.records is not None and plog.producer_state.aborted:
-        upper = _offset_after(out.records, stable)
-        out.aborted_transactions = [
-            (t.producer_id, t.first_offset)
-            for t in plog.aborted_transactions(p.fetch_offset, upper)
-        ]
-    return out
+    if read.error and read.high_watermark < 0:
+        return FetchedPartition(p.partition, read.error)
+    return FetchedPartition(
+        p.partition,
+        read.error,
+        read.high_watermark,
+        read.last_stable_offset,
+        read.log_start_offset,
+        None if read.aborted is None else [(t.producer_id, t.first_offset) for t in read.aborted],
+        records=read.records,
+    )
 
 
-def _offset_after(region: Any, default: int) -> int:
-    """The base offset of the batch after a file region, or `default` when the region
-    ends its segment's data: the upper end of the aborted transactions to list."""
-    following = region.next_base_offset()
-    return default if following is None else min(following, default)
+def replica_id_of(request: Any, version: int) -> int:
+    """The fetching follower's id (-1 for a consumer): a field of its own before v15,
+    inside replica_state from v15 (KIP-903)."""
+    if version >= FIRST_REPLICA_STATE_VERSION:
+        return int(request.replica_state.replica_id)
+    return int(request.replica_id)

@@ -13,7 +13,6 @@ from kio.schema.errors import ErrorCode
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
-from kbroker.replica.manager import leader_epoch_error
 from kbroker.security.acl import Operation, ResourceType
 
 OFFSET_FOR_LEADER_EPOCH = 23
@@ -41,18 +40,11 @@ def _partition(broker: BrokerParts, topic: str, p: Any) -> dict[str, Any]:
         "leader_epoch": -1,
         "end_offset": -1,
     }
-    replica = broker.partitions.get(topic, p.partition)
-    if replica is None:
-        out["error_code"] = ErrorCode(
-            broker.controller.state.missing_replica_error(topic, p.partition)
-        )
-        return out
-    if not replica.is_leader:
-        out["error_code"] = ErrorCode.not_leader_or_follower
-        return out
-    out["error_code"] = leader_epoch_error(replica, p.current_leader_epoch)
-    if not out["error_code"]:
-        out["leader_epoch"], out["end_offset"] = replica.log.end_offset_for_epoch(p.leader_epoch)
+    partition, out["error_code"] = broker.partitions.leader(
+        topic, p.partition, p.current_leader_epoch
+    )
+    if partition is not None:
+        out["leader_epoch"], out["end_offset"] = partition.end_offset_for_epoch(p.leader_epoch)
     return out
 
 

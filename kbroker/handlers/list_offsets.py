@@ -10,7 +10,6 @@ from kio.schema.errors import ErrorCode
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
-from kbroker.replica.manager import leader_epoch_error
 from kbroker.security.acl import Operation, ResourceType
 
 LIST_OFFSETS = 2
@@ -30,22 +29,18 @@ def _partition(broker: BrokerParts, topic: str, p: Any, isolation_level: int) ->
         "offset": -1,
         "leader_epoch": -1,
     }
-    replica = broker.partitions.get(topic, p.partition_index)
-    if replica is None:
-        code = broker.controller.state.missing_replica_error(topic, p.partition_index)
-        out["error_code"] = ErrorCode(code)
+    partition, code = broker.partitions.leader(
+        topic, p.partition_index, getattr(p, "current_leader_epoch", -1)
+    )
+    if partition is None:
+        out["error_code"] = code
         return out
-    if not replica.is_leader:
-        out["error_code"] = ErrorCode.not_leader_or_follower
-        return out
-    out["error_code"] = leader_epoch_error(replica, getattr(p, "current_leader_epoch", -1))
-    if out["error_code"]:
-        return out
-    plog = replica.log
-    out["leader_epoch"] = replica.leader_epoch
+    plog = partition.log
+    out["leader_epoch"] = partition.leader_epoch
+    visible = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
     ts = p.timestamp
     if ts == LATEST:
-        out["offset"] = plog.last_stable_offset if isolation_level == 1 else plog.high_watermark
+        out["offset"] = visible
     elif ts in (EARLIEST, EARLIEST_LOCAL):
         out["offset"] = plog.log_start_offset
     elif ts == MAX_TIMESTAMP:
@@ -58,8 +53,7 @@ def _partition(broker: BrokerParts, topic: str, p: Any, isolation_level: int) ->
         out["error_code"] = ErrorCode.invalid_request
     else:
         at = plog.offset_for_timestamp(ts)
-        limit = plog.last_stable_offset if isolation_level == 1 else plog.high_watermark
-        if at is not None and at[0] < limit:
+        if at is not None and at[0] < visible:
             out["offset"], out["timestamp"] = at
     return out
 

@@ -6,9 +6,12 @@ batch's header and CRC and patches its base offset, and nothing here looks insid
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -30,10 +33,12 @@ from kbroker.protocol.produce_response import (
     encode_produce_response,
 )
 from kbroker.protocol.record_validation import InvalidTimestampError
+from kbroker.replica.delayed import PendingAck
+from kbroker.replica.partition import Partition, PartitionError
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.security.quotas import PRODUCER_BYTE_RATE
 from kbroker.storage.log import PartitionLog
-from kbroker.storage.producer_state import ProducerStateError
+from kbroker.storage.producer_state import CLIENT, ProducerStateError
 from kbroker.txn.errors import producer_state_error_code
 from kbroker.txn.verification import verify_transactional_write
 
@@ -50,7 +55,7 @@ def produce(ctx: RequestContext, request: ProduceRequest) -> Any:
     state = broker.controller.state
     by_id = ctx.version >= 13
     topics_out = []
-    awaiting_flush: list[PartitionLog] = []
+    waits = _Waits()
     failed = False
     # Authorization only when an authorizer is configured: none costs one test per request.
     checking = broker.authorizer is not None
@@ -97,7 +102,8 @@ def produce(ctx: RequestContext, request: ProduceRequest) -> Any:
                     topic.name,
                     pdata,
                     now,
-                    awaiting_flush,
+                    acks,
+                    waits,
                     request.transactional_id,
                     ctx.version,
                 )
@@ -110,8 +116,12 @@ def produce(ctx: RequestContext, request: ProduceRequest) -> Any:
             # The client reads no answer; Kafka tells it of the failure by closing.
             ctx.connection.close("produce with acks=0 failed; closing so the client notices")
         return NO_RESPONSE
-    if awaiting_flush:
-        return _respond_after_flush(broker, awaiting_flush, ctx.version, topics_out, throttle)
+    if waits.replication:
+        return _respond_after_replication(
+            broker, waits, ctx.version, topics_out, request.timeout_ms, throttle
+        )
+    if waits.logs:
+        return _respond_after_flush(broker, waits.logs, ctx.version, topics_out, throttle)
     return encode_produce_response(ctx.version, topics_out, throttle)
 
 
@@ -129,20 +139,18 @@ def _append(
     topic: str,
     pdata: Any,
     now: int,
-    awaiting_flush: list[PartitionLog],
+    acks: int,
+    waits: _Waits,
     transactional_id: str | None,
     version: int,
 ) -> ProducedPartition:
     index = pdata.index
-    replica = broker.partitions.get(topic, index)
-    if replica is None:
+    partition, code = broker.partitions.leader(topic, index)
+    if partition is None:
         why = broker.durability.failed.get((topic, index))
         if why is not None:  # its log could not be made or opened here
             return ProducedPartition(index, ErrorCode.kafka_storage_error, error_message=why)
-        code = broker.controller.state.missing_replica_error(topic, index)
-        return ProducedPartition(index, ErrorCode(code))
-    if not replica.is_leader:
-        return ProducedPartition(index, ErrorCode.not_leader_or_follower)
+        return ProducedPartition(index, code)
     if pdata.records is None:
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message="null records")
     broker.counters.produced_bytes += len(pdata.records)
@@ -160,9 +168,11 @@ def _append(
         if code:
             return ProducedPartition(index, code)
     try:
-        appended = broker.partitions.append(
-            replica, records, now, issued_producer_ids=broker.controller.state.next_producer_id
+        appended = partition.append_as_leader(
+            records, now, CLIENT, acks, broker.controller.state.next_producer_id
         )
+    except PartitionError as exc:
+        return ProducedPartition(index, exc.code, error_message=str(exc))
     except BatchTooLargeError as exc:
         return ProducedPartition(index, ErrorCode.message_too_large, error_message=str(exc))
     except UnsupportedMagicError as exc:
@@ -191,11 +201,23 @@ def _append(
     stats = broker.counters.topic(topic)
     stats.messages_in += appended.record_count
     stats.bytes_in += len(records)
-    if replica.log.config.fsyncs_every_append:
-        awaiting_flush.append(replica.log)
-    return ProducedPartition(
+    result = ProducedPartition(
         index, 0, appended.base_offset, appended.log_append_time_ms, appended.log_start_offset
     )
+    if partition.log.config.fsyncs_every_append:
+        waits.logs.append(partition.log)
+    if acks == -1:
+        waits.replication.append((partition, appended.last_offset + 1, result))
+    return result
+
+
+@dataclass(slots=True)
+class _Waits:
+    """What a Produce's answer waits for: fsyncs of logs that flush every append, and
+    (acks=all) the ISR reaching each partition's batch."""
+
+    logs: list[PartitionLog] = field(default_factory=list)
+    replication: list[tuple[Partition, int, ProducedPartition]] = field(default_factory=list)
 
 
 def _respond_after_flush(
@@ -209,8 +231,15 @@ def _respond_after_flush(
     from the group commit that fsynced them (one fsync for all appends of the loop
     iteration). It is encoded now, while the disk is already writing, not after."""
     answer = Later()
-    waiting = set(logs)
     encoded = encode_produce_response(version, topics, throttle_ms)
+    _await_flushes(broker, logs, answer, lambda: answer.settle(encoded))
+    return answer
+
+
+def _await_flushes(
+    broker: BrokerParts, logs: list[PartitionLog], answer: Later, done: Callable[[], None]
+) -> None:
+    waiting = set(logs)
 
     def durable(plog: PartitionLog, error: OSError | None) -> None:
         if answer.settled:
@@ -220,8 +249,66 @@ def _respond_after_flush(
             return
         waiting.discard(plog)
         if not waiting:
-            answer.settle(encoded)
+            done()
 
     for plog in list(waiting):
         broker.durability.when_durable(plog, functools.partial(durable, plog))
+
+
+def _respond_after_replication(
+    broker: BrokerParts,
+    waits: _Waits,
+    version: int,
+    topics: list[ProducedTopic],
+    timeout_ms: int,
+    throttle_ms: int,
+) -> Later | bytes:
+    """acks=all: the answer goes out when the high watermark of every written partition
+    has passed its batch (Kafka's delayed produce), or at the request's timeout with
+    REQUEST_TIMED_OUT for the partitions still short. Each partition's outcome may be
+    an error (NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below
+    min.insync.replicas, NOT_LEADER_OR_FOLLOWER when leadership moved meanwhile)."""
+    answer = Later()
+    pending: dict[int, tuple[PendingAck, ProducedPartition]] = {}
+    state = {"flushing": bool(waits.logs)}
+    timer: list[asyncio.TimerHandle] = []
+
+    def finish() -> None:
+        if not pending and not state["flushing"] and not answer.settled:
+            if timer:
+                timer[0].cancel()
+            answer.settle(encode_produce_response(version, topics, throttle_ms))
+
+    def acked(key: int, result: ProducedPartition, code: ErrorCode) -> None:
+        pending.pop(key, None)
+        if code:
+            result.error_code = code
+        finish()
+
+    for i, (partition, required, result) in enumerate(waits.replication):
+        outcome = partition.await_replication(required, functools.partial(acked, i, result))
+        if isinstance(outcome, PendingAck):
+            pending[i] = (outcome, result)
+        elif outcome:
+            result.error_code = outcome
+    if pending:
+
+        def expire() -> None:
+            for ack, result in pending.values():
+                ack.cancel()
+                result.error_code = ErrorCode.request_timed_out
+            pending.clear()
+            finish()
+
+        loop = asyncio.get_running_loop()
+        timer.append(loop.call_later(max(timeout_ms, 0) / 1000, expire))
+    if waits.logs:
+
+        def flushed() -> None:
+            state["flushing"] = False
+            finish()
+
+        _await_flushes(broker, waits.logs, answer, flushed)
+    elif not pending:
+        return encode_produce_response(version, topics, throttle_ms)
     return answer

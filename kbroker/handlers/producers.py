@@ -23,11 +23,11 @@ def _partition(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
         out["error_code"] = E.topic_authorization_failed
         return out
     info = ctx.broker.controller.state.topics.get(topic)
-    replica = ctx.broker.partitions.get(topic, index)
     if info is None or not 0 <= index < len(info.partitions):
         out["error_code"] = E.unknown_topic_or_partition
         return out
-    if replica is None or not replica.is_leader:
+    partition = ctx.broker.partitions.get(topic, index)
+    if partition is None or not partition.is_leader:
         out["error_code"] = E.not_leader_or_follower
         return out
     out["active_producers"] = [
@@ -39,7 +39,7 @@ def _partition(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
             "coordinator_epoch": e.coordinator_epoch,
             "current_txn_start_offset": e.txn_first_offset,
         }
-        for e in replica.log.producer_state.producers.values()
+        for e in partition.log.producer_state.producers.values()
     ]
     return out
 

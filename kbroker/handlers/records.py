@@ -36,14 +36,15 @@ def delete_partition_records(
         return _result(index, ErrorCode.invalid_topic_exception)
     if not any(p.partition == index for p in topic.partitions):
         return _result(index, ErrorCode.unknown_topic_or_partition)
-    replica = broker.partitions.get(topic.name, index)
-    if replica is None or not replica.is_leader:
+    partition = broker.partitions.get(topic.name, index)
+    if partition is None or not partition.is_leader:
         return _result(index, ErrorCode.not_leader_or_follower)
-    plog = replica.log
+    plog = partition.log
     if not plog.config.deletes:
         return _result(index, ErrorCode.policy_violation)
-    target = plog.high_watermark if offset == HIGH_WATERMARK else offset
-    if target < 0 or target > plog.high_watermark:
+    high_watermark = partition.high_watermark
+    target = high_watermark if offset == HIGH_WATERMARK else offset
+    if target < 0 or target > high_watermark:
         return _result(index, ErrorCode.offset_out_of_range)
     try:
         low_watermark = plog.delete_records_before(target)

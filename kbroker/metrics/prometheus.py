@@ -129,7 +129,7 @@ class BrokerCollector:
             labels=["topic", "partition"],
         )
         leaders = 0
-        for (topic, partition), replica in sorted(broker.replicas.replicas.items()):
+        for (topic, partition), replica in sorted(broker.replicas.hosted.items()):
             labels = [topic, str(partition)]
             plog = replica.log
             size.add_metric(labels, plog.size_bytes())
@@ -157,7 +157,7 @@ class BrokerCollector:
         yield GaugeMetricFamily(
             "kafka_server_replicamanager_partitioncount",
             "Partitions this broker holds a replica of.",
-            value=len(broker.replicas.replicas),
+            value=len(broker.replicas.hosted),
         )
         yield GaugeMetricFamily(
             "kafka_server_replicamanager_leadercount",
@@ -237,7 +237,7 @@ class BrokerCollector:
         yield GaugeMetricFamily(
             "kbroker_partitions",
             "Partitions held by this broker.",
-            value=len(broker.replicas.replicas),
+            value=len(broker.replicas.hosted),
         )
         end = GaugeMetricFamily(
             "kbroker_log_end_offset",
@@ -252,7 +252,7 @@ class BrokerCollector:
         size = GaugeMetricFamily(
             "kbroker_log_size_bytes", "Bytes on disk, by partition.", labels=["topic", "partition"]
         )
-        for (topic, partition), replica in sorted(broker.replicas.replicas.items()):
+        for (topic, partition), replica in sorted(broker.replicas.hosted.items()):
             labels = [topic, str(partition)]
             end.add_metric(labels, replica.log.log_end_offset)
             start.add_metric(labels, replica.log.log_start_offset)

@@ -15,10 +15,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from kbroker.internal_topics import ServiceBroker, acknowledgement
+from kbroker.internal_topics import ALL_REPLICAS, ServiceBroker, acknowledgement
 from kbroker.protocol.batch import HEADER_SIZE, Record, decode_records, encode_batch, read_header
 from kbroker.protocol.compression import decompress
+from kbroker.replica.partition import PartitionError
 from kbroker.share.partition_state import DeadLetter
+from kbroker.storage.producer_state import CLIENT
 
 if TYPE_CHECKING:
     from kbroker.share.service import ShareService
@@ -113,7 +115,7 @@ class DeadLetterWriter:
             return None
         plog = replica.log
         try:
-            region = plog.read(offset, 1 << 20, plog.high_watermark)
+            region = plog.read(offset, 1 << 20, replica.high_watermark)
         except Exception:  # noqa: BLE001 - deleted by retention: the copy says only where from
             return None
         if region is None:
@@ -152,15 +154,17 @@ class DeadLetterWriter:
             now,
             headers,
         )
-        replica = self._broker.replicas.get(target, 0)
-        if replica is None or not replica.is_leader:
+        replica, _ = self._broker.replicas.leader(target, 0)
+        if replica is None:
             return False
         try:
-            self._broker.replicas.append(replica, encode_batch([record], now), now)
-        except (OSError, ValueError) as exc:
+            appended = replica.append_as_leader(
+                encode_batch([record], now), now, CLIENT, ALL_REPLICAS
+            )
+        except (OSError, ValueError, PartitionError) as exc:
             log.error("cannot write to dead-letter topic %s: %s", target, exc)
             return False
-        waiting = acknowledgement(self._broker, replica)
+        waiting = acknowledgement(self._broker, replica, appended.last_offset + 1)
         if waiting is not None:
             await waiting
         return True

@@ -42,7 +42,7 @@ from kbroker.storage.producer_state import AbortedTxn
 
 if TYPE_CHECKING:
     from kbroker.coordinator.service import GroupCoordinatorService
-    from kbroker.server.waiters import DataWaiters
+    from kbroker.replica.delayed import DataWaiters
 
 log = logging.getLogger("kbroker.share")
 
@@ -93,12 +93,11 @@ class _Coordinates:
         return None if info is None else TopicRef(info.name, info.topic_id, len(info.partitions))
 
     def bounds(self, topic: str, partition: int, committed: bool) -> tuple[int, int] | None:
-        replica = self._broker.replicas.get(topic, partition)
-        if replica is None or not replica.is_leader:
+        replica, _ = self._broker.replicas.leader(topic, partition)
+        if replica is None:
             return None
-        plog = replica.log
-        end = plog.last_stable_offset if committed else plog.high_watermark
-        return plog.log_start_offset, end
+        end = replica.last_stable_offset if committed else replica.high_watermark
+        return replica.log.log_start_offset, end
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         replica = self._broker.replicas.get(topic, partition)

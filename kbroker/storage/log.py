@@ -331,6 +331,22 @@ class PartitionLog:
         (-1, -1) when unknown."""
         return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
+    def begin_epoch(self, epoch: int) -> None:
+        """A leader starts `epoch` at the log end (Kafka assigns it when leadership
+        begins, so OffsetForLeaderEpoch answers for it before its first append)."""
+        epochs = self.epoch_cache
+        if epoch > epochs.latest_epoch and epochs.assign(epoch, self.log_end_offset):
+            epochs.persist()
+
+    def epoch_start(self, epoch: int) -> int:
+        """The first offset written in `epoch`; the log end offset if it wrote none."""
+        for e, start in reversed(self.epoch_cache.entries()):
+            if e == epoch:
+                return start
+            if e < epoch:
+                break
+        return self.log_end_offset
+
     def leader_epoch_entries(self) -> list[tuple[int, int]]:
         """(epoch, start offset) pairs, oldest first."""
         return self.epoch_cache.entries()

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.internal_topics import ServiceBroker
 from kbroker.protocol.batch import InvalidBatchError, Record, encode_batch
+from kbroker.replica.partition import PartitionError
 from kbroker.storage.producer_state import COORDINATOR, ProducerStateError
 from kbroker.txn.errors import producer_state_error_code
 
@@ -95,16 +96,18 @@ class LocalMarkerWriter:
     ) -> ErrorCode:
         """Append one marker; the error code says what happened (WriteTxnMarkers uses it)."""
         topic, partition = tp
-        replica = self.broker.replicas.get(topic, partition)
+        replica, code = self.broker.replicas.leader(topic, partition)
         if replica is None:
-            if topic not in self.broker.controller.state.topics:
-                return ErrorCode.unknown_topic_or_partition
-            return ErrorCode.not_leader_or_follower
-        if not replica.is_leader:
-            return ErrorCode.not_leader_or_follower
+            if code == ErrorCode.unknown_topic_or_partition and (
+                topic in self.broker.controller.state.topics
+            ):
+                return ErrorCode.not_leader_or_follower
+            return code
         batch = encode_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
         try:
-            self.broker.replicas.append(replica, batch, now_ms, COORDINATOR)
+            replica.append_as_leader(batch, now_ms, COORDINATOR)
+        except PartitionError as exc:
+            return exc.code
         except ProducerStateError as exc:
             log.warning(
                 "marker for producer %d refused by %s-%d: %s", producer_id, topic, partition, exc

@@ -26,12 +26,15 @@ from kbroker.coordinator.records import (
 )
 from kbroker.coordinator.store import OFFSETS_TOPIC
 from kbroker.internal_topics import (
+    ALL_REPLICAS,
     Acknowledgement,
     ServiceBroker,
     acknowledgement,
     read_batches,
+    write_error,
 )
 from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, Record, encode_batch
+from kbroker.replica.partition import PartitionError
 from kbroker.storage.producer_state import (
     COORDINATOR,
     InvalidProducerEpochError,
@@ -93,8 +96,8 @@ class TxnOffsetStore:
         answer (an fsync when the offsets topic flushes every message)."""
         coordinator = self._coordinator()
         partition = coordinator.partition_for(group_id)
-        replica = self.broker.replicas.get(OFFSETS_TOPIC, partition)
-        if replica is None or not replica.is_leader:
+        replica, _ = self.broker.replicas.leader(OFFSETS_TOPIC, partition)
+        if replica is None:
             return E.not_coordinator, None
         now = int(time.time() * 1000)
         stamped = {
@@ -112,7 +115,9 @@ class TxnOffsetStore:
             is_transactional=True,
         )
         try:
-            self.broker.replicas.append(replica, batch, now, COORDINATOR)
+            appended = replica.append_as_leader(batch, now, COORDINATOR, ALL_REPLICAS)
+        except PartitionError as exc:
+            return write_error(exc.code), None
         except InvalidProducerEpochError:
             return E.producer_fenced, None
         except ProducerStateError as exc:
@@ -125,7 +130,7 @@ class TxnOffsetStore:
             return E.not_coordinator, None
         pending = self.pending.setdefault((partition, producer_id), PendingOffsets())
         pending.by_group.setdefault(group_id, {}).update(stamped)
-        return E.none, acknowledgement(self.broker, replica)
+        return E.none, acknowledgement(self.broker, replica, appended.last_offset + 1)
 
     def on_marker(self, tp: TopicPartition, producer_id: int, commit: bool) -> None:
         """A marker reached a partition: if it is an offsets partition, settle its offsets."""

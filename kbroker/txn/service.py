@@ -141,7 +141,7 @@ class TransactionCoordinatorService(InternalTopicService):
     async def _expire_producers(self) -> None:
         max_age = self.broker.config.get("producer.id.expiration.ms")
         now = _now_ms()
-        for replica in list(self.broker.replicas.replicas.values()):
+        for replica in list(self.broker.replicas.hosted.values()):
             if not replica.log.closed:
                 replica.log.producer_state.expire(now, max_age)
             await asyncio.sleep(0)

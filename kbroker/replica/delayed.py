@@ -1,0 +1,108 @@
+"""Delayed operations, beside the partitions whose changes complete them.
+
+Two kinds, as in Kafka's purgatories: a Fetch parked until its partitions' logs grow
+(`DataWaiters`), and a Produce with acks=all parked until the ISR holds its batch
+(`DelayedAcks`, one per partition). Neither polls nor blocks the loop: an append, a
+follower's fetch or a role change completes them by plain callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+AckCallback = Callable[[ErrorCode], None]
+
+
+class DataWaiters:
+    """Futures keyed by partition, woken when that partition's log grows.
+
+    A Fetch that found less than min_bytes parks one future per partition it reads;
+    an append wakes them. Nothing polls and nothing blocks the loop.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: dict[tuple[str, int], set[asyncio.Future[None]]] = defaultdict(set)
+
+    def new_waiter(self, keys: list[tuple[str, int]]) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._waiting[key].add(future)
+        future.add_done_callback(lambda f: self._forget(f, keys))
+        return future
+
+    def _forget(self, future: asyncio.Future[None], keys: list[tuple[str, int]]) -> None:
+        for key in keys:
+            waiting = self._waiting.get(key)
+            if waiting is not None:
+                waiting.discard(future)
+                if not waiting:
+                    del self._waiting[key]
+
+    def wake(self, key: tuple[str, int]) -> None:
+        waiting = self._waiting.get(key)
+        if waiting:
+            for future in list(waiting):
+                if not future.done():
+                    future.set_result(None)
+
+    def wake_all(self) -> None:
+        for key in list(self._waiting):
+            self.wake(key)
+
+
+@dataclass(slots=True, eq=False)
+class PendingAck:
+    """One partition's share of a Produce with acks=all: done when the high watermark
+    reaches `required_offset` (the offset after the batch)."""
+
+    required_offset: int
+    callback: AckCallback
+    done: bool = False
+
+    def cancel(self) -> None:
+        """The request gave up (timed out): its callback is never called."""
+        self.done = True
+
+
+class DelayedAcks:
+    """Kafka's produce purgatory for one partition.
+
+    Appends arrive in offset order, so the waiting acknowledgements are ordered by the
+    offset they need and complete from the front as the high watermark advances.
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending: deque[PendingAck] = deque()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, required_offset: int, callback: AckCallback) -> PendingAck:
+        pending = PendingAck(required_offset, callback)
+        self._pending.append(pending)
+        return pending
+
+    def complete_up_to(self, high_watermark: int, code: ErrorCode = ErrorCode.none) -> None:
+        """Answer every acknowledgement whose batch is now below the high watermark."""
+        queue = self._pending
+        while queue and queue[0].required_offset <= high_watermark:
+            self._finish(queue.popleft(), code)
+
+    def fail_all(self, code: ErrorCode) -> None:
+        """Leadership moved: no acknowledgement can come from this replica any more."""
+        queue, self._pending = self._pending, deque()
+        for pending in queue:
+            self._finish(pending, code)
+
+    @staticmethod
+    def _finish(pending: PendingAck, code: ErrorCode) -> None:
+        if not pending.done:
+            pending.done = True
+            pending.callback(code)

@@ -1,0 +1,424 @@
+"""One partition this broker hosts: Kafka's `Partition`, the seam between requests and a log.
+
+Every append (as leader, as follower), every read (a consumer's or a follower's),
+every leadership check and every high-watermark read goes through this object, so
+that the role, the leader epoch, the ISR and the high watermark are decided in one
+place. The leader learns each follower's log end offset from the follower's fetches
+and advances the high watermark to the smallest log end offset in the ISR; a Produce
+with acks=all waits (in `DelayedAcks`, never blocking the loop) until the high
+watermark passes its batch. On a single node the ISR is the leader alone, so the
+high watermark follows the log end offset at once.
+
+Changes to the ISR are not made here: the leader proposes them (`isr_proposer`) and
+applies what the controller committed (`update_isr`), as Kafka's AlterPartition does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.replica.delayed import AckCallback, DataWaiters, DelayedAcks, PendingAck
+from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
+from kbroker.storage.file_slice import FileSlice
+from kbroker.storage.log import AppendResult, PartitionLog
+from kbroker.storage.producer_state import CLIENT, AbortedTxn
+
+NO_REPLICA = -1
+"""A Fetch's replica id when a consumer (not a follower) sends it."""
+
+IsrProposer = Callable[["Partition", tuple[int, ...]], None]
+
+
+class PartitionError(Exception):
+    """An append refused for a reason the client sees as an error code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower, from that follower's fetches (Kafka's
+    `Replica`). The log end offset is unknown (-1) until the first fetch after this
+    broker became leader."""
+
+    log_end_offset: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    last_fetch_leader_end: int = -1
+
+
+@dataclass(slots=True)
+class PartitionRead:
+    """One partition's part of a Fetch answer: the records and the offsets around them."""
+
+    error: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: FileSlice | None = None
+    aborted: list[AbortedTxn] | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Partition:
+    """This broker's replica of one partition, with the state of its role."""
+
+    topic: str
+    index: int
+    log: PartitionLog
+    node_id: int
+    waiters: DataWaiters
+    leader_id: int = NO_REPLICA
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    min_insync_replicas: int = 1
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    isr_proposer: IsrProposer | None = None
+    # An ISR sent to the controller and not committed yet; while it is in flight the high
+    # watermark and min.insync.replicas count the larger of the two (Kafka's maximal ISR).
+    pending_isr: tuple[int, ...] | None = None
+    _acks: DelayedAcks = field(default_factory=DelayedAcks)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.index)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.node_id
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    # -- leadership checks ------------------------------------------------------------------
+
+    def check_leader(self, current_leader_epoch: int = -1) -> ErrorCode:
+        """Kafka's check of a request that only the leader may serve: NOT_LEADER_OR_FOLLOWER
+        on a follower; against the client's current_leader_epoch (-1: unset)
+        FENCED_LEADER_EPOCH when the client is behind, UNKNOWN_LEADER_EPOCH when ahead."""
+        if not self.is_leader:
+            return ErrorCode.not_leader_or_follower
+        return self.check_epoch(current_leader_epoch)
+
+    def check_epoch(self, current_leader_epoch: int) -> ErrorCode:
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return ErrorCode.none
+        if current_leader_epoch < self.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        return ErrorCode.unknown_leader_epoch
+
+    # -- role changes ------------------------------------------------------------------------
+
+    def become_leader(
+        self,
+        leader_epoch: int,
+        partition_epoch: int,
+        replicas: tuple[int, ...],
+        isr: tuple[int, ...],
+        now_ms: int,
+    ) -> bool:
+        """Lead from `leader_epoch` on; True if this is a new leadership (not just a
+        newer ISR). A stale epoch is ignored. Followers start unknown, except that those
+        in the ISR count as caught up now (they have until replica.lag.time.max.ms)."""
+        if leader_epoch < self.leader_epoch:
+            return False
+        new = not self.is_leader or leader_epoch > self.leader_epoch
+        self.leader_id = self.node_id
+        self.replicas = tuple(replicas)
+        self.partition_epoch = partition_epoch
+        self.isr = tuple(isr)
+        self.pending_isr = None
+        if new:
+            self.leader_epoch = leader_epoch
+            # The new epoch starts at the log end: OffsetForLeaderEpoch tells followers so
+            # even before the first append of this epoch.
+            self.log.begin_epoch(leader_epoch)
+            self.followers = {
+                r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
+                for r in self.replicas
+                if r != self.node_id
+            }
+        else:
+            for r in self.replicas:
+                if r != self.node_id and r not in self.followers:
+                    self.followers[r] = FollowerState()
+        self._advance_high_watermark()
+        self.waiters.wake(self.key)
+        return new
+
+    def become_follower(
+        self,
+        leader_id: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        replicas: tuple[int, ...],
+        isr: tuple[int, ...],
+    ) -> bool:
+        """Follow `leader_id` from `leader_epoch` on; True when the leader or its epoch
+        changed (the fetcher must then find where to truncate). Acknowledgements that
+        waited here fail with NOT_LEADER_OR_FOLLOWER; parked fetches answer again."""
+        if leader_epoch < self.leader_epoch:
+            return False
+        changed = self.leader_id != leader_id or leader_epoch > self.leader_epoch
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self.pending_isr = None
+        self.followers = {}
+        self._acks.fail_all(ErrorCode.not_leader_or_follower)
+        self.waiters.wake(self.key)
+        return changed
+
+    def update_isr(self, isr: tuple[int, ...], partition_epoch: int) -> None:
+        """The controller committed a new ISR for this leader (AlterPartition's answer)."""
+        if partition_epoch < self.partition_epoch:
+            return
+        self.isr = tuple(isr)
+        self.partition_epoch = partition_epoch
+        self.pending_isr = None
+        self._advance_high_watermark()
+
+    def stop(self) -> None:
+        """The partition left this broker (deleted or reassigned away)."""
+        self.leader_id = NO_REPLICA
+        self._acks.fail_all(ErrorCode.not_leader_or_follower)
+        self.waiters.wake(self.key)
+
+    # -- appends --------------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        records: bytearray | memoryview,
+        now_ms: int,
+        origin: int = CLIENT,
+        required_acks: int = 1,
+        issued_producer_ids: int | None = None,
+    ) -> AppendResult:
+        """Append a client's (or a coordinator's) batches with offsets from this log.
+
+        Raises PartitionError with NOT_LEADER_OR_FOLLOWER on a follower and, for
+        acks=all, NOT_ENOUGH_REPLICAS when the ISR is smaller than min.insync.replicas
+        (nothing is written then). Storage's errors (corrupt or oversized batches,
+        producer state) pass through. `origin` is storage.producer_state's CLIENT or
+        COORDINATOR; `issued_producer_ids` is the first producer id never handed out."""
+        if not self.is_leader:
+            raise PartitionError(
+                ErrorCode.not_leader_or_follower, f"{self.topic}-{self.index} is led elsewhere"
+            )
+        if required_acks == -1 and len(self._maximal_isr()) < self.min_insync_replicas:
+            raise PartitionError(
+                ErrorCode.not_enough_replicas,
+                f"{self.topic}-{self.index} has {len(self.isr)} in-sync replicas, "
+                f"fewer than min.insync.replicas={self.min_insync_replicas}",
+            )
+        result = self.log.append(records, self.leader_epoch, now_ms, origin, issued_producer_ids)
+        self._advance_high_watermark()
+        self.waiters.wake(self.key)  # followers' parked fetches
+        return result
+
+    def append_as_follower(self, records: bytearray | memoryview, now_ms: int) -> AppendResult:
+        """Append the leader's batches as they are: its offsets, epochs and timestamps.
+        The producer state is rebuilt from them by the log as it is on the leader."""
+        if self.is_leader:
+            raise PartitionError(
+                ErrorCode.not_leader_or_follower, f"{self.topic}-{self.index} leads here"
+            )
+        return self.log.append_as_follower(records, now_ms)
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """A follower's high watermark is the leader's, as far as its own log reaches."""
+        before = self.log.high_watermark
+        self.log.high_watermark = min(leader_high_watermark, self.log.log_end_offset)
+        if self.log.high_watermark != before:
+            self.waiters.wake(self.key)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop this follower's records from `offset` on (a tail the leader does not have)."""
+        self.log.truncate_to(offset)
+
+    # -- acks=all --------------------------------------------------------------------------
+
+    def await_replication(
+        self, required_offset: int, callback: AckCallback
+    ) -> ErrorCode | PendingAck:
+        """How an acks=all append ending before `required_offset` is answered: an error
+        code now when the high watermark already covers it (NONE, or
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas),
+        else a pending acknowledgement whose callback gets the code later."""
+        outcome = self.replication_outcome(required_offset)
+        if outcome is not None:
+            return outcome
+        return self._acks.add(required_offset, callback)
+
+    def replication_outcome(self, required_offset: int) -> ErrorCode | None:
+        """The answer to an acks=all append ending before `required_offset` if it is
+        decided now, else None (the ISR has not reached it yet)."""
+        if not self.is_leader:
+            return ErrorCode.not_leader_or_follower
+        if self.log.high_watermark >= required_offset:
+            return self._ack_code()
+        return None
+
+    def _ack_code(self) -> ErrorCode:
+        if len(self.isr) < self.min_insync_replicas:
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
+
+    def _maximal_isr(self) -> tuple[int, ...]:
+        pending = self.pending_isr
+        if pending is None:
+            return self.isr
+        return self.isr + tuple(r for r in pending if r not in self.isr)
+
+    def _advance_high_watermark(self) -> None:
+        """The smallest log end offset in the ISR (the leader's own included)."""
+        if not self.is_leader:
+            return
+        new = self.log.log_end_offset
+        for replica in self._maximal_isr():
+            if replica != self.node_id:
+                state = self.followers.get(replica)
+                if state is None or state.log_end_offset < 0:
+                    return  # a member not heard from yet holds the high watermark
+                if state.log_end_offset < new:
+                    new = state.log_end_offset
+        if new > self.log.high_watermark:
+            self.log.high_watermark = new
+            if len(self._acks):
+                self._acks.complete_up_to(new, self._ack_code())
+            self.waiters.wake(self.key)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        committed_only: bool = False,
+        replica_id: int = NO_REPLICA,
+        current_leader_epoch: int = -1,
+        now_ms: int = 0,
+    ) -> PartitionRead:
+        """A Fetch's read: a consumer's up to the high watermark (the last stable offset
+        for read_committed), a follower's (`replica_id` set) up to the log end; the
+        follower's fetch offset is its log end offset, which may move the high
+        watermark and its place in the ISR before the read."""
+        code = self.check_leader(current_leader_epoch)
+        if code:
+            return PartitionRead(code)
+        plog = self.log
+        if replica_id >= 0:
+            if replica_id not in self.followers:
+                return PartitionRead(ErrorCode.not_leader_or_follower)
+            self.record_follower_fetch(replica_id, fetch_offset, now_ms)
+            upper = plog.log_end_offset
+        high_watermark = plog.high_watermark
+        stable = plog.last_stable_offset
+        out = PartitionRead(ErrorCode.none, high_watermark, stable, plog.log_start_offset)
+        if replica_id < 0:
+            upper = stable if committed_only else high_watermark
+            if committed_only:
+                out.aborted = []
+        try:
+            out.records = plog.read(fetch_offset, max(max_bytes, 1), upper)
+        except OffsetOutOfRangeError:
+            out.error = ErrorCode.offset_out_of_range
+            return out
+        except LogClosedError:  # deleted while a fetch was parked on it
+            return PartitionRead(ErrorCode.unknown_topic_or_partition)
+        if committed_only and out.records is not None and plog.producer_state.aborted:
+            following = out.records.next_base_offset()
+            end = stable if following is None else min(following, stable)
+            out.aborted = plog.aborted_transactions(fetch_offset, end)
+        return out
+
+    def read_offsets(self, current_leader_epoch: int = -1) -> PartitionRead:
+        """The offsets a Fetch answers when it may read no bytes (its budget is spent)."""
+        code = self.check_leader(current_leader_epoch)
+        if code:
+            return PartitionRead(code)
+        plog = self.log
+        return PartitionRead(
+            ErrorCode.none, plog.high_watermark, plog.last_stable_offset, plog.log_start_offset
+        )
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest epoch <= `epoch`, the offset where it ended)."""
+        return self.log.end_offset_for_epoch(epoch)
+
+    # -- followers, as the leader sees them ------------------------------------------------
+
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        """Kafka's updateFollowerFetchState: a follower fetching from `fetch_offset` has
+        everything below it. It is caught up if it reached the log end as of this fetch
+        or of its previous one; a caught-up follower outside the ISR is proposed back."""
+        state = self.followers[replica_id]
+        leader_end = self.log.log_end_offset
+        if fetch_offset >= leader_end:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
+        elif fetch_offset >= state.last_fetch_leader_end >= 0:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.log_end_offset = fetch_offset
+        state.last_fetch_leader_end = leader_end
+        state.last_fetch_ms = now_ms
+        if replica_id not in self.isr and self._may_join_isr(state):
+            self._propose_isr(self.isr + (replica_id,))
+        self._advance_high_watermark()
+
+    def _may_join_isr(self, state: FollowerState) -> bool:
+        """Kafka's isFollowerInSync: at least at the high watermark and past the start of
+        this leader's epoch (so it holds nothing a new leader would truncate)."""
+        end = state.log_end_offset
+        return end >= self.log.high_watermark and end >= self.log.epoch_start(self.leader_epoch)
+
+    def lagging_followers(self, now_ms: int, lag_time_max_ms: int) -> list[int]:
+        """ISR members that have not caught up within replica.lag.time.max.ms."""
+        return [
+            r
+            for r in self.isr
+            if r != self.node_id
+            and (state := self.followers.get(r)) is not None
+            and now_ms - state.last_caught_up_ms > lag_time_max_ms
+        ]
+
+    def maybe_shrink_isr(self, now_ms: int, lag_time_max_ms: int) -> tuple[int, ...] | None:
+        """Propose the ISR without followers that fell behind; the proposal, or None."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        lagging = self.lagging_followers(now_ms, lag_time_max_ms)
+        if not lagging:
+            return None
+        shrunk = tuple(r for r in self.isr if r not in lagging)
+        self._propose_isr(shrunk)
+        return shrunk
+
+    def _propose_isr(self, isr: tuple[int, ...]) -> None:
+        if self.pending_isr is not None or self.isr_proposer is None:
+            return
+        self.pending_isr = isr
+        self.isr_proposer(self, isr)
+
+    def isr_proposal_failed(self) -> None:
+        """The controller refused or lost the proposal: the next check may try again."""
+        self.pending_isr = None

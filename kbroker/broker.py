@@ -41,7 +41,9 @@ from kbroker.metrics.counters import RequestCounters
 from kbroker.metrics.http import HttpEndpoint
 from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.fetch_sessions import FetchSessionCache
+from kbroker.replica.fetcher import FetcherSettings, ReplicaFetchers
 from kbroker.replica.manager import ReplicaManager
+from kbroker.replica.partition import Partition
 from kbroker.security.acl import StandardAuthorizer, parse_super_users
 from kbroker.security.listener import ListenerSecurity, listener_security
 from kbroker.security.quotas import ClientQuotas
@@ -155,6 +157,14 @@ class Broker:
         self.last_heartbeat_ack = time.monotonic()
         if self.config.quorum.is_cluster:
             self._heartbeat_task = asyncio.create_task(self._heartbeat())
+            self.replicas.fetchers = ReplicaFetchers(
+                self.node_id,
+                lambda: self.controller.state,
+                FetcherSettings.from_settings(self.config.get),
+            )
+            self.replicas.isr_changes = self._alter_isr
+            lag_ms = self.config.get("replica.lag.time.max.ms")
+            self._tasks.append(asyncio.create_task(self.replicas.run_isr_checks(lag_ms)))
         for topic in list(self.controller.state.topics.values()):
             self._open_partitions(topic, topic.partitions)
         await self.group_coordinator.start()
@@ -220,6 +230,7 @@ class Broker:
         await self.share_coordinator.stop()
         await self.txn_coordinator.stop()
         await self.group_coordinator.stop()
+        await self.replicas.stop()
         self.waiters.wake_all()
         self.logs.close_all()
         await self.controller.stop()
@@ -320,6 +331,20 @@ class Broker:
         """Become leader or follower of a partition assigned here, as the controller says."""
         if self.node_id in p.replicas:
             self.replicas.ensure(topic, p, config, self.min_insync_replicas(topic))
+
+    async def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> PartitionInfo:
+        """A led partition's ISR change, proposed to the controller (AlterPartition)."""
+        topic = self.controller.state.topics.get(partition.topic)
+        if topic is None:
+            raise ControllerError(100, f"{partition.topic} no longer exists")
+        return await self.controller.alter_partition(
+            topic.topic_id,
+            partition.index,
+            leader=self.node_id,
+            leader_epoch=partition.leader_epoch,
+            partition_epoch=partition.partition_epoch,
+            new_isr=isr,
+        )
 
     # -- membership of the cluster --------------------------------------------------------
 

@@ -7,19 +7,24 @@ Everything a request does with a partition then goes through that `Partition`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import MetadataState, PartitionInfo
 from kbroker.replica.delayed import DataWaiters
+from kbroker.replica.fetcher import ReplicaFetchers
 from kbroker.replica.partition import Partition
 from kbroker.storage.log import LogConfig
 from kbroker.storage.manager import LogManager
 
 log = logging.getLogger("kbroker.replica")
+
+IsrChanges = Callable[[Partition, tuple[int, ...]], Awaitable[PartitionInfo]]
+"""Proposes a leader's new ISR to the controller (AlterPartition); the committed partition."""
 
 
 class ReplicaManager:
@@ -32,6 +37,11 @@ class ReplicaManager:
     ) -> None:
         self.node_id = node_id
         self.metadata = metadata
+        # Set by a broker in a cluster: the followers' fetchers and the controller's
+        # AlterPartition. Without them (a test's bare manager) roles still apply.
+        self.fetchers: ReplicaFetchers | None = None
+        self.isr_changes: IsrChanges | None = None
+        self._proposals: set[asyncio.Task[None]] = set()
         self.logs = logs
         self.waiters = waiters
         self.hosted: dict[tuple[str, int], Partition] = {}
@@ -71,19 +81,65 @@ class ReplicaManager:
         return found
 
     def apply(self, found: Partition, info: PartitionInfo) -> bool:
-        """Become leader or follower as `info` says; True when the leadership changed."""
+        """Become leader or follower as `info` says (Kafka's makeLeader / makeFollower);
+        True when the leadership changed. A new follower fetches from its leader,
+        truncating first; a leader proposes ISR changes to the controller."""
         if info.leader == self.node_id:
+            if self.fetchers is not None:
+                self.fetchers.unfollow(found.key)
+            found.isr_proposer = self._propose_isr if self.isr_changes is not None else None
             return found.become_leader(
                 info.leader_epoch, info.partition_epoch, info.replicas, info.isr, _now_ms()
             )
-        return found.become_follower(
+        changed = found.become_follower(
             info.leader, info.leader_epoch, info.partition_epoch, info.replicas, info.isr
         )
+        if changed and self.fetchers is not None:
+            self.fetchers.follow(found)
+        return changed
 
     def drop_topic(self, topic: str) -> None:
         for key in [k for k in self.hosted if k[0] == topic]:
+            if self.fetchers is not None:
+                self.fetchers.unfollow(key)
             self.hosted.pop(key).stop()
         self.logs.delete_topic(topic)
+
+    # -- the ISR --------------------------------------------------------------------------
+
+    def _propose_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        task = asyncio.get_running_loop().create_task(self._send_isr(partition, isr))
+        self._proposals.add(task)
+        task.add_done_callback(self._proposals.discard)
+
+    async def _send_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        assert self.isr_changes is not None
+        epoch = partition.leader_epoch
+        try:
+            info = await self.isr_changes(partition, isr)
+        except Exception as exc:  # refused or not committed: the next check tries again
+            log.info("ISR %s for %s-%d not committed: %s", isr, *partition.key, exc)
+            partition.isr_proposal_failed()
+            return
+        if partition.is_leader and partition.leader_epoch == epoch:
+            log.info("%s-%d ISR is now %s", partition.topic, partition.index, list(info.isr))
+            partition.update_isr(info.isr, info.partition_epoch)
+
+    async def run_isr_checks(self, lag_time_max_ms: int) -> None:
+        """Kafka's isr-expiration task: every half of replica.lag.time.max.ms, each led
+        partition drops the followers that have not caught up within it."""
+        while True:
+            await asyncio.sleep(lag_time_max_ms / 2000)
+            now = _now_ms()
+            for partition in list(self.hosted.values()):
+                if partition.is_leader and len(partition.isr) > 1:
+                    partition.maybe_shrink_isr(now, lag_time_max_ms)
+
+    async def stop(self) -> None:
+        if self.fetchers is not None:
+            await self.fetchers.stop()
+        for task in list(self._proposals):
+            task.cancel()
 
 
 def _now_ms() -> int:

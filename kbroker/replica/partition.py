@@ -331,6 +331,15 @@ class Partition:
         if replica_id >= 0:
             if replica_id not in self.followers:
                 return PartitionRead(ErrorCode.not_leader_or_follower)
+            if not plog.log_start_offset <= fetch_offset <= plog.log_end_offset:
+                # Beyond this log's end it has a tail this leader never wrote; it must
+                # truncate before its offsets may count.
+                return PartitionRead(
+                    ErrorCode.offset_out_of_range,
+                    plog.high_watermark,
+                    plog.last_stable_offset,
+                    plog.log_start_offset,
+                )
             self.record_follower_fetch(replica_id, fetch_offset, now_ms)
             upper = plog.log_end_offset
         high_watermark = plog.high_watermark

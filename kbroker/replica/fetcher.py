@@ -1,0 +1,411 @@
+"""Followers pull from their leaders: one replica fetcher per source broker (Kafka's
+`ReplicaFetcherThread`, here an asyncio task).
+
+A fetcher keeps one connection to its leader. Partitions that have just started
+following (a new leader or a new leader epoch) first ask the leader with
+OffsetForLeaderEpoch where their latest epoch ended there and truncate a divergent
+tail; then they fetch with the Fetch API as a replica (`replica_state.replica_id` set,
+their `current_leader_epoch` and `last_fetched_epoch`), append the leader's batches as
+they are and take the leader's high watermark. The leader learns each follower's log
+end offset from these fetches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from kbroker.admin.client import decode_response, encode_request
+from kbroker.controller.state import MetadataState
+from kbroker.protocol.batch import HEADER_SIZE, InvalidBatchError
+from kbroker.protocol.messages import build
+from kbroker.replica.partition import Partition
+from kbroker.storage.errors import LogError
+
+log = logging.getLogger("kbroker.replica.fetcher")
+
+FETCH = 1
+FETCH_VERSION = 15  # replica_state (KIP-903) and topic ids
+OFFSET_FOR_LEADER_EPOCH = 23
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+_LENGTH = struct.Struct(">i")
+_RETRY_LATER = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.unknown_topic_id,
+        ErrorCode.offset_not_available,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherSettings:
+    """Kafka's replica.fetch.* settings."""
+
+    max_wait_ms: int = 500
+    min_bytes: int = 1
+    partition_max_bytes: int = 1048576
+    response_max_bytes: int = 10485760
+    backoff_ms: int = 1000
+    socket_timeout_ms: int = 30000
+
+    @classmethod
+    def from_settings(cls, get: Callable[[str], Any]) -> FetcherSettings:
+        return cls(
+            get("replica.fetch.wait.max.ms"),
+            get("replica.fetch.min.bytes"),
+            get("replica.fetch.max.bytes"),
+            get("replica.fetch.response.max.bytes"),
+            get("replica.fetch.backoff.ms"),
+            get("replica.socket.timeout.ms"),
+        )
+
+
+@dataclass(slots=True, eq=False)
+class FetchState:
+    """A partition a fetcher serves: whether it still has to truncate first, and until
+    when it rests after an error."""
+
+    partition: Partition
+    truncating: bool = True
+    resting_until: float = 0.0
+
+
+def whole_batches(records: bytes) -> int:
+    """How many leading bytes of a records field are whole batches (a leader may send a
+    partial batch at the end, which the next fetch asks for again)."""
+    pos, end = 0, len(records)
+    while pos + HEADER_SIZE <= end:
+        (length,) = _LENGTH.unpack_from(records, pos + 8)
+        if length <= 0 or pos + 12 + length > end:
+            break
+        pos += 12 + length
+    return pos
+
+
+class _Link:
+    """One connection to a leader: a request out, its answer back, in order."""
+
+    def __init__(self, host: str, port: int, client_id: str) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self._correlation = itertools.count(1)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def call(self, entity: Any, timeout: float) -> Any:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), timeout
+            )
+        assert self._reader is not None and self._writer is not None
+        correlation = next(self._correlation)
+        self._writer.write(encode_request(entity, correlation, self.client_id))
+        head = await asyncio.wait_for(self._reader.readexactly(4), timeout)
+        (size,) = _LENGTH.unpack(head)
+        frame = await asyncio.wait_for(self._reader.readexactly(size), timeout)
+        got, response = decode_response(int(entity.__api_key__), int(entity.__version__), frame)
+        if got != correlation:
+            raise ConnectionError(f"answer {got} to request {correlation}")
+        return response
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+
+class ReplicaFetcher:
+    """Pulls every partition this broker follows from one leader broker."""
+
+    def __init__(
+        self,
+        node_id: int,
+        leader_id: int,
+        metadata: Callable[[], MetadataState],
+        settings: FetcherSettings,
+    ) -> None:
+        self.node_id = node_id
+        self.leader_id = leader_id
+        self.metadata = metadata
+        self.settings = settings
+        self.partitions: dict[tuple[str, int], FetchState] = {}
+        self._changed = asyncio.Event()
+        self._link: _Link | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[partition.key] = FetchState(partition)
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def remove(self, key: tuple[str, int]) -> None:
+        self.partitions.pop(key, None)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self._link is not None:
+            self._link.close()
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = self.settings.backoff_ms / 1000
+        while True:
+            if not self.partitions:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                link = self._connect()
+                if link is None:
+                    await asyncio.sleep(backoff)
+                    continue
+                if any(s.truncating for s in self.partitions.values()):
+                    await self._truncate(link)
+                fetched = await self._fetch(link)
+                if not fetched:
+                    await asyncio.sleep(backoff / 10)
+            except asyncio.CancelledError:
+                raise
+            except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                log.info("fetching from broker %d: %s; retrying", self.leader_id, exc)
+                self._drop_link()
+                await asyncio.sleep(backoff)
+            except Exception:
+                log.exception("replica fetcher for broker %d failed; retrying", self.leader_id)
+                self._drop_link()
+                await asyncio.sleep(backoff)
+
+    def _connect(self) -> _Link | None:
+        broker = self.metadata().brokers.get(self.leader_id)
+        if broker is None:
+            return None
+        link = self._link
+        if link is not None and (link.host, link.port) != (broker.host, broker.port):
+            self._drop_link()
+            link = None
+        if link is None:
+            link = self._link = _Link(broker.host, broker.port, f"replica-{self.node_id}")
+        return link
+
+    def _drop_link(self) -> None:
+        if self._link is not None:
+            self._link.close()
+            self._link = None
+
+    @property
+    def _timeout(self) -> float:
+        return (self.settings.socket_timeout_ms + self.settings.max_wait_ms) / 1000
+
+    # -- truncation by leader epoch -----------------------------------------------------
+
+    async def _truncate(self, link: _Link) -> None:
+        """Kafka's truncation on becoming follower (KIP-101/279): ask where our latest
+        epoch ended on the leader, cut our log there."""
+        states = [s for s in self.partitions.values() if s.truncating]
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        asked: dict[tuple[str, int], tuple[FetchState, int]] = {}
+        for s in states:
+            p = s.partition
+            epoch = p.log.latest_epoch
+            if epoch < 0:  # nothing written with an epoch: nothing can diverge
+                s.truncating = False
+                continue
+            asked[p.key] = (s, epoch)
+            by_topic.setdefault(p.topic, []).append(
+                {
+                    "partition": p.index,
+                    "current_leader_epoch": p.leader_epoch,
+                    "leader_epoch": epoch,
+                }
+            )
+        if not by_topic:
+            return
+        request = build(
+            load_request_schema(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION),
+            {
+                "replica_id": self.node_id,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            },
+        )
+        response = await link.call(request, self._timeout)
+        for t in response.topics:
+            for r in t.partitions:
+                entry = asked.get((t.topic, int(r.partition)))
+                if entry is None:
+                    continue
+                s, epoch = entry
+                if self.partitions.get(s.partition.key) is not s:
+                    continue  # re-added meanwhile: it truncates again
+                if r.error_code != ErrorCode.none:
+                    s.resting_until = time.monotonic() + self.settings.backoff_ms / 1000
+                    continue
+                self._truncate_to(s, epoch, int(r.leader_epoch), int(r.end_offset))
+
+    @staticmethod
+    def _truncate_to(s: FetchState, epoch: int, leader_epoch: int, end_offset: int) -> None:
+        p = s.partition
+        end = p.log_end_offset
+        if leader_epoch < 0 or end_offset < 0:
+            target = min(p.high_watermark, end)  # the leader knows no such epoch
+        elif leader_epoch == epoch:
+            target = min(end_offset, end)
+        else:  # the leader's largest epoch below ours: cut where it ended here too
+            _, ours = p.end_offset_for_epoch(leader_epoch)
+            target = min(end_offset, ours if ours >= 0 else end, end)
+        if target < end:
+            log.info(
+                "%s-%d truncates its divergent tail from %d to %d (leader epoch %d)",
+                p.topic,
+                p.index,
+                end,
+                target,
+                p.leader_epoch,
+            )
+            p.truncate_to(target)
+        s.truncating = False
+
+    # -- fetching -----------------------------------------------------------------------
+
+    async def _fetch(self, link: _Link) -> bool:
+        """One Fetch for every partition ready to fetch; False when none was."""
+        now = time.monotonic()
+        state = self.metadata()
+        ready = [s for s in self.partitions.values() if not s.truncating and s.resting_until <= now]
+        by_topic: dict[str, list[FetchState]] = {}
+        for s in ready:
+            if s.partition.topic in state.topics:
+                by_topic.setdefault(s.partition.topic, []).append(s)
+        if not by_topic:
+            return False
+        ids = {name: state.topics[name].topic_id for name in by_topic}
+        settings = self.settings
+        request = build(
+            load_request_schema(FETCH, FETCH_VERSION),
+            {
+                "replica_state": {"replica_id": self.node_id, "replica_epoch": -1},
+                "max_wait": settings.max_wait_ms,
+                "min_bytes": settings.min_bytes,
+                "max_bytes": settings.response_max_bytes,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [
+                    {
+                        "topic_id": ids[name],
+                        "partitions": [
+                            {
+                                "partition": s.partition.index,
+                                "current_leader_epoch": s.partition.leader_epoch,
+                                "fetch_offset": s.partition.log_end_offset,
+                                "last_fetched_epoch": s.partition.log.latest_epoch,
+                                "log_start_offset": s.partition.log.log_start_offset,
+                                "partition_max_bytes": settings.partition_max_bytes,
+                            }
+                            for s in states
+                        ],
+                    }
+                    for name, states in by_topic.items()
+                ],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+        )
+        sent = {(name, s.partition.index): s for name, states in by_topic.items() for s in states}
+        fetch_offsets = {key: s.partition.log_end_offset for key, s in sent.items()}
+        response = await link.call(request, self._timeout)
+        names = {v: k for k, v in ids.items()}
+        now_ms = int(time.time() * 1000)
+        for t in response.responses:
+            name = names.get(t.topic_id)
+            for r in t.partitions:
+                got = sent.get((name or "", int(r.partition_index)))
+                if got is None or self.partitions.get(got.partition.key) is not got:
+                    continue  # stopped following meanwhile
+                if got.partition.log_end_offset != fetch_offsets[got.partition.key]:
+                    continue  # truncated meanwhile
+                self._apply(got, r, now_ms)
+        return True
+
+    def _apply(self, s: FetchState, r: Any, now_ms: int) -> None:
+        p = s.partition
+        code = ErrorCode(r.error_code)
+        if code != ErrorCode.none:
+            if code == ErrorCode.offset_out_of_range:
+                log.warning(
+                    "%s-%d fetch offset %d out of range on leader %d (log start %d)",
+                    p.topic,
+                    p.index,
+                    p.log_end_offset,
+                    self.leader_id,
+                    r.log_start_offset,
+                )
+                s.truncating = True
+            elif code not in _RETRY_LATER:
+                log.warning("%s-%d: leader %d answered %s", p.topic, p.index, self.leader_id, code)
+            s.resting_until = time.monotonic() + self.settings.backoff_ms / 1000
+            return
+        records = r.records
+        if records:
+            usable = whole_batches(records)
+            if usable:
+                try:
+                    p.append_as_follower(memoryview(records)[:usable], now_ms)
+                except (InvalidBatchError, LogError) as exc:
+                    log.error(
+                        "%s-%d: cannot append the leader's batches: %s", p.topic, p.index, exc
+                    )
+                    s.resting_until = time.monotonic() + self.settings.backoff_ms / 1000
+                    return
+        p.update_follower_high_watermark(int(r.high_watermark))
+
+
+@dataclass(slots=True)
+class ReplicaFetchers:
+    """Kafka's ReplicaFetcherManager: which fetcher (by leader) serves each partition."""
+
+    node_id: int
+    metadata: Callable[[], MetadataState]
+    settings: FetcherSettings = field(default_factory=FetcherSettings)
+    fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)
+
+    def follow(self, partition: Partition) -> None:
+        """(Re)start fetching `partition` from its leader, truncating first."""
+        self.unfollow(partition.key)
+        if partition.leader_id < 0:
+            return  # no leader to fetch from until the controller elects one
+        fetcher = self.fetchers.get(partition.leader_id)
+        if fetcher is None:
+            fetcher = ReplicaFetcher(
+                self.node_id, partition.leader_id, self.metadata, self.settings
+            )
+            self.fetchers[partition.leader_id] = fetcher
+        fetcher.add(partition)
+
+    def unfollow(self, key: tuple[str, int]) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.remove(key)
+
+    async def stop(self) -> None:
+        for fetcher in list(self.fetchers.values()):
+            with contextlib.suppress(Exception):
+                await fetcher.stop()
+        self.fetchers.clear()

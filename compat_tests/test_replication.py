@@ -1,0 +1,210 @@
+"""Replicated partitions on three kbroker processes: followers fetch from the leader,
+acks=all waits for the ISR, min.insync.replicas guards writes, and nothing
+acknowledged is lost when leaders are killed with kill -9."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+from compat_tests.cluster import KafkaCluster
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def _create(cluster: KafkaCluster, topic: str, **configs: str) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    admin = cluster.admin()
+    futures = admin.create_topics([NewTopic(topic, 1, 3, config=configs)], operation_timeout=10)
+    futures[topic].result(timeout=15)
+
+
+def _read_all(cluster: KafkaCluster, topic: str, expected: int, timeout: float = 30) -> list[bytes]:
+    """Every value of partition 0 from the start (read_committed off, as produced)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": ",".join(n.bootstrap for n in cluster.live_nodes),
+            "group.id": f"check-{_uid()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    idle_since = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                if len(values) >= expected and time.monotonic() - idle_since > 2:
+                    break
+                continue
+            idle_since = time.monotonic()
+            values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def _new_leader(cluster: KafkaCluster, topic: str, gone: int, timeout: float = 10.0) -> int:
+    def elected() -> int | None:
+        node = cluster.live_nodes[0]
+        leader = cluster.partition(topic, 0, node).leader
+        return leader if leader not in (gone, -1) else None
+
+    return cluster.wait_until(elected, timeout, f"a new leader of {topic} other than {gone}")
+
+
+def test_acknowledged_records_survive_the_kill_of_their_leader(cluster: KafkaCluster) -> None:
+    from confluent_kafka import Producer
+
+    topic = f"survive-{_uid()}"
+    _create(cluster, topic, **{"min.insync.replicas": "2"})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(200):
+        producer.produce(topic, value=b"v%d" % i)
+    assert producer.flush(15) == 0
+    victim = cluster.partition(topic).leader
+    try:
+        cluster.kill(victim)
+        _new_leader(cluster, topic, victim)
+        assert _read_all(cluster, topic, 200) == [b"v%d" % i for i in range(200)]
+    finally:
+        cluster.heal()
+
+
+def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(
+    cluster: KafkaCluster,
+) -> None:
+    topic = f"min-isr-{_uid()}"
+    _create(cluster, topic, **{"min.insync.replicas": "3"})
+    leader = cluster.partition(topic).leader
+    follower = next(n.node_id for n in cluster.nodes if n.node_id != leader)
+    try:
+        cluster.kill(follower)
+        cluster.wait_until(
+            lambda: follower not in cluster.partition(topic, 0, cluster.node(leader)).isrs,
+            15.0,
+            f"broker {follower} to leave the ISR",
+        )
+        # A client retries NOT_ENOUGH_REPLICAS until its timeout: ask on the wire.
+        assert _produce_error(cluster, leader, topic, acks=-1) == 19  # NOT_ENOUGH_REPLICAS
+        assert _produce_error(cluster, leader, topic, acks=1) == 0  # acks=1 is not guarded
+    finally:
+        cluster.heal()
+
+
+def _produce_error(cluster: KafkaCluster, node_id: int, topic: str, acks: int) -> int:
+    from kbroker.admin.client import BrokerConnection
+    from kbroker.protocol.batch import encode_batch
+
+    node = cluster.node(node_id)
+    records = bytes(encode_batch([(None, b"x")], int(time.time() * 1000)))
+    with BrokerConnection(node.host, node.port, 10.0, "min-isr-test") as conn:
+        response = conn.request(
+            0,
+            9,
+            transactional_id=None,
+            acks=acks,
+            timeout=5000,
+            topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+        )
+    return int(response.responses[0].partition_responses[0].error_code)
+
+
+class _History:
+    """What an idempotent acks=all producer sent and what the cluster acknowledged."""
+
+    def __init__(self) -> None:
+        self.acked: list[int] = []
+        self.failed = 0
+        self.lock = threading.Lock()
+
+    def delivered(self, err: Any, msg: Any) -> None:
+        with self.lock:
+            if err is None:
+                self.acked.append(int(msg.value()))
+            else:
+                self.failed += 1
+
+
+def test_kill_the_leader_restart_it_kill_another_and_lose_nothing_acknowledged(
+    cluster: KafkaCluster,
+) -> None:
+    """RF=3, min.insync.replicas=2, an idempotent acks=all producer at full speed: kill -9
+    the leader, restart it, kill the next leader. Every acknowledged record is read back
+    exactly once and in order."""
+    from confluent_kafka import Producer
+
+    topic = f"history-{_uid()}"
+    _create(cluster, topic, **{"min.insync.replicas": "2"})
+    history = _History()
+    stop = threading.Event()
+
+    def produce() -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 60000,
+            }
+        )
+        i = 0
+        while not stop.is_set():
+            try:
+                producer.produce(topic, value=b"%d" % i, on_delivery=history.delivered)
+                i += 1
+            except BufferError:
+                producer.poll(0.05)
+                continue
+            if i % 100 == 0:
+                producer.poll(0)
+                time.sleep(0.01)
+        producer.flush(60)
+
+    writer = threading.Thread(target=produce, daemon=True)
+    writer.start()
+    failovers: list[float] = []
+    try:
+        time.sleep(2)
+        first = cluster.partition(topic).leader
+        cluster.kill(first)
+        killed = time.monotonic()
+        _new_leader(cluster, topic, first)
+        failovers.append(time.monotonic() - killed)
+        time.sleep(2)
+        cluster.node(first).start()
+        cluster.wait_until(
+            lambda: first in cluster.partition(topic).isrs, 30.0, f"broker {first} back in the ISR"
+        )
+        second = cluster.partition(topic).leader
+        cluster.kill(second)
+        killed = time.monotonic()
+        _new_leader(cluster, topic, second)
+        failovers.append(time.monotonic() - killed)
+        time.sleep(2)
+    finally:
+        stop.set()
+        writer.join(90)
+        cluster.heal()
+    acked = history.acked
+    assert len(acked) > 500, f"only {len(acked)} acknowledged"
+    assert history.failed == 0
+    read = [int(v) for v in _read_all(cluster, topic, len(acked), timeout=60)]
+    assert len(read) == len(set(read)), "a record was stored twice"
+    positions = {v: i for i, v in enumerate(read)}
+    lost = [v for v in acked if v not in positions]
+    assert lost == [], f"{len(lost)} acknowledged records lost"
+    order = [positions[v] for v in sorted(acked)]
+    assert order == sorted(order), "acknowledged records out of order"
+    print(f"failover seconds: {[round(f, 2) for f in failovers]}, acked {len(acked)}")

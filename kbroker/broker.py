@@ -159,7 +159,7 @@ class Broker:
             self._heartbeat_task = asyncio.create_task(self._heartbeat())
             self.replicas.fetchers = ReplicaFetchers(
                 self.node_id,
-                lambda: self.controller.state,
+                self.metadata,
                 FetcherSettings.from_settings(self.config.get),
             )
             self.replicas.isr_changes = self._alter_isr

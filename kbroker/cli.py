@@ -9,6 +9,10 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kbroker.config import BrokerConfig
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,6 +66,20 @@ async def _serve(config) -> None:  # type: ignore[no-untyped-def]
     await broker.stop()
 
 
+def _log_inert_settings(config: BrokerConfig) -> None:
+    """One line naming the inert settings the operator set, so none seems to work."""
+    log = logging.getLogger("kbroker.config")
+    explicit = config.inert_settings()
+    if explicit:
+        log.info(
+            "settings accepted for compatibility but inert in kbroker: %s", ", ".join(explicit)
+        )
+    log.debug(
+        "inert settings (accepted, no effect): %s",
+        ", ".join(config.inert_settings(explicit_only=False)),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command != "serve":
@@ -82,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         config.get("logging.format"),
         parse_levels(config.get("logging.levels")),
     )
+    _log_inert_settings(config)
     _install_event_loop(args.event_loop)
     try:
         asyncio.run(_serve(config))

@@ -42,7 +42,7 @@ from kbroker.config.sources import (
     settings_from_mapping,
     settings_from_overrides,
 )
-from kbroker.config.types import ConfigSource
+from kbroker.config.types import ConfigSource, SettingRole
 
 MS_PER_MINUTE = 60_000
 MS_PER_HOUR = 3_600_000
@@ -260,6 +260,15 @@ class BrokerConfig:
     def explicit_settings(self) -> dict[str, Any]:
         """Settings given by some source other than the defaults, by name."""
         return {n: v for n, v in self._values.items() if self.is_set(n)}
+
+    def inert_settings(self, *, explicit_only: bool = True) -> list[str]:
+        """Names of the inert settings (``SettingRole.INERT``), sorted; by default only
+        those some source set, which the start-up log line names."""
+        return sorted(
+            name
+            for name, definition in BROKER_CONFIGS.items()
+            if definition.role is SettingRole.INERT and (self.is_set(name) or not explicit_only)
+        )
 
     def __getattr__(self, attribute: str) -> Any:
         if attribute.startswith("_"):

@@ -4,7 +4,8 @@ Defaults follow Kafka 3.9's documentation except where a single-node broker star
 with no configuration needs otherwise (listeners on 127.0.0.1, data in ./data, node id
 1, internal topics with replication factor 1). Settings a server.properties commonly
 carries but kbroker has no use for (thread counts, ZooKeeper, KRaft quorum) are
-accepted and reported so copied files load; they change nothing. Settings whose value
+accepted and reported so copied files load; they change nothing, are marked
+``SettingRole.INERT`` and are listed at start-up when set. Settings whose value
 is the broker-wide default of a topic config are updatable dynamically
 (``read_only=False``), the rest only by restart.
 """
@@ -28,6 +29,7 @@ from kbroker.config.types import (
     LONG_MAX,
     ConfigDef,
     ConfigType,
+    SettingRole,
     Validator,
     at_least,
     between,
@@ -56,6 +58,7 @@ CLEANUP_POLICIES = ("compact", "delete")
 LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 CLIENT_AUTH_MODES = ("none", "requested", "required")
 TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+INERT, SYNONYM = SettingRole.INERT, SettingRole.SYNONYM
 RECORD_OVERHEAD_V0 = 14  # smallest legal segment: one legacy record header
 
 
@@ -125,8 +128,11 @@ def _d(
     validator: Validator | None = None,
     *,
     dynamic: bool = False,
+    role: SettingRole = SettingRole.APPLIED,
 ) -> ConfigDef:
-    return ConfigDef(name, config_type, default, documentation, validator, read_only=not dynamic)
+    return ConfigDef(
+        name, config_type, default, documentation, validator, read_only=not dynamic, role=role
+    )
 
 
 def _p(name: str, documentation: str) -> ConfigDef:
@@ -150,6 +156,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Synonym of node.id kept for ZooKeeper-era configuration files; "
         "when both are set they must agree.",
         at_least(0),
+        role=SYNONYM,
     ),
     _d(
         "broker.rack",
@@ -164,6 +171,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "kbroker's older spelling of controller.quorum.voters (id@host:port of each voter's "
         "Raft address); set only one of the two.",
         _each_parsed_by(parse_peer),
+        role=SYNONYM,
     ),
     _d(
         "controller.raft.listener",
@@ -173,6 +181,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "server binds. Unset means the controller listener in listeners, else this node's "
         "entry in controller.quorum.voters; a single node needs no socket at all.",
         _parsed_by(parse_address),
+        role=SYNONYM,
     ),
     _d(
         "process.roles",
@@ -230,19 +239,23 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "controller.quorum.fetch.timeout.ms",
         INT,
         2000,
-        "Accepted for compatibility; a voter follows the election timeout.",
+        "Kafka: longest a follower voter waits for the leader; a kbroker voter follows the "
+        "election timeout.",
+        role=INERT,
     ),
     _d(
         "zookeeper.connect",
         STRING,
         None,
-        "Accepted for compatibility; kbroker does not use ZooKeeper.",
+        "ZooKeeper connection of a pre-KRaft broker; kbroker does not use ZooKeeper.",
+        role=INERT,
     ),
     _d(
         "zookeeper.connection.timeout.ms",
         INT,
         None,
-        "Accepted for compatibility; kbroker does not use ZooKeeper.",
+        "ZooKeeper connection of a pre-KRaft broker; kbroker does not use ZooKeeper.",
+        role=INERT,
     ),
     _d(
         "metadata.log.dir",
@@ -302,12 +315,14 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         INT,
         102400,
         "SO_SNDBUF of client sockets; -1 keeps the OS default.",
+        role=INERT,
     ),
     _d(
         "socket.receive.buffer.bytes",
         INT,
         102400,
         "SO_RCVBUF of client sockets; -1 keeps the OS default.",
+        role=INERT,
     ),
     _d(
         "socket.request.max.bytes",
@@ -331,6 +346,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         50,
         "Backlog of pending connections per listener.",
         at_least(1),
+        role=INERT,
     ),
     _d(
         "connections.max.idle.ms",
@@ -338,13 +354,21 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         600000,
         "Idle client connections are closed after this long.",
     ),
-    _d("max.connections", INT, INT_MAX, "Most client connections accepted at once.", at_least(0)),
+    _d(
+        "max.connections",
+        INT,
+        INT_MAX,
+        "Most client connections accepted at once.",
+        at_least(0),
+        role=INERT,
+    ),
     _d(
         "max.connections.per.ip",
         INT,
         INT_MAX,
         "Most client connections accepted from one IP address.",
         at_least(0),
+        role=INERT,
     ),
     _d(
         "queued.max.requests",
@@ -352,6 +376,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         500,
         "Requests read ahead of processing before the broker stops reading from sockets.",
         at_least(1),
+        role=INERT,
     ),
     _d(
         "queued.max.request.bytes",
@@ -366,17 +391,19 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "num.network.threads",
         INT,
         3,
-        "Accepted for compatibility; kbroker serves sockets from one event loop.",
+        "Kafka's network threads; kbroker serves sockets from one event loop.",
         at_least(1),
+        role=INERT,
     ),
     _d(
         "num.io.threads",
         INT,
         8,
-        "Accepted for compatibility; kbroker handles requests on its event loop.",
+        "Kafka's request handler threads; kbroker handles requests on its event loop.",
         at_least(1),
+        role=INERT,
     ),
-    _d("background.threads", INT, 10, "Accepted for compatibility.", at_least(1)),
+    _d("background.threads", INT, 10, "Kafka's background task threads.", at_least(1), role=INERT),
     _d(
         "logging.level",
         STRING,
@@ -414,7 +441,13 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Comma-separated directories holding partition data. Unset means log.dir.",
         _non_empty_items,
     ),
-    _d("log.dir", STRING, "./data", "Directory holding partition data when log.dirs is not set."),
+    _d(
+        "log.dir",
+        STRING,
+        "./data",
+        "Directory holding partition data when log.dirs is not set.",
+        role=SYNONYM,
+    ),
     _d("num.partitions", INT, 1, "Partitions of an automatically created topic.", at_least(1)),
     _d(
         "default.replication.factor",
@@ -463,6 +496,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Age in hours at which a segment is rolled when log.roll.ms is not set.",
         at_least(1),
         dynamic=True,
+        role=SYNONYM,
     ),
     _d(
         "log.roll.jitter.ms",
@@ -472,6 +506,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "log.roll.jitter.hours. Default of segment.jitter.ms.",
         at_least(0),
         dynamic=True,
+        role=INERT,
     ),
     _d(
         "log.roll.jitter.hours",
@@ -480,6 +515,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Roll jitter in hours when log.roll.jitter.ms is not set.",
         at_least(0),
         dynamic=True,
+        role=SYNONYM,
     ),
     _d(
         "log.retention.ms",
@@ -495,6 +531,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         None,
         "Retention in minutes when log.retention.ms is not set; wins over log.retention.hours.",
         dynamic=True,
+        role=SYNONYM,
     ),
     _d(
         "log.retention.hours",
@@ -502,6 +539,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         168,
         "Retention in hours when neither log.retention.ms nor log.retention.minutes is set.",
         dynamic=True,
+        role=SYNONYM,
     ),
     _d(
         "log.retention.bytes",
@@ -566,6 +604,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "How often the flusher checks for "
         "partitions due a flush, and the flush interval when log.flush.interval.ms is unset.",
         dynamic=True,
+        role=SYNONYM,
     ),
     _d(
         "log.flush.offset.checkpoint.interval.ms",
@@ -573,6 +612,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         60000,
         "How often the recovery point checkpoint is written.",
         at_least(0),
+        role=INERT,
     ),
     _d(
         "log.flush.start.offset.checkpoint.interval.ms",
@@ -580,6 +620,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         60000,
         "How often the log start offset checkpoint is written.",
         at_least(0),
+        role=INERT,
     ),
     _d(
         "log.segment.delete.delay.ms",
@@ -606,6 +647,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "stores record batch format v2. Default of message.format.version.",
         message_format_version_validator,
         dynamic=True,
+        role=INERT,
     ),
     _d(
         "log.message.timestamp.type",
@@ -625,6 +667,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "log.message.timestamp.before.max.ms and log.message.timestamp.after.max.ms.",
         at_least(0),
         dynamic=True,
+        role=INERT,
     ),
     _d(
         "log.message.timestamp.before.max.ms",
@@ -651,6 +694,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Whether fetches by old clients may "
         "be down-converted. Default of message.downconversion.enable.",
         dynamic=True,
+        role=INERT,
     ),
     _d(
         "log.local.retention.ms",
@@ -660,6 +704,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "log.retention.ms. Default of local.retention.ms.",
         at_least(-2),
         dynamic=True,
+        role=INERT,
     ),
     _d(
         "log.local.retention.bytes",
@@ -669,6 +714,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "log.retention.bytes. Default of local.retention.bytes.",
         at_least(-2),
         dynamic=True,
+        role=INERT,
     ),
     _d(
         "remote.log.storage.system.enable",
@@ -676,8 +722,16 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         False,
         "Tiered storage; kbroker has none, so only false is accepted.",
         no_tiered_storage_validator,
+        role=INERT,
     ),
-    _d("num.recovery.threads.per.data.dir", INT, 1, "Accepted for compatibility.", at_least(1)),
+    _d(
+        "num.recovery.threads.per.data.dir",
+        INT,
+        1,
+        "Kafka's threads per log directory for recovery at start; kbroker loads logs on one.",
+        at_least(1),
+        role=INERT,
+    ),
     _d(
         "min.insync.replicas",
         INT,
@@ -686,6 +740,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "succeed. Default of the topic config of the same name.",
         at_least(1),
         dynamic=True,
+        role=INERT,
     ),
     _d(
         "unclean.leader.election.enable",
@@ -702,6 +757,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Compression of stored batches; 'producer' keeps what the producer sent.",
         compression_validator,
         dynamic=True,
+        role=INERT,
     ),
     _d(
         "compression.gzip.level",
@@ -710,6 +766,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "gzip level when compression.type is gzip.",
         gzip_level_validator,
         dynamic=True,
+        role=INERT,
     ),
     _d(
         "compression.lz4.level",
@@ -718,6 +775,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "lz4 level when compression.type is lz4.",
         lz4_level_validator,
         dynamic=True,
+        role=INERT,
     ),
     _d(
         "compression.zstd.level",
@@ -726,6 +784,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "zstd level when compression.type is zstd.",
         zstd_level_validator,
         dynamic=True,
+        role=INERT,
     ),
     # -- log cleaner (compaction) --------------------------------------------------------
     _d(
@@ -749,6 +808,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "I/O buffer of the cleaner.",
         at_least(0),
         dynamic=True,
+        role=INERT,
     ),
     _d(
         "log.cleaner.io.buffer.load.factor",
@@ -810,6 +870,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         LONG,
         30000,
         "A follower that has not caught up for this long leaves the ISR.",
+        role=INERT,
     ),
     _d(
         "replica.fetch.max.bytes",
@@ -817,26 +878,48 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         1048576,
         "Bytes a follower asks for per partition.",
         at_least(0),
+        role=INERT,
     ),
-    _d("replica.fetch.min.bytes", INT, 1, "Bytes a follower's fetch waits for."),
-    _d("replica.fetch.wait.max.ms", INT, 500, "Longest a follower's fetch waits on the leader."),
-    _d("replica.fetch.backoff.ms", INT, 1000, "Pause after a failed follower fetch.", at_least(0)),
+    _d("replica.fetch.min.bytes", INT, 1, "Bytes a follower's fetch waits for.", role=INERT),
+    _d(
+        "replica.fetch.wait.max.ms",
+        INT,
+        500,
+        "Longest a follower's fetch waits on the leader.",
+        role=INERT,
+    ),
+    _d(
+        "replica.fetch.backoff.ms",
+        INT,
+        1000,
+        "Pause after a failed follower fetch.",
+        at_least(0),
+        role=INERT,
+    ),
     _d(
         "replica.fetch.response.max.bytes",
         INT,
         10485760,
         "Bytes a follower asks for per fetch.",
         at_least(0),
+        role=INERT,
     ),
-    _d("replica.socket.timeout.ms", INT, 30000, "Socket timeout of follower fetches."),
-    _d("replica.socket.receive.buffer.bytes", INT, 65536, "SO_RCVBUF of follower connections."),
+    _d("replica.socket.timeout.ms", INT, 30000, "Socket timeout of follower fetches.", role=INERT),
+    _d(
+        "replica.socket.receive.buffer.bytes",
+        INT,
+        65536,
+        "SO_RCVBUF of follower connections.",
+        role=INERT,
+    ),
     _d(
         "replica.high.watermark.checkpoint.interval.ms",
         LONG,
         5000,
         "How often high watermarks are checkpointed to disk.",
+        role=INERT,
     ),
-    _d("num.replica.fetchers", INT, 1, "Fetcher connections per source broker."),
+    _d("num.replica.fetchers", INT, 1, "Fetcher connections per source broker.", role=INERT),
     _d(
         "auto.leader.rebalance.enable",
         BOOLEAN,
@@ -856,8 +939,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "leader.imbalance.per.broker.percentage",
         INT,
         10,
-        "Accepted for compatibility; as on KRaft, any partition away from its preferred "
-        "leader is rebalanced.",
+        "As on KRaft, any partition away from its preferred leader is rebalanced.",
+        role=INERT,
     ),
     _d(
         "broker.heartbeat.interval.ms",
@@ -880,7 +963,14 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         True,
         "On SIGTERM, ask the controller to move this broker's leaderships away first.",
     ),
-    _d("fetch.max.bytes", INT, 57671680, "Most bytes returned by one fetch.", at_least(1024)),
+    _d(
+        "fetch.max.bytes",
+        INT,
+        57671680,
+        "Most bytes returned by one fetch.",
+        at_least(1024),
+        role=INERT,
+    ),
     _d(
         "max.incremental.fetch.session.cache.slots",
         INT,
@@ -888,8 +978,20 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Incremental fetch sessions kept per broker.",
         at_least(0),
     ),
-    _d("fetch.purgatory.purge.interval.requests", INT, 1000, "Accepted for compatibility."),
-    _d("producer.purgatory.purge.interval.requests", INT, 1000, "Accepted for compatibility."),
+    _d(
+        "fetch.purgatory.purge.interval.requests",
+        INT,
+        1000,
+        "Kafka's purge interval of its fetch purgatory.",
+        role=INERT,
+    ),
+    _d(
+        "producer.purgatory.purge.interval.requests",
+        INT,
+        1000,
+        "Kafka's purge interval of its produce purgatory.",
+        role=INERT,
+    ),
     # -- consumer groups -----------------------------------------------------------------
     _d(
         "group.initial.rebalance.delay.ms",
@@ -1110,6 +1212,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         0,
         "Compression of group offsets records (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).",
         between(0, 4),
+        role=INERT,
     ),
     _d(
         "offsets.retention.minutes",
@@ -1131,6 +1234,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         5000,
         "Longest an offset commit waits for replication.",
         at_least(1),
+        role=INERT,
     ),
     _d(
         "offsets.load.buffer.size",
@@ -1138,6 +1242,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         5242880,
         "Read buffer when loading group state.",
         at_least(1),
+        role=INERT,
     ),
     _d("offset.metadata.max.bytes", INT, 4096, "Largest metadata string of a committed offset."),
     # -- transactions --------------------------------------------------------------------
@@ -1177,6 +1282,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         5242880,
         "Read buffer when loading transaction state.",
         at_least(1),
+        role=INERT,
     ),
     _d(
         "transactional.id.expiration.ms",
@@ -1286,6 +1392,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "TLSv1.3",
         "Kafka's SSLContext protocol; the versions actually offered are ssl.enabled.protocols.",
         one_of("TLS", "TLSv1.2", "TLSv1.3"),
+        role=INERT,
     ),
     _d(
         "ssl.cipher.suites",

@@ -87,7 +87,7 @@ def _entry(
         is_sensitive=definition.is_sensitive,
         synonyms=synonyms if include_synonyms else [],
         config_type=int(definition.type),
-        documentation=definition.documentation if include_documentation else None,
+        documentation=definition.described if include_documentation else None,
     )
 
 

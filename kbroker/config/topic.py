@@ -29,12 +29,14 @@ from kbroker.config.types import (
     LONG_MAX,
     ConfigDef,
     ConfigType,
+    SettingRole,
     Validator,
     at_least,
     between,
     table,
 )
 
+INERT = SettingRole.INERT
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = (
     ConfigType.BOOLEAN,
     ConfigType.STRING,
@@ -66,8 +68,12 @@ def _t(
     default: Any,
     documentation: str,
     validator: Validator | None = None,
+    *,
+    role: SettingRole = SettingRole.APPLIED,
 ) -> ConfigDef:
-    return ConfigDef(name, config_type, default, documentation, validator, read_only=False)
+    return ConfigDef(
+        name, config_type, default, documentation, validator, read_only=False, role=role
+    )
 
 
 TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
@@ -87,6 +93,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Compression of stored batches: gzip, snappy, "
         "lz4, zstd, uncompressed, or producer to keep what the producer sent.",
         compression_validator,
+        role=INERT,
     ),
     _t(
         "compression.gzip.level",
@@ -94,6 +101,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         -1,
         "gzip level when compression.type is gzip.",
         gzip_level_validator,
+        role=INERT,
     ),
     _t(
         "compression.lz4.level",
@@ -101,6 +109,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         9,
         "lz4 level when compression.type is lz4.",
         lz4_level_validator,
+        role=INERT,
     ),
     _t(
         "compression.zstd.level",
@@ -108,6 +117,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         3,
         "zstd level when compression.type is zstd.",
         zstd_level_validator,
+        role=INERT,
     ),
     _t(
         "delete.retention.ms",
@@ -139,6 +149,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         [],
         "Replicas whose follower fetches are throttled, as partitionId:brokerId pairs or *.",
         _throttled_replicas,
+        role=INERT,
     ),
     _t(
         "index.interval.bytes",
@@ -153,6 +164,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         [],
         "Replicas whose leader-side replication is throttled, as partitionId:brokerId pairs or *.",
         _throttled_replicas,
+        role=INERT,
     ),
     _t(
         "local.retention.bytes",
@@ -160,6 +172,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         -2,
         "Tiered storage only (unsupported); -2 means retention.bytes.",
         at_least(-2),
+        role=INERT,
     ),
     _t(
         "local.retention.ms",
@@ -167,6 +180,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         -2,
         "Tiered storage only (unsupported); -2 means retention.ms.",
         at_least(-2),
+        role=INERT,
     ),
     _t(
         "max.compaction.lag.ms",
@@ -187,6 +201,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         BOOLEAN,
         True,
         "Whether fetches by old clients may be down-converted to their message format.",
+        role=INERT,
     ),
     _t(
         "message.format.version",
@@ -194,6 +209,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "3.0-IV1",
         "Deprecated and ignored: batches are stored in record batch format v2.",
         message_format_version_validator,
+        role=INERT,
     ),
     _t(
         "message.timestamp.after.max.ms",
@@ -217,6 +233,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         LONG_MAX,
         "Deprecated: see message.timestamp.before.max.ms and message.timestamp.after.max.ms.",
         at_least(0),
+        role=INERT,
     ),
     _t(
         "message.timestamp.type",
@@ -247,6 +264,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Fewest in-sync replicas for an acks=all produce to "
         "succeed; fewer fails it with NOT_ENOUGH_REPLICAS.",
         at_least(1),
+        role=INERT,
     ),
     _t(
         "preallocate",
@@ -255,14 +273,21 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Allocate the active segment's file ahead of its data (always done when "
         "flush.messages is 1).",
     ),
-    _t("remote.log.copy.disable", BOOLEAN, False, "Tiered storage only (unsupported)."),
-    _t("remote.log.delete.on.disable", BOOLEAN, False, "Tiered storage only (unsupported)."),
+    _t("remote.log.copy.disable", BOOLEAN, False, "Tiered storage only (unsupported).", role=INERT),
+    _t(
+        "remote.log.delete.on.disable",
+        BOOLEAN,
+        False,
+        "Tiered storage only (unsupported).",
+        role=INERT,
+    ),
     _t(
         "remote.storage.enable",
         BOOLEAN,
         False,
         "Tiered storage; kbroker has none, so only false is accepted.",
         _remote_storage,
+        role=INERT,
     ),
     _t(
         "retention.bytes",
@@ -298,6 +323,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         0,
         "Random jitter subtracted from segment.ms so segments do not all roll at once.",
         at_least(0),
+        role=INERT,
     ),
     _t(
         "segment.ms",

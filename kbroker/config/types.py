@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from enum import IntEnum
+from enum import Enum, IntEnum
 from typing import Any
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -122,6 +122,24 @@ def java_double_str(value: float) -> str:
     return f"{'-' if sign else ''}{mantissa}E{point_exponent}"
 
 
+class SettingRole(Enum):
+    """What a setting does in kbroker, so none is accepted silently for nothing.
+
+    APPLIED: read where it makes kbroker do what Kafka's does. SYNONYM: another name
+    feeding an applied setting (``broker.id`` for ``node.id``, ``log.retention.hours``
+    for ``log.retention.ms``). INERT: accepted so copied server.properties files and
+    tools load, with no effect here; listed at start-up when set and marked so in
+    DescribeConfigs documentation.
+    """
+
+    APPLIED = "applied"
+    SYNONYM = "synonym"
+    INERT = "inert"
+
+
+INERT_NOTE = "Inert in kbroker (accepted for compatibility, changes nothing). "
+
+
 Validator = Callable[[Any], None]
 """Checks a parsed value; raises ValueError saying what is wrong. None is never passed."""
 
@@ -184,6 +202,14 @@ class ConfigDef:
     validator: Validator | None = None
     is_sensitive: bool = False
     read_only: bool = True
+    role: SettingRole = SettingRole.APPLIED
+
+    @property
+    def described(self) -> str:
+        """The documentation DescribeConfigs shows: an inert setting says it is inert."""
+        if self.role is SettingRole.INERT:
+            return INERT_NOTE + self.documentation
+        return self.documentation
 
     @property
     def python_name(self) -> str:

@@ -21,6 +21,7 @@ from kbroker.config import (
 from kbroker.controller import Controller, ControllerError
 from kbroker.controller.errors import STALE_BROKER_EPOCH
 from kbroker.controller.events import (
+    ClientQuotasChanged,
     PartitionChanged,
     PartitionsCreated,
     TopicConfigsChanged,
@@ -152,6 +153,7 @@ class Broker:
         self.controller.config_validator = self._validate_topic_configs
         await self.controller.start()
         self.controller.subscribe(self._on_metadata_event)
+        self.quotas.active = bool(self.controller.state.client_quotas)
         self.logs.load_all(self._log_config_for_partition, now_ms())
         self.registration = await self._register()
         self.last_heartbeat_ack = time.monotonic()
@@ -251,6 +253,8 @@ class Broker:
             self._take_role(event.topic, event.info, self.log_config(event.topic))
         elif isinstance(event, TopicDeleted):
             self.replicas.drop_topic(event.name)
+        elif isinstance(event, ClientQuotasChanged):
+            self.quotas.active = event.active
         elif isinstance(event, TopicConfigsChanged):
             config = self.log_config(event.name)
             min_insync = self.min_insync_replicas(event.name)

@@ -127,3 +127,20 @@ def test_a_client_over_its_request_percentage_is_told_and_muted() -> None:
     assert correlation == 5
     assert decoded.throttle_time.total_seconds() > 0
     assert not transport.reading
+
+
+def test_quota_changes_tell_the_broker_whether_any_quota_is_left() -> None:
+    from kbroker.controller.commands import ALTER_CLIENT_QUOTAS, apply_command
+    from kbroker.controller.events import ClientQuotasChanged
+    from kbroker.controller.state import MetadataState
+
+    entity = [["client-id", "app"]]
+    added = apply_command(
+        MetadataState(), ALTER_CLIENT_QUOTAS, {"entries": [[entity, {PRODUCER_BYTE_RATE: 5.0}, []]]}
+    )
+    assert added.events == (ClientQuotasChanged(True),)
+    removed = apply_command(
+        added.state, ALTER_CLIENT_QUOTAS, {"entries": [[entity, {}, [PRODUCER_BYTE_RATE]]]}
+    )
+    assert removed.events == (ClientQuotasChanged(False),)
+    assert removed.state.client_quotas == {}

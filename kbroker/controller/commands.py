@@ -30,6 +30,7 @@ from kbroker.controller.errors import (
 from kbroker.controller.events import (
     BrokerChanged,
     BrokerRegistered,
+    ClientQuotasChanged,
     MetadataEvent,
     PartitionChanged,
     PartitionsCreated,
@@ -122,7 +123,7 @@ def _alter_client_quotas(state: MetadataState, p: dict[str, Any]) -> Applied:
             quotas[entity] = values
         else:
             quotas.pop(entity, None)
-    return Applied(_bump(state, client_quotas=quotas), None)
+    return Applied(_bump(state, client_quotas=quotas), None, (ClientQuotasChanged(bool(quotas)),))
 
 
 def _create_acls(state: MetadataState, p: dict[str, Any]) -> Applied:

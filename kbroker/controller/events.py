@@ -54,6 +54,14 @@ class PartitionChanged:
     info: PartitionInfo
 
 
+@dataclass(frozen=True, slots=True)
+class ClientQuotasChanged:
+    """AlterClientQuotas changed the quota table; `active` says whether any is left (with
+    none, the request path measures nothing)."""
+
+    active: bool
+
+
 MetadataEvent = (
     TopicCreated
     | TopicDeleted
@@ -62,6 +70,7 @@ MetadataEvent = (
     | BrokerRegistered
     | BrokerChanged
     | PartitionChanged
+    | ClientQuotasChanged
 )
 
 
@@ -91,4 +100,6 @@ def diff_events(old: MetadataState, new: MetadataState) -> list[MetadataEvent]:
             events.append(PartitionsCreated(topic, topic.partitions[len(before.partitions) :]))
         if topic.configs != before.configs:
             events.append(TopicConfigsChanged(name, dict(topic.configs)))
+    if old.client_quotas != new.client_quotas:
+        events.append(ClientQuotasChanged(bool(new.client_quotas)))
     return events

@@ -100,11 +100,9 @@ class ClientQuotas:
         self.window_s = window_s
         self.clock = clock
         self._sensors: dict[tuple[str, str, str], WindowedRate] = {}
-
-    @property
-    def active(self) -> bool:
-        """Whether any quota is configured: with none, nothing is measured."""
-        return bool(self._table())
+        # Whether any quota is configured: with none, the request path measures nothing.
+        # Kept current by the broker from the metadata's ClientQuotasChanged events.
+        self.active = bool(table())
 
     def bound(self, key: str, user: str, client_id: str) -> tuple[float, str, str] | None:
         """(quota, sensor user tag, sensor client tag) of the most specific quota."""

@@ -137,4 +137,4 @@ def test_debug_lists_every_inert_setting(caplog: pytest.LogCaptureFixture) -> No
     with caplog.at_level(logging.DEBUG, logger="kbroker.config"):
         _log_inert_settings(BrokerConfig.from_settings({}))
     (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
-    assert "zookeeper.connect" in line and "replica.fetch.max.bytes" in line
+    assert "zookeeper.connect" in line and "replica.socket.receive.buffer.bytes" in line

@@ -740,7 +740,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "succeed. Default of the topic config of the same name.",
         at_least(1),
         dynamic=True,
-        role=INERT,
     ),
     _d(
         "unclean.leader.election.enable",
@@ -870,7 +869,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         LONG,
         30000,
         "A follower that has not caught up for this long leaves the ISR.",
-        role=INERT,
     ),
     _d(
         "replica.fetch.max.bytes",
@@ -878,15 +876,13 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         1048576,
         "Bytes a follower asks for per partition.",
         at_least(0),
-        role=INERT,
     ),
-    _d("replica.fetch.min.bytes", INT, 1, "Bytes a follower's fetch waits for.", role=INERT),
+    _d("replica.fetch.min.bytes", INT, 1, "Bytes a follower's fetch waits for."),
     _d(
         "replica.fetch.wait.max.ms",
         INT,
         500,
         "Longest a follower's fetch waits on the leader.",
-        role=INERT,
     ),
     _d(
         "replica.fetch.backoff.ms",
@@ -894,7 +890,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         1000,
         "Pause after a failed follower fetch.",
         at_least(0),
-        role=INERT,
     ),
     _d(
         "replica.fetch.response.max.bytes",
@@ -902,9 +897,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         10485760,
         "Bytes a follower asks for per fetch.",
         at_least(0),
-        role=INERT,
     ),
-    _d("replica.socket.timeout.ms", INT, 30000, "Socket timeout of follower fetches.", role=INERT),
+    _d("replica.socket.timeout.ms", INT, 30000, "Socket timeout of follower fetches."),
     _d(
         "replica.socket.receive.buffer.bytes",
         INT,

@@ -264,7 +264,6 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Fewest in-sync replicas for an acks=all produce to "
         "succeed; fewer fails it with NOT_ENOUGH_REPLICAS.",
         at_least(1),
-        role=INERT,
     ),
     _t(
         "preallocate",

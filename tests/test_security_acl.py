@@ -120,3 +120,19 @@ def test_a_match_filter_finds_every_binding_that_applies_to_a_name() -> None:
 def test_bindings_kafka_refuses(binding: AclBinding, problem: str) -> None:
     found = binding_problem(binding)
     assert found is not None and problem in found
+
+
+def test_acls_scram_credentials_and_quotas_survive_a_metadata_snapshot() -> None:
+    from kbroker.controller.state import MetadataState, state_from_plain, state_to_plain
+    from kbroker.security.scram import credential_from_salted
+
+    credential = credential_from_salted("SCRAM-SHA-512", b"salt", 4096, b"salted" * 8)
+    state = MetadataState(
+        acls=(acl("orders-", Operation.WRITE, pattern=PRE),),
+        scram_credentials={("bob", "SCRAM-SHA-512"): credential},
+        client_quotas={(("client-id", None), ("user", "alice")): {"producer_byte_rate": 1e6}},
+    )
+    restored = state_from_plain(state_to_plain(state))
+    assert restored.acls == state.acls
+    assert restored.scram_credentials == state.scram_credentials
+    assert restored.client_quotas == state.client_quotas

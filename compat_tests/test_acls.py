@@ -398,3 +398,11 @@ def test_log_dirs_leader_epochs_and_transactions_need_describe(secure: SecureBro
         assert epochs.topics[0].partitions[0].error_code == TOPIC_AUTHORIZATION_FAILED
         described = conn.request(65, 0, transactional_ids=["someone-elses"])
         assert described.transaction_states[0].error_code == 53
+
+
+def test_acls_survive_a_restart(secure: SecureBroker) -> None:
+    topic = new_topic(secure)
+    grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.READ))
+    secure.node.restart()
+    assert fetch_error(secure, "alice", topic) is None
+    assert fetch_error(secure, "bob", topic) == TOPIC_AUTHORIZATION_FAILED

@@ -208,3 +208,65 @@ def test_kill_the_leader_restart_it_kill_another_and_lose_nothing_acknowledged(
     order = [positions[v] for v in sorted(acked)]
     assert order == sorted(order), "acknowledged records out of order"
     print(f"failover seconds: {[round(f, 2) for f in failovers]}, acked {len(acked)}")
+
+
+def test_a_follower_names_the_current_leader_to_produce_and_fetch(cluster: KafkaCluster) -> None:
+    """KIP-951: NOT_LEADER_OR_FOLLOWER from a follower carries the leader, its epoch and
+    its endpoint (Produce v10+, Fetch v12+ and v16+ for the endpoint)."""
+    from kbroker.admin.client import BrokerConnection
+    from kbroker.protocol.batch import encode_batch
+
+    topic = f"kip951-{_uid()}"
+    _create(cluster, topic)
+    raw = cluster.raw_metadata(topic).topics[0]
+    p = raw.partitions[0]
+    leader = cluster.node(p.leader_id)
+    follower = next(n for n in cluster.nodes if n.node_id != p.leader_id)
+    records = bytes(encode_batch([(None, b"x")], int(time.time() * 1000)))
+    with BrokerConnection(follower.host, follower.port, 10.0, "kip951-test") as conn:
+        produced = conn.request(
+            0,
+            11,
+            transactional_id=None,
+            acks=-1,
+            timeout=5000,
+            topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+        )
+        fetched = conn.request(
+            1,
+            16,
+            max_wait=0,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                {
+                    "topic_id": raw.topic_id,
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": 0,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                    ],
+                }
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+    answer = produced.responses[0].partition_responses[0]
+    assert answer.error_code == 6
+    assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (
+        p.leader_id,
+        p.leader_epoch,
+    )
+    assert [(n.node_id, n.port) for n in produced.node_endpoints] == [(p.leader_id, leader.port)]
+    partition = fetched.responses[0].partitions[0]
+    assert partition.error_code == 6
+    assert partition.current_leader.leader_id == p.leader_id
+    assert (p.leader_id, leader.port) in [(n.node_id, n.port) for n in fetched.node_endpoints]

@@ -14,7 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import BrokerParts, RequestContext
-from kbroker.handlers.endpoints import node_address
+from kbroker.handlers.endpoints import current_leader, node_address
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.protocol.fetch_response import (
@@ -31,6 +31,8 @@ FETCH = 1
 READ_COMMITTED = 1
 FIRST_SESSION_VERSION = 7
 FIRST_REPLICA_STATE_VERSION = 15
+FIRST_CURRENT_LEADER = 12
+_LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
 @handles(FETCH, 4)
@@ -179,6 +181,9 @@ def _read_all(
         results.append((target, result))
         if result.error_code:
             errors = True
+            if result.error_code in _LEADER_MOVED and ctx.version >= FIRST_CURRENT_LEADER:
+                # KIP-951: name the leader, so the client goes there without Metadata.
+                result.current_leader = current_leader(ctx, target.topic, target.partition)
         size = result.records_size
         total += size
         budget = max(0, budget - size)

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import INTERNAL_TOPICS, TopicInfo
 from kbroker.handlers.context import BrokerParts, RequestContext
+from kbroker.handlers.endpoints import current_leader, leader_endpoints
 from kbroker.handlers.registry import NO_RESPONSE, Later, handles
 from kbroker.protocol.batch import (
     BatchTooLargeError,
@@ -26,8 +27,10 @@ from kbroker.protocol.batch import (
     UnsupportedMagicError,
     starts_with_transactional_data,
 )
+from kbroker.protocol.fetch_response import NodeEndpoint
 from kbroker.protocol.produce_request import ProduceRequest
 from kbroker.protocol.produce_response import (
+    FIRST_CURRENT_LEADER,
     ProducedPartition,
     ProducedTopic,
     encode_produce_response,
@@ -116,13 +119,33 @@ def produce(ctx: RequestContext, request: ProduceRequest) -> Any:
             # The client reads no answer; Kafka tells it of the failure by closing.
             ctx.connection.close("produce with acks=0 failed; closing so the client notices")
         return NO_RESPONSE
+    endpoints = None
+    if failed and ctx.version >= FIRST_CURRENT_LEADER:
+        endpoints = _name_current_leaders(ctx, topics_out)
     if waits.replication:
         return _respond_after_replication(
-            broker, waits, ctx.version, topics_out, request.timeout_ms, throttle
+            broker, waits, ctx.version, topics_out, request.timeout_ms, throttle, endpoints
         )
     if waits.logs:
-        return _respond_after_flush(broker, waits.logs, ctx.version, topics_out, throttle)
-    return encode_produce_response(ctx.version, topics_out, throttle)
+        return _respond_after_flush(
+            broker, waits.logs, ctx.version, topics_out, throttle, endpoints
+        )
+    return encode_produce_response(ctx.version, topics_out, throttle, endpoints)
+
+
+def _name_current_leaders(
+    ctx: RequestContext, topics: list[ProducedTopic]
+) -> list[NodeEndpoint] | None:
+    """KIP-951: a NOT_LEADER_OR_FOLLOWER answer names the partition's current leader and
+    its endpoint, so the client retries there without a Metadata round trip."""
+    leaders: set[int] = set()
+    for topic in topics:
+        for p in topic.partitions:
+            if p.error_code == ErrorCode.not_leader_or_follower and topic.name is not None:
+                p.current_leader = current_leader(ctx, topic.name, p.index)
+                if p.current_leader is not None:
+                    leaders.add(p.current_leader[0])
+    return leader_endpoints(ctx, leaders) if leaders else None
 
 
 def _throttle(ctx: RequestContext, request: Any) -> int:
@@ -226,12 +249,13 @@ def _respond_after_flush(
     version: int,
     topics: list[ProducedTopic],
     throttle_ms: int = 0,
+    endpoints: list[NodeEndpoint] | None = None,
 ) -> Later:
     """fsync-before-ack: the answer goes out when every written log is fsynced, straight
     from the group commit that fsynced them (one fsync for all appends of the loop
     iteration). It is encoded now, while the disk is already writing, not after."""
     answer = Later()
-    encoded = encode_produce_response(version, topics, throttle_ms)
+    encoded = encode_produce_response(version, topics, throttle_ms, endpoints)
     _await_flushes(broker, logs, answer, lambda: answer.settle(encoded))
     return answer
 
@@ -262,6 +286,7 @@ def _respond_after_replication(
     topics: list[ProducedTopic],
     timeout_ms: int,
     throttle_ms: int,
+    endpoints: list[NodeEndpoint] | None,
 ) -> Later | bytes:
     """acks=all: the answer goes out when the high watermark of every written partition
     has passed its batch (Kafka's delayed produce), or at the request's timeout with
@@ -277,7 +302,7 @@ def _respond_after_replication(
         if not pending and not state["flushing"] and not answer.settled:
             if timer:
                 timer[0].cancel()
-            answer.settle(encode_produce_response(version, topics, throttle_ms))
+            answer.settle(encode_produce_response(version, topics, throttle_ms, endpoints))
 
     def acked(key: int, result: ProducedPartition, code: ErrorCode) -> None:
         pending.pop(key, None)
@@ -310,5 +335,5 @@ def _respond_after_replication(
 
         _await_flushes(broker, waits.logs, answer, flushed)
     elif not pending:
-        return encode_produce_response(version, topics, throttle_ms)
+        return encode_produce_response(version, topics, throttle_ms, endpoints)
     return answer

@@ -108,6 +108,25 @@ def _nullable_compact_string(value: str | None) -> bytes:
     return uvarint(len(data) + 1) + data
 
 
+def node_endpoints_field(nodes: list[NodeEndpoint]) -> bytes:
+    """The NodeEndpoints tagged field's value (KIP-951), as Fetch v16+ and Produce v10+
+    carry it: the brokers a response names as current leaders."""
+    payload = bytearray(uvarint(len(nodes) + 1))
+    for node in nodes:
+        payload += _I32.pack(node.node_id) + _string(node.host, True)
+        payload += _I32.pack(node.port) + _nullable_compact_string(node.rack) + b"\x00"
+    return bytes(payload)
+
+
+def leader_field(leader: tuple[int, int]) -> bytes:
+    """A CurrentLeader tagged field's value: leader id, leader epoch, no tags."""
+    return _LEADER.pack(*leader) + b"\x00"
+
+
+def tagged_fields(fields: list[tuple[int, bytes]]) -> bytes:
+    return _tagged(fields)
+
+
 def _tagged(fields: list[tuple[int, bytes]]) -> bytes:
     if not fields:
         return b"\x00"
@@ -147,7 +166,7 @@ def _partition(out: _Out, p: FetchedPartition, version: int, flexible: bool) -> 
         if p.diverging_epoch is not None:
             tags.append((0, _DIVERGING.pack(*p.diverging_epoch) + b"\x00"))
         if p.current_leader is not None:
-            tags.append((1, _LEADER.pack(*p.current_leader) + b"\x00"))
+            tags.append((1, leader_field(p.current_leader)))
         out.write(_tagged(tags))
 
 
@@ -179,10 +198,6 @@ def encode_fetch_response(
     if flexible:
         tags: list[tuple[int, bytes]] = []
         if version >= FIRST_NODE_ENDPOINTS and node_endpoints:
-            payload = bytearray(uvarint(len(node_endpoints) + 1))
-            for node in node_endpoints:
-                payload += _I32.pack(node.node_id) + _string(node.host, True)
-                payload += _I32.pack(node.port) + _nullable_compact_string(node.rack) + b"\x00"
-            tags.append((0, bytes(payload)))
+            tags.append((0, node_endpoints_field(node_endpoints)))
         out.write(_tagged(tags))
     return out.finish()

@@ -10,6 +10,12 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
+from kbroker.protocol.fetch_response import (
+    NodeEndpoint,
+    leader_field,
+    node_endpoints_field,
+    tagged_fields,
+)
 from kbroker.protocol.varint import uvarint
 
 _I16 = struct.Struct(">h")
@@ -19,6 +25,7 @@ _I64 = struct.Struct(">q")
 
 FIRST_FLEXIBLE = 9
 FIRST_TOPIC_ID = 13
+FIRST_CURRENT_LEADER = 10  # KIP-951
 
 
 @dataclass(slots=True)
@@ -31,6 +38,8 @@ class ProducedPartition:
     error_message: str | None = None
     # (index of the record within its batch, message): the records that failed the batch
     record_errors: list[tuple[int, str | None]] = field(default_factory=list)
+    # (leader id, leader epoch) with NOT_LEADER_OR_FOLLOWER, v10+ (KIP-951)
+    current_leader: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -52,7 +61,10 @@ def _nullable_string(value: str | None, flexible: bool) -> bytes:
 
 
 def encode_produce_response(
-    version: int, topics: list[ProducedTopic], throttle_ms: int = 0
+    version: int,
+    topics: list[ProducedTopic],
+    throttle_ms: int = 0,
+    node_endpoints: list[NodeEndpoint] | None = None,
 ) -> bytes:
     flexible = version >= FIRST_FLEXIBLE
     out = bytearray(_length(len(topics), flexible))
@@ -77,11 +89,17 @@ def encode_produce_response(
                         out += b"\x00"
                 out += _nullable_string(p.error_message, flexible)
             if flexible:
-                out += b"\x00"
+                if p.current_leader is not None and version >= FIRST_CURRENT_LEADER:
+                    out += tagged_fields([(0, leader_field(p.current_leader))])
+                else:
+                    out += b"\x00"
         if flexible:
             out += b"\x00"
     if version >= 1:
         out += _I32.pack(throttle_ms)
     if flexible:
-        out += b"\x00"
+        if node_endpoints and version >= FIRST_CURRENT_LEADER:
+            out += tagged_fields([(0, node_endpoints_field(node_endpoints))])
+        else:
+            out += b"\x00"
     return bytes(out)

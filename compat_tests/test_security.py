@@ -140,7 +140,15 @@ def test_scram_credentials_are_described_by_mechanism_and_iterations(secure: Sec
 
 # -- kafka-python and aiokafka --------------------------------------------------------------
 
-PYTHON_CASES = [("SSL", None), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_SSL", "SCRAM-SHA-512")]
+# Every protocol, and on each SASL protocol both PLAIN and SCRAM-SHA-512.
+CLIENT_CASES = [
+    ("SSL", None),
+    ("SASL_PLAINTEXT", "PLAIN"),
+    ("SASL_PLAINTEXT", "SCRAM-SHA-512"),
+    ("SASL_SSL", "PLAIN"),
+    ("SASL_SSL", "SCRAM-SHA-512"),
+]
+PYTHON_CASES = CLIENT_CASES
 
 
 def _python_client_settings(secure: SecureBroker, listener: str, mechanism: str | None) -> dict:
@@ -275,7 +283,7 @@ def test_a_certificate_from_an_unknown_ca_is_refused(secure: SecureBroker) -> No
 
 # -- the Java client ------------------------------------------------------------------------
 
-JAVA_CASES = [("SSL", None), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_SSL", "SCRAM-SHA-512")]
+JAVA_CASES = CLIENT_CASES
 
 
 @pytest.fixture(scope="module")

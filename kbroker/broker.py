@@ -50,6 +50,11 @@ from kbroker.security.listener import ListenerSecurity, listener_security
 from kbroker.security.quotas import ClientQuotas
 from kbroker.security.scram import ScramCredential
 from kbroker.server.connection import KafkaConnection
+from kbroker.server.connection_limits import (
+    ConnectionLimits,
+    parse_ip_overrides,
+    resolve_overrides,
+)
 from kbroker.server.keep_awake import KeepAwake
 from kbroker.server.request_memory import RequestMemory
 from kbroker.share.service import ShareService
@@ -73,6 +78,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _protected_listeners(config: BrokerConfig) -> frozenset[str]:
+    """Kafka's protected listener (KIP-402): the inter-broker one, exempt from
+    max.connections, when clients have another listener to fill."""
+    if len(config.broker_endpoints) < 2:
+        return frozenset()
+    return frozenset({config.get("inter.broker.listener.name")})
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -92,6 +105,12 @@ class Broker:
         self.share_coordinator = ShareService(self)
         self.controller = Controller(controller_config(config))
         self.connections: set[KafkaConnection] = set()
+        self.connection_limits = ConnectionLimits(
+            config.get("max.connections"),
+            config.get("max.connections.per.ip"),
+            resolve_overrides(parse_ip_overrides(config.get("max.connections.per.ip.overrides"))),
+            exempt_listeners=_protected_listeners(config),
+        )
         # Topics whose partitions are being opened off the loop (see _open_partitions).
         self._opening: dict[str, list[asyncio.Future[dict[int, str]]]] = {}
         self.listener = config.listener()

@@ -25,6 +25,7 @@ from kbroker.protocol import messages
 from kbroker.protocol.framing import frame
 from kbroker.security.quotas import ClientQuotas
 from kbroker.server.connection import KafkaConnection
+from kbroker.server.connection_limits import ConnectionLimits
 from kbroker.server.keep_awake import KeepAwake
 from kbroker.server.request_memory import RequestMemory
 
@@ -82,6 +83,7 @@ class FakeBroker:
     def __init__(self, max_idle_ms: int = -1, memory: RequestMemory | None = None) -> None:
         self.request_memory = memory or RequestMemory(-1)
         self.connections: set[KafkaConnection] = set()
+        self.connection_limits = ConnectionLimits(2**31 - 1, 2**31 - 1)
         self.counters = RequestCounters()
         self.config = FakeConfig(
             {

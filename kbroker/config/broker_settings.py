@@ -40,6 +40,7 @@ from kbroker.config.types import (
 from kbroker.log_setup import validate_levels
 from kbroker.security.acl import AUTHORIZER_NAMES
 from kbroker.security.principal import parse_mapping_rules
+from kbroker.server.connection_limits import parse_ip_overrides
 
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, PASSWORD = (
     ConfigType.BOOLEAN,
@@ -358,17 +359,24 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "max.connections",
         INT,
         INT_MAX,
-        "Most client connections accepted at once.",
+        "Most client connections open at once; one over it is closed when accepted. "
+        "Connections on the inter-broker listener are exempt (Kafka's KIP-402).",
         at_least(0),
-        role=INERT,
     ),
     _d(
         "max.connections.per.ip",
         INT,
         INT_MAX,
-        "Most client connections accepted from one IP address.",
+        "Most connections open from one IP address; one over it is closed when accepted.",
         at_least(0),
-        role=INERT,
+    ),
+    _d(
+        "max.connections.per.ip.overrides",
+        STRING,
+        "",
+        "Per-address exceptions to max.connections.per.ip as host:count pairs, "
+        "comma-separated (127.0.0.1:200,client-host:10); a host name is resolved at start.",
+        _parsed_by(parse_ip_overrides),
     ),
     _d(
         "queued.max.requests",

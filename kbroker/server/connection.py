@@ -36,6 +36,7 @@ from kbroker.security.quotas import REQUEST_PERCENTAGE, ClientQuotas
 from kbroker.security.sasl import SaslFailure, SaslSession
 from kbroker.security.scram import ScramCredential
 from kbroker.security.tls_session import TlsSession
+from kbroker.server.connection_limits import ConnectionLimits
 from kbroker.server.request_memory import RequestMemory
 from kbroker.server.tls_transport import TlsTransport
 
@@ -72,6 +73,7 @@ class Host(Protocol):
     keep_awake: KeepAwake
     counters: RequestCounters
     connections: set[KafkaConnection]
+    connection_limits: ConnectionLimits
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
@@ -151,6 +153,7 @@ class KafkaConnection(asyncio.Protocol):
         self._log_requests = bool(broker.config.get("logging.requests.enable"))
         self._last_active = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._counted_ip: str | None = None  # held in broker.connection_limits
 
     @property
     def answering(self) -> bool:
@@ -164,6 +167,14 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         # uvloop's TCPTransport implements asyncio.Transport without subclassing it.
         raw = typing.cast(asyncio.Transport, transport)
+        ip = str(peer[0]) if peer else "?"
+        refused = self.broker.connection_limits.admit(ip, self.listener_name)
+        if refused is not None:
+            log.info("refused connection from %s on %s: %s", self.peer, self.listener_name, refused)
+            self._closed = True
+            raw.abort()
+            return
+        self._counted_ip = ip
         if self._tls is not None:
             self._raw = raw  # attached once the handshake is done
             self._handshake_timer = asyncio.get_running_loop().call_later(
@@ -255,6 +266,9 @@ class KafkaConnection(asyncio.Protocol):
             )
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._counted_ip is not None:
+            self.broker.connection_limits.release(self._counted_ip)
+            self._counted_ip = None
         if self.transport is None:
             if self._handshake_timer is not None:
                 self._handshake_timer.cancel()

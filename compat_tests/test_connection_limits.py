@@ -1,0 +1,97 @@
+"""max.connections, max.connections.per.ip and its overrides, against a real broker.
+
+Connections come from different loopback source addresses (127.0.0.x), so one broker
+sees several client IPs. A connection over a limit is closed when accepted: its first
+request is never answered. Closing a connection frees its slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from compat_tests.broker_process import BrokerProcess, running_broker
+from kbroker.admin.client import request_frame
+
+API_VERSIONS_V0 = request_frame(18, 0, 7, "limits", b"")
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    settings = {
+        "max.connections": "4",
+        "max.connections.per.ip": "2",
+        "max.connections.per.ip.overrides": "127.0.0.2:3",
+    }
+    with running_broker(tmp_path_factory.mktemp("limits"), settings) as node:
+        yield node
+
+
+def connect(broker: BrokerProcess, source_ip: str) -> socket.socket:
+    sock = socket.create_connection(
+        (broker.host, broker.port), timeout=5, source_address=(source_ip, 0)
+    )
+    return sock
+
+
+def answers(sock: socket.socket) -> bool:
+    """Whether the broker answers ApiVersions on ``sock`` (False: it closed it)."""
+    try:
+        sock.sendall(API_VERSIONS_V0)
+        return len(sock.recv(4)) == 4
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+
+
+@contextlib.contextmanager
+def opened(broker: BrokerProcess, *source_ips: str) -> Iterator[list[socket.socket]]:
+    socks = [connect(broker, ip) for ip in source_ips]
+    try:
+        yield socks
+    finally:
+        for sock in socks:
+            sock.close()
+        time.sleep(0.2)  # let the broker see them go before the next test counts
+
+
+def test_a_connection_beyond_max_connections_per_ip_is_closed(limited: BrokerProcess) -> None:
+    with opened(limited, "127.0.0.1", "127.0.0.1") as socks:
+        assert all(answers(s) for s in socks)
+        with opened(limited, "127.0.0.1") as (third,):
+            assert not answers(third)
+        with opened(limited, "127.0.0.3") as (other_ip,):
+            assert answers(other_ip)
+
+
+def test_an_override_raises_one_addresses_limit(limited: BrokerProcess) -> None:
+    with opened(limited, "127.0.0.2", "127.0.0.2", "127.0.0.2") as socks:
+        assert all(answers(s) for s in socks)
+        with opened(limited, "127.0.0.2") as (fourth,):
+            assert not answers(fourth)
+
+
+def test_a_connection_beyond_max_connections_is_closed(limited: BrokerProcess) -> None:
+    with opened(limited, "127.0.0.1", "127.0.0.1", "127.0.0.3", "127.0.0.3") as socks:
+        assert all(answers(s) for s in socks)
+        with opened(limited, "127.0.0.4") as (fifth,):
+            assert not answers(fifth)
+
+
+def test_a_closed_connection_frees_its_slot(limited: BrokerProcess) -> None:
+    with opened(limited, "127.0.0.1", "127.0.0.1") as socks:
+        assert all(answers(s) for s in socks)
+        socks.pop().close()
+        time.sleep(0.2)
+        with opened(limited, "127.0.0.1") as (again,):
+            assert answers(again)
+
+
+def test_a_refused_connection_is_logged_once_naming_the_setting(limited: BrokerProcess) -> None:
+    before = limited.log_text().count("max.connections.per.ip=2")
+    with opened(limited, "127.0.0.5", "127.0.0.5", "127.0.0.5") as socks:
+        assert [answers(s) for s in socks] == [True, True, False]
+    assert limited.log_text().count("max.connections.per.ip=2") == before + 1

@@ -1,0 +1,76 @@
+"""Kafka's connection quotas: ``max.connections`` and ``max.connections.per.ip``.
+
+Kafka checks both when a connection is accepted. A connection from an address that
+already holds its ``max.connections.per.ip`` (or its entry in
+``max.connections.per.ip.overrides``) is closed at once. At ``max.connections`` a Kafka
+acceptor stops accepting until a slot frees, leaving new connections in the listen
+backlog; asyncio cannot pause an acceptor, so here the connection over the limit is
+closed at once instead - the client sees the same thing a full backlog ends in, and
+reconnects with backoff. As in Kafka (KIP-402) the inter-broker listener is exempt
+from the broker-wide limit, so replication is never locked out by clients.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+def parse_ip_overrides(text: str) -> dict[str, int]:
+    """``host:count`` pairs, comma-separated (Kafka's format); a host name is resolved to
+    its address now, as Kafka resolves it when the setting is read. ValueError if bad."""
+    overrides: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"{item!r} is not host:count")
+        overrides[host] = int(count)
+    return overrides
+
+
+def resolve_overrides(overrides: Mapping[str, int]) -> dict[str, int]:
+    """Key each override by IP address (a name resolves to its first address)."""
+    resolved: dict[str, int] = {}
+    for host, count in overrides.items():
+        try:
+            address = socket.getaddrinfo(host, None)[0][4][0]
+        except OSError:
+            address = host  # unresolvable: matches nothing but its literal text
+        resolved[str(address)] = count
+    return resolved
+
+
+@dataclass
+class ConnectionLimits:
+    """Open connections by client address, against the broker's limits."""
+
+    max_connections: int
+    max_per_ip: int
+    per_ip_overrides: dict[str, int] = field(default_factory=dict)
+    exempt_listeners: frozenset[str] = frozenset()
+    total: int = 0
+    by_ip: Counter[str] = field(default_factory=Counter)
+
+    def admit(self, ip: str, listener: str) -> str | None:
+        """Count a new connection and return None, or the reason it must be closed."""
+        limit = self.per_ip_overrides.get(ip, self.max_per_ip)
+        if self.by_ip[ip] >= limit:
+            return f"{ip} already has {self.by_ip[ip]} connections (max.connections.per.ip={limit})"
+        if self.total >= self.max_connections and listener not in self.exempt_listeners:
+            return (
+                f"the broker has {self.total} connections (max.connections={self.max_connections})"
+            )
+        self.by_ip[ip] += 1
+        self.total += 1
+        return None
+
+    def release(self, ip: str) -> None:
+        self.total -= 1
+        self.by_ip[ip] -= 1
+        if self.by_ip[ip] <= 0:
+            del self.by_ip[ip]

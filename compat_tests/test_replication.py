@@ -270,3 +270,42 @@ def test_a_follower_names_the_current_leader_to_produce_and_fetch(cluster: Kafka
     assert partition.error_code == 6
     assert partition.current_leader.leader_id == p.leader_id
     assert (p.leader_id, leader.port) in [(n.node_id, n.port) for n in fetched.node_endpoints]
+
+
+def test_a_committed_transaction_on_replicated_partitions_is_read_committed(
+    cluster: KafkaCluster,
+) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = f"txn-{_uid()}"
+    _create(cluster, topic, **{"min.insync.replicas": "2"})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"t-{_uid()}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(50):
+        producer.produce(topic, value=b"c%d" % i)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"aborted")
+    producer.abort_transaction(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": f"rc-{_uid()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(seen) < 50 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                seen.append(message.value())
+        extra = consumer.poll(1.0)
+    finally:
+        consumer.close()
+    assert seen == [b"c%d" % i for i in range(50)]
+    assert extra is None or extra.error() is not None

@@ -14,13 +14,12 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.internal_topics import ServiceBroker
+from kbroker.internal_topics import Acknowledgement, ServiceBroker, acknowledgement
 from kbroker.protocol.batch import InvalidBatchError, Record, encode_batch
-from kbroker.replica.partition import PartitionError
+from kbroker.replica.partition import Partition, PartitionError
 from kbroker.storage.producer_state import COORDINATOR, ProducerStateError
 from kbroker.txn.errors import producer_state_error_code
 
@@ -67,22 +66,31 @@ class LocalMarkerWriter:
         commit: bool,
         partitions: Iterable[TopicPartition],
     ) -> set[TopicPartition]:
+        """Append the markers, then wait as Kafka's WriteTxnMarkers does (acks=all): until
+        each is fsynced where the topic asks for it and below its partition's high
+        watermark, so that a leader failover cannot lose a completed transaction's
+        marker. Returns the partitions to try again (their leadership moved)."""
         retry: set[TopicPartition] = set()
-        to_flush: list[Any] = []
+        waiting: list[tuple[TopicPartition, Acknowledgement]] = []
         now = int(time.time() * 1000)
         for tp in partitions:
-            code = self.write_one(tp, producer_id, producer_epoch, coordinator_epoch, commit, now)
-            if code == ErrorCode.none:
-                replica = self.broker.replicas.get(*tp)
-                if replica is not None and replica.log.config.fsyncs_every_append:
-                    to_flush.append(replica.log)
+            code, replica, end = self._append(
+                tp, producer_id, producer_epoch, coordinator_epoch, commit, now
+            )
+            if replica is not None:
+                ack = acknowledgement(self.broker, replica, end)
+                if ack is not None:
+                    waiting.append((tp, ack))
             elif code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
                 retry.add(tp)
-        for plog in to_flush:
+        for tp, ack in waiting:
             try:
-                await self.broker.logs.flush_for_ack(plog)
+                code = await ack
             except OSError:
-                log.exception("fsync of %s-%d after a marker failed", plog.topic, plog.partition)
+                log.exception("fsync of %s-%d after a marker failed", *tp)
+                continue
+            if code != ErrorCode.none:
+                log.warning("marker on %s-%d not replicated: %s", tp[0], tp[1], code.name)
         return retry
 
     def write_one(
@@ -95,27 +103,39 @@ class LocalMarkerWriter:
         now_ms: int,
     ) -> ErrorCode:
         """Append one marker; the error code says what happened (WriteTxnMarkers uses it)."""
+        return self._append(tp, producer_id, producer_epoch, coordinator_epoch, commit, now_ms)[0]
+
+    def _append(
+        self,
+        tp: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        now_ms: int,
+    ) -> tuple[ErrorCode, Partition | None, int]:
+        """(error, the partition written, the offset after the marker)."""
         topic, partition = tp
         replica, code = self.broker.replicas.leader(topic, partition)
         if replica is None:
             if code == ErrorCode.unknown_topic_or_partition and (
                 topic in self.broker.controller.state.topics
             ):
-                return ErrorCode.not_leader_or_follower
-            return code
+                return ErrorCode.not_leader_or_follower, None, -1
+            return code, None, -1
         batch = encode_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
         try:
-            replica.append_as_leader(batch, now_ms, COORDINATOR)
+            appended = replica.append_as_leader(batch, now_ms, COORDINATOR)
         except PartitionError as exc:
-            return exc.code
+            return exc.code, None, -1
         except ProducerStateError as exc:
             log.warning(
                 "marker for producer %d refused by %s-%d: %s", producer_id, topic, partition, exc
             )
-            return producer_state_error_code(exc)
+            return producer_state_error_code(exc), None, -1
         except (InvalidBatchError, OSError) as exc:
             log.error("cannot write a marker to %s-%d: %s", topic, partition, exc)
-            return ErrorCode.kafka_storage_error
+            return ErrorCode.kafka_storage_error, None, -1
         for callback in self.on_written:
             callback(tp, producer_id, commit)
-        return ErrorCode.none
+        return ErrorCode.none, replica, appended.last_offset + 1

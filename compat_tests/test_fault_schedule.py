@@ -1,0 +1,98 @@
+"""A seeded random schedule of faults (kill -9, restart, SIGSTOP/SIGCONT) against a
+3-node cluster under an idempotent acks=all producer: every acknowledged record is read
+back, none twice, in the order sent (Jepsen-style history check, compat_tests/history.py).
+
+``KBROKER_FAULT_SEED`` replays a failing schedule; the seed is printed and in the message."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+
+from compat_tests.cluster import KafkaCluster
+from compat_tests.history import NumberedProducer, check, read_partition
+
+SCHEDULE_SECONDS = 35.0
+
+
+@dataclass
+class Fault:
+    """One node down (killed) or frozen (SIGSTOP) at a time, so a majority always runs."""
+
+    node_id: int
+    kind: str  # "kill" or "stop"
+
+
+def _inflict(cluster: KafkaCluster, rng: random.Random, topic: str) -> Fault:
+    try:
+        leader = cluster.partition(topic).leader
+    except Exception:
+        leader = -1
+    # Half the faults hit the partition's leader, where they hurt.
+    candidates = [n.node_id for n in cluster.nodes]
+    node_id = leader if leader in candidates and rng.random() < 0.5 else rng.choice(candidates)
+    kind = rng.choice(["kill", "stop"])
+    if kind == "kill":
+        cluster.kill(node_id)
+    else:
+        os.kill(cluster.node(node_id).pid, signal.SIGSTOP)
+    return Fault(node_id, kind)
+
+
+def _repair(cluster: KafkaCluster, fault: Fault) -> None:
+    if fault.kind == "kill":
+        cluster.node(fault.node_id).start()
+    else:
+        os.kill(cluster.node(fault.node_id).pid, signal.SIGCONT)
+
+
+def test_a_random_fault_schedule_loses_duplicates_and_reorders_no_acknowledged_record(
+    cluster: KafkaCluster,
+) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    seed = int(os.environ.get("KBROKER_FAULT_SEED") or random.randrange(1 << 32))
+    print(f"fault schedule seed {seed}")
+    rng = random.Random(seed)
+    topic = f"faults-{uuid.uuid4().hex[:8]}"
+    admin = cluster.admin()  # kept alive until the answer arrives
+    futures = admin.create_topics(
+        [NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})], operation_timeout=10
+    )
+    futures[topic].result(timeout=15)
+    producer = NumberedProducer(cluster.bootstrap, topic).start()
+    schedule: list[str] = []
+    fault: Fault | None = None
+    began = time.monotonic()
+    try:
+        time.sleep(1.0)
+        while time.monotonic() - began < SCHEDULE_SECONDS:
+            if fault is None:
+                fault = _inflict(cluster, rng, topic)
+                schedule.append(f"{time.monotonic() - began:.1f}s {fault.kind} {fault.node_id}")
+            else:
+                _repair(cluster, fault)
+                schedule.append(f"{time.monotonic() - began:.1f}s heal {fault.node_id}")
+                fault = None
+            time.sleep(rng.uniform(1.0, 4.0))
+    finally:
+        if fault is not None and fault.kind == "stop":
+            os.kill(cluster.node(fault.node_id).pid, signal.SIGCONT)
+        cluster.heal()
+        producer.stop()
+    history = producer.history
+    context = f"seed {seed}, schedule {schedule}"
+    assert producer.fatal is None, f"producer fatal error {producer.fatal}; {context}"
+    assert len(history.acked) > 500, f"only {len(history.acked)} acknowledged; {context}"
+    values = read_partition(
+        ",".join(n.bootstrap for n in cluster.live_nodes), topic, len(history.acked), timeout=60
+    )
+    verdict = check(history.acked, [int(v) for v in values])
+    print(f"{verdict}; failed deliveries {len(history.failed)}; {context}")
+    assert verdict.lost == [], f"{verdict}; {context}"
+    assert verdict.duplicated == [], f"{verdict}; {context}"
+    assert verdict.reordered == [], f"{verdict}; {context}"

@@ -105,20 +105,21 @@ class KafkaCluster:
         self.root = root
         self.size = size
         ids = list(range(1, size + 1))
-        controller_ports = {i: free_port() for i in ids}
-        voters = ",".join(f"{i}@127.0.0.1:{controller_ports[i]}" for i in ids)
+        controller_ports = {i: self._port(i) for i in ids}
+        voters = ",".join(f"{i}@{self._host(i)}:{controller_ports[i]}" for i in ids)
         self.voters = voters
         self.overrides = dict(overrides or {})
         self.nodes: list[ClusterNode] = []
         for i in ids:
-            port = free_port()
+            port = self._port(i)
+            host = self._host(i)
             settings = {
                 "node.id": str(i),
                 "process.roles": "broker,controller",
                 "listeners": (
-                    f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_ports[i]}"
+                    f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_ports[i]}"
                 ),
-                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "advertised.listeners": f"PLAINTEXT://{host}:{port}",
                 "controller.listener.names": "CONTROLLER",
                 "controller.quorum.voters": voters,
                 "cluster.secret": CLUSTER_SECRET,
@@ -128,13 +129,24 @@ class KafkaCluster:
             }
             if i in controller_only:
                 settings["process.roles"] = "controller"
-                settings["listeners"] = f"CONTROLLER://127.0.0.1:{controller_ports[i]}"
+                settings["listeners"] = f"CONTROLLER://{host}:{controller_ports[i]}"
                 del settings["advertised.listeners"]
-            node = ClusterNode(root / f"node{i}", settings, port=port)
+            node = self._node(i, root / f"node{i}", settings, port)
             node.node_id = i
             node.controller_port = controller_ports[i]
             node.controller_only = i in controller_only
             self.nodes.append(node)
+
+    # Where node `node_id` listens: loopback and free ports here; a subclass may place
+    # nodes elsewhere (compat_tests/netns.py puts each in a network namespace of its own).
+    def _host(self, node_id: int) -> str:
+        return "127.0.0.1"
+
+    def _port(self, node_id: int) -> int:
+        return free_port()
+
+    def _node(self, node_id: int, base: Path, settings: dict[str, str], port: int) -> ClusterNode:
+        return ClusterNode(base, settings, port=port)
 
     def add_broker(self, **settings: str) -> ClusterNode:
         """Start one more node with ``process.roles=broker``: it follows the quorum as an

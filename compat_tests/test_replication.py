@@ -4,6 +4,8 @@ acknowledged is lost when leaders are killed with kill -9."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import uuid
@@ -102,7 +104,9 @@ def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(
         cluster.heal()
 
 
-def _produce_error(cluster: KafkaCluster, node_id: int, topic: str, acks: int) -> int:
+def _produce_error(
+    cluster: KafkaCluster, node_id: int, topic: str, acks: int, timeout_ms: int = 5000
+) -> int:
     from kbroker.admin.client import BrokerConnection
     from kbroker.protocol.batch import encode_batch
 
@@ -114,7 +118,7 @@ def _produce_error(cluster: KafkaCluster, node_id: int, topic: str, acks: int) -
             9,
             transactional_id=None,
             acks=acks,
-            timeout=5000,
+            timeout=timeout_ms,
             topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
         )
     return int(response.responses[0].partition_responses[0].error_code)
@@ -272,40 +276,24 @@ def test_a_follower_names_the_current_leader_to_produce_and_fetch(cluster: Kafka
     assert (p.leader_id, leader.port) in [(n.node_id, n.port) for n in fetched.node_endpoints]
 
 
-def test_a_committed_transaction_on_replicated_partitions_is_read_committed(
-    cluster: KafkaCluster,
-) -> None:
-    from confluent_kafka import Consumer, Producer, TopicPartition
-
-    topic = f"txn-{_uid()}"
-    _create(cluster, topic, **{"min.insync.replicas": "2"})
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"t-{_uid()}"})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for i in range(50):
-        producer.produce(topic, value=b"c%d" % i)
-    producer.commit_transaction(30)
-    producer.begin_transaction()
-    producer.produce(topic, value=b"aborted")
-    producer.abort_transaction(30)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": cluster.bootstrap,
-            "group.id": f"rc-{_uid()}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    seen: list[bytes] = []
-    deadline = time.monotonic() + 20
+def test_acks_all_times_out_while_an_isr_member_does_not_fetch(cluster: KafkaCluster) -> None:
+    """The delayed produce answers REQUEST_TIMED_OUT at the request's timeout when the
+    ISR has not reached the batch (a follower frozen with SIGSTOP, still in the ISR)."""
+    topic = f"stalled-{_uid()}"
+    _create(cluster, topic)
+    leader = cluster.partition(topic).leader
+    frozen = next(n for n in cluster.nodes if n.node_id != leader)
+    assert frozen.proc is not None
+    os.kill(frozen.proc.pid, signal.SIGSTOP)
     try:
-        while len(seen) < 50 and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and not message.error():
-                seen.append(message.value())
-        extra = consumer.poll(1.0)
+        began = time.monotonic()
+        assert _produce_error(cluster, leader, topic, acks=-1, timeout_ms=1000) == 7
+        assert 0.9 < time.monotonic() - began < 5
+        assert _produce_error(cluster, leader, topic, acks=1) == 0
     finally:
-        consumer.close()
-    assert seen == [b"c%d" % i for i in range(50)]
-    assert extra is None or extra.error() is not None
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+    cluster.wait_until(
+        lambda: frozen.node_id in cluster.partition(topic, 0, cluster.node(leader)).isrs,
+        30.0,
+        f"broker {frozen.node_id} back in the ISR",
+    )

@@ -186,6 +186,10 @@ def test_log_config_for_defaults():
         "preallocate": False,
         "message_timestamp_before_max_ms": LONG_MAX,
         "message_timestamp_after_max_ms": 3_600_000,
+        "compression_type": "producer",
+        "compression_gzip_level": -1,
+        "compression_lz4_level": 9,
+        "compression_zstd_level": 3,
     }
 
 

@@ -761,10 +761,10 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "compression.type",
         STRING,
         "producer",
-        "Compression of stored batches; 'producer' keeps what the producer sent.",
+        "Codec batches are stored in (a batch in another is rewritten on append); "
+        "'producer' keeps each as sent. Default of the topic config compression.type.",
         compression_validator,
         dynamic=True,
-        role=INERT,
     ),
     _d(
         "compression.gzip.level",
@@ -773,7 +773,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "gzip level when compression.type is gzip.",
         gzip_level_validator,
         dynamic=True,
-        role=INERT,
     ),
     _d(
         "compression.lz4.level",
@@ -782,7 +781,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "lz4 level when compression.type is lz4.",
         lz4_level_validator,
         dynamic=True,
-        role=INERT,
     ),
     _d(
         "compression.zstd.level",
@@ -791,7 +789,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "zstd level when compression.type is zstd.",
         zstd_level_validator,
         dynamic=True,
-        role=INERT,
     ),
     # -- log cleaner (compaction) --------------------------------------------------------
     _d(

@@ -90,10 +90,10 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "compression.type",
         STRING,
         "producer",
-        "Compression of stored batches: gzip, snappy, "
-        "lz4, zstd, uncompressed, or producer to keep what the producer sent.",
+        "Codec of stored batches: gzip, snappy, lz4, zstd or uncompressed (a batch "
+        "produced in another codec is rewritten in this one on append), or producer to "
+        "keep each batch as the producer sent it.",
         compression_validator,
-        role=INERT,
     ),
     _t(
         "compression.gzip.level",
@@ -101,7 +101,6 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         -1,
         "gzip level when compression.type is gzip.",
         gzip_level_validator,
-        role=INERT,
     ),
     _t(
         "compression.lz4.level",
@@ -109,7 +108,6 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         9,
         "lz4 level when compression.type is lz4.",
         lz4_level_validator,
-        role=INERT,
     ),
     _t(
         "compression.zstd.level",
@@ -117,7 +115,6 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         3,
         "zstd level when compression.type is zstd.",
         zstd_level_validator,
-        role=INERT,
     ),
     _t(
         "delete.retention.ms",
@@ -477,4 +474,8 @@ def log_config_for(overrides: Mapping[str, str], broker: BrokerConfig) -> dict[s
         "preallocate": values["preallocate"],
         "message_timestamp_before_max_ms": values["message.timestamp.before.max.ms"],
         "message_timestamp_after_max_ms": values["message.timestamp.after.max.ms"],
+        "compression_type": values["compression.type"],
+        "compression_gzip_level": values["compression.gzip.level"],
+        "compression_lz4_level": values["compression.lz4.level"],
+        "compression_zstd_level": values["compression.zstd.level"],
     }

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from kbroker.protocol.recompression import TOPIC_CODECS
 from kbroker.protocol.record_validation import RecordPolicy
 
 _NEVER = 2**63 - 1
@@ -32,6 +33,26 @@ class LogConfig:
     # defaults: unbounded before, one hour after).
     message_timestamp_before_max_ms: int = _NEVER
     message_timestamp_after_max_ms: int = 3_600_000
+    # compression.type: "producer" stores batches as produced; a codec name rewrites
+    # every client batch in another codec into it, at its compression.<codec>.level.
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+
+    @property
+    def stored_codec(self) -> int | None:
+        """The codec id client batches are stored in; None keeps each batch's own."""
+        return TOPIC_CODECS.get(self.compression_type)
+
+    @property
+    def compression_level(self) -> int | None:
+        """The topic's level for its codec (None: the codec has no level)."""
+        return {
+            "gzip": self.compression_gzip_level,
+            "lz4": self.compression_lz4_level,
+            "zstd": self.compression_zstd_level,
+        }.get(self.compression_type)
 
     @property
     def log_append_time(self) -> bool:
@@ -108,4 +129,8 @@ _KAFKA_NAMES = {
     "preallocate": "preallocate",
     "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
     "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+    "compression.type": "compression_type",
+    "compression.gzip.level": "compression_gzip_level",
+    "compression.lz4.level": "compression_lz4_level",
+    "compression.zstd.level": "compression_zstd_level",
 }

@@ -26,7 +26,8 @@ from kbroker.protocol.batch import (
     set_log_append_time,
     validate_batches,
 )
-from kbroker.protocol.compression import decompress
+from kbroker.protocol.compression import DEFAULT_MAX_DECOMPRESSED_BYTES, decompress
+from kbroker.protocol.recompression import needs_recompression, recompress
 from kbroker.protocol.record_validation import validate_records
 from kbroker.storage.checkpoint import (
     CHECKPOINT_FILE,
@@ -397,6 +398,17 @@ class PartitionLog:
         headers = validate_batches(records, config.max_message_bytes)
         if origin == CLIENT:
             validate_records(records, headers, now_ms, config.record_policy)
+            codec = config.stored_codec
+            if codec is not None and needs_recompression(headers, codec):
+                # Kafka checks the batch as it will be stored: max.message.bytes again.
+                records = recompress(
+                    records,
+                    headers,
+                    codec,
+                    config.compression_level,
+                    DEFAULT_MAX_DECOMPRESSED_BYTES,
+                )
+                headers = validate_batches(records, config.max_message_bytes)
         producers = False
         for h in headers:
             if h.producer_id >= 0 or h.attributes & TRANSACTIONAL_OR_CONTROL:

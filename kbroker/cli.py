@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(admin: bool = True) -> argparse.ArgumentParser:
+    """The command line; `admin=False` leaves out the admin commands, whose modules (the
+    client, rich tables) a serving broker never uses and need not spend its start on."""
     parser = argparse.ArgumentParser(prog="kbroker", description="Kafka-compatible broker")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a broker node")
@@ -34,9 +36,10 @@ def _parser() -> argparse.ArgumentParser:
         default="uvloop",
         help="uvloop (default, when installed) or the standard library's loop",
     )
-    from kbroker.admin.commands import add_admin_commands
+    if admin:
+        from kbroker.admin.commands import add_admin_commands
 
-    add_admin_commands(sub)
+        add_admin_commands(sub)
     return parser
 
 
@@ -80,8 +83,20 @@ def _log_inert_settings(config: BrokerConfig) -> None:
     )
 
 
+def _skip_test_data_strategies() -> None:
+    """Keep hypothesis (a test dependency) out of a serving broker: when it is importable,
+    kio imports it and registers a strategy for each of its field types, a quarter of a
+    second of every start in a test environment for test data the broker never makes."""
+    if "kio" not in sys.modules:
+        sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    serving = argv[:1] == ["serve"]
+    if serving:
+        _skip_test_data_strategies()
+    args = _parser(admin=not serving).parse_args(argv)
     if args.command != "serve":
         from kbroker.admin.commands import run_admin_command
 

@@ -2,12 +2,15 @@
 
 Connections come from different loopback source addresses (127.0.0.x), so one broker
 sees several client IPs. A connection over a limit is closed when accepted: its first
-request is never answered. Closing a connection frees its slot.
+request is never answered. Closing a connection frees its slot. The listener's backlog
+is socket.listen.backlog.size.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
         "max.connections": "4",
         "max.connections.per.ip": "2",
         "max.connections.per.ip.overrides": "127.0.0.2:3",
+        "socket.listen.backlog.size": "7",
     }
     with running_broker(tmp_path_factory.mktemp("limits"), settings) as node:
         yield node
@@ -95,3 +99,22 @@ def test_a_refused_connection_is_logged_once_naming_the_setting(limited: BrokerP
     with opened(limited, "127.0.0.5", "127.0.0.5", "127.0.0.5") as socks:
         assert [answers(s) for s in socks] == [True, True, False]
     assert limited.log_text().count("max.connections.per.ip=2") == before + 1
+
+
+def test_the_listener_backlog_is_socket_listen_backlog_size(limited: BrokerProcess) -> None:
+    """With the broker stopped (SIGSTOP) nothing is accepted: the kernel queues backlog + 1
+    handshakes (Linux) and leaves later ones unanswered."""
+    os.kill(limited.pid, signal.SIGSTOP)
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(12):
+            try:
+                socks.append(socket.create_connection((limited.host, limited.port), timeout=0.3))
+            except OSError:
+                break
+    finally:
+        os.kill(limited.pid, signal.SIGCONT)
+        for sock in socks:
+            sock.close()
+        time.sleep(0.3)
+    assert len(socks) == 7 + 1

@@ -198,7 +198,7 @@ class Broker:
                 endpoint.bind_host,
                 endpoint.port,
                 reuse_address=True,
-                backlog=1024,
+                backlog=self.config.get("socket.listen.backlog.size"),
             )
             self._servers.append(server)
         interval = self.config.get("log.retention.check.interval.ms") / 1000

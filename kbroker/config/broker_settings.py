@@ -345,9 +345,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "socket.listen.backlog.size",
         INT,
         50,
-        "Backlog of pending connections per listener.",
+        "Connections the kernel queues for each listener until the broker accepts them.",
         at_least(1),
-        role=INERT,
     ),
     _d(
         "connections.max.idle.ms",

@@ -18,11 +18,13 @@ def _uid() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def _create(cluster: KafkaCluster, topic: str, **configs: str) -> None:
+def _create(cluster: KafkaCluster, topic: str, partitions: int = 1, **configs: str) -> None:
     from confluent_kafka.admin import NewTopic
 
     admin = cluster.admin()
-    futures = admin.create_topics([NewTopic(topic, 1, 3, config=configs)], operation_timeout=10)
+    futures = admin.create_topics(
+        [NewTopic(topic, partitions, 3, config=configs)], operation_timeout=10
+    )
     futures[topic].result(timeout=15)
 
 
@@ -274,6 +276,51 @@ def test_a_follower_names_the_current_leader_to_produce_and_fetch(cluster: Kafka
     assert partition.error_code == 6
     assert partition.current_leader.leader_id == p.leader_id
     assert (p.leader_id, leader.port) in [(n.node_id, n.port) for n in fetched.node_endpoints]
+
+
+def test_a_committed_transaction_on_partitions_of_every_broker_is_read_committed(
+    cluster: KafkaCluster,
+) -> None:
+    """The transaction coordinator sends markers with WriteTxnMarkers to partitions led
+    by other brokers: a transaction over partitions led by each of the three commits,
+    and the aborted one after it stays invisible to read_committed."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = f"txn-{_uid()}"
+    _create(cluster, topic, 3, **{"min.insync.replicas": "2"})
+    leaders = {cluster.partition(topic, p).leader for p in range(3)}
+    assert leaders == {1, 2, 3}
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"t-{_uid()}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(60):
+        producer.produce(topic, value=b"c%d" % i, partition=i % 3)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for p in range(3):
+        producer.produce(topic, value=b"aborted", partition=p)
+    producer.abort_transaction(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": f"rc-{_uid()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(seen) < 60 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                seen.append(message.value())
+        extra = consumer.poll(1.0)
+    finally:
+        consumer.close()
+    assert sorted(seen) == sorted(b"c%d" % i for i in range(60))
+    assert extra is None or extra.error() is not None
 
 
 def test_acks_all_times_out_while_an_isr_member_does_not_fetch(cluster: KafkaCluster) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import logging
 import re
-import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -256,23 +255,26 @@ async def write_txn_markers(
 ) -> dict[str, Any]:
     """Markers from a transaction coordinator on another broker, for partitions led here."""
     service = _service(ctx)
-    now = int(time.time() * 1000)
     markers_out = []
     for marker in request.markers:
-        topics_out = []
-        for topic in marker.topics:
-            partitions = []
-            for index in topic.partition_indexes:
-                error = service.markers.write_one(
-                    (topic.name, int(index)),
-                    marker.producer_id,
-                    marker.producer_epoch,
-                    marker.coordinator_epoch,
-                    bool(marker.transaction_result),
-                    now,
-                )
-                partitions.append({"partition_index": index, "error_code": error})
-            topics_out.append({"name": topic.name, "partitions": partitions})
+        # Answered once the ISR holds each marker, as Kafka's acks=all marker append.
+        outcomes = await service.markers.write_here(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+            bool(marker.transaction_result),
+            [(t.name, int(i)) for t in marker.topics for i in t.partition_indexes],
+        )
+        topics_out = [
+            {
+                "name": topic.name,
+                "partitions": [
+                    {"partition_index": i, "error_code": outcomes[(topic.name, int(i))]}
+                    for i in topic.partition_indexes
+                ],
+            }
+            for topic in marker.topics
+        ]
         markers_out.append({"producer_id": marker.producer_id, "topics": topics_out})
     return {"markers": markers_out}
 

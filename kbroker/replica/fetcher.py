@@ -96,8 +96,8 @@ def whole_batches(records: bytes) -> int:
     return pos
 
 
-class _Link:
-    """One connection to a leader: a request out, its answer back, in order."""
+class BrokerLink:
+    """One connection to another broker: a request out, its answer back, in order."""
 
     def __init__(self, host: str, port: int, client_id: str) -> None:
         self.host, self.port = host, port
@@ -144,7 +144,7 @@ class ReplicaFetcher:
         self.settings = settings
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self._changed = asyncio.Event()
-        self._link: _Link | None = None
+        self._link: BrokerLink | None = None
         self._task: asyncio.Task[None] | None = None
 
     def add(self, partition: Partition) -> None:
@@ -194,7 +194,7 @@ class ReplicaFetcher:
                 self._drop_link()
                 await asyncio.sleep(backoff)
 
-    def _connect(self) -> _Link | None:
+    def _connect(self) -> BrokerLink | None:
         broker = self.metadata().brokers.get(self.leader_id)
         if broker is None:
             return None
@@ -203,7 +203,7 @@ class ReplicaFetcher:
             self._drop_link()
             link = None
         if link is None:
-            link = self._link = _Link(broker.host, broker.port, f"replica-{self.node_id}")
+            link = self._link = BrokerLink(broker.host, broker.port, f"replica-{self.node_id}")
         return link
 
     def _drop_link(self) -> None:
@@ -217,7 +217,7 @@ class ReplicaFetcher:
 
     # -- truncation by leader epoch -----------------------------------------------------
 
-    async def _truncate(self, link: _Link) -> None:
+    async def _truncate(self, link: BrokerLink) -> None:
         """Kafka's truncation on becoming follower (KIP-101/279): ask where our latest
         epoch ended on the leader, cut our log there."""
         states = [s for s in self.partitions.values() if s.truncating]
@@ -285,7 +285,7 @@ class ReplicaFetcher:
 
     # -- fetching -----------------------------------------------------------------------
 
-    async def _fetch(self, link: _Link) -> bool:
+    async def _fetch(self, link: BrokerLink) -> bool:
         """One Fetch for every partition ready to fetch; False when none was."""
         now = time.monotonic()
         state = self.metadata()

@@ -15,10 +15,13 @@ import struct
 import time
 from collections.abc import Callable, Iterable
 
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from kbroker.internal_topics import Acknowledgement, ServiceBroker, acknowledgement
 from kbroker.protocol.batch import InvalidBatchError, Record, encode_batch
+from kbroker.protocol.messages import build
+from kbroker.replica.fetcher import BrokerLink
 from kbroker.replica.partition import Partition, PartitionError
 from kbroker.storage.producer_state import COORDINATOR, ProducerStateError
 from kbroker.txn.errors import producer_state_error_code
@@ -46,8 +49,15 @@ def encode_marker(
     )
 
 
+WRITE_TXN_MARKERS = 27
+WRITE_TXN_MARKERS_VERSION = 1
+MARKER_TIMEOUT_S = 30.0
+_RETRY = (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error)
+
+
 class LocalMarkerWriter:
-    """Writes markers to partitions led by this broker.
+    """Writes markers to partitions led by this broker, and sends those led by another
+    broker there with WriteTxnMarkers (as Kafka's coordinator does for every partition).
 
     `write` returns the partitions that must be tried again later (not led here right
     now, or a storage failure); a partition whose topic is gone counts as done, as do
@@ -57,6 +67,7 @@ class LocalMarkerWriter:
     def __init__(self, broker: ServiceBroker) -> None:
         self.broker = broker
         self.on_written: list[MarkerWritten] = []
+        self._links: dict[int, BrokerLink] = {}
 
     async def write(
         self,
@@ -70,19 +81,45 @@ class LocalMarkerWriter:
         each is fsynced where the topic asks for it and below its partition's high
         watermark, so that a leader failover cannot lose a completed transaction's
         marker. Returns the partitions to try again (their leadership moved)."""
-        retry: set[TopicPartition] = set()
+        outcomes = await self.write_here(
+            producer_id, producer_epoch, coordinator_epoch, commit, partitions
+        )
+        retry = {tp for tp, code in outcomes.items() if code in _RETRY}
+        elsewhere: dict[int, list[TopicPartition]] = {}
+        state = self.broker.controller.state
+        for tp in list(retry):
+            info = state.partition(*tp)
+            if info is not None and info.leader not in (-1, self.broker.node_id):
+                elsewhere.setdefault(info.leader, []).append(tp)
+        for leader, tps in elsewhere.items():
+            sent = await self._send(
+                leader, producer_id, producer_epoch, coordinator_epoch, commit, tps
+            )
+            retry -= {tp for tp, code in sent.items() if code not in _RETRY}
+        return retry
+
+    async def write_here(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Append markers to partitions led here and wait until each is fsynced where the
+        topic asks for it and below its high watermark (WriteTxnMarkers is acks=all)."""
+        outcomes: dict[TopicPartition, ErrorCode] = {}
         waiting: list[tuple[TopicPartition, Acknowledgement]] = []
         now = int(time.time() * 1000)
         for tp in partitions:
             code, replica, end = self._append(
                 tp, producer_id, producer_epoch, coordinator_epoch, commit, now
             )
+            outcomes[tp] = code
             if replica is not None:
                 ack = acknowledgement(self.broker, replica, end)
                 if ack is not None:
                     waiting.append((tp, ack))
-            elif code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-                retry.add(tp)
         for tp, ack in waiting:
             try:
                 code = await ack
@@ -91,7 +128,63 @@ class LocalMarkerWriter:
                 continue
             if code != ErrorCode.none:
                 log.warning("marker on %s-%d not replicated: %s", tp[0], tp[1], code.name)
-        return retry
+                if code == ErrorCode.not_leader_or_follower:
+                    outcomes[tp] = code
+        return outcomes
+
+    async def _send(
+        self,
+        leader: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        partitions: list[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """WriteTxnMarkers to the broker leading `partitions`; their outcomes there (none
+        when it cannot be reached: they are tried again later)."""
+        node = self.broker.controller.state.brokers.get(leader)
+        if node is None or node.fenced:
+            return {}
+        link = self._links.get(leader)
+        if link is None or (link.host, link.port) != (node.host, node.port):
+            if link is not None:
+                link.close()
+            link = self._links[leader] = BrokerLink(
+                node.host, node.port, f"txn-markers-{self.broker.node_id}"
+            )
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in partitions:
+            by_topic.setdefault(topic, []).append(index)
+        request = build(
+            load_request_schema(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION),
+            {
+                "markers": [
+                    {
+                        "producer_id": producer_id,
+                        "producer_epoch": producer_epoch,
+                        "transaction_result": commit,
+                        "topics": [
+                            {"name": t, "partition_indexes": ps} for t, ps in by_topic.items()
+                        ],
+                        "coordinator_epoch": coordinator_epoch,
+                    }
+                ]
+            },
+        )
+        try:
+            response = await link.call(request, MARKER_TIMEOUT_S)
+        except (OSError, EOFError, TimeoutError) as exc:
+            log.info("markers to broker %d not sent: %s", leader, exc)
+            link.close()
+            self._links.pop(leader, None)
+            return {}
+        return {
+            (t.name, int(p.partition_index)): ErrorCode(p.error_code)
+            for m in response.markers
+            for t in m.topics
+            for p in t.partitions
+        }
 
     def write_one(
         self,

@@ -181,7 +181,7 @@ def test_offset_for_timestamp_finds_record_inside_compressed_batch(tmp_path, cod
     try:
         base = 1_700_000_000_000
         records = [Record(b"k", b"v" * 100, base + i * 10) for i in range(50)]
-        plog.append(encode_batch(records, base, compression=codec, compress=_with(codec)), 0, 0)
+        plog.append(encode_batch(records, base, compression=codec, compress=_with(codec)), 0, base)
         assert plog.offset_for_timestamp(base + 255) == (26, base + 260)
         assert plog.max_timestamp() == (base + 490, 49)
     finally:

@@ -965,9 +965,9 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "fetch.max.bytes",
         INT,
         57671680,
-        "Most bytes returned by one fetch.",
+        "Most bytes of one Fetch response, whatever max_bytes it asks for; the first batch "
+        "still comes whole.",
         at_least(1024),
-        role=INERT,
     ),
     _d(
         "max.incremental.fetch.session.cache.slots",

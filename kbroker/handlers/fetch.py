@@ -42,9 +42,24 @@ def fetch(ctx: RequestContext, request: requests.FetchRequest) -> Any:
         return encode_fetch_response(ctx.version, [], error_code=plan.error_code)
     results, total, errors = _read_all(ctx, request, plan)
     max_wait_ms = request.max_wait.total_seconds() * 1000
-    if total >= request.min_bytes or errors or max_wait_ms <= 0 or ctx.broker.lifecycle.stopping:
+    if (
+        total >= _min_bytes(ctx, request)
+        or errors
+        or max_wait_ms <= 0
+        or ctx.broker.lifecycle.stopping
+    ):
         return _encode(ctx, plan, results)
     return _delayed_fetch(ctx, request, plan, max_wait_ms / 1000)
+
+
+def _max_bytes(ctx: RequestContext, request: Any) -> int:
+    """Kafka's response bound: the request's max_bytes, at most the broker's fetch.max.bytes."""
+    return min(request.max_bytes, ctx.broker.config.get("fetch.max.bytes"))
+
+
+def _min_bytes(ctx: RequestContext, request: Any) -> int:
+    """min_bytes no larger than the response may be (else the fetch always waits it out)."""
+    return min(request.min_bytes, _max_bytes(ctx, request))
 
 
 async def _delayed_fetch(
@@ -64,7 +79,7 @@ async def _delayed_fetch(
         except TimeoutError:
             break
         results, total, errors = _read_all(ctx, request, plan)
-        if total >= request.min_bytes or errors or ctx.broker.lifecycle.stopping:
+        if total >= _min_bytes(ctx, request) or errors or ctx.broker.lifecycle.stopping:
             return _encode(ctx, plan, results)
     results, _, _ = _read_all(ctx, request, plan)
     return _encode(ctx, plan, results)
@@ -151,7 +166,7 @@ def _read_all(
 ) -> tuple[list[tuple[FetchTarget, FetchedPartition]], int, bool]:
     """Read every partition of the plan within max_bytes; (results, bytes found, any error)."""
     broker = ctx.broker
-    budget = request.max_bytes
+    budget = _max_bytes(ctx, request)
     total = 0
     errors = False
     committed_only = request.isolation_level == READ_COMMITTED

@@ -16,6 +16,7 @@ import pytest
 
 from compat_tests.broker_process import BrokerProcess, running_broker
 from compat_tests.cluster import KafkaCluster, running_cluster
+from compat_tests.netns import NetnsCluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -106,6 +107,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """Three nodes, each a voter and a broker, shared by a test module (see cluster.py)."""
     with running_cluster(tmp_path_factory.mktemp("cluster")) as started:
         yield started
+
+
+@pytest.fixture(scope="module")
+def netns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsCluster]:
+    """Three nodes in network namespaces of their own, links between them cuttable; the
+    test runs in the client namespace (see netns.py). Shared by a test module."""
+    cluster = NetnsCluster(tmp_path_factory.mktemp("netns"))
+    try:
+        with cluster.entered():
+            cluster.start()
+            yield cluster
+    finally:
+        cluster.close()
 
 
 def _brokers_of(item: pytest.Item) -> list[BrokerProcess]:

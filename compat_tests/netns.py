@@ -132,6 +132,12 @@ class NetnsCluster(KafkaCluster):
             if other not in (node_id, CLIENT):
                 self.cut(node_id, other)
 
+    def reconnect(self, node_id: int) -> None:
+        """Undo `isolate(node_id)`: its links to every other node up again."""
+        for other in self.members:
+            if other not in (node_id, CLIENT):
+                self._link_up(node_id, other)
+
     def heal(self) -> None:
         """Every link up again, then every stopped node started (KafkaCluster.heal)."""
         for a in self.members:

@@ -1,5 +1,5 @@
-"""A seeded random schedule of faults (kill -9, restart, SIGSTOP/SIGCONT) against a
-3-node cluster under an idempotent acks=all producer: every acknowledged record is read
+"""A seeded random schedule of faults (kill -9 and restart, SIGSTOP and SIGCONT, a node
+cut off from the others by its links going down and back up) against a 3-node cluster under an idempotent acks=all producer: every acknowledged record is read
 back, none twice, in the order sent (Jepsen-style history check, compat_tests/history.py).
 
 ``KBROKER_FAULT_SEED`` replays a failing schedule; the seed is printed and in the message."""
@@ -13,21 +13,22 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from compat_tests.cluster import KafkaCluster
 from compat_tests.history import NumberedProducer, check, read_partition
+from compat_tests.netns import NetnsCluster
 
 SCHEDULE_SECONDS = 35.0
 
 
 @dataclass
 class Fault:
-    """One node down (killed) or frozen (SIGSTOP) at a time, so a majority always runs."""
+    """One node down (killed), frozen (SIGSTOP) or cut off at a time, so a majority always
+    runs and reaches itself."""
 
     node_id: int
-    kind: str  # "kill" or "stop"
+    kind: str  # "kill", "stop" or "cut"
 
 
-def _inflict(cluster: KafkaCluster, rng: random.Random, topic: str) -> Fault:
+def _inflict(cluster: NetnsCluster, rng: random.Random, topic: str) -> Fault:
     try:
         leader = cluster.partition(topic).leader
     except Exception:
@@ -35,26 +36,31 @@ def _inflict(cluster: KafkaCluster, rng: random.Random, topic: str) -> Fault:
     # Half the faults hit the partition's leader, where they hurt.
     candidates = [n.node_id for n in cluster.nodes]
     node_id = leader if leader in candidates and rng.random() < 0.5 else rng.choice(candidates)
-    kind = rng.choice(["kill", "stop"])
+    kind = rng.choice(["kill", "stop", "cut"])
     if kind == "kill":
         cluster.kill(node_id)
-    else:
+    elif kind == "stop":
         os.kill(cluster.node(node_id).pid, signal.SIGSTOP)
+    else:
+        cluster.isolate(node_id)
     return Fault(node_id, kind)
 
 
-def _repair(cluster: KafkaCluster, fault: Fault) -> None:
+def _repair(cluster: NetnsCluster, fault: Fault) -> None:
     if fault.kind == "kill":
         cluster.node(fault.node_id).start()
-    else:
+    elif fault.kind == "stop":
         os.kill(cluster.node(fault.node_id).pid, signal.SIGCONT)
+    else:
+        cluster.reconnect(fault.node_id)
 
 
 def test_a_random_fault_schedule_loses_duplicates_and_reorders_no_acknowledged_record(
-    cluster: KafkaCluster,
+    netns_cluster: NetnsCluster,
 ) -> None:
     from confluent_kafka.admin import NewTopic
 
+    cluster = netns_cluster
     seed = int(os.environ.get("KBROKER_FAULT_SEED") or random.randrange(1 << 32))
     print(f"fault schedule seed {seed}")
     rng = random.Random(seed)

@@ -8,25 +8,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from compat_tests.broker_process import stored_batches
 from compat_tests.history import read_partition
 from compat_tests.netns import NetnsCluster
-
-
-@pytest.fixture(scope="module")
-def netns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsCluster]:
-    cluster = NetnsCluster(Path(tmp_path_factory.mktemp("netns")))
-    try:
-        with cluster.entered():
-            cluster.start()
-            yield cluster
-    finally:
-        cluster.close()
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[str]:

@@ -3,18 +3,21 @@ each module imported at start is paid hundreds of times per run (bench/startup.p
 measures the whole start; docs/benchmarks.md has the figures).
 
 The node runs with PYTHONPROFILEIMPORTTIME, which makes the interpreter write one line
-per module it imports to stderr, the node's log.
+per module it imports to stderr, the node's log. The harness also lets a test broker keep
+its compiled modules, so the next start does not compile them again.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from compat_tests.broker_process import BrokerProcess, running_broker
+from compat_tests.broker_process import BrokerProcess, broker_environment, running_broker
 
 IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.MULTILINE)
 REQUEST_SCHEMA = re.compile(r"^kio\.schema\.(\w+)\.v\d+\.request$")
@@ -51,3 +54,17 @@ def test_a_serving_broker_loads_only_the_request_schemas_it_was_sent(
     # Readiness sent ApiVersions and a stock client's Metadata, nothing else.
     apis = {m.group(1) for name in imported if (m := REQUEST_SCHEMA.match(name))}
     assert apis <= {"api_versions", "metadata"}
+
+
+def test_a_test_broker_leaves_its_compiled_modules_for_the_next_start(
+    started: BrokerProcess,
+) -> None:
+    spec = importlib.util.find_spec("kbroker.broker")
+    assert spec is not None and spec.origin is not None
+    own_prefix = sys.pycache_prefix
+    sys.pycache_prefix = broker_environment().get("PYTHONPYCACHEPREFIX")
+    try:
+        compiled = Path(importlib.util.cache_from_source(spec.origin))
+    finally:
+        sys.pycache_prefix = own_prefix
+    assert compiled.is_file()

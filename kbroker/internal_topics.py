@@ -303,9 +303,15 @@ def write_error(
 
 
 def append_records(
-    broker: ServiceBroker, topic: str, partition: int, records: list[KeyValue], now_ms: int
+    broker: ServiceBroker,
+    topic: str,
+    partition: int,
+    records: list[KeyValue],
+    now_ms: int,
+    compression: int = 0,
 ) -> tuple[ErrorCode, Acknowledgement | None]:
-    """Append `records` as one batch to this node's leader replica of the partition.
+    """Append `records` as one batch (in codec `compression`) to this node's leader
+    replica of the partition.
 
     The append itself happens before this returns, so records of successive calls land
     in call order. Returns its error and, when it succeeded but may not be acknowledged
@@ -317,7 +323,9 @@ def append_records(
     replica, code = broker.replicas.leader(topic, partition)
     if replica is None:
         return code, None
-    batch = encode_batch([Record(k, v, now_ms) for k, v in records], now_ms)
+    batch = encode_batch(
+        [Record(k, v, now_ms) for k, v in records], now_ms, compression=compression
+    )
     try:
         appended = replica.append_as_leader(batch, now_ms, CLIENT, ALL_REPLICAS)
     except PartitionError as exc:

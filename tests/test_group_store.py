@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode as E
 from test_group_harness import Box
 
+from kbroker.config import BrokerConfig
 from kbroker.controller.state import PartitionInfo
 from kbroker.coordinator.store import OFFSETS_TOPIC, LogGroupStore
 from kbroker.internal_topics import read_log_records
-from kbroker.protocol.batch import Record, encode_batch
+from kbroker.protocol.batch import COMPRESSION_MASK, Record, encode_batch, validate_batches
 from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.manager import ReplicaManager
 from kbroker.storage import LogConfig, LogManager
@@ -24,14 +25,17 @@ NOW = 1_700_000_000_000
 class FakeBroker:
     logs: LogManager
     replicas: ReplicaManager
+    config: BrokerConfig = field(default_factory=BrokerConfig)
 
 
-def make_broker(tmp_path: Path, config: LogConfig | None = None) -> FakeBroker:
+def make_broker(
+    tmp_path: Path, config: LogConfig | None = None, settings: dict[str, str] | None = None
+) -> FakeBroker:
     logs = LogManager([tmp_path])
     replicas = ReplicaManager(1, logs, DataWaiters())
     leader_here = PartitionInfo(0, 1, (1,), (1,))
     replicas.ensure(OFFSETS_TOPIC, leader_here, config or LogConfig(cleanup_policy="compact"))
-    return FakeBroker(logs, replicas)
+    return FakeBroker(logs, replicas, BrokerConfig.from_settings(settings))
 
 
 def test_written_records_are_replayed_in_order(tmp_path):
@@ -106,3 +110,17 @@ def test_write_waits_for_fsync_when_the_topic_flushes_every_message(tmp_path):
         assert plog.flushed_offset >= 1
 
     asyncio.run(run())
+
+
+def test_offsets_topic_compression_codec_compresses_the_coordinators_batches(tmp_path):
+    broker = make_broker(tmp_path, settings={"offsets.topic.compression.codec": "4"})
+    box = Box()
+    LogGroupStore(broker, lambda: NOW).write(0, [(b"k", b"v" * 200), (b"k2", b"w")], box)
+    assert box.value == E.none
+    plog = broker.replicas.get(OFFSETS_TOPIC, 0).log
+    (header,) = validate_batches(plog.read(0, 1 << 20).read(), 1 << 20)
+    assert header.attributes & COMPRESSION_MASK == 4  # zstd
+    assert [kv for _, batch in read_log_records(plog) for kv in batch] == [
+        (b"k", b"v" * 200),
+        (b"k2", b"w"),
+    ]

@@ -1208,9 +1208,9 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "offsets.topic.compression.codec",
         INT,
         0,
-        "Compression of group offsets records (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).",
+        "Codec of the batches the group coordinator writes to the offsets topic "
+        "(0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).",
         between(0, 4),
-        role=INERT,
     ),
     _d(
         "offsets.retention.minutes",

@@ -36,13 +36,15 @@ class LogGroupStore:
     def __init__(self, broker: ServiceBroker, now_ms: Callable[[], int]) -> None:
         self._broker = broker
         self._now_ms = now_ms
+        # Kafka's codec ids (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd) are the batch's.
+        self._codec: int = broker.config.get("offsets.topic.compression.codec")
 
     def write(self, partition: int, records: list[KeyValue], done: WriteDone) -> None:
         if not records:
             done(ErrorCode.none)
             return
         error, acknowledgement = append_records(
-            self._broker, OFFSETS_TOPIC, partition, records, self._now_ms()
+            self._broker, OFFSETS_TOPIC, partition, records, self._now_ms(), self._codec
         )
         if acknowledgement is None:
             done(error)

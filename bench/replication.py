@@ -1,0 +1,196 @@
+"""Replicated produce and failover, measured in one run on one machine.
+
+    .venv/bin/python -m bench.replication [--records 300000] [--rounds 3] [--kills 5]
+
+Two clusters run side by side for the whole run, both from compat_tests/cluster.py
+(every node a KRaft voter and a broker, on loopback, each with its own data dir): one of
+one node and one of three. Figures:
+  batched     records/s of 100 B values, acks=all, linger.ms=5, batch.size=1000000,
+              delivery reports only for errors, into a fresh one-partition topic: RF=1 on
+              the single node against RF=3 with min.insync.replicas=2 on the three nodes,
+              rounds interleaved; the issue asks RF=3 / single >= 0.5.
+  one-at-a-time  acks=all latency of one 100 B record produced and flushed, RF=3: p50, p99.
+  failover    kill -9 the leader of an RF=3 partition, then produce one record at a time
+              (acks=all, the same producer throughout): seconds from the kill to the first
+              acknowledgement, which only the new leader can give. The killed node is
+              restarted and waited back into the ISR before the next kill.
+The clusters use compat_tests' timings (a broker is fenced 3 s after its last heartbeat,
+`broker.session.timeout.ms=3000`; Kafka's default is 9000), which bound the failover
+figure from below; `--session-timeout-ms` changes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
+
+from compat_tests.cluster import KafkaCluster
+
+VALUE = b"x" * 100
+BATCHED = {
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "delivery.report.only.error": True,
+    "queue.buffering.max.messages": 2_000_000,
+    "socket.nagle.disable": True,
+}
+
+
+def new_topic(cluster: KafkaCluster, replication_factor: int) -> str:
+    topic = f"replbench-{uuid.uuid4().hex[:8]}"
+    config = {"min.insync.replicas": "2"} if replication_factor == 3 else {}
+    admin = cluster.admin()
+    futures = admin.create_topics(
+        [NewTopic(topic, 1, replication_factor, config=config)], operation_timeout=10
+    )
+    futures[topic].result(30)
+    cluster.wait_until(lambda: cluster.partition(topic).leader >= 0, 10.0, f"a leader of {topic}")
+    return topic
+
+
+def batched(cluster: KafkaCluster, replication_factor: int, records: int) -> float:
+    """Records per second produced and acknowledged by acks=all."""
+    topic = new_topic(cluster, replication_factor)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, **BATCHED})
+    started = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, VALUE, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("records left undelivered")
+    return records / (time.perf_counter() - started)
+
+
+def one_at_a_time(cluster: KafkaCluster, records: int) -> dict[str, float]:
+    """acks=all latency of single records on RF=3, in milliseconds."""
+    topic = new_topic(cluster, 3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0})
+    latencies = []
+    for _ in range(records):
+        started = time.perf_counter()
+        producer.produce(topic, VALUE, partition=0)
+        if producer.flush(30):
+            raise RuntimeError("record left undelivered")
+        latencies.append((time.perf_counter() - started) * 1000)
+    latencies.sort()
+    return {
+        "p50_ms": latencies[len(latencies) // 2],
+        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+    }
+
+
+def failovers(cluster: KafkaCluster, kills: int) -> list[float]:
+    """Seconds from kill -9 of the leader to the first acknowledged write, per kill."""
+    topic = new_topic(cluster, 3)
+    acked: list[float] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is None:
+            acked.append(time.monotonic())
+
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "acks": "all",
+            "linger.ms": 0,
+            "message.timeout.ms": 60000,
+            "retry.backoff.ms": 50,
+            "retry.backoff.max.ms": 200,
+            "topic.metadata.refresh.fast.interval.ms": 100,
+        }
+    )
+    figures = []
+    for _ in range(kills):
+        leader = cluster.partition(topic).leader
+        cluster.kill(leader)
+        killed = time.monotonic()
+        acked.clear()
+        producer.produce(topic, VALUE, partition=0, on_delivery=delivered)
+        while not acked and time.monotonic() - killed < 60:
+            producer.poll(0.005)
+        if not acked:
+            raise RuntimeError(f"no write acknowledged within 60 s of killing {leader}")
+        figures.append(acked[0] - killed)
+        print(f"  killed leader {leader}: first acknowledged write after {figures[-1]:.2f} s")
+        cluster.node(leader).start()
+        cluster.wait_until(
+            lambda: sorted(cluster.partition(topic).isrs) == [1, 2, 3],
+            60.0,
+            f"broker {leader} back in the ISR",
+        )
+    producer.flush(30)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency-records", type=int, default=1000)
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--session-timeout-ms", type=int, default=3000)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    timings = {"broker.session.timeout.ms": str(args.session_timeout_ms)}
+    result: dict[str, Any] = {"args": vars(args) | {"json": str(args.json)}, "rounds": []}
+    with tempfile.TemporaryDirectory(prefix="kbroker-replbench-") as tmp:
+        single = KafkaCluster(Path(tmp) / "single", 1, timings)
+        three = KafkaCluster(Path(tmp) / "three", 3, timings)
+        try:
+            single.start()
+            three.start()
+            for _ in range(args.rounds):
+                row = {
+                    "single_rec_s": batched(single, 1, args.records),
+                    "rf3_rec_s": batched(three, 3, args.records),
+                }
+                row["rf3_over_single"] = row["rf3_rec_s"] / row["single_rec_s"]
+                result["rounds"].append(row)
+                print(
+                    f"single node {row['single_rec_s']:>10,.0f} rec/s   RF=3 "
+                    f"{row['rf3_rec_s']:>10,.0f} rec/s   ratio {row['rf3_over_single']:.2f}",
+                    flush=True,
+                )
+            result["one_at_a_time"] = one_at_a_time(three, args.latency_records)
+            print(
+                "RF=3 one-at-a-time acks=all: p50 {p50_ms:.2f} ms, p99 {p99_ms:.2f} ms".format(
+                    **result["one_at_a_time"]
+                ),
+                flush=True,
+            )
+            result["failover_s"] = failovers(three, args.kills)
+        finally:
+            single.kill_all()
+            three.kill_all()
+    rounds = result["rounds"]
+    result["median"] = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    median = result["median"]
+    seconds = result["failover_s"]
+    print(
+        f"median: single node {median['single_rec_s']:,.0f} rec/s, RF=3 "
+        f"{median['rf3_rec_s']:,.0f} rec/s, ratio {median['rf3_over_single']:.2f}; failover "
+        f"median {statistics.median(seconds):.2f} s, max {max(seconds):.2f} s over {len(seconds)}"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -398,17 +398,18 @@ class PartitionLog:
         headers = validate_batches(records, config.max_message_bytes)
         if origin == CLIENT:
             validate_records(records, headers, now_ms, config.record_policy)
-            codec = config.stored_codec
-            if codec is not None and needs_recompression(headers, codec):
-                # Kafka checks the batch as it will be stored: max.message.bytes again.
-                records = recompress(
-                    records,
-                    headers,
-                    codec,
-                    config.compression_level,
-                    DEFAULT_MAX_DECOMPRESSED_BYTES,
-                )
-                headers = validate_batches(records, config.max_message_bytes)
+            if config.compression_type != "producer":  # the default costs one compare
+                codec = config.stored_codec
+                if codec is not None and needs_recompression(headers, codec):
+                    # Kafka checks the batch as it will be stored: max.message.bytes again.
+                    records = recompress(
+                        records,
+                        headers,
+                        codec,
+                        config.compression_level,
+                        DEFAULT_MAX_DECOMPRESSED_BYTES,
+                    )
+                    headers = validate_batches(records, config.max_message_bytes)
         producers = False
         for h in headers:
             if h.producer_id >= 0 or h.attributes & TRANSACTIONAL_OR_CONTROL:

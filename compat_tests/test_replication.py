@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 import uuid
-from typing import Any
 
 from compat_tests.cluster import KafkaCluster
+from compat_tests.history import NumberedProducer, check, read_partition
 
 
 def _uid() -> str:
@@ -30,32 +29,9 @@ def _create(cluster: KafkaCluster, topic: str, partitions: int = 1, **configs: s
 
 def _read_all(cluster: KafkaCluster, topic: str, expected: int, timeout: float = 30) -> list[bytes]:
     """Every value of partition 0 from the start (read_committed off, as produced)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": ",".join(n.bootstrap for n in cluster.live_nodes),
-            "group.id": f"check-{_uid()}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
+    return read_partition(
+        ",".join(n.bootstrap for n in cluster.live_nodes), topic, expected, timeout
     )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    idle_since = time.monotonic()
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None or message.error():
-                if len(values) >= expected and time.monotonic() - idle_since > 2:
-                    break
-                continue
-            idle_since = time.monotonic()
-            values.append(message.value())
-    finally:
-        consumer.close()
-    return values
 
 
 def _new_leader(cluster: KafkaCluster, topic: str, gone: int, timeout: float = 10.0) -> int:
@@ -126,60 +102,15 @@ def _produce_error(
     return int(response.responses[0].partition_responses[0].error_code)
 
 
-class _History:
-    """What an idempotent acks=all producer sent and what the cluster acknowledged."""
-
-    def __init__(self) -> None:
-        self.acked: list[int] = []
-        self.failed = 0
-        self.lock = threading.Lock()
-
-    def delivered(self, err: Any, msg: Any) -> None:
-        with self.lock:
-            if err is None:
-                self.acked.append(int(msg.value()))
-            else:
-                self.failed += 1
-
-
 def test_kill_the_leader_restart_it_kill_another_and_lose_nothing_acknowledged(
     cluster: KafkaCluster,
 ) -> None:
     """RF=3, min.insync.replicas=2, an idempotent acks=all producer at full speed: kill -9
     the leader, restart it, kill the next leader. Every acknowledged record is read back
     exactly once and in order."""
-    from confluent_kafka import Producer
-
     topic = f"history-{_uid()}"
     _create(cluster, topic, **{"min.insync.replicas": "2"})
-    history = _History()
-    stop = threading.Event()
-
-    def produce() -> None:
-        producer = Producer(
-            {
-                "bootstrap.servers": cluster.bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                "message.timeout.ms": 60000,
-            }
-        )
-        i = 0
-        while not stop.is_set():
-            try:
-                producer.produce(topic, value=b"%d" % i, on_delivery=history.delivered)
-                i += 1
-            except BufferError:
-                producer.poll(0.05)
-                continue
-            if i % 100 == 0:
-                producer.poll(0)
-                time.sleep(0.01)
-        producer.flush(60)
-
-    writer = threading.Thread(target=produce, daemon=True)
-    writer.start()
+    producer = NumberedProducer(cluster.bootstrap, topic).start()
     failovers: list[float] = []
     try:
         time.sleep(2)
@@ -200,20 +131,15 @@ def test_kill_the_leader_restart_it_kill_another_and_lose_nothing_acknowledged(
         failovers.append(time.monotonic() - killed)
         time.sleep(2)
     finally:
-        stop.set()
-        writer.join(90)
+        producer.stop()
         cluster.heal()
-    acked = history.acked
+    acked = producer.history.acked
+    assert producer.fatal is None, producer.fatal
     assert len(acked) > 500, f"only {len(acked)} acknowledged"
-    assert history.failed == 0
-    read = [int(v) for v in _read_all(cluster, topic, len(acked), timeout=60)]
-    assert len(read) == len(set(read)), "a record was stored twice"
-    positions = {v: i for i, v in enumerate(read)}
-    lost = [v for v in acked if v not in positions]
-    assert lost == [], f"{len(lost)} acknowledged records lost"
-    order = [positions[v] for v in sorted(acked)]
-    assert order == sorted(order), "acknowledged records out of order"
-    print(f"failover seconds: {[round(f, 2) for f in failovers]}, acked {len(acked)}")
+    assert producer.history.failed == []
+    verdict = check(acked, [int(v) for v in _read_all(cluster, topic, len(acked), timeout=60)])
+    assert verdict.clean, str(verdict)
+    print(f"failover seconds: {[round(f, 2) for f in failovers]}, {verdict}")
 
 
 def test_a_follower_names_the_current_leader_to_produce_and_fetch(cluster: KafkaCluster) -> None:

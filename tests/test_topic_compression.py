@@ -89,17 +89,24 @@ def test_a_batch_too_large_once_recompressed_is_refused(tmp_path: Path) -> None:
         plog.close()
 
 
-def test_the_topics_gzip_level_is_used(tmp_path: Path) -> None:
-    batch = encode_batch([Record(None, bytes(range(256)) * 64, NOW)], NOW)
-    fast = LogConfig(**log_config_for({"compression.type": "gzip"}, BrokerConfig()))
-    fast.compression_gzip_level = 1
-    best = LogConfig(compression_type="gzip", compression_gzip_level=9)
+@pytest.mark.parametrize(
+    ("codec", "low", "high"), [("gzip", 1, 9), ("lz4", 1, 17), ("zstd", 1, 19)]
+)
+def test_the_topics_level_for_its_codec_is_used(
+    tmp_path: Path, codec: str, low: int, high: int
+) -> None:
+    text = b" ".join(
+        b"record %d of a fairly repetitive payload %d" % (i, i % 7) for i in range(800)
+    )
+    batch = encode_batch([Record(None, text, NOW)], NOW)
     sizes = []
-    for n, config in enumerate((fast, best)):
-        plog = PartitionLog.open(tmp_path / f"t-{n}", config, NOW)
+    for level in (low, high):
+        overrides = {"compression.type": codec, f"compression.{codec}.level": str(level)}
+        config = LogConfig(**log_config_for(overrides, BrokerConfig()))
+        plog = PartitionLog.open(tmp_path / f"t-{level}", config, NOW)
         try:
             plog.append(batch, 0, NOW)
             sizes.append(len(stored(plog)))
         finally:
             plog.close()
-    assert sizes[0] != sizes[1]
+    assert sizes[0] != sizes[1]  # the level reached the compressor

@@ -16,7 +16,7 @@ import pytest
 
 from compat_tests.broker_process import BrokerProcess, running_broker
 from compat_tests.cluster import KafkaCluster, running_cluster
-from compat_tests.netns import NetnsCluster
+from compat_tests.netns import NetnsCluster, netns_unavailable
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -113,6 +113,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 def netns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsCluster]:
     """Three nodes in network namespaces of their own, links between them cuttable; the
     test runs in the client namespace (see netns.py). Shared by a test module."""
+    missing = netns_unavailable()
+    if missing:
+        pytest.skip(missing)
     cluster = NetnsCluster(tmp_path_factory.mktemp("netns"))
     try:
         with cluster.entered():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -38,6 +39,15 @@ def _setns(fd: int) -> None:
     if libc.setns(fd, CLONE_NEWNET) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
+
+
+def netns_unavailable() -> str | None:
+    """Why this machine cannot make network namespaces, or None when it can."""
+    if shutil.which("ip") is None:
+        return "iproute2's `ip` is not installed (scripts/install-test-tools.sh installs it)"
+    if os.geteuid() != 0:
+        return "network namespaces need root (ip netns add)"
+    return None
 
 
 class NetnsNode(ClusterNode):

@@ -55,6 +55,10 @@ fi
 if [ ! -d /usr/share/gocode/src/github.com/Shopify/sarama ]; then
   apt_missing+=(golang-github-shopify-sarama-dev)
 fi
+# compat_tests/netns.py cuts links between network namespaces with iproute2's `ip`.
+if ! command -v ip >/dev/null 2>&1; then
+  apt_missing+=(iproute2)
+fi
 # tests/test_deploy_files.py checks docker-compose.yml with a compose client (offline).
 if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
   apt_missing+=(docker-compose)

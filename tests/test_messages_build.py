@@ -3,6 +3,9 @@ fields of other versions are dropped, a key no version has is an error."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from kio.schema.errors import ErrorCode
 
@@ -36,3 +39,29 @@ def test_a_key_known_only_at_another_nesting_is_refused() -> None:
     # `members` belongs to a described group, not to the response itself.
     with pytest.raises(UnknownFieldError, match="members"):
         build_response(DESCRIBE_GROUPS, 5, {"groups": [], "members": []})
+
+
+def test_a_field_of_another_version_is_dropped_after_descriptions_without_one() -> None:
+    # The first description names only v2's fields; the next one adds v4's group_state.
+    plain = [{"group_id": "g", "protocol_type": "consumer"}]
+    assert build_response(LIST_GROUPS, 2, {"error_code": 0, "groups": plain}).groups
+    more = [{**plain[0], "group_state": "Stable"}]
+    old = build_response(LIST_GROUPS, 2, {"error_code": 0, "groups": more})
+    assert old.groups[0].group_id == "g"
+    assert not hasattr(old.groups[0], "group_state")
+
+
+def test_a_description_of_only_this_versions_fields_loads_no_other_version() -> None:
+    # Gathering every version's fields imports every version's schema module: tens of
+    # milliseconds per API at the first answer of each broker process.
+    code = (
+        "import sys\n"
+        "from kbroker.protocol.messages import build_response\n"
+        "groups = [{'group_id': 'g', 'protocol_type': 'consumer', 'group_state': 'Stable',"
+        " 'group_type': 'classic'}]\n"
+        f"build_response({LIST_GROUPS}, 5, {{'error_code': 0, 'groups': groups}})\n"
+        "print(*sorted({m.split('.')[3] for m in sys.modules"
+        " if m.startswith('kio.schema.list_groups.v')}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["v5"]

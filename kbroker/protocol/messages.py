@@ -424,15 +424,40 @@ def _shape_of(cls: type) -> Shape:
     return shape
 
 
+class _OtherVersionField(Exception):
+    """A description holds a key this version lacks: telling a field of another version
+    (dropped) from a misspelling (refused) needs the fields of every version."""
+
+
+# Entities whose descriptions named a key of another version: built with every
+# version's fields from then on, without trying this version's alone first.
+_SHAPE_NEEDED: set[type] = set()
+
+
 def build(cls: type, data: dict[str, Any], shape: Shape | None = None) -> Any:
     """Instantiate kio entity `cls` from `data`.
 
     Keys of fields this version lacks but another version of the message has are
     dropped, so one description serves every version; a key no version has raises
     UnknownFieldError. Fields left out take their defaults.
+
+    The fields of every version (which imports each version's schema module, tens of ms
+    per API) are gathered only once a description of `cls` names a key this version
+    lacks: answers to clients of the newest version usually name none.
     """
     if shape is None:
+        if cls not in _SHAPE_NEEDED:
+            try:
+                return _build(cls, data, None)
+            except _OtherVersionField:
+                _SHAPE_NEEDED.add(cls)
         shape = _shape_of(cls)
+    return _build(cls, data, shape)
+
+
+def _build(cls: type, data: dict[str, Any], shape: Shape | None) -> Any:
+    """`build` with the fields of every version in `shape`, or with None to accept only
+    this version's fields (raising _OtherVersionField for any other key)."""
     kwargs = {}
     used = 0
     for name, kafka_type, nested, is_array, default in _plan(cls):
@@ -442,19 +467,21 @@ def build(cls: type, data: dict[str, Any], shape: Shape | None = None) -> Any:
         used += 1
         value = data[name]
         if nested is not None and value is not None:
-            inner = shape.get(name) or {}
+            inner = None if shape is None else shape.get(name) or {}
             if is_array:
                 value = tuple(
-                    v if isinstance(v, nested) else build(nested, v, inner) for v in value
+                    v if isinstance(v, nested) else _build(nested, v, inner) for v in value
                 )
             elif not isinstance(value, nested):
-                value = build(nested, value, inner)
+                value = _build(nested, value, inner)
         elif is_array and value is not None:
             value = tuple(_coerce(kafka_type, v) for v in value)
         else:
             value = _coerce(kafka_type, value)
         kwargs[name] = value
     if used != len(data):
+        if shape is None:
+            raise _OtherVersionField
         unknown = sorted(key for key in data if key not in shape)
         if unknown:
             raise UnknownFieldError(

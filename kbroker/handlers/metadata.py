@@ -108,7 +108,9 @@ def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, An
         "cluster_id": state.cluster_id,
         "controller_id": visible_controller_id(ctx),
         "topics": topics,
-        "cluster_authorized_operations": -2147483648,
+        # cluster_authorized_operations (v8-v10) is left at kio's default, -2**31 (not
+        # asked for): naming it would make every v11+ answer a description with a
+        # field of other versions, which loads all Metadata schemas on first use.
     }
 
 

@@ -115,6 +115,10 @@ def failovers(cluster: KafkaCluster, kills: int) -> list[float]:
             "topic.metadata.refresh.fast.interval.ms": 100,
         }
     )
+    # A producer already running: it knows the leader and has its connections open.
+    producer.produce(topic, VALUE, partition=0)
+    if producer.flush(30):
+        raise RuntimeError("record left undelivered")
     figures = []
     for _ in range(kills):
         leader = cluster.partition(topic).leader

@@ -142,18 +142,25 @@ def test_kill_the_leader_restart_it_kill_another_and_lose_nothing_acknowledged(
     print(f"failover seconds: {[round(f, 2) for f in failovers]}, {verdict}")
 
 
-def test_a_follower_names_the_current_leader_to_produce_and_fetch(cluster: KafkaCluster) -> None:
-    """KIP-951: NOT_LEADER_OR_FOLLOWER from a follower carries the leader, its epoch and
-    its endpoint (Produce v10+, Fetch v12+ and v16+ for the endpoint)."""
+def test_a_broker_off_the_replicas_names_the_current_leader_to_produce_and_fetch(
+    cluster: KafkaCluster,
+) -> None:
+    """KIP-951: NOT_LEADER_OR_FOLLOWER from a broker that holds no replica carries the
+    leader, its epoch and its endpoint (Produce v10+, Fetch v12+ and v16+ for the
+    endpoint). A follower would serve the consumer's Fetch itself (KIP-392)."""
+    from confluent_kafka.admin import NewTopic
+
     from kbroker.admin.client import BrokerConnection
     from kbroker.protocol.batch import encode_batch
 
     topic = f"kip951-{_uid()}"
-    _create(cluster, topic)
+    admin = cluster.admin()
+    futures = admin.create_topics([NewTopic(topic, 1, 2)], operation_timeout=10)
+    futures[topic].result(timeout=15)
     raw = cluster.raw_metadata(topic).topics[0]
     p = raw.partitions[0]
     leader = cluster.node(p.leader_id)
-    follower = next(n for n in cluster.nodes if n.node_id != p.leader_id)
+    follower = next(n for n in cluster.nodes if n.node_id not in p.replica_nodes)
     records = bytes(encode_batch([(None, b"x")], int(time.time() * 1000)))
     with BrokerConnection(follower.host, follower.port, 10.0, "kip951-test") as conn:
         produced = conn.request(

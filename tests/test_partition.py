@@ -218,3 +218,27 @@ def test_truncation_drops_a_divergent_tail(pair):
     follower.truncate_to(end)
     assert follower.log_end_offset == 1
     assert follower.log.leader_epoch_entries() == [(1, 0)]
+
+
+def test_a_follower_serves_a_consumer_up_to_its_high_watermark(pair):
+    leader, follower = pair
+    leader.append_as_leader(batch(b"a"), NOW)
+    replicate(leader, follower)  # the follower has the batch, not yet a HW past it
+    assert follower.read(0, 1024, from_follower_ok=True).records is None
+    replicate(leader, follower)  # the leader's HW moved; the follower learns it
+    read = follower.read(0, 1024, from_follower_ok=True)
+    assert read.error == ErrorCode.none and read.high_watermark == 1
+    assert read.records is not None and read.records.length > 0
+
+
+def test_a_follower_refuses_a_consumer_fetch_before_v11(pair):
+    _, follower = pair
+    assert follower.read(0, 1024).error == ErrorCode.not_leader_or_follower
+
+
+def test_a_follower_answers_offset_out_of_range_past_its_log(pair):
+    leader, follower = pair
+    leader.append_as_leader(batch(b"a"), NOW)
+    replicate(leader, follower)
+    replicate(leader, follower)
+    assert follower.read(5, 1024, from_follower_ok=True).error == ErrorCode.offset_out_of_range

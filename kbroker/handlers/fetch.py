@@ -32,6 +32,7 @@ READ_COMMITTED = 1
 FIRST_SESSION_VERSION = 7
 FIRST_REPLICA_STATE_VERSION = 15
 FIRST_CURRENT_LEADER = 12
+FIRST_RACK_ID_VERSION = 11  # KIP-392: a consumer may fetch from a follower
 _LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
@@ -191,7 +192,15 @@ def _read_all(
             errors = True
             continue
         result = _read_partition(
-            broker, target.topic, target, budget, committed_only, total == 0, replica, now
+            broker,
+            target.topic,
+            target,
+            budget,
+            committed_only,
+            total == 0,
+            replica,
+            now,
+            ctx.version >= FIRST_RACK_ID_VERSION,
         )
         results.append((target, result))
         if result.error_code:
@@ -214,6 +223,7 @@ def _read_partition(
     first: bool,
     replica_id: int,
     now_ms: int,
+    from_follower_ok: bool,
 ) -> FetchedPartition:
     partition = broker.partitions.get(topic, p.partition)
     if partition is None:
@@ -230,6 +240,7 @@ def _read_partition(
             replica_id=replica_id,
             current_leader_epoch=p.current_leader_epoch,
             now_ms=now_ms,
+            from_follower_ok=from_follower_ok,
         )
     if read.error and read.high_watermark < 0:
         return FetchedPartition(p.partition, read.error)

@@ -319,12 +319,18 @@ class Partition:
         replica_id: int = NO_REPLICA,
         current_leader_epoch: int = -1,
         now_ms: int = 0,
+        from_follower_ok: bool = False,
     ) -> PartitionRead:
         """A Fetch's read: a consumer's up to the high watermark (the last stable offset
         for read_committed), a follower's (`replica_id` set) up to the log end; the
         follower's fetch offset is its log end offset, which may move the high
-        watermark and its place in the ISR before the read."""
-        code = self.check_leader(current_leader_epoch)
+        watermark and its place in the ISR before the read. With `from_follower_ok`
+        (a consumer's Fetch v11+, KIP-392) a follower serves the consumer too, up to
+        the high watermark the leader last sent it."""
+        if from_follower_ok and replica_id < 0 and self.leader_id not in (NO_REPLICA, self.node_id):
+            code = self.check_epoch(current_leader_epoch)
+        else:
+            code = self.check_leader(current_leader_epoch)
         if code:
             return PartitionRead(code)
         plog = self.log

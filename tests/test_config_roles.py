@@ -109,7 +109,7 @@ def test_describe_configs_documents_an_inert_broker_setting_as_inert() -> None:
 def test_describe_configs_documents_an_inert_topic_config_as_inert() -> None:
     config = BrokerConfig.from_settings({})
     docs = {e.name: e.documentation for e in describe_topic_config({}, config)}
-    assert docs["segment.jitter.ms"].startswith(INERT_NOTE)
+    assert docs["message.downconversion.enable"].startswith(INERT_NOTE)
     assert not docs["retention.ms"].startswith(INERT_NOTE)
 
 

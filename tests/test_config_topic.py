@@ -173,6 +173,7 @@ def test_log_config_for_defaults():
     assert log_config_for({}, DEFAULT_BROKER) == {
         "segment_bytes": 1073741824,
         "segment_ms": 604800000,
+        "segment_jitter_ms": 0,
         "retention_ms": 604800000,
         "retention_bytes": -1,
         "index_interval_bytes": 4096,

@@ -496,3 +496,19 @@ def test_reserved_space_after_the_data_is_not_taken_for_a_next_batch(tmp_path):
     assert os.path.getsize(log.active_segment.log_path) > log.active_segment.size
     with log.read(0, 1 << 20) as whole:
         assert whole.next_base_offset() is None
+
+
+def test_segment_jitter_rolls_the_active_segment_that_much_before_segment_ms(tmp_path, monkeypatch):
+    """segment.jitter.ms: a segment rolls once it spans more than segment.ms minus its
+    jitter (drawn below min(segment.jitter.ms, segment.ms))."""
+    now = 1_700_000_000_000
+    monkeypatch.setattr(PartitionLog, "draw_jitter", staticmethod(lambda bound: bound - 1))
+    for jitter, segments in ((0, 1), (400, 2)):
+        config = LogConfig(segment_ms=1000, segment_jitter_ms=jitter)
+        plog = PartitionLog.open(tmp_path / f"t-{jitter}", config, now)
+        try:
+            plog.append(encode_batch([b"a"], now), 0, now)
+            plog.append(encode_batch([b"b"], now + 700), 0, now + 700)
+            assert len(plog.segments) == segments
+        finally:
+            plog.close()

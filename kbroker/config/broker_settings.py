@@ -513,7 +513,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "log.roll.jitter.hours. Default of segment.jitter.ms.",
         at_least(0),
         dynamic=True,
-        role=INERT,
     ),
     _d(
         "log.roll.jitter.hours",

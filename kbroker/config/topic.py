@@ -319,7 +319,6 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         0,
         "Random jitter subtracted from segment.ms so segments do not all roll at once.",
         at_least(0),
-        role=INERT,
     ),
     _t(
         "segment.ms",
@@ -461,6 +460,7 @@ def log_config_for(overrides: Mapping[str, str], broker: BrokerConfig) -> dict[s
     return {
         "segment_bytes": values["segment.bytes"],
         "segment_ms": values["segment.ms"],
+        "segment_jitter_ms": values["segment.jitter.ms"],
         "retention_ms": values["retention.ms"],
         "retention_bytes": values["retention.bytes"],
         "index_interval_bytes": values["index.interval.bytes"],

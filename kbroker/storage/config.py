@@ -18,6 +18,7 @@ PREALLOCATE_CHUNK = 1 << 20
 class LogConfig:
     segment_bytes: int = 1 << 30
     segment_ms: int = 7 * 24 * 3600 * 1000
+    segment_jitter_ms: int = 0
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = -1
     index_interval_bytes: int = 4096
@@ -116,6 +117,7 @@ class LogConfig:
 _KAFKA_NAMES = {
     "segment.bytes": "segment_bytes",
     "segment.ms": "segment_ms",
+    "segment.jitter.ms": "segment_jitter_ms",
     "retention.ms": "retention_ms",
     "retention.bytes": "retention_bytes",
     "index.interval.bytes": "index_interval_bytes",

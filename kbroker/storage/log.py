@@ -9,6 +9,7 @@ skip every scan; an unclean one recovers the segments after the last fsync.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import threading
@@ -150,6 +151,8 @@ class PartitionLog:
     # Lets offset_for_timestamp look inside compressed batches: decompressor(codec, data)
     # -> bytes, bounded against decompression bombs; None reads at batch level only.
     decompressor: Callable[[int, bytes], bytes] | None = staticmethod(decompress)
+    # Draws the active segment's roll jitter in [0, bound) (Kafka's randomSegmentJitter).
+    draw_jitter: Callable[[int], int] = staticmethod(random.randrange)
 
     def __init__(self, directory: Path, config: LogConfig, topic: str, partition: int) -> None:
         self.directory = Path(directory)
@@ -173,6 +176,7 @@ class PartitionLog:
         self.opened_cleanly = True  # False when the last open had to scan for torn data
         self._epochs: LeaderEpochCache | None = None
         self.producer_state = ProducerStateManager(self._dir)
+        self._roll_jitter_ms = self._new_roll_jitter()
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -523,7 +527,7 @@ class PartitionLog:
             return True
         first_ts = seg.first_timestamp()
         waited = max_ts - first_ts if first_ts >= 0 and max_ts >= 0 else now_ms - seg.created_ms
-        if waited > config.segment_ms:
+        if waited > config.segment_ms - self._roll_jitter_ms:
             return True
         if len(seg.index.offsets) >= config.segment_index_bytes // OFFSET_ENTRY_SIZE:
             return True
@@ -539,6 +543,7 @@ class PartitionLog:
         self.producer_state.take_snapshot(base, self.log_start_offset)
         seg = Segment.create(self._dir, base, now_ms, self.config.index_interval_bytes)
         self.segments.append(seg)
+        self._roll_jitter_ms = self._new_roll_jitter()
         self._bases.append(base)
         self._new_files = True
         return seg
@@ -883,6 +888,14 @@ class PartitionLog:
     def update_config(self, config: LogConfig) -> None:
         self.config = config
         self.segments[-1].index_interval_bytes = config.index_interval_bytes
+        self._roll_jitter_ms = self._new_roll_jitter()
+
+    def _new_roll_jitter(self) -> int:
+        """segment.jitter.ms: the active segment rolls this much before segment.ms, so
+        that partitions created together do not all roll at once."""
+        config = self.config
+        bound = min(config.segment_jitter_ms, config.segment_ms)
+        return self.draw_jitter(bound) if bound > 0 else 0
 
     def size_bytes(self) -> int:
         return sum(seg.size for seg in self.segments)

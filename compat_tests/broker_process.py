@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbroker.admin.client import BrokerConnection, ClientError
-from kbroker.protocol.batch import BatchHeader
+from kbroker.protocol.batch import BatchHeader, encode_batch
 from kbroker.storage.segment import scan_batches
 
 START_TIMEOUT_S = 20.0
@@ -324,3 +324,20 @@ def stored_batches(broker: BrokerProcess, topic: str, partition: int = 0) -> lis
         finally:
             os.close(fd)
     return headers
+
+
+def produce_one_error(broker: BrokerProcess, topic: str, partition: int, client_id: str) -> int:
+    """The error code of a one-record Produce (acks=1) sent on a fresh connection: the raw
+    request shows the broker's own answer where a stock client would retry."""
+    batch = bytes(encode_batch([b"x"], int(time.time() * 1000)))
+    with BrokerConnection(broker.host, broker.port, 10.0, client_id) as conn:
+        answer = conn.request(
+            0,  # Produce
+            9,
+            acks=1,
+            timeout=10000,
+            topic_data=[
+                {"name": topic, "partition_data": [{"index": partition, "records": batch}]}
+            ],
+        )
+    return int(answer.responses[0].partition_responses[0].error_code)

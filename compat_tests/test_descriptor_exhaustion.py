@@ -11,20 +11,18 @@ KAFKA_STORAGE_ERROR, one log line says why, and the partitions the broker does h
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from compat_tests.broker_process import BrokerProcess
+from compat_tests.broker_process import BrokerProcess, produce_one_error
 from compat_tests.confluent_helpers import consume_from_beginning, create_topic, produce_all
 from kbroker.admin.client import BrokerConnection
-from kbroker.protocol.batch import encode_batch
 
 pytestmark = pytest.mark.timeout(180)
 
-PRODUCE, METADATA, CREATE_TOPICS = 0, 3, 19
+METADATA, CREATE_TOPICS = 3, 19
 KAFKA_STORAGE_ERROR = 56
 DESCRIPTORS = 400
 
@@ -43,18 +41,7 @@ class LimitedBroker(BrokerProcess):
 
 
 def produce_error(broker: BrokerProcess, topic: str, partition: int) -> int:
-    batch = bytes(encode_batch([b"x"], int(time.time() * 1000)))
-    with BrokerConnection(broker.host, broker.port, 10.0, "limited") as conn:
-        answer = conn.request(
-            PRODUCE,
-            9,
-            acks=1,
-            timeout=10000,
-            topic_data=[
-                {"name": topic, "partition_data": [{"index": partition, "records": batch}]}
-            ],
-        )
-    return int(answer.responses[0].partition_responses[0].error_code)
+    return produce_one_error(broker, topic, partition, "limited")
 
 
 def described(broker: BrokerProcess, topic: str) -> Any:

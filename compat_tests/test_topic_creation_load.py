@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from compat_tests.broker_process import BrokerProcess
+from compat_tests.broker_process import BrokerProcess, produce_one_error
 from compat_tests.confluent_helpers import create_topic, unique_topic
 from kbroker.admin.client import BrokerConnection
 from kbroker.protocol.batch import encode_batch
@@ -120,18 +120,7 @@ def create(broker: BrokerProcess, topic: str, partitions: int, timeout_ms: int) 
 
 
 def produce_ok(broker: BrokerProcess, topic: str, partition: int) -> bool:
-    batch = bytes(encode_batch([b"x"], int(time.time() * 1000)))
-    with BrokerConnection(broker.host, broker.port, 10.0, "check") as conn:
-        answer = conn.request(
-            PRODUCE,
-            9,
-            acks=1,
-            timeout=10000,
-            topic_data=[
-                {"name": topic, "partition_data": [{"index": partition, "records": batch}]}
-            ],
-        )
-    return answer.responses[0].partition_responses[0].error_code == 0
+    return produce_one_error(broker, topic, partition, "check") == 0
 
 
 def test_others_are_answered_while_ten_thousand_partitions_are_created_and_deleted(

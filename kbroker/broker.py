@@ -186,6 +186,10 @@ class Broker:
             self.replicas.isr_changes = self._alter_isr
             lag_ms = self.config.get("replica.lag.time.max.ms")
             self._tasks.append(asyncio.create_task(self.replicas.run_isr_checks(lag_ms)))
+            hw_ms = self.config.get("replica.high.watermark.checkpoint.interval.ms")
+            self._tasks.append(
+                asyncio.create_task(self.replicas.run_high_watermark_checkpoints(hw_ms))
+            )
         for topic in list(self.controller.state.topics.values()):
             self._open_partitions(topic, topic.partitions)
         await self.group_coordinator.start()

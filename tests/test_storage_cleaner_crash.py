@@ -122,6 +122,7 @@ def write_updates(directory: Path, updates: int) -> None:
     for first in range(0, updates, 25):
         records = [Record(key_of(i), b"v%d" % i, T0 + i) for i in range(first, first + 25)]
         plog.append(encode_batch(records, T0 + first), 0, T0)
+    plog.high_watermark = plog.log_end_offset  # committed: the reopened log starts there
     plog.roll(T0)
     plog.close()
 

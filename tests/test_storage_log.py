@@ -512,3 +512,23 @@ def test_segment_jitter_rolls_the_active_segment_that_much_before_segment_ms(tmp
             assert len(plog.segments) == segments
         finally:
             plog.close()
+
+
+def test_high_watermark_reopens_from_checkpoint_not_log_end(tmp_path):
+    log = open_log(tmp_path)
+    log.append(batch(5), 0, NOW)
+    log.high_watermark = 3
+    log.close()
+    log = open_log(tmp_path)
+    assert (log.log_end_offset, log.high_watermark) == (5, 3)
+
+
+def test_high_watermark_checkpointed_while_open_survives_a_crash(tmp_path):
+    log = open_log(tmp_path)
+    log.append(batch(5), 0, NOW)
+    log.flush()
+    log.high_watermark = 2
+    log.checkpoint_high_watermark()
+    log.high_watermark = 4  # moved after the last checkpoint; no clean close follows
+    log = open_log(tmp_path)
+    assert (log.log_end_offset, log.high_watermark) == (5, 2)

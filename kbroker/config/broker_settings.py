@@ -913,8 +913,9 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "replica.high.watermark.checkpoint.interval.ms",
         LONG,
         5000,
-        "How often high watermarks are checkpointed to disk.",
-        role=INERT,
+        "How often each replicated partition's high watermark is checkpointed to disk "
+        "(also on clean shutdown); a restart starts from it, not from the log end.",
+        at_least(1),
     ),
     _d("num.replica.fetchers", INT, 1, "Fetcher connections per source broker.", role=INERT),
     _d(

@@ -135,6 +135,20 @@ class ReplicaManager:
                 if partition.is_leader and len(partition.isr) > 1:
                     partition.maybe_shrink_isr(now, lag_time_max_ms)
 
+    async def run_high_watermark_checkpoints(self, interval_ms: int) -> None:
+        """Kafka's replica.high.watermark.checkpoint.interval.ms task: each replicated
+        partition whose high watermark moved writes it to its checkpoint, so a restarted
+        broker neither exposes nor assumes records that were never committed. A single
+        replica needs none: as leader its high watermark is its log end."""
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            for partition in list(self.hosted.values()):
+                if len(partition.replicas) > 1:
+                    try:
+                        partition.log.checkpoint_high_watermark()
+                    except OSError as exc:
+                        log.warning("high watermark checkpoint of %s-%d: %s", *partition.key, exc)
+
     async def stop(self) -> None:
         if self.fetchers is not None:
             await self.fetchers.stop()

@@ -30,6 +30,9 @@ class PartitionCheckpoint:
     log_start_offset: int = 0
     recovery_point: int = 0
     clean: CleanState | None = None
+    # The high watermark when written (Kafka's replication-offset-checkpoint): a reopened
+    # log must not expose or assume as committed what was never committed.
+    high_watermark: int | None = None
 
 
 def read_checkpoint(directory: str) -> PartitionCheckpoint | None:
@@ -48,6 +51,7 @@ def read_checkpoint(directory: str) -> PartitionCheckpoint | None:
             )
             if clean
             else None,
+            int(raw["high_watermark"]) if raw.get("high_watermark") is not None else None,
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

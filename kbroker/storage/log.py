@@ -165,6 +165,7 @@ class PartitionLog:
         self.log_start_offset = 0
         self.log_end_offset = 0
         self._high_watermark = 0
+        self._checkpointed_hw = -1
         self.recovery_point = 0
         self._unflushed_messages = 0
         self._last_flush_ms = 0
@@ -264,7 +265,8 @@ class PartitionLog:
                 stale = True
         lso = checkpoint.log_start_offset if checkpoint is not None else 0
         self.log_start_offset = min(max(lso, self._bases[0]), self.log_end_offset)
-        self._high_watermark = self.log_end_offset
+        hw = checkpoint.high_watermark if checkpoint is not None else None
+        self._high_watermark = self.log_end_offset if hw is None else min(hw, self.log_end_offset)
         if stale:
             # A clean claim that no longer matches the files must not survive this open.
             self._write_checkpoint()
@@ -968,6 +970,13 @@ class PartitionLog:
             self._checkpoint_clean = False
             self._write_checkpoint()
 
+    def checkpoint_high_watermark(self) -> None:
+        """Write the checkpoint if the high watermark moved since it was last written
+        (Kafka's periodic replication-offset-checkpoint)."""
+        with self._lock:
+            if not self.closed and self._high_watermark != self._checkpointed_hw:
+                self._write_checkpoint_locked()
+
     def _write_checkpoint(self) -> None:
         with self._lock:
             self._write_checkpoint_locked()
@@ -977,9 +986,12 @@ class PartitionLog:
         if self._checkpoint_clean:
             active = self.segments[-1]
             clean = CleanState(self.log_end_offset, active.base_offset, active.size)
+        self._checkpointed_hw = self._high_watermark
         write_checkpoint(
             self._dir,
-            PartitionCheckpoint(self.log_start_offset, self.recovery_point, clean),
+            PartitionCheckpoint(
+                self.log_start_offset, self.recovery_point, clean, self._high_watermark
+            ),
         )
 
     def __repr__(self) -> str:

@@ -26,7 +26,7 @@ from confluent_kafka.admin import (
 from compat_tests.confluent_helpers import make_consumer
 from compat_tests.security_broker import PLAIN_USERS, SecureBroker, start_secure_broker
 from compat_tests.tls_material import make_tls_material
-from kbroker.admin.client import BrokerConnection
+from kbroker.admin.client import BrokerConnection, fetch_from_start
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -119,30 +119,7 @@ def fetch_error(broker: SecureBroker, user: str, topic: str) -> int | None:
         answer = conn.request(
             1,
             12,
-            replica_id=-1,
-            max_wait=datetime.timedelta(milliseconds=100),
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": 0,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": 0,
-                            "last_fetched_epoch": -1,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
-                        }
-                    ],
-                }
-            ],
-            forgotten_topics_data=[],
-            rack_id="",
+            **fetch_from_start(topic, max_wait=datetime.timedelta(milliseconds=100), min_bytes=1),
         )
     partition = answer.responses[0].partitions[0]
     if partition.error_code:

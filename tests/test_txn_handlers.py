@@ -9,6 +9,7 @@ from typing import Any
 
 from inprocess import RawClient, run_broker
 
+from kbroker.admin.client import fetch_from_start
 from kbroker.metrics.prometheus import render_families
 from kbroker.protocol.batch import encode_batch
 
@@ -103,32 +104,7 @@ async def _fetch(client: RawClient, topic: str, isolation: int) -> Any:
     response = await client.call(
         FETCH,
         12,
-        {
-            "replica_id": -1,
-            "max_wait": 0,
-            "min_bytes": 0,
-            "max_bytes": 1 << 20,
-            "isolation_level": isolation,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": 0,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": 0,
-                            "last_fetched_epoch": -1,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        },
+        fetch_from_start(topic, max_wait=0, min_bytes=0, isolation_level=isolation),
     )
     return response.responses[0].partitions[0]
 

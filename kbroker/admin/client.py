@@ -13,6 +13,7 @@ choice), and `send` / `read_frame` move raw bytes, so malformed input can be sen
 
 from __future__ import annotations
 
+import datetime
 import socket
 import struct
 from collections.abc import Iterator
@@ -301,3 +302,40 @@ def cluster(
         yield c
     finally:
         c.close()
+
+
+def fetch_from_start(
+    topic: str,
+    *,
+    max_wait: datetime.timedelta | int,
+    min_bytes: int,
+    isolation_level: int = 0,
+) -> dict[str, Any]:
+    """Fetch v12 fields reading partition 0 of `topic` from offset 0, up to 1 MiB, outside
+    any fetch session: the one-shot read a test or operator sends to see what is stored."""
+    return {
+        "replica_id": -1,
+        "max_wait": max_wait,
+        "min_bytes": min_bytes,
+        "max_bytes": 1 << 20,
+        "isolation_level": isolation_level,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": 0,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1 << 20,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }

@@ -25,6 +25,7 @@ from compat_tests.broker_process import BrokerProcess, running_broker, stored_ba
 from compat_tests.confluent_helpers import create_topic, produce_all, unique_topic
 from compat_tests.spark_support import read_topic, spark_session_or_skip
 from spark_examples import backfill, connector, generate_orders, orders
+from spark_examples.catalogue import PRODUCTS
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -146,10 +147,7 @@ def test_backfill_writes_each_order_of_the_range_enriched_with_its_product(
     by_id = {r.key.decode(): json.loads(r.value or b"") for r in written if r.key}
     assert len(written) == len(by_id) == len(backfilled.in_range)
     assert set(by_id) == {o["order_id"] for o in backfilled.in_range}
-    catalogue = {
-        line.split(",")[0]: line.split(",")[2]
-        for line in backfill.PRODUCTS_CSV.read_text().splitlines()[1:]
-    }
+    catalogue = {p.product_id: p.category for p in PRODUCTS}
     for order in backfilled.in_range:
         out = by_id[order["order_id"]]
         assert out["category"] == catalogue.get(order["product_id"], "unknown")

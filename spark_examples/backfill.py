@@ -9,7 +9,7 @@ Spark resolves with ListOffsets by timestamp) up to the first at or after ``--un
 (``endingOffsetsByTimestamp``), or to the end offsets of the moment the job starts
 (``endingOffsets=latest``) without ``--until``. A partition with nothing at or after
 ``--from`` contributes nothing. Valid orders are joined with a static product table
-(a CSV; ``spark_examples/data/products.csv`` by default) for name and category, and
+(a CSV given with --products; spark_examples/catalogue.py by default) for name and category, and
 written to ``--sink`` keyed by order id; what fails validation is counted and skipped
 (the streaming ETL has already dead-lettered it).
 
@@ -24,15 +24,15 @@ import argparse
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_examples import connector, orders
+from spark_examples.catalogue import PRODUCTS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-PRODUCTS_CSV = Path(__file__).with_name("data") / "products.csv"
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class BackfillConfig:
     until: datetime | None = None
     source: str = "orders"
     sink: str = "orders-enriched"
-    products: Path = PRODUCTS_CSV
+    products: Path | None = None  # a CSV; None: spark_examples.catalogue
 
 
 @dataclass(frozen=True)
@@ -89,11 +89,15 @@ def read_range(spark: SparkSession, cfg: BackfillConfig, partitions: list[int]) 
     return reader.load()
 
 
-def load_products(spark: SparkSession, path: Path) -> DataFrame:
-    return spark.read.option("header", "true").csv(
-        str(path),
-        schema="product_id string, name string, category string, list_price decimal(10,2)",
-    )
+PRODUCT_SCHEMA = "product_id string, name string, category string, list_price decimal(10,2)"
+
+
+def load_products(spark: SparkSession, path: Path | None) -> DataFrame:
+    """The product table: a CSV with a header row, or the built-in catalogue."""
+    if path is not None:
+        return spark.read.option("header", "true").csv(str(path), schema=PRODUCT_SCHEMA)
+    rows = [(p.product_id, p.name, p.category, Decimal(p.list_price)) for p in PRODUCTS]
+    return spark.createDataFrame(rows, schema=PRODUCT_SCHEMA)
 
 
 def enrich(valid: DataFrame, products: DataFrame) -> DataFrame:
@@ -157,7 +161,9 @@ def parse_args(argv: list[str] | None = None) -> BackfillConfig:
     )
     parser.add_argument("--source", default="orders", help="topic of JSON orders")
     parser.add_argument("--sink", default="orders-enriched", help="topic for enriched orders")
-    parser.add_argument("--products", type=Path, default=PRODUCTS_CSV, help="product table CSV")
+    parser.add_argument(
+        "--products", type=Path, help="product table CSV (default: the built-in catalogue)"
+    )
     args = parser.parse_args(argv)
     if args.until is not None and args.until <= args.since:
         parser.error("--until must be after --from")

@@ -22,15 +22,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-# (product id, unit price): a small catalogue, as in spark_examples/data/products.csv.
-PRODUCTS = [
-    ("p-001", "4.50"),
-    ("p-002", "12.00"),
-    ("p-003", "19.90"),
-    ("p-004", "7.25"),
-    ("p-005", "99.00"),
-    ("p-006", "2.10"),
-]
+from spark_examples import catalogue
+
+# (product id, unit price) of each product in the catalogue.
+PRODUCTS = [(p.product_id, p.list_price) for p in catalogue.PRODUCTS]
 COUNTRIES = [("DE", "EUR"), ("FR", "EUR"), ("NL", "EUR"), ("GB", "GBP"), ("US", "USD")]
 CUSTOMERS = 500
 LATE_SHARE = 0.02  # orders whose event time lags the clock by up to LATE_MAX

@@ -26,6 +26,7 @@ from kbroker.handlers.groups import (
 )
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.protocol.messages import ZERO_UUID
 from kbroker.security.acl import Operation, ResourceType
 
 CONSUMER_GROUP_HEARTBEAT = 68
@@ -36,7 +37,9 @@ E = ErrorCode
 
 
 @handles(CONSUMER_GROUP_HEARTBEAT, 0)
-def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
+def consumer_group_heartbeat(
+    ctx: RequestContext, request: requests.ConsumerGroupHeartbeatRequest
+) -> Any:
     if ctx.broker.authorizer is not None and not ctx.allowed(
         Operation.READ, ResourceType.GROUP, request.group_id
     ):
@@ -58,7 +61,9 @@ def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
         server_assignor=request.server_assignor,
         owned=None
         if owned is None
-        else tuple((tp.topic_id, tuple(int(p) for p in tp.partitions)) for tp in owned),
+        else tuple(
+            (tp.topic_id or ZERO_UUID, tuple(int(p) for p in tp.partitions)) for tp in owned
+        ),
         client_id=ctx.client_id,
         client_host=_client_host(ctx),
         version=ctx.version,

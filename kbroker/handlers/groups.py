@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Callable
-from typing import Any
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity
 
 from kbroker.coordinator import (
     GroupState,
@@ -34,6 +36,40 @@ from kbroker.protocol import requests
 from kbroker.protocol.messages import known_versions
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.share.coordinator import ShareCoordinator
+
+# The versions whose fields differ in shape, for the TypeIs guards below that tell mypy
+# which version's fields a request has (imported for type checking only, as in requests).
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from kbroker.protocol.requests import (
+        find_coordinator_v4,
+        find_coordinator_v5,
+        find_coordinator_v6,
+        leave_group_v3,
+        leave_group_v4,
+        leave_group_v5,
+        offset_commit_v10,
+        offset_fetch_v8,
+        offset_fetch_v9,
+        offset_fetch_v10,
+    )
+
+    BatchedFindCoordinator = (
+        find_coordinator_v4.FindCoordinatorRequest
+        | find_coordinator_v5.FindCoordinatorRequest
+        | find_coordinator_v6.FindCoordinatorRequest
+    )
+    BatchedLeaveGroup = (
+        leave_group_v3.LeaveGroupRequest
+        | leave_group_v4.LeaveGroupRequest
+        | leave_group_v5.LeaveGroupRequest
+    )
+    BatchedOffsetFetch = (
+        offset_fetch_v8.OffsetFetchRequest
+        | offset_fetch_v9.OffsetFetchRequest
+        | offset_fetch_v10.OffsetFetchRequest
+    )
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -97,11 +133,18 @@ def _respond_when_done(future: asyncio.Future[Any], render: Callable[[Any], Any]
 
 
 @handles(FIND_COORDINATOR, _lowest(FIND_COORDINATOR))
-def find_coordinator(ctx: RequestContext, request: Any) -> Any:
-    batched = ctx.version >= 4
-    keys = list(request.coordinator_keys) if batched else [request.key]
+def find_coordinator(ctx: RequestContext, request: requests.FindCoordinatorRequest) -> Any:
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
-    return _find_coordinators(ctx, keys, key_type, batched)
+    if _batched_find(request):
+        return _find_coordinators(ctx, list(request.coordinator_keys), key_type, True)
+    return _find_coordinators(ctx, [request.key], key_type, False)
+
+
+def _batched_find(
+    request: requests.FindCoordinatorRequest,
+) -> TypeIs[BatchedFindCoordinator]:
+    """From v4 (KIP-699) one request asks for several keys, in coordinator_keys."""
+    return request.__version__ >= 4
 
 
 async def _find_coordinators(
@@ -275,9 +318,8 @@ def heartbeat(ctx: RequestContext, request: requests.HeartbeatRequest) -> Any:
 
 
 @handles(LEAVE_GROUP, _lowest(LEAVE_GROUP))
-def leave_group(ctx: RequestContext, request: Any) -> Any:
-    batched = ctx.version >= 3
-    if batched:
+def leave_group(ctx: RequestContext, request: requests.LeaveGroupRequest) -> Any:
+    if batched := _batched_leave(request):
         leaving = [
             LeavingMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
             for m in request.members
@@ -304,22 +346,30 @@ def leave_group(ctx: RequestContext, request: Any) -> Any:
     }
 
 
+def _batched_leave(request: requests.LeaveGroupRequest) -> TypeIs[BatchedLeaveGroup]:
+    """From v3 (KIP-345) one request removes a list of members, static ones by instance id."""
+    return request.__version__ >= 3
+
+
 # -- OffsetCommit ------------------------------------------------------------------------
 
 
 @handles(OFFSET_COMMIT, _lowest(OFFSET_COMMIT))
-def offset_commit(ctx: RequestContext, request: Any) -> Any:
+def offset_commit(ctx: RequestContext, request: requests.OffsetCommitRequest) -> Any:
     version = ctx.version
     state = ctx.broker.controller.state
-    by_id = version >= 10
     # (topic name or None, topic id or None, [(partition, committed)]) in request order
-    layout: list[tuple[str | None, Any, list[tuple[int, OffsetAndMetadata | None, ErrorCode]]]] = []
+    layout: list[
+        tuple[str | None, uuid.UUID | None, list[tuple[int, OffsetAndMetadata | None, ErrorCode]]]
+    ] = []
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     group_denied = _group_denied(ctx, Operation.READ, request.group_id)
     checking = ctx.broker.authorizer is not None
     for topic in request.topics:
-        if by_id:
-            info = state.topics_by_id.get(topic.topic_id)
+        topic_id = None
+        if _named_by_id(topic):
+            topic_id = topic.topic_id
+            info = None if topic_id is None else state.topics_by_id.get(topic_id)
             name = info.name if info is not None else None
             missing = E.unknown_topic_id
         else:
@@ -349,7 +399,7 @@ def offset_commit(ctx: RequestContext, request: Any) -> Any:
             )
             offsets[(info.name, p.partition_index)] = value
             entries.append((p.partition_index, value, E.none))
-        layout.append((name, getattr(topic, "topic_id", None), entries))
+        layout.append((name, topic_id, entries))
 
     def render(results: dict[tuple[str, int], ErrorCode]) -> dict[str, Any]:
         topics = []
@@ -383,28 +433,33 @@ def offset_commit(ctx: RequestContext, request: Any) -> Any:
     return _respond_when_done(future, render)
 
 
+def _named_by_id(topic: Entity) -> TypeIs[offset_commit_v10.OffsetCommitRequestTopic]:
+    """From v10 (KIP-848) a committed topic is named by its id alone."""
+    return topic.__version__ >= 10
+
+
 # -- OffsetFetch -------------------------------------------------------------------------
 
 
 @handles(OFFSET_FETCH, _lowest(OFFSET_FETCH))
-def offset_fetch(ctx: RequestContext, request: Any) -> Any:
+def offset_fetch(ctx: RequestContext, request: requests.OffsetFetchRequest) -> Any:
     version = ctx.version
     stable = bool(getattr(request, "require_stable", False))
-    if version >= 8:
+    if _batched_fetch(request):
         groups = [
             _fetch_group(
                 ctx,
                 g.group_id,
                 g.topics,
-                version,
                 stable,
                 getattr(g, "member_id", None),
                 getattr(g, "member_epoch", -1),
+                by_id=version >= 10,
             )
             for g in request.groups
         ]
         return {"throttle_time": 0, "groups": groups}
-    fetched = _fetch_group(ctx, request.group_id, request.topics, version, stable)
+    fetched = _fetch_group(ctx, request.group_id, request.topics, stable)
     error = fetched["error_code"]
     topics = fetched["topics"]
     if version < 2 and error != E.none:
@@ -419,19 +474,38 @@ def offset_fetch(ctx: RequestContext, request: Any) -> Any:
     return {"throttle_time": 0, "topics": topics, "error_code": error}
 
 
+def _batched_fetch(request: requests.OffsetFetchRequest) -> TypeIs[BatchedOffsetFetch]:
+    """From v8 (KIP-709) one request fetches the offsets of several groups."""
+    return request.__version__ >= 8
+
+
+class _NamedTopic(Entity, Protocol):
+    """A topic whose offsets are asked for by name (OffsetFetch v1-9)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def partition_indexes(self) -> tuple[int, ...]: ...
+
+
+def _asked_by_id(topic: Entity) -> TypeIs[offset_fetch_v10.OffsetFetchRequestTopics]:
+    """From v10 (KIP-848) a topic whose offsets are asked for is named by its id alone."""
+    return topic.__version__ >= 10
+
+
 def _fetch_group(
     ctx: RequestContext,
     group_id: str,
-    topics: Any,
-    version: int,
+    topics: Sequence[_NamedTopic | offset_fetch_v10.OffsetFetchRequestTopics] | None,
     require_stable: bool = False,
     member_id: str | None = None,
     member_epoch: int = -1,
+    by_id: bool = False,
 ) -> dict[str, Any]:
+    """One group's committed offsets; `by_id`: the answer names topics by id too (v10+)."""
     if _group_denied(ctx, Operation.DESCRIBE, group_id):
         return {"group_id": group_id, "topics": [], "error_code": E.group_authorization_failed}
     coordinator = _coordinator(ctx)
-    by_id = version >= 10
     state = ctx.broker.controller.state
     if topics is None:
         error, offsets = coordinator.fetch_offsets(group_id, None, member_id, member_epoch)
@@ -451,11 +525,11 @@ def _fetch_group(
             rendered.append(entry)
         return {"group_id": group_id, "topics": rendered, "error_code": error}
     wanted: list[tuple[str, int]] = []
-    named: list[tuple[str | None, Any, list[int]]] = []
+    named: list[tuple[str | None, uuid.UUID | None, list[int]]] = []
     for t in topics:
         name: str | None
-        if by_id:
-            by_id_info = state.topics_by_id.get(t.topic_id)
+        if _asked_by_id(t):
+            by_id_info = None if t.topic_id is None else state.topics_by_id.get(t.topic_id)
             name = by_id_info.name if by_id_info is not None else None
             named.append((name, t.topic_id, list(t.partition_indexes)))
         else:

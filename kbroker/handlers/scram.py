@@ -8,7 +8,7 @@ client could log in with. Each request is checked as Kafka checks it, one result
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -72,26 +72,36 @@ async def describe_user_scram_credentials(
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "results": results}
 
 
+class _Change(Protocol):
+    """What a deletion and an upsertion both name: a user's credential for a mechanism."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def mechanism(self) -> int: ...
+
+
 @handles(ALTER_USER_SCRAM_CREDENTIALS, 0)
-async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def alter_user_scram_credentials(
+    ctx: RequestContext, request: requests.AlterUserScramCredentialsRequest
+) -> dict[str, Any]:
+    changes: tuple[_Change, ...] = (*request.deletions, *request.upsertions)
     if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        users = dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))
+        users = dict.fromkeys(c.name for c in changes)
         denied = ErrorCode.cluster_authorization_failed
         return {
             "throttle_time": 0,
             "results": [{"user": u, "error_code": denied, "error_message": None} for u in users],
         }
     existing = ctx.broker.security.state.scram_credentials
-    pairs = Counter(
-        (change.name, change.mechanism) for change in (*request.deletions, *request.upsertions)
-    )
+    pairs = Counter((change.name, change.mechanism) for change in changes)
     errors: dict[str, tuple[ErrorCode, str]] = {}
     order: list[str] = []
 
     def refuse(user: str, code: ErrorCode, message: str) -> None:
         errors.setdefault(user, (code, message))
 
-    for change in (*request.deletions, *request.upsertions):
+    for change in changes:
         order.append(change.name)
         mechanism = MECHANISM_TYPES.get(change.mechanism)
         if not change.name:

@@ -18,6 +18,7 @@ from kbroker.handlers.context import RequestContext, ShareCoordination
 from kbroker.handlers.groups import _client_host, _ms
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.protocol.messages import ZERO_UUID
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.share.coordinator import FetchAnswer, PartitionAcks
 from kbroker.share.partition_state import AckBatch
@@ -178,7 +179,7 @@ def _acks(topics: Any) -> PartitionAcks:
                 AckBatch(b.first_offset, b.last_offset, tuple(int(t) for t in b.acknowledge_types))
                 for b in p.acknowledgement_batches
             ]
-            acks.append((topic.topic_id, p.partition_index, batches))
+            acks.append((topic.topic_id or ZERO_UUID, p.partition_index, batches))
     return acks
 
 
@@ -224,7 +225,7 @@ def _partitions(ctx: RequestContext, answer: FetchAnswer, fetch: bool) -> list[d
 
 
 @handles(SHARE_FETCH, 1, 2, enabled_by=ENABLE)
-async def share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def share_fetch(ctx: RequestContext, request: requests.ShareFetchRequest) -> dict[str, Any]:
     if _group_denied(ctx, Operation.READ, request.group_id or ""):
         return {
             "throttle_time": 0,
@@ -234,8 +235,12 @@ async def share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
             "responses": [],
             "node_endpoints": [],
         }
-    added = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
-    forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
+    added: list[tuple[uuid.UUID, int]] = [
+        (t.topic_id or ZERO_UUID, p.partition_index) for t in request.topics for p in t.partitions
+    ]
+    forgotten: list[tuple[uuid.UUID, int]] = [
+        (t.topic_id or ZERO_UUID, p) for t in request.forgotten_topics_data for p in t.partitions
+    ]
     answer = await _service(ctx).share_fetch(
         request.group_id or "",
         request.member_id or "",
@@ -359,7 +364,7 @@ def describe_share_group_offsets(
             topics.append(
                 {
                     "topic_name": name,
-                    "topic_id": info.topic_id if info else uuid.UUID(int=0),
+                    "topic_id": info.topic_id if info else ZERO_UUID,
                     "partitions": parts,
                 }
             )
@@ -404,7 +409,7 @@ async def alter_share_group_offsets(
         responses.append(
             {
                 "topic_name": t.topic_name,
-                "topic_id": info.topic_id if info else uuid.UUID(int=0),
+                "topic_id": info.topic_id if info else ZERO_UUID,
                 "partitions": parts,
             }
         )
@@ -443,7 +448,7 @@ async def delete_share_group_offsets(
         responses.append(
             {
                 "topic_name": t.topic_name,
-                "topic_id": info.topic_id if info else uuid.UUID(int=0),
+                "topic_id": info.topic_id if info else ZERO_UUID,
                 "error_code": code,
             }
         )

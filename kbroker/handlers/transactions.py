@@ -11,7 +11,8 @@ from __future__ import annotations
 import datetime
 import logging
 import re
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -23,6 +24,18 @@ from kbroker.internal_topics import write_error
 from kbroker.protocol import requests
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.txn.metadata import TxnMetadata, TxnState
+
+# The versions whose fields differ in shape, for the TypeIs guards below that tell mypy
+# which version's fields a request has (imported for type checking only, as in requests).
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from kbroker.protocol.requests import add_partitions_to_txn_v4, add_partitions_to_txn_v5
+
+    BatchedAddPartitions = (
+        add_partitions_to_txn_v4.AddPartitionsToTxnRequest
+        | add_partitions_to_txn_v5.AddPartitionsToTxnRequest
+    )
 
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
@@ -110,8 +123,17 @@ async def init_producer_id(
 # -- AddPartitionsToTxn -------------------------------------------------------------------
 
 
+class _TxnTopic(Protocol):
+    """A topic and the partitions it adds to a transaction, in every version."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> tuple[int, ...]: ...
+
+
 def _partition_errors(
-    ctx: RequestContext, topics: Any
+    ctx: RequestContext, topics: Iterable[_TxnTopic]
 ) -> tuple[set[tuple[str, int]], dict[tuple[str, int], ErrorCode]]:
     """The requested partitions, and an error for each that does not exist."""
     state = ctx.broker.controller.state
@@ -132,7 +154,7 @@ async def _add_partitions(
     txn_id: str,
     producer_id: int,
     producer_epoch: int,
-    topics: Any,
+    topics: Iterable[_TxnTopic],
     verify_only: bool = False,
 ) -> dict[tuple[str, int], ErrorCode]:
     wanted, bad = _partition_errors(ctx, topics)
@@ -163,8 +185,10 @@ def _topic_results(results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, 
 
 
 @handles(ADD_PARTITIONS_TO_TXN, 0)
-async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    if ctx.version <= 3:
+async def add_partitions_to_txn(
+    ctx: RequestContext, request: requests.AddPartitionsToTxnRequest
+) -> dict[str, Any]:
+    if not _batched_add(request):
         results = await _add_partitions(
             ctx,
             request.v3_and_below_transactional_id,
@@ -188,6 +212,12 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict[str, 
             {"transactional_id": txn.transactional_id, "topic_results": _topic_results(results)}
         )
     return {"throttle_time": 0, "error_code": E.none, "results_by_transaction": out}
+
+
+def _batched_add(request: requests.AddPartitionsToTxnRequest) -> TypeIs[BatchedAddPartitions]:
+    """From v4 (KIP-890) one request, sent by a partition leader, names several
+    transactions; up to v3 a producer names its own."""
+    return request.__version__ >= 4
 
 
 # -- AddOffsetsToTxn ----------------------------------------------------------------------

@@ -40,6 +40,9 @@ from kbroker.protocol.varint import read_uvarint
 
 API_NAMES: dict[int, str] = dict(api_key_map)
 _UTC = datetime.UTC
+# Kafka's Uuid.ZERO_UUID, "no topic id". kio reads it off the wire as None; a handler
+# passes it on as this value, which names no topic, so lookups find none.
+ZERO_UUID = uuid.UUID(int=0)
 
 
 def known_versions(api_key: int) -> range:

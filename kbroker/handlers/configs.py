@@ -11,8 +11,8 @@ with log4j's level names, as Kafka's KIP-412 does for its log4j loggers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -25,7 +25,7 @@ from kbroker.config import (
 from kbroker.config import validate_topic_configs as _validate_topic_configs
 from kbroker.controller import ControllerError
 from kbroker.controller.validation import validate_topic_name
-from kbroker.handlers.context import BrokerParts, RequestContext
+from kbroker.handlers.context import BrokerParts, RequestContext, ShareCoordination
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.security.acl import AUTHORIZATION_FAILED, CLUSTER_NAME, Operation, ResourceType
@@ -246,7 +246,46 @@ def describe_configs(
 # -- altering ------------------------------------------------------------------------------
 
 
-def _alter_response(resources: Iterable[Any], errors: list[ResourceError | None]) -> dict:
+class ConfigChange(Protocol):
+    """One config of an AlterConfigs or IncrementalAlterConfigs resource."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> str | None: ...
+
+
+class ConfigOperation(ConfigChange, Protocol):
+    """An IncrementalAlterConfigs change: SET, DELETE, APPEND or SUBTRACT."""
+
+    @property
+    def config_operation(self) -> int: ...
+
+
+class ConfigResource(Protocol):
+    """A resource whose configs AlterConfigs (every version) replaces."""
+
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
+    @property
+    def configs(self) -> Sequence[ConfigChange]: ...
+
+
+class IncrementalConfigResource(ConfigResource, Protocol):
+    """A resource whose configs IncrementalAlterConfigs (every version) changes."""
+
+    @property
+    def configs(self) -> Sequence[ConfigOperation]: ...
+
+
+R = TypeVar("R", bound=ConfigResource)
+
+
+def _alter_response(
+    resources: Iterable[ConfigResource], errors: list[ResourceError | None]
+) -> dict:
     responses = []
     for resource, err in zip(resources, errors, strict=True):
         responses.append(
@@ -260,7 +299,9 @@ def _alter_response(resources: Iterable[Any], errors: list[ResourceError | None]
     return {"throttle_time": 0, "responses": responses}
 
 
-def _preflight(resources: list[Any], null_allowed_for_delete: bool) -> list[ResourceError | None]:
+def _preflight(
+    resources: Sequence[ConfigResource], null_allowed_for_delete: bool
+) -> list[ResourceError | None]:
     """Checks Kafka makes before looking at any resource: each resource at most once, each
     key at most once per resource, no null values (other than for DELETE)."""
     errors: list[ResourceError | None] = [None] * len(resources)
@@ -296,7 +337,7 @@ def _preflight(resources: list[Any], null_allowed_for_delete: bool) -> list[Reso
     return errors
 
 
-def _refuse_dynamic_broker_configs(broker: BrokerParts, resource: Any) -> None:
+def _refuse_dynamic_broker_configs(broker: BrokerParts, resource: ConfigResource) -> None:
     """Broker settings are static here: a change to any of them is refused, with the reason
     Kafka would give for a setting that is unknown, read-only or malformed if it is one."""
     if resource.resource_name:
@@ -318,9 +359,9 @@ def _refuse_dynamic_broker_configs(broker: BrokerParts, resource: Any) -> None:
 
 async def _run_alters(
     broker: BrokerParts,
-    resources: list[Any],
+    resources: list[R],
     errors: list[ResourceError | None],
-    alter: Any,
+    alter: Callable[[BrokerParts, R], Awaitable[None]],
 ) -> list[ResourceError | None]:
     for i, resource in enumerate(resources):
         if errors[i] is not None:
@@ -344,9 +385,9 @@ async def alter_configs(
     """Legacy AlterConfigs: the given configs replace all of a topic's overrides."""
     broker = ctx.broker
     validate_only = request.validate_only
-    resources = list(request.resources)
+    resources: list[ConfigResource] = list(request.resources)
 
-    async def alter(broker: BrokerParts, resource: Any) -> None:
+    async def alter(broker: BrokerParts, resource: ConfigResource) -> None:
         denied = _config_denial(
             ctx, resource.resource_type, resource.resource_name, Operation.ALTER_CONFIGS
         )
@@ -360,7 +401,8 @@ async def alter_configs(
                 ErrorCode.invalid_request, f"Unknown resource type {resource.resource_type}"
             )
         topic = existing_topic(broker, resource.resource_name)
-        configs = {c.name: c.value for c in resource.configs}
+        # _preflight refused null values: every config here has one.
+        configs = {c.name: c.value for c in resource.configs if c.value is not None}
         validate_topic_configs(configs)
         await broker.controller.replace_topic_configs(
             topic.name, configs, validate_only=validate_only
@@ -371,14 +413,15 @@ async def alter_configs(
 
 
 def apply_incremental(
-    current: dict[str, str], ops: Iterable[Any], entries: dict[str, Any]
+    current: dict[str, str], ops: Iterable[ConfigOperation], entries: dict[str, Any]
 ) -> dict[str, str]:
     """A topic's overrides after SET/DELETE/APPEND/SUBTRACT; `entries` are its described
     configs by name (their types say which keys are lists, their values are the base an
     APPEND starts from when the topic has no override)."""
     result = dict(current)
     for op in ops:
-        kind, key, value = op.config_operation, op.name, op.value
+        # Null only with DELETE: _preflight refused the other operations' nulls.
+        kind, key, value = op.config_operation, op.name, op.value or ""
         if kind == SET:
             result[key] = value
         elif kind == DELETE:
@@ -409,9 +452,9 @@ async def incremental_alter_configs(
 ) -> dict[str, Any]:
     broker = ctx.broker
     validate_only = request.validate_only
-    resources = list(request.resources)
+    resources: list[IncrementalConfigResource] = list(request.resources)
 
-    async def alter(broker: BrokerParts, resource: Any) -> None:
+    async def alter(broker: BrokerParts, resource: IncrementalConfigResource) -> None:
         kind = resource.resource_type
         denied = _config_denial(ctx, kind, resource.resource_name, Operation.ALTER_CONFIGS)
         if denied is not None:
@@ -459,14 +502,16 @@ SOURCE_DEFAULT = 5
 CONFIG_TYPE_STRING = 2
 
 
-def _share_service(broker: BrokerParts) -> Any:
+def _share_service(broker: BrokerParts) -> ShareCoordination:
     service = broker.shares
     if service is None or not broker.config.get("group.share.enable"):
         raise ResourceError(ErrorCode.invalid_request, "Group configs need share groups enabled")
     return service
 
 
-async def alter_group_configs(broker: BrokerParts, resource: Any, validate_only: bool) -> None:
+async def alter_group_configs(
+    broker: BrokerParts, resource: IncrementalConfigResource, validate_only: bool
+) -> None:
     """SET and DELETE of a share group's configs; stored with its share state."""
     service = _share_service(broker)
     coordinator = service.coordinator
@@ -570,7 +615,9 @@ def current_log_levels() -> dict[str, str]:
     return levels
 
 
-def alter_log_levels(broker: BrokerParts, resource: Any, validate_only: bool) -> None:
+def alter_log_levels(
+    broker: BrokerParts, resource: IncrementalConfigResource, validate_only: bool
+) -> None:
     """Validate every operation first, then apply them all (KIP-412's order)."""
     check_node_id(broker, resource.resource_name)
     changes: list[tuple[logging.Logger, int]] = []

@@ -53,18 +53,18 @@ def fetch(ctx: RequestContext, request: requests.FetchRequest) -> Any:
     return _delayed_fetch(ctx, request, plan, max_wait_ms / 1000)
 
 
-def _max_bytes(ctx: RequestContext, request: Any) -> int:
+def _max_bytes(ctx: RequestContext, request: requests.FetchRequest) -> int:
     """Kafka's response bound: the request's max_bytes, at most the broker's fetch.max.bytes."""
     return min(request.max_bytes, ctx.broker.config.get("fetch.max.bytes"))
 
 
-def _min_bytes(ctx: RequestContext, request: Any) -> int:
+def _min_bytes(ctx: RequestContext, request: requests.FetchRequest) -> int:
     """min_bytes no larger than the response may be (else the fetch always waits it out)."""
     return min(request.min_bytes, _max_bytes(ctx, request))
 
 
 async def _delayed_fetch(
-    ctx: RequestContext, request: Any, plan: FetchPlan, max_wait_s: float
+    ctx: RequestContext, request: requests.FetchRequest, plan: FetchPlan, max_wait_s: float
 ) -> Any:
     """Park until an append to one of the partitions (or the wait runs out), then read again."""
     keys = [(t.topic, t.partition) for t in plan.targets if t.topic is not None]
@@ -163,7 +163,7 @@ def _encode(
 
 
 def _read_all(
-    ctx: RequestContext, request: Any, plan: FetchPlan
+    ctx: RequestContext, request: requests.FetchRequest, plan: FetchPlan
 ) -> tuple[list[tuple[FetchTarget, FetchedPartition]], int, bool]:
     """Read every partition of the plan within max_bytes; (results, bytes found, any error)."""
     broker = ctx.broker

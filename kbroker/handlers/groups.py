@@ -28,7 +28,7 @@ from kbroker.coordinator import (
     SyncResult,
 )
 from kbroker.coordinator.coordinator import GroupCoordinator
-from kbroker.coordinator.group import describe_members
+from kbroker.coordinator.group import ClassicGroup, describe_members
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
@@ -559,7 +559,7 @@ def _fetch_group(
 
 
 def _stable_partition(
-    coordinator: Any,
+    coordinator: GroupCoordinator,
     group_id: str,
     topic: str,
     index: int,
@@ -728,7 +728,7 @@ def describe_groups(ctx: RequestContext, request: requests.DescribeGroupsRequest
 def _describe(
     group_id: str,
     error: ErrorCode,
-    group: Any,
+    group: ClassicGroup | None,
     version: int,
     operations: int,
     message: str | None = None,

@@ -28,7 +28,7 @@ from kbroker.protocol.batch import (
     starts_with_transactional_data,
 )
 from kbroker.protocol.fetch_response import NodeEndpoint
-from kbroker.protocol.produce_request import ProduceRequest
+from kbroker.protocol.produce_request import PartitionData, ProduceRequest
 from kbroker.protocol.produce_response import (
     FIRST_CURRENT_LEADER,
     ProducedPartition,
@@ -148,7 +148,7 @@ def _name_current_leaders(
     return leader_endpoints(ctx, leaders) if leaders else None
 
 
-def _throttle(ctx: RequestContext, request: Any) -> int:
+def _throttle(ctx: RequestContext, request: ProduceRequest) -> int:
     """producer_byte_rate: count the request's record bytes against the client's quota;
     over it, the answer carries the throttle time and the channel is muted that long."""
     size = sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records)
@@ -160,7 +160,7 @@ def _throttle(ctx: RequestContext, request: Any) -> int:
 def _append(
     broker: BrokerParts,
     topic: str,
-    pdata: Any,
+    pdata: PartitionData,
     now: int,
     acks: int,
     waits: _Waits,

@@ -14,9 +14,10 @@ import datetime
 import functools
 import logging
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -33,6 +34,11 @@ from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.protocol.messages import build, response_type
 from kbroker.security.acl import AUTHORIZATION_FAILED, CLUSTER_NAME, Operation, ResourceType
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from kbroker.protocol.requests import delete_topics_v6
 
 log = logging.getLogger("kbroker.admin")
 
@@ -262,7 +268,9 @@ def _deletion_enabled(broker: BrokerParts) -> bool:
     return value is None or bool(value)
 
 
-def _deleted(name: str | None, topic_id: Any, err: ResourceError | None = None) -> dict:
+def _deleted(
+    name: str | None, topic_id: uuid.UUID | None, err: ResourceError | None = None
+) -> dict:
     return {
         "name": name,
         "topic_id": topic_id,
@@ -271,13 +279,23 @@ def _deleted(name: str | None, topic_id: Any, err: ResourceError | None = None) 
     }
 
 
-def _requested_deletions(request: Any, version: int) -> list[tuple[str | None, Any]]:
-    if version < 6:
+def _requested_deletions(
+    request: requests.DeleteTopicsRequest,
+) -> list[tuple[str | None, uuid.UUID | None]]:
+    """(name, id) per topic to delete; the zero id (kio reads it as None) means none."""
+    if not _deletes_by_id(request):
         return [(name, None) for name in request.topic_names]
     return [
         (t.name, t.topic_id if t.topic_id is not None and t.topic_id.int else None)
         for t in request.topics
     ]
+
+
+def _deletes_by_id(
+    request: requests.DeleteTopicsRequest,
+) -> TypeIs[delete_topics_v6.DeleteTopicsRequest]:
+    """From v6 (KIP-516) a topic to delete is named by its name or by its id."""
+    return request.__version__ >= 6
 
 
 @handles(DELETE_TOPICS, 1)
@@ -286,7 +304,7 @@ async def delete_topics(
 ) -> dict[str, Any]:
     broker = ctx.broker
     state = broker.controller.state
-    wanted = _requested_deletions(request, ctx.version)
+    wanted = _requested_deletions(request)
     if not _deletion_enabled(broker):
         code = ErrorCode.invalid_request if ctx.version < 3 else ErrorCode.topic_deletion_disabled
         err = ResourceError(code, "Topic deletion is disabled.")

@@ -31,6 +31,19 @@ PRODUCER_BATCHED = {
     "message.timeout.ms": 120_000,
 }
 
+# The replication and transaction benchmarks (produce_rate): workload 1's batching, room
+# for two million records in the client's queue so a tight loop of produce() seldom meets
+# a full one, and librdkafka's own message.timeout.ms, which a transactional producer
+# needs no larger than its transaction.timeout.ms.
+PRODUCER_BULK = {
+    **CLIENT_COMMON,
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "delivery.report.only.error": True,
+    "queue.buffering.max.messages": 2_000_000,
+}
+
 # Workload 3: nothing waits in the client; each record is its own Produce request.
 PRODUCER_ONE_AT_A_TIME = {
     **CLIENT_COMMON,
@@ -92,6 +105,26 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 60.0)
         _, full = wait_for_metadata(host, int(port), perf_counter() + timeout, name, n)
         if full is None:
             raise RuntimeError(f"topic {name} did not get {n} led partitions in {timeout} s")
+
+
+def produce_rate(
+    producer: Producer, topic: str, records: int, value: bytes, partitions: int = 1
+) -> float:
+    """Records per second from the first produce() to flush()'s return, record i into
+    partition i % partitions; a full client queue is waited out, never dropped."""
+    started = perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("records left undelivered")
+    return records / (perf_counter() - started)
 
 
 def produce_batched(

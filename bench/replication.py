@@ -33,17 +33,10 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
+from bench.kafka_load import PRODUCER_BULK, produce_rate
 from compat_tests.cluster import KafkaCluster
 
 VALUE = b"x" * 100
-BATCHED = {
-    "acks": "all",
-    "linger.ms": 5,
-    "batch.size": 1_000_000,
-    "delivery.report.only.error": True,
-    "queue.buffering.max.messages": 2_000_000,
-    "socket.nagle.disable": True,
-}
 
 
 def new_topic(cluster: KafkaCluster, replication_factor: int) -> str:
@@ -61,20 +54,8 @@ def new_topic(cluster: KafkaCluster, replication_factor: int) -> str:
 def batched(cluster: KafkaCluster, replication_factor: int, records: int) -> float:
     """Records per second produced and acknowledged by acks=all."""
     topic = new_topic(cluster, replication_factor)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, **BATCHED})
-    started = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, VALUE, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError("records left undelivered")
-    return records / (time.perf_counter() - started)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, **PRODUCER_BULK})
+    return produce_rate(producer, topic, records, VALUE)
 
 
 def one_at_a_time(cluster: KafkaCluster, records: int) -> dict[str, float]:

@@ -23,18 +23,11 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.kafka_load import PRODUCER_BULK, produce_rate
 from bench.peers import KbrokerPeer
 
 PARTITIONS = 6
 VALUE = b"x" * 100
-BASE = {
-    "acks": "all",
-    "linger.ms": 5,
-    "batch.size": 1_000_000,
-    "delivery.report.only.error": True,
-    "queue.buffering.max.messages": 2_000_000,
-    "socket.nagle.disable": True,
-}
 
 
 def new_topic(bootstrap: str) -> str:
@@ -48,27 +41,21 @@ def new_topic(bootstrap: str) -> str:
 def bulk(bootstrap: str, records: int, idempotent: bool) -> float:
     """Records per second produced and acknowledged."""
     topic = new_topic(bootstrap)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": idempotent, **BASE})
-    started = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, VALUE, partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError("records left undelivered")
-    return records / (time.perf_counter() - started)
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": idempotent, **PRODUCER_BULK}
+    )
+    return produce_rate(producer, topic, records, VALUE, PARTITIONS)
 
 
 def transactional(bootstrap: str, transactions: int) -> float:
     """Committed 100-record transactions per second."""
     topic = new_topic(bootstrap)
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": f"txbench-{uuid.uuid4().hex}", **BASE}
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"txbench-{uuid.uuid4().hex}",
+            **PRODUCER_BULK,
+        }
     )
     producer.init_transactions(30)
     started = time.perf_counter()

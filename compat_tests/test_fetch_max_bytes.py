@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from compat_tests.confluent_helpers import create_topic, produce_all, unique_topic
 from compat_tests.conftest import BrokerFactory
-from kbroker.admin.client import cluster
+from kbroker.admin.client import cluster, fetch_from_start
 
 FETCH = 1
 LIMIT = 1024
@@ -15,31 +15,7 @@ def fetch_records(bootstrap: str, topic: str, max_bytes: int) -> bytes:
     with cluster(bootstrap) as c:
         response = c.any().call(
             FETCH,
-            {
-                "replica_id": -1,
-                "max_wait": 0,
-                "min_bytes": 1,
-                "max_bytes": max_bytes,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {
-                                "partition": 0,
-                                "current_leader_epoch": -1,
-                                "fetch_offset": 0,
-                                "log_start_offset": -1,
-                                "partition_max_bytes": max_bytes,
-                            }
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
+            fetch_from_start(topic, max_wait=0, min_bytes=1, max_bytes=max_bytes),
             versions=(4, 12),
         )
     answer = response.responses[0].partitions[0]

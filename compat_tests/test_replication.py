@@ -150,7 +150,7 @@ def test_a_broker_off_the_replicas_names_the_current_leader_to_produce_and_fetch
     endpoint). A follower would serve the consumer's Fetch itself (KIP-392)."""
     from confluent_kafka.admin import NewTopic
 
-    from kbroker.admin.client import BrokerConnection
+    from kbroker.admin.client import BrokerConnection, fetch_from_start
     from kbroker.protocol.batch import encode_batch
 
     topic = f"kip951-{_uid()}"
@@ -172,31 +172,7 @@ def test_a_broker_off_the_replicas_names_the_current_leader_to_produce_and_fetch
             topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
         )
         fetched = conn.request(
-            1,
-            16,
-            max_wait=0,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                {
-                    "topic_id": raw.topic_id,
-                    "partitions": [
-                        {
-                            "partition": 0,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": 0,
-                            "last_fetched_epoch": -1,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
-                        }
-                    ],
-                }
-            ],
-            forgotten_topics_data=[],
-            rack_id="",
+            1, 16, **fetch_from_start(topic, topic_id=raw.topic_id, max_wait=0, min_bytes=1)
         )
     answer = produced.responses[0].partition_responses[0]
     assert answer.error_code == 6

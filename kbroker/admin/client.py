@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import socket
 import struct
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -310,20 +311,25 @@ def fetch_from_start(
     max_wait: datetime.timedelta | int,
     min_bytes: int,
     isolation_level: int = 0,
+    max_bytes: int = 1 << 20,
+    topic_id: uuid.UUID | None = None,
 ) -> dict[str, Any]:
-    """Fetch v12 fields reading partition 0 of `topic` from offset 0, up to 1 MiB, outside
-    any fetch session: the one-shot read a test or operator sends to see what is stored."""
+    """Fetch fields reading partition 0 of `topic` from offset 0, up to `max_bytes`,
+    outside any fetch session: the one-shot read a test or operator sends to see what is
+    stored. Versions up to 12 name the topic; from 13 (KIP-516) it is named by `topic_id`,
+    which a v13+ request needs."""
     return {
         "replica_id": -1,
         "max_wait": max_wait,
         "min_bytes": min_bytes,
-        "max_bytes": 1 << 20,
+        "max_bytes": max_bytes,
         "isolation_level": isolation_level,
         "session_id": 0,
         "session_epoch": -1,
         "topics": [
             {
                 "topic": topic,
+                "topic_id": topic_id,
                 "partitions": [
                     {
                         "partition": 0,
@@ -331,7 +337,7 @@ def fetch_from_start(
                         "fetch_offset": 0,
                         "last_fetched_epoch": -1,
                         "log_start_offset": -1,
-                        "partition_max_bytes": 1 << 20,
+                        "partition_max_bytes": max_bytes,
                     }
                 ],
             }

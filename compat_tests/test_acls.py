@@ -26,7 +26,7 @@ from confluent_kafka.admin import (
 from compat_tests.confluent_helpers import make_consumer
 from compat_tests.security_broker import PLAIN_USERS, SecureBroker, start_secure_broker
 from compat_tests.tls_material import make_tls_material
-from kbroker.admin.client import BrokerConnection, fetch_from_start
+from kbroker.admin.client import BrokerConnection, fetch_fields
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -119,7 +119,7 @@ def fetch_error(broker: SecureBroker, user: str, topic: str) -> int | None:
         answer = conn.request(
             1,
             12,
-            **fetch_from_start(topic, max_wait=datetime.timedelta(milliseconds=100), min_bytes=1),
+            **fetch_fields(topic, max_wait=datetime.timedelta(milliseconds=100), min_bytes=1),
         )
     partition = answer.responses[0].partitions[0]
     if partition.error_code:

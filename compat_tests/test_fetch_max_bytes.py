@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from compat_tests.confluent_helpers import create_topic, produce_all, unique_topic
 from compat_tests.conftest import BrokerFactory
-from kbroker.admin.client import cluster, fetch_from_start
+from kbroker.admin.client import cluster, fetch_fields
 
 FETCH = 1
 LIMIT = 1024
@@ -15,7 +15,7 @@ def fetch_records(bootstrap: str, topic: str, max_bytes: int) -> bytes:
     with cluster(bootstrap) as c:
         response = c.any().call(
             FETCH,
-            fetch_from_start(topic, max_wait=0, min_bytes=1, max_bytes=max_bytes),
+            fetch_fields(topic, max_wait=0, min_bytes=1, max_bytes=max_bytes),
             versions=(4, 12),
         )
     answer = response.responses[0].partitions[0]

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from compat_tests.broker_process import BrokerProcess, running_broker
-from kbroker.admin.client import BrokerConnection, ClientError, fetch_from_start
+from kbroker.admin.client import BrokerConnection, ClientError, fetch_fields
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -155,7 +155,7 @@ def test_a_consumer_over_its_byte_rate_gets_an_empty_throttled_fetch_and_a_muted
     for _ in range(30):
         producer.produce(topic, RECORD)
     assert producer.flush(30) == 0
-    fetch = fetch_from_start(topic, max_wait=datetime.timedelta(milliseconds=10), min_bytes=1)
+    fetch = fetch_fields(topic, max_wait=datetime.timedelta(milliseconds=10), min_bytes=1)
     with BrokerConnection.to(node.bootstrap, client_id=reader) as conn:
         answer = conn.request(1, 12, **fetch)
         throttle_ms = answer.throttle_time.total_seconds() * 1000

@@ -150,7 +150,7 @@ def test_a_broker_off_the_replicas_names_the_current_leader_to_produce_and_fetch
     endpoint). A follower would serve the consumer's Fetch itself (KIP-392)."""
     from confluent_kafka.admin import NewTopic
 
-    from kbroker.admin.client import BrokerConnection, fetch_from_start
+    from kbroker.admin.client import BrokerConnection, fetch_fields
     from kbroker.protocol.batch import encode_batch
 
     topic = f"kip951-{_uid()}"
@@ -172,7 +172,7 @@ def test_a_broker_off_the_replicas_names_the_current_leader_to_produce_and_fetch
             topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
         )
         fetched = conn.request(
-            1, 16, **fetch_from_start(topic, topic_id=raw.topic_id, max_wait=0, min_bytes=1)
+            1, 16, **fetch_fields(topic, topic_id=raw.topic_id, max_wait=0, min_bytes=1)
         )
     answer = produced.responses[0].partition_responses[0]
     assert answer.error_code == 6

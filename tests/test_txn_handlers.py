@@ -9,7 +9,7 @@ from typing import Any
 
 from inprocess import RawClient, run_broker
 
-from kbroker.admin.client import fetch_from_start
+from kbroker.admin.client import fetch_fields
 from kbroker.metrics.prometheus import render_families
 from kbroker.protocol.batch import encode_batch
 
@@ -104,7 +104,7 @@ async def _fetch(client: RawClient, topic: str, isolation: int) -> Any:
     response = await client.call(
         FETCH,
         12,
-        fetch_from_start(topic, max_wait=0, min_bytes=0, isolation_level=isolation),
+        fetch_fields(topic, max_wait=0, min_bytes=0, isolation_level=isolation),
     )
     return response.responses[0].partitions[0]
 

@@ -305,16 +305,18 @@ def cluster(
         c.close()
 
 
-def fetch_from_start(
+def fetch_fields(
     topic: str,
     *,
     max_wait: datetime.timedelta | int,
     min_bytes: int,
+    partition: int = 0,
+    offset: int = 0,
     isolation_level: int = 0,
     max_bytes: int = 1 << 20,
     topic_id: uuid.UUID | None = None,
 ) -> dict[str, Any]:
-    """Fetch fields reading partition 0 of `topic` from offset 0, up to `max_bytes`,
+    """Fetch fields reading one partition of `topic` from `offset`, up to `max_bytes`,
     outside any fetch session: the one-shot read a test or operator sends to see what is
     stored. Versions up to 12 name the topic; from 13 (KIP-516) it is named by `topic_id`,
     which a v13+ request needs."""
@@ -332,9 +334,9 @@ def fetch_from_start(
                 "topic_id": topic_id,
                 "partitions": [
                     {
-                        "partition": 0,
+                        "partition": partition,
                         "current_leader_epoch": -1,
-                        "fetch_offset": 0,
+                        "fetch_offset": offset,
                         "last_fetched_epoch": -1,
                         "log_start_offset": -1,
                         "partition_max_bytes": max_bytes,

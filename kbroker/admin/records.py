@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from kbroker.admin.client import ClientError, Cluster
+from kbroker.admin.client import ClientError, Cluster, fetch_fields
 from kbroker.admin.topics import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -197,31 +197,14 @@ def _fetch_once(
         raise ClientError(f"no leader for {topic}-{partition}")
     response = cluster.connection(*address).call(
         FETCH,
-        {
-            "replica_id": -1,
-            "max_wait": 200,
-            "min_bytes": 1,
-            "max_bytes": 1 << 20,
-            "isolation_level": isolation_level,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": partition,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": position,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        },
+        fetch_fields(
+            topic,
+            partition=partition,
+            offset=position,
+            max_wait=200,
+            min_bytes=1,
+            isolation_level=isolation_level,
+        ),
         versions=(4, 12),
     )
     answer = response.responses[0].partitions[0]

@@ -37,6 +37,7 @@ def controller_config(config: BrokerConfig) -> ControllerConfig:
         broker_session_timeout_s=(
             config.get("broker.session.timeout.ms") / 1000 if quorum.is_cluster else None
         ),
+        broker_heartbeat_interval_s=config.get("broker.heartbeat.interval.ms") / 1000,
         unclean_leader_election=config.get("unclean.leader.election.enable"),
         voters={v.node_id: format_address(v.host, v.port) for v in quorum.voters},
         leader_imbalance_check_interval_s=(

@@ -40,6 +40,7 @@ from kbroker.controller.errors import (
     ControllerStartError,
 )
 from kbroker.controller.events import MetadataEvent
+from kbroker.controller.liveness import Probes, listener_refuses, probe_after
 from kbroker.controller.machine import MetadataMachine
 from kbroker.controller.raft import FAIL_REASON_NAMES, RaftThread, RaftTimings
 from kbroker.controller.state import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
@@ -91,6 +92,9 @@ class ControllerConfig:
     # The active controller fences a broker whose heartbeats stop for this long; None
     # (a single node) runs no session checks at all.
     broker_session_timeout_s: float | None = None
+    # broker.heartbeat.interval.ms: a broker silent for longer is probed (liveness.py),
+    # and fenced at once if its listener refuses connections.
+    broker_heartbeat_interval_s: float = 2.0
     # unclean.leader.election.enable for topics that do not override it.
     unclean_leader_election: bool = False
     # auto.leader.rebalance.enable: how often the active controller gives partitions back
@@ -531,11 +535,21 @@ class Controller:
         """On the active controller: fence every unfenced broker whose last heartbeat is
         older than the session timeout. A controller that has just become active counts
         every session from its election, as KRaft does, so nobody is fenced for the
-        silence of the election itself."""
+        silence of the election itself. A broker that has missed a heartbeat is probed
+        meanwhile, and fenced at once if its listener refuses connections (liveness.py):
+        that is how a killed broker loses its leaderships in seconds."""
         interval = min(0.25, session_timeout / 8)
+        silent_after = probe_after(self.config.broker_heartbeat_interval_s)
         active_since: float | None = None
         fencing: set[int] = set()
+        probes = Probes()
         tasks: set[asyncio.Task[None]] = set()
+
+        def spawn(coro: Any) -> None:
+            task = asyncio.create_task(coro)
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
         while True:
             await asyncio.sleep(interval)
             machine = self._machine
@@ -549,14 +563,39 @@ class Controller:
             for broker in list(self._state.brokers.values()):
                 if broker.fenced or broker.node_id in fencing:
                     continue
-                last = max(seen.get(broker.node_id, 0.0), active_since)
-                if now - last > session_timeout:
+                heard = seen.get(broker.node_id, 0.0)
+                if now - max(heard, active_since) > session_timeout:
                     fencing.add(broker.node_id)
-                    task = asyncio.create_task(self._fence(broker.node_id, broker.epoch, fencing))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
+                    reason = "no heartbeat within the session timeout"
+                    spawn(self._fence(broker.node_id, broker.epoch, fencing, reason))
+                elif now - heard > silent_after and probes.due(broker.node_id, now):
+                    probes.begin(broker.node_id, now)
+                    spawn(self._probe(broker, probes, fencing))
 
-    async def _fence(self, node_id: int, epoch: int, fencing: set[int]) -> None:
+    async def _probe(self, broker: BrokerInfo, probes: Probes, fencing: set[int]) -> None:
+        """Fence `broker` if nothing listens on its inter-broker address any more."""
+        try:
+            if not await listener_refuses(broker.host, broker.port):
+                return
+            current = self._state.brokers.get(broker.node_id)
+            if (
+                current is None
+                or current.epoch != broker.epoch
+                or current.fenced
+                or broker.node_id in fencing
+                or not self.is_leader
+            ):
+                return
+            fencing.add(broker.node_id)
+            reason = (
+                f"missed its heartbeat and its listener {broker.host}:{broker.port} "
+                "refuses connections (the process is gone)"
+            )
+            await self._fence(broker.node_id, broker.epoch, fencing, reason)
+        finally:
+            probes.end(broker.node_id)
+
+    async def _fence(self, node_id: int, epoch: int, fencing: set[int], reason: str) -> None:
         try:
             await self._propose(
                 cmd.FENCE_BROKER,
@@ -566,7 +605,7 @@ class Controller:
                     "unclean": self.config.unclean_leader_election,
                 },
             )
-            log.warning("fenced broker %d: no heartbeat within the session timeout", node_id)
+            log.warning("fenced broker %d: %s", node_id, reason)
         except ControllerError as exc:
             log.info("fencing broker %d not committed: %s", node_id, exc)
         finally:

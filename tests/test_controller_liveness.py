@@ -1,0 +1,86 @@
+"""The active controller fences a silent broker at once when nothing listens on its port
+any more, and leaves a silent broker whose port still accepts to the session timeout."""
+
+import asyncio
+import socket
+import time
+
+from kbroker.controller import Controller, ControllerConfig
+from kbroker.controller.liveness import listener_refuses
+
+SESSION_TIMEOUT_S = 30.0
+HEARTBEAT_INTERVAL_S = 0.2
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound once, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def watching_controller(tmp_path) -> Controller:
+    return Controller(
+        ControllerConfig(
+            1,
+            tmp_path,
+            broker_session_timeout_s=SESSION_TIMEOUT_S,
+            broker_heartbeat_interval_s=HEARTBEAT_INTERVAL_S,
+        )
+    )
+
+
+async def fenced_within(controller: Controller, node_id: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if controller.state.brokers[node_id].fenced:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+def test_a_silent_broker_whose_listener_refuses_is_fenced_long_before_its_session_ends(
+    tmp_path,
+):
+    async def main():
+        controller = watching_controller(tmp_path)
+        await controller.start()
+        try:
+            await controller.register_broker(7, "127.0.0.1", closed_port())
+            began = time.monotonic()
+            assert await fenced_within(controller, 7, 5.0)
+            assert time.monotonic() - began < SESSION_TIMEOUT_S / 5
+        finally:
+            await controller.stop()
+
+    asyncio.run(main())
+
+
+def test_a_silent_broker_whose_listener_accepts_waits_for_the_session_timeout(tmp_path):
+    async def main():
+        listener = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        controller = watching_controller(tmp_path)
+        await controller.start()
+        try:
+            await controller.register_broker(8, "127.0.0.1", port)
+            # Several probe rounds pass (each broker is probed every 0.5 s once silent).
+            assert not await fenced_within(controller, 8, 2.0)
+        finally:
+            await controller.stop()
+            listener.close()
+
+    asyncio.run(main())
+
+
+def test_the_probe_concludes_only_from_a_refused_connection():
+    async def main():
+        listener = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        try:
+            assert not await listener_refuses("127.0.0.1", port)
+            assert await listener_refuses("127.0.0.1", closed_port())
+        finally:
+            listener.close()
+
+    asyncio.run(main())

@@ -377,6 +377,41 @@ def test_log_dirs_leader_epochs_and_transactions_need_describe(secure: SecureBro
         assert described.transaction_states[0].error_code == 53
 
 
+def test_replica_fetches_and_transaction_markers_need_cluster_action(
+    secure: SecureBroker,
+) -> None:
+    """What another broker sends: a follower's Fetch (replica id set) and WriteTxnMarkers
+    need CLUSTER_ACTION, not topic rights (Kafka's KafkaApis)."""
+    topic = new_topic(secure)
+    grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.ALL))
+    as_follower = {
+        **fetch_fields(topic, max_wait=datetime.timedelta(milliseconds=10), min_bytes=0),
+        "replica_id": 7,
+    }
+    markers = {
+        "markers": [
+            {
+                "producer_id": 1,
+                "producer_epoch": 0,
+                "transaction_result": True,
+                "topics": [{"name": topic, "partition_indexes": [0]}],
+                "coordinator_epoch": 0,
+            }
+        ]
+    }
+    with login(secure, "alice") as conn:
+        fetched = conn.request(1, 12, **as_follower)
+        assert fetched.responses[0].partitions[0].error_code == TOPIC_AUTHORIZATION_FAILED
+        written = conn.request(27, 1, **markers)
+        assert written.markers[0].topics[0].partitions[0].error_code == (
+            CLUSTER_AUTHORIZATION_FAILED
+        )
+    grant(secure, allow(ResourceType.BROKER, "kafka-cluster", AclOperation.CLUSTER_ACTION))
+    with login(secure, "alice") as conn:
+        fetched = conn.request(1, 12, **as_follower)
+        assert fetched.responses[0].partitions[0].error_code != TOPIC_AUTHORIZATION_FAILED
+
+
 def test_acls_survive_a_restart(secure: SecureBroker) -> None:
     topic = new_topic(secure)
     grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.READ))

@@ -46,6 +46,8 @@ from kbroker.replica.fetcher import FetcherSettings, ReplicaFetchers
 from kbroker.replica.manager import ReplicaManager
 from kbroker.replica.partition import Partition
 from kbroker.security.acl import StandardAuthorizer, parse_super_users
+from kbroker.security.inter_broker import PLAINTEXT as PLAINTEXT_LINK
+from kbroker.security.inter_broker import inter_broker_security
 from kbroker.security.listener import ListenerSecurity, listener_security
 from kbroker.security.quotas import ClientQuotas
 from kbroker.security.scram import ScramCredential
@@ -119,6 +121,10 @@ class Broker:
         self.listener_security: list[tuple[Any, ListenerSecurity]] = [
             (endpoint, listener_security(config, endpoint)) for endpoint in config.broker_endpoints
         ]
+        # How this broker reaches the others (replica fetches, transaction markers).
+        self.inter_broker = (
+            inter_broker_security(config) if config.quorum.is_cluster else PLAINTEXT_LINK
+        )
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._heartbeat_task: asyncio.Task[None] | None = None
@@ -182,6 +188,7 @@ class Broker:
                 self.node_id,
                 self.metadata,
                 FetcherSettings.from_settings(self.config.get),
+                self.inter_broker,
             )
             self.replicas.isr_changes = self._alter_isr
             lag_ms = self.config.get("replica.lag.time.max.ms")

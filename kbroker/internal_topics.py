@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
     from kbroker.controller import Controller
     from kbroker.replica.manager import ReplicaManager
+    from kbroker.security.inter_broker import InterBrokerSecurity
     from kbroker.storage.manager import LogManager
 
 log = logging.getLogger("kbroker.internal_topics")
@@ -71,6 +72,7 @@ class ServiceBroker(Protocol):
     replicas: ReplicaManager
     logs: LogManager
     extra_metrics: list[Metrics]
+    inter_broker: InterBrokerSecurity  # how to reach the other brokers
 
 
 class PartitionedCoordinator(Protocol):

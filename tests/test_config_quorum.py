@@ -145,15 +145,6 @@ def test_several_bootstrap_controllers_without_voters_are_refused_for_a_controll
         )
 
 
-def test_a_cluster_whose_inter_broker_listener_needs_tls_or_sasl_is_refused():
-    with pytest.raises(ConfigError, match="inter.broker.listener.name.*PLAINTEXT only"):
-        kraft(
-            1,
-            listeners="SASL_SSL://:9092,CONTROLLER://:9093",
-            listener_security_protocol_map="SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
-        )
-
-
 def test_a_heartbeat_interval_longer_than_the_session_is_refused():
     with pytest.raises(ConfigError, match="broker.heartbeat.interval.ms"):
         kraft(1, broker_heartbeat_interval_ms="10000", broker_session_timeout_ms="9000")

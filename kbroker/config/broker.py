@@ -479,14 +479,6 @@ class BrokerConfig:
             for name, kafka_default in CLUSTER_DEFAULTS.items():
                 if not self.is_set(name):
                     effective[name] = kafka_default
-            inter = effective["inter.broker.listener.name"]
-            if self._protocol_map.get(inter, "PLAINTEXT") != "PLAINTEXT":
-                # Followers fetch over the inter-broker listener with a plain client.
-                raise self._fail(
-                    "inter.broker.listener.name",
-                    f"listener {inter} uses {self._protocol_map[inter]}; replication between "
-                    "brokers speaks PLAINTEXT only, so name a PLAINTEXT listener for it",
-                )
 
     def _first_of_group(self, group: Sequence[str]) -> Any:
         primary = self._values[group[0]]
@@ -571,13 +563,18 @@ class BrokerConfig:
                 "inter.broker.listener.name",
                 "set only one of inter.broker.listener.name and security.inter.broker.protocol",
             )
-        if effective["security.inter.broker.protocol"] != "PLAINTEXT":
-            raise self._fail(
-                "security.inter.broker.protocol", "brokers reach each other over PLAINTEXT only"
-            )
         advertised_names = [e.name for e in advertised]
         if controller_only:
             pass  # no broker listener: nothing to reach other brokers on
+        elif self.is_set("security.inter.broker.protocol"):
+            # Kafka's older spelling names the listener by its protocol.
+            inter_name = effective["security.inter.broker.protocol"]
+            if inter_name not in advertised_names:
+                raise self._fail(
+                    "security.inter.broker.protocol",
+                    f"no broker listener named {inter_name}; name the inter-broker listener "
+                    "with inter.broker.listener.name instead",
+                )
         elif inter_name is None:
             inter_name = "PLAINTEXT" if "PLAINTEXT" in advertised_names else advertised_names[0]
         elif inter_name.upper() not in advertised_names:

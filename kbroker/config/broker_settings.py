@@ -293,14 +293,17 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "inter.broker.listener.name",
         STRING,
         None,
-        "Listener other brokers use to reach this "
-        "one (replica fetches). Unset means the PLAINTEXT listener, else the first.",
+        "Listener brokers reach each other on (replica fetches, transaction markers), "
+        "with its security protocol: TLS with the listener's ssl.* settings, SASL with "
+        "sasl.mechanism.inter.broker.protocol and the username/password of the "
+        "listener's JAAS line. Unset means the PLAINTEXT listener, else the first.",
     ),
     _d(
         "security.inter.broker.protocol",
         STRING,
         "PLAINTEXT",
-        "Security protocol between brokers; only PLAINTEXT is served.",
+        "Security protocol between brokers (Kafka's older spelling): the inter-broker "
+        "listener is the one of that name. Set it or inter.broker.listener.name, not both.",
         one_of(*SECURITY_PROTOCOLS),
     ),
     _d(
@@ -1362,6 +1365,14 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ),
     _p("ssl.truststore.certificates", "Trusted CA certificates as PEM text."),
     _d(
+        "ssl.endpoint.identification.algorithm",
+        STRING,
+        "https",
+        "https: a broker connecting to another broker checks that the certificate names "
+        "the host it dialled; empty turns the check off.",
+        one_of("https", "", ignore_case=True),
+    ),
+    _d(
         "ssl.client.auth",
         STRING,
         "none",
@@ -1405,6 +1416,14 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         ["GSSAPI"],
         "SASL mechanisms SASL listeners accept. kbroker serves PLAIN, SCRAM-SHA-256 and "
         "SCRAM-SHA-512; a SASL listener enabling another is refused at start.",
+    ),
+    _d(
+        "sasl.mechanism.inter.broker.protocol",
+        STRING,
+        "GSSAPI",
+        "SASL mechanism a broker logs in to another broker's SASL inter-broker listener "
+        "with (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; Kafka's default GSSAPI is refused "
+        "at start when the inter-broker listener uses SASL).",
     ),
     _p(
         "sasl.jaas.config",

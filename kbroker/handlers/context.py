@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from kbroker.protocol.header import RequestHeader
-from kbroker.security.acl import AclBinding, Operation, ResourceType, StandardAuthorizer
+from kbroker.security.acl import (
+    CLUSTER_NAME,
+    AclBinding,
+    Operation,
+    ResourceType,
+    StandardAuthorizer,
+)
 from kbroker.security.principal import KafkaPrincipal
 from kbroker.security.quotas import ClientQuotas
 
@@ -273,3 +279,8 @@ class RequestContext:
     @property
     def principal(self) -> KafkaPrincipal:
         return self.connection.principal
+
+    def is_broker(self) -> bool:
+        """CLUSTER_ACTION on the cluster: what Kafka asks of another broker's replica
+        fetches, OffsetForLeaderEpoch and WriteTxnMarkers."""
+        return self.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)

@@ -176,10 +176,13 @@ def _read_all(
     )
     results: list[tuple[FetchTarget, FetchedPartition]] = []
     denied: set[str] = set()
+    replica = replica_id_of(request, ctx.version)
     if broker.authorizer is not None:
         names = {t.topic for t in plan.targets if t.topic is not None}
-        denied = {n for n in names if not ctx.allowed(Operation.READ, ResourceType.TOPIC, n)}
-    replica = replica_id_of(request, ctx.version)
+        if replica >= 0:  # a follower needs CLUSTER_ACTION, and then reads every topic
+            denied = set() if ctx.is_broker() else names
+        else:
+            denied = {n for n in names if not ctx.allowed(Operation.READ, ResourceType.TOPIC, n)}
     now = int(time.time() * 1000) if replica >= 0 else 0
     for target in plan.targets:
         if target.topic is None:

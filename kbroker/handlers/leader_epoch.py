@@ -19,8 +19,12 @@ OFFSET_FOR_LEADER_EPOCH = 23
 
 
 def _may_describe(ctx: RequestContext, topic: str) -> bool:
-    return ctx.broker.authorizer is None or ctx.allowed(
-        Operation.DESCRIBE, ResourceType.TOPIC, topic
+    """Kafka's rule since KIP-320: a broker (CLUSTER_ACTION) may ask of every topic, a
+    consumer of the topics it may describe."""
+    return (
+        ctx.broker.authorizer is None
+        or ctx.is_broker()
+        or ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic)
     )
 
 

@@ -283,9 +283,30 @@ async def end_txn(ctx: RequestContext, request: requests.EndTxnRequest) -> dict[
 async def write_txn_markers(
     ctx: RequestContext, request: requests.WriteTxnMarkersRequest
 ) -> dict[str, Any]:
-    """Markers from a transaction coordinator on another broker, for partitions led here."""
+    """Markers from a transaction coordinator on another broker, for partitions led here.
+    Only a broker (CLUSTER_ACTION) may write them."""
     service = _service(ctx)
     markers_out = []
+    if ctx.broker.authorizer is not None and not ctx.is_broker():
+        refused = E.cluster_authorization_failed
+        return {
+            "markers": [
+                {
+                    "producer_id": m.producer_id,
+                    "topics": [
+                        {
+                            "name": t.name,
+                            "partitions": [
+                                {"partition_index": i, "error_code": refused}
+                                for i in t.partition_indexes
+                            ],
+                        }
+                        for t in m.topics
+                    ],
+                }
+                for m in request.markers
+            ]
+        }
     for marker in request.markers:
         # Answered once the ISR holds each marker, as Kafka's acks=all marker append.
         outcomes = await service.markers.write_here(

@@ -16,6 +16,8 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -26,10 +28,12 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from kbroker.admin.client import decode_response, encode_request
+from kbroker.admin.security import SaslFailure
 from kbroker.controller.state import MetadataState
 from kbroker.protocol.batch import HEADER_SIZE, InvalidBatchError
 from kbroker.protocol.messages import build
 from kbroker.replica.partition import Partition
+from kbroker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
 from kbroker.storage.errors import LogError
 
 log = logging.getLogger("kbroker.replica.fetcher")
@@ -38,6 +42,8 @@ FETCH = 1
 FETCH_VERSION = 15  # replica_state (KIP-903) and topic ids
 OFFSET_FOR_LEADER_EPOCH = 23
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 _LENGTH = struct.Struct(">i")
 _RETRY_LATER = frozenset(
     {
@@ -96,21 +102,43 @@ def whole_batches(records: bytes) -> int:
     return pos
 
 
-class BrokerLink:
-    """One connection to another broker: a request out, its answer back, in order."""
+class AuthenticationFailed(ConnectionError):
+    """The other broker refused this one on its inter-broker listener (TLS or SASL); the
+    message names the broker and the reason, never the password."""
 
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+
+class BrokerLink:
+    """One connection to another broker: a request out, its answer back, in order.
+
+    It speaks the inter-broker listener's protocol: a TLS handshake first when
+    ``security`` has a context, then a SASL login (SaslHandshake v1 and SaslAuthenticate
+    v2) when it has a mechanism. A session with a lifetime (KIP-368) is replaced by a
+    fresh connection before it ends.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        security: InterBrokerSecurity = PLAINTEXT,
+    ) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
+        self.security = security
         self._correlation = itertools.count(1)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._session_ends = math.inf
 
     async def call(self, entity: Any, timeout: float) -> Any:
+        if self._writer is not None and time.monotonic() >= self._session_ends:
+            self.close()
         if self._writer is None:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), timeout
-            )
+            await self._open(timeout)
+        return await self._ask(entity, timeout)
+
+    async def _ask(self, entity: Any, timeout: float) -> Any:
         assert self._reader is not None and self._writer is not None
         correlation = next(self._correlation)
         self._writer.write(encode_request(entity, correlation, self.client_id))
@@ -122,10 +150,70 @@ class BrokerLink:
             raise ConnectionError(f"answer {got} to request {correlation}")
         return response
 
+    async def _open(self, timeout: float) -> None:
+        context = self.security.ssl_context
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=context,
+                    server_hostname=self.host if context is not None else None,
+                ),
+                timeout,
+            )
+        except ssl.SSLError as exc:
+            raise AuthenticationFailed(
+                f"TLS handshake with {self.host}:{self.port} on listener "
+                f"{self.security.listener} failed: {exc.reason or exc}"
+            ) from None
+        if self.security.mechanism is not None:
+            try:
+                await self._login(timeout)
+            except BaseException:
+                self.close()
+                raise
+
+    async def _login(self, timeout: float) -> None:
+        security = self.security
+        where = f"{self.host}:{self.port} (listener {security.listener})"
+        shake = await self._ask(
+            build(load_request_schema(SASL_HANDSHAKE, 1), {"mechanism": security.mechanism}),
+            timeout,
+        )
+        if shake.error_code != ErrorCode.none:
+            raise AuthenticationFailed(
+                f"{where} does not enable SASL {security.mechanism} "
+                f"(enabled: {', '.join(shake.mechanisms) or 'none'})"
+            )
+        steps = security.login()
+        message = next(steps)
+        while True:
+            answer = await self._ask(
+                build(load_request_schema(SASL_AUTHENTICATE, 2), {"auth_bytes": message}),
+                timeout,
+            )
+            if answer.error_code != ErrorCode.none:
+                reason = answer.error_message or ErrorCode(answer.error_code).name.upper()
+                raise AuthenticationFailed(
+                    f"{where} refused the SASL {security.mechanism} login of broker user "
+                    f"{security.username!r}: {reason}"
+                )
+            try:
+                message = steps.send(bytes(answer.auth_bytes))
+            except StopIteration:
+                break
+            except SaslFailure as exc:
+                raise AuthenticationFailed(f"{where} failed SCRAM's server check: {exc}") from None
+        lifetime_s = answer.session_lifetime.total_seconds()
+        if lifetime_s > 0:  # reconnect before the session ends (a tenth of it early)
+            self._session_ends = time.monotonic() + lifetime_s * 0.9
+
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+        self._session_ends = math.inf
 
 
 class ReplicaFetcher:
@@ -137,11 +225,15 @@ class ReplicaFetcher:
         leader_id: int,
         metadata: Callable[[], MetadataState],
         settings: FetcherSettings,
+        security: InterBrokerSecurity = PLAINTEXT,
     ) -> None:
         self.node_id = node_id
         self.leader_id = leader_id
         self.metadata = metadata
         self.settings = settings
+        self.security = security
+        # The last refusal logged, so that one that repeats every retry is said once.
+        self._refusal: str | None = None
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self._changed = asyncio.Event()
         self._link: BrokerLink | None = None
@@ -181,10 +273,22 @@ class ReplicaFetcher:
                 if any(s.truncating for s in self.partitions.values()):
                     await self._truncate(link)
                 fetched = await self._fetch(link)
+                self._refusal = None
                 if not fetched:
                     await asyncio.sleep(backoff / 10)
             except asyncio.CancelledError:
                 raise
+            except AuthenticationFailed as exc:
+                if str(exc) != self._refusal:
+                    self._refusal = str(exc)
+                    log.error(
+                        "cannot replicate from broker %d: %s; retrying every %.1fs",
+                        self.leader_id,
+                        exc,
+                        backoff,
+                    )
+                self._drop_link()
+                await asyncio.sleep(backoff)
             except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as exc:
                 log.info("fetching from broker %d: %s; retrying", self.leader_id, exc)
                 self._drop_link()
@@ -196,14 +300,15 @@ class ReplicaFetcher:
 
     def _connect(self) -> BrokerLink | None:
         broker = self.metadata().brokers.get(self.leader_id)
-        if broker is None:
+        address = broker.endpoint(self.security.listener) if broker is not None else None
+        if address is None:
             return None
         link = self._link
-        if link is not None and (link.host, link.port) != (broker.host, broker.port):
+        if link is not None and (link.host, link.port) != address:
             self._drop_link()
             link = None
         if link is None:
-            link = self._link = BrokerLink(broker.host, broker.port, f"replica-{self.node_id}")
+            link = self._link = BrokerLink(*address, f"replica-{self.node_id}", self.security)
         return link
 
     def _drop_link(self) -> None:
@@ -385,6 +490,7 @@ class ReplicaFetchers:
     node_id: int
     metadata: Callable[[], MetadataState]
     settings: FetcherSettings = field(default_factory=FetcherSettings)
+    security: InterBrokerSecurity = PLAINTEXT
     fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)
 
     def follow(self, partition: Partition) -> None:
@@ -395,7 +501,7 @@ class ReplicaFetchers:
         fetcher = self.fetchers.get(partition.leader_id)
         if fetcher is None:
             fetcher = ReplicaFetcher(
-                self.node_id, partition.leader_id, self.metadata, self.settings
+                self.node_id, partition.leader_id, self.metadata, self.settings, self.security
             )
             self.fetchers[partition.leader_id] = fetcher
         fetcher.add(partition)

@@ -55,14 +55,54 @@ Setting = Callable[[str], Any]
 def server_context(listener: str, setting: Setting) -> ssl.SSLContext:
     """Build the context; ``setting(name)`` gives the listener's value of an ``ssl.*``
     setting. Raises ConfigError naming the setting when the files or values are wrong."""
-
-    def fail(name: str, reason: str) -> ConfigError:
-        return ConfigError(f"listener {listener}: {name}: {reason}", setting=name)
-
+    fail = _failure(listener)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _set_versions(context, setting("ssl.enabled.protocols"), fail)
     _set_ciphers(context, setting("ssl.cipher.suites"), setting("ssl.enabled.protocols"), fail)
+    if not _load_keystore(context, setting, fail):
+        raise fail(
+            "ssl.keystore.location",
+            "a TLS listener needs a key store (ssl.keystore.location, or "
+            "ssl.keystore.key with ssl.keystore.certificate.chain)",
+        )
+    client_auth = setting("ssl.client.auth")
+    trusted = _load_truststore(context, setting, fail)
+    if client_auth != "none" and not trusted:
+        raise fail("ssl.client.auth", f"{client_auth} needs a trust store to check certificates")
+    context.verify_mode = _CLIENT_AUTH[client_auth]
+    return context
 
+
+def client_context(listener: str, setting: Setting) -> ssl.SSLContext:
+    """The context a broker connects to other brokers' ``listener`` with, built as Kafka
+    builds its inter-broker client from the same listener's ``ssl.*`` settings: the trust
+    store checks the other broker's certificate (the platform's CAs when none is set),
+    the key store is offered as this broker's certificate (which a listener with
+    ``ssl.client.auth=required`` needs), and ``ssl.endpoint.identification.algorithm=
+    https`` checks that the certificate names the host dialled."""
+    fail = _failure(listener)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _set_versions(context, setting("ssl.enabled.protocols"), fail)
+    _set_ciphers(context, setting("ssl.cipher.suites"), setting("ssl.enabled.protocols"), fail)
+    _load_keystore(context, setting, fail)
+    if not _load_truststore(context, setting, fail):
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    context.check_hostname = setting("ssl.endpoint.identification.algorithm").lower() == "https"
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def _failure(listener: str) -> Callable[[str, str], ConfigError]:
+    def fail(name: str, reason: str) -> ConfigError:
+        return ConfigError(f"listener {listener}: {name}: {reason}", setting=name)
+
+    return fail
+
+
+def _load_keystore(
+    context: ssl.SSLContext, setting: Setting, fail: Callable[[str, str], ConfigError]
+) -> bool:
+    """Load the key store into ``context``; False when none is configured."""
     if setting("ssl.keystore.type").upper() != "PEM":
         raise fail("ssl.keystore.type", "kbroker reads PEM key stores only; set it to PEM")
     location = setting("ssl.keystore.location")
@@ -77,20 +117,23 @@ def server_context(listener: str, setting: Setting) -> ssl.SSLContext:
             with _private_file(key + "\n" + chain) as path:
                 context.load_cert_chain(path, password=password)
         else:
-            raise fail(
-                "ssl.keystore.location",
-                "a TLS listener needs a key store (ssl.keystore.location, or "
-                "ssl.keystore.key with ssl.keystore.certificate.chain)",
-            )
+            return False
     except (OSError, ssl.SSLError) as exc:
         raise fail("ssl.keystore.location", f"cannot load the key store: {exc}") from None
+    return True
 
-    client_auth = setting("ssl.client.auth")
+
+def _load_truststore(
+    context: ssl.SSLContext, setting: Setting, fail: Callable[[str, str], ConfigError]
+) -> bool:
+    """Load the trusted CAs into ``context``; False when none is configured."""
     trust_location, trust_pem = (
         setting("ssl.truststore.location"),
         setting("ssl.truststore.certificates"),
     )
-    if (trust_location or trust_pem) and setting("ssl.truststore.type").upper() != "PEM":
+    if not (trust_location or trust_pem):
+        return False
+    if setting("ssl.truststore.type").upper() != "PEM":
         raise fail("ssl.truststore.type", "kbroker reads PEM trust stores only; set it to PEM")
     try:
         if trust_location:
@@ -99,10 +142,7 @@ def server_context(listener: str, setting: Setting) -> ssl.SSLContext:
             context.load_verify_locations(cadata=trust_pem)
     except (OSError, ssl.SSLError) as exc:
         raise fail("ssl.truststore.location", f"cannot load the trust store: {exc}") from None
-    if client_auth != "none" and not (trust_location or trust_pem):
-        raise fail("ssl.client.auth", f"{client_auth} needs a trust store to check certificates")
-    context.verify_mode = _CLIENT_AUTH[client_auth]
-    return context
+    return True
 
 
 def _set_versions(context: ssl.SSLContext, enabled: list[str], fail: Any) -> None:

@@ -144,14 +144,16 @@ class LocalMarkerWriter:
         """WriteTxnMarkers to the broker leading `partitions`; their outcomes there (none
         when it cannot be reached: they are tried again later)."""
         node = self.broker.controller.state.brokers.get(leader)
-        if node is None or node.fenced:
+        security = self.broker.inter_broker
+        address = node.endpoint(security.listener) if node is not None else None
+        if node is None or node.fenced or address is None:
             return {}
         link = self._links.get(leader)
-        if link is None or (link.host, link.port) != (node.host, node.port):
+        if link is None or (link.host, link.port) != address:
             if link is not None:
                 link.close()
             link = self._links[leader] = BrokerLink(
-                node.host, node.port, f"txn-markers-{self.broker.node_id}"
+                *address, f"txn-markers-{self.broker.node_id}", security
             )
         by_topic: dict[str, list[int]] = {}
         for topic, index in partitions:

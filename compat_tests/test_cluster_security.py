@@ -1,0 +1,222 @@
+"""A cluster whose brokers reach each other over a secured listener, as Kafka configures it.
+
+Three nodes (compat_tests/cluster.py) each serve a SASL_SSL listener that is also the
+inter-broker listener: followers verify the leader's certificate, offer their own (the
+listener requires one) and log in with SASL/PLAIN as `broker`, the username/password of
+the listener's JAAS line. The StandardAuthorizer is on and `User:broker` is a super user,
+so replica fetches have CLUSTER_ACTION; clients log in as `alice` with ACLs. PLAINTEXT
+stays for the harness's readiness probe (as User:ANONYMOUS, which sees no topic).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from compat_tests.broker_process import free_port
+from compat_tests.cluster import KafkaCluster
+from compat_tests.confluent_helpers import consume_from_beginning, produce_all
+from compat_tests.tls_material import TlsMaterial, make_tls_material
+from kbroker.admin.client import BrokerConnection
+from kbroker.admin.security import ClientSecurity
+
+pytestmark = pytest.mark.timeout(240)
+
+BROKER_PASSWORD = "broker-secret-pw"
+WRONG_PASSWORD = "not-the-broker-pw"
+USERS = {"broker": BROKER_PASSWORD, "admin": "admin-secret", "alice": "alice-secret"}
+
+
+def jaas(own_password: str = BROKER_PASSWORD) -> str:
+    """The listener's PLAIN line: the broker's own login, then the users it accepts."""
+    accepted = " ".join(f'user_{name}="{password}"' for name, password in USERS.items())
+    return (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="broker" password="{own_password}" {accepted};'
+    )
+
+
+class SecureCluster:
+    def __init__(self, root: Path, tls: TlsMaterial) -> None:
+        self.tls = tls
+        self.cluster = KafkaCluster(
+            root,
+            3,
+            {
+                "inter.broker.listener.name": "SASL_SSL",
+                "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas(),
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(tls.broker_keystore),
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(tls.ca.cert),
+                "listener.name.sasl_ssl.ssl.client.auth": "required",
+                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users": "User:broker;User:admin",
+                "replica.lag.time.max.ms": "3000",
+                "replica.fetch.backoff.ms": "300",
+            },
+        )
+        self.sasl_ports: dict[int, int] = {}
+        for node in self.cluster.nodes:
+            port = self.sasl_ports[node.node_id] = free_port()
+            settings = node.overrides
+            settings["listeners"] += f",SASL_SSL://127.0.0.1:{port}"
+            settings["advertised.listeners"] += f",SASL_SSL://127.0.0.1:{port}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.sasl_ports.values())
+
+    def client(self, user: str) -> dict[str, str]:
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(self.tls.ca.cert),
+            "ssl.certificate.location": str(self.tls.client.cert),
+            "ssl.key.location": str(self.tls.client.key),
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": USERS[user],
+        }
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.client("admin"))
+
+    def isr(self, topic: str) -> list[int]:
+        meta = self.admin().list_topics(topic=topic, timeout=10)
+        return sorted(meta.topics[topic].partitions[0].isrs)
+
+    def new_topic(self, replicas: list[int]) -> str:
+        name = f"sec-{uuid.uuid4().hex[:10]}"
+        admin = self.admin()
+        admin.create_topics([NewTopic(name, 1, replica_assignment=[replicas])])[name].result(30)
+        return name
+
+    def wait_for_isr(self, topic: str, wanted: list[int], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        isr: list[int] = []
+        while time.monotonic() < deadline:
+            try:
+                isr = self.isr(topic)
+            except Exception:
+                isr = []
+            if isr == wanted:
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"ISR of {topic} is {isr}, not {wanted}, after {timeout}s")
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
+    base = tmp_path_factory.mktemp("secure-cluster")
+    started = SecureCluster(base / "cluster", make_tls_material(base / "tls"))
+    try:
+        started.cluster.start()
+        started.cluster.wait_for_controller()
+        for rtype, name in ((ResourceType.TOPIC, "sec-"), (ResourceType.GROUP, "sec-")):
+            for op in (AclOperation.READ, AclOperation.WRITE):
+                if rtype is ResourceType.GROUP and op is AclOperation.WRITE:
+                    continue
+                binding = AclBinding(
+                    rtype,
+                    name,
+                    ResourcePatternType.PREFIXED,
+                    "User:alice",
+                    "*",
+                    op,
+                    AclPermissionType.ALLOW,
+                )
+                admin = started.admin()
+                for future in admin.create_acls([binding]).values():
+                    future.result(20)
+        yield started
+    finally:
+        started.cluster.kill_all()
+
+
+def test_followers_replicate_over_the_sasl_ssl_listener_into_the_isr(
+    secure: SecureCluster,
+) -> None:
+    topic = secure.new_topic([1, 2, 3])
+    secure.wait_for_isr(topic, [1, 2, 3])
+    records = [{"value": f"r{i}".encode()} for i in range(200)]
+    produce_all(secure.bootstrap, topic, records, **{**secure.client("alice"), "acks": "all"})
+    group = f"sec-{uuid.uuid4().hex[:8]}"
+    read = consume_from_beginning(
+        secure.bootstrap, topic, 200, **{**secure.client("alice"), "group.id": group}
+    )
+    assert [r.value for r in read] == [r["value"] for r in records]
+    assert secure.isr(topic) == [1, 2, 3]
+    # Every replica holds the records: the followers fetched them over SASL_SSL.
+    for node in secure.cluster.nodes:
+        log_dir = node.data_dir / f"{topic}-0"
+        assert sum(f.stat().st_size for f in log_dir.glob("*.log")) > 200 * 10, node.node_id
+
+
+def test_a_client_without_credentials_is_refused_on_the_inter_broker_listener(
+    secure: SecureCluster,
+) -> None:
+    tls_only = ClientSecurity(
+        protocol="SSL",
+        ca_file=secure.tls.ca.cert,
+        cert_file=secure.tls.client.cert,
+        key_file=secure.tls.client.key,
+    )
+    port = secure.sasl_ports[1]
+    with BrokerConnection("127.0.0.1", port, 5.0, security=tls_only) as conn:
+        conn.send(conn.request_bytes(3, 12, b"\x01\x00\x01\x00", 7))  # Metadata, no login
+        assert conn.closed_by_broker(5.0)
+    log = secure.cluster.node(1).log_text()
+    assert "unexpected metadata request before SASL authentication" in log
+
+
+def test_a_wrong_inter_broker_password_keeps_the_follower_out_of_the_isr_with_one_log_line(
+    secure: SecureCluster,
+) -> None:
+    node3 = secure.cluster.node(3)
+    good = dict(node3.overrides)
+    try:
+        node3.restart({"listener.name.sasl_ssl.plain.sasl.jaas.config": jaas(WRONG_PASSWORD)})
+        topic = secure.new_topic([1, 2, 3])
+        secure.wait_for_isr(topic, [1, 2])
+        produce_all(
+            secure.bootstrap,
+            topic,
+            [{"value": b"x"}] * 10,
+            **{**secure.client("alice"), "acks": "all"},
+        )
+        time.sleep(2)  # several more refused retries
+        assert secure.isr(topic) == [1, 2]
+        # What the broker logged since this start (the harness's first line is its command).
+        said = node3.log_text().rsplit("===== start #", 1)[-1].split("\n", 1)[1]
+        refusals = re.findall(r"cannot replicate from broker 1: .*", said)
+        assert len(refusals) == 1, refusals
+        assert (
+            "refused the SASL PLAIN login of broker user 'broker': "
+            "Authentication failed: Invalid username or password" in refusals[0]
+        )
+        assert WRONG_PASSWORD not in said and BROKER_PASSWORD not in said
+    finally:
+        node3.overrides = good
+        node3.restart()
+    secure.wait_for_isr(topic, [1, 2, 3])
+    producer = Producer({**secure.client("alice"), "acks": "all"})
+    producer.produce(topic, b"after the fix")
+    assert producer.flush(20) == 0

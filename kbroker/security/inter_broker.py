@@ -1,0 +1,103 @@
+"""How this broker connects to other brokers: the inter-broker listener's protocol, as
+Kafka's broker configures its own client side.
+
+The listener is ``inter.broker.listener.name`` (or the one named by
+``security.inter.broker.protocol``). Over SSL or SASL_SSL the broker verifies the other
+broker with the listener's trust store and offers its key store as its certificate; over
+SASL it logs in with ``sasl.mechanism.inter.broker.protocol`` and the ``username`` /
+``password`` options of the listener's JAAS line for that mechanism
+(``listener.name.<l>.<mechanism>.sasl.jaas.config``, else ``sasl.jaas.config``), the
+same line whose ``user_<name>`` options list PLAIN users. Whatever cannot work is
+refused at start, naming the setting, never showing the password.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+
+from kbroker.admin.security import Exchange, plain, scram
+from kbroker.config.broker import BrokerConfig
+from kbroker.config.errors import ConfigError
+from kbroker.security.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, parse_jaas
+from kbroker.security.sasl import PLAIN, SUPPORTED_MECHANISMS
+from kbroker.security.tls import client_context
+
+
+@dataclass(frozen=True)
+class InterBrokerSecurity:
+    """What a connection to another broker's inter-broker listener does before its first
+    request: a TLS handshake when ``ssl_context`` is set, a SASL login when
+    ``mechanism`` is."""
+
+    listener: str
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str = ""
+    password: str = field(default="", repr=False)
+
+    def login(self) -> Exchange:
+        """The client side of the SASL exchange (sans-IO): yields each message, is sent
+        each answer."""
+        if self.mechanism == PLAIN:
+            return plain(self.username, self.password)
+        assert self.mechanism is not None
+        return scram(self.mechanism, self.username, self.password)
+
+
+PLAINTEXT = InterBrokerSecurity("PLAINTEXT")
+
+
+def inter_broker_security(config: BrokerConfig) -> InterBrokerSecurity:
+    """Built once at start; raises ConfigError for a listener this broker could not log
+    in to."""
+    listener = config.get("inter.broker.listener.name")
+    protocol = config.protocol_map[listener]
+
+    def setting(key: str):  # type: ignore[no-untyped-def]
+        return config.for_listener(listener, key)
+
+    context = client_context(listener, setting) if protocol in ("SSL", "SASL_SSL") else None
+    if not protocol.startswith("SASL_"):
+        return InterBrokerSecurity(listener, protocol, context)
+    mechanism = config.get("sasl.mechanism.inter.broker.protocol").strip().upper()
+    name = "sasl.mechanism.inter.broker.protocol"
+    if mechanism not in SUPPORTED_MECHANISMS:
+        raise ConfigError(
+            f"{name} is {mechanism}, but the inter-broker listener {listener} uses "
+            f"{protocol} and kbroker logs in with {', '.join(SUPPORTED_MECHANISMS)} only",
+            setting=name,
+        )
+    enabled = [m.strip().upper() for m in setting("sasl.enabled.mechanisms")]
+    if mechanism not in enabled:
+        raise ConfigError(
+            f"{name} {mechanism} must be in listener {listener}'s sasl.enabled.mechanisms "
+            f"({', '.join(enabled)}), as Kafka requires",
+            setting=name,
+        )
+    scoped = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    jaas = config.jaas_config(listener, mechanism)
+    if not jaas:
+        raise ConfigError(
+            f"the inter-broker listener {listener} needs {scoped} (or sasl.jaas.config) "
+            'with username="..." password="..." for this broker\'s own login',
+            setting="sasl.jaas.config",
+        )
+    try:
+        entry = parse_jaas(jaas)
+    except ValueError as exc:
+        raise ConfigError(f"{scoped}: {exc}", setting="sasl.jaas.config") from None
+    module = PLAIN_LOGIN_MODULE if mechanism == PLAIN else SCRAM_LOGIN_MODULE
+    if entry.module != module:
+        raise ConfigError(
+            f"{scoped}: {mechanism} logs in with {module}, not {entry.module}",
+            setting="sasl.jaas.config",
+        )
+    username, password = entry.options.get("username"), entry.options.get("password")
+    if not username or password is None:
+        raise ConfigError(
+            f"{scoped}: the broker's own login needs username and password options",
+            setting="sasl.jaas.config",
+        )
+    return InterBrokerSecurity(listener, protocol, context, mechanism, username, password)

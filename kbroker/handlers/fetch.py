@@ -1,8 +1,9 @@
 """Fetch: byte ranges of segment files for each partition, parked until min_bytes arrive.
 
 A partition's answer starts at the batch holding the requested offset and ends at
-whole batches below the high watermark; the bytes are not read here but sent from
-the file by the connection.
+whole batches below the high watermark (the last stable offset for read_committed, the
+log end for a follower's fetch); the bytes are not read here but sent from the file by
+the connection. Every read goes through the partition's `Partition.read`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,11 @@
-"""Produce: record batches from the request, appended to partition logs as they are.
+"""Produce: each partition's records, as the request carries them, appended through the
+partition's `Partition` (replica/partition.py) if this broker leads it.
 
-The records of each partition go to the log as bytes: the storage layer checks each
-batch's header and CRC and patches its base offset, and nothing here looks inside.
+The records go down as bytes: the log (storage/log.py) checks each batch's header, CRC
+and records, recompresses to the topic's compression.type and patches offsets in place.
+Here only the first batch's attributes are read, to verify a transactional write
+(KIP-890). The answer waits, without blocking the loop, for the fsync of logs with
+flush.messages=1 and, with acks=all, for the high watermark to pass each batch.
 """
 
 from __future__ import annotations

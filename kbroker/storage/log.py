@@ -573,8 +573,9 @@ class PartitionLog:
         """Whole batches from the one holding `offset`, within one segment file.
 
         Covers whole batches up to `max_bytes`, but at least the first batch however
-        large (KIP-74); no batch whose last offset is >= `upper_bound` (the high
-        watermark) is included. None when there is nothing to return.
+        large (KIP-74); no batch whose last offset is >= `upper_bound` (a consumer's
+        high watermark or last stable offset, a follower's log end offset; None: the log
+        end) is included. None when there is nothing to return.
         """
         self._check_open()
         if offset < self.log_start_offset or offset > self.log_end_offset:

@@ -437,8 +437,6 @@ class LogManager:
         self.when_durable(plog, settle)
         await future
 
-    flush_async = flush_for_ack
-
     def _commit(self) -> None:
         self._commit_scheduled = False
         pending, self._durable_waiters = self._durable_waiters, {}

@@ -109,10 +109,11 @@ def read_partition(
 
 
 class NumberedProducer:
-    """An idempotent acks=all confluent-kafka producer sending 0, 1, 2... to partition 0
-    of `topic` from its own thread until stopped, recording the outcome in `history`."""
+    """An idempotent acks=all confluent-kafka producer sending 0, 1, 2... to one partition
+    (0 unless told) of `topic` from its own thread until stopped, recording the outcome
+    in `history`."""
 
-    def __init__(self, bootstrap: str, topic: str, **settings: Any) -> None:
+    def __init__(self, bootstrap: str, topic: str, partition: int = 0, **settings: Any) -> None:
         self.history = History()
         self.sent = 0
         self._stop = threading.Event()
@@ -125,6 +126,7 @@ class NumberedProducer:
             **settings,
         }
         self._topic = topic
+        self._partition = partition
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.fatal: str | None = None
 
@@ -148,7 +150,10 @@ class NumberedProducer:
         while not self._stop.is_set() and self.fatal is None:
             try:
                 producer.produce(
-                    self._topic, value=b"%d" % i, partition=0, on_delivery=self.history.delivered
+                    self._topic,
+                    value=b"%d" % i,
+                    partition=self._partition,
+                    on_delivery=self.history.delivered,
                 )
                 i += 1
             except BufferError:

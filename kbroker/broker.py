@@ -199,6 +199,8 @@ class Broker:
             )
         for topic in list(self.controller.state.topics.values()):
             self._open_partitions(topic, topic.partitions)
+        if self.config.quorum.is_cluster:
+            self._delete_stray_logs()
         await self.group_coordinator.start()
         await self.txn_coordinator.start()
         await self.share_coordinator.start()
@@ -362,9 +364,22 @@ class Broker:
         return {p: why for (t, p), why in self.logs.failed.items() if t == topic}
 
     def _take_role(self, topic: str, p: PartitionInfo, config: LogConfig) -> None:
-        """Become leader or follower of a partition assigned here, as the controller says."""
+        """Become leader or follower of a partition assigned here, as the controller says;
+        give up a replica a reassignment has taken away."""
         if self.node_id in p.replicas:
             self.replicas.ensure(topic, p, config, self.min_insync_replicas(topic))
+        elif self.replicas.get(topic, p.partition) is not None:
+            self.replicas.remove(topic, p.partition)
+
+    def _delete_stray_logs(self) -> None:
+        """Logs of partitions that exist but are no longer assigned here (reassigned away
+        while this broker was down): deleted at start, as Kafka deletes stray replicas."""
+        state = self.controller.state
+        for plog in list(self.logs.logs()):
+            p = state.partition(plog.topic, plog.partition)
+            if p is not None and self.node_id not in p.replicas:
+                log.info("deleting stray log %s-%d: not assigned here", plog.topic, plog.partition)
+                self.logs.delete_log(plog.topic, plog.partition)
 
     async def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> PartitionInfo:
         """A led partition's ISR change, proposed to the controller (AlterPartition)."""

@@ -125,6 +125,20 @@ class FakeController:
         self.state = applied.state
         return [tuple(r) for r in applied.outcome if not every or r[2] != 84]
 
+    async def alter_partition_reassignments(self, partitions, allow_replication_factor_change=True):
+        """The real ALTER_PARTITION_REASSIGNMENTS command applied to this fake's state."""
+        await self._work("alter_partition_reassignments", partitions)
+        applied = apply_command(
+            self.state,
+            cmd.ALTER_PARTITION_REASSIGNMENTS,
+            {
+                "partitions": [[t, i, r] for t, i, r in partitions],
+                "allow_replication_factor_change": allow_replication_factor_change,
+            },
+        )
+        self.state = applied.state
+        return [tuple(r) for r in applied.outcome]
+
     async def delete_topic_by_id(self, topic_id: uuid.UUID) -> str:
         await self._work("delete_topic_by_id", topic_id)
         info = self.state.topics_by_id.get(topic_id)
@@ -898,7 +912,7 @@ def test_requests_built_here_decode_as_sent():
 # -- ACLs and reassignments ----------------------------------------------------------------
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
-LIST_PARTITION_REASSIGNMENTS = 46
+ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 ANY, LITERAL, TOPIC_RESOURCE, READ, ALLOW = 1, 3, 2, 3, 3
 
 
@@ -944,10 +958,73 @@ def test_delete_acls_refuses_each_filter_as_security_disabled(broker):
 
 
 @pytest.mark.parametrize("topics", [None, [{"name": "t", "partition_indexes": [0]}]])
-def test_no_partition_reassignment_is_ever_in_progress(broker, topics):
+def test_no_partition_reassignment_is_listed_while_none_is_in_progress(broker, topics):
+    broker.controller.add_topic("t", 1)
     resp = call(broker, LIST_PARTITION_REASSIGNMENTS, 0, timeout=1000, topics=topics)
     assert resp.error_code == ErrorCode.none
     assert resp.topics == ()
+
+
+@pytest.fixture
+def four_brokers(tmp_path: Path) -> FakeBroker:
+    fake = FakeBroker(tmp_path, brokers=(1, 2, 3, 4))
+    fake.controller.add_topic("t", 2, replicas=(1, 2, 3))
+    return fake
+
+
+def reassign(broker: FakeBroker, version: int = 1, **partitions: Any) -> Any:
+    """AlterPartitionReassignments for topic "t": partition index (as "p0") -> replicas."""
+    return call(
+        broker,
+        ALTER_PARTITION_REASSIGNMENTS,
+        version,
+        timeout=1000,
+        topics=[
+            {
+                "name": "t",
+                "partitions": [
+                    {"partition_index": int(k[1:]), "replicas": v} for k, v in partitions.items()
+                ],
+            }
+        ],
+    )
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_a_reassignment_in_flight_is_listed_with_its_adding_and_removing_replicas(
+    four_brokers, version
+):
+    resp = reassign(four_brokers, version, p1=[1, 2, 4])
+    assert [(p.partition_index, p.error_code) for p in resp.responses[0].partitions] == [
+        (1, ErrorCode.none)
+    ]
+    for topics in (None, [{"name": "t", "partition_indexes": [0, 1, 7]}, {"name": "gone",
+                                                                         "partition_indexes": [0]}]):  # fmt: skip
+        listed = call(four_brokers, LIST_PARTITION_REASSIGNMENTS, 0, timeout=1000, topics=topics)
+        (topic,) = listed.topics
+        (p,) = topic.partitions
+        assert (topic.name, p.partition_index) == ("t", 1)
+        assert (p.replicas, p.adding_replicas, p.removing_replicas) == ((1, 2, 4, 3), (4,), (3,))
+
+
+def test_reassignment_errors_are_kafkas_per_partition(four_brokers):
+    resp = reassign(four_brokers, p0=None, p1=[1, 1, 2])
+    assert resp.error_code == ErrorCode.none
+    assert [p.error_code for p in resp.responses[0].partitions] == [
+        ErrorCode.no_reassignment_in_progress,
+        ErrorCode.invalid_replica_assignment,
+    ]
+    assert all(p.error_message for p in resp.responses[0].partitions)
+
+
+def test_a_cancelled_reassignment_is_no_longer_listed(four_brokers):
+    reassign(four_brokers, p0=[4, 2, 3])
+    resp = reassign(four_brokers, p0=None)
+    assert resp.responses[0].partitions[0].error_code == ErrorCode.none
+    # Kafka's revert: the full set (4, 2, 3, 1) without the adding replica 4.
+    assert four_brokers.controller.state.topics["t"].partitions[0].replicas == (2, 3, 1)
+    listed = call(four_brokers, LIST_PARTITION_REASSIGNMENTS, 0, timeout=1000, topics=None)
+    assert listed.topics == ()
 
 
 # -- ElectLeaders --------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kbroker.controller import leadership
+from kbroker.controller import leadership, reassignment
 from kbroker.controller.errors import (
     INVALID_PARTITIONS,
     INVALID_REQUEST,
@@ -45,7 +45,7 @@ from kbroker.controller.state import (
     TopicInfo,
     collision_key,
 )
-from kbroker.controller.validation import check_topic_absent
+from kbroker.controller.validation import check_replica_list, check_topic_absent
 from kbroker.security.acl import AclBinding
 from kbroker.security.scram import ScramCredential
 
@@ -65,6 +65,7 @@ FENCE_BROKER = "fence_broker"
 CONTROLLED_SHUTDOWN = "controlled_shutdown"
 ALTER_PARTITION = "alter_partition"
 ELECT_LEADERS = "elect_leaders"
+ALTER_PARTITION_REASSIGNMENTS = "alter_partition_reassignments"
 
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
 ALTER_SCRAM_CREDENTIALS = "alter_scram_credentials"
@@ -318,6 +319,10 @@ def _alter_partition(state: MetadataState, p: dict[str, Any]) -> Applied:
     )
     if changed is part:
         return Applied(state, part)
+    if changed.is_reassigning:  # the ISR may now hold every target replica
+        done = reassignment.complete_if_ready(changed, usable)
+        if done is not changed:
+            changed = replace(done, partition_epoch=part.partition_epoch + 1)
     partitions = list(info.partitions)
     partitions[index] = changed
     new_info = replace(info, partitions=tuple(partitions))
@@ -432,6 +437,55 @@ def _elect_leaders(state: MetadataState, p: dict[str, Any]) -> Applied:
             outcome.append([name, index, e.error_code, e.message])
             continue
         outcome.append([name, index, 0, None])
+    new, events = _with_partitions(state, changed)
+    return Applied(new, outcome, events)
+
+
+def _alter_partition_reassignments(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """AlterPartitionReassignments for [topic, partition, replicas or None] triples
+    (None cancels); the outcome lists [topic, partition, error code, message] per
+    triple, each partition succeeding or failing on its own, as in Kafka."""
+    usable = leadership.usable_in(state)
+    allow_rf_change = p.get("allow_replication_factor_change", True)
+    outcome: list[list[Any]] = []
+    changed: dict[str, list[PartitionInfo]] = {}
+    for name, index, target in p["partitions"]:
+        info = state.topics.get(name)
+        if info is None:
+            message = f"Unable to find a topic named {name}."
+            outcome.append([name, index, UNKNOWN_TOPIC_OR_PARTITION, message])
+            continue
+        if not 0 <= index < len(info.partitions):
+            message = f"Unable to find partition {name}:{index}."
+            outcome.append([name, index, UNKNOWN_TOPIC_OR_PARTITION, message])
+            continue
+        partitions = changed.setdefault(name, list(info.partitions))
+        unclean = _unclean(info, p.get("unclean", False))
+        try:
+            if target is None:
+                partitions[index] = reassignment.cancel(partitions[index], usable, unclean=unclean)
+            else:
+                replicas = check_replica_list(target, state.brokers, index)
+                partitions[index] = reassignment.reassign(
+                    partitions[index],
+                    replicas,
+                    usable,
+                    unclean=unclean,
+                    allow_replication_factor_change=allow_rf_change,
+                )
+        except ControllerError as e:
+            outcome.append([name, index, e.error_code, e.message])
+            continue
+        outcome.append([name, index, 0, None])
+    new, events = _with_partitions(state, changed)
+    return Applied(new, outcome, events)
+
+
+def _with_partitions(
+    state: MetadataState, changed: dict[str, list[PartitionInfo]]
+) -> tuple[MetadataState, tuple[MetadataEvent, ...]]:
+    """`state` with the listed topics' partitions replaced; a PartitionChanged for each
+    partition that is not the object it was."""
     events: list[MetadataEvent] = []
     new = state
     for name, partitions in changed.items():
@@ -444,7 +498,7 @@ def _elect_leaders(state: MetadataState, p: dict[str, Any]) -> Applied:
             for was, now in zip(info.partitions, partitions, strict=True)
             if was is not now
         )
-    return Applied(new, outcome, tuple(events))
+    return new, tuple(events)
 
 
 _HANDLERS = {
@@ -462,6 +516,7 @@ _HANDLERS = {
     CONTROLLED_SHUTDOWN: _fence_broker,
     ALTER_PARTITION: _alter_partition,
     ELECT_LEADERS: _elect_leaders,
+    ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
     ALTER_SCRAM_CREDENTIALS: _alter_scram_credentials,
     CREATE_ACLS: _create_acls,
     ALTER_CLIENT_QUOTAS: _alter_client_quotas,

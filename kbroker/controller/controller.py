@@ -487,6 +487,26 @@ class Controller:
             results = [r for r in results if r[2] != ELECTION_NOT_NEEDED]
         return results
 
+    async def alter_partition_reassignments(
+        self,
+        partitions: Sequence[tuple[str, int, Sequence[int] | None]],
+        allow_replication_factor_change: bool = True,
+    ) -> list[tuple[str, int, int, str | None]]:
+        """AlterPartitionReassignments (KIP-455): move each (topic, partition) to the
+        given replicas, or cancel its ongoing reassignment with None. Answers (topic,
+        partition, error code, message) for each once the change is committed; the
+        replicas then move on their own (kbroker.controller.reassignment)."""
+        self._check_can_commit()
+        outcome = await self._propose(
+            cmd.ALTER_PARTITION_REASSIGNMENTS,
+            {
+                "partitions": [[t, i, None if r is None else list(r)] for t, i, r in partitions],
+                "unclean": self.config.unclean_leader_election,
+                "allow_replication_factor_change": allow_replication_factor_change,
+            },
+        )
+        return [(str(t), int(i), int(code), msg) for t, i, code, msg in outcome]
+
     async def _rebalance_leaders(self, interval: float) -> None:
         """auto.leader.rebalance.enable, as KRaft's controller does it: every interval the
         active controller hands each partition whose preferred replica is in the ISR and

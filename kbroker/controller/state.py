@@ -52,16 +52,27 @@ class BrokerInfo:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
+    """One partition as the controller records it. While a reassignment (KIP-455) is in
+    flight, `replicas` is the full set (the target replicas, then those being removed),
+    `adding` the target replicas that were not replicas before and `removing` the old
+    replicas the target leaves out; both are empty otherwise."""
+
     partition: int
     leader: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     leader_epoch: int = 0
     partition_epoch: int = 0
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
 
     @property
     def has_leader(self) -> bool:
         return self.leader >= 0
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
 
 
 NO_LEADER = -1
@@ -163,6 +174,8 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
                         list(p.isr),
                         p.leader_epoch,
                         p.partition_epoch,
+                        list(p.adding),
+                        list(p.removing),
                     ]
                     for p in t.partitions
                 ],
@@ -198,8 +211,19 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
     }
     topics: dict[str, TopicInfo] = {}
     for t in data.get("topics", []):
+        # Snapshots written before reassignments existed have six fields per partition.
         partitions = tuple(
-            PartitionInfo(p[0], p[1], tuple(p[2]), tuple(p[3]), p[4], p[5]) for p in t["partitions"]
+            PartitionInfo(
+                p[0],
+                p[1],
+                tuple(p[2]),
+                tuple(p[3]),
+                p[4],
+                p[5],
+                tuple(p[6]) if len(p) > 6 else (),
+                tuple(p[7]) if len(p) > 7 else (),
+            )
+            for p in t["partitions"]
         )
         topics[t["name"]] = TopicInfo(
             name=t["name"],

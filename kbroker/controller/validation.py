@@ -81,6 +81,34 @@ def check_replication_factor(replication_factor: int, live_brokers: int) -> None
         )
 
 
+def check_replica_list(
+    replicas: Sequence[int], known_brokers: Mapping[int, object], partition: int
+) -> tuple[int, ...]:
+    """One partition's replicas given by hand (CreateTopics, CreatePartitions,
+    AlterPartitionReassignments): not empty, no broker twice, every broker registered
+    (a fenced one counts, as in Kafka: the replica catches up once it is back)."""
+    replicas = tuple(replicas)
+    if not replicas:
+        raise ControllerError(
+            INVALID_REPLICA_ASSIGNMENT,
+            f"The manual partition assignment for partition {partition} is an empty replica list.",
+        )
+    if len(set(replicas)) != len(replicas):
+        raise ControllerError(
+            INVALID_REPLICA_ASSIGNMENT,
+            f"The manual partition assignment for partition {partition} names a broker "
+            f"more than once: {list(replicas)}.",
+        )
+    for broker in replicas:
+        if broker not in known_brokers:
+            raise ControllerError(
+                INVALID_REPLICA_ASSIGNMENT,
+                f"The manual partition assignment includes broker {broker}, but no such "
+                "broker is registered.",
+            )
+    return replicas
+
+
 def check_manual_assignment(
     assignments: Mapping[int, Sequence[int]],
     first_partition: int,
@@ -100,26 +128,7 @@ def check_manual_assignment(
         )
     result: list[tuple[int, ...]] = []
     for partition in ids:
-        replicas = tuple(assignments[partition])
-        if not replicas:
-            raise ControllerError(
-                INVALID_REPLICA_ASSIGNMENT,
-                f"The manual partition assignment for partition {partition} is an empty "
-                "replica list.",
-            )
-        if len(set(replicas)) != len(replicas):
-            raise ControllerError(
-                INVALID_REPLICA_ASSIGNMENT,
-                f"The manual partition assignment for partition {partition} names a broker "
-                f"more than once: {list(replicas)}.",
-            )
-        for broker in replicas:
-            if broker not in known_brokers:
-                raise ControllerError(
-                    INVALID_REPLICA_ASSIGNMENT,
-                    f"The manual partition assignment includes broker {broker}, but no such "
-                    "broker is registered.",
-                )
+        replicas = check_replica_list(assignments[partition], known_brokers, partition)
         if replication_factor is None:
             replication_factor = len(replicas)
         elif len(replicas) != replication_factor:

@@ -19,6 +19,7 @@ from kbroker.handlers import (  # noqa: F401
     producers,
     quorum,
     quotas,
+    reassignments,
     records,
     sasl,
     scram,

@@ -1,5 +1,5 @@
-"""DescribeCluster, DescribeLogDirs, DescribeTopicPartitions and
-ListPartitionReassignments: read-only views of the cluster.
+"""DescribeCluster, DescribeLogDirs and DescribeTopicPartitions: read-only views of the
+cluster.
 
 DescribeTopicPartitions is what newer Java admin clients use for describeTopics: topics
 in name order, at most `response_partition_limit` partitions per response, and a cursor
@@ -29,7 +29,6 @@ from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 DESCRIBE_CLUSTER = 60
 DESCRIBE_LOG_DIRS = 35
 DESCRIBE_TOPIC_PARTITIONS = 75
-LIST_PARTITION_REASSIGNMENTS = 46
 
 ENDPOINT_BROKERS = 1
 ENDPOINT_CONTROLLERS = 2
@@ -49,18 +48,6 @@ TOPIC_OPERATIONS = sum(
     for op in (_READ, _WRITE, _CREATE, _DESCRIBE, _DELETE, _ALTER, _DESCRIBE_CONFIGS)
     + (_ALTER_CONFIGS,)
 )
-
-
-# -- ListPartitionReassignments -------------------------------------------------------------
-
-
-@handles(LIST_PARTITION_REASSIGNMENTS, 0)
-def list_partition_reassignments(
-    ctx: RequestContext, request: requests.ListPartitionReassignmentsRequest
-) -> dict[str, Any]:
-    """No reassignment is ever in progress: replicas never move on this broker, so the
-    list is empty, for all topics or for those named."""
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": []}
 
 
 # -- DescribeCluster -----------------------------------------------------------------------

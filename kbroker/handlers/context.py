@@ -144,6 +144,12 @@ class TopicAdmin(MetadataView, Protocol):
         self, election_type: int, partitions: Sequence[tuple[str, int]] | None
     ) -> list[tuple[str, int, int, str | None]]: ...
 
+    async def alter_partition_reassignments(
+        self,
+        partitions: Sequence[tuple[str, int, Sequence[int] | None]],
+        allow_replication_factor_change: bool = ...,
+    ) -> list[tuple[str, int, int, str | None]]: ...
+
 
 class GroupCoordination(Protocol):
     """The group coordinator of a running broker (kbroker.coordinator.service)."""

@@ -51,6 +51,7 @@ SERVED: dict[str, tuple[int, int, int]] = {
     "DeleteGroupsRequest": (42, 0, 2),
     "ElectLeadersRequest": (43, 0, 2),
     "IncrementalAlterConfigsRequest": (44, 0, 1),
+    "AlterPartitionReassignmentsRequest": (45, 0, 1),
     "ListPartitionReassignmentsRequest": (46, 0, 0),
     "OffsetDeleteRequest": (47, 0, 0),
     "DescribeClientQuotasRequest": (48, 0, 1),
@@ -92,6 +93,8 @@ if TYPE_CHECKING:
     import kio.schema.alter_configs.v0.request as alter_configs_v0
     import kio.schema.alter_configs.v1.request as alter_configs_v1
     import kio.schema.alter_configs.v2.request as alter_configs_v2
+    import kio.schema.alter_partition_reassignments.v0.request as alter_partition_reassignments_v0
+    import kio.schema.alter_partition_reassignments.v1.request as alter_partition_reassignments_v1
     import kio.schema.alter_share_group_offsets.v0.request as alter_share_group_offsets_v0
     import kio.schema.alter_user_scram_credentials.v0.request as alter_user_scram_credentials_v0
     import kio.schema.api_versions.v0.request as api_versions_v0
@@ -576,6 +579,10 @@ if TYPE_CHECKING:
     IncrementalAlterConfigsRequest: TypeAlias = (
         incremental_alter_configs_v0.IncrementalAlterConfigsRequest
         | incremental_alter_configs_v1.IncrementalAlterConfigsRequest
+    )
+    AlterPartitionReassignmentsRequest: TypeAlias = (
+        alter_partition_reassignments_v0.AlterPartitionReassignmentsRequest
+        | alter_partition_reassignments_v1.AlterPartitionReassignmentsRequest
     )
     ListPartitionReassignmentsRequest: TypeAlias = (
         list_partition_reassignments_v0.ListPartitionReassignmentsRequest

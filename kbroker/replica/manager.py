@@ -98,6 +98,20 @@ class ReplicaManager:
             self.fetchers.follow(found)
         return changed
 
+    def remove(self, topic: str, partition: int) -> None:
+        """This broker is no longer a replica of the partition (a reassignment moved it
+        away): stop fetching, fail what waits on it, and delete its log, as Kafka
+        deletes the partition's directory on a removed replica."""
+        key = (topic, partition)
+        found = self.hosted.pop(key, None)
+        if found is None:
+            return
+        if self.fetchers is not None:
+            self.fetchers.unfollow(key)
+        found.stop()
+        self.logs.delete_log(topic, partition)
+        log.info("%s-%d is no longer assigned here; its log is deleted", topic, partition)
+
     def drop_topic(self, topic: str) -> None:
         for key in [k for k in self.hosted if k[0] == topic]:
             if self.fetchers is not None:

@@ -1,13 +1,15 @@
 """Partition reassignment (KIP-455) on a real cluster, driven by kafka-python's admin client
-(confluent-kafka 2.16 has no reassignment API): a fourth broker joins as a quorum
-observer and takes over replicas while idempotent acks=all producers keep writing, and
-Kafka's answers for what cannot be reassigned or cancelled.
+(confluent-kafka 2.16 has no reassignment API) and `kbroker topics reassign`: a fourth
+broker joins as a quorum observer and takes over replicas while idempotent acks=all
+producers keep writing, and Kafka's answers for what cannot be reassigned or cancelled.
 
 One cluster for the module: three voters plus broker 4 (``process.roles=broker``).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +23,7 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from compat_tests.broker_process import kbroker_command
 from compat_tests.cluster import KafkaCluster
 from compat_tests.history import NumberedProducer, check, read_partition
 from kbroker.admin.client import BrokerConnection
@@ -202,3 +205,36 @@ def test_an_empty_replica_list_is_invalid_replica_assignment(cluster: KafkaClust
     (partition,) = response.responses[0].partitions
     assert partition.error_code == InvalidReplicationAssignmentError.errno
     assert partition.error_message
+
+
+def kbroker_topics(cluster: KafkaCluster, *args: str) -> Any:
+    live = ",".join(n.bootstrap for n in cluster.live_nodes)
+    result = subprocess.run(
+        [*kbroker_command(), "topics", *args, "--bootstrap", live, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_the_admin_cli_starts_lists_and_cancels_a_reassignment(cluster: KafkaCluster) -> None:
+    topic = "cli-moving"
+    create_topic(cluster, topic, [[1, 2, 3]])
+    cluster.kill(NEW_BROKER)  # the move stays in flight while broker 4 is silent
+    try:
+        kbroker_topics(cluster, "reassign", topic, "0=1,2,4")
+        assert kbroker_topics(cluster, "reassignments", topic) == [
+            {
+                "topic": topic,
+                "partition": 0,
+                "replicas": [1, 2, 4, 3],
+                "adding": [4],
+                "removing": [3],
+            }
+        ]
+        assert kbroker_topics(cluster, "reassign", topic, "--cancel", "0")["cancelled"] == [0]
+        assert kbroker_topics(cluster, "reassignments") == []
+    finally:
+        cluster.heal()

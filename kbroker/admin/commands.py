@@ -2,6 +2,7 @@
 kafka-configs and the console producer/consumer shape theirs:
 
     kbroker topics   list | describe [TOPIC...] | create | alter | delete
+                     | reassign TOPIC P=B,B,... | reassignments [TOPIC...]
     kbroker groups   list | describe GROUP | lag GROUP | reset-offsets GROUP ... | delete
     kbroker configs  describe | alter | list          (--topic, --broker, --group, ...)
     kbroker produce TOPIC    lines of stdin as records
@@ -166,6 +167,32 @@ def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     delete.add_argument("topic", nargs="+")
     delete.add_argument("--if-exists", action="store_true")
     delete.set_defaults(run=_topics_delete)
+    reassign = commands.add_parser(
+        "reassign",
+        parents=[common],
+        help="move partitions to other brokers, or cancel a move (kafka-reassign-partitions)",
+    )
+    reassign.add_argument("topic")
+    reassign.add_argument(
+        "assignment",
+        nargs="*",
+        metavar="PARTITION=BROKER,BROKER,...",
+        help="the new replicas of a partition, the first the preferred leader",
+    )
+    reassign.add_argument(
+        "--cancel",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PARTITION",
+        help="cancel the partition's reassignment in flight (repeatable)",
+    )
+    reassign.set_defaults(run=_topics_reassign)
+    reassignments = commands.add_parser(
+        "reassignments", parents=[common], help="partition reassignments in flight"
+    )
+    reassignments.add_argument("topic", nargs="*", help="only these topics (default: all)")
+    reassignments.set_defaults(run=_topics_reassignments)
 
 
 def _add_groups(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -387,6 +414,62 @@ def _topics_delete(c: Cluster, args: argparse.Namespace, out: Output) -> int:
     else:
         for name in names:
             out.text(f"Deleted topic {name}.")
+    return 0
+
+
+def _reassignment_targets(args: argparse.Namespace) -> dict[int, list[int] | None]:
+    targets: dict[int, list[int] | None] = {p: None for p in args.cancel}
+    for item in args.assignment:
+        partition, sep, brokers = item.partition("=")
+        try:
+            targets[int(partition)] = [int(b) for b in brokers.split(",") if b.strip()]
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ClientError(f"expected PARTITION=BROKER,BROKER,..., got {item!r}")
+    if not targets:
+        raise ClientError("nothing to reassign: give PARTITION=BROKERS or --cancel PARTITION")
+    return targets
+
+
+def _topics_reassign(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    targets = _reassignment_targets(args)
+    topics.reassign_partitions(c, args.topic, targets)
+    if out.json:
+        out.data(
+            {
+                "topic": args.topic,
+                "reassigned": {str(p): r for p, r in targets.items() if r is not None},
+                "cancelled": [p for p, r in targets.items() if r is None],
+            }
+        )
+    else:
+        for p, r in sorted(targets.items()):
+            if r is None:
+                out.text(f"Cancelled the reassignment of {args.topic}-{p}.")
+            else:
+                out.text(f"Reassigning {args.topic}-{p} to {','.join(map(str, r))}.")
+    return 0
+
+
+def _topics_reassignments(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    found = topics.list_reassignments(c, args.topic or None)
+    if out.json:
+        out.data([asdict(r) for r in found])
+    else:
+        out.table(
+            ["TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"],
+            [
+                (
+                    r.topic,
+                    r.partition,
+                    ",".join(map(str, r.replicas)),
+                    ",".join(map(str, r.adding)),
+                    ",".join(map(str, r.removing)),
+                )
+                for r in found
+            ],
+        )
     return 0
 
 

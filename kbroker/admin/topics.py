@@ -1,12 +1,14 @@
-"""Topics as an operator sees them: list, describe, create, alter, delete; offsets by time.
+"""Topics as an operator sees them: list, describe, create, alter, delete, reassign;
+offsets by time.
 
 Each function asks the cluster over the wire (Metadata, CreateTopics, CreatePartitions,
-DeleteTopics, ListOffsets) and returns plain dataclasses; the commands print them.
+DeleteTopics, ListOffsets, AlterPartitionReassignments, ListPartitionReassignments) and
+returns plain dataclasses; the commands print them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,6 +21,8 @@ METADATA = 3
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 
@@ -208,6 +212,78 @@ def add_partitions(cluster: Cluster, name: str, count: int, timeout_ms: int = 30
     )
     result = response.results[0]
     check(result.error_code, f"adding partitions to {name}", result.error_message)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Reassignment:
+    """A partition reassignment in flight: the full replica set and what moves."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+def reassign_partitions(
+    cluster: Cluster,
+    name: str,
+    targets: Mapping[int, Sequence[int] | None],
+    timeout_ms: int = 30_000,
+) -> None:
+    """AlterPartitionReassignments: move each partition of `name` to its replicas, or
+    cancel its reassignment in flight (None). The call returns once the controller has
+    recorded the targets; the replicas then catch up and the old ones are removed."""
+    response = cluster.any().call(
+        ALTER_PARTITION_REASSIGNMENTS,
+        {
+            "timeout": timeout_ms,
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": [
+                        {"partition_index": p, "replicas": None if r is None else list(r)}
+                        for p, r in sorted(targets.items())
+                    ],
+                }
+            ],
+        },
+        versions=(0, 1),
+    )
+    check(response.error_code, f"reassigning {name}", response.error_message)
+    for topic in response.responses:
+        for result in topic.partitions:
+            check(
+                result.error_code,
+                f"reassigning {topic.name}-{result.partition_index}",
+                result.error_message,
+            )
+
+
+def list_reassignments(cluster: Cluster, names: Sequence[str] | None = None) -> list[Reassignment]:
+    """ListPartitionReassignments: every partition being moved, or those of `names`."""
+    wanted = None
+    if names:
+        md = metadata(cluster, names)
+        wanted = [
+            {"name": t.name, "partition_indexes": [p.partition for p in t.partitions]}
+            for t in md.topics
+        ]
+    response = cluster.any().call(
+        LIST_PARTITION_REASSIGNMENTS, {"timeout": 30_000, "topics": wanted}, versions=(0, 0)
+    )
+    check(response.error_code, "listing reassignments", response.error_message)
+    return sorted(
+        Reassignment(
+            t.name,
+            p.partition_index,
+            tuple(p.replicas),
+            tuple(p.adding_replicas),
+            tuple(p.removing_replicas),
+        )
+        for t in response.topics
+        for p in t.partitions
+    )
 
 
 def list_offsets(

@@ -142,7 +142,9 @@ class BrokerCollector:
             for p in info.partitions:
                 if p.leader < 0:
                     offline += 1
-                elif p.leader == node and len(p.isr) < len(p.replicas):
+                # A move in flight counts against the replicas it started with, as in
+                # Kafka: the adding replicas are not yet expected in the ISR.
+                elif p.leader == node and len(p.isr) < len(p.replicas) - len(p.adding):
                     under += 1
         yield GaugeMetricFamily(
             "kafka_log_logmanager_offlinelogdirectorycount",

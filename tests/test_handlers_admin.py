@@ -125,6 +125,9 @@ class FakeController:
         self.state = applied.state
         return [tuple(r) for r in applied.outcome if not every or r[2] != 84]
 
+    async def catch_up(self) -> None:
+        await self._work("catch_up")
+
     async def alter_partition_reassignments(self, partitions, allow_replication_factor_change=True):
         """The real ALTER_PARTITION_REASSIGNMENTS command applied to this fake's state."""
         await self._work("alter_partition_reassignments", partitions)

@@ -532,6 +532,14 @@ class Controller:
             except ControllerError as exc:
                 log.info("leader rebalance not committed: %s", exc)
 
+    async def catch_up(self) -> None:
+        """Return once this node has applied every change committed before the call: a
+        read that follows (ListPartitionReassignments after an Alter sent to another
+        broker) sees what the active controller would answer, as Kafka forwards such
+        reads to it. One no-op through the Raft log."""
+        self._check_can_commit()
+        await self._propose(cmd.BARRIER, {"token": b""})
+
     async def resign(self, timeout: float) -> bool:
         """If this node is the active controller, hand Raft leadership to a caught-up
         voter and wait (bounded) until another node leads; True if it was handed over.

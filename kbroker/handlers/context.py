@@ -150,6 +150,8 @@ class TopicAdmin(MetadataView, Protocol):
         allow_replication_factor_change: bool = ...,
     ) -> list[tuple[str, int, int, str | None]]: ...
 
+    async def catch_up(self) -> None: ...
+
 
 class GroupCoordination(Protocol):
     """The group coordinator of a running broker (kbroker.coordinator.service)."""

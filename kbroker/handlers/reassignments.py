@@ -6,9 +6,10 @@ INVALID_REPLICA_ASSIGNMENT for an empty list, a broker named twice or one never
 registered, NO_REASSIGNMENT_IN_PROGRESS for a cancellation with nothing to cancel,
 INVALID_REPLICATION_FACTOR when v1's allow_replication_factor_change is false and the
 count changes). The replicas then move by themselves (kbroker.controller.reassignment):
-the request does not wait for that. List reads the metadata: every partition being
-reassigned, or those of the named ones that are (names that do not exist are left out,
-as Kafka does). Both need the cluster permission Kafka asks for (ALTER, DESCRIBE).
+the request does not wait for that. List reads the metadata once this broker has
+applied everything committed before it (so it answers as the controller would, Kafka
+forwarding it there): every partition being reassigned, or those of the named ones that
+are (names that do not exist are left out, as Kafka does). Both need the cluster permission Kafka asks for (ALTER, DESCRIBE).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ async def alter_partition_reassignments(
 
 
 @handles(LIST_PARTITION_REASSIGNMENTS, 0)
-def list_partition_reassignments(
+async def list_partition_reassignments(
     ctx: RequestContext, request: requests.ListPartitionReassignmentsRequest
 ) -> dict[str, Any]:
     response: dict[str, Any] = {
@@ -79,7 +80,14 @@ def list_partition_reassignments(
     if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         response["error_code"] = ErrorCode.cluster_authorization_failed
         return response
-    state = ctx.broker.controller.state
+    controller = ctx.broker.controller
+    try:
+        await controller.catch_up()
+    except ControllerError as exc:
+        response["error_code"] = ErrorCode(exc.error_code)
+        response["error_message"] = exc.message
+        return response
+    state = controller.state
     if request.topics is None:
         wanted = [(t, [p.partition for p in t.partitions]) for t in state.topics.values()]
     else:

@@ -242,3 +242,59 @@ def test_a_follower_answers_offset_out_of_range_past_its_log(pair):
     replicate(leader, follower)
     replicate(leader, follower)
     assert follower.read(5, 1024, from_follower_ok=True).error == ErrorCode.offset_out_of_range
+
+
+def deposed_leader_tail(pair) -> tuple[Partition, Partition]:
+    """Broker 2 led epoch 2 alone and wrote offsets 1-2; broker 1 leads epoch 3 without
+    them (its epoch 1 ends at offset 1)."""
+    leader, follower = pair
+    leader.append_as_leader(batch(b"a"), NOW)
+    replicate(leader, follower)
+    follower.become_leader(2, 1, (1, 2), (2,), NOW)
+    follower.append_as_leader(batch(b"x", b"y"), NOW)
+    leader.become_leader(3, 2, (1, 2), (1,), NOW)
+    follower.become_follower(1, 3, 2, (1, 2), (1,))
+    return leader, follower
+
+
+def test_a_fetch_naming_an_epoch_the_leader_never_had_gets_its_diverging_epoch(pair):
+    leader, follower = deposed_leader_tail(pair)
+    read = leader.read(
+        follower.log_end_offset,
+        1 << 20,
+        replica_id=2,
+        now_ms=NOW,
+        last_fetched_epoch=follower.log.latest_epoch,
+    )
+    assert read.error == ErrorCode.none
+    assert read.diverging_epoch == (1, 1)
+    assert read.records is None
+    # The diverged fetch offset does not count as the follower's log end.
+    assert leader.followers[2].log_end_offset == -1
+
+
+def test_a_fetch_past_the_end_of_its_epoch_on_the_leader_gets_its_diverging_epoch(pair):
+    leader, follower = pair
+    leader.append_as_leader(batch(b"a", b"b"), NOW)
+    leader.become_leader(2, 1, (1, 2), (1, 2), NOW)  # epoch 1 ended at offset 2
+    read = leader.read(5, 1 << 20, replica_id=2, now_ms=NOW, last_fetched_epoch=1)
+    assert read.diverging_epoch == (1, 2)
+
+
+def test_a_fetch_whose_epoch_matches_the_leaders_log_reads_on(pair):
+    leader, follower = pair
+    leader.append_as_leader(batch(b"a", b"b"), NOW)
+    replicate(leader, follower)
+    leader.append_as_leader(batch(b"c"), NOW)
+    read = leader.read(2, 1 << 20, replica_id=2, now_ms=NOW, last_fetched_epoch=1)
+    assert read.diverging_epoch is None
+    assert read.records is not None
+    assert leader.followers[2].log_end_offset == 2
+
+
+def test_a_fetch_naming_an_epoch_newer_than_any_here_is_out_of_range(pair):
+    leader, _ = pair
+    leader.append_as_leader(batch(b"a"), NOW)
+    read = leader.read(1, 1 << 20, last_fetched_epoch=7)
+    assert read.error == ErrorCode.offset_out_of_range
+    assert read.diverging_epoch is None

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kio.schema.fetch.v15.response import EpochEndOffset, PartitionData
+from kio.schema.types import BrokerId
+from kio.static.primitive import i32, i64
+
+from kbroker.controller.state import MetadataState
 from kbroker.protocol.batch import encode_batch
 from kbroker.replica.delayed import DataWaiters
-from kbroker.replica.fetcher import FetchState, ReplicaFetcher, whole_batches
+from kbroker.replica.fetcher import FetcherSettings, FetchState, ReplicaFetcher, whole_batches
 from kbroker.replica.partition import Partition
 from kbroker.storage import LogConfig, PartitionLog
 
@@ -49,3 +54,73 @@ def test_a_follower_keeps_its_log_when_the_leader_has_all_of_its_epoch(tmp_path:
     ReplicaFetcher._truncate_to(state, 1, 1, 5)  # the leader has more of epoch 1
     assert follower.log_end_offset == 2
     assert not state.truncating
+
+
+def fetch_answer(leader: Partition, follower: Partition) -> PartitionData:
+    """The leader's Fetch v15 answer to the follower's next fetch, as the fetcher decodes it."""
+    read = leader.read(
+        follower.log_end_offset,
+        1 << 20,
+        replica_id=follower.node_id,
+        now_ms=NOW,
+        last_fetched_epoch=follower.log.latest_epoch,
+    )
+    records = None
+    if read.records is not None:
+        with read.records as region:
+            records = bytes(region.read())
+    fields: dict = {}
+    if read.diverging_epoch is not None:
+        epoch, end = read.diverging_epoch
+        fields["diverging_epoch"] = EpochEndOffset(epoch=i32(epoch), end_offset=i64(end))
+    return PartitionData(
+        partition_index=i32(0),
+        error_code=read.error,
+        high_watermark=i64(read.high_watermark),
+        last_stable_offset=i64(read.last_stable_offset),
+        log_start_offset=i64(read.log_start_offset),
+        aborted_transactions=(),
+        preferred_read_replica=BrokerId(-1),
+        records=records,
+        **fields,
+    )
+
+
+def test_a_follower_with_a_divergent_tail_truncates_from_the_fetch_answer(tmp_path: Path) -> None:
+    leader, follower = replica(tmp_path, 1), replica(tmp_path, 2)
+    leader.become_leader(1, 0, (1, 2), (1, 2), NOW)
+    follower.become_follower(1, 1, 0, (1, 2), (1, 2))
+    leader.append_as_leader(encode_batch([(None, b"a"), (None, b"b")], NOW), NOW)
+    fetcher = ReplicaFetcher(2, 1, MetadataState, FetcherSettings())
+    state = FetchState(follower)
+    fetcher._apply(state, fetch_answer(leader, follower), NOW)
+    assert follower.log_end_offset == 2
+    # Broker 2 leads epoch 2 alone for a moment and writes a tail nobody else gets.
+    follower.become_leader(2, 1, (1, 2), (2,), NOW)
+    follower.append_as_leader(encode_batch([(None, b"lost")], NOW), NOW)
+    leader.become_leader(3, 2, (1, 2), (1,), NOW)
+    leader.append_as_leader(encode_batch([(None, b"c")], NOW), NOW)
+    follower.become_follower(1, 3, 2, (1, 2), (1,))
+    state = FetchState(follower)
+    assert not state.truncating  # no OffsetForLeaderEpoch first: the fetch answer says
+    answer = fetch_answer(leader, follower)
+    assert (answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset) == (1, 2)
+    fetcher._apply(state, answer, NOW)
+    assert follower.log_end_offset == 2
+    assert follower.log.leader_epoch_entries() == [(1, 0)]
+    fetcher._apply(state, fetch_answer(leader, follower), NOW)  # now it fetches on
+    assert follower.log_end_offset == leader.log_end_offset == 3
+    assert follower.log.leader_epoch_entries() == leader.log.leader_epoch_entries()
+
+
+def test_an_epoch_begun_as_leader_and_never_written_goes_when_the_follower_truncates(
+    tmp_path: Path,
+) -> None:
+    follower = replica(tmp_path, 2)
+    follower.become_leader(1, 0, (1, 2), (2,), NOW)
+    follower.append_as_leader(encode_batch([(None, b"a")], NOW), NOW)
+    follower.become_leader(2, 1, (1, 2), (2,), NOW)  # begins epoch 2 at 1, writes nothing
+    follower.become_follower(1, 3, 2, (1, 2), (1,))
+    ReplicaFetcher._truncate_to(FetchState(follower), 2, 1, 5)
+    assert follower.log_end_offset == 1
+    assert follower.log.latest_epoch == 1

@@ -109,6 +109,7 @@ def _plan(ctx: RequestContext, request: Any) -> FetchPlan:
                     p.fetch_offset,
                     p.partition_max_bytes,
                     getattr(p, "current_leader_epoch", -1),
+                    getattr(p, "last_fetched_epoch", -1),
                 )
             )
     if ctx.version < FIRST_SESSION_VERSION:
@@ -245,6 +246,7 @@ def _read_partition(
             current_leader_epoch=p.current_leader_epoch,
             now_ms=now_ms,
             from_follower_ok=from_follower_ok,
+            last_fetched_epoch=p.last_fetched_epoch,
         )
     if read.error and read.high_watermark < 0:
         return FetchedPartition(p.partition, read.error)
@@ -256,6 +258,7 @@ def _read_partition(
         read.log_start_offset,
         None if read.aborted is None else [(t.producer_id, t.first_offset) for t in read.aborted],
         records=read.records,
+        diverging_epoch=read.diverging_epoch,
     )
 
 

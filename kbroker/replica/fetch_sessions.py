@@ -35,6 +35,7 @@ class FetchTarget:
     fetch_offset: int
     partition_max_bytes: int
     current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
     sent_high_watermark: int = -2
     sent_last_stable_offset: int = -2
     sent_log_start_offset: int = -2
@@ -44,6 +45,7 @@ class FetchTarget:
         self.fetch_offset = newer.fetch_offset
         self.partition_max_bytes = newer.partition_max_bytes
         self.current_leader_epoch = newer.current_leader_epoch
+        self.last_fetched_epoch = newer.last_fetched_epoch
 
 
 @dataclass(slots=True)
@@ -132,6 +134,7 @@ def worth_sending(target: FetchTarget, result: Any) -> bool:
     return bool(
         result.records_size
         or result.error_code
+        or result.diverging_epoch is not None
         or result.high_watermark != target.sent_high_watermark
         or result.last_stable_offset != target.sent_last_stable_offset
         or result.log_start_offset != target.sent_log_start_offset

@@ -1,13 +1,15 @@
 """Followers pull from their leaders: one replica fetcher per source broker (Kafka's
 `ReplicaFetcherThread`, here an asyncio task).
 
-A fetcher keeps one connection to its leader. Partitions that have just started
-following (a new leader or a new leader epoch) first ask the leader with
-OffsetForLeaderEpoch where their latest epoch ended there and truncate a divergent
-tail; then they fetch with the Fetch API as a replica (`replica_state.replica_id` set,
-their `current_leader_epoch` and `last_fetched_epoch`), append the leader's batches as
-they are and take the leader's high watermark. The leader learns each follower's log
-end offset from these fetches.
+A fetcher keeps one connection to its leader and fetches with the Fetch API as a
+replica (`replica_state.replica_id` set, its `current_leader_epoch`, and the
+`last_fetched_epoch` of its log's last batch), appends the leader's batches as they are
+and takes the leader's high watermark. The leader learns each follower's log end offset
+from these fetches. A follower whose log diverged from the leader's (a tail written
+under an epoch the new leader never had) learns it from the Fetch answer itself, as
+Kafka's followers do since 2.7: the leader answers `diverging_epoch` (where that epoch
+ends on the leader) and the follower truncates there before fetching again. Only after
+OFFSET_OUT_OF_RANGE does it ask OffsetForLeaderEpoch where its latest epoch ended.
 """
 
 from __future__ import annotations
@@ -82,11 +84,11 @@ class FetcherSettings:
 
 @dataclass(slots=True, eq=False)
 class FetchState:
-    """A partition a fetcher serves: whether it still has to truncate first, and until
-    when it rests after an error."""
+    """A partition a fetcher serves: whether it has to truncate by OffsetForLeaderEpoch
+    before fetching (after OFFSET_OUT_OF_RANGE), and until when it rests after an error."""
 
     partition: Partition
-    truncating: bool = True
+    truncating: bool = False
     resting_until: float = 0.0
 
 
@@ -367,6 +369,10 @@ class ReplicaFetcher:
 
     @staticmethod
     def _truncate_to(s: FetchState, epoch: int, leader_epoch: int, end_offset: int) -> None:
+        """Cut the log where our `epoch` diverges from the leader's, which says its
+        largest epoch <= ours is `leader_epoch` and ends at `end_offset` (an
+        OffsetForLeaderEpoch answer, or a Fetch answer's diverging_epoch). An epoch this
+        broker began as leader and never wrote to goes even when no record does."""
         p = s.partition
         end = p.log_end_offset
         if leader_epoch < 0 or end_offset < 0:
@@ -385,7 +391,7 @@ class ReplicaFetcher:
                 target,
                 p.leader_epoch,
             )
-            p.truncate_to(target)
+        p.truncate_to(target)
         s.truncating = False
 
     # -- fetching -----------------------------------------------------------------------
@@ -468,6 +474,11 @@ class ReplicaFetcher:
                 log.warning("%s-%d: leader %d answered %s", p.topic, p.index, self.leader_id, code)
             s.resting_until = time.monotonic() + self.settings.backoff_ms / 1000
             return
+        diverging = r.diverging_epoch
+        if diverging.epoch >= 0 and diverging.end_offset >= 0:
+            # The leader has no record of ours from where our last epoch ends there on.
+            self._truncate_to(s, p.log.latest_epoch, diverging.epoch, diverging.end_offset)
+            return
         records = r.records
         if records:
             usable = whole_batches(records)
@@ -494,7 +505,8 @@ class ReplicaFetchers:
     fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)
 
     def follow(self, partition: Partition) -> None:
-        """(Re)start fetching `partition` from its leader, truncating first."""
+        """(Re)start fetching `partition` from its leader (from its log end, naming its
+        last epoch: the leader's answer says if it must truncate)."""
         self.unfollow(partition.key)
         if partition.leader_id < 0:
             return  # no leader to fetch from until the controller elects one

@@ -62,6 +62,8 @@ class PartitionRead:
     log_start_offset: int = -1
     records: FileSlice | None = None
     aborted: list[AbortedTxn] | None = None
+    # KIP-320: (epoch, end offset) when the fetcher's log diverged from this one.
+    diverging_epoch: tuple[int, int] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -320,13 +322,16 @@ class Partition:
         current_leader_epoch: int = -1,
         now_ms: int = 0,
         from_follower_ok: bool = False,
+        last_fetched_epoch: int = -1,
     ) -> PartitionRead:
         """A Fetch's read: a consumer's up to the high watermark (the last stable offset
         for read_committed), a follower's (`replica_id` set) up to the log end; the
         follower's fetch offset is its log end offset, which may move the high
         watermark and its place in the ISR before the read. With `from_follower_ok`
         (a consumer's Fetch v11+, KIP-392) a follower serves the consumer too, up to
-        the high watermark the leader last sent it."""
+        the high watermark the leader last sent it. A fetcher that names the epoch of
+        the last batch it holds (`last_fetched_epoch`, Fetch v12+) is first checked for
+        a divergent log (`diverging`)."""
         if from_follower_ok and replica_id < 0 and self.leader_id not in (NO_REPLICA, self.node_id):
             code = self.check_epoch(current_leader_epoch)
         else:
@@ -334,9 +339,13 @@ class Partition:
         if code:
             return PartitionRead(code)
         plog = self.log
+        if replica_id >= 0 and replica_id not in self.followers:
+            return PartitionRead(ErrorCode.not_leader_or_follower)
+        if last_fetched_epoch >= 0:
+            diverged = self.diverging(fetch_offset, last_fetched_epoch)
+            if diverged is not None:
+                return diverged
         if replica_id >= 0:
-            if replica_id not in self.followers:
-                return PartitionRead(ErrorCode.not_leader_or_follower)
             if not plog.log_start_offset <= fetch_offset <= plog.log_end_offset:
                 # Beyond this log's end it has a tail this leader never wrote; it must
                 # truncate before its offsets may count.
@@ -367,6 +376,35 @@ class Partition:
             end = stable if following is None else min(following, stable)
             out.aborted = plog.aborted_transactions(fetch_offset, end)
         return out
+
+    def diverging(self, fetch_offset: int, last_fetched_epoch: int) -> PartitionRead | None:
+        """Kafka's check of a Fetch with a last fetched epoch (KIP-320, and how followers
+        truncate since Kafka 2.7): where that epoch ends here. If this log has no such
+        epoch (its largest one below is older) or the epoch ends before the fetch
+        offset, the fetcher holds records this log does not: the answer carries no
+        records and `diverging_epoch` (epoch, end offset), from which the fetcher
+        truncates (a follower) or detects the truncation (a consumer), and a follower's
+        fetch offset counts for nothing. With no epoch at all to compare, or a fetch
+        offset below the log start, the answer is OFFSET_OUT_OF_RANGE. None: no
+        divergence, read on."""
+        plog = self.log
+        epoch, end = plog.end_offset_for_epoch(last_fetched_epoch)
+        if epoch < 0 or end < 0 or fetch_offset < plog.log_start_offset:
+            return PartitionRead(
+                ErrorCode.offset_out_of_range,
+                plog.high_watermark,
+                plog.last_stable_offset,
+                plog.log_start_offset,
+            )
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return PartitionRead(
+                ErrorCode.none,
+                plog.high_watermark,
+                plog.last_stable_offset,
+                plog.log_start_offset,
+                diverging_epoch=(epoch, end),
+            )
+        return None
 
     def read_offsets(self, current_leader_epoch: int = -1) -> PartitionRead:
         """The offsets a Fetch answers when it may read no bytes (its budget is spent)."""

@@ -772,6 +772,12 @@ class PartitionLog:
         """Follower truncation: remove every record at or after `offset`."""
         self._check_open()
         if offset >= self.log_end_offset:
+            # No record goes, but an epoch this broker began as leader and never wrote
+            # to (it starts at the log end) is not the new leader's: drop it, as Kafka
+            # does, or the follower would keep naming it as its last fetched epoch.
+            with self._lock:
+                if self.epoch_cache.truncate_from_end(self.log_end_offset):
+                    self.epoch_cache.persist()
             return
         self._mark_unclean()
         offset = max(offset, 0)

@@ -122,6 +122,46 @@ def test_a_killed_broker_makes_its_partitions_under_replicated_on_metrics_and_st
     )
 
 
+def counter(node, name: str) -> float:  # type: ignore[no-untyped-def]
+    return gauge(node, name + "_total")
+
+
+def isr_changes(nodes, kind: str) -> float:  # type: ignore[no-untyped-def]
+    return sum(counter(n, f"kafka_server_replicamanager_isr{kind}") for n in nodes)
+
+
+def test_a_killed_follower_counts_as_isr_shrinks_and_its_return_as_expands(cluster):
+    cluster.wait_for_controller()
+    survivors = [cluster.node(1), cluster.node(2)]
+    led_with_3 = [
+        p
+        for p in range(3)
+        if (meta := cluster.partition(TOPIC, p)).leader in (1, 2) and 3 in meta.isrs
+    ]
+    assert led_with_3, "no partition led by 1 or 2 has broker 3 in its ISR"
+    shrinks, expands = isr_changes(survivors, "shrinks"), isr_changes(survivors, "expands")
+    try:
+        cluster.kill(3)
+        cluster.wait_until(
+            lambda: isr_changes(survivors, "shrinks") - shrinks == len(led_with_3),
+            30,
+            f"{len(led_with_3)} ISR shrinks on the leaders",
+        )
+        assert isr_changes(survivors, "expands") == expands
+    finally:
+        cluster.heal()
+    cluster.wait_until(
+        lambda: all(sorted(cluster.partition(TOPIC, p).isrs) == [1, 2, 3] for p in range(3)),
+        60,
+        "broker 3 back in every ISR",
+    )
+    # Every partition is led by 1 or 2 now, and each took broker 3 back once.
+    cluster.wait_until(
+        lambda: isr_changes(survivors, "expands") - expands == 3, 10, "3 ISR expansions"
+    )
+    assert isr_changes(survivors, "shrinks") - shrinks == len(led_with_3)
+
+
 def test_health_names_the_controller_once_the_quorum_is_lost(cluster):
     survivor = cluster.node(1)
     code, body = get(survivor, "/health")

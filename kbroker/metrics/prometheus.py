@@ -171,6 +171,39 @@ class BrokerCollector:
             "Partitions this broker leads whose ISR is smaller than their replica set.",
             value=under,
         )
+        lag = GaugeMetricFamily(
+            "kafka_server_fetcherlagmetrics_consumerlag",
+            "Offsets a followed partition is behind its leader's high watermark (ConsumerLag).",
+            labels=["clientId", "topic", "partition"],
+        )
+        fetchers = broker.replicas.fetchers
+        lags = fetchers.lags() if fetchers is not None else {}
+        for (topic, partition), behind in sorted(lags.items()):
+            lag.add_metric(["Replica", topic, str(partition)], behind)
+        yield lag
+        max_lag = GaugeMetricFamily(
+            "kafka_server_replicafetchermanager_maxlag",
+            "The largest lag of any partition this broker follows (MaxLag).",
+            labels=["clientId"],
+        )
+        max_lag.add_metric(["Replica"], max(lags.values(), default=0))
+        yield max_lag
+        isr = broker.replicas.isr_changes_seen
+        yield CounterMetricFamily(
+            "kafka_server_replicamanager_isrshrinks",
+            "ISR shrinks of partitions this broker leads (IsrShrinksPerSec).",
+            value=isr.shrinks,
+        )
+        yield CounterMetricFamily(
+            "kafka_server_replicamanager_isrexpands",
+            "ISR expansions of partitions this broker leads (IsrExpandsPerSec).",
+            value=isr.expands,
+        )
+        yield CounterMetricFamily(
+            "kafka_server_replicamanager_failedisrupdates",
+            "ISR changes this broker proposed that were not committed (FailedIsrUpdatesPerSec).",
+            value=isr.failed_updates,
+        )
         yield GaugeMetricFamily(
             "kafka_controller_kafkacontroller_offlinepartitionscount",
             "Partitions without a leader, cluster-wide.",

@@ -90,6 +90,9 @@ class FetchState:
     partition: Partition
     truncating: bool = False
     resting_until: float = 0.0
+    # Kafka's FetcherLagMetrics: the leader's high watermark less this log's end, as of
+    # the last answer.
+    lag: int = 0
 
 
 def whole_batches(records: bytes) -> int:
@@ -492,6 +495,7 @@ class ReplicaFetcher:
                     s.resting_until = time.monotonic() + self.settings.backoff_ms / 1000
                     return
         p.update_follower_high_watermark(int(r.high_watermark))
+        s.lag = max(0, int(r.high_watermark) - p.log_end_offset)
 
 
 @dataclass(slots=True)
@@ -517,6 +521,14 @@ class ReplicaFetchers:
             )
             self.fetchers[partition.leader_id] = fetcher
         fetcher.add(partition)
+
+    def lags(self) -> dict[tuple[str, int], int]:
+        """Each followed partition's lag behind its leader, in offsets."""
+        return {
+            key: s.lag
+            for fetcher in self.fetchers.values()
+            for key, s in fetcher.partitions.items()
+        }
 
     def unfollow(self, key: tuple[str, int]) -> None:
         for fetcher in self.fetchers.values():

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -25,6 +26,25 @@ log = logging.getLogger("kbroker.replica")
 
 IsrChanges = Callable[[Partition, tuple[int, ...]], Awaitable[PartitionInfo]]
 """Proposes a leader's new ISR to the controller (AlterPartition); the committed partition."""
+
+
+@dataclass(slots=True)
+class IsrChangeCounts:
+    """Kafka's ReplicaManager meters IsrShrinksPerSec, IsrExpandsPerSec and
+    FailedIsrUpdatesPerSec: changes to the ISR of partitions this broker leads, whoever
+    made them (its own AlterPartition, or the controller fencing a dead follower, as
+    Kafka's documentation describes: "if a broker goes down, ISR for some of the
+    partitions will shrink"), and its AlterPartition proposals that were not committed."""
+
+    shrinks: int = 0
+    expands: int = 0
+    failed_updates: int = 0
+
+    def count(self, before: tuple[int, ...], after: tuple[int, ...]) -> None:
+        if any(r not in after for r in before):
+            self.shrinks += 1
+        if any(r not in before for r in after):
+            self.expands += 1
 
 
 class ReplicaManager:
@@ -45,6 +65,7 @@ class ReplicaManager:
         self.logs = logs
         self.waiters = waiters
         self.hosted: dict[tuple[str, int], Partition] = {}
+        self.isr_changes_seen = IsrChangeCounts()
 
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.hosted.get((topic, partition))
@@ -88,9 +109,13 @@ class ReplicaManager:
             if self.fetchers is not None:
                 self.fetchers.unfollow(found.key)
             found.isr_proposer = self._propose_isr if self.isr_changes is not None else None
-            return found.become_leader(
+            led, epoch, before = found.is_leader, found.leader_epoch, found.isr
+            new = found.become_leader(
                 info.leader_epoch, info.partition_epoch, info.replicas, info.isr, _now_ms()
             )
+            if led and not new and found.leader_epoch == epoch:
+                self.isr_changes_seen.count(before, found.isr)
+            return new
         changed = found.become_follower(
             info.leader, info.leader_epoch, info.partition_epoch, info.replicas, info.isr
         )
@@ -133,11 +158,14 @@ class ReplicaManager:
             info = await self.isr_changes(partition, isr)
         except Exception as exc:  # refused or not committed: the next check tries again
             log.info("ISR %s for %s-%d not committed: %s", isr, *partition.key, exc)
+            self.isr_changes_seen.failed_updates += 1
             partition.isr_proposal_failed()
             return
         if partition.is_leader and partition.leader_epoch == epoch:
             log.info("%s-%d ISR is now %s", partition.topic, partition.index, list(info.isr))
+            before = partition.isr
             partition.update_isr(info.isr, info.partition_epoch)
+            self.isr_changes_seen.count(before, partition.isr)
 
     async def run_isr_checks(self, lag_time_max_ms: int) -> None:
         """Kafka's isr-expiration task: every half of replica.lag.time.max.ms, each led

@@ -22,6 +22,7 @@ from kbroker.controller import Controller, ControllerError
 from kbroker.controller.errors import STALE_BROKER_EPOCH
 from kbroker.controller.events import (
     ClientQuotasChanged,
+    MetadataEvent,
     PartitionChanged,
     PartitionsCreated,
     TopicConfigsChanged,
@@ -276,7 +277,7 @@ class Broker:
 
     # -- metadata events ----------------------------------------------------------------
 
-    def _on_metadata_event(self, event: Any) -> None:
+    def _on_metadata_event(self, event: MetadataEvent) -> None:
         if isinstance(event, TopicCreated):
             self._open_partitions(event.info, event.info.partitions)
         elif isinstance(event, PartitionsCreated):

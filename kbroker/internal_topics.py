@@ -39,6 +39,8 @@ from kbroker.storage.producer_state import CLIENT
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
     from kbroker.controller import Controller
+    from kbroker.controller.events import MetadataEvent
+    from kbroker.controller.state import BrokerInfo
     from kbroker.replica.manager import ReplicaManager
     from kbroker.security.inter_broker import InterBrokerSecurity
     from kbroker.storage.manager import LogManager
@@ -173,7 +175,7 @@ class InternalTopicService:
 
     # -- leadership of the topic's partitions ---------------------------------------------
 
-    def _on_metadata_event(self, event: Any) -> None:
+    def _on_metadata_event(self, event: MetadataEvent) -> None:
         # Let the broker open the partitions first (it hears of the same event), then look.
         if not self._refresh_pending:
             self._refresh_pending = True
@@ -230,7 +232,7 @@ class InternalTopicService:
 
     # -- FindCoordinator ------------------------------------------------------------------
 
-    async def find_coordinator(self, key: str) -> tuple[ErrorCode, Any]:
+    async def find_coordinator(self, key: str) -> tuple[ErrorCode, BrokerInfo | None]:
         """The broker leading the key's partition of the topic (creating the topic if new)."""
         state = self.broker.controller.state
         if self.topic not in state.topics:

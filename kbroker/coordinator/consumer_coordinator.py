@@ -66,6 +66,7 @@ from kbroker.coordinator.store import KeyValue
 from kbroker.internal_topics import write_error
 
 if TYPE_CHECKING:
+    from kbroker.config import BrokerConfig
     from kbroker.coordinator.group import ClassicGroup
 
 log = logging.getLogger("kbroker.coordinator.consumer")
@@ -89,7 +90,7 @@ class ConsumerGroupConfig:
         return self.assignors[0] if self.assignors else "uniform"
 
 
-def consumer_group_config(config: Any) -> ConsumerGroupConfig:
+def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
     """The consumer-protocol settings from the broker's (Kafka's names).
 
     Kafka refuses to start when the session timeout or heartbeat interval lies outside

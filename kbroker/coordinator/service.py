@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import Metric
 
-from kbroker.controller.events import PartitionsCreated, TopicCreated, TopicDeleted
+from kbroker.config import BrokerConfig
+from kbroker.controller.events import MetadataEvent, PartitionsCreated, TopicCreated, TopicDeleted
+from kbroker.controller.state import BrokerInfo
 from kbroker.coordinator.clock import LoopScheduler
 from kbroker.coordinator.consumer_coordinator import consumer_group_config
 from kbroker.coordinator.coordinator import GroupCoordinator
@@ -29,7 +30,7 @@ from kbroker.internal_topics import InternalTopicService, KeyValue, ServiceBroke
 log = logging.getLogger("kbroker.coordinator")
 
 
-def coordinator_config(config: Any) -> CoordinatorConfig:
+def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
     """The coordinator's settings from the broker's (Kafka's names)."""
     return CoordinatorConfig(
         num_partitions=config.get("offsets.topic.num.partitions"),
@@ -70,7 +71,7 @@ class GroupCoordinatorService(InternalTopicService):
     def _lag_metrics(self) -> list[Metric]:
         return lag_metrics(self.coordinator, replica_high_watermark(self.broker))
 
-    async def find_group_coordinator(self, group_id: str) -> tuple[ErrorCode, Any]:
+    async def find_group_coordinator(self, group_id: str) -> tuple[ErrorCode, BrokerInfo | None]:
         """The broker leading the group's offsets partition (creating the topic if new)."""
         return await self.find_coordinator(group_id)
 
@@ -88,7 +89,7 @@ class GroupCoordinatorService(InternalTopicService):
             },
         )
 
-    def _on_metadata_event(self, event: Any) -> None:
+    def _on_metadata_event(self, event: MetadataEvent) -> None:
         if isinstance(event, TopicCreated | PartitionsCreated):
             # Consumer-protocol groups reading the topic (or a regex it matches) assign again.
             self.coordinator.consumer.on_topics_changed([event.info.name])

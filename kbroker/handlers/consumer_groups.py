@@ -20,13 +20,12 @@ from kbroker.handlers.groups import (
     NO_AUTHORIZED_OPERATIONS,
     _client_host,
     _coordinator,
-    _ms,
     _resolver,
     _respond_when_done,
 )
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
-from kbroker.protocol.messages import ZERO_UUID
+from kbroker.protocol.messages import ZERO_UUID, duration_ms
 from kbroker.security.acl import Operation, ResourceType
 
 CONSUMER_GROUP_HEARTBEAT = 68
@@ -55,7 +54,7 @@ def consumer_group_heartbeat(
         member_epoch=request.member_epoch,
         instance_id=request.instance_id,
         rack_id=request.rack_id,
-        rebalance_timeout_ms=_ms(request.rebalance_timeout),
+        rebalance_timeout_ms=duration_ms(request.rebalance_timeout),
         subscribed_topic_names=None if names is None else tuple(names),
         subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
         server_assignor=request.server_assignor,

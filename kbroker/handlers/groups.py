@@ -10,7 +10,6 @@ never blocks the loop or other connections.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,7 +32,7 @@ from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
-from kbroker.protocol.messages import known_versions
+from kbroker.protocol.messages import duration_ms, known_versions
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.share.coordinator import ShareCoordinator
 
@@ -97,12 +96,6 @@ def _lowest(key: int) -> int:
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
     return ctx.broker.groups.coordinator
-
-
-def _ms(value: Any) -> int:
-    if isinstance(value, datetime.timedelta):
-        return int(value / datetime.timedelta(milliseconds=1))
-    return int(value)
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -223,9 +216,9 @@ def join_group(ctx: RequestContext, request: requests.JoinGroupRequest) -> Any:
     if _group_denied(ctx, Operation.READ, request.group_id):
         return _join_response(version, JoinResult(E.group_authorization_failed, ""))
     coordinator = _coordinator(ctx)
-    session = _ms(request.session_timeout)
+    session = duration_ms(request.session_timeout)
     rebalance_timeout = getattr(request, "rebalance_timeout", None)  # v1+
-    rebalance = -1 if rebalance_timeout is None else _ms(rebalance_timeout)
+    rebalance = -1 if rebalance_timeout is None else duration_ms(rebalance_timeout)
     future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
     coordinator.classic.join_group(
         JoinRequest(
@@ -416,7 +409,9 @@ def offset_commit(ctx: RequestContext, request: requests.OffsetCommitRequest) ->
     if not offsets:
         return render({})
     retention = getattr(request, "retention_time", None)
-    retention_ms = None if retention is None or _ms(retention) < 0 else _ms(retention)
+    retention_ms = (
+        None if retention is None or duration_ms(retention) < 0 else duration_ms(retention)
+    )
     future: asyncio.Future[dict[tuple[str, int], ErrorCode]] = (
         asyncio.get_running_loop().create_future()
     )

@@ -15,10 +15,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import RequestContext, ShareCoordination
-from kbroker.handlers.groups import _client_host, _ms
+from kbroker.handlers.groups import _client_host
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
-from kbroker.protocol.messages import ZERO_UUID
+from kbroker.protocol.messages import ZERO_UUID, duration_ms
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.share.coordinator import FetchAnswer, PartitionAcks
 from kbroker.share.partition_state import AckBatch
@@ -248,7 +248,7 @@ async def share_fetch(ctx: RequestContext, request: requests.ShareFetchRequest) 
         added,
         _acks(request.topics),
         forgotten,
-        _ms(request.max_wait) if not ctx.broker.lifecycle.stopping else 0,
+        duration_ms(request.max_wait) if not ctx.broker.lifecycle.stopping else 0,
         # v2: a request carrying renewals acquires nothing (KIP-1222); the record-limit
         # acquire mode never exceeds max_records for batch alignment.
         0 if getattr(request, "is_renew_ack", False) else request.max_records,

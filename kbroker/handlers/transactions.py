@@ -22,6 +22,7 @@ from kbroker.handlers.context import RequestContext, TxnCoordination
 from kbroker.handlers.registry import handles
 from kbroker.internal_topics import write_error
 from kbroker.protocol import requests
+from kbroker.protocol.messages import duration_ms
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.txn.metadata import TxnMetadata, TxnState
 
@@ -53,12 +54,6 @@ log = logging.getLogger("kbroker.txn")
 
 def _service(ctx: RequestContext) -> TxnCoordination:
     return ctx.broker.transactions
-
-
-def _ms(value: Any) -> int:
-    if isinstance(value, datetime.timedelta):
-        return int(value / datetime.timedelta(milliseconds=1))
-    return int(value)
 
 
 # -- InitProducerId ------------------------------------------------------------------------
@@ -108,7 +103,7 @@ async def init_producer_id(
             return {"throttle_time": 0, "error_code": error, "producer_epoch": -1}
     result = await service.coordinator.init_producer_id(
         txn_id,
-        _ms(request.transaction_timeout),
+        duration_ms(request.transaction_timeout),
         getattr(request, "producer_id", -1),
         getattr(request, "producer_epoch", -1),
     )

@@ -45,6 +45,13 @@ _UTC = datetime.UTC
 ZERO_UUID = uuid.UUID(int=0)
 
 
+def duration_ms(value: datetime.timedelta | int) -> int:
+    """A duration field in milliseconds: kio reads most of them as timedelta, some as int."""
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
 def known_versions(api_key: int) -> range:
     """Versions of an API that kio has schemas for."""
     versions = sorted(schema_name_map[API_NAMES[api_key]])

@@ -173,7 +173,7 @@ def test_the_group_coordinator_moves_with_the_leadership_of_its_offsets_partitio
         cluster.heal()
 
 
-def test_a_killed_broker_is_fenced_and_its_leadership_moves_within_10_s(
+def test_a_killed_broker_is_fenced_for_its_refused_port_and_its_leadership_moves_in_10_s(
     cluster: KafkaCluster,
 ) -> None:
     topic = f"fence-{_uid()}"
@@ -181,6 +181,15 @@ def test_a_killed_broker_is_fenced_and_its_leadership_moves_within_10_s(
     before = cluster.raw_metadata(topic).topics[0].partitions[0]
     victim = before.leader_id
     survivor = next(n for n in cluster.nodes if n.node_id != victim)
+    # How the active controller says a broker's port refused it (earlier tests may have).
+    reason = f"fenced broker {victim}: missed its heartbeat and its listener"
+
+    survivors = [n for n in cluster.nodes if n.node_id != victim]
+
+    def refused_fences() -> int:
+        return sum(n.log_text().count(reason) for n in survivors)
+
+    seen = refused_fences()
     try:
         cluster.kill(victim)
         killed_at = time.monotonic()
@@ -195,6 +204,8 @@ def test_a_killed_broker_is_fenced_and_its_leadership_moves_within_10_s(
         assert victim not in after.isr_nodes
         assert list(after.offline_replicas) == [victim]
         assert victim not in cluster.metadata(survivor).brokers
+        # Fenced because nothing listens on its port any more, before its session ended.
+        assert refused_fences() == seen + 1, cluster.log_tails()
     finally:
         cluster.heal()
     cluster.wait_until(

@@ -252,3 +252,34 @@ def test_the_admin_cli_starts_lists_and_cancels_a_reassignment(cluster: KafkaClu
         assert kbroker_topics(cluster, "reassignments") == []
     finally:
         cluster.heal()
+
+
+def test_a_replica_removed_while_its_broker_was_down_is_deleted_when_it_returns(
+    cluster: KafkaCluster, admin: KafkaAdminClient
+) -> None:
+    topic = "left-behind"
+    # The broker that goes down is not the active controller, which kafka-python asks.
+    controller = cluster.wait_for_controller()
+    down = max(n for n in (1, 2, 3) if n != controller)
+    kept = [n for n in (1, 2, 3) if n != down]
+    create_topic(cluster, topic, [[*kept, down]])
+    tp = TopicPartition(topic, 0)
+    stray = cluster.node(down).data_dir / f"{topic}-0"
+    assert stray.is_dir()
+    cluster.kill(down)
+    target = [*kept, NEW_BROKER]
+    try:
+        assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
+        cluster.wait_until(
+            lambda: (
+                not admin.list_partition_reassignments()
+                and replicas_and_isr(cluster, topic, 0) == (target, sorted(target))
+            ),
+            30.0,
+            f"the move to complete without broker {down}",
+        )
+        assert stray.is_dir()  # nobody could tell the broker that was down
+    finally:
+        cluster.heal()
+    assert not stray.exists()
+    assert (cluster.node(NEW_BROKER).data_dir / f"{topic}-0").is_dir()

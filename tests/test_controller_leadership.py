@@ -1,8 +1,6 @@
 """Fencing, return, controlled shutdown and AlterPartition as metadata commands: who leads,
 who is in sync, and which epochs move (Kafka's rules, applied without Raft)."""
 
-import uuid
-
 import pytest
 
 from kbroker.controller import commands as cmd
@@ -14,48 +12,13 @@ from kbroker.controller.errors import (
     INVALID_UPDATE_VERSION,
     NOT_CONTROLLER,
     STALE_BROKER_EPOCH,
-    ControllerError,
 )
 from kbroker.controller.events import BrokerChanged, PartitionChanged
-from kbroker.controller.state import MetadataState
-
-
-def ok(state, kind, payload):
-    applied = apply_command(state, kind, payload)
-    assert not isinstance(applied.outcome, ControllerError), applied.outcome
-    return applied
-
-
-def cluster(*assignment, configs=None):
-    """Brokers 1-3 registered, one topic "t" with the given replica lists."""
-    state = MetadataState()
-    epochs = {}
-    for node in (1, 2, 3):
-        applied = ok(
-            state,
-            cmd.REGISTER_BROKER,
-            {"node_id": node, "host": "h", "port": 9000 + node, "timestamp_ms": 0},
-        )
-        state, epochs[node] = applied.state, applied.outcome.epoch
-    state = ok(
-        state,
-        cmd.CREATE_TOPIC,
-        {
-            "name": "t",
-            "topic_id": uuid.uuid4().bytes,
-            "assignment": [list(r) for r in assignment],
-            "configs": configs or {},
-        },
-    ).state
-    return state, epochs
+from tests.metadata_commands import cluster, ok, part
 
 
 def fence(state, epochs, node, **extra):
     return ok(state, cmd.FENCE_BROKER, {"node_id": node, "epoch": epochs[node], **extra})
-
-
-def part(state, index=0):
-    return state.topics["t"].partitions[index]
 
 
 def test_fencing_the_leader_elects_the_next_in_sync_replica_and_bumps_both_epochs():

@@ -2,8 +2,6 @@
 replica set while the move is in flight, completion when the ISR holds every target
 replica, the leader handed over when it is removed, cancellation, and Kafka's errors."""
 
-import uuid
-
 import pytest
 
 from kbroker.controller import commands as cmd
@@ -13,44 +11,16 @@ from kbroker.controller.errors import (
     INVALID_REPLICATION_FACTOR,
     NO_REASSIGNMENT_IN_PROGRESS,
     UNKNOWN_TOPIC_OR_PARTITION,
-    ControllerError,
 )
 from kbroker.controller.events import PartitionChanged
-from kbroker.controller.state import MetadataState, state_from_plain, state_to_plain
-
-
-def ok(state, kind, payload):
-    applied = apply_command(state, kind, payload)
-    assert not isinstance(applied.outcome, ControllerError), applied.outcome
-    return applied
+from kbroker.controller.state import state_from_plain, state_to_plain
+from tests import metadata_commands
+from tests.metadata_commands import ok, part
 
 
 def cluster(*assignment, brokers=(1, 2, 3, 4), configs=None):
-    """Brokers registered, one topic "t" with the given replica lists."""
-    state = MetadataState()
-    epochs = {}
-    for node in brokers:
-        applied = ok(
-            state,
-            cmd.REGISTER_BROKER,
-            {"node_id": node, "host": "h", "port": 9000 + node, "timestamp_ms": 0},
-        )
-        state, epochs[node] = applied.state, applied.outcome.epoch
-    state = ok(
-        state,
-        cmd.CREATE_TOPIC,
-        {
-            "name": "t",
-            "topic_id": uuid.uuid4().bytes,
-            "assignment": [list(r) for r in assignment],
-            "configs": configs or {},
-        },
-    ).state
-    return state, epochs
-
-
-def part(state, index=0):
-    return state.topics["t"].partitions[index]
+    """Brokers 1-4 registered, one topic "t" with the given replica lists."""
+    return metadata_commands.cluster(*assignment, brokers=brokers, configs=configs)
 
 
 def reassign(state, *triples, **extra):

@@ -43,7 +43,7 @@ from compat_tests.confluent_helpers import (
     produce_all,
     unique_topic,
 )
-from kbroker.admin.client import BrokerConnection
+from kbroker.admin.client import BrokerConnection, fetch_fields
 from kbroker.protocol import messages
 from kbroker.protocol.batch import CRC_OFFSET, MAGIC_OFFSET, Record, encode_batch
 
@@ -196,33 +196,17 @@ def fetch_request(
     max_bytes: int = 1 << 20,
     partition_max_bytes: int = 1 << 20,
 ) -> Any:
-    topic_entry: dict[str, Any] = {
-        "partitions": [
-            {
-                "partition": partition,
-                "current_leader_epoch": -1,
-                "fetch_offset": offset,
-                "last_fetched_epoch": -1,
-                "log_start_offset": -1,
-                "partition_max_bytes": partition_max_bytes,
-            }
-        ]
-    }
-    topic_entry["topic_id" if version >= 13 else "topic"] = topic_id if version >= 13 else topic
-    return request(
-        FETCH,
-        version,
-        replica_id=-1,
+    fields = fetch_fields(
+        topic,
+        partition=partition,
+        offset=offset,
         max_wait=0,
         min_bytes=0,
         max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[topic_entry],
-        forgotten_topics_data=[],
-        rack_id="",
+        partition_max_bytes=partition_max_bytes,
+        topic_id=topic_id,
     )
+    return request(FETCH, version, **fields)
 
 
 def fetched_partition(seeded: Seeded, entity: Any) -> Any:

@@ -306,7 +306,7 @@ def cluster(
 
 
 def fetch_fields(
-    topic: str,
+    topic: str | None,
     *,
     max_wait: datetime.timedelta | int,
     min_bytes: int,
@@ -314,12 +314,13 @@ def fetch_fields(
     offset: int = 0,
     isolation_level: int = 0,
     max_bytes: int = 1 << 20,
+    partition_max_bytes: int | None = None,
     topic_id: uuid.UUID | None = None,
 ) -> dict[str, Any]:
-    """Fetch fields reading one partition of `topic` from `offset`, up to `max_bytes`,
-    outside any fetch session: the one-shot read a test or operator sends to see what is
-    stored. Versions up to 12 name the topic; from 13 (KIP-516) it is named by `topic_id`,
-    which a v13+ request needs."""
+    """Fetch fields reading one partition of `topic` from `offset`, up to `max_bytes`
+    (and `partition_max_bytes`, by default the same), outside any fetch session: the
+    one-shot read a test or operator sends to see what is stored. Versions up to 12 name
+    the topic; from 13 (KIP-516) it is named by `topic_id`, which a v13+ request needs."""
     return {
         "replica_id": -1,
         "max_wait": max_wait,
@@ -339,7 +340,9 @@ def fetch_fields(
                         "fetch_offset": offset,
                         "last_fetched_epoch": -1,
                         "log_start_offset": -1,
-                        "partition_max_bytes": max_bytes,
+                        "partition_max_bytes": (
+                            max_bytes if partition_max_bytes is None else partition_max_bytes
+                        ),
                     }
                 ],
             }

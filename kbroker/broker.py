@@ -162,6 +162,7 @@ class Broker:
             fetch_sessions=self.fetch_sessions,
             waiters=self.waiters,
             durability=self.logs,
+            storage=self.logs,
             counters=self.counters,
             lifecycle=self,
             security=self.controller,
@@ -175,11 +176,15 @@ class Broker:
     async def start(self) -> None:
         started = time.monotonic()
         for directory in self.log_dirs:
-            directory.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):  # one that fails is offline, see check_directories
+                directory.mkdir(parents=True, exist_ok=True)
         self.controller.config_validator = self._validate_topic_configs
         await self.controller.start()
         self.controller.subscribe(self._on_metadata_event)
         self.quotas.active = bool(self.controller.state.client_quotas)
+        cluster_id = self.controller.state.cluster_id
+        if cluster_id is not None:
+            self.logs.check_directories(cluster_id, self.node_id)
         self.logs.load_all(self._log_config_for_partition, now_ms())
         self.registration = await self._register()
         self.last_heartbeat_ack = time.monotonic()
@@ -199,7 +204,7 @@ class Broker:
                 asyncio.create_task(self.replicas.run_high_watermark_checkpoints(hw_ms))
             )
         for topic in list(self.controller.state.topics.values()):
-            self._open_partitions(topic, topic.partitions)
+            self._open_partitions(topic, topic.partitions, is_new=False)
         if self.config.quorum.is_cluster:
             self._delete_stray_logs()
         await self.group_coordinator.start()
@@ -296,20 +301,25 @@ class Broker:
                     partition.log.update_config(config)
                     partition.min_insync_replicas = min_insync
 
-    def _open_partitions(self, topic: TopicInfo, partitions: Sequence[PartitionInfo]) -> None:
+    def _open_partitions(
+        self, topic: TopicInfo, partitions: Sequence[PartitionInfo], is_new: bool = True
+    ) -> None:
         """Take up this broker's replicas of new partitions. A few are opened at once; many
         (a topic of thousands of partitions) are opened by worker threads while the loop
-        goes on serving every other client, and `partitions_opened` tells when."""
+        goes on serving every other client, and `partitions_opened` tells when. Those
+        assigned before this start (not `is_new`) get no new log while a log directory
+        is offline: the log manager refuses them at once."""
         config = self.log_config(topic.name)
         mine = [p for p in partitions if self.node_id in p.replicas]
         unopened = sum(1 for p in mine if self.logs.get(topic.name, p.partition) is None)
         # The coordinators' topics are opened at once: their services look for the
         # replicas as soon as the topic appears (and have few partitions).
-        if unopened <= _OPEN_ON_LOOP or topic.name in INTERNAL_TOPICS:
+        at_once = not is_new and bool(self.logs.offline_dirs)
+        if unopened <= _OPEN_ON_LOOP or topic.name in INTERNAL_TOPICS or at_once:
             for p in mine:
                 # An OSError is recorded by the log manager: the partition is offline here.
                 with contextlib.suppress(OSError):
-                    self._take_role(topic.name, p, config)
+                    self._take_role(topic.name, p, config, is_new)
             return
         task = asyncio.ensure_future(self._open_in_background(topic, mine, config))
         self._opening.setdefault(topic.name, []).append(task)
@@ -364,11 +374,13 @@ class Broker:
             await asyncio.shield(task)
         return {p: why for (t, p), why in self.logs.failed.items() if t == topic}
 
-    def _take_role(self, topic: str, p: PartitionInfo, config: LogConfig) -> None:
+    def _take_role(
+        self, topic: str, p: PartitionInfo, config: LogConfig, is_new: bool = True
+    ) -> None:
         """Become leader or follower of a partition assigned here, as the controller says;
         give up a replica a reassignment has taken away."""
         if self.node_id in p.replicas:
-            self.replicas.ensure(topic, p, config, self.min_insync_replicas(topic))
+            self.replicas.ensure(topic, p, config, self.min_insync_replicas(topic), is_new)
         elif self.replicas.get(topic, p.partition) is not None:
             self.replicas.remove(topic, p.partition)
 

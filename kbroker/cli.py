@@ -117,12 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     _log_inert_settings(config)
     _install_event_loop(args.event_loop)
+    from kbroker.storage.meta_properties import MetaPropertiesError
+
     try:
         asyncio.run(_serve(config))
     except ConfigError as exc:
         print(f"kbroker: configuration error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
+    except (OSError, MetaPropertiesError) as exc:
         print(f"kbroker: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -33,10 +33,12 @@ from kbroker.handlers.configs import BROKER, BROKER_LOGGER, TOPIC, apply_increme
 from kbroker.handlers.registry import APIS
 from kbroker.protocol.messages import build, build_response, encode, response_type
 from kbroker.storage.config import LogConfig
+from kbroker.storage.manager import LogManager
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_TOPIC_PARTITIONS = 60, 35, 75
+ALTER_REPLICA_LOG_DIRS = 34
 DELETE_RECORDS = 21
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -220,6 +222,7 @@ class FakeBroker:
         self.log_dirs = [tmp_path / "logs-a", tmp_path / "logs-b"]
         for d in self.log_dirs:
             d.mkdir()
+        self.storage = LogManager(self.log_dirs)
 
     stopping = False
 
@@ -243,6 +246,7 @@ def call(broker: FakeBroker, key: int, version: int, **request: Any) -> Any:
             node_id=broker.node_id,
             config=broker.config,
             log_dirs=broker.log_dirs,
+            storage=broker.storage,
             controller=broker.controller,
             security=broker.controller,
             partitions=broker.replicas,
@@ -786,6 +790,40 @@ def test_describe_log_dirs_filters_partitions(broker):
         (t.name, p.partition_index) for r in resp.results for t in r.topics for p in t.partitions
     ]
     assert found == [("t", 1)]
+
+
+def test_describe_log_dirs_reports_an_offline_directory_with_kafka_storage_error(broker):
+    broker.add_replica("t", 0, 0)
+    broker.storage.offline_dirs[str(broker.log_dirs[1])] = "OSError: [Errno 5] EIO"
+    resp = call(broker, DESCRIBE_LOG_DIRS, 4, topics=None)
+    by_name = {Path(r.log_dir).name: r for r in resp.results}
+    assert by_name["logs-b"].error_code == ErrorCode.kafka_storage_error
+    assert by_name["logs-b"].topics == () and by_name["logs-b"].total_bytes == -1
+    assert by_name["logs-a"].error_code == ErrorCode.none
+
+
+def alter_dirs(broker, path, topic="t", partitions=(0,)):
+    resp = call(
+        broker, ALTER_REPLICA_LOG_DIRS, 2,
+        dirs=[{"path": str(path), "topics": [{"name": topic, "partitions": list(partitions)}]}],
+    )  # fmt: skip
+    return [p.error_code for t in resp.results for p in t.partitions]
+
+
+def test_alter_replica_log_dirs_refuses_a_path_that_is_no_log_directory(broker):
+    broker.add_replica("t", 0, 0)
+    assert alter_dirs(broker, "/nowhere") == [ErrorCode.log_dir_not_found]
+
+
+def test_alter_replica_log_dirs_remembers_the_directory_of_a_replica_not_here_yet(broker):
+    assert alter_dirs(broker, broker.log_dirs[1], "later") == [ErrorCode.replica_not_available]
+    assert broker.storage.preferred_dirs[("later", 0)] == broker.log_dirs[1]
+
+
+def test_alter_replica_log_dirs_refuses_an_offline_destination(broker):
+    broker.add_replica("t", 0, 0)
+    broker.storage.offline_dirs[str(broker.log_dirs[1])] = "gone"
+    assert alter_dirs(broker, broker.log_dirs[1]) == [ErrorCode.kafka_storage_error]
 
 
 # -- DescribeTopicPartitions ---------------------------------------------------------------

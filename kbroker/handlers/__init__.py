@@ -14,6 +14,7 @@ from kbroker.handlers import (  # noqa: F401
     groups,
     leader_epoch,
     list_offsets,
+    log_dirs,
     metadata,
     produce,
     producers,

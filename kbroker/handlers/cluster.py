@@ -1,5 +1,4 @@
-"""DescribeCluster, DescribeLogDirs and DescribeTopicPartitions: read-only views of the
-cluster.
+"""DescribeCluster and DescribeTopicPartitions: read-only views of the cluster.
 
 DescribeTopicPartitions is what newer Java admin clients use for describeTopics: topics
 in name order, at most `response_partition_limit` partitions per response, and a cursor
@@ -8,9 +7,6 @@ naming the first topic and partition the next request should start from.
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -23,11 +19,8 @@ from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.metadata import visible_controller_id
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
-from kbroker.replica.partition import Partition
-from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 DESCRIBE_CLUSTER = 60
-DESCRIBE_LOG_DIRS = 35
 DESCRIBE_TOPIC_PARTITIONS = 75
 
 ENDPOINT_BROKERS = 1
@@ -100,78 +93,6 @@ def describe_cluster(
         if with_fenced or not b.fenced
     ]
     return response
-
-
-# -- DescribeLogDirs -----------------------------------------------------------------------
-
-
-def _log_dir_of(replica: Partition, log_dirs: Sequence[Path]) -> Path | None:
-    """The configured log dir holding the replica's partition directory."""
-    parent = replica.log.directory.resolve().parent
-    for directory in log_dirs:
-        if directory.resolve() == parent:
-            return directory
-    name = f"{replica.topic}-{replica.index}"
-    for directory in log_dirs:
-        if (directory / name).is_dir():
-            return directory
-    return None
-
-
-def _wanted_partitions(request: Any) -> set[tuple[str, int]] | None:
-    if request.topics is None:
-        return None
-    return {(t.topic, p) for t in request.topics for p in t.partitions}
-
-
-@handles(DESCRIBE_LOG_DIRS, 1)
-def describe_log_dirs(
-    ctx: RequestContext, request: requests.DescribeLogDirsRequest
-) -> dict[str, Any]:
-    broker = ctx.broker
-    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        # Kafka answers this request with the error at the top (v3+) and no directories.
-        denied = ErrorCode.cluster_authorization_failed
-        return {"throttle_time": 0, "error_code": denied, "results": []}
-    wanted = _wanted_partitions(request)
-    log_dirs = list(broker.log_dirs)
-    by_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {d: {} for d in log_dirs}
-    for (topic, partition), replica in sorted(broker.partitions.hosted.items()):
-        if wanted is not None and (topic, partition) not in wanted:
-            continue
-        directory = _log_dir_of(replica, log_dirs)
-        if directory is None:
-            continue
-        plog = replica.log
-        by_dir[directory].setdefault(topic, []).append(
-            {
-                "partition_index": partition,
-                "partition_size": plog.size_bytes(),
-                "offset_lag": max(replica.high_watermark - plog.log_end_offset, 0),
-                "is_future_key": False,
-            }
-        )
-    results = []
-    for directory in log_dirs:
-        result: dict[str, Any] = {
-            "error_code": ErrorCode.none,
-            "log_dir": str(directory.resolve()),
-            "topics": [
-                {"name": topic, "partitions": partitions}
-                for topic, partitions in sorted(by_dir[directory].items())
-            ],
-            "total_bytes": -1,
-            "usable_bytes": -1,
-        }
-        try:
-            usage = shutil.disk_usage(directory)
-        except OSError:
-            result["error_code"] = ErrorCode.kafka_storage_error
-            result["topics"] = []
-        else:
-            result["total_bytes"], result["usable_bytes"] = usage.total, usage.free
-        results.append(result)
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "results": results}
 
 
 # -- DescribeTopicPartitions ---------------------------------------------------------------

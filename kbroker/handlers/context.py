@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from kbroker.replica.partition import Partition
     from kbroker.share.coordinator import FetchAnswer, PartitionAcks, ShareCoordinator
     from kbroker.storage.log import PartitionLog
+    from kbroker.storage.log_move import LogMove
     from kbroker.txn.coordinator import TransactionCoordinator
     from kbroker.txn.markers import LocalMarkerWriter
     from kbroker.txn.offsets import TxnOffsetStore
@@ -191,6 +192,33 @@ class Durability(Protocol):
     def when_durable(self, plog: PartitionLog, done: Callable[[OSError | None], None]) -> None: ...
 
 
+class LogDirs(Protocol):
+    """This broker's log directories (kbroker.storage.manager): which are offline, which
+    partitions failed, the moves between directories under way, and starting one."""
+
+    @property
+    def offline_dirs(self) -> Mapping[str, str]: ...
+
+    @property
+    def failed(self) -> Mapping[tuple[str, int], str]: ...
+
+    @property
+    def moves(self) -> Mapping[tuple[str, int], LogMove]: ...
+
+    @property
+    def preferred_dirs(self) -> MutableMapping[tuple[str, int], Path]: ...
+
+    def log_dir_of(self, plog: PartitionLog) -> Path | None: ...
+
+    def start_move(
+        self,
+        topic: str,
+        partition: int,
+        dest_root: Path,
+        swapped: Callable[[PartitionLog], None],
+    ) -> None: ...
+
+
 class Lifecycle(Protocol):
     """Whether the broker is shutting down (parked fetches then answer at once), and
     when the partitions of a new topic have their logs here."""
@@ -244,6 +272,7 @@ class BrokerParts:
     fetch_sessions: FetchSessionCache
     waiters: DataWaiters
     durability: Durability
+    storage: LogDirs
     counters: RequestCounters
     lifecycle: Lifecycle
     security: SecurityAdmin

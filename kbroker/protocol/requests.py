@@ -45,6 +45,7 @@ SERVED: dict[str, tuple[int, int, int]] = {
     "DeleteAclsRequest": (31, 1, 3),
     "DescribeConfigsRequest": (32, 1, 4),
     "AlterConfigsRequest": (33, 0, 2),
+    "AlterReplicaLogDirsRequest": (34, 1, 2),
     "DescribeLogDirsRequest": (35, 1, 5),
     "SaslAuthenticateRequest": (36, 0, 2),
     "CreatePartitionsRequest": (37, 0, 3),
@@ -95,6 +96,8 @@ if TYPE_CHECKING:
     import kio.schema.alter_configs.v2.request as alter_configs_v2
     import kio.schema.alter_partition_reassignments.v0.request as alter_partition_reassignments_v0
     import kio.schema.alter_partition_reassignments.v1.request as alter_partition_reassignments_v1
+    import kio.schema.alter_replica_log_dirs.v1.request as alter_replica_log_dirs_v1
+    import kio.schema.alter_replica_log_dirs.v2.request as alter_replica_log_dirs_v2
     import kio.schema.alter_share_group_offsets.v0.request as alter_share_group_offsets_v0
     import kio.schema.alter_user_scram_credentials.v0.request as alter_user_scram_credentials_v0
     import kio.schema.api_versions.v0.request as api_versions_v0
@@ -547,6 +550,10 @@ if TYPE_CHECKING:
         alter_configs_v0.AlterConfigsRequest
         | alter_configs_v1.AlterConfigsRequest
         | alter_configs_v2.AlterConfigsRequest
+    )
+    AlterReplicaLogDirsRequest: TypeAlias = (
+        alter_replica_log_dirs_v1.AlterReplicaLogDirsRequest
+        | alter_replica_log_dirs_v2.AlterReplicaLogDirsRequest
     )
     DescribeLogDirsRequest: TypeAlias = (
         describe_log_dirs_v1.DescribeLogDirsRequest

@@ -85,15 +85,20 @@ class ReplicaManager:
         return (None, code) if code else (found, code)
 
     def ensure(
-        self, topic: str, info: PartitionInfo, config: LogConfig, min_insync_replicas: int = 1
+        self,
+        topic: str,
+        info: PartitionInfo,
+        config: LogConfig,
+        min_insync_replicas: int = 1,
+        is_new: bool = True,
     ) -> Partition:
         """Open (or create) the log of a partition assigned to this broker and give the
-        partition the role the metadata records."""
+        partition the role the metadata records (`is_new`: assigned since this start)."""
         key = (topic, info.partition)
         found = self.hosted.get(key)
         if found is None:
             plog = self.logs.get(topic, info.partition) or self.logs.create(
-                topic, info.partition, config
+                topic, info.partition, config, is_new=is_new
             )
             found = Partition(topic, info.partition, plog, self.node_id, self.waiters)
             self.hosted[key] = found

@@ -175,6 +175,9 @@ class PartitionLog:
         self.closed = False
         self.recovered_bytes = 0  # bytes truncated by the last open's recovery (for logs)
         self.opened_cleanly = True  # False when the last open had to scan for torn data
+        # Follower truncations so far: a copy of the log (a move to another log directory)
+        # made before one no longer matches the bytes at the same places.
+        self.truncations = 0
         self._epochs: LeaderEpochCache | None = None
         self.producer_state = ProducerStateManager(self._dir)
         self._roll_jitter_ms = self._new_roll_jitter()
@@ -780,6 +783,7 @@ class PartitionLog:
                     self.epoch_cache.persist()
             return
         self._mark_unclean()
+        self.truncations += 1
         offset = max(offset, 0)
         with self._lock:
             while len(self.segments) > 1 and self._bases[-1] >= offset:
@@ -913,8 +917,10 @@ class PartitionLog:
     def num_segments(self) -> int:
         return len(self.segments)
 
-    def close(self) -> None:
-        """Flush, record a clean shutdown so the next open needs no scan, close files."""
+    def close(self, keep_slices: bool = False) -> None:
+        """Flush, record a clean shutdown so the next open needs no scan, close files;
+        with `keep_slices`, a file still being sent from closes once its slices are
+        released (the log lives on elsewhere: a move to another log directory)."""
         if self.closed:
             return
         if not self._checkpoint_clean:
@@ -926,7 +932,10 @@ class PartitionLog:
         self.producer_state.close()
         self.closed = True
         for seg in self.segments:
-            seg.close()
+            if keep_slices:
+                seg.release()
+            else:
+                seg.close()
 
     def prepare_close(self) -> None:
         """Finish the active segment's indexes so a following flush covers them (lets a

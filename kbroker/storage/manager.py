@@ -10,6 +10,7 @@ long as the disk answers it within a millisecond, where a worker would only add 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -26,6 +27,8 @@ from typing import Any
 from kbroker.storage.cleaner import CleanerConfig, CompactionSettings, LogCleaner
 from kbroker.storage.config import LogConfig
 from kbroker.storage.log import PartitionLog, parse_partition_dir
+from kbroker.storage.log_move import FUTURE_SUFFIX, LogMove, MoveCancelled, marker_time
+from kbroker.storage.meta_properties import MetaPropertiesError, ensure_meta_properties
 
 log = logging.getLogger("kbroker.storage")
 
@@ -35,6 +38,9 @@ _FLUSH_CHECKS_PER_SLICE = 200
 # Errors of the process, not of a disk: a partition fails, its directory does not.
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 INLINE_FSYNC_LIMIT_S = 0.001
+# A move copies in worker rounds until what is left fits the last round on the loop.
+MOVE_LAST_ROUND_BYTES = 1 << 20
+MOVE_ROUNDS = 32
 
 
 def _now_ms() -> int:
@@ -86,40 +92,86 @@ class LogManager:
         # Log directories an I/O error other than running out of descriptors came from:
         # reported offline by /health and /metrics.
         self.offline_dirs: dict[str, str] = {}
+        self.directory_ids: dict[str, str] = {}  # log directory -> its meta.properties id
+        # Where AlterReplicaLogDirs asked a partition not hosted yet to be placed.
+        self.preferred_dirs: dict[tuple[str, int], Path] = {}
+        self.moves: dict[tuple[str, int], LogMove] = {}
+        self._move_tasks: dict[tuple[str, int], asyncio.Task[PartitionLog]] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         self._durable_waiters: dict[PartitionLog, list[Any]] = {}
         self._commit_scheduled = False
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._executor: ThreadPoolExecutor | None = None
+        self._move_executor: ThreadPoolExecutor | None = None
         self._flush_threads = flush_threads
         self._inline_fsync = True  # acknowledgement fsyncs on the loop while they are quick
         self.cleaner: LogCleaner | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
-    def load_all(self, config_for: Callable[[str, int], LogConfig], now_ms: int) -> None:
-        """Open every partition directory found; finish deletions a crash interrupted."""
-        started = time.monotonic()
+    def check_directories(self, cluster_id: str, node_id: int) -> None:
+        """Make each log directory and check (or write) its meta.properties. A directory
+        that cannot be read or written is offline from the start (Kafka starts on the
+        rest); one of another cluster or node stops the start (MetaPropertiesError), as
+        does having no usable directory at all."""
+        seen: dict[str, Path] = {}
         for root in self.log_dirs:
-            root.mkdir(parents=True, exist_ok=True)
-            with os.scandir(root) as entries:
-                dirs = [e for e in entries if e.is_dir(follow_symlinks=False)]
+            try:
+                meta = ensure_meta_properties(root, cluster_id, node_id)
+            except OSError as exc:
+                self.offline_dirs[str(root)] = f"{type(exc).__name__}: {exc}"
+                log.error("log directory %s is offline: %s", root, exc)
+                continue
+            if meta.directory_id in seen:
+                raise MetaPropertiesError(
+                    f"{root} and {seen[meta.directory_id]} have the same directory.id "
+                    f"{meta.directory_id}"
+                )
+            seen[meta.directory_id] = root
+            self.directory_ids[str(root)] = meta.directory_id
+        if len(self.offline_dirs) == len(self.log_dirs):
+            raise OSError(errno.EIO, "none of the log directories can be used")
+
+    def load_all(self, config_for: Callable[[str, int], LogConfig], now_ms: int) -> None:
+        """Open every partition directory found in every log directory; finish deletions
+        and drop the incomplete copies of moves a crash interrupted."""
+        started = time.monotonic()
+        found: dict[tuple[str, int], list[Path]] = {}
+        for root in self.log_dirs:
+            if str(root) in self.offline_dirs:
+                continue
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                with os.scandir(root) as entries:
+                    dirs = [e for e in entries if e.is_dir(follow_symlinks=False)]
+            except OSError as exc:
+                self.offline_dirs[str(root)] = f"{type(exc).__name__}: {exc}"
+                log.error("log directory %s is offline: %s", root, exc)
+                continue
             for entry in dirs:
-                if entry.name.endswith(DELETE_SUFFIX):
+                if entry.name.endswith((DELETE_SUFFIX, FUTURE_SUFFIX)):
                     shutil.rmtree(entry.path, ignore_errors=True)
                     continue
                 parsed = parse_partition_dir(entry.name)
-                if parsed is None or parsed in self._logs:
-                    continue
-                plog = PartitionLog.open(Path(entry.path), config_for(*parsed), now_ms)
-                if plog.recovered_bytes:
-                    log.warning(
-                        "recovered %s-%d: truncated %d bytes of torn or corrupt data",
-                        plog.topic,
-                        plog.partition,
-                        plog.recovered_bytes,
-                    )
-                self._add(parsed, plog)
+                if parsed is not None:
+                    found.setdefault(parsed, []).append(Path(entry.path))
+        for parsed, paths in found.items():
+            if len(paths) > 1:
+                # A move cut short between its two renames: both copies are whole; the
+                # one moved in last (see log_move) is the partition's log.
+                paths.sort(key=marker_time, reverse=True)
+                for stale in paths[1:]:
+                    log.warning("%s is also in %s: removing the older copy", stale, paths[0])
+                    shutil.rmtree(stale, ignore_errors=True)
+            plog = PartitionLog.open(paths[0], config_for(*parsed), now_ms)
+            if plog.recovered_bytes:
+                log.warning(
+                    "recovered %s-%d: truncated %d bytes of torn or corrupt data",
+                    plog.topic,
+                    plog.partition,
+                    plog.recovered_bytes,
+                )
+            self._add(parsed, plog)
         recovered = sum(1 for plog in self._logs.values() if not plog.opened_cleanly)
         if self._logs:
             log.info(
@@ -156,15 +208,31 @@ class LogManager:
         return reason
 
     def create(
-        self, topic: str, partition: int, config: LogConfig, now_ms: int | None = None
+        self,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        now_ms: int | None = None,
+        is_new: bool = True,
     ) -> PartitionLog:
-        """Open the log, creating it in the log directory holding the fewest partitions."""
+        """Open the log, creating it in the log directory holding the fewest partitions.
+        A partition that is not new (it was assigned here before this start) gets no
+        empty log while a log directory is offline: its data may be on that disk (Kafka
+        keeps such a replica offline instead)."""
         key = (topic, partition)
         existing = self._logs.get(key)
         if existing is not None:
             return existing
         now = _now_ms() if now_ms is None else now_ms
         directory = self._place(topic, partition)
+        if not is_new and self.offline_dirs:
+            exc = OSError(
+                errno.EIO,
+                f"cannot create a log for {topic}-{partition}: log directories "
+                f"{', '.join(sorted(self.offline_dirs))} are offline",
+            )
+            self.failed[key] = f"{type(exc).__name__}: {exc}"
+            raise exc
         self._clear_path(directory)
         try:
             plog = PartitionLog.open(directory, config, now)
@@ -175,10 +243,25 @@ class LogManager:
         self._add(key, plog)
         return plog
 
+    def online_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if str(d) not in self.offline_dirs] or self.log_dirs
+
     def _place(self, topic: str, partition: int) -> Path:
-        """Where a new log goes: the log directory holding the fewest partitions."""
-        root = min(self.log_dirs, key=lambda d: self._placed[str(d)])
+        """Where a new log goes: the directory AlterReplicaLogDirs named for it, else the
+        online log directory holding the fewest partitions (Kafka's placement)."""
+        preferred = self.preferred_dirs.pop((topic, partition), None)
+        if preferred is not None and str(preferred) not in self.offline_dirs:
+            return preferred / f"{topic}-{partition}"
+        root = min(self.online_dirs(), key=lambda d: self._placed[str(d)])
         return root / f"{topic}-{partition}"
+
+    def log_dir_of(self, plog: PartitionLog) -> Path | None:
+        """The configured log directory holding `plog`."""
+        parent = os.path.dirname(plog._dir)
+        for root in self.log_dirs:
+            if str(root) == parent:
+                return root
+        return None
 
     def _add(self, key: tuple[str, int], plog: PartitionLog) -> None:
         self._logs[key] = plog
@@ -199,14 +282,19 @@ class LogManager:
         now = _now_ms()
         pending: list[tuple[int, Path]] = []  # (partition, the log directory it goes to)
         results: dict[int, PartitionLog | OSError] = {}
-        placed = {d: self._placed[str(d)] for d in self.log_dirs}
-        single = self.log_dirs[0] if len(self.log_dirs) == 1 else None
+        online = self.online_dirs()
+        placed = {d: self._placed[str(d)] for d in online}
+        single = online[0] if len(online) == 1 else None
         for partition in partitions:
             existing = self._logs.get((topic, partition))
             if existing is not None:
                 results[partition] = existing
                 continue
-            root = single or min(self.log_dirs, key=lambda d: placed[d])
+            preferred = self.preferred_dirs.pop((topic, partition), None)
+            if preferred is not None and preferred in placed:
+                root = preferred
+            else:
+                root = single or min(online, key=lambda d: placed[d])
             placed[root] += 1
             if self._doomed:
                 self._clear_path(root / f"{topic}-{partition}")
@@ -336,6 +424,10 @@ class LogManager:
     def close_all(self) -> None:
         """Flush and close every log, leaving clean-shutdown checkpoints. The fsyncs run
         in parallel threads: shutdown time is bounded by the disk, not by one queue."""
+        for move in self.moves.values():
+            move.cancelled.set()  # a copy left behind is removed by the next start
+        for task in self._move_tasks.values():
+            task.cancel()
         if self.cleaner is not None:
             self.cleaner.stop()  # abandons a pass in flight before its files close
         logs = list(self._logs.values())
@@ -357,6 +449,119 @@ class LogManager:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+        if self._move_executor is not None:
+            self._move_executor.shutdown(wait=True)
+            self._move_executor = None
+
+    # -- moving a log to another log directory ------------------------------------------------
+
+    def start_move(
+        self,
+        topic: str,
+        partition: int,
+        dest_root: Path,
+        swapped: Callable[[PartitionLog], None],
+    ) -> None:
+        """Begin moving a hosted partition's log into `dest_root` (AlterReplicaLogDirs),
+        in the background; `swapped(log)` is called, on the loop, with the log that
+        serves the partition from then on. A move already under way elsewhere is
+        called off first; asking for the directory the log is in (or bound for) is a
+        no-op."""
+        key = (topic, partition)
+        plog = self._logs[key]
+        current = self.moves.get(key)
+        if current is not None:
+            if current.dest_root == dest_root:
+                return
+            current.cancelled.set()
+            self._move_tasks[key].cancel()
+        if self.log_dir_of(plog) == dest_root:
+            return
+        move = LogMove(plog, dest_root)
+        self.moves[key] = move
+        task = asyncio.get_running_loop().create_task(self._move(key, move, swapped))
+        self._move_tasks[key] = task
+
+        def done(t: asyncio.Task[PartitionLog]) -> None:
+            if self.moves.get(key) is move:
+                del self.moves[key]
+                del self._move_tasks[key]
+            if t.cancelled():
+                return
+            exc = t.exception()
+            if isinstance(exc, MoveCancelled):
+                log.info("move of %s-%d to %s called off: %s", topic, partition, dest_root, exc)
+            elif exc is not None:
+                log.error("moving %s-%d to %s failed: %s", topic, partition, dest_root, exc)
+
+        task.add_done_callback(done)
+
+    async def _move(
+        self, key: tuple[str, int], move: LogMove, swapped: Callable[[PartitionLog], None]
+    ) -> PartitionLog:
+        plog = move.source
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        try:
+            for _ in range(MOVE_ROUNDS):
+                await self._run_flush(plog)  # rolled segments' indexes reach the disk
+                steps = move.plan()
+                if move.pending_bytes(steps) <= MOVE_LAST_ROUND_BYTES:
+                    break
+                work = loop.run_in_executor(self._movers(), move.copy, steps)
+                try:
+                    await asyncio.shield(work)
+                except asyncio.CancelledError:
+                    move.cancelled.set()
+                    with contextlib.suppress(BaseException):
+                        await work
+                    raise
+            if self._logs.get(key) is not plog:
+                raise MoveCancelled(f"{plog.directory} was deleted")
+            move.plan()  # a truncation since the last round starts the copy afresh
+            try:
+                live = move.finish()
+            except BaseException:
+                if plog.closed and self._logs.get(key) is plog:
+                    reopened = PartitionLog.open(plog.directory, plog.config, _now_ms())
+                    self._logs[key] = reopened
+                    swapped(reopened)
+                raise
+        except BaseException:
+            move.discard()
+            raise
+        retired = move.retire_source()
+        if retired is None:
+            root = str(plog.directory.parent)
+            self.offline_dirs.setdefault(root, f"cannot rename {plog.directory} away")
+            log.error("log directory %s is failing: %s left behind", root, plog.directory)
+        try:
+            moved = PartitionLog.open(live, plog.config, _now_ms())
+        except OSError as exc:
+            self._withdraw(key)
+            self.record_failure(key[0], key[1], live, exc)
+            raise
+        self._withdraw(key)
+        self._add(key, moved)
+        swapped(moved)
+        if retired is not None:
+            threading.Thread(
+                target=shutil.rmtree, args=(retired,), kwargs={"ignore_errors": True}, daemon=True
+            ).start()
+        log.info(
+            "moved %s-%d to %s: %d bytes in %.2fs",
+            key[0],
+            key[1],
+            move.dest_root,
+            moved.size_bytes(),
+            time.monotonic() - started,
+        )
+        return moved
+
+    def _movers(self) -> ThreadPoolExecutor:
+        if self._move_executor is None:
+            self._move_executor = ThreadPoolExecutor(1, thread_name_prefix="kbroker-move")
+        return self._move_executor
 
     # -- retention -----------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from kbroker.config import (
 )
 from kbroker.config import validate_topic_configs as _validate_topic_configs
 from kbroker.controller import ControllerError
+from kbroker.controller.state import TopicInfo
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import BrokerParts, RequestContext, ShareCoordination
 from kbroker.handlers.registry import handles
@@ -137,7 +138,7 @@ def check_node_id(broker: BrokerParts, resource_name: str) -> None:
         )
 
 
-def existing_topic(broker: BrokerParts, name: str) -> Any:
+def existing_topic(broker: BrokerParts, name: str) -> TopicInfo:
     try:
         validate_topic_name(name)
     except ControllerError as exc:

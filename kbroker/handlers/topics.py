@@ -16,14 +16,15 @@ import logging
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
 from kbroker.controller.validation import check_topic_absent, validate_topic_name
 from kbroker.handlers.configs import (
+    ConfigChange,
     ResourceError,
     controller_failure,
     created_topic_configs,
@@ -47,9 +48,19 @@ DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
 
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+K = TypeVar("K", bound=Hashable)
 
 
-def timeout_seconds(timeout: Any) -> float | None:
+class _CreatableTopic(Protocol):
+    """A topic of CreateTopics, in every version."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def configs(self) -> Sequence[ConfigChange]: ...
+
+
+def timeout_seconds(timeout: datetime.timedelta | int | None) -> float | None:
     """The request's timeout in seconds, or None for no limit (a timeout of zero or less)."""
     if isinstance(timeout, datetime.timedelta):
         seconds = timeout.total_seconds()
@@ -88,7 +99,8 @@ async def guarded(work: Callable[[], Awaitable[Any]], timeout: float | None) -> 
         return ResourceError(ErrorCode.unknown_server_error, str(exc))
 
 
-def duplicates(names: list[Any]) -> set[Any]:
+def duplicates(names: list[K]) -> set[K]:
+    """The names (or ids) a request lists more than once."""
     return {name for name, count in Counter(names).items() if count > 1}
 
 
@@ -141,14 +153,14 @@ def _creation_plan(broker: BrokerParts, topic: Any) -> tuple[int, int, dict[int,
     return partitions, replication, None
 
 
-def _creation_configs(topic: Any) -> dict[str, str]:
+def _creation_configs(topic: _CreatableTopic) -> dict[str, str]:
     nulls = [c.name for c in topic.configs if c.value is None]
     if nulls:
         raise ResourceError(
             ErrorCode.invalid_config,
             "Null value not supported for topic configs: " + ",".join(nulls),
         )
-    configs = {c.name: c.value for c in topic.configs}
+    configs = {c.name: c.value for c in topic.configs if c.value is not None}
     validate_topic_configs(configs)
     return configs
 
@@ -315,13 +327,13 @@ async def delete_topics(
     responses: list[dict[str, Any]] = []
     repeated_names = duplicates([n for n, i in wanted if n is not None and i is None])
     repeated_ids = duplicates([i for n, i in wanted if n is None and i is not None])
-    for name in sorted(repeated_names):
+    for repeated_name in sorted(repeated_names):
         err = ResourceError(ErrorCode.invalid_request, "Duplicate topic name.")
-        responses.append(_deleted(name, None, err))
-    for topic_id in repeated_ids:
+        responses.append(_deleted(repeated_name, None, err))
+    for repeated_id in repeated_ids:
         err = ResourceError(ErrorCode.invalid_request, "Duplicate topic id.")
-        responses.append(_deleted(None, topic_id, err))
-    resolved: list[tuple[str | None, Any]] = []  # (name as requested, topic id), known topics
+        responses.append(_deleted(None, repeated_id, err))
+    resolved: list[tuple[str | None, uuid.UUID]] = []  # (name as requested, topic id), known topics
     checking = broker.authorizer is not None
 
     def may_delete(name: str) -> bool:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+import uuid
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity
 
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.endpoints import current_leader, node_address
@@ -24,9 +26,54 @@ from kbroker.protocol.fetch_response import (
     NodeEndpoint,
     encode_fetch_response,
 )
-from kbroker.replica.fetch_sessions import FetchPlan, FetchTarget, remember_sent, worth_sending
+from kbroker.replica.fetch_sessions import (
+    FetchPlan,
+    FetchTarget,
+    Key,
+    remember_sent,
+    worth_sending,
+)
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.security.quotas import CONSUMER_BYTE_RATE
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from kbroker.protocol.requests import (
+        fetch_v4,
+        fetch_v5,
+        fetch_v6,
+        fetch_v13,
+        fetch_v14,
+        fetch_v15,
+        fetch_v16,
+        fetch_v17,
+        fetch_v18,
+    )
+
+    TopicById = (
+        fetch_v13.FetchTopic
+        | fetch_v14.FetchTopic
+        | fetch_v15.FetchTopic
+        | fetch_v16.FetchTopic
+        | fetch_v17.FetchTopic
+        | fetch_v18.FetchTopic
+    )
+    ForgottenById = (
+        fetch_v13.ForgottenTopic
+        | fetch_v14.ForgottenTopic
+        | fetch_v15.ForgottenTopic
+        | fetch_v16.ForgottenTopic
+        | fetch_v17.ForgottenTopic
+        | fetch_v18.ForgottenTopic
+    )
+    SessionlessFetch = fetch_v4.FetchRequest | fetch_v5.FetchRequest | fetch_v6.FetchRequest
+    ReplicaStateFetch = (
+        fetch_v15.FetchRequest
+        | fetch_v16.FetchRequest
+        | fetch_v17.FetchRequest
+        | fetch_v18.FetchRequest
+    )
 
 FETCH = 1
 READ_COMMITTED = 1
@@ -87,14 +134,14 @@ async def _delayed_fetch(
     return _encode(ctx, plan, results)
 
 
-def _plan(ctx: RequestContext, request: Any) -> FetchPlan:
+def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:
     """The partitions this fetch reads: the request's own, or its session's (v7+)."""
     state = ctx.broker.controller.state
-    by_id = ctx.version >= 13
     requested: list[FetchTarget] = []
     for t in request.topics:
-        if by_id:
-            info = state.topics_by_id.get(t.topic_id)
+        named: str | uuid.UUID | None
+        if _fetches_by_id(t):
+            info = None if t.topic_id is None else state.topics_by_id.get(t.topic_id)
             name, topic_id, named = (info.name if info else None), t.topic_id, t.topic_id
         else:
             info = state.topics.get(t.topic)
@@ -109,19 +156,41 @@ def _plan(ctx: RequestContext, request: Any) -> FetchPlan:
                     p.fetch_offset,
                     p.partition_max_bytes,
                     getattr(p, "current_leader_epoch", -1),
-                    getattr(p, "last_fetched_epoch", -1),
                 )
             )
-    if ctx.version < FIRST_SESSION_VERSION:
+    if _before_sessions(request):
         return FetchPlan(requested)
-    forgotten = [
-        (t.topic_id if by_id else t.topic, partition)
+    forgotten: list[Key] = [
+        (t.topic_id if _forgets_by_id(t) else t.topic, partition)
         for t in request.forgotten_topics_data
         for partition in t.partitions
     ]
     return ctx.broker.fetch_sessions.plan(
         request.session_id, request.session_epoch, requested, forgotten
     )
+
+
+# Guards that tell mypy which version's fields a request has (kio has a class a version).
+
+
+def _fetches_by_id(topic: Entity) -> TypeIs[TopicById]:
+    """From v13 (KIP-516) a fetched topic is named by its id alone."""
+    return topic.__version__ >= 13
+
+
+def _forgets_by_id(topic: Entity) -> TypeIs[ForgottenById]:
+    """From v13 (KIP-516) a topic leaving the session is named by its id alone."""
+    return topic.__version__ >= 13
+
+
+def _before_sessions(request: requests.FetchRequest) -> TypeIs[SessionlessFetch]:
+    """Fetch sessions (KIP-227) begin with v7."""
+    return request.__version__ < FIRST_SESSION_VERSION
+
+
+def _carries_replica_state(request: requests.FetchRequest) -> TypeIs[ReplicaStateFetch]:
+    """From v15 (KIP-903) a follower's id is inside replica_state."""
+    return request.__version__ >= FIRST_REPLICA_STATE_VERSION
 
 
 def _encode(
@@ -178,7 +247,7 @@ def _read_all(
     )
     results: list[tuple[FetchTarget, FetchedPartition]] = []
     denied: set[str] = set()
-    replica = replica_id_of(request, ctx.version)
+    replica = replica_id_of(request)
     if broker.authorizer is not None:
         names = {t.topic for t in plan.targets if t.topic is not None}
         if replica >= 0:  # a follower needs CLUSTER_ACTION, and then reads every topic
@@ -262,9 +331,9 @@ def _read_partition(
     )
 
 
-def replica_id_of(request: Any, version: int) -> int:
+def replica_id_of(request: requests.FetchRequest) -> int:
     """The fetching follower's id (-1 for a consumer): a field of its own before v15,
     inside replica_state from v15 (KIP-903)."""
-    if version >= FIRST_REPLICA_STATE_VERSION:
+    if _carries_replica_state(request):
         return int(request.replica_state.replica_id)
     return int(request.replica_id)

@@ -10,7 +10,7 @@ as Kafka checks them (INVALID_REQUEST), and the ACLs are replicated metadata.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -40,12 +40,30 @@ def _cluster_allowed(ctx: RequestContext, operation: Operation) -> bool:
     return ctx.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
-def _filter(f: Any, version: int) -> AclFilter:
-    pattern = f.pattern_type_filter if version >= 1 else PatternType.LITERAL
+class _Filter(Protocol):
+    """A DescribeAcls request or a DeleteAcls filter (v1+: both carry a pattern type)."""
+
+    @property
+    def resource_type_filter(self) -> int: ...
+    @property
+    def resource_name_filter(self) -> str | None: ...
+    @property
+    def pattern_type_filter(self) -> int: ...
+    @property
+    def principal_filter(self) -> str | None: ...
+    @property
+    def host_filter(self) -> str | None: ...
+    @property
+    def operation(self) -> int: ...
+    @property
+    def permission_type(self) -> int: ...
+
+
+def _filter(f: _Filter) -> AclFilter:
     return AclFilter(
         _enum(ResourceType, f.resource_type_filter),
         f.resource_name_filter,
-        _enum(PatternType, pattern),
+        _enum(PatternType, f.pattern_type_filter),
         f.principal_filter,
         f.host_filter,
         _enum(Operation, f.operation),
@@ -53,11 +71,15 @@ def _filter(f: Any, version: int) -> AclFilter:
     )
 
 
-def _enum(kind: Any, value: int) -> Any:
+AclEnum = TypeVar("AclEnum", ResourceType, PatternType, Operation, Permission)
+
+
+def _enum(kind: type[AclEnum], value: int) -> AclEnum:
+    """The member for a wire value; UNKNOWN for a value this broker does not know."""
     try:
         return kind(int(value))
     except ValueError:
-        return kind.UNKNOWN
+        return kind["UNKNOWN"]
 
 
 def _described(b: AclBinding) -> dict[str, Any]:
@@ -85,7 +107,7 @@ def describe_acls(ctx: RequestContext, request: requests.DescribeAclsRequest) ->
             "error_code": ErrorCode.cluster_authorization_failed,
             "error_message": CLUSTER_DENIED,
         }
-    acl_filter = _filter(request, ctx.version)
+    acl_filter = _filter(request)
     if acl_filter.problem:
         return {
             **answer,
@@ -122,11 +144,10 @@ async def create_acls(ctx: RequestContext, request: requests.CreateAclsRequest) 
     results: list[dict[str, Any]] = []
     valid: list[AclBinding] = []
     for c in request.creations:
-        pattern = c.resource_pattern_type if ctx.version >= 1 else PatternType.LITERAL
         binding = AclBinding(
             _enum(ResourceType, c.resource_type),
             c.resource_name,
-            _enum(PatternType, pattern),
+            _enum(PatternType, c.resource_pattern_type),
             c.principal,
             c.host,
             _enum(Operation, c.operation),
@@ -162,7 +183,7 @@ async def delete_acls(ctx: RequestContext, request: requests.DeleteAclsRequest) 
     results: list[dict[str, Any]] = []
     doomed: dict[AclBinding, None] = {}
     for f in request.filters:
-        acl_filter = _filter(f, ctx.version)
+        acl_filter = _filter(f)
         if acl_filter.problem:
             results.append(refused(ErrorCode.invalid_request, acl_filter.problem))
             continue

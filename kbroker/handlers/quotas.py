@@ -11,7 +11,8 @@ DESCRIBE_CONFIGS (CLUSTER_AUTHORIZATION_FAILED otherwise).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -68,7 +69,43 @@ def describe_client_quotas(
     return answer
 
 
-def _matches(entity: Entity, components: Any, strict: bool) -> bool:
+class _Component(Protocol):
+    """One component of a DescribeClientQuotas filter."""
+
+    @property
+    def entity_type(self) -> str: ...
+    @property
+    def match_type(self) -> int: ...
+    @property
+    def match(self) -> str | None: ...
+
+
+class _EntityPart(Protocol):
+    @property
+    def entity_type(self) -> str: ...
+    @property
+    def entity_name(self) -> str | None: ...
+
+
+class _Op(Protocol):
+    @property
+    def key(self) -> str: ...
+    @property
+    def value(self) -> float: ...
+    @property
+    def remove(self) -> bool: ...
+
+
+class _Entry(Protocol):
+    """One entity's changes in AlterClientQuotas."""
+
+    @property
+    def entity(self) -> Sequence[_EntityPart]: ...
+    @property
+    def ops(self) -> Sequence[_Op]: ...
+
+
+def _matches(entity: Entity, components: Sequence[_Component], strict: bool) -> bool:
     names = dict(entity)
     for c in components:
         if c.entity_type not in names:
@@ -81,7 +118,7 @@ def _matches(entity: Entity, components: Any, strict: bool) -> bool:
     return not strict or len(names) == len(components)
 
 
-def _filter_problem(components: Any) -> str | None:
+def _filter_problem(components: Sequence[_Component]) -> str | None:
     seen: set[str] = set()
     for component in components:
         kind = component.entity_type
@@ -99,7 +136,7 @@ def _filter_problem(components: Any) -> str | None:
     return None
 
 
-def _entry_problem(entry: Any) -> str | None:
+def _entry_problem(entry: _Entry) -> str | None:
     kinds = [e.entity_type for e in entry.entity]
     if not kinds:
         return "Invalid empty client quota entity"
@@ -126,7 +163,7 @@ def _entry_problem(entry: Any) -> str | None:
 async def alter_client_quotas(
     ctx: RequestContext, request: requests.AlterClientQuotasRequest
 ) -> dict[str, Any]:
-    def entity_of(entry: Any) -> list[dict[str, Any]]:
+    def entity_of(entry: _Entry) -> list[dict[str, Any]]:
         return [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]
 
     if not ctx.allowed(Operation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):

@@ -3,7 +3,8 @@
 broker joins as a quorum observer and takes over replicas while idempotent acks=all
 producers keep writing, and Kafka's answers for what cannot be reassigned or cancelled.
 
-One cluster for the module: three voters plus broker 4 (``process.roles=broker``).
+One cluster for the module: three voters plus broker 4 (``process.roles=broker``). The
+Java client's Admin (compat_tests/java's driver) starts and lists a move too.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from kafka.errors import (
 from compat_tests.broker_process import kbroker_command
 from compat_tests.cluster import KafkaCluster
 from compat_tests.history import NumberedProducer, check, read_partition
+from compat_tests.test_java_client import JavaDriver
+from compat_tests.test_java_client import java_classpath as java_classpath  # noqa: F401
 from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(180)
@@ -52,6 +55,9 @@ def admin(cluster: KafkaCluster) -> Iterator[KafkaAdminClient]:
     client = KafkaAdminClient(
         bootstrap_servers=[n.bootstrap for n in cluster.live_nodes], request_timeout_ms=15000
     )
+    # kafka-python looks the controller up on first use by asking any broker and gives
+    # up if that one is down: learn it now, while every node runs.
+    client.list_partition_reassignments()
     try:
         yield client
     finally:
@@ -283,3 +289,36 @@ def test_a_replica_removed_while_its_broker_was_down_is_deleted_when_it_returns(
         cluster.heal()
     assert not stray.exists()
     assert (cluster.node(NEW_BROKER).data_dir / f"{topic}-0").is_dir()
+
+
+def test_the_java_admin_client_starts_a_move_that_completes_when_the_new_broker_returns(
+    cluster: KafkaCluster,
+    java_classpath: str,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    topic = "java-moving"
+    create_topic(cluster, topic, [[1, 2, 3]])
+    java = JavaDriver(
+        java_classpath, cluster.bootstrap, tmp_path_factory.mktemp("java") / "driver.log"
+    )
+    java.start()
+    cluster.kill(NEW_BROKER)
+    try:
+        java.call("reassign", topic=topic, partition=0, replicas="1,2,4")
+        listed = java.call("list-reassignments")["reassignments"]
+        assert listed == {f"{topic}-0": {"replicas": [1, 2, 4, 3], "adding": [4], "removing": [3]}}
+    finally:
+        cluster.heal()
+        try:
+            # Broker 4 is back: it catches up, joins the ISR and broker 3 is removed.
+            cluster.wait_until(
+                lambda: (
+                    java.call("list-reassignments")["count"] == 0
+                    and replicas_and_isr(cluster, topic, 0) == ([1, 2, 4], [1, 2, 4])
+                ),
+                30.0,
+                "the move to complete once broker 4 is back",
+            )
+        finally:
+            print(java.log_since_mark())
+            java.stop()

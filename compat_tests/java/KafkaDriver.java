@@ -14,6 +14,7 @@ import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
@@ -38,6 +39,7 @@ import org.apache.kafka.clients.admin.ListOffsetsOptions;
 import org.apache.kafka.clients.admin.LogDirDescription;
 import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
 import org.apache.kafka.clients.admin.ListTopicsOptions;
+import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -170,8 +172,8 @@ public final class KafkaDriver {
             case "elect-leaders" -> electLeaders(a);
             case "describe-quotas" -> emit(Json.obj(
                     "count", admin(a).describeClientQuotas(ClientQuotaFilter.all()).entities().get().size()));
-            case "list-reassignments" -> emit(
-                    Json.obj("count", admin(a).listPartitionReassignments().reassignments().get().size()));
+            case "list-reassignments" -> listReassignments(a);
+            case "reassign" -> reassign(a);
             case "list-groups" -> listGroups(a);
             case "describe-groups" -> describeGroups(a);
             case "list-group-offsets" -> listGroupOffsets(a);
@@ -449,6 +451,32 @@ public final class KafkaDriver {
                         String.valueOf(tp.partition()),
                         error.map(e -> e.getClass().getSimpleName()).orElse("none")));
         emit(Json.obj("partitions", outcomes));
+    }
+
+    /** topic, partition, replicas (comma-separated; "none" cancels the move in flight). */
+    private void reassign(Args a) throws Exception {
+        TopicPartition tp = new TopicPartition(a.str("topic"), a.integer("partition"));
+        Optional<NewPartitionReassignment> target = Optional.empty();
+        if (!a.str("replicas").equals("none")) {
+            List<Integer> replicas = new ArrayList<>();
+            for (String r : a.list("replicas")) {
+                replicas.add(Integer.parseInt(r));
+            }
+            target = Optional.of(new NewPartitionReassignment(replicas));
+        }
+        admin(a).alterPartitionReassignments(Map.of(tp, target)).all().get();
+    }
+
+    private void listReassignments(Args a) throws Exception {
+        Map<String, Object> moves = new TreeMap<>();
+        admin(a).listPartitionReassignments().reassignments().get().forEach(
+                (tp, r) -> moves.put(
+                        tp.topic() + "-" + tp.partition(),
+                        Json.obj(
+                                "replicas", r.replicas(),
+                                "adding", r.addingReplicas(),
+                                "removing", r.removingReplicas())));
+        emit(Json.obj("count", moves.size(), "reassignments", moves));
     }
 
     private static Object node(Node n) {

@@ -2,7 +2,7 @@
 
 A peer knows how to start itself, where clients reach it, and which pid to measure.
 Kafka peers (kbroker, the librdkafka mock cluster) are driven by kafka_load; the Redis
-peer by redis_load.
+peer by redis_load; the RabbitMQ peer by share_groups (queue consumption only).
 """
 
 from __future__ import annotations
@@ -21,7 +21,19 @@ from bench.procs import free_port, log_tail, stop_process, tree_cpu_seconds, tre
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 MOCK_BINARY = BENCH_DIR / "build" / "mock_cluster"
-KBROKER_BINARY = REPO_DIR / ".venv" / "bin" / "kbroker"
+# The repository's venv, else the one running the harness (a git worktree has no .venv;
+# with PYTHONPATH naming the worktree, that venv's kbroker runs the worktree's code).
+KBROKER_BINARY = next(
+    (
+        path
+        for path in (
+            REPO_DIR / ".venv" / "bin" / "kbroker",
+            Path(sys.executable).parent / "kbroker",
+        )
+        if path.exists()
+    ),
+    REPO_DIR / ".venv" / "bin" / "kbroker",
+)
 
 
 class PeerUnavailable(Exception):
@@ -197,6 +209,86 @@ class RedisPeer(Peer):
         import redis
 
         return redis.Redis(host=self.host, port=self.port)
+
+
+RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+
+
+@dataclass
+class RabbitMQPeer(Peer):
+    """Debian's rabbitmq-server, a node of its own: every file under the workdir, AMQP and
+    Erlang distribution on loopback only, and its own epmd (started here, so it is
+    stopped here too; the Debian wrapper would run it as the rabbitmq user from
+    /var/lib/rabbitmq instead, and an epmd the node spawned would outlive it)."""
+
+    epmd: subprocess.Popen | None = None
+
+    def environment(self, base: Path, epmd_port: int) -> dict[str, str]:
+        node = f"bench-{os.getpid()}-{self.port}@localhost"
+        return {
+            **os.environ,
+            "HOME": str(base),  # .erlang.cookie
+            "RABBITMQ_NODENAME": node,
+            "RABBITMQ_NODE_IP_ADDRESS": self.host,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(free_port()),
+            "ERL_EPMD_PORT": str(epmd_port),
+            "ERL_EPMD_ADDRESS": self.host,
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+            "RABBITMQ_MNESIA_DIR": str(base / "mnesia" / node),
+            "RABBITMQ_FEATURE_FLAGS_FILE": str(base / "feature_flags"),
+            "RABBITMQ_LOG_BASE": str(base / "log"),
+            "RABBITMQ_PLUGINS_EXPAND_DIR": str(base / "plugins-expand"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq"),  # absent: defaults
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
+            "RABBITMQ_PID_FILE": str(base / "rabbitmq.pid"),
+        }
+
+    def start(self, timeout: float = 90.0) -> None:
+        if not RABBITMQ_SERVER.exists() or shutil.which("epmd") is None:
+            raise PeerUnavailable("rabbitmq-server not found (apt-get install -y rabbitmq-server)")
+        try:
+            import pika  # the bench extra; imported late so other runs do not need it
+        except ImportError as exc:
+            raise PeerUnavailable(
+                f"pika is not installed (pip install -e '.[bench]'): {exc}"
+            ) from exc
+        self.port = free_port()
+        base = self.workdir / f"{self.name}-data"
+        base.mkdir(parents=True, exist_ok=True)
+        (base / "enabled_plugins").write_text("[].\n")
+        self.log_path = self.workdir / f"{self.name}.log"
+        epmd_port = free_port()
+        with self.log_path.open("ab") as log:
+            self.epmd = subprocess.Popen(
+                ["epmd", "-port", str(epmd_port), "-address", self.host],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            self.proc = subprocess.Popen(
+                [str(RABBITMQ_SERVER)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=base,
+                env=self.environment(base, epmd_port),
+            )  # fmt: skip
+        params = pika.ConnectionParameters(self.host, self.port, connection_attempts=1)
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline and self.alive():
+            try:
+                pika.BlockingConnection(params).close()
+                return
+            except pika.exceptions.AMQPConnectionError:
+                time.sleep(0.2)
+        self.stop()
+        raise PeerUnavailable(f"rabbitmq-server did not start: {log_tail(self.log_path)}")
+
+    def stop(self) -> float:
+        took = super().stop()
+        if self.epmd is not None:
+            stop_process(self.epmd)
+            self.epmd = None
+        return took
 
 
 def ensure_mock_built() -> None:

@@ -1,49 +1,104 @@
-"""Share-group consumption (KIP-932 queues) against a classic consumer group.
+"""Queue consumption: a share group (KIP-932) against a classic group and RabbitMQ.
 
     .venv/bin/python -m bench.share_groups [--records 200000] [--consumers 1,4,16]
+                                           [--peers kbroker,rabbitmq] [--rounds 3]
 
-One topic of one partition holds `records` records of 100 bytes. For each consumer
-count a fresh share group reads them all with confluent-kafka ShareConsumers (one
-thread each, as separate workers would be; implicit acknowledgement, so every record is
-accepted by the consumer's next poll, one acknowledgement per record on the broker);
-the reference is one classic-group consumer reading the same partition and committing
-once at the end. Each figure is records/s from the first subscribe to the last record
-received (joining included: a heartbeat for the share group, JoinGroup and SyncGroup
-for the classic one, whose initial rebalance delay is set to 0), the median over
-`--rounds`, with its ratio to the classic figure of the same run. RabbitMQ is not
-measured: neither rabbitmq-server nor an AMQP client is installed on this machine.
+kbroker: one topic of one partition holds `records` records of 100 bytes. For each
+consumer count a fresh share group reads them all with confluent-kafka ShareConsumers
+(one thread each, as separate workers would be; implicit acknowledgement, so every
+record is accepted by the consumer's next poll, one acknowledgement per record on the
+broker). The reference is one classic-group consumer reading the same partition and
+committing once at the end. Each figure is records/s from the first subscribe to the
+last record received (joining included: a heartbeat for the share group, JoinGroup and
+SyncGroup for the classic one, whose initial rebalance delay is set to 0).
+
+RabbitMQ (Debian's rabbitmq-server, pika clients): for each round and consumer count a
+durable classic queue is filled with `records` persistent messages of 100 bytes (not
+timed), then that many consumers, one process each (pika is pure Python: threads would
+share one interpreter lock), consume with manual acknowledgement, one basic.ack per
+message, and a prefetch of `--max-poll-records` (what a ShareConsumer asks per fetch).
+Timed from the start signal (connections already open) to the last acknowledgement
+sent. Durable and persistent because that is what kbroker's side promises: the records
+are in its log and each acknowledgement is in `__share_group_state` before it is
+answered, both surviving a broker restart, written to the page cache without an fsync
+per acknowledgement; RabbitMQ's persistent messages and their acks go to its message
+store and queue index the same way (no fsync per ack; publisher confirms are not used).
+
+Rounds are interleaved (classic, share 1/4/16, RabbitMQ 1/4/16, then again) with both
+brokers up, so a neighbour's burst on the shared machine lands on every reader alike;
+each figure is the median over `--rounds`, with its ratio to the classic figure and to
+RabbitMQ's at the same consumer count. Broker and client CPU per record come from /proc.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import multiprocessing
+import os
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, ShareConsumer
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewTopic,
-)
-
-from bench.peers import KbrokerPeer, PeerUnavailable
+from bench.peers import KbrokerPeer, Peer, PeerUnavailable, RabbitMQPeer
+from bench.procs import loadavg, self_cpu_seconds, wait_for_quiet
 
 TIMEOUT_S = 300.0
 # A classic group's first rebalance waits this long for more members; it measures
 # nothing about reading, so it is off (a share group has no such delay).
 OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
 VALUE = b"x" * 100
+QUEUE = "share-bench"
 
 
-def prepare(bootstrap: str, records: int) -> str:
+@dataclass(frozen=True)
+class Timing:
+    """What a runner measured, in seconds (time.monotonic: one clock for all processes)."""
+
+    seconds: float  # start to the last record
+    first: float  # start to the first record (joining, connecting)
+    client_cpu: float = 0.0  # CPU of consumer processes other than this one
+
+
+@dataclass
+class Measure:
+    """One timed read of all records."""
+
+    records_s: float  # start to the last record
+    steady_records_s: float  # from the first record to the last
+    first_record_ms: float
+    broker_cpu_us: float  # broker process tree CPU per record
+    client_cpu_us: float  # consuming clients' CPU per record
+
+
+Runner = Callable[[], Timing]
+
+
+def _timed(peer: Peer, records: int, run: Runner) -> Measure:
+    broker0, client0 = peer.cpu_seconds(), self_cpu_seconds()
+    t = run()
+    broker = peer.cpu_seconds() - broker0
+    client = self_cpu_seconds() - client0 + t.client_cpu
+    return Measure(
+        records / t.seconds,
+        (records - 1) / max(t.seconds - t.first, 1e-6),
+        t.first * 1000,
+        broker / records * 1e6,
+        client / records * 1e6,
+    )
+
+
+# -- kbroker ----------------------------------------------------------------------------
+
+
+def prepare_topic(bootstrap: str, records: int) -> str:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
     topic = f"share-bench-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
@@ -60,51 +115,56 @@ def prepare(bootstrap: str, records: int) -> str:
     return topic
 
 
-def share_round(bootstrap: str, topic: str, records: int, consumers: int) -> float:
+def share_round(bootstrap: str, topic: str, records: int, consumers: int, max_poll: int) -> Timing:
+    from confluent_kafka import ShareConsumer
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
     group = f"share-bench-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(
-        "GROUP",
-        group,
-        incremental_configs=[
-            ConfigEntry(
-                "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
-            )
-        ],
+    reset = ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
     )
+    resource = ConfigResource("GROUP", group, incremental_configs=[reset])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
     lock = threading.Lock()
     seen = [0]
+    first: list[float] = []
     done = threading.Event()
 
     def work() -> None:
-        consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        consumer = ShareConsumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": max_poll}
+        )
         consumer.subscribe([topic])
-        deadline = time.perf_counter() + TIMEOUT_S
-        while not done.is_set() and time.perf_counter() < deadline:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not done.is_set() and time.monotonic() < deadline:
             got = sum(1 for m in consumer.poll(0.1) if m.error() is None)
             if got:
                 with lock:
+                    if not first:
+                        first.append(time.monotonic())
                     seen[0] += got
                     if seen[0] >= records:
                         done.set()
         consumer.close()
 
     threads = [threading.Thread(target=work, daemon=True) for _ in range(consumers)]
-    started = time.perf_counter()
+    started = time.monotonic()
     for t in threads:
         t.start()
     done.wait(TIMEOUT_S)
-    elapsed = time.perf_counter() - started
+    elapsed = time.monotonic() - started
     for t in threads:
         t.join(30)
     if seen[0] < records:
         raise TimeoutError(f"{consumers} share consumers read {seen[0]} of {records}")
-    return records / elapsed
+    return Timing(elapsed, first[0] - started)
 
 
-def classic_round(bootstrap: str, topic: str, records: int) -> float:
+def classic_round(bootstrap: str, topic: str, records: int) -> Timing:
+    from confluent_kafka import Consumer
+
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -113,55 +173,263 @@ def classic_round(bootstrap: str, topic: str, records: int) -> float:
             "enable.auto.commit": False,
         }
     )
-    started = time.perf_counter()
+    started = time.monotonic()
     consumer.subscribe([topic])
     seen = 0
+    first = 0.0
     deadline = started + TIMEOUT_S
-    while seen < records and time.perf_counter() < deadline:
+    while seen < records and time.monotonic() < deadline:
         seen += sum(1 for m in consumer.consume(1000, 0.1) if m.error() is None)
-    elapsed = time.perf_counter() - started
+        if seen and not first:
+            first = time.monotonic()
+    elapsed = time.monotonic() - started
     consumer.commit(asynchronous=False)
     consumer.close()
     if seen < records:
         raise TimeoutError(f"classic consumer read {seen} of {records}")
-    return records / elapsed
+    return Timing(elapsed, first - started)
+
+
+# -- RabbitMQ ---------------------------------------------------------------------------
+
+
+def fill_queue(host: str, port: int, records: int) -> None:
+    """A durable queue holding exactly `records` persistent messages."""
+    import pika
+
+    connection = pika.BlockingConnection(pika.ConnectionParameters(host, port))
+    channel = connection.channel()
+    channel.queue_declare(QUEUE, durable=True)
+    channel.queue_purge(QUEUE)
+    persistent = pika.BasicProperties(delivery_mode=pika.DeliveryMode.Persistent)
+    for i in range(records):
+        channel.basic_publish("", QUEUE, VALUE, persistent)
+        if i % 10_000 == 9_999:
+            connection.process_data_events(0)  # lets a flow-control block show up
+    deadline = time.perf_counter() + TIMEOUT_S
+    while channel.queue_declare(QUEUE, durable=True, passive=True).method.message_count < records:
+        if time.perf_counter() > deadline:
+            raise TimeoutError("RabbitMQ did not enqueue every published message")
+        time.sleep(0.05)
+    connection.close()
+
+
+def _rabbit_worker(host, port, prefetch, ready, go, done, counter, first, cpu) -> None:  # noqa: ANN001
+    """One consumer process: connect, wait for the start, ack each message singly."""
+    import pika
+
+    connection = pika.BlockingConnection(pika.ConnectionParameters(host, port))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=prefetch)
+    acked = [0]
+
+    def on_message(ch, method, _properties, _body) -> None:  # noqa: ANN001
+        ch.basic_ack(method.delivery_tag)
+        if not acked[0]:
+            with first.get_lock():
+                first.value = min(first.value, time.monotonic())
+        acked[0] += 1
+
+    ready.release()
+    go.wait()
+    t0 = os.times()
+    channel.basic_consume(QUEUE, on_message)
+    reported = 0
+    while not done.is_set():
+        connection.process_data_events(time_limit=0.01)
+        if acked[0] != reported:
+            with counter.get_lock():
+                counter.value += acked[0] - reported
+            reported = acked[0]
+    t1 = os.times()
+    cpu.put((t1.user - t0.user) + (t1.system - t0.system))
+    connection.close()
+
+
+def rabbit_round(host: str, port: int, records: int, consumers: int, prefetch: int) -> Runner:
+    """Starts the consumer processes and returns the runner that sets them going."""
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process with client threads
+    ready, go, done = ctx.Semaphore(0), ctx.Event(), ctx.Event()
+    counter, first, cpu = ctx.Value("q", 0), ctx.Value("d", float("inf")), ctx.Queue()
+    workers = [
+        ctx.Process(
+            target=_rabbit_worker,
+            args=(host, port, prefetch, ready, go, done, counter, first, cpu),
+            daemon=True,
+        )
+        for _ in range(consumers)
+    ]
+    for w in workers:
+        w.start()
+    for _ in workers:
+        if not ready.acquire(timeout=60):
+            raise TimeoutError("a RabbitMQ consumer did not connect")
+
+    def run() -> Timing:
+        started = time.monotonic()
+        go.set()
+        deadline = started + TIMEOUT_S
+        while counter.value < records and time.monotonic() < deadline:
+            time.sleep(0.001)
+        elapsed = time.monotonic() - started
+        done.set()
+        used = sum(cpu.get(timeout=60) for _ in workers)
+        for w in workers:
+            w.join(30)
+        if counter.value < records:
+            raise TimeoutError(f"{consumers} RabbitMQ consumers acked {counter.value} of {records}")
+        return Timing(elapsed, first.value - started, used)
+
+    return run
+
+
+# -- the comparison ---------------------------------------------------------------------
+
+
+@dataclass
+class Reader:
+    """One row of the table: `prepare` sets a round up and returns what is timed."""
+
+    label: str
+    peer: Peer
+    prepare: Callable[[], Runner]
+
+
+def kbroker_readers(peer: Peer, args: argparse.Namespace, counts: list[int]) -> list[Reader]:
+    topic = prepare_topic(peer.bootstrap, args.records)
+    boot, records = peer.bootstrap, args.records
+
+    def classic() -> Runner:
+        return lambda: classic_round(boot, topic, records)
+
+    def share(n: int) -> Callable[[], Runner]:
+        return lambda: lambda: share_round(boot, topic, records, n, args.max_poll_records)
+
+    return [Reader("classic group, 1 consumer", peer, classic)] + [
+        Reader(f"share group, {n} consumers", peer, share(n)) for n in counts
+    ]
+
+
+def rabbit_readers(peer: Peer, args: argparse.Namespace, counts: list[int]) -> list[Reader]:
+    def queue(n: int) -> Callable[[], Runner]:
+        def prepare() -> Runner:
+            fill_queue(peer.host, peer.port, args.records)
+            return rabbit_round(peer.host, peer.port, args.records, n, args.max_poll_records)
+
+        return prepare
+
+    return [Reader(f"RabbitMQ, {n} consumers", peer, queue(n)) for n in counts]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--consumers", default="1,4,16")
+    parser.add_argument("--peers", default="kbroker,rabbitmq", help="comma list of %(default)s")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--max-poll-records",
+        type=int,
+        default=500,
+        help="ShareConsumer max.poll.records, and RabbitMQ's prefetch count",
+    )
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=5.0,
+        help="before each measurement wait up to S seconds for other work to quieten",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.consumers.split(",")]
-    rows: list[dict[str, object]] = []
+    wanted = set(args.peers.split(","))
+    figures: dict[str, list[Measure]] = {}
+    loads: list[float] = []
     with tempfile.TemporaryDirectory(prefix="kbroker-share-bench-") as tmp:
-        peer = KbrokerPeer("kbroker", Path(tmp), overrides=OVERRIDES)
+        kbroker = KbrokerPeer("kbroker", Path(tmp), overrides=OVERRIDES)
+        rabbit = RabbitMQPeer("rabbitmq", Path(tmp))
+        readers: list[Reader] = []
         try:
-            peer.start()
-            topic = prepare(peer.bootstrap, args.records)
-            classic = statistics.median(
-                classic_round(peer.bootstrap, topic, args.records) for _ in range(args.rounds)
-            )
-            rows.append({"reader": "classic group, 1 consumer", "records_s": classic, "ratio": 1.0})
-            print(f"{'classic group, 1 consumer':28} {classic:10.0f} records/s", flush=True)
-            for n in counts:
-                rate = statistics.median(
-                    share_round(peer.bootstrap, topic, args.records, n) for _ in range(args.rounds)
-                )
-                label = f"share group, {n} consumers"
-                rows.append({"reader": label, "records_s": rate, "ratio": rate / classic})
-                print(f"{label:28} {rate:10.0f} records/s  {rate / classic:5.2f}x", flush=True)
-        except PeerUnavailable as exc:
-            print(f"kbroker skipped: {exc}")
+            for name, peer, make in (
+                ("kbroker", kbroker, kbroker_readers),
+                ("rabbitmq", rabbit, rabbit_readers),
+            ):
+                if name in wanted:
+                    try:
+                        peer.start()
+                        readers += make(peer, args, counts)
+                    except PeerUnavailable as exc:
+                        print(f"{name} skipped: {exc}")
+            for round_no in range(args.rounds):
+                for reader in readers:
+                    run = reader.prepare()  # filling a queue, starting processes: not timed
+                    if args.quiet_wait > 0:
+                        wait_for_quiet(args.quiet_wait)
+                    loads.append(loadavg())
+                    m = _timed(reader.peer, args.records, run)
+                    figures.setdefault(reader.label, []).append(m)
+                    print(
+                        f"round {round_no + 1} {reader.label:28} {m.records_s:10.0f} records/s "
+                        f"broker {m.broker_cpu_us:6.1f} us/rec client {m.client_cpu_us:6.1f} us/rec",
+                        flush=True,
+                    )
         finally:
-            peer.stop()
+            kbroker.stop()
+            rabbit.stop()
+    rows = _rows(figures)
+    _print(rows)
     if args.json:
-        args.json.write_text(
-            json.dumps({"settings": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=1)
-        )
+        settings = vars(args) | {"json": str(args.json), "loadavg": loads}
+        args.json.write_text(json.dumps({"settings": settings, "rows": rows}, indent=1))
     return 0
+
+
+def _median(ms: list[Measure]) -> Measure:
+    """The round with the median rate (its CPU figures belong to it)."""
+    ordered = sorted(ms, key=lambda m: m.records_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _rows(figures: dict[str, list[Measure]]) -> list[dict[str, object]]:
+    """Per reader its median round, and ratios of medians: to the classic group (kbroker
+    readers) and to RabbitMQ at the same consumer count (share groups), both for the
+    whole read and from the first record on."""
+    medians = {label: _median(ms) for label, ms in figures.items()}
+    classic = medians.get("classic group, 1 consumer")
+    rows: list[dict[str, object]] = []
+    for label, m in medians.items():
+        row: dict[str, object] = {"reader": label, **asdict(m)}
+        row["rounds_records_s"] = [round(x.records_s) for x in figures[label]]
+        if classic is not None and not label.startswith("RabbitMQ"):
+            row["vs_classic"] = m.records_s / classic.records_s
+            row["steady_vs_classic"] = m.steady_records_s / classic.steady_records_s
+        rabbit = medians.get(label.replace("share group", "RabbitMQ"))
+        if label.startswith("share group") and rabbit is not None:
+            row["vs_rabbitmq"] = m.records_s / rabbit.records_s
+            row["steady_vs_rabbitmq"] = m.steady_records_s / rabbit.steady_records_s
+        rows.append(row)
+    return rows
+
+
+def _print(rows: list[dict[str, object]]) -> None:
+    def ratio(row: dict[str, object], key: str) -> str:
+        value = row.get(key)
+        return f"{value:.2f}x" if isinstance(value, float) else "-"
+
+    print()
+    print(
+        f"{'reader':28} {'records/s':>10} {'vs classic':>10} {'vs RabbitMQ':>11} "
+        f"{'1st rec ms':>10} {'steady/s':>10} {'vs classic':>10} {'vs RabbitMQ':>11} "
+        f"{'broker us/rec':>13} {'client us/rec':>13}"
+    )
+    for row in rows:
+        print(
+            f"{row['reader']:28} {row['records_s']:10.0f} {ratio(row, 'vs_classic'):>10} "
+            f"{ratio(row, 'vs_rabbitmq'):>11} {row['first_record_ms']:10.0f} "
+            f"{row['steady_records_s']:10.0f} {ratio(row, 'steady_vs_classic'):>10} "
+            f"{ratio(row, 'steady_vs_rabbitmq'):>11} "
+            f"{row['broker_cpu_us']:13.1f} {row['client_cpu_us']:13.1f}"
+        )
 
 
 if __name__ == "__main__":

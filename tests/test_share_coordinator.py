@@ -40,7 +40,14 @@ class FakeLog:
         return (0, RECORDS)
 
     def read(
-        self, topic: str, partition: int, offset: int, max_bytes: int, end: int, committed: bool
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        end: int,
+        committed: bool,
+        stop_offset: int,
     ):  # type: ignore[no-untyped-def]
         data, index = b"", []
         for o in range(offset, end):

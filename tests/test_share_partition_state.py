@@ -116,6 +116,43 @@ class SharePartitionMachine(RuleBasedStateMachine):
         else:
             self.model.release(offset)
 
+    @rule(
+        member=st.sampled_from(MEMBERS),
+        data=st.data(),
+    )
+    def acknowledge_a_range_record_by_record(self, member: str, data: st.DataObject) -> None:
+        """One batch over consecutive offsets the member holds, a type for each."""
+        held = [
+            o
+            for o in HELD
+            if self.model.records[o][:1] + self.model.records[o][2:3] == ["acquired", member]
+        ]
+        if not held:
+            return
+        first = data.draw(st.sampled_from(held))
+        last = first
+        while last + 1 in held:
+            last += 1
+        last = data.draw(st.integers(first, last))
+        kinds = [AckType.ACCEPT, AckType.RELEASE, AckType.REJECT, AckType.RENEW]
+        types = data.draw(
+            st.lists(st.sampled_from(kinds), min_size=last - first + 1, max_size=last - first + 1)
+        )
+        self.sp.acknowledge(
+            member, [AckBatch(first, last, tuple(int(t) for t in types))], self.now, LOCK
+        )
+        for offset, kind in zip(range(first, last + 1), types, strict=True):
+            r = self.model.records[offset]
+            if kind == AckType.ACCEPT:
+                r[0], r[2] = "acknowledged", None
+            elif kind == AckType.REJECT:
+                r[0], r[2] = "archived", None
+                self.model.dead.append((offset, r[1], REJECTED))
+            elif kind == AckType.RELEASE:
+                self.model.release(offset)
+            else:
+                r[3] = self.now + LOCK
+
     @rule(ms=st.integers(1, 1500))
     def time_passes(self, ms: int) -> None:
         self.now += ms
@@ -150,7 +187,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
             if o < self.sp.start_offset:
                 assert self.model.records[o][0] in ("acknowledged", "archived")
                 continue
-            record = self.sp.records.get(o)
+            record = self.sp.record(o)
             expected = self.model.records[o]
             if record is None:
                 assert expected[0] == "available" and expected[1] == 0
@@ -217,9 +254,9 @@ def test_renew_extends_the_lock() -> None:
     sp.acquire("a", [(0, 0)], 1, 0, LOCK)
     sp.acknowledge("a", [AckBatch(0, 0, (int(AckType.RENEW),))], 900, LOCK)
     sp.expire_locks(1500)
-    assert sp.records[0].state == RecordState.ACQUIRED
+    assert sp.record(0).state == RecordState.ACQUIRED
     sp.expire_locks(1900)
-    assert sp.records[0].state == RecordState.AVAILABLE
+    assert sp.record(0).state == RecordState.AVAILABLE
 
 
 def test_acquisition_runs_to_the_end_of_the_batch_within_twice_max_records() -> None:

@@ -18,7 +18,13 @@ from kbroker.handlers.context import RequestContext, ShareCoordination
 from kbroker.handlers.groups import _client_host
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.protocol.encoded import EncodedBody
 from kbroker.protocol.messages import ZERO_UUID, duration_ms
+from kbroker.protocol.share_fetch_response import (
+    ShareFetchedTopic,
+    SharePartitionData,
+    encode_share_fetch_response,
+)
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.share.coordinator import FetchAnswer, PartitionAcks
 from kbroker.share.partition_state import AckBatch
@@ -192,40 +198,54 @@ def _leader(ctx: RequestContext, topic_id: uuid.UUID, partition: int) -> dict[st
     return {"leader_id": p.leader, "leader_epoch": p.leader_epoch}
 
 
-def _partitions(ctx: RequestContext, answer: FetchAnswer, fetch: bool) -> list[dict[str, Any]]:
+def _ack_partitions(ctx: RequestContext, answer: FetchAnswer) -> list[dict[str, Any]]:
     by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
     for (topic_id, partition), part in sorted(
         answer.partitions.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])
     ):
-        entry: dict[str, Any] = {
-            "partition_index": partition,
-            "error_code": _error(part.error) if fetch else _error(part.ack_error or part.error),
-            "current_leader": _leader(ctx, topic_id, partition),
-        }
-        if fetch:
-            entry.update(
-                {
-                    "acknowledge_error_code": part.ack_error,
-                    "acknowledge_error_message": part.ack_message,
-                    "records": part.records,
-                    "acquired_records": [
-                        {
-                            "first_offset": a.first_offset,
-                            "last_offset": a.last_offset,
-                            "delivery_count": a.delivery_count,
-                        }
-                        for a in part.acquired
-                    ],
-                }
-            )
-        else:
-            entry["error_message"] = part.ack_message
-        by_topic.setdefault(topic_id, []).append(entry)
+        by_topic.setdefault(topic_id, []).append(
+            {
+                "partition_index": partition,
+                "error_code": _error(part.ack_error or part.error),
+                "error_message": part.ack_message,
+                "current_leader": _leader(ctx, topic_id, partition),
+            }
+        )
     return [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()]
 
 
+def _encode_fetch(ctx: RequestContext, answer: FetchAnswer) -> EncodedBody:
+    """The answer with each partition's batches left in their segment file (sent by
+    sendfile, as Fetch does), not read and copied through Python."""
+    topics: dict[uuid.UUID, ShareFetchedTopic] = {}
+    for (topic_id, partition), part in sorted(
+        answer.partitions.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])
+    ):
+        leader = _leader(ctx, topic_id, partition)
+        topic = topics.get(topic_id)
+        if topic is None:
+            topic = topics[topic_id] = ShareFetchedTopic(topic_id)
+        topic.partitions.append(
+            SharePartitionData(
+                partition,
+                part.error,
+                None,
+                part.ack_error,
+                part.ack_message,
+                (leader["leader_id"], leader["leader_epoch"]),
+                part.records,
+                [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired],
+            )
+        )
+    return encode_share_fetch_response(
+        list(topics.values()), acquisition_lock_timeout_ms=answer.lock_ms
+    )
+
+
 @handles(SHARE_FETCH, 1, 2, enabled_by=ENABLE)
-async def share_fetch(ctx: RequestContext, request: requests.ShareFetchRequest) -> dict[str, Any]:
+async def share_fetch(
+    ctx: RequestContext, request: requests.ShareFetchRequest
+) -> dict[str, Any] | EncodedBody:
     if _group_denied(ctx, Operation.READ, request.group_id or ""):
         return {
             "throttle_time": 0,
@@ -264,13 +284,7 @@ async def share_fetch(ctx: RequestContext, request: requests.ShareFetchRequest) 
             "responses": [],
             "node_endpoints": [],
         }
-    return {
-        "throttle_time": 0,
-        "error_code": E.none,
-        "acquisition_lock_timeout": answer.lock_ms,
-        "responses": _partitions(ctx, answer, fetch=True),
-        "node_endpoints": [],
-    }
+    return _encode_fetch(ctx, answer)
 
 
 @handles(SHARE_ACKNOWLEDGE, 1, 2, enabled_by=ENABLE)
@@ -302,7 +316,7 @@ async def share_acknowledge(
     return {
         "throttle_time": 0,
         "error_code": E.none,
-        "responses": _partitions(ctx, answer, fetch=False),
+        "responses": _ack_partitions(ctx, answer),
         "node_endpoints": [],
     }
 

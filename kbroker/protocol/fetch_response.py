@@ -64,7 +64,7 @@ class NodeEndpoint:
     rack: str | None = None
 
 
-class _Out:
+class BodyWriter:
     """Accumulates structure bytes and interleaves file regions between them."""
 
     __slots__ = ("parts", "pending", "size")
@@ -92,7 +92,7 @@ class _Out:
         return EncodedBody(self.parts, self.size)
 
 
-def _array_len(out: _Out, n: int, flexible: bool) -> None:
+def _array_len(out: BodyWriter, n: int, flexible: bool) -> None:
     out.write(uvarint(n + 1) if flexible else _I32.pack(n))
 
 
@@ -136,7 +136,7 @@ def _tagged(fields: list[tuple[int, bytes]]) -> bytes:
     return bytes(out)
 
 
-def _partition(out: _Out, p: FetchedPartition, version: int, flexible: bool) -> None:
+def _partition(out: BodyWriter, p: FetchedPartition, version: int, flexible: bool) -> None:
     out.write(
         _PARTITION_HEAD.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset)
     )
@@ -180,7 +180,7 @@ def encode_fetch_response(
     node_endpoints: list[NodeEndpoint] | None = None,
 ) -> EncodedBody:
     flexible = version >= FIRST_FLEXIBLE
-    out = _Out()
+    out = BodyWriter()
     out.write(_I32.pack(throttle_time_ms))
     if version >= 7:
         out.write(_I16.pack(error_code) + _I32.pack(session_id))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from kbroker.coordinator.records import partition_for
 from kbroker.share.group import Assignment, ShareGroup, ShareMember, assign
@@ -82,12 +82,39 @@ class ShareLog(Protocol):
         ...
 
     def read(
-        self, topic: str, partition: int, offset: int, max_bytes: int, end: int, committed: bool
-    ) -> tuple[bytes, list[tuple[int, int, int]]]:
-        """Whole batches from `offset` below `end`: their bytes and, per deliverable data
-        batch, (first offset, last offset, position in the bytes); with `committed`,
-        batches of aborted transactions are not deliverable."""
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        end: int,
+        committed: bool,
+        stop_offset: int,
+    ) -> tuple[Records | None, list[tuple[int, int, int]]]:
+        """Whole batches from `offset` below `end` and, per deliverable data batch, (first
+        offset, last offset, position in the records); with `committed`, batches of
+        aborted transactions are not deliverable. Reading may stop after the first batch
+        at or past `stop_offset`."""
         ...
+
+
+class RecordRegion(Protocol):
+    """Batches in a file, sent from there (kbroker.storage.file_slice.FileSlice)."""
+
+    file: Any
+    position: int
+    length: int
+
+    def narrow(self, start: int, length: int) -> RecordRegion: ...
+
+
+Records = bytes | RecordRegion
+
+
+def _cut(records: Records, begin: int, end: int) -> Records:
+    if isinstance(records, bytes):
+        return records[begin:end]
+    return records.narrow(begin, end - begin)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +158,7 @@ class PartitionAnswer:
     error: int = NONE
     ack_error: int = NONE
     ack_message: str | None = None
-    records: bytes = b""
+    records: Records = b""
     acquired: list[Acquired] = field(default_factory=list)
 
 
@@ -360,7 +387,7 @@ class ShareCoordinator:
         for key, held in self.partitions.items():
             if key[0] != group_id:
                 continue
-            if held.state.acquired_by(member_id):
+            if held.state.holds(member_id):
                 held.state.release_member(member_id)
                 self.dirty.add(key)
                 released = True
@@ -454,7 +481,7 @@ class ShareCoordinator:
     ) -> None:
         for topic_id, partition in partitions:
             held = self.partitions.get((group_id, topic_id, partition))
-            if held is not None and held.state.acquired_by(member_id):
+            if held is not None and held.state.holds(member_id):
                 held.state.release_member(member_id)
                 self.dirty.add((group_id, topic_id, partition))
                 self._notify()
@@ -528,10 +555,24 @@ class ShareCoordinator:
             offset = state.fetch_offset()
             if offset is None or offset >= bounds[1]:
                 continue
-            data, batches = self.log.read(
-                ref.name, partition, offset, min(budget_bytes, READ_CHUNK), bounds[1], committed
+            # Nothing past this can be acquired now: the window's end, or twice the
+            # records wanted past the records in flight (batch alignment's ceiling).
+            stop = max(
+                state.end_offset,
+                min(
+                    state.start_offset + state.max_in_flight, state.end_offset + 2 * budget_records
+                ),
             )
-            if not batches:
+            records, batches = self.log.read(
+                ref.name,
+                partition,
+                offset,
+                min(budget_bytes, READ_CHUNK),
+                bounds[1],
+                committed,
+                stop,
+            )
+            if records is None or not batches:
                 continue
             acquired = state.acquire(
                 member_id,
@@ -549,9 +590,15 @@ class ShareCoordinator:
             used = [(pos, f, lo) for f, lo, pos in batches if lo >= first and f <= last]
             begin = used[0][0]
             after = [pos for f, _, pos in batches if f > last]
-            end = after[0] if after else len(data)
+            end = (
+                after[0]
+                if after
+                else len(records)
+                if isinstance(records, bytes)
+                else records.length
+            )
             part = answer.part(topic_id, partition)
-            part.records = data[begin:end]
+            part.records = _cut(records, begin, end)
             part.acquired = acquired
             budget_records -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
             budget_bytes -= end - begin

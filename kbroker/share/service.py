@@ -28,7 +28,7 @@ from kbroker.internal_topics import (
     TopicLayout,
     append_records,
 )
-from kbroker.protocol.batch import HEADER_SIZE, BatchHeader, read_header
+from kbroker.protocol.batch import BatchHeader
 from kbroker.share.coordinator import (
     FetchAnswer,
     PartitionAcks,
@@ -38,7 +38,9 @@ from kbroker.share.coordinator import (
 from kbroker.share.dead_letters import DeadLetterWriter
 from kbroker.share.group_configs import ShareConfig
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
+from kbroker.storage.file_slice import FileSlice
 from kbroker.storage.producer_state import AbortedTxn
+from kbroker.storage.segment import scan_batches
 
 if TYPE_CHECKING:
     from kbroker.coordinator.service import GroupCoordinatorService
@@ -107,32 +109,41 @@ class _Coordinates:
         return None if found is None else found[0]
 
     def read(
-        self, topic: str, partition: int, offset: int, max_bytes: int, end: int, committed: bool
-    ) -> tuple[bytes, list[tuple[int, int, int]]]:
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        end: int,
+        committed: bool,
+        stop_offset: int,
+    ) -> tuple[FileSlice | None, list[tuple[int, int, int]]]:
+        """Whole batches from `offset`, as a file range the answer sends from (no bytes
+        pass through Python); only their headers are read, up to the first batch at or
+        past `stop_offset`, beyond which nothing could be acquired."""
         replica = self._broker.replicas.get(topic, partition)
         if replica is None:
-            return b"", []
+            return None, []
         try:
             region = replica.log.read(offset, max(max_bytes, 1), end)
         except (OffsetOutOfRangeError, LogClosedError):
-            return b"", []
+            return None, []
         if region is None:
-            return b"", []
-        with region:
-            data = region.read()
+            return None, []
         aborted = replica.log.aborted_transactions(offset, end) if committed else []
-        batches = []
-        pos = 0
-        while pos + HEADER_SIZE <= len(data):
-            header = read_header(data, pos)
-            if pos + header.total_size > len(data):
+        batches: list[tuple[int, int, int]] = []
+        start = region.position
+        used = 0
+        for header in scan_batches(region.file.fileno(), start, start + region.length):
+            if header.base_offset >= stop_offset and batches:
                 break
             if not header.is_control and not (
                 aborted and header.is_transactional and _aborted(header, aborted)
             ):
-                batches.append((header.base_offset, header.last_offset, pos))
-            pos += header.total_size
-        return data[:pos], batches
+                batches.append((header.base_offset, header.last_offset, header.position - start))
+            used = header.position - start + header.total_size
+        with region:
+            return (region.narrow(0, used) if used else None), batches
 
 
 def _aborted(header: BatchHeader, aborted: list[AbortedTxn]) -> bool:

@@ -75,6 +75,15 @@ class FileSlice:
         head = os.pread(self.file.fileno(), 8, end)
         return int.from_bytes(head, "big", signed=True) if len(head) == 8 else None
 
+    def narrow(self, start: int, length: int) -> FileSlice:
+        """The part of this range from `start` (relative) for `length` bytes, holding the
+        file open on its own (a ShareFetch sends only the batches it acquired from)."""
+        if self._owner is None:
+            raise ValueError("narrowing a released slice")
+        if start < 0 or length < 0 or start + length > self.length:
+            raise ValueError(f"[{start}, {start + length}) is outside a {self.length}-byte slice")
+        return FileSlice(self._owner, self.position + start, length, self.data_end)
+
     def release(self) -> None:
         owner = self._owner
         if owner is not None:

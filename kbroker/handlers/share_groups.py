@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -177,7 +178,32 @@ def share_group_describe(
 # -- ShareFetch / ShareAcknowledge -----------------------------------------------------
 
 
-def _acks(topics: Any) -> PartitionAcks:
+class _AckBatch(Protocol):
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def acknowledge_types(self) -> Sequence[int]: ...
+
+
+class _AckPartition(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+    @property
+    def acknowledgement_batches(self) -> Sequence[_AckBatch]: ...
+
+
+class _AckTopic(Protocol):
+    """A topic of ShareFetch or ShareAcknowledge, with the acknowledgements it carries."""
+
+    @property
+    def topic_id(self) -> uuid.UUID | None: ...
+    @property
+    def partitions(self) -> Sequence[_AckPartition]: ...
+
+
+def _acks(topics: Iterable[_AckTopic]) -> PartitionAcks:
     acks: PartitionAcks = []
     for topic in topics:
         for p in topic.partitions:

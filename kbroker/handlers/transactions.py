@@ -20,7 +20,7 @@ from kbroker.coordinator.group import OffsetAndMetadata
 from kbroker.coordinator.store import OFFSETS_TOPIC
 from kbroker.handlers.context import RequestContext, TxnCoordination
 from kbroker.handlers.registry import handles
-from kbroker.internal_topics import write_error
+from kbroker.internal_topics import Acknowledgement, write_error
 from kbroker.protocol import requests
 from kbroker.protocol.messages import duration_ms
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
@@ -395,7 +395,7 @@ async def txn_offset_commit(
     }
 
 
-async def _acknowledged(group_id: str, pending: Any) -> ErrorCode:
+async def _acknowledged(group_id: str, pending: Acknowledgement) -> ErrorCode:
     """The error to answer once the offsets' batch is fsynced (and replicated)."""
     try:
         error = await pending

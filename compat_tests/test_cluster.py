@@ -182,7 +182,7 @@ def test_a_killed_broker_is_fenced_for_its_refused_port_and_its_leadership_moves
     victim = before.leader_id
     survivor = next(n for n in cluster.nodes if n.node_id != victim)
     # How the active controller says a broker's port refused it (earlier tests may have).
-    reason = f"fenced broker {victim}: missed its heartbeat and its listener"
+    reason = f"fenced broker {victim}: silent since its last heartbeat and its listener"
 
     survivors = [n for n in cluster.nodes if n.node_id != victim]
 

@@ -73,6 +73,44 @@ def test_a_silent_broker_whose_listener_accepts_waits_for_the_session_timeout(tm
     asyncio.run(main())
 
 
+def test_a_voter_whose_raft_connection_is_lost_is_probed_without_waiting_for_a_heartbeat(
+    tmp_path,
+):
+    async def main():
+        addresses = {i: f"127.0.0.1:{closed_port()}" for i in (1, 2, 3)}
+        nodes = [
+            Controller(
+                ControllerConfig(
+                    i,
+                    tmp_path / f"node{i}",
+                    raft_bind=address,
+                    peers=[f"{j}@{a}" for j, a in addresses.items() if j != i],
+                    election_timeout_s=(0.3, 0.6),
+                    secret="s",
+                    voters=addresses,
+                    broker_session_timeout_s=SESSION_TIMEOUT_S,
+                    # Silence alone would make nobody suspect for 10.5 s.
+                    broker_heartbeat_interval_s=10.0,
+                )
+            )
+            for i, address in addresses.items()
+        ]
+        await asyncio.gather(*(n.start() for n in nodes))
+        try:
+            leader = next(n for n in nodes if n.is_leader)
+            gone = next(n for n in nodes if not n.is_leader)
+            # The voter's broker side: registered on a port nobody listens on.
+            await leader.register_broker(gone.node_id, "127.0.0.1", closed_port())
+            await asyncio.sleep(0.5)
+            assert not leader.state.brokers[gone.node_id].fenced
+            await gone.stop()
+            assert await fenced_within(leader, gone.node_id, 5.0)
+        finally:
+            await asyncio.gather(*(n.stop() for n in nodes))
+
+    asyncio.run(main())
+
+
 def test_the_probe_concludes_only_from_a_refused_connection():
     async def main():
         listener = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)

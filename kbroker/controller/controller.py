@@ -162,6 +162,9 @@ class Controller:
         self._live = False  # events are delivered only for changes after start()
         self._live_token: bytes | None = None
         self._watchers: list[asyncio.Task[None]] = []
+        # Voter node id -> time.monotonic() its Raft connection to this node was lost:
+        # a hint to probe that broker now rather than after a missed heartbeat.
+        self._connection_lost: dict[int, float] = {}
 
     # --- read side ---
 
@@ -272,6 +275,7 @@ class Controller:
             bind_address=address,
             observer=cfg.observer,
             password=cfg.secret,
+            peer_lost=self._on_peer_lost,
         )
         self._state = MetadataState()
         self._live = False
@@ -563,9 +567,10 @@ class Controller:
         """On the active controller: fence every unfenced broker whose last heartbeat is
         older than the session timeout. A controller that has just become active counts
         every session from its election, as KRaft does, so nobody is fenced for the
-        silence of the election itself. A broker that has missed a heartbeat is probed
-        meanwhile, and fenced at once if its listener refuses connections (liveness.py):
-        that is how a killed broker loses its leaderships in seconds."""
+        silence of the election itself. A broker that has missed a heartbeat, or whose
+        Raft connection (a voter's) was lost since its last one, is probed meanwhile, and
+        fenced at once if its listener refuses connections (liveness.py): that is how a
+        killed broker loses its leaderships in about a second."""
         interval = min(0.25, session_timeout / 8)
         silent_after = probe_after(self.config.broker_heartbeat_interval_s)
         active_since: float | None = None
@@ -592,13 +597,25 @@ class Controller:
                 if broker.fenced or broker.node_id in fencing:
                     continue
                 heard = seen.get(broker.node_id, 0.0)
+                suspect = now - heard > silent_after or (
+                    self._connection_lost.get(broker.node_id, 0.0) > heard
+                )
                 if now - max(heard, active_since) > session_timeout:
                     fencing.add(broker.node_id)
                     reason = "no heartbeat within the session timeout"
                     spawn(self._fence(broker.node_id, broker.epoch, fencing, reason))
-                elif now - heard > silent_after and probes.due(broker.node_id, now):
+                elif suspect and probes.due(broker.node_id, now):
                     probes.begin(broker.node_id, now)
                     spawn(self._probe(broker, probes, fencing))
+
+    def _on_peer_lost(self, address: str) -> None:
+        """On the Raft thread: the connection to the voter at `address` was lost."""
+        self._call_soon(self._note_connection_lost, address, time.monotonic())
+
+    def _note_connection_lost(self, address: str, when: float) -> None:
+        for node_id, voter in self.config.voters.items():
+            if voter == address:
+                self._connection_lost[node_id] = when
 
     async def _probe(self, broker: BrokerInfo, probes: Probes, fencing: set[int]) -> None:
         """Fence `broker` if nothing listens on its inter-broker address any more."""
@@ -616,7 +633,7 @@ class Controller:
                 return
             fencing.add(broker.node_id)
             reason = (
-                f"missed its heartbeat and its listener {broker.host}:{broker.port} "
+                f"silent since its last heartbeat and its listener {broker.host}:{broker.port} "
                 "refuses connections (the process is gone)"
             )
             await self._fence(broker.node_id, broker.epoch, fencing, reason)

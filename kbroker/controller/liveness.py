@@ -5,8 +5,9 @@ for a broker the controller cannot hear: it may be cut off by the network and st
 alive, serving whoever can reach it. But a broker killed outright leaves evidence that a
 partitioned one cannot: its host's kernel answers a connection to its listener port with
 a reset (ECONNREFUSED), because no process listens there any more. So once a broker has
-missed a heartbeat, the active controller tries to connect to its registered
-inter-broker listener:
+missed a heartbeat, or (a voter) its Raft connection was lost since its last one (a
+killed process's kernel closes its connections at once), the active controller tries to
+connect to its registered inter-broker listener:
 - refused on every address: nothing listens, the incarnation that registered is gone;
   it is fenced at once (a restarted process that already listens is accepted, and its
   own registration ends the old incarnation);

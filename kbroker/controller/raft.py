@@ -47,6 +47,7 @@ FAIL_REASON_NAMES = {
 }
 
 ResultCallback = Callable[[Any, int], None]
+PeerLost = Callable[[str], None]
 
 
 class LocalTransport(Transport):
@@ -54,6 +55,20 @@ class LocalTransport(Transport):
 
     def send(self, node: Node, message: Any) -> bool:
         return False
+
+
+class PeerWatchingTransport(TCPTransport):
+    """pysyncobj's TCP transport that also reports each lost connection to a voter (by
+    its "host:port"), on the Raft thread. A killed voter's kernel closes its connections
+    at once, so the active controller can check that broker's listener (liveness.py)
+    without waiting for a missed heartbeat. A loss is only a hint: it also follows a
+    network partition or a connection pysyncobj dropped itself."""
+
+    def _onNodeDisconnected(self, node: Node) -> None:
+        super()._onNodeDisconnected(node)
+        report: PeerLost | None = getattr(self._syncObj, "peer_lost", None)
+        if report is not None and isinstance(node, TCPNode):
+            report(node.address)
 
 
 @dataclass(frozen=True)
@@ -89,8 +104,11 @@ class _RaftNode(SyncObj):
     """The pysyncobj object. One replicated method, so the method id pysyncobj writes
     into every journal entry never changes when command kinds are added."""
 
-    def __init__(self, machine: MetadataMachine, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, machine: MetadataMachine, peer_lost: PeerLost | None, *args: Any, **kwargs: Any
+    ) -> None:
         self.machine = machine
+        self.peer_lost = peer_lost  # read by PeerWatchingTransport
         super().__init__(*args, **kwargs)
 
     @replicated
@@ -117,8 +135,10 @@ class RaftThread:
         bind_address: str | None = None,
         observer: bool = False,
         password: str | None = None,
+        peer_lost: PeerLost | None = None,
     ) -> None:
         self.node_id = node_id
+        self._peer_lost = peer_lost
         self.machine = machine
         self._journal_path = journal_path
         self._snapshot_path = snapshot_path
@@ -271,6 +291,7 @@ class RaftThread:
             return _RaftNode(
                 self.machine,
                 None,
+                None,
                 [TCPNode(p) for p in self._peers],
                 conf,
                 transportClass=TCPTransport,
@@ -278,6 +299,7 @@ class RaftThread:
         if self._self_address is None:
             return _RaftNode(
                 self.machine,
+                None,
                 Node(f"local-{self.node_id}"),
                 [],
                 conf,
@@ -285,10 +307,11 @@ class RaftThread:
             )
         return _RaftNode(
             self.machine,
+            self._peer_lost,
             TCPNode(self._self_address),
             [TCPNode(p) for p in self._peers],
             conf,
-            transportClass=TCPTransport,
+            transportClass=PeerWatchingTransport,
         )
 
     def _run(self) -> None:

@@ -51,13 +51,43 @@ CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 K = TypeVar("K", bound=Hashable)
 
 
+class _Assignment(Protocol):
+    """A manual assignment: the brokers of one partition (CreateTopics) or of the next new
+    one (CreatePartitions)."""
+
+    @property
+    def broker_ids(self) -> Sequence[int]: ...
+
+
+class _CreatableAssignment(_Assignment, Protocol):
+    @property
+    def partition_index(self) -> int: ...
+
+
 class _CreatableTopic(Protocol):
     """A topic of CreateTopics, in every version."""
 
     @property
     def name(self) -> str: ...
     @property
+    def num_partitions(self) -> int: ...
+    @property
+    def replication_factor(self) -> int: ...
+    @property
+    def assignments(self) -> Sequence[_CreatableAssignment]: ...
+    @property
     def configs(self) -> Sequence[ConfigChange]: ...
+
+
+class _GrownTopic(Protocol):
+    """A topic of CreatePartitions, in every version."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def assignments(self) -> Sequence[_Assignment] | None: ...
 
 
 def timeout_seconds(timeout: datetime.timedelta | int | None) -> float | None:
@@ -107,7 +137,9 @@ def duplicates(names: list[K]) -> set[K]:
 # -- CreateTopics --------------------------------------------------------------------------
 
 
-def _creation_plan(broker: BrokerParts, topic: Any) -> tuple[int, int, dict[int, list[int]] | None]:
+def _creation_plan(
+    broker: BrokerParts, topic: _CreatableTopic
+) -> tuple[int, int, dict[int, list[int]] | None]:
     """(partitions, replication factor, manual assignment) with Kafka's rules for -1: the
     broker's num.partitions and default.replication.factor stand in for -1."""
     if topic.assignments:
@@ -410,7 +442,7 @@ async def create_partitions(
     validate_only = request.validate_only
     repeated = duplicates([t.name for t in request.topics])
 
-    async def grow(topic: Any) -> None:
+    async def grow(topic: _GrownTopic) -> None:
         if broker.authorizer is not None and not ctx.allowed(
             Operation.ALTER, ResourceType.TOPIC, topic.name
         ):

@@ -128,9 +128,9 @@ def _missing_topic(name: str) -> dict[str, Any]:
     }
 
 
-def _refused(request: Any, message: str) -> dict[str, Any]:
+def _refused(request: requests.DescribeTopicPartitionsRequest, message: str) -> dict[str, Any]:
     """Kafka's whole-request error: every named topic carries INVALID_REQUEST."""
-    topics = [
+    topics: list[dict[str, Any]] = [
         {
             "error_code": ErrorCode.invalid_request,
             "name": t.name,

@@ -244,7 +244,7 @@ async def create_topics(
     validate_only = request.validate_only
     repeated = duplicates([t.name for t in request.topics])
 
-    async def create(topic: Any) -> dict[str, Any]:
+    async def create(topic: _CreatableTopic) -> dict[str, Any]:
         if broker.authorizer is not None and not (
             ctx.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
             or ctx.allowed(Operation.CREATE, ResourceType.TOPIC, topic.name)

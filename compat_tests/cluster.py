@@ -20,6 +20,8 @@ What tests get:
 - ``add_broker()``: one more node with ``process.roles=broker`` (a quorum observer);
 - ``KafkaCluster(..., controller_only=(3,))``: node 3 with ``process.roles=controller``
   (a voter serving no Kafka API; ``live_nodes`` and ``bootstrap`` leave it out);
+- ``KafkaCluster(..., node_overrides={1: {"broker.rack": "a"}})``: settings of one node
+  on top of the ones every node gets (also ``running_cluster``, ``cluster_factory.start``);
 - ``metadata()``: a confluent-kafka ``ClusterMetadata`` from a live node;
 - ``wait_for_controller(exclude=...)``: the active controller's id once live nodes agree;
 - ``partition(topic, p)``: leader, replicas, ISR as a live node reports them;
@@ -101,6 +103,7 @@ class KafkaCluster:
         size: int = 3,
         overrides: dict[str, str] | None = None,
         controller_only: tuple[int, ...] = (),
+        node_overrides: dict[int, dict[str, str]] | None = None,
     ):
         self.root = root
         self.size = size
@@ -126,6 +129,7 @@ class KafkaCluster:
                 **TEST_TIMINGS,
                 **FAST_GROUP_SETTINGS,
                 **self.overrides,
+                **(node_overrides or {}).get(i, {}),
             }
             if i in controller_only:
                 settings["process.roles"] = "controller"
@@ -302,9 +306,12 @@ class KafkaCluster:
 
 @contextmanager
 def running_cluster(
-    root: Path, size: int = 3, overrides: dict[str, str] | None = None
+    root: Path,
+    size: int = 3,
+    overrides: dict[str, str] | None = None,
+    node_overrides: dict[int, dict[str, str]] | None = None,
 ) -> Iterator[KafkaCluster]:
-    cluster = KafkaCluster(root, size, overrides)
+    cluster = KafkaCluster(root, size, overrides, node_overrides=node_overrides)
     try:
         cluster.start()
         yield cluster

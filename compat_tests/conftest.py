@@ -78,11 +78,19 @@ class ClusterFactory:
         self.clusters: list[KafkaCluster] = []
 
     def start(
-        self, size: int = 3, controller_only: tuple[int, ...] = (), **overrides: str
+        self,
+        size: int = 3,
+        controller_only: tuple[int, ...] = (),
+        node_overrides: dict[int, dict[str, str]] | None = None,
+        **overrides: str,
     ) -> KafkaCluster:
         settings = {k.replace("_", "."): str(v) for k, v in overrides.items()}
         cluster = KafkaCluster(
-            self.root / f"cluster{len(self.clusters)}", size, settings, controller_only
+            self.root / f"cluster{len(self.clusters)}",
+            size,
+            settings,
+            controller_only,
+            node_overrides,
         )
         self.clusters.append(cluster)
         cluster.start()

@@ -493,3 +493,16 @@ def test_kafkas_standard_authorizer_is_accepted():
 def test_another_authorizer_class_is_refused_rather_than_run_without_its_checks():
     with pytest.raises(ConfigError, match="authorizer.class.name.*StandardAuthorizer"):
         load(["authorizer.class.name=kafka.security.authorizer.AclAuthorizer"])
+
+
+def test_replica_selector_class_takes_only_kafkas_two_selectors():
+    rack_aware = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+    assert (
+        BrokerConfig.from_settings({"replica.selector.class": rack_aware}).get(
+            "replica.selector.class"
+        )
+        == rack_aware
+    )
+    assert BrokerConfig.from_settings({}).get("replica.selector.class") is None
+    with pytest.raises(ConfigError, match="replica.selector.class.*must be one of"):
+        BrokerConfig.from_settings({"replica.selector.class": "com.example.NearestSelector"})

@@ -121,6 +121,17 @@ message_format_version_validator: Validator = _message_format_version
 no_tiered_storage_validator: Validator = _no_tiered_storage
 
 
+def _optional_one_of(*allowed: str) -> Validator:
+    """A class-name setting that may be unset, else one of the classes kbroker has."""
+    check = one_of(*allowed)
+
+    def optional(value: Any) -> None:
+        if value is not None:
+            check(value)
+
+    return optional
+
+
 def _d(
     name: str,
     config_type: ConfigType,
@@ -163,7 +174,23 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "broker.rack",
         STRING,
         None,
-        "Rack of this broker, reported in Metadata responses for rack-aware clients.",
+        "Rack of this broker, reported in Metadata responses for rack-aware clients, used "
+        "to spread replicas over racks and, with the RackAwareReplicaSelector, to send "
+        "consumers of the same rack to this broker's replicas.",
+    ),
+    _d(
+        "replica.selector.class",
+        STRING,
+        None,
+        "Which replica a consumer reads from (KIP-392). Unset or "
+        "org.apache.kafka.common.replica.LeaderSelector: the leader. "
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector: a leader sends a "
+        "consumer whose client.rack matches an in-sync follower's broker.rack (and not the "
+        "leader's own) to that follower. Other classes are refused.",
+        _optional_one_of(
+            "org.apache.kafka.common.replica.LeaderSelector",
+            "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+        ),
     ),
     _d(
         "cluster.peers",

@@ -33,6 +33,7 @@ from kbroker.replica.fetch_sessions import (
     remember_sent,
     worth_sending,
 )
+from kbroker.replica.selector import RACK_AWARE_SELECTOR, preferred_read_replica
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.security.quotas import CONSUMER_BYTE_RATE
 
@@ -97,7 +98,7 @@ def fetch(ctx: RequestContext, request: requests.FetchRequest) -> Any:
         or max_wait_ms <= 0
         or ctx.broker.lifecycle.stopping
     ):
-        return _encode(ctx, plan, results)
+        return _encode(ctx, request, plan, results)
     return _delayed_fetch(ctx, request, plan, max_wait_ms / 1000)
 
 
@@ -129,9 +130,9 @@ async def _delayed_fetch(
             break
         results, total, errors = _read_all(ctx, request, plan)
         if total >= _min_bytes(ctx, request) or errors or ctx.broker.lifecycle.stopping:
-            return _encode(ctx, plan, results)
+            return _encode(ctx, request, plan, results)
     results, _, _ = _read_all(ctx, request, plan)
-    return _encode(ctx, plan, results)
+    return _encode(ctx, request, plan, results)
 
 
 def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:
@@ -194,7 +195,10 @@ def _carries_replica_state(request: requests.FetchRequest) -> TypeIs[ReplicaStat
 
 
 def _encode(
-    ctx: RequestContext, plan: FetchPlan, results: list[tuple[FetchTarget, FetchedPartition]]
+    ctx: RequestContext,
+    request: requests.FetchRequest,
+    plan: FetchPlan,
+    results: list[tuple[FetchTarget, FetchedPartition]],
 ) -> Any:
     if plan.incremental:
         results = [(t, r) for t, r in results if worth_sending(t, r)]
@@ -211,6 +215,8 @@ def _encode(
                 ctx.version, [], session_id=plan.session_id, throttle_time_ms=throttle
             )
     remember_sent(plan, results)
+    # Kafka's BytesOutPerSec counts what consumers get; a follower's fetch is replication.
+    consumer = replica_id_of(request) < 0
     topics: list[FetchedTopic] = []
     for target, result in results:
         if (
@@ -220,7 +226,7 @@ def _encode(
         ):
             topics.append(FetchedTopic(target.topic or "", target.topic_id))
         topics[-1].partitions.append(result)
-        if result.records_size and target.topic is not None:
+        if consumer and result.records_size and target.topic is not None:
             ctx.broker.counters.topic(target.topic).bytes_out += result.records_size
     endpoints = None
     if ctx.version >= 16 and any(r.error_code for _, r in results):
@@ -254,7 +260,8 @@ def _read_all(
             denied = set() if ctx.is_broker() else names
         else:
             denied = {n for n in names if not ctx.allowed(Operation.READ, ResourceType.TOPIC, n)}
-    now = int(time.time() * 1000) if replica >= 0 else 0
+    client_rack = _client_rack(ctx, request, replica)
+    now = int(time.time() * 1000) if replica >= 0 or client_rack else 0
     for target in plan.targets:
         if target.topic is None:
             results.append((target, FetchedPartition(target.partition, unknown)))
@@ -275,6 +282,7 @@ def _read_all(
             replica,
             now,
             ctx.version >= FIRST_RACK_ID_VERSION,
+            client_rack,
         )
         results.append((target, result))
         if result.error_code:
@@ -298,11 +306,31 @@ def _read_partition(
     replica_id: int,
     now_ms: int,
     from_follower_ok: bool,
+    client_rack: str = "",
 ) -> FetchedPartition:
     partition = broker.partitions.get(topic, p.partition)
     if partition is None:
         code = broker.controller.state.missing_replica_error(topic, p.partition)
         return FetchedPartition(p.partition, ErrorCode(code))
+    if client_rack and partition.is_leader and not partition.check_epoch(p.current_leader_epoch):
+        preferred = preferred_read_replica(
+            RACK_AWARE_SELECTOR,
+            partition,
+            client_rack,
+            p.fetch_offset,
+            lambda node: _live_rack(broker, node),
+            now_ms,
+        )
+        if preferred is not None:
+            # KIP-392: no records, the replica to fetch from instead.
+            return FetchedPartition(
+                p.partition,
+                ErrorCode.none,
+                partition.high_watermark,
+                partition.last_stable_offset,
+                partition.log.log_start_offset,
+                preferred_read_replica=preferred,
+            )
     max_bytes = min(p.partition_max_bytes, budget)
     if max_bytes <= 0 and not first:
         read = partition.read_offsets(p.current_leader_epoch)
@@ -329,6 +357,24 @@ def _read_partition(
         records=read.records,
         diverging_epoch=read.diverging_epoch,
     )
+
+
+def _client_rack(ctx: RequestContext, request: requests.FetchRequest, replica_id: int) -> str:
+    """The consumer's rack when this broker's replica.selector.class may send it to a
+    follower in it (KIP-392); "" otherwise."""
+    if replica_id >= 0 or ctx.version < FIRST_RACK_ID_VERSION:
+        return ""
+    if ctx.broker.config.get("replica.selector.class") != RACK_AWARE_SELECTOR:
+        return ""
+    return str(getattr(request, "rack_id", "") or "")
+
+
+def _live_rack(broker: BrokerParts, node_id: int) -> str | None:
+    """A live broker's rack ("" when it has none); None for one fenced or unknown."""
+    info = broker.controller.state.brokers.get(node_id)
+    if info is None or info.fenced:
+        return None
+    return info.rack or ""
 
 
 def replica_id_of(request: requests.FetchRequest) -> int:

@@ -63,25 +63,49 @@ def _group_denied(ctx: RequestContext, operation: Operation, group_id: str) -> b
     )
 
 
+def _topic_denied(ctx: RequestContext, operation: Operation, name: str) -> bool:
+    return ctx.broker.authorizer is not None and not ctx.allowed(
+        operation, ResourceType.TOPIC, name
+    )
+
+
+def _unreadable_ids(ctx: RequestContext, topic_ids: set[uuid.UUID]) -> set[uuid.UUID]:
+    """The topics (by id) this principal may not READ, as Kafka's ShareFetch and
+    ShareAcknowledge check them; an unknown id is left to the coordinator's answer."""
+    if ctx.broker.authorizer is None:
+        return set()
+    topics = ctx.broker.controller.state.topics_by_id
+    return {
+        i for i in topic_ids if i in topics and _topic_denied(ctx, Operation.READ, topics[i].name)
+    }
+
+
 @handles(SHARE_GROUP_HEARTBEAT, 1, 1, enabled_by=ENABLE)
 async def share_group_heartbeat(
     ctx: RequestContext, request: requests.ShareGroupHeartbeatRequest
 ) -> dict[str, Any]:
+    """Kafka's checks first: group READ, then DESCRIBE on every subscribed topic."""
     service = _service(ctx)
-    ready = await service.ready(request.group_id or "")
+    names = request.subscribed_topic_names
+    message = None
     if _group_denied(ctx, Operation.READ, request.group_id or ""):
         ready = E.group_authorization_failed
+    elif names and any(_topic_denied(ctx, Operation.DESCRIBE, n) for n in names):
+        ready = E.topic_authorization_failed
+        denied = sorted({n for n in names if _topic_denied(ctx, Operation.DESCRIBE, n)})
+        message = f"Unauthorized topics: {', '.join(denied)}"
+    else:
+        ready = await service.ready(request.group_id or "")
     if ready != E.none:
         return {
             "throttle_time": 0,
             "error_code": ready,
-            "error_message": None,
+            "error_message": message,
             "member_id": None,
             "member_epoch": 0,
             "heartbeat_interval": 0,
             "assignment": None,
         }
-    names = request.subscribed_topic_names
     result = service.coordinator.heartbeat(
         request.group_id,
         request.member_id,
@@ -240,9 +264,43 @@ def _ack_partitions(ctx: RequestContext, answer: FetchAnswer) -> list[dict[str, 
     return [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()]
 
 
-def _encode_fetch(ctx: RequestContext, answer: FetchAnswer) -> EncodedBody:
+def _unreadable_partitions(
+    ctx: RequestContext, topics: Iterable[_AckTopic], unreadable: set[uuid.UUID]
+) -> list[tuple[uuid.UUID, _AckPartition]]:
+    """The requested partitions of topics the principal may not READ."""
+    return [
+        (t.topic_id or ZERO_UUID, p)
+        for t in topics
+        if (t.topic_id or ZERO_UUID) in unreadable
+        for p in t.partitions
+    ]
+
+
+def _refused_acks(
+    ctx: RequestContext, refused: list[tuple[uuid.UUID, _AckPartition]]
+) -> list[dict[str, Any]]:
+    """ShareAcknowledge's TOPIC_AUTHORIZATION_FAILED partitions, one entry per topic."""
+    by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    for topic_id, p in refused:
+        by_topic.setdefault(topic_id, []).append(
+            {
+                "partition_index": p.partition_index,
+                "error_code": E.topic_authorization_failed,
+                "error_message": None,
+                "current_leader": _leader(ctx, topic_id, p.partition_index),
+            }
+        )
+    return [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+def _encode_fetch(
+    ctx: RequestContext,
+    answer: FetchAnswer,
+    refused: list[tuple[uuid.UUID, _AckPartition]],
+) -> EncodedBody:
     """The answer with each partition's batches left in their segment file (sent by
-    sendfile, as Fetch does), not read and copied through Python."""
+    sendfile, as Fetch does), not read and copied through Python; a partition of a topic
+    the principal may not READ answers TOPIC_AUTHORIZATION_FAILED, nothing acquired."""
     topics: dict[uuid.UUID, ShareFetchedTopic] = {}
     for (topic_id, partition), part in sorted(
         answer.partitions.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])
@@ -263,6 +321,20 @@ def _encode_fetch(ctx: RequestContext, answer: FetchAnswer) -> EncodedBody:
                 [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired],
             )
         )
+    denied = E.topic_authorization_failed
+    for topic_id, p in refused:
+        leader = _leader(ctx, topic_id, p.partition_index)
+        topic = topics.get(topic_id)
+        if topic is None:
+            topic = topics[topic_id] = ShareFetchedTopic(topic_id)
+        topic.partitions.append(
+            SharePartitionData(
+                p.partition_index,
+                denied,
+                acknowledge_error_code=denied if p.acknowledgement_batches else 0,
+                current_leader=(leader["leader_id"], leader["leader_epoch"]),
+            )
+        )
     return encode_share_fetch_response(
         list(topics.values()), acquisition_lock_timeout_ms=answer.lock_ms
     )
@@ -281,8 +353,10 @@ async def share_fetch(
             "responses": [],
             "node_endpoints": [],
         }
+    unreadable = _unreadable_ids(ctx, {t.topic_id or ZERO_UUID for t in request.topics})
+    readable = [t for t in request.topics if (t.topic_id or ZERO_UUID) not in unreadable]
     added: list[tuple[uuid.UUID, int]] = [
-        (t.topic_id or ZERO_UUID, p.partition_index) for t in request.topics for p in t.partitions
+        (t.topic_id or ZERO_UUID, p.partition_index) for t in readable for p in t.partitions
     ]
     forgotten: list[tuple[uuid.UUID, int]] = [
         (t.topic_id or ZERO_UUID, p) for t in request.forgotten_topics_data for p in t.partitions
@@ -292,7 +366,7 @@ async def share_fetch(
         request.member_id or "",
         request.share_session_epoch,
         added,
-        _acks(request.topics),
+        _acks(readable),
         forgotten,
         duration_ms(request.max_wait) if not ctx.broker.lifecycle.stopping else 0,
         # v2: a request carrying renewals acquires nothing (KIP-1222); the record-limit
@@ -310,7 +384,7 @@ async def share_fetch(
             "responses": [],
             "node_endpoints": [],
         }
-    return _encode_fetch(ctx, answer)
+    return _encode_fetch(ctx, answer, _unreadable_partitions(ctx, request.topics, unreadable))
 
 
 @handles(SHARE_ACKNOWLEDGE, 1, 2, enabled_by=ENABLE)
@@ -325,11 +399,12 @@ async def share_acknowledge(
             "responses": [],
             "node_endpoints": [],
         }
+    unreadable = _unreadable_ids(ctx, {t.topic_id or ZERO_UUID for t in request.topics})
     answer = await _service(ctx).share_acknowledge(
         request.group_id or "",
         request.member_id or "",
         request.share_session_epoch,
-        _acks(request.topics),
+        _acks([t for t in request.topics if (t.topic_id or ZERO_UUID) not in unreadable]),
     )
     if answer.error:
         return {
@@ -342,7 +417,8 @@ async def share_acknowledge(
     return {
         "throttle_time": 0,
         "error_code": E.none,
-        "responses": _ack_partitions(ctx, answer),
+        "responses": _ack_partitions(ctx, answer)
+        + _refused_acks(ctx, _unreadable_partitions(ctx, request.topics, unreadable)),
         "node_endpoints": [],
     }
 
@@ -358,6 +434,16 @@ def describe_share_group_offsets(
     state = ctx.broker.controller.state
     groups = []
     for g in request.groups:
+        if _group_denied(ctx, Operation.DESCRIBE, g.group_id):
+            groups.append(
+                {
+                    "group_id": g.group_id,
+                    "topics": [],
+                    "error_code": E.group_authorization_failed,
+                    "error_message": None,
+                }
+            )
+            continue
         if g.group_id not in coordinator.share_group_ids():
             groups.append(
                 {
@@ -370,18 +456,29 @@ def describe_share_group_offsets(
             continue
         offsets = coordinator.start_offsets(g.group_id)
         wanted: list[tuple[str, list[int]]]
-        if g.topics is None:
-            names = sorted({t for t, _ in offsets})
+        if g.topics is None:  # every topic the principal may describe, as Kafka lists them
+            names = sorted({t for t, _ in offsets if not _topic_denied(ctx, Operation.DESCRIBE, t)})
             wanted = [(t, sorted(p for tt, p in offsets if tt == t)) for t in names]
         else:
             wanted = [(t.topic_name, list(t.partitions)) for t in g.topics]
         topics = []
         for name, partitions in wanted:
             info = state.topics.get(name)
-            parts = []
+            parts: list[dict[str, Any]] = []
+            denied = _topic_denied(ctx, Operation.DESCRIBE, name)
             for p in partitions:
                 found = offsets.get((name, p))
-                if info is None or not 0 <= p < len(info.partitions):
+                if denied:
+                    parts.append(
+                        {
+                            "partition_index": p,
+                            "start_offset": -1,
+                            "leader_epoch": -1,
+                            "error_code": E.topic_authorization_failed,
+                            "error_message": None,
+                        }
+                    )
+                elif info is None or not 0 <= p < len(info.partitions):
                     parts.append(
                         {
                             "partition_index": p,
@@ -404,7 +501,7 @@ def describe_share_group_offsets(
             topics.append(
                 {
                     "topic_name": name,
-                    "topic_id": info.topic_id if info else ZERO_UUID,
+                    "topic_id": info.topic_id if info and not denied else ZERO_UUID,
                     "partitions": parts,
                 }
             )
@@ -419,6 +516,13 @@ async def alter_share_group_offsets(
     service = _service(ctx)
     coordinator = service.coordinator
     state = ctx.broker.controller.state
+    if _group_denied(ctx, Operation.READ, request.group_id):
+        return {
+            "throttle_time": 0,
+            "error_code": E.group_authorization_failed,
+            "error_message": None,
+            "responses": [],
+        }
     group = coordinator.groups.get(request.group_id)
     if group is not None and group.members:
         return {
@@ -429,10 +533,13 @@ async def alter_share_group_offsets(
         }
     responses = []
     for t in request.topics:
-        info = state.topics.get(t.topic_name)
+        denied = _topic_denied(ctx, Operation.READ, t.topic_name)
+        info = None if denied else state.topics.get(t.topic_name)
         parts = []
         for p in t.partitions:
-            if info is None or not 0 <= p.partition_index < len(info.partitions):
+            if denied:
+                code = E.topic_authorization_failed
+            elif info is None or not 0 <= p.partition_index < len(info.partitions):
                 code = E.unknown_topic_or_partition
             else:
                 ref = coordinator.topics.by_name(t.topic_name)
@@ -464,6 +571,13 @@ async def delete_share_group_offsets(
     service = _service(ctx)
     coordinator = service.coordinator
     state = ctx.broker.controller.state
+    if _group_denied(ctx, Operation.DELETE, request.group_id):
+        return {
+            "throttle_time": 0,
+            "error_code": E.group_authorization_failed,
+            "error_message": None,
+            "responses": [],
+        }
     if request.group_id not in coordinator.share_group_ids():
         return {
             "throttle_time": 0,
@@ -473,8 +587,11 @@ async def delete_share_group_offsets(
         }
     responses = []
     for t in request.topics:
-        info = state.topics.get(t.topic_name)
-        if info is None:
+        denied = _topic_denied(ctx, Operation.READ, t.topic_name)
+        info = None if denied else state.topics.get(t.topic_name)
+        if denied:
+            code = E.topic_authorization_failed
+        elif info is None:
             code = E.unknown_topic_or_partition
         else:
             code = _error(coordinator.delete_topic_state(request.group_id, info.topic_id))

@@ -17,7 +17,9 @@ from typing import Any, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from kbroker.config import (
+    ConfigEntry,
     ConfigError,
+    ConfigSynonym,
     describe_broker_config,
     describe_topic_config,
     validate_dynamic_broker_configs,
@@ -81,16 +83,12 @@ def controller_failure(exc: ControllerError) -> ResourceError:
 # -- describing config entries -------------------------------------------------------------
 
 
-def _synonym(synonym: Any) -> dict[str, Any]:
-    if isinstance(synonym, tuple) and not hasattr(synonym, "name"):
-        name, value, source = synonym
-    else:
-        name, value, source = synonym.name, synonym.value, synonym.source
-    return {"name": name, "value": value, "source": int(source)}
+def _synonym(synonym: ConfigSynonym) -> dict[str, Any]:
+    return {"name": synonym.name, "value": synonym.value, "source": int(synonym.source)}
 
 
 def config_entry_result(
-    entry: Any, include_synonyms: bool, include_documentation: bool
+    entry: ConfigEntry, include_synonyms: bool, include_documentation: bool
 ) -> dict[str, Any]:
     """One ConfigEntry as a DescribeConfigs result (sensitive values are never sent)."""
     return {
@@ -149,8 +147,19 @@ def existing_topic(broker: BrokerParts, name: str) -> TopicInfo:
     return topic
 
 
+class DescribedResource(Protocol):
+    """A resource of DescribeConfigs, in every version."""
+
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
+    @property
+    def configuration_keys(self) -> Sequence[str] | None: ...
+
+
 def _describe_resource(
-    broker: BrokerParts, resource: Any, synonyms: bool, docs: bool
+    broker: BrokerParts, resource: DescribedResource, synonyms: bool, docs: bool
 ) -> list[dict]:
     kind, name = resource.resource_type, resource.resource_name
     flags = {"include_synonyms": synonyms, "include_documentation": docs}

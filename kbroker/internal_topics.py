@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from kbroker.controller.state import BrokerInfo
     from kbroker.replica.manager import ReplicaManager
     from kbroker.security.inter_broker import InterBrokerSecurity
+    from kbroker.storage.log import PartitionLog
     from kbroker.storage.manager import LogManager
 
 log = logging.getLogger("kbroker.internal_topics")
@@ -381,7 +382,7 @@ async def _acknowledgement(
 
 
 def read_batches(
-    plog: Any, start: int = 0, chunk_bytes: int = 1 << 20
+    plog: PartitionLog, start: int = 0, chunk_bytes: int = 1 << 20
 ) -> Iterator[tuple[BatchHeader, list[KeyValue]]]:
     """Every data batch of a partition log with its keyed records, oldest first.
 
@@ -412,7 +413,11 @@ def read_batches(
                 recs = decode_records(data, pos, plog.decompressor or decompress)
                 yield (
                     header,
-                    [(r.key, r.value) for r in recs if r.key is not None and r.offset >= offset],
+                    [
+                        (r.key, r.value)
+                        for r in recs
+                        if r.key is not None and (r.offset or 0) >= offset
+                    ],
                 )
             offset = header.next_offset
             pos += size
@@ -423,7 +428,7 @@ def read_batches(
 
 
 def read_log_records(
-    plog: Any, start: int = 0, chunk_bytes: int = 1 << 20
+    plog: PartitionLog, start: int = 0, chunk_bytes: int = 1 << 20
 ) -> Iterator[tuple[int, list[KeyValue]]]:
     """Every (base offset, [(key, value)]) batch of a partition log, as `read_batches`."""
     for header, records in read_batches(plog, start, chunk_bytes):

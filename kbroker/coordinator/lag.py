@@ -10,10 +10,10 @@ known on this node, and a guess would be worse than a gap.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from kbroker.coordinator.coordinator import GroupCoordinator
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata
 from kbroker.internal_topics import ServiceBroker
 
@@ -21,19 +21,23 @@ HighWatermark = Callable[[str, int], int | None]
 GroupOffsets = dict[tuple[str, int], OffsetAndMetadata]
 
 
-def groups_with_offsets(coordinator: Any) -> Iterator[tuple[str, str, str, int, GroupOffsets]]:
+def groups_with_offsets(
+    coordinator: GroupCoordinator,
+) -> Iterator[tuple[str, str, str, int, GroupOffsets]]:
     """(group id, type, state, members, offsets) of every live group, sorted by id."""
     found: list[tuple[str, str, str, int, GroupOffsets]] = []
     for group_id, group in coordinator.groups.items():
         if group.is_in(GroupState.DEAD):
             continue
         found.append((group_id, "classic", group.state.value, len(group.members), group.offsets))
-    for group_id, group in coordinator.consumer.groups.items():
-        found.append((group_id, "consumer", group.state.value, len(group.members), group.offsets))
+    for group_id, consumer in coordinator.consumer.groups.items():
+        found.append(
+            (group_id, "consumer", consumer.state.value, len(consumer.members), consumer.offsets)
+        )
     yield from sorted(found, key=lambda g: g[0])
 
 
-def lag_metrics(coordinator: Any, high_watermark: HighWatermark) -> list[Metric]:
+def lag_metrics(coordinator: GroupCoordinator, high_watermark: HighWatermark) -> list[Metric]:
     members = GaugeMetricFamily(
         "kbroker_consumer_group_members",
         "Members of each group this node coordinates.",

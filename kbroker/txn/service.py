@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from kbroker.config import BrokerConfig
 from kbroker.internal_topics import (
     InternalTopicService,
     KeyValue,
@@ -42,7 +43,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def txn_config(config: Any) -> TxnConfig:
+def txn_config(config: BrokerConfig) -> TxnConfig:
     return TxnConfig(
         num_partitions=config.get("transaction.state.log.num.partitions"),
         max_timeout_ms=config.get("transaction.max.timeout.ms"),
@@ -135,7 +136,7 @@ class TransactionCoordinatorService(InternalTopicService):
         coordinator.load_listeners.append(self.offsets.reconcile)
         coordinator.pending_offset_check = self.offsets.has_pending
 
-    def _every(self, interval_ms: float, job: Any) -> None:
+    def _every(self, interval_ms: float, job: Callable[[], Any]) -> None:
         self.every(interval_ms, job, f"transaction coordinator task {job.__name__}")
 
     async def _expire_producers(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -120,7 +121,9 @@ def test_partitions_move_onto_a_fourth_broker_under_load_with_nothing_acknowledg
                 replicas_and_isr(cluster, topic, p) == (r, sorted(r)) for p, r in targets.items()
             )
 
+        began = time.monotonic()
         cluster.wait_until(moved, 30.0, "both partitions to complete their move")
+        print(f"moved under load in {time.monotonic() - began:.2f} s")
         acked_at_move = [len(p.history.acked) for p in producers]
         cluster.wait_until(
             lambda: all(
@@ -142,6 +145,7 @@ def test_partitions_move_onto_a_fourth_broker_under_load_with_nothing_acknowledg
             cluster.bootstrap, topic, len(producer.history.acked), partition=partition
         )]  # fmt: skip
         verdict = check(producer.history.acked, read)
+        print(f"partition {partition}: {verdict}")
         assert verdict.clean, f"partition {partition}: {verdict}"
     # The removed replicas deleted their logs; broker 4 holds both partitions.
     assert not (cluster.node(1).data_dir / f"{topic}-0").exists()

@@ -168,7 +168,11 @@ def test_a_kill_during_a_move_leaves_one_whole_copy(jbod):
     values = [f"{i:08d}".encode() * 1000 for i in range(2000)]  # 16 MB to copy
     produce_all(jbod.bootstrap, topic, ({"value": v, "partition": 0} for v in values), acks="all")
     move(jbod, topic, 0, destination)
-    time.sleep(0.05)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # until the copy is seen under way (or done)
+        if layout(jbod, topic)[destination]:
+            break
+        time.sleep(0.005)
     jbod.kill()
     jbod.start()
     assert dir_of(jbod, topic, 0) in disks(jbod)

@@ -503,10 +503,13 @@ class LogManager:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         try:
-            for _ in range(MOVE_ROUNDS):
+            for attempt in range(MOVE_ROUNDS):
                 await self._run_flush(plog)  # rolled segments' indexes reach the disk
                 steps = move.plan()
-                if move.pending_bytes(steps) <= MOVE_LAST_ROUND_BYTES:
+                if self._logs.get(key) is not plog:
+                    raise MoveCancelled(f"{plog.directory} was deleted")
+                pending = move.pending_bytes(steps)
+                if pending <= MOVE_LAST_ROUND_BYTES or attempt == MOVE_ROUNDS - 1:
                     break
                 work = loop.run_in_executor(self._movers(), move.copy, steps)
                 try:
@@ -516,9 +519,14 @@ class LogManager:
                     with contextlib.suppress(BaseException):
                         await work
                     raise
-            if self._logs.get(key) is not plog:
-                raise MoveCancelled(f"{plog.directory} was deleted")
-            move.plan()  # a truncation since the last round starts the copy afresh
+            if pending > MOVE_LAST_ROUND_BYTES:
+                log.warning(
+                    "%s-%d grows faster than it is copied: the last %d bytes of its move "
+                    "are copied in one step",
+                    *key,
+                    pending,
+                )
+            # No await from the last plan to the swap: nothing can append in between.
             try:
                 live = move.finish()
             except BaseException:

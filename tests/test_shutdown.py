@@ -8,6 +8,8 @@ from pathlib import Path
 
 from inprocess import RawClient, run_broker
 
+from kbroker.admin.client import fetch_fields
+
 FETCH = 1
 
 
@@ -17,20 +19,7 @@ def test_parked_fetch_is_answered_when_the_broker_stops(tmp_path: Path) -> None:
     async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
         await broker.controller.create_topic("quiet", 1, 1, {})
         client = await RawClient.connect(port)
-        request = {
-            "replica_id": -1,
-            "max_wait": 30_000,
-            "min_bytes": 1,
-            "max_bytes": 1 << 20,
-            "topics": [
-                {
-                    "topic": "quiet",
-                    "partitions": [
-                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
-                    ],
-                }
-            ],
-        }
+        request = fetch_fields("quiet", max_wait=30_000, min_bytes=1)
         parked = asyncio.create_task(client.call(FETCH, 12, request))
         await asyncio.sleep(0.2)
         assert not parked.done()  # no data: the fetch waits for max_wait

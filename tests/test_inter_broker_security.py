@@ -1,14 +1,18 @@
 """How a broker of a cluster reaches the others: the inter-broker listener's protocol, its
 TLS client side and the broker's own SASL login, refused at start when it cannot work."""
 
+import asyncio
 import ssl
 from pathlib import Path
 
 import pytest
+from kio.index import load_request_schema
 
 from compat_tests.tls_material import TlsMaterial, make_tls_material
 from kbroker.config import BrokerConfig, ConfigError
-from kbroker.security.inter_broker import inter_broker_security
+from kbroker.protocol.messages import build
+from kbroker.replica.fetcher import AuthenticationFailed, BrokerLink
+from kbroker.security.inter_broker import InterBrokerSecurity, inter_broker_security
 
 VOTERS = "1@127.0.0.1:19091,2@127.0.0.1:19092,3@127.0.0.1:19093"
 PLAIN_LINE = (
@@ -150,3 +154,31 @@ def test_an_empty_endpoint_identification_algorithm_turns_the_host_name_check_of
         )
     )
     assert security.ssl_context is not None and not security.ssl_context.check_hostname
+
+
+def test_a_leader_whose_certificate_is_not_trusted_is_an_authentication_failure(
+    tls: TlsMaterial,
+) -> None:
+    """The follower's link says why it cannot replicate (the fetcher logs that once)."""
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(str(tls.broker_keystore))
+    untrusting = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # no CA: trusts nothing here
+
+    async def attempt() -> None:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server_context)
+        port = server.sockets[0].getsockname()[1]
+        link = BrokerLink(
+            "127.0.0.1", port, "replica-2", InterBrokerSecurity("INTERNAL", "SSL", untrusting)
+        )
+        try:
+            await link.call(build(load_request_schema(18, 0), {}), 5.0)
+        finally:
+            link.close()
+            server.close()
+            await server.wait_closed()
+
+    with pytest.raises(AuthenticationFailed, match="listener INTERNAL failed: CERTIFICATE_VERIFY"):
+        asyncio.run(attempt())

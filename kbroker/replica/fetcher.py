@@ -139,9 +139,16 @@ class BrokerLink:
     async def call(self, entity: Any, timeout: float) -> Any:
         if self._writer is not None and time.monotonic() >= self._session_ends:
             self.close()
-        if self._writer is None:
-            await self._open(timeout)
-        return await self._ask(entity, timeout)
+        try:
+            if self._writer is None:
+                await self._open(timeout)
+            return await self._ask(entity, timeout)
+        except ssl.SSLError as exc:  # a certificate refused either way, or a broken session
+            self.close()
+            raise AuthenticationFailed(
+                f"TLS with {self.host}:{self.port} on listener {self.security.listener} "
+                f"failed: {exc.reason or exc}"
+            ) from None
 
     async def _ask(self, entity: Any, timeout: float) -> Any:
         assert self._reader is not None and self._writer is not None
@@ -157,21 +164,15 @@ class BrokerLink:
 
     async def _open(self, timeout: float) -> None:
         context = self.security.ssl_context
-        try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(
-                    self.host,
-                    self.port,
-                    ssl=context,
-                    server_hostname=self.host if context is not None else None,
-                ),
-                timeout,
-            )
-        except ssl.SSLError as exc:
-            raise AuthenticationFailed(
-                f"TLS handshake with {self.host}:{self.port} on listener "
-                f"{self.security.listener} failed: {exc.reason or exc}"
-            ) from None
+        self._reader, self._writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                self.host,
+                self.port,
+                ssl=context,
+                server_hostname=self.host if context is not None else None,
+            ),
+            timeout,
+        )
         if self.security.mechanism is not None:
             try:
                 await self._login(timeout)

@@ -34,12 +34,14 @@ from compat_tests.confluent_helpers import (
     produce_all,
     unique_group,
     unique_topic,
+    watermarks,
 )
 from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(180)
 
 SHARE_APIS = {76, 77, 78, 79, 90, 91, 92}
+DLQ_GROUP_ENABLE = "errors.deadletterqueue.group.enable"  # a topic's opt-in (KIP-1191)
 LOCK_MS = 2000
 # Short locks and sessions so redelivery is quick; the minimums are lowered to allow them.
 BROKER = {
@@ -181,8 +183,16 @@ def test_records_of_a_consumer_killed_while_holding_them_are_redelivered_after_t
 
 
 def test_a_record_released_five_times_lands_in_the_dead_letter_topic_once(share_broker):  # type: ignore[no-untyped-def]
-    dlq = unique_topic("dlq")
-    topic, group = new_queue(share_broker.bootstrap, 3, errors_deadletterqueue_topic_name=dlq)
+    # KIP-1191: the topic opts in and its name has the broker's prefix ("dlq." by default);
+    # the group asks for the record itself to be copied too.
+    dlq = "dlq." + unique_topic("share")
+    create_topic(share_broker.bootstrap, dlq, partitions=1, config={DLQ_GROUP_ENABLE: "true"})
+    topic, group = new_queue(
+        share_broker.bootstrap,
+        3,
+        errors_deadletterqueue_topic_name=dlq,
+        errors_deadletterqueue_copy_record_enable="true",
+    )
     consumer = share_consumer(
         share_broker.bootstrap, group, topic, share_acknowledgement_mode="explicit"
     )
@@ -226,6 +236,33 @@ def test_a_record_released_five_times_lands_in_the_dead_letter_topic_once(share_
     assert headers["__dlq.errors.delivery.count"] == "5"
     assert headers["__dlq.errors.group.id"] == group
     assert headers["__dlq.errors.reason"] == "delivery count limit reached"
+
+
+def test_a_topic_that_did_not_opt_in_gets_no_dead_letters(share_broker):  # type: ignore[no-untyped-def]
+    dlq = "dlq." + unique_topic("share")
+    create_topic(
+        share_broker.bootstrap, dlq, partitions=1
+    )  # no errors.deadletterqueue.group.enable
+    topic, group = new_queue(share_broker.bootstrap, 1, errors_deadletterqueue_topic_name=dlq)
+    consumer = share_consumer(
+        share_broker.bootstrap, group, topic, share_acknowledgement_mode="explicit"
+    )
+    rejected = False
+    try:
+        deadline = time.monotonic() + 20
+        while not rejected and time.monotonic() < deadline:
+            for message in consumer.poll(0.5):
+                consumer.acknowledge(message, AcknowledgeType.REJECT)
+                rejected = True
+        assert all(error is None for error in consumer.commit_sync(10).values())
+    finally:
+        consumer.close()
+    reason = f"DLQ is not enabled on configured DLQ topic for share group: {group}, topic: {dlq}"
+    deadline = time.monotonic() + 10
+    while reason not in share_broker.log_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert reason in share_broker.log_text()
+    assert watermarks(share_broker.bootstrap, dlq) == (0, 0)
 
 
 def test_kill_minus_nine_loses_no_acknowledgement_and_redelivers_none(broker_factory):  # type: ignore[no-untyped-def]
@@ -406,8 +443,11 @@ def test_java_share_consumer_reads_every_record_once(share_broker, tmp_path):  #
 
 
 def test_a_dead_letter_is_written_once_across_a_kill_minus_nine(broker_factory):  # type: ignore[no-untyped-def]
-    broker = broker_factory.start_with(BROKER)
-    dlq = unique_topic("dlq")
+    # The broker creates the missing topic (KIP-1191's auto-create, off by default).
+    broker = broker_factory.start_with(
+        {**BROKER, "errors.deadletterqueue.auto.create.topics.enable": "true"}
+    )
+    dlq = "dlq." + unique_topic("share")
     topic, group = new_queue(
         broker.bootstrap, 1, errors_deadletterqueue_topic_name=dlq, share_delivery_count_limit="2"
     )
@@ -438,6 +478,7 @@ def test_a_dead_letter_is_written_once_across_a_kill_minus_nine(broker_factory):
         reader.close()
     assert len(copies) == 1
     assert dict(copies[0].headers())["__dlq.errors.reason"] == b"rejected"
+    assert copies[0].value() is None  # errors.deadletterqueue.copy.record.enable is off
 
 
 def _wire(broker):  # type: ignore[no-untyped-def]

@@ -1184,6 +1184,19 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         at_least(1),
     ),
     _d(
+        "errors.deadletterqueue.topic.name.prefix",
+        STRING,
+        "dlq.",
+        "Prefix a share group's dead-letter topic name must have (KIP-1191); empty: any name.",
+    ),
+    _d(
+        "errors.deadletterqueue.auto.create.topics.enable",
+        BOOLEAN,
+        False,
+        "Create a share group's dead-letter topic on its first record when it does not exist "
+        "(KIP-1191).",
+    ),
+    _d(
         "group.share.partition.max.record.locks",
         INT,
         2000,

@@ -241,6 +241,12 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         timestamp_type_validator,
     ),
     _t(
+        "errors.deadletterqueue.group.enable",
+        BOOLEAN,
+        False,
+        "Whether share groups may write their dead-letter records to this topic (KIP-1191).",
+    ),
+    _t(
         "min.cleanable.dirty.ratio",
         DOUBLE,
         0.5,

@@ -566,6 +566,7 @@ def describe_group_configs(
         "share.session.timeout.ms": str(coordinator.config.session_timeout_ms),
         "share.heartbeat.interval.ms": str(coordinator.config.heartbeat_interval_ms),
         "errors.deadletterqueue.topic.name": None,
+        "errors.deadletterqueue.copy.record.enable": "false",
     }
     configs = coordinator.group_configs.get(group_id, {})
     results: list[dict[str, Any]] = []

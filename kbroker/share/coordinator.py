@@ -236,7 +236,14 @@ class ShareCoordinator:
         return int(value) if value is not None else self.config.delivery_count_limit
 
     def dead_letter_topic(self, group_id: str) -> str | None:
-        return self.group_config(group_id, "errors.deadletterqueue.topic.name") or None
+        name = (self.group_config(group_id, "errors.deadletterqueue.topic.name") or "").strip()
+        return name or None
+
+    def dead_letters_copy_records(self, group_id: str) -> bool:
+        """KIP-1191's `errors.deadletterqueue.copy.record.enable`: whether a dead-letter
+        record carries the original key, value and headers (off: only where from, why)."""
+        value = self.group_config(group_id, "errors.deadletterqueue.copy.record.enable")
+        return value is not None and value.strip().lower() == "true"
 
     def validate_group_config(self, name: str, value: str | None) -> str | None:
         """Why a group config is refused, or None when it is fine."""

@@ -1,11 +1,22 @@
 """Copying dead-lettered records to a share group's dead-letter topic (KIP-1191).
 
 A record a consumer rejects, or that runs out of deliveries, is ARCHIVED and, when the
-group names a topic in `errors.deadletterqueue.topic.name`, copied there with its key,
-value and headers saying where it came from and why. The pending copies are part of
-the share-partition's persisted state, so a restart still writes them; and before the
-first copy after a start the topic is searched for copies already made, so a crash
-between writing a copy and recording it cannot make a second one.
+group names a topic in `errors.deadletterqueue.topic.name`, a dead-letter record goes
+there: headers saying where it came from and why, and the original key, value and
+headers too when the group sets `errors.deadletterqueue.copy.record.enable`. It goes to
+the partition numbered as the source's, modulo the topic's partition count.
+
+As in Kafka, a topic is only written when it is allowed to take the group's records,
+checked at each write (`topic_problem`): its name starts with the broker's
+`errors.deadletterqueue.topic.name.prefix` ("dlq." by default) and not with "__", and
+it has the topic config `errors.deadletterqueue.group.enable=true`, or it does not exist
+and `errors.deadletterqueue.auto.create.topics.enable` lets the broker create it (with
+that config set). Records for a topic that is not allowed are only archived, with one
+log line saying why.
+
+The pending copies are part of the share-partition's persisted state, so a restart still
+writes them; and before the first copy after a start the topic is searched for copies
+already made, so a crash between writing a copy and recording it cannot make a second.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from kbroker.protocol.batch import HEADER_SIZE, Record, decode_records, encode_b
 from kbroker.protocol.compression import decompress
 from kbroker.replica.partition import PartitionError
 from kbroker.share.partition_state import DeadLetter
+from kbroker.storage.log import PartitionLog
 from kbroker.storage.producer_state import CLIENT
 
 if TYPE_CHECKING:
@@ -36,6 +48,43 @@ H_REASON = "__dlq.errors.reason"
 
 Identity = tuple[str, str, int, int]  # group, topic, partition, offset
 
+GROUP_ENABLE = "errors.deadletterqueue.group.enable"  # topic config: may take DLQ records
+TOPIC_PREFIX = "errors.deadletterqueue.topic.name.prefix"  # broker config
+AUTO_CREATE = "errors.deadletterqueue.auto.create.topics.enable"  # broker config
+
+
+def topic_problem(
+    group_id: str,
+    topic: str,
+    topic_configs: dict[str, str] | None,
+    prefix: str,
+    auto_create: bool,
+) -> str | None:
+    """Why `topic` cannot take `group_id`'s dead letters, in Kafka's words and order of
+    checks, or None when it can. `topic_configs` are the topic's overrides, None when it
+    does not exist."""
+    if not topic:
+        return f"Configured DLQ topic name in share group: {group_id} is empty."
+    if topic.startswith("__"):
+        return (
+            f"Configured DLQ topic name in share group: {group_id} cannot start with __, "
+            f"topic: {topic}."
+        )
+    if topic_configs is not None and topic_configs.get(GROUP_ENABLE, "").lower() != "true":
+        return f"DLQ is not enabled on configured DLQ topic for share group: {group_id}, topic: {topic}"
+    prefix = prefix.strip()
+    if prefix and not topic.startswith(prefix):
+        return (
+            "Configured DLQ topic name does not comply with the DLQ topic prefix in share "
+            f"group: {group_id}, topic: {topic}, prefix: {prefix}"
+        )
+    if topic_configs is None and not auto_create:
+        return (
+            "DLQ topic does not exist and auto create is disabled on cluster for share "
+            f"group: {group_id}, topic: {topic}."
+        )
+    return None
+
 
 class DeadLetterWriter:
     def __init__(self, broker: ServiceBroker, service: ShareService) -> None:
@@ -44,6 +93,7 @@ class DeadLetterWriter:
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._written: dict[str, set[Identity]] = {}  # copies found in DLQ topics at start
+        self._refused: set[str] = set()  # problems already logged
 
     def kick(self) -> None:
         """Write whatever is pending, now or after the run under way."""
@@ -73,37 +123,58 @@ class DeadLetterWriter:
         for key, topic, letters in coordinator.pending_dead_letters():
             group_id, _, partition = key
             target = coordinator.dead_letter_topic(group_id)
-            if target is None:
+            if target is None or not self._allowed(group_id, target):
                 coordinator.dead_letters_written(key, {d.offset for d in letters})
                 continue
             if not await self._ensure_topic(target):
                 continue
             if target not in self._written:
                 self._written[target] = self._existing_copies(target)
+            copy_record = coordinator.dead_letters_copy_records(group_id)
             done: set[int] = set()
             for letter in letters:
                 identity = (group_id, topic, partition, letter.offset)
                 if identity not in self._written[target] and not await self._copy(
-                    target, group_id, topic, partition, letter
+                    target, group_id, topic, partition, letter, copy_record
                 ):
                     break
                 done.add(letter.offset)
             coordinator.dead_letters_written(key, done)
         await self._service.persist()
 
+    def _allowed(self, group_id: str, target: str) -> bool:
+        """KIP-1191's rules for the topic, checked now: the operator may change them."""
+        config = self._broker.config
+        info = self._broker.controller.state.topics.get(target)
+        problem = topic_problem(
+            group_id,
+            target,
+            None if info is None else info.configs,
+            config.get(TOPIC_PREFIX),
+            config.get(AUTO_CREATE),
+        )
+        if problem is None:
+            return True
+        if problem not in self._refused:
+            self._refused.add(problem)
+            log.warning("dead letters archived without a copy: %s", problem)
+        return False
+
     async def _ensure_topic(self, name: str) -> bool:
         controller = self._broker.controller
-        if name in controller.state.topics:
-            return True
-        try:
-            await controller.create_topic(
-                name, 1, self._broker.config.get("default.replication.factor"), {}
-            )
-        except Exception as exc:  # noqa: BLE001 - created concurrently or refused: look again
-            if name not in controller.state.topics:
-                log.warning("cannot create dead-letter topic %s: %s", name, exc)
-                return False
-        for _ in range(50):  # the replica opens once the broker hears of the topic
+        if name not in controller.state.topics:
+            try:
+                await controller.create_topic(
+                    name,
+                    self._broker.config.get("num.partitions"),
+                    self._broker.config.get("default.replication.factor"),
+                    {GROUP_ENABLE: "true"},
+                )
+            except Exception as exc:  # noqa: BLE001 - created concurrently or refused: look again
+                if name not in controller.state.topics:
+                    log.warning("cannot create dead-letter topic %s: %s", name, exc)
+                    return False
+        for _ in range(50):  # the replicas open once the broker hears of the topic
             if self._broker.replicas.get(name, 0) is not None:
                 return True
             await asyncio.sleep(0.02)
@@ -135,9 +206,15 @@ class DeadLetterWriter:
         return None
 
     async def _copy(
-        self, target: str, group_id: str, topic: str, partition: int, letter: DeadLetter
+        self,
+        target: str,
+        group_id: str,
+        topic: str,
+        partition: int,
+        letter: DeadLetter,
+        copy_record: bool,
     ) -> bool:
-        original = self._original(topic, partition, letter.offset)
+        original = self._original(topic, partition, letter.offset) if copy_record else None
         now = int(time.time() * 1000)
         headers: list[tuple[str, bytes | None]] = list(original.headers) if original else []
         headers += [
@@ -154,7 +231,10 @@ class DeadLetterWriter:
             now,
             headers,
         )
-        replica, _ = self._broker.replicas.leader(target, 0)
+        info = self._broker.controller.state.topics.get(target)
+        if info is None:
+            return False
+        replica, _ = self._broker.replicas.leader(target, partition % len(info.partitions))
         if replica is None:
             return False
         try:
@@ -172,10 +252,15 @@ class DeadLetterWriter:
     def _existing_copies(self, target: str) -> set[Identity]:
         """Identities of the copies a dead-letter topic already holds."""
         found: set[Identity] = set()
-        replica = self._broker.replicas.get(target, 0)
-        if replica is None:
-            return found
-        plog = replica.log
+        info = self._broker.controller.state.topics.get(target)
+        for partition in range(len(info.partitions) if info is not None else 0):
+            replica = self._broker.replicas.get(target, partition)
+            if replica is not None:
+                self._copies_in(replica.log, found)
+        return found
+
+    @staticmethod
+    def _copies_in(plog: PartitionLog, found: set[Identity]) -> None:
         offset = plog.log_start_offset
         end = plog.log_end_offset
         while offset < end:
@@ -208,4 +293,3 @@ class DeadLetterWriter:
                 pos += header.total_size
             if not moved:
                 break
-        return found

@@ -20,6 +20,7 @@ GROUP_CONFIGS = (
     "share.session.timeout.ms",
     "share.heartbeat.interval.ms",
     "errors.deadletterqueue.topic.name",
+    "errors.deadletterqueue.copy.record.enable",
 )
 
 
@@ -67,6 +68,9 @@ def validate_group_config(c: ShareConfig, name: str, value: str | None) -> str |
             v.isdigit() and c.min_heartbeat_interval_ms <= int(v) <= c.max_heartbeat_interval_ms
         ),
         "errors.deadletterqueue.topic.name": lambda v: True,
+        "errors.deadletterqueue.copy.record.enable": lambda v: (
+            v.strip().lower() in ("true", "false")
+        ),
     }
     if not checks[name](value):
         return f"Invalid value {value} for configuration {name}"

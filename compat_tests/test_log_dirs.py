@@ -16,7 +16,7 @@ from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient
 from kafka.errors import NoError
 
-from compat_tests.broker_process import BrokerProcess, running_broker
+from compat_tests.broker_process import BrokerProcess, produce_one_error, running_broker
 from compat_tests.confluent_helpers import (
     DeliveryLog,
     consume_from_beginning,
@@ -180,3 +180,47 @@ def test_a_kill_during_a_move_leaves_one_whole_copy(jbod):
     assert read_back(jbod, topic, len(values)) == values
     leftovers = [p for d in disks(jbod) for p in Path(d).iterdir() if p.name.endswith("-future")]
     assert leftovers == []
+
+
+def test_a_failed_directory_is_offline_and_its_partitions_return_with_it(broker_factory):
+    base = broker_factory.root / "failing"
+    node = broker_factory.start_with({"log.dirs": f"{base / 'disk-a'},{base / 'disk-b'}"})
+    a, b = str(base / "disk-a"), str(base / "disk-b")
+    topic = unique_topic("jbod-fail")
+    create_topic(node.bootstrap, topic, partitions=2)
+    produce_all(node.bootstrap, topic, [{"value": b"%d" % p, "partition": p} for p in (0, 1)])
+    on_b = next(p for p, _ in layout(node, topic)[b])
+    node.stop()
+    Path(b).rename(base / "disk-b.unplugged")
+    Path(b).write_text("not a directory any more")
+
+    node.start()
+    with closing(admin(node)) as client:
+        [answer] = client.describe_log_dirs()
+    errors = {r["log_dir"]: r["error_code"] for r in answer["log_dirs"]}
+    assert errors == {a: 0, b: 56}  # KAFKA_STORAGE_ERROR
+    assert produce_one_error(node, topic, on_b, "jbod") == 56
+    assert produce_one_error(node, topic, 1 - on_b, "jbod") == 0
+    fresh = unique_topic("jbod-after")
+    create_topic(node.bootstrap, fresh, partitions=2)
+    assert layout_of_online(node, fresh) == {a: [0, 1]}  # new partitions avoid the failed one
+
+    node.stop()
+    Path(b).unlink()
+    (base / "disk-b.unplugged").rename(b)
+    node.start()
+    assert layout(node, topic) == {a: [(1 - on_b, False)], b: [(on_b, False)]}
+    assert (
+        consume_from_beginning(node.bootstrap, topic, 1, partitions=[on_b])[0].value == b"%d" % on_b
+    )
+
+
+def layout_of_online(node: BrokerProcess, topic: str) -> dict[str, list[int]]:
+    with closing(admin(node)) as client:
+        [answer] = client.describe_log_dirs()
+    return {
+        r["log_dir"]: sorted(p["partition_index"] for t in r["topics"] if t["name"] == topic
+                              for p in t["partitions"])
+        for r in answer["log_dirs"]
+        if r["error_code"] == 0
+    }  # fmt: skip

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,8 @@ class Broker:
         )
         # Topics whose partitions are being opened off the loop (see _open_partitions).
         self._opening: dict[str, list[asyncio.Future[dict[int, str]]]] = {}
+        # (topic id, partition) of the replicas assigned here when this start began.
+        self._held_at_start: set[tuple[uuid.UUID, int]] = set()
         self.listener = config.listener()
         self.advertised = config.advertised_listener()
         # Built now so that a key store that does not load stops the start.
@@ -180,6 +183,12 @@ class Broker:
                 directory.mkdir(parents=True, exist_ok=True)
         self.controller.config_validator = self._validate_topic_configs
         await self.controller.start()
+        self._held_at_start = {
+            (t.topic_id, p.partition)
+            for t in self.controller.state.topics.values()
+            for p in t.partitions
+            if self.node_id in p.replicas
+        }
         self.controller.subscribe(self._on_metadata_event)
         self.quotas.active = bool(self.controller.state.client_quotas)
         cluster_id = self.controller.state.cluster_id
@@ -204,7 +213,7 @@ class Broker:
                 asyncio.create_task(self.replicas.run_high_watermark_checkpoints(hw_ms))
             )
         for topic in list(self.controller.state.topics.values()):
-            self._open_partitions(topic, topic.partitions, is_new=False)
+            self._open_partitions(topic, topic.partitions)
         if self.config.quorum.is_cluster:
             self._delete_stray_logs()
         await self.group_coordinator.start()
@@ -301,25 +310,25 @@ class Broker:
                     partition.log.update_config(config)
                     partition.min_insync_replicas = min_insync
 
-    def _open_partitions(
-        self, topic: TopicInfo, partitions: Sequence[PartitionInfo], is_new: bool = True
-    ) -> None:
+    def _open_partitions(self, topic: TopicInfo, partitions: Sequence[PartitionInfo]) -> None:
         """Take up this broker's replicas of new partitions. A few are opened at once; many
         (a topic of thousands of partitions) are opened by worker threads while the loop
         goes on serving every other client, and `partitions_opened` tells when. Those
-        assigned before this start (not `is_new`) get no new log while a log directory
-        is offline: the log manager refuses them at once."""
+        held before this start get no new log while a log directory is offline: the log
+        manager refuses them at once."""
         config = self.log_config(topic.name)
         mine = [p for p in partitions if self.node_id in p.replicas]
         unopened = sum(1 for p in mine if self.logs.get(topic.name, p.partition) is None)
         # The coordinators' topics are opened at once: their services look for the
         # replicas as soon as the topic appears (and have few partitions).
-        at_once = not is_new and bool(self.logs.offline_dirs)
+        at_once = bool(self.logs.offline_dirs) and topic.topic_id in {
+            topic_id for topic_id, _ in self._held_at_start
+        }
         if unopened <= _OPEN_ON_LOOP or topic.name in INTERNAL_TOPICS or at_once:
             for p in mine:
                 # An OSError is recorded by the log manager: the partition is offline here.
                 with contextlib.suppress(OSError):
-                    self._take_role(topic.name, p, config, is_new)
+                    self._take_role(topic.name, p, config)
             return
         task = asyncio.ensure_future(self._open_in_background(topic, mine, config))
         self._opening.setdefault(topic.name, []).append(task)
@@ -374,15 +383,22 @@ class Broker:
             await asyncio.shield(task)
         return {p: why for (t, p), why in self.logs.failed.items() if t == topic}
 
-    def _take_role(
-        self, topic: str, p: PartitionInfo, config: LogConfig, is_new: bool = True
-    ) -> None:
+    def _take_role(self, topic: str, p: PartitionInfo, config: LogConfig) -> None:
         """Become leader or follower of a partition assigned here, as the controller says;
         give up a replica a reassignment has taken away."""
         if self.node_id in p.replicas:
-            self.replicas.ensure(topic, p, config, self.min_insync_replicas(topic), is_new)
+            self.replicas.ensure(
+                topic, p, config, self.min_insync_replicas(topic), self._is_new(topic, p)
+            )
         elif self.replicas.get(topic, p.partition) is not None:
             self.replicas.remove(topic, p.partition)
+
+    def _is_new(self, topic: str, p: PartitionInfo) -> bool:
+        """Whether the replica was assigned here only since this start (Kafka's isNew):
+        one held before may have its log on an offline log directory, and must then
+        stay offline rather than start again empty."""
+        info = self.controller.state.topics.get(topic)
+        return info is None or (info.topic_id, p.partition) not in self._held_at_start
 
     def _delete_stray_logs(self) -> None:
         """Logs of partitions that exist but are no longer assigned here (reassigned away

@@ -3,8 +3,9 @@
 broker joins as a quorum observer and takes over replicas while idempotent acks=all
 producers keep writing, and Kafka's answers for what cannot be reassigned or cancelled.
 
-One cluster for the module: three voters plus broker 4 (``process.roles=broker``). The
-Java client's Admin (compat_tests/java's driver) starts and lists a move too.
+One cluster for the module: three voters, then broker 4 (``process.roles=broker``), added
+while the producers run. The Java client's Admin (compat_tests/java's driver) starts and
+lists a move too.
 """
 
 from __future__ import annotations
@@ -39,16 +40,32 @@ NEW_BROKER = 4
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """Three voters; broker 4 joins later (`added_broker`, or the load test under load)."""
     started = KafkaCluster(tmp_path_factory.mktemp("reassign-cluster"))
     try:
         started.start()
-        started.add_broker()
-        started.wait_until(
-            lambda: len(started.metadata().brokers) == 4, 20.0, "broker 4 to be registered"
-        )
         yield started
     finally:
         started.kill_all()
+
+
+def add_broker(cluster: KafkaCluster) -> int:
+    """Start one more broker (``process.roles=broker``); its id once it is registered."""
+    node = cluster.add_broker()
+    cluster.wait_until(
+        lambda: node.node_id in {b.id for b in cluster.metadata().brokers.values()},
+        20.0,
+        f"broker {node.node_id} to be registered",
+    )
+    return node.node_id
+
+
+@pytest.fixture
+def broker4(cluster: KafkaCluster) -> int:
+    """Broker 4 in the cluster (added now unless an earlier test added it)."""
+    if all(n.node_id != NEW_BROKER for n in cluster.nodes):
+        assert add_broker(cluster) == NEW_BROKER
+    return NEW_BROKER
 
 
 @pytest.fixture
@@ -101,14 +118,15 @@ def test_partitions_move_onto_a_fourth_broker_under_load_with_nothing_acknowledg
 ) -> None:
     topic = "moving"
     create_topic(cluster, topic, [[1, 2, 3], [2, 3, 1]])
-    # Partition 0 loses its leader (1) to broker 4; partition 1 keeps its leader (2) and
-    # trades follower 1 for broker 4.
-    targets = {0: [4, 2, 3], 1: [2, 3, 4]}
-    producers = [NumberedProducer(cluster.bootstrap, topic, p).start() for p in targets]
+    producers = [NumberedProducer(cluster.bootstrap, topic, p).start() for p in (0, 1)]
     try:
         cluster.wait_until(
             lambda: all(len(p.history.acked) > 200 for p in producers), 20.0, "writes to flow"
         )
+        new = add_broker(cluster)  # the fourth broker (unless another test added one)
+        # Partition 0 loses its leader (1) to the new broker; partition 1 keeps its leader
+        # (2) and trades follower 1 for the new broker.
+        targets = {0: [new, 2, 3], 1: [2, 3, new]}
         answers = admin.alter_partition_reassignments(
             {TopicPartition(topic, p): r for p, r in targets.items()}
         )
@@ -137,8 +155,8 @@ def test_partitions_move_onto_a_fourth_broker_under_load_with_nothing_acknowledg
         for producer in producers:
             producer.stop()
 
-    assert cluster.partition(topic, 0).leader == NEW_BROKER
-    for partition, producer in zip(targets, producers, strict=True):
+    assert cluster.partition(topic, 0).leader == new
+    for partition, producer in enumerate(producers):
         assert producer.fatal is None
         assert producer.history.failed == [], "only retriable errors, all retried"
         read = [int(v) for v in read_partition(
@@ -147,15 +165,15 @@ def test_partitions_move_onto_a_fourth_broker_under_load_with_nothing_acknowledg
         verdict = check(producer.history.acked, read)
         print(f"partition {partition}: {verdict}")
         assert verdict.clean, f"partition {partition}: {verdict}"
-    # The removed replicas deleted their logs; broker 4 holds both partitions.
+    # The removed replicas deleted their logs; the new broker holds both partitions.
     assert not (cluster.node(1).data_dir / f"{topic}-0").exists()
     assert not (cluster.node(1).data_dir / f"{topic}-1").exists()
-    new_dir = cluster.node(NEW_BROKER).data_dir
+    new_dir = cluster.node(new).data_dir
     assert (new_dir / f"{topic}-0").is_dir() and (new_dir / f"{topic}-1").is_dir()
 
 
 def test_a_reassignment_in_flight_is_listed_and_shown_in_metadata_until_cancelled(
-    cluster: KafkaCluster, admin: KafkaAdminClient
+    cluster: KafkaCluster, broker4: int, admin: KafkaAdminClient
 ) -> None:
     topic = "stuck"
     create_topic(cluster, topic, [[1, 2, 3]])
@@ -243,7 +261,9 @@ def kbroker_topics(cluster: KafkaCluster, *args: str) -> Any:
     return json.loads(result.stdout)
 
 
-def test_the_admin_cli_starts_lists_and_cancels_a_reassignment(cluster: KafkaCluster) -> None:
+def test_the_admin_cli_starts_lists_and_cancels_a_reassignment(
+    cluster: KafkaCluster, broker4: int
+) -> None:
     topic = "cli-moving"
     create_topic(cluster, topic, [[1, 2, 3]])
     cluster.kill(NEW_BROKER)  # the move stays in flight while broker 4 is silent
@@ -265,7 +285,7 @@ def test_the_admin_cli_starts_lists_and_cancels_a_reassignment(cluster: KafkaClu
 
 
 def test_a_replica_removed_while_its_broker_was_down_is_deleted_when_it_returns(
-    cluster: KafkaCluster, admin: KafkaAdminClient
+    cluster: KafkaCluster, broker4: int, admin: KafkaAdminClient
 ) -> None:
     topic = "left-behind"
     # The broker that goes down is not the active controller, which kafka-python asks.
@@ -297,6 +317,7 @@ def test_a_replica_removed_while_its_broker_was_down_is_deleted_when_it_returns(
 
 def test_the_java_admin_client_starts_a_move_that_completes_when_the_new_broker_returns(
     cluster: KafkaCluster,
+    broker4: int,
     java_classpath: str,  # noqa: F811
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

@@ -14,6 +14,7 @@ import struct
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -23,6 +24,7 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from kio.index import load_request_schema
 
 from compat_tests.confluent_helpers import consume_from_beginning, produce_all
 from compat_tests.security_broker import (
@@ -38,6 +40,9 @@ from compat_tests.test_java_client import JavaDriver
 from compat_tests.test_java_client import java_classpath as java_classpath  # noqa: F401
 from compat_tests.tls_material import make_tls_material
 from kbroker.admin.client import BrokerConnection
+from kbroker.protocol.messages import build
+from kbroker.replica.fetcher import AuthenticationFailed, BrokerLink
+from kbroker.security.inter_broker import InterBrokerSecurity
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -334,3 +339,36 @@ def test_java_client_produces_and_consumes_over(
         "consume", bootstrap=bootstrap, topic=topic, from_="beginning", expect=30, consumer=settings
     )
     assert len(got.records) == 30
+
+
+# -- the inter-broker client (a follower's link to its leader) ------------------------------
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_the_inter_broker_link_logs_in_with_scram_and_is_refused_a_wrong_password(
+    secure: SecureBroker, mechanism: str
+) -> None:
+    """What a follower does on a SASL_SSL inter-broker listener whose mechanism is SCRAM:
+    verify the broker's certificate, prove the password without sending it, and check
+    the broker's proof in turn (BrokerLink, kbroker/replica/fetcher.py)."""
+    context = ssl.create_default_context(cafile=str(secure.tls.ca.cert))
+    port = secure.ports["SASL_SSL"]
+
+    def link(password: str) -> BrokerLink:
+        security = InterBrokerSecurity(
+            "SASL_SSL", "SASL_SSL", context, mechanism, SCRAM_USER, password
+        )
+        return BrokerLink("127.0.0.1", port, "replica-9", security)
+
+    async def metadata(password: str) -> Any:
+        link_ = link(password)
+        try:
+            request = build(load_request_schema(3, 12), {"topics": None})
+            return await link_.call(request, 10.0)
+        finally:
+            link_.close()
+
+    answered = asyncio.run(metadata(SCRAM_PASSWORD))
+    assert [b.port for b in answered.brokers] == [port]  # Metadata, as that listener sees it
+    with pytest.raises(AuthenticationFailed, match=f"refused the SASL {mechanism} login"):
+        asyncio.run(metadata("not-" + SCRAM_PASSWORD))

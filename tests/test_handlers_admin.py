@@ -31,8 +31,10 @@ from kbroker.controller.errors import UNKNOWN_TOPIC_ID
 from kbroker.controller.state import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
 from kbroker.handlers.configs import BROKER, BROKER_LOGGER, TOPIC, apply_incremental
 from kbroker.handlers.registry import APIS
+from kbroker.protocol.batch import encode_batch
 from kbroker.protocol.messages import build, build_response, encode, response_type
 from kbroker.storage.config import LogConfig
+from kbroker.storage.log_move import LogMove
 from kbroker.storage.manager import LogManager
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
@@ -800,6 +802,29 @@ def test_describe_log_dirs_reports_an_offline_directory_with_kafka_storage_error
     assert by_name["logs-b"].error_code == ErrorCode.kafka_storage_error
     assert by_name["logs-b"].topics == () and by_name["logs-b"].total_bytes == -1
     assert by_name["logs-a"].error_code == ErrorCode.none
+
+
+def test_describe_log_dirs_shows_a_replica_being_moved_as_the_future_one(broker):
+    plog = broker.storage.create("t", 0, LogConfig(segment_bytes=1024), 0)
+    for _ in range(20):
+        plog.append(encode_batch([b"x" * 200], 0), 0, 0)
+    plog.high_watermark = plog.log_end_offset
+    broker.replicas.hosted[("t", 0)] = FakeReplica("t", 0, plog)
+    move = LogMove(plog, broker.log_dirs[1])
+    steps = move.plan()
+    move.copy(steps[:-1])  # every sealed segment, not the active one yet
+    broker.storage.moves[("t", 0)] = move
+    resp = call(broker, DESCRIBE_LOG_DIRS, 4, topics=None)
+    seen = {
+        Path(r.log_dir).name: [(p.partition_index, p.is_future_key, p.partition_size, p.offset_lag)
+                               for t in r.topics for p in t.partitions]
+        for r in resp.results
+    }  # fmt: skip
+    active = plog.segments[-1]
+    assert seen["logs-a"] == [(0, False, plog.size_bytes(), 0)]
+    assert seen["logs-b"] == [
+        (0, True, plog.size_bytes() - active.size, plog.log_end_offset - active.base_offset)
+    ]
 
 
 def alter_dirs(broker, path, topic="t", partitions=(0,)):

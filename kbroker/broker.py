@@ -99,7 +99,9 @@ class Broker:
         self.keep_awake = KeepAwake(config.get("socket.busy.poll.us") / 1e6)
         self.log_dirs = [Path(d) for d in config.get("log.dirs")]
         self.waiters = DataWaiters()
-        self.logs = LogManager(self.log_dirs)
+        self.logs = LogManager(
+            self.log_dirs, move_threads=config.get("num.replica.alter.log.dirs.threads")
+        )
         self.replicas = ReplicaManager(self.node_id, self.logs, self.waiters, self.metadata)
         self.fetch_sessions = FetchSessionCache(
             config.get("max.incremental.fetch.session.cache.slots")

@@ -121,6 +121,16 @@ message_format_version_validator: Validator = _message_format_version
 no_tiered_storage_validator: Validator = _no_tiered_storage
 
 
+def _optional_at_least(minimum: int) -> Validator:
+    check = at_least(minimum)
+
+    def optional(value: Any) -> None:
+        if value is not None:
+            check(value)
+
+    return optional
+
+
 def _optional_one_of(*allowed: str) -> Validator:
     """A class-name setting that may be unset, else one of the classes kbroker has."""
     check = one_of(*allowed)
@@ -948,6 +958,14 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         at_least(1),
     ),
     _d("num.replica.fetchers", INT, 1, "Fetcher connections per source broker.", role=INERT),
+    _d(
+        "num.replica.alter.log.dirs.threads",
+        INT,
+        None,
+        "Threads copying replicas between log directories (AlterReplicaLogDirs); unset "
+        "means one per log directory, as on Kafka.",
+        _optional_at_least(1),
+    ),
     _d(
         "auto.leader.rebalance.enable",
         BOOLEAN,

@@ -75,7 +75,9 @@ def _flush_quietly(plog: PartitionLog) -> OSError | None:
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[Path], *, flush_threads: int = 4) -> None:
+    def __init__(
+        self, log_dirs: list[Path], *, flush_threads: int = 4, move_threads: int | None = None
+    ) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -103,6 +105,7 @@ class LogManager:
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._executor: ThreadPoolExecutor | None = None
         self._move_executor: ThreadPoolExecutor | None = None
+        self._move_threads = move_threads or len(self.log_dirs)
         self._flush_threads = flush_threads
         self._inline_fsync = True  # acknowledgement fsyncs on the loop while they are quick
         self.cleaner: LogCleaner | None = None
@@ -568,7 +571,9 @@ class LogManager:
 
     def _movers(self) -> ThreadPoolExecutor:
         if self._move_executor is None:
-            self._move_executor = ThreadPoolExecutor(1, thread_name_prefix="kbroker-move")
+            self._move_executor = ThreadPoolExecutor(
+                self._move_threads, thread_name_prefix="kbroker-move"
+            )
         return self._move_executor
 
     # -- retention -----------------------------------------------------------------------------

@@ -118,7 +118,9 @@ class BrokerLink:
     It speaks the inter-broker listener's protocol: a TLS handshake first when
     ``security`` has a context, then a SASL login (SaslHandshake v1 and SaslAuthenticate
     v2) when it has a mechanism. A session with a lifetime (KIP-368) is replaced by a
-    fresh connection before it ends.
+    fresh connection before it ends. ``security`` has no default, so that every client
+    of another broker says which listener's protocol it speaks (the broker's
+    ``inter_broker``).
     """
 
     def __init__(
@@ -126,7 +128,7 @@ class BrokerLink:
         host: str,
         port: int,
         client_id: str,
-        security: InterBrokerSecurity = PLAINTEXT,
+        security: InterBrokerSecurity,
     ) -> None:
         self.host, self.port = host, port
         self.client_id = client_id

@@ -26,9 +26,10 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from compat_tests.broker_process import kbroker_command
+from compat_tests.broker_process import free_port, kbroker_command
 from compat_tests.cluster import KafkaCluster
 from compat_tests.history import NumberedProducer, check, read_partition
+from compat_tests.test_cluster_operations import gauge
 from compat_tests.test_java_client import JavaDriver
 from compat_tests.test_java_client import java_classpath as java_classpath  # noqa: F401
 from kbroker.admin.client import BrokerConnection
@@ -36,12 +37,15 @@ from kbroker.admin.client import BrokerConnection
 pytestmark = pytest.mark.timeout(180)
 
 NEW_BROKER = 4
+REASSIGNING = "kafka_server_replicamanager_reassigningpartitions"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """Three voters; broker 4 joins later (`added_broker`, or the load test under load)."""
     started = KafkaCluster(tmp_path_factory.mktemp("reassign-cluster"))
+    for node in started.nodes:
+        node.overrides["http.listeners"] = f"http://127.0.0.1:{free_port()}"
     try:
         started.start()
         yield started
@@ -51,7 +55,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 
 def add_broker(cluster: KafkaCluster) -> int:
     """Start one more broker (``process.roles=broker``); its id once it is registered."""
-    node = cluster.add_broker()
+    node = cluster.add_broker(http_listeners=f"http://127.0.0.1:{free_port()}")
     cluster.wait_until(
         lambda: node.node_id in {b.id for b in cluster.metadata().brokers.values()},
         20.0,
@@ -195,8 +199,12 @@ def test_a_reassignment_in_flight_is_listed_and_shown_in_metadata_until_cancelle
             "Metadata to list the full replica set while the move is in flight",
         )
 
+        leader = cluster.node(cluster.partition(topic, 0).leader)
+        cluster.wait_until(lambda: gauge(leader, REASSIGNING) == 1, 10.0, "the gauge to count it")
+
         assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
         assert admin.list_partition_reassignments() == {}
+        cluster.wait_until(lambda: gauge(leader, REASSIGNING) == 0, 10.0, "the gauge to drop")
         cluster.wait_until(
             lambda: replicas_and_isr(cluster, topic, 0) == ([1, 2, 3], [1, 2, 3]),
             10.0,

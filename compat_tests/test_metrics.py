@@ -107,6 +107,7 @@ def test_partition_health_gauges_are_zero_on_a_healthy_single_node(metered):
     node, http, topic = metered
     samples = scrape(http)
     assert value(samples, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert value(samples, "kafka_server_replicamanager_reassigningpartitions") == 0
     assert value(samples, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
     assert value(samples, "kafka_controller_kafkacontroller_activecontrollercount") == 1
     assert value(samples, "kafka_server_replicamanager_leadercount") == value(

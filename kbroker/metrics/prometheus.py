@@ -137,9 +137,11 @@ class BrokerCollector:
             start.add_metric(labels, plog.log_start_offset)
             leaders += 1 if replica.is_leader else 0
         yield from (size, end, start)
-        under = offline = 0
+        under = offline = reassigning = 0
         for info in state.topics.values():
             for p in info.partitions:
+                if p.leader == node and p.is_reassigning:
+                    reassigning += 1
                 if p.leader < 0:
                     offline += 1
                 # A move in flight counts against the replicas it started with, as in
@@ -203,6 +205,11 @@ class BrokerCollector:
             "kafka_server_replicamanager_failedisrupdates",
             "ISR changes this broker proposed that were not committed (FailedIsrUpdatesPerSec).",
             value=isr.failed_updates,
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_reassigningpartitions",
+            "Partitions this broker leads whose replicas are being reassigned.",
+            value=reassigning,
         )
         yield GaugeMetricFamily(
             "kafka_controller_kafkacontroller_offlinepartitionscount",

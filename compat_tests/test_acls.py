@@ -377,6 +377,24 @@ def test_log_dirs_leader_epochs_and_transactions_need_describe(secure: SecureBro
         assert described.transaction_states[0].error_code == 53
 
 
+def test_moving_a_replica_between_log_dirs_needs_cluster_alter(secure: SecureBroker) -> None:
+    topic = new_topic(secure)
+    move = {
+        "dirs": [
+            {
+                "path": str(secure.node.data_dir.resolve()),
+                "topics": [{"name": topic, "partitions": [0]}],
+            }
+        ]
+    }
+    with login(secure, "bob") as conn:
+        refused = conn.request(34, 2, **move)
+    assert refused.results[0].partitions[0].error_code == CLUSTER_AUTHORIZATION_FAILED
+    with login(secure, "admin") as conn:
+        allowed = conn.request(34, 2, **move)
+    assert allowed.results[0].partitions[0].error_code == 0  # already there: nothing to move
+
+
 def test_replica_fetches_and_transaction_markers_need_cluster_action(
     secure: SecureBroker,
 ) -> None:

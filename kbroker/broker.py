@@ -394,6 +394,10 @@ class Broker:
             )
         elif self.replicas.get(topic, p.partition) is not None:
             self.replicas.remove(topic, p.partition)
+            # Its log is gone: assigned here again later, it starts as a new replica.
+            info = self.controller.state.topics.get(topic)
+            if info is not None:
+                self._held_at_start.discard((info.topic_id, p.partition))
 
     def _is_new(self, topic: str, p: PartitionInfo) -> bool:
         """Whether the replica was assigned here only since this start (Kafka's isNew):

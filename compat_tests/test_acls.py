@@ -9,6 +9,7 @@ import datetime
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -166,6 +167,41 @@ def test_without_acls_topic_creation_and_group_joins_are_refused(secure: SecureB
         assert joined.error_code == GROUP_AUTHORIZATION_FAILED
         found = conn.request(10, 2, key="alice-group", key_type=0)
         assert found.error_code == GROUP_AUTHORIZATION_FAILED
+
+
+def test_consumer_group_heartbeat_needs_describe_on_each_subscribed_topic(
+    secure: SecureBroker,
+) -> None:
+    topic, group = new_topic(secure), f"cg-{uuid.uuid4().hex[:8]}"
+    grant(secure, allow(ResourceType.GROUP, group, AclOperation.READ))
+
+    def heartbeat(conn: BrokerConnection) -> Any:
+        return conn.request(
+            68,
+            0,
+            group_id=group,
+            member_id=uuid.uuid4().hex,
+            member_epoch=0,
+            instance_id=None,
+            rack_id=None,
+            rebalance_timeout=30000,
+            subscribed_topic_names=[topic],
+            server_assignor=None,
+            topic_partitions=[],
+        )
+
+    with login(secure, "alice") as conn:
+        refused = heartbeat(conn)
+        assert refused.error_code == TOPIC_AUTHORIZATION_FAILED
+        assert topic in refused.error_message
+        grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.DESCRIBE))
+        deadline = time.monotonic() + 15
+        answered = heartbeat(conn)
+        while answered.error_code in (14, 15, 16) and time.monotonic() < deadline:
+            conn.request(10, 2, key=group, key_type=0)  # creates the offsets topic
+            time.sleep(0.2)
+            answered = heartbeat(conn)
+        assert answered.error_code == 0
 
 
 def test_one_acl_grants_exactly_that(secure: SecureBroker) -> None:

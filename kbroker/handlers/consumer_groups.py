@@ -45,8 +45,19 @@ def consumer_group_heartbeat(
         return _heartbeat_response(
             HeartbeatResult(E.group_authorization_failed, "Group authorization failed.")
         )
-    coordinator = _coordinator(ctx)
     names = request.subscribed_topic_names
+    if ctx.broker.authorizer is not None and names:
+        # Kafka's rule: every topic named in the subscription needs DESCRIBE.
+        denied = sorted(
+            {n for n in names if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n)}
+        )
+        if denied:
+            return _heartbeat_response(
+                HeartbeatResult(
+                    E.topic_authorization_failed, f"Unauthorized topics: {', '.join(denied)}"
+                )
+            )
+    coordinator = _coordinator(ctx)
     owned = request.topic_partitions
     req = HeartbeatRequest(
         group_id=request.group_id,

@@ -157,6 +157,7 @@ def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:
                     p.fetch_offset,
                     p.partition_max_bytes,
                     getattr(p, "current_leader_epoch", -1),
+                    getattr(p, "last_fetched_epoch", -1),
                 )
             )
     if _before_sessions(request):

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbroker.admin.client import BrokerConnection, ClientError
+from kbroker.admin.client import BrokerConnection, ClientError, produce_fields
 from kbroker.protocol.batch import BatchHeader, encode_batch
 from kbroker.storage.segment import scan_batches
 
@@ -331,13 +331,5 @@ def produce_one_error(broker: BrokerProcess, topic: str, partition: int, client_
     request shows the broker's own answer where a stock client would retry."""
     batch = bytes(encode_batch([b"x"], int(time.time() * 1000)))
     with BrokerConnection(broker.host, broker.port, 10.0, client_id) as conn:
-        answer = conn.request(
-            0,  # Produce
-            9,
-            acks=1,
-            timeout=10000,
-            topic_data=[
-                {"name": topic, "partition_data": [{"index": partition, "records": batch}]}
-            ],
-        )
+        answer = conn.request(0, 9, **produce_fields(topic, batch, partition=partition, acks=1))
     return int(answer.responses[0].partition_responses[0].error_code)

@@ -43,7 +43,7 @@ from compat_tests.confluent_helpers import (
     produce_all,
     unique_topic,
 )
-from kbroker.admin.client import BrokerConnection, fetch_fields
+from kbroker.admin.client import BrokerConnection, fetch_fields, produce_fields
 from kbroker.protocol import messages
 from kbroker.protocol.batch import CRC_OFFSET, MAGIC_OFFSET, Record, encode_batch
 
@@ -171,11 +171,7 @@ def produce_request(
     topic: str, partition: int, records: bytes | None, acks: int = 1, version: int = 9
 ) -> Any:
     return request(
-        PRODUCE,
-        version,
-        acks=acks,
-        timeout=10000,
-        topic_data=[{"name": topic, "partition_data": [{"index": partition, "records": records}]}],
+        PRODUCE, version, **produce_fields(topic, records, partition=partition, acks=acks)
     )
 
 

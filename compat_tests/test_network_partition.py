@@ -40,20 +40,13 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[str]:
 
 def _produce_on_the_wire(cluster: NetnsCluster, node_id: int, topic: str, value: bytes) -> int:
     """The error code of one acks=all Produce sent straight to `node_id` (timeout 3 s)."""
-    from kbroker.admin.client import BrokerConnection
+    from kbroker.admin.client import BrokerConnection, produce_fields
     from kbroker.protocol.batch import encode_batch
 
     node = cluster.node(node_id)
     records = bytes(encode_batch([(None, value)], int(time.time() * 1000)))
     with BrokerConnection(node.host, node.port, 15.0, "partition-test") as conn:
-        response = conn.request(
-            0,
-            9,
-            transactional_id=None,
-            acks=-1,
-            timeout=3000,
-            topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
-        )
+        response = conn.request(0, 9, **produce_fields(topic, records, timeout_ms=3000))
     return int(response.responses[0].partition_responses[0].error_code)
 
 

@@ -30,7 +30,7 @@ from compat_tests.poisoned_batches import (
     long_ago,
     poisoned,
 )
-from kbroker.admin.client import BrokerConnection
+from kbroker.admin.client import BrokerConnection, produce_fields
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -77,13 +77,7 @@ def produce_good(t: Topics, topic: str, n: int = 2) -> None:
 def produce_raw(t: Topics, topic: str, records: bytes) -> Any:
     """Produce v9 (acks=all) of one partition's records; the partition's answer."""
     with BrokerConnection(t.broker.host, t.broker.port, 10.0, "poisoner") as conn:
-        answer = conn.request(
-            PRODUCE,
-            9,
-            acks=-1,
-            timeout=10000,
-            topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
-        )
+        answer = conn.request(PRODUCE, 9, **produce_fields(topic, records))
     (p,) = answer.responses[0].partition_responses
     return p
 

@@ -85,19 +85,14 @@ def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(
 def _produce_error(
     cluster: KafkaCluster, node_id: int, topic: str, acks: int, timeout_ms: int = 5000
 ) -> int:
-    from kbroker.admin.client import BrokerConnection
+    from kbroker.admin.client import BrokerConnection, produce_fields
     from kbroker.protocol.batch import encode_batch
 
     node = cluster.node(node_id)
     records = bytes(encode_batch([(None, b"x")], int(time.time() * 1000)))
     with BrokerConnection(node.host, node.port, 10.0, "min-isr-test") as conn:
         response = conn.request(
-            0,
-            9,
-            transactional_id=None,
-            acks=acks,
-            timeout=timeout_ms,
-            topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+            0, 9, **produce_fields(topic, records, acks=acks, timeout_ms=timeout_ms)
         )
     return int(response.responses[0].partition_responses[0].error_code)
 
@@ -150,7 +145,7 @@ def test_a_broker_off_the_replicas_names_the_current_leader_to_produce_and_fetch
     endpoint). A follower would serve the consumer's Fetch itself (KIP-392)."""
     from confluent_kafka.admin import NewTopic
 
-    from kbroker.admin.client import BrokerConnection, fetch_fields
+    from kbroker.admin.client import BrokerConnection, fetch_fields, produce_fields
     from kbroker.protocol.batch import encode_batch
 
     topic = f"kip951-{_uid()}"
@@ -163,14 +158,7 @@ def test_a_broker_off_the_replicas_names_the_current_leader_to_produce_and_fetch
     follower = next(n for n in cluster.nodes if n.node_id not in p.replica_nodes)
     records = bytes(encode_batch([(None, b"x")], int(time.time() * 1000)))
     with BrokerConnection(follower.host, follower.port, 10.0, "kip951-test") as conn:
-        produced = conn.request(
-            0,
-            11,
-            transactional_id=None,
-            acks=-1,
-            timeout=5000,
-            topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
-        )
+        produced = conn.request(0, 11, **produce_fields(topic, records, timeout_ms=5000))
         fetched = conn.request(
             1, 16, **fetch_fields(topic, topic_id=raw.topic_id, max_wait=0, min_bytes=1)
         )

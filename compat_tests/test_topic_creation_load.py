@@ -23,7 +23,7 @@ import pytest
 
 from compat_tests.broker_process import BrokerProcess, produce_one_error
 from compat_tests.confluent_helpers import create_topic, unique_topic
-from kbroker.admin.client import BrokerConnection
+from kbroker.admin.client import BrokerConnection, produce_fields
 from kbroker.protocol.batch import encode_batch
 
 pytestmark = pytest.mark.timeout(240)
@@ -87,13 +87,7 @@ def metadata(conn: BrokerConnection) -> None:
 def producer_to(topic: str) -> Callable[[BrokerConnection], None]:
     def produce(conn: BrokerConnection) -> None:
         batch = bytes(encode_batch([b"while creating"], int(time.time() * 1000)))
-        answer = conn.request(
-            PRODUCE,
-            9,
-            acks=1,
-            timeout=10000,
-            topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
-        )
+        answer = conn.request(PRODUCE, 9, **produce_fields(topic, batch, acks=1))
         assert answer.responses[0].partition_responses[0].error_code == 0
 
     return produce

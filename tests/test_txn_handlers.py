@@ -9,7 +9,7 @@ from typing import Any
 
 from inprocess import RawClient, run_broker
 
-from kbroker.admin.client import fetch_fields
+from kbroker.admin.client import fetch_fields, produce_fields
 from kbroker.metrics.prometheus import render_families
 from kbroker.protocol.batch import encode_batch
 
@@ -48,14 +48,9 @@ async def _produce(
     response = await client.call(
         PRODUCE,
         9,
-        {
-            "transactional_id": txn_id,
-            "acks": -1,
-            "timeout": 5000,
-            "topic_data": [
-                {"name": topic, "partition_data": [{"index": partition, "records": records}]}
-            ],
-        },
+        produce_fields(
+            topic, records, partition=partition, timeout_ms=5000, transactional_id=txn_id
+        ),
     )
     return response.responses[0].partition_responses[0]
 

@@ -305,6 +305,33 @@ def cluster(
         c.close()
 
 
+def produce_fields(
+    topic: str,
+    records: bytes | bytearray | None,
+    *,
+    partition: int = 0,
+    acks: int = -1,
+    timeout_ms: int = 10_000,
+    transactional_id: str | None = None,
+) -> dict[str, Any]:
+    """Produce fields writing `records` (whole encoded batches) to one partition of
+    `topic`, named as Produce v3-12 name it: the one-shot write a test or operator sends
+    to see the broker's own answer, where a stock client would retry."""
+    return {
+        "transactional_id": transactional_id,
+        "acks": acks,
+        "timeout": timeout_ms,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [
+                    {"index": partition, "records": None if records is None else bytes(records)}
+                ],
+            }
+        ],
+    }
+
+
 def fetch_fields(
     topic: str | None,
     *,

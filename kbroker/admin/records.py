@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from kbroker.admin.client import ClientError, Cluster, fetch_fields
+from kbroker.admin.client import ClientError, Cluster, fetch_fields, produce_fields
 from kbroker.admin.topics import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -92,14 +92,7 @@ def produce(
         batch = encode_batch([Record(key, value)], int(time.time() * 1000))
         response = cluster.connection(*address).call(
             PRODUCE,
-            {
-                "transactional_id": None,
-                "acks": acks,
-                "timeout": 30_000,
-                "topic_data": [
-                    {"name": topic, "partition_data": [{"index": p, "records": bytes(batch)}]}
-                ],
-            },
+            produce_fields(topic, batch, partition=p, acks=acks, timeout_ms=30_000),
             versions=(3, 9),
         )
         answer = response.responses[0].partition_responses[0]

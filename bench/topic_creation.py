@@ -1,6 +1,9 @@
 """Time to create (and delete) a topic of N partitions on a fresh kbroker, and what
 another client sees meanwhile: one connection sends Metadata requests back to back
-(5 ms apart) for the whole creation and deletion, and their latencies are reported.
+(5 ms apart) for the whole creation and deletion, and their latencies are reported,
+with the worst "broker time" too: an answer's latency less the time the broker's threads
+and the asking thread waited for a CPU meanwhile (compat_tests/cpu_wait.py), which is
+what a loaded shared machine adds.
 
     .venv/bin/python -m bench.topic_creation 10000 50000
 """
@@ -16,19 +19,27 @@ from pathlib import Path
 from typing import Any
 
 from compat_tests.broker_process import BrokerProcess, running_broker
+from compat_tests.cpu_wait import CpuWait
 from kbroker.admin.client import BrokerConnection
 
 CREATE_TOPICS, DELETE_TOPICS, METADATA = 19, 20, 3
 
 
-def probed(broker: BrokerProcess, action: Callable[[], Any]) -> tuple[Any, float, list[float]]:
-    """Run `action` while another connection times Metadata round trips."""
-    latencies: list[float] = []
+def probed(
+    broker: BrokerProcess, action: Callable[[], Any]
+) -> tuple[Any, float, list[tuple[float, float]]]:
+    """Run `action` while another connection times Metadata round trips; returns the
+    outcome, its seconds, and (latency, broker time) per answer, slowest last."""
+    latencies: list[tuple[float, float]] = []
     done = threading.Event()
+    assert broker.proc is not None
+    pid = broker.proc.pid
 
     def probe() -> None:
+        cpu = CpuWait(pid)
         with BrokerConnection(broker.host, broker.port, 600.0, "probe") as conn:
             while not done.is_set():
+                cpu.start()
                 began = time.perf_counter()
                 conn.request(
                     METADATA,
@@ -37,7 +48,8 @@ def probed(broker: BrokerProcess, action: Callable[[], Any]) -> tuple[Any, float
                     allow_auto_topic_creation=False,
                     include_topic_authorized_operations=False,
                 )
-                latencies.append(time.perf_counter() - began)
+                latency = time.perf_counter() - began
+                latencies.append((latency, latency - cpu.waited()))
                 time.sleep(0.005)
 
     thread = threading.Thread(target=probe)
@@ -52,13 +64,17 @@ def probed(broker: BrokerProcess, action: Callable[[], Any]) -> tuple[Any, float
     return outcome, took, sorted(latencies)
 
 
-def summary(latencies: list[float]) -> str:
+def summary(answers: list[tuple[float, float]]) -> str:
+    latencies = [latency for latency, _ in answers]
+
     def ms(q: float) -> float:
         return latencies[min(len(latencies) - 1, int(len(latencies) * q))] * 1000
 
+    broker_time = max(own for _, own in answers)
     return (
         f"{len(latencies)} Metadata answers meanwhile: p50 {ms(0.5):.1f} ms, "
-        f"p99 {ms(0.99):.1f} ms, worst {latencies[-1] * 1000:.1f} ms"
+        f"p99 {ms(0.99):.1f} ms, worst {latencies[-1] * 1000:.1f} ms; "
+        f"worst broker time {broker_time * 1000:.1f} ms"
     )
 
 

@@ -4,12 +4,19 @@ answering everyone else.
 The partition logs are made by worker threads while the event loop keeps serving; the
 CreateTopics request is answered once they exist, or with REQUEST_TIMED_OUT past its
 timeout while the creation goes on, as Kafka does. Another client's Metadata and
-Produce requests, sent back to back meanwhile, are answered within 100 ms. The machine
-these tests run on is shared by many processes (its load average is often several
-times its core count), so a few answers may be late for reasons outside the broker:
-the test asks that 95% of them come within 100 ms and none takes a second, where a
-broker creating the partitions on its loop stops answering for the whole creation
-(tens of seconds for 10,000 partitions).
+Produce requests, sent back to back meanwhile, are each answered within 100 ms.
+
+The one allowance is for the machine, not the broker: these tests share two cores with
+other processes (load averages of several times the core count are usual), and a thread
+that is runnable but given no CPU answers late whatever it does. Linux counts that time
+per thread (the run-queue wait in /proc/<pid>/task/<tid>/schedstat), so each answer is
+timed together with how long the asking thread, the broker's event-loop thread and the
+broker thread that waited longest (one preempted while it holds the GIL stops the loop
+as surely as the loop's own preemption) waited for a CPU meanwhile. An answer must come
+within 100 ms of broker time (its latency less that wait), and within a second in any
+case. On an idle machine the wait is nil and every answer must come within 100 ms; a
+broker that holds its loop (a long collection pause, file work on the loop, a huge
+response built at once) is late in broker time however loaded the machine is.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import pytest
 
 from compat_tests.broker_process import BrokerProcess, produce_one_error
 from compat_tests.confluent_helpers import create_topic, unique_topic
+from compat_tests.cpu_wait import CpuWait
 from kbroker.admin.client import BrokerConnection, produce_fields
 from kbroker.protocol.batch import encode_batch
 
@@ -40,18 +48,23 @@ class Prober:
     def __init__(self, broker: BrokerProcess, ask: Callable[[BrokerConnection], Any]) -> None:
         self.broker = broker
         self.ask = ask
-        self.latencies: list[float] = []
+        # (latency, the CPU wait that delayed it: compat_tests/cpu_wait.py), seconds
+        self.answers: list[tuple[float, float]] = []
         self.errors: list[BaseException] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        assert self.broker.proc is not None
+        cpu = CpuWait(self.broker.proc.pid)
         try:
             with BrokerConnection(self.broker.host, self.broker.port, 60.0, "prober") as conn:
                 while not self._done.is_set():
+                    cpu.start()
                     began = time.perf_counter()
                     self.ask(conn)
-                    self.latencies.append(time.perf_counter() - began)
+                    latency = time.perf_counter() - began
+                    self.answers.append((latency, cpu.waited()))
                     time.sleep(0.005)
         except BaseException as exc:  # reported by check()
             self.errors.append(exc)
@@ -66,11 +79,13 @@ class Prober:
 
     def check(self, what: str) -> None:
         assert not self.errors, self.errors
-        ordered = sorted(self.latencies)
-        assert len(ordered) > 20, f"{what}: only {len(ordered)} answers"
-        p95 = ordered[int(len(ordered) * 0.95)]
-        assert p95 < ANSWER_WITHIN_S, f"{what}: 95th percentile {p95 * 1000:.0f} ms"
-        assert ordered[-1] < NEVER_LONGER_S, f"{what}: slowest {ordered[-1] * 1000:.0f} ms"
+        assert len(self.answers) > 20, f"{what}: only {len(self.answers)} answers"
+        late = [
+            f"{latency * 1000:.0f} ms (CPU wait {wait * 1000:.0f} ms)"
+            for latency, wait in self.answers
+            if latency - wait >= ANSWER_WITHIN_S or latency >= NEVER_LONGER_S
+        ]
+        assert not late, f"{what}: {len(late)} of {len(self.answers)} late: {', '.join(late[:10])}"
 
 
 def metadata(conn: BrokerConnection) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 import uuid
@@ -40,6 +41,7 @@ from kbroker.controller.state import (
 from kbroker.controller_node import controller_config
 from kbroker.coordinator.service import GroupCoordinatorService
 from kbroker.handlers.context import BrokerParts
+from kbroker.long_lived import PARTITIONS_BETWEEN_FREEZES, freeze_survivors
 from kbroker.metrics.counters import RequestCounters
 from kbroker.metrics.http import HttpEndpoint
 from kbroker.replica.delayed import DataWaiters
@@ -64,12 +66,11 @@ from kbroker.server.request_memory import RequestMemory
 from kbroker.share.service import ShareService
 from kbroker.storage.cleaner import CleanerConfig, CompactionSettings
 from kbroker.storage.log import LogConfig, PartitionLog
-from kbroker.storage.manager import LogManager
+from kbroker.storage.manager import LOOP_SLICE_S, LogManager
 from kbroker.txn.service import TransactionCoordinatorService
 
 # More unopened partitions than this in one metadata change are opened by workers.
 _OPEN_ON_LOOP = 32
-_ROLES_PER_SLICE = 200  # replicas taken up between yields to the loop
 
 log = logging.getLogger("kbroker.broker")
 
@@ -245,6 +246,7 @@ class Broker:
                 asyncio.create_task(self.logs.run_cleaner(cleaner, compaction_settings))
             )
         await self.http.start(list(self.config.http_endpoints))
+        freeze_survivors()
         self.started_at = time.time()
         self.ready = True
         log.info(
@@ -320,13 +322,14 @@ class Broker:
         manager refuses them at once."""
         config = self.log_config(topic.name)
         mine = [p for p in partitions if self.node_id in p.replicas]
-        unopened = sum(1 for p in mine if self.logs.get(topic.name, p.partition) is None)
+        unopened = (p for p in mine if self.logs.get(topic.name, p.partition) is None)
+        few = next(itertools.islice(unopened, _OPEN_ON_LOOP, None), None) is None
         # The coordinators' topics are opened at once: their services look for the
         # replicas as soon as the topic appears (and have few partitions).
         at_once = bool(self.logs.offline_dirs) and topic.topic_id in {
             topic_id for topic_id, _ in self._held_at_start
         }
-        if unopened <= _OPEN_ON_LOOP or topic.name in INTERNAL_TOPICS or at_once:
+        if few or topic.name in INTERNAL_TOPICS or at_once:
             for p in mine:
                 # An OSError is recorded by the log manager: the partition is offline here.
                 with contextlib.suppress(OSError):
@@ -343,7 +346,17 @@ class Broker:
         returns the partitions whose logs could not be made, with why."""
         started = time.monotonic()
         name = topic.name
-        opened = await self.logs.create_many(name, [p.partition for p in partitions], config)
+        leads = {p.partition: p.leader_epoch for p in partitions if p.leader == self.node_id}
+
+        def first_epoch(partition: int, plog: PartitionLog) -> None:
+            # The leader epoch checkpoint is a file: written by the worker, not the loop.
+            epoch = leads.get(partition)
+            if epoch is not None:
+                plog.begin_epoch(epoch)
+
+        opened = await self.logs.create_many(
+            name, [p.partition for p in partitions], config, prepare=first_epoch
+        )
         current = self.controller.state.topics.get(name)
         if current is None or current.topic_id != topic.topic_id:  # deleted meanwhile
             for partition, plog in opened.items():
@@ -351,15 +364,20 @@ class Broker:
                     self.logs.delete_log(name, partition)
             return {}
         failed: dict[int, str] = {}
-        for count, p in enumerate(partitions):
+        slice_began = time.perf_counter()
+        for count, p in enumerate(partitions, 1):
+            if time.perf_counter() - slice_began > LOOP_SLICE_S:
+                await asyncio.sleep(0)
+                slice_began = time.perf_counter()
             result = opened[p.partition]
             if isinstance(result, OSError):
                 failed[p.partition] = f"{type(result).__name__}: {result}"
                 continue
             latest = current.partitions[p.partition] if p.partition < len(current.partitions) else p
             self._take_role(name, latest, config)
-            if count % _ROLES_PER_SLICE == _ROLES_PER_SLICE - 1:
-                await asyncio.sleep(0)
+            if count % PARTITIONS_BETWEEN_FREEZES == 0:
+                freeze_survivors()
+        freeze_survivors()
         log.info(
             "opened %d partition logs of %s in %.2fs%s",
             len(partitions) - len(failed),

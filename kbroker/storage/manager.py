@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kbroker.long_lived import PARTITIONS_BETWEEN_FREEZES, freeze_survivors
 from kbroker.storage.cleaner import CleanerConfig, CompactionSettings, LogCleaner
 from kbroker.storage.config import LogConfig
 from kbroker.storage.log import PartitionLog, parse_partition_dir
@@ -41,6 +42,8 @@ INLINE_FSYNC_LIMIT_S = 0.001
 # A move copies in worker rounds until what is left fits the last round on the loop.
 MOVE_LAST_ROUND_BYTES = 1 << 20
 MOVE_ROUNDS = 32
+# Loop time one step of work over thousands of partitions may take before it yields.
+LOOP_SLICE_S = 0.005
 
 
 def _now_ms() -> int:
@@ -273,14 +276,22 @@ class LogManager:
             self._placed[parent] += 1
 
     async def create_many(
-        self, topic: str, partitions: Iterable[int], config: LogConfig, *, threads: int = 2
+        self,
+        topic: str,
+        partitions: Iterable[int],
+        config: LogConfig,
+        *,
+        threads: int = 2,
+        prepare: Callable[[int, PartitionLog], None] | None = None,
     ) -> dict[int, PartitionLog | OSError]:
         """Open or create the logs of many partitions of one topic without holding the
         event loop: the file work (directories, segment and index files, checkpoints)
         runs in worker threads, a slice of partitions at a time, and each log joins the
-        manager on the loop as its slice completes. A partition whose files cannot be
-        made (no space, no descriptors, a failing disk) comes back as its OSError and is
-        not added."""
+        manager on the loop as its slice completes. `prepare(partition, log)` runs in the
+        worker on each new log before the loop sees it: file work the caller would
+        otherwise do on the loop (a leader's first epoch checkpoint). A partition whose
+        files cannot be made (no space, no descriptors, a failing disk) comes back as
+        its OSError and is not added."""
         loop = asyncio.get_running_loop()
         now = _now_ms()
         pending: list[tuple[int, Path]] = []  # (partition, the log directory it goes to)
@@ -288,7 +299,11 @@ class LogManager:
         online = self.online_dirs()
         placed = {d: self._placed[str(d)] for d in online}
         single = online[0] if len(online) == 1 else None
-        for partition in partitions:
+        slice_began = time.perf_counter()
+        for count, partition in enumerate(partitions):
+            if count % 256 == 255 and time.perf_counter() - slice_began > LOOP_SLICE_S:
+                await asyncio.sleep(0)
+                slice_began = time.perf_counter()
             existing = self._logs.get((topic, partition))
             if existing is not None:
                 results[partition] = existing
@@ -308,6 +323,12 @@ class LogManager:
             for partition, root in items:
                 try:
                     plog = PartitionLog.open(root / f"{topic}-{partition}", config, now)
+                    if prepare is not None:
+                        try:
+                            prepare(partition, plog)
+                        except OSError:
+                            plog.close()
+                            raise
                     opened.append((partition, plog))
                 except OSError as exc:
                     opened.append((partition, exc))
@@ -322,17 +343,26 @@ class LogManager:
                 f"too many open files: {spare} descriptors were left before the "
                 f"reserve kept for connections and the metadata journal",
             )
-            root = self.log_dirs[0]
-            for partition, _ in pending[max(spare, 0) :]:
-                results[partition] = short
-                self.record_failure(topic, partition, root / f"{topic}-{partition}", short)
+            refused = pending[max(spare, 0) :]
             pending = pending[: max(spare, 0)]
+            reason = self.record_failure(
+                topic, refused[0][0], refused[0][1] / f"{topic}-{refused[0][0]}", short
+            )
+            for partition, _ in refused:
+                results[partition] = short
+                self.failed[(topic, partition)] = reason
         roots = dict(pending)
         slices = [pending[i : i + _OPEN_SLICE] for i in range(0, len(pending), _OPEN_SLICE)]
+        unfrozen = 0
         with ThreadPoolExecutor(threads, thread_name_prefix="kbroker-open") as pool:
             futures = [loop.run_in_executor(pool, open_slice, items) for items in slices]
             for future in futures:
-                for partition, opened in await future:
+                done = await future
+                unfrozen += len(done)
+                if unfrozen >= PARTITIONS_BETWEEN_FREEZES:
+                    unfrozen = 0
+                    freeze_survivors()  # long-lived: keep them out of full collections
+                for partition, opened in done:
                     key = (topic, partition)
                     if isinstance(opened, PartitionLog):
                         self.failed.pop(key, None)

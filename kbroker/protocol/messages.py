@@ -16,7 +16,7 @@ import types
 import typing
 import uuid
 from collections.abc import Callable
-from dataclasses import MISSING, Field, dataclass, fields, is_dataclass
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
@@ -36,7 +36,7 @@ from kio.static.protocol import Entity
 
 from kbroker.protocol.errors import MalformedRequest
 from kbroker.protocol.produce_request import decode_produce_request
-from kbroker.protocol.varint import read_uvarint
+from kbroker.protocol.varint import read_uvarint, uvarint
 
 API_NAMES: dict[int, str] = dict(api_key_map)
 _UTC = datetime.UTC
@@ -94,7 +94,9 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
         return decode_produce_request(version, frame, offset, MAX_REQUEST_ELEMENTS)
     if isinstance(frame, memoryview) and not frame.readonly:
         frame = frame.toreadonly()  # kio's native reader takes read-only buffers only
-    check_lengths(api_key, version, frame, offset)
+    edits = check_lengths(api_key, version, frame, offset)
+    if edits:
+        frame = _edited(frame, edits)
     value, _size = request_reader(api_key, version)(frame, offset)
     return value
 
@@ -122,8 +124,22 @@ def encode(entity: Any) -> bytes:
 
 MAX_REQUEST_ELEMENTS = 1_000_000
 
-Skip = Callable[[bytes | memoryview, int, int, list[int]], int]
-"""(buffer, position, end, [elements allowed]) -> position after the field."""
+Edit = tuple[int, int, bytes]
+"""Bytes [start, end) of the request to replace with these, before kio reads it."""
+
+
+@dataclass(slots=True)
+class _WalkState:
+    """What one walk of a request carries along: how many array elements it may still
+    hold, and the edits that take out the tagged fields kio does not know (see
+    `_skip_tagged`)."""
+
+    elements_left: int
+    edits: list[Edit] = field(default_factory=list)
+
+
+Skip = Callable[[bytes | memoryview, int, int, _WalkState], int]
+"""(buffer, position, end, walk state) -> position after the field."""
 
 _FIXED_SIZES: dict[str, int] = {
     "int8": 1,
@@ -165,7 +181,7 @@ def _length_walk(name: str, flexible: bool, width: struct.Struct, nullable: bool
     """Step over a string/bytes: a compact (varint + 1) or int16/int32 length, then the
     data; a null (length 0 compact, negative otherwise) only where the schema allows."""
 
-    def skip_compact(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
+    def skip_compact(buf: bytes | memoryview, pos: int, end: int, state: _WalkState) -> int:
         size = buf[pos]
         if size >= 0x80:
             size, pos = read_uvarint(buf, pos)
@@ -176,7 +192,7 @@ def _length_walk(name: str, flexible: bool, width: struct.Struct, nullable: bool
             return pos + 1
         return pos + size
 
-    def skip_sized(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
+    def skip_sized(buf: bytes | memoryview, pos: int, end: int, state: _WalkState) -> int:
         (size,) = width.unpack_from(buf, pos)
         pos += width.size
         if size < 0:
@@ -189,7 +205,7 @@ def _length_walk(name: str, flexible: bool, width: struct.Struct, nullable: bool
 
 
 def _fixed(size: int) -> _Walk:
-    return _Walk(lambda buf, pos, end, budget: pos + size, size, size)
+    return _Walk(lambda buf, pos, end, state: pos + size, size, size)
 
 
 def _primitive(kafka_type: str, flexible: bool, name: str = "", nullable: bool = True) -> _Walk:
@@ -207,7 +223,7 @@ def _array(element: _Walk, flexible: bool, name: str = "", nullable: bool = True
     element_size = element.fixed_size
     skip_element = element.skip
 
-    def skip(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
+    def skip(buf: bytes | memoryview, pos: int, end: int, state: _WalkState) -> int:
         if flexible:
             count, pos = read_uvarint(buf, pos)
             count -= 1
@@ -222,34 +238,68 @@ def _array(element: _Walk, flexible: bool, name: str = "", nullable: bool = True
             raise MalformedRequest(
                 f"array of {count} elements in the {end - pos} bytes left of the request"
             )
-        budget[0] -= count
-        if budget[0] < 0:
+        state.elements_left -= count
+        if state.elements_left < 0:
             raise MalformedRequest(
                 f"more than {MAX_REQUEST_ELEMENTS} array elements in one request"
             )
         if element_size is not None:
             return pos + count * element_size
         for _ in range(count):
-            pos = skip_element(buf, pos, end, budget)
+            pos = skip_element(buf, pos, end, state)
         return pos
 
     return _Walk(skip, 4 if not flexible else 1)
 
 
 def _skip_tagged(
-    tagged: dict[int, Skip], buf: bytes | memoryview, pos: int, end: int, budget: list[int]
+    tagged: dict[int, Skip], buf: bytes | memoryview, pos: int, end: int, state: _WalkState
 ) -> int:
+    """Step over a tagged-field section, checking each known tag's value.
+
+    Kafka ignores a tag its version of the schema does not define (a newer client's
+    field), where kio refuses the whole request; so each unknown tagged field becomes an
+    edit that cuts it out, and the section's count an edit that no longer counts it.
+    A known tagged field that holds such a cut (a struct in a tagged field) gets its
+    size rewritten too. A size running past the request stays malformed.
+    """
+    section = pos
     count, pos = read_uvarint(buf, pos)
+    counted = pos
+    unknown = 0
     for _ in range(count):
+        starts = pos
         tag, pos = read_uvarint(buf, pos)
+        sized = pos
         size, pos = read_uvarint(buf, pos)
-        skip = tagged.get(tag)
-        if skip is not None and skip(buf, pos, end, budget) != pos + size:
-            raise MalformedRequest(f"tagged field {tag} does not fill its {size} bytes")
-        pos += size  # an unknown tag is left for kio to reject
-        if pos > end:
+        if pos + size > end:
             raise MalformedRequest("tagged fields run past the end of the request")
+        skip = tagged.get(tag)
+        if skip is None:
+            state.edits.append((starts, pos + size, b""))
+            unknown += 1
+        else:
+            inner = len(state.edits)
+            if skip(buf, pos, end, state) != pos + size:
+                raise MalformedRequest(f"tagged field {tag} does not fill its {size} bytes")
+            cut = sum(stop - start - len(put) for start, stop, put in state.edits[inner:])
+            if cut:
+                state.edits.append((sized, pos, uvarint(size - cut)))
+        pos += size
+    if unknown:
+        state.edits.append((section, counted, uvarint(count - unknown)))
     return pos
+
+
+def _edited(frame: bytes | memoryview, edits: list[Edit]) -> bytes:
+    """The frame with each edit's bytes replaced (edits never overlap)."""
+    parts: list[bytes | memoryview] = []
+    pos = 0
+    for start, stop, put in sorted(edits):
+        parts += (frame[pos:start], put)
+        pos = stop
+    parts.append(frame[pos:])
+    return b"".join(parts)
 
 
 def _is_nullable(hint: Any) -> bool:
@@ -286,18 +336,18 @@ def _entity(cls: type[Entity], nullable: bool) -> _Walk:
         return _fixed(sum(w.fixed_size or 0 for w in walks))
     steps = tuple(w.skip for w in walks)
 
-    def skip(buf: bytes | memoryview, pos: int, end: int, budget: list[int]) -> int:
+    def skip(buf: bytes | memoryview, pos: int, end: int, state: _WalkState) -> int:
         if nullable:
             if buf[pos] == 0xFF:  # int8 -1 is null; kio reads any other marker as present
                 return pos + 1
             pos += 1
         for step in steps:
-            pos = step(buf, pos, end, budget)
+            pos = step(buf, pos, end, state)
         if not flexible:
             return pos
         if buf[pos] == 0:  # no tagged fields, the common case
             return pos + 1
-        return _skip_tagged(tagged, buf, pos, end, budget)
+        return _skip_tagged(tagged, buf, pos, end, state)
 
     if nullable:
         return _Walk(skip, 1)
@@ -309,19 +359,22 @@ def _request_skip(api_key: int, version: int) -> Skip:
     return _entity(load_request_schema(api_key, version), False).skip
 
 
-def check_lengths(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> None:
+def check_lengths(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> list[Edit]:
     """Reject a request body whose array counts exceed what its bytes could hold, or
     that holds a null where its schema declares a field non-nullable (kio would hand the
     handler a None where it expects a list or a string; Kafka fails such a request).
 
     Also refuses more than MAX_REQUEST_ELEMENTS array elements in all. Raises
     MalformedRequest. A body that passes may still be malformed in other ways, which
-    kio then reports without harm.
+    kio then reports without harm. Returns the edits that take out tagged fields of
+    tags the schema does not define, which Kafka ignores (none, nearly always).
     """
+    state = _WalkState(MAX_REQUEST_ELEMENTS)
     try:
-        _request_skip(api_key, version)(frame, offset, len(frame), [MAX_REQUEST_ELEMENTS])
+        _request_skip(api_key, version)(frame, offset, len(frame), state)
     except (struct.error, IndexError):
         raise MalformedRequest("request body ends inside a field") from None
+    return state.edits
 
 
 # -- building version-specific entities from plain data ---------------------------------

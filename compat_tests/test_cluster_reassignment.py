@@ -286,6 +286,16 @@ def test_the_admin_cli_starts_lists_and_cancels_a_reassignment(
                 "removing": [3],
             }
         ]
+        (described,) = kbroker_topics(cluster, "describe", topic)
+        (p,) = described["partitions"]
+        assert (p["replicas"], p["adding_replicas"], p["removing_replicas"]) == (
+            [1, 2, 4, 3],
+            [4],
+            [3],
+        )
+        # As kafka-topics counts it: in sync against the three replicas it started with.
+        (described,) = kbroker_topics(cluster, "describe", topic, "--under-replicated-partitions")
+        assert described["partitions"] == []
         assert kbroker_topics(cluster, "reassign", topic, "--cancel", "0")["cancelled"] == [0]
         assert kbroker_topics(cluster, "reassignments") == []
     finally:

@@ -330,18 +330,36 @@ def _topics_describe(c: Cluster, args: argparse.Namespace, out: Output) -> int:
         for name, entries in described.items()
     }
 
-    def wanted(p: topics.PartitionInfo) -> bool:
-        if args.under_replicated_partitions and not p.under_replicated:
+    # As kafka-topics does: a partition being moved shows its adding and removing
+    # replicas, and is under-replicated only against the replicas it started with.
+    names = {t.name for t in shown}
+    moving = {(r.topic, r.partition): r for r in topics.list_reassignments(c) if r.topic in names}
+
+    def under_replicated(t: topics.TopicInfo, p: topics.PartitionInfo) -> bool:
+        move = moving.get((t.name, p.partition))
+        expected = len(p.replicas) - (len(move.adding) if move else 0)
+        return len(p.isr) < expected
+
+    def wanted(t: topics.TopicInfo, p: topics.PartitionInfo) -> bool:
+        if args.under_replicated_partitions and not under_replicated(t, p):
             return False
         return not (args.unavailable_partitions and p.leader >= 0)
+
+    def joined(ids: tuple[int, ...]) -> str:
+        return ",".join(map(str, ids))
 
     if out.json:
         docs = []
         for t in shown:
             doc = topics.topic_as_dict(t)
             doc["configs"] = overrides[t.name]
+            for d in doc["partitions"]:
+                move = moving.get((t.name, d["partition"]))
+                if move is not None:
+                    d["adding_replicas"] = list(move.adding)
+                    d["removing_replicas"] = list(move.removing)
             doc["partitions"] = [
-                d for d, p in zip(doc["partitions"], t.partitions, strict=True) if wanted(p)
+                d for d, p in zip(doc["partitions"], t.partitions, strict=True) if wanted(t, p)
             ]
             docs.append(doc)
         out.data(docs)
@@ -352,20 +370,26 @@ def _topics_describe(c: Cluster, args: argparse.Namespace, out: Output) -> int:
             f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
             f"ReplicationFactor: {t.replication_factor}\tConfigs: {configs_text}"
         )
-        out.table(
-            ["PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH"],
-            [
-                (
-                    p.partition,
-                    "none" if p.leader < 0 else p.leader,
-                    ",".join(map(str, p.replicas)),
-                    ",".join(map(str, p.isr)),
-                    p.leader_epoch,
-                )
-                for p in t.partitions
-                if wanted(p)
-            ],
-        )
+        headers = ["PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH"]
+        with_moves = any(name == t.name for name, _ in moving)
+        if with_moves:
+            headers += ["ADDING", "REMOVING"]
+        rows: list[tuple[object, ...]] = []
+        for p in t.partitions:
+            if not wanted(t, p):
+                continue
+            row: tuple[object, ...] = (
+                p.partition,
+                "none" if p.leader < 0 else p.leader,
+                joined(p.replicas),
+                joined(p.isr),
+                p.leader_epoch,
+            )
+            if with_moves:
+                move = moving.get((t.name, p.partition))
+                row += (joined(move.adding), joined(move.removing)) if move else ("", "")
+            rows.append(row)
+        out.table(headers, rows)
         out.text()
     return 0
 

@@ -209,7 +209,6 @@ class LogMove:
         source.close(keep_slices=True)
         future = self.future
         future.mkdir(parents=True, exist_ok=True)
-        written: list[str] = []
         kept: set[str] = set()
         for seg in source.segments:
             entry = self._copied.get(seg.base_offset)
@@ -222,13 +221,11 @@ class LogMove:
             target = str(future / names[0])
             if entry.log_bytes < seg.size or entry.log_bytes == 0:
                 copy_range(seg.log_path, target, entry.log_bytes, seg.size, self.cancelled)
-                written.append(target)
             if not entry.indexes or seg is source.segments[-1]:
                 for path, name in zip(
                     (seg.index_path, seg.time_index_path), names[1:], strict=True
                 ):
                     copy_whole(path, str(future / name), self.cancelled)
-                    written.append(str(future / name))
         for name in os.listdir(source.directory):
             if name.endswith(_SEGMENT_SUFFIXES) or name.endswith(_SKIPPED_SUFFIXES):
                 continue
@@ -240,14 +237,12 @@ class LogMove:
             if name.endswith(_SEGMENT_SUFFIXES) and name not in kept:
                 os.unlink(future / name)  # a segment retention or the cleaner took away
         marker = future / MOVED_MARKER
-        marker.write_text(str(time.time_ns()))
-        written.append(str(marker))
-        for path in written:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, str(time.time_ns()).encode())
+            os.fdatasync(fd)  # every copied file was synced as it was written
+        finally:
+            os.close(fd)
         fsync_directory(str(future))
         live = self.dest_root / source.directory.name
         os.rename(future, live)  # step 2: from here the copy is the partition's log

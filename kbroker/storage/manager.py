@@ -560,6 +560,7 @@ class LogManager:
                     pending,
                 )
             # No await from the last plan to the swap: nothing can append in between.
+            swap_started = time.monotonic()
             try:
                 live = move.finish()
             except BaseException:
@@ -590,12 +591,13 @@ class LogManager:
                 target=shutil.rmtree, args=(retired,), kwargs={"ignore_errors": True}, daemon=True
             ).start()
         log.info(
-            "moved %s-%d to %s: %d bytes in %.2fs",
+            "moved %s-%d to %s: %d bytes in %.2fs, the last step held the loop %.1f ms",
             key[0],
             key[1],
             move.dest_root,
             moved.size_bytes(),
             time.monotonic() - started,
+            (time.monotonic() - swap_started) * 1000,
         )
         return moved
 

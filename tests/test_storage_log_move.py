@@ -172,6 +172,29 @@ def test_a_move_is_called_off_when_the_topic_is_deleted(tmp_path):
     assert manager.get("t", 0) is None
 
 
+def test_asking_for_another_directory_mid_move_calls_the_first_move_off(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    manager = LogManager(dirs)
+    manager.check_directories("cluster-1", 1)
+    plog = manager.create("t", 0, CONFIG, NOW)
+    append(plog, 0, 300)
+    swapped: list[PartitionLog] = []
+
+    async def run() -> None:
+        manager.start_move("t", 0, dirs[1], swapped.append)
+        first = manager._move_tasks[("t", 0)]
+        await asyncio.sleep(0)
+        manager.start_move("t", 0, dirs[2], swapped.append)
+        second = manager._move_tasks[("t", 0)]
+        await asyncio.gather(first, second, return_exceptions=True)
+        assert first.cancelled() and second.result() is swapped[-1]
+
+    asyncio.run(run())
+    assert manager.log_dir_of(manager.get("t", 0)) == dirs[2]
+    assert [p.name for p in dirs[1].iterdir()] == ["meta.properties"]
+    assert values(manager.get("t", 0)) == list(range(300))
+
+
 def test_moving_to_the_directory_it_is_in_does_nothing(tmp_path):
     manager, dirs = two_dirs(tmp_path)
     plog = manager.create("t", 0, CONFIG, NOW)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from kbroker.admin import configs, groups, records, topics
+from kbroker.admin import configs, groups, log_dirs, records, topics
 from kbroker.admin.client import ClientError, Cluster, cluster
 from kbroker.admin.output import Output, advance
 from kbroker.admin.security import SecurityConfigError, load_command_config
@@ -84,6 +84,7 @@ def add_admin_commands(sub: argparse._SubParsersAction) -> None:
     _add_topics(sub, common)
     _add_groups(sub, common)
     _add_configs(sub, common)
+    _add_log_dirs(sub, common)
 
     produce = sub.add_parser(
         "produce", parents=[common], help="send lines of stdin as records (console producer)"
@@ -193,6 +194,29 @@ def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     )
     reassignments.add_argument("topic", nargs="*", help="only these topics (default: all)")
     reassignments.set_defaults(run=_topics_reassignments)
+
+
+def _add_log_dirs(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    parser = sub.add_parser(
+        "log-dirs", help="describe brokers' log directories, move a replica between them"
+    )
+    commands = parser.add_subparsers(dest="log_dirs_command", required=True)
+    describe = commands.add_parser(
+        "describe",
+        parents=[common],
+        help="each log directory with its replicas, sizes and free space (kafka-log-dirs)",
+    )
+    describe.add_argument("--broker", type=int, action="append", help="only these (repeatable)")
+    describe.add_argument("--topic", action="append", help="only these topics' replicas")
+    describe.set_defaults(run=_log_dirs_describe)
+    move = commands.add_parser(
+        "move", parents=[common], help="move a replica to another log directory of its broker"
+    )
+    move.add_argument("topic")
+    move.add_argument("partition", type=int)
+    move.add_argument("--broker", type=int, required=True, help="the broker holding the replica")
+    move.add_argument("--dir", required=True, help="the broker's log directory (absolute path)")
+    move.set_defaults(run=_log_dirs_move)
 
 
 def _add_groups(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -473,6 +497,43 @@ def _topics_reassign(c: Cluster, args: argparse.Namespace, out: Output) -> int:
                 out.text(f"Cancelled the reassignment of {args.topic}-{p}.")
             else:
                 out.text(f"Reassigning {args.topic}-{p} to {','.join(map(str, r))}.")
+    return 0
+
+
+def _log_dirs_describe(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    found = log_dirs.describe_log_dirs(c, args.broker, args.topic)
+    if out.json:
+        out.data([asdict(d) for d in found])
+        return 0
+    out.table(
+        ["BROKER", "LOG DIR", "ERROR", "REPLICAS", "TOTAL BYTES", "USABLE BYTES"],
+        [
+            (d.broker, d.path, d.error or "-", len(d.replicas), d.total_bytes, d.usable_bytes)
+            for d in found
+        ],
+    )
+    out.text()
+    out.table(
+        ["BROKER", "LOG DIR", "TOPIC", "PARTITION", "SIZE", "OFFSET LAG", "FUTURE"],
+        [
+            (d.broker, d.path, r.topic, r.partition, r.size, r.offset_lag, r.future)
+            for d in found
+            for r in d.replicas
+        ],
+    )
+    return 0
+
+
+def _log_dirs_move(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    log_dirs.move_replica(c, args.topic, args.partition, args.broker, args.dir)
+    if out.json:
+        out.data({"topic": args.topic, "partition": args.partition, "broker": args.broker,
+                  "dir": args.dir})  # fmt: skip
+    else:
+        out.text(
+            f"Moving {args.topic}-{args.partition} on broker {args.broker} to {args.dir}; "
+            "`kbroker log-dirs describe` shows it as FUTURE there until it takes over."
+        )
     return 0
 
 

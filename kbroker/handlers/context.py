@@ -183,13 +183,16 @@ class TxnCoordination(Protocol):
 
 
 class Durability(Protocol):
-    """Group commit: when appended bytes are on disk (kbroker.storage.manager); and the
-    partitions whose logs could not be made or opened here, with why."""
+    """Group commit: when appended bytes are on disk (kbroker.storage.manager); the
+    partitions whose logs could not be made or opened here, with why; and where an I/O
+    error from a log goes (its log directory is taken offline)."""
 
     @property
     def failed(self) -> Mapping[tuple[str, int], str]: ...
 
     def when_durable(self, plog: PartitionLog, done: Callable[[OSError | None], None]) -> None: ...
+
+    def storage_error(self, plog: PartitionLog, exc: OSError) -> str: ...
 
 
 class LogDirs(Protocol):

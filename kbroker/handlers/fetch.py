@@ -311,6 +311,8 @@ def _read_partition(
 ) -> FetchedPartition:
     partition = broker.partitions.get(topic, p.partition)
     if partition is None:
+        if (topic, p.partition) in broker.durability.failed:  # its log directory failed
+            return FetchedPartition(p.partition, ErrorCode.kafka_storage_error)
         code = broker.controller.state.missing_replica_error(topic, p.partition)
         return FetchedPartition(p.partition, ErrorCode(code))
     if client_rack and partition.is_leader and not partition.check_epoch(p.current_leader_epoch):
@@ -336,16 +338,20 @@ def _read_partition(
     if max_bytes <= 0 and not first:
         read = partition.read_offsets(p.current_leader_epoch)
     else:
-        read = partition.read(
-            p.fetch_offset,
-            max_bytes,
-            committed_only=committed_only,
-            replica_id=replica_id,
-            current_leader_epoch=p.current_leader_epoch,
-            now_ms=now_ms,
-            from_follower_ok=from_follower_ok,
-            last_fetched_epoch=p.last_fetched_epoch,
-        )
+        try:
+            read = partition.read(
+                p.fetch_offset,
+                max_bytes,
+                committed_only=committed_only,
+                replica_id=replica_id,
+                current_leader_epoch=p.current_leader_epoch,
+                now_ms=now_ms,
+                from_follower_ok=from_follower_ok,
+                last_fetched_epoch=p.last_fetched_epoch,
+            )
+        except OSError as exc:  # a disk error: the log directory goes offline
+            broker.durability.storage_error(partition.log, exc)
+            return FetchedPartition(p.partition, ErrorCode.kafka_storage_error)
     if read.error and read.high_watermark < 0:
         return FetchedPartition(p.partition, read.error)
     return FetchedPartition(

@@ -225,6 +225,9 @@ def _append(
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message=str(exc))
     except ProducerStateError as exc:
         return ProducedPartition(index, producer_state_error_code(exc), error_message=str(exc))
+    except OSError as exc:  # a disk error: the log directory goes offline (Kafka's answer)
+        why = broker.durability.storage_error(partition.log, exc)
+        return ProducedPartition(index, ErrorCode.kafka_storage_error, error_message=why)
     stats = broker.counters.topic(topic)
     stats.messages_in += appended.record_count
     stats.bytes_in += len(records)

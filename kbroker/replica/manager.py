@@ -65,6 +65,7 @@ class ReplicaManager:
         self.logs = logs
         self.waiters = waiters
         self.hosted: dict[tuple[str, int], Partition] = {}
+        logs.dir_failure_listeners.append(self._logs_lost)
         self.isr_changes_seen = IsrChangeCounts()
 
     def get(self, topic: str, partition: int) -> Partition | None:
@@ -141,6 +142,16 @@ class ReplicaManager:
         found.stop()
         self.logs.delete_log(topic, partition)
         log.info("%s-%d is no longer assigned here; its log is deleted", topic, partition)
+
+    def _logs_lost(self, keys: list[tuple[str, int]]) -> None:
+        """A failing log directory took these partitions' logs: they are hosted here no
+        more (requests waiting on them are answered; a follower stops fetching)."""
+        for key in keys:
+            if self.fetchers is not None:
+                self.fetchers.unfollow(key)
+            found = self.hosted.pop(key, None)
+            if found is not None:
+                found.stop()
 
     def drop_topic(self, topic: str) -> None:
         for key in [k for k in self.hosted if k[0] == topic]:

@@ -112,6 +112,9 @@ class LogManager:
         self._flush_threads = flush_threads
         self._inline_fsync = True  # acknowledgement fsyncs on the loop while they are quick
         self.cleaner: LogCleaner | None = None
+        # Called with the partitions whose logs a failing log directory took out of
+        # service (the replica manager drops its replicas of them).
+        self.dir_failure_listeners: list[Callable[[list[tuple[str, int]]], None]] = []
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -212,6 +215,41 @@ class LogManager:
                 self.offline_dirs[root] = reason
                 log.error("log directory %s is failing: %s", root, reason)
         return reason
+
+    def storage_error(self, plog: PartitionLog, exc: OSError) -> str:
+        """An I/O error from a log in service; returns why, for the client's answer.
+
+        Running out of descriptors or memory fails only the operation. Any other error
+        (EIO, ENOSPC, EROFS, ...) means the log directory can no longer be trusted, and
+        Kafka takes the whole directory offline: see `fail_dir`."""
+        reason = f"{type(exc).__name__}: {exc}"
+        if exc.errno not in _RESOURCE_ERRNOS:
+            self.fail_dir(os.path.dirname(plog._dir), reason)
+        return reason
+
+    def fail_dir(self, root: str, reason: str) -> list[tuple[str, int]]:
+        """Take log directory `root` offline, as Kafka does on an I/O error in it.
+
+        Every log in it leaves service at once, closed without a clean-shutdown
+        checkpoint (the next start recovers it) and without further writes; its
+        partitions are offline here with `reason` (Produce and Fetch answer
+        KAFKA_STORAGE_ERROR, Metadata shows them without this leader); no new log is
+        placed in the directory; /health and /metrics report it. The listeners drop
+        their replicas of those partitions. Returns the partitions taken out."""
+        if root not in self.offline_dirs:
+            self.offline_dirs[root] = reason
+            log.error(
+                "log directory %s is offline: %s; its partitions are offline here", root, reason
+            )
+        lost = [key for key, plog in self._logs.items() if os.path.dirname(plog._dir) == root]
+        for key in lost:
+            plog = self._withdraw(key)
+            self.failed[key] = reason
+            if plog is not None:
+                plog.delete(remove_files=False)  # closes the files, writes nothing
+        for listener in self.dir_failure_listeners:
+            listener(lost)
+        return lost
 
     def create(
         self,
@@ -699,6 +737,7 @@ class LogManager:
             try:
                 self._flush_inline(plog)
             except OSError as exc:
+                self.storage_error(plog, exc)
                 self._notify(plog, waiters, exc)
             else:
                 self._notify(plog, waiters, None)
@@ -707,6 +746,7 @@ class LogManager:
         try:
             await self._run_flush(plog, data_only=True)
         except OSError as exc:
+            self.storage_error(plog, exc)
             self._notify(plog, waiters, exc)
         else:
             self._notify(plog, waiters, None)
@@ -764,6 +804,7 @@ class LogManager:
                     continue
                 try:
                     await self._run_flush(plog)
-                except OSError:
-                    log.exception("fsync of %s-%d failed", plog.topic, plog.partition)
+                except OSError as exc:
+                    log.error("fsync of %s-%d failed: %s", plog.topic, plog.partition, exc)
+                    self.storage_error(plog, exc)
             await asyncio.sleep(interval_s)

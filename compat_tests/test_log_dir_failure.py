@@ -1,0 +1,105 @@
+"""A log directory whose disk fails while the broker runs goes offline with every
+partition in it, as in Kafka: Produce and Fetch of those partitions answer
+KAFKA_STORAGE_ERROR, Metadata shows them without this leader, DescribeLogDirs reports
+the directory failed, and partitions in the other directories go on serving.
+
+The failure is real: one of the broker's two log directories is a 1 MiB tmpfs mounted
+by the test, filled by producing to its partition until a write fails with ENOSPC.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.admin import KafkaAdminClient
+
+from compat_tests.broker_process import BrokerProcess, produce_one_error
+from compat_tests.confluent_helpers import consume_from_beginning, create_topic, unique_topic
+from kbroker.admin.client import BrokerConnection, fetch_fields, produce_fields
+from kbroker.protocol.batch import encode_batch
+
+PRODUCE, FETCH, METADATA = 0, 1, 3
+KAFKA_STORAGE_ERROR = 56
+VALUE = b"v" * 100_000  # ten of them fill the small disk
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def produce(node: BrokerProcess, topic: str, partition: int, value: bytes) -> Any:
+    batch = bytes(encode_batch([value], int(time.time() * 1000)))
+    with BrokerConnection(node.host, node.port, 10.0, "filler") as conn:
+        answer = conn.request(
+            PRODUCE, 9, **produce_fields(topic, batch, partition=partition, acks=1)
+        )
+    return answer.responses[0].partition_responses[0]
+
+
+def fetch_error(node: BrokerProcess, topic: str, partition: int) -> int:
+    with BrokerConnection(node.host, node.port, 10.0, "reader") as conn:
+        answer = conn.request(
+            FETCH, 12, **fetch_fields(topic, max_wait=0, min_bytes=0, partition=partition)
+        )
+    return int(answer.responses[0].partitions[0].error_code)
+
+
+def metadata_partitions(node: BrokerProcess, topic: str) -> dict[int, Any]:
+    with BrokerConnection(node.host, node.port, 10.0, "meta") as conn:
+        answer = conn.request(
+            METADATA,
+            12,
+            topics=[{"name": topic, "topic_id": None}],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+    return {int(p.partition_index): p for p in answer.topics[0].partitions}
+
+
+def test_a_full_disk_takes_its_log_directory_and_partitions_offline(
+    broker_factory: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    big = tmp_path / "big-disk"
+    node = broker_factory.start_with({"log.dirs": f"{big},{small_disk}"})
+    topic = unique_topic("full-disk")
+    create_topic(node.bootstrap, topic, partitions=2)
+    [on_small] = [p for p in (0, 1) if (small_disk / f"{topic}-{p}").is_dir()]
+    on_big = 1 - on_small
+
+    outcomes = [produce(node, topic, on_small, VALUE) for _ in range(20)]
+    codes = [int(o.error_code) for o in outcomes]
+    assert KAFKA_STORAGE_ERROR in codes, codes
+    first_failure = codes.index(KAFKA_STORAGE_ERROR)
+    assert first_failure > 0 and set(codes[:first_failure]) == {0}, codes
+    assert set(codes[first_failure:]) == {KAFKA_STORAGE_ERROR}, codes
+    assert "No space left" in outcomes[first_failure].error_message
+
+    assert fetch_error(node, topic, on_small) == KAFKA_STORAGE_ERROR
+    shown = metadata_partitions(node, topic)
+    assert int(shown[on_small].error_code) == KAFKA_STORAGE_ERROR
+    assert int(shown[on_small].leader_id) == -1
+    assert list(shown[on_small].offline_replicas) == [1]
+    assert (int(shown[on_big].error_code), int(shown[on_big].leader_id)) == (0, 1)
+
+    with closing(KafkaAdminClient(bootstrap_servers=node.bootstrap)) as admin:
+        [answer] = admin.describe_log_dirs()
+    errors = {r["log_dir"]: r["error_code"] for r in answer["log_dirs"]}
+    assert errors == {str(big): 0, str(small_disk): KAFKA_STORAGE_ERROR}
+
+    # The other directory serves on, before and after its neighbour failed.
+    assert produce_one_error(node, topic, on_big, "after") == 0
+    assert fetch_error(node, topic, on_big) == 0
+    assert len(consume_from_beginning(node.bootstrap, topic, 1, partitions=[on_big])) == 1

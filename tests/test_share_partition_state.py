@@ -17,6 +17,7 @@ from kbroker.share.partition_state import (
     AckError,
     AckType,
     Acquired,
+    InFlight,
     RecordState,
     SharePartitionState,
 )
@@ -170,6 +171,17 @@ class SharePartitionMachine(RuleBasedStateMachine):
             if r[0] == "acquired" and r[2] == member:
                 self.model.release(o)
 
+    @rule(data=st.data())
+    def log_start_moves(self, data: st.DataObject) -> None:
+        """Retention or DeleteRecords: records below the new log start are no longer owed."""
+        start = data.draw(st.integers(self.sp.start_offset, self.sp.start_offset + 3))
+        self.sp.move_start_to(start)
+        for o in HELD:
+            r = self.model.records[o]
+            if o < start and r[0] in ("available", "acquired"):
+                r[0], r[2] = "acknowledged", None
+        self.model.end = max(self.model.end, start)
+
     @rule()
     def restart(self) -> None:
         """A restart keeps everything but the locks: acquired records come back available."""
@@ -286,3 +298,17 @@ def test_record_limit_mode_never_exceeds_max_records() -> None:
     sp = SharePartitionState(0, LIMIT, 100)
     got = sp.acquire("a", [(0, 9)], 4, 0, LOCK, batch_aligned=False)
     assert _offsets(got) == [0, 1, 2, 3]
+
+
+def test_records_below_a_moved_log_start_are_no_longer_owed() -> None:
+    sp = SharePartitionState(0, LIMIT, 100)
+    _acquire_all(sp)  # 0-9, one run held by "a"
+    sp.move_start_to(4)  # inside that run
+    assert sp.start_offset == 4
+    assert sp.record(3) is None
+    assert sp.record(4) == InFlight(RecordState.ACQUIRED, 1, "a", LOCK)
+    assert sp.in_flight() == 6
+    with pytest.raises(AckError):
+        sp.acknowledge("a", [AckBatch(2, 5, (int(AckType.ACCEPT),))], 0, LOCK)
+    sp.acknowledge("a", [AckBatch(4, 9, (int(AckType.ACCEPT),))], 0, LOCK)
+    assert sp.start_offset == 10

@@ -301,7 +301,9 @@ class Broker:
         elif isinstance(event, PartitionsCreated):
             self._open_partitions(event.info, event.new_partitions)
         elif isinstance(event, PartitionChanged):
-            self._take_role(event.topic, event.info, self.log_config(event.topic))
+            # An OSError is recorded by the log manager: the partition is offline here.
+            with contextlib.suppress(OSError):
+                self._take_role(event.topic, event.info, self.log_config(event.topic))
         elif isinstance(event, TopicDeleted):
             self.replicas.drop_topic(event.name)
         elif isinstance(event, ClientQuotasChanged):

@@ -1,12 +1,16 @@
 """LogManager: partitions across log dirs, topic deletion, background retention, group commit."""
 
 import asyncio
+import errno
 import threading
 import time
+
+import pytest
 
 from kbroker.protocol.batch import encode_batch, validate_batches
 from kbroker.storage import LogConfig, LogManager
 from kbroker.storage import log as log_module
+from kbroker.storage.checkpoint import read_checkpoint
 
 NOW = 1_700_000_000_000
 
@@ -269,3 +273,41 @@ def test_an_inline_acknowledgement_fsync_syncs_the_open_segment_files(tmp_path, 
 
     fd, flushed = asyncio.run(scenario())
     assert synced[0] == fd and flushed == 1
+
+
+def test_an_io_error_takes_its_log_directory_offline_with_every_log_in_it(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = LogManager(dirs)
+    logs = {p: m.create("t", p, LogConfig(), NOW) for p in range(4)}
+    for plog in logs.values():
+        plog.append(batch(), 0, NOW)
+    in_a = sorted(p for p, plog in logs.items() if plog.directory.parent == dirs[0])
+    lost = []
+    m.dir_failure_listeners.append(lost.extend)
+
+    why = m.storage_error(logs[in_a[0]], OSError(errno.EIO, "Input/output error"))
+
+    assert "Input/output error" in why
+    assert list(m.offline_dirs) == [str(dirs[0])]
+    assert sorted(lost) == [("t", p) for p in in_a]
+    assert sorted(m.failed) == [("t", p) for p in in_a]
+    for p, plog in logs.items():
+        assert (m.get("t", p) is None) == (p in in_a)
+        assert plog.closed == (p in in_a)
+    # Not recreated empty elsewhere while its data is on the failed disk.
+    with pytest.raises(OSError, match="failed"):
+        m.create("t", in_a[0], LogConfig(), NOW)
+    # Closed without a clean-shutdown mark: the next start recovers the log.
+    checkpoint = read_checkpoint(str(logs[in_a[0]].directory))
+    assert checkpoint is None or checkpoint.clean is None
+    # Deleting the topic forgets it: a new topic of that name gets logs again.
+    m.delete_topic("t")
+    assert m.create("t", in_a[0], LogConfig(), NOW).directory.parent == dirs[1]
+
+
+def test_running_out_of_descriptors_fails_the_operation_not_the_directory(tmp_path):
+    m = LogManager([tmp_path / "a"])
+    plog = m.create("t", 0, LogConfig(), NOW)
+    m.storage_error(plog, OSError(errno.EMFILE, "Too many open files"))
+    assert m.offline_dirs == {}
+    assert m.get("t", 0) is plog and not plog.closed

@@ -263,20 +263,36 @@ def _respond_after_flush(
     iteration). It is encoded now, while the disk is already writing, not after."""
     answer = Later()
     encoded = encode_produce_response(version, topics, throttle_ms, endpoints)
-    _await_flushes(broker, logs, answer, lambda: answer.settle(encoded))
+
+    def storage_failed() -> None:
+        answer.settle(encode_produce_response(version, topics, throttle_ms, endpoints))
+
+    _await_flushes(broker, logs, answer, lambda: answer.settle(encoded), topics, storage_failed)
     return answer
 
 
 def _await_flushes(
-    broker: BrokerParts, logs: list[PartitionLog], answer: Later, done: Callable[[], None]
+    broker: BrokerParts,
+    logs: list[PartitionLog],
+    answer: Later,
+    done: Callable[[], None],
+    topics: list[ProducedTopic],
+    storage_failed: Callable[[], None],
 ) -> None:
+    """Call `done` once every log is fsynced. A failed fsync took its log directory
+    offline (the log manager's group commit): the partitions written there answer
+    KAFKA_STORAGE_ERROR, through `storage_failed`; an fsync that failed otherwise (no
+    descriptors) fails the request."""
     waiting = set(logs)
 
     def durable(plog: PartitionLog, error: OSError | None) -> None:
         if answer.settled:
             return
         if error is not None:
-            answer.fail(error)
+            if _storage_failures(broker, topics):
+                storage_failed()
+            else:
+                answer.fail(error)
             return
         waiting.discard(plog)
         if not waiting:
@@ -284,6 +300,24 @@ def _await_flushes(
 
     for plog in list(waiting):
         broker.durability.when_durable(plog, functools.partial(durable, plog))
+
+
+def _storage_failures(broker: BrokerParts, topics: list[ProducedTopic]) -> bool:
+    """Give KAFKA_STORAGE_ERROR to the written partitions that are offline here now."""
+    failed = broker.durability.failed
+    by_id = broker.controller.state.topics_by_id
+    found = False
+    for topic in topics:
+        named = by_id.get(topic.topic_id) if topic.topic_id and topic.name is None else None
+        name = named.name if named is not None else topic.name or ""
+        for result in topic.partitions:
+            why = failed.get((name, result.index))
+            if why is not None and result.error_code == 0:
+                result.error_code = ErrorCode.kafka_storage_error
+                result.error_message = why
+                result.base_offset = -1
+                found = True
+    return found
 
 
 def _respond_after_replication(
@@ -340,7 +374,7 @@ def _respond_after_replication(
             state["flushing"] = False
             finish()
 
-        _await_flushes(broker, waits.logs, answer, flushed)
+        _await_flushes(broker, waits.logs, answer, flushed, topics, flushed)
     elif not pending:
         return encode_produce_response(version, topics, throttle_ms, endpoints)
     return answer

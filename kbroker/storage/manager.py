@@ -115,6 +115,9 @@ class LogManager:
         # Called with the partitions whose logs a failing log directory took out of
         # service (the replica manager drops its replicas of them).
         self.dir_failure_listeners: list[Callable[[list[tuple[str, int]]], None]] = []
+        # Partitions whose log directory failed under them: no new log is made for them
+        # until a restart (their data is on that disk; Kafka keeps them offline too).
+        self._lost: set[tuple[str, int]] = set()
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -245,6 +248,7 @@ class LogManager:
         for key in lost:
             plog = self._withdraw(key)
             self.failed[key] = reason
+            self._lost.add(key)
             if plog is not None:
                 plog.delete(remove_files=False)  # closes the files, writes nothing
         for listener in self.dir_failure_listeners:
@@ -268,6 +272,10 @@ class LogManager:
         if existing is not None:
             return existing
         now = _now_ms() if now_ms is None else now_ms
+        if key in self._lost:
+            raise OSError(
+                errno.EIO, f"the log directory of {topic}-{partition} failed: {self.failed[key]}"
+            )
         directory = self._place(topic, partition)
         if not is_new and self.offline_dirs:
             exc = OSError(
@@ -425,6 +433,7 @@ class LogManager:
         the old directory away itself, see `_clear_path`)."""
         for key in [k for k in self.failed if k[0] == topic]:
             del self.failed[key]
+            self._lost.discard(key)
         doomed: list[PartitionLog] = []
         for key in [k for k in self._logs if k[0] == topic]:
             plog = self._withdraw(key)

@@ -1,0 +1,396 @@
+"""The transaction and group coordinators across a kill -9 of the broker hosting them.
+
+Three nodes, `__transaction_state` and `__consumer_offsets` replicated three times with
+two replicas required in sync. A coordinator lives on the leader of its key's partition
+of the internal topic; killing that broker moves it to the new leader, which rebuilds
+the state from the replicated log. What stock clients must see (Kafka's guarantees):
+a transaction is never half visible to a read_committed consumer (each one wholly
+visible or wholly absent once its markers are written), a transaction left open is
+aborted by the new coordinator at its timeout so the last stable offset moves on, and a
+consumer group resumes from the offsets it committed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from compat_tests.cluster import KafkaCluster, running_cluster
+from kbroker.coordinator.records import partition_for
+
+GROUP, TRANSACTION = 0, 1
+TXN_TIMEOUT_MS = 5000
+SETTINGS = {
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "min.insync.replicas": "2",
+    # Few partitions: each kill makes the new leader replay (and the ISR regrow) fewer.
+    "offsets.topic.num.partitions": "6",
+    "transaction.state.log.num.partitions": "6",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+}
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    with running_cluster(tmp_path_factory.mktemp("coordinator-failover"), overrides=SETTINGS) as c:
+        yield c
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def _find_coordinator(cluster: KafkaCluster, key_type: int, key: str) -> int:
+    """The node FindCoordinator v4 names for a group or transactional id (0 if none yet)."""
+    from kbroker.admin.client import BrokerConnection
+
+    node = cluster.live_nodes[0]
+    with BrokerConnection(node.host, node.port, 5.0, "failover-test") as conn:
+        answer = conn.request(10, 4, key_type=key_type, coordinator_keys=[key])
+    found = answer.coordinators[0]
+    return int(found.node_id) if found.error_code == 0 else 0
+
+
+def _coordinator_with_full_isr(cluster: KafkaCluster, key_type: int, key: str) -> int:
+    """The coordinator of `key` once its internal partition has all three replicas in
+    sync (a node healed by an earlier test may still be catching up)."""
+    topic = "__transaction_state" if key_type == TRANSACTION else "__consumer_offsets"
+    node = cluster.wait_until(
+        lambda: _find_coordinator(cluster, key_type, key), 20.0, f"a coordinator for {key}"
+    )
+
+    def full() -> bool:
+        partitions = cluster.raw_metadata(topic).topics[0].partitions
+        p = next(p for p in partitions if p.partition_index == partition_for(key, len(partitions)))
+        return len(p.isr_nodes) == 3 and p.leader_id == node
+
+    cluster.wait_until(full, 30.0, f"the {topic} partition of {key} to have a full ISR")
+    return node
+
+
+def _topic_with_full_isr(cluster: KafkaCluster, partitions: int = 3) -> str:
+    topic = f"failover-{_uid()}"
+    cluster.create_topic(topic, partitions=partitions, replication_factor=3)
+    cluster.wait_until(
+        lambda: all(
+            len(p.isr_nodes) == 3 for p in cluster.raw_metadata(topic).topics[0].partitions
+        ),
+        15.0,
+        f"{topic} to have a full ISR",
+    )
+    return topic
+
+
+def _transactional_producer(cluster: KafkaCluster, txn_id: str) -> Any:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "transactional.id": txn_id,
+            "transaction.timeout.ms": TXN_TIMEOUT_MS,
+            "socket.connection.setup.timeout.ms": 3000,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def _produce_transaction(producer: Any, topic: str, tag: str, count: int = 30) -> None:
+    """Records `tag:i` spread over partitions 0-2, flushed (written, not yet committed)."""
+    for i in range(count):
+        producer.produce(topic, value=f"{tag}:{i}".encode(), partition=i % 3)
+    assert producer.flush(30) == 0
+
+
+def _commit(producer: Any, timeout: float = 45.0) -> None:
+    """commit_transaction as Kafka's client documents it: retry a retriable failure."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            producer.commit_transaction(max(1.0, deadline - time.monotonic()))
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+
+
+def _read_committed(cluster: KafkaCluster, topic: str, *more: tuple[str, int]) -> list[str]:
+    """Every value a read_committed consumer gets from partitions 0-2 of `topic` (and
+    any `more` partitions), read until each has given its `end` record (written last,
+    outside any transaction): it is delivered only once the partition's last stable
+    offset has passed everything before it."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    partitions = [(topic, p) for p in range(3)] + list(more)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for t, p in partitions:
+        producer.produce(t, value=b"end", partition=p)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": f"reader-{_uid()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(t, p, 0) for t, p in partitions])
+    seen: list[str] = []
+    ended: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + 30
+    try:
+        while len(ended) < len(partitions) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                continue
+            if message.value() == b"end":
+                ended.add((message.topic(), message.partition()))
+            else:
+                seen.append(message.value().decode())
+    finally:
+        consumer.close()
+    assert len(ended) == len(partitions), f"the last stable offset stayed behind on {ended}"
+    return seen
+
+
+def _by_transaction(values: list[str]) -> Counter[str]:
+    return Counter(v.split(":")[0] for v in values)
+
+
+def test_an_open_transaction_commits_whole_on_the_new_coordinator_after_a_kill(
+    cluster: KafkaCluster,
+) -> None:
+    topic = _topic_with_full_isr(cluster)
+    txn_id = f"open-{_uid()}"
+    coordinator = _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)
+    producer = _transactional_producer(cluster, txn_id)
+    producer.begin_transaction()
+    _produce_transaction(producer, topic, "before")
+    _commit(producer)
+    try:
+        producer.begin_transaction()
+        _produce_transaction(producer, topic, "across", 15)
+        cluster.kill(coordinator)
+        # More partitions and records after the kill: AddPartitionsToTxn and EndTxn go
+        # to the new coordinator, which knows the transaction from the replicated log.
+        for i in range(15, 30):
+            producer.produce(topic, value=f"across:{i}".encode(), partition=i % 3)
+        _commit(producer)
+        assert _find_coordinator(cluster, TRANSACTION, txn_id) not in (0, coordinator)
+        producer.begin_transaction()
+        _produce_transaction(producer, topic, "after")
+        _commit(producer)
+        seen = _read_committed(cluster, topic)
+    finally:
+        cluster.heal()
+    assert _by_transaction(seen) == {"before": 30, "across": 30, "after": 30}
+    assert len(set(seen)) == len(seen)
+
+
+def test_a_transaction_left_open_is_aborted_by_the_new_coordinator_at_its_timeout(
+    cluster: KafkaCluster,
+) -> None:
+    from confluent_kafka import KafkaException
+
+    topic = _topic_with_full_isr(cluster)
+    txn_id = f"abandoned-{_uid()}"
+    coordinator = _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)
+    producer = _transactional_producer(cluster, txn_id)
+    producer.begin_transaction()
+    _produce_transaction(producer, topic, "abandoned")
+    try:
+        cluster.kill(coordinator)
+        killed = time.monotonic()
+        # The producer goes quiet; the new coordinator alone must end its transaction.
+        seen = _read_committed(cluster, topic)
+        waited = time.monotonic() - killed
+        assert "abandoned" not in _by_transaction(seen)
+        assert waited < TXN_TIMEOUT_MS / 1000 + 20, waited
+        # Its epoch was bumped by the abort: the old instance cannot commit any more.
+        with pytest.raises(KafkaException) as refused:
+            producer.commit_transaction(20)
+        error = refused.value.args[0]
+        assert error.fatal() or error.txn_requires_abort(), error
+    finally:
+        cluster.heal()
+
+
+def test_a_transaction_prepared_before_its_coordinator_dies_is_completed_by_the_new_one(
+    cluster: KafkaCluster,
+) -> None:
+    """The window between EndTxn and the markers: one partition of the transaction lives
+    on a fourth broker (not a voter) that is down, so the coordinator has written
+    PrepareCommit and answered EndTxn but cannot write that marker. Then the coordinator
+    is killed: its successor finds PrepareCommit in the log and writes every marker."""
+    from confluent_kafka.admin import NewTopic
+
+    txn_id = f"prepared-{_uid()}"
+    coordinator = _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)  # topic made
+    topic = _topic_with_full_isr(cluster)
+    extra = cluster.add_broker()
+    try:
+        stuck = f"stuck-{_uid()}"  # one partition, on the fourth broker only
+        admin = cluster.admin()
+        futures = admin.create_topics(
+            [
+                NewTopic(
+                    stuck,
+                    1,
+                    replica_assignment=[[extra.node_id]],
+                    config={"min.insync.replicas": "1"},
+                )
+            ],
+            operation_timeout=10,
+        )
+        futures[stuck].result(timeout=15)
+        cluster.wait_until(
+            lambda: cluster.partition(stuck).leader == extra.node_id, 15.0, f"{stuck} to be led"
+        )
+        producer = _transactional_producer(cluster, txn_id)
+        producer.begin_transaction()
+        for i in range(40):
+            if i % 4 == 3:
+                producer.produce(stuck, value=f"prepared:{i}".encode(), partition=0)
+            else:
+                producer.produce(topic, value=f"prepared:{i}".encode(), partition=i % 4)
+        assert producer.flush(30) == 0
+        extra.kill()
+        _commit(producer)  # PrepareCommit is durable: EndTxn succeeds
+        visible = _read_committed(cluster, topic)  # partitions 0-2 have their markers
+        assert _by_transaction(visible) == {"prepared": 30}
+        cluster.kill(coordinator)
+        cluster.wait_until(
+            lambda: _find_coordinator(cluster, TRANSACTION, txn_id) not in (0, coordinator),
+            15.0,
+            "a new transaction coordinator",
+        )
+        extra.start()
+        seen = _read_committed(cluster, topic, (stuck, 0))
+    finally:
+        extra.kill()
+        cluster.nodes.remove(extra)
+        cluster.heal()
+    assert _by_transaction(seen) == {"prepared": 40}
+    assert sorted(seen) == sorted(f"prepared:{i}" for i in range(40))
+
+
+def _group_consumer(cluster: KafkaCluster, group: str) -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "socket.connection.setup.timeout.ms": 3000,
+        }
+    )
+
+
+def _consume(consumer: Any, count: int, timeout: float = 30.0) -> list[Any]:
+    """The next `count` records the consumer is given (fewer only at the timeout)."""
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < count and time.monotonic() < deadline:
+        for message in consumer.consume(count - len(out), 0.5):
+            if not message.error():
+                out.append(message)
+    return out
+
+
+def _committed(cluster: KafkaCluster, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets, as the admin API (OffsetFetch) lists them."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(3)])
+    admin = cluster.admin()  # kept alive until the answer arrives
+    futures = admin.list_consumer_group_offsets([request], request_timeout=10)
+    answer = futures[group].result(timeout=15)
+    return {tp.partition: tp.offset for tp in answer.topic_partitions}
+
+
+def _next_offsets(messages: list[Any]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for m in messages:
+        out[m.partition()] = max(out.get(m.partition(), 0), m.offset() + 1)
+    return out
+
+
+def test_a_group_resumes_from_its_committed_offsets_after_its_coordinator_is_killed(
+    cluster: KafkaCluster,
+) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    topic = _topic_with_full_isr(cluster)
+    group = f"failover-group-{_uid()}"
+    coordinator = _coordinator_with_full_isr(cluster, GROUP, group)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(300):
+        producer.produce(topic, value=b"%d" % i, partition=i % 3)
+    assert producer.flush(30) == 0
+
+    first = _group_consumer(cluster, group)
+    first.subscribe([topic])
+    try:
+        committed_work = _consume(first, 120)
+        assert len(committed_work) == 120
+        first.commit(asynchronous=False)
+        before_kill = _committed(cluster, group, topic)
+        uncommitted = _consume(first, 60)
+        assert len(uncommitted) == 60
+        cluster.kill(coordinator)
+        # The offsets committed before the kill are what the new coordinator serves.
+        assert cluster.wait_until(
+            lambda: _committed(cluster, group, topic) == before_kill,
+            20.0,
+            "the new coordinator to serve the committed offsets",
+        )
+        assert _find_coordinator(cluster, GROUP, group) not in (0, coordinator)
+        # The member carries on: its next records and commit go to the new coordinator.
+        more = _consume(first, 60)
+        assert len(more) == 60
+
+        def commit() -> bool:
+            try:
+                first.commit(asynchronous=False)
+                return True
+            except KafkaException as exc:
+                if not exc.args[0].retriable():
+                    raise
+                return False
+
+        cluster.wait_until(commit, 20.0, "a commit on the new coordinator")
+        after_commit = _next_offsets(committed_work + uncommitted + more)
+        assert _committed(cluster, group, topic) == after_commit
+        lost_work = _consume(first, 30)  # read, never committed: read again below
+        assert len(lost_work) == 30
+    finally:
+        first.close()
+        cluster.heal()
+
+    second = _group_consumer(cluster, group)
+    second.subscribe([topic])
+    try:
+        rest = _consume(second, 300 - 240)
+    finally:
+        second.close()
+    first_values = [m.value() for m in committed_work + uncommitted + more + lost_work]
+    second_values = [m.value() for m in rest]
+    assert Counter(first_values + second_values) - Counter(b"%d" % i for i in range(300)) == (
+        Counter(m.value() for m in lost_work)
+    )
+    assert set(first_values + second_values) == {b"%d" % i for i in range(300)}

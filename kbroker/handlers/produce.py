@@ -333,7 +333,22 @@ def _respond_after_replication(
     has passed its batch (Kafka's delayed produce), or at the request's timeout with
     REQUEST_TIMED_OUT for the partitions still short. Each partition's outcome may be
     an error (NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below
-    min.insync.replicas, NOT_LEADER_OR_FOLLOWER when leadership moved meanwhile)."""
+    min.insync.replicas, NOT_LEADER_OR_FOLLOWER when leadership moved meanwhile).
+
+    When the high watermarks already cover every batch (an ISR of the leader alone), no
+    delayed produce is set up: the answer is encoded at once and, for logs that fsync
+    every append, sent straight from the group commit, as for acks=1."""
+    short: list[tuple[Partition, int, ProducedPartition]] = []
+    for partition, required, result in waits.replication:
+        decided = partition.replication_outcome(required)
+        if decided is None:
+            short.append((partition, required, result))
+        elif decided:
+            result.error_code = decided
+    if not short:  # decided now, as on a partition whose ISR is the leader alone
+        if waits.logs:
+            return _respond_after_flush(broker, waits.logs, version, topics, throttle_ms, endpoints)
+        return encode_produce_response(version, topics, throttle_ms, endpoints)
     answer = Later()
     pending: dict[int, tuple[PendingAck, ProducedPartition]] = {}
     state = {"flushing": bool(waits.logs)}
@@ -351,7 +366,7 @@ def _respond_after_replication(
             result.error_code = code
         finish()
 
-    for i, (partition, required, result) in enumerate(waits.replication):
+    for i, (partition, required, result) in enumerate(short):
         outcome = partition.await_replication(required, functools.partial(acked, i, result))
         if isinstance(outcome, PendingAck):
             pending[i] = (outcome, result)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kbroker.protocol.recompression import TOPIC_CODECS
@@ -14,8 +14,11 @@ _NEVER = 2**63 - 1
 PREALLOCATE_CHUNK = 1 << 20
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class LogConfig:
+    """A topic's log settings. Frozen: what an append asks of them on every call
+    (the record policy, whether it fsyncs) is worked out once, when they are made."""
+
     segment_bytes: int = 1 << 30
     segment_ms: int = 7 * 24 * 3600 * 1000
     segment_jitter_ms: int = 0
@@ -40,6 +43,32 @@ class LogConfig:
     compression_gzip_level: int = -1
     compression_lz4_level: int = 9
     compression_zstd_level: int = 3
+    # Derived from the settings above in __post_init__ (a change makes a new LogConfig).
+    _derived: _Derived = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        flushes_each = self.flush_interval_messages == 1
+        append_time = self.message_timestamp_type == "LogAppendTime"
+        policies = self.cleanup_policy.split(",")
+        compacts = "compact" in policies
+        derived = _Derived(
+            fsyncs_every_append=flushes_each,
+            log_append_time=append_time,
+            compacts=compacts,
+            deletes="delete" in policies,
+            preallocate_bytes=(
+                min(PREALLOCATE_CHUNK, self.segment_bytes)
+                if self.preallocate or flushes_each
+                else 0
+            ),
+            record_policy=RecordPolicy(
+                self.message_timestamp_before_max_ms,
+                self.message_timestamp_after_max_ms,
+                append_time,
+                compacts,
+            ),
+        )
+        object.__setattr__(self, "_derived", derived)
 
     @property
     def stored_codec(self) -> int | None:
@@ -57,12 +86,12 @@ class LogConfig:
 
     @property
     def log_append_time(self) -> bool:
-        return self.message_timestamp_type == "LogAppendTime"
+        return self._derived.log_append_time
 
     @property
     def fsyncs_every_append(self) -> bool:
         """flush.messages=1: every append is fsynced before it is acknowledged."""
-        return self.flush_interval_messages == 1
+        return self._derived.fsyncs_every_append
 
     @property
     def preallocate_bytes(self) -> int:
@@ -73,32 +102,25 @@ class LogConfig:
         machine's ext4, fdatasync of a small append 110-120 us growing the file, 78 us
         inside space already allocated).
         """
-        if self.preallocate or self.fsyncs_every_append:
-            return min(PREALLOCATE_CHUNK, self.segment_bytes)
-        return 0
+        return self._derived.preallocate_bytes
 
     @property
     def record_policy(self) -> RecordPolicy:
         """What the records of a client append are checked against."""
-        return RecordPolicy(
-            self.message_timestamp_before_max_ms,
-            self.message_timestamp_after_max_ms,
-            self.log_append_time,
-            self.compacts,
-        )
+        return self._derived.record_policy
 
     @property
     def deletes(self) -> bool:
         """Whether time and size retention apply (cleanup.policy contains delete)."""
-        return "delete" in self.cleanup_policy.split(",")
+        return self._derived.deletes
 
     @property
     def compacts(self) -> bool:
-        return "compact" in self.cleanup_policy.split(",")
+        return self._derived.compacts
 
     def with_kafka_overrides(self, props: Mapping[str, str]) -> LogConfig:
         """A copy with Kafka topic-config names applied (`retention.ms` -> retention_ms)."""
-        known = {f.name: f for f in fields(self)}
+        known = {f.name: f for f in fields(self) if f.init}
         changes: dict[str, Any] = {}
         for key, value in props.items():
             name = _KAFKA_NAMES.get(key)
@@ -112,6 +134,16 @@ class LogConfig:
             else:
                 changes[name] = str(value)
         return replace(self, **changes)
+
+
+@dataclass(slots=True, frozen=True)
+class _Derived:
+    fsyncs_every_append: bool
+    log_append_time: bool
+    compacts: bool
+    deletes: bool
+    preallocate_bytes: int
+    record_policy: RecordPolicy
 
 
 _KAFKA_NAMES = {

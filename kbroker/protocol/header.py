@@ -30,6 +30,8 @@ def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
 
 def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
     """Skip a tagged-field section (count, then tag/size/bytes each); return the end."""
+    if pos < len(buf) and buf[pos] == 0:  # nearly every request: no tagged fields
+        return pos + 1
     count, pos = read_uvarint(buf, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)

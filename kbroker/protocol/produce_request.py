@@ -64,7 +64,13 @@ class _Reader:
         return pos
 
     def uvarint(self) -> int:
-        value, self.pos = read_uvarint(self.buf, self.pos)
+        pos = self.pos
+        if pos < self.end:
+            first = self.buf[pos]
+            if first < 0x80:  # lengths and counts in a produce request are almost always small
+                self.pos = pos + 1
+                return first
+        value, self.pos = read_uvarint(self.buf, pos)
         return value
 
     def int32(self) -> int:

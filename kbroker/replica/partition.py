@@ -87,10 +87,10 @@ class Partition:
     # watermark and min.insync.replicas count the larger of the two (Kafka's maximal ISR).
     pending_isr: tuple[int, ...] | None = None
     _acks: DelayedAcks = field(default_factory=DelayedAcks)
+    key: tuple[str, int] = field(init=False)  # (topic, index), the partition's name
 
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.topic, self.index)
+    def __post_init__(self) -> None:
+        self.key = (self.topic, self.index)
 
     @property
     def is_leader(self) -> bool:
@@ -116,8 +116,10 @@ class Partition:
         """Kafka's check of a request that only the leader may serve: NOT_LEADER_OR_FOLLOWER
         on a follower; against the client's current_leader_epoch (-1: unset)
         FENCED_LEADER_EPOCH when the client is behind, UNKNOWN_LEADER_EPOCH when ahead."""
-        if not self.is_leader:
+        if self.leader_id != self.node_id:
             return ErrorCode.not_leader_or_follower
+        if current_leader_epoch < 0:
+            return ErrorCode.none
         return self.check_epoch(current_leader_epoch)
 
     def check_epoch(self, current_leader_epoch: int) -> ErrorCode:
@@ -223,19 +225,23 @@ class Partition:
         (nothing is written then). Storage's errors (corrupt or oversized batches,
         producer state) pass through. `origin` is storage.producer_state's CLIENT or
         COORDINATOR; `issued_producer_ids` is the first producer id never handed out."""
-        if not self.is_leader:
+        if self.leader_id != self.node_id:
             raise PartitionError(
                 ErrorCode.not_leader_or_follower, f"{self.topic}-{self.index} is led elsewhere"
             )
-        if required_acks == -1 and len(self._maximal_isr()) < self.min_insync_replicas:
+        if (
+            required_acks == -1
+            and len(self.isr if self.pending_isr is None else self._maximal_isr())
+            < self.min_insync_replicas
+        ):
             raise PartitionError(
                 ErrorCode.not_enough_replicas,
                 f"{self.topic}-{self.index} has {len(self.isr)} in-sync replicas, "
                 f"fewer than min.insync.replicas={self.min_insync_replicas}",
             )
         result = self.log.append(records, self.leader_epoch, now_ms, origin, issued_producer_ids)
-        self._advance_high_watermark()
-        self.waiters.wake(self.key)  # followers' parked fetches
+        if not self._advance_high_watermark():
+            self.waiters.wake(self.key)  # followers' parked fetches
         return result
 
     def append_as_follower(self, records: bytearray | memoryview, now_ms: int) -> AppendResult:
@@ -275,7 +281,7 @@ class Partition:
     def replication_outcome(self, required_offset: int) -> ErrorCode | None:
         """The answer to an acks=all append ending before `required_offset` if it is
         decided now, else None (the ISR has not reached it yet)."""
-        if not self.is_leader:
+        if self.leader_id != self.node_id:
             return ErrorCode.not_leader_or_follower
         if self.log.high_watermark >= required_offset:
             return self._ack_code()
@@ -292,23 +298,29 @@ class Partition:
             return self.isr
         return self.isr + tuple(r for r in pending if r not in self.isr)
 
-    def _advance_high_watermark(self) -> None:
-        """The smallest log end offset in the ISR (the leader's own included)."""
-        if not self.is_leader:
-            return
-        new = self.log.log_end_offset
-        for replica in self._maximal_isr():
-            if replica != self.node_id:
+    def _advance_high_watermark(self) -> bool:
+        """The smallest log end offset in the ISR (the leader's own included); True if
+        the high watermark moved (parked fetches are woken then)."""
+        node = self.node_id
+        if self.leader_id != node:
+            return False
+        plog = self.log
+        new = plog.log_end_offset
+        isr = self.isr if self.pending_isr is None else self._maximal_isr()
+        for replica in isr:
+            if replica != node:
                 state = self.followers.get(replica)
                 if state is None or state.log_end_offset < 0:
-                    return  # a member not heard from yet holds the high watermark
+                    return False  # a member not heard from yet holds the high watermark
                 if state.log_end_offset < new:
                     new = state.log_end_offset
-        if new > self.log.high_watermark:
-            self.log.high_watermark = new
-            if len(self._acks):
-                self._acks.complete_up_to(new, self._ack_code())
-            self.waiters.wake(self.key)
+        if new <= plog.high_watermark:
+            return False
+        plog.high_watermark = new
+        if len(self._acks):
+            self._acks.complete_up_to(new, self._ack_code())
+        self.waiters.wake(self.key)
+        return True
 
     # -- reads --------------------------------------------------------------------------
 

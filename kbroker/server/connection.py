@@ -61,6 +61,9 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 # long after its client left. Other handlers may hold shared state while they wait.
 _CANCEL_WHEN_CLOSED = frozenset({1})
 _MAX_IN_FLIGHT = 200
+# Handler results that are answers already (Produce's encoded bytes, most handlers'
+# dicts): no need to ask whether they are awaitable, an ABC check on every request.
+_IMMEDIATE = frozenset({bytes, dict})
 
 
 class Host(Protocol):
@@ -549,7 +552,9 @@ class KafkaConnection(asyncio.Protocol):
         response_flexible = flexible and api_key != API_VERSIONS
         try:
             result = api.handler(ctx, body)
-            if isinstance(result, Later) or inspect.isawaitable(result):
+            if type(result) not in _IMMEDIATE and (
+                isinstance(result, Later) or inspect.isawaitable(result)
+            ):
                 slot = _Slot(api_key, version, correlation_id, response_flexible)
                 slot.started = started
                 slot.client_id = header.client_id

@@ -53,6 +53,8 @@ CLUSTER_DEFAULTS = {
     "offsets.topic.replication.factor": 3,
     "transaction.state.log.replication.factor": 3,
     "transaction.state.log.min.isr": 2,
+    "share.coordinator.state.topic.replication.factor": 3,
+    "share.coordinator.state.topic.min.isr": 2,
 }
 """Kafka's defaults for settings whose kbroker default suits only a single node."""
 

@@ -1232,8 +1232,16 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "share.coordinator.state.topic.replication.factor",
         SHORT,
         1,
-        "Replication factor of __share_group_state "
-        "(Kafka's default is 3; kbroker's suits a single node).",
+        "Replication factor of __share_group_state. 1 on a single node; Kafka's "
+        "default, 3, in a cluster.",
+        at_least(1),
+    ),
+    _d(
+        "share.coordinator.state.topic.min.isr",
+        INT,
+        1,
+        "min.insync.replicas of __share_group_state. 1 on a single node; Kafka's "
+        "default, 2, in a cluster.",
         at_least(1),
     ),
     _d(

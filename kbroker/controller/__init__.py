@@ -8,6 +8,7 @@ from kbroker.controller.controller import Controller, ControllerConfig, new_clus
 from kbroker.controller.errors import ControllerError, ControllerStartError
 from kbroker.controller.events import (
     BrokerRegistered,
+    GroupConfigsChanged,
     MetadataEvent,
     PartitionsCreated,
     TopicConfigsChanged,
@@ -28,6 +29,7 @@ __all__ = [
     "PartitionInfo",
     "PartitionsCreated",
     "TopicConfigsChanged",
+    "GroupConfigsChanged",
     "TopicCreated",
     "TopicDeleted",
     "TopicInfo",

@@ -31,6 +31,7 @@ from kbroker.controller.events import (
     BrokerChanged,
     BrokerRegistered,
     ClientQuotasChanged,
+    GroupConfigsChanged,
     MetadataEvent,
     PartitionChanged,
     PartitionsCreated,
@@ -59,6 +60,7 @@ CREATE_TOPIC = "create_topic"
 DELETE_TOPIC = "delete_topic"
 CREATE_PARTITIONS = "create_partitions"
 ALTER_TOPIC_CONFIGS = "alter_topic_configs"
+ALTER_GROUP_CONFIGS = "alter_group_configs"
 ALLOCATE_PRODUCER_IDS = "allocate_producer_ids"
 BROKER_HEARTBEAT = "broker_heartbeat"
 FENCE_BROKER = "fence_broker"
@@ -407,6 +409,22 @@ def _alter_topic_configs(state: MetadataState, p: dict[str, Any]) -> Applied:
     )
 
 
+def _alter_group_configs(state: MetadataState, p: dict[str, Any]) -> Applied:
+    group_id = p["group"]
+    configs = dict(state.group_configs.get(group_id, {}))
+    for key in p.get("delete", ()):
+        configs.pop(key, None)
+    configs.update(p.get("set", {}))
+    every = {g: c for g, c in state.group_configs.items() if g != group_id}
+    if configs:
+        every[group_id] = configs
+    return Applied(
+        _bump(state, group_configs=every),
+        configs,
+        (GroupConfigsChanged(group_id, dict(configs)),),
+    )
+
+
 def _allocate_producer_ids(state: MetadataState, p: dict[str, Any]) -> Applied:
     start = state.next_producer_id
     return Applied(_bump(state, next_producer_id=start + p["count"]), start)
@@ -510,6 +528,7 @@ _HANDLERS = {
     DELETE_TOPIC: _delete_topic,
     CREATE_PARTITIONS: _create_partitions,
     ALTER_TOPIC_CONFIGS: _alter_topic_configs,
+    ALTER_GROUP_CONFIGS: _alter_group_configs,
     ALLOCATE_PRODUCER_IDS: _allocate_producer_ids,
     BROKER_HEARTBEAT: _broker_heartbeat,
     FENCE_BROKER: _fence_broker,

@@ -809,6 +809,18 @@ class Controller:
             {"name": name, "topic_id": info.topic_id.bytes, "set": result, "replace": True},
         )
 
+    async def set_group_configs(self, group_id: str, configs: Mapping[str, str | None]) -> None:
+        """A share group's configs, incrementally: a value sets one, None removes it."""
+        self._check_can_commit()
+        await self._propose(
+            cmd.ALTER_GROUP_CONFIGS,
+            {
+                "group": group_id,
+                "set": {k: v for k, v in configs.items() if v is not None},
+                "delete": [k for k, v in configs.items() if v is None],
+            },
+        )
+
     async def allocate_producer_ids(self, count: int) -> int:
         """Reserve `count` consecutive producer ids; returns the first."""
         self._check_can_commit()

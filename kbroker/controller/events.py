@@ -32,6 +32,14 @@ class TopicConfigsChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupConfigsChanged:
+    """A share group's configs (GROUP resource) changed; `configs` is all of them now."""
+
+    group_id: str
+    configs: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerRegistered:
     info: BrokerInfo
 
@@ -67,6 +75,7 @@ MetadataEvent = (
     | TopicDeleted
     | PartitionsCreated
     | TopicConfigsChanged
+    | GroupConfigsChanged
     | BrokerRegistered
     | BrokerChanged
     | PartitionChanged
@@ -100,6 +109,10 @@ def diff_events(old: MetadataState, new: MetadataState) -> list[MetadataEvent]:
             events.append(PartitionsCreated(topic, topic.partitions[len(before.partitions) :]))
         if topic.configs != before.configs:
             events.append(TopicConfigsChanged(name, dict(topic.configs)))
+    for group_id in set(old.group_configs) | set(new.group_configs):
+        configs = new.group_configs.get(group_id, {})
+        if old.group_configs.get(group_id, {}) != configs:
+            events.append(GroupConfigsChanged(group_id, dict(configs)))
     if old.client_quotas != new.client_quotas:
         events.append(ClientQuotasChanged(bool(new.client_quotas)))
     return events

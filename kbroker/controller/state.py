@@ -117,6 +117,9 @@ class MetadataState:
     client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = field(
         default_factory=dict
     )
+    # IncrementalAlterConfigs on GROUP resources (KIP-932 share-group configs): kept in the
+    # metadata, as Kafka's ConfigRecords, so every broker leading a share-partition has them
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         info = self.topics.get(topic)
@@ -191,6 +194,7 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
             [user, c.mechanism, c.salt, c.iterations, c.stored_key, c.server_key]
             for (user, _), c in state.scram_credentials.items()
         ],
+        "group_configs": {g: dict(c) for g, c in state.group_configs.items()},
     }
 
 
@@ -250,4 +254,5 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
             (c[0], c[1]): ScramCredential(c[1], c[2], c[3], c[4], c[5])
             for c in data.get("scram_credentials", [])
         },
+        group_configs={g: dict(c) for g, c in data.get("group_configs", {}).items()},
     )

@@ -25,6 +25,7 @@ from kbroker.handlers import (  # noqa: F401
     sasl,
     scram,
     share_groups,
+    share_state,
     topics,
     transactions,
 )

@@ -522,7 +522,7 @@ def _share_service(broker: BrokerParts) -> ShareCoordination:
 async def alter_group_configs(
     broker: BrokerParts, resource: IncrementalConfigResource, validate_only: bool
 ) -> None:
-    """SET and DELETE of a share group's configs; stored with its share state."""
+    """SET and DELETE of a share group's configs, in the cluster metadata."""
     service = _share_service(broker)
     coordinator = service.coordinator
     group_id = resource.resource_name
@@ -543,13 +543,10 @@ async def alter_group_configs(
         changes[op.name] = value
     if validate_only or not changes:
         return
-    error = await service.ready(group_id)
-    if error != ErrorCode.none:
-        raise ResourceError(error, None)
-    coordinator.set_group_configs(group_id, changes)
-    stored = await service.persist()
-    if stored != ErrorCode.none:
-        raise ResourceError(stored, "The group configs could not be stored")
+    try:  # in the cluster metadata, as Kafka's ConfigRecords: every broker has them
+        await broker.controller.set_group_configs(group_id, changes)
+    except ControllerError as exc:
+        raise controller_failure(exc) from None
 
 
 def describe_group_configs(
@@ -568,7 +565,7 @@ def describe_group_configs(
         "errors.deadletterqueue.topic.name": None,
         "errors.deadletterqueue.copy.record.enable": "false",
     }
-    configs = coordinator.group_configs.get(group_id, {})
+    configs = broker.controller.state.group_configs.get(group_id, {})
     results: list[dict[str, Any]] = []
     for name in GROUP_CONFIGS:
         if keys is not None and name not in keys:
@@ -703,7 +700,7 @@ def list_config_resources(
         elif kind == TOPIC:
             found += [{"resource_name": t, "resource_type": TOPIC} for t in sorted(state.topics)]
         elif kind == GROUP and ctx.broker.shares is not None:
-            configured = ctx.broker.shares.coordinator.group_configs
+            configured = state.group_configs
             found += [
                 {"resource_name": g, "resource_type": GROUP}
                 for g in sorted(configured)

@@ -10,6 +10,7 @@ never blocks the loop or other connections.
 from __future__ import annotations
 
 import asyncio
+import base64
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -85,6 +86,7 @@ OFFSET_DELETE = 47
 E = ErrorCode
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2  # KIP-932: "group:topicId:partition", answered by the share coordinator
 NO_AUTHORIZED_OPERATIONS = -2147483648
 # READ (3), DELETE (6), DESCRIBE (8): every group operation, as nothing is restricted.
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
@@ -178,6 +180,13 @@ async def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any
         if error != E.none or node is None:
             return _coordinator_entry(key, error)
         return _coordinator_entry(key, E.none, node.node_id, *node_address(ctx, node))
+    if key_type == KEY_TYPE_SHARE and ctx.broker.shares is not None:
+        if not _share_key(key):
+            return _coordinator_entry(key, E.invalid_request, message=f"invalid share key {key}")
+        error, node = await ctx.broker.shares.find_coordinator(key)
+        if error != E.none or node is None:
+            return _coordinator_entry(key, error)
+        return _coordinator_entry(key, E.none, node.node_id, *node_address(ctx, node))
     if key_type != KEY_TYPE_GROUP:
         return _coordinator_entry(key, E.invalid_request, message=f"unknown key type {key_type}")
     service = ctx.broker.groups
@@ -185,6 +194,18 @@ async def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any
     if error != E.none or node is None:
         return _coordinator_entry(key, error)
     return _coordinator_entry(key, E.none, node.node_id, *node_address(ctx, node))
+
+
+def _share_key(key: str) -> bool:
+    """Whether a key is "group:topicId:partition" (the group id may hold colons)."""
+    group_id, _, rest = key.rpartition(":")
+    group_id, _, topic_id = group_id.rpartition(":")
+    if not group_id or not rest.isdigit():
+        return False
+    try:
+        return len(base64.urlsafe_b64decode(topic_id + "==")) == 16
+    except ValueError:
+        return False
 
 
 def _coordinator_entry(

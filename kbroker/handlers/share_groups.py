@@ -151,6 +151,17 @@ def share_group_describe(
     for group_id in request.group_ids:
         group = coordinator.groups.get(group_id)
         denied = _group_denied(ctx, Operation.DESCRIBE, group_id)
+        if not denied and not coordinator.owns_group(group_id):
+            groups.append(
+                {
+                    "error_code": E.not_coordinator,
+                    "error_message": None,
+                    "group_id": group_id,
+                    "group_state": "Dead",
+                    "authorized_operations": -2147483648,
+                }
+            )
+            continue
         if group is None or denied:
             groups.append(
                 {

@@ -72,6 +72,8 @@ SERVED: dict[str, tuple[int, int, int]] = {
     "ShareGroupDescribeRequest": (77, 1, 1),
     "ShareFetchRequest": (78, 1, 2),
     "ShareAcknowledgeRequest": (79, 1, 2),
+    "ReadShareGroupStateRequest": (84, 0, 0),
+    "WriteShareGroupStateRequest": (85, 0, 0),
     "DescribeShareGroupOffsetsRequest": (90, 0, 1),
     "AlterShareGroupOffsetsRequest": (91, 0, 0),
     "DeleteShareGroupOffsetsRequest": (92, 0, 0),
@@ -291,6 +293,7 @@ if TYPE_CHECKING:
     import kio.schema.offset_for_leader_epoch.v2.request as offset_for_leader_epoch_v2
     import kio.schema.offset_for_leader_epoch.v3.request as offset_for_leader_epoch_v3
     import kio.schema.offset_for_leader_epoch.v4.request as offset_for_leader_epoch_v4
+    import kio.schema.read_share_group_state.v0.request as read_share_group_state_v0
     import kio.schema.sasl_authenticate.v0.request as sasl_authenticate_v0
     import kio.schema.sasl_authenticate.v1.request as sasl_authenticate_v1
     import kio.schema.sasl_authenticate.v2.request as sasl_authenticate_v2
@@ -314,6 +317,7 @@ if TYPE_CHECKING:
     import kio.schema.txn_offset_commit.v3.request as txn_offset_commit_v3
     import kio.schema.txn_offset_commit.v4.request as txn_offset_commit_v4
     import kio.schema.txn_offset_commit.v5.request as txn_offset_commit_v5
+    import kio.schema.write_share_group_state.v0.request as write_share_group_state_v0
     import kio.schema.write_txn_markers.v1.request as write_txn_markers_v1
     import kio.schema.write_txn_markers.v2.request as write_txn_markers_v2
 
@@ -649,6 +653,8 @@ if TYPE_CHECKING:
     ShareAcknowledgeRequest: TypeAlias = (
         share_acknowledge_v1.ShareAcknowledgeRequest | share_acknowledge_v2.ShareAcknowledgeRequest
     )
+    ReadShareGroupStateRequest: TypeAlias = read_share_group_state_v0.ReadShareGroupStateRequest
+    WriteShareGroupStateRequest: TypeAlias = write_share_group_state_v0.WriteShareGroupStateRequest
     DescribeShareGroupOffsetsRequest: TypeAlias = (
         describe_share_group_offsets_v0.DescribeShareGroupOffsetsRequest
         | describe_share_group_offsets_v1.DescribeShareGroupOffsetsRequest

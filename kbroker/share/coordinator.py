@@ -1,16 +1,20 @@
-"""The share-group coordinator: membership, share sessions, and every share-partition.
+"""The share-group coordinator: membership, share sessions, and share-partitions.
 
-One object holds what KIP-932 spreads over the group coordinator, the share-partition
-leaders and the share coordinator, because on one node they are the same process. It
-is synchronous and does no I/O: the log is read through `ShareLog`, the state is
-written through `StateStore`, and time comes in as arguments, so tests drive it with a
-manual clock. `kbroker.share.service` hosts it in the broker.
+One object per broker plays the three parts KIP-932 gives a broker: group coordinator
+for the share groups whose `__consumer_offsets` partition it leads (membership and
+assignment: `groups`), share-partition leader for the data partitions it leads (share
+sessions and the in-flight records: `partitions`), and share coordinator for the
+`__share_group_state` partitions it leads (the persisted states: `store`). On one node
+they are all here; in a cluster each is wherever its partition's leader is. It is
+synchronous and does no I/O: the log is read through `ShareLog`, and time comes in as
+arguments, so tests drive it with a manual clock. `kbroker.share.service` hosts it.
 
 Persistence: each share-partition's whole state (`SharePartitionState.snapshot`) is a
 record keyed by (group, topic id, partition) in `__share_group_state`, a compacted
 topic, so the latest record is the state and loading is a fold. A change marks the
-share-partition dirty; `take_dirty` hands the records to write, and a caller that
-must not answer before an acknowledgement is durable waits for that write.
+share-partition dirty; `take_dirty` hands the states to write to their share
+coordinator, and a caller that must not answer before an acknowledgement is durable
+waits for that write.
 """
 
 from __future__ import annotations
@@ -36,12 +40,11 @@ from kbroker.share.partition_state import (
 )
 from kbroker.share.records import (
     StateKey,
-    config_key,
-    config_value,
     fold,
     state_key,
     state_value,
 )
+from kbroker.share.state_store import ShareStateStore
 
 KeyValue = tuple[bytes, bytes | None]
 
@@ -191,6 +194,7 @@ class HeldPartition:
 
     topic: str
     state: SharePartitionState
+    leader_epoch: int = 0  # of the data partition when this node took it: fences writes
 
 
 class ShareCoordinator:
@@ -203,11 +207,20 @@ class ShareCoordinator:
         self.partitions: dict[StateKey, HeldPartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self.dirty: set[StateKey] = set()
-        self.dirty_configs: set[str] = set()
+        self.deleted: set[StateKey] = set()  # dirty, and to be removed from the store
+        self._deleted_epochs: dict[StateKey, int] = {}
         self.on_available: list[Callable[[], None]] = []
         self.is_other_group: Callable[[str], bool] = lambda group_id: False
+        # Whether this node coordinates the group (leads its __consumer_offsets partition).
+        self.owns_group: Callable[[str], bool] = lambda group_id: True
+        # Whether acquiring may start a share-partition not held here afresh (a broker
+        # first asks its share coordinator for the stored state, see `hold`).
+        self.may_initialize: Callable[[StateKey], bool] = lambda key: True
+        # The leader epoch of a data partition led here (-1 when not led here).
+        self.leader_epoch: Callable[[str, int], int] = lambda topic, partition: 0
         self.owned: set[int] = set()  # partitions of __share_group_state loaded here
         self.loading: set[int] = set()
+        self.store = ShareStateStore(lambda: self.config.num_partitions)
 
     # -- placement (what InternalTopicService asks of a hosted coordinator) --------------
 
@@ -215,9 +228,11 @@ class ShareCoordinator:
         return partition_for(group_id, self.config.num_partitions)
 
     def unload_partition(self, partition: int) -> None:
+        """This node no longer leads a `__share_group_state` partition: forget its states
+        (share-partitions led here stay; their writes go to its new leader)."""
         self.owned.discard(partition)
         self.loading.discard(partition)
-        self.unload(lambda group_id: self.partition_for(group_id) != partition)
+        self.store.unload(partition)
 
     def shutdown(self) -> None:
         self.on_available.clear()
@@ -260,7 +275,6 @@ class ShareCoordinator:
             if key[0] == group_id:
                 held.state.delivery_limit = self.delivery_limit(group_id)
                 held.state.dead_letters_enabled = self.dead_letter_topic(group_id) is not None
-        self.dirty_configs.add(group_id)
 
     # -- membership (ShareGroupHeartbeat) ----------------------------------------------
 
@@ -554,6 +568,9 @@ class ShareCoordinator:
             if bounds is None:
                 answer.part(topic_id, partition).error = NOT_LEADER_OR_FOLLOWER
                 continue
+            key = (group_id, topic_id, partition)
+            if key not in self.partitions and not self.may_initialize(key):
+                continue  # its stored state is not known yet (the service said why)
             held = self._held(group_id, ref, partition, bounds, now_ms)
             state = held.state
             if state.start_offset < bounds[0]:
@@ -610,6 +627,24 @@ class ShareCoordinator:
             budget_records -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
             budget_bytes -= end - begin
 
+    def hold(
+        self,
+        group_id: str,
+        ref: TopicRef,
+        partition: int,
+        bounds: tuple[int, int],
+        now_ms: int,
+        stored: bytes | None,
+    ) -> None:
+        """Hold a share-partition whose data partition this node leads: from the state
+        its share coordinator stored, or afresh (`share.auto.offset.reset`) if none."""
+        key = (group_id, ref.topic_id, partition)
+        if stored is None:
+            self._held(group_id, ref, partition, bounds, now_ms)
+        else:
+            self.load([(state_key(key), stored)], self.leader_epoch(ref.name, partition))
+            self.dirty.add(key)  # stored again under this leader's epoch, fencing the last
+
     def _held(
         self,
         group_id: str,
@@ -634,7 +669,9 @@ class ShareCoordinator:
                 start, self.delivery_limit(group_id), self.config.max_record_locks
             )
             state.dead_letters_enabled = self.dead_letter_topic(group_id) is not None
-            held = self.partitions[key] = HeldPartition(ref.name, state)
+            held = self.partitions[key] = HeldPartition(
+                ref.name, state, self.leader_epoch(ref.name, partition)
+            )
             self.groups.setdefault(group_id, ShareGroup(group_id))
             self.dirty.add(key)
         return held
@@ -642,24 +679,39 @@ class ShareCoordinator:
     # -- admin -------------------------------------------------------------------------
 
     def share_group_ids(self) -> set[str]:
-        return set(self.groups) | {k[0] for k in self.partitions}
+        """The share groups this node coordinates: with members, or with stored state."""
+        known = set(self.groups) | {k[0] for k in self.partitions} | self.store.groups()
+        return {g for g in known if self.owns_group(g)}
 
     def start_offsets(self, group_id: str) -> dict[tuple[str, int], tuple[uuid.UUID, int]]:
-        """(topic, partition) -> (topic id, share-partition start offset)."""
-        return {
-            (held.topic, k[2]): (k[1], held.state.start_offset)
-            for k, held in self.partitions.items()
-            if k[0] == group_id
+        """(topic, partition) -> (topic id, share-partition start offset), as stored here
+        and, fresher, as held here."""
+        found = {
+            (str(data["topic"]), k[2]): (k[1], int(data["start"]))
+            for k, data in self.store.of_group(group_id).items()
         }
+        for k, held in self.partitions.items():
+            if k[0] == group_id:
+                found[(held.topic, k[2])] = (k[1], held.state.start_offset)
+        return found
 
     def lag(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
         """KIP-1226's lag of a share-partition: records up to the high watermark the
         group has not finished; -1 when unknown here."""
-        held = self.partitions.get((group_id, topic_id, partition))
-        if held is None:
-            return -1
-        bounds = self.log.bounds(held.topic, partition, False)
-        return -1 if bounds is None else held.state.lag(bounds[1])
+        key = (group_id, topic_id, partition)
+        held = self.partitions.get(key)
+        if held is not None:
+            topic, state = held.topic, held.state
+        else:
+            data = self.store.of_group(group_id).get(key)
+            if data is None:
+                return -1
+            topic = str(data["topic"])
+            state = SharePartitionState.from_snapshot(
+                data, self.delivery_limit(group_id), self.config.max_record_locks
+            )
+        bounds = self.log.bounds(topic, partition, False)
+        return -1 if bounds is None else state.lag(bounds[1])
 
     def in_flight(self) -> dict[tuple[str, str, int], int]:
         """Records acquired and not yet acknowledged, per (group, topic, partition)."""
@@ -677,7 +729,11 @@ class ShareCoordinator:
             state = SharePartitionState(
                 offset, self.delivery_limit(group_id), self.config.max_record_locks
             )
-            held = self.partitions[key] = HeldPartition(ref.name, state)
+            stored = self.store.entries.get(key)
+            epoch = max(
+                stored.leader_epoch if stored else 0, self.leader_epoch(ref.name, partition)
+            )
+            held = self.partitions[key] = HeldPartition(ref.name, state, epoch)
             self.groups.setdefault(group_id, ShareGroup(group_id))
         else:
             held.state.reset(offset)
@@ -688,17 +744,18 @@ class ShareCoordinator:
         group = self.groups.get(group_id)
         if group is not None and group.members:
             return NON_EMPTY_GROUP
-        for key in [k for k in self.partitions if k[0] == group_id and k[1] == topic_id]:
-            del self.partitions[key]
-            self.dirty.add(key)
+        stored = [k for k in self.store.entries if k[0] == group_id and k[1] == topic_id]
+        for key in [k for k in self.partitions if k[0] == group_id and k[1] == topic_id] + stored:
+            self._delete(key)
         return NONE
 
     def forget_topic(self, topic_id: uuid.UUID) -> None:
         """A deleted topic's share-partitions go, with their stored state: a topic created
         again under the name has a new id and starts afresh."""
-        for key in [k for k in self.partitions if k[1] == topic_id]:
-            del self.partitions[key]
-            self.dirty.add(key)
+        for key in [k for k in self.partitions if k[1] == topic_id] + [
+            k for k in self.store.entries if k[1] == topic_id
+        ]:
+            self._delete(key)
         for session in self.sessions.values():
             session.partitions = {tp for tp in session.partitions if tp[0] != topic_id}
 
@@ -708,42 +765,48 @@ class ShareCoordinator:
         group = self.groups.get(group_id)
         if group is not None and group.members:
             return NON_EMPTY_GROUP
-        for key in [k for k in self.partitions if k[0] == group_id]:
-            del self.partitions[key]
-            self.dirty.add(key)
+        for key in [k for k in self.partitions if k[0] == group_id] + [
+            k for k in self.store.entries if k[0] == group_id
+        ]:
+            self._delete(key)
         self.groups.pop(group_id, None)
-        if self.group_configs.pop(group_id, None) is not None:
-            self.dirty_configs.add(group_id)
         return NONE
+
+    def _delete(self, key: StateKey) -> None:
+        held = self.partitions.pop(key, None)
+        stored = self.store.entries.get(key)
+        epoch = held.leader_epoch if held is not None else stored.leader_epoch if stored else 0
+        self.deleted.add(key)
+        self.dirty.add(key)
+        self._deleted_epochs[key] = epoch
+
+    def drop(self, key: StateKey) -> None:
+        """This node no longer leads the share-partition's data partition: forget it
+        without writing (its new leader reads the stored state)."""
+        self.partitions.pop(key, None)
+        self.dirty.discard(key)
 
     # -- persistence -------------------------------------------------------------------
 
-    def take_dirty(self) -> dict[str, list[KeyValue]]:
-        """Records for every changed share-partition and group config, by group id."""
-        out: dict[str, list[KeyValue]] = {}
+    def take_dirty(self) -> dict[StateKey, tuple[bytes | None, int]]:
+        """The state to store of every changed share-partition (None: delete it), with
+        the leader epoch of the data partition it was changed under."""
+        out: dict[StateKey, tuple[bytes | None, int]] = {}
         for key in sorted(self.dirty, key=lambda k: (k[0], str(k[1]), k[2])):
             held = self.partitions.get(key)
-            value = None
             if held is not None:
-                value = state_value(held.topic, held.state.snapshot())
-            out.setdefault(key[0], []).append((state_key(key), value))
-        for group_id in sorted(self.dirty_configs):
-            configs = self.group_configs.get(group_id)
-            out.setdefault(group_id, []).append(
-                (config_key(group_id), config_value(configs) if configs else None)
-            )
+                snapshot = {**held.state.snapshot(), "leader_epoch": held.leader_epoch}
+                out[key] = (state_value(held.topic, snapshot), held.leader_epoch)
+            elif key in self.deleted:
+                out[key] = (None, self._deleted_epochs.pop(key, 0))
         self.dirty.clear()
-        self.dirty_configs.clear()
+        self.deleted.clear()
         return out
 
-    def load(self, records: Iterable[KeyValue]) -> int:
-        """Fold `__share_group_state` records (oldest first) into this coordinator."""
-        configs, states = fold(records)
-        for group_id, group_configs in configs.items():
-            if group_configs is None:
-                self.group_configs.pop(group_id, None)
-            else:
-                self.group_configs[group_id] = group_configs
+    def load(self, records: Iterable[KeyValue], leader_epoch: int = 0) -> int:
+        """Hold the share-partitions in `__share_group_state` records (oldest first), as
+        the leader of their data partitions at `leader_epoch`."""
+        _, states = fold(records)  # group configs are in the cluster metadata
         loaded = 0
         for key, data in states.items():
             if data is None:
@@ -754,19 +817,10 @@ class ShareCoordinator:
                 data, self.delivery_limit(group_id), self.config.max_record_locks
             )
             state.dead_letters_enabled = self.dead_letter_topic(group_id) is not None
-            self.partitions[key] = HeldPartition(str(data["topic"]), state)
+            self.partitions[key] = HeldPartition(str(data["topic"]), state, leader_epoch)
             self.groups.setdefault(group_id, ShareGroup(group_id))
             loaded += 1
         return loaded
-
-    def unload(self, owns: Callable[[str], bool]) -> None:
-        """Forget groups whose state partition this node no longer leads."""
-        for key in [k for k in self.partitions if not owns(k[0])]:
-            del self.partitions[key]
-        for group_id in [g for g in self.groups if not owns(g)]:
-            del self.groups[group_id]
-        for group_id in [g for g in self.group_configs if not owns(g)]:
-            del self.group_configs[group_id]
 
     def pending_dead_letters(self) -> list[tuple[StateKey, str, list[DeadLetter]]]:
         """(share-partition, its topic, records to dead-letter) where a group has a DLQ."""

@@ -1,16 +1,30 @@
 """The share coordinator inside a running broker.
 
-Hosts `ShareCoordinator` over the broker's logs and metadata: it reads data partitions
-for ShareFetch, writes share-partition state to `__share_group_state` (created on
-first need, replayed on gaining a partition of it, through the machinery the group and
-transaction coordinators use), runs the clock that expires members and acquisition
-locks, parks a ShareFetch that found nothing until records arrive or come back, and
-copies dead-lettered records to the group's dead-letter topic.
+Hosts `ShareCoordinator` over the broker's logs and metadata, in Kafka's three parts:
+- group coordinator: ShareGroupHeartbeat and ShareGroupDescribe are served by the
+  leader of the group's `__consumer_offsets` partition (where FindCoordinator with key
+  type GROUP sends them), NOT_COORDINATOR elsewhere;
+- share-partition leader: ShareFetch and ShareAcknowledge are served, per partition,
+  by the leader of the data partition (NOT_LEADER_OR_FOLLOWER elsewhere, with the
+  current leader). Before acquiring from a share-partition it first holds, it reads
+  the stored state from the share coordinator; each change is written back there
+  before an acknowledgement is answered. Losing the data partition drops it unwritten;
+- share coordinator: the leader of the share-partition's `__share_group_state`
+  partition (created on first need, replayed on gaining a partition of it, through the
+  machinery the group and transaction coordinators use) stores the states, answering
+  ReadShareGroupState and WriteShareGroupState from other brokers
+  (`kbroker.share.persister`), and fencing writes of a stale leader epoch.
+So after the data partition's leader fails over, its new leader holds what was stored:
+acknowledged records stay acknowledged, acquired ones are available again with their
+delivery counted. The service also runs the clock that expires members and locks,
+parks a ShareFetch that found nothing until records arrive or come back, and copies
+dead-lettered records to the group's dead-letter topic.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -20,13 +34,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from kbroker.controller.events import TopicDeleted
+from kbroker.controller.events import GroupConfigsChanged, TopicDeleted
 from kbroker.internal_topics import (
     InternalTopicService,
     KeyValue,
     ServiceBroker,
     TopicLayout,
     append_records,
+    write_error,
 )
 from kbroker.protocol.batch import BatchHeader
 from kbroker.share.coordinator import (
@@ -37,6 +52,8 @@ from kbroker.share.coordinator import (
 )
 from kbroker.share.dead_letters import DeadLetterWriter
 from kbroker.share.group_configs import ShareConfig
+from kbroker.share.persister import Persister, Written
+from kbroker.share.records import StateKey, state_key
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 from kbroker.storage.file_slice import FileSlice
 from kbroker.storage.producer_state import AbortedTxn
@@ -166,8 +183,14 @@ class ShareService(InternalTopicService):
         self.enabled: bool = broker.config.get("group.share.enable")
         coordinates = _Coordinates(broker)
         self.coordinator = ShareCoordinator(share_config(broker.config), coordinates, coordinates)
+        self.coordinator.owns_group = self._owns_group
+        self.coordinator.may_initialize = lambda key: False  # `_hold` starts them
+        self.coordinator.leader_epoch = self._leader_epoch
         self.dead_letters = DeadLetterWriter(broker, self)
-        self._flush: asyncio.Future[ErrorCode] | None = None
+        self.persister = Persister(broker, self, self.coordinator.store)
+        self._waiting: list[asyncio.Future[ErrorCode]] = []
+        self._wake = asyncio.Event()
+        self._holding: dict[StateKey, asyncio.Future[ErrorCode]] = {}
 
     # -- InternalTopicService --------------------------------------------------------------
 
@@ -179,6 +202,7 @@ class ShareService(InternalTopicService):
             {
                 "cleanup.policy": "compact",
                 "segment.bytes": str(config.get("share.coordinator.state.topic.segment.bytes")),
+                "min.insync.replicas": str(config.get("share.coordinator.state.topic.min.isr")),
             },
         )
 
@@ -189,7 +213,7 @@ class ShareService(InternalTopicService):
         self.coordinator.loading.add(partition)
 
     async def load_records(self, partition: int, records: list[KeyValue], started: float) -> None:
-        loaded = self.coordinator.load(records)
+        loaded = self.coordinator.store.load(partition, records)
         self.coordinator.loading.discard(partition)
         self.coordinator.owned.add(partition)
         log.log(
@@ -206,9 +230,11 @@ class ShareService(InternalTopicService):
         if not self.enabled:
             return
         self.coordinator.is_other_group = self._is_other_group
+        self._sync_group_configs(self.broker.controller.state.group_configs)
         self.publish_metrics(self._metrics_now)
         await super().start()
         self.every(TICK_MS, self._tick, "share group clock")
+        self._tasks.append(asyncio.create_task(self._writer()))
 
     def _metrics_now(self) -> list[Metric]:
         """Per share-partition: records in flight (acquired, not yet acknowledged) and
@@ -235,33 +261,60 @@ class ShareService(InternalTopicService):
         return [in_flight, lag]
 
     async def ready(self, group_id: str, wait_s: float = 1.0) -> ErrorCode:
-        """Whether this node holds the group's state, creating `__share_group_state` on
-        first need and waiting (briefly) while its partition loads: nothing about a
-        group may be decided before its stored state is known."""
-        if self.topic not in self.broker.controller.state.topics:
-            error = await self.ensure_topic()
+        """Whether this node coordinates the group (leads its `__consumer_offsets`
+        partition, as FindCoordinator with key type GROUP says), waiting (briefly) while
+        that partition loads."""
+        groups = self.broker.group_coordinator
+        if groups.topic not in self.broker.controller.state.topics:
+            error = await groups.ensure_topic()
             if error != ErrorCode.none:
                 return error
-        partition = self.coordinator.partition_for(group_id)
+        coordinator = groups.coordinator
+        partition = coordinator.partition_for(group_id)
         deadline = time.monotonic() + wait_s
-        while partition not in self.coordinator.owned:
+        while partition not in coordinator.owned:
             if time.monotonic() >= deadline:
-                if partition in self.coordinator.loading:
+                if partition in coordinator.loading:
                     return ErrorCode.coordinator_load_in_progress
                 return ErrorCode.not_coordinator
             await asyncio.sleep(0.02)
         return ErrorCode.none
 
+    def _owns_group(self, group_id: str) -> bool:
+        coordinator = self.broker.group_coordinator.coordinator
+        return coordinator.partition_for(group_id) in coordinator.owned
+
+    def _leader_epoch(self, topic: str, partition: int) -> int:
+        replica, _ = self.broker.replicas.leader(topic, partition)
+        return -1 if replica is None else replica.leader_epoch
+
+    def _sync_group_configs(self, every: dict[str, dict[str, str]]) -> None:
+        """Group configs live in the cluster metadata; the coordinator keeps a copy."""
+        for group_id in set(self.coordinator.group_configs) | set(every):
+            self._group_configs_changed(group_id, every.get(group_id, {}))
+
+    def _group_configs_changed(self, group_id: str, configs: dict[str, str]) -> None:
+        held = self.coordinator.group_configs.get(group_id, {})
+        changes: dict[str, str | None] = {k: None for k in held if k not in configs}
+        changes.update({k: v for k, v in configs.items() if held.get(k) != v})
+        if changes:
+            self.coordinator.set_group_configs(group_id, changes)
+        if not self.coordinator.group_configs.get(group_id, True):
+            del self.coordinator.group_configs[group_id]
+
     async def stop(self) -> None:
         if not self.enabled:
             return
         self.dead_letters.stop()
+        self.persister.close()
         await super().stop()
 
     def _on_metadata_event(self, event: Any) -> None:
         if isinstance(event, TopicDeleted):
             self.coordinator.forget_topic(event.topic_id)
             self.persist()
+        elif isinstance(event, GroupConfigsChanged):
+            self._group_configs_changed(event.group_id, event.configs)
         super()._on_metadata_event(event)
 
     def _is_other_group(self, group_id: str) -> bool:
@@ -270,58 +323,179 @@ class ShareService(InternalTopicService):
         return group_id in coordinator.groups or group_id in coordinator.consumer.groups
 
     def _tick(self) -> None:
+        self._drop_lost()
         self.coordinator.tick(int(time.time() * 1000))
         self.persist()
+
+    def _drop_lost(self) -> None:
+        """Forget share-partitions whose data partition this node no longer leads (or
+        leads at a newer epoch: another broker led it in between)."""
+        for key, held in list(self.coordinator.partitions.items()):
+            if self._leader_epoch(held.topic, key[2]) != held.leader_epoch:
+                log.info(
+                    "no longer leading share-partition %s of %s-%d", key[0], held.topic, key[2]
+                )
+                self.coordinator.drop(key)
 
     # -- persistence -------------------------------------------------------------------
 
     def persist(self) -> asyncio.Future[ErrorCode]:
-        """Write every changed share-partition; the future settles when stored.
+        """Write every changed share-partition to its share coordinator; the future
+        settles when stored.
 
-        The write happens at the end of the loop iteration, once for every change made
-        in it: under load, many requests' acknowledgements share one snapshot and one
-        append (group commit, as the log does for fsyncs)."""
-        if self._flush is None:
-            loop = asyncio.get_running_loop()
-            self._flush = loop.create_future()
-            loop.call_soon(self._write_dirty)
-        return self._flush
+        One writer writes in turn, each round everything changed since the last: under
+        load, many requests' acknowledgements share one write (group commit, as the log
+        does for fsyncs), and a share-partition's states are stored in the order made."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
+        self._wake.set()
+        return future
 
-    def _write_dirty(self) -> None:
-        done, self._flush = self._flush, None
-        assert done is not None
+    async def _writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            waiting, self._waiting = self._waiting, []
+            try:
+                error = await self._write_dirty()
+            except asyncio.CancelledError:
+                for future in waiting:
+                    future.cancel()
+                raise
+            except Exception:
+                log.exception("storing share state failed")
+                error = ErrorCode.unknown_server_error
+            for future in waiting:
+                if not future.done():
+                    future.set_result(error)
+
+    async def _write_dirty(self) -> ErrorCode:
         writes = self.coordinator.take_dirty()
-        if not writes:
-            done.set_result(ErrorCode.none)
-            return
-        now = int(time.time() * 1000)
-        by_partition: dict[int, list[KeyValue]] = {}
-        for group_id, records in writes.items():
-            partition = self.coordinator.partition_for(group_id)
-            by_partition.setdefault(partition, []).extend(records)
-        waits = []
-        failed = ErrorCode.none
-        for partition, records in by_partition.items():
-            error, acknowledgement = append_records(
-                self.broker, STATE_TOPIC, partition, records, now
-            )
-            if error != ErrorCode.none:
-                log.error("cannot store share state in %s-%d: %s", STATE_TOPIC, partition, error)
-                failed = error
-            elif acknowledgement is not None:
-                waits.append(acknowledgement)
         if self.coordinator.pending_dead_letters():
             self.dead_letters.kick()
+        if not writes:
+            return ErrorCode.none
+        outcome = await self.persister.write(writes)
+        failed = ErrorCode.none
+        for key, code in outcome.items():
+            if code == ErrorCode.none:
+                continue
+            failed = code
+            if code == ErrorCode.fenced_leader_epoch:
+                log.info("share-partition %s was taken over by another leader", key)
+                self.coordinator.drop(key)
+            elif key in self.coordinator.partitions:
+                self.coordinator.dirty.add(key)  # written again with the next round
+        return ErrorCode.kafka_storage_error if failed != ErrorCode.none else failed
+
+    # -- share coordinator: the stored states (ReadShareGroupState, WriteShareGroupState) --
+
+    def read_here(self, key: StateKey, leader_epoch: int) -> tuple[ErrorCode, bytes | None]:
+        """The state stored for a share-partition, if this node is its share coordinator."""
+        partition = self.coordinator.store.partition_of(key)
+        if partition not in self.coordinator.owned:
+            if partition in self.coordinator.loading:
+                return ErrorCode.coordinator_load_in_progress, None
+            return ErrorCode.not_coordinator, None
+        return ErrorCode.none, self.coordinator.store.read(key, leader_epoch)
+
+    async def write_here(self, partition: int, writes: list[Written]) -> dict[StateKey, ErrorCode]:
+        """Store states in a `__share_group_state` partition this node leads: answered
+        once the write is as durable as an acks=all produce."""
+        coordinator = self.coordinator
+        if partition not in coordinator.owned:
+            code = (
+                ErrorCode.coordinator_load_in_progress
+                if partition in coordinator.loading
+                else ErrorCode.not_coordinator
+            )
+            return {key: code for key, _, _ in writes}
+        outcome: dict[StateKey, ErrorCode] = {}
+        records: list[KeyValue] = []
+        for key, value, leader_epoch in writes:
+            code = ErrorCode(coordinator.store.write(key, value, leader_epoch))
+            outcome[key] = code
+            if code == ErrorCode.none:
+                records.append((state_key(key), value))
+        if not records:
+            return outcome
+        now = int(time.time() * 1000)
+        error, acknowledgement = append_records(self.broker, STATE_TOPIC, partition, records, now)
+        if error == ErrorCode.none and acknowledgement is not None:
+            try:
+                error = await acknowledgement
+            except OSError:
+                error = ErrorCode.kafka_storage_error
+        if error != ErrorCode.none:
+            log.warning("cannot store share state in %s-%d: %s", STATE_TOPIC, partition, error)
+            error = write_error(error)
+            for key, code in outcome.items():
+                if code == ErrorCode.none:
+                    outcome[key] = error
+        return outcome
+
+    # -- share-partition leader: holding a share-partition --------------------------------
+
+    async def _hold(
+        self, group_id: str, partitions: Collection[tuple[uuid.UUID, int]], wait_s: float
+    ) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+        """Hold each share-partition led here that is not held yet, from the state its
+        share coordinator stored; the partitions whose state could not be read, why."""
+        waits: dict[tuple[uuid.UUID, int], asyncio.Future[ErrorCode]] = {}
+        for topic_id, partition in partitions:
+            key = (group_id, topic_id, partition)
+            if key in self.coordinator.partitions:
+                continue
+            pending = self._holding.get(key)
+            if pending is None:
+                pending = self._holding[key] = asyncio.ensure_future(self._read_and_hold(key))
+                pending.add_done_callback(functools.partial(self._holding_done, key))
+            waits[(topic_id, partition)] = pending
         if not waits:
-            done.set_result(failed)
-            return
+            return {}
+        await asyncio.wait([asyncio.shield(w) for w in waits.values()], timeout=max(wait_s, 0.5))
+        return {
+            tp: w.result() if w.done() else ErrorCode.coordinator_not_available
+            for tp, w in waits.items()
+            if not w.done() or w.result() != ErrorCode.none
+        }
 
-        async def settle() -> None:
-            results = await asyncio.gather(*waits, return_exceptions=True)
-            errors = [r for r in results if r != ErrorCode.none]
-            done.set_result(ErrorCode.kafka_storage_error if errors else failed)
+    def _holding_done(self, key: StateKey, future: asyncio.Future[ErrorCode]) -> None:
+        if self._holding.get(key) is future:
+            del self._holding[key]
 
-        asyncio.ensure_future(settle())
+    async def _read_and_hold(self, key: StateKey) -> ErrorCode:
+        group_id, topic_id, partition = key
+        ref = self.coordinator.topics.by_id(topic_id)
+        if ref is None:
+            return ErrorCode.none  # acquiring answers UNKNOWN_TOPIC_ID
+        epoch = self._leader_epoch(ref.name, partition)
+        if epoch < 0:
+            return ErrorCode.none  # not led here: acquiring answers NOT_LEADER_OR_FOLLOWER
+        if STATE_TOPIC not in self.broker.controller.state.topics:
+            error = await self.ensure_topic()
+            if error != ErrorCode.none:
+                return error
+        try:
+            error, stored = await self.persister.read(key, epoch)
+        except Exception:
+            log.exception("reading the share state of %s failed", key)
+            return ErrorCode.unknown_server_error
+        if error != ErrorCode.none:
+            log.info("cannot read share state of %s: %s", key, error.name)
+            return error
+        committed = self.coordinator.group_config(group_id, "share.isolation.level")
+        bounds = _Coordinates(self.broker).bounds(
+            ref.name, partition, committed == "read_committed"
+        )
+        if (
+            bounds is None
+            or self._leader_epoch(ref.name, partition) != epoch
+            or key in self.coordinator.partitions
+        ):
+            return ErrorCode.none  # leadership moved on meanwhile, or held already
+        self.coordinator.hold(group_id, ref, partition, bounds, int(time.time() * 1000), stored)
+        return ErrorCode.none
 
     # -- ShareFetch ----------------------------------------------------------------------
 
@@ -340,8 +514,6 @@ class ShareService(InternalTopicService):
     ) -> FetchAnswer:
         coordinator = self.coordinator
         answer = FetchAnswer(lock_ms=coordinator.lock_ms(group_id))
-        if group_id and await self.ready(group_id, max_wait_ms / 1000) != ErrorCode.none:
-            return answer  # nothing is acquired before the group's state is loaded
         has_acks = any(batches for _, _, batches in acks)
         now = int(time.time() * 1000)
         session = coordinator.open_session(
@@ -349,6 +521,10 @@ class ShareService(InternalTopicService):
         )
         if session is None:
             return answer
+        acks = self._led_here(acks, answer)
+        wanted = set(session.partitions) | {(t, p) for t, p, _ in acks}
+        await self._hold(group_id, wanted, max_wait_ms / 1000)
+        now = int(time.time() * 1000)
         coordinator.acknowledge(group_id, member_id, acks, now, answer)
         coordinator.forget(group_id, member_id, forgotten)
         if epoch == -1:
@@ -385,11 +561,6 @@ class ShareService(InternalTopicService):
     ) -> FetchAnswer:
         coordinator = self.coordinator
         answer = FetchAnswer()
-        if group_id:
-            error = await self.ready(group_id)
-            if error != ErrorCode.none:
-                answer.error, answer.message = int(error), None
-                return answer
         if epoch == 0:
             answer.error = int(ErrorCode.invalid_share_session_epoch)
             answer.message = "ShareAcknowledge cannot open a share session."
@@ -398,6 +569,9 @@ class ShareService(InternalTopicService):
         session = coordinator.open_session(group_id, member_id, epoch, [], [], False, answer, now)
         if session is None:
             return answer
+        acks = self._led_here(acks, answer)
+        await self._hold(group_id, {(t, p) for t, p, _ in acks}, 5.0)
+        now = int(time.time() * 1000)
         coordinator.acknowledge(group_id, member_id, acks, now, answer)
         if epoch == -1:
             coordinator.close_session(group_id, member_id)
@@ -407,6 +581,21 @@ class ShareService(InternalTopicService):
                 if not part.ack_error:
                     part.ack_error = int(ErrorCode.kafka_storage_error)
         return answer
+
+    def _led_here(self, acks: PartitionAcks, answer: FetchAnswer) -> PartitionAcks:
+        """The acknowledgements for partitions led here; the others are answered
+        NOT_LEADER_OR_FOLLOWER (the response names the current leader)."""
+        kept: PartitionAcks = []
+        for topic_id, partition, batches in acks:
+            ref = self.coordinator.topics.by_id(topic_id)
+            if ref is not None and self._leader_epoch(ref.name, partition) < 0:
+                part = answer.part(topic_id, partition)
+                part.error = int(ErrorCode.not_leader_or_follower)
+                if batches:
+                    part.ack_error = part.error
+                continue
+            kept.append((topic_id, partition, batches))
+        return kept
 
     async def _wait_for_records(
         self, partitions: Collection[tuple[uuid.UUID, int]], timeout: float

@@ -1,0 +1,199 @@
+"""Share groups (KIP-932) on a 3-node cluster, as Kafka serves them: ShareGroupHeartbeat
+to the group coordinator, ShareFetch/ShareAcknowledge to the data partition's leader
+(NOT_LEADER_OR_FOLLOWER elsewhere), the share-partition's state stored by its share
+coordinator in the replicated `__share_group_state`; and kill -9 of the data partition's
+leader mid-run: nothing acknowledged comes back, nothing unacknowledged is lost."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections import Counter
+
+import pytest
+from confluent_kafka import ShareConsumer
+
+from compat_tests.cluster import KafkaCluster, running_cluster
+from compat_tests.confluent_helpers import produce_all, unique_group, unique_topic
+from compat_tests.test_share_groups import set_group_configs
+from kbroker.admin.client import BrokerConnection
+
+pytestmark = pytest.mark.timeout(180)
+
+LOCK_MS = 2000
+SHARE_SETTINGS = {
+    "group.share.record.lock.duration.ms": str(LOCK_MS),
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.session.timeout.ms": "6000",
+    "group.share.min.session.timeout.ms": "6000",
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.heartbeat.interval.ms": "1000",
+}
+FIND_COORDINATOR = 10
+GROUP_KEY, SHARE_KEY = 0, 2
+
+
+@pytest.fixture(scope="module")
+def share_cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
+    with running_cluster(tmp_path_factory.mktemp("share-cluster"), overrides=SHARE_SETTINGS) as c:
+        yield c
+
+
+def _wire(node):  # type: ignore[no-untyped-def]
+    return BrokerConnection(node.host, node.port, 10.0, "share-cluster").negotiate()
+
+
+def _coordinator(cluster: KafkaCluster, key: str, key_type: int = GROUP_KEY) -> int:
+    def found() -> int | None:
+        with _wire(cluster.live_nodes[0]) as conn:
+            answer = conn.request(FIND_COORDINATOR, 6, key_type=key_type, coordinator_keys=[key])
+        entry = answer.coordinators[0]
+        return int(entry.node_id) if int(entry.error_code) == 0 else None
+
+    return cluster.wait_until(found, 20, f"a coordinator for {key}")
+
+
+def _queue_away_from_its_coordinator(
+    cluster: KafkaCluster, count: int
+) -> tuple[str, str, int, int]:
+    """An RF=3 topic holding `count` records and a share group reading it from the
+    earliest offset, the group's coordinator another broker than the partition's leader:
+    (topic, group, data leader, group coordinator)."""
+    topic = unique_topic("share-cl")
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    leader = cluster.wait_until(
+        lambda: cluster.partition(topic).leader if cluster.partition(topic).leader > 0 else None,
+        15,
+        "a leader",
+    )
+    while True:
+        group = unique_group("share-cl")
+        coordinator = _coordinator(cluster, group)
+        if coordinator != leader:
+            break
+    set_group_configs(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    if count:
+        produce_all(
+            cluster.bootstrap, topic, ({"value": str(i).encode()} for i in range(count)), acks="all"
+        )
+    return topic, group, leader, coordinator
+
+
+def _share_consumer(cluster: KafkaCluster, group: str, topic: str) -> ShareConsumer:
+    consumer = ShareConsumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "share.acknowledgement.mode": "explicit",
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
+def test_share_requests_go_to_the_group_coordinator_and_the_partition_leader(share_cluster):  # type: ignore[no-untyped-def]
+    cluster = share_cluster
+    topic, group, leader, coordinator = _queue_away_from_its_coordinator(cluster, 10)
+    topic_id = cluster.raw_metadata(topic).topics[0].topic_id
+    elsewhere = next(n for n in cluster.live_nodes if n.node_id not in (leader, coordinator))
+    heartbeat = {
+        "group_id": group,
+        "member_id": "member-a",
+        "member_epoch": 0,
+        "rack_id": None,
+        "subscribed_topic_names": [topic],
+    }
+    with _wire(elsewhere) as conn:
+        assert int(conn.request(76, 1, **heartbeat).error_code) == 16  # NOT_COORDINATOR
+        described = conn.request(77, 1, group_ids=[group], include_authorized_operations=False)
+        assert int(described.groups[0].error_code) == 16
+    with _wire(cluster.node(coordinator)) as conn:
+        joined = conn.request(76, 1, **heartbeat)
+        assert int(joined.error_code) == 0
+        assert joined.assignment.topic_partitions[0].topic_id == topic_id
+    fetch = {
+        "group_id": group,
+        "member_id": "member-a",
+        "share_session_epoch": 0,
+        "max_wait": 500,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "max_records": 100,
+        "batch_size": 100,
+        "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0}]}],
+        "forgotten_topics_data": [],
+    }
+    with _wire(cluster.node(coordinator)) as conn:
+        refused = conn.request(78, 1, **fetch).responses[0].partitions[0]
+        assert int(refused.error_code) == 6  # NOT_LEADER_OR_FOLLOWER, naming the leader
+        assert int(refused.current_leader.leader_id) == leader
+    with _wire(cluster.node(leader)) as conn:
+        # The first fetch may end before the share coordinator (its partition of the new
+        # `__share_group_state` just elected) answers: nothing acquired yet, no error.
+        acquired = []
+        for epoch in range(20):
+            fetched = conn.request(78, 1, **{**fetch, "share_session_epoch": epoch})
+            part = fetched.responses[0].partitions[0]
+            assert int(fetched.error_code) == 0 and int(part.error_code) == 0
+            acquired += [(r.first_offset, r.last_offset) for r in part.acquired_records]
+            if acquired:
+                break
+        assert acquired == [(0, 9)]
+    # The share coordinator of the share-partition, by Kafka's key "group:topicId:partition".
+    key = f"{group}:{base64.urlsafe_b64encode(topic_id.bytes).rstrip(b'=').decode()}:0"
+    assert _coordinator(cluster, key, SHARE_KEY) in {n.node_id for n in cluster.live_nodes}
+
+
+def test_killing_the_partition_leader_loses_no_acknowledgement_and_no_record(share_cluster):  # type: ignore[no-untyped-def]
+    cluster = share_cluster
+    total = 3000
+    topic, group, leader, _ = _queue_away_from_its_coordinator(cluster, total)
+    holder = _share_consumer(cluster, group, topic)  # takes records, never acknowledges them
+    worker = _share_consumer(cluster, group, topic)
+    acknowledged: set[int] = set()
+    after: Counter[int] = Counter()
+    held: dict[int, int] = {}
+    redelivered: dict[int, int] = {}
+    try:
+        deadline = time.monotonic() + 20
+        while not held and time.monotonic() < deadline:
+            held = {m.offset(): m.delivery_count() for m in holder.poll(0.5) if m.error() is None}
+        assert held and set(held.values()) == {1}
+
+        def work(until: float, stop: int) -> None:
+            while len(acknowledged) < stop and time.monotonic() < until:
+                batch = []
+                for message in worker.poll(0.3):
+                    if message.error() is not None:
+                        continue
+                    if message.offset() in held:
+                        redelivered[message.offset()] = message.delivery_count()
+                    worker.acknowledge(message)
+                    batch.append(message.offset())
+                if not batch:
+                    continue
+                if killed:
+                    after.update(batch)
+                results = worker.commit_sync(5)
+                if all(error is None for error in results.values()):
+                    acknowledged.update(batch)
+
+        killed = False
+        work(time.monotonic() + 20, total // 3)
+        assert len(acknowledged) >= total // 3, "too little acknowledged before the kill"
+        before = set(acknowledged)
+        time.sleep(0.3)  # the acquisitions of the last fetch are stored too
+        cluster.kill(leader)
+        killed = True
+        work(time.monotonic() + 30, total - len(held))
+        # The held records come back once the new leader holds the partition (their lock
+        # went with the old leader), their first delivery counted.
+        work(time.monotonic() + 10, total)
+    finally:
+        worker.close()
+        del holder  # its connections to the dead broker; it never acknowledged anything
+        cluster.heal()
+    assert before.isdisjoint(after), sorted(before & set(after))[:10]
+    assert acknowledged == set(range(total)), sorted(set(range(total)) - acknowledged)[:10]
+    assert set(held) <= set(redelivered)
+    assert all(count >= 2 for count in redelivered.values()), redelivered

@@ -1,0 +1,115 @@
+"""ReadShareGroupState and WriteShareGroupState (KIP-932's inter-broker APIs 84, 85).
+
+A share-partition leader on another broker reads the stored state of a share-partition
+when it starts to hold it, and writes each change, to this broker as the share
+coordinator of the key. Only a broker (CLUSTER_ACTION) may call them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.handlers.context import RequestContext, ShareCoordination
+from kbroker.handlers.registry import handles
+from kbroker.protocol import requests
+from kbroker.protocol.messages import ZERO_UUID
+from kbroker.share.persister import (
+    READ_SHARE_GROUP_STATE,
+    WRITE_SHARE_GROUP_STATE,
+    Written,
+    state_batches,
+)
+from kbroker.share.records import StateKey
+from kbroker.share.state_store import from_state_batches, to_state_batches
+
+ENABLE = "group.share.enable"
+E = ErrorCode
+
+
+def _service(ctx: RequestContext) -> ShareCoordination:
+    service = ctx.broker.shares
+    if service is None:  # registered with enabled_by: only served when the service runs
+        raise RuntimeError("share groups are not served by this broker")
+    return service
+
+
+def _refused(ctx: RequestContext) -> bool:
+    return ctx.broker.authorizer is not None and not ctx.is_broker()
+
+
+@handles(READ_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
+def read_share_group_state(
+    ctx: RequestContext, request: requests.ReadShareGroupStateRequest
+) -> dict[str, Any]:
+    service = _service(ctx)
+    results = []
+    for topic in request.topics:
+        topic_id = topic.topic_id or ZERO_UUID
+        partitions = []
+        for p in topic.partitions:
+            code, stored = (
+                (E.cluster_authorization_failed, None)
+                if _refused(ctx)
+                else service.read_here((request.group_id, topic_id, p.partition), p.leader_epoch)
+            )
+            start, batches = to_state_batches(stored) if stored is not None else (-1, [])
+            partitions.append(
+                {
+                    "partition": p.partition,
+                    "error_code": code,
+                    "error_message": None if code == E.none else code.name,
+                    "state_epoch": 0,
+                    "start_offset": start,
+                    "state_batches": [
+                        {
+                            "first_offset": a,
+                            "last_offset": b,
+                            "delivery_state": s,
+                            "delivery_count": c,
+                        }
+                        for a, b, s, c in batches
+                    ],
+                }
+            )
+        results.append({"topic_id": topic_id, "partitions": partitions})
+    return {"results": results}
+
+
+@handles(WRITE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
+async def write_share_group_state(
+    ctx: RequestContext, request: requests.WriteShareGroupStateRequest
+) -> dict[str, Any]:
+    service = _service(ctx)
+    outcome: dict[StateKey, ErrorCode] = {}
+    by_partition: dict[int, list[Written]] = {}
+    names = ctx.broker.controller.state.topics_by_id
+    for topic in request.topics:
+        topic_id = topic.topic_id or ZERO_UUID
+        info = names.get(topic_id)
+        for p in topic.partitions:
+            key = (request.group_id, topic_id, p.partition)
+            if _refused(ctx):
+                outcome[key] = E.cluster_authorization_failed
+                continue
+            if info is None:
+                outcome[key] = E.unknown_topic_or_partition
+                continue
+            value = from_state_batches(
+                info.name, p.start_offset, state_batches(p.state_batches), p.leader_epoch
+            )
+            partition = service.coordinator.store.partition_of(key)
+            by_partition.setdefault(partition, []).append((key, value, p.leader_epoch))
+    for partition, writes in sorted(by_partition.items()):
+        outcome.update(await service.write_here(partition, writes))
+    results: dict[Any, list[dict[str, Any]]] = {}
+    for (_, topic_id, partition), code in outcome.items():
+        results.setdefault(topic_id, []).append(
+            {
+                "partition": partition,
+                "error_code": code,
+                "error_message": None if code == E.none else code.name,
+            }
+        )
+    return {"results": [{"topic_id": t, "partitions": ps} for t, ps in results.items()]}

@@ -1,0 +1,128 @@
+"""The share coordinator's store: the persisted state of share-partitions (KIP-932).
+
+In Kafka a share-partition lives on the leader of its data partition, which reads its
+state from and writes it to the share coordinator: the leader of the share-partition's
+`__share_group_state` partition, chosen by hashing "group:topicId:partition" (the key
+FindCoordinator takes with key type SHARE). This store is that coordinator's memory of
+the partitions it leads: the latest record per share-partition, each with the leader
+epoch of the data partition that wrote it, so that a leader that lost its partition
+(and does not know it yet) cannot overwrite what its successor wrote: its write is
+refused with FENCED_LEADER_EPOCH, as Kafka's share coordinator refuses it.
+
+Pure and synchronous: the service appends the records and answers the requests.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbroker.coordinator.records import partition_for
+from kbroker.share.records import KeyValue, StateKey, fold
+
+NONE = 0
+FENCED_LEADER_EPOCH = 74
+
+
+def share_key(key: StateKey) -> str:
+    """Kafka's share coordinator key: "group:topicId:partition", the topic id written as
+    Kafka writes a Uuid (URL-safe base64, unpadded)."""
+    topic_id = base64.urlsafe_b64encode(key[1].bytes).rstrip(b"=").decode()
+    return f"{key[0]}:{topic_id}:{key[2]}"
+
+
+@dataclass(slots=True)
+class StoredState:
+    value: bytes  # the record's value (kbroker.share.records.state_value)
+    leader_epoch: int
+
+
+def leader_epoch_of(value: bytes) -> int:
+    try:
+        return int(json.loads(value).get("leader_epoch", -1))
+    except (ValueError, TypeError, AttributeError):
+        return -1
+
+
+@dataclass(slots=True)
+class ShareStateStore:
+    num_partitions: Callable[[], int]  # of `__share_group_state`, as it was created
+    entries: dict[StateKey, StoredState] = field(default_factory=dict)
+
+    def partition_of(self, key: StateKey) -> int:
+        return partition_for(share_key(key), self.num_partitions())
+
+    def load(self, partition: int, records: Iterable[KeyValue]) -> int:
+        """Fold a `__share_group_state` partition's records (oldest first) in."""
+        _, states = fold(records)
+        loaded = 0
+        for key, data in states.items():
+            placed = self.partition_of(key) == partition
+            if data is None:
+                if placed:
+                    self.entries.pop(key, None)
+                continue
+            if not placed and key in self.entries:
+                continue  # stored where an older kbroker placed states (by group id)
+            value = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+            self.entries[key] = StoredState(value, int(data.get("leader_epoch", -1)))
+            loaded += 1
+        return loaded
+
+    def unload(self, partition: int) -> None:
+        for key in [k for k in self.entries if self.partition_of(k) == partition]:
+            del self.entries[key]
+
+    def read(self, key: StateKey, leader_epoch: int) -> bytes | None:
+        """The stored state; a reader with a newer leader epoch fences older writers."""
+        stored = self.entries.get(key)
+        if stored is None:
+            return None
+        stored.leader_epoch = max(stored.leader_epoch, leader_epoch)
+        return stored.value
+
+    def write(self, key: StateKey, value: bytes | None, leader_epoch: int) -> int:
+        """Record a new state (None deletes it); refused for a stale leader epoch."""
+        stored = self.entries.get(key)
+        if stored is not None and leader_epoch < stored.leader_epoch:
+            return FENCED_LEADER_EPOCH
+        if value is None:
+            self.entries.pop(key, None)
+        else:
+            self.entries[key] = StoredState(value, leader_epoch)
+        return NONE
+
+    def groups(self) -> set[str]:
+        return {k[0] for k in self.entries}
+
+    def of_group(self, group_id: str) -> dict[StateKey, dict[str, Any]]:
+        return {k: json.loads(s.value) for k, s in self.entries.items() if k[0] == group_id}
+
+
+# -- Kafka's wire form of a share-partition's state (Read/WriteShareGroupState) -----------
+
+
+def to_state_batches(value: bytes) -> tuple[int, list[tuple[int, int, int, int]]]:
+    """(start offset, [(first, last, delivery state, delivery count)]) of a stored state."""
+    data = json.loads(value)
+    return int(data["start"]), [(int(a), int(b), int(s), int(c)) for a, b, s, c in data["runs"]]
+
+
+def from_state_batches(
+    topic: str, start: int, batches: Iterable[tuple[int, int, int, int]], leader_epoch: int
+) -> bytes:
+    """A stored state from the wire form: the in-flight window ends after its last batch."""
+    runs = sorted([a, b, s, c] for a, b, s, c in batches)
+    end = max([start, *(b + 1 for _, b, _, _ in runs)])
+    data = {
+        "start": start,
+        "end": end,
+        "runs": runs,
+        "dlq": [],
+        "topic": topic,
+        "leader_epoch": leader_epoch,
+    }
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()

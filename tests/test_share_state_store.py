@@ -1,0 +1,74 @@
+"""The share coordinator's store: what it keeps of each share-partition, the fencing of a
+data partition's former leader, and Kafka's wire form of a state (Read/Write
+ShareGroupState) turning back into the same state."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from kbroker.share.partition_state import AckBatch, SharePartitionState
+from kbroker.share.records import state_key, state_value
+from kbroker.share.state_store import (
+    FENCED_LEADER_EPOCH,
+    ShareStateStore,
+    from_state_batches,
+    share_key,
+    to_state_batches,
+)
+
+TOPIC_ID = uuid.UUID("9b1d8a4e-7c2f-4f5e-8d3a-1b2c3d4e5f60")
+KEY = ("g", TOPIC_ID, 0)
+
+
+def store() -> ShareStateStore:
+    return ShareStateStore(lambda: 50)
+
+
+def value(start: int = 0, leader_epoch: int = 0) -> bytes:
+    return state_value(
+        "orders",
+        {"start": start, "end": start, "runs": [], "dlq": [], "leader_epoch": leader_epoch},
+    )
+
+
+def test_the_coordinator_key_is_kafkas_group_topic_id_partition() -> None:
+    assert share_key(KEY) == "g:mx2KTnwvT16NOhssPU5fYA:0"
+
+
+def test_a_write_under_an_older_leader_epoch_than_a_reader_is_fenced() -> None:
+    s = store()
+    assert s.write(KEY, value(5, 3), 3) == 0
+    assert s.read(KEY, 4) == value(5, 3)  # the new leader reads: epoch 4 from now on
+    assert s.write(KEY, value(9, 3), 3) == FENCED_LEADER_EPOCH
+    assert s.write(KEY, value(7, 4), 4) == 0
+    assert json.loads(s.read(KEY, 4) or b"{}")["start"] == 7
+
+
+def test_a_partitions_records_fold_to_its_latest_states_and_tombstones_remove_them() -> None:
+    s = store()
+    other = ("g", TOPIC_ID, 1)
+    partition = s.partition_of(KEY)
+    records = [(state_key(KEY), value(1)), (state_key(KEY), value(2)), (state_key(other), None)]
+    s.load(partition, records)
+    assert json.loads(s.read(KEY, 0) or b"{}")["start"] == 2
+    s.load(partition, [(state_key(KEY), None)])
+    assert s.read(KEY, 0) is None
+    assert s.write(KEY, value(3), 0) == 0
+    s.unload(partition)
+    assert s.entries == {}
+
+
+def test_the_wire_form_keeps_acknowledged_archived_and_delivery_counts() -> None:
+    state = SharePartitionState(10, 5, 100)
+    state.acquire("m", [(10, 14), (15, 19)], 10, 0, 1000)
+    state.acknowledge("m", [AckBatch(10, 14, (1, 1, 2, 3, 1))], 0, 1000)
+    stored = state_value("orders", state.snapshot())
+    start, batches = to_state_batches(stored)
+    back = SharePartitionState.from_snapshot(
+        json.loads(from_state_batches("orders", start, batches, 7)), 5, 100
+    )
+    assert (
+        back.snapshot() == SharePartitionState.from_snapshot(json.loads(stored), 5, 100).snapshot()
+    )
+    assert json.loads(from_state_batches("orders", start, batches, 7))["leader_epoch"] == 7

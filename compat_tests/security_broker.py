@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import re
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from compat_tests.broker_process import BrokerProcess, free_port
-from compat_tests.tls_material import TlsMaterial
+from compat_tests.tls_material import TlsMaterial, make_tls_material
 
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-plain-secret"}
 SCRAM_USER, SCRAM_PASSWORD = "bob", "bob-secret"
@@ -24,6 +26,11 @@ PLAIN_JAAS = (
     + ";"
 )
 MAPPING_RULES = "RULE:^CN=([^,]+),OU=([^,]+),.*$/$1@$2/L,DEFAULT"
+# The StandardAuthorizer with `admin` (a PLAIN user) as the super user who grants ACLs.
+AUTHORIZER = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:admin",
+}
 
 
 @dataclass
@@ -72,6 +79,16 @@ def start_secure_broker(base: Path, tls: TlsMaterial, **extra: str) -> SecureBro
     return SecureBroker(node, tls, ports, http_port)
 
 
+@contextmanager
+def running_secure_broker(base: Path, **extra: str) -> Iterator[SecureBroker]:
+    """A secure broker with fresh TLS material under `base`, killed on leaving."""
+    broker = start_secure_broker(base / "node", make_tls_material(base / "tls"), **extra)
+    try:
+        yield broker
+    finally:
+        broker.node.kill()
+
+
 def confluent_settings(
     broker: SecureBroker,
     listener: str,
@@ -94,6 +111,14 @@ def confluent_settings(
             SCRAM_PASSWORD if mechanism.startswith("SCRAM") else PLAIN_USERS["alice"]
         )
     return conf
+
+
+def plain_login(broker: SecureBroker, name: str) -> dict[str, str]:
+    """librdkafka settings for the PLAIN user `name` on the SASL_PLAINTEXT listener."""
+    return {
+        "bootstrap.servers": broker.address("SASL_PLAINTEXT"),
+        **confluent_settings(broker, "SASL_PLAINTEXT", "PLAIN", name, PLAIN_USERS[name]),
+    }
 
 
 def metric(broker: SecureBroker, name: str) -> float:

@@ -25,8 +25,13 @@ from confluent_kafka.admin import (
 )
 
 from compat_tests.confluent_helpers import make_consumer
-from compat_tests.security_broker import PLAIN_USERS, SecureBroker, start_secure_broker
-from compat_tests.tls_material import make_tls_material
+from compat_tests.security_broker import (
+    AUTHORIZER,
+    PLAIN_USERS,
+    SecureBroker,
+    plain_login,
+    running_secure_broker,
+)
 from kbroker.admin.client import BrokerConnection, fetch_fields
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,34 +43,16 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    base = tmp_path_factory.mktemp("acl-broker")
-    broker = start_secure_broker(
-        base / "node",
-        make_tls_material(base / "tls"),
-        **{
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users": "User:admin",
-            "listener.name.ssl.ssl.client.auth": "required",
-        },
-    )
-    try:
+    with running_secure_broker(
+        tmp_path_factory.mktemp("acl-broker"),
+        **AUTHORIZER,
+        **{"listener.name.ssl.ssl.client.auth": "required"},
+    ) as broker:
         yield broker
-    finally:
-        broker.node.kill()
-
-
-def sasl(broker: SecureBroker, name: str) -> dict[str, str]:
-    return {
-        "bootstrap.servers": broker.address("SASL_PLAINTEXT"),
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "PLAIN",
-        "sasl.username": name,
-        "sasl.password": PLAIN_USERS[name],
-    }
 
 
 def admin(broker: SecureBroker) -> AdminClient:
-    return AdminClient(sasl(broker, "admin"))
+    return AdminClient(plain_login(broker, "admin"))
 
 
 def login(broker: SecureBroker, name: str) -> BrokerConnection:
@@ -81,7 +68,7 @@ def new_topic(broker: SecureBroker, prefix: str = "acl") -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     client = admin(broker)
     client.create_topics([NewTopic(name, 1, 1)])[name].result(20)
-    producer = Producer(sasl(broker, "admin"))
+    producer = Producer(plain_login(broker, "admin"))
     producer.produce(name, b"from admin")
     assert producer.flush(20) == 0
     return name
@@ -107,7 +94,7 @@ def allow(
 def produce_error(broker: SecureBroker, user: str, topic: str) -> int | None:
     """The error code of one record's delivery (None when delivered)."""
     outcome: list[KafkaError | None] = []
-    producer = Producer({**sasl(broker, user), "message.timeout.ms": 15000})
+    producer = Producer({**plain_login(broker, user), "message.timeout.ms": 15000})
     producer.produce(topic, b"x", on_delivery=lambda err, msg: outcome.append(err))
     producer.flush(20)
     assert outcome, "no delivery report"
@@ -249,7 +236,7 @@ def test_deny_wins_over_allow(secure: SecureBroker) -> None:
 def test_metadata_lists_only_topics_the_user_may_describe(secure: SecureBroker) -> None:
     visible, hidden = new_topic(secure), new_topic(secure)
     grant(secure, allow(ResourceType.TOPIC, visible, AclOperation.DESCRIBE))
-    listed = AdminClient(sasl(secure, "alice")).list_topics(timeout=20).topics
+    listed = AdminClient(plain_login(secure, "alice")).list_topics(timeout=20).topics
     assert visible in listed and hidden not in listed
     with login(secure, "alice") as conn:
         answer = conn.request(
@@ -285,7 +272,7 @@ def test_acls_are_described_and_deleted_by_filter(secure: SecureBroker) -> None:
 
 
 def test_acl_requests_need_cluster_alter(secure: SecureBroker) -> None:
-    client = AdminClient(sasl(secure, "alice"))
+    client = AdminClient(plain_login(secure, "alice"))
     futures = client.create_acls([allow(ResourceType.TOPIC, "x", AclOperation.READ)])
     with pytest.raises(KafkaException) as failure:
         list(futures.values())[0].result(20)
@@ -353,7 +340,7 @@ def test_groups_are_listed_and_described_only_where_the_user_may_describe(
     secure: SecureBroker,
 ) -> None:
     group = f"listed-{uuid.uuid4().hex[:6]}"
-    settings = {**sasl(secure, "admin"), "group.id": group}
+    settings = {**plain_login(secure, "admin"), "group.id": group}
     consumer = make_consumer(secure.address("SASL_PLAINTEXT"), **settings)
     consumer.subscribe([new_topic(secure)])
     deadline = time.monotonic() + 20

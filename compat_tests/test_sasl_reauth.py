@@ -14,8 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from compat_tests.confluent_helpers import consume_from_beginning
-from compat_tests.security_broker import PLAIN_USERS, SecureBroker, metric, start_secure_broker
-from compat_tests.tls_material import make_tls_material
+from compat_tests.security_broker import PLAIN_USERS, SecureBroker, metric, running_secure_broker
 from kbroker.admin.client import BrokerConnection, ConnectionClosed
 
 pytestmark = pytest.mark.timeout(120)
@@ -25,16 +24,11 @@ LIFETIME_MS = 1500
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    base = tmp_path_factory.mktemp("reauth-broker")
-    broker = start_secure_broker(
-        base / "node",
-        make_tls_material(base / "tls"),
+    with running_secure_broker(
+        tmp_path_factory.mktemp("reauth-broker"),
         **{"listener.name.sasl_plaintext.connections.max.reauth.ms": str(LIFETIME_MS)},
-    )
-    try:
+    ) as broker:
         yield broker
-    finally:
-        broker.node.kill()
 
 
 def authenticate(conn: BrokerConnection, user: str = "alice") -> int:

@@ -30,8 +30,13 @@ from confluent_kafka.admin import (
 )
 
 from compat_tests.confluent_helpers import produce_all
-from compat_tests.security_broker import PLAIN_USERS, SecureBroker, start_secure_broker
-from compat_tests.tls_material import make_tls_material
+from compat_tests.security_broker import (
+    AUTHORIZER,
+    PLAIN_USERS,
+    SecureBroker,
+    plain_login,
+    running_secure_broker,
+)
 from kbroker.admin.client import BrokerConnection
 from kbroker.admin.security import ClientSecurity
 
@@ -43,31 +48,15 @@ GROUP_AUTHORIZATION_FAILED = 30
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    base = tmp_path_factory.mktemp("share-acl-broker")
-    broker = start_secure_broker(
-        base / "node",
-        make_tls_material(base / "tls"),
+    with running_secure_broker(
+        tmp_path_factory.mktemp("share-acl-broker"),
+        **AUTHORIZER,
         **{
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users": "User:admin",
             "group.share.heartbeat.interval.ms": "1000",
             "group.share.min.heartbeat.interval.ms": "1000",
         },
-    )
-    try:
+    ) as broker:
         yield broker
-    finally:
-        broker.node.kill()
-
-
-def sasl(broker: SecureBroker, name: str) -> dict[str, str]:
-    return {
-        "bootstrap.servers": broker.address("SASL_PLAINTEXT"),
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "PLAIN",
-        "sasl.username": name,
-        "sasl.password": PLAIN_USERS[name],
-    }
 
 
 def login(broker: SecureBroker, name: str) -> BrokerConnection:
@@ -80,7 +69,7 @@ def login(broker: SecureBroker, name: str) -> BrokerConnection:
 
 
 def grant(broker: SecureBroker, rtype: ResourceType, name: str, *ops: AclOperation) -> None:
-    admin = AdminClient(sasl(broker, "admin"))
+    admin = AdminClient(plain_login(broker, "admin"))
     bindings = [
         AclBinding(
             rtype,
@@ -101,7 +90,7 @@ def new_queue(broker: SecureBroker, count: int = 10) -> tuple[str, str, uuid.UUI
     """A topic holding `count` records, a share group reading it from the start, and the
     topic's id."""
     topic, group = f"sq-{uuid.uuid4().hex[:8]}", f"sg-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(sasl(broker, "admin"))
+    admin = AdminClient(plain_login(broker, "admin"))
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
     reset = ConfigResource(
         "GROUP",
@@ -118,7 +107,7 @@ def new_queue(broker: SecureBroker, count: int = 10) -> tuple[str, str, uuid.UUI
         broker.address("SASL_PLAINTEXT"),
         topic,
         ({"value": str(i).encode()} for i in range(count)),
-        **sasl(broker, "admin"),
+        **plain_login(broker, "admin"),
     )
     with login(broker, "admin") as conn:
         meta = conn.request(3, 12, topics=[{"name": topic}], allow_auto_topic_creation=False)
@@ -272,7 +261,7 @@ def test_a_share_consumer_reads_the_queue_over_sasl_once_its_acls_allow(
     topic, group, _ = new_queue(secure, 50)
     grant(secure, ResourceType.GROUP, group, AclOperation.READ)
     grant(secure, ResourceType.TOPIC, topic, AclOperation.READ)
-    consumer = ShareConsumer({**sasl(secure, "alice"), "group.id": group})
+    consumer = ShareConsumer({**plain_login(secure, "alice"), "group.id": group})
     consumer.subscribe([topic])
     seen: list[int] = []
     deadline = time.monotonic() + 40

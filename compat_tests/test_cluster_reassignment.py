@@ -341,27 +341,26 @@ def test_the_java_admin_client_starts_a_move_that_completes_when_the_new_broker_
 ) -> None:
     topic = "java-moving"
     create_topic(cluster, topic, [[1, 2, 3]])
-    java = JavaDriver(
-        java_classpath, cluster.bootstrap, tmp_path_factory.mktemp("java") / "driver.log"
-    )
-    java.start()
-    cluster.kill(NEW_BROKER)
-    try:
-        java.call("reassign", topic=topic, partition=0, replicas="1,2,4")
-        listed = java.call("list-reassignments")["reassignments"]
-        assert listed == {f"{topic}-0": {"replicas": [1, 2, 4, 3], "adding": [4], "removing": [3]}}
-    finally:
-        cluster.heal()
+    log = tmp_path_factory.mktemp("java") / "driver.log"
+    with JavaDriver(java_classpath, cluster.bootstrap, log) as java:
+        cluster.kill(NEW_BROKER)
         try:
-            # Broker 4 is back: it catches up, joins the ISR and broker 3 is removed.
-            cluster.wait_until(
-                lambda: (
-                    java.call("list-reassignments")["count"] == 0
-                    and replicas_and_isr(cluster, topic, 0) == ([1, 2, 4], [1, 2, 4])
-                ),
-                30.0,
-                "the move to complete once broker 4 is back",
-            )
+            java.call("reassign", topic=topic, partition=0, replicas="1,2,4")
+            listed = java.call("list-reassignments")["reassignments"]
+            assert listed == {
+                f"{topic}-0": {"replicas": [1, 2, 4, 3], "adding": [4], "removing": [3]}
+            }
         finally:
-            print(java.log_since_mark())
-            java.stop()
+            cluster.heal()
+            try:
+                # Broker 4 is back: it catches up, joins the ISR and broker 3 is removed.
+                cluster.wait_until(
+                    lambda: (
+                        java.call("list-reassignments")["count"] == 0
+                        and replicas_and_isr(cluster, topic, 0) == ([1, 2, 4], [1, 2, 4])
+                    ),
+                    30.0,
+                    "the move to complete once broker 4 is back",
+                )
+            finally:
+                print(java.log_since_mark())

@@ -121,6 +121,13 @@ class JavaDriver:
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.log_mark = 0
 
+    def __enter__(self) -> JavaDriver:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def start(self) -> None:
         level = os.environ.get("KBROKER_JAVA_LOG", "warn")
         only = os.environ.get("KBROKER_JAVA_LOG_ONLY", "")
@@ -262,12 +269,8 @@ def java_session(
     java_classpath: str, java_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[JavaDriver]:
     log = tmp_path_factory.mktemp("java-client") / "driver.stderr.log"
-    driver = JavaDriver(java_classpath, java_broker.bootstrap, log)
-    driver.start()
-    try:
+    with JavaDriver(java_classpath, java_broker.bootstrap, log) as driver:
         yield driver
-    finally:
-        driver.stop()
 
 
 @pytest.fixture

@@ -24,13 +24,11 @@ def java_on_cluster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[JavaDriver]:
     log = tmp_path_factory.mktemp("java-cluster") / "driver.stderr.log"
-    driver = JavaDriver(java_classpath, cluster.bootstrap, log)
-    driver.start()
-    try:
-        yield driver
-    finally:
-        print(driver.log_since_mark())
-        driver.stop()
+    with JavaDriver(java_classpath, cluster.bootstrap, log) as driver:
+        try:
+            yield driver
+        finally:
+            print(driver.log_since_mark())
 
 
 def _coordinator(cluster: KafkaCluster, group: str) -> int:

@@ -296,12 +296,8 @@ def java(
     secure: SecureBroker, java_classpath: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[JavaDriver]:
     log = tmp_path_factory.mktemp("java-security") / "java-client.log"
-    driver = JavaDriver(java_classpath, secure.plaintext, log)
-    driver.start()
-    try:
+    with JavaDriver(java_classpath, secure.plaintext, log) as driver:
         yield driver
-    finally:
-        driver.stop()
 
 
 def _java_settings(secure: SecureBroker, listener: str, mechanism: str | None) -> dict[str, str]:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from compat_tests.broker_process import BrokerProcess, running_broker
-from kbroker.admin.client import request_frame
+from kbroker.protocol.client_frames import request_frame
 
 API_VERSIONS_V0 = request_frame(18, 0, 7, "limits", b"")
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from kio.index import load_request_schema
 
-from kbroker.admin.client import decode_response, encode_request
 from kbroker.broker import Broker
 from kbroker.config import load_broker_config
+from kbroker.protocol.client_frames import decode_response, encode_request
 from kbroker.protocol.messages import build
 
 

@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
 
-from kbroker.admin.client import request_frame
 from kbroker.handlers.registry import APIS
 from kbroker.metrics.counters import RequestCounters
 from kbroker.protocol import messages
+from kbroker.protocol.client_frames import request_frame
 from kbroker.protocol.framing import frame
 from kbroker.security.quotas import ClientQuotas
 from kbroker.server.connection import KafkaConnection

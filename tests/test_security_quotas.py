@@ -8,7 +8,7 @@ import pytest
 from test_fuzz_connection import FakeBroker as PlainBroker
 from test_fuzz_connection import FakeTransport, request, responses
 
-from kbroker.admin.client import decode_response
+from kbroker.protocol.client_frames import decode_response
 from kbroker.security.quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,

@@ -18,9 +18,9 @@ import pytest
 from inprocess import run_broker
 from test_header import uvarint
 
-from kbroker.admin.client import decode_response, request_frame
 from kbroker.broker import Broker
 from kbroker.protocol import messages
+from kbroker.protocol.client_frames import decode_response, request_frame
 from kbroker.protocol.header import MalformedRequest
 
 METADATA, FETCH, CREATE_TOPICS = 3, 1, 19

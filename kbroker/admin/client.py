@@ -1,9 +1,10 @@
 """The one small Kafka client of the project: the admin commands and the tests use it.
 
-Framing and decoding are plain functions (no I/O): `request_frame` and `encode_request`
-build a size-prefixed request, `decode_response` reads an answer by its request's API
-and version. `BrokerConnection` is the blocking socket around them (admin commands,
-compat tests); the in-process tests wrap the same functions around asyncio streams.
+Framing and decoding are plain functions (no I/O, in kbroker.protocol.client_frames):
+`request_frame` and `encode_request` build a size-prefixed request, `decode_response`
+reads an answer by its request's API and version. `BrokerConnection` is the blocking
+socket around them (admin commands, compat tests); the in-process tests and the replica
+fetcher wrap the same functions around asyncio streams.
 
 A connection can negotiate versions with ApiVersions, then `call` builds a request
 from a plain dict of kio field names for the newest version both sides speak within
@@ -21,15 +22,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from kbroker.admin.security import ClientSecurity, SaslFailure, exchange
-from kbroker.protocol.messages import API_NAMES, build, encode, is_flexible, known_versions
+from kbroker.protocol.client_frames import (
+    API_VERSIONS,
+    decode_response,
+    encode_request,
+    request_frame,
+)
+from kbroker.protocol.fetch_request import fetch_partition, sessionless_fetch
+from kbroker.protocol.messages import API_NAMES, build, known_versions
 
 SASL_HANDSHAKE = 17
-API_VERSIONS = 18
 SASL_AUTHENTICATE = 36
 MAX_RESPONSE_BYTES = 100 * 1024 * 1024
 
@@ -40,37 +46,6 @@ class ClientError(Exception):
 
 class ConnectionClosed(ClientError, ConnectionError):
     """The broker closed the connection before the whole answer came."""
-
-
-# -- framing (no I/O) ---------------------------------------------------------------------
-
-
-def request_frame(
-    api_key: int, version: int, correlation: int, client_id: str, body: bytes
-) -> bytes:
-    """A whole size-prefixed request; unknown keys and versions get a v1 header."""
-    client = client_id.encode()
-    head = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
-    known = api_key in API_NAMES and version in known_versions(api_key)
-    if known and is_flexible(api_key, version):
-        head += b"\x00"  # no tagged fields in the header
-    payload = head + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-def encode_request(entity: Any, correlation: int, client_id: str) -> bytes:
-    """A kio request entity framed for the wire."""
-    key, version = int(entity.__api_key__), int(entity.__version__)
-    return request_frame(key, version, correlation, client_id, encode(entity))
-
-
-def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
-    """(correlation id, kio response entity) of one response frame (without its size)."""
-    (correlation,) = struct.unpack_from(">i", frame, 0)
-    # ApiVersions answers with a v0 header even in its flexible versions.
-    offset = 5 if is_flexible(api_key, version) and api_key != API_VERSIONS else 4
-    response, _ = entity_reader(load_response_schema(api_key, version))(frame, offset)
-    return correlation, response
 
 
 def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
@@ -348,32 +323,17 @@ def fetch_fields(
     (and `partition_max_bytes`, by default the same), outside any fetch session: the
     one-shot read a test or operator sends to see what is stored. Versions up to 12 name
     the topic; from 13 (KIP-516) it is named by `topic_id`, which a v13+ request needs."""
-    return {
-        "replica_id": -1,
-        "max_wait": max_wait,
-        "min_bytes": min_bytes,
-        "max_bytes": max_bytes,
-        "isolation_level": isolation_level,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
+    size = max_bytes if partition_max_bytes is None else partition_max_bytes
+    return sessionless_fetch(
+        [
             {
                 "topic": topic,
                 "topic_id": topic_id,
-                "partitions": [
-                    {
-                        "partition": partition,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": offset,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": (
-                            max_bytes if partition_max_bytes is None else partition_max_bytes
-                        ),
-                    }
-                ],
+                "partitions": [fetch_partition(partition, offset, size)],
             }
         ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
+        max_wait=max_wait,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=isolation_level,
+    )

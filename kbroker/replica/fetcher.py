@@ -29,10 +29,11 @@ from typing import Any
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.admin.client import decode_response, encode_request
 from kbroker.admin.security import SaslFailure
 from kbroker.controller.state import MetadataState
 from kbroker.protocol.batch import HEADER_SIZE, InvalidBatchError
+from kbroker.protocol.client_frames import decode_response, encode_request
+from kbroker.protocol.fetch_request import fetch_partition, sessionless_fetch
 from kbroker.protocol.messages import build
 from kbroker.replica.partition import Partition
 from kbroker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
@@ -417,34 +418,30 @@ class ReplicaFetcher:
         settings = self.settings
         request = build(
             load_request_schema(FETCH, FETCH_VERSION),
-            {
-                "replica_state": {"replica_id": self.node_id, "replica_epoch": -1},
-                "max_wait": settings.max_wait_ms,
-                "min_bytes": settings.min_bytes,
-                "max_bytes": settings.response_max_bytes,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
+            sessionless_fetch(
+                [
                     {
                         "topic_id": ids[name],
                         "partitions": [
-                            {
-                                "partition": s.partition.index,
-                                "current_leader_epoch": s.partition.leader_epoch,
-                                "fetch_offset": s.partition.log_end_offset,
-                                "last_fetched_epoch": s.partition.log.latest_epoch,
-                                "log_start_offset": s.partition.log.log_start_offset,
-                                "partition_max_bytes": settings.partition_max_bytes,
-                            }
+                            fetch_partition(
+                                s.partition.index,
+                                s.partition.log_end_offset,
+                                settings.partition_max_bytes,
+                                current_leader_epoch=s.partition.leader_epoch,
+                                last_fetched_epoch=s.partition.log.latest_epoch,
+                                log_start_offset=s.partition.log.log_start_offset,
+                            )
                             for s in states
                         ],
                     }
                     for name, states in by_topic.items()
                 ],
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
+                max_wait=settings.max_wait_ms,
+                min_bytes=settings.min_bytes,
+                max_bytes=settings.response_max_bytes,
+                replica_id=self.node_id,
+                replica_state=True,
+            ),
         )
         sent = {(name, s.partition.index): s for name, states in by_topic.items() for s in states}
         fetch_offsets = {key: s.partition.log_end_offset for key, s in sent.items()}

@@ -1,7 +1,8 @@
 """A log directory whose disk fails while the broker runs goes offline with every
 partition in it, as in Kafka: Produce and Fetch of those partitions answer
 KAFKA_STORAGE_ERROR, Metadata shows them without this leader, DescribeLogDirs reports
-the directory failed, and partitions in the other directories go on serving.
+the directory failed, and partitions in the other directories go on serving. In a
+cluster the broker tells the controller, which elects another leader from the ISR.
 
 The failure is real: one of the broker's two log directories is a 1 MiB tmpfs mounted
 by the test, filled by producing to its partition until a write fails with ENOSPC.
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import NewTopic
 from kafka.admin import KafkaAdminClient
 
 from compat_tests.broker_process import BrokerProcess, produce_one_error
@@ -38,6 +40,18 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(node: BrokerProcess, topic: str, partition: int) -> list[int]:
+    """Produce 100 kB records until the disk is full; the error codes, in order."""
+    outcomes = [produce(node, topic, partition, VALUE) for _ in range(20)]
+    codes = [int(o.error_code) for o in outcomes]
+    assert KAFKA_STORAGE_ERROR in codes, codes
+    first_failure = codes.index(KAFKA_STORAGE_ERROR)
+    assert first_failure > 0 and set(codes[:first_failure]) == {0}, codes
+    assert set(codes[first_failure:]) == {KAFKA_STORAGE_ERROR}, codes
+    assert "No space left" in outcomes[first_failure].error_message
+    return codes
 
 
 def produce(node: BrokerProcess, topic: str, partition: int, value: bytes) -> Any:
@@ -79,13 +93,7 @@ def test_a_full_disk_takes_its_log_directory_and_partitions_offline(
     [on_small] = [p for p in (0, 1) if (small_disk / f"{topic}-{p}").is_dir()]
     on_big = 1 - on_small
 
-    outcomes = [produce(node, topic, on_small, VALUE) for _ in range(20)]
-    codes = [int(o.error_code) for o in outcomes]
-    assert KAFKA_STORAGE_ERROR in codes, codes
-    first_failure = codes.index(KAFKA_STORAGE_ERROR)
-    assert first_failure > 0 and set(codes[:first_failure]) == {0}, codes
-    assert set(codes[first_failure:]) == {KAFKA_STORAGE_ERROR}, codes
-    assert "No space left" in outcomes[first_failure].error_message
+    fill(node, topic, on_small)
 
     assert fetch_error(node, topic, on_small) == KAFKA_STORAGE_ERROR
     shown = metadata_partitions(node, topic)
@@ -103,3 +111,35 @@ def test_a_full_disk_takes_its_log_directory_and_partitions_offline(
     assert produce_one_error(node, topic, on_big, "after") == 0
     assert fetch_error(node, topic, on_big) == 0
     assert len(consume_from_beginning(node.bootstrap, topic, 1, partitions=[on_big])) == 1
+
+
+def test_in_a_cluster_the_controller_moves_leadership_off_a_failed_directory(
+    cluster_factory: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    big = tmp_path / "node2-big-disk"
+    # Node 2's first log directory is the small disk (its first replica goes there);
+    # its metadata journal is on the other one.
+    cluster = cluster_factory.start(
+        node_overrides={2: {"log.dirs": f"{small_disk},{big}", "metadata.log.dir": str(big)}}
+    )
+    topic = unique_topic("full-disk-cluster")
+    admin = cluster.admin()
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[2, 1, 3]])])[topic].result(30)
+    cluster.wait_until(
+        lambda: cluster.partition(topic).leader == 2 and len(cluster.partition(topic).isrs) == 3,
+        15,
+        "node 2 to lead with a full ISR",
+    )
+    assert (small_disk / f"{topic}-0").is_dir()
+
+    fill(cluster.node(2), topic, 0)
+
+    moved = cluster.wait_until(
+        lambda: (p := cluster.partition(topic, node=cluster.node(1))).leader in (1, 3) and p,
+        15,
+        "the controller to elect another leader",
+    )
+    assert 2 not in moved.isrs
+    [shown] = cluster.raw_metadata(topic, node=cluster.node(2)).topics[0].partitions
+    assert 2 in list(shown.offline_replicas)
+    assert produce_one_error(cluster.node(moved.leader), topic, 0, "after") == 0

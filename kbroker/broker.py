@@ -71,6 +71,7 @@ from kbroker.txn.service import TransactionCoordinatorService
 
 # More unopened partitions than this in one metadata change are opened by workers.
 _OPEN_ON_LOOP = 32
+OFFLINE_REPORT_ATTEMPTS = 30  # one per heartbeat interval
 
 log = logging.getLogger("kbroker.broker")
 
@@ -207,8 +208,10 @@ class Broker:
                 self.metadata,
                 FetcherSettings.from_settings(self.config.get),
                 self.inter_broker,
+                storage_error=self.logs.storage_error,
             )
             self.replicas.isr_changes = self._alter_isr
+            self.logs.dir_failure_listeners.append(self._report_offline_replicas)
             lag_ms = self.config.get("replica.lag.time.max.ms")
             self._tasks.append(asyncio.create_task(self.replicas.run_isr_checks(lag_ms)))
             hw_ms = self.config.get("replica.high.watermark.checkpoint.interval.ms")
@@ -435,6 +438,27 @@ class Broker:
             if p is not None and self.node_id not in p.replicas:
                 log.info("deleting stray log %s-%d: not assigned here", plog.topic, plog.partition)
                 self.logs.delete_log(plog.topic, plog.partition)
+
+    def _report_offline_replicas(self, lost: list[tuple[str, int]]) -> None:
+        """A log directory failed under these partitions: tell the controller, which
+        elects other leaders for them (Kafka's broker reports its offline log dirs)."""
+        state = self.controller.state
+        partitions = [(state.topics[t].topic_id, p) for t, p in lost if t in state.topics]
+        if partitions:
+            task = asyncio.ensure_future(self._send_offline_replicas(partitions))
+            self._tasks.append(task)
+
+    async def _send_offline_replicas(self, partitions: list[tuple[uuid.UUID, int]]) -> None:
+        for _attempt in range(OFFLINE_REPORT_ATTEMPTS):
+            epoch = self.registration.epoch if self.registration else -1
+            try:
+                await self.controller.replicas_offline(self.node_id, epoch, partitions)
+                log.info("reported %d offline replicas to the controller", len(partitions))
+                return
+            except ControllerError as exc:
+                log.warning("reporting offline replicas to the controller failed: %s", exc)
+            await asyncio.sleep(self.config.get("broker.heartbeat.interval.ms") / 1000)
+        log.error("the controller was not told of %d offline replicas", len(partitions))
 
     async def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> PartitionInfo:
         """A led partition's ISR change, proposed to the controller (AlterPartition)."""

@@ -206,3 +206,24 @@ def test_the_active_controller_gives_leadership_back_to_the_preferred_replica(tm
             await controller.stop()
 
     asyncio.run(main())
+
+
+def offline(state, epochs, node):
+    topic_id = state.topics["t"].topic_id.bytes
+    payload = {"node_id": node, "epoch": epochs[node], "partitions": [(topic_id, 0)]}
+    return ok(state, cmd.REPLICAS_OFFLINE, payload)
+
+
+def test_a_leader_whose_log_directory_failed_gives_the_partition_to_the_next_in_sync():
+    state, epochs = cluster([1, 2, 3])
+    applied = offline(state, epochs, 1)
+    p = part(applied.state)
+    assert (p.leader, p.isr, p.leader_epoch) == (2, (2, 3), 1)
+    assert not applied.state.brokers[1].fenced  # its other replicas stay in service
+    assert applied.events == (PartitionChanged("t", applied.state.topics["t"].topic_id, p),)
+
+
+def test_an_offline_replica_of_the_last_in_sync_broker_leaves_the_partition_leaderless():
+    state, epochs = cluster([1])
+    p = part(offline(state, epochs, 1).state)
+    assert (p.leader, p.isr) == (-1, (1,))

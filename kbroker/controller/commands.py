@@ -65,6 +65,7 @@ ALLOCATE_PRODUCER_IDS = "allocate_producer_ids"
 BROKER_HEARTBEAT = "broker_heartbeat"
 FENCE_BROKER = "fence_broker"
 CONTROLLED_SHUTDOWN = "controlled_shutdown"
+REPLICAS_OFFLINE = "replicas_offline"
 ALTER_PARTITION = "alter_partition"
 ELECT_LEADERS = "elect_leaders"
 ALTER_PARTITION_REASSIGNMENTS = "alter_partition_reassignments"
@@ -262,6 +263,29 @@ def _fence_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
         p.get("unclean", False),
     )
     return Applied(new, gone, (BrokerChanged(gone), *changed))
+
+
+def _replicas_offline(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """A broker's log directory failed under these partitions (Kafka's offline log
+    directory, which a KRaft broker reports in its heartbeat): its replicas of them are
+    offline, so it leaves their ISR (unless it is the last member) and leads none of
+    them; a new leader is elected from the rest of the ISR."""
+    node = _current_broker(state, p).node_id
+    usable = leadership.usable_in(state)
+    changed: dict[str, list[PartitionInfo]] = {}
+    for topic_id, index in p["partitions"]:
+        topic = state.topics_by_id.get(uuid.UUID(bytes=topic_id))
+        if topic is None or not 0 <= index < len(topic.partitions):
+            continue  # deleted meanwhile
+        partitions = changed.setdefault(topic.name, list(topic.partitions))
+        partitions[index] = leadership.without_broker(
+            partitions[index],
+            node,
+            lambda r: r != node and usable(r),
+            _unclean(topic, p.get("unclean", False)),
+        )
+    new, events = _with_partitions(state, changed)
+    return Applied(new, len(events), events)
 
 
 def _update_partitions(
@@ -533,6 +557,7 @@ _HANDLERS = {
     BROKER_HEARTBEAT: _broker_heartbeat,
     FENCE_BROKER: _fence_broker,
     CONTROLLED_SHUTDOWN: _fence_broker,
+    REPLICAS_OFFLINE: _replicas_offline,
     ALTER_PARTITION: _alter_partition,
     ELECT_LEADERS: _elect_leaders,
     ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,

@@ -440,6 +440,21 @@ class Controller:
             timeout=timeout,
         )
 
+    async def replicas_offline(
+        self, node_id: int, epoch: int, partitions: Sequence[tuple[uuid.UUID, int]]
+    ) -> None:
+        """The broker's replicas of `partitions` are offline (their log directory
+        failed): elect other leaders and take it out of their ISRs."""
+        await self._propose(
+            cmd.REPLICAS_OFFLINE,
+            {
+                "node_id": node_id,
+                "epoch": epoch,
+                "partitions": [(topic_id.bytes, index) for topic_id, index in partitions],
+                "unclean": self.config.unclean_leader_election,
+            },
+        )
+
     async def alter_partition(
         self,
         topic_id: uuid.UUID,

@@ -59,10 +59,11 @@ def describe_topic(
         error_code = ErrorCode.none if p.has_leader else ErrorCode.leader_not_available
         leader, isr = p.leader, list(p.isr)
         offline_replicas = [r for r in p.replicas if offline(r)]
-        if failed and leader == node and (name, p.partition) in failed:
-            error_code, leader = ErrorCode.kafka_storage_error, -1
-            isr = [r for r in isr if r != node]
+        if failed and node in p.replicas and (name, p.partition) in failed:
             offline_replicas = sorted({*offline_replicas, node})
+            if leader == node:
+                error_code, leader = ErrorCode.kafka_storage_error, -1
+                isr = [r for r in isr if r != node]
         partitions.append(
             {
                 "error_code": error_code,

@@ -38,6 +38,7 @@ from kbroker.protocol.messages import build
 from kbroker.replica.partition import Partition
 from kbroker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
 from kbroker.storage.errors import LogError
+from kbroker.storage.log import PartitionLog
 
 log = logging.getLogger("kbroker.replica.fetcher")
 
@@ -58,6 +59,10 @@ _RETRY_LATER = frozenset(
         ErrorCode.offset_not_available,
     }
 )
+
+
+StorageErrors = Callable[[PartitionLog, OSError], object]
+"""Told of an I/O error from a log (LogManager.storage_error)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,12 +240,14 @@ class ReplicaFetcher:
         metadata: Callable[[], MetadataState],
         settings: FetcherSettings,
         security: InterBrokerSecurity = PLAINTEXT,
+        storage_error: StorageErrors | None = None,
     ) -> None:
         self.node_id = node_id
         self.leader_id = leader_id
         self.metadata = metadata
         self.settings = settings
         self.security = security
+        self.storage_error = storage_error
         # The last refusal logged, so that one that repeats every retry is said once.
         self._refusal: str | None = None
         self.partitions: dict[tuple[str, int], FetchState] = {}
@@ -494,6 +501,11 @@ class ReplicaFetcher:
                     )
                     s.resting_until = time.monotonic() + self.settings.backoff_ms / 1000
                     return
+                except OSError as exc:  # a disk error: the log directory goes offline
+                    if self.storage_error is not None:
+                        self.storage_error(p.log, exc)
+                    s.resting_until = time.monotonic() + self.settings.backoff_ms / 1000
+                    return
         p.update_follower_high_watermark(int(r.high_watermark))
         s.lag = max(0, int(r.high_watermark) - p.log_end_offset)
 
@@ -507,6 +519,8 @@ class ReplicaFetchers:
     settings: FetcherSettings = field(default_factory=FetcherSettings)
     security: InterBrokerSecurity = PLAINTEXT
     fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)
+    # Where an I/O error of a follower's append goes (the log manager's storage_error).
+    storage_error: StorageErrors | None = None
 
     def follow(self, partition: Partition) -> None:
         """(Re)start fetching `partition` from its leader (from its log end, naming its
@@ -517,7 +531,12 @@ class ReplicaFetchers:
         fetcher = self.fetchers.get(partition.leader_id)
         if fetcher is None:
             fetcher = ReplicaFetcher(
-                self.node_id, partition.leader_id, self.metadata, self.settings, self.security
+                self.node_id,
+                partition.leader_id,
+                self.metadata,
+                self.settings,
+                self.security,
+                self.storage_error,
             )
             self.fetchers[partition.leader_id] = fetcher
         fetcher.add(partition)

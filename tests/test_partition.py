@@ -236,6 +236,25 @@ def test_a_follower_refuses_a_consumer_fetch_before_v11(pair):
     assert follower.read(0, 1024).error == ErrorCode.not_leader_or_follower
 
 
+def test_a_follower_answers_a_consumer_past_its_high_watermark_but_within_its_log_with_nothing(
+    pair,
+):
+    """As Kafka's log read: only an offset beyond the log end is out of range; one the
+    follower holds but may not serve yet (above its high watermark) gets an empty
+    answer, without error, that the consumer retries."""
+    leader, follower = pair
+    leader.append_as_leader(batch(b"a"), NOW)
+    replicate(leader, follower)
+    replicate(leader, follower)  # high watermark 1 on both
+    leader.append_as_leader(batch(b"b", b"c"), NOW)
+    replicate(leader, follower)  # the follower holds offsets 1-2, its high watermark is 1
+    assert (follower.high_watermark, follower.log_end_offset) == (1, 3)
+    for offset in (2, 3):
+        read = follower.read(offset, 1024, from_follower_ok=True)
+        assert read.error == ErrorCode.none and read.records is None
+        assert read.high_watermark == 1
+
+
 def test_a_follower_answers_offset_out_of_range_past_its_log(pair):
     leader, follower = pair
     leader.append_as_leader(batch(b"a"), NOW)

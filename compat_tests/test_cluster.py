@@ -131,21 +131,25 @@ def _offsets_partition(group: str, partitions: int) -> int:
     return (h & 0x7FFFFFFF) % partitions
 
 
-def _group_with_full_isr(cluster: KafkaCluster) -> str:
+def _group_with_full_isr(cluster: KafkaCluster, timeout: float = 30.0) -> str:
     """A new group id whose __consumer_offsets partition has all three replicas in sync
-    (nodes killed by earlier tests may have left others with a shrunken ISR)."""
+    (nodes killed by earlier tests may have left others with a shrunken ISR for a while
+    after they came back)."""
     _coordinator(cluster.nodes[0], "bootstrap-the-offsets-topic")
-    offsets = cluster.wait_until(
-        lambda: cluster.raw_metadata("__consumer_offsets").topics[0].partitions or None,
-        10.0,
-        "__consumer_offsets to exist",
+
+    def group_on_a_full_partition() -> str | None:
+        offsets = cluster.raw_metadata("__consumer_offsets").topics[0].partitions
+        full = {p.partition_index for p in offsets if len(p.isr_nodes) == 3 and p.leader_id > 0}
+        if not full:
+            return None
+        while True:
+            group = f"group-{_uid()}"
+            if _offsets_partition(group, len(offsets)) in full:
+                return group
+
+    return cluster.wait_until(
+        group_on_a_full_partition, timeout, "a __consumer_offsets partition with a full ISR"
     )
-    full = {p.partition_index for p in offsets if len(p.isr_nodes) == 3 and p.leader_id > 0}
-    for i in range(1000):
-        group = f"group-{_uid()}-{i}"
-        if _offsets_partition(group, len(offsets)) in full:
-            return group
-    raise AssertionError("no __consumer_offsets partition has a full ISR")
 
 
 def test_the_group_coordinator_moves_with_the_leadership_of_its_offsets_partition(
@@ -439,3 +443,138 @@ def test_aiokafka_sees_every_partition_leader_and_reads_back_what_it_wrote(
             await consumer.stop()
 
     assert sorted(asyncio.run(main())) == [b"p0", b"p1", b"p2"]
+
+
+def _topic_guarded_by_two_replicas(cluster: KafkaCluster, name: str) -> None:
+    """Three partitions, three replicas, min.insync.replicas=2: a write survives a kill."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = cluster.admin()  # kept alive until the answer arrives
+    futures = admin.create_topics(
+        [NewTopic(name, 3, 3, config={"min.insync.replicas": "2"})], operation_timeout=10
+    )
+    futures[name].result(timeout=15)
+    cluster.wait_until(
+        lambda: all(len(p.isr_nodes) == 3 for p in cluster.raw_metadata(name).topics[0].partitions),
+        15.0,
+        f"{name} to have a full ISR",
+    )
+
+
+def test_kafka_python_producer_and_group_carry_on_when_the_coordinator_broker_is_killed(
+    cluster: KafkaCluster,
+) -> None:
+    """kafka-python's idempotent acks=all producer retries through the failover of the
+    partition the killed broker led; its group consumer finds the new coordinator, reads
+    every acknowledged record and commits there."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    topic, group = f"kp-kill-{_uid()}", _group_with_full_isr(cluster)
+    _topic_guarded_by_two_replicas(cluster, topic)
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap, acks="all", request_timeout_ms=10000
+    )
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=cluster.bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=1000,
+    )
+    seen: list[bytes] = []
+
+    def read(count: int) -> None:
+        deadline = time.monotonic() + 45
+        while len(set(seen)) < count and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                seen.extend(r.value for r in records)
+
+    victim = 0
+    try:
+        acked = [producer.send(topic, b"%d" % i).get(timeout=30) for i in range(100)]
+        read(100)
+        consumer.commit()
+        victim = _coordinator(cluster.nodes[0], group)[1]
+        cluster.kill(victim)
+        futures = [producer.send(topic, b"%d" % i) for i in range(100, 200)]
+        acked += [f.get(timeout=60) for f in futures]
+        read(200)
+        consumer.commit()
+        committed = sum(consumer.committed(TopicPartition(topic, p)) or 0 for p in range(3))
+        coordinator = _coordinator(cluster.live_nodes[0], group)[1]
+    finally:
+        producer.close(timeout=10)
+        consumer.close(autocommit=False)
+        cluster.heal()
+    assert len(acked) == 200
+    assert set(seen) == {b"%d" % i for i in range(200)}
+    assert committed == 200
+    assert coordinator != victim
+
+
+def test_aiokafka_producer_and_group_carry_on_when_the_coordinator_broker_is_killed(
+    cluster: KafkaCluster,
+) -> None:
+    """aiokafka's idempotent acks=all producer and a consumer in a group, the group
+    coordinator's broker killed between two halves of the work: every acknowledged
+    record is read, and the group commits on the new coordinator."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    topic, group = f"aio-kill-{_uid()}", _group_with_full_isr(cluster)
+    _topic_guarded_by_two_replicas(cluster, topic)
+
+    async def main() -> tuple[int, set[bytes], int]:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=cluster.bootstrap, acks="all", enable_idempotence=True
+        )
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=cluster.bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=1000,
+        )
+        await producer.start()
+        await consumer.start()
+        seen: set[bytes] = set()
+
+        async def read(count: int) -> None:
+            deadline = time.monotonic() + 45
+            while len(seen) < count and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                seen.update(r.value for records in batches.values() for r in records)
+
+        try:
+            acked = len(
+                await asyncio.gather(
+                    *[producer.send_and_wait(topic, b"%d" % i) for i in range(100)]
+                )
+            )
+            await read(100)
+            await consumer.commit()
+            cluster.kill(_coordinator(cluster.nodes[0], group)[1])
+            sends = [await producer.send(topic, b"%d" % i) for i in range(100, 200)]
+            acked += len(await asyncio.gather(*sends))
+            await read(200)
+            await consumer.commit()
+            committed = 0
+            for p in range(3):
+                committed += await consumer.committed(TopicPartition(topic, p)) or 0
+            return acked, seen, committed
+        finally:
+            await producer.stop()
+            await consumer.stop()
+
+    try:
+        acked, seen, committed = asyncio.run(asyncio.wait_for(main(), 120))
+    finally:
+        cluster.heal()
+    assert acked == 200
+    assert seen == {b"%d" % i for i in range(200)}
+    assert committed == 200

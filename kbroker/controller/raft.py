@@ -66,9 +66,10 @@ class PeerWatchingTransport(TCPTransport):
 
     def _onNodeDisconnected(self, node: Node) -> None:
         super()._onNodeDisconnected(node)
-        report: PeerLost | None = getattr(self._syncObj, "peer_lost", None)
-        if report is not None and isinstance(node, TCPNode):
-            report(node.address)
+        raft = self._syncObj
+        lost = raft.peer_lost if isinstance(raft, _RaftNode) else None
+        if lost is not None and isinstance(node, TCPNode):
+            lost(node.address)
 
 
 @dataclass(frozen=True)

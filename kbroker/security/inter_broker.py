@@ -13,6 +13,7 @@ refused at start, naming the setting, never showing the password.
 
 from __future__ import annotations
 
+import functools
 import ssl
 from dataclasses import dataclass, field
 
@@ -55,8 +56,7 @@ def inter_broker_security(config: BrokerConfig) -> InterBrokerSecurity:
     listener = config.get("inter.broker.listener.name")
     protocol = config.protocol_map[listener]
 
-    def setting(key: str):  # type: ignore[no-untyped-def]
-        return config.for_listener(listener, key)
+    setting = functools.partial(config.for_listener, listener)
 
     context = client_context(listener, setting) if protocol in ("SSL", "SASL_SSL") else None
     if not protocol.startswith("SASL_"):

@@ -8,6 +8,7 @@ store, a mechanism kbroker does not speak, PLAIN without users) stops the start 
 
 from __future__ import annotations
 
+import functools
 import ssl
 from dataclasses import dataclass, field
 
@@ -39,8 +40,7 @@ def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecur
     name = endpoint.name
     protocol = config.protocol_map[name]
 
-    def setting(key: str):  # type: ignore[no-untyped-def]
-        return config.for_listener(name, key)
+    setting = functools.partial(config.for_listener, name)
 
     context = None
     if protocol in ("SSL", "SASL_SSL"):

@@ -633,9 +633,8 @@ class KafkaConnection(asyncio.Protocol):
             slot.size = 0
             self._account_memory()
         api_key, version = slot.api_key, slot.version
-        name = messages.API_NAMES.get(api_key)
         if isinstance(error, asyncio.CancelledError):
-            self.close(f"{name} v{version} request cancelled")
+            self.close(f"{messages.API_NAMES.get(api_key)} v{version} request cancelled")
             return
         try:
             if error is not None:
@@ -646,12 +645,12 @@ class KafkaConnection(asyncio.Protocol):
                 encoded = self._encode(api_key, version, result)
                 slot.data = self._frame(slot.correlation_id, slot.flexible, encoded)
         except Exception:
-            log.exception("handler for %s v%d failed", name, version)
+            log.exception("handler for %s v%d failed", messages.API_NAMES.get(api_key), version)
             self.close("internal error")
             return
         slot.done = True
+        self._drain_queue()  # the answer goes out first (after an fsync, it is the latency)
         self._answered(api_key, version, slot.correlation_id, slot.started, slot.client_id)
-        self._drain_queue()
 
     def _respond_now(self, correlation_id: int, flexible: bool, body: bytes | EncodedBody) -> None:
         parts = self._frame(correlation_id, flexible, body)

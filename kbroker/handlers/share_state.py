@@ -22,7 +22,11 @@ from kbroker.share.persister import (
     state_batches,
 )
 from kbroker.share.records import StateKey
-from kbroker.share.state_store import from_state_batches, to_state_batches
+from kbroker.share.state_store import (
+    from_state_batches,
+    state_batch_fields,
+    to_state_batches,
+)
 
 ENABLE = "group.share.enable"
 E = ErrorCode
@@ -62,15 +66,7 @@ def read_share_group_state(
                     "error_message": None if code == E.none else code.name,
                     "state_epoch": 0,
                     "start_offset": start,
-                    "state_batches": [
-                        {
-                            "first_offset": a,
-                            "last_offset": b,
-                            "delivery_state": s,
-                            "delivery_count": c,
-                        }
-                        for a, b, s, c in batches
-                    ],
+                    "state_batches": state_batch_fields(batches),
                 }
             )
         results.append({"topic_id": topic_id, "partitions": partitions})

@@ -25,7 +25,12 @@ from kbroker.internal_topics import ServiceBroker
 from kbroker.protocol.messages import build
 from kbroker.replica.fetcher import BrokerLink
 from kbroker.share.records import StateKey
-from kbroker.share.state_store import ShareStateStore, from_state_batches, to_state_batches
+from kbroker.share.state_store import (
+    ShareStateStore,
+    from_state_batches,
+    state_batch_fields,
+    to_state_batches,
+)
 
 log = logging.getLogger("kbroker.share.persister")
 
@@ -178,15 +183,7 @@ class Persister:
                     "state_epoch": 0,
                     "leader_epoch": epoch,
                     "start_offset": start,
-                    "state_batches": [
-                        {
-                            "first_offset": a,
-                            "last_offset": b,
-                            "delivery_state": s,
-                            "delivery_count": c,
-                        }
-                        for a, b, s, c in batches
-                    ],
+                    "state_batches": state_batch_fields(batches),
                 }
             )
         request = build(

@@ -111,6 +111,14 @@ def to_state_batches(value: bytes) -> tuple[int, list[tuple[int, int, int, int]]
     return int(data["start"]), [(int(a), int(b), int(s), int(c)) for a, b, s, c in data["runs"]]
 
 
+def state_batch_fields(batches: Iterable[tuple[int, int, int, int]]) -> list[dict[str, int]]:
+    """The `state_batches` of Read/WriteShareGroupState from `to_state_batches`' tuples."""
+    return [
+        {"first_offset": a, "last_offset": b, "delivery_state": s, "delivery_count": c}
+        for a, b, s, c in batches
+    ]
+
+
 def from_state_batches(
     topic: str, start: int, batches: Iterable[tuple[int, int, int, int]], leader_epoch: int
 ) -> bytes:

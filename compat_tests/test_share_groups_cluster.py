@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import time
-from collections import Counter
 
 import pytest
 from confluent_kafka import ShareConsumer
@@ -144,56 +143,97 @@ def test_share_requests_go_to_the_group_coordinator_and_the_partition_leader(sha
     assert _coordinator(cluster, key, SHARE_KEY) in {n.node_id for n in cluster.live_nodes}
 
 
-def test_killing_the_partition_leader_loses_no_acknowledgement_and_no_record(share_cluster):  # type: ignore[no-untyped-def]
-    cluster = share_cluster
-    total = 3000
-    topic, group, leader, _ = _queue_away_from_its_coordinator(cluster, total)
+class KilledMidRun:
+    """What a worker consumed and acknowledged (and when) while brokers were killed, and
+    what a second consumer held, never acknowledging it."""
+
+    def __init__(self) -> None:
+        self.consumed: list[tuple[float, int]] = []
+        self.acknowledged: dict[int, float] = {}  # offset -> when its commit succeeded
+        self.held: dict[int, int] = {}  # offset -> delivery count, as the holder got it
+        self.redelivered: dict[int, int] = {}  # the held ones, as the worker got them
+        self.kills = 0
+
+    def check(self, total: int) -> None:
+        assert self.kills, "no broker was killed"
+        again = [o for t, o in self.consumed if o in self.acknowledged and t > self.acknowledged[o]]
+        assert not again, f"acknowledged, then delivered again: {sorted(set(again))[:10]}"
+        missing = set(range(total)) - set(self.acknowledged)
+        assert not missing, sorted(missing)[:10]
+        assert set(self.held) <= set(self.redelivered)
+        assert all(count >= 2 for count in self.redelivered.values()), self.redelivered
+
+
+def _consume_through_kills(
+    cluster: KafkaCluster, topic: str, group: str, victims: list[int], total: int
+) -> KilledMidRun:
+    """Consume `total` records, acknowledging each; kill -9 each victim in turn after a
+    share of them (restarting it before the next, so the quorum keeps a majority)."""
+    run = KilledMidRun()
     holder = _share_consumer(cluster, group, topic)  # takes records, never acknowledges them
     worker = _share_consumer(cluster, group, topic)
-    acknowledged: set[int] = set()
-    after: Counter[int] = Counter()
-    held: dict[int, int] = {}
-    redelivered: dict[int, int] = {}
+
+    def work(until: float, stop: int) -> None:
+        while len(run.acknowledged) < stop and time.monotonic() < until:
+            batch = []
+            for message in worker.poll(0.3):
+                if message.error() is not None:
+                    continue
+                run.consumed.append((time.monotonic(), message.offset()))
+                if message.offset() in run.held:
+                    run.redelivered[message.offset()] = message.delivery_count()
+                worker.acknowledge(message)
+                batch.append(message.offset())
+            if batch and all(e is None for e in worker.commit_sync(5).values()):
+                run.acknowledged.update(dict.fromkeys(batch, time.monotonic()))
+
     try:
         deadline = time.monotonic() + 20
-        while not held and time.monotonic() < deadline:
-            held = {m.offset(): m.delivery_count() for m in holder.poll(0.5) if m.error() is None}
-        assert held and set(held.values()) == {1}
-
-        def work(until: float, stop: int) -> None:
-            while len(acknowledged) < stop and time.monotonic() < until:
-                batch = []
-                for message in worker.poll(0.3):
-                    if message.error() is not None:
-                        continue
-                    if message.offset() in held:
-                        redelivered[message.offset()] = message.delivery_count()
-                    worker.acknowledge(message)
-                    batch.append(message.offset())
-                if not batch:
-                    continue
-                if killed:
-                    after.update(batch)
-                results = worker.commit_sync(5)
-                if all(error is None for error in results.values()):
-                    acknowledged.update(batch)
-
-        killed = False
-        work(time.monotonic() + 20, total // 3)
-        assert len(acknowledged) >= total // 3, "too little acknowledged before the kill"
-        before = set(acknowledged)
-        time.sleep(0.3)  # the acquisitions of the last fetch are stored too
-        cluster.kill(leader)
-        killed = True
-        work(time.monotonic() + 30, total - len(held))
-        # The held records come back once the new leader holds the partition (their lock
-        # went with the old leader), their first delivery counted.
-        work(time.monotonic() + 10, total)
+        while not run.held and time.monotonic() < deadline:
+            run.held = {
+                m.offset(): m.delivery_count() for m in holder.poll(0.5) if m.error() is None
+            }
+        assert run.held and set(run.held.values()) == {1}
+        for i, victim in enumerate(victims, 1):
+            work(time.monotonic() + 20, total * i // (len(victims) + 2))
+            time.sleep(0.3)  # the acquisitions of the last fetch are stored too
+            cluster.kill(victim)
+            run.kills += 1
+            if i < len(victims):
+                work(time.monotonic() + 10, total * (2 * i + 1) // (2 * len(victims) + 4))
+                cluster.heal()
+        # The held records come back (with the old leader's lock gone, or their own lock
+        # run out), their first delivery counted.
+        work(time.monotonic() + 40, total)
     finally:
         worker.close()
-        del holder  # its connections to the dead broker; it never acknowledged anything
+        del holder  # never closed: as if it died holding its records
         cluster.heal()
-    assert before.isdisjoint(after), sorted(before & set(after))[:10]
-    assert acknowledged == set(range(total)), sorted(set(range(total)) - acknowledged)[:10]
-    assert set(held) <= set(redelivered)
-    assert all(count >= 2 for count in redelivered.values()), redelivered
+    return run
+
+
+def test_killing_the_partition_leader_loses_no_acknowledgement_and_no_record(share_cluster):  # type: ignore[no-untyped-def]
+    total = 3000
+    topic, group, leader, _ = _queue_away_from_its_coordinator(share_cluster, total)
+    _consume_through_kills(share_cluster, topic, group, [leader], total).check(total)
+
+
+def test_killing_the_share_coordinator_then_the_leader_loses_nothing(share_cluster):  # type: ignore[no-untyped-def]
+    """The leader of the share-partition's `__share_group_state` partition dies (the data
+    partition's leader is another broker), then the data partition's leader: its
+    successor holds what the new share coordinator stored."""
+    cluster = share_cluster
+    total = 3000
+    topic, group, leader, coordinator = _queue_away_from_its_coordinator(cluster, total)
+    topic_id = cluster.raw_metadata(topic).topics[0].topic_id
+    encoded = base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+    for _ in range(60):  # a group whose share coordinator is not the partition's leader
+        share = _coordinator(cluster, f"{group}:{encoded}:0", SHARE_KEY)
+        if coordinator != leader and share != leader:
+            break
+        group = unique_group("share-cl")
+        coordinator = _coordinator(cluster, group)
+    else:
+        pytest.fail("no group had its share coordinator apart from the partition's leader")
+    set_group_configs(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    _consume_through_kills(cluster, topic, group, [share, leader], total).check(total)

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kbroker.admin.client import BrokerConnection, ClientError, produce_fields
 from kbroker.protocol.batch import BatchHeader, encode_batch
@@ -333,3 +334,13 @@ def produce_one_error(broker: BrokerProcess, topic: str, partition: int, client_
     with BrokerConnection(broker.host, broker.port, 10.0, client_id) as conn:
         answer = conn.request(0, 9, **produce_fields(topic, batch, partition=partition, acks=1))
     return int(answer.responses[0].partition_responses[0].error_code)
+
+
+def topic_metadata(broker: BrokerProcess, topic: str, client_id: str) -> Any:
+    """The broker's Metadata (v12) for one topic, asked on a fresh connection without
+    creating it."""
+    with BrokerConnection(broker.host, broker.port, 10.0, client_id) as conn:
+        answer = conn.request(
+            3, 12, topics=[{"name": topic, "topic_id": None}], allow_auto_topic_creation=False
+        )
+    return answer.topics[0]

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from compat_tests.broker_process import BrokerProcess, produce_one_error
+from compat_tests.broker_process import BrokerProcess, produce_one_error, topic_metadata
 from compat_tests.confluent_helpers import consume_from_beginning, create_topic, produce_all
 from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(180)
 
-METADATA, CREATE_TOPICS = 3, 19
+CREATE_TOPICS = 19
 KAFKA_STORAGE_ERROR = 56
 DESCRIPTORS = 400
 
@@ -42,18 +41,6 @@ class LimitedBroker(BrokerProcess):
 
 def produce_error(broker: BrokerProcess, topic: str, partition: int) -> int:
     return produce_one_error(broker, topic, partition, "limited")
-
-
-def described(broker: BrokerProcess, topic: str) -> Any:
-    with BrokerConnection(broker.host, broker.port, 10.0, "limited") as conn:
-        answer = conn.request(
-            METADATA,
-            12,
-            topics=[{"name": topic, "topic_id": None}],
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
-    return answer.topics[0]
 
 
 def test_an_over_large_create_fails_honestly_and_the_rest_keeps_serving(tmp_path: Path) -> None:
@@ -82,7 +69,7 @@ def test_an_over_large_create_fails_honestly_and_the_rest_keeps_serving(tmp_path
         assert created.error_code == KAFKA_STORAGE_ERROR, created
         assert "open files" in created.error_message
 
-        partitions = described(broker, "wide").partitions
+        partitions = topic_metadata(broker, "wide", "limited").partitions
         failed = [p for p in partitions if p.error_code == KAFKA_STORAGE_ERROR]
         served = [p for p in partitions if p.error_code == 0]
         assert failed and served and len(failed) + len(served) == 600

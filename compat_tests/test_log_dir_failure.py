@@ -21,12 +21,12 @@ import pytest
 from confluent_kafka.admin import NewTopic
 from kafka.admin import KafkaAdminClient
 
-from compat_tests.broker_process import BrokerProcess, produce_one_error
+from compat_tests.broker_process import BrokerProcess, produce_one_error, topic_metadata
 from compat_tests.confluent_helpers import consume_from_beginning, create_topic, unique_topic
 from kbroker.admin.client import BrokerConnection, fetch_fields, produce_fields
 from kbroker.protocol.batch import encode_batch
 
-PRODUCE, FETCH, METADATA = 0, 1, 3
+PRODUCE, FETCH = 0, 1
 KAFKA_STORAGE_ERROR = 56
 VALUE = b"v" * 100_000  # ten of them fill the small disk
 
@@ -72,15 +72,7 @@ def fetch_error(node: BrokerProcess, topic: str, partition: int) -> int:
 
 
 def metadata_partitions(node: BrokerProcess, topic: str) -> dict[int, Any]:
-    with BrokerConnection(node.host, node.port, 10.0, "meta") as conn:
-        answer = conn.request(
-            METADATA,
-            12,
-            topics=[{"name": topic, "topic_id": None}],
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
-    return {int(p.partition_index): p for p in answer.topics[0].partitions}
+    return {int(p.partition_index): p for p in topic_metadata(node, topic, "meta").partitions}
 
 
 def test_a_full_disk_takes_its_log_directory_and_partitions_offline(

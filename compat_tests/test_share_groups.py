@@ -44,15 +44,16 @@ SHARE_APIS = {76, 77, 78, 79, 90, 91, 92}
 DLQ_GROUP_ENABLE = "errors.deadletterqueue.group.enable"  # a topic's opt-in (KIP-1191)
 LOCK_MS = 2000
 # Short locks and sessions so redelivery is quick; the minimums are lowered to allow them.
-BROKER = {
+SHORT_LOCKS = {
     "group.share.record.lock.duration.ms": str(LOCK_MS),
     "group.share.min.record.lock.duration.ms": "1000",
     "group.share.session.timeout.ms": "6000",
     "group.share.min.session.timeout.ms": "6000",
     "group.share.heartbeat.interval.ms": "1000",
     "group.share.min.heartbeat.interval.ms": "1000",
-    "group.share.max.groups": "100",  # each test makes its own groups on the shared broker
 }
+# Each test makes its own groups on the shared broker.
+BROKER = {**SHORT_LOCKS, "group.share.max.groups": "100"}
 
 
 @pytest.fixture(scope="module")

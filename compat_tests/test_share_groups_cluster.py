@@ -14,27 +14,18 @@ from confluent_kafka import ShareConsumer
 
 from compat_tests.cluster import KafkaCluster, running_cluster
 from compat_tests.confluent_helpers import produce_all, unique_group, unique_topic
-from compat_tests.test_share_groups import set_group_configs
+from compat_tests.test_share_groups import SHORT_LOCKS, set_group_configs
 from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(180)
 
-LOCK_MS = 2000
-SHARE_SETTINGS = {
-    "group.share.record.lock.duration.ms": str(LOCK_MS),
-    "group.share.min.record.lock.duration.ms": "1000",
-    "group.share.session.timeout.ms": "6000",
-    "group.share.min.session.timeout.ms": "6000",
-    "group.share.heartbeat.interval.ms": "1000",
-    "group.share.min.heartbeat.interval.ms": "1000",
-}
 FIND_COORDINATOR = 10
 GROUP_KEY, SHARE_KEY = 0, 2
 
 
 @pytest.fixture(scope="module")
 def share_cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
-    with running_cluster(tmp_path_factory.mktemp("share-cluster"), overrides=SHARE_SETTINGS) as c:
+    with running_cluster(tmp_path_factory.mktemp("share-cluster"), overrides=SHORT_LOCKS) as c:
         yield c
 
 

@@ -42,19 +42,26 @@ class Model:
         self.end = 0  # past the highest offset ever acquired: gaps below it are done
 
     def acquire(self, member: str, limit: int, now: int, window_end: int) -> list[int]:
-        """Up to `limit` records, then on to the end of that batch (at most 2 x limit)."""
+        """Batches in order until `limit` records are taken, each batch whole; records
+        never acquired before only from a batch whose first of them is below
+        `window_end`."""
         out: list[int] = []
         for first, last in LOG:
             if len(out) >= limit:
                 break
+            first_new = None
             for o in range(first, last + 1):
-                if len(out) >= 2 * limit or o >= window_end:
-                    break
                 r = self.records[o]
-                if r[0] == "available":
-                    r[0], r[1], r[2], r[3] = "acquired", r[1] + 1, member, now + LOCK
-                    out.append(o)
-                    self.end = max(self.end, o + 1)
+                if r[0] != "available":
+                    continue
+                if o >= self.end:
+                    first_new = o if first_new is None else first_new
+                    if first_new >= window_end:
+                        break
+                r[0], r[1], r[2], r[3] = "acquired", r[1] + 1, member, now + LOCK
+                out.append(o)
+            if out:
+                self.end = max(self.end, out[-1] + 1)
         return out
 
     def release(self, o: int) -> None:
@@ -84,8 +91,6 @@ class SharePartitionMachine(RuleBasedStateMachine):
     @rule(member=st.sampled_from(MEMBERS), limit=st.integers(1, 8))
     def acquire(self, member: str, limit: int) -> None:
         window_end = self.sp.start_offset + self.sp.max_in_flight
-        # Offsets already in flight may be re-acquired whatever the window.
-        window_end = max(window_end, self.sp.end_offset)
         got = _offsets(self.sp.acquire(member, LOG, limit, self.now, LOCK))
         expected = self.model.acquire(member, limit, self.now, window_end)
         assert got == expected
@@ -271,18 +276,26 @@ def test_renew_extends_the_lock() -> None:
     assert sp.record(0).state == RecordState.AVAILABLE
 
 
-def test_acquisition_runs_to_the_end_of_the_batch_within_twice_max_records() -> None:
+def test_acquisition_takes_the_batch_holding_the_last_wanted_record_whole() -> None:
+    """Kafka's batch-optimized mode: max_records is a soft limit, batches go whole."""
     sp = SharePartitionState(0, LIMIT, 100)
     assert _offsets(sp.acquire("a", [(0, 2), (3, 5), (6, 9)], 4, 0, LOCK)) == [0, 1, 2, 3, 4, 5]
-    assert _offsets(sp.acquire("a", [(6, 30)], 2, 0, LOCK)) == [6, 7, 8, 9]
+    assert _offsets(sp.acquire("a", [(6, 30)], 2, 0, LOCK)) == list(range(6, 31))
 
 
 def test_the_window_of_in_flight_records_is_bounded() -> None:
     sp = SharePartitionState(0, LIMIT, 4)
-    assert _offsets(sp.acquire("a", [(0, 9)], 100, 0, LOCK)) == [0, 1, 2, 3]
+    batches = [(0, 1), (2, 3), (4, 5), (6, 9)]
+    assert _offsets(sp.acquire("a", batches, 100, 0, LOCK)) == [0, 1, 2, 3]
     assert sp.fetch_offset() is None
     sp.acknowledge("a", [AckBatch(0, 1, (1,))], 0, LOCK)
-    assert _offsets(sp.acquire("a", [(4, 9)], 100, 0, LOCK)) == [4, 5]
+    assert _offsets(sp.acquire("a", batches[2:], 100, 0, LOCK)) == [4, 5]
+
+
+def test_a_batch_starting_inside_the_window_is_taken_whole() -> None:
+    sp = SharePartitionState(0, LIMIT, 4)
+    assert _offsets(sp.acquire("a", [(0, 9)], 100, 0, LOCK)) == list(range(10))
+    assert sp.fetch_offset() is None
 
 
 def test_a_huge_acknowledgement_range_is_refused_without_walking_it() -> None:

@@ -579,13 +579,12 @@ class ShareCoordinator:
             offset = state.fetch_offset()
             if offset is None or offset >= bounds[1]:
                 continue
-            # Nothing past this can be acquired now: the window's end, or twice the
-            # records wanted past the records in flight (batch alignment's ceiling).
+            # No batch starting at or past this is acquired now: the window's end, or the
+            # records wanted past the records in flight (the batch holding the last of
+            # them is read whole, as it starts before).
             stop = max(
                 state.end_offset,
-                min(
-                    state.start_offset + state.max_in_flight, state.end_offset + 2 * budget_records
-                ),
+                min(state.start_offset + state.max_in_flight, state.end_offset + budget_records),
             )
             records, batches = self.log.read(
                 ref.name,

@@ -119,6 +119,7 @@ class AckBatch:
 
 
 _DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+_UNBOUNDED = 1 << 62  # no cap on records acquired within a batch
 _KNOWN_TYPES = frozenset(int(t) for t in AckType)
 
 
@@ -203,15 +204,19 @@ class SharePartitionState:
         """Acquire for `member` available records among the offsets the log holds
         (`batches`: (first, last) offset ranges in order): `max_records` of them, and on
         to the end of the batch the last one is in, as Kafka's batch-optimized
-        acquisition does (ShareFetch's max_records may be exceeded for batch alignment),
-        but never more than twice `max_records`. Offsets past the end offset that no
-        batch holds (compacted away, or control records) become ARCHIVED as they are
-        passed; they were never deliverable. Without `batch_aligned` (ShareFetch's
-        record-limit acquire mode) `max_records` is never exceeded."""
+        acquisition does. There max_records is a soft limit: a batch is taken whole, so
+        an answer, which must carry whole batches, carries no records of them that it
+        did not acquire. New records are taken from a batch that starts inside the
+        window of `max_in_flight` records past the start offset (Kafka's
+        group.share.partition.max.record.locks gates fetching); the batch may run past
+        it. Offsets past the end offset that no batch holds (compacted away, or control
+        records) become ARCHIVED as they are passed; they were never deliverable.
+        Without `batch_aligned` (ShareFetch's record-limit acquire mode) neither
+        `max_records` nor the window is ever exceeded."""
         taken: list[Acquired] = []
         count = 0
         deadline = now_ms + lock_ms
-        ceiling = 2 * max_records if batch_aligned else max_records
+        ceiling = max_records if not batch_aligned else _UNBOUNDED
         window_end = self.start_offset + self.max_in_flight  # first offset past the window
         for first, last in batches:
             if count >= max_records:
@@ -237,10 +242,12 @@ class SharePartitionState:
                         count += b - a + 1
                     i += 1
                 lo = self.end_offset
-            # Never acquired before: new runs, within the window and the ceiling.
+            # Never acquired before: a new run, from inside the window.
             if lo > last or count >= ceiling or lo >= window_end:
                 continue
-            b = min(last, lo + ceiling - count - 1, window_end - 1)
+            b = min(last, lo + ceiling - count - 1)
+            if not batch_aligned:
+                b = min(b, window_end - 1)
             if lo > self.end_offset:  # offsets no batch holds
                 self._append(Run(self.end_offset, lo - 1, RecordState.ARCHIVED, 0))
             self._append(Run(lo, b, RecordState.ACQUIRED, 1, member, deadline))

@@ -248,6 +248,20 @@ class KafkaCluster:
         with BrokerConnection(target.host, target.port, 5.0, "cluster-harness") as conn:
             return conn.request(3, 12, topics=[{"name": topic}], allow_auto_topic_creation=False)
 
+    def find_coordinator(
+        self, key: str, key_type: int = 0, node: BrokerProcess | None = None, version: int = 4
+    ) -> tuple[int, int]:
+        """(error code, node id) of FindCoordinator for a group (key type 0), a
+        transactional id (1) or a share-partition (2, from v6), as `node` (default: any
+        live one) answers it."""
+        from kbroker.admin.client import BrokerConnection
+
+        target = node or self.live_nodes[0]
+        with BrokerConnection(target.host, target.port, 5.0, "cluster-harness") as conn:
+            answer = conn.request(10, version, key_type=key_type, coordinator_keys=[key])
+        found = answer.coordinators[0]
+        return int(found.error_code), int(found.node_id)
+
     def wait_for_controller(self, exclude: tuple[int, ...] = (), timeout: float = 15.0) -> int:
         """The controller every live node names, once they agree on a live one."""
 

@@ -92,16 +92,6 @@ def test_confluent_kafka_produces_and_consumes_through_the_cluster(
     assert sorted(seen) == sorted(f"v{i}".encode() for i in range(30))
 
 
-def _coordinator(node: Any, group: str) -> tuple[int, int]:
-    """(error code, node id) of FindCoordinator v4 for a group, asked of `node`."""
-    from kbroker.admin.client import BrokerConnection
-
-    with BrokerConnection(node.host, node.port, 5.0, "coordinator-test") as conn:
-        answer = conn.request(10, 4, key_type=0, coordinator_keys=[group])
-    found = answer.coordinators[0]
-    return int(found.error_code), int(found.node_id)
-
-
 def _join_and_get_assignment(cluster: KafkaCluster, topic: str, group: str) -> list[int]:
     from confluent_kafka import Consumer
 
@@ -135,7 +125,7 @@ def _group_with_full_isr(cluster: KafkaCluster, timeout: float = 30.0) -> str:
     """A new group id whose __consumer_offsets partition has all three replicas in sync
     (nodes killed by earlier tests may have left others with a shrunken ISR for a while
     after they came back)."""
-    _coordinator(cluster.nodes[0], "bootstrap-the-offsets-topic")
+    cluster.find_coordinator("bootstrap-the-offsets-topic", node=cluster.nodes[0])
 
     def group_on_a_full_partition() -> str | None:
         offsets = cluster.raw_metadata("__consumer_offsets").topics[0].partitions
@@ -160,14 +150,14 @@ def test_the_group_coordinator_moves_with_the_leadership_of_its_offsets_partitio
     topic, group = f"coord-{_uid()}", _group_with_full_isr(cluster)
     cluster.create_topic(topic, partitions=2, replication_factor=3)
     assert _join_and_get_assignment(cluster, topic, group) == [0, 1]
-    code, coordinator = _coordinator(cluster.nodes[0], group)
+    code, coordinator = cluster.find_coordinator(group, node=cluster.nodes[0])
     assert code == 0
     survivor = next(n for n in cluster.nodes if n.node_id != coordinator)
     try:
         cluster.kill(coordinator)
 
         def moved() -> int | None:
-            code, node = _coordinator(survivor, group)
+            code, node = cluster.find_coordinator(group, node=survivor)
             return node if code == 0 and node != coordinator else None
 
         new_coordinator = cluster.wait_until(moved, 10.0, "FindCoordinator to name a survivor")
@@ -496,14 +486,14 @@ def test_kafka_python_producer_and_group_carry_on_when_the_coordinator_broker_is
         acked = [producer.send(topic, b"%d" % i).get(timeout=30) for i in range(100)]
         read(100)
         consumer.commit()
-        victim = _coordinator(cluster.nodes[0], group)[1]
+        victim = cluster.find_coordinator(group, node=cluster.nodes[0])[1]
         cluster.kill(victim)
         futures = [producer.send(topic, b"%d" % i) for i in range(100, 200)]
         acked += [f.get(timeout=60) for f in futures]
         read(200)
         consumer.commit()
         committed = sum(consumer.committed(TopicPartition(topic, p)) or 0 for p in range(3))
-        coordinator = _coordinator(cluster.live_nodes[0], group)[1]
+        coordinator = cluster.find_coordinator(group, node=cluster.live_nodes[0])[1]
     finally:
         producer.close(timeout=10)
         consumer.close(autocommit=False)
@@ -558,7 +548,7 @@ def test_aiokafka_producer_and_group_carry_on_when_the_coordinator_broker_is_kil
             )
             await read(100)
             await consumer.commit()
-            cluster.kill(_coordinator(cluster.nodes[0], group)[1])
+            cluster.kill(cluster.find_coordinator(group, node=cluster.nodes[0])[1])
             sends = [await producer.send(topic, b"%d" % i) for i in range(100, 200)]
             acked += len(await asyncio.gather(*sends))
             await read(200)

@@ -51,13 +51,8 @@ def _uid() -> str:
 
 def _find_coordinator(cluster: KafkaCluster, key_type: int, key: str) -> int:
     """The node FindCoordinator v4 names for a group or transactional id (0 if none yet)."""
-    from kbroker.admin.client import BrokerConnection
-
-    node = cluster.live_nodes[0]
-    with BrokerConnection(node.host, node.port, 5.0, "failover-test") as conn:
-        answer = conn.request(10, 4, key_type=key_type, coordinator_keys=[key])
-    found = answer.coordinators[0]
-    return int(found.node_id) if found.error_code == 0 else 0
+    code, node = cluster.find_coordinator(key, key_type)
+    return node if code == 0 else 0
 
 
 def _coordinator_with_full_isr(cluster: KafkaCluster, key_type: int, key: str) -> int:

@@ -31,15 +31,6 @@ def java_on_cluster(
             print(driver.log_since_mark())
 
 
-def _coordinator(cluster: KafkaCluster, group: str) -> int:
-    from kbroker.admin.client import BrokerConnection
-
-    node = cluster.live_nodes[0]
-    with BrokerConnection(node.host, node.port, 5.0, "java-cluster-test") as conn:
-        answer = conn.request(10, 4, key_type=0, coordinator_keys=[group])
-    return int(answer.coordinators[0].node_id)
-
-
 def test_java_producer_and_group_consumer_carry_on_when_the_coordinator_is_killed(
     java_on_cluster: JavaDriver, cluster: KafkaCluster
 ) -> None:
@@ -60,7 +51,7 @@ def test_java_producer_and_group_consumer_carry_on_when_the_coordinator_is_kille
     first = java.call("poll", name="c", expect=90, timeout_ms=30000)
     assert Counter(first.values()) == Counter(f"before{i}" for i in range(90))
     java.call("commit", name="c")
-    victim = _coordinator(cluster, group)
+    victim = cluster.find_coordinator(group)[1]
     try:
         cluster.kill(victim)
         java.call("produce", producer="p", topic=topic, count=90, value_prefix="after", timeout=120)

@@ -19,7 +19,6 @@ from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(180)
 
-FIND_COORDINATOR = 10
 GROUP_KEY, SHARE_KEY = 0, 2
 
 
@@ -35,10 +34,8 @@ def _wire(node):  # type: ignore[no-untyped-def]
 
 def _coordinator(cluster: KafkaCluster, key: str, key_type: int = GROUP_KEY) -> int:
     def found() -> int | None:
-        with _wire(cluster.live_nodes[0]) as conn:
-            answer = conn.request(FIND_COORDINATOR, 6, key_type=key_type, coordinator_keys=[key])
-        entry = answer.coordinators[0]
-        return int(entry.node_id) if int(entry.error_code) == 0 else None
+        code, node = cluster.find_coordinator(key, key_type, version=6)
+        return node if code == 0 else None
 
     return cluster.wait_until(found, 20, f"a coordinator for {key}")
 

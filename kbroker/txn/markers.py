@@ -10,10 +10,12 @@ aborted), which moves the last stable offset.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
@@ -68,6 +70,8 @@ class LocalMarkerWriter:
         self.broker = broker
         self.on_written: list[MarkerWritten] = []
         self._links: dict[int, BrokerLink] = {}
+        # A link carries one request at a time: transactions ending together take turns.
+        self._locks: dict[int, asyncio.Lock] = {}
 
     async def write(
         self,
@@ -148,13 +152,6 @@ class LocalMarkerWriter:
         address = node.endpoint(security.listener) if node is not None else None
         if node is None or node.fenced or address is None:
             return {}
-        link = self._links.get(leader)
-        if link is None or (link.host, link.port) != address:
-            if link is not None:
-                link.close()
-            link = self._links[leader] = BrokerLink(
-                *address, f"txn-markers-{self.broker.node_id}", security
-            )
         by_topic: dict[str, list[int]] = {}
         for topic, index in partitions:
             by_topic.setdefault(topic, []).append(index)
@@ -174,13 +171,35 @@ class LocalMarkerWriter:
                 ]
             },
         )
-        try:
-            response = await link.call(request, MARKER_TIMEOUT_S)
-        except (OSError, EOFError, TimeoutError) as exc:
-            log.info("markers to broker %d not sent: %s", leader, exc)
-            link.close()
-            self._links.pop(leader, None)
-            return {}
+        async with self._locks.setdefault(leader, asyncio.Lock()):
+            return await self._call(leader, address, request)
+
+    async def _call(
+        self, leader: int, address: tuple[str, int], request: Any
+    ) -> dict[TopicPartition, ErrorCode]:
+        security = self.broker.inter_broker
+        while True:
+            link = self._links.get(leader)
+            reused = link is not None and (link.host, link.port) == address
+            if not reused:
+                if link is not None:
+                    link.close()
+                link = self._links[leader] = BrokerLink(
+                    *address, f"txn-markers-{self.broker.node_id}", security
+                )
+            assert link is not None
+            try:
+                response = await link.call(request, MARKER_TIMEOUT_S)
+                break
+            except (OSError, EOFError, TimeoutError) as exc:
+                link.close()
+                self._links.pop(leader, None)
+                if reused and isinstance(exc, (ConnectionError, EOFError)):
+                    # Closed since its last use (that broker restarted): once more on a
+                    # new connection, so the markers need not wait for the next retry.
+                    continue
+                log.info("markers to broker %d not sent: %s", leader, exc)
+                return {}
         return {
             (t.name, int(p.partition_index)): ErrorCode(p.error_code)
             for m in response.markers

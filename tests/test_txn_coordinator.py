@@ -45,6 +45,7 @@ class FakeMarkers:
     def __init__(self) -> None:
         self.written: list[tuple[int, int, bool, list]] = []
         self.retry: set = set()
+        self.broken: Exception | None = None
 
     async def write(
         self,
@@ -55,6 +56,8 @@ class FakeMarkers:
         partitions: Iterable,
     ) -> set:
         partitions = list(partitions)
+        if self.broken is not None:
+            raise self.broken
         self.written.append((producer_id, epoch, commit, partitions))
         return {tp for tp in partitions if tp in self.retry}
 
@@ -265,6 +268,28 @@ def test_markers_that_cannot_be_written_are_retried_later():
     assert blocked == E.concurrent_transactions
     assert state_before == TxnState.PREPARE_ABORT
     assert c.txns["tx"].state == TxnState.COMPLETE_ABORT
+    assert not c.incomplete
+
+
+def test_a_failure_while_writing_markers_leaves_the_transaction_to_be_retried():
+    """The commit is decided once PrepareCommit is stored: EndTxn answers it, and the
+    markers are tried again rather than the transaction staying prepared for good."""
+    c, _, markers, _ = make()
+    markers.broken = RuntimeError("a link in a bad state")
+
+    async def scenario():
+        pid, epoch = await ongoing(c)
+        result = await c.end_txn("tx", pid, epoch, commit=True)
+        state_before = c.txns["tx"].state
+        markers.broken = None
+        await c.retry_incomplete()
+        return result.error, state_before
+
+    error, state_before = run(scenario())
+    assert error == E.none
+    assert state_before == TxnState.PREPARE_COMMIT
+    assert c.txns["tx"].state == TxnState.COMPLETE_COMMIT
+    assert markers.written[-1][2:] == (True, [TP])
     assert not c.incomplete
 
 

@@ -445,6 +445,11 @@ class TransactionCoordinator:
                 commit,
                 sorted(meta.partitions),
             )
+        except Exception:
+            # Whatever went wrong, the transaction must not be left prepared for good:
+            # every marker is tried again (a marker written twice changes nothing).
+            log.exception("writing the markers of %s failed; trying again later", txn_id)
+            retry = set(meta.partitions)
         finally:
             meta.pending = False
         if self.txns.get(txn_id) is not meta or meta.state not in PREPARING:

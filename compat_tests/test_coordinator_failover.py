@@ -12,6 +12,7 @@ consumer group resumes from the offsets it committed.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import Counter
@@ -281,6 +282,42 @@ def test_a_transaction_prepared_before_its_coordinator_dies_is_completed_by_the_
     assert sorted(seen) == sorted(f"prepared:{i}" for i in range(40))
 
 
+def test_transactions_ending_together_on_one_coordinator_are_each_completed_whole(
+    cluster: KafkaCluster,
+) -> None:
+    """Four producers whose transactional ids share a coordinator commit at the same
+    time, each transaction over partitions led by all three brokers: the coordinator
+    sends their markers to each broker one request at a time, and every transaction
+    becomes visible whole (none is left prepared with the last stable offset stuck)."""
+    topic = _topic_with_full_isr(cluster)
+    ids = [f"together-{_uid()}"]
+    coordinator = _coordinator_with_full_isr(cluster, TRANSACTION, ids[0])
+    while len(ids) < 4:
+        candidate = f"together-{_uid()}"
+        if _find_coordinator(cluster, TRANSACTION, candidate) == coordinator:
+            ids.append(candidate)
+    producers = [_transactional_producer(cluster, t) for t in ids]
+    failures: list[Exception] = []
+
+    def run(k: int) -> None:
+        try:
+            for n in range(8):
+                producers[k].begin_transaction()
+                _produce_transaction(producers[k], topic, f"p{k}t{n}", 6)
+                _commit(producers[k], timeout=30)
+        except Exception as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    assert not failures, failures
+    seen = _by_transaction(_read_committed(cluster, topic))
+    assert seen == {f"p{k}t{n}": 6 for k in range(4) for n in range(8)}
+
+
 def _group_consumer(cluster: KafkaCluster, group: str) -> Any:
     from confluent_kafka import Consumer
 
@@ -389,3 +426,70 @@ def test_a_group_resumes_from_its_committed_offsets_after_its_coordinator_is_kil
         Counter(m.value() for m in lost_work)
     )
     assert set(first_values + second_values) == {b"%d" % i for i in range(300)}
+
+
+def test_transactional_offsets_pending_at_a_group_coordinator_kill_commit_with_the_transaction(
+    cluster: KafkaCluster,
+) -> None:
+    """Consume-transform-produce: offsets sent to an open transaction are held on the
+    group's offsets partition until the commit marker. The group coordinator's broker is
+    killed while they wait; the commit marker reaches the new leader, whose coordinator
+    rebuilt them from the log, and the offsets are committed with the output."""
+    from confluent_kafka import Producer
+
+    source, sink = _topic_with_full_isr(cluster), _topic_with_full_isr(cluster)
+    group = f"eos-{_uid()}"
+    group_coordinator = _coordinator_with_full_isr(cluster, GROUP, group)
+    txn_id = next(
+        t
+        for t in (f"eos-{_uid()}" for _ in range(1000))
+        if _find_coordinator(cluster, TRANSACTION, t) not in (0, group_coordinator)
+    )
+    _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(60):
+        plain.produce(source, value=b"%d" % i, partition=i % 3)
+    assert plain.flush(30) == 0
+    producer = _transactional_producer(cluster, txn_id)
+    consumer = _group_consumer(cluster, group)
+    consumer.subscribe([source])
+
+    def transform(count: int, tag: str) -> dict[int, int]:
+        """Consume `count` records, write them to the sink and their next offsets to
+        the transaction; returns those offsets."""
+        records = _consume(consumer, count)
+        assert len(records) == count
+        producer.begin_transaction()
+        for m in records:
+            producer.produce(sink, value=f"{tag}:{m.value().decode()}".encode(), partition=0)
+        positions = consumer.position(consumer.assignment())
+        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+        return {tp.partition: tp.offset for tp in positions if tp.offset >= 0}
+
+    def committed() -> dict[int, int]:
+        return {p: o for p, o in _committed(cluster, group, source).items() if o >= 0}
+
+    try:
+        first = transform(30, "first")
+        _commit(producer)
+        # Kafka writes the markers after answering EndTxn: the offsets follow shortly.
+        cluster.wait_until(lambda: committed() == first, 10.0, "the first offsets")
+        second = transform(30, "second")
+        assert sum(second.values()) == 60
+        cluster.kill(group_coordinator)
+        # The new coordinator serves the offsets committed before, not the pending ones.
+        cluster.wait_until(
+            lambda: committed() == first, 20.0, "the new group coordinator to serve offsets"
+        )
+        _commit(producer)
+        # The second half's offsets are the group's once its transaction is committed.
+        cluster.wait_until(
+            lambda: committed() == second,
+            20.0,
+            "the transaction's offsets to be committed on the new group coordinator",
+        )
+        output = _read_committed(cluster, sink)
+    finally:
+        consumer.close()
+        cluster.heal()
+    assert _by_transaction(output) == {"first": 30, "second": 30}

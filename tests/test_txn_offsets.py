@@ -205,3 +205,31 @@ def test_with_fsync_per_message_the_answer_waits_for_the_offsets_fsync(tmp_path:
         client.close()
 
     run_broker(tmp_path, check, [*OVERRIDES, "log.flush.interval.messages=1"])
+
+
+def test_offsets_held_before_leadership_moved_away_and_back_are_forgotten() -> None:
+    """An offsets partition led here, then elsewhere (where the transaction ended), then
+    here again: the offsets held the first time are not pending any more, and a later
+    marker of the same producer does not bring them back over newer commits."""
+    from types import SimpleNamespace
+
+    from kbroker.coordinator.group import OffsetAndMetadata
+    from kbroker.txn.offsets import PendingOffsets, TxnOffsetStore
+
+    applied: list[tuple[str, dict[Any, Any]]] = []
+    coordinator = SimpleNamespace(apply_committed_offsets=lambda g, o: applied.append((g, o)))
+    quiet_log = SimpleNamespace(producer_state=SimpleNamespace(aborted=[], ongoing={}))
+    broker = SimpleNamespace(
+        group_coordinator=SimpleNamespace(coordinator=coordinator),
+        replicas=SimpleNamespace(get=lambda topic, p: SimpleNamespace(log=quiet_log)),
+    )
+    store = TxnOffsetStore(broker)  # type: ignore[arg-type]
+    store.pending[(0, 7)] = PendingOffsets({"g": {("in", 0): OffsetAndMetadata(5)}})
+    store.pending[(1, 7)] = PendingOffsets({"h": {("in", 0): OffsetAndMetadata(9)}})
+
+    store.reconcile(0)  # partition 0 is led here again
+
+    assert not store.has_pending("g", ("in", 0))
+    store.on_marker(("__consumer_offsets", 0), 7, True)
+    assert applied == []
+    assert store.has_pending("h", ("in", 0))  # another partition's are untouched

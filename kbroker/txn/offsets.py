@@ -152,16 +152,21 @@ class TxnOffsetStore:
                 return True
         return False
 
-    # -- after a restart ------------------------------------------------------------------
+    # -- after a restart or a move of leadership -------------------------------------------
 
     def reconcile(self, partition: int) -> int:
-        """Correct the offsets the group coordinator loaded from an offsets partition.
+        """Correct the offsets the group coordinator loaded from an offsets partition,
+        and hold again those of transactions still open in it.
 
         Its loader replays every offset record; those of aborted transactions must not
         count and those of still-open ones must wait for their marker. Only needed when
         the partition's producer state knows of such transactions. Returns how many
         (group, partition) offsets were corrected.
         """
+        # What was held here before is stale: while another broker led the partition
+        # those transactions ended there (and a later marker must not apply them).
+        for key in [k for k in self.pending if k[0] == partition]:
+            del self.pending[key]
         coordinator = self._coordinator()
         replica = self.broker.replicas.get(OFFSETS_TOPIC, partition)
         if replica is None:

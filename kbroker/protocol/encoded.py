@@ -14,6 +14,17 @@ class FileRegion(Protocol):
     length: int
 
 
+# A records field's content: bytes, a file region sent without copying, or None (empty).
+RecordsField = bytes | bytearray | FileRegion | None
+
+
+def records_length(records: RecordsField) -> int:
+    """The bytes a records field holds on the wire."""
+    if records is None:
+        return 0
+    return len(records) if isinstance(records, bytes | bytearray) else records.length
+
+
 @dataclass(slots=True)
 class EncodedBody:
     """A response body as bytes and file regions, in wire order.

@@ -10,9 +10,8 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
-from kbroker.protocol.encoded import EncodedBody
+from kbroker.protocol.encoded import EncodedBody, FileRegion, RecordsField, records_length
 from kbroker.protocol.varint import uvarint
 
 _I16 = struct.Struct(">h")
@@ -37,16 +36,13 @@ class FetchedPartition:
     log_start_offset: int = -1
     aborted_transactions: list[tuple[int, int]] | None = None
     preferred_read_replica: int = -1
-    records: Any = None  # bytes, a file region (file, position, length), or None for empty
+    records: RecordsField = None
     current_leader: tuple[int, int] | None = None  # (leader id, leader epoch), v12+
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset), v12+
 
     @property
     def records_size(self) -> int:
-        records = self.records
-        if records is None:
-            return 0
-        return len(records) if isinstance(records, bytes | bytearray) else records.length
+        return records_length(self.records)
 
 
 @dataclass(slots=True)
@@ -70,14 +66,14 @@ class BodyWriter:
     __slots__ = ("parts", "pending", "size")
 
     def __init__(self) -> None:
-        self.parts: list[Any] = []
+        self.parts: list[bytes | FileRegion] = []
         self.pending = bytearray()
         self.size = 0
 
     def write(self, data: bytes | bytearray) -> None:
         self.pending += data
 
-    def region(self, region: Any, length: int) -> None:
+    def region(self, region: FileRegion, length: int) -> None:
         if self.pending:
             self.parts.append(bytes(self.pending))
             self.size += len(self.pending)
@@ -159,7 +155,7 @@ def _partition(out: BodyWriter, p: FetchedPartition, version: int, flexible: boo
     if size:
         if isinstance(records, bytes | bytearray):
             out.write(records)
-        else:
+        elif records is not None:
             out.region(records, size)
     if flexible:
         tags: list[tuple[int, bytes]] = []

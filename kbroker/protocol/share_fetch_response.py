@@ -11,9 +11,8 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
-from kbroker.protocol.encoded import EncodedBody
+from kbroker.protocol.encoded import EncodedBody, RecordsField, records_length
 from kbroker.protocol.fetch_response import (
     BodyWriter,
     NodeEndpoint,
@@ -37,7 +36,7 @@ class SharePartitionData:
     acknowledge_error_code: int = 0
     acknowledge_error_message: str | None = None
     current_leader: tuple[int, int] = (-1, -1)  # (leader id, leader epoch)
-    records: Any = None  # bytes, a file region (file, position, length), or None
+    records: RecordsField = None
     acquired: list[tuple[int, int, int]] = field(default_factory=list)  # first, last, count
 
 
@@ -45,12 +44,6 @@ class SharePartitionData:
 class ShareFetchedTopic:
     topic_id: uuid.UUID
     partitions: list[SharePartitionData] = field(default_factory=list)
-
-
-def _size(records: Any) -> int:
-    if records is None:
-        return 0
-    return len(records) if isinstance(records, bytes | bytearray) else records.length
 
 
 def encode_share_fetch_response(
@@ -76,12 +69,12 @@ def encode_share_fetch_response(
             out.write(_I16.pack(p.acknowledge_error_code))
             out.write(_nullable_compact_string(p.acknowledge_error_message))
             out.write(_LEADER.pack(*p.current_leader) + b"\x00")
-            size = _size(p.records)
+            size = records_length(p.records)
             out.write(uvarint(size + 1))
             if size:
                 if isinstance(p.records, bytes | bytearray):
                     out.write(p.records)
-                else:
+                elif p.records is not None:
                     out.region(p.records, size)
             out.write(uvarint(len(p.acquired) + 1))
             for acquired in p.acquired:

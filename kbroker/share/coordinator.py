@@ -22,9 +22,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from kbroker.coordinator.records import partition_for
+from kbroker.protocol.encoded import FileRegion
 from kbroker.share.group import Assignment, ShareGroup, ShareMember, assign
 from kbroker.share.group_configs import (
     ShareConfig,
@@ -101,12 +102,8 @@ class ShareLog(Protocol):
         ...
 
 
-class RecordRegion(Protocol):
+class RecordRegion(FileRegion, Protocol):
     """Batches in a file, sent from there (kbroker.storage.file_slice.FileSlice)."""
-
-    file: Any
-    position: int
-    length: int
 
     def narrow(self, start: int, length: int) -> RecordRegion: ...
 

@@ -165,8 +165,8 @@ class TxnOffsetStore:
         """
         # What was held here before is stale: while another broker led the partition
         # those transactions ended there (and a later marker must not apply them).
-        for key in [k for k in self.pending if k[0] == partition]:
-            del self.pending[key]
+        for held in [k for k in self.pending if k[0] == partition]:
+            del self.pending[held]
         coordinator = self._coordinator()
         replica = self.broker.replicas.get(OFFSETS_TOPIC, partition)
         if replica is None:

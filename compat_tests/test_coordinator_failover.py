@@ -177,12 +177,14 @@ def test_an_open_transaction_commits_whole_on_the_new_coordinator_after_a_kill(
     _commit(producer)
     try:
         producer.begin_transaction()
-        _produce_transaction(producer, topic, "across", 15)
+        for i in range(10):
+            producer.produce(topic, value=f"across:{i}".encode(), partition=0)
+        assert producer.flush(30) == 0
         cluster.kill(coordinator)
-        # More partitions and records after the kill: AddPartitionsToTxn and EndTxn go
-        # to the new coordinator, which knows the transaction from the replicated log.
-        for i in range(15, 30):
-            producer.produce(topic, value=f"across:{i}".encode(), partition=i % 3)
+        # Partitions 1 and 2 join after the kill: AddPartitionsToTxn and EndTxn go to
+        # the new coordinator, which knows the transaction from the replicated log.
+        for i in range(10, 30):
+            producer.produce(topic, value=f"across:{i}".encode(), partition=1 + i % 2)
         _commit(producer)
         assert _find_coordinator(cluster, TRANSACTION, txn_id) not in (0, coordinator)
         producer.begin_transaction()

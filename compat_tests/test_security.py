@@ -41,7 +41,7 @@ from compat_tests.test_java_client import java_classpath as java_classpath  # no
 from compat_tests.tls_material import make_tls_material
 from kbroker.admin.client import BrokerConnection
 from kbroker.protocol.messages import build
-from kbroker.replica.fetcher import AuthenticationFailed, BrokerLink
+from kbroker.replica.broker_link import AuthenticationFailed, BrokerLink
 from kbroker.security.inter_broker import InterBrokerSecurity
 
 pytestmark = pytest.mark.timeout(120)
@@ -346,7 +346,7 @@ def test_the_inter_broker_link_logs_in_with_scram_and_is_refused_a_wrong_passwor
 ) -> None:
     """What a follower does on a SASL_SSL inter-broker listener whose mechanism is SCRAM:
     verify the broker's certificate, prove the password without sending it, and check
-    the broker's proof in turn (BrokerLink, kbroker/replica/fetcher.py)."""
+    the broker's proof in turn (BrokerLink, kbroker/replica/broker_link.py)."""
     context = ssl.create_default_context(cafile=str(secure.tls.ca.cert))
     port = secure.ports["SASL_SSL"]
 

@@ -11,7 +11,7 @@ from kio.index import load_request_schema
 from compat_tests.tls_material import TlsMaterial, make_tls_material
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.protocol.messages import build
-from kbroker.replica.fetcher import AuthenticationFailed, BrokerLink
+from kbroker.replica.broker_link import AuthenticationFailed, BrokerLink
 from kbroker.security.inter_broker import InterBrokerSecurity, inter_broker_security
 
 VOTERS = "1@127.0.0.1:19091,2@127.0.0.1:19092,3@127.0.0.1:19093"

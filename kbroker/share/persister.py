@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.internal_topics import ServiceBroker
 from kbroker.protocol.messages import build
-from kbroker.replica.fetcher import BrokerLink
+from kbroker.replica.broker_link import BrokerLink
 from kbroker.share.records import StateKey
 from kbroker.share.state_store import (
     ShareStateStore,

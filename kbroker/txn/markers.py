@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.internal_topics import Acknowledgement, ServiceBroker, acknowledgement
 from kbroker.protocol.batch import InvalidBatchError, Record, encode_batch
 from kbroker.protocol.messages import build
-from kbroker.replica.fetcher import BrokerLink
+from kbroker.replica.broker_link import BrokerLink
 from kbroker.replica.partition import Partition, PartitionError
 from kbroker.storage.producer_state import COORDINATOR, ProducerStateError
 from kbroker.txn.errors import producer_state_error_code

@@ -1,0 +1,146 @@
+"""A connection from this broker to another: the replica fetchers, the transaction
+markers' writer and the share-group persister each keep one per broker they reach.
+
+It speaks the inter-broker listener's protocol (TLS, then SASL, as
+`kbroker.security.inter_broker` configures it) and frames with the same sans-IO
+functions as the admin client (`kbroker.protocol.client_frames`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import ssl
+import struct
+import time
+from typing import Any
+
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from kbroker.admin.security import SaslFailure
+from kbroker.protocol.client_frames import decode_response, encode_request
+from kbroker.protocol.messages import build
+from kbroker.security.inter_broker import InterBrokerSecurity
+
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+_LENGTH = struct.Struct(">i")
+
+
+class AuthenticationFailed(ConnectionError):
+    """The other broker refused this one on its inter-broker listener (TLS or SASL); the
+    message names the broker and the reason, never the password."""
+
+
+class BrokerLink:
+    """One connection to another broker: a request out, its answer back, in order.
+
+    It speaks the inter-broker listener's protocol: a TLS handshake first when
+    ``security`` has a context, then a SASL login (SaslHandshake v1 and SaslAuthenticate
+    v2) when it has a mechanism. A session with a lifetime (KIP-368) is replaced by a
+    fresh connection before it ends. ``security`` has no default, so that every client
+    of another broker says which listener's protocol it speaks (the broker's
+    ``inter_broker``).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        security: InterBrokerSecurity,
+    ) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self.security = security
+        self._correlation = itertools.count(1)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._session_ends = math.inf
+
+    async def call(self, entity: Any, timeout: float) -> Any:
+        if self._writer is not None and time.monotonic() >= self._session_ends:
+            self.close()
+        try:
+            if self._writer is None:
+                await self._open(timeout)
+            return await self._ask(entity, timeout)
+        except ssl.SSLError as exc:  # a certificate refused either way, or a broken session
+            self.close()
+            raise AuthenticationFailed(
+                f"TLS with {self.host}:{self.port} on listener {self.security.listener} "
+                f"failed: {exc.reason or exc}"
+            ) from None
+
+    async def _ask(self, entity: Any, timeout: float) -> Any:
+        assert self._reader is not None and self._writer is not None
+        correlation = next(self._correlation)
+        self._writer.write(encode_request(entity, correlation, self.client_id))
+        head = await asyncio.wait_for(self._reader.readexactly(4), timeout)
+        (size,) = _LENGTH.unpack(head)
+        frame = await asyncio.wait_for(self._reader.readexactly(size), timeout)
+        got, response = decode_response(int(entity.__api_key__), int(entity.__version__), frame)
+        if got != correlation:
+            raise ConnectionError(f"answer {got} to request {correlation}")
+        return response
+
+    async def _open(self, timeout: float) -> None:
+        context = self.security.ssl_context
+        self._reader, self._writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                self.host,
+                self.port,
+                ssl=context,
+                server_hostname=self.host if context is not None else None,
+            ),
+            timeout,
+        )
+        if self.security.mechanism is not None:
+            try:
+                await self._login(timeout)
+            except BaseException:
+                self.close()
+                raise
+
+    async def _login(self, timeout: float) -> None:
+        security = self.security
+        where = f"{self.host}:{self.port} (listener {security.listener})"
+        shake = await self._ask(
+            build(load_request_schema(SASL_HANDSHAKE, 1), {"mechanism": security.mechanism}),
+            timeout,
+        )
+        if shake.error_code != ErrorCode.none:
+            raise AuthenticationFailed(
+                f"{where} does not enable SASL {security.mechanism} "
+                f"(enabled: {', '.join(shake.mechanisms) or 'none'})"
+            )
+        steps = security.login()
+        message = next(steps)
+        while True:
+            answer = await self._ask(
+                build(load_request_schema(SASL_AUTHENTICATE, 2), {"auth_bytes": message}),
+                timeout,
+            )
+            if answer.error_code != ErrorCode.none:
+                reason = answer.error_message or ErrorCode(answer.error_code).name.upper()
+                raise AuthenticationFailed(
+                    f"{where} refused the SASL {security.mechanism} login of broker user "
+                    f"{security.username!r}: {reason}"
+                )
+            try:
+                message = steps.send(bytes(answer.auth_bytes))
+            except StopIteration:
+                break
+            except SaslFailure as exc:
+                raise AuthenticationFailed(f"{where} failed SCRAM's server check: {exc}") from None
+        lifetime_s = answer.session_lifetime.total_seconds()
+        if lifetime_s > 0:  # reconnect before the session ends (a tenth of it early)
+            self._session_ends = time.monotonic() + lifetime_s * 0.9
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+        self._session_ends = math.inf

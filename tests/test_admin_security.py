@@ -6,14 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.admin.security import (
-    SaslFailure,
-    SecurityConfigError,
-    from_properties,
-    parse_properties,
-    plain,
-    scram,
-)
+from kbroker.admin.security import SecurityConfigError, from_properties, parse_properties
+from kbroker.security.sasl_client import SaslFailure, plain, scram
 
 # RFC 7677 section 3: SCRAM-SHA-256 with user "user", password "pencil".
 CLIENT_NONCE = "rOprNGfwEbeRWgbNEkqO"

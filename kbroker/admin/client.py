@@ -25,7 +25,7 @@ from typing import Any
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.admin.security import ClientSecurity, SaslFailure, exchange
+from kbroker.admin.security import ClientSecurity, exchange
 from kbroker.protocol.client_frames import (
     API_VERSIONS,
     decode_response,
@@ -34,6 +34,7 @@ from kbroker.protocol.client_frames import (
 )
 from kbroker.protocol.fetch_request import fetch_partition, sessionless_fetch
 from kbroker.protocol.messages import API_NAMES, build, known_versions
+from kbroker.security.sasl_client import SaslFailure
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36

@@ -19,10 +19,10 @@ from typing import Any
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.admin.security import SaslFailure
 from kbroker.protocol.client_frames import decode_response, encode_request
 from kbroker.protocol.messages import build
 from kbroker.security.inter_broker import InterBrokerSecurity
+from kbroker.security.sasl_client import SaslFailure
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36

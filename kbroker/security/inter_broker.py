@@ -17,11 +17,11 @@ import functools
 import ssl
 from dataclasses import dataclass, field
 
-from kbroker.admin.security import Exchange, plain, scram
 from kbroker.config.broker import BrokerConfig
 from kbroker.config.errors import ConfigError
 from kbroker.security.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, parse_jaas
 from kbroker.security.sasl import PLAIN, SUPPORTED_MECHANISMS
+from kbroker.security.sasl_client import Exchange, plain, scram
 from kbroker.security.tls import client_context
 
 

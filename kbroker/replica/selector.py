@@ -18,7 +18,6 @@ from kbroker.replica.partition import Partition
 
 LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
-SELECTORS = (LEADER_SELECTOR, RACK_AWARE_SELECTOR)
 
 
 @dataclass(frozen=True, slots=True)

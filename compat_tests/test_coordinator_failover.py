@@ -495,3 +495,72 @@ def test_transactional_offsets_pending_at_a_group_coordinator_kill_commit_with_t
         consumer.close()
         cluster.heal()
     assert _by_transaction(output) == {"first": 30, "second": 30}
+
+
+def test_a_consumer_protocol_group_carries_on_from_its_offsets_after_its_coordinator_is_killed(
+    cluster: KafkaCluster,
+) -> None:
+    """KIP-848 (group.protocol=consumer): two members' assignment and offsets live in
+    the group's offsets partition; after the coordinator's broker is killed the new
+    coordinator takes their heartbeats, every partition is consumed to its end, and
+    the commits land there."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+
+    topic = _topic_with_full_isr(cluster)
+    group = f"kip848-{_uid()}"
+    coordinator = _coordinator_with_full_isr(cluster, GROUP, group)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(300):
+        producer.produce(topic, value=b"%d" % i, partition=i % 3)
+    assert producer.flush(30) == 0
+    settings = {
+        "bootstrap.servers": cluster.bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    members = [Consumer(settings), Consumer(settings)]
+    for member in members:
+        member.subscribe([topic])
+    seen: list[bytes] = []
+
+    def consume_until(count: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(set(seen)) < count and time.monotonic() < deadline:
+            for member in members:
+                seen.extend(m.value() for m in member.consume(20, 0.2) if not m.error())
+
+    def commit_all() -> bool:
+        for member in members:
+            try:
+                member.commit(asynchronous=False)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError._NO_OFFSET:
+                    continue  # nothing consumed by this member since its last commit
+                if not exc.args[0].retriable():
+                    raise
+                return False
+        return True
+
+    try:
+        consume_until(100)
+        assert commit_all()
+        before = _committed(cluster, group, topic)
+        cluster.kill(coordinator)
+        assert cluster.wait_until(
+            lambda: _committed(cluster, group, topic) == before,
+            20.0,
+            "the new coordinator to serve the group's offsets",
+        )
+        consume_until(300)
+        cluster.wait_until(commit_all, 20.0, "the members' commits on the new coordinator")
+        after = _committed(cluster, group, topic)
+        assigned = sorted(tp.partition for member in members for tp in member.assignment())
+    finally:
+        for member in members:
+            member.close()
+        cluster.heal()
+    assert set(seen) == {b"%d" % i for i in range(300)}
+    assert after == {0: 100, 1: 100, 2: 100}
+    assert assigned == [0, 1, 2]

@@ -73,6 +73,19 @@ class Model:
             r[0] = "available"
         r[2] = None
 
+    def acknowledge(self, o: int, kind: AckType, now: int) -> None:
+        """The member that holds `o` acknowledges it with `kind`."""
+        r = self.records[o]
+        if kind == AckType.ACCEPT:
+            r[0], r[2] = "acknowledged", None
+        elif kind == AckType.REJECT:
+            r[0], r[2] = "archived", None
+            self.dead.append((o, r[1], REJECTED))
+        elif kind == AckType.RELEASE:
+            self.release(o)
+        else:  # RENEW: held again for a whole lock
+            r[3] = now + LOCK
+
     def start(self) -> int:
         for o in HELD:
             if self.records[o][0] in ("available", "acquired"):
@@ -113,14 +126,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
             assert caught.value.code == INVALID_RECORD_STATE
             return
         self.sp.acknowledge(member, batch, self.now, LOCK)
-        r = self.model.records[offset]
-        if kind == AckType.ACCEPT:
-            r[0], r[2] = "acknowledged", None
-        elif kind == AckType.REJECT:
-            r[0], r[2] = "archived", None
-            self.model.dead.append((offset, r[1], REJECTED))
-        else:
-            self.model.release(offset)
+        self.model.acknowledge(offset, kind, self.now)
 
     @rule(
         member=st.sampled_from(MEMBERS),
@@ -148,16 +154,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
             member, [AckBatch(first, last, tuple(int(t) for t in types))], self.now, LOCK
         )
         for offset, kind in zip(range(first, last + 1), types, strict=True):
-            r = self.model.records[offset]
-            if kind == AckType.ACCEPT:
-                r[0], r[2] = "acknowledged", None
-            elif kind == AckType.REJECT:
-                r[0], r[2] = "archived", None
-                self.model.dead.append((offset, r[1], REJECTED))
-            elif kind == AckType.RELEASE:
-                self.model.release(offset)
-            else:
-                r[3] = self.now + LOCK
+            self.model.acknowledge(offset, kind, self.now)
 
     @rule(ms=st.integers(1, 1500))
     def time_passes(self, ms: int) -> None:

@@ -60,3 +60,72 @@ def test_java_producer_and_group_consumer_carry_on_when_the_coordinator_is_kille
         java.call("commit", name="c", timeout=90)
     finally:
         cluster.heal()
+
+
+def _transactional_id_with_full_isr(cluster: KafkaCluster) -> str:
+    """A new transactional id whose __transaction_state partition has all three replicas
+    in sync (a node healed by an earlier test may still be catching up): two of them
+    are required, so killing its leader must leave two."""
+    from kbroker.coordinator.records import partition_for
+
+    cluster.find_coordinator("bootstrap-the-transaction-log", key_type=1)
+
+    def pick() -> str | None:
+        partitions = cluster.raw_metadata("__transaction_state").topics[0].partitions
+        full = {p.partition_index for p in partitions if len(p.isr_nodes) == 3}
+        while full:
+            txn_id = f"java-txn-{uuid.uuid4().hex[:8]}"
+            if partition_for(txn_id, len(partitions)) in full:
+                return txn_id
+        return None
+
+    return cluster.wait_until(pick, 30.0, "a __transaction_state partition with a full ISR")
+
+
+def test_java_transaction_open_when_its_coordinator_is_killed_commits_whole(
+    java_on_cluster: JavaDriver, cluster: KafkaCluster
+) -> None:
+    """The Java producer finds the new transaction coordinator, adds the transaction's
+    other partitions there and commits; read_committed sees all of it."""
+    from confluent_kafka.admin import NewTopic
+
+    java = java_on_cluster
+    topic = f"java-txn-{uuid.uuid4().hex[:8]}"
+    admin = cluster.admin()
+    futures = admin.create_topics(
+        [NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})], operation_timeout=10
+    )
+    futures[topic].result(timeout=15)
+    txn_id = _transactional_id_with_full_isr(cluster)
+    java.call("producer-open", name="t", producer={"transactional.id": txn_id})
+    java.call("txn", name="t", action="init")
+    java.call("txn", name="t", action="begin")
+    java.call("produce", producer="t", topic=topic, partition=0, count=10, value_prefix="a")
+    code, victim = cluster.find_coordinator(txn_id, key_type=1)
+    assert code == 0
+    try:
+        cluster.kill(victim)
+        for p in (1, 2):
+            java.call(
+                "produce",
+                producer="t",
+                topic=topic,
+                partition=p,
+                count=10,
+                value_prefix=f"p{p}-",
+                timeout=90,
+            )
+        java.call("txn", name="t", action="commit", timeout=90)
+        assert cluster.find_coordinator(txn_id, key_type=1)[1] != victim
+        committed = java.call(
+            "consume",
+            topic=topic,
+            from_="beginning",
+            until_end=True,
+            consumer={"isolation.level": "read_committed"},
+            timeout=90,
+        )
+    finally:
+        cluster.heal()
+    expected = [f"a{i}" for i in range(10)] + [f"p{p}-{i}" for p in (1, 2) for i in range(10)]
+    assert Counter(committed.values()) == Counter(expected)

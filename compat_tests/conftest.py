@@ -16,6 +16,7 @@ import pytest
 
 from compat_tests.broker_process import BrokerProcess, running_broker
 from compat_tests.cluster import KafkaCluster, running_cluster
+from compat_tests.java_driver import compile_driver
 from compat_tests.netns import NetnsCluster, netns_unavailable
 
 
@@ -155,3 +156,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if report.failed:
         for node in _brokers_of(item):
             report.sections.append((f"kbroker {node.bootstrap} stderr", node.log_tail()))
+
+
+@pytest.fixture(scope="session")
+def java_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The Java client driver compiled once per session (skips without a JDK or jars)."""
+    return compile_driver(tmp_path_factory.mktemp("java-driver"))

@@ -29,9 +29,8 @@ from kafka.errors import (
 from compat_tests.broker_process import free_port, kbroker_command
 from compat_tests.cluster import KafkaCluster
 from compat_tests.history import NumberedProducer, check, read_partition
+from compat_tests.java_driver import JavaDriver
 from compat_tests.test_cluster_operations import gauge
-from compat_tests.test_java_client import JavaDriver
-from compat_tests.test_java_client import java_classpath as java_classpath  # noqa: F401
 from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(180)
@@ -336,7 +335,7 @@ def test_a_replica_removed_while_its_broker_was_down_is_deleted_when_it_returns(
 def test_the_java_admin_client_starts_a_move_that_completes_when_the_new_broker_returns(
     cluster: KafkaCluster,
     broker4: int,
-    java_classpath: str,  # noqa: F811
+    java_classpath: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     topic = "java-moving"

@@ -11,15 +11,14 @@ from collections.abc import Iterator
 import pytest
 
 from compat_tests.cluster import KafkaCluster
-from compat_tests.test_java_client import JavaDriver
-from compat_tests.test_java_client import java_classpath as java_classpath  # noqa: F401
+from compat_tests.java_driver import JavaDriver
 
 pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture
 def java_on_cluster(
-    java_classpath: str,  # noqa: F811
+    java_classpath: str,
     cluster: KafkaCluster,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[JavaDriver]:

@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
 from kio.index import load_request_schema
 
 from compat_tests.confluent_helpers import consume_from_beginning, produce_all
+from compat_tests.java_driver import JavaDriver
 from compat_tests.security_broker import (
     PLAIN_USERS,
     SCRAM_PASSWORD,
@@ -36,8 +37,6 @@ from compat_tests.security_broker import (
     metric,
     start_secure_broker,
 )
-from compat_tests.test_java_client import JavaDriver
-from compat_tests.test_java_client import java_classpath as java_classpath  # noqa: F401
 from compat_tests.tls_material import make_tls_material
 from kbroker.admin.client import BrokerConnection
 from kbroker.protocol.messages import build

@@ -86,14 +86,16 @@ def _topic_with_full_isr(cluster: KafkaCluster, partitions: int = 3) -> str:
     return topic
 
 
-def _transactional_producer(cluster: KafkaCluster, txn_id: str) -> Any:
+def _transactional_producer(
+    cluster: KafkaCluster, txn_id: str, timeout_ms: int = TXN_TIMEOUT_MS
+) -> Any:
     from confluent_kafka import Producer
 
     producer = Producer(
         {
             "bootstrap.servers": cluster.bootstrap,
             "transactional.id": txn_id,
-            "transaction.timeout.ms": TXN_TIMEOUT_MS,
+            "transaction.timeout.ms": timeout_ms,
             "socket.connection.setup.timeout.ms": 3000,
         }
     )
@@ -223,6 +225,52 @@ def test_a_transaction_left_open_is_aborted_by_the_new_coordinator_at_its_timeou
         assert error.fatal() or error.txn_requires_abort(), error
     finally:
         cluster.heal()
+
+
+def test_a_partition_leader_killed_in_an_open_transaction_is_replaced_by_one_holding_it_back(
+    cluster: KafkaCluster,
+) -> None:
+    """The transaction's records reached the followers with their producer state: the
+    new leader keeps the last stable offset before them until the abort marker, so
+    read_committed sees neither them nor anything written after them before it."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = _topic_with_full_isr(cluster)
+    txn_id = f"leader-{_uid()}"
+    coordinator = _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)
+    partition = next(p for p in range(3) if cluster.partition(topic, p).leader != coordinator)
+    victim = cluster.partition(topic, partition).leader
+    producer = _transactional_producer(cluster, txn_id, timeout_ms=60_000)
+    producer.begin_transaction()
+    _produce_transaction(producer, topic, "open")
+    try:
+        cluster.kill(victim)
+        cluster.wait_until(
+            lambda: cluster.partition(topic, partition).leader not in (victim, -1),
+            15.0,
+            f"a new leader of {topic}-{partition}",
+        )
+        plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        plain.produce(topic, value=b"later:0", partition=partition)
+        assert plain.flush(30) == 0
+        consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "group.id": f"reader-{_uid()}",
+                "isolation.level": "read_committed",
+            }
+        )
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        try:
+            held_back = [m for m in consumer.consume(100, 3.0) if not m.error()]
+        finally:
+            consumer.close()
+        producer.abort_transaction(30)
+        seen = _read_committed(cluster, topic)
+    finally:
+        cluster.heal()
+    assert held_back == []
+    assert _by_transaction(seen) == {"later": 1}
 
 
 def test_a_transaction_prepared_before_its_coordinator_dies_is_completed_by_the_new_one(

@@ -8,14 +8,13 @@ RULE; SASL listeners enable PLAIN (users in the JAAS line) and both SCRAM mechan
 
 from __future__ import annotations
 
-import re
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from compat_tests.broker_process import BrokerProcess, free_port
+from compat_tests.metrics_scrape import scrape, value
 from compat_tests.tls_material import TlsMaterial, make_tls_material
 
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-plain-secret"}
@@ -122,9 +121,5 @@ def plain_login(broker: SecureBroker, name: str) -> dict[str, str]:
 
 
 def metric(broker: SecureBroker, name: str) -> float:
-    url = f"http://127.0.0.1:{broker.http_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-    assert match is not None, f"{name} not on /metrics"
-    return float(match[1])
+    """An unlabelled metric of the broker; KeyError when it does not export it."""
+    return value(scrape(f"127.0.0.1:{broker.http_port}"), name)

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from compat_tests.broker_process import free_port, kbroker_command
 from compat_tests.cluster import KafkaCluster
+from compat_tests.metrics_scrape import scrape, value
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -48,12 +49,8 @@ def get(node, path: str) -> tuple[int, str]:  # type: ignore[no-untyped-def]
 
 
 def gauge(node, name: str) -> float:  # type: ignore[no-untyped-def]
-    _, text = get(node, "/metrics")
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and not sample.labels:
-                return float(sample.value)
-    raise AssertionError(f"{name} not on /metrics")
+    """An unlabelled metric of `node`; KeyError when it does not export it."""
+    return value(scrape(http_address(node)), name)
 
 
 def status(cluster: KafkaCluster, *extra: str) -> str:

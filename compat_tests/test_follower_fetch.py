@@ -6,16 +6,15 @@ gets every record when that follower dies."""
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from compat_tests.broker_process import free_port
 from compat_tests.cluster import KafkaCluster, running_cluster
 from compat_tests.confluent_helpers import make_consumer, produce_all, read_records, unique_topic
+from compat_tests.metrics_scrape import sample_key, scrape
 from kbroker.replica.selector import RACK_AWARE_SELECTOR
 
 pytestmark = pytest.mark.timeout(180)
@@ -40,18 +39,12 @@ def racks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaClust
         yield cluster, http
 
 
+BYTES_OUT = "kafka_server_brokertopicmetrics_bytesout_total"
+
+
 def bytes_out(address: str, topic: str) -> float:
     """What this broker sent consumers of `topic` (kafka_server_brokertopicmetrics_bytesout)."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if (
-                sample.name == "kafka_server_brokertopicmetrics_bytesout_total"
-                and sample.labels.get("topic") == topic
-            ):
-                return sample.value
-    return 0.0
+    return scrape(address).get(sample_key(BYTES_OUT, topic=topic), 0.0)
 
 
 def test_a_consumer_reads_from_the_follower_in_its_rack_and_survives_its_death(racks):

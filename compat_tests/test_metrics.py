@@ -21,6 +21,7 @@ from compat_tests.confluent_helpers import (
     unique_group,
     unique_topic,
 )
+from compat_tests.metrics_scrape import scrape, value
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,20 +45,6 @@ def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPr
         consumer.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
         consumer.close()
         yield node, http, topic
-
-
-def scrape(http: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(samples: dict, name: str, **labels: str) -> float:
-    return samples[(name, frozenset(labels.items()))]
 
 
 def test_messages_and_bytes_in_are_counted_per_topic_and_in_all(metered):

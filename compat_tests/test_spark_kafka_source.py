@@ -10,7 +10,6 @@ test states one behaviour a pipeline relies on, in the terms of a Spark option.
 from __future__ import annotations
 
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,6 @@ from confluent_kafka.admin import (
     NewPartitions,
     ResourceType,
 )
-from prometheus_client.parser import text_string_to_metric_families
 
 from compat_tests.broker_process import BrokerProcess, free_port, running_broker, stored_batches
 from compat_tests.confluent_helpers import (
@@ -35,6 +33,7 @@ from compat_tests.confluent_helpers import (
     unique_topic,
     watermarks,
 )
+from compat_tests.metrics_scrape import sample_key, scrape
 from compat_tests.spark_support import read_topic, spark_session_or_skip
 
 pytestmark = pytest.mark.timeout(180)
@@ -62,17 +61,9 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
 
 def requests_served(node: BrokerProcess, api: str) -> float:
     """How many requests of ``api`` the node has answered, from its /metrics."""
-    http = node.overrides["http.listeners"]
-    with urllib.request.urlopen(f"{http}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if (
-                sample.name == "kafka_network_requestmetrics_requests_total"
-                and sample.labels.get("request") == api
-            ):
-                return float(sample.value)
-    return 0.0
+    http = node.overrides["http.listeners"].removeprefix("http://")
+    served = sample_key("kafka_network_requestmetrics_requests_total", request=api)
+    return scrape(http).get(served, 0.0)
 
 
 def read_kafka(spark: Any, bootstrap: str, topic: str, **options: str) -> list[Any]:

@@ -14,13 +14,20 @@
 #define VARINT_TRUNCATED 1
 #define VARINT_TOO_LONG 2
 
-/* Kafka's zigzag varint of at most `max_bytes` bytes, inside [*pos, end). */
-static int read_varint(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end, int max_bytes,
-                       int64_t *out)
+/* Kafka's zigzag varint of at most `max_bytes` bytes, inside [*pos, end). Most fields of
+ * a record (attributes aside) fit one byte: that case is decided before the loop. */
+static inline int read_varint(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end,
+                              int max_bytes, int64_t *out)
 {
     uint64_t v = 0;
     int shift = 0;
     Py_ssize_t i = *pos;
+    if (i < end && p[i] < 0x80) {
+        v = p[i];
+        *pos = i + 1;
+        *out = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+        return VARINT_OK;
+    }
     for (int n = 0; n < max_bytes; n++) {
         if (i >= end)
             return VARINT_TRUNCATED;

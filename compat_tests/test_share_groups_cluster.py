@@ -225,3 +225,84 @@ def test_killing_the_share_coordinator_then_the_leader_loses_nothing(share_clust
         pytest.fail("no group had its share coordinator apart from the partition's leader")
     set_group_configs(cluster.bootstrap, group, share_auto_offset_reset="earliest")
     _consume_through_kills(cluster, topic, group, [share, leader], total).check(total)
+
+
+def _start_offsets(conn, group: str) -> dict[tuple[str, int], int]:  # type: ignore[no-untyped-def]
+    found = conn.request(90, 1, groups=[{"group_id": group, "topics": None}]).groups[0]
+    assert int(found.error_code) == 0
+    return {
+        (t.topic_name, int(p.partition_index)): int(p.start_offset)
+        for t in found.topics
+        for p in t.partitions
+        if int(p.start_offset) >= 0
+    }
+
+
+def _consume_and_acknowledge(
+    cluster: KafkaCluster, group: str, topic: str, count: int
+) -> list[int]:
+    consumer = _share_consumer(cluster, group, topic)
+    offsets: list[int] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(offsets) < count and time.monotonic() < deadline:
+            batch = [m for m in consumer.poll(0.5) if m.error() is None]
+            for message in batch:
+                consumer.acknowledge(message)
+            if batch and all(e is None for e in consumer.commit_sync(5).values()):
+                offsets += [m.offset() for m in batch]
+    finally:
+        consumer.close()
+    return sorted(offsets)
+
+
+def test_share_group_offsets_are_described_altered_and_deleted_at_share_coordinators_elsewhere(
+    share_cluster,
+):  # type: ignore[no-untyped-def]
+    """The group's coordinator, the partition's leader and the share-partition's share
+    coordinator on three brokers: the admin APIs reach the stored state, and the leader
+    holding it reads it again once a new share session opens."""
+    cluster = share_cluster
+    topic, group, leader, coordinator = _queue_away_from_its_coordinator(cluster, 20)
+    topic_id = cluster.raw_metadata(topic).topics[0].topic_id
+    encoded = base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+    for _ in range(60):
+        share = _coordinator(cluster, f"{group}:{encoded}:0", SHARE_KEY)
+        if coordinator != leader and share not in (leader, coordinator):
+            break
+        group = unique_group("share-cl")
+        coordinator = _coordinator(cluster, group)
+    else:
+        pytest.fail("no group had its three parts on three brokers")
+    set_group_configs(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    assert _consume_and_acknowledge(cluster, group, topic, 20) == list(range(20))
+    alter = {
+        "group_id": group,
+        "topics": [
+            {"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 5}]}
+        ],
+    }
+    with _wire(cluster.node(coordinator)) as conn:
+        assert _start_offsets(conn, group) == {(topic, 0): 20}
+
+        def altered() -> bool:  # once the closed consumer has left the group
+            response = conn.request(91, 0, **alter)
+            return int(response.error_code) == 0
+
+        cluster.wait_until(altered, 15, "the empty group's offsets altered")
+        assert _start_offsets(conn, group) == {(topic, 0): 5}
+    assert _consume_and_acknowledge(cluster, group, topic, 15) == list(range(5, 20))
+    with _wire(cluster.node(coordinator)) as conn:
+        cluster.wait_until(
+            lambda: (
+                int(
+                    conn.request(92, 0, group_id=group, topics=[{"topic_name": topic}])
+                    .responses[0]
+                    .error_code
+                )
+                == 0
+            ),
+            15,
+            "the empty group's offsets deleted",
+        )
+        assert _start_offsets(conn, group) == {}

@@ -11,6 +11,7 @@ from kbroker.share.partition_state import AckBatch, SharePartitionState
 from kbroker.share.records import state_key, state_value
 from kbroker.share.state_store import (
     FENCED_LEADER_EPOCH,
+    FENCED_STATE_EPOCH,
     ShareStateStore,
     from_state_batches,
     share_key,
@@ -25,11 +26,22 @@ def store() -> ShareStateStore:
     return ShareStateStore(lambda: 50)
 
 
-def value(start: int = 0, leader_epoch: int = 0) -> bytes:
+def value(start: int = 0, leader_epoch: int = 0, state_epoch: int = 0) -> bytes:
     return state_value(
         "orders",
-        {"start": start, "end": start, "runs": [], "dlq": [], "leader_epoch": leader_epoch},
+        {
+            "start": start,
+            "end": start,
+            "runs": [],
+            "dlq": [],
+            "leader_epoch": leader_epoch,
+            "state_epoch": state_epoch,
+        },
     )
+
+
+def start_of(read: tuple[bytes | None, int]) -> int:
+    return int(json.loads(read[0] or b"{}")["start"])
 
 
 def test_the_coordinator_key_is_kafkas_group_topic_id_partition() -> None:
@@ -39,10 +51,24 @@ def test_the_coordinator_key_is_kafkas_group_topic_id_partition() -> None:
 def test_a_write_under_an_older_leader_epoch_than_a_reader_is_fenced() -> None:
     s = store()
     assert s.write(KEY, value(5, 3), 3) == 0
-    assert s.read(KEY, 4) == value(5, 3)  # the new leader reads: epoch 4 from now on
+    assert s.read(KEY, 4) == (value(5, 3), 0)  # the new leader reads: epoch 4 from now on
     assert s.write(KEY, value(9, 3), 3) == FENCED_LEADER_EPOCH
     assert s.write(KEY, value(7, 4), 4) == 0
-    assert json.loads(s.read(KEY, 4) or b"{}")["start"] == 7
+    assert start_of(s.read(KEY, 4)) == 7
+
+
+def test_starting_a_state_again_or_deleting_it_fences_whoever_holds_the_old_one() -> None:
+    s = store()
+    assert s.write(KEY, value(5), 0) == 0
+    assert s.initialize(KEY, "orders", 1, 100) == 0  # AlterShareGroupOffsets to 100
+    assert s.initialize(KEY, "orders", 1, 200) == FENCED_STATE_EPOCH  # not newer
+    assert s.write(KEY, value(6), 0) == FENCED_STATE_EPOCH  # the leader holding epoch 0
+    stored, state_epoch = s.read(KEY, 0)
+    assert (start_of((stored, state_epoch)), state_epoch) == (100, 1)
+    s.delete(KEY)
+    assert s.read(KEY, 0) == (None, 2)  # a fresh state starts under epoch 2
+    assert s.write(KEY, value(7, 0, 1), 0) == FENCED_STATE_EPOCH
+    assert s.write(KEY, value(8, 0, 2), 0) == 0
 
 
 def test_a_partitions_records_fold_to_its_latest_states_and_tombstones_remove_them() -> None:
@@ -51,9 +77,9 @@ def test_a_partitions_records_fold_to_its_latest_states_and_tombstones_remove_th
     partition = s.partition_of(KEY)
     records = [(state_key(KEY), value(1)), (state_key(KEY), value(2)), (state_key(other), None)]
     s.load(partition, records)
-    assert json.loads(s.read(KEY, 0) or b"{}")["start"] == 2
+    assert start_of(s.read(KEY, 0)) == 2
     s.load(partition, [(state_key(KEY), None)])
-    assert s.read(KEY, 0) is None
+    assert s.read(KEY, 0)[0] is None
     assert s.write(KEY, value(3), 0) == 0
     s.unload(partition)
     assert s.entries == {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -266,10 +266,34 @@ class ShareCoordination(Protocol):
 
     def read_here(
         self, key: tuple[str, uuid.UUID, int], leader_epoch: int
-    ) -> tuple[ErrorCode, bytes | None]: ...
+    ) -> tuple[ErrorCode, bytes | None, int]: ...
 
     async def write_here(
         self, partition: int, writes: list[tuple[tuple[str, uuid.UUID, int], bytes | None, int]]
+    ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...
+
+    async def initialize_here(
+        self, partition: int, items: list[tuple[tuple[str, uuid.UUID, int], str, int, int]]
+    ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...
+
+    async def delete_here(
+        self, partition: int, keys: list[tuple[str, uuid.UUID, int]]
+    ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...
+
+    def state_keys(
+        self, group_id: str, topics: Iterable[str] | None = ...
+    ) -> list[tuple[str, uuid.UUID, int]]: ...
+
+    async def stored_states(
+        self, keys: list[tuple[str, uuid.UUID, int]]
+    ) -> dict[tuple[str, uuid.UUID, int], tuple[ErrorCode, bytes | None, int]]: ...
+
+    async def alter_start_offsets(
+        self, items: list[tuple[tuple[str, uuid.UUID, int], str, int]]
+    ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...
+
+    async def delete_states(
+        self, keys: list[tuple[str, uuid.UUID, int]]
     ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...
 
 

@@ -806,9 +806,14 @@ def delete_groups(ctx: RequestContext, request: requests.DeleteGroupsRequest) ->
 
     async def with_share_groups() -> dict[str, Any]:
         assert ctx.broker.shares is not None  # share groups were found through it
-        stored = await ctx.broker.shares.persist()
+        shares = ctx.broker.shares
+        stored = await shares.persist()
         results = dict(await future)
         for group_id, error in share_results.items():
+            if error == E.none and stored == E.none:
+                # States stored by share coordinators on other brokers go too.
+                deleted = await shares.delete_states(shares.state_keys(group_id))
+                error = next((c for c in deleted.values() if c != E.none), E.none)
             results[group_id] = stored if error == E.none and stored != E.none else error
         return render(results)
 

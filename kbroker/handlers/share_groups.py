@@ -8,6 +8,7 @@ response dicts.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -437,11 +438,41 @@ async def share_acknowledge(
 # -- share-group offsets (admin) -------------------------------------------------------
 
 
+async def _stored_start_offsets(
+    ctx: RequestContext,
+    service: ShareCoordination,
+    group_id: str,
+    topics: Sequence[Any] | None,
+) -> dict[tuple[str, int], tuple[uuid.UUID, int]]:
+    """(topic, partition) -> (topic id, share-partition start offset) of the group's
+    states, read from their share coordinators (on whichever brokers), those held here
+    taking precedence (they are the freshest)."""
+    state = ctx.broker.controller.state
+    if topics is None:
+        names = [
+            n
+            for n in state.topics
+            if not n.startswith("__") and not _topic_denied(ctx, Operation.DESCRIBE, n)
+        ]
+    else:
+        names = [t.topic_name for t in topics]
+    found: dict[tuple[str, int], tuple[uuid.UUID, int]] = {}
+    for (_, topic_id, partition), (_, stored, _) in (
+        await service.stored_states(service.state_keys(group_id, names))
+    ).items():
+        info = state.topics_by_id.get(topic_id)
+        if stored is not None and info is not None:
+            found[(info.name, partition)] = (topic_id, int(json.loads(stored)["start"]))
+    found.update(service.coordinator.start_offsets(group_id))
+    return found
+
+
 @handles(DESCRIBE_SHARE_GROUP_OFFSETS, 0, enabled_by=ENABLE)
-def describe_share_group_offsets(
+async def describe_share_group_offsets(
     ctx: RequestContext, request: requests.DescribeShareGroupOffsetsRequest
 ) -> dict[str, Any]:
-    coordinator = _service(ctx).coordinator
+    service = _service(ctx)
+    coordinator = service.coordinator
     state = ctx.broker.controller.state
     groups = []
     for g in request.groups:
@@ -455,7 +486,18 @@ def describe_share_group_offsets(
                 }
             )
             continue
-        if g.group_id not in coordinator.share_group_ids():
+        if not coordinator.owns_group(g.group_id):
+            groups.append(
+                {
+                    "group_id": g.group_id,
+                    "topics": [],
+                    "error_code": E.not_coordinator,
+                    "error_message": None,
+                }
+            )
+            continue
+        offsets = await _stored_start_offsets(ctx, service, g.group_id, g.topics)
+        if g.group_id not in coordinator.share_group_ids() and not offsets:
             groups.append(
                 {
                     "group_id": g.group_id,
@@ -465,7 +507,6 @@ def describe_share_group_offsets(
                 }
             )
             continue
-        offsets = coordinator.start_offsets(g.group_id)
         wanted: list[tuple[str, list[int]]]
         if g.topics is None:  # every topic the principal may describe, as Kafka lists them
             names = sorted({t for t, _ in offsets if not _topic_denied(ctx, Operation.DESCRIBE, t)})
@@ -543,27 +584,25 @@ async def alter_share_group_offsets(
             "responses": [],
         }
     responses = []
+    # Each share-partition starts again at its share coordinator (wherever that is),
+    # fencing the state its leader holds.
+    altered: list[tuple[tuple[str, uuid.UUID, int], str, int]] = []
+    answers: list[tuple[dict[str, Any], tuple[str, uuid.UUID, int]]] = []
     for t in request.topics:
         denied = _topic_denied(ctx, Operation.READ, t.topic_name)
         info = None if denied else state.topics.get(t.topic_name)
         parts = []
         for p in t.partitions:
+            part: dict[str, Any] = {"partition_index": p.partition_index, "error_code": E.none}
             if denied:
-                code = E.topic_authorization_failed
+                part["error_code"] = E.topic_authorization_failed
             elif info is None or not 0 <= p.partition_index < len(info.partitions):
-                code = E.unknown_topic_or_partition
+                part["error_code"] = E.unknown_topic_or_partition
             else:
-                ref = coordinator.topics.by_name(t.topic_name)
-                code = (
-                    E.unknown_topic_or_partition
-                    if ref is None
-                    else _error(
-                        coordinator.alter_start_offset(
-                            request.group_id, ref, p.partition_index, p.start_offset
-                        )
-                    )
-                )
-            parts.append({"partition_index": p.partition_index, "error_code": code})
+                key = (str(request.group_id), info.topic_id, int(p.partition_index))
+                altered.append((key, t.topic_name, p.start_offset))
+                answers.append((part, key))
+            parts.append(part)
         responses.append(
             {
                 "topic_name": t.topic_name,
@@ -571,7 +610,9 @@ async def alter_share_group_offsets(
                 "partitions": parts,
             }
         )
-    await service.persist()
+    outcome = await service.alter_start_offsets(altered)
+    for part, key in answers:
+        part["error_code"] = outcome.get(key, E.unknown_server_error)
     return {"throttle_time": 0, "error_code": E.none, "responses": responses}
 
 
@@ -589,14 +630,16 @@ async def delete_share_group_offsets(
             "error_message": None,
             "responses": [],
         }
-    if request.group_id not in coordinator.share_group_ids():
+    if request.group_id not in coordinator.share_group_ids() and not (
+        await _stored_start_offsets(ctx, service, request.group_id, request.topics)
+    ):
         return {
             "throttle_time": 0,
             "error_code": E.group_id_not_found,
             "error_message": f"Group {request.group_id} is not a share group.",
             "responses": [],
         }
-    responses = []
+    responses: list[dict[str, Any]] = []
     for t in request.topics:
         denied = _topic_denied(ctx, Operation.READ, t.topic_name)
         info = None if denied else state.topics.get(t.topic_name)
@@ -621,4 +664,11 @@ async def delete_share_group_offsets(
             }
         )
     await service.persist()
+    # States stored by share coordinators on other brokers go too.
+    for response in responses:
+        if response["error_code"] == E.none:
+            keys = service.state_keys(request.group_id, [response["topic_name"]])
+            failed = [c for c in (await service.delete_states(keys)).values() if c != E.none]
+            if failed:
+                response["error_code"] = failed[0]
     return {"throttle_time": 0, "error_code": E.none, "responses": responses}

@@ -1,8 +1,9 @@
-"""ReadShareGroupState and WriteShareGroupState (KIP-932's inter-broker APIs 84, 85).
+"""Initialize/Read/Write/DeleteShareGroupState (KIP-932's inter-broker APIs 83-86).
 
 A share-partition leader on another broker reads the stored state of a share-partition
 when it starts to hold it, and writes each change, to this broker as the share
-coordinator of the key. Only a broker (CLUSTER_ACTION) may call them.
+coordinator of the key; a group's coordinator starts states again at another offset
+and deletes them. Only a broker (CLUSTER_ACTION) may call them.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.protocol.messages import ZERO_UUID
 from kbroker.share.persister import (
+    DELETE_SHARE_GROUP_STATE,
+    INITIALIZE_SHARE_GROUP_STATE,
     READ_SHARE_GROUP_STATE,
     WRITE_SHARE_GROUP_STATE,
+    Initialized,
     Written,
     state_batches,
 )
@@ -53,8 +57,8 @@ def read_share_group_state(
         topic_id = topic.topic_id or ZERO_UUID
         partitions = []
         for p in topic.partitions:
-            code, stored = (
-                (E.cluster_authorization_failed, None)
+            code, stored, state_epoch = (
+                (E.cluster_authorization_failed, None, 0)
                 if _refused(ctx)
                 else service.read_here((request.group_id, topic_id, p.partition), p.leader_epoch)
             )
@@ -64,7 +68,7 @@ def read_share_group_state(
                     "partition": p.partition,
                     "error_code": code,
                     "error_message": None if code == E.none else code.name,
-                    "state_epoch": 0,
+                    "state_epoch": state_epoch,
                     "start_offset": start,
                     "state_batches": state_batch_fields(batches),
                 }
@@ -92,13 +96,18 @@ async def write_share_group_state(
             if info is None:
                 outcome[key] = E.unknown_topic_or_partition
                 continue
+            batches = state_batches(p.state_batches)
             value = from_state_batches(
-                info.name, p.start_offset, state_batches(p.state_batches), p.leader_epoch
+                info.name, p.start_offset, batches, p.leader_epoch, p.state_epoch
             )
             partition = service.coordinator.store.partition_of(key)
             by_partition.setdefault(partition, []).append((key, value, p.leader_epoch))
     for partition, writes in sorted(by_partition.items()):
         outcome.update(await service.write_here(partition, writes))
+    return _answer(outcome)
+
+
+def _answer(outcome: dict[StateKey, ErrorCode]) -> dict[str, Any]:
     results: dict[Any, list[dict[str, Any]]] = {}
     for (_, topic_id, partition), code in outcome.items():
         results.setdefault(topic_id, []).append(
@@ -109,3 +118,52 @@ async def write_share_group_state(
             }
         )
     return {"results": [{"topic_id": t, "partitions": ps} for t, ps in results.items()]}
+
+
+@handles(INITIALIZE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
+async def initialize_share_group_state(
+    ctx: RequestContext, request: requests.InitializeShareGroupStateRequest
+) -> dict[str, Any]:
+    """A group's coordinator starts share-partitions again (AlterShareGroupOffsets)."""
+    service = _service(ctx)
+    outcome: dict[StateKey, ErrorCode] = {}
+    by_partition: dict[int, list[Initialized]] = {}
+    names = ctx.broker.controller.state.topics_by_id
+    for topic in request.topics:
+        topic_id = topic.topic_id or ZERO_UUID
+        info = names.get(topic_id)
+        for p in topic.partitions:
+            key = (request.group_id, topic_id, p.partition)
+            if _refused(ctx):
+                outcome[key] = E.cluster_authorization_failed
+            elif info is None:
+                outcome[key] = E.unknown_topic_or_partition
+            else:
+                partition = service.coordinator.store.partition_of(key)
+                item = (key, info.name, p.state_epoch, p.start_offset)
+                by_partition.setdefault(partition, []).append(item)
+    for partition, items in sorted(by_partition.items()):
+        outcome.update(await service.initialize_here(partition, items))
+    return _answer(outcome)
+
+
+@handles(DELETE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
+async def delete_share_group_state(
+    ctx: RequestContext, request: requests.DeleteShareGroupStateRequest
+) -> dict[str, Any]:
+    """A group's coordinator deletes states (DeleteGroups, DeleteShareGroupOffsets)."""
+    service = _service(ctx)
+    outcome: dict[StateKey, ErrorCode] = {}
+    by_partition: dict[int, list[StateKey]] = {}
+    for topic in request.topics:
+        topic_id = topic.topic_id or ZERO_UUID
+        for p in topic.partitions:
+            key = (request.group_id, topic_id, p.partition)
+            if _refused(ctx):
+                outcome[key] = E.cluster_authorization_failed
+            else:
+                partition = service.coordinator.store.partition_of(key)
+                by_partition.setdefault(partition, []).append(key)
+    for partition, keys in sorted(by_partition.items()):
+        outcome.update(await service.delete_here(partition, keys))
+    return _answer(outcome)

@@ -72,8 +72,10 @@ SERVED: dict[str, tuple[int, int, int]] = {
     "ShareGroupDescribeRequest": (77, 1, 1),
     "ShareFetchRequest": (78, 1, 2),
     "ShareAcknowledgeRequest": (79, 1, 2),
+    "InitializeShareGroupStateRequest": (83, 0, 0),
     "ReadShareGroupStateRequest": (84, 0, 0),
     "WriteShareGroupStateRequest": (85, 0, 0),
+    "DeleteShareGroupStateRequest": (86, 0, 0),
     "DescribeShareGroupOffsetsRequest": (90, 0, 1),
     "AlterShareGroupOffsetsRequest": (91, 0, 0),
     "DeleteShareGroupOffsetsRequest": (92, 0, 0),
@@ -134,6 +136,7 @@ if TYPE_CHECKING:
     import kio.schema.delete_records.v1.request as delete_records_v1
     import kio.schema.delete_records.v2.request as delete_records_v2
     import kio.schema.delete_share_group_offsets.v0.request as delete_share_group_offsets_v0
+    import kio.schema.delete_share_group_state.v0.request as delete_share_group_state_v0
     import kio.schema.delete_topics.v1.request as delete_topics_v1
     import kio.schema.delete_topics.v2.request as delete_topics_v2
     import kio.schema.delete_topics.v3.request as delete_topics_v3
@@ -217,6 +220,7 @@ if TYPE_CHECKING:
     import kio.schema.init_producer_id.v3.request as init_producer_id_v3
     import kio.schema.init_producer_id.v4.request as init_producer_id_v4
     import kio.schema.init_producer_id.v5.request as init_producer_id_v5
+    import kio.schema.initialize_share_group_state.v0.request as initialize_share_group_state_v0
     import kio.schema.join_group.v0.request as join_group_v0
     import kio.schema.join_group.v1.request as join_group_v1
     import kio.schema.join_group.v2.request as join_group_v2
@@ -653,8 +657,14 @@ if TYPE_CHECKING:
     ShareAcknowledgeRequest: TypeAlias = (
         share_acknowledge_v1.ShareAcknowledgeRequest | share_acknowledge_v2.ShareAcknowledgeRequest
     )
+    InitializeShareGroupStateRequest: TypeAlias = (
+        initialize_share_group_state_v0.InitializeShareGroupStateRequest
+    )
     ReadShareGroupStateRequest: TypeAlias = read_share_group_state_v0.ReadShareGroupStateRequest
     WriteShareGroupStateRequest: TypeAlias = write_share_group_state_v0.WriteShareGroupStateRequest
+    DeleteShareGroupStateRequest: TypeAlias = (
+        delete_share_group_state_v0.DeleteShareGroupStateRequest
+    )
     DescribeShareGroupOffsetsRequest: TypeAlias = (
         describe_share_group_offsets_v0.DescribeShareGroupOffsetsRequest
         | describe_share_group_offsets_v1.DescribeShareGroupOffsetsRequest

@@ -192,6 +192,7 @@ class HeldPartition:
     topic: str
     state: SharePartitionState
     leader_epoch: int = 0  # of the data partition when this node took it: fences writes
+    state_epoch: int = 0  # of the stored state it started from: fences writes
 
 
 class ShareCoordinator:
@@ -489,6 +490,30 @@ class ShareCoordinator:
             session.epoch += 1
         return session
 
+    def refresh_unshared(
+        self, group_id: str, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]]
+    ) -> None:
+        """A share session opens on partitions no other session of the group reads: the
+        states held of those with nothing in flight, all stored, are forgotten, to be
+        read again from their share coordinators, so that what the group's coordinator
+        changed there meanwhile (AlterShareGroupOffsets, DeleteGroups) is seen."""
+        for topic_id, partition in partitions:
+            key = (group_id, topic_id, partition)
+            held = self.partitions.get(key)
+            if (
+                held is None
+                or key in self.dirty
+                or held.state.in_flight()
+                or held.state.pending_dead_letters
+            ):
+                continue
+            if any(
+                g == group_id and m != member_id and (topic_id, partition) in s.partitions
+                for (g, m), s in self.sessions.items()
+            ):
+                continue
+            del self.partitions[key]
+
     def close_session(self, group_id: str, member_id: str) -> None:
         """The final request of a session: its member's records go back to the group."""
         session = self.sessions.pop((group_id, member_id), None)
@@ -631,15 +656,16 @@ class ShareCoordinator:
         bounds: tuple[int, int],
         now_ms: int,
         stored: bytes | None,
+        state_epoch: int = 0,
     ) -> None:
         """Hold a share-partition whose data partition this node leads: from the state
         its share coordinator stored, or afresh (`share.auto.offset.reset`) if none."""
         key = (group_id, ref.topic_id, partition)
         if stored is None:
-            self._held(group_id, ref, partition, bounds, now_ms)
+            self._held(group_id, ref, partition, bounds, now_ms).state_epoch = state_epoch
         else:
             self.load([(state_key(key), stored)], self.leader_epoch(ref.name, partition))
-            self.dirty.add(key)  # stored again under this leader's epoch, fencing the last
+        self.dirty.add(key)  # stored (again) under this leader's epoch, fencing the last
 
     def _held(
         self,
@@ -791,7 +817,11 @@ class ShareCoordinator:
         for key in sorted(self.dirty, key=lambda k: (k[0], str(k[1]), k[2])):
             held = self.partitions.get(key)
             if held is not None:
-                snapshot = {**held.state.snapshot(), "leader_epoch": held.leader_epoch}
+                snapshot = {
+                    **held.state.snapshot(),
+                    "leader_epoch": held.leader_epoch,
+                    "state_epoch": held.state_epoch,
+                }
                 out[key] = (state_value(held.topic, snapshot), held.leader_epoch)
             elif key in self.deleted:
                 out[key] = (None, self._deleted_epochs.pop(key, 0))
@@ -813,7 +843,9 @@ class ShareCoordinator:
                 data, self.delivery_limit(group_id), self.config.max_record_locks
             )
             state.dead_letters_enabled = self.dead_letter_topic(group_id) is not None
-            self.partitions[key] = HeldPartition(str(data["topic"]), state, leader_epoch)
+            self.partitions[key] = HeldPartition(
+                str(data["topic"]), state, leader_epoch, int(data.get("state_epoch", 0))
+            )
             self.groups.setdefault(group_id, ShareGroup(group_id))
             loaded += 1
         return loaded

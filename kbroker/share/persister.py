@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
@@ -29,13 +29,16 @@ from kbroker.share.state_store import (
     ShareStateStore,
     from_state_batches,
     state_batch_fields,
+    state_epoch_of,
     to_state_batches,
 )
 
 log = logging.getLogger("kbroker.share.persister")
 
+INITIALIZE_SHARE_GROUP_STATE = 83
 READ_SHARE_GROUP_STATE = 84
 WRITE_SHARE_GROUP_STATE = 85
+DELETE_SHARE_GROUP_STATE = 86
 STATE_TOPIC = "__share_group_state"
 RETRY_S = 5.0
 BACKOFF_S = 0.1
@@ -50,18 +53,31 @@ RETRIABLE = frozenset(
     }
 )
 
+# (error, stored state or None when there is none, its state epoch)
+StoredRead = tuple[ErrorCode, bytes | None, int]
 # (share-partition, its state or None to delete it, leader epoch of its data partition)
 Written = tuple[StateKey, bytes | None, int]
 StateBatch = tuple[int, int, int, int]  # first offset, last offset, state, deliveries
+# (share-partition, its topic's name, the new state epoch, the offset it starts at)
+Initialized = tuple[StateKey, str, int, int]
+T = TypeVar("T", bound=tuple[Any, ...])
 
 
 class StateHost(Protocol):
     """The share coordinator of this broker (kbroker.share.service.ShareService)."""
 
-    def read_here(self, key: StateKey, leader_epoch: int) -> tuple[ErrorCode, bytes | None]: ...
+    def read_here(self, key: StateKey, leader_epoch: int) -> StoredRead: ...
 
     def write_here(
         self, partition: int, writes: list[Written]
+    ) -> Awaitable[dict[StateKey, ErrorCode]]: ...
+
+    def initialize_here(
+        self, partition: int, items: list[Initialized]
+    ) -> Awaitable[dict[StateKey, ErrorCode]]: ...
+
+    def delete_here(
+        self, partition: int, keys: list[StateKey]
     ) -> Awaitable[dict[StateKey, ErrorCode]]: ...
 
 
@@ -80,14 +96,15 @@ class Persister:
 
     # -- reading --------------------------------------------------------------------------
 
-    async def read(self, key: StateKey, leader_epoch: int) -> tuple[ErrorCode, bytes | None]:
-        """The stored state of a share-partition (None when it has none yet)."""
+    async def read(self, key: StateKey, leader_epoch: int) -> StoredRead:
+        """The stored state of a share-partition (None when it has none yet) and its
+        state epoch."""
         return await _retrying(lambda: self._read_once(key, leader_epoch))
 
-    async def _read_once(self, key: StateKey, leader_epoch: int) -> tuple[ErrorCode, bytes | None]:
+    async def _read_once(self, key: StateKey, leader_epoch: int) -> StoredRead:
         leader = self._coordinator_of(key)
         if leader is None:
-            return ErrorCode.coordinator_not_available, None
+            return ErrorCode.coordinator_not_available, None, 0
         if leader == self.broker.node_id:
             return self.host.read_here(key, leader_epoch)
         group_id, topic_id, partition = key
@@ -105,23 +122,24 @@ class Persister:
         )
         response = await self._call(leader, request)
         if response is None:
-            return ErrorCode.coordinator_not_available, None
+            return ErrorCode.coordinator_not_available, None, 0
         for result in response.results:
             for p in result.partitions:
                 if result.topic_id != topic_id or p.partition != partition:
                     continue
                 code = ErrorCode(p.error_code)
                 if code != ErrorCode.none:
-                    return code, None
+                    return code, None, 0
                 if p.start_offset < 0:
-                    return ErrorCode.none, None  # not initialized yet
+                    return ErrorCode.none, None, p.state_epoch  # not initialized yet
                 topic = self.broker.controller.state.topics_by_id.get(topic_id)
                 batches = state_batches(p.state_batches)
                 name = topic.name if topic is not None else ""
-                return ErrorCode.none, from_state_batches(
-                    name, p.start_offset, batches, leader_epoch
+                value = from_state_batches(
+                    name, p.start_offset, batches, leader_epoch, p.state_epoch
                 )
-        return ErrorCode.unknown_server_error, None
+                return ErrorCode.none, value, p.state_epoch
+        return ErrorCode.unknown_server_error, None, 0
 
     # -- writing --------------------------------------------------------------------------
 
@@ -129,27 +147,166 @@ class Persister:
         self, writes: dict[StateKey, tuple[bytes | None, int]]
     ) -> dict[StateKey, ErrorCode]:
         """Store the states at their share coordinators; each one's outcome."""
-        by_partition: dict[int, list[Written]] = {}
-        for key, (value, epoch) in writes.items():
-            by_partition.setdefault(self.store.partition_of(key), []).append((key, value, epoch))
-        outcomes = await asyncio.gather(
-            *(self._write_partition(p, ws) for p, ws in sorted(by_partition.items()))
-        )
+        items = [(key, value, epoch) for key, (value, epoch) in writes.items()]
+        return await self._by_partition(items, self._write_once)
+
+    async def initialize(self, items: list[Initialized]) -> dict[StateKey, ErrorCode]:
+        """Start states again at an offset under a newer state epoch (the group's
+        coordinator does, for AlterShareGroupOffsets)."""
+        return await self._by_partition(items, self._initialize_once)
+
+    async def delete(self, keys: list[StateKey]) -> dict[StateKey, ErrorCode]:
+        """Delete stored states (DeleteGroups, DeleteShareGroupOffsets)."""
+        return await self._by_partition([(k,) for k in keys], self._delete_once)
+
+    async def read_many(self, keys: list[StateKey]) -> dict[StateKey, StoredRead]:
+        """Stored states as they are (fencing no leader), one request per coordinator."""
+        by_leader: dict[int | None, list[StateKey]] = {}
+        for key in keys:
+            by_leader.setdefault(self._coordinator_of(key), []).append(key)
+        found: dict[StateKey, StoredRead] = {}
+        for leader, wanted in by_leader.items():
+            if leader is None:
+                found.update(dict.fromkeys(wanted, (ErrorCode.coordinator_not_available, None, 0)))
+            elif leader == self.broker.node_id:
+                found.update({key: self.host.read_here(key, -1) for key in wanted})
+            else:
+                found.update(await self._send_reads(leader, wanted))
+        return found
+
+    async def _send_reads(self, leader: int, keys: list[StateKey]) -> dict[StateKey, StoredRead]:
+        found: dict[StateKey, StoredRead] = {}
+        by_group: dict[str, dict[Any, list[int]]] = {}
+        for group_id, topic_id, partition in keys:
+            by_group.setdefault(group_id, {}).setdefault(topic_id, []).append(partition)
+        names = self.broker.controller.state.topics_by_id
+        for group_id, topics in by_group.items():
+            request = build(
+                load_request_schema(READ_SHARE_GROUP_STATE, 0),
+                {
+                    "group_id": group_id,
+                    "topics": [
+                        {
+                            "topic_id": t,
+                            "partitions": [{"partition": p, "leader_epoch": -1} for p in ps],
+                        }
+                        for t, ps in topics.items()
+                    ],
+                },
+            )
+            response = await self._call(leader, request)
+            for result in response.results if response is not None else ():
+                info = names.get(result.topic_id)
+                for p in result.partitions:
+                    key = (group_id, result.topic_id, p.partition)
+                    value = None
+                    if p.error_code == 0 and p.start_offset >= 0:
+                        value = from_state_batches(
+                            info.name if info is not None else "",
+                            p.start_offset,
+                            state_batches(p.state_batches),
+                            -1,
+                            p.state_epoch,
+                        )
+                    found[key] = (ErrorCode(p.error_code), value, p.state_epoch)
+        missing = (ErrorCode.coordinator_not_available, None, 0)
+        return {key: found.get(key, missing) for key in keys}
+
+    async def _by_partition(
+        self,
+        items: list[T],
+        once: Callable[[int, list[T]], Awaitable[dict[StateKey, ErrorCode]]],
+    ) -> dict[StateKey, ErrorCode]:
+        """Each item (its key first) sent to its partition's coordinator, tried again
+        while the answer is retriable and the time allows; each key's outcome."""
+        by_partition: dict[int, list[T]] = {}
+        for item in items:
+            key: StateKey = item[0]
+            by_partition.setdefault(self.store.partition_of(key), []).append(item)
+
+        async def one(partition: int, pending: list[T]) -> dict[StateKey, ErrorCode]:
+            outcome: dict[StateKey, ErrorCode] = {}
+            deadline = time.monotonic() + RETRY_S
+            while True:
+                got = await once(partition, pending)
+                outcome.update(got)
+                pending = [i for i in pending if got.get(i[0]) in RETRIABLE]
+                if not pending or time.monotonic() >= deadline:
+                    return outcome
+                await asyncio.sleep(BACKOFF_S)
+
+        outcomes = await asyncio.gather(*(one(p, its) for p, its in sorted(by_partition.items())))
         return {key: code for outcome in outcomes for key, code in outcome.items()}
 
-    async def _write_partition(
-        self, partition: int, writes: list[Written]
+    async def _initialize_once(
+        self, partition: int, items: list[Initialized]
     ) -> dict[StateKey, ErrorCode]:
+        leader = self._leader(partition)
+        if leader is None:
+            return {i[0]: ErrorCode.coordinator_not_available for i in items}
+        if leader == self.broker.node_id:
+            return await self.host.initialize_here(partition, items)
         outcome: dict[StateKey, ErrorCode] = {}
-        pending = writes
-        deadline = time.monotonic() + RETRY_S
-        while True:
-            got = await self._write_once(partition, pending)
-            outcome.update(got)
-            pending = [w for w in pending if got.get(w[0]) in RETRIABLE]
-            if not pending or time.monotonic() >= deadline:
-                return outcome
-            await asyncio.sleep(BACKOFF_S)
+        by_group: dict[str, list[Initialized]] = {}
+        for item in items:
+            by_group.setdefault(item[0][0], []).append(item)
+        for group_id, its in by_group.items():
+            topics: dict[Any, list[dict[str, Any]]] = {}
+            for (_, topic_id, p), _, state_epoch, start in its:
+                topics.setdefault(topic_id, []).append(
+                    {"partition": p, "state_epoch": state_epoch, "start_offset": start}
+                )
+            request = build(
+                load_request_schema(INITIALIZE_SHARE_GROUP_STATE, 0),
+                {
+                    "group_id": group_id,
+                    "topics": [{"topic_id": t, "partitions": ps} for t, ps in topics.items()],
+                },
+            )
+            outcome.update(await self._outcomes(leader, group_id, request, [i[0] for i in its]))
+        return outcome
+
+    async def _delete_once(
+        self, partition: int, items: list[tuple[StateKey]]
+    ) -> dict[StateKey, ErrorCode]:
+        keys = [k for (k,) in items]
+        leader = self._leader(partition)
+        if leader is None:
+            return dict.fromkeys(keys, ErrorCode.coordinator_not_available)
+        if leader == self.broker.node_id:
+            return await self.host.delete_here(partition, keys)
+        outcome: dict[StateKey, ErrorCode] = {}
+        by_group: dict[str, dict[Any, list[int]]] = {}
+        for group_id, topic_id, p in keys:
+            by_group.setdefault(group_id, {}).setdefault(topic_id, []).append(p)
+        for group_id, topics in by_group.items():
+            request = build(
+                load_request_schema(DELETE_SHARE_GROUP_STATE, 0),
+                {
+                    "group_id": group_id,
+                    "topics": [
+                        {"topic_id": t, "partitions": [{"partition": p} for p in ps]}
+                        for t, ps in topics.items()
+                    ],
+                },
+            )
+            wanted = [k for k in keys if k[0] == group_id]
+            outcome.update(await self._outcomes(leader, group_id, request, wanted))
+        return outcome
+
+    async def _outcomes(
+        self, leader: int, group_id: str, request: Any, keys: list[StateKey]
+    ) -> dict[StateKey, ErrorCode]:
+        """Send a request answered per (topic id, partition); each key's error code."""
+        response = await self._call(leader, request)
+        if response is None:
+            return dict.fromkeys(keys, ErrorCode.coordinator_not_available)
+        answered = {
+            (group_id, r.topic_id, p.partition): ErrorCode(p.error_code)
+            for r in response.results
+            for p in r.partitions
+        }
+        return {key: answered.get(key, ErrorCode.unknown_server_error) for key in keys}
 
     async def _write_once(self, partition: int, writes: list[Written]) -> dict[StateKey, ErrorCode]:
         leader = self._leader(partition)
@@ -180,7 +337,7 @@ class Persister:
             topics.setdefault(topic_id, []).append(
                 {
                     "partition": partition,
-                    "state_epoch": 0,
+                    "state_epoch": state_epoch_of(value),
                     "leader_epoch": epoch,
                     "start_offset": start,
                     "state_batches": state_batch_fields(batches),
@@ -193,15 +350,7 @@ class Persister:
                 "topics": [{"topic_id": t, "partitions": ps} for t, ps in topics.items()],
             },
         )
-        response = await self._call(leader, request)
-        if response is None:
-            return {key: ErrorCode.coordinator_not_available for key, _, _ in writes}
-        answered = {
-            (group_id, r.topic_id, p.partition): ErrorCode(p.error_code)
-            for r in response.results
-            for p in r.partitions
-        }
-        return {key: answered.get(key, ErrorCode.unknown_server_error) for key, _, _ in writes}
+        return await self._outcomes(leader, group_id, request, [key for key, _, _ in writes])
 
     # -- where, and how ------------------------------------------------------------------
 
@@ -244,14 +393,12 @@ class Persister:
                 return None
 
 
-async def _retrying(
-    once: Callable[[], Awaitable[tuple[ErrorCode, bytes | None]]],
-) -> tuple[ErrorCode, bytes | None]:
+async def _retrying(once: Callable[[], Awaitable[StoredRead]]) -> StoredRead:
     deadline = time.monotonic() + RETRY_S
     while True:
-        code, value = await once()
-        if code not in RETRIABLE or time.monotonic() >= deadline:
-            return code, value
+        read = await once()
+        if read[0] not in RETRIABLE or time.monotonic() >= deadline:
+            return read
         await asyncio.sleep(BACKOFF_S)
 
 

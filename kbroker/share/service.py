@@ -28,7 +28,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -52,7 +52,7 @@ from kbroker.share.coordinator import (
 )
 from kbroker.share.dead_letters import DeadLetterWriter
 from kbroker.share.group_configs import ShareConfig
-from kbroker.share.persister import Persister, Written
+from kbroker.share.persister import Initialized, Persister, StoredRead, Written
 from kbroker.share.records import StateKey, state_key
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 from kbroker.storage.file_slice import FileSlice
@@ -381,8 +381,10 @@ class ShareService(InternalTopicService):
             if code == ErrorCode.none:
                 continue
             failed = code
-            if code == ErrorCode.fenced_leader_epoch:
-                log.info("share-partition %s was taken over by another leader", key)
+            if code in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch):
+                # Another leader took it over, or its group's coordinator started it
+                # again elsewhere (AlterShareGroupOffsets): read again when next fetched.
+                log.info("share-partition %s is fenced: %s", key, code.name)
                 self.coordinator.drop(key)
             elif key in self.coordinator.partitions:
                 self.coordinator.dirty.add(key)  # written again with the next round
@@ -390,33 +392,72 @@ class ShareService(InternalTopicService):
 
     # -- share coordinator: the stored states (ReadShareGroupState, WriteShareGroupState) --
 
-    def read_here(self, key: StateKey, leader_epoch: int) -> tuple[ErrorCode, bytes | None]:
+    def read_here(self, key: StateKey, leader_epoch: int) -> StoredRead:
         """The state stored for a share-partition, if this node is its share coordinator."""
         partition = self.coordinator.store.partition_of(key)
         if partition not in self.coordinator.owned:
             if partition in self.coordinator.loading:
-                return ErrorCode.coordinator_load_in_progress, None
-            return ErrorCode.not_coordinator, None
-        return ErrorCode.none, self.coordinator.store.read(key, leader_epoch)
+                return ErrorCode.coordinator_load_in_progress, None, 0
+            return ErrorCode.not_coordinator, None, 0
+        return ErrorCode.none, *self.coordinator.store.read(key, leader_epoch)
+
+    def _not_here(self, partition: int) -> ErrorCode | None:
+        """Why this node cannot answer for a `__share_group_state` partition, if so."""
+        coordinator = self.coordinator
+        if partition in coordinator.owned:
+            return None
+        if partition in coordinator.loading:
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.not_coordinator
 
     async def write_here(self, partition: int, writes: list[Written]) -> dict[StateKey, ErrorCode]:
         """Store states in a `__share_group_state` partition this node leads: answered
         once the write is as durable as an acks=all produce."""
-        coordinator = self.coordinator
-        if partition not in coordinator.owned:
-            code = (
-                ErrorCode.coordinator_load_in_progress
-                if partition in coordinator.loading
-                else ErrorCode.not_coordinator
-            )
-            return {key: code for key, _, _ in writes}
+        refused = self._not_here(partition)
+        if refused is not None:
+            return {key: refused for key, _, _ in writes}
         outcome: dict[StateKey, ErrorCode] = {}
         records: list[KeyValue] = []
         for key, value, leader_epoch in writes:
-            code = ErrorCode(coordinator.store.write(key, value, leader_epoch))
+            code = ErrorCode(self.coordinator.store.write(key, value, leader_epoch))
             outcome[key] = code
             if code == ErrorCode.none:
                 records.append((state_key(key), value))
+        return await self._append(partition, records, outcome)
+
+    async def initialize_here(
+        self, partition: int, items: list[Initialized]
+    ) -> dict[StateKey, ErrorCode]:
+        """Start states again (InitializeShareGroupState) in a partition led here."""
+        refused = self._not_here(partition)
+        if refused is not None:
+            return {item[0]: refused for item in items}
+        store = self.coordinator.store
+        outcome: dict[StateKey, ErrorCode] = {}
+        records: list[KeyValue] = []
+        for key, topic, state_epoch, start in items:
+            code = ErrorCode(store.initialize(key, topic, state_epoch, start))
+            outcome[key] = code
+            if code == ErrorCode.none:
+                records.append((state_key(key), store.entries[key].value))
+        return await self._append(partition, records, outcome)
+
+    async def delete_here(self, partition: int, keys: list[StateKey]) -> dict[StateKey, ErrorCode]:
+        """Delete states (DeleteShareGroupState) in a partition led here."""
+        refused = self._not_here(partition)
+        if refused is not None:
+            return dict.fromkeys(keys, refused)
+        records: list[KeyValue] = []
+        for key in keys:
+            if key in self.coordinator.store.entries:
+                self.coordinator.store.delete(key)
+                records.append((state_key(key), None))
+        return await self._append(partition, records, dict.fromkeys(keys, ErrorCode.none))
+
+    async def _append(
+        self, partition: int, records: list[KeyValue], outcome: dict[StateKey, ErrorCode]
+    ) -> dict[StateKey, ErrorCode]:
+        """Append the records; the outcome of those that were fine so far is the write's."""
         if not records:
             return outcome
         now = int(time.time() * 1000)
@@ -432,6 +473,60 @@ class ShareService(InternalTopicService):
             for key, code in outcome.items():
                 if code == ErrorCode.none:
                     outcome[key] = error
+        return outcome
+
+    # -- group coordinator: the group's stored states (the admin APIs) --------------------
+
+    def state_keys(self, group_id: str, topics: Iterable[str] | None = None) -> list[StateKey]:
+        """The share-partitions of a group on `topics` (None: every topic but the
+        internal ones), whether or not they have a state."""
+        state = self.broker.controller.state
+        names = [n for n in state.topics if not n.startswith("__")] if topics is None else topics
+        return [
+            (group_id, info.topic_id, p.partition)
+            for name in names
+            if (info := state.topics.get(name)) is not None
+            for p in info.partitions
+        ]
+
+    async def stored_states(self, keys: list[StateKey]) -> dict[StateKey, StoredRead]:
+        """What the share coordinators store for the share-partitions, wherever they are."""
+        if not keys or STATE_TOPIC not in self.broker.controller.state.topics:
+            return dict.fromkeys(keys, (ErrorCode.none, None, 0))
+        return await self.persister.read_many(keys)
+
+    async def alter_start_offsets(
+        self, items: list[tuple[StateKey, str, int]]
+    ) -> dict[StateKey, ErrorCode]:
+        """Start share-partitions again at offsets (key, topic, offset), under a newer
+        state epoch: the leader of each, if it holds one, is fenced and reads it again."""
+        if STATE_TOPIC not in self.broker.controller.state.topics:
+            error = await self.ensure_topic()
+            if error != ErrorCode.none:
+                return {key: error for key, _, _ in items}
+        read = await self.stored_states([key for key, _, _ in items])
+        outcome: dict[StateKey, ErrorCode] = {}
+        initialized: list[Initialized] = []
+        for key, topic, offset in items:
+            code, stored, state_epoch = read[key]
+            if code != ErrorCode.none:
+                outcome[key] = code
+            else:
+                next_epoch = state_epoch + 1 if stored is not None else state_epoch
+                initialized.append((key, topic, next_epoch, offset))
+        outcome.update(await self.persister.initialize(initialized))
+        for key in outcome:
+            self.coordinator.drop(key)  # a state held here is read again when next fetched
+        return outcome
+
+    async def delete_states(self, keys: list[StateKey]) -> dict[StateKey, ErrorCode]:
+        """Delete the stored states among `keys`, wherever their share coordinators are."""
+        read = await self.stored_states(keys)
+        existing = [k for k, (code, stored, _) in read.items() if stored is not None]
+        outcome = {k: code for k, (code, _, _) in read.items()}
+        outcome.update(await self.persister.delete(existing))
+        for key in keys:
+            self.coordinator.drop(key)
         return outcome
 
     # -- share-partition leader: holding a share-partition --------------------------------
@@ -477,7 +572,7 @@ class ShareService(InternalTopicService):
             if error != ErrorCode.none:
                 return error
         try:
-            error, stored = await self.persister.read(key, epoch)
+            error, stored, state_epoch = await self.persister.read(key, epoch)
         except Exception:
             log.exception("reading the share state of %s failed", key)
             return ErrorCode.unknown_server_error
@@ -494,7 +589,8 @@ class ShareService(InternalTopicService):
             or key in self.coordinator.partitions
         ):
             return ErrorCode.none  # leadership moved on meanwhile, or held already
-        self.coordinator.hold(group_id, ref, partition, bounds, int(time.time() * 1000), stored)
+        now = int(time.time() * 1000)
+        self.coordinator.hold(group_id, ref, partition, bounds, now, stored, state_epoch)
         return ErrorCode.none
 
     # -- ShareFetch ----------------------------------------------------------------------
@@ -521,6 +617,8 @@ class ShareService(InternalTopicService):
         )
         if session is None:
             return answer
+        if epoch == 0:
+            coordinator.refresh_unshared(group_id, member_id, session.partitions)
         acks = self._led_here(acks, answer)
         wanted = set(session.partitions) | {(t, p) for t, p, _ in acks}
         await self._hold(group_id, wanted, max_wait_ms / 1000)

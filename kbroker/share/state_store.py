@@ -7,7 +7,10 @@ FindCoordinator takes with key type SHARE). This store is that coordinator's mem
 the partitions it leads: the latest record per share-partition, each with the leader
 epoch of the data partition that wrote it, so that a leader that lost its partition
 (and does not know it yet) cannot overwrite what its successor wrote: its write is
-refused with FENCED_LEADER_EPOCH, as Kafka's share coordinator refuses it.
+refused with FENCED_LEADER_EPOCH, as Kafka's share coordinator refuses it. Likewise each
+state has a state epoch, bumped when the group's coordinator starts it again at another
+offset (AlterShareGroupOffsets: InitializeShareGroupState) or deletes it: a leader still
+holding the old state is refused with FENCED_STATE_EPOCH and reads it again.
 
 Pure and synchronous: the service appends the records and answers the requests.
 """
@@ -25,6 +28,7 @@ from kbroker.share.records import KeyValue, StateKey, fold
 
 NONE = 0
 FENCED_LEADER_EPOCH = 74
+FENCED_STATE_EPOCH = 124
 
 
 def share_key(key: StateKey) -> str:
@@ -38,12 +42,27 @@ def share_key(key: StateKey) -> str:
 class StoredState:
     value: bytes  # the record's value (kbroker.share.records.state_value)
     leader_epoch: int
+    state_epoch: int = 0
+
+
+def state_epoch_of(value: bytes) -> int:
+    try:
+        return int(json.loads(value).get("state_epoch", 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0
+
+
+def _dumps(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
 
 @dataclass(slots=True)
 class ShareStateStore:
     num_partitions: Callable[[], int]  # of `__share_group_state`, as it was created
     entries: dict[StateKey, StoredState] = field(default_factory=dict)
+    # The state epoch of states deleted while this node coordinated them: a leader still
+    # holding one may not write it back.
+    deleted: dict[StateKey, int] = field(default_factory=dict)
 
     def partition_of(self, key: StateKey) -> int:
         return partition_for(share_key(key), self.num_partitions())
@@ -60,33 +79,59 @@ class ShareStateStore:
                 continue
             if not placed and key in self.entries:
                 continue  # stored where an older kbroker placed states (by group id)
-            value = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
-            self.entries[key] = StoredState(value, int(data.get("leader_epoch", -1)))
+            self.entries[key] = StoredState(
+                _dumps(data), int(data.get("leader_epoch", -1)), int(data.get("state_epoch", 0))
+            )
             loaded += 1
         return loaded
 
     def unload(self, partition: int) -> None:
         for key in [k for k in self.entries if self.partition_of(k) == partition]:
             del self.entries[key]
+        for key in [k for k in self.deleted if self.partition_of(k) == partition]:
+            del self.deleted[key]
 
-    def read(self, key: StateKey, leader_epoch: int) -> bytes | None:
-        """The stored state; a reader with a newer leader epoch fences older writers."""
+    def read(self, key: StateKey, leader_epoch: int) -> tuple[bytes | None, int]:
+        """The stored state (None: none) and its state epoch (the one to start a new state
+        with, when none); a reader with a newer leader epoch fences older writers."""
         stored = self.entries.get(key)
         if stored is None:
-            return None
+            return None, self.deleted.get(key, -1) + 1
         stored.leader_epoch = max(stored.leader_epoch, leader_epoch)
-        return stored.value
+        return stored.value, stored.state_epoch
 
     def write(self, key: StateKey, value: bytes | None, leader_epoch: int) -> int:
-        """Record a new state (None deletes it); refused for a stale leader epoch."""
+        """Record a new state (None deletes it); refused for a stale leader or state epoch."""
         stored = self.entries.get(key)
         if stored is not None and leader_epoch < stored.leader_epoch:
             return FENCED_LEADER_EPOCH
         if value is None:
-            self.entries.pop(key, None)
-        else:
-            self.entries[key] = StoredState(value, leader_epoch)
+            self.delete(key)
+            return NONE
+        state_epoch = state_epoch_of(value)
+        current = stored.state_epoch if stored is not None else self.deleted.get(key, -1)
+        if state_epoch < current or (stored is None and state_epoch <= current):
+            return FENCED_STATE_EPOCH
+        self.entries[key] = StoredState(value, leader_epoch, state_epoch)
         return NONE
+
+    def initialize(self, key: StateKey, topic: str, state_epoch: int, start: int) -> int:
+        """Start the state again at `start` under a newer state epoch (Kafka's
+        InitializeShareGroupState); whoever holds the old state is fenced."""
+        stored = self.entries.get(key)
+        current = stored.state_epoch if stored is not None else self.deleted.get(key, -1)
+        if state_epoch <= current:
+            return FENCED_STATE_EPOCH
+        leader_epoch = stored.leader_epoch if stored is not None else -1
+        value = from_state_batches(topic, start, [], leader_epoch, state_epoch)
+        self.entries[key] = StoredState(value, leader_epoch, state_epoch)
+        self.deleted.pop(key, None)
+        return NONE
+
+    def delete(self, key: StateKey) -> None:
+        stored = self.entries.pop(key, None)
+        if stored is not None:
+            self.deleted[key] = stored.state_epoch
 
     def groups(self) -> set[str]:
         return {k[0] for k in self.entries}
@@ -113,7 +158,11 @@ def state_batch_fields(batches: Iterable[tuple[int, int, int, int]]) -> list[dic
 
 
 def from_state_batches(
-    topic: str, start: int, batches: Iterable[tuple[int, int, int, int]], leader_epoch: int
+    topic: str,
+    start: int,
+    batches: Iterable[tuple[int, int, int, int]],
+    leader_epoch: int,
+    state_epoch: int = 0,
 ) -> bytes:
     """A stored state from the wire form: the in-flight window ends after its last batch."""
     runs = sorted([a, b, s, c] for a, b, s, c in batches)
@@ -125,5 +174,6 @@ def from_state_batches(
         "dlq": [],
         "topic": topic,
         "leader_epoch": leader_epoch,
+        "state_epoch": state_epoch,
     }
     return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()

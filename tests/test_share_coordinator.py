@@ -241,3 +241,21 @@ def test_group_configs_stay_within_the_brokers_bounds(coordinator) -> None:  # t
     assert check("share.record.lock.duration.ms", "999999999") is not None
     assert check("share.delivery.count.limit", "11") is not None
     assert check("no.such.config", "1") is not None
+
+
+def test_a_state_nobody_reads_with_nothing_in_flight_is_read_again_by_a_new_session(
+    coordinator,
+) -> None:  # type: ignore[no-untyped-def]
+    key = ("g", TOPIC.topic_id, 0)
+    join(coordinator, "a")
+    fetch(coordinator, "a", max_records=3)
+    coordinator.refresh_unshared("g", "b", [TP])
+    assert key in coordinator.partitions  # records 0-2 are in flight
+    ack(coordinator, "a", AckBatch(0, 2, (1,)))
+    coordinator.take_dirty()
+    coordinator.refresh_unshared("g", "b", [TP])
+    assert key in coordinator.partitions  # a's session still reads it
+    coordinator.close_session("g", "a")
+    coordinator.take_dirty()
+    coordinator.refresh_unshared("g", "b", [TP])
+    assert key not in coordinator.partitions  # to be read again from its share coordinator

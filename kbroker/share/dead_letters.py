@@ -15,7 +15,8 @@ that config set). Records for a topic that is not allowed are only archived, wit
 log line saying why.
 
 The pending copies are part of the share-partition's persisted state, so a restart still
-writes them; and before the first copy after a start the topic is searched for copies
+writes them (the broker holds a share-partition whose loaded state has some, without
+waiting for a consumer to fetch there); and before the first copy after a start the topic is searched for copies
 already made, so a crash between writing a copy and recording it cannot make a second.
 """
 

@@ -191,6 +191,7 @@ class ShareService(InternalTopicService):
         self._waiting: list[asyncio.Future[ErrorCode]] = []
         self._wake = asyncio.Event()
         self._holding: dict[StateKey, asyncio.Future[ErrorCode]] = {}
+        self._unheld_dead_letters: set[StateKey] = set()
 
     # -- InternalTopicService --------------------------------------------------------------
 
@@ -214,6 +215,7 @@ class ShareService(InternalTopicService):
 
     async def load_records(self, partition: int, records: list[KeyValue], started: float) -> None:
         loaded = self.coordinator.store.load(partition, records)
+        self._unheld_dead_letters.update(self.coordinator.store.with_dead_letters(partition))
         self.coordinator.loading.discard(partition)
         self.coordinator.owned.add(partition)
         log.log(
@@ -324,6 +326,7 @@ class ShareService(InternalTopicService):
 
     def _tick(self) -> None:
         self._drop_lost()
+        self._hold_dead_letters()
         self.coordinator.tick(int(time.time() * 1000))
         self.persist()
 
@@ -336,6 +339,23 @@ class ShareService(InternalTopicService):
                     "no longer leading share-partition %s of %s-%d", key[0], held.topic, key[2]
                 )
                 self.coordinator.drop(key)
+
+    def _hold_dead_letters(self) -> None:
+        """Hold the share-partitions led here whose stored state (loaded at start or on
+        becoming their share coordinator) has dead letters still to write: they are
+        written without waiting for a consumer to fetch there. The writer searches the
+        dead-letter topic before its first copy, so one made before a crash is not
+        made again."""
+        for key in list(self._unheld_dead_letters):
+            ref = self.coordinator.topics.by_id(key[1])
+            if (
+                ref is None
+                or key in self.coordinator.partitions
+                or key not in self.coordinator.store.entries
+            ):
+                self._unheld_dead_letters.discard(key)  # held (the writer takes them) or gone
+            elif self._leader_epoch(ref.name, key[2]) >= 0:
+                self._start_holding(key)
 
     # -- persistence -------------------------------------------------------------------
 
@@ -541,11 +561,7 @@ class ShareService(InternalTopicService):
             key = (group_id, topic_id, partition)
             if key in self.coordinator.partitions:
                 continue
-            pending = self._holding.get(key)
-            if pending is None:
-                pending = self._holding[key] = asyncio.ensure_future(self._read_and_hold(key))
-                pending.add_done_callback(functools.partial(self._holding_done, key))
-            waits[(topic_id, partition)] = pending
+            waits[(topic_id, partition)] = self._start_holding(key)
         if not waits:
             return {}
         await asyncio.wait([asyncio.shield(w) for w in waits.values()], timeout=max(wait_s, 0.5))
@@ -554,6 +570,14 @@ class ShareService(InternalTopicService):
             for tp, w in waits.items()
             if not w.done() or w.result() != ErrorCode.none
         }
+
+    def _start_holding(self, key: StateKey) -> asyncio.Future[ErrorCode]:
+        """Read the share-partition's stored state and hold it, once at a time."""
+        pending = self._holding.get(key)
+        if pending is None:
+            pending = self._holding[key] = asyncio.ensure_future(self._read_and_hold(key))
+            pending.add_done_callback(functools.partial(self._holding_done, key))
+        return pending
 
     def _holding_done(self, key: StateKey, future: asyncio.Future[ErrorCode]) -> None:
         if self._holding.get(key) is future:

@@ -85,6 +85,14 @@ class ShareStateStore:
             loaded += 1
         return loaded
 
+    def with_dead_letters(self, partition: int) -> list[StateKey]:
+        """The share-partitions stored in `partition` with dead letters still to write."""
+        return [
+            k
+            for k, s in self.entries.items()
+            if self.partition_of(k) == partition and json.loads(s.value).get("dlq")
+        ]
+
     def unload(self, partition: int) -> None:
         for key in [k for k in self.entries if self.partition_of(k) == partition]:
             del self.entries[key]

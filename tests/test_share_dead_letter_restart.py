@@ -1,0 +1,90 @@
+"""A dead letter still to be written when the broker stops is written after it starts
+again, once, without waiting for a consumer to fetch from its share-partition."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from inprocess import run_broker
+
+from kbroker.broker import Broker
+from kbroker.protocol.batch import HEADER_SIZE, decode_records, read_header
+from kbroker.protocol.compression import decompress
+from kbroker.share.dead_letters import H_OFFSET, H_REASON
+from kbroker.share.records import state_value
+
+GROUP, TOPIC, DLQ = "workers", "orders", "dlq.orders"
+BROKER = ["errors.deadletterqueue.auto.create.topics.enable=true"]
+
+
+def _copies(broker: Broker) -> list[dict[str, bytes | None]]:
+    """The headers of every record in the dead-letter topic's partition 0."""
+    replica = broker.replicas.get(DLQ, 0)
+    if replica is None:
+        return []
+    plog = replica.log
+    region = plog.read(plog.log_start_offset, 1 << 20, plog.log_end_offset)
+    if region is None:
+        return []
+    with region:
+        data = region.read()
+    found = []
+    pos = 0
+    while pos + HEADER_SIZE <= len(data):
+        header = read_header(data, pos)
+        found += [dict(r.headers) for r in decode_records(data, pos, decompress)]
+        pos += header.total_size
+    return found
+
+
+async def _until(condition, timeout_s: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def test_a_pending_dead_letter_is_written_once_after_a_restart_without_a_fetch(tmp_path: Path):
+    async def store_pending(broker: Broker, port: int) -> None:
+        info = await broker.controller.create_topic(TOPIC, 1, 1)
+        await broker.controller.set_group_configs(GROUP, {"errors.deadletterqueue.topic.name": DLQ})
+        service = broker.share_coordinator
+        await service.ensure_topic()
+        key = (GROUP, info.topic_id, 0)
+        partition = service.coordinator.store.partition_of(key)
+        assert await _until(lambda: partition in service.coordinator.owned, 10)
+        assert await _until(lambda: broker.replicas.leader(TOPIC, 0)[0] is not None, 10)
+        epoch = broker.replicas.leader(TOPIC, 0)[0].leader_epoch
+        # Offset 0 was rejected: archived, its copy recorded as still to be written.
+        snapshot = {
+            "start": 1,
+            "end": 1,
+            "runs": [],
+            "dlq": [[0, 1, "rejected"]],
+            "leader_epoch": epoch,
+        }
+        written = await service.write_here(partition, [(key, state_value(TOPIC, snapshot), epoch)])
+        assert set(written.values()) == {0}
+
+    async def restarted(broker: Broker, port: int) -> None:
+        assert await _until(lambda: len(_copies(broker)) > 0, 10)
+        service = broker.share_coordinator
+        stored = service.coordinator.store.of_group(GROUP)
+        assert await _until(
+            lambda: [s["dlq"] for s in service.coordinator.store.of_group(GROUP).values()] == [[]],
+            5,
+        ), stored
+        copies = _copies(broker)
+        assert [(c[H_OFFSET], c[H_REASON]) for c in copies] == [(b"0", b"rejected")]
+
+    async def restarted_again(broker: Broker, port: int) -> None:
+        await asyncio.sleep(1.0)  # time enough for a second copy, were one to be made
+        assert len(_copies(broker)) == 1
+
+    run_broker(tmp_path, store_pending, BROKER)
+    run_broker(tmp_path, restarted, BROKER)
+    run_broker(tmp_path, restarted_again, BROKER)

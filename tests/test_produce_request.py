@@ -50,6 +50,15 @@ def test_decodes_what_kio_encodes(version: int) -> None:
     assert (second.index, second.records) == (4, None)
 
 
+@pytest.mark.parametrize("size", [127, 128, 300, 16383, 16384, 70000])
+def test_records_whose_length_takes_several_varint_bytes_are_decoded_whole(size: int) -> None:
+    records = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    request = decode_produce_request(9, b"hdr" + _encoded(9, records), 3)
+    first, second = request.topic_data[0].partition_data
+    assert bytes(first.records) == records
+    assert (second.index, second.records) == (4, None)
+
+
 def test_legacy_versions_have_no_transactional_id() -> None:
     body = struct.pack(">hi", 1, 100) + struct.pack(">i", 1) + struct.pack(">h", 1) + b"t"
     body += struct.pack(">i", 1) + struct.pack(">i", 0) + struct.pack(">i", 2) + b"ab"

@@ -65,11 +65,16 @@ class _Reader:
 
     def uvarint(self) -> int:
         pos = self.pos
-        if pos < self.end:
-            first = self.buf[pos]
+        if pos + 1 < self.end:
+            buf = self.buf
+            first = buf[pos]
             if first < 0x80:  # lengths and counts in a produce request are almost always small
                 self.pos = pos + 1
                 return first
+            second = buf[pos + 1]
+            if second < 0x80:  # a records length under 16 KiB
+                self.pos = pos + 2
+                return (first & 0x7F) | (second << 7)
         value, self.pos = read_uvarint(self.buf, pos)
         return value
 

@@ -82,6 +82,8 @@ class ReplicaManager:
             if self.metadata is not None:
                 return None, ErrorCode(self.metadata().missing_replica_error(topic, partition))
             return None, ErrorCode.unknown_topic_or_partition
+        if current_leader_epoch < 0 and found.leader_id == found.node_id:
+            return found, ErrorCode.none  # check_leader's answer, without its call
         code = found.check_leader(current_leader_epoch)
         return (None, code) if code else (found, code)
 

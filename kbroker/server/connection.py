@@ -311,8 +311,14 @@ class KafkaConnection(asyncio.Protocol):
             self._dispatch(request)
         if len(self._queue) >= _MAX_IN_FLIGHT:
             self._pause_reading()
-        self._account_memory()
-        if self._memory.exhausted and not self.decoder.inside_frame and not self._closed:
+        # _account_memory and RequestMemory.exhausted, inline: this runs once per read.
+        memory = self._memory
+        held = self.decoder.reading + self._in_flight_bytes
+        if held != self._memory_held:
+            delta = held - self._memory_held
+            self._memory_held = held
+            memory.adjust(delta)
+        if 0 < memory.limit <= memory.used and not self.decoder.inside_frame and not self._closed:
             # Kafka's pool: a frame already begun is read whole; no new one starts.
             self._waiting_for_memory = True
             self._memory.wait(self)

@@ -22,6 +22,11 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihq")  # index, error code, base offset
 _I64 = struct.Struct(">q")
+# v8+: index, error code, base offset, log append time, log start offset.
+_PARTITION_V8 = struct.Struct(">ihqqq")
+# v8+ after those, for a partition with no record errors, no message and (flexible) no
+# current leader: an empty record_errors array, a null error_message, no tagged fields.
+_NOTHING_MORE = {False: _I32.pack(0) + _I16.pack(-1), True: b"\x01\x00\x00"}
 
 FIRST_FLEXIBLE = 9
 FIRST_TOPIC_ID = 13
@@ -75,6 +80,17 @@ def encode_produce_response(
             out += _nullable_string(topic.name or "", flexible)
         out += _length(len(topic.partitions), flexible)
         for p in topic.partitions:
+            if (
+                version >= 8
+                and not p.record_errors
+                and p.error_message is None
+                and p.current_leader is None
+            ):  # the usual partition, in one pack
+                out += _PARTITION_V8.pack(
+                    p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset
+                )
+                out += _NOTHING_MORE[flexible]
+                continue
             out += _PARTITION.pack(p.index, p.error_code, p.base_offset)
             if version >= 2:
                 out += _I64.pack(p.log_append_time_ms)

@@ -568,3 +568,31 @@ def test_aiokafka_producer_and_group_carry_on_when_the_coordinator_broker_is_kil
     assert acked == 200
     assert seen == {b"%d" % i for i in range(200)}
     assert committed == 200
+
+
+def test_a_broker_killed_and_restarted_at_once_rejoins_every_isr_in_10_s(
+    cluster: KafkaCluster,
+) -> None:
+    """The active controller, leader of a partition, is killed and restarted before the
+    others elected another: its old incarnation's leadership and ISR memberships end as
+    it registers again, and that metadata reaches it while it registers. It still
+    fetches every partition it follows and is back in each ISR within seconds."""
+    topic = f"rejoin-{_uid()}"
+    cluster.create_topic(topic, partitions=3, replication_factor=3)
+    victim = cluster.wait_for_controller()
+    survivor = next(n for n in cluster.nodes if n.node_id != victim)
+    before = cluster.raw_metadata(topic, survivor).topics[0].partitions
+    led = next(p.partition_index for p in before if p.leader_id == victim)
+    try:
+        cluster.kill(victim)
+        cluster.node(victim).start()
+
+        def rejoined() -> bool:
+            partitions = cluster.raw_metadata(topic, survivor).topics[0].partitions
+            return partitions[led].leader_epoch > before[led].leader_epoch and all(
+                victim in p.isr_nodes for p in partitions
+            )
+
+        cluster.wait_until(rejoined, 10.0, f"broker {victim} to rejoin every ISR of {topic}")
+    finally:
+        cluster.heal()

@@ -418,6 +418,14 @@ class ReplicaFetchers:
             self.fetchers[partition.leader_id] = fetcher
         fetcher.add(partition)
 
+    def fetching(self, partition: Partition) -> bool:
+        """Whether `partition` is fetched from its leader now (no leader: nothing to do)."""
+        if partition.leader_id < 0:
+            return True
+        fetcher = self.fetchers.get(partition.leader_id)
+        state = fetcher.partitions.get(partition.key) if fetcher is not None else None
+        return state is not None and state.partition is partition
+
     def lags(self) -> dict[tuple[str, int], int]:
         """Each followed partition's lag behind its leader, in offsets."""
         return {

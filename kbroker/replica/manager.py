@@ -127,7 +127,10 @@ class ReplicaManager:
         changed = found.become_follower(
             info.leader, info.leader_epoch, info.partition_epoch, info.replicas, info.isr
         )
-        if changed and self.fetchers is not None:
+        # A role taken before the fetchers existed (metadata applied while this broker was
+        # still registering at start) has no fetcher yet: it gets one now, else it would
+        # never fetch (nor rejoin the ISR) until its leader or epoch changed.
+        if self.fetchers is not None and (changed or not self.fetchers.fetching(found)):
             self.fetchers.follow(found)
         return changed
 

@@ -60,7 +60,8 @@ def produce(ctx: RequestContext, request: ProduceRequest) -> Any:
     acks = request.acks
     now = int(time.time() * 1000)
     state = broker.controller.state
-    by_id = ctx.version >= 13
+    version = ctx.version
+    by_id = version >= 13
     topics_out = []
     waits = _Waits()
     failed = False
@@ -112,7 +113,7 @@ def produce(ctx: RequestContext, request: ProduceRequest) -> Any:
                     acks,
                     waits,
                     request.transactional_id,
-                    ctx.version,
+                    version,
                 )
             failed = failed or result.error_code != 0
             partitions.append(result)
@@ -124,17 +125,15 @@ def produce(ctx: RequestContext, request: ProduceRequest) -> Any:
             ctx.connection.close("produce with acks=0 failed; closing so the client notices")
         return NO_RESPONSE
     endpoints = None
-    if failed and ctx.version >= FIRST_CURRENT_LEADER:
+    if failed and version >= FIRST_CURRENT_LEADER:
         endpoints = _name_current_leaders(ctx, topics_out)
     if waits.replication:
         return _respond_after_replication(
-            broker, waits, ctx.version, topics_out, request.timeout_ms, throttle, endpoints
+            broker, waits, version, topics_out, request.timeout_ms, throttle, endpoints
         )
     if waits.logs:
-        return _respond_after_flush(
-            broker, waits.logs, ctx.version, topics_out, throttle, endpoints
-        )
-    return encode_produce_response(ctx.version, topics_out, throttle, endpoints)
+        return _respond_after_flush(broker, waits.logs, version, topics_out, throttle, endpoints)
+    return encode_produce_response(version, topics_out, throttle, endpoints)
 
 
 def _name_current_leaders(
@@ -237,7 +236,12 @@ def _append(
     if partition.log.config.fsyncs_every_append:
         waits.logs.append(partition.log)
     if acks == -1:
-        waits.replication.append((partition, appended.last_offset + 1, result))
+        required = appended.last_offset + 1
+        decided = partition.replication_outcome(required)
+        if decided is None:  # the ISR has yet to reach it: a delayed produce waits
+            waits.replication.append((partition, required, result))
+        elif decided:
+            result.error_code = decided
     return result
 
 

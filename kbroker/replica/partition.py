@@ -283,8 +283,10 @@ class Partition:
         decided now, else None (the ISR has not reached it yet)."""
         if self.leader_id != self.node_id:
             return ErrorCode.not_leader_or_follower
-        if self.log.high_watermark >= required_offset:
-            return self._ack_code()
+        if self.log.high_watermark >= required_offset:  # _ack_code, inline
+            if len(self.isr) < self.min_insync_replicas:
+                return ErrorCode.not_enough_replicas_after_append
+            return ErrorCode.none
         return None
 
     def _ack_code(self) -> ErrorCode:

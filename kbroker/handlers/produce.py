@@ -227,7 +227,8 @@ def _append(
     except OSError as exc:  # a disk error: the log directory goes offline (Kafka's answer)
         why = broker.durability.storage_error(partition.log, exc)
         return ProducedPartition(index, ErrorCode.kafka_storage_error, error_message=why)
-    stats = broker.counters.topic(topic)
+    counters = broker.counters
+    stats = counters.topics.get(topic) or counters.topic(topic)
     stats.messages_in += appended.record_count
     stats.bytes_in += len(records)
     result = ProducedPartition(

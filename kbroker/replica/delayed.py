@@ -76,28 +76,30 @@ class DelayedAcks:
     offset they need and complete from the front as the high watermark advances.
     """
 
-    __slots__ = ("_pending",)
+    __slots__ = ("pending",)
 
     def __init__(self) -> None:
-        self._pending: deque[PendingAck] = deque()
+        # In offset order; read (not changed) by the partition to skip an empty purgatory
+        # without a call on every append.
+        self.pending: deque[PendingAck] = deque()
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self.pending)
 
     def add(self, required_offset: int, callback: AckCallback) -> PendingAck:
         pending = PendingAck(required_offset, callback)
-        self._pending.append(pending)
+        self.pending.append(pending)
         return pending
 
     def complete_up_to(self, high_watermark: int, code: ErrorCode = ErrorCode.none) -> None:
         """Answer every acknowledgement whose batch is now below the high watermark."""
-        queue = self._pending
+        queue = self.pending
         while queue and queue[0].required_offset <= high_watermark:
             self._finish(queue.popleft(), code)
 
     def fail_all(self, code: ErrorCode) -> None:
         """Leadership moved: no acknowledgement can come from this replica any more."""
-        queue, self._pending = self._pending, deque()
+        queue, self.pending = self.pending, deque()
         for pending in queue:
             self._finish(pending, code)
 

@@ -319,7 +319,7 @@ class Partition:
         if new <= plog.high_watermark:
             return False
         plog.high_watermark = new
-        if len(self._acks):
+        if self._acks.pending:
             self._acks.complete_up_to(new, self._ack_code())
         self.waiters.wake(self.key)
         return True

@@ -285,6 +285,10 @@ def test_a_transaction_prepared_before_its_coordinator_dies_is_completed_by_the_
     txn_id = f"prepared-{_uid()}"
     coordinator = _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)  # topic made
     topic = _topic_with_full_isr(cluster)
+    # __consumer_offsets (created on the first group lookup) must exist over the three
+    # voters before a fourth broker joins, or some of its partitions may be placed on
+    # that broker and lose their full ISR when it leaves.
+    _coordinator_with_full_isr(cluster, GROUP, txn_id)
     extra = cluster.add_broker()
     try:
         stuck = f"stuck-{_uid()}"  # one partition, on the fourth broker only

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.coordinator.store import OFFSETS_TOPIC
 from kbroker.txn.coordinator import TransactionCoordinator, TxnConfig
 from kbroker.txn.metadata import MAX_EPOCH, TxnMetadata, TxnState
 from kbroker.txn.records import (
@@ -46,6 +47,8 @@ class FakeMarkers:
         self.written: list[tuple[int, int, bool, list]] = []
         self.retry: set = set()
         self.broken: Exception | None = None
+        # when set, writes wait for it: a marker destination that has not answered yet
+        self.gate: asyncio.Event | None = None
 
     async def write(
         self,
@@ -56,6 +59,8 @@ class FakeMarkers:
         partitions: Iterable,
     ) -> set:
         partitions = list(partitions)
+        if self.gate is not None:
+            await self.gate.wait()
         if self.broken is not None:
             raise self.broken
         self.written.append((producer_id, epoch, commit, partitions))
@@ -160,12 +165,17 @@ def test_reinit_during_an_open_transaction_fences_and_aborts_it():
 
     async def scenario():
         pid, epoch = await ongoing(c)
+        fencing = await c.init_producer_id("tx", 60_000)
+        await c.settled()
         successor = await c.init_producer_id("tx", 60_000)
         zombie_end = await c.end_txn("tx", pid, epoch, commit=True)
-        return pid, epoch, successor, zombie_end
+        return pid, epoch, fencing, successor, zombie_end
 
-    pid, epoch, successor, zombie_end = run(scenario())
+    pid, epoch, fencing, successor, zombie_end = run(scenario())
     assert markers.written == [(pid, epoch + 1, False, [TP])]
+    # As Kafka: the InitProducerId that fences answers CONCURRENT_TRANSACTIONS, its retry
+    # after the abort gets the epoch bumped a second time.
+    assert fencing.error == E.concurrent_transactions
     assert (successor.error, successor.producer_epoch) == (E.none, epoch + 2)
     assert zombie_end.error == E.producer_fenced
 
@@ -210,7 +220,9 @@ def test_commit_writes_commit_markers_and_completes():
 
     async def scenario():
         pid, epoch = await ongoing(c)
-        return pid, epoch, await c.end_txn("tx", pid, epoch, commit=True)
+        result = await c.end_txn("tx", pid, epoch, commit=True)
+        await c.settled()
+        return pid, epoch, result
 
     pid, epoch, result = run(scenario())
     assert (result.error, result.producer_id, result.producer_epoch) == (E.none, pid, epoch)
@@ -226,12 +238,58 @@ def test_commit_writes_commit_markers_and_completes():
     ]
 
 
+def test_end_txn_answers_before_the_marker_destination_answers():
+    """As Kafka's coordinator: the answer follows the durable PrepareCommit; the markers
+    and then CompleteCommit are written in the background."""
+    c, store, markers, _ = make()
+
+    async def scenario():
+        pid, epoch = await ongoing(c)
+        markers.gate = asyncio.Event()
+        result = await asyncio.wait_for(c.end_txn("tx", pid, epoch, commit=True), 5)
+        await asyncio.sleep(0.01)  # the background writer is now waiting on the destination
+        state_at_answer = c.txns["tx"].state
+        markers.gate.set()
+        await c.settled()
+        return result.error, state_at_answer
+
+    error, state_at_answer = run(scenario())
+    assert error == E.none
+    assert state_at_answer == TxnState.PREPARE_COMMIT
+    assert c.txns["tx"].state == TxnState.COMPLETE_COMMIT
+    assert store.latest("tx").state == TxnState.COMPLETE_COMMIT
+
+
+def test_the_next_transaction_gets_concurrent_transactions_while_markers_are_pending():
+    c, _, markers, _ = make()
+
+    async def scenario():
+        pid, epoch = await ongoing(c)
+        markers.gate = asyncio.Event()
+        await c.end_txn("tx", pid, epoch, commit=True)
+        await asyncio.sleep(0.01)
+        pending = (
+            await c.add_partitions("tx", pid, epoch, {("topic", 1)}),
+            await c.add_partitions("tx", pid, epoch, {(OFFSETS_TOPIC, 0)}),  # AddOffsetsToTxn
+            (await c.init_producer_id("tx", 60_000)).error,
+        )
+        markers.gate.set()
+        await c.settled()
+        after = await c.add_partitions("tx", pid, epoch, {("topic", 1)})
+        return pending, after
+
+    pending, after = run(scenario())
+    assert pending == (E.concurrent_transactions,) * 3
+    assert after == E.none
+
+
 def test_retried_commit_succeeds_and_abort_after_commit_is_invalid():
     c, *_ = make()
 
     async def scenario():
         pid, epoch = await ongoing(c)
         await c.end_txn("tx", pid, epoch, commit=True)
+        await c.settled()
         return (
             (await c.end_txn("tx", pid, epoch, commit=True)).error,
             (await c.end_txn("tx", pid, epoch, commit=False)).error,
@@ -257,6 +315,7 @@ def test_markers_that_cannot_be_written_are_retried_later():
     async def scenario():
         pid, epoch = await ongoing(c)
         result = await c.end_txn("tx", pid, epoch, commit=False)
+        await c.settled()
         blocked = await c.add_partitions("tx", pid, epoch, {TP})
         state_before = c.txns["tx"].state
         markers.retry = set()
@@ -280,6 +339,7 @@ def test_a_failure_while_writing_markers_leaves_the_transaction_to_be_retried():
     async def scenario():
         pid, epoch = await ongoing(c)
         result = await c.end_txn("tx", pid, epoch, commit=True)
+        await c.settled()
         state_before = c.txns["tx"].state
         markers.broken = None
         await c.retry_incomplete()

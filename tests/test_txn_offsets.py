@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +16,32 @@ TXN_OFFSET_COMMIT = 28
 OVERRIDES = ["transaction.state.log.num.partitions=2", "offsets.topic.num.partitions=2"]
 
 
+async def retried(client: RawClient, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    """A coordinator request, tried again while the previous transaction's markers are
+    being written (CONCURRENT_TRANSACTIONS), as clients do."""
+    for _ in range(200):
+        response = await client.call(api_key, version, body)
+        if response.error_code != 51:
+            break
+        await asyncio.sleep(0.01)
+    return response
+
+
 class Txn:
     def __init__(self, client: RawClient, pid: int, epoch: int) -> None:
         self.client, self.pid, self.epoch = client, pid, epoch
 
     @classmethod
     async def init(cls, client: RawClient) -> Txn:
-        init = await client.call(
-            INIT_PRODUCER_ID, 4, {"transactional_id": "tx", "transaction_timeout": 60_000}
+        init = await retried(
+            client, INIT_PRODUCER_ID, 4, {"transactional_id": "tx", "transaction_timeout": 60_000}
         )
         assert init.error_code == 0
         return cls(client, init.producer_id, init.producer_epoch)
 
     async def commit_offset(self, offset: int, **member: Any) -> int:
-        added = await self.client.call(
+        added = await retried(
+            self.client,
             ADD_OFFSETS_TO_TXN,
             3,
             {
@@ -104,9 +117,11 @@ def test_offsets_count_only_once_committed_and_stay_right_after_restart(tmp_path
         assert await txn.commit_offset(5) == 0
         assert await committed(client) == -1
         assert await txn.end(False) == 0
+        await broker.txn_coordinator.coordinator.settled()
         assert await committed(client) == -1
         assert await txn.commit_offset(7) == 0
         assert await txn.end(True) == 0
+        await broker.txn_coordinator.coordinator.settled()  # the markers are written
         assert await committed(client) == 7
         assert await txn.commit_offset(9) == 0  # left open across the restart
         assert await committed(client) == 7
@@ -125,6 +140,7 @@ def test_offsets_count_only_once_committed_and_stay_right_after_restart(tmp_path
         meta = service.coordinator.txns["tx"]
         txn = Txn(client, meta.producer_id, meta.producer_epoch)
         assert await txn.end(True) == 0
+        await service.coordinator.settled()
         assert await committed(client) == 9
         assert await committed(client, require_stable=True) == 9
         client.close()

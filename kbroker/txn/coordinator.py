@@ -8,15 +8,18 @@ coordinator that restarts finds each transaction where it was; a transaction fou
 PrepareCommit or PrepareAbort is completed on load. While a write is in flight the id
 is `pending` and other requests for it get CONCURRENT_TRANSACTIONS, as in Kafka.
 
-EndTxn here waits for the markers when every partition is local (the usual case on a
-single node): the answer then means the transaction is visible, and the next
-transaction of the producer starts without CONCURRENT_TRANSACTIONS retries. Markers
-that cannot be written now are retried in the background while the id stays in its
-Prepare state.
+EndTxn answers, as Kafka's handleEndTransaction does, once the PrepareCommit or
+PrepareAbort state is durable in the transaction log: from then on the outcome is
+decided, and a coordinator that takes over completes it. The markers are written in
+the background (markers that cannot be written now are retried later); until all are
+written the id stays in its Prepare state, so the producer's next AddPartitionsToTxn,
+AddOffsetsToTxn or InitProducerId gets CONCURRENT_TRANSACTIONS and retries, and only
+then is the Complete state written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -113,6 +116,8 @@ class TransactionCoordinator:
         self.active = True
         # ids whose markers could not all be written yet
         self.incomplete: set[str] = set()
+        # markers being written after EndTxn answered (held so they are not collected)
+        self.completing: set[asyncio.Task[bool]] = set()
 
     # -- ownership ------------------------------------------------------------------------
 
@@ -172,8 +177,15 @@ class TransactionCoordinator:
 
     def shutdown(self) -> None:
         self.active = False
+        for task in self.completing:
+            task.cancel()  # the Prepare state is durable: the next coordinator completes it
         for partition in list(self.partitions):
             self.unload_partition(partition)
+
+    async def settled(self) -> None:
+        """Wait until the markers of every ended transaction have been tried once."""
+        while self.completing:
+            await asyncio.gather(*self.completing, return_exceptions=True)
 
     # -- writing a state ------------------------------------------------------------------
 
@@ -402,9 +414,9 @@ class TransactionCoordinator:
             from_client and producer_epoch != meta.producer_epoch
         ):
             return InitResult(E.producer_fenced)
-        if meta.pending:
-            return InitResult(E.concurrent_transactions)
         state = meta.state
+        if meta.pending and state not in PREPARING:
+            return InitResult(E.concurrent_transactions)
         done = InitResult(E.none, meta.producer_id, meta.producer_epoch)
         if state == TxnState.ONGOING:
             pass
@@ -426,8 +438,20 @@ class TransactionCoordinator:
         error = await self._store(meta, nxt)
         if error != E.none:
             return InitResult(error)
-        await self.complete(meta)
+        self._complete_in_background(meta)
         return InitResult(E.none, meta.producer_id, meta.producer_epoch)
+
+    def _complete_in_background(self, meta: TxnMetadata) -> None:
+        """Write the markers and the Complete state after EndTxn has answered. The id is
+        marked pending before the answer leaves, so nothing else starts its markers."""
+        meta.pending = True
+        task = asyncio.create_task(self._complete_now(meta))
+        self.completing.add(task)
+        task.add_done_callback(self.completing.discard)
+
+    async def _complete_now(self, meta: TxnMetadata) -> bool:
+        meta.pending = False
+        return await self.complete(meta)
 
     async def complete(self, meta: TxnMetadata) -> bool:
         """Write the markers of a prepared transaction, then its Complete state. False if

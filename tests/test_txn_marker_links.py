@@ -1,5 +1,6 @@
 """How the transaction coordinator sends markers to the brokers leading other partitions:
-one WriteTxnMarkers at a time per broker, and a connection the broker closed since its
+one WriteTxnMarkers at a time per broker, carrying the markers of every transaction that
+ended while the previous one was in flight, and a connection the broker closed since its
 last use (it restarted) replaced at once rather than at the next retry."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from types import SimpleNamespace
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.protocol.messages import build, encode
+from kbroker.protocol.messages import build, decode_request, encode
 from kbroker.security.inter_broker import PLAINTEXT
 from kbroker.txn.markers import LocalMarkerWriter
 
@@ -19,15 +20,19 @@ LEADER = 2
 
 
 class PeerBroker:
-    """A broker's WriteTxnMarkers on loopback: answers every partition with no error,
-    after `delay` seconds; with `one_answer_per_connection` it closes each connection
-    after its first answer, as a broker that restarts between two requests."""
+    """A broker's WriteTxnMarkers on loopback: answers every marker's partitions with no
+    error, after `delay` seconds; with `one_answer_per_connection` it closes each
+    connection after its first answer, as a broker that restarts between two requests.
+    It counts the transactions each request carries and the requests in flight at once."""
 
     def __init__(self, delay: float = 0.0, one_answer_per_connection: bool = False) -> None:
         self.delay = delay
         self.one_answer = one_answer_per_connection
         self.connections = 0
         self.requests = 0
+        self.markers_per_request: list[int] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
         self.server: asyncio.Server | None = None
 
     async def start(self) -> int:
@@ -46,22 +51,33 @@ class PeerBroker:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
                 frame = await reader.readexactly(size)
                 self.requests += 1
-                (correlation,) = struct.unpack_from(">i", frame, 4)
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+                (correlation, client_id_size) = struct.unpack_from(">ih", frame, 4)
+                # Request header v2: key, version, correlation id, client id, tagged fields.
+                request = decode_request(27, 1, frame, 10 + client_id_size + 1)
+                self.markers_per_request.append(len(request.markers))
                 await asyncio.sleep(self.delay)
+                self.in_flight -= 1
                 body = encode(
                     build(
                         load_response_schema(27, 1),
                         {
                             "markers": [
                                 {
-                                    "producer_id": 7,
+                                    "producer_id": m.producer_id,
                                     "topics": [
                                         {
-                                            "name": "t",
-                                            "partitions": [{"partition_index": 0, "error_code": 0}],
+                                            "name": t.name,
+                                            "partitions": [
+                                                {"partition_index": i, "error_code": 0}
+                                                for i in t.partition_indexes
+                                            ],
                                         }
+                                        for t in m.topics
                                     ],
                                 }
+                                for m in request.markers
                             ]
                         },
                     )
@@ -87,21 +103,48 @@ def writer_towards(port: int) -> LocalMarkerWriter:
     return LocalMarkerWriter(broker)  # type: ignore[arg-type]
 
 
-async def send(writer: LocalMarkerWriter) -> dict[tuple[str, int], ErrorCode]:
-    return await writer._send(LEADER, 7, 0, 3, True, [("t", 0)])
+async def send(
+    writer: LocalMarkerWriter, producer_id: int = 7, partitions: tuple[int, ...] = (0,)
+) -> dict[tuple[str, int], ErrorCode]:
+    return await writer._send(LEADER, producer_id, 0, 3, True, [("t", p) for p in partitions])
 
 
-def test_markers_of_transactions_ending_together_go_to_a_broker_one_request_at_a_time() -> None:
-    async def scenario() -> list[dict[tuple[str, int], ErrorCode]]:
+def test_markers_go_to_a_broker_one_request_at_a_time() -> None:
+    async def scenario() -> tuple[list[dict[tuple[str, int], ErrorCode]], PeerBroker]:
         peer = PeerBroker(delay=0.05)
         writer = writer_towards(await peer.start())
         try:
-            return await asyncio.gather(*(send(writer) for _ in range(4)))
+            # The same producer's markers cannot share a request (answers are keyed by it).
+            return await asyncio.gather(*(send(writer) for _ in range(4))), peer
         finally:
             await peer.stop()
 
-    outcomes = asyncio.run(scenario())
+    outcomes, peer = asyncio.run(scenario())
     assert outcomes == [{("t", 0): ErrorCode.none}] * 4
+    assert peer.requests == 4
+    assert peer.most_in_flight == 1
+
+
+def test_markers_of_transactions_ending_while_a_request_is_in_flight_share_the_next() -> None:
+    async def scenario() -> tuple[list[dict[tuple[str, int], ErrorCode]], PeerBroker]:
+        peer = PeerBroker(delay=0.1)
+        writer = writer_towards(await peer.start())
+        try:
+            first = asyncio.create_task(send(writer, 7, (0,)))
+            await asyncio.sleep(0.03)  # the first request is at the broker now
+            later = await asyncio.gather(send(writer, 8, (1, 2)), send(writer, 9, (3,)))
+            return [await first, *later], peer
+        finally:
+            await peer.stop()
+
+    outcomes, peer = asyncio.run(scenario())
+    assert outcomes == [
+        {("t", 0): ErrorCode.none},
+        {("t", 1): ErrorCode.none, ("t", 2): ErrorCode.none},
+        {("t", 3): ErrorCode.none},
+    ]
+    assert peer.markers_per_request == [1, 2]
+    assert peer.most_in_flight == 1
 
 
 def test_a_connection_the_broker_closed_since_its_last_use_is_replaced_at_once() -> None:

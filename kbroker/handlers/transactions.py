@@ -8,6 +8,7 @@ are coroutines: their log writes may wait for an fsync or for replication.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import re
@@ -302,15 +303,23 @@ async def write_txn_markers(
                 for m in request.markers
             ]
         }
-    for marker in request.markers:
-        # Answered once the ISR holds each marker, as Kafka's acks=all marker append.
-        outcomes = await service.markers.write_here(
-            marker.producer_id,
-            marker.producer_epoch,
-            marker.coordinator_epoch,
-            bool(marker.transaction_result),
-            [(t.name, int(i)) for t in marker.topics for i in t.partition_indexes],
+    # Answered once the ISR holds each marker, as Kafka's acks=all marker append; the
+    # markers of the several transactions a request may carry are awaited together.
+    written = await asyncio.gather(
+        *(
+            service.markers.write_here(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.coordinator_epoch,
+                bool(marker.transaction_result),
+                [(t.name, int(i)) for t in marker.topics for i in t.partition_indexes],
+            )
+            for marker in request.markers
         )
+    )
+    answers = iter(written)
+    for marker in request.markers:
+        outcomes = next(answers)
         topics_out = [
             {
                 "name": topic.name,

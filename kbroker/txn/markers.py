@@ -15,6 +15,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_request_schema
@@ -57,6 +58,34 @@ MARKER_TIMEOUT_S = 30.0
 _RETRY = (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error)
 
 
+@dataclass(slots=True)
+class _Queued:
+    """One transaction's markers waiting for a WriteTxnMarkers to their broker."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+    partitions: list[TopicPartition]
+    outcome: asyncio.Future[dict[TopicPartition, ErrorCode]]
+
+    def entry(self) -> dict[str, object]:
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in self.partitions:
+            by_topic.setdefault(topic, []).append(index)
+        return {
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "transaction_result": self.commit,
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],
+            "coordinator_epoch": self.coordinator_epoch,
+        }
+
+    def settle(self, outcomes: dict[TopicPartition, ErrorCode]) -> None:
+        if not self.outcome.done():
+            self.outcome.set_result({tp: outcomes[tp] for tp in self.partitions if tp in outcomes})
+
+
 class LocalMarkerWriter:
     """Writes markers to partitions led by this broker, and sends those led by another
     broker there with WriteTxnMarkers (as Kafka's coordinator does for every partition).
@@ -70,8 +99,11 @@ class LocalMarkerWriter:
         self.broker = broker
         self.on_written: list[MarkerWritten] = []
         self._links: dict[int, BrokerLink] = {}
-        # A link carries one request at a time: transactions ending together take turns.
-        self._locks: dict[int, asyncio.Lock] = {}
+        # A link carries one request at a time. The markers of transactions that end
+        # while it is busy wait here, and go together in the next request (as Kafka's
+        # TransactionMarkerChannelManager drains its queue per broker).
+        self._queues: dict[int, list[_Queued]] = {}
+        self._senders: dict[int, asyncio.Task[None]] = {}
 
     async def write(
         self,
@@ -147,36 +179,68 @@ class LocalMarkerWriter:
     ) -> dict[TopicPartition, ErrorCode]:
         """WriteTxnMarkers to the broker leading `partitions`; their outcomes there (none
         when it cannot be reached: they are tried again later)."""
+        queued = _Queued(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+            partitions,
+            asyncio.get_running_loop().create_future(),
+        )
+        self._queues.setdefault(leader, []).append(queued)
+        if leader not in self._senders:
+            self._senders[leader] = asyncio.create_task(self._drain(leader))
+        return await queued.outcome
+
+    async def _drain(self, leader: int) -> None:
+        """Send what is queued for `leader`, one request at a time, each carrying every
+        waiting transaction (one entry per producer id: the answer is keyed by it)."""
+        queue = self._queues[leader]
+        bundle: list[_Queued] = []
+        try:
+            while queue:
+                bundle, rest, producers = [], [], set()
+                for queued in queue:
+                    if queued.outcome.done():
+                        continue  # its caller gave up
+                    if queued.producer_id in producers:
+                        rest.append(queued)
+                    else:
+                        producers.add(queued.producer_id)
+                        bundle.append(queued)
+                queue[:] = rest
+                if not bundle:
+                    continue
+                try:
+                    answers = await self._send_bundle(leader, bundle)
+                except Exception:
+                    log.exception("markers to broker %d not sent", leader)
+                    answers = {}
+                for queued in bundle:
+                    queued.settle(answers.get(queued.producer_id, {}))
+        finally:
+            for queued in [*bundle, *queue]:
+                queued.settle({})  # not sent: tried again later
+            queue.clear()
+            del self._senders[leader]
+
+    async def _send_bundle(
+        self, leader: int, bundle: list[_Queued]
+    ) -> dict[int, dict[TopicPartition, ErrorCode]]:
+        """One WriteTxnMarkers with the markers of `bundle`; outcomes by producer id."""
         node = self.broker.controller.state.brokers.get(leader)
-        security = self.broker.inter_broker
-        address = node.endpoint(security.listener) if node is not None else None
+        address = node.endpoint(self.broker.inter_broker.listener) if node is not None else None
         if node is None or node.fenced or address is None:
             return {}
-        by_topic: dict[str, list[int]] = {}
-        for topic, index in partitions:
-            by_topic.setdefault(topic, []).append(index)
         request = build(
             load_request_schema(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION),
-            {
-                "markers": [
-                    {
-                        "producer_id": producer_id,
-                        "producer_epoch": producer_epoch,
-                        "transaction_result": commit,
-                        "topics": [
-                            {"name": t, "partition_indexes": ps} for t, ps in by_topic.items()
-                        ],
-                        "coordinator_epoch": coordinator_epoch,
-                    }
-                ]
-            },
+            {"markers": [queued.entry() for queued in bundle]},
         )
-        async with self._locks.setdefault(leader, asyncio.Lock()):
-            return await self._call(leader, address, request)
+        return await self._call(leader, address, request)
 
     async def _call(
         self, leader: int, address: tuple[str, int], request: Any
-    ) -> dict[TopicPartition, ErrorCode]:
+    ) -> dict[int, dict[TopicPartition, ErrorCode]]:
         security = self.broker.inter_broker
         while True:
             link = self._links.get(leader)
@@ -200,12 +264,13 @@ class LocalMarkerWriter:
                     continue
                 log.info("markers to broker %d not sent: %s", leader, exc)
                 return {}
-        return {
-            (t.name, int(p.partition_index)): ErrorCode(p.error_code)
-            for m in response.markers
-            for t in m.topics
-            for p in t.partitions
-        }
+        answers: dict[int, dict[TopicPartition, ErrorCode]] = {}
+        for m in response.markers:
+            outcomes = answers.setdefault(int(m.producer_id), {})
+            for t in m.topics:
+                for p in t.partitions:
+                    outcomes[(t.name, int(p.partition_index))] = ErrorCode(p.error_code)
+        return answers
 
     def write_one(
         self,

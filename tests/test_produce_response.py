@@ -55,7 +55,7 @@ def test_a_successful_partition_is_encoded_as_kio_encodes_it(version: int) -> No
 @pytest.mark.parametrize("version", range(3, 14))
 def test_a_failed_partition_with_record_errors_is_encoded_as_kio_encodes_it(version: int) -> None:
     failed = ProducedPartition(
-        4, 87, error_message="bad record", record_errors=[(2, "no key"), (5, None)]
+        4, 87, error_message="bad record", record_errors=((2, "no key"), (5, None))
     )
     ours = _ours(version, [failed, ProducedPartition(5, 0, 9)])
     theirs = _kio(

@@ -217,7 +217,7 @@ def _append(
             else ErrorCode.invalid_record
         )
         return ProducedPartition(
-            index, code, error_message=str(exc), record_errors=list(exc.record_errors)
+            index, code, error_message=str(exc), record_errors=tuple(exc.record_errors)
         )
     except InvalidBatchError as exc:
         log.warning("rejecting corrupt batch for %s-%d: %s", topic, index, exc)

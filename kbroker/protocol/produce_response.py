@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kbroker.protocol.fetch_response import (
     NodeEndpoint,
@@ -42,7 +42,8 @@ class ProducedPartition:
     log_start_offset: int = -1
     error_message: str | None = None
     # (index of the record within its batch, message): the records that failed the batch
-    record_errors: list[tuple[int, str | None]] = field(default_factory=list)
+    # A tuple: the usual answer (none) shares the empty one instead of making a list.
+    record_errors: tuple[tuple[int, str | None], ...] = ()
     # (leader id, leader epoch) with NOT_LEADER_OR_FOLLOWER, v10+ (KIP-951)
     current_leader: tuple[int, int] | None = None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -371,5 +372,30 @@ def test_metrics_count_transactional_ids_by_state(tmp_path: Path) -> None:
         assert 'kbroker_transactions{state="Ongoing"} 1.0' in lines
         assert 'kbroker_transactions{state="Empty"} 1.0' in lines
         assert "kbroker_transactions_awaiting_markers 0.0" in lines
+
+    _run(tmp_path, body)
+
+
+def test_metrics_count_a_transaction_whose_markers_are_still_being_written(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        coordinator = broker.txn_coordinator.coordinator
+        init = await _init(client, "tx")
+        await _add(client, "tx", init.producer_id, init.producer_epoch, "t", 0)
+        release = asyncio.Event()
+        markers = coordinator.markers
+
+        class HeldMarkers:
+            async def write(self, *args):  # type: ignore[no-untyped-def]
+                await release.wait()
+                return await markers.write(*args)
+
+        coordinator.markers = HeldMarkers()
+        assert await _end(client, "tx", init.producer_id, init.producer_epoch, True) == 0
+        held = render_families(broker.txn_coordinator.metrics()).splitlines()
+        release.set()
+        await coordinator.settled()
+        done = render_families(broker.txn_coordinator.metrics()).splitlines()
+        assert "kbroker_transactions_awaiting_markers 1.0" in held
+        assert "kbroker_transactions_awaiting_markers 0.0" in done
 
     _run(tmp_path, body)

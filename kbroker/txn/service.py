@@ -29,6 +29,7 @@ from kbroker.internal_topics import (
 )
 from kbroker.txn.coordinator import TransactionCoordinator, TxnConfig
 from kbroker.txn.markers import LocalMarkerWriter
+from kbroker.txn.metadata import PREPARING
 from kbroker.txn.offsets import TxnBroker, TxnOffsetStore
 from kbroker.txn.producer_ids import ProducerIdManager
 from kbroker.txn.records import TRANSACTION_STATE_TOPIC
@@ -124,7 +125,8 @@ class TransactionCoordinatorService(InternalTopicService):
         awaiting = GaugeMetricFamily(
             "kbroker_transactions_awaiting_markers",
             "Ended transactions whose markers are not all written yet.",
-            value=len(self.coordinator.incomplete),
+            # Prepared ids: their markers are being written, or wait for the next retry.
+            value=sum(1 for meta in self.coordinator.txns.values() if meta.state in PREPARING),
         )
         return [by_state, awaiting]
 

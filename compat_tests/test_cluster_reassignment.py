@@ -257,9 +257,13 @@ def test_an_empty_replica_list_is_invalid_replica_assignment(cluster: KafkaClust
 
 
 def kbroker_topics(cluster: KafkaCluster, *args: str) -> Any:
+    return kbroker_cli(cluster, "topics", *args)
+
+
+def kbroker_cli(cluster: KafkaCluster, *args: str) -> Any:
     live = ",".join(n.bootstrap for n in cluster.live_nodes)
     result = subprocess.run(
-        [*kbroker_command(), "topics", *args, "--bootstrap", live, "-o", "json"],
+        [*kbroker_command(), *args, "--bootstrap", live, "-o", "json"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -295,6 +299,10 @@ def test_the_admin_cli_starts_lists_and_cancels_a_reassignment(
         # As kafka-topics counts it: in sync against the three replicas it started with.
         (described,) = kbroker_topics(cluster, "describe", topic, "--under-replicated-partitions")
         assert described["partitions"] == []
+        status = kbroker_cli(cluster, "cluster", "status")
+        assert [
+            (a["topic"], a["problem"]) for a in status["attention"] if a["topic"] == topic
+        ] == []
         assert kbroker_topics(cluster, "reassign", topic, "--cancel", "0")["cancelled"] == [0]
         assert kbroker_topics(cluster, "reassignments") == []
     finally:

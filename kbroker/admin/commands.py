@@ -356,13 +356,10 @@ def _topics_describe(c: Cluster, args: argparse.Namespace, out: Output) -> int:
 
     # As kafka-topics does: a partition being moved shows its adding and removing
     # replicas, and is under-replicated only against the replicas it started with.
-    names = {t.name for t in shown}
-    moving = {(r.topic, r.partition): r for r in topics.list_reassignments(c) if r.topic in names}
+    moving = topics.reassignments_by_partition(c)
 
     def under_replicated(t: topics.TopicInfo, p: topics.PartitionInfo) -> bool:
-        move = moving.get((t.name, p.partition))
-        expected = len(p.replicas) - (len(move.adding) if move else 0)
-        return len(p.isr) < expected
+        return p.under_replicated_during(moving.get((t.name, p.partition)))
 
     def wanted(t: topics.TopicInfo, p: topics.PartitionInfo) -> bool:
         if args.under_replicated_partitions and not under_replicated(t, p):
@@ -809,12 +806,14 @@ def _text(data: bytes | None) -> str | None:
 def _cluster_status(c: Cluster, args: argparse.Namespace, out: Output) -> int:
     md = topics.metadata(c)
     partitions = [p for t in md.topics for p in t.partitions]
-    # Partitions an operator must look at: without a leader, or short of their replicas.
+    moving = topics.reassignments_by_partition(c)
+    # Partitions an operator must look at: without a leader, or short of their replicas
+    # (a partition being moved counted against the replicas it started with).
     troubled = [
         (t.name, p, "offline" if p.leader < 0 else "under-replicated")
         for t in md.topics
         for p in t.partitions
-        if p.leader < 0 or p.under_replicated
+        if p.leader < 0 or p.under_replicated_during(moving.get((t.name, p.partition)))
     ]
     attention = [
         {

@@ -54,6 +54,13 @@ class PartitionInfo:
     def under_replicated(self) -> bool:
         return len(self.isr) < len(self.replicas)
 
+    def under_replicated_during(self, move: Reassignment | None) -> bool:
+        """Short of in-sync replicas as kafka-topics counts it: a partition being moved
+        only against the replicas it started with (its adding ones are still catching
+        up), as the broker's UnderReplicatedPartitions metric counts it."""
+        expected = len(self.replicas) - (len(move.adding) if move else 0)
+        return len(self.isr) < expected
+
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
@@ -284,6 +291,13 @@ def list_reassignments(cluster: Cluster, names: Sequence[str] | None = None) -> 
         for t in response.topics
         for p in t.partitions
     )
+
+
+def reassignments_by_partition(
+    cluster: Cluster, names: Sequence[str] | None = None
+) -> dict[tuple[str, int], Reassignment]:
+    """The reassignments in flight (of `names`, or all), by (topic, partition)."""
+    return {(r.topic, r.partition): r for r in list_reassignments(cluster, names)}
 
 
 def list_offsets(

@@ -52,7 +52,11 @@ def delete_partition_records(
         return _result(index, ErrorCode.offset_out_of_range)
     except LogClosedError:  # the partition was deleted or moved meanwhile
         return _result(index, ErrorCode.not_leader_or_follower)
-    except (OSError, LogError):
+    except OSError as exc:
+        # Deleting segments failed: the log directory goes offline, as for a failed append.
+        broker.durability.storage_error(plog, exc)
+        return _result(index, ErrorCode.kafka_storage_error)
+    except LogError:
         log.exception("deleting records of %s-%d before %d failed", topic.name, index, target)
         return _result(index, ErrorCode.kafka_storage_error)
     return _result(index, ErrorCode.none, low_watermark)

@@ -238,8 +238,13 @@ class LogCleaner:
         config: CleanerConfig | None = None,
         settings_for: Callable[[PartitionLog], CompactionSettings] | None = None,
         clock: Callable[[], int] = _now_ms,
+        on_io_error: Callable[[PartitionLog, OSError], object] | None = None,
     ) -> None:
         self.logs = logs
+        # Where an I/O error met while cleaning a log goes: the log manager takes its
+        # directory offline (Kafka's cleaner hands it to the LogDirFailureChannel) rather
+        # than the cleaner retrying the same failing log forever.
+        self.on_io_error = on_io_error
         self.config = config or CleanerConfig()
         self.settings_for = settings_for or (lambda plog: CompactionSettings())
         self.clock = clock
@@ -258,6 +263,11 @@ class LogCleaner:
                 continue
             try:
                 candidate = assess(plog, self.settings_for(plog), now_ms)
+            except OSError as exc:
+                if self.on_io_error is None:
+                    raise
+                self.on_io_error(plog, exc)
+                continue
             except Exception:
                 log.exception("assessing %s-%d for cleaning failed", plog.topic, plog.partition)
                 continue
@@ -417,6 +427,11 @@ class LogCleaner:
         except FileNotFoundError as exc:
             # A segment went away (retention, deletion, truncation) while planned.
             log.debug("cleaning %s-%d abandoned: %s", plog.topic, plog.partition, exc)
+            return False
+        except OSError as exc:
+            if self.on_io_error is None:
+                raise
+            self.on_io_error(plog, exc)
             return False
         finally:
             self._in_progress.discard(key)

@@ -27,6 +27,7 @@ from typing import Any
 from kbroker.long_lived import PARTITIONS_BETWEEN_FREEZES, freeze_survivors
 from kbroker.storage.cleaner import CleanerConfig, CompactionSettings, LogCleaner
 from kbroker.storage.config import LogConfig
+from kbroker.storage.errors import LogClosedError
 from kbroker.storage.log import PartitionLog, parse_partition_dir
 from kbroker.storage.log_move import FUTURE_SUFFIX, LogMove, MoveCancelled, marker_time
 from kbroker.storage.meta_properties import MetaPropertiesError, ensure_meta_properties
@@ -491,8 +492,11 @@ class LogManager:
         )
         try:
             os.rename(plog.directory, doomed)
-        except OSError:
+        except OSError as exc:
             doomed = plog.directory
+            if not isinstance(exc, FileNotFoundError) and exc.errno not in _RESOURCE_ERRNOS:
+                # Kafka takes the directory offline when a deleted log cannot be renamed.
+                self.fail_dir(os.path.dirname(plog._dir), f"{type(exc).__name__}: {exc}")
         plog.directory = doomed
         plog._dir = str(doomed)
         plog.delete(remove_files=False)
@@ -668,7 +672,7 @@ class LogManager:
     ) -> None:
         """Background task: the log cleaner, compacting logs whose cleanup.policy says so
         (`settings_for` gives a log's compaction topic configs)."""
-        self.cleaner = LogCleaner(self.logs, config, settings_for)
+        self.cleaner = LogCleaner(self.logs, config, settings_for, on_io_error=self.storage_error)
         await self.cleaner.run()
 
     async def run_retention(self, interval_s: float) -> None:
@@ -679,6 +683,12 @@ class LogManager:
                     continue
                 try:
                     freed = plog.apply_retention(_now_ms())
+                except LogClosedError:
+                    continue  # deleted, moved or taken offline meanwhile
+                except OSError as exc:
+                    # Deleting segments failed: the directory cannot be trusted (Kafka
+                    # hands such an error to its LogDirFailureChannel).
+                    self.storage_error(plog, exc)
                 except Exception:
                     log.exception("retention of %s-%d failed", plog.topic, plog.partition)
                 else:

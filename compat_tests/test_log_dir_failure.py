@@ -105,6 +105,26 @@ def test_a_full_disk_takes_its_log_directory_and_partitions_offline(
     assert len(consume_from_beginning(node.bootstrap, topic, 1, partitions=[on_big])) == 1
 
 
+def test_a_broker_whose_every_log_directory_failed_halts_with_a_non_zero_status(
+    broker_factory: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    # The metadata journal lives elsewhere: only the log directory fills up.
+    node = broker_factory.start_with(
+        {"log.dirs": str(small_disk), "metadata.log.dir": str(tmp_path / "meta")}
+    )
+    topic = unique_topic("last-disk")
+    create_topic(node.bootstrap, topic, partitions=1)
+    for _ in range(20):
+        try:
+            produce(node, topic, 0, VALUE)
+        except Exception:  # the connection ends with the process
+            break
+    assert node.proc is not None
+    assert node.proc.wait(timeout=15) == 1
+    halted = [line for line in node.log_text().splitlines() if "Shutdown broker" in line]
+    assert len(halted) == 1 and f"all log dirs in {small_disk} have failed" in halted[0]
+
+
 def test_in_a_cluster_the_controller_moves_leadership_off_a_failed_directory(
     cluster_factory: Any, small_disk: Path, tmp_path: Path
 ) -> None:

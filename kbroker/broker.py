@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,9 @@ class Broker:
         self.logs = LogManager(
             self.log_dirs, move_threads=config.get("num.replica.alter.log.dirs.threads")
         )
+        # How the process ends when every log directory has failed (tests replace it).
+        self.halt: Callable[[int], None] = os._exit
+        self.logs.all_dirs_failed = self._all_log_dirs_failed
         self.replicas = ReplicaManager(self.node_id, self.logs, self.waiters, self.metadata)
         self.fetch_sessions = FetchSessionCache(
             config.get("max.incremental.fetch.session.cache.slots")
@@ -438,6 +442,19 @@ class Broker:
             if p is not None and self.node_id not in p.replicas:
                 log.info("deleting stray log %s-%d: not assigned here", plog.topic, plog.partition)
                 self.logs.delete_log(plog.topic, plog.partition)
+
+    def _all_log_dirs_failed(self) -> None:
+        """No log directory is left: halt at once with a non-zero status, as Kafka does
+        (no clean shutdown, whose checkpoints would vouch for logs that failed; in a
+        cluster the controller fences this broker when its heartbeats stop, as for a
+        killed one)."""
+        log.critical(
+            "Shutdown broker because all log dirs in %s have failed",
+            ", ".join(str(d) for d in self.log_dirs),
+        )
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        self.halt(1)
 
     def _report_offline_replicas(self, lost: list[tuple[str, int]]) -> None:
         """A log directory failed under these partitions: tell the controller, which

@@ -25,6 +25,8 @@ def test_a_failed_fsync_answers_kafka_storage_error_and_takes_the_partition_offl
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def check(broker: Broker, port: int) -> None:
+        halts: list[int] = []
+        broker.halt = halts.append  # its only log directory fails: it would halt
         client = await RawClient.connect(port)
         topic = {
             "name": "synced",
@@ -54,6 +56,7 @@ def test_a_failed_fsync_answers_kafka_storage_error_and_takes_the_partition_offl
         assert code == KAFKA_STORAGE_ERROR
         assert message is not None and "Input/output error" in message
         assert list(broker.logs.offline_dirs) == [str(tmp_path / "data")]
+        assert halts == [1]
         monkeypatch.undo()  # the disk answers again; the directory stays offline
         assert (await produce())[0] == KAFKA_STORAGE_ERROR
         client.close()

@@ -116,6 +116,10 @@ class LogManager:
         # Called with the partitions whose logs a failing log directory took out of
         # service (the replica manager drops its replicas of them).
         self.dir_failure_listeners: list[Callable[[list[tuple[str, int]]], None]] = []
+        # Called once, when the last log directory in service has failed: the broker
+        # then halts, as Kafka's does (it can serve no partition and must not pretend to).
+        self.all_dirs_failed: Callable[[], None] | None = None
+        self._all_failed_reported = False
         # Partitions whose log directory failed under them: no new log is made for them
         # until a restart (their data is on that disk; Kafka keeps them offline too).
         self._lost: set[tuple[str, int]] = set()
@@ -218,6 +222,7 @@ class LogManager:
             if root not in self.offline_dirs:
                 self.offline_dirs[root] = reason
                 log.error("log directory %s is failing: %s", root, reason)
+                self._check_all_failed()
         return reason
 
     def storage_error(self, plog: PartitionLog, exc: OSError) -> str:
@@ -254,7 +259,15 @@ class LogManager:
                 plog.delete(remove_files=False)  # closes the files, writes nothing
         for listener in self.dir_failure_listeners:
             listener(lost)
+        self._check_all_failed()
         return lost
+
+    def _check_all_failed(self) -> None:
+        if self._all_failed_reported or any(str(d) not in self.offline_dirs for d in self.log_dirs):
+            return
+        self._all_failed_reported = True
+        if self.all_dirs_failed is not None:
+            self.all_dirs_failed()
 
     def create(
         self,

@@ -10,11 +10,17 @@ import base64
 import time
 
 import pytest
-from confluent_kafka import ShareConsumer
+from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from compat_tests.cluster import KafkaCluster, running_cluster
-from compat_tests.confluent_helpers import produce_all, unique_group, unique_topic
-from compat_tests.test_share_groups import SHORT_LOCKS, set_group_configs
+from compat_tests.confluent_helpers import (
+    create_topic,
+    make_consumer,
+    produce_all,
+    unique_group,
+    unique_topic,
+)
+from compat_tests.test_share_groups import DLQ_GROUP_ENABLE, SHORT_LOCKS, set_group_configs
 from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(180)
@@ -302,3 +308,70 @@ def test_share_group_offsets_are_described_altered_and_deleted_at_share_coordina
             "the empty group's offsets deleted",
         )
         assert _start_offsets(conn, group) == {}
+
+
+def _dead_letter_topic_led_elsewhere(cluster: KafkaCluster, leader: int) -> str:
+    """A one-replica topic taking dead letters (KIP-1191), led by a broker other than
+    `leader`, which therefore holds no replica of it."""
+    for _ in range(10):
+        dlq = "dlq." + unique_topic("share-cl")
+        create_topic(cluster.bootstrap, dlq, partitions=1, config={DLQ_GROUP_ENABLE: "true"})
+        if cluster.partition(dlq).leader != leader:
+            return dlq
+    raise AssertionError(f"every dead-letter topic was led by broker {leader}")
+
+
+def _copies(cluster: KafkaCluster, dlq: str) -> list:  # type: ignore[type-arg]
+    """Every record of `dlq`, read until a second passes without another."""
+    reader = make_consumer(cluster.bootstrap)
+    copies = []
+    try:
+        reader.subscribe([dlq])
+        end = time.monotonic() + 15
+        while time.monotonic() < end and not copies:
+            message = reader.poll(0.5)
+            if message is not None and message.error() is None:
+                copies.append(message)
+        while (message := reader.poll(1.0)) is not None:
+            if message.error() is None:
+                copies.append(message)
+    finally:
+        reader.close()
+    return copies
+
+
+def test_a_rejected_record_lands_once_in_a_dead_letter_topic_led_by_another_broker(share_cluster):  # type: ignore[no-untyped-def]
+    cluster = share_cluster
+    topic, group, leader, _ = _queue_away_from_its_coordinator(cluster, 3)
+    dlq = _dead_letter_topic_led_elsewhere(cluster, leader)
+    set_group_configs(
+        cluster.bootstrap,
+        group,
+        errors_deadletterqueue_topic_name=dlq,
+        errors_deadletterqueue_copy_record_enable="true",
+    )
+    consumer = _share_consumer(cluster, group, topic)
+    seen: list[int] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(seen) < 3 and time.monotonic() < deadline:
+            for message in consumer.poll(0.5):
+                seen.append(message.offset())
+                rejected = message.offset() == 1
+                consumer.acknowledge(
+                    message, AcknowledgeType.REJECT if rejected else AcknowledgeType.ACCEPT
+                )
+            consumer.commit_sync(10)
+    finally:
+        consumer.close()
+    assert sorted(seen) == [0, 1, 2]
+    copies = _copies(cluster, dlq)
+    assert len(copies) == 1
+    headers = {k: v.decode() for k, v in copies[0].headers()}
+    assert copies[0].value() == b"1"
+    assert headers["__dlq.errors.group.id"] == group
+    assert headers["__dlq.errors.topic"] == topic
+    assert headers["__dlq.errors.partition"] == "0"
+    assert headers["__dlq.errors.offset"] == "1"
+    assert headers["__dlq.errors.delivery.count"] == "1"
+    assert headers["__dlq.errors.reason"] == "rejected"

@@ -14,10 +14,17 @@ and `errors.deadletterqueue.auto.create.topics.enable` lets the broker create it
 that config set). Records for a topic that is not allowed are only archived, with one
 log line saying why.
 
+The copy is written by the data partition's leader (which holds the share-partition) to
+the dead-letter partition's leader wherever that is: appended here when this broker
+leads it, else sent as a Produce with acks=all over the inter-broker listener; a letter
+leaves the pending list only once its copy is acknowledged.
+
 The pending copies are part of the share-partition's persisted state, so a restart still
 writes them (the broker holds a share-partition whose loaded state has some, without
-waiting for a consumer to fetch there); and before the first copy after a start the topic is searched for copies
-already made, so a crash between writing a copy and recording it cannot make a second.
+waiting for a consumer to fetch there); and before the first copy after a start, or
+after taking a share-partition over, the topic is searched (at its partitions' leaders)
+for copies already made, so a crash or a failover between writing a copy and recording
+it cannot make a second.
 """
 
 from __future__ import annotations
@@ -25,11 +32,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from kbroker.admin.client import fetch_fields, produce_fields
 from kbroker.internal_topics import ALL_REPLICAS, ServiceBroker, acknowledgement
 from kbroker.protocol.batch import HEADER_SIZE, Record, decode_records, encode_batch, read_header
 from kbroker.protocol.compression import decompress
+from kbroker.protocol.messages import build
+from kbroker.replica.broker_link import BrokerLink
 from kbroker.replica.partition import PartitionError
 from kbroker.share.partition_state import DeadLetter
 from kbroker.storage.log import PartitionLog
@@ -39,6 +53,10 @@ if TYPE_CHECKING:
     from kbroker.share.service import ShareService
 
 log = logging.getLogger("kbroker.share.dlq")
+
+PRODUCE, PRODUCE_VERSION = 0, 9  # the last to name the topic
+FETCH, FETCH_VERSION = 1, 12
+CALL_TIMEOUT_S = 10.0
 
 H_GROUP = "__dlq.errors.group.id"
 H_TOPIC = "__dlq.errors.topic"
@@ -95,6 +113,12 @@ class DeadLetterWriter:
         self._again = False
         self._written: dict[str, set[Identity]] = {}  # copies found in DLQ topics at start
         self._refused: set[str] = set()  # problems already logged
+        self._links: dict[int, BrokerLink] = {}
+
+    def forget_copies(self) -> None:
+        """Search the dead-letter topics again before the next copy: another broker
+        may have written copies since (it led a share-partition held here now)."""
+        self._written.clear()
 
     def kick(self) -> None:
         """Write whatever is pending, now or after the run under way."""
@@ -106,6 +130,9 @@ class DeadLetterWriter:
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        for link in self._links.values():
+            link.close()
+        self._links.clear()
 
     async def _run(self) -> None:
         try:
@@ -130,7 +157,10 @@ class DeadLetterWriter:
             if not await self._ensure_topic(target):
                 continue
             if target not in self._written:
-                self._written[target] = self._existing_copies(target)
+                existing = await self._existing_copies(target)
+                if existing is None:
+                    continue  # not searched: no copy yet, tried again on the next tick
+                self._written[target] = existing
             copy_record = coordinator.dead_letters_copy_records(group_id)
             done: set[int] = set()
             for letter in letters:
@@ -139,6 +169,7 @@ class DeadLetterWriter:
                     target, group_id, topic, partition, letter, copy_record
                 ):
                     break
+                self._written[target].add(identity)
                 done.add(letter.offset)
             coordinator.dead_letters_written(key, done)
         await self._service.persist()
@@ -175,11 +206,19 @@ class DeadLetterWriter:
                 if name not in controller.state.topics:
                     log.warning("cannot create dead-letter topic %s: %s", name, exc)
                     return False
-        for _ in range(50):  # the replicas open once the broker hears of the topic
-            if self._broker.replicas.get(name, 0) is not None:
+        for _ in range(50):  # its partitions get leaders once the controller elects them
+            info = controller.state.topics.get(name)
+            if info is not None and all(p.has_leader for p in info.partitions):
                 return True
             await asyncio.sleep(0.02)
         return False
+
+    def _leader_of(self, topic: str, partition: int) -> int | None:
+        info = self._broker.controller.state.topics.get(topic)
+        if info is None or not 0 <= partition < len(info.partitions):
+            return None
+        leader = info.partitions[partition].leader
+        return leader if leader >= 0 else None
 
     def _original(self, topic: str, partition: int, offset: int) -> Record | None:
         replica = self._broker.replicas.get(topic, partition)
@@ -235,13 +274,18 @@ class DeadLetterWriter:
         info = self._broker.controller.state.topics.get(target)
         if info is None:
             return False
-        replica, _ = self._broker.replicas.leader(target, partition % len(info.partitions))
+        index = partition % len(info.partitions)
+        leader = self._leader_of(target, index)
+        if leader is None:
+            return False
+        batch = encode_batch([record], now)
+        if leader != self._broker.node_id:
+            return await self._produce_at(leader, target, index, batch)
+        replica, _ = self._broker.replicas.leader(target, index)
         if replica is None:
             return False
         try:
-            appended = replica.append_as_leader(
-                encode_batch([record], now), now, CLIENT, ALL_REPLICAS
-            )
+            appended = replica.append_as_leader(batch, now, CLIENT, ALL_REPLICAS)
         except (OSError, ValueError, PartitionError) as exc:
             log.error("cannot write to dead-letter topic %s: %s", target, exc)
             return False
@@ -250,15 +294,98 @@ class DeadLetterWriter:
             await waiting
         return True
 
-    def _existing_copies(self, target: str) -> set[Identity]:
-        """Identities of the copies a dead-letter topic already holds."""
+    async def _produce_at(
+        self, leader: int, topic: str, partition: int, batch: bytes | bytearray
+    ) -> bool:
+        """Produce the copy with acks=all at the broker leading its partition."""
+        request = build(
+            load_request_schema(PRODUCE, PRODUCE_VERSION),
+            produce_fields(topic, batch, partition=partition, acks=-1, timeout_ms=30_000),
+        )
+        response = await self._call(leader, request)
+        if response is None:
+            return False
+        answer = response.responses[0].partition_responses[0]
+        if answer.error_code != ErrorCode.none:
+            log.info(
+                "dead-letter copy to %s-%d refused by broker %d: %s",
+                topic,
+                partition,
+                leader,
+                ErrorCode(answer.error_code).name,
+            )
+            return False
+        return True
+
+    async def _call(self, node_id: int, request: Any) -> Any | None:
+        """One request to another broker on the inter-broker listener; None when it
+        cannot be reached (the letters stay pending and are tried again)."""
+        node = self._broker.controller.state.brokers.get(node_id)
+        security = self._broker.inter_broker
+        address = node.endpoint(security.listener) if node is not None else None
+        if address is None:
+            return None
+        link = self._links.get(node_id)
+        if link is None or (link.host, link.port) != address:
+            if link is not None:
+                link.close()
+            link = self._links[node_id] = BrokerLink(
+                *address, f"share-dlq-{self._broker.node_id}", security
+            )
+        try:
+            return await link.call(request, CALL_TIMEOUT_S)
+        except (OSError, EOFError, TimeoutError) as exc:
+            log.info("dead-letter call to broker %d failed: %s", node_id, exc)
+            link.close()
+            self._links.pop(node_id, None)
+            return None
+
+    async def _existing_copies(self, target: str) -> set[Identity] | None:
+        """Identities of the copies a dead-letter topic already holds, read at each
+        partition's leader; None when a partition cannot be read now."""
         found: set[Identity] = set()
         info = self._broker.controller.state.topics.get(target)
         for partition in range(len(info.partitions) if info is not None else 0):
-            replica = self._broker.replicas.get(target, partition)
-            if replica is not None:
+            leader = self._leader_of(target, partition)
+            if leader is None:
+                return None
+            if leader == self._broker.node_id:
+                replica, _ = self._broker.replicas.leader(target, partition)
+                if replica is None:
+                    return None
                 self._copies_in(replica.log, found)
+            elif not await self._copies_at(leader, target, partition, found):
+                return None
         return found
+
+    async def _copies_at(
+        self, leader: int, topic: str, partition: int, found: set[Identity]
+    ) -> bool:
+        """Read a partition at its leader with Fetch, from its start to its high
+        watermark, adding the copies' identities to `found`."""
+        offset, end = 0, None
+        schema = load_request_schema(FETCH, FETCH_VERSION)
+        while end is None or offset < end:
+            request = build(
+                schema,
+                fetch_fields(topic, partition=partition, offset=offset, max_wait=0, min_bytes=0),
+            )
+            response = await self._call(leader, request)
+            if response is None:
+                return False
+            answer = response.responses[0].partitions[0]
+            if answer.error_code == ErrorCode.offset_out_of_range and offset == 0:
+                offset = int(answer.log_start_offset)
+                continue
+            if answer.error_code != ErrorCode.none:
+                return False
+            end = int(answer.high_watermark)
+            data = bytes(answer.records or b"")
+            after = _identities(data, decompress, found)
+            if after is None:
+                return offset >= end
+            offset = after
+        return True
 
     @staticmethod
     def _copies_in(plog: PartitionLog, found: set[Identity]) -> None:
@@ -270,27 +397,36 @@ class DeadLetterWriter:
                 break
             with region:
                 data = region.read()
-            pos = 0
-            moved = False
-            while pos + HEADER_SIZE <= len(data):
-                header = read_header(data, pos)
-                if pos + header.total_size > len(data):
-                    break
-                moved = True
-                for record in decode_records(data, pos, plog.decompressor or decompress):
-                    h = dict(record.headers)
-                    try:
-                        found.add(
-                            (
-                                (h.get(H_GROUP) or b"").decode(),
-                                (h.get(H_TOPIC) or b"").decode(),
-                                int(h.get(H_PARTITION) or -1),
-                                int(h.get(H_OFFSET) or -1),
-                            )
-                        )
-                    except ValueError:
-                        continue
-                offset = header.next_offset
-                pos += header.total_size
-            if not moved:
+            after = _identities(data, plog.decompressor or decompress, found)
+            if after is None:
                 break
+            offset = after
+
+
+def _identities(
+    data: bytes, decompressor: Callable[[int, bytes], bytes], found: set[Identity]
+) -> int | None:
+    """Add the identities of the copies in `data`'s whole batches to `found`; the offset
+    after the last whole batch, None when there is none."""
+    after = None
+    pos = 0
+    while pos + HEADER_SIZE <= len(data):
+        header = read_header(data, pos)
+        if pos + header.total_size > len(data):
+            break
+        for record in decode_records(data, pos, decompressor):
+            h = dict(record.headers)
+            try:
+                found.add(
+                    (
+                        (h.get(H_GROUP) or b"").decode(),
+                        (h.get(H_TOPIC) or b"").decode(),
+                        int(h.get(H_PARTITION) or -1),
+                        int(h.get(H_OFFSET) or -1),
+                    )
+                )
+            except ValueError:
+                continue
+        after = header.next_offset
+        pos += header.total_size
+    return after

@@ -152,6 +152,9 @@ def test_in_a_cluster_the_controller_moves_leadership_off_a_failed_directory(
         "the controller to elect another leader",
     )
     assert 2 not in moved.isrs
-    [shown] = cluster.raw_metadata(topic, node=cluster.node(2)).topics[0].partitions
-    assert 2 in list(shown.offline_replicas)
+    # Every broker's Metadata names the failed replica offline (the controller recorded it).
+    for node in (1, 2, 3):
+        [shown] = cluster.raw_metadata(topic, node=cluster.node(node)).topics[0].partitions
+        assert list(shown.offline_replicas) == [2], node
+        assert 2 not in list(shown.isr_nodes), node
     assert produce_one_error(cluster.node(moved.leader), topic, 0, "after") == 0

@@ -14,6 +14,7 @@ from kbroker.controller.errors import (
     STALE_BROKER_EPOCH,
 )
 from kbroker.controller.events import BrokerChanged, PartitionChanged
+from kbroker.controller.state import state_from_plain, state_to_plain
 from tests.metadata_commands import cluster, ok, part
 
 
@@ -227,3 +228,16 @@ def test_an_offline_replica_of_the_last_in_sync_broker_leaves_the_partition_lead
     state, epochs = cluster([1])
     p = part(offline(state, epochs, 1).state)
     assert (p.leader, p.isr) == (-1, (1,))
+
+
+def test_a_replica_whose_log_directory_failed_is_recorded_offline_until_its_broker_registers():
+    state, epochs = cluster([1, 2, 3])
+    state = offline(state, epochs, 2).state
+    topic_id = state.topics["t"].topic_id
+    assert state.brokers[2].replica_offline(topic_id, 0)
+    assert not state.brokers[1].replica_offline(topic_id, 0)
+    assert state_from_plain(state_to_plain(state)).brokers[2].offline_replicas == {(topic_id, 0)}
+    # A restarted broker checked its directories again: its replicas are back.
+    again = {"node_id": 2, "host": "h", "port": 9002, "timestamp_ms": 0}
+    state = ok(state, cmd.REGISTER_BROKER, again).state
+    assert not state.brokers[2].replica_offline(topic_id, 0)

@@ -270,19 +270,26 @@ def _replicas_offline(state: MetadataState, p: dict[str, Any]) -> Applied:
     directory, which a KRaft broker reports in its heartbeat): its replicas of them are
     offline, so it leaves their ISR (unless it is the last member) and leads none of
     them; a new leader is elected from the rest of the ISR."""
-    node = _current_broker(state, p).node_id
+    reporter = _current_broker(state, p)
+    node = reporter.node_id
     usable = leadership.usable_in(state)
     changed: dict[str, list[PartitionInfo]] = {}
+    offline: set[tuple[uuid.UUID, int]] = set()
     for topic_id, index in p["partitions"]:
         topic = state.topics_by_id.get(uuid.UUID(bytes=topic_id))
         if topic is None or not 0 <= index < len(topic.partitions):
             continue  # deleted meanwhile
+        offline.add((topic.topic_id, index))
         partitions = changed.setdefault(topic.name, list(topic.partitions))
         partitions[index] = leadership.without_broker(
             partitions[index],
             node,
             lambda r: r != node and usable(r),
             _unclean(topic, p.get("unclean", False)),
+        )
+    if not offline <= reporter.offline_replicas:
+        state = _with_broker(
+            state, replace(reporter, offline_replicas=reporter.offline_replicas | offline)
         )
     new, events = _with_partitions(state, changed)
     return Applied(new, len(events), events)

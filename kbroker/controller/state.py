@@ -38,6 +38,14 @@ class BrokerInfo:
     # Every advertised listener as (name, host, port); host/port above are the
     # inter-broker one's.
     endpoints: tuple[tuple[str, str, int], ...] = ()
+    # (topic id, partition) of this incarnation's replicas whose log directory failed
+    # (Kafka records the broker's offline log directories): offline in Metadata on
+    # every broker until the broker registers again.
+    offline_replicas: frozenset[tuple[uuid.UUID, int]] = frozenset()
+
+    def replica_offline(self, topic_id: uuid.UUID, partition: int) -> bool:
+        """Whether this broker cannot serve its replica of the partition."""
+        return self.fenced or (topic_id, partition) in self.offline_replicas
 
     def endpoint(self, listener: str) -> tuple[str, int] | None:
         """(host, port) this broker advertises on `listener`; a registration that named
@@ -161,6 +169,7 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
                 "epoch": b.epoch,
                 "shutting_down": b.shutting_down,
                 "endpoints": [list(e) for e in b.endpoints],
+                "offline_replicas": sorted([t.bytes, i] for t, i in b.offline_replicas),
             }
             for b in state.brokers.values()
         ],
@@ -210,6 +219,9 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
             epoch=b.get("epoch", 0),
             shutting_down=b.get("shutting_down", False),
             endpoints=tuple((e[0], e[1], e[2]) for e in b.get("endpoints", ())),
+            offline_replicas=frozenset(
+                (uuid.UUID(bytes=t), i) for t, i in b.get("offline_replicas", ())
+            ),
         )
         for b in data.get("brokers", [])
     }

@@ -7,12 +7,14 @@ naming the first topic and partition the next request should start from.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
-from kbroker.controller.state import INTERNAL_TOPICS
+from kbroker.controller.state import INTERNAL_TOPICS, BrokerInfo
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
@@ -98,7 +100,13 @@ def describe_cluster(
 # -- DescribeTopicPartitions ---------------------------------------------------------------
 
 
-def _partition(p: Any, live: set[int]) -> dict[str, Any]:
+def _partition(
+    p: Any, live: set[int], topic_id: uuid.UUID, brokers: Mapping[int, BrokerInfo]
+) -> dict[str, Any]:
+    def offline(replica: int) -> bool:
+        b = brokers.get(replica)
+        return b is None or b.replica_offline(topic_id, p.partition)
+
     return {
         "error_code": ErrorCode.none,
         "partition_index": p.partition,
@@ -108,7 +116,7 @@ def _partition(p: Any, live: set[int]) -> dict[str, Any]:
         "isr_nodes": list(p.isr),
         "eligible_leader_replicas": [],
         "last_known_elr": [],
-        "offline_replicas": [r for r in p.replicas if r not in live],
+        "offline_replicas": [r for r in p.replicas if offline(r)],
     }
 
 
@@ -187,7 +195,7 @@ def describe_topic_partitions(
                 "name": name,
                 "topic_id": info.topic_id,
                 "is_internal": name in INTERNAL_TOPICS,
-                "partitions": [_partition(p, live) for p in taken],
+                "partitions": [_partition(p, live, info.topic_id, state.brokers) for p in taken],
                 "topic_authorized_operations": TOPIC_OPERATIONS,
             }
         )

@@ -42,15 +42,16 @@ def describe_topic(
     storage_failed: tuple[int, Mapping[tuple[str, int], str]] | None = None,
 ) -> dict[str, Any]:
     """A topic as Kafka's Metadata shows it: a partition without a leader carries
-    LEADER_NOT_AVAILABLE, and replicas on brokers that are fenced or unknown are offline.
+    LEADER_NOT_AVAILABLE, and replicas on brokers that are fenced or unknown, or whose log
+    directory failed (as the controller recorded it), are offline.
     `storage_failed` is (this node, the partitions whose logs could not be made here):
     where this node should lead one of those, the partition is not offered (no leader,
     KAFKA_STORAGE_ERROR, this replica offline), as Kafka shows a partition whose log
     directory failed."""
 
-    def offline(replica: int) -> bool:
+    def offline(replica: int, partition: int) -> bool:
         b = brokers.get(replica)
-        return b is None or b.fenced
+        return b is None or b.replica_offline(topic.topic_id, partition)
 
     node, failed = storage_failed if storage_failed else (-1, {})
     name = topic.name
@@ -58,7 +59,7 @@ def describe_topic(
     for p in topic.partitions:
         error_code = ErrorCode.none if p.has_leader else ErrorCode.leader_not_available
         leader, isr = p.leader, list(p.isr)
-        offline_replicas = [r for r in p.replicas if offline(r)]
+        offline_replicas = [r for r in p.replicas if offline(r, p.partition)]
         if failed and node in p.replicas and (name, p.partition) in failed:
             offline_replicas = sorted({*offline_replicas, node})
             if leader == node:

@@ -98,3 +98,20 @@ def test_the_wire_form_keeps_acknowledged_archived_and_delivery_counts() -> None
         back.snapshot() == SharePartitionState.from_snapshot(json.loads(stored), 5, 100).snapshot()
     )
     assert json.loads(from_state_batches("orders", start, batches, 7))["leader_epoch"] == 7
+
+
+def test_the_wire_form_keeps_dead_letters_whose_copy_is_not_yet_written() -> None:
+    # Without them a failover between archiving a record and writing its copy would
+    # lose the dead letter: only the stored state tells the next leader of it.
+    state = SharePartitionState(10, 5, 100)
+    state.dead_letters_enabled = True
+    state.acquire("m", [(10, 14)], 10, 0, 1000)
+    state.acknowledge("m", [AckBatch(10, 14, (1, 3, 1, 3, 1))], 0, 1000)
+    assert [d.offset for d in state.pending_dead_letters] == [11, 13]
+    stored = state_value("orders", state.snapshot())
+    start, batches = to_state_batches(stored)
+    back = SharePartitionState.from_snapshot(
+        json.loads(from_state_batches("orders", start, batches, 7)), 5, 100
+    )
+    assert back.pending_dead_letters == state.pending_dead_letters
+    assert back.snapshot() == state.snapshot()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbroker.coordinator.records import partition_for
+from kbroker.share.partition_state import DELIVERY_LIMIT, REJECTED
 from kbroker.share.records import KeyValue, StateKey, fold
 
 NONE = 0
@@ -150,11 +151,25 @@ class ShareStateStore:
 
 # -- Kafka's wire form of a share-partition's state (Read/WriteShareGroupState) -----------
 
+# A record archived with its dead-letter copy not yet acknowledged goes to the share
+# coordinator as a one-offset state batch of its own, after the others, in a delivery
+# state Kafka does not use (ARCHIVED's 4 is the highest): this flag with the reason's
+# index. Only kbroker brokers exchange these requests; the pending copies thus stay in
+# the stored state until written, and whichever broker leads the data partition next
+# reads them back.
+PENDING_DEAD_LETTER = 0x40
+DEAD_LETTER_REASONS = (DELIVERY_LIMIT, REJECTED)
+
 
 def to_state_batches(value: bytes) -> tuple[int, list[tuple[int, int, int, int]]]:
-    """(start offset, [(first, last, delivery state, delivery count)]) of a stored state."""
+    """(start offset, [(first, last, delivery state, delivery count)]) of a stored state,
+    its pending dead letters last."""
     data = json.loads(value)
-    return int(data["start"]), [(int(a), int(b), int(s), int(c)) for a, b, s, c in data["runs"]]
+    batches = [(int(a), int(b), int(s), int(c)) for a, b, s, c in data["runs"]]
+    for offset, count, reason in data.get("dlq", []):
+        code = DEAD_LETTER_REASONS.index(reason) if reason in DEAD_LETTER_REASONS else 0
+        batches.append((int(offset), int(offset), PENDING_DEAD_LETTER | code, int(count)))
+    return int(data["start"]), batches
 
 
 def state_batch_fields(batches: Iterable[tuple[int, int, int, int]]) -> list[dict[str, int]]:
@@ -173,13 +188,23 @@ def from_state_batches(
     state_epoch: int = 0,
 ) -> bytes:
     """A stored state from the wire form: the in-flight window ends after its last batch."""
-    runs = sorted([a, b, s, c] for a, b, s, c in batches)
+    runs: list[list[int]] = []
+    dlq: list[list[int | str]] = []
+    for a, b, s, c in batches:
+        if s & PENDING_DEAD_LETTER:
+            reason = DEAD_LETTER_REASONS[
+                min(s & ~PENDING_DEAD_LETTER, len(DEAD_LETTER_REASONS) - 1)
+            ]
+            dlq.extend([o, c, reason] for o in range(a, b + 1))
+        else:
+            runs.append([a, b, s, c])
+    runs.sort()
     end = max([start, *(b + 1 for _, b, _, _ in runs)])
     data = {
         "start": start,
         "end": end,
         "runs": runs,
-        "dlq": [],
+        "dlq": dlq,
         "topic": topic,
         "leader_epoch": leader_epoch,
         "state_epoch": state_epoch,

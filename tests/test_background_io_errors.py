@@ -42,7 +42,7 @@ def test_retention_failing_to_delete_a_segment_takes_its_log_directory_offline(
     fill(plog, 5, ts=NOW - 10_000)
     lost: list[tuple[str, int]] = []
     m.dir_failure_listeners.append(lost.extend)
-    monkeypatch.setattr(segment_module.os, "unlink", eio)
+    monkeypatch.setattr(segment_module, "remove_file", eio)
 
     async def one_pass() -> None:
         task = asyncio.create_task(m.run_retention(0.01))

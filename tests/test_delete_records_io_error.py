@@ -1,0 +1,67 @@
+"""DeleteRecords whose segment deletion fails with an I/O error (EIO injected into the
+segment removal: a real disk's failure cannot be made on demand) answers KAFKA_STORAGE_ERROR and
+takes the log directory offline, as an append's I/O error does."""
+
+from __future__ import annotations
+
+import errno
+import time
+from pathlib import Path
+
+import pytest
+from inprocess import RawClient, run_broker
+
+from kbroker.admin.client import produce_fields
+from kbroker.broker import Broker
+from kbroker.protocol.batch import encode_batch
+from kbroker.storage import segment as segment_module
+
+PRODUCE, DELETE_RECORDS, CREATE_TOPICS = 0, 21, 19
+KAFKA_STORAGE_ERROR = 56
+
+
+def test_delete_records_failing_to_delete_a_segment_takes_the_log_directory_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def check(broker: Broker, port: int) -> None:
+        halts: list[int] = []
+        broker.halt = halts.append  # its only log directory fails: it would halt
+        client = await RawClient.connect(port)
+        topic = {
+            "name": "trimmed",
+            "num_partitions": 1,
+            "replication_factor": 1,
+            "assignments": [],
+            "configs": [{"name": "segment.bytes", "value": "1024"}],
+        }
+        created = await client.call(
+            CREATE_TOPICS, 7, {"topics": [topic], "timeout": 10000, "validate_only": False}
+        )
+        assert created.topics[0].error_code == 0
+        for _ in range(5):
+            batch = bytes(encode_batch([b"x" * 600], int(time.time() * 1000)))
+            answer = await client.call(PRODUCE, 9, produce_fields("trimmed", batch, acks=1))
+            assert answer.responses[0].partition_responses[0].error_code == 0
+
+        def eio(path: str) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(segment_module, "remove_file", eio)
+        answer = await client.call(
+            DELETE_RECORDS,
+            2,
+            {
+                "topics": [
+                    {"name": "trimmed", "partitions": [{"partition_index": 0, "offset": 4}]}
+                ],
+                "timeout": 1000,
+            },
+        )
+        monkeypatch.undo()
+        assert answer.topics[0].partitions[0].error_code == KAFKA_STORAGE_ERROR
+        assert list(broker.logs.offline_dirs) == [str(tmp_path / "data")]
+        assert "Input/output error" in broker.logs.offline_dirs[str(tmp_path / "data")]
+        assert halts == [1]
+        client.close()
+
+    run_broker(tmp_path, check)

@@ -11,14 +11,17 @@ import time
 
 import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from compat_tests.cluster import KafkaCluster, running_cluster
 from compat_tests.confluent_helpers import (
+    admin_client,
     create_topic,
     make_consumer,
     produce_all,
     unique_group,
     unique_topic,
+    watermarks,
 )
 from compat_tests.test_share_groups import DLQ_GROUP_ENABLE, SHORT_LOCKS, set_group_configs
 from kbroker.admin.client import BrokerConnection
@@ -310,15 +313,33 @@ def test_share_group_offsets_are_described_altered_and_deleted_at_share_coordina
         assert _start_offsets(conn, group) == {}
 
 
-def _dead_letter_topic_led_elsewhere(cluster: KafkaCluster, leader: int) -> str:
+def _dead_letter_topic_led_elsewhere(cluster: KafkaCluster, leader: int, **configs: str) -> str:
     """A one-replica topic taking dead letters (KIP-1191), led by a broker other than
     `leader`, which therefore holds no replica of it."""
     for _ in range(10):
         dlq = "dlq." + unique_topic("share-cl")
-        create_topic(cluster.bootstrap, dlq, partitions=1, config={DLQ_GROUP_ENABLE: "true"})
+        create_topic(
+            cluster.bootstrap, dlq, partitions=1, config={DLQ_GROUP_ENABLE: "true", **configs}
+        )
         if cluster.partition(dlq).leader != leader:
             return dlq
     raise AssertionError(f"every dead-letter topic was led by broker {leader}")
+
+
+def _reject_offset_one(consumer: ShareConsumer, total: int) -> list[int]:
+    """Consume `total` records, rejecting offset 1 and accepting the others; the offsets
+    delivered."""
+    seen: list[int] = []
+    deadline = time.monotonic() + 20
+    while len(seen) < total and time.monotonic() < deadline:
+        for message in consumer.poll(0.5):
+            seen.append(message.offset())
+            rejected = message.offset() == 1
+            consumer.acknowledge(
+                message, AcknowledgeType.REJECT if rejected else AcknowledgeType.ACCEPT
+            )
+        consumer.commit_sync(10)
+    return sorted(seen)
 
 
 def _copies(cluster: KafkaCluster, dlq: str) -> list:  # type: ignore[type-arg]
@@ -351,20 +372,10 @@ def test_a_rejected_record_lands_once_in_a_dead_letter_topic_led_by_another_brok
         errors_deadletterqueue_copy_record_enable="true",
     )
     consumer = _share_consumer(cluster, group, topic)
-    seen: list[int] = []
-    deadline = time.monotonic() + 20
     try:
-        while len(seen) < 3 and time.monotonic() < deadline:
-            for message in consumer.poll(0.5):
-                seen.append(message.offset())
-                rejected = message.offset() == 1
-                consumer.acknowledge(
-                    message, AcknowledgeType.REJECT if rejected else AcknowledgeType.ACCEPT
-                )
-            consumer.commit_sync(10)
+        assert _reject_offset_one(consumer, 3) == [0, 1, 2]
     finally:
         consumer.close()
-    assert sorted(seen) == [0, 1, 2]
     copies = _copies(cluster, dlq)
     assert len(copies) == 1
     headers = {k: v.decode() for k, v in copies[0].headers()}
@@ -374,4 +385,52 @@ def test_a_rejected_record_lands_once_in_a_dead_letter_topic_led_by_another_brok
     assert headers["__dlq.errors.partition"] == "0"
     assert headers["__dlq.errors.offset"] == "1"
     assert headers["__dlq.errors.delivery.count"] == "1"
+    assert headers["__dlq.errors.reason"] == "rejected"
+
+
+def test_a_dead_letter_pending_when_the_partition_leader_dies_is_written_once_by_the_next(
+    share_cluster,
+):  # type: ignore[no-untyped-def]
+    cluster = share_cluster
+    topic, group, leader, _ = _queue_away_from_its_coordinator(cluster, 3)
+    # One replica and min.insync.replicas=2: the copy (acks=all) is refused until the
+    # topic's config changes, so the letter stays pending through the leader's death.
+    dlq = _dead_letter_topic_led_elsewhere(cluster, leader, **{"min.insync.replicas": "2"})
+    set_group_configs(cluster.bootstrap, group, errors_deadletterqueue_topic_name=dlq)
+    consumer = _share_consumer(cluster, group, topic)
+    try:
+        assert _reject_offset_one(consumer, 3) == [0, 1, 2]
+        time.sleep(1.0)  # the old leader tries the copy and is refused
+        assert watermarks(cluster.bootstrap, dlq) == (0, 0)
+        cluster.kill(leader)
+        new_leader = cluster.wait_until(
+            lambda: next(
+                (p.leader for p in [cluster.partition(topic)] if p.leader not in (-1, leader)),
+                None,
+            ),
+            20,
+            "a new leader",
+        )
+        assert new_leader != leader
+        end = time.monotonic() + 3  # its fetches make the new leader hold the share-partition
+        while time.monotonic() < end:
+            assert not consumer.poll(0.5)  # nothing comes back: all were acknowledged
+        admin = admin_client(cluster.bootstrap)
+        resource = ConfigResource(
+            "TOPIC",
+            dlq,
+            incremental_configs=[
+                ConfigEntry("min.insync.replicas", "1", incremental_operation=AlterConfigOpType.SET)
+            ],
+        )
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(timeout=15)
+        copies = _copies(cluster, dlq)
+    finally:
+        consumer.close()
+        cluster.heal()
+    assert len(copies) == 1
+    headers = {k: v.decode() for k, v in copies[0].headers()}
+    assert headers["__dlq.errors.topic"] == topic
+    assert headers["__dlq.errors.offset"] == "1"
     assert headers["__dlq.errors.reason"] == "rejected"

@@ -57,6 +57,7 @@ log = logging.getLogger("kbroker.share.dlq")
 PRODUCE, PRODUCE_VERSION = 0, 9  # the last to name the topic
 FETCH, FETCH_VERSION = 1, 12
 CALL_TIMEOUT_S = 10.0
+RETRY_BACKOFF_S = 0.5
 
 H_GROUP = "__dlq.errors.group.id"
 H_TOPIC = "__dlq.errors.topic"
@@ -138,7 +139,10 @@ class DeadLetterWriter:
         try:
             while True:
                 self._again = False
-                await self._write_pending()
+                if not await self._write_pending():
+                    # A copy not written (its leader unreachable or refusing): try again
+                    # after a pause, not in a tight loop with each persisted change.
+                    await asyncio.sleep(RETRY_BACKOFF_S)
                 if not self._again:
                     return
         except asyncio.CancelledError:
@@ -146,8 +150,10 @@ class DeadLetterWriter:
         except Exception:
             log.exception("writing dead letters failed; retrying on the next change")
 
-    async def _write_pending(self) -> None:
+    async def _write_pending(self) -> bool:
+        """Write the pending copies; whether all were written (or given up)."""
         coordinator = self._service.coordinator
+        complete = True
         for key, topic, letters in coordinator.pending_dead_letters():
             group_id, _, partition = key
             target = coordinator.dead_letter_topic(group_id)
@@ -155,11 +161,13 @@ class DeadLetterWriter:
                 coordinator.dead_letters_written(key, {d.offset for d in letters})
                 continue
             if not await self._ensure_topic(target):
+                complete = False
                 continue
             if target not in self._written:
                 existing = await self._existing_copies(target)
                 if existing is None:
-                    continue  # not searched: no copy yet, tried again on the next tick
+                    complete = False
+                    continue  # not searched: no copy yet, tried again
                 self._written[target] = existing
             copy_record = coordinator.dead_letters_copy_records(group_id)
             done: set[int] = set()
@@ -168,11 +176,13 @@ class DeadLetterWriter:
                 if identity not in self._written[target] and not await self._copy(
                     target, group_id, topic, partition, letter, copy_record
                 ):
+                    complete = False
                     break
                 self._written[target].add(identity)
                 done.add(letter.offset)
             coordinator.dead_letters_written(key, done)
         await self._service.persist()
+        return complete
 
     def _allowed(self, group_id: str, target: str) -> bool:
         """KIP-1191's rules for the topic, checked now: the operator may change them."""

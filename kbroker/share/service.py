@@ -615,7 +615,9 @@ class ShareService(InternalTopicService):
             return ErrorCode.none  # leadership moved on meanwhile, or held already
         now = int(time.time() * 1000)
         self.coordinator.hold(group_id, ref, partition, bounds, now, stored, state_epoch)
-        self.dead_letters.forget_copies()  # a former leader may have written some
+        held = self.coordinator.partitions.get(key)
+        if held is not None and held.state.pending_dead_letters:
+            self.dead_letters.forget_copies()  # a former leader may have written some
         return ErrorCode.none
 
     # -- ShareFetch ----------------------------------------------------------------------

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import time
 import uuid
@@ -192,6 +193,8 @@ class ShareService(InternalTopicService):
         self._wake = asyncio.Event()
         self._holding: dict[StateKey, asyncio.Future[ErrorCode]] = {}
         self._unheld_dead_letters: set[StateKey] = set()
+        self._led: dict[tuple[str, int], int] = {}  # data partitions led here: epochs
+        self._peeking: asyncio.Task[None] | None = None
 
     # -- InternalTopicService --------------------------------------------------------------
 
@@ -308,6 +311,8 @@ class ShareService(InternalTopicService):
         if not self.enabled:
             return
         self.dead_letters.stop()
+        if self._peeking is not None:
+            self._peeking.cancel()
         self.persister.close()
         await super().stop()
 
@@ -326,6 +331,7 @@ class ShareService(InternalTopicService):
 
     def _tick(self) -> None:
         self._drop_lost()
+        self._peek_for_dead_letters()
         self._hold_dead_letters()
         self.coordinator.tick(int(time.time() * 1000))
         self.persist()
@@ -339,6 +345,48 @@ class ShareService(InternalTopicService):
                     "no longer leading share-partition %s of %s-%d", key[0], held.topic, key[2]
                 )
                 self.coordinator.drop(key)
+
+    def _peek_for_dead_letters(self) -> None:
+        """On becoming a data partition's leader, read the stored states of the groups
+        that name a dead-letter topic: one with dead letters still to write (its former
+        leader died before writing them) is then held and written, as after a restart,
+        without waiting for a consumer to fetch here. A group without a stored state
+        for the partition is left alone (nothing is created)."""
+        led = {
+            p.key: p.leader_epoch
+            for p in self.broker.replicas.hosted.values()
+            if p.is_leader and not p.topic.startswith("__")
+        }
+        gained = [(k, e) for k, e in led.items() if self._led.get(k) != e]
+        self._led = led
+        groups = [
+            g for g in self.coordinator.group_configs if self.coordinator.dead_letter_topic(g)
+        ]
+        if not gained or not groups or STATE_TOPIC not in self.broker.controller.state.topics:
+            return
+        keys: list[tuple[StateKey, int]] = []
+        for (topic, partition), epoch in gained:
+            ref = self.coordinator.topics.by_name(topic)
+            if ref is not None:
+                keys += [((g, ref.topic_id, partition), epoch) for g in groups]
+        previous = self._peeking
+        self._peeking = asyncio.ensure_future(self._peek(keys, previous))
+
+    async def _peek(
+        self, keys: list[tuple[StateKey, int]], previous: asyncio.Task[None] | None
+    ) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        for key, epoch in keys:
+            if key in self.coordinator.partitions:
+                continue
+            try:
+                error, stored, _ = await self.persister.read(key, epoch)
+            except Exception:  # noqa: BLE001 - left to a consumer's fetch
+                log.exception("reading the share state of %s failed", key)
+                continue
+            if error == ErrorCode.none and stored is not None and json.loads(stored).get("dlq"):
+                await self._start_holding(key)
 
     def _hold_dead_letters(self) -> None:
         """Hold the share-partitions led here whose stored state (loaded at start or on

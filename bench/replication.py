@@ -1,7 +1,7 @@
 """Replicated produce and failover, measured in one run on one machine.
 
     .venv/bin/python -m bench.replication [--records 300000] [--rounds 3] [--kills 10]
-    .venv/bin/python -m bench.replication --failover-only --kills 10
+    .venv/bin/python -m bench.replication --failover-only --kills 10 [--shutdowns 5]
 
 Two clusters run side by side for the whole run, both from compat_tests/cluster.py
 (every node a KRaft voter and a broker, on loopback, each with its own data dir): one of
@@ -15,6 +15,12 @@ one node and one of three. Figures:
               (acks=all, the same producer throughout): seconds from the kill to the first
               acknowledgement, which only the new leader can give. The killed node is
               restarted and waited back into the ISR before the next kill.
+  controlled shutdown  `--shutdowns` times SIGTERM the leader of one partition of a
+              6-partition RF=3 (min.insync.replicas=2) topic while an idempotent acks=all
+              producer writes steadily and a consumer reads; restart it and wait until it
+              is back in every ISR. Failed deliveries (goal 0), fatal client errors,
+              librdkafka's retries, seconds to exit, and whether every acknowledged record
+              was read back once and in order. `--kills 0` skips the failover figure.
 The clusters run with Kafka's default broker liveness settings
 (`broker.heartbeat.interval.ms=2000`, `broker.session.timeout.ms=9000`; compat tests use
 300 and 3000), which bound how soon a dead broker is noticed;
@@ -27,12 +33,13 @@ import argparse
 import json
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from bench.kafka_load import PRODUCER_BULK, produce_rate
@@ -125,6 +132,154 @@ def failovers(cluster: KafkaCluster, kills: int) -> list[float]:
     return figures
 
 
+def keep(into: dict[int, list[tuple[int, int]]], msg: Any) -> None:
+    """Note a record's offset and the sequence number its value carries, by partition."""
+    into[msg.partition()].append((msg.offset(), int(msg.value())))
+
+
+def controlled_shutdowns(
+    cluster: KafkaCluster, shutdowns: int, partitions: int = 6
+) -> dict[str, Any]:
+    """SIGTERM the leader of a partition under steady idempotent acks=all produce and a
+    consumer, restart it, wait until it is back in every ISR; `shutdowns` times. Failed
+    deliveries (the issue's failed requests, goal 0), the seconds each controlled shutdown
+    took, librdkafka's retries, and whether every acknowledged record was read back once
+    and in order."""
+    topic = f"replbench-{uuid.uuid4().hex[:8]}"
+    admin = cluster.admin()
+    new = NewTopic(topic, partitions, 3, config={"min.insync.replicas": "2"})
+    admin.create_topics([new], operation_timeout=10)[topic].result(30)
+    cluster.wait_until(
+        lambda: all(cluster.partition(topic, p).leader >= 0 for p in range(partitions)),
+        10.0,
+        f"a leader for every partition of {topic}",
+    )
+    acked: dict[int, list[tuple[int, int]]] = {p: [] for p in range(partitions)}
+    failures: list[str] = []
+    client_errors: list[str] = []
+    stats: dict[str, Any] = {}
+    notices: dict[str, int] = {}
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            failures.append(f"partition {msg.partition()}: {err}")
+        else:
+            keep(acked, msg)
+
+    def on_error(err: Any) -> None:
+        # librdkafka reports here what it recovers from itself (the stopped broker's
+        # refused connection, _TRANSPORT); only a fatal error is the application's to handle.
+        notices[err.name()] = notices.get(err.name(), 0) + 1
+        if err.fatal():
+            client_errors.append(str(err))
+
+    def on_stats(raw: str) -> None:
+        stats.update(json.loads(raw))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": 120000,
+            "statistics.interval.ms": 500,
+            "error_cb": on_error,
+            "stats_cb": on_stats,
+        }
+    )
+    stop = threading.Event()
+
+    def produce() -> None:
+        sequence = 0
+        while not stop.is_set():
+            for _ in range(20):
+                partition = sequence % partitions
+                producer.produce(
+                    topic, str(sequence).encode(), partition=partition, on_delivery=delivered
+                )
+                sequence += 1
+            producer.poll(0.01)
+
+    consumed: dict[int, list[tuple[int, int]]] = {p: [] for p in range(partitions)}
+    consumer_errors: list[str] = []
+
+    def consume() -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "group.id": f"{topic}-reader",
+                "enable.auto.commit": False,
+                "error_cb": on_error,
+            }
+        )
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        while not stop.is_set() or sum(map(len, consumed.values())) < sum(map(len, acked.values())):
+            for msg in consumer.consume(500, 0.2):
+                if msg.error():
+                    consumer_errors.append(str(msg.error()))
+                else:
+                    keep(consumed, msg)
+            if stop.is_set() and time.monotonic() > deadline:
+                break
+        consumer.close()
+
+    deadline = float("inf")
+    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+    for thread in threads:
+        thread.start()
+    shutdown_s: list[float] = []
+    try:
+        time.sleep(2)
+        for n in range(shutdowns):
+            partition = n % partitions
+            leader = cluster.partition(topic, partition).leader
+            started = time.monotonic()
+            code = cluster.stop(leader)
+            shutdown_s.append(time.monotonic() - started)
+            print(
+                f"  stopped broker {leader} (leader of partition {partition}): exit {code} "
+                f"after {shutdown_s[-1]:.2f} s; failed deliveries so far {len(failures)}",
+                flush=True,
+            )
+            cluster.node(leader).start()
+            cluster.wait_until(
+                lambda: all(
+                    sorted(cluster.partition(topic, p).isrs) == [1, 2, 3] for p in range(partitions)
+                ),
+                60.0,
+                f"broker {leader} back in every ISR",
+            )
+            time.sleep(1)
+    finally:
+        stop.set()
+        threads[0].join()
+        producer.flush(120)
+        deadline = time.monotonic() + 60
+        threads[1].join()
+    brokers = stats.get("brokers", {}).values()
+    retries = sum(b.get("txretries", 0) for b in brokers)
+    request_errors = sum(b.get("txerrs", 0) + b.get("rxerrs", 0) for b in brokers)
+    in_order = all(
+        [v for _, v in sorted(acked[p])] == [v for _, v in consumed[p]]
+        and [v for _, v in consumed[p]] == sorted({v for _, v in consumed[p]})
+        for p in range(partitions)
+    )
+    return {
+        "shutdown_s": shutdown_s,
+        "acknowledged": sum(map(len, acked.values())),
+        "consumed": sum(map(len, consumed.values())),
+        "failed_deliveries": len(failures),
+        "failures": failures[:10],
+        "client_errors": client_errors[:10],
+        "consumer_errors": consumer_errors[:10],
+        "producer_retries": retries,
+        "producer_request_errors": request_errors,
+        "error_cb_notices": notices,
+        "read_back_once_in_order": in_order,
+    }
+
+
 def throughput(
     single: KafkaCluster, three: KafkaCluster, args: argparse.Namespace, result: dict[str, Any]
 ) -> None:
@@ -156,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-records", type=int, default=1000)
     parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--shutdowns", type=int, default=5)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=2000)
     parser.add_argument("--session-timeout-ms", type=int, default=9000)
     parser.add_argument(
@@ -176,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
             if single is not None:
                 single.start()
                 throughput(single, three, args, result)
-            result["failover_s"] = failovers(three, args.kills)
+            result["failover_s"] = failovers(three, args.kills) if args.kills else []
+            if args.shutdowns:
+                result["controlled_shutdown"] = controlled_shutdowns(three, args.shutdowns)
         finally:
             three.kill_all()
             if single is not None:
@@ -185,7 +343,23 @@ def main(argv: list[str] | None = None) -> int:
     summary = (
         f"failover median {statistics.median(seconds):.2f} s, max {max(seconds):.2f} s "
         f"over {len(seconds)} kills"
+        if seconds
+        else ""
     )
+    if "controlled_shutdown" in result:
+        shut = result["controlled_shutdown"]
+        summary += "; " if summary else ""
+        summary += (
+            f"controlled shutdown x{len(shut['shutdown_s'])}: "
+            f"{shut['failed_deliveries']} failed deliveries, "
+            f"{len(shut['client_errors'])} fatal client errors, "
+            f"{shut['producer_retries']} producer retries and "
+            f"{shut['producer_request_errors']} request errors, "
+            f"error_cb notices {shut['error_cb_notices']}, shutdown median "
+            f"{statistics.median(shut['shutdown_s']):.2f} s max {max(shut['shutdown_s']):.2f} s, "
+            f"{shut['acknowledged']} acknowledged, {shut['consumed']} read back, "
+            f"once and in order: {shut['read_back_once_in_order']}"
+        )
     if result["rounds"]:
         rounds = result["rounds"]
         result["median"] = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}

@@ -694,3 +694,45 @@ def test_share_fetch_v2_record_limit_mode_and_renewals(share_broker):  # type: i
         assert acquired == [] and int(part.acknowledge_error_code) == 0
         acquired, _ = fetch(conn, 2)
         assert acquired == [(5, 9)]
+
+
+def _described_once_loaded(broker, group: str):  # type: ignore[no-untyped-def]
+    """ShareGroupDescribe of one group, asked again while the broker, just started,
+    is still loading the group's offsets partition (NOT_COORDINATOR)."""
+    deadline = time.monotonic() + 15
+    with _wire(broker) as conn:
+        while True:
+            described = conn.request(77, 1, group_ids=[group], include_authorized_operations=False)
+            if int(described.groups[0].error_code) != 16 or time.monotonic() > deadline:
+                return described.groups[0]
+            time.sleep(0.2)
+
+
+def _listed_share_groups(broker) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """The groups ListGroups names with the type filter "share", with their states."""
+    with _wire(broker) as conn:
+        listed = conn.request(16, 5, states_filter=[], types_filter=["share"])
+        return {g.group_id: g.group_state for g in listed.groups}
+
+
+def test_an_empty_share_group_survives_a_restart_and_its_deletion_does_too(broker_factory):  # type: ignore[no-untyped-def]
+    broker = broker_factory.start_with(BROKER)
+    topic, group = new_queue(broker.bootstrap, 0)
+    with _wire(broker) as conn:
+        joined = _heartbeat(conn, group, "member-1", 0, [topic])
+        assert int(joined.error_code) == 0
+        assert int(_heartbeat(conn, group, "member-1", -1, None).error_code) == 0
+    broker.stop()
+    broker.start()
+    described = _described_once_loaded(broker, group)
+    assert int(described.error_code) == 0
+    assert described.group_state == "Empty"
+    assert described.group_epoch == 2  # joined (1), left (2)
+    assert _listed_share_groups(broker) == {group: "Empty"}
+    with _wire(broker) as conn:
+        deleted = conn.request(42, 2, groups_names=[group])
+        assert [int(r.error_code) for r in deleted.results] == [0]
+    broker.stop()
+    broker.start()
+    assert int(_described_once_loaded(broker, group).error_code) == 69  # GROUP_ID_NOT_FOUND
+    assert _listed_share_groups(broker) == {}

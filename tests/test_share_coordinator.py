@@ -7,11 +7,18 @@ import uuid
 
 import pytest
 
+from kbroker.coordinator.share_group_records import (
+    fold_share_groups,
+    is_share_group_record,
+    share_group_record,
+)
+from kbroker.coordinator.store import KeyValue
 from kbroker.protocol.batch import encode_batch
 from kbroker.share.coordinator import (
     FENCED_MEMBER_EPOCH,
     INVALID_REQUEST,
     INVALID_SHARE_SESSION_EPOCH,
+    LEAVE_EPOCH,
     SHARE_SESSION_LIMIT_REACHED,
     SHARE_SESSION_NOT_FOUND,
     UNKNOWN_MEMBER_ID,
@@ -259,3 +266,37 @@ def test_a_state_nobody_reads_with_nothing_in_flight_is_read_again_by_a_new_sess
     coordinator.take_dirty()
     coordinator.refresh_unshared("g", "b", [TP])
     assert key not in coordinator.partitions  # to be read again from its share coordinator
+
+
+def _stored_groups(c: ShareCoordinator, log: list[KeyValue]) -> dict[str, int | None]:
+    """The groups a coordinator finds in `log` after appending its changed groups'
+    ShareGroupMetadata records to it, as a new coordinator loads them."""
+    log += [share_group_record(g, epoch) for g, epoch in c.take_group_records().items()]
+    assert all(is_share_group_record(key) for key, _ in log)
+    return fold_share_groups(log, lambda error: pytest.fail(str(error)))
+
+
+def test_a_share_group_and_its_epoch_are_loaded_from_its_records_without_members(
+    coordinator,
+) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    log: list[KeyValue] = []
+    fresh = ShareCoordinator(coordinator.config, FakeLog(), FakeLog())
+    fresh.load_groups(_stored_groups(coordinator, log))
+    assert fresh.groups["g"].group_epoch == 2
+    assert fresh.groups["g"].state == "Empty"
+    assert fresh.share_group_ids() == {"g"}
+    assert fresh.heartbeat("g", "b", 0, None, (TOPIC.name,), "c", "/h", 0).member_epoch == 3
+
+
+def test_a_deleted_share_group_is_not_loaded_again(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    log: list[KeyValue] = []
+    _stored_groups(coordinator, log)
+    assert coordinator.delete_group("g") == 0
+    fresh = ShareCoordinator(coordinator.config, FakeLog(), FakeLog())
+    fresh.load_groups(_stored_groups(coordinator, log))
+    assert fresh.groups == {}
+    assert fresh.share_group_ids() == set()

@@ -42,6 +42,7 @@ from kbroker.coordinator.records import (
     fits_in_key,
     partition_for,
 )
+from kbroker.coordinator.share_group_records import is_share_group_record
 from kbroker.coordinator.store import GroupStore, KeyValue
 from kbroker.internal_topics import write_error
 
@@ -89,6 +90,8 @@ class GroupCoordinator:
         # offsets of aborted or open transactions), and asked whether an open transaction
         # holds a group's offset (OffsetFetch with require_stable).
         self.load_listeners: list[Callable[[int], object]] = []
+        # Share groups' records of a loaded partition go to the share-group coordinator.
+        self.share_loaders: list[Callable[[int, list[KeyValue]], object]] = []
         self.pending_offset_check: Callable[[str, TopicPartition], bool] | None = None
         # The two protocols' groups share the id namespace, offsets and partitions.
         self.classic = ClassicGroupCoordinator(self, config, new_id)
@@ -479,6 +482,8 @@ class GroupCoordinator:
             log.warning("skipping unreadable record in partition %d: %s", partition, error)
 
         records = list(records)
+        shares = [r for r in records if is_share_group_record(r[0])]
+        records = [r for r in records if not is_share_group_record(r[0])]
         consumer_loaded = self.consumer.load_records(partition, records)
         metadata, offsets = replay((r for r in records if not is_consumer_record(r[0])), skip)
         now = self._now()
@@ -503,6 +508,11 @@ class GroupCoordinator:
             loaded += 1
         self.loading.discard(partition)
         self.owned.add(partition)
+        for loader in self.share_loaders:
+            try:
+                loader(partition, shares)
+            except Exception:
+                log.exception("share-group loader failed for partition %d", partition)
         for listener in self.load_listeners:
             try:
                 listener(partition)

@@ -201,6 +201,8 @@ class ShareCoordinator:
         self.log = log
         self.topics = topics
         self.groups: dict[str, ShareGroup] = {}
+        # Groups whose metadata record (existence and epoch) is to be written.
+        self.changed_groups: set[str] = set()
         self.group_configs: dict[str, dict[str, str]] = {}
         self.partitions: dict[StateKey, HeldPartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
@@ -379,6 +381,7 @@ class ShareCoordinator:
 
     def _reassign(self, group: ShareGroup) -> None:
         group.group_epoch += 1
+        self.changed_groups.add(group.group_id)
         wanted = assign(
             {m.member_id: m.subscribed for m in group.members.values()}, self._topic_layout(group)
         )
@@ -400,6 +403,7 @@ class ShareCoordinator:
             self._reassign(group)
         else:
             group.group_epoch += 1
+            self.changed_groups.add(group.group_id)
 
     def _release_member(self, group_id: str, member_id: str, session: ShareSession | None) -> None:
         released = False
@@ -698,6 +702,33 @@ class ShareCoordinator:
             self.dirty.add(key)
         return held
 
+    # -- group metadata records (`__consumer_offsets`) ---------------------------------
+
+    def take_group_records(self) -> dict[str, int | None]:
+        """Group id -> epoch (None: deleted) of the groups changed since the last call
+        that this node coordinates, to be written to the group's offsets partition."""
+        changed, self.changed_groups = self.changed_groups, set()
+        out: dict[str, int | None] = {}
+        for group_id in changed:
+            if self.owns_group(group_id):
+                group = self.groups.get(group_id)
+                out[group_id] = None if group is None else group.group_epoch
+        return out
+
+    def load_groups(self, stored: dict[str, int | None]) -> None:
+        """Groups read from a newly led offsets partition: a stored group exists (Empty
+        until its members heartbeat again; members held here from before keep their
+        sessions and expire if silent), a deleted one is gone unless it has members."""
+        for group_id, epoch in stored.items():
+            group = self.groups.get(group_id)
+            if epoch is None:
+                if group is not None and not group.members:
+                    del self.groups[group_id]
+            elif group is None:
+                self.groups[group_id] = ShareGroup(group_id, epoch, epoch)
+            elif group.group_epoch < epoch:
+                group.group_epoch = group.assignment_epoch = epoch
+
     # -- admin -------------------------------------------------------------------------
 
     def share_group_ids(self) -> set[str]:
@@ -756,7 +787,9 @@ class ShareCoordinator:
                 stored.leader_epoch if stored else 0, self.leader_epoch(ref.name, partition)
             )
             held = self.partitions[key] = HeldPartition(ref.name, state, epoch)
-            self.groups.setdefault(group_id, ShareGroup(group_id))
+            if group_id not in self.groups:
+                self.groups[group_id] = ShareGroup(group_id)
+                self.changed_groups.add(group_id)
         else:
             held.state.reset(offset)
         self.dirty.add(key)
@@ -792,6 +825,7 @@ class ShareCoordinator:
         ]:
             self._delete(key)
         self.groups.pop(group_id, None)
+        self.changed_groups.add(group_id)
         return NONE
 
     def _delete(self, key: StateKey) -> None:

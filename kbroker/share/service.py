@@ -29,13 +29,15 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kbroker.controller.events import GroupConfigsChanged, TopicDeleted
+from kbroker.coordinator.records import RecordFormatError
+from kbroker.coordinator.share_group_records import fold_share_groups, share_group_record
 from kbroker.internal_topics import (
     InternalTopicService,
     KeyValue,
@@ -195,6 +197,8 @@ class ShareService(InternalTopicService):
         self._unheld_dead_letters: set[StateKey] = set()
         self._led: dict[tuple[str, int], int] = {}  # data partitions led here: epochs
         self._peeking: asyncio.Task[None] | None = None
+        if self.enabled:
+            broker.group_coordinator.coordinator.share_loaders.append(self._load_groups)
 
     # -- InternalTopicService --------------------------------------------------------------
 
@@ -437,12 +441,48 @@ class ShareService(InternalTopicService):
                 if not future.done():
                     future.set_result(error)
 
+    def _load_groups(self, partition: int, records: list[KeyValue]) -> None:
+        def skip(error: RecordFormatError) -> None:
+            log.warning(
+                "skipping unreadable share-group record in partition %d: %s", partition, error
+            )
+
+        self.coordinator.load_groups(fold_share_groups(records, skip))
+
+    async def _write_groups(self) -> ErrorCode:
+        """Write changed groups' metadata records to their offsets partitions (Kafka's
+        ShareGroupMetadata), each partition's as one batch; wait until stored."""
+        changed = self.coordinator.take_group_records()
+        if not changed:
+            return ErrorCode.none
+        groups = self.broker.group_coordinator.coordinator
+        by_partition: dict[int, list[KeyValue]] = {}
+        for group_id, epoch in changed.items():
+            by_partition.setdefault(groups.partition_for(group_id), []).append(
+                share_group_record(group_id, epoch)
+            )
+        loop = asyncio.get_running_loop()
+        outcomes: list[asyncio.Future[ErrorCode]] = []
+        for partition, records in by_partition.items():
+            future: asyncio.Future[ErrorCode] = loop.create_future()
+            groups.store.write(partition, records, _settle(future))
+            outcomes.append(future)
+        failed = ErrorCode.none
+        for code in await asyncio.gather(*outcomes):
+            if code != ErrorCode.none:
+                log.warning("storing share-group metadata failed: %s", code.name)
+                failed = code
+        if failed != ErrorCode.none:
+            self.coordinator.changed_groups.update(changed)  # written again next round
+        return failed
+
     async def _write_dirty(self) -> ErrorCode:
+        group_error = await self._write_groups()
         writes = self.coordinator.take_dirty()
         if self.coordinator.pending_dead_letters():
             self.dead_letters.kick()
         if not writes:
-            return ErrorCode.none
+            return group_error
         outcome = await self.persister.write(writes)
         failed = ErrorCode.none
         for key, code in outcome.items():
@@ -456,7 +496,9 @@ class ShareService(InternalTopicService):
                 self.coordinator.drop(key)
             elif key in self.coordinator.partitions:
                 self.coordinator.dirty.add(key)  # written again with the next round
-        return ErrorCode.kafka_storage_error if failed != ErrorCode.none else failed
+        if failed != ErrorCode.none:
+            return ErrorCode.kafka_storage_error
+        return group_error
 
     # -- share coordinator: the stored states (ReadShareGroupState, WriteShareGroupState) --
 
@@ -793,3 +835,11 @@ class ShareService(InternalTopicService):
         finally:
             data.cancel()
             wake()
+
+
+def _settle(future: asyncio.Future[ErrorCode]) -> Callable[[ErrorCode], None]:
+    def done(code: ErrorCode) -> None:
+        if not future.done():
+            future.set_result(code)
+
+    return done

@@ -63,7 +63,9 @@ def fake_broker(tmp_path: Path) -> SimpleNamespace:
     log = PartitionLog.open(tmp_path / f"{TOPIC}-0", LogConfig(), 0)
     info = PartitionInfo(0, 1, (1,), (1,), leader_epoch=1)
     state = SimpleNamespace(topics={TOPIC: SimpleNamespace(partitions=[info])})
-    replicas = ReplicaManager(1, SimpleNamespace(get=lambda topic, p: log), DataWaiters())
+    replicas = ReplicaManager(
+        1, SimpleNamespace(get=lambda topic, p: log, dir_failure_listeners=[]), DataWaiters()
+    )
     return SimpleNamespace(
         node_id=1,
         controller=SimpleNamespace(state=state),

@@ -20,6 +20,8 @@ from kbroker.config import load_broker_config
 from kbroker.protocol.client_frames import decode_response, encode_request
 from kbroker.protocol.messages import build
 
+CREATE_TOPICS = 19
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -83,6 +85,20 @@ class RawClient:
         correlation, response = decode_response(api_key, version, data)
         assert correlation == self.correlation
         return response
+
+    async def create_topic(self, name: str, configs: dict[str, str]) -> None:
+        """Create a one-partition, one-replica topic with these configs, or fail the test."""
+        topic = {
+            "name": name,
+            "num_partitions": 1,
+            "replication_factor": 1,
+            "assignments": [],
+            "configs": [{"name": key, "value": value} for key, value in configs.items()],
+        }
+        created = await self.call(
+            CREATE_TOPICS, 7, {"topics": [topic], "timeout": 10000, "validate_only": False}
+        )
+        assert created.topics[0].error_code == 0
 
     def close(self) -> None:
         self.writer.close()

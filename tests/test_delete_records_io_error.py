@@ -16,7 +16,7 @@ from kbroker.broker import Broker
 from kbroker.protocol.batch import encode_batch
 from kbroker.storage import segment as segment_module
 
-PRODUCE, DELETE_RECORDS, CREATE_TOPICS = 0, 21, 19
+PRODUCE, DELETE_RECORDS = 0, 21
 KAFKA_STORAGE_ERROR = 56
 
 
@@ -27,17 +27,7 @@ def test_delete_records_failing_to_delete_a_segment_takes_the_log_directory_offl
         halts: list[int] = []
         broker.halt = halts.append  # its only log directory fails: it would halt
         client = await RawClient.connect(port)
-        topic = {
-            "name": "trimmed",
-            "num_partitions": 1,
-            "replication_factor": 1,
-            "assignments": [],
-            "configs": [{"name": "segment.bytes", "value": "1024"}],
-        }
-        created = await client.call(
-            CREATE_TOPICS, 7, {"topics": [topic], "timeout": 10000, "validate_only": False}
-        )
-        assert created.topics[0].error_code == 0
+        await client.create_topic("trimmed", {"segment.bytes": "1024"})
         for _ in range(5):
             batch = bytes(encode_batch([b"x" * 600], int(time.time() * 1000)))
             answer = await client.call(PRODUCE, 9, produce_fields("trimmed", batch, acks=1))

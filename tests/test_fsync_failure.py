@@ -17,7 +17,7 @@ from kbroker.broker import Broker
 from kbroker.protocol.batch import encode_batch
 from kbroker.storage import log as log_module
 
-PRODUCE, CREATE_TOPICS = 0, 19
+PRODUCE = 0
 KAFKA_STORAGE_ERROR = 56
 
 
@@ -28,17 +28,7 @@ def test_a_failed_fsync_answers_kafka_storage_error_and_takes_the_partition_offl
         halts: list[int] = []
         broker.halt = halts.append  # its only log directory fails: it would halt
         client = await RawClient.connect(port)
-        topic = {
-            "name": "synced",
-            "num_partitions": 1,
-            "replication_factor": 1,
-            "assignments": [],
-            "configs": [{"name": "flush.messages", "value": "1"}],
-        }
-        created = await client.call(
-            CREATE_TOPICS, 7, {"topics": [topic], "timeout": 10000, "validate_only": False}
-        )
-        assert created.topics[0].error_code == 0
+        await client.create_topic("synced", {"flush.messages": "1"})
 
         async def produce() -> tuple[int, str | None]:
             batch = bytes(encode_batch([b"x"], int(time.time() * 1000)))

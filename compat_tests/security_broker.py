@@ -13,9 +13,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
 from compat_tests.broker_process import BrokerProcess, free_port
 from compat_tests.metrics_scrape import scrape, value
 from compat_tests.tls_material import TlsMaterial, make_tls_material
+from kbroker.admin.client import BrokerConnection
+from kbroker.admin.security import ClientSecurity
 
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-plain-secret"}
 SCRAM_USER, SCRAM_PASSWORD = "bob", "bob-secret"
@@ -118,6 +129,35 @@ def plain_login(broker: SecureBroker, name: str) -> dict[str, str]:
         "bootstrap.servers": broker.address("SASL_PLAINTEXT"),
         **confluent_settings(broker, "SASL_PLAINTEXT", "PLAIN", name, PLAIN_USERS[name]),
     }
+
+
+def login(broker: SecureBroker, name: str) -> BrokerConnection:
+    """A raw connection that has authenticated as the PLAIN user `name` on SASL_PLAINTEXT."""
+    security = ClientSecurity(
+        protocol="SASL_PLAINTEXT", mechanism="PLAIN", username=name, password=PLAIN_USERS[name]
+    )
+    host, port = broker.address("SASL_PLAINTEXT").split(":")
+    conn = BrokerConnection(host, int(port), 10.0, "acl-test", security)
+    return conn.negotiate().authenticate(security)
+
+
+def allow(
+    rtype: ResourceType,
+    name: str,
+    operation: AclOperation,
+    principal: str = "User:alice",
+    pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+    permission: AclPermissionType = AclPermissionType.ALLOW,
+) -> AclBinding:
+    """An ACL binding (ALLOW to `alice` on a literal name unless told otherwise)."""
+    return AclBinding(rtype, name, pattern, principal, "*", operation, permission)
+
+
+def grant(broker: SecureBroker, *bindings: AclBinding) -> None:
+    """Create the bindings as the super user `admin` (AUTHORIZER), waiting for each."""
+    client = AdminClient(plain_login(broker, "admin"))
+    for future in client.create_acls(list(bindings)).values():
+        future.result(20)
 
 
 def metric(broker: SecureBroker, name: str) -> float:

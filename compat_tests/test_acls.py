@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
-    AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
@@ -27,8 +26,10 @@ from confluent_kafka.admin import (
 from compat_tests.confluent_helpers import make_consumer
 from compat_tests.security_broker import (
     AUTHORIZER,
-    PLAIN_USERS,
     SecureBroker,
+    allow,
+    grant,
+    login,
     plain_login,
     running_secure_broker,
 )
@@ -55,15 +56,6 @@ def admin(broker: SecureBroker) -> AdminClient:
     return AdminClient(plain_login(broker, "admin"))
 
 
-def login(broker: SecureBroker, name: str) -> BrokerConnection:
-    """A raw connection that has authenticated with SASL/PLAIN (SaslHandshake v1)."""
-    conn = BrokerConnection.to(broker.address("SASL_PLAINTEXT"))
-    assert conn.request(17, 1, mechanism="PLAIN").error_code == 0
-    token = f"\0{name}\0{PLAIN_USERS[name]}".encode()
-    assert conn.request(36, 1, auth_bytes=token).error_code == 0
-    return conn
-
-
 def new_topic(broker: SecureBroker, prefix: str = "acl") -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     client = admin(broker)
@@ -72,23 +64,6 @@ def new_topic(broker: SecureBroker, prefix: str = "acl") -> str:
     producer.produce(name, b"from admin")
     assert producer.flush(20) == 0
     return name
-
-
-def grant(broker: SecureBroker, *bindings: AclBinding) -> None:
-    client = admin(broker)
-    for future in client.create_acls(list(bindings)).values():
-        future.result(20)
-
-
-def allow(
-    rtype: ResourceType,
-    name: str,
-    operation: AclOperation,
-    principal: str = "User:alice",
-    pattern: ResourcePatternType = ResourcePatternType.LITERAL,
-    permission: AclPermissionType = AclPermissionType.ALLOW,
-) -> AclBinding:
-    return AclBinding(rtype, name, pattern, principal, "*", operation, permission)
 
 
 def produce_error(broker: SecureBroker, user: str, topic: str) -> int | None:

@@ -17,28 +17,26 @@ from typing import Any
 import pytest
 from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import (
-    AclBinding,
     AclOperation,
-    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     NewTopic,
-    ResourcePatternType,
     ResourceType,
 )
 
 from compat_tests.confluent_helpers import produce_all
 from compat_tests.security_broker import (
     AUTHORIZER,
-    PLAIN_USERS,
     SecureBroker,
+    allow,
+    login,
     plain_login,
     running_secure_broker,
 )
+from compat_tests.security_broker import grant as grant_bindings
 from kbroker.admin.client import BrokerConnection
-from kbroker.admin.security import ClientSecurity
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,31 +57,9 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
         yield broker
 
 
-def login(broker: SecureBroker, name: str) -> BrokerConnection:
-    security = ClientSecurity(
-        protocol="SASL_PLAINTEXT", mechanism="PLAIN", username=name, password=PLAIN_USERS[name]
-    )
-    host, port = broker.address("SASL_PLAINTEXT").split(":")
-    conn = BrokerConnection(host, int(port), 10.0, "share-acl", security)
-    return conn.negotiate().authenticate(security)
-
-
 def grant(broker: SecureBroker, rtype: ResourceType, name: str, *ops: AclOperation) -> None:
-    admin = AdminClient(plain_login(broker, "admin"))
-    bindings = [
-        AclBinding(
-            rtype,
-            name,
-            ResourcePatternType.LITERAL,
-            "User:alice",
-            "*",
-            op,
-            AclPermissionType.ALLOW,
-        )
-        for op in ops
-    ]
-    for future in admin.create_acls(bindings).values():
-        future.result(20)
+    """Allow `alice` each of `ops` on the literal resource `name`."""
+    grant_bindings(broker, *(allow(rtype, name, op) for op in ops))
 
 
 def new_queue(broker: SecureBroker, count: int = 10) -> tuple[str, str, uuid.UUID]:

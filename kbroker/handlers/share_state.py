@@ -8,7 +8,9 @@ and deletes them. Only a broker (CLUSTER_ACTION) may call them.
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -31,6 +33,11 @@ from kbroker.share.state_store import (
     state_batch_fields,
     to_state_batches,
 )
+
+if TYPE_CHECKING:
+    import kio.schema.delete_share_group_state.v0.request as delete_v0
+    import kio.schema.initialize_share_group_state.v0.request as initialize_v0
+    import kio.schema.write_share_group_state.v0.request as write_v0
 
 ENABLE = "group.share.enable"
 E = ErrorCode
@@ -77,34 +84,71 @@ def read_share_group_state(
     return {"results": results}
 
 
+class _StatePartition(Protocol):
+    @property
+    def partition(self) -> int: ...
+
+
+P = TypeVar("P", bound=_StatePartition)
+P_co = TypeVar("P_co", bound=_StatePartition, covariant=True)
+T = TypeVar("T")
+
+
+class _StateTopic(Protocol[P_co]):
+    @property
+    def topic_id(self) -> uuid.UUID | None: ...
+
+    @property
+    def partitions(self) -> Sequence[P_co]: ...
+
+
+async def _by_state_partition(
+    ctx: RequestContext,
+    group_id: str,
+    topics: Iterable[_StateTopic[P]],
+    item: Callable[[StateKey, str | None, P], T | None],
+    apply: Callable[[int, list[T]], Awaitable[dict[StateKey, ErrorCode]]],
+) -> dict[str, Any]:
+    """Answer a write/initialize/delete: each requested state's item (None: its topic is
+    unknown here) goes, grouped by the share-state partition holding its key, to `apply`;
+    a caller that is not a broker is refused every state."""
+    service = _service(ctx)
+    outcome: dict[StateKey, ErrorCode] = {}
+    by_partition: dict[int, list[T]] = {}
+    names = ctx.broker.controller.state.topics_by_id
+    for topic in topics:
+        topic_id = topic.topic_id or ZERO_UUID
+        info = names.get(topic_id)
+        for p in topic.partitions:
+            key = (group_id, topic_id, p.partition)
+            if _refused(ctx):
+                outcome[key] = E.cluster_authorization_failed
+                continue
+            value = item(key, None if info is None else info.name, p)
+            if value is None:
+                outcome[key] = E.unknown_topic_or_partition
+                continue
+            partition = service.coordinator.store.partition_of(key)
+            by_partition.setdefault(partition, []).append(value)
+    for partition, items in sorted(by_partition.items()):
+        outcome.update(await apply(partition, items))
+    return _answer(outcome)
+
+
 @handles(WRITE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
 async def write_share_group_state(
     ctx: RequestContext, request: requests.WriteShareGroupStateRequest
 ) -> dict[str, Any]:
-    service = _service(ctx)
-    outcome: dict[StateKey, ErrorCode] = {}
-    by_partition: dict[int, list[Written]] = {}
-    names = ctx.broker.controller.state.topics_by_id
-    for topic in request.topics:
-        topic_id = topic.topic_id or ZERO_UUID
-        info = names.get(topic_id)
-        for p in topic.partitions:
-            key = (request.group_id, topic_id, p.partition)
-            if _refused(ctx):
-                outcome[key] = E.cluster_authorization_failed
-                continue
-            if info is None:
-                outcome[key] = E.unknown_topic_or_partition
-                continue
-            batches = state_batches(p.state_batches)
-            value = from_state_batches(
-                info.name, p.start_offset, batches, p.leader_epoch, p.state_epoch
-            )
-            partition = service.coordinator.store.partition_of(key)
-            by_partition.setdefault(partition, []).append((key, value, p.leader_epoch))
-    for partition, writes in sorted(by_partition.items()):
-        outcome.update(await service.write_here(partition, writes))
-    return _answer(outcome)
+    def written(key: StateKey, name: str | None, p: write_v0.PartitionData) -> Written | None:
+        if name is None:
+            return None
+        batches = state_batches(p.state_batches)
+        value = from_state_batches(name, p.start_offset, batches, p.leader_epoch, p.state_epoch)
+        return (key, value, p.leader_epoch)
+
+    return await _by_state_partition(
+        ctx, request.group_id, request.topics, written, _service(ctx).write_here
+    )
 
 
 def _answer(outcome: dict[StateKey, ErrorCode]) -> dict[str, Any]:
@@ -125,45 +169,27 @@ async def initialize_share_group_state(
     ctx: RequestContext, request: requests.InitializeShareGroupStateRequest
 ) -> dict[str, Any]:
     """A group's coordinator starts share-partitions again (AlterShareGroupOffsets)."""
-    service = _service(ctx)
-    outcome: dict[StateKey, ErrorCode] = {}
-    by_partition: dict[int, list[Initialized]] = {}
-    names = ctx.broker.controller.state.topics_by_id
-    for topic in request.topics:
-        topic_id = topic.topic_id or ZERO_UUID
-        info = names.get(topic_id)
-        for p in topic.partitions:
-            key = (request.group_id, topic_id, p.partition)
-            if _refused(ctx):
-                outcome[key] = E.cluster_authorization_failed
-            elif info is None:
-                outcome[key] = E.unknown_topic_or_partition
-            else:
-                partition = service.coordinator.store.partition_of(key)
-                item = (key, info.name, p.state_epoch, p.start_offset)
-                by_partition.setdefault(partition, []).append(item)
-    for partition, items in sorted(by_partition.items()):
-        outcome.update(await service.initialize_here(partition, items))
-    return _answer(outcome)
+
+    def initialized(
+        key: StateKey, name: str | None, p: initialize_v0.PartitionData
+    ) -> Initialized | None:
+        return None if name is None else (key, name, p.state_epoch, p.start_offset)
+
+    return await _by_state_partition(
+        ctx, request.group_id, request.topics, initialized, _service(ctx).initialize_here
+    )
 
 
 @handles(DELETE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
 async def delete_share_group_state(
     ctx: RequestContext, request: requests.DeleteShareGroupStateRequest
 ) -> dict[str, Any]:
-    """A group's coordinator deletes states (DeleteGroups, DeleteShareGroupOffsets)."""
-    service = _service(ctx)
-    outcome: dict[StateKey, ErrorCode] = {}
-    by_partition: dict[int, list[StateKey]] = {}
-    for topic in request.topics:
-        topic_id = topic.topic_id or ZERO_UUID
-        for p in topic.partitions:
-            key = (request.group_id, topic_id, p.partition)
-            if _refused(ctx):
-                outcome[key] = E.cluster_authorization_failed
-            else:
-                partition = service.coordinator.store.partition_of(key)
-                by_partition.setdefault(partition, []).append(key)
-    for partition, keys in sorted(by_partition.items()):
-        outcome.update(await service.delete_here(partition, keys))
-    return _answer(outcome)
+    """A group's coordinator deletes states (DeleteGroups, DeleteShareGroupOffsets): a
+    state is deleted whether or not its topic still exists."""
+
+    def deleted(key: StateKey, name: str | None, p: delete_v0.PartitionData) -> StateKey:
+        return key
+
+    return await _by_state_partition(
+        ctx, request.group_id, request.topics, deleted, _service(ctx).delete_here
+    )

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import math
 import ssl
 import struct
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
@@ -23,6 +24,9 @@ from kbroker.protocol.client_frames import decode_response, encode_request
 from kbroker.protocol.messages import build
 from kbroker.security.inter_broker import InterBrokerSecurity
 from kbroker.security.sasl_client import SaslFailure
+
+if TYPE_CHECKING:
+    from kbroker.internal_topics import ServiceBroker
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -144,3 +148,62 @@ class BrokerLink:
             self._writer.close()
         self._reader = self._writer = None
         self._session_ends = math.inf
+
+
+class BrokerLinks:
+    """A service's links to the other brokers, one per broker, to the address the cluster
+    metadata gives for the inter-broker listener now; a link whose call fails is dropped
+    (the next call connects again). With ``one_at_a_time`` each broker has one request
+    in flight at most."""
+
+    def __init__(
+        self,
+        broker: ServiceBroker,
+        client_id: str,
+        what: str,
+        log: logging.Logger,
+        *,
+        one_at_a_time: bool = False,
+    ) -> None:
+        self._broker = broker
+        self._client_id = client_id
+        self._what = what
+        self._log = log
+        self._one_at_a_time = one_at_a_time
+        self._links: dict[int, BrokerLink] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def call(self, node_id: int, request: Any, timeout: float) -> Any | None:
+        """One request to broker `node_id`; None when it cannot be reached."""
+        node = self._broker.controller.state.brokers.get(node_id)
+        security = self._broker.inter_broker
+        address = node.endpoint(security.listener) if node is not None else None
+        if address is None:
+            return None
+        if not self._one_at_a_time:
+            return await self._call(node_id, address, request, timeout)
+        async with self._locks.setdefault(node_id, asyncio.Lock()):
+            return await self._call(node_id, address, request, timeout)
+
+    async def _call(
+        self, node_id: int, address: tuple[str, int], request: Any, timeout: float
+    ) -> Any | None:
+        link = self._links.get(node_id)
+        if link is None or (link.host, link.port) != address:
+            if link is not None:
+                link.close()
+            link = self._links[node_id] = BrokerLink(
+                *address, f"{self._client_id}-{self._broker.node_id}", self._broker.inter_broker
+            )
+        try:
+            return await link.call(request, timeout)
+        except (OSError, EOFError, TimeoutError) as exc:
+            self._log.info("%s call to broker %d failed: %s", self._what, node_id, exc)
+            link.close()
+            self._links.pop(node_id, None)
+            return None
+
+    def close(self) -> None:
+        for link in self._links.values():
+            link.close()
+        self._links.clear()

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
@@ -43,7 +43,7 @@ from kbroker.internal_topics import ALL_REPLICAS, ServiceBroker, acknowledgement
 from kbroker.protocol.batch import HEADER_SIZE, Record, decode_records, encode_batch, read_header
 from kbroker.protocol.compression import decompress
 from kbroker.protocol.messages import build
-from kbroker.replica.broker_link import BrokerLink
+from kbroker.replica.broker_link import BrokerLinks
 from kbroker.replica.partition import PartitionError
 from kbroker.share.partition_state import DeadLetter
 from kbroker.storage.log import PartitionLog
@@ -114,7 +114,7 @@ class DeadLetterWriter:
         self._again = False
         self._written: dict[str, set[Identity]] = {}  # copies found in DLQ topics at start
         self._refused: set[str] = set()  # problems already logged
-        self._links: dict[int, BrokerLink] = {}
+        self._links = BrokerLinks(broker, "share-dlq", "dead-letter", log)
 
     def forget_copies(self) -> None:
         """Search the dead-letter topics again before the next copy: another broker
@@ -131,9 +131,7 @@ class DeadLetterWriter:
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-        for link in self._links.values():
-            link.close()
-        self._links.clear()
+        self._links.close()
 
     async def _run(self) -> None:
         try:
@@ -312,7 +310,7 @@ class DeadLetterWriter:
             load_request_schema(PRODUCE, PRODUCE_VERSION),
             produce_fields(topic, batch, partition=partition, acks=-1, timeout_ms=30_000),
         )
-        response = await self._call(leader, request)
+        response = await self._links.call(leader, request, CALL_TIMEOUT_S)
         if response is None:
             return False
         answer = response.responses[0].partition_responses[0]
@@ -326,29 +324,6 @@ class DeadLetterWriter:
             )
             return False
         return True
-
-    async def _call(self, node_id: int, request: Any) -> Any | None:
-        """One request to another broker on the inter-broker listener; None when it
-        cannot be reached (the letters stay pending and are tried again)."""
-        node = self._broker.controller.state.brokers.get(node_id)
-        security = self._broker.inter_broker
-        address = node.endpoint(security.listener) if node is not None else None
-        if address is None:
-            return None
-        link = self._links.get(node_id)
-        if link is None or (link.host, link.port) != address:
-            if link is not None:
-                link.close()
-            link = self._links[node_id] = BrokerLink(
-                *address, f"share-dlq-{self._broker.node_id}", security
-            )
-        try:
-            return await link.call(request, CALL_TIMEOUT_S)
-        except (OSError, EOFError, TimeoutError) as exc:
-            log.info("dead-letter call to broker %d failed: %s", node_id, exc)
-            link.close()
-            self._links.pop(node_id, None)
-            return None
 
     async def _existing_copies(self, target: str) -> set[Identity] | None:
         """Identities of the copies a dead-letter topic already holds, read at each
@@ -380,7 +355,7 @@ class DeadLetterWriter:
                 schema,
                 fetch_fields(topic, partition=partition, offset=offset, max_wait=0, min_bytes=0),
             )
-            response = await self._call(leader, request)
+            response = await self._links.call(leader, request, CALL_TIMEOUT_S)
             if response is None:
                 return False
             answer = response.responses[0].partitions[0]

@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.internal_topics import ServiceBroker
 from kbroker.protocol.messages import build
-from kbroker.replica.broker_link import BrokerLink
+from kbroker.replica.broker_link import BrokerLinks
 from kbroker.share.records import StateKey
 from kbroker.share.state_store import (
     ShareStateStore,
@@ -86,13 +86,10 @@ class Persister:
         self.broker = broker
         self.host = host
         self.store = store
-        self._links: dict[int, BrokerLink] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._links = BrokerLinks(broker, "share-persister", "share state", log, one_at_a_time=True)
 
     def close(self) -> None:
-        for link in self._links.values():
-            link.close()
-        self._links.clear()
+        self._links.close()
 
     # -- reading --------------------------------------------------------------------------
 
@@ -120,7 +117,7 @@ class Persister:
                 ],
             },
         )
-        response = await self._call(leader, request)
+        response = await self._links.call(leader, request, CALL_TIMEOUT_S)
         if response is None:
             return ErrorCode.coordinator_not_available, None, 0
         for result in response.results:
@@ -194,7 +191,7 @@ class Persister:
                     ],
                 },
             )
-            response = await self._call(leader, request)
+            response = await self._links.call(leader, request, CALL_TIMEOUT_S)
             for result in response.results if response is not None else ():
                 info = names.get(result.topic_id)
                 for p in result.partitions:
@@ -298,7 +295,7 @@ class Persister:
         self, leader: int, group_id: str, request: Any, keys: list[StateKey]
     ) -> dict[StateKey, ErrorCode]:
         """Send a request answered per (topic id, partition); each key's error code."""
-        response = await self._call(leader, request)
+        response = await self._links.call(leader, request, CALL_TIMEOUT_S)
         if response is None:
             return dict.fromkeys(keys, ErrorCode.coordinator_not_available)
         answered = {
@@ -366,31 +363,6 @@ class Persister:
         leader = topic.partitions[partition].leader
         node = state.brokers.get(leader)
         return None if node is None or node.fenced else leader
-
-    async def _call(self, node_id: int, request: Any) -> Any | None:
-        """One request to another broker, one at a time per broker; None when it cannot
-        be reached (the caller tries again, perhaps elsewhere)."""
-        node = self.broker.controller.state.brokers.get(node_id)
-        security = self.broker.inter_broker
-        address = node.endpoint(security.listener) if node is not None else None
-        if node is None or address is None:
-            return None
-        lock = self._locks.setdefault(node_id, asyncio.Lock())
-        async with lock:
-            link = self._links.get(node_id)
-            if link is None or (link.host, link.port) != address:
-                if link is not None:
-                    link.close()
-                link = self._links[node_id] = BrokerLink(
-                    *address, f"share-persister-{self.broker.node_id}", security
-                )
-            try:
-                return await link.call(request, CALL_TIMEOUT_S)
-            except (OSError, EOFError, TimeoutError) as exc:
-                log.info("share state call to broker %d failed: %s", node_id, exc)
-                link.close()
-                self._links.pop(node_id, None)
-                return None
 
 
 async def _retrying(once: Callable[[], Awaitable[StoredRead]]) -> StoredRead:

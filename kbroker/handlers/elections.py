@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
 from kbroker.handlers.context import RequestContext
+from kbroker.handlers.partition_results import results_by_topic
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
@@ -54,12 +55,7 @@ async def elect_leaders(
         else:
             response["error_code"] = ErrorCode(exc.error_code)
             return response
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for topic, partition, code, message in results:
-        by_topic.setdefault(topic, []).append(
-            {"partition_id": partition, "error_code": ErrorCode(code), "error_message": message}
-        )
-    response["replica_election_results"] = [
-        {"topic": topic, "partition_result": partitions} for topic, partitions in by_topic.items()
-    ]
+    response["replica_election_results"] = results_by_topic(
+        results, "topic", "partition_result", "partition_id"
+    )
     return response

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
 from kbroker.handlers.context import RequestContext
+from kbroker.handlers.partition_results import results_by_topic
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
@@ -56,14 +57,7 @@ async def alter_partition_reassignments(
         response["error_code"] = ErrorCode(exc.error_code)
         response["error_message"] = exc.message
         return response
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for topic, partition, code, message in results:
-        by_topic.setdefault(topic, []).append(
-            {"partition_index": partition, "error_code": ErrorCode(code), "error_message": message}
-        )
-    response["responses"] = [
-        {"name": topic, "partitions": partitions} for topic, partitions in by_topic.items()
-    ]
+    response["responses"] = results_by_topic(results, "name", "partitions", "partition_index")
     return response
 
 

@@ -9,18 +9,21 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from kio.index import load_request_schema
 
+from kbroker.admin.client import produce_fields
 from kbroker.broker import Broker
 from kbroker.config import load_broker_config
+from kbroker.protocol.batch import encode_batch
 from kbroker.protocol.client_frames import decode_response, encode_request
 from kbroker.protocol.messages import build
 
-CREATE_TOPICS = 19
+PRODUCE, CREATE_TOPICS = 0, 19
 
 
 def free_port() -> int:
@@ -35,10 +38,13 @@ def run_broker(
     overrides: list[str] | None = None,
     *,
     http: bool = False,
+    halts: list[int] | None = None,
 ) -> None:
     """Start a broker on free loopback ports, run `check(broker, port)`, stop it.
 
     The port is the Kafka listener's, or with `http` the HTTP endpoints' listener's.
+    With `halts`, the statuses the broker would halt with (its every log directory
+    failed) are appended there instead of ending the test's process.
     """
     port, http_port = free_port(), free_port()
     config = load_broker_config(
@@ -54,6 +60,8 @@ def run_broker(
 
     async def main() -> None:
         broker = Broker(config)
+        if halts is not None:
+            broker.halt = halts.append
         await broker.start()
         try:
             await check(broker, http_port if http else port)
@@ -99,6 +107,12 @@ class RawClient:
             CREATE_TOPICS, 7, {"topics": [topic], "timeout": 10000, "validate_only": False}
         )
         assert created.topics[0].error_code == 0
+
+    async def produce(self, topic: str, value: bytes, acks: int = 1) -> Any:
+        """Produce one record to partition 0 of `topic`; its partition's answer."""
+        batch = bytes(encode_batch([value], int(time.time() * 1000)))
+        answer = await self.call(PRODUCE, 9, produce_fields(topic, batch, acks=acks))
+        return answer.responses[0].partition_responses[0]
 
     def close(self) -> None:
         self.writer.close()

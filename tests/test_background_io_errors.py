@@ -7,11 +7,11 @@ one failing call: a real disk's EIO cannot be made on demand."""
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 from pathlib import Path
 
 import pytest
+from disk_faults import eio
 
 from kbroker.protocol.batch import Record, encode_batch
 from kbroker.storage import LogConfig, LogManager
@@ -21,10 +21,6 @@ from kbroker.storage import segment as segment_module
 from kbroker.storage.cleaner import CleanerConfig
 
 NOW = 1_700_000_000_000
-
-
-def eio(*args: object, **kwargs: object) -> None:
-    raise OSError(errno.EIO, "Input/output error")
 
 
 def fill(plog, batches: int, ts: int = NOW, keyed: bool = False) -> None:

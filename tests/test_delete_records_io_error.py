@@ -4,38 +4,29 @@ takes the log directory offline, as an append's I/O error does."""
 
 from __future__ import annotations
 
-import errno
-import time
 from pathlib import Path
 
 import pytest
+from disk_faults import eio
 from inprocess import RawClient, run_broker
 
-from kbroker.admin.client import produce_fields
 from kbroker.broker import Broker
-from kbroker.protocol.batch import encode_batch
 from kbroker.storage import segment as segment_module
 
-PRODUCE, DELETE_RECORDS = 0, 21
+DELETE_RECORDS = 21
 KAFKA_STORAGE_ERROR = 56
 
 
 def test_delete_records_failing_to_delete_a_segment_takes_the_log_directory_offline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    halts: list[int] = []  # its only log directory fails: it would halt
+
     async def check(broker: Broker, port: int) -> None:
-        halts: list[int] = []
-        broker.halt = halts.append  # its only log directory fails: it would halt
         client = await RawClient.connect(port)
         await client.create_topic("trimmed", {"segment.bytes": "1024"})
         for _ in range(5):
-            batch = bytes(encode_batch([b"x" * 600], int(time.time() * 1000)))
-            answer = await client.call(PRODUCE, 9, produce_fields("trimmed", batch, acks=1))
-            assert answer.responses[0].partition_responses[0].error_code == 0
-
-        def eio(path: str) -> None:
-            raise OSError(errno.EIO, "Input/output error")
-
+            assert (await client.produce("trimmed", b"x" * 600)).error_code == 0
         monkeypatch.setattr(segment_module, "remove_file", eio)
         answer = await client.call(
             DELETE_RECORDS,
@@ -54,4 +45,4 @@ def test_delete_records_failing_to_delete_a_segment_takes_the_log_directory_offl
         assert halts == [1]
         client.close()
 
-    run_broker(tmp_path, check)
+    run_broker(tmp_path, check, halts=halts)

@@ -5,50 +5,35 @@ connection, and so does every later one to a partition of that directory."""
 
 from __future__ import annotations
 
-import errno
-import time
 from pathlib import Path
 
 import pytest
+from disk_faults import eio
 from inprocess import RawClient, run_broker
 
-from kbroker.admin.client import produce_fields
 from kbroker.broker import Broker
-from kbroker.protocol.batch import encode_batch
 from kbroker.storage import log as log_module
 
-PRODUCE = 0
 KAFKA_STORAGE_ERROR = 56
 
 
 def test_a_failed_fsync_answers_kafka_storage_error_and_takes_the_partition_offline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    halts: list[int] = []  # its only log directory fails: it would halt
+
     async def check(broker: Broker, port: int) -> None:
-        halts: list[int] = []
-        broker.halt = halts.append  # its only log directory fails: it would halt
         client = await RawClient.connect(port)
         await client.create_topic("synced", {"flush.messages": "1"})
-
-        async def produce() -> tuple[int, str | None]:
-            batch = bytes(encode_batch([b"x"], int(time.time() * 1000)))
-            answer = await client.call(PRODUCE, 9, produce_fields("synced", batch, acks=1))
-            result = answer.responses[0].partition_responses[0]
-            return int(result.error_code), result.error_message
-
-        assert (await produce())[0] == 0
-
-        def failing_fsync(fd: int) -> None:
-            raise OSError(errno.EIO, "Input/output error")
-
-        monkeypatch.setattr(log_module, "_fdatasync", failing_fsync)
-        code, message = await produce()
-        assert code == KAFKA_STORAGE_ERROR
-        assert message is not None and "Input/output error" in message
+        assert (await client.produce("synced", b"x")).error_code == 0
+        monkeypatch.setattr(log_module, "_fdatasync", eio)
+        failed = await client.produce("synced", b"x")
+        assert failed.error_code == KAFKA_STORAGE_ERROR
+        assert failed.error_message is not None and "Input/output error" in failed.error_message
         assert list(broker.logs.offline_dirs) == [str(tmp_path / "data")]
         assert halts == [1]
         monkeypatch.undo()  # the disk answers again; the directory stays offline
-        assert (await produce())[0] == KAFKA_STORAGE_ERROR
+        assert (await client.produce("synced", b"x")).error_code == KAFKA_STORAGE_ERROR
         client.close()
 
-    run_broker(tmp_path, check)
+    run_broker(tmp_path, check, halts=halts)

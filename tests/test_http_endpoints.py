@@ -153,10 +153,9 @@ def test_unknown_paths_are_not_found(tmp_path: Path, path: str) -> None:
 def test_a_log_dir_a_partition_could_not_be_made_in_is_offline_on_health_and_metrics(
     tmp_path: Path,
 ) -> None:
-    halts: list[int] = []
+    halts: list[int] = []  # its only log directory fails: it would halt
 
     async def check(broker: Broker, port: int) -> None:
-        broker.halt = halts.append  # its only log directory fails: it would halt
         (tmp_path / "data" / "blocked-0").write_bytes(b"not a directory")
         await broker.controller.create_topic("blocked", 1, 1, {})
         assert await broker.partitions_opened("blocked") == {0: broker.logs.failed[("blocked", 0)]}
@@ -171,5 +170,5 @@ def test_a_log_dir_a_partition_could_not_be_made_in_is_offline_on_health_and_met
         assert "kafka_log_logmanager_offlinelogdirectorycount 1.0" in metrics
         assert "kbroker_partition_logs_failed 1.0" in metrics
 
-    run_broker(tmp_path, check, http=True)
+    run_broker(tmp_path, check, http=True, halts=halts)
     assert halts == [1]

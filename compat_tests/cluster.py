@@ -26,6 +26,11 @@ What tests get:
 - ``wait_for_controller(exclude=...)``: the active controller's id once live nodes agree;
 - ``partition(topic, p)``: leader, replicas, ISR as a live node reports them;
 - ``raw_metadata(topic)``: the wire MetadataResponse (offline replicas, leader epochs);
+- ``create_topic(name, partitions, replication_factor, config)``: once every live node
+  knows it; ``wait_for_full_isr(topic)``: until every replica of each partition is in sync;
+- ``coordinator(key, key_type)``: the node FindCoordinator names (0 for none);
+  ``key_with_full_isr(prefix, key_type)``: a new group or transactional id whose
+  coordinator can be killed with two replicas left in sync; ``kill_coordinator(key)``;
 - ``wait_until(predicate, timeout, what)``: bounded polling with a readable failure.
 
 Timings are shortened for tests (a broker is fenced 3 s after its last heartbeat).
@@ -34,6 +39,7 @@ Timings are shortened for tests (a broker is fenced 3 s after its last heartbeat
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,6 +66,9 @@ TEST_TIMINGS = {
     "controller.quorum.election.timeout.ms": "1000",
 }
 
+
+# Where FindCoordinator's key types live: groups (0) and transactional ids (1).
+INTERNAL_TOPIC_OF_KEY = {0: "__consumer_offsets", 1: "__transaction_state"}
 
 CONTROLLER_READY_LINE = "serving the metadata quorum as a controller only"
 
@@ -197,6 +206,14 @@ class KafkaCluster:
         """kill -9: no controlled shutdown, no flush."""
         self.node(node_id).kill()
 
+    def kill_coordinator(self, key: str, key_type: int = 0) -> int:
+        """kill -9 the broker FindCoordinator names for a group (key type 0) or a
+        transactional id (1); returns its node id."""
+        code, node_id = self.find_coordinator(key, key_type, node=self.live_nodes[0])
+        assert code == 0, f"no coordinator for {key} (error {code})"
+        self.kill(node_id)
+        return node_id
+
     def stop(self, node_id: int) -> int:
         """SIGTERM: controlled shutdown; returns the exit code."""
         return self.node(node_id).stop()
@@ -262,6 +279,32 @@ class KafkaCluster:
         found = answer.coordinators[0]
         return int(found.error_code), int(found.node_id)
 
+    def coordinator(self, key: str, key_type: int = 0, node: BrokerProcess | None = None) -> int:
+        """The node FindCoordinator names for `key`, 0 while it names none."""
+        code, node_id = self.find_coordinator(key, key_type, node)
+        return node_id if code == 0 else 0
+
+    def key_with_full_isr(self, prefix: str, key_type: int = 0, timeout: float = 30.0) -> str:
+        """A new group id (key type 0) or transactional id (1) starting with `prefix` whose
+        partition of the internal topic has a leader and every replica in sync, so its
+        coordinator's broker can be killed with the others in sync (nodes killed by
+        earlier tests may leave others with a shrunken ISR for a while after they return)."""
+        from kbroker.coordinator.records import partition_for
+
+        topic = INTERNAL_TOPIC_OF_KEY[key_type]
+        self.find_coordinator(f"bootstrap-{topic}", key_type, node=self.live_nodes[0])
+
+        def pick() -> str | None:
+            partitions = self.raw_metadata(topic).topics[0].partitions
+            full = {p.partition_index for p in partitions if _in_sync(p) and p.leader_id > 0}
+            while full:
+                key = f"{prefix}-{uuid.uuid4().hex[:8]}"
+                if partition_for(key, len(partitions)) in full:
+                    return key
+            return None
+
+        return self.wait_until(pick, timeout, f"a {topic} partition with a full ISR")
+
     def wait_for_controller(self, exclude: tuple[int, ...] = (), timeout: float = 15.0) -> int:
         """The controller every live node names, once they agree on a live one."""
 
@@ -280,13 +323,21 @@ class KafkaCluster:
 
         return self.wait_until(agreed, timeout, "live nodes to agree on a live controller")
 
-    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3) -> None:
-        """CreateTopics through any node; returns once every live node's Metadata has it."""
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 3,
+        config: dict[str, str] | None = None,
+    ) -> None:
+        """CreateTopics through any node (with topic `config`); returns once every live
+        node's Metadata has it."""
         from confluent_kafka.admin import NewTopic
 
         admin = self.admin()  # kept alive until the answer arrives
         futures = admin.create_topics(
-            [NewTopic(name, partitions, replication_factor)], operation_timeout=10
+            [NewTopic(name, partitions, replication_factor, config=config or {})],
+            operation_timeout=10,
         )
         futures[name].result(timeout=15)
 
@@ -298,6 +349,19 @@ class KafkaCluster:
 
         # Other nodes apply the metadata log a moment later, as on Kafka.
         self.wait_until(everywhere, 10.0, f"every live node to know topic {name}")
+
+    def wait_for_full_isr(self, topic: str, timeout: float = 15.0) -> None:
+        """Until every partition of `topic` has all its replicas in sync."""
+
+        def full() -> bool:
+            partitions = self.raw_metadata(topic).topics[0].partitions
+            return bool(partitions) and all(_in_sync(p) for p in partitions)
+
+        self.wait_until(
+            full,
+            timeout,
+            f"{topic} to have a full ISR",
+        )
 
     @staticmethod
     def wait_until(predicate: Callable[[], T | None], timeout: float, what: str) -> T:
@@ -316,6 +380,11 @@ class KafkaCluster:
 
     def log_tails(self, lines: int = 80) -> str:
         return "\n".join(n.log_tail(lines) for n in self.nodes)
+
+
+def _in_sync(partition: Any) -> bool:
+    """A wire Metadata partition has every replica in its ISR."""
+    return sorted(partition.isr_nodes) == sorted(partition.replica_nodes)
 
 
 @contextmanager

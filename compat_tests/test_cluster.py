@@ -113,52 +113,21 @@ def _join_and_get_assignment(cluster: KafkaCluster, topic: str, group: str) -> l
     return sorted(assigned)
 
 
-def _offsets_partition(group: str, partitions: int) -> int:
-    """Kafka's choice: abs(Java String.hashCode(group)) modulo the partition count."""
-    h = 0
-    for ch in group.encode("utf-16-be").decode("utf-16-be"):
-        h = (31 * h + ord(ch)) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % partitions
-
-
-def _group_with_full_isr(cluster: KafkaCluster, timeout: float = 30.0) -> str:
-    """A new group id whose __consumer_offsets partition has all three replicas in sync
-    (nodes killed by earlier tests may have left others with a shrunken ISR for a while
-    after they came back)."""
-    cluster.find_coordinator("bootstrap-the-offsets-topic", node=cluster.nodes[0])
-
-    def group_on_a_full_partition() -> str | None:
-        offsets = cluster.raw_metadata("__consumer_offsets").topics[0].partitions
-        full = {p.partition_index for p in offsets if len(p.isr_nodes) == 3 and p.leader_id > 0}
-        if not full:
-            return None
-        while True:
-            group = f"group-{_uid()}"
-            if _offsets_partition(group, len(offsets)) in full:
-                return group
-
-    return cluster.wait_until(
-        group_on_a_full_partition, timeout, "a __consumer_offsets partition with a full ISR"
-    )
-
-
 def test_the_group_coordinator_moves_with_the_leadership_of_its_offsets_partition(
     cluster: KafkaCluster,
 ) -> None:
     # Placed before the other tests that kill nodes: each kill shrinks ISRs, which grow
     # back only as followers catch up.
-    topic, group = f"coord-{_uid()}", _group_with_full_isr(cluster)
+    topic, group = f"coord-{_uid()}", cluster.key_with_full_isr("group")
     cluster.create_topic(topic, partitions=2, replication_factor=3)
     assert _join_and_get_assignment(cluster, topic, group) == [0, 1]
-    code, coordinator = cluster.find_coordinator(group, node=cluster.nodes[0])
-    assert code == 0
-    survivor = next(n for n in cluster.nodes if n.node_id != coordinator)
     try:
-        cluster.kill(coordinator)
+        coordinator = cluster.kill_coordinator(group)
+        survivor = cluster.live_nodes[0]
 
         def moved() -> int | None:
-            code, node = cluster.find_coordinator(group, node=survivor)
-            return node if code == 0 and node != coordinator else None
+            node = cluster.coordinator(group, node=survivor)
+            return node if node not in (0, coordinator) else None
 
         new_coordinator = cluster.wait_until(moved, 10.0, "FindCoordinator to name a survivor")
         assert new_coordinator in {n.node_id for n in cluster.live_nodes}
@@ -437,18 +406,18 @@ def test_aiokafka_sees_every_partition_leader_and_reads_back_what_it_wrote(
 
 def _topic_guarded_by_two_replicas(cluster: KafkaCluster, name: str) -> None:
     """Three partitions, three replicas, min.insync.replicas=2: a write survives a kill."""
-    from confluent_kafka.admin import NewTopic
+    cluster.create_topic(name, 3, 3, config={"min.insync.replicas": "2"})
+    cluster.wait_for_full_isr(name)
 
-    admin = cluster.admin()  # kept alive until the answer arrives
-    futures = admin.create_topics(
-        [NewTopic(name, 3, 3, config={"min.insync.replicas": "2"})], operation_timeout=10
-    )
-    futures[name].result(timeout=15)
-    cluster.wait_until(
-        lambda: all(len(p.isr_nodes) == 3 for p in cluster.raw_metadata(name).topics[0].partitions),
-        15.0,
-        f"{name} to have a full ISR",
-    )
+
+# A group member of kafka-python or aiokafka (they share these names) that commits
+# only when told and notices its coordinator's death within seconds.
+GROUP_CONSUMER = {
+    "auto_offset_reset": "earliest",
+    "enable_auto_commit": False,
+    "session_timeout_ms": 6000,
+    "heartbeat_interval_ms": 1000,
+}
 
 
 def test_kafka_python_producer_and_group_carry_on_when_the_coordinator_broker_is_killed(
@@ -459,19 +428,13 @@ def test_kafka_python_producer_and_group_carry_on_when_the_coordinator_broker_is
     every acknowledged record and commits there."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    topic, group = f"kp-kill-{_uid()}", _group_with_full_isr(cluster)
+    topic, group = f"kp-kill-{_uid()}", cluster.key_with_full_isr("group")
     _topic_guarded_by_two_replicas(cluster, topic)
     producer = KafkaProducer(
         bootstrap_servers=cluster.bootstrap, acks="all", request_timeout_ms=10000
     )
     consumer = KafkaConsumer(
-        topic,
-        bootstrap_servers=cluster.bootstrap,
-        group_id=group,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        session_timeout_ms=6000,
-        heartbeat_interval_ms=1000,
+        topic, bootstrap_servers=cluster.bootstrap, group_id=group, **GROUP_CONSUMER
     )
     seen: list[bytes] = []
 
@@ -486,14 +449,13 @@ def test_kafka_python_producer_and_group_carry_on_when_the_coordinator_broker_is
         acked = [producer.send(topic, b"%d" % i).get(timeout=30) for i in range(100)]
         read(100)
         consumer.commit()
-        victim = cluster.find_coordinator(group, node=cluster.nodes[0])[1]
-        cluster.kill(victim)
+        victim = cluster.kill_coordinator(group)
         futures = [producer.send(topic, b"%d" % i) for i in range(100, 200)]
         acked += [f.get(timeout=60) for f in futures]
         read(200)
         consumer.commit()
         committed = sum(consumer.committed(TopicPartition(topic, p)) or 0 for p in range(3))
-        coordinator = cluster.find_coordinator(group, node=cluster.live_nodes[0])[1]
+        coordinator = cluster.coordinator(group)
     finally:
         producer.close(timeout=10)
         consumer.close(autocommit=False)
@@ -501,7 +463,7 @@ def test_kafka_python_producer_and_group_carry_on_when_the_coordinator_broker_is
     assert len(acked) == 200
     assert set(seen) == {b"%d" % i for i in range(200)}
     assert committed == 200
-    assert coordinator != victim
+    assert coordinator not in (0, victim)
 
 
 def test_aiokafka_producer_and_group_carry_on_when_the_coordinator_broker_is_killed(
@@ -514,7 +476,7 @@ def test_aiokafka_producer_and_group_carry_on_when_the_coordinator_broker_is_kil
 
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    topic, group = f"aio-kill-{_uid()}", _group_with_full_isr(cluster)
+    topic, group = f"aio-kill-{_uid()}", cluster.key_with_full_isr("group")
     _topic_guarded_by_two_replicas(cluster, topic)
 
     async def main() -> tuple[int, set[bytes], int]:
@@ -522,13 +484,7 @@ def test_aiokafka_producer_and_group_carry_on_when_the_coordinator_broker_is_kil
             bootstrap_servers=cluster.bootstrap, acks="all", enable_idempotence=True
         )
         consumer = AIOKafkaConsumer(
-            topic,
-            bootstrap_servers=cluster.bootstrap,
-            group_id=group,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=1000,
+            topic, bootstrap_servers=cluster.bootstrap, group_id=group, **GROUP_CONSUMER
         )
         await producer.start()
         await consumer.start()
@@ -548,7 +504,7 @@ def test_aiokafka_producer_and_group_carry_on_when_the_coordinator_broker_is_kil
             )
             await read(100)
             await consumer.commit()
-            cluster.kill(cluster.find_coordinator(group, node=cluster.nodes[0])[1])
+            cluster.kill_coordinator(group)
             sends = [await producer.send(topic, b"%d" % i) for i in range(100, 200)]
             acked += len(await asyncio.gather(*sends))
             await read(200)

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -50,18 +50,12 @@ def _uid() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def _find_coordinator(cluster: KafkaCluster, key_type: int, key: str) -> int:
-    """The node FindCoordinator v4 names for a group or transactional id (0 if none yet)."""
-    code, node = cluster.find_coordinator(key, key_type)
-    return node if code == 0 else 0
-
-
 def _coordinator_with_full_isr(cluster: KafkaCluster, key_type: int, key: str) -> int:
     """The coordinator of `key` once its internal partition has all three replicas in
     sync (a node healed by an earlier test may still be catching up)."""
     topic = "__transaction_state" if key_type == TRANSACTION else "__consumer_offsets"
     node = cluster.wait_until(
-        lambda: _find_coordinator(cluster, key_type, key), 20.0, f"a coordinator for {key}"
+        lambda: cluster.coordinator(key, key_type), 20.0, f"a coordinator for {key}"
     )
 
     def full() -> bool:
@@ -76,13 +70,7 @@ def _coordinator_with_full_isr(cluster: KafkaCluster, key_type: int, key: str) -
 def _topic_with_full_isr(cluster: KafkaCluster, partitions: int = 3) -> str:
     topic = f"failover-{_uid()}"
     cluster.create_topic(topic, partitions=partitions, replication_factor=3)
-    cluster.wait_until(
-        lambda: all(
-            len(p.isr_nodes) == 3 for p in cluster.raw_metadata(topic).topics[0].partitions
-        ),
-        15.0,
-        f"{topic} to have a full ISR",
-    )
+    cluster.wait_for_full_isr(topic)
     return topic
 
 
@@ -110,6 +98,21 @@ def _produce_transaction(producer: Any, topic: str, tag: str, count: int = 30) -
     assert producer.flush(30) == 0
 
 
+def _open_transaction(
+    cluster: KafkaCluster, tag: str, timeout_ms: int = TXN_TIMEOUT_MS
+) -> tuple[str, str, int, Any]:
+    """A new topic with a full ISR and a transactional producer whose coordinator leads
+    a fully in-sync partition, its transaction begun and `tag:i` records written to
+    partitions 0-2, not committed: (topic, transactional id, coordinator, producer)."""
+    topic = _topic_with_full_isr(cluster)
+    txn_id = f"{tag}-{_uid()}"
+    coordinator = _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)
+    producer = _transactional_producer(cluster, txn_id, timeout_ms)
+    producer.begin_transaction()
+    _produce_transaction(producer, topic, tag)
+    return topic, txn_id, coordinator, producer
+
+
 def _commit(producer: Any, timeout: float = 45.0) -> None:
     """commit_transaction as Kafka's client documents it: retry a retriable failure."""
     from confluent_kafka import KafkaException
@@ -124,19 +127,21 @@ def _commit(producer: Any, timeout: float = 45.0) -> None:
                 raise
 
 
-def _read_committed(cluster: KafkaCluster, topic: str, *more: tuple[str, int]) -> list[str]:
-    """Every value a read_committed consumer gets from partitions 0-2 of `topic` (and
-    any `more` partitions), read until each has given its `end` record (written last,
-    outside any transaction): it is delivered only once the partition's last stable
-    offset has passed everything before it."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+def _produce_plain(cluster: KafkaCluster, records: Iterable[tuple[str, int, bytes]]) -> None:
+    """Each (topic, partition, value) written outside any transaction, acks=all."""
+    from confluent_kafka import Producer
 
-    partitions = [(topic, p) for p in range(3)] + list(more)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
-    for t, p in partitions:
-        producer.produce(t, value=b"end", partition=p)
+    for topic, partition, value in records:
+        producer.produce(topic, value=value, partition=partition)
     assert producer.flush(30) == 0
-    consumer = Consumer(
+
+
+def _read_committed_consumer(cluster: KafkaCluster) -> Any:
+    """A read_committed consumer for assigned partitions, committing nothing."""
+    from confluent_kafka import Consumer
+
+    return Consumer(
         {
             "bootstrap.servers": cluster.bootstrap,
             "group.id": f"reader-{_uid()}",
@@ -144,6 +149,18 @@ def _read_committed(cluster: KafkaCluster, topic: str, *more: tuple[str, int]) -
             "enable.auto.commit": False,
         }
     )
+
+
+def _read_committed(cluster: KafkaCluster, topic: str, *more: tuple[str, int]) -> list[str]:
+    """Every value a read_committed consumer gets from partitions 0-2 of `topic` (and
+    any `more` partitions), read until each has given its `end` record (written last,
+    outside any transaction): it is delivered only once the partition's last stable
+    offset has passed everything before it."""
+    from confluent_kafka import TopicPartition
+
+    partitions = [(topic, p) for p in range(3)] + list(more)
+    _produce_plain(cluster, ((t, p, b"end") for t, p in partitions))
+    consumer = _read_committed_consumer(cluster)
     consumer.assign([TopicPartition(t, p, 0) for t, p in partitions])
     seen: list[str] = []
     ended: set[tuple[str, int]] = set()
@@ -170,12 +187,7 @@ def _by_transaction(values: list[str]) -> Counter[str]:
 def test_an_open_transaction_commits_whole_on_the_new_coordinator_after_a_kill(
     cluster: KafkaCluster,
 ) -> None:
-    topic = _topic_with_full_isr(cluster)
-    txn_id = f"open-{_uid()}"
-    coordinator = _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)
-    producer = _transactional_producer(cluster, txn_id)
-    producer.begin_transaction()
-    _produce_transaction(producer, topic, "before")
+    topic, txn_id, coordinator, producer = _open_transaction(cluster, "before")
     _commit(producer)
     try:
         producer.begin_transaction()
@@ -188,7 +200,7 @@ def test_an_open_transaction_commits_whole_on_the_new_coordinator_after_a_kill(
         for i in range(10, 30):
             producer.produce(topic, value=f"across:{i}".encode(), partition=1 + i % 2)
         _commit(producer)
-        assert _find_coordinator(cluster, TRANSACTION, txn_id) not in (0, coordinator)
+        assert cluster.coordinator(txn_id, TRANSACTION) not in (0, coordinator)
         producer.begin_transaction()
         _produce_transaction(producer, topic, "after")
         _commit(producer)
@@ -204,12 +216,7 @@ def test_a_transaction_left_open_is_aborted_by_the_new_coordinator_at_its_timeou
 ) -> None:
     from confluent_kafka import KafkaException
 
-    topic = _topic_with_full_isr(cluster)
-    txn_id = f"abandoned-{_uid()}"
-    coordinator = _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)
-    producer = _transactional_producer(cluster, txn_id)
-    producer.begin_transaction()
-    _produce_transaction(producer, topic, "abandoned")
+    topic, _, coordinator, producer = _open_transaction(cluster, "abandoned")
     try:
         cluster.kill(coordinator)
         killed = time.monotonic()
@@ -233,16 +240,11 @@ def test_a_partition_leader_killed_in_an_open_transaction_is_replaced_by_one_hol
     """The transaction's records reached the followers with their producer state: the
     new leader keeps the last stable offset before them until the abort marker, so
     read_committed sees neither them nor anything written after them before it."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    topic = _topic_with_full_isr(cluster)
-    txn_id = f"leader-{_uid()}"
-    coordinator = _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)
+    topic, _, coordinator, producer = _open_transaction(cluster, "open", timeout_ms=60_000)
     partition = next(p for p in range(3) if cluster.partition(topic, p).leader != coordinator)
     victim = cluster.partition(topic, partition).leader
-    producer = _transactional_producer(cluster, txn_id, timeout_ms=60_000)
-    producer.begin_transaction()
-    _produce_transaction(producer, topic, "open")
     try:
         cluster.kill(victim)
         cluster.wait_until(
@@ -250,16 +252,8 @@ def test_a_partition_leader_killed_in_an_open_transaction_is_replaced_by_one_hol
             15.0,
             f"a new leader of {topic}-{partition}",
         )
-        plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
-        plain.produce(topic, value=b"later:0", partition=partition)
-        assert plain.flush(30) == 0
-        consumer = Consumer(
-            {
-                "bootstrap.servers": cluster.bootstrap,
-                "group.id": f"reader-{_uid()}",
-                "isolation.level": "read_committed",
-            }
-        )
+        _produce_plain(cluster, [(topic, partition, b"later:0")])
+        consumer = _read_committed_consumer(cluster)
         consumer.assign([TopicPartition(topic, partition, 0)])
         try:
             held_back = [m for m in consumer.consume(100, 3.0) if not m.error()]
@@ -322,7 +316,7 @@ def test_a_transaction_prepared_before_its_coordinator_dies_is_completed_by_the_
         assert _by_transaction(visible) == {"prepared": 30}
         cluster.kill(coordinator)
         cluster.wait_until(
-            lambda: _find_coordinator(cluster, TRANSACTION, txn_id) not in (0, coordinator),
+            lambda: cluster.coordinator(txn_id, TRANSACTION) not in (0, coordinator),
             15.0,
             "a new transaction coordinator",
         )
@@ -348,7 +342,7 @@ def test_transactions_ending_together_on_one_coordinator_are_each_completed_whol
     coordinator = _coordinator_with_full_isr(cluster, TRANSACTION, ids[0])
     while len(ids) < 4:
         candidate = f"together-{_uid()}"
-        if _find_coordinator(cluster, TRANSACTION, candidate) == coordinator:
+        if cluster.coordinator(candidate, TRANSACTION) == coordinator:
             ids.append(candidate)
     producers = [_transactional_producer(cluster, t) for t in ids]
     failures: list[Exception] = []
@@ -419,15 +413,12 @@ def _next_offsets(messages: list[Any]) -> dict[int, int]:
 def test_a_group_resumes_from_its_committed_offsets_after_its_coordinator_is_killed(
     cluster: KafkaCluster,
 ) -> None:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaException
 
     topic = _topic_with_full_isr(cluster)
     group = f"failover-group-{_uid()}"
     coordinator = _coordinator_with_full_isr(cluster, GROUP, group)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
-    for i in range(300):
-        producer.produce(topic, value=b"%d" % i, partition=i % 3)
-    assert producer.flush(30) == 0
+    _produce_plain(cluster, ((topic, i % 3, b"%d" % i) for i in range(300)))
 
     first = _group_consumer(cluster, group)
     first.subscribe([topic])
@@ -445,7 +436,7 @@ def test_a_group_resumes_from_its_committed_offsets_after_its_coordinator_is_kil
             20.0,
             "the new coordinator to serve the committed offsets",
         )
-        assert _find_coordinator(cluster, GROUP, group) not in (0, coordinator)
+        assert cluster.coordinator(group, GROUP) not in (0, coordinator)
         # The member carries on: its next records and commit go to the new coordinator.
         more = _consume(first, 60)
         assert len(more) == 60
@@ -489,7 +480,6 @@ def test_transactional_offsets_pending_at_a_group_coordinator_kill_commit_with_t
     group's offsets partition until the commit marker. The group coordinator's broker is
     killed while they wait; the commit marker reaches the new leader, whose coordinator
     rebuilt them from the log, and the offsets are committed with the output."""
-    from confluent_kafka import Producer
 
     source, sink = _topic_with_full_isr(cluster), _topic_with_full_isr(cluster)
     group = f"eos-{_uid()}"
@@ -497,13 +487,10 @@ def test_transactional_offsets_pending_at_a_group_coordinator_kill_commit_with_t
     txn_id = next(
         t
         for t in (f"eos-{_uid()}" for _ in range(1000))
-        if _find_coordinator(cluster, TRANSACTION, t) not in (0, group_coordinator)
+        if cluster.coordinator(t, TRANSACTION) not in (0, group_coordinator)
     )
     _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)
-    plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
-    for i in range(60):
-        plain.produce(source, value=b"%d" % i, partition=i % 3)
-    assert plain.flush(30) == 0
+    _produce_plain(cluster, ((source, i % 3, b"%d" % i) for i in range(60)))
     producer = _transactional_producer(cluster, txn_id)
     consumer = _group_consumer(cluster, group)
     consumer.subscribe([source])
@@ -556,15 +543,12 @@ def test_a_consumer_protocol_group_carries_on_from_its_offsets_after_its_coordin
     the group's offsets partition; after the coordinator's broker is killed the new
     coordinator takes their heartbeats, every partition is consumed to its end, and
     the commits land there."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+    from confluent_kafka import Consumer, KafkaError, KafkaException
 
     topic = _topic_with_full_isr(cluster)
     group = f"kip848-{_uid()}"
     coordinator = _coordinator_with_full_isr(cluster, GROUP, group)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
-    for i in range(300):
-        producer.produce(topic, value=b"%d" % i, partition=i % 3)
-    assert producer.flush(30) == 0
+    _produce_plain(cluster, ((topic, i % 3, b"%d" % i) for i in range(300)))
     settings = {
         "bootstrap.servers": cluster.bootstrap,
         "group.id": group,

@@ -33,16 +33,10 @@ def java_on_cluster(
 def test_java_producer_and_group_consumer_carry_on_when_the_coordinator_is_killed(
     java_on_cluster: JavaDriver, cluster: KafkaCluster
 ) -> None:
-    from confluent_kafka.admin import NewTopic
-
     java = java_on_cluster
     topic = f"java-cluster-{uuid.uuid4().hex[:8]}"
     group = f"java-group-{uuid.uuid4().hex[:8]}"
-    admin = cluster.admin()
-    futures = admin.create_topics(
-        [NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})], operation_timeout=10
-    )
-    futures[topic].result(timeout=15)
+    cluster.create_topic(topic, 3, 3, config={"min.insync.replicas": "2"})
     java.call("producer-open", name="p")
     java.call("produce", producer="p", topic=topic, count=90, value_prefix="before")
     java.call("consumer-open", name="c", group=group, consumer={"auto.offset.reset": "earliest"})
@@ -50,9 +44,8 @@ def test_java_producer_and_group_consumer_carry_on_when_the_coordinator_is_kille
     first = java.call("poll", name="c", expect=90, timeout_ms=30000)
     assert Counter(first.values()) == Counter(f"before{i}" for i in range(90))
     java.call("commit", name="c")
-    victim = cluster.find_coordinator(group)[1]
     try:
-        cluster.kill(victim)
+        cluster.kill_coordinator(group)
         java.call("produce", producer="p", topic=topic, count=90, value_prefix="after", timeout=120)
         second = java.call("poll", name="c", expect=90, timeout_ms=60000, timeout=90)
         assert Counter(second.values()) == Counter(f"after{i}" for i in range(90))
@@ -61,49 +54,21 @@ def test_java_producer_and_group_consumer_carry_on_when_the_coordinator_is_kille
         cluster.heal()
 
 
-def _transactional_id_with_full_isr(cluster: KafkaCluster) -> str:
-    """A new transactional id whose __transaction_state partition has all three replicas
-    in sync (a node healed by an earlier test may still be catching up): two of them
-    are required, so killing its leader must leave two."""
-    from kbroker.coordinator.records import partition_for
-
-    cluster.find_coordinator("bootstrap-the-transaction-log", key_type=1)
-
-    def pick() -> str | None:
-        partitions = cluster.raw_metadata("__transaction_state").topics[0].partitions
-        full = {p.partition_index for p in partitions if len(p.isr_nodes) == 3}
-        while full:
-            txn_id = f"java-txn-{uuid.uuid4().hex[:8]}"
-            if partition_for(txn_id, len(partitions)) in full:
-                return txn_id
-        return None
-
-    return cluster.wait_until(pick, 30.0, "a __transaction_state partition with a full ISR")
-
-
 def test_java_transaction_open_when_its_coordinator_is_killed_commits_whole(
     java_on_cluster: JavaDriver, cluster: KafkaCluster
 ) -> None:
     """The Java producer finds the new transaction coordinator, adds the transaction's
     other partitions there and commits; read_committed sees all of it."""
-    from confluent_kafka.admin import NewTopic
-
     java = java_on_cluster
     topic = f"java-txn-{uuid.uuid4().hex[:8]}"
-    admin = cluster.admin()
-    futures = admin.create_topics(
-        [NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})], operation_timeout=10
-    )
-    futures[topic].result(timeout=15)
-    txn_id = _transactional_id_with_full_isr(cluster)
+    cluster.create_topic(topic, 3, 3, config={"min.insync.replicas": "2"})
+    txn_id = cluster.key_with_full_isr("java-txn", key_type=1)
     java.call("producer-open", name="t", producer={"transactional.id": txn_id})
     java.call("txn", name="t", action="init")
     java.call("txn", name="t", action="begin")
     java.call("produce", producer="t", topic=topic, partition=0, count=10, value_prefix="a")
-    code, victim = cluster.find_coordinator(txn_id, key_type=1)
-    assert code == 0
     try:
-        cluster.kill(victim)
+        victim = cluster.kill_coordinator(txn_id, key_type=1)
         for p in (1, 2):
             java.call(
                 "produce",
@@ -115,7 +80,7 @@ def test_java_transaction_open_when_its_coordinator_is_killed_commits_whole(
                 timeout=90,
             )
         java.call("txn", name="t", action="commit", timeout=90)
-        assert cluster.find_coordinator(txn_id, key_type=1)[1] != victim
+        assert cluster.coordinator(txn_id, key_type=1) not in (0, victim)
         committed = java.call(
             "consume",
             topic=topic,

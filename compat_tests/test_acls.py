@@ -37,10 +37,6 @@ from kbroker.admin.client import BrokerConnection, fetch_fields
 
 pytestmark = pytest.mark.timeout(120)
 
-TOPIC_AUTHORIZATION_FAILED = 29
-GROUP_AUTHORIZATION_FAILED = 30
-CLUSTER_AUTHORIZATION_FAILED = 31
-
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
@@ -114,7 +110,7 @@ def test_without_acls_topic_creation_and_group_joins_are_refused(secure: SecureB
             timeout=10000,
             validate_only=False,
         )
-        assert created.topics[0].error_code == TOPIC_AUTHORIZATION_FAILED
+        assert created.topics[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
         joined = conn.request(
             11,
             5,
@@ -126,9 +122,9 @@ def test_without_acls_topic_creation_and_group_joins_are_refused(secure: SecureB
             protocol_type="consumer",
             protocols=[{"name": "range", "metadata": b""}],
         )
-        assert joined.error_code == GROUP_AUTHORIZATION_FAILED
+        assert joined.error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
         found = conn.request(10, 2, key="alice-group", key_type=0)
-        assert found.error_code == GROUP_AUTHORIZATION_FAILED
+        assert found.error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
 
 
 def test_consumer_group_heartbeat_needs_describe_on_each_subscribed_topic(
@@ -154,7 +150,7 @@ def test_consumer_group_heartbeat_needs_describe_on_each_subscribed_topic(
 
     with login(secure, "alice") as conn:
         refused = heartbeat(conn)
-        assert refused.error_code == TOPIC_AUTHORIZATION_FAILED
+        assert refused.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
         assert topic in refused.error_message
         grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.DESCRIBE))
         deadline = time.monotonic() + 15
@@ -221,7 +217,7 @@ def test_metadata_lists_only_topics_the_user_may_describe(secure: SecureBroker) 
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False,
         )
-        assert answer.topics[0].error_code == TOPIC_AUTHORIZATION_FAILED
+        assert answer.topics[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def test_acls_are_described_and_deleted_by_filter(secure: SecureBroker) -> None:
@@ -294,8 +290,8 @@ def test_producer_ids_need_write_on_the_transactional_id_or_idempotent_write(
     secure: SecureBroker,
 ) -> None:
     with login(secure, "bob") as conn:
-        assert init_producer_id(conn, "bob-tx") == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        assert init_producer_id(conn, None) == CLUSTER_AUTHORIZATION_FAILED
+        assert init_producer_id(conn, "bob-tx") == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert init_producer_id(conn, None) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     grant(
         secure,
         allow(ResourceType.TRANSACTIONAL_ID, "bob-tx", AclOperation.WRITE, principal="User:bob"),
@@ -325,7 +321,7 @@ def test_groups_are_listed_and_described_only_where_the_user_may_describe(
         assert group in {g.group_id for g in conn.request(16, 4, states_filter=[]).groups}
     with login(secure, "alice") as conn:
         described = conn.request(15, 5, groups=[group], include_authorized_operations=False)
-        assert described.groups[0].error_code == GROUP_AUTHORIZATION_FAILED
+        assert described.groups[0].error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
         listed = conn.request(16, 4, states_filter=[])
         assert group not in {g.group_id for g in listed.groups}
     consumer.close()
@@ -347,8 +343,8 @@ def test_configs_need_describe_configs_and_alter_configs(secure: SecureBroker) -
         return int(answer.results[0].error_code)
 
     with login(secure, "alice") as conn:
-        assert describe(conn, 2, topic) == TOPIC_AUTHORIZATION_FAILED
-        assert describe(conn, 4, "1") == CLUSTER_AUTHORIZATION_FAILED
+        assert describe(conn, 2, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert describe(conn, 4, "1") == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.ALTER_CONFIGS))
     with login(secure, "alice") as conn:
         assert describe(conn, 2, topic) == 0  # ALTER_CONFIGS implies DESCRIBE_CONFIGS
@@ -358,7 +354,7 @@ def test_log_dirs_leader_epochs_and_transactions_need_describe(secure: SecureBro
     topic = new_topic(secure)
     with login(secure, "bob") as conn:
         dirs = conn.request(35, 4, topics=None)
-        assert dirs.error_code == CLUSTER_AUTHORIZATION_FAILED
+        assert dirs.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
         epochs = conn.request(
             23,
             4,
@@ -370,7 +366,7 @@ def test_log_dirs_leader_epochs_and_transactions_need_describe(secure: SecureBro
                 }
             ],
         )
-        assert epochs.topics[0].partitions[0].error_code == TOPIC_AUTHORIZATION_FAILED
+        assert epochs.topics[0].partitions[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
         described = conn.request(65, 0, transactional_ids=["someone-elses"])
         assert described.transaction_states[0].error_code == 53
 
@@ -387,7 +383,7 @@ def test_moving_a_replica_between_log_dirs_needs_cluster_alter(secure: SecureBro
     }
     with login(secure, "bob") as conn:
         refused = conn.request(34, 2, **move)
-    assert refused.results[0].partitions[0].error_code == CLUSTER_AUTHORIZATION_FAILED
+    assert refused.results[0].partitions[0].error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     with login(secure, "admin") as conn:
         allowed = conn.request(34, 2, **move)
     assert allowed.results[0].partitions[0].error_code == 0  # already there: nothing to move
@@ -417,15 +413,19 @@ def test_replica_fetches_and_transaction_markers_need_cluster_action(
     }
     with login(secure, "alice") as conn:
         fetched = conn.request(1, 12, **as_follower)
-        assert fetched.responses[0].partitions[0].error_code == TOPIC_AUTHORIZATION_FAILED
+        assert (
+            fetched.responses[0].partitions[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        )
         written = conn.request(27, 1, **markers)
         assert written.markers[0].topics[0].partitions[0].error_code == (
-            CLUSTER_AUTHORIZATION_FAILED
+            KafkaError.CLUSTER_AUTHORIZATION_FAILED
         )
     grant(secure, allow(ResourceType.BROKER, "kafka-cluster", AclOperation.CLUSTER_ACTION))
     with login(secure, "alice") as conn:
         fetched = conn.request(1, 12, **as_follower)
-        assert fetched.responses[0].partitions[0].error_code != TOPIC_AUTHORIZATION_FAILED
+        assert (
+            fetched.responses[0].partitions[0].error_code != KafkaError.TOPIC_AUTHORIZATION_FAILED
+        )
 
 
 def test_acls_survive_a_restart(secure: SecureBroker) -> None:
@@ -433,4 +433,4 @@ def test_acls_survive_a_restart(secure: SecureBroker) -> None:
     grant(secure, allow(ResourceType.TOPIC, topic, AclOperation.READ))
     secure.node.restart()
     assert fetch_error(secure, "alice", topic) is None
-    assert fetch_error(secure, "bob", topic) == TOPIC_AUTHORIZATION_FAILED
+    assert fetch_error(secure, "bob", topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import ShareConsumer
+from confluent_kafka import KafkaError, ShareConsumer
 from confluent_kafka.admin import (
     AclOperation,
     AdminClient,
@@ -39,9 +39,6 @@ from compat_tests.security_broker import grant as grant_bindings
 from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(120)
-
-TOPIC_AUTHORIZATION_FAILED = 29
-GROUP_AUTHORIZATION_FAILED = 30
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +121,12 @@ def test_share_group_heartbeat_needs_group_read_then_describe_on_each_subscribed
 ) -> None:
     topic, group, _ = new_queue(secure, 0)
     with login(secure, "alice") as conn:
-        assert int(heartbeat(conn, group, [topic]).error_code) == GROUP_AUTHORIZATION_FAILED
+        assert (
+            int(heartbeat(conn, group, [topic]).error_code) == KafkaError.GROUP_AUTHORIZATION_FAILED
+        )
         grant(secure, ResourceType.GROUP, group, AclOperation.READ)
         refused = heartbeat(conn, group, [topic])
-        assert int(refused.error_code) == TOPIC_AUTHORIZATION_FAILED
+        assert int(refused.error_code) == KafkaError.TOPIC_AUTHORIZATION_FAILED
         assert topic in refused.error_message
         grant(secure, ResourceType.TOPIC, topic, AclOperation.DESCRIBE)
         assert int(heartbeat(conn, group, [topic]).error_code) == 0
@@ -143,11 +142,11 @@ def test_share_fetch_needs_group_read_and_topic_read(secure: SecureBroker) -> No
         refused = share_fetch(conn, group, joined.member_id, topic_id)
         assert int(refused.error_code) == 0
         (partition,) = refused.responses[0].partitions
-        assert int(partition.error_code) == TOPIC_AUTHORIZATION_FAILED
+        assert int(partition.error_code) == KafkaError.TOPIC_AUTHORIZATION_FAILED
         assert not partition.acquired_records and not partition.records
     with login(secure, "bob") as stranger:
         other = share_fetch(stranger, group, joined.member_id, topic_id)
-        assert int(other.error_code) == GROUP_AUTHORIZATION_FAILED
+        assert int(other.error_code) == KafkaError.GROUP_AUTHORIZATION_FAILED
 
 
 def test_share_acknowledge_needs_topic_read(secure: SecureBroker) -> None:
@@ -172,7 +171,9 @@ def test_share_acknowledge_needs_topic_read(secure: SecureBroker) -> None:
                 }
             ],
         )
-    assert int(answer.responses[0].partitions[0].error_code) == TOPIC_AUTHORIZATION_FAILED
+    assert (
+        int(answer.responses[0].partitions[0].error_code) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    )
 
 
 def test_describe_and_the_offsets_apis_need_describe_read_and_delete_on_the_group(
@@ -199,12 +200,12 @@ def test_describe_and_the_offsets_apis_need_describe_read_and_delete_on_the_grou
     }
     with login(secure, "alice") as conn:
         described = conn.request(77, 1, group_ids=[group], include_authorized_operations=False)
-        assert int(described.groups[0].error_code) == GROUP_AUTHORIZATION_FAILED
+        assert int(described.groups[0].error_code) == KafkaError.GROUP_AUTHORIZATION_FAILED
         offsets = conn.request(90, 1, groups=[{"group_id": group, "topics": None}])
-        assert int(offsets.groups[0].error_code) == GROUP_AUTHORIZATION_FAILED
-        assert int(conn.request(91, 0, **alter).error_code) == GROUP_AUTHORIZATION_FAILED
+        assert int(offsets.groups[0].error_code) == KafkaError.GROUP_AUTHORIZATION_FAILED
+        assert int(conn.request(91, 0, **alter).error_code) == KafkaError.GROUP_AUTHORIZATION_FAILED
         deleted = conn.request(92, 0, group_id=group, topics=[{"topic_name": topic}])
-        assert int(deleted.error_code) == GROUP_AUTHORIZATION_FAILED
+        assert int(deleted.error_code) == KafkaError.GROUP_AUTHORIZATION_FAILED
 
         grant(
             secure,
@@ -222,13 +223,16 @@ def test_describe_and_the_offsets_apis_need_describe_read_and_delete_on_the_grou
             groups=[{"group_id": group, "topics": [{"topic_name": topic, "partitions": [0]}]}],
         )
         part = named.groups[0].topics[0].partitions[0]
-        assert int(part.error_code) == TOPIC_AUTHORIZATION_FAILED
+        assert int(part.error_code) == KafkaError.TOPIC_AUTHORIZATION_FAILED
         altered = conn.request(91, 0, **alter)
         assert int(altered.error_code) == 0
-        assert int(altered.responses[0].partitions[0].error_code) == TOPIC_AUTHORIZATION_FAILED
+        assert (
+            int(altered.responses[0].partitions[0].error_code)
+            == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        )
         deleted = conn.request(92, 0, group_id=group, topics=[{"topic_name": topic}])
         assert int(deleted.error_code) == 0
-        assert int(deleted.responses[0].error_code) == TOPIC_AUTHORIZATION_FAILED
+        assert int(deleted.responses[0].error_code) == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def test_a_share_consumer_reads_the_queue_over_sasl_once_its_acls_allow(

@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -36,6 +37,9 @@ CONSUMER_PROTOCOL_SETTINGS = {
     "group.consumer.session.timeout.ms": str(SESSION_MS),
     "group.consumer.min.session.timeout.ms": "1000",
 }
+
+# The same, as broker_factory.start takes them.
+KWARG_SETTINGS = {k.replace(".", "_"): v for k, v in CONSUMER_PROTOCOL_SETTINGS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -64,38 +68,39 @@ def exclusive_cover(consumers: list[Consumer], partitions: int) -> bool:
     return all(sets) and every == list(range(partitions))
 
 
-def test_three_members_own_each_of_six_partitions_exactly_once(kip848_broker: BrokerProcess):
-    bootstrap = kip848_broker.bootstrap
-    topic = unique_topic()
-    create_topic(bootstrap, topic, 6)
-    group = unique_group("cg")
-    consumers = [member(bootstrap, group) for _ in range(3)]
+@contextmanager
+def covering_group(
+    broker: BrokerProcess, partitions: int, members: int
+) -> Iterator[tuple[str, str, list[Consumer]]]:
+    """A new topic of `partitions` and a new group of `members` consumers (client ids
+    reader-0, reader-1...) subscribed to it, given once each partition is owned by
+    exactly one of them: (topic, group, consumers). Those still in the list are closed
+    on leaving."""
+    topic, group = unique_topic(), unique_group("cg")
+    create_topic(broker.bootstrap, topic, partitions)
+    consumers = [
+        member(broker.bootstrap, group, **{"client.id": f"reader-{i}"}) for i in range(members)
+    ]
     try:
         for c in consumers:
             c.subscribe([topic])
-        poll_until(consumers, lambda: exclusive_cover(consumers, 6))
-        assert sorted(len(owned(c)) for c in consumers) == [2, 2, 2]
+        poll_until(consumers, lambda: exclusive_cover(consumers, partitions))
+        yield topic, group, consumers
     finally:
         for c in consumers:
             c.close()
+
+
+def test_three_members_own_each_of_six_partitions_exactly_once(kip848_broker: BrokerProcess):
+    with covering_group(kip848_broker, 6, 3) as (_, _, consumers):
+        assert sorted(len(owned(c)) for c in consumers) == [2, 2, 2]
 
 
 def test_closed_member_partitions_move_to_the_others(kip848_broker: BrokerProcess):
-    bootstrap = kip848_broker.bootstrap
-    topic = unique_topic()
-    create_topic(bootstrap, topic, 6)
-    group = unique_group("cg")
-    consumers = [member(bootstrap, group) for _ in range(3)]
-    try:
-        for c in consumers:
-            c.subscribe([topic])
-        poll_until(consumers, lambda: exclusive_cover(consumers, 6))
+    with covering_group(kip848_broker, 6, 3) as (_, _, consumers):
         consumers.pop().close()  # a leave heartbeat: no session timeout to wait for
         took = poll_until(consumers, lambda: exclusive_cover(consumers, 6))
         assert took < SESSION_MS / 1000
-    finally:
-        for c in consumers:
-            c.close()
 
 
 KILLED_MEMBER = """
@@ -139,21 +144,10 @@ def test_killed_member_partitions_move_after_the_session_timeout(kip848_broker: 
 
 
 def test_added_partitions_are_assigned_to_the_group(kip848_broker: BrokerProcess):
-    bootstrap = kip848_broker.bootstrap
-    topic = unique_topic()
-    create_topic(bootstrap, topic, 2)
-    group = unique_group("cg")
-    consumers = [member(bootstrap, group) for _ in range(2)]
-    try:
-        for c in consumers:
-            c.subscribe([topic])
-        poll_until(consumers, lambda: exclusive_cover(consumers, 2))
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+    with covering_group(kip848_broker, 2, 2) as (topic, _, consumers):
+        admin = AdminClient({"bootstrap.servers": kip848_broker.bootstrap})
         admin.create_partitions([NewPartitions(topic, 4)])[topic].result(15)
         poll_until(consumers, lambda: exclusive_cover(consumers, 4))
-    finally:
-        for c in consumers:
-            c.close()
 
 
 def test_regex_subscription_follows_topics_created_later(kip848_broker: BrokerProcess):
@@ -189,9 +183,7 @@ def read(consumer: Consumer, count: int, timeout: float = 20.0) -> list[bytes]:
 
 
 def test_committed_offsets_and_the_group_survive_a_broker_restart(broker_factory: Any):
-    node = broker_factory.start(
-        **{k.replace(".", "_"): v for k, v in CONSUMER_PROTOCOL_SETTINGS.items()}
-    )
+    node = broker_factory.start(**KWARG_SETTINGS)
     bootstrap = node.bootstrap
     topic = unique_topic()
     create_topic(bootstrap, topic, 2)
@@ -223,9 +215,7 @@ def test_committed_offsets_and_the_group_survive_a_broker_restart(broker_factory
 
 
 def test_member_keeps_its_epoch_across_a_broker_restart(broker_factory: Any):
-    node = broker_factory.start(
-        **{k.replace(".", "_"): v for k, v in CONSUMER_PROTOCOL_SETTINGS.items()}
-    )
+    node = broker_factory.start(**KWARG_SETTINGS)
     bootstrap = node.bootstrap
     topic = unique_topic()
     create_topic(bootstrap, topic, 2)
@@ -250,16 +240,8 @@ def test_member_keeps_its_epoch_across_a_broker_restart(broker_factory: Any):
 def test_admin_client_lists_and_describes_the_group(kip848_broker: BrokerProcess):
     from confluent_kafka import ConsumerGroupState, ConsumerGroupType
 
-    bootstrap = kip848_broker.bootstrap
-    topic = unique_topic()
-    create_topic(bootstrap, topic, 4)
-    group = unique_group("cg")
-    consumers = [member(bootstrap, group, **{"client.id": f"reader-{i}"}) for i in range(2)]
-    try:
-        for c in consumers:
-            c.subscribe([topic])
-        poll_until(consumers, lambda: exclusive_cover(consumers, 4))
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+    with covering_group(kip848_broker, 4, 2) as (_, group, _):
+        admin = AdminClient({"bootstrap.servers": kip848_broker.bootstrap})
         listed = {g.group_id: g for g in admin.list_consumer_groups().result(15).valid}
         assert listed[group].type == ConsumerGroupType.CONSUMER
         assert listed[group].state == ConsumerGroupState.STABLE
@@ -271,9 +253,6 @@ def test_admin_client_lists_and_describes_the_group(kip848_broker: BrokerProcess
             tp.partition for m in description.members for tp in m.assignment.topic_partitions
         )
         assert assigned == [0, 1, 2, 3]
-    finally:
-        for c in consumers:
-            c.close()
 
 
 def _members(bootstrap: str, group: str) -> list[Any]:

@@ -12,6 +12,11 @@ from typing import Any
 
 from kbroker.security.tls_session import TlsSession
 
+# Writes are encrypted this much at a time. OpenSSL's memory BIO grows by reallocating
+# (and wiping) its buffer, so one megabyte of fetched records written at once is copied
+# several times over; in slices the buffer keeps one size and is drained after each.
+_ENCRYPT_SLICE = 64 * 1024
+
 
 class TlsTransport:
     def __init__(self, raw: asyncio.Transport, session: TlsSession) -> None:
@@ -19,7 +24,14 @@ class TlsTransport:
         self.session = session
 
     def write(self, data: Any) -> None:
-        self.raw.write(self.session.encrypt(data))
+        if len(data) <= _ENCRYPT_SLICE:
+            self.raw.write(self.session.encrypt(data))
+            return
+        view = memoryview(data)
+        encrypt = self.session.encrypt
+        self.raw.writelines(
+            [encrypt(view[at : at + _ENCRYPT_SLICE]) for at in range(0, len(view), _ENCRYPT_SLICE)]
+        )
 
     def writelines(self, parts: Any) -> None:
         for part in parts:

@@ -1,16 +1,18 @@
 # One image, one command: `docker run -p 9092:9092 -p 9644:9644 kbroker` serves a single
 # node; `docker run kbroker topics list --bootstrap HOST:9092` runs an admin command.
 #
-# Two stages: the first builds kbroker (with its C record walk) and its dependencies into
-# a virtualenv, so the compiler, pip's caches and the sources stay behind; the second
-# copies only that virtualenv onto the slim base and runs as an unprivileged user.
+# Two stages: the first builds kbroker (with its C record walk and TLS record reader) and
+# its dependencies into a virtualenv, so the compiler, pip's caches and the sources stay
+# behind; the second copies only that virtualenv onto the slim base and runs as an
+# unprivileged user.
 FROM python:3.11.11-slim-bookworm AS build
 
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# Any gcc of the release builds the C record walk the same: versions are not pinned.
+# Any gcc of the release builds the C extensions the same: versions are not pinned.
+# libssl-dev is the OpenSSL this image's Python runs on, which the TLS reader must match.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && apt-get install -y --no-install-recommends gcc libc6-dev libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 RUN python -m venv /opt/kbroker
@@ -18,7 +20,8 @@ COPY pyproject.toml setup.py README.md ./
 COPY kbroker ./kbroker
 # pip compiles the bytecode at install: kept, since the unprivileged user cannot write it.
 RUN /opt/kbroker/bin/pip install --no-cache-dir . \
-    && /opt/kbroker/bin/python -c "import kbroker.protocol._recordwalk"
+    && /opt/kbroker/bin/python -c "import kbroker.protocol._recordwalk" \
+    && /opt/kbroker/bin/python -c "from kbroker.security import tls_session as t; assert t._tlsread"
 
 FROM python:3.11.11-slim-bookworm
 

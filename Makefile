@@ -7,11 +7,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: serve test lint bench pyz
 
-$(STAMP): pyproject.toml setup.py kbroker/protocol/_recordwalk.c
+$(STAMP): pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/security/_tlsread.c
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools
 	$(PY) -m pip install --quiet -e ".[test]"
-	# The C record walk next to its sources, where an editable install imports it from.
+	# The C extensions next to their sources, where an editable install imports them from.
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(STAMP)
 

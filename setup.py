@@ -1,8 +1,10 @@
-"""Builds the optional C record walk (kbroker/protocol/_recordwalk.c).
+"""Builds the optional C extensions: the record walk (kbroker/protocol/_recordwalk.c)
+and the TLS record reader (kbroker/security/_tlsread.c).
 
-Everything else is in pyproject.toml. The extension is optional: without a compiler
-the package installs and validates produced records with the same rules in Python,
-only slower (see kbroker/protocol/record_validation.py).
+Everything else is in pyproject.toml. Both are optional: without a compiler (or without
+OpenSSL's headers, for the reader) the package installs and does the same work in
+Python, only slower (see kbroker/protocol/record_validation.py and
+kbroker/security/tls_session.py).
 """
 
 from setuptools import Extension, setup
@@ -13,6 +15,12 @@ setup(
             "kbroker.protocol._recordwalk",
             ["kbroker/protocol/_recordwalk.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "kbroker.security._tlsread",
+            ["kbroker/security/_tlsread.c"],
+            libraries=["ssl", "crypto"],
+            optional=True,
+        ),
     ]
 )

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from compat_tests.tls_material import TlsMaterial, make_tls_material
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.config.listeners import Endpoint
+from kbroker.security import tls_session
 from kbroker.security.listener import listener_security
 from kbroker.security.principal import distinguished_name, map_name, parse_mapping_rules
 from kbroker.security.tls_session import TlsSession
@@ -83,7 +84,28 @@ def test_the_client_certificate_subject_is_an_rfc2253_name_mapped_by_the_rules(
     assert map_name(parse_mapping_rules("DEFAULT"), dn) == dn
 
 
-def test_bytes_written_after_the_handshake_arrive_decrypted(material: TlsMaterial) -> None:
+@pytest.fixture(params=["c", "python"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both record readers: the C loop (_tlsread) and Python's, where C is unavailable."""
+    if request.param == "python":
+        monkeypatch.setattr(tls_session, "_RECORD_READER", False)
+    return str(request.param)
+
+
+def connected(material: TlsMaterial) -> tuple[TlsSession, Client]:
+    server = TlsSession(server_context(material, "none"))
+    return server, handshake(server, client_context(material, cert=False))
+
+
+def test_the_c_record_reader_is_built_and_used(material: TlsMaterial) -> None:
+    # Without it a produced GiB costs half a million Python calls into ssl; make test builds it.
+    server, _ = connected(material)
+    assert server.reads_records_in_c
+
+
+def test_bytes_written_after_the_handshake_arrive_decrypted(
+    material: TlsMaterial, reader: str
+) -> None:
     server = TlsSession(server_context(material, "none"))
     client = handshake(server, client_context(material, cert=False))
     client.ssl.write(b"\x00\x00\x00\x02hi")
@@ -93,14 +115,59 @@ def test_bytes_written_after_the_handshake_arrive_decrypted(material: TlsMateria
     assert server.peercert() is None
 
 
-def test_much_ciphertext_at_once_decrypts_whole(material: TlsMaterial) -> None:
-    server = TlsSession(server_context(material, "none"))
-    client = handshake(server, client_context(material, cert=False))
+def test_much_ciphertext_at_once_decrypts_whole(material: TlsMaterial, reader: str) -> None:
+    server, client = connected(material)
+    assert server.reads_records_in_c == (reader == "c")
     payload = bytes(range(256)) * 4096 * 3  # 3 MiB: the read buffer must grow twice over
     client.ssl.write(payload)
     assert server.receive(client.outgoing.read()) == payload
     client.ssl.write(b"after")
     assert server.receive(client.outgoing.read()) == b"after"
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    writes=st.lists(st.integers(1, 20_000), min_size=1, max_size=40),
+    cuts=st.lists(st.integers(1, 70_000), max_size=10),
+)
+def test_records_of_any_size_cut_anywhere_decrypt_in_order(
+    material: TlsMaterial, writes: list[int], cuts: list[int]
+) -> None:
+    server, client = connected(material)
+    payload = b"".join(bytes([n % 251]) * n for n in writes)
+    for n in writes:  # one TLS record per write, as librdkafka sends a value and its header
+        client.ssl.write(bytes([n % 251]) * n)
+    wire = client.outgoing.read()
+    received = bytearray()
+    at = 0
+    for cut in sorted(set(cuts)):
+        received += server.receive(wire[at:cut])
+        at = max(at, cut)
+    received += server.receive(wire[at:])
+    assert received == payload
+
+
+def test_a_corrupt_record_is_an_ssl_error_that_names_it(material: TlsMaterial, reader: str) -> None:
+    server, client = connected(material)
+    client.ssl.write(b"x" * 1000)
+    wire = bytearray(client.outgoing.read())
+    wire[-20] ^= 0xFF  # inside the record's authentication tag
+    with pytest.raises(ssl.SSLError) as failed:
+        server.receive(bytes(wire))
+    assert "DECRYPTION_FAILED" in str(failed.value.reason) or "BAD_RECORD_MAC" in str(
+        failed.value.reason
+    )
+
+
+def test_close_notify_after_data_delivers_the_data_and_marks_the_close(
+    material: TlsMaterial, reader: str
+) -> None:
+    server, client = connected(material)
+    client.ssl.write(b"last words")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        client.ssl.unwrap()
+    assert server.receive(client.outgoing.read()) == b"last words"
+    assert server.closed_by_peer
 
 
 def test_required_client_auth_refuses_a_client_without_certificate(material: TlsMaterial) -> None:

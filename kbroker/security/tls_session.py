@@ -9,9 +9,26 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+from types import ModuleType
 from typing import Any, cast
 
 _READ_CHUNK = 64 * 1024  # grows to the largest plaintext one read delivered
+
+
+def _record_reader() -> ModuleType | None:
+    """The C record reader, if built and running on Python's own OpenSSL: it works on
+    the SSL objects Python's ssl made, so both must be the same library."""
+    try:
+        from kbroker.security import _tlsread
+    except ImportError:  # built without a compiler or OpenSSL's headers
+        return None
+    if _tlsread.OPENSSL_VERSION_NUMBER != ssl.OPENSSL_VERSION_NUMBER:
+        return None
+    return _tlsread
+
+
+_tlsread = _record_reader()
+_RECORD_READER = _tlsread is not None  # tests turn it off to check Python's loop
 
 
 class TlsSession:
@@ -23,6 +40,17 @@ class TlsSession:
         self.closed_by_peer = False
         self._buffer = bytearray(_READ_CHUNK)
         self._view = memoryview(self._buffer)
+        # The `_ssl._SSLSocket` the C reader decrypts from (_tlsread.c says why that
+        # matters), or None where it cannot vouch for it and Python's loop reads.
+        self._sslsocket: object | None = None
+        if _RECORD_READER and _tlsread is not None:
+            sslsocket = getattr(self._ssl, "_sslobj", None)
+            if sslsocket is not None and _tlsread.ssl_of(sslsocket) is not None:
+                self._sslsocket = sslsocket
+
+    @property
+    def reads_records_in_c(self) -> bool:
+        return self._sslsocket is not None
 
     def receive(self, data: bytes) -> bytes:
         """Feed ciphertext; return the plaintext it completes (maybe none). Raises
@@ -35,27 +63,53 @@ class TlsSession:
             except ssl.SSLWantReadError:
                 return b""
             self.handshake_done = True
-        # Records decrypt into one growing buffer: no object per 16 KiB TLS record.
-        buffer = self._buffer
-        view = self._view
+        if self._sslsocket is not None:
+            return self._read_records_c(self._sslsocket)
+        return self._read_records_py()
+
+    def _grow(self, filled: int) -> None:
+        """Twice the read buffer, keeping its first ``filled`` bytes."""
+        bigger = bytearray(2 * len(self._buffer))
+        bigger[:filled] = self._view[:filled]
+        self._buffer, self._view = bigger, memoryview(bigger)
+
+    def _read_records_c(self, sslsocket: object) -> bytes:
+        """Every complete record, decrypted by one C call per buffer's worth."""
+        assert _tlsread is not None
+        filled, status, reason = _tlsread.read_records(sslsocket, self._buffer, 0)
+        while status == _tlsread.FULL:
+            self._grow(filled)
+            filled, status, reason = _tlsread.read_records(sslsocket, self._buffer, filled)
+        if status == _tlsread.FAILED:
+            # Raised as Python's ssl raises it: OpenSSL's reason string as a mnemonic.
+            mnemonic = (reason or "TLS failure").upper().replace(" ", "_")
+            error = ssl.SSLError(1, f"[SSL: {mnemonic}] {reason}")
+            error.library, error.reason = "SSL", mnemonic
+            raise error
+        if status == _tlsread.CLOSED:
+            self.closed_by_peer = True
+        return bytes(self._view[:filled])
+
+    def _read_records_py(self) -> bytes:
+        """Every complete record through Python's ssl, one call per record, into one
+        growing buffer (no object per record)."""
         filled = 0
         while True:
-            if filled == len(buffer):  # full: continue in one twice the size
-                bigger = bytearray(2 * len(buffer))
-                bigger[:filled] = view[:filled]
-                buffer, view = self._buffer, self._view = bigger, memoryview(bigger)
+            if filled == len(self._buffer):
+                self._grow(filled)
             try:
                 # With a buffer, read() answers the count (typeshed knows only bytes).
-                count = cast(int, self._ssl.read(len(buffer) - filled, view[filled:]))
+                count = cast(int, self._ssl.read(len(self._buffer) - filled, self._view[filled:]))
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLZeroReturnError:
                 self.closed_by_peer = True
                 break
-            if not count:
+            if not count:  # what Python's ssl answers for close_notify
+                self.closed_by_peer = True
                 break
             filled += count
-        return bytes(view[:filled])
+        return bytes(self._view[:filled])
 
     def encrypt(self, data: Any) -> bytes:
         """Records carrying ``data`` (bytes-like), ready for the socket."""

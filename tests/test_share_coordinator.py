@@ -48,15 +48,10 @@ class FakeLog:
         return (0, RECORDS)
 
     def read(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        max_bytes: int,
-        end: int,
-        committed: bool,
-        stop_offset: int,
-    ):  # type: ignore[no-untyped-def]
+        self, topic: str, partition: int, offset: int, max_bytes: int, end: int, *_: object
+    ) -> tuple[bytes, list[tuple[int, int, int]]]:
+        """Every batch from `offset` below `end` (ShareLog.read: none is transactional,
+        and reading on past `stop_offset` is allowed)."""
         data, index = b"", []
         for o in range(offset, end):
             index.append((o, o, len(data)))

@@ -99,6 +99,14 @@ def running_secure_broker(base: Path, **extra: str) -> Iterator[SecureBroker]:
         broker.node.kill()
 
 
+@contextmanager
+def acl_broker(base: Path, **extra: str) -> Iterator[SecureBroker]:
+    """A secure broker under the StandardAuthorizer, `admin` its super user (AUTHORIZER),
+    killed on leaving."""
+    with running_secure_broker(base, **AUTHORIZER, **extra) as broker:
+        yield broker
+
+
 def confluent_settings(
     broker: SecureBroker,
     listener: str,

@@ -24,15 +24,7 @@ from confluent_kafka.admin import (
 )
 
 from compat_tests.confluent_helpers import make_consumer
-from compat_tests.security_broker import (
-    AUTHORIZER,
-    SecureBroker,
-    allow,
-    grant,
-    login,
-    plain_login,
-    running_secure_broker,
-)
+from compat_tests.security_broker import SecureBroker, acl_broker, allow, grant, login, plain_login
 from kbroker.admin.client import BrokerConnection, fetch_fields
 
 pytestmark = pytest.mark.timeout(120)
@@ -40,9 +32,8 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    with running_secure_broker(
+    with acl_broker(
         tmp_path_factory.mktemp("acl-broker"),
-        **AUTHORIZER,
         **{"listener.name.ssl.ssl.client.auth": "required"},
     ) as broker:
         yield broker

@@ -27,14 +27,7 @@ from confluent_kafka.admin import (
 )
 
 from compat_tests.confluent_helpers import produce_all
-from compat_tests.security_broker import (
-    AUTHORIZER,
-    SecureBroker,
-    allow,
-    login,
-    plain_login,
-    running_secure_broker,
-)
+from compat_tests.security_broker import SecureBroker, acl_broker, allow, login, plain_login
 from compat_tests.security_broker import grant as grant_bindings
 from kbroker.admin.client import BrokerConnection
 
@@ -43,9 +36,8 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    with running_secure_broker(
+    with acl_broker(
         tmp_path_factory.mktemp("share-acl-broker"),
-        **AUTHORIZER,
         **{
             "group.share.heartbeat.interval.ms": "1000",
             "group.share.min.heartbeat.interval.ms": "1000",

@@ -2,7 +2,8 @@
 partition in it, as in Kafka: Produce and Fetch of those partitions answer
 KAFKA_STORAGE_ERROR, Metadata shows them without this leader, DescribeLogDirs reports
 the directory failed, and partitions in the other directories go on serving. In a
-cluster the broker tells the controller, which elects another leader from the ISR.
+cluster the broker tells the controller, which elects another leader from the ISR and
+never elects that broker for those partitions while its directory stays offline.
 
 The failure is real: one of the broker's two log directories is a 1 MiB tmpfs mounted
 by the test, filled by producing to its partition until a write fails with ENOSPC.
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import NewTopic
+from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient
 
 from compat_tests.broker_process import BrokerProcess, produce_one_error, topic_metadata
@@ -125,7 +127,7 @@ def test_a_broker_whose_every_log_directory_failed_halts_with_a_non_zero_status(
     assert len(halted) == 1 and f"all log dirs in {small_disk} have failed" in halted[0]
 
 
-def test_in_a_cluster_the_controller_moves_leadership_off_a_failed_directory(
+def test_in_a_cluster_leadership_leaves_a_failed_directory_and_never_comes_back_to_it(
     cluster_factory: Any, small_disk: Path, tmp_path: Path
 ) -> None:
     big = tmp_path / "node2-big-disk"
@@ -134,27 +136,75 @@ def test_in_a_cluster_the_controller_moves_leadership_off_a_failed_directory(
     cluster = cluster_factory.start(
         node_overrides={2: {"log.dirs": f"{small_disk},{big}", "metadata.log.dir": str(big)}}
     )
-    topic = unique_topic("full-disk-cluster")
+    # Topic `three` has an in-sync replica left when node 2's directory fails; topic
+    # `two` has none (node 1 will be down).
+    three, two = unique_topic("disk-rf3"), unique_topic("disk-rf2")
     admin = cluster.admin()
-    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[2, 1, 3]])])[topic].result(30)
+    admin.create_topics([NewTopic(three, 1, replica_assignment=[[2, 1, 3]])])[three].result(30)
+    admin.create_topics([NewTopic(two, 1, replica_assignment=[[2, 1]])])[two].result(30)
     cluster.wait_until(
-        lambda: cluster.partition(topic).leader == 2 and len(cluster.partition(topic).isrs) == 3,
+        lambda: (
+            [(p.leader, len(p.isrs)) for p in partitions(cluster, (three, two), 2)]
+            == [(2, 3), (2, 2)]
+        ),
         15,
-        "node 2 to lead with a full ISR",
+        "node 2 to lead both partitions with full ISRs",
     )
-    assert (small_disk / f"{topic}-0").is_dir()
-
-    fill(cluster.node(2), topic, 0)
-
-    moved = cluster.wait_until(
-        lambda: (p := cluster.partition(topic, node=cluster.node(1))).leader in (1, 3) and p,
+    # The second replica on node 2 went to the other directory: move it to the small one.
+    with closing(KafkaAdminClient(bootstrap_servers=cluster.node(2).bootstrap)) as kafka_admin:
+        kafka_admin.alter_replica_log_dirs({TopicPartitionReplica(two, 0, 2): str(small_disk)})
+    cluster.wait_until(
+        lambda: (small_disk / f"{two}-0").is_dir() and not (big / f"{two}-0").exists(),
+        30,
+        f"{two}-0 to move onto the small disk",
+    )
+    assert (small_disk / f"{three}-0").is_dir()
+    # Without node 1, node 2 is the last in-sync replica of `two`.
+    cluster.kill(1)
+    cluster.wait_until(
+        lambda: [p.isrs for p in partitions(cluster, (three, two), 2)] == [[2, 3], [2]],
         15,
-        "the controller to elect another leader",
+        "node 1 to leave both ISRs",
     )
-    assert 2 not in moved.isrs
-    # Every broker's Metadata names the failed replica offline (the controller recorded it).
-    for node in (1, 2, 3):
-        [shown] = cluster.raw_metadata(topic, node=cluster.node(node)).topics[0].partitions
-        assert list(shown.offline_replicas) == [2], node
-        assert 2 not in list(shown.isr_nodes), node
-    assert produce_one_error(cluster.node(moved.leader), topic, 0, "after") == 0
+
+    fill(cluster.node(2), three, 0)
+
+    # `three` moves to its other in-sync replica; `two` has none and goes offline rather
+    # than stay with a replica that cannot serve it.
+    cluster.wait_until(
+        lambda: (
+            [(p.leader, p.isrs) for p in partitions(cluster, (three, two), 3)]
+            == [(3, [3]), (-1, [2])]
+        ),
+        15,
+        "the controller to take node 2's replicas out of service",
+    )
+    for node in (2, 3):
+        for topic in (three, two):
+            [shown] = cluster.raw_metadata(topic, node=cluster.node(node)).topics[0].partitions
+            assert sorted(shown.offline_replicas) == [1, 2], (node, topic)
+    assert produce_one_error(cluster.node(3), three, 0, "after") == 0
+
+    # Node 1 returns: its return runs an election, which must not pick node 2.
+    cluster.node(1).start()
+    cluster.wait_until(
+        lambda: 1 in cluster.metadata(cluster.node(3)).brokers, 15, "node 1 to register"
+    )
+    leaders: dict[str, set[int]] = {three: set(), two: set()}
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        for node in (1, 3):
+            for topic in (three, two):
+                [shown] = cluster.raw_metadata(topic, node=cluster.node(node)).topics[0].partitions
+                leaders[topic].add(int(shown.leader_id))
+        time.sleep(0.1)
+    assert leaders == {three: {3}, two: {-1}}
+    for topic in (three, two):
+        [shown] = cluster.raw_metadata(topic, node=cluster.node(1)).topics[0].partitions
+        assert list(shown.offline_replicas) == [2], topic
+
+
+def partitions(cluster: Any, topics: tuple[str, ...], node: int) -> list[Any]:
+    """Partition 0 of each topic (confluent-kafka's PartitionMetadata) as `node` shows it."""
+    shown = cluster.metadata(cluster.node(node)).topics
+    return [shown[topic].partitions[0] for topic in topics]

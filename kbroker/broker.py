@@ -500,7 +500,23 @@ class Broker:
             self.advertised.port,
             self.config.get("broker.rack"),
             [(e.name, e.host, e.port) for e in self.config.advertised_endpoints],
+            self._offline_replicas(),
         )
+
+    def _offline_replicas(self) -> list[tuple[uuid.UUID, int]]:
+        """The replicas assigned here that a failed log directory keeps offline, named in
+        the registration (as a KRaft broker's registration leaves an offline directory
+        out), so the controller neither elects this broker for them nor keeps it in
+        their ISRs."""
+        return [
+            (topic.topic_id, p.partition)
+            for topic in self.controller.state.topics.values()
+            for p in topic.partitions
+            if self.node_id in p.replicas
+            and self.logs.replica_offline(
+                topic.name, p.partition, (topic.topic_id, p.partition) in self._held_at_start
+            )
+        ]
 
     async def _heartbeat(self) -> None:
         """Heartbeat to the active controller every broker.heartbeat.interval.ms; register

@@ -241,3 +241,65 @@ def test_a_replica_whose_log_directory_failed_is_recorded_offline_until_its_brok
     again = {"node_id": 2, "host": "h", "port": 9002, "timestamp_ms": 0}
     state = ok(state, cmd.REGISTER_BROKER, again).state
     assert not state.brokers[2].replica_offline(topic_id, 0)
+
+
+def test_a_fenced_broker_that_returns_does_not_lead_a_partition_its_failed_directory_held():
+    # 1 is the last in-sync replica when its directory fails: the partition goes offline.
+    state, epochs = cluster([1, 2])
+    state = fence(state, epochs, 2).state
+    state = offline(state, epochs, 1).state
+    assert (part(state).leader, part(state).isr) == (-1, (1,))
+    # Broker 2 returns (a clean election runs), then 1 is fenced and returns: neither
+    # return elects 1, whose replica is still offline.
+    state = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 2, "epoch": epochs[2]}).state
+    assert part(state).leader == -1
+    state = fence(state, epochs, 1).state
+    state = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 1, "epoch": epochs[1]}).state
+    assert not state.brokers[1].fenced
+    assert part(state).leader == -1
+
+
+def test_unclean_election_skips_a_replica_on_a_failed_directory():
+    state, epochs = cluster([1, 2, 3])
+    state = fence(state, epochs, 3).state
+    state = fence(state, epochs, 2).state  # isr (1,)
+    state = offline(state, epochs, 1).state
+    state = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 3, "epoch": epochs[3]}).state
+    applied = elect(state, 1, ("t", 0))
+    assert (part(applied.state).leader, part(applied.state).isr) == (3, (3,))
+
+
+def test_preferred_election_refuses_a_preferred_replica_on_a_failed_directory():
+    state, epochs = cluster([1, 2])
+    state = fence(state, epochs, 2).state
+    state = offline(state, epochs, 1).state  # isr stays (1,), no leader
+    state = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 2, "epoch": epochs[2]}).state
+    applied = elect(state, 0, ("t", 0))
+    assert applied.outcome[0][2] == 80  # PREFERRED_LEADER_NOT_AVAILABLE
+    assert part(applied.state).leader == -1
+
+
+def test_alter_partition_may_not_add_back_a_replica_on_a_failed_directory():
+    state, epochs = cluster([1, 2, 3])
+    state = offline(state, epochs, 3).state
+    assert part(state).isr == (1, 2)
+    assert alter(state, isr=[1, 2, 3]).outcome.error_code == INELIGIBLE_REPLICA
+
+
+def test_a_broker_registering_with_an_offline_replica_leaves_its_isr_and_does_not_lead_it():
+    state, epochs = cluster([1, 2], brokers=(1, 2))
+    state = fence(state, epochs, 2).state  # isr (1,), leader 1
+    topic_id = state.topics["t"].topic_id
+    # Broker 1 restarts with the directory of its replica offline.
+    again = {
+        "node_id": 1,
+        "host": "h",
+        "port": 9001,
+        "timestamp_ms": 0,
+        "offline": [(topic_id.bytes, 0)],
+    }
+    state = ok(state, cmd.REGISTER_BROKER, again).state
+    assert state.brokers[1].replica_offline(topic_id, 0)
+    assert (part(state).leader, part(state).isr) == (-1, (1,))
+    state = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 2, "epoch": epochs[2]}).state
+    assert part(state).leader == -1

@@ -305,6 +305,21 @@ def test_an_io_error_takes_its_log_directory_offline_with_every_log_in_it(tmp_pa
     assert m.create("t", in_a[0], LogConfig(), NOW).directory.parent == dirs[1]
 
 
+def test_a_replica_is_offline_while_its_directory_failed_or_may_hold_its_data(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = LogManager(dirs)
+    plogs = {p: m.create("t", p, LogConfig(), NOW) for p in range(2)}
+    assert not any(m.replica_offline("t", p, held_before=True) for p in range(2))
+    failed = next(p for p, plog in plogs.items() if plog.directory.parent == dirs[0])
+    m.storage_error(plogs[failed], OSError(errno.EIO, "Input/output error"))
+    assert m.replica_offline("t", failed, held_before=False)
+    assert not m.replica_offline("t", 1 - failed, held_before=True)
+    # With a directory offline, a replica held before this start that has no log may
+    # have its data there; one assigned since then is new and can be made elsewhere.
+    assert m.replica_offline("t", 7, held_before=True)
+    assert not m.replica_offline("t", 7, held_before=False)
+
+
 def test_running_out_of_descriptors_fails_the_operation_not_the_directory(tmp_path):
     m = LogManager([tmp_path / "a"])
     plog = m.create("t", 0, LogConfig(), NOW)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -165,8 +166,10 @@ def _init_cluster(state: MetadataState, p: dict[str, Any]) -> Applied:
 def _register_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
     """A broker (re)joins: a new incarnation with a new broker epoch, unfenced. A restart
     the controller had not noticed first ends the old incarnation's leaderships and ISR
-    memberships (its log may have lost an unflushed tail); then offline partitions the
-    broker can lead get it as leader."""
+    memberships (its log may have lost an unflushed tail). The replicas the broker names
+    offline (held before, but on a log directory that is offline at this start, as a
+    KRaft broker's registration leaves such a directory out) leave their ISRs and lead
+    nothing; then offline partitions the broker can lead get it as leader."""
     node_id = p["node_id"]
     unclean_default = p.get("unclean", False)
     changed: tuple[MetadataEvent, ...] = ()
@@ -187,14 +190,16 @@ def _register_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
         last_heartbeat_ms=p["timestamp_ms"],
         epoch=state.version + 1,
         endpoints=tuple((e[0], e[1], e[2]) for e in p.get("endpoints", ())),
+        offline_replicas=frozenset(_known_partitions(state, p.get("offline", ()))),
     )
     new = _with_broker(state, info)
+    new, dropped = _without_offline_replicas(new, info, info.offline_replicas, unclean_default)
     new, back = _update_partitions(
         new,
         lambda part, usable, unclean: leadership.with_broker_back(part, node_id, usable, unclean),
         unclean_default,
     )
-    return Applied(new, info, (BrokerRegistered(info), *_latest(changed + back)))
+    return Applied(new, info, (BrokerRegistered(info), *_latest(changed + dropped + back)))
 
 
 def _latest(events: tuple[MetadataEvent, ...]) -> tuple[MetadataEvent, ...]:
@@ -268,31 +273,46 @@ def _fence_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
 def _replicas_offline(state: MetadataState, p: dict[str, Any]) -> Applied:
     """A broker's log directory failed under these partitions (Kafka's offline log
     directory, which a KRaft broker reports in its heartbeat): its replicas of them are
-    offline, so it leaves their ISR (unless it is the last member) and leads none of
-    them; a new leader is elected from the rest of the ISR."""
+    recorded offline until it registers again, so it leaves their ISR (unless it is the
+    last member), leads none of them, and no later election picks it; a new leader is
+    elected from the rest of the ISR."""
     reporter = _current_broker(state, p)
-    node = reporter.node_id
-    usable = leadership.usable_in(state)
-    changed: dict[str, list[PartitionInfo]] = {}
-    offline: set[tuple[uuid.UUID, int]] = set()
-    for topic_id, index in p["partitions"]:
+    offline = set(_known_partitions(state, p["partitions"]))
+    if not offline <= reporter.offline_replicas:
+        reporter = replace(reporter, offline_replicas=reporter.offline_replicas | offline)
+        state = _with_broker(state, reporter)
+    new, events = _without_offline_replicas(state, reporter, offline, p.get("unclean", False))
+    return Applied(new, len(events), events)
+
+
+def _known_partitions(state: MetadataState, partitions: Any) -> Iterator[tuple[uuid.UUID, int]]:
+    """The (topic id, partition) pairs of `partitions` ([topic id bytes, index] each) that
+    still exist: one deleted meanwhile is skipped."""
+    for topic_id, index in partitions:
         topic = state.topics_by_id.get(uuid.UUID(bytes=topic_id))
-        if topic is None or not 0 <= index < len(topic.partitions):
-            continue  # deleted meanwhile
-        offline.add((topic.topic_id, index))
+        if topic is not None and 0 <= index < len(topic.partitions):
+            yield topic.topic_id, index
+
+
+def _without_offline_replicas(
+    state: MetadataState,
+    broker: BrokerInfo,
+    offline: set[tuple[uuid.UUID, int]] | frozenset[tuple[uuid.UUID, int]],
+    unclean_default: bool,
+) -> tuple[MetadataState, tuple[MetadataEvent, ...]]:
+    """`broker`'s replicas of `offline` (already recorded in `state`) leave their ISRs
+    and give up leadership, as Kafka's controller handles an offline log directory."""
+    changed: dict[str, list[PartitionInfo]] = {}
+    for topic_id, index in sorted(offline):
+        topic = state.topics_by_id[topic_id]
         partitions = changed.setdefault(topic.name, list(topic.partitions))
         partitions[index] = leadership.without_broker(
             partitions[index],
-            node,
-            lambda r: r != node and usable(r),
-            _unclean(topic, p.get("unclean", False)),
+            broker.node_id,
+            leadership.usable_in(state, topic_id, index),
+            _unclean(topic, unclean_default),
         )
-    if not offline <= reporter.offline_replicas:
-        state = _with_broker(
-            state, replace(reporter, offline_replicas=reporter.offline_replicas | offline)
-        )
-    new, events = _with_partitions(state, changed)
-    return Applied(new, len(events), events)
+    return _with_partitions(state, changed)
 
 
 def _update_partitions(
@@ -302,15 +322,15 @@ def _update_partitions(
 ) -> tuple[MetadataState, tuple[MetadataEvent, ...]]:
     """Apply `update(partition, usable, unclean)` to every partition; one new TopicInfo
     per topic that changed, and a PartitionChanged per changed partition."""
-
-    usable = leadership.usable_in(state)
-
     events: list[MetadataEvent] = []
     topics = dict(state.topics)
     by_id = dict(state.topics_by_id)
     for name, info in state.topics.items():
         unclean = _unclean(info, unclean_default)
-        partitions = tuple(update(part, usable, unclean) for part in info.partitions)
+        partitions = tuple(
+            update(part, leadership.usable_in(state, info.topic_id, part.partition), unclean)
+            for part in info.partitions
+        )
         if partitions == info.partitions:
             continue
         new_info = replace(info, partitions=partitions)
@@ -339,8 +359,7 @@ def _alter_partition(state: MetadataState, p: dict[str, Any]) -> Applied:
     if not 0 <= index < len(info.partitions):
         raise ControllerError(UNKNOWN_TOPIC_OR_PARTITION, f"{info.name} has no partition {index}")
 
-    usable = leadership.usable_in(state)
-
+    usable = leadership.usable_in(state, topic_id, index)
     part = info.partitions[index]
     changed = leadership.alter_isr(
         part,
@@ -464,9 +483,6 @@ def _allocate_producer_ids(state: MetadataState, p: dict[str, Any]) -> Applied:
 def _elect_leaders(state: MetadataState, p: dict[str, Any]) -> Applied:
     """ElectLeaders for the listed [topic, partition] pairs; the outcome lists
     [topic, partition, error code, message] per pair (0 where a leader was elected)."""
-
-    usable = leadership.usable_in(state)
-
     elect = (
         leadership.elect_unclean
         if p["election_type"] == leadership.UNCLEAN
@@ -481,6 +497,7 @@ def _elect_leaders(state: MetadataState, p: dict[str, Any]) -> Applied:
             continue
         partitions = changed.setdefault(name, list(info.partitions))
         try:
+            usable = leadership.usable_in(state, info.topic_id, index)
             partitions[index] = elect(partitions[index], usable)
         except ControllerError as e:
             outcome.append([name, index, e.error_code, e.message])
@@ -494,7 +511,6 @@ def _alter_partition_reassignments(state: MetadataState, p: dict[str, Any]) -> A
     """AlterPartitionReassignments for [topic, partition, replicas or None] triples
     (None cancels); the outcome lists [topic, partition, error code, message] per
     triple, each partition succeeding or failing on its own, as in Kafka."""
-    usable = leadership.usable_in(state)
     allow_rf_change = p.get("allow_replication_factor_change", True)
     outcome: list[list[Any]] = []
     changed: dict[str, list[PartitionInfo]] = {}
@@ -510,6 +526,7 @@ def _alter_partition_reassignments(state: MetadataState, p: dict[str, Any]) -> A
             continue
         partitions = changed.setdefault(name, list(info.partitions))
         unclean = _unclean(info, p.get("unclean", False))
+        usable = leadership.usable_in(state, info.topic_id, index)
         try:
             if target is None:
                 partitions[index] = reassignment.cancel(partitions[index], usable, unclean=unclean)

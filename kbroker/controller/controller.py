@@ -399,9 +399,11 @@ class Controller:
         port: int,
         rack: str | None = None,
         endpoints: Sequence[tuple[str, str, int]] = (),
+        offline: Sequence[tuple[uuid.UUID, int]] = (),
     ) -> BrokerInfo:
         """Register this incarnation of a broker; its `epoch` names it in heartbeats.
-        `endpoints` are its advertised listeners as (name, host, port)."""
+        `endpoints` are its advertised listeners as (name, host, port); `offline` the
+        replicas it holds that it cannot serve (their log directory is offline)."""
         info: BrokerInfo = await self._propose(
             cmd.REGISTER_BROKER,
             {
@@ -412,6 +414,7 @@ class Controller:
                 "timestamp_ms": int(time.time() * 1000),
                 "unclean": self.config.unclean_leader_election,
                 "endpoints": [list(e) for e in endpoints],
+                "offline": [(topic_id.bytes, index) for topic_id, index in offline],
             },
         )
         return info
@@ -535,12 +538,11 @@ class Controller:
             if not self.is_leader:
                 continue
             state = self._state
-            usable = leadership.usable_in(state)
             imbalanced = [
                 (t.name, p.partition)
                 for t in state.topics.values()
                 for p in t.partitions
-                if leadership.is_imbalanced(p, usable)
+                if leadership.is_imbalanced(p, leadership.usable_in(state, t.topic_id, p.partition))
             ]
             if not imbalanced:
                 continue

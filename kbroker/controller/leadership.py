@@ -5,7 +5,9 @@ metadata log that applies the same command reaches the same answer. Kafka's rule
 (KRaft's ReplicationControlManager / PartitionChangeBuilder):
 
 - the leader is the first replica, in assignment order, that is in the ISR and usable
-  (registered, not fenced, not shutting down);
+  (registered, not fenced, not shutting down, and its replica of the partition not on a
+  failed log directory: Kafka's LeaderAcceptor asks that the broker be active and the
+  replica's directory online, KIP-858);
 - with no such replica the partition is offline (leader -1) unless unclean election is
   enabled, which takes the first usable replica and makes it the whole ISR;
 - a broker that goes away leaves the ISR, except the last member, which stays so the
@@ -15,6 +17,7 @@ metadata log that applies the same command reaches the same answer. Kafka's rule
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -34,12 +37,16 @@ from kbroker.controller.state import NO_LEADER, MetadataState, PartitionInfo
 Usable = Callable[[int], bool]
 
 
-def usable_in(state: MetadataState) -> Usable:
-    """Whether a broker may lead or join an ISR: registered and not fenced."""
+def usable_in(state: MetadataState, topic_id: uuid.UUID, partition: int) -> Usable:
+    """Whether a broker may lead or join the ISR of one partition: registered, not
+    fenced, and its replica of the partition not on a log directory that failed. Every
+    election and ISR check goes through this, so a replica recorded offline is never
+    elected while its broker's incarnation lasts (Kafka: the broker must be active and
+    the replica's directory online)."""
 
     def usable(node: int) -> bool:
         broker = state.brokers.get(node)
-        return broker is not None and not broker.fenced
+        return broker is not None and not broker.replica_offline(topic_id, partition)
 
     return usable
 
@@ -78,8 +85,8 @@ def elect(p: PartitionInfo, isr: Sequence[int], usable: Usable, unclean: bool) -
 
 
 def without_broker(p: PartitionInfo, node: int, usable: Usable, unclean: bool) -> PartitionInfo:
-    """`node` was fenced or is shutting down: it leaves the ISR (unless it is the last
-    member) and gives up leadership."""
+    """`node` was fenced, is shutting down, or its replica's log directory failed: it
+    leaves the ISR (unless it is the last member) and gives up leadership."""
     if node not in p.replicas:
         return p
     isr = tuple(r for r in p.isr if r != node) or p.isr
@@ -128,7 +135,8 @@ def alter_isr(
     ineligible = [r for r in isr if r not in p.isr and not usable(r)]
     if ineligible:
         raise ControllerError(
-            INELIGIBLE_REPLICA, f"replicas {ineligible} are fenced or shutting down"
+            INELIGIBLE_REPLICA,
+            f"replicas {ineligible} are fenced, shutting down or on a failed log directory",
         )
     return change(p, leader, isr, bump_leader=False)
 

@@ -262,6 +262,16 @@ class LogManager:
         self._check_all_failed()
         return lost
 
+    def replica_offline(self, topic: str, partition: int, held_before: bool) -> bool:
+        """Whether this broker's replica of the partition is offline with a log
+        directory: the directory failed under its log, or the replica was held before
+        this start (`held_before`), has no log, and a directory is offline (its data may
+        be there, so `create` makes no empty log for it)."""
+        key = (topic, partition)
+        if key in self._lost:
+            return True
+        return held_before and bool(self.offline_dirs) and key not in self._logs
+
     def _check_all_failed(self) -> None:
         if self._all_failed_reported or any(str(d) not in self.offline_dirs for d in self.log_dirs):
             return

@@ -90,8 +90,10 @@ def _value() -> Writer:
 def encode_record(record: GroupRecord) -> KeyValue:
     """The (key, value) of a record; value None is a tombstone."""
     gid = record.group_id
-    if isinstance(record, GroupEpochRecord):
-        key = _key(GROUP_EPOCH_KEY, gid)
+    if isinstance(record, (GroupEpochRecord, TargetEpochRecord)):
+        # The group's epoch and its target assignment's epoch are stored alike.
+        kind = GROUP_EPOCH_KEY if isinstance(record, GroupEpochRecord) else TARGET_EPOCH_KEY
+        key = _key(kind, gid)
         if record.epoch is None:
             return key, None
         out = _value()
@@ -129,14 +131,6 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out.string(m.subscribed_topic_regex)
         out.int32(m.rebalance_timeout_ms)
         out.string(m.server_assignor)
-        out.no_tags()
-        return key, bytes(out.out)
-    if isinstance(record, TargetEpochRecord):
-        key = _key(TARGET_EPOCH_KEY, gid)
-        if record.epoch is None:
-            return key, None
-        out = _value()
-        out.int32(record.epoch)
         out.no_tags()
         return key, bytes(out.out)
     if isinstance(record, TargetMemberRecord):
@@ -197,13 +191,14 @@ def decode_record(key: bytes, value: bytes | None) -> GroupRecord:
         raise RecordFormatError(f"key version {kind} is not a consumer group record")
     gid = k.key_string()
     member_id = k.key_string() if kind in _MEMBER_KEYS else None
-    if kind == GROUP_EPOCH_KEY:
+    if kind in (GROUP_EPOCH_KEY, TARGET_EPOCH_KEY):
+        epoch_record = GroupEpochRecord if kind == GROUP_EPOCH_KEY else TargetEpochRecord
         if value is None:
-            return GroupEpochRecord(gid, None)
+            return epoch_record(gid, None)
         r = _value_reader(value)
         epoch = r.int32()
         r.skip_tags()
-        return GroupEpochRecord(gid, epoch)
+        return epoch_record(gid, epoch)
     if kind == PARTITION_METADATA_KEY:
         if value is None:
             return SubscriptionMetadataRecord(gid, None)
@@ -222,13 +217,6 @@ def decode_record(key: bytes, value: bytes | None) -> GroupRecord:
             topics.append(TopicMetadata(topic_id, name, num_partitions))
         r.skip_tags()
         return SubscriptionMetadataRecord(gid, tuple(topics))
-    if kind == TARGET_EPOCH_KEY:
-        if value is None:
-            return TargetEpochRecord(gid, None)
-        r = _value_reader(value)
-        epoch = r.int32()
-        r.skip_tags()
-        return TargetEpochRecord(gid, epoch)
     assert member_id is not None
     if kind == MEMBER_METADATA_KEY:
         if value is None:

@@ -7,12 +7,15 @@ leader mid-run: nothing acknowledged comes back, nothing unacknowledged is lost.
 from __future__ import annotations
 
 import base64
+import json
+import subprocess
 import time
 
 import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
+from compat_tests.broker_process import free_port, kbroker_command
 from compat_tests.cluster import KafkaCluster, running_cluster
 from compat_tests.confluent_helpers import (
     admin_client,
@@ -33,9 +36,13 @@ GROUP_KEY, SHARE_KEY = 0, 2
 
 @pytest.fixture(scope="module")
 def share_cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
-    # A share session outlasts a broker's restart and its catching up.
+    # A share session outlasts a broker's restart and its catching up. Each node serves
+    # /metrics, where `kbroker groups` reads a share-partition leader's in-flight count.
     settings = {**SHORT_LOCKS, "group.share.session.timeout.ms": "30000"}
-    with running_cluster(tmp_path_factory.mktemp("share-cluster"), overrides=settings) as c:
+    http = {i: {"http.listeners": f"http://127.0.0.1:{free_port()}"} for i in (1, 2, 3)}
+    with running_cluster(
+        tmp_path_factory.mktemp("share-cluster"), overrides=settings, node_overrides=http
+    ) as c:
         yield c
 
 
@@ -429,3 +436,152 @@ def test_a_dead_letter_pending_when_the_partition_leader_dies_is_written_once_by
     assert headers["__dlq.errors.topic"] == topic
     assert headers["__dlq.errors.offset"] == "1"
     assert headers["__dlq.errors.reason"] == "rejected"
+
+
+def _topic_led_by_every_broker(cluster: KafkaCluster) -> tuple[str, dict[int, int]]:
+    """A 3-partition RF=3 topic whose partitions have three different leaders: (topic,
+    partition -> leader)."""
+    for _ in range(5):
+        topic = unique_topic("share-lag")
+        cluster.create_topic(topic, partitions=3, replication_factor=3)
+
+        def leaders(topic: str = topic) -> dict[int, int] | None:
+            found = {p: cluster.partition(topic, p).leader for p in range(3)}
+            return found if min(found.values()) > 0 else None
+
+        found = cluster.wait_until(leaders, 15, f"leaders of {topic}")
+        if len(set(found.values())) == 3:
+            return topic, found
+    pytest.fail("no topic had its three partitions led by three brokers")
+
+
+def _hold_records(
+    cluster: KafkaCluster, group: str, topic: str, leaders: dict[int, int], held: dict[int, int]
+) -> None:
+    """At each partition's leader, acquire `held[p]` records (ShareFetch v2, record-limit
+    mode) and accept the last of them out of order (ShareAcknowledge): the rest stay in
+    flight, and the share-partition start offset stays before them."""
+    topic_id = cluster.raw_metadata(topic).topics[0].topic_id
+    member = "holder"
+    with _wire(cluster.node(_coordinator(cluster, group))) as conn:
+        joined = conn.request(
+            76,
+            1,
+            group_id=group,
+            member_id=member,
+            member_epoch=0,
+            rack_id=None,
+            subscribed_topic_names=[topic],
+        )
+        assert int(joined.error_code) == 0
+    for partition, count in held.items():
+        with _wire(cluster.node(leaders[partition])) as conn:
+            acquired: list[tuple[int, int]] = []
+            epoch = 0
+            deadline = time.monotonic() + 20
+            while not acquired and time.monotonic() < deadline:
+                fetched = conn.request(
+                    78,
+                    2,
+                    group_id=group,
+                    member_id=member,
+                    share_session_epoch=epoch,
+                    max_wait=500,
+                    min_bytes=1,
+                    max_bytes=1 << 20,
+                    max_records=count,
+                    batch_size=count,
+                    share_acquire_mode=1,
+                    is_renew_ack=False,
+                    topics=[{"topic_id": topic_id, "partitions": [{"partition_index": partition}]}],
+                    forgotten_topics_data=[],
+                )
+                assert int(fetched.error_code) == 0
+                part = fetched.responses[0].partitions[0]
+                acquired = [(r.first_offset, r.last_offset) for r in part.acquired_records]
+                epoch += 1
+            assert sum(last - first + 1 for first, last in acquired) == count, acquired
+            last = acquired[-1][1]
+            acked = conn.request(
+                79,
+                1,
+                group_id=group,
+                member_id=member,
+                share_session_epoch=epoch,
+                topics=[
+                    {
+                        "topic_id": topic_id,
+                        "partitions": [
+                            {
+                                "partition_index": partition,
+                                "acknowledgement_batches": [
+                                    {
+                                        "first_offset": last,
+                                        "last_offset": last,
+                                        "acknowledge_types": [1],
+                                    }
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            )
+            assert int(acked.error_code) == 0
+            assert int(acked.responses[0].partitions[0].error_code) == 0
+
+
+def test_groups_cli_shows_each_partitions_lag_and_in_flight_from_its_own_leader(share_cluster):  # type: ignore[no-untyped-def]
+    """Three partitions led by three brokers: a ShareConsumer accepts the first ten records
+    of each; then, of the next records, a member holds some at each leader and accepts
+    the last it holds. Every partition's lag (KIP-1226: records not yet delivered to
+    completion up to the high watermark) and in-flight count are its own."""
+    cluster = share_cluster
+    topic, leaders = _topic_led_by_every_broker(cluster)
+    group = unique_group("share-lag")
+    set_group_configs(
+        cluster.bootstrap,
+        group,
+        share_auto_offset_reset="earliest",
+        share_record_lock_duration_ms="60000",
+    )
+    first = 10
+
+    def produce(counts: dict[int, int]) -> None:
+        produce_all(
+            cluster.bootstrap,
+            topic,
+            ({"value": b"v", "partition": p} for p, n in counts.items() for _ in range(n)),
+            acks="all",
+        )
+
+    produce(dict.fromkeys(range(3), first))
+    assert _consume_and_acknowledge(cluster, group, topic, 3 * first) == sorted(
+        list(range(first)) * 3
+    )
+    more = {0: 6, 1: 9, 2: 12}
+    held = {0: 2, 1: 3, 2: 4}
+    produce(more)
+    _hold_records(cluster, group, topic, leaders, held)
+    described = subprocess.run(
+        [
+            *kbroker_command(),
+            "groups",
+            "describe",
+            group,
+            "--bootstrap",
+            cluster.bootstrap,
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert described.returncode == 0, described.stderr
+    rows = {
+        p["partition"]: (p["committed_offset"], p["log_end_offset"], p["lag"], p["in_flight"])
+        for p in json.loads(described.stdout)["partitions"]
+    }
+    # Start offset, log end offset, lag (the records produced after the first ten, less
+    # the one accepted out of order) and in flight (held, less the one accepted).
+    assert rows == {p: (first, first + more[p], more[p] - 1, held[p] - 1) for p in range(3)}

@@ -591,6 +591,7 @@ def _group_json(d: groups.GroupDescription) -> dict[str, object]:
                 "log_end_offset": p.log_end,
                 "lag": p.lag,
                 "member_id": p.member.member_id if p.member else None,
+                **({"in_flight": p.in_flight} if p.share else {}),
             }
             for p in d.partitions
         ],

@@ -4,7 +4,11 @@ Each function asks the cluster over the wire and returns plain dataclasses; `ren
 turns them into the tables `kbroker groups ...` prints. Consumer-protocol groups are
 described with ConsumerGroupDescribe, classic ones with DescribeGroups (their member
 assignments decoded from the consumer protocol's bytes); committed offsets come from
-the group coordinator, log end offsets from each partition's leader.
+the group coordinator, log end offsets from each partition's leader. Share groups are
+described with ShareGroupDescribe and DescribeShareGroupOffsets, whose start offsets and
+lag the group's coordinator gathers from the share coordinators and the partitions'
+leaders, as kafka-share-groups shows them; the records in flight come from each
+partition's leader (`kbroker.admin.share_in_flight`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.admin.client import BrokerConnection, ClientError, Cluster
 from kbroker.admin.output import table
+from kbroker.admin.share_in_flight import in_flight_records
 from kbroker.admin.topics import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets, metadata
 
 METADATA = 3
@@ -100,11 +105,16 @@ class PartitionLag:
     committed: int | None
     log_end: int | None
     member: MemberInfo | None = None
-    share_lag: int | None = None  # a share group's own count (KIP-1226), not end - start
+    # A share-partition's figures: `committed` is its start offset, its lag the share
+    # group's own count (KIP-1226, from the group's coordinator; None when unknown), not
+    # end - start, and the records its leader has in flight.
+    share: bool = False
+    share_lag: int | None = None
+    in_flight: int | None = None
 
     @property
     def lag(self) -> int | None:
-        if self.share_lag is not None:
+        if self.share:
             return self.share_lag
         if self.committed is None or self.log_end is None:
             return None
@@ -249,14 +259,16 @@ def _describe_share_group(
             readers.setdefault(tp, []).append(member)
     wanted = sorted(set(starts) | set(readers))
     ends = log_end_offsets(cluster, wanted)
+    in_flight = in_flight_records(cluster, group_id, wanted)
     partitions = [
         PartitionLag(
             t,
             p,
             starts[(t, p)][0] if (t, p) in starts else None,
             ends.get((t, p)),
-            None,
-            starts[(t, p)][1] if (t, p) in starts and starts[(t, p)][1] >= 0 else None,
+            share=True,
+            share_lag=starts[(t, p)][1] if (t, p) in starts and starts[(t, p)][1] >= 0 else None,
+            in_flight=in_flight.get((t, p)),
         )
         for t, p in wanted
     ]
@@ -546,6 +558,8 @@ def render_description(d: GroupDescription) -> str:
 
 
 def render_lag(d: GroupDescription) -> str:
+    if d.group_type == "share":
+        return _render_share_lag(d)
     body = table(
         ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID", "CLIENT-ID"],
         [
@@ -562,6 +576,32 @@ def render_lag(d: GroupDescription) -> str:
         ],
     )
     return f"{body}\n\nTotal lag: {d.total_lag}"
+
+
+def _render_share_lag(d: GroupDescription) -> str:
+    """A share group's partitions as kafka-share-groups --describe --offsets shows them
+    (start offset and lag), with the log end offset and the leader's in-flight count."""
+    readers: dict[TopicPartition, int] = {}
+    for member in d.members:
+        for tp in member.assignment:
+            readers[tp] = readers.get(tp, 0) + 1
+    body = table(
+        ["TOPIC", "PARTITION", "START-OFFSET", "LOG-END-OFFSET", "LAG", "IN-FLIGHT", "MEMBERS"],
+        [
+            (
+                p.topic,
+                p.partition,
+                p.committed,
+                p.log_end,
+                p.lag,
+                p.in_flight,
+                readers.get((p.topic, p.partition), 0),
+            )
+            for p in d.partitions
+        ],
+    )
+    in_flight = sum(p.in_flight or 0 for p in d.partitions)
+    return f"{body}\n\nTotal lag: {d.total_lag}, in flight: {in_flight}"
 
 
 def _compact(partitions: Iterable[TopicPartition]) -> str:

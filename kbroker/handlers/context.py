@@ -288,6 +288,10 @@ class ShareCoordination(Protocol):
         self, keys: list[tuple[str, uuid.UUID, int]]
     ) -> dict[tuple[str, uuid.UUID, int], tuple[ErrorCode, bytes | None, int]]: ...
 
+    async def lags(
+        self, group_id: str, states: dict[tuple[str, int], dict[str, Any]]
+    ) -> dict[tuple[str, int], int]: ...
+
     async def alter_start_offsets(
         self, items: list[tuple[tuple[str, uuid.UUID, int], str, int]]
     ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...

@@ -438,15 +438,15 @@ async def share_acknowledge(
 # -- share-group offsets (admin) -------------------------------------------------------
 
 
-async def _stored_start_offsets(
+async def _stored_states(
     ctx: RequestContext,
     service: ShareCoordination,
     group_id: str,
     topics: Sequence[Any] | None,
-) -> dict[tuple[str, int], tuple[uuid.UUID, int]]:
-    """(topic, partition) -> (topic id, share-partition start offset) of the group's
-    states, read from their share coordinators (on whichever brokers), those held here
-    taking precedence (they are the freshest)."""
+) -> dict[tuple[str, int], tuple[uuid.UUID, dict[str, Any]]]:
+    """(topic, partition) -> (topic id, state snapshot) of the group's share-partitions,
+    read from their share coordinators (on whichever brokers), those held here taking
+    precedence (they are the freshest)."""
     state = ctx.broker.controller.state
     if topics is None:
         names = [
@@ -456,14 +456,14 @@ async def _stored_start_offsets(
         ]
     else:
         names = [t.topic_name for t in topics]
-    found: dict[tuple[str, int], tuple[uuid.UUID, int]] = {}
+    found: dict[tuple[str, int], tuple[uuid.UUID, dict[str, Any]]] = {}
     for (_, topic_id, partition), (_, stored, _) in (
         await service.stored_states(service.state_keys(group_id, names))
     ).items():
         info = state.topics_by_id.get(topic_id)
         if stored is not None and info is not None:
-            found[(info.name, partition)] = (topic_id, int(json.loads(stored)["start"]))
-    found.update(service.coordinator.start_offsets(group_id))
+            found[(info.name, partition)] = (topic_id, json.loads(stored))
+    found.update(service.coordinator.snapshots(group_id))
     return found
 
 
@@ -496,7 +496,7 @@ async def describe_share_group_offsets(
                 }
             )
             continue
-        offsets = await _stored_start_offsets(ctx, service, g.group_id, g.topics)
+        offsets = await _stored_states(ctx, service, g.group_id, g.topics)
         if g.group_id not in coordinator.share_group_ids() and not offsets:
             groups.append(
                 {
@@ -513,6 +513,10 @@ async def describe_share_group_offsets(
             wanted = [(t, sorted(p for tt, p in offsets if tt == t)) for t in names]
         else:
             wanted = [(t.topic_name, list(t.partitions)) for t in g.topics]
+        described = {(t, p) for t, ps in wanted for p in ps}
+        lags = await service.lags(
+            g.group_id, {tp: data for tp, (_, data) in offsets.items() if tp in described}
+        )
         topics = []
         for name, partitions in wanted:
             info = state.topics.get(name)
@@ -544,9 +548,9 @@ async def describe_share_group_offsets(
                     parts.append(
                         {
                             "partition_index": p,
-                            "start_offset": found[1] if found else -1,
+                            "start_offset": int(found[1]["start"]) if found else -1,
                             "leader_epoch": 0,
-                            "lag": coordinator.lag(g.group_id, info.topic_id, p) if found else -1,
+                            "lag": lags.get((name, p), -1),
                             "error_code": E.none,
                         }
                     )
@@ -631,7 +635,7 @@ async def delete_share_group_offsets(
             "responses": [],
         }
     if request.group_id not in coordinator.share_group_ids() and not (
-        await _stored_start_offsets(ctx, service, request.group_id, request.topics)
+        await _stored_states(ctx, service, request.group_id, request.topics)
     ):
         return {
             "throttle_time": 0,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from kbroker.coordinator.records import partition_for
 from kbroker.protocol.encoded import FileRegion
@@ -736,16 +736,16 @@ class ShareCoordinator:
         known = set(self.groups) | {k[0] for k in self.partitions} | self.store.groups()
         return {g for g in known if self.owns_group(g)}
 
-    def start_offsets(self, group_id: str) -> dict[tuple[str, int], tuple[uuid.UUID, int]]:
-        """(topic, partition) -> (topic id, share-partition start offset), as stored here
-        and, fresher, as held here."""
-        found = {
-            (str(data["topic"]), k[2]): (k[1], int(data["start"]))
+    def snapshots(self, group_id: str) -> dict[tuple[str, int], tuple[uuid.UUID, dict[str, Any]]]:
+        """(topic, partition) -> (topic id, state snapshot) of the group's share-partitions
+        as stored here and, fresher, as held here."""
+        found: dict[tuple[str, int], tuple[uuid.UUID, dict[str, Any]]] = {
+            (str(data["topic"]), k[2]): (k[1], data)
             for k, data in self.store.of_group(group_id).items()
         }
         for k, held in self.partitions.items():
             if k[0] == group_id:
-                found[(held.topic, k[2])] = (k[1], held.state.start_offset)
+                found[(held.topic, k[2])] = (k[1], held.state.snapshot())
         return found
 
     def lag(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:

@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -47,6 +48,8 @@ from kbroker.internal_topics import (
     write_error,
 )
 from kbroker.protocol.batch import BatchHeader
+from kbroker.protocol.messages import build
+from kbroker.replica.broker_link import BrokerLinks
 from kbroker.share.coordinator import (
     FetchAnswer,
     PartitionAcks,
@@ -55,7 +58,8 @@ from kbroker.share.coordinator import (
 )
 from kbroker.share.dead_letters import DeadLetterWriter
 from kbroker.share.group_configs import ShareConfig
-from kbroker.share.persister import Initialized, Persister, StoredRead, Written
+from kbroker.share.partition_state import SharePartitionState
+from kbroker.share.persister import CALL_TIMEOUT_S, Initialized, Persister, StoredRead, Written
 from kbroker.share.records import StateKey, state_key
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 from kbroker.storage.file_slice import FileSlice
@@ -78,6 +82,8 @@ class ShareBroker(ServiceBroker, Protocol):
 
 STATE_TOPIC = "__share_group_state"
 TICK_MS = 100
+LIST_OFFSETS = 2
+LATEST_TIMESTAMP = -1
 
 
 def share_config(config: Any) -> ShareConfig:
@@ -191,6 +197,7 @@ class ShareService(InternalTopicService):
         self.coordinator.leader_epoch = self._leader_epoch
         self.dead_letters = DeadLetterWriter(broker, self)
         self.persister = Persister(broker, self, self.coordinator.store)
+        self._offset_links = BrokerLinks(broker, "share-lag", "share lag", log)
         self._waiting: list[asyncio.Future[ErrorCode]] = []
         self._wake = asyncio.Event()
         self._holding: dict[StateKey, asyncio.Future[ErrorCode]] = {}
@@ -318,6 +325,7 @@ class ShareService(InternalTopicService):
         if self._peeking is not None:
             self._peeking.cancel()
         self.persister.close()
+        self._offset_links.close()
         await super().stop()
 
     def _on_metadata_event(self, event: Any) -> None:
@@ -604,6 +612,89 @@ class ShareService(InternalTopicService):
         if not keys or STATE_TOPIC not in self.broker.controller.state.topics:
             return dict.fromkeys(keys, (ErrorCode.none, None, 0))
         return await self.persister.read_many(keys)
+
+    async def lags(
+        self, group_id: str, states: dict[tuple[str, int], dict[str, Any]]
+    ) -> dict[tuple[str, int], int]:
+        """KIP-1226's lag of share-partitions, as Kafka's group coordinator works it out:
+        the data partition's high watermark, asked of its leader wherever it is, less the
+        share-partition start offset and the records past it whose delivery is complete
+        (acknowledged or archived), from the stored state (`states`, snapshots by topic
+        and partition). A partition whose leader does not answer has no lag (-1)."""
+        ends = await self.high_watermarks(list(states))
+        coordinator = self.coordinator
+        lags: dict[tuple[str, int], int] = {}
+        for tp, data in states.items():
+            end = ends.get(tp)
+            if end is None:
+                lags[tp] = -1
+                continue
+            state = SharePartitionState.from_snapshot(
+                data, coordinator.delivery_limit(group_id), coordinator.config.max_record_locks
+            )
+            lags[tp] = state.lag(end)
+        return lags
+
+    async def high_watermarks(
+        self, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        """The high watermark of each partition, from this broker's replica where it leads
+        the partition, else asked of its leader (ListOffsets, latest, read uncommitted);
+        a partition whose leader cannot be asked is left out."""
+        state = self.broker.controller.state
+        found: dict[tuple[str, int], int] = {}
+        elsewhere: dict[int, dict[str, list[int]]] = {}
+        for topic, partition in partitions:
+            replica, _ = self.broker.replicas.leader(topic, partition)
+            if replica is not None:
+                found[(topic, partition)] = replica.high_watermark
+                continue
+            info = state.topics.get(topic)
+            if info is None or not 0 <= partition < len(info.partitions):
+                continue
+            leader = info.partitions[partition].leader
+            if leader >= 0 and leader != self.broker.node_id:
+                elsewhere.setdefault(leader, {}).setdefault(topic, []).append(partition)
+        answers = await asyncio.gather(
+            *(self._list_latest(leader, topics) for leader, topics in elsewhere.items())
+        )
+        for answer in answers:
+            found.update(answer)
+        return found
+
+    async def _list_latest(
+        self, leader: int, topics: dict[str, list[int]]
+    ) -> dict[tuple[str, int], int]:
+        request = build(
+            load_request_schema(LIST_OFFSETS, 7),
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {
+                                "partition_index": p,
+                                "current_leader_epoch": -1,
+                                "timestamp": LATEST_TIMESTAMP,
+                            }
+                            for p in partitions
+                        ],
+                    }
+                    for topic, partitions in topics.items()
+                ],
+            },
+        )
+        response = await self._offset_links.call(leader, request, CALL_TIMEOUT_S)
+        if response is None:
+            return {}
+        return {
+            (t.name, int(p.partition_index)): int(p.offset)
+            for t in response.topics
+            for p in t.partitions
+            if int(p.error_code) == 0 and int(p.offset) >= 0
+        }
 
     async def alter_start_offsets(
         self, items: list[tuple[StateKey, str, int]]

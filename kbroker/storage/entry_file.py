@@ -2,7 +2,7 @@
 
 The offset and time indexes keep their entries in memory as two parallel arrays and
 differ only in what the columns hold and how an entry is packed; writing them out is
-the same job, done here once. So is the whole-file write that checkpoints and snapshots
+the same job, done here once, as is reading them back. So is the whole-file write that checkpoints and snapshots
 use to replace themselves.
 """
 
@@ -11,6 +11,23 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Sequence
+
+
+class IndexCorruptError(Exception):
+    """An index file that does not describe its segment; rebuild it from the log."""
+
+
+def read_entries(path: str, entry: struct.Struct) -> bytes:
+    """The whole file of `entry`-sized entries; IndexCorruptError when it is missing or
+    its size is not a whole number of entries."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError as exc:
+        raise IndexCorruptError(f"{path} missing") from exc
+    if len(data) % entry.size:
+        raise IndexCorruptError(f"{path} size {len(data)} is not a multiple of {entry.size}")
+    return data
 
 
 def write_file(path: str, data: bytes) -> None:

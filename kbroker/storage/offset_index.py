@@ -14,15 +14,16 @@ import sys
 from array import array
 from bisect import bisect_right
 
-from kbroker.storage.entry_file import append_entries, rewrite_entries
+from kbroker.storage.entry_file import (
+    IndexCorruptError,
+    append_entries,
+    read_entries,
+    rewrite_entries,
+)
 
 ENTRY_SIZE = 8
 _ENTRY = struct.Struct(">II")
 _LITTLE = sys.byteorder == "little"
-
-
-class IndexCorruptError(Exception):
-    """An index file that does not describe its segment; rebuild it from the log."""
 
 
 class OffsetIndex:
@@ -39,15 +40,8 @@ class OffsetIndex:
     def load(cls, path: str, base_offset: int, log_size: int) -> OffsetIndex:
         """Read an index file; raise IndexCorruptError if it cannot be right."""
         idx = cls(path, base_offset)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError as exc:
-            raise IndexCorruptError(f"{path} missing") from exc
-        if len(data) % ENTRY_SIZE:
-            raise IndexCorruptError(f"{path} size {len(data)} is not a multiple of {ENTRY_SIZE}")
         both = array("I")
-        both.frombytes(data)
+        both.frombytes(read_entries(path, _ENTRY))
         if _LITTLE:
             both.byteswap()
         idx.offsets = both[0::2]

@@ -15,8 +15,12 @@ import sys
 from array import array
 from bisect import bisect_right
 
-from kbroker.storage.entry_file import append_entries, rewrite_entries
-from kbroker.storage.offset_index import IndexCorruptError
+from kbroker.storage.entry_file import (
+    IndexCorruptError,
+    append_entries,
+    read_entries,
+    rewrite_entries,
+)
 
 ENTRY_SIZE = 12
 _ENTRY = struct.Struct(">qI")
@@ -36,13 +40,7 @@ class TimeIndex:
     @classmethod
     def load(cls, path: str, base_offset: int) -> TimeIndex:
         idx = cls(path, base_offset)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError as exc:
-            raise IndexCorruptError(f"{path} missing") from exc
-        if len(data) % ENTRY_SIZE:
-            raise IndexCorruptError(f"{path} size {len(data)} is not a multiple of {ENTRY_SIZE}")
+        data = read_entries(path, _ENTRY)
         n = len(data) // ENTRY_SIZE
         ts = array("q")
         offs = array("I")

@@ -27,11 +27,12 @@ class TlsTransport:
         if len(data) <= _ENCRYPT_SLICE:
             self.raw.write(self.session.encrypt(data))
             return
+        # Each slice goes to the socket as soon as it is encrypted: the client decrypts
+        # the first while the broker encrypts the next.
         view = memoryview(data)
-        encrypt = self.session.encrypt
-        self.raw.writelines(
-            [encrypt(view[at : at + _ENCRYPT_SLICE]) for at in range(0, len(view), _ENCRYPT_SLICE)]
-        )
+        encrypt, send = self.session.encrypt, self.raw.write
+        for at in range(0, len(view), _ENCRYPT_SLICE):
+            send(encrypt(view[at : at + _ENCRYPT_SLICE]))
 
     def writelines(self, parts: Any) -> None:
         for part in parts:

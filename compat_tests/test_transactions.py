@@ -134,28 +134,26 @@ def test_consume_transform_produce_commits_offsets_atomically(shared_broker):
                 taken.append(msg)
         taken = taken[:20]
         assert len(taken) == 20
+
+        def transform(prefix: bytes) -> None:
+            """One round: `taken` to the sink, and the offsets after it, in a transaction."""
+            producer.begin_transaction()
+            for msg in taken:
+                producer.produce(sink, prefix + msg.value(), partition=0)
+            producer.send_offsets_to_transaction(
+                [TopicPartition(source, 0, taken[-1].offset() + 1)],
+                consumer.consumer_group_metadata(),
+                30,
+            )
+
         # An aborted round: neither its output nor its offsets count.
-        producer.begin_transaction()
-        for msg in taken:
-            producer.produce(sink, b"x" + msg.value(), partition=0)
-        producer.send_offsets_to_transaction(
-            [TopicPartition(source, 0, taken[-1].offset() + 1)],
-            consumer.consumer_group_metadata(),
-            30,
-        )
+        transform(b"x")
         producer.flush(30)
         producer.abort_transaction(30)
         committed = consumer.committed([TopicPartition(source, 0)], timeout=10)
         assert committed[0].offset < 0, "offsets of an aborted transaction became visible"
         # The committed round.
-        producer.begin_transaction()
-        for msg in taken:
-            producer.produce(sink, b"y" + msg.value(), partition=0)
-        producer.send_offsets_to_transaction(
-            [TopicPartition(source, 0, taken[-1].offset() + 1)],
-            consumer.consumer_group_metadata(),
-            30,
-        )
+        transform(b"y")
         producer.commit_transaction(30)
         committed = consumer.committed([TopicPartition(source, 0)], timeout=10)
         assert committed[0].offset == 20

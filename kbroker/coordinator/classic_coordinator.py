@@ -90,6 +90,18 @@ class LeaveResult:
     members: tuple[tuple[str, str | None, ErrorCode], ...] = ()
 
 
+def _answer_parked(member: Member, error: ErrorCode, join_member_id: str) -> None:
+    """Answer the JoinGroup and SyncGroup the member still has parked with `error` (the
+    JoinGroup naming `join_member_id`): a fenced, departed or unloaded member's client
+    must hear at once, not at its request timeout."""
+    if member.awaiting_join is not None:
+        join, member.awaiting_join = member.awaiting_join, None
+        invoke(join, JoinResult(error, join_member_id))
+    if member.awaiting_sync is not None:
+        sync, member.awaiting_sync = member.awaiting_sync, None
+        invoke(sync, SyncResult(error))
+
+
 class ClassicGroupCoordinator:
     """The classic protocol's state machine, over the host's classic groups."""
 
@@ -322,12 +334,7 @@ class ClassicGroupCoordinator:
         current_leader = group.leader_id
         old = group.members[old_id]
         # The old incarnation is fenced: answer anything it still waits for.
-        if old.awaiting_join is not None:
-            stale, old.awaiting_join = old.awaiting_join, None
-            invoke(stale, JoinResult(E.fenced_instance_id, old_id))
-        if old.awaiting_sync is not None:
-            stale_sync, old.awaiting_sync = old.awaiting_sync, None
-            invoke(stale_sync, SyncResult(E.fenced_instance_id))
+        _answer_parked(old, E.fenced_instance_id, old_id)
         member = group.replace_static_member(req.group_instance_id or "", old_id, new_id)
         self.schedule_heartbeat(group, member)
         saved = (list(member.protocols), member.rebalance_timeout_ms, member.session_timeout_ms)
@@ -780,12 +787,7 @@ class ClassicGroupCoordinator:
     def _drop_member(self, group: ClassicGroup, member: Member) -> None:
         self._cancel_heartbeat(member)
         # A member may leave while its join is parked: answer it so the client rejoins.
-        if member.awaiting_join is not None:
-            callback, member.awaiting_join = member.awaiting_join, None
-            invoke(callback, JoinResult(E.unknown_member_id, UNKNOWN_MEMBER_ID))
-        if member.awaiting_sync is not None:
-            sync_cb, member.awaiting_sync = member.awaiting_sync, None
-            invoke(sync_cb, SyncResult(E.unknown_member_id))
+        _answer_parked(member, E.unknown_member_id, UNKNOWN_MEMBER_ID)
         group.remove_member(member.member_id)
 
     def _remove_member_and_update_group(
@@ -881,9 +883,4 @@ class ClassicGroupCoordinator:
     def fail_waiters(self, group: ClassicGroup, error: ErrorCode) -> None:
         for member in group.members.values():
             self._cancel_heartbeat(member)
-            if member.awaiting_join is not None:
-                callback, member.awaiting_join = member.awaiting_join, None
-                invoke(callback, JoinResult(error, member.member_id))
-            if member.awaiting_sync is not None:
-                sync_cb, member.awaiting_sync = member.awaiting_sync, None
-                invoke(sync_cb, SyncResult(error))
+            _answer_parked(member, error, member.member_id)

@@ -62,7 +62,10 @@ def _case_id(case: tuple[str, str | None]) -> str:
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     base = tmp_path_factory.mktemp("secure-broker")
-    broker = start_secure_broker(base / "node", make_tls_material(base / "tls"))
+    # The SSL listener narrows TLS 1.3 to one suite, so every client below meets it.
+    broker = start_secure_broker(
+        base / "node", make_tls_material(base / "tls"), **{SSL_SUITES: "TLS_AES_128_GCM_SHA256"}
+    )
     try:
         admin = AdminClient({"bootstrap.servers": broker.plaintext})
         futures = admin.alter_user_scram_credentials(
@@ -78,6 +81,9 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
         yield broker
     finally:
         broker.node.kill()
+
+
+SSL_SUITES = "listener.name.ssl.ssl.cipher.suites"
 
 
 def topic_name(client: str) -> str:
@@ -283,6 +289,24 @@ def test_a_certificate_from_an_unknown_ca_is_refused(secure: SecureBroker) -> No
         tls.sendall(api_versions_v0)
         answer = tls.recv(4)  # TLS 1.3 reports the refusal on the first read
         raise AssertionError(f"a certificate from an unknown CA was accepted: {answer!r}")
+
+
+def negotiated_suite(secure: SecureBroker, listener: str) -> str:
+    context = ssl.create_default_context(cafile=str(secure.tls.ca.cert))
+    host, port = secure.address(listener).split(":")
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        cipher = tls.cipher()
+        assert cipher is not None
+        return cipher[0]
+
+
+def test_a_listener_naming_one_tls13_suite_negotiates_only_that_one(secure: SecureBroker) -> None:
+    # A client offering every TLS 1.3 suite gets OpenSSL's first where nothing narrows.
+    assert negotiated_suite(secure, "SASL_SSL") == "TLS_AES_256_GCM_SHA384"
+    assert negotiated_suite(secure, "SSL") == "TLS_AES_128_GCM_SHA256"
 
 
 # -- the Java client ------------------------------------------------------------------------

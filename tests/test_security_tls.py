@@ -14,7 +14,7 @@ from compat_tests.tls_material import TlsMaterial, make_tls_material
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.config.listeners import Endpoint
 from kbroker.security import tls_session
-from kbroker.security.listener import listener_security
+from kbroker.security.listener import ListenerSecurity, listener_security
 from kbroker.security.principal import distinguished_name, map_name, parse_mapping_rules
 from kbroker.security.tls_session import TlsSession
 
@@ -24,9 +24,9 @@ def material(tmp_path_factory: pytest.TempPathFactory) -> TlsMaterial:
     return make_tls_material(tmp_path_factory.mktemp("tls"))
 
 
-def server_context(
+def server_security(
     material: TlsMaterial, client_auth: str = "required", **extra: str
-) -> ssl.SSLContext:
+) -> ListenerSecurity:
     config = BrokerConfig.from_settings(
         {
             "listeners": "SSL://127.0.0.1:9093",
@@ -38,9 +38,15 @@ def server_context(
             **extra,
         }
     )
-    security = listener_security(config, Endpoint("SSL", "127.0.0.1", 9093))
-    assert security.ssl_context is not None
-    return security.ssl_context
+    return listener_security(config, Endpoint("SSL", "127.0.0.1", 9093))
+
+
+def server_context(
+    material: TlsMaterial, client_auth: str = "required", **extra: str
+) -> ssl.SSLContext:
+    context = server_security(material, client_auth, **extra).ssl_context
+    assert context is not None
+    return context
 
 
 class Client:
@@ -226,6 +232,42 @@ def test_cipher_suites_without_tls13_ones_are_refused_while_tls13_is_on(
         server_context(
             material, "none", **{"ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}
         )
+
+
+def narrowed_session(material: TlsMaterial, suites: str) -> TlsSession:
+    security = server_security(material, "none", **{"ssl.cipher.suites": suites})
+    assert security.ssl_context is not None
+    return TlsSession(security.ssl_context, security.tls13_suites)
+
+
+def test_tls13_suites_in_cipher_suites_narrow_what_a_session_negotiates(
+    material: TlsMaterial,
+) -> None:
+    # A client offering all three would get TLS_AES_256_GCM_SHA384, OpenSSL's first.
+    server = narrowed_session(material, "TLS_AES_128_GCM_SHA256")
+    client = handshake(server, client_context(material, cert=False))
+    assert client.ssl.cipher()[0] == "TLS_AES_128_GCM_SHA256"
+
+
+def test_a_client_offering_only_other_tls13_suites_fails_the_handshake(
+    material: TlsMaterial,
+) -> None:
+    server = narrowed_session(material, "TLS_AES_128_GCM_SHA256")
+    client = Client(client_context(material, cert=False))
+    assert tls_session._tlsread is not None
+    tls_session._tlsread.set_ciphersuites(client.ssl._sslobj, "TLS_AES_256_GCM_SHA384")  # type: ignore[attr-defined]
+    with contextlib.suppress(ssl.SSLWantReadError):
+        client.ssl.do_handshake()
+    with pytest.raises(ssl.SSLError, match="NO_SHARED_CIPHER"):
+        server.receive(client.outgoing.read())
+
+
+def test_narrowing_tls13_suites_without_the_c_reader_is_refused_at_start(
+    material: TlsMaterial, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tls_session, "_RECORD_READER", False)
+    with pytest.raises(ConfigError, match="ssl.cipher.suites"):
+        server_security(material, "none", **{"ssl.cipher.suites": "TLS_AES_128_GCM_SHA256"})
 
 
 @pytest.fixture(scope="module")

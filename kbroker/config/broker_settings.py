@@ -1473,7 +1473,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "ssl.cipher.suites",
         LIST,
         [],
-        "TLS 1.2 cipher suites (IANA or OpenSSL names); empty means the platform's defaults.",
+        "Cipher suites (IANA or OpenSSL names): TLS 1.2's and TLS 1.3's; empty means the "
+        "platform's defaults.",
     ),
     # -- SASL ------------------------------------------------------------------------------
     _d(

@@ -9,12 +9,13 @@
  *
  * The SSL object is the one Python's ssl module made for an SSLObject (wrap_bio): the
  * handshake, certificates, verification and every setting stay with Python's ssl; this
- * only reads. CPython does not expose the SSL pointer, so it is taken from the
- * `_ssl._SSLSocket` object's layout, which has opened with the same fields since
- * Python 3.7 (PyObject_HEAD, the socket weak reference, then `SSL *ssl`), and it is
- * used only after OpenSSL confirms it: CPython stores the owning `_SSLSocket` as the
- * SSL object's app data. Both must also be running the same OpenSSL build. Where any
- * check fails, `ssl_of` answers None and the caller keeps Python's read loop.
+ * only reads, and narrows TLS 1.3's suites, which Python cannot. CPython does not
+ * expose the SSL pointer, so it is taken from the `_ssl._SSLSocket` object's layout,
+ * which has opened with the same fields since Python 3.7 (PyObject_HEAD, the socket
+ * weak reference, then `SSL *ssl`), and it is used only after OpenSSL confirms it:
+ * CPython stores the owning `_SSLSocket` as the SSL object's app data. Both must also
+ * be running the same OpenSSL build. Where any check fails, `ssl_of` answers None and
+ * the caller keeps Python's read loop.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -119,10 +120,36 @@ static PyObject *read_records(PyObject *self, PyObject *args)
     return Py_BuildValue("(nis)", (Py_ssize_t)pos, status, reason ? reason : "TLS failure");
 }
 
+/* set_ciphersuites(sslsocket, suites): the TLS 1.3 suites (OpenSSL's colon-separated
+ * names) this session may negotiate, before its handshake. Python's ssl sets only TLS
+ * 1.2's cipher list, which would leave a narrowed `ssl.cipher.suites` wider than asked. */
+static PyObject *set_ciphersuites(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *sslsocket;
+    const char *suites;
+    if (!PyArg_ParseTuple(args, "Os", &sslsocket, &suites))
+        return NULL;
+    SSL *ssl = ssl_from(sslsocket);
+    if (ssl == NULL) {
+        PyErr_SetString(PyExc_TypeError, "not an SSL object this module can configure");
+        return NULL;
+    }
+    int ok = SSL_set_ciphersuites(ssl, suites);
+    ERR_clear_error();
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "OpenSSL refused the TLS 1.3 suites %s", suites);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"ssl_of", ssl_of, METH_O, "The checked address of an _SSLSocket's SSL object, or None."},
     {"read_records", read_records, METH_VARARGS,
      "Decrypt every complete TLS record into a buffer: (end, status, reason)."},
+    {"set_ciphersuites", set_ciphersuites, METH_VARARGS,
+     "Narrow the TLS 1.3 suites one session may negotiate."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -18,7 +18,8 @@ from kbroker.config.listeners import Endpoint
 from kbroker.security.jaas import parse_jaas, plain_users
 from kbroker.security.principal import MappingRule, parse_mapping_rules
 from kbroker.security.sasl import PLAIN, SUPPORTED_MECHANISMS
-from kbroker.security.tls import server_context
+from kbroker.security.tls import server_context, tls13_suites
+from kbroker.security.tls_session import TlsSession
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class ListenerSecurity:
     name: str
     protocol: str
     ssl_context: ssl.SSLContext | None = None
+    tls13_suites: str | None = None  # TLS 1.3 suites each session narrows to (None: all)
     mechanisms: tuple[str, ...] = ()
     plain_users: dict[str, str] = field(default_factory=dict)
     principal_rules: tuple[MappingRule, ...] = ()
@@ -43,8 +45,16 @@ def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecur
     setting = functools.partial(config.for_listener, name)
 
     context = None
+    suites = None
     if protocol in ("SSL", "SASL_SSL"):
         context = server_context(name, setting)
+        suites = tls13_suites(setting)
+        if suites is not None and not TlsSession(context).reads_records_in_c:
+            raise ConfigError(
+                f"listener {name}: ssl.cipher.suites narrows TLS 1.3's suites, which needs "
+                "kbroker's C TLS reader (built with OpenSSL's headers: make serve builds it)",
+                setting="ssl.cipher.suites",
+            )
     mechanisms: tuple[str, ...] = ()
     users: dict[str, str] = {}
     if protocol.startswith("SASL_"):
@@ -74,6 +84,7 @@ def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecur
         name=name,
         protocol=protocol,
         ssl_context=context,
+        tls13_suites=suites,
         mechanisms=mechanisms,
         plain_users=users,
         principal_rules=parse_mapping_rules(setting("ssl.principal.mapping.rules")),

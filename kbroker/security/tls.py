@@ -160,10 +160,17 @@ def _contiguous(versions: list[ssl.TLSVersion]) -> bool:
     return indexes == list(range(indexes[0], indexes[-1] + 1))
 
 
+def tls13_suites(setting: Setting) -> str | None:
+    """The TLS 1.3 suites ``ssl.cipher.suites`` names, as OpenSSL's list for each
+    session (TlsSession), or None where it names none and all stay available. Python's
+    context cannot narrow them; the session does, before its handshake."""
+    return ":".join(s for s in setting("ssl.cipher.suites") if s in _TLS13_SUITES) or None
+
+
 def _set_ciphers(context: ssl.SSLContext, suites: list[str], enabled: list[str], fail: Any) -> None:
-    """TLS 1.2 suites through OpenSSL's cipher list. Python cannot narrow TLS 1.3's
-    suites, so a list naming none of them while TLS 1.3 is enabled is refused rather
-    than silently left wider than asked."""
+    """TLS 1.2 suites through OpenSSL's cipher list (TLS 1.3's: see tls13_suites). A
+    list naming no TLS 1.3 suite while TLS 1.3 is enabled is refused, rather than
+    served with every TLS 1.3 suite on, wider than asked."""
     if not suites:
         return
     tls12 = [_IANA_TO_OPENSSL.get(s, s) for s in suites if s not in _TLS13_SUITES]

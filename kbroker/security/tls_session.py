@@ -32,7 +32,9 @@ _RECORD_READER = _tlsread is not None  # tests turn it off to check Python's loo
 
 
 class TlsSession:
-    def __init__(self, context: ssl.SSLContext) -> None:
+    def __init__(self, context: ssl.SSLContext, tls13_suites: str | None = None) -> None:
+        """``tls13_suites``: OpenSSL's list of the TLS 1.3 suites this session may
+        negotiate (None: all); needs the C reader (listener_security checks at start)."""
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
@@ -47,6 +49,10 @@ class TlsSession:
             sslsocket = getattr(self._ssl, "_sslobj", None)
             if sslsocket is not None and _tlsread.ssl_of(sslsocket) is not None:
                 self._sslsocket = sslsocket
+        if tls13_suites is not None:
+            if self._sslsocket is None or _tlsread is None:
+                raise RuntimeError("narrowing TLS 1.3's suites needs the C TLS reader")
+            _tlsread.set_ciphersuites(self._sslsocket, tls13_suites)
 
     @property
     def reads_records_in_c(self) -> bool:

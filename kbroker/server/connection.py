@@ -137,7 +137,7 @@ class KafkaConnection(asyncio.Protocol):
         self._raw: asyncio.Transport | None = None
         self._handshake_timer: asyncio.TimerHandle | None = None
         if security is not None and security.ssl_context is not None:
-            self._tls = TlsSession(security.ssl_context)
+            self._tls = TlsSession(security.ssl_context, security.tls13_suites)
             # Set before the transport exists: uvloop binds data_received when it does.
             self.data_received = self._tls_data_received  # type: ignore[method-assign]
         self.decoder = FrameDecoder(broker.max_request_bytes)

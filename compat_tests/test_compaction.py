@@ -5,6 +5,8 @@ delete.retention.ms, and a record without key is refused."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
@@ -32,6 +34,25 @@ COMPACTED = {
     "segment.ms": "100",
     "min.cleanable.dirty.ratio": "0.01",
 }
+
+
+def compacted_topic(
+    broker_factory: Any, prefix: str, config: dict[str, str] | None = None
+) -> tuple[Any, str]:
+    """A broker of its own whose cleaner runs often, and a new compacted topic on it
+    (COMPACTED with `config` on top)."""
+    broker = broker_factory.start_with(CLEANER)
+    topic = unique_topic(prefix)
+    create_topic(broker.bootstrap, topic, config={**COMPACTED, **(config or {})})
+    return broker, topic
+
+
+def updates() -> Iterator[dict[str, Any]]:
+    """UPDATES values over KEYS keys: update i is value-i to key-(i % KEYS)."""
+    return (
+        {"key": b"key-%d" % (i % KEYS), "value": b"value-%d" % i, "partition": 0}
+        for i in range(UPDATES)
+    )
 
 
 def roll_active_segment(bootstrap: str, topic: str) -> None:
@@ -78,16 +99,11 @@ def wait_until(bootstrap: str, topic: str, done, timeout: float = 40.0) -> list[
 
 @pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
 def test_consumer_reads_latest_value_per_key_at_original_offsets(broker_factory, compression):
-    broker = broker_factory.start_with(CLEANER)
-    topic = unique_topic("compacted")
-    create_topic(broker.bootstrap, topic, config=COMPACTED)
+    broker, topic = compacted_topic(broker_factory, "compacted")
     produce_all(
         broker.bootstrap,
         topic,
-        (
-            {"key": b"key-%d" % (i % KEYS), "value": b"value-%d" % i, "partition": 0}
-            for i in range(UPDATES)
-        ),
+        updates(),
         compression_type=compression,
         enable_idempotence=True,
         batch_num_messages=100,
@@ -106,9 +122,7 @@ def test_consumer_reads_latest_value_per_key_at_original_offsets(broker_factory,
 
 
 def test_tombstones_vanish_after_delete_retention(broker_factory):
-    broker = broker_factory.start_with(CLEANER)
-    topic = unique_topic("tombstones")
-    create_topic(broker.bootstrap, topic, config={**COMPACTED, "delete.retention.ms": "2000"})
+    broker, topic = compacted_topic(broker_factory, "tombstones", {"delete.retention.ms": "2000"})
     produce_all(
         broker.bootstrap,
         topic,
@@ -129,17 +143,8 @@ def test_tombstones_vanish_after_delete_retention(broker_factory):
 
 
 def test_compacted_log_is_intact_after_restart(broker_factory):
-    broker = broker_factory.start_with(CLEANER)
-    topic = unique_topic("compacted-restart")
-    create_topic(broker.bootstrap, topic, config=COMPACTED)
-    produce_all(
-        broker.bootstrap,
-        topic,
-        (
-            {"key": b"key-%d" % (i % KEYS), "value": b"value-%d" % i, "partition": 0}
-            for i in range(UPDATES)
-        ),
-    )
+    broker, topic = compacted_topic(broker_factory, "compacted-restart")
+    produce_all(broker.bootstrap, topic, updates())
     roll_active_segment(broker.bootstrap, topic)
     before = wait_until(broker.bootstrap, topic, lambda rs: len(rs) == KEYS + 1)
     broker.kill()
@@ -166,9 +171,7 @@ def test_record_without_key_is_refused_with_invalid_record(shared_broker):
 def test_consumer_passes_empty_batch_kept_for_idempotent_producer(broker_factory):
     # The first producer's records are all superseded; its last batch stays as an empty
     # batch (so that its sequence numbers survive), which the consumer must step over.
-    broker = broker_factory.start_with(CLEANER)
-    topic = unique_topic("compacted-empty-batch")
-    create_topic(broker.bootstrap, topic, config=COMPACTED)
+    broker, topic = compacted_topic(broker_factory, "compacted-empty-batch")
     produce_all(
         broker.bootstrap,
         topic,

@@ -249,6 +249,12 @@ def owned(consumer: Consumer) -> set[int]:
     return {tp.partition for tp in consumer.assignment()}
 
 
+def exclusive_cover(consumers: list[Consumer], partitions: int) -> bool:
+    """Every consumer owns some partition and each of `partitions` is owned exactly once."""
+    sets = [owned(c) for c in consumers]
+    return all(sets) and sorted(p for s in sets for p in s) == list(range(partitions))
+
+
 def poll_until(consumers: list[Consumer], done: Callable[[], bool], timeout: float = 30.0) -> float:
     """Poll every consumer until `done()`; returns the seconds it took.
 

@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from compat_tests.broker_process import BrokerProcess, running_broker
 from compat_tests.confluent_helpers import (
     create_topic,
+    exclusive_cover,
     owned,
     poll_until,
     produce_all,
@@ -60,12 +61,6 @@ def member(bootstrap: str, group: str, **conf: Any) -> Consumer:
     }
     settings.update(conf)
     return Consumer(settings)
-
-
-def exclusive_cover(consumers: list[Consumer], partitions: int) -> bool:
-    sets = [owned(c) for c in consumers]
-    every = sorted(p for s in sets for p in s)
-    return all(sets) and every == list(range(partitions))
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 from compat_tests.broker_process import FAST_GROUP_SETTINGS, BrokerProcess, running_broker
 from compat_tests.confluent_helpers import (
     create_topic,
+    exclusive_cover,
     owned,
     poll_until,
     produce_all,
@@ -73,22 +74,10 @@ def test_three_consumers_own_each_of_six_partitions_exactly_once(group_broker: B
     try:
         for c in consumers:
             c.subscribe([topic])
-
-        def split() -> bool:
-            sets = [owned(c) for c in consumers]
-            return all(sets) and sorted(p for s in sets for p in s) == list(range(6))
-
-        poll_until(consumers, split)
+        poll_until(consumers, lambda: exclusive_cover(consumers, 6))
         assert all(len(owned(c)) == 2 for c in consumers)
-
         consumers.pop().close()  # LeaveGroup: the other two take its partitions over
-        poll_until(
-            consumers,
-            lambda: (
-                sorted(p for c in consumers for p in owned(c)) == list(range(6))
-                and all(owned(c) for c in consumers)
-            ),
-        )
+        poll_until(consumers, lambda: exclusive_cover(consumers, 6))
     finally:
         for c in consumers:
             c.close()
@@ -103,13 +92,7 @@ def test_cooperative_sticky_consumers_split_partitions(group_broker: BrokerProce
     try:
         for c in consumers:
             c.subscribe([topic])
-        poll_until(
-            consumers,
-            lambda: (
-                sorted(p for c in consumers for p in owned(c)) == [0, 1, 2, 3]
-                and all(owned(c) for c in consumers)
-            ),
-        )
+        poll_until(consumers, lambda: exclusive_cover(consumers, 4))
     finally:
         for c in consumers:
             c.close()
@@ -271,6 +254,14 @@ def test_delete_group_after_its_members_leave(group_broker: BrokerProcess):
 
 # -- kafka-python ----------------------------------------------------------------------------
 
+# group_consumer's settings in the names kafka-python and aiokafka share.
+GROUP_MEMBER = {
+    "auto_offset_reset": "earliest",
+    "enable_auto_commit": False,
+    "session_timeout_ms": 6000,
+    "heartbeat_interval_ms": 300,
+}
+
 
 class KafkaPythonPoller(threading.Thread):
     """Drives one kafka-python consumer in its own thread, as an application would: a
@@ -318,15 +309,7 @@ def test_kafka_python_group_splits_commits_and_resumes(group_broker: BrokerProce
     group = unique_group()
 
     def consumer() -> KafkaConsumer:
-        return KafkaConsumer(
-            topic,
-            bootstrap_servers=bootstrap,
-            group_id=group,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=300,
-        )
+        return KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, **GROUP_MEMBER)
 
     a, b = KafkaPythonPoller(consumer()), KafkaPythonPoller(consumer())
     a.start()
@@ -370,13 +353,7 @@ def test_aiokafka_group_consumes_commits_and_resumes(group_broker: BrokerProcess
     async def run() -> None:
         def make() -> AIOKafkaConsumer:
             return AIOKafkaConsumer(
-                topic,
-                bootstrap_servers=bootstrap,
-                group_id=group,
-                auto_offset_reset="earliest",
-                enable_auto_commit=False,
-                session_timeout_ms=6000,
-                heartbeat_interval_ms=300,
+                topic, bootstrap_servers=bootstrap, group_id=group, **GROUP_MEMBER
             )
 
         first = make()

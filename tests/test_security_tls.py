@@ -153,6 +153,21 @@ def test_records_of_any_size_cut_anywhere_decrypt_in_order(
     assert received == payload
 
 
+@settings(max_examples=100, deadline=None)
+@given(garbage=st.lists(st.binary(min_size=1, max_size=2000), min_size=1, max_size=4))
+def test_garbage_after_the_handshake_is_an_ssl_error_or_nothing_never_plaintext(
+    material: TlsMaterial, garbage: list[bytes]
+) -> None:
+    server, client = connected(material)
+    client.ssl.write(b"genuine")
+    assert server.receive(client.outgoing.read()) == b"genuine"
+    try:
+        for chunk in garbage:
+            assert server.receive(chunk) == b""
+    except ssl.SSLError:
+        return
+
+
 def test_a_corrupt_record_is_an_ssl_error_that_names_it(material: TlsMaterial, reader: str) -> None:
     server, client = connected(material)
     client.ssl.write(b"x" * 1000)

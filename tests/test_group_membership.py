@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kio.schema.errors import ErrorCode as E
 from test_group_harness import Harness, subscription
 
@@ -480,12 +482,18 @@ def test_static_member_rejoining_in_stable_group_keeps_the_generation():
     assert sync.value.assignment == b"S"
 
 
+def _lone_static_leader(h: Harness) -> Any:
+    """The join answer of static member i1, alone in group g, which led its sync."""
+    box = h.join(instance_id="i1")
+    h.clock.advance(0)
+    old = box.value
+    h.sync("g", old.generation_id, old.member_id, {old.member_id: b"x"}, instance_id="i1")
+    return old
+
+
 def test_old_incarnation_of_a_static_member_is_fenced():
     h = Harness()
-    s1 = h.join(instance_id="i1")
-    h.clock.advance(0)
-    old = s1.value
-    h.sync("g", old.generation_id, old.member_id, {old.member_id: b"x"}, instance_id="i1")
+    old = _lone_static_leader(h)
     new = h.join(instance_id="i1").value
     assert new.member_id != old.member_id
     assert (
@@ -504,10 +512,7 @@ def test_static_member_joins_without_member_id_required():
 
 def test_static_leader_rejoining_is_told_to_skip_assignment():
     h = Harness()
-    s1 = h.join(instance_id="i1")
-    h.clock.advance(0)
-    old = s1.value
-    h.sync("g", old.generation_id, old.member_id, {old.member_id: b"x"}, instance_id="i1")
+    _lone_static_leader(h)
     new = h.join(instance_id="i1").value
     assert new.leader_id == new.member_id
     assert new.skip_assignment
@@ -516,10 +521,7 @@ def test_static_leader_rejoining_is_told_to_skip_assignment():
 
 def test_static_leader_rejoining_on_old_version_sees_the_old_leader_id():
     h = Harness()
-    s1 = h.join(instance_id="i1")
-    h.clock.advance(0)
-    old = s1.value
-    h.sync("g", old.generation_id, old.member_id, {old.member_id: b"x"}, instance_id="i1")
+    old = _lone_static_leader(h)
     new = h.join(instance_id="i1", supports_skip_assignment=False).value
     assert new.leader_id == old.member_id != new.member_id
     assert not new.skip_assignment

@@ -11,7 +11,7 @@ import io
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -300,6 +300,15 @@ def idle_group(broker: BrokerProcess) -> tuple[str, str]:
     return topic, group
 
 
+def planned(
+    kb: Callable[..., tuple[int, str, str]], group: str, topic: str, *how: str
+) -> list[int]:
+    """The new offsets `groups reset-offsets` plans for `topic` (a dry run, in JSON)."""
+    code, out, _ = kb("groups", "reset-offsets", group, "--topic", topic, *how, "-o", "json")
+    assert code == 0
+    return [p["new"] for p in json.loads(out)["partitions"]]
+
+
 def test_reset_offsets_is_a_dry_run_without_execute(kb, broker, idle_group):
     topic, group = idle_group
     code, out, err = kb("groups", "reset-offsets", group, "--topic", topic, "--to-earliest")
@@ -324,11 +333,7 @@ def test_reset_offsets_execute_commits_earliest_or_latest(kb, broker, idle_group
 
 def test_reset_offsets_to_offset_stays_within_the_log(kb, broker, idle_group):
     topic, group = idle_group
-    code, out, _ = kb(
-        "groups", "reset-offsets", group, "--topic", topic, "--to-offset", "99", "-o", "json"
-    )
-    assert code == 0
-    assert [p["new"] for p in json.loads(out)["partitions"]] == [6, 6]
+    assert planned(kb, group, topic, "--to-offset", "99") == [6, 6]
     assert (
         kb("groups", "reset-offsets", group, "--topic", topic, "--to-offset", "2", "--execute")[0]
         == 0
@@ -338,42 +343,15 @@ def test_reset_offsets_to_offset_stays_within_the_log(kb, broker, idle_group):
 
 def test_reset_offsets_to_datetime_finds_the_first_record_at_or_after_it(kb, broker, idle_group):
     topic, group = idle_group
-    code, out, _ = kb(
-        "groups",
-        "reset-offsets",
-        group,
-        "--topic",
-        topic,
-        "--to-datetime",
-        "2000-01-01T00:00:00+00:00",
-        "-o",
-        "json",
-    )
-    assert code == 0
-    assert [p["new"] for p in json.loads(out)["partitions"]] == [0, 0]
-    code, out, _ = kb(
-        "groups",
-        "reset-offsets",
-        group,
-        "--topic",
-        topic,
-        "--to-datetime",
-        "2999-01-01T00:00:00",
-        "-o",
-        "json",
-    )
-    assert [p["new"] for p in json.loads(out)["partitions"]] == [6, 6]
+    assert planned(kb, group, topic, "--to-datetime", "2000-01-01T00:00:00+00:00") == [0, 0]
+    assert planned(kb, group, topic, "--to-datetime", "2999-01-01T00:00:00") == [6, 6]
 
 
 def test_reset_offsets_shift_by_moves_from_the_committed_offset_within_the_log(
     kb, broker, idle_group
 ):
     topic, group = idle_group
-    code, out, _ = kb(
-        "groups", "reset-offsets", group, "--topic", topic, "--shift-by", "-3", "-o", "json"
-    )
-    assert code == 0
-    assert [p["new"] for p in json.loads(out)["partitions"]] == [1, 1]
+    assert planned(kb, group, topic, "--shift-by", "-3") == [1, 1]
     code, out, _ = kb(
         "groups", "reset-offsets", group, "--topic", f"{topic}:0", "--shift-by", "50", "--execute"
     )

@@ -379,28 +379,21 @@ class ClassicGroupCoordinator:
                     if req.supports_skip_assignment:
                         # KIP-814: a rejoining static leader learns it leads but must not
                         # compute a new assignment the stable group would never apply.
-                        is_leader = group.is_leader(new_id)
-                        result = JoinResult(
-                            E.none,
-                            new_id,
-                            generation,
-                            group.protocol_type,
-                            group.protocol_name,
-                            group.leader_id or "",
-                            is_leader,
-                            group.current_member_metadata() if is_leader else (),
-                        )
+                        leader, skip = group.leader_id or "", group.is_leader(new_id)
                     else:
                         # Older clients: report the previous leader id so the new member
                         # never believes it must assign.
-                        result = JoinResult(
-                            E.none,
-                            new_id,
-                            generation,
-                            group.protocol_type,
-                            group.protocol_name,
-                            current_leader or "",
-                        )
+                        leader, skip = current_leader or "", False
+                    result = JoinResult(
+                        E.none,
+                        new_id,
+                        generation,
+                        group.protocol_type,
+                        group.protocol_name,
+                        leader,
+                        skip,
+                        group.current_member_metadata() if skip else (),
+                    )
                     invoke(callback, result)
 
                 self.store.write(

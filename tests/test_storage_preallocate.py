@@ -2,9 +2,11 @@
 stops being active, and never mistaken for data or for a torn write."""
 
 import os
+from pathlib import Path
 
 from test_storage_recovery import NOW, active_log_file, batch, crash, open_log, read_all
 
+from kbroker.storage import PartitionLog
 from kbroker.storage.config import PREALLOCATE_CHUNK
 
 
@@ -53,12 +55,18 @@ def test_a_rolled_segment_gives_its_reserved_space_back(tmp_path):
         assert os.path.getsize(seg.log_path) == seg.size
 
 
+def preallocated_log(d: Path, records: int) -> tuple[PartitionLog, str]:
+    """A preallocating log in `d` holding `records` one-record batches, and the path of
+    its active segment's file."""
+    log = open_log(d, preallocate=True)
+    for _ in range(records):
+        log.append(batch(1), 0, NOW)
+    return log, active_log_file(log)
+
+
 def test_a_clean_close_gives_the_space_back_and_reopens_without_recovery(tmp_path):
     d = tmp_path / "t-0"
-    log = open_log(d, preallocate=True)
-    for _ in range(3):
-        log.append(batch(1), 0, NOW)
-    path = active_log_file(log)
+    log, path = preallocated_log(d, 3)
     log.close()
     assert os.path.getsize(path) == 3 * len(batch(1))
     log = open_log(d, preallocate=True)
@@ -68,10 +76,7 @@ def test_a_clean_close_gives_the_space_back_and_reopens_without_recovery(tmp_pat
 
 def test_after_a_crash_the_unwritten_space_is_cut_without_counting_as_torn(tmp_path):
     d = tmp_path / "t-0"
-    log = open_log(d, preallocate=True)
-    for _ in range(3):
-        log.append(batch(1), 0, NOW)
-    path = active_log_file(log)
+    log, path = preallocated_log(d, 3)
     crash(log)
     log = open_log(d, preallocate=True)
     assert not log.opened_cleanly
@@ -83,10 +88,7 @@ def test_after_a_crash_the_unwritten_space_is_cut_without_counting_as_torn(tmp_p
 
 def test_a_torn_write_into_reserved_space_is_cut_and_counted(tmp_path):
     d = tmp_path / "t-0"
-    log = open_log(d, preallocate=True)
-    for _ in range(2):
-        log.append(batch(1), 0, NOW)
-    path = active_log_file(log)
+    log, path = preallocated_log(d, 2)
     end = log.active_segment.size
     crash(log)
     with open(path, "r+b") as f:

@@ -11,6 +11,7 @@ by the test, filled by producing to its partition until a write fails with ENOSP
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from compat_tests.confluent_helpers import consume_from_beginning, create_topic,
 from kbroker.admin.client import BrokerConnection, fetch_fields, produce_fields
 from kbroker.protocol.batch import encode_batch
 
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, CREATE_TOPICS = 0, 1, 19
 KAFKA_STORAGE_ERROR = 56
 VALUE = b"v" * 100_000  # ten of them fill the small disk
 
@@ -125,6 +126,52 @@ def test_a_broker_whose_every_log_directory_failed_halts_with_a_non_zero_status(
     assert node.proc.wait(timeout=15) == 1
     halted = [line for line in node.log_text().splitlines() if "Shutdown broker" in line]
     assert len(halted) == 1 and f"all log dirs in {small_disk} have failed" in halted[0]
+
+
+def test_a_broker_whose_metadata_log_dir_fills_up_halts_with_one_line(
+    broker_factory: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    # The metadata journal is on the small disk, the partition logs elsewhere.
+    node = broker_factory.start_with(
+        {"log.dirs": str(tmp_path / "data"), "metadata.log.dir": str(small_disk)}
+    )
+    fill_up(small_disk)
+    created = 0
+    for index in range(500):  # each topic adds an entry; the journal soon has to grow
+        try:
+            with BrokerConnection(node.host, node.port, 10.0, "creator") as conn:
+                conn.request(CREATE_TOPICS, 7, **topic_fields(f"meta-full-{index}"))
+            created += 1
+        except Exception:  # the connection ends with the process
+            break
+    assert node.proc is not None
+    assert node.proc.wait(timeout=15) == 1, created
+    halted = [line for line in node.log_text().splitlines() if "Shutdown broker" in line]
+    assert len(halted) == 1, halted
+    assert f"the metadata log dir {small_disk} has failed" in halted[0]
+    assert "No space left on device" in halted[0]
+
+
+def fill_up(disk: Path) -> None:
+    """Write a file until the disk has no space left."""
+    with open(disk / "filler", "wb", buffering=0) as f:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+
+
+def topic_fields(name: str) -> dict[str, Any]:
+    topic = {
+        "name": name,
+        "num_partitions": 1,
+        "replication_factor": 1,
+        "assignments": [],
+        "configs": [],
+    }
+    return {"topics": [topic], "timeout": 10_000, "validate_only": False}
 
 
 def test_in_a_cluster_leadership_leaves_a_failed_directory_and_never_comes_back_to_it(

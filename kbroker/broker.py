@@ -105,9 +105,15 @@ class Broker:
         self.logs = LogManager(
             self.log_dirs, move_threads=config.get("num.replica.alter.log.dirs.threads")
         )
-        # How the process ends when every log directory has failed (tests replace it).
+        # How the process ends when every log directory, or the metadata log directory,
+        # has failed (tests replace it).
         self.halt: Callable[[int], None] = os._exit
+        self._halting = False
         self.logs.all_dirs_failed = self._all_log_dirs_failed
+        self.logs.metadata_dir = next(
+            (str(d) for d in self.log_dirs if d == config.metadata_dir), None
+        )
+        self.logs.metadata_dir_failed = self._metadata_log_dir_failed
         self.replicas = ReplicaManager(self.node_id, self.logs, self.waiters, self.metadata)
         self.fetch_sessions = FetchSessionCache(
             config.get("max.incremental.fetch.session.cache.slots")
@@ -116,6 +122,7 @@ class Broker:
         self.txn_coordinator = TransactionCoordinatorService(self)
         self.share_coordinator = ShareService(self)
         self.controller = Controller(controller_config(config))
+        self.controller.on_metadata_dir_failure = self._metadata_log_dir_failed
         self.connections: set[KafkaConnection] = set()
         self.connection_limits = ConnectionLimits(
             config.get("max.connections"),
@@ -448,10 +455,29 @@ class Broker:
         (no clean shutdown, whose checkpoints would vouch for logs that failed; in a
         cluster the controller fences this broker when its heartbeats stop, as for a
         killed one)."""
-        log.critical(
+        self._halt(
             "Shutdown broker because all log dirs in %s have failed",
             ", ".join(str(d) for d in self.log_dirs),
         )
+
+    def _metadata_log_dir_failed(self, reason: OSError | str) -> None:
+        """The metadata log directory failed (its journal or snapshot cannot be written,
+        or it is also a log directory and went offline): halt at once, as Kafka does.
+        The node cannot follow or change the metadata any more, and the controller
+        fences it when its heartbeats stop. May be called on the Raft thread."""
+        self._halt(
+            "Shutdown broker because the metadata log dir %s has failed: %s",
+            self.config.metadata_dir,
+            reason,
+        )
+
+    def _halt(self, message: str, *args: object) -> None:
+        """One CRITICAL line, then the process ends with status 1; only the first of
+        several failures halts (each would say the same)."""
+        if self._halting:
+            return
+        self._halting = True
+        log.critical(message, *args)
         for handler in logging.getLogger().handlers:
             handler.flush()
         self.halt(1)

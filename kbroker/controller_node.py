@@ -10,7 +10,9 @@ CONTROLLER listener, and clients never (Metadata names a broker as the controlle
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Callable
 
 from kbroker.config import BrokerConfig
 from kbroker.config.listeners import format_address
@@ -54,6 +56,25 @@ class ControllerNode:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.controller = Controller(controller_config(config))
+        # How the process ends when its metadata log directory fails (tests replace it).
+        self.halt: Callable[[int], None] = os._exit
+        self._halting = False
+        self.controller.on_metadata_dir_failure = self._metadata_log_dir_failed
+
+    def _metadata_log_dir_failed(self, reason: OSError) -> None:
+        """The metadata journal or snapshot cannot be written: halt at once with one
+        line, as Kafka's controller does; the other voters elect a controller."""
+        if self._halting:
+            return
+        self._halting = True
+        log.critical(
+            "Shutdown controller because the metadata log dir %s has failed: %s",
+            self.config.metadata_dir,
+            reason,
+        )
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        self.halt(1)
 
     async def start(self) -> None:
         started = time.monotonic()

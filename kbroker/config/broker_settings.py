@@ -299,7 +299,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "metadata.log.dir",
         STRING,
         None,
-        "Directory of the controller's metadata log. Unset means the first log directory.",
+        "Directory of the controller's metadata log. Unset means the first log directory. "
+        "An I/O error in it halts the node, as in Kafka.",
     ),
     # -- listeners and sockets -----------------------------------------------------------
     _d(

@@ -165,6 +165,10 @@ class Controller:
         # Voter node id -> time.monotonic() its Raft connection to this node was lost:
         # a hint to probe that broker now rather than after a missed heartbeat.
         self._connection_lost: dict[int, float] = {}
+        # Called (on the Raft thread) with the I/O error when the metadata journal or
+        # snapshot cannot be written: the node's process halts, as Kafka's does when its
+        # metadata log directory fails. Set before start(); None only logs the error.
+        self.on_metadata_dir_failure: Callable[[OSError], None] | None = None
 
     # --- read side ---
 
@@ -259,7 +263,10 @@ class Controller:
             timings = RaftTimings.single_voter()
 
         machine = MetadataMachine(
-            listener=self._on_applied, fsync=cfg.fsync, on_load_error=self._on_load_error
+            listener=self._on_applied,
+            fsync=cfg.fsync,
+            on_load_error=self._on_load_error,
+            on_write_error=self.on_metadata_dir_failure,
         )
         self._machine = machine
         raft = RaftThread(
@@ -276,6 +283,7 @@ class Controller:
             observer=cfg.observer,
             password=cfg.secret,
             peer_lost=self._on_peer_lost,
+            on_fault=self.on_metadata_dir_failure,
         )
         self._state = MetadataState()
         self._live = False

@@ -30,10 +30,15 @@ class MetadataMachine:
         listener: Listener | None = None,
         fsync: bool = False,
         on_load_error: Callable[[BaseException], None] | None = None,
+        on_write_error: Callable[[OSError], None] | None = None,
     ) -> None:
         self.state = MetadataState()
         self.listener = listener
         self.on_load_error = on_load_error
+        # pysyncobj swallows a snapshot that cannot be written and tries again later;
+        # the error is handed here first (the process halts, as Kafka's does when its
+        # metadata log directory fails), or logged without it.
+        self.on_write_error = on_write_error
         self._fsync = fsync
         # pysyncobj logs and ignores a snapshot it cannot load, then replays a journal that
         # was truncated up to that snapshot: metadata would silently go missing. The error
@@ -62,11 +67,18 @@ class MetadataMachine:
             "raft": (last_entry, prev_entry, sorted(str(node) for node in cluster)),
             "state": state_to_plain(self.state),
         }
-        with open(path, "wb") as f:
-            pickle.dump(blob, f, protocol=pickle.HIGHEST_PROTOCOL)
-            if self._fsync:
-                f.flush()
-                os.fsync(f.fileno())
+        try:
+            with open(path, "wb") as f:
+                pickle.dump(blob, f, protocol=pickle.HIGHEST_PROTOCOL)
+                if self._fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+        except OSError as e:
+            if self.on_write_error is not None:
+                self.on_write_error(e)
+            else:
+                log.error("metadata snapshot %s cannot be written: %r", path, e)
+            raise
         log.debug("metadata snapshot written at version %d", self.state.version)
 
     def read_snapshot(self, path: str) -> tuple[Any, ...]:

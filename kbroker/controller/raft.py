@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj import SyncObj, SyncObjConf, journal, replicated
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.node import Node, TCPNode
 from pysyncobj.pipe_notifier import PipeNotifier
@@ -48,6 +48,28 @@ FAIL_REASON_NAMES = {
 
 ResultCallback = Callable[[Any, int], None]
 PeerLost = Callable[[str], None]
+
+
+class _AllocatingJournalFile(journal.ResizableFile):
+    """pysyncobj's memory-mapped journal file, growing by allocating its disk blocks
+    first. pysyncobj extends the file sparsely and writes through the mapping, so a full
+    disk would kill the process with SIGBUS at the first write into the new pages; with
+    the blocks allocated up front the growth fails with ENOSPC as an OSError instead,
+    which stops the Raft node and halts the process with one log line."""
+
+    def write(self, offset: int, values: bytes) -> None:
+        mapped = self._ResizableFile__mm
+        end = offset + len(values)
+        if end > len(mapped):
+            # pysyncobj's growth, with the blocks allocated before the mapping grows.
+            size = max(int(len(mapped) * self._ResizableFile__resizeFactor), end)
+            os.posix_fallocate(self._ResizableFile__f.fileno(), 0, size)
+            mapped.resize(size)
+        super().write(offset, values)
+
+
+# FileJournal builds its file through this module-level name.
+journal.ResizableFile = _AllocatingJournalFile
 
 
 class LocalTransport(Transport):
@@ -137,9 +159,13 @@ class RaftThread:
         observer: bool = False,
         password: str | None = None,
         peer_lost: PeerLost | None = None,
+        on_fault: Callable[[OSError], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self._peer_lost = peer_lost
+        # Told of the I/O error that stopped the node (the process then halts, as Kafka
+        # does when its metadata log directory fails); without it the error is logged.
+        self._on_fault = on_fault
         self.machine = machine
         self._journal_path = journal_path
         self._snapshot_path = snapshot_path
@@ -338,12 +364,15 @@ class RaftThread:
                     # and loudly; proposals then fail as they do on a node that is not
                     # the leader, and other voters (if any) elect one that can write.
                     self.fault = exc
-                    log.error(
-                        "controller raft node %d stops: its journal cannot be written (%s: %s)",
-                        self.node_id,
-                        type(exc).__name__,
-                        exc,
-                    )
+                    if self._on_fault is not None:
+                        self._on_fault(exc)
+                    else:
+                        log.error(
+                            "controller raft node %d stops: its journal cannot be written (%s: %s)",
+                            self.node_id,
+                            type(exc).__name__,
+                            exc,
+                        )
                     break
                 except Exception:
                     log.exception("raft tick failed")

@@ -119,6 +119,12 @@ class LogManager:
         # Called once, when the last log directory in service has failed: the broker
         # then halts, as Kafka's does (it can serve no partition and must not pretend to).
         self.all_dirs_failed: Callable[[], None] | None = None
+        # The log directory that also holds the metadata journal (metadata.log.dir left
+        # to its default, the first of log.dirs), and what is called, once, with the
+        # reason when it fails: the broker halts, as Kafka's does when its metadata log
+        # directory fails.
+        self.metadata_dir: str | None = None
+        self.metadata_dir_failed: Callable[[str], None] | None = None
         self._all_failed_reported = False
         # Partitions whose log directory failed under them: no new log is made for them
         # until a restart (their data is on that disk; Kafka keeps them offline too).
@@ -148,6 +154,16 @@ class LogManager:
             self.directory_ids[str(root)] = meta.directory_id
         if len(self.offline_dirs) == len(self.log_dirs):
             raise OSError(errno.EIO, "none of the log directories can be used")
+        self._check_metadata_dir_at_start()
+
+    def _check_metadata_dir_at_start(self) -> None:
+        """Kafka does not start when its metadata log directory cannot be used."""
+        if self.metadata_dir is not None and self.metadata_dir in self.offline_dirs:
+            raise OSError(
+                errno.EIO,
+                f"the metadata log directory {self.metadata_dir} cannot be used: "
+                f"{self.offline_dirs[self.metadata_dir]}",
+            )
 
     def load_all(self, config_for: Callable[[str, int], LogConfig], now_ms: int) -> None:
         """Open every partition directory found in every log directory; finish deletions
@@ -164,6 +180,7 @@ class LogManager:
             except OSError as exc:
                 self.offline_dirs[str(root)] = f"{type(exc).__name__}: {exc}"
                 log.error("log directory %s is offline: %s", root, exc)
+                self._check_metadata_dir_at_start()
                 continue
             for entry in dirs:
                 if entry.name.endswith((DELETE_SUFFIX, FUTURE_SUFFIX)):
@@ -273,11 +290,18 @@ class LogManager:
         return held_before and bool(self.offline_dirs) and key not in self._logs
 
     def _check_all_failed(self) -> None:
-        if self._all_failed_reported or any(str(d) not in self.offline_dirs for d in self.log_dirs):
+        """After a directory went offline: every one has failed, or the one holding the
+        metadata journal has (checked in that order, as Kafka does); each is told once."""
+        if self._all_failed_reported:
             return
-        self._all_failed_reported = True
-        if self.all_dirs_failed is not None:
-            self.all_dirs_failed()
+        if all(str(d) in self.offline_dirs for d in self.log_dirs):
+            self._all_failed_reported = True
+            if self.all_dirs_failed is not None:
+                self.all_dirs_failed()
+        elif self.metadata_dir is not None and self.metadata_dir in self.offline_dirs:
+            self._all_failed_reported = True
+            if self.metadata_dir_failed is not None:
+                self.metadata_dir_failed(self.offline_dirs[self.metadata_dir])
 
     def create(
         self,
@@ -651,6 +675,7 @@ class LogManager:
             root = str(plog.directory.parent)
             self.offline_dirs.setdefault(root, f"cannot rename {plog.directory} away")
             log.error("log directory %s is failing: %s left behind", root, plog.directory)
+            self._check_all_failed()
         try:
             moved = PartitionLog.open(live, plog.config, _now_ms())
         except OSError as exc:

@@ -58,18 +58,12 @@ def _repair(cluster: NetnsCluster, fault: Fault) -> None:
 def test_a_random_fault_schedule_loses_duplicates_and_reorders_no_acknowledged_record(
     netns_cluster: NetnsCluster,
 ) -> None:
-    from confluent_kafka.admin import NewTopic
-
     cluster = netns_cluster
     seed = int(os.environ.get("KBROKER_FAULT_SEED") or random.randrange(1 << 32))
     print(f"fault schedule seed {seed}")
     rng = random.Random(seed)
     topic = f"faults-{uuid.uuid4().hex[:8]}"
-    admin = cluster.admin()  # kept alive until the answer arrives
-    futures = admin.create_topics(
-        [NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})], operation_timeout=10
-    )
-    futures[topic].result(timeout=15)
+    cluster.create_topic(topic, 1, 3, config={"min.insync.replicas": "2"})
     producer = NumberedProducer(cluster.bootstrap, topic).start()
     schedule: list[str] = []
     fault: Fault | None = None

@@ -57,15 +57,9 @@ def _log_end(batches: list) -> int:
 def test_a_leader_cut_off_from_the_majority_is_replaced_and_truncates_its_divergent_tail(
     netns_cluster: NetnsCluster,
 ) -> None:
-    from confluent_kafka.admin import NewTopic
-
     cluster = netns_cluster
     topic = f"netsplit-{uuid.uuid4().hex[:8]}"
-    admin = cluster.admin()
-    futures = admin.create_topics(
-        [NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})], operation_timeout=10
-    )
-    futures[topic].result(timeout=15)
+    cluster.create_topic(topic, 1, 3, config={"min.insync.replicas": "2"})
     before = [b"a%d" % i for i in range(100)]
     assert _produce(cluster.bootstrap, topic, before) == []
     old = cluster.partition(topic).leader

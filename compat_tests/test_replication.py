@@ -17,16 +17,6 @@ def _uid() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def _create(cluster: KafkaCluster, topic: str, partitions: int = 1, **configs: str) -> None:
-    from confluent_kafka.admin import NewTopic
-
-    admin = cluster.admin()
-    futures = admin.create_topics(
-        [NewTopic(topic, partitions, 3, config=configs)], operation_timeout=10
-    )
-    futures[topic].result(timeout=15)
-
-
 def _read_all(cluster: KafkaCluster, topic: str, expected: int, timeout: float = 30) -> list[bytes]:
     """Every value of partition 0 from the start (read_committed off, as produced)."""
     return read_partition(
@@ -47,7 +37,7 @@ def test_acknowledged_records_survive_the_kill_of_their_leader(cluster: KafkaClu
     from confluent_kafka import Producer
 
     topic = f"survive-{_uid()}"
-    _create(cluster, topic, **{"min.insync.replicas": "2"})
+    cluster.create_topic(topic, 1, 3, config={"min.insync.replicas": "2"})
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     for i in range(200):
         producer.produce(topic, value=b"v%d" % i)
@@ -65,7 +55,7 @@ def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(
     cluster: KafkaCluster,
 ) -> None:
     topic = f"min-isr-{_uid()}"
-    _create(cluster, topic, **{"min.insync.replicas": "3"})
+    cluster.create_topic(topic, 1, 3, config={"min.insync.replicas": "3"})
     leader = cluster.partition(topic).leader
     follower = next(n.node_id for n in cluster.nodes if n.node_id != leader)
     try:
@@ -104,7 +94,7 @@ def test_kill_the_leader_restart_it_kill_another_and_lose_nothing_acknowledged(
     the leader, restart it, kill the next leader. Every acknowledged record is read back
     exactly once and in order."""
     topic = f"history-{_uid()}"
-    _create(cluster, topic, **{"min.insync.replicas": "2"})
+    cluster.create_topic(topic, 1, 3, config={"min.insync.replicas": "2"})
     producer = NumberedProducer(cluster.bootstrap, topic).start()
     failovers: list[float] = []
     try:
@@ -143,15 +133,11 @@ def test_a_broker_off_the_replicas_names_the_current_leader_to_produce_and_fetch
     """KIP-951: NOT_LEADER_OR_FOLLOWER from a broker that holds no replica carries the
     leader, its epoch and its endpoint (Produce v10+, Fetch v12+ and v16+ for the
     endpoint). A follower would serve the consumer's Fetch itself (KIP-392)."""
-    from confluent_kafka.admin import NewTopic
-
     from kbroker.admin.client import BrokerConnection, fetch_fields, produce_fields
     from kbroker.protocol.batch import encode_batch
 
     topic = f"kip951-{_uid()}"
-    admin = cluster.admin()
-    futures = admin.create_topics([NewTopic(topic, 1, 2)], operation_timeout=10)
-    futures[topic].result(timeout=15)
+    cluster.create_topic(topic, 1, 2)
     raw = cluster.raw_metadata(topic).topics[0]
     p = raw.partitions[0]
     leader = cluster.node(p.leader_id)
@@ -184,7 +170,7 @@ def test_a_committed_transaction_on_partitions_of_every_broker_is_read_committed
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     topic = f"txn-{_uid()}"
-    _create(cluster, topic, 3, **{"min.insync.replicas": "2"})
+    cluster.create_topic(topic, 3, 3, config={"min.insync.replicas": "2"})
     leaders = {cluster.partition(topic, p).leader for p in range(3)}
     assert leaders == {1, 2, 3}
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"t-{_uid()}"})
@@ -224,7 +210,7 @@ def test_acks_all_times_out_while_an_isr_member_does_not_fetch(cluster: KafkaClu
     """The delayed produce answers REQUEST_TIMED_OUT at the request's timeout when the
     ISR has not reached the batch (a follower frozen with SIGSTOP, still in the ISR)."""
     topic = f"stalled-{_uid()}"
-    _create(cluster, topic)
+    cluster.create_topic(topic)
     leader = cluster.partition(topic).leader
     frozen = next(n for n in cluster.nodes if n.node_id != leader)
     assert frozen.proc is not None

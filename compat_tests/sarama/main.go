@@ -58,7 +58,9 @@ func (c *common) register(fs *flag.FlagSet) {
 
 func (c *common) addrs() []string { return strings.Split(c.brokers, ",") }
 
-func (c *common) config() (*sarama.Config, error) {
+// config is Sarama's configuration for the common flags; a -version that does not
+// parse fails the run.
+func (c *common) config() *sarama.Config {
 	if c.debug {
 		sarama.Logger = log.New(os.Stderr, "[sarama] ", log.Lmicroseconds)
 	} else {
@@ -73,7 +75,7 @@ func (c *common) config() (*sarama.Config, error) {
 	default:
 		v, err := sarama.ParseKafkaVersion(c.version)
 		if err != nil {
-			return nil, err
+			fail(err)
 		}
 		cfg.Version = v
 	}
@@ -81,7 +83,15 @@ func (c *common) config() (*sarama.Config, error) {
 	cfg.Net.ReadTimeout = 10 * time.Second
 	cfg.Net.WriteTimeout = 5 * time.Second
 	cfg.Metadata.Retry.Backoff = 100 * time.Millisecond
-	return cfg, nil
+	return cfg
+}
+
+// flags is a subcommand's flag set holding the flags every subcommand takes.
+func flags(name string) (*flag.FlagSet, *common) {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	c := &common{}
+	c.register(fs)
+	return fs, c
 }
 
 // emit prints one JSON line; a mutex keeps lines whole when goroutines emit together.
@@ -169,9 +179,7 @@ var codecs = map[string]sarama.CompressionCodec{
 }
 
 func cmdProduce(args []string) {
-	fs := flag.NewFlagSet("produce", flag.ExitOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("produce")
 	topic := fs.String("topic", "", "topic")
 	count := fs.Int("count", 10, "records to send")
 	start := fs.Int("start", 0, "index of the first record")
@@ -186,10 +194,7 @@ func cmdProduce(args []string) {
 	batch := fs.Int("batch", 0, "records per SendMessages call (0: all at once)")
 	fs.Parse(args)
 
-	cfg, err := c.config()
-	if err != nil {
-		fail(err)
-	}
+	cfg := c.config()
 	codec, ok := codecs[*compression]
 	if !ok {
 		fail(fmt.Errorf("unknown compression %q", *compression))
@@ -314,19 +319,14 @@ func toRecord(m *sarama.ConsumerMessage) consumedRecord {
 }
 
 func cmdConsume(args []string) {
-	fs := flag.NewFlagSet("consume", flag.ExitOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("consume")
 	topic := fs.String("topic", "", "topic")
 	partition := fs.Int("partition", 0, "partition")
 	offset := fs.Int64("offset", sarama.OffsetOldest, "first offset (-2 oldest, -1 newest)")
 	count := fs.Int("count", 1, "stop after this many records")
 	fs.Parse(args)
 
-	cfg, err := c.config()
-	if err != nil {
-		fail(err)
-	}
+	cfg := c.config()
 	cfg.Consumer.Return.Errors = true
 	cfg.Consumer.MaxWaitTime = 100 * time.Millisecond
 	consumer, err := sarama.NewConsumer(c.addrs(), cfg)
@@ -414,18 +414,13 @@ func (h *member) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.Consum
 }
 
 func cmdGroup(args []string) {
-	fs := flag.NewFlagSet("group", flag.ExitOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("group")
 	topic := fs.String("topic", "", "topic")
 	group := fs.String("group", "", "group id")
 	count := fs.Int("count", 0, "leave after this many records (0: run until SIGTERM)")
 	fs.Parse(args)
 
-	cfg, err := c.config()
-	if err != nil {
-		fail(err)
-	}
+	cfg := c.config()
 	cfg.Consumer.Return.Errors = true
 	cfg.Consumer.MaxWaitTime = 100 * time.Millisecond
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
@@ -492,21 +487,12 @@ func cmdGroup(args []string) {
 }
 
 func cmdOffsets(args []string) {
-	fs := flag.NewFlagSet("offsets", flag.ExitOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("offsets")
 	topic := fs.String("topic", "", "topic")
 	group := fs.String("group", "", "group id")
 	partitions := fs.Int("partitions", 1, "partitions 0..n-1 to ask about")
 	fs.Parse(args)
-	cfg, err := c.config()
-	if err != nil {
-		fail(err)
-	}
-	admin, err := sarama.NewClusterAdmin(c.addrs(), cfg)
-	if err != nil {
-		fail(err)
-	}
+	admin := newAdmin(c)
 	defer admin.Close()
 	ps := make([]int32, *partitions)
 	for i := range ps {
@@ -539,22 +525,16 @@ func (f configFlags) Set(s string) error {
 	return nil
 }
 
-func newAdmin(c *common) (sarama.ClusterAdmin, *sarama.Config) {
-	cfg, err := c.config()
+func newAdmin(c *common) sarama.ClusterAdmin {
+	admin, err := sarama.NewClusterAdmin(c.addrs(), c.config())
 	if err != nil {
 		fail(err)
 	}
-	admin, err := sarama.NewClusterAdmin(c.addrs(), cfg)
-	if err != nil {
-		fail(err)
-	}
-	return admin, cfg
+	return admin
 }
 
 func cmdCreateTopic(args []string) {
-	fs := flag.NewFlagSet("create-topic", flag.ExitOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("create-topic")
 	topic := fs.String("topic", "", "topic")
 	partitions := fs.Int("partitions", 1, "partitions")
 	replication := fs.Int("replication", 1, "replication factor")
@@ -562,7 +542,7 @@ func cmdCreateTopic(args []string) {
 	configs := configFlags{}
 	fs.Var(configs, "config", "topic config name=value (repeatable)")
 	fs.Parse(args)
-	admin, _ := newAdmin(&c)
+	admin := newAdmin(c)
 	defer admin.Close()
 	entries := map[string]*string{}
 	for k, v := range configs {
@@ -606,23 +586,19 @@ func describeTopics(admin sarama.ClusterAdmin, topics []string) []map[string]int
 }
 
 func cmdDescribeTopic(args []string) {
-	fs := flag.NewFlagSet("describe-topic", flag.ExitOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("describe-topic")
 	topic := fs.String("topic", "", "topic")
 	fs.Parse(args)
-	admin, _ := newAdmin(&c)
+	admin := newAdmin(c)
 	defer admin.Close()
 	emit(map[string]interface{}{"topics": describeTopics(admin, []string{*topic})})
 }
 
 func cmdDeleteTopic(args []string) {
-	fs := flag.NewFlagSet("delete-topic", flag.ExitOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("delete-topic")
 	topic := fs.String("topic", "", "topic")
 	fs.Parse(args)
-	admin, _ := newAdmin(&c)
+	admin := newAdmin(c)
 	defer admin.Close()
 	if err := admin.DeleteTopic(*topic); err != nil {
 		fail(err)
@@ -631,11 +607,9 @@ func cmdDeleteTopic(args []string) {
 }
 
 func cmdListTopics(args []string) {
-	fs := flag.NewFlagSet("list-topics", flag.ExitOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("list-topics")
 	fs.Parse(args)
-	admin, _ := newAdmin(&c)
+	admin := newAdmin(c)
 	defer admin.Close()
 	topics, err := admin.ListTopics()
 	if err != nil {
@@ -651,9 +625,7 @@ func cmdListTopics(args []string) {
 }
 
 func cmdDescribeConfig(args []string) {
-	fs := flag.NewFlagSet("describe-config", flag.ExitOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("describe-config")
 	topic := fs.String("topic", "", "topic")
 	requestVersion := fs.Int("request-version", -1,
 		"send DescribeConfigs of this version through a sarama.Broker (-1: ClusterAdmin)")
@@ -661,7 +633,7 @@ func cmdDescribeConfig(args []string) {
 	resource := sarama.ConfigResource{Type: sarama.TopicResource, Name: *topic}
 	var entries []sarama.ConfigEntry
 	if *requestVersion < 0 {
-		admin, _ := newAdmin(&c)
+		admin := newAdmin(c)
 		defer admin.Close()
 		got, err := admin.DescribeConfig(resource)
 		if err != nil {
@@ -669,10 +641,7 @@ func cmdDescribeConfig(args []string) {
 		}
 		entries = got
 	} else {
-		cfg, err := c.config()
-		if err != nil {
-			fail(err)
-		}
+		cfg := c.config()
 		client, err := sarama.NewClient(c.addrs(), cfg)
 		if err != nil {
 			fail(err)
@@ -709,15 +678,10 @@ func cmdDescribeConfig(args []string) {
 }
 
 func cmdPartitions(args []string) {
-	fs := flag.NewFlagSet("partitions", flag.ExitOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("partitions")
 	topic := fs.String("topic", "", "topic")
 	fs.Parse(args)
-	cfg, err := c.config()
-	if err != nil {
-		fail(err)
-	}
+	cfg := c.config()
 	cfg.Metadata.Retry.Max = 1
 	client, err := sarama.NewClient(c.addrs(), cfg)
 	if err != nil {

@@ -23,6 +23,7 @@ from kbroker.config import BrokerConfig
 from kbroker.controller import ControllerError
 from kbroker.controller.machine import MetadataMachine
 from kbroker.controller_node import ControllerNode
+from kbroker.storage import LogManager
 from kbroker.storage import log as log_module
 
 KAFKA_STORAGE_ERROR = 56
@@ -119,3 +120,19 @@ def test_a_metadata_snapshot_that_cannot_be_written_is_reported_before_pysyncobj
     with pytest.raises(FileNotFoundError):
         machine.write_snapshot(str(tmp_path / "gone" / "raft.snapshot"), (None, None, []))
     assert [type(e) for e in errors] == [FileNotFoundError]
+
+
+def test_a_broker_does_not_start_while_the_log_directory_holding_its_metadata_is_unusable(
+    tmp_path: Path,
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.write_text("a file where the directory should be")
+    logs = LogManager([first, second])
+    logs.metadata_dir = str(first)
+    with pytest.raises(OSError, match="metadata log directory .*first cannot be used"):
+        logs.check_directories("cluster", 1)
+    # Another unusable directory is only offline: the broker starts on the rest.
+    others = LogManager([second, first])
+    others.metadata_dir = str(second)
+    others.check_directories("cluster", 1)
+    assert list(others.offline_dirs) == [str(first)]

@@ -135,6 +135,16 @@ class TransactionCoordinator:
             return E.coordinator_load_in_progress
         return None
 
+    def _lookup(self, transactional_id: str) -> tuple[ErrorCode | None, TxnMetadata | None]:
+        """(why not, None) for an empty id or one this node does not coordinate and has
+        not loaded; else (None, the id's metadata or None when it has none)."""
+        if not transactional_id:
+            return E.invalid_request, None
+        error = self.status(transactional_id)
+        if error is not None:
+            return error, None
+        return None, self.txns.get(transactional_id)
+
     def coordinator_epoch(self, transactional_id: str) -> int:
         state = self.partitions.get(self.partition_for(transactional_id))
         return state.coordinator_epoch if state is not None else -1
@@ -337,12 +347,9 @@ class TransactionCoordinator:
     def _check_producer(
         self, transactional_id: str, producer_id: int, producer_epoch: int
     ) -> tuple[ErrorCode, TxnMetadata | None]:
-        if not transactional_id:
-            return E.invalid_request, None
-        error = self.status(transactional_id)
+        error, meta = self._lookup(transactional_id)
         if error is not None:
             return error, None
-        meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return E.invalid_producer_id_mapping, None
         if meta.producer_epoch != producer_epoch:
@@ -402,12 +409,9 @@ class TransactionCoordinator:
         from_client: bool = True,
     ) -> InitResult:
         """EndTxn: the result carries the producer id and epoch for EndTxn v5+."""
-        if not transactional_id:
-            return InitResult(E.invalid_request)
-        error = self.status(transactional_id)
+        error, meta = self._lookup(transactional_id)
         if error is not None:
             return InitResult(error)
-        meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return InitResult(E.invalid_producer_id_mapping)
         if producer_epoch < meta.producer_epoch or (
@@ -571,12 +575,9 @@ class TransactionCoordinator:
     # -- introspection --------------------------------------------------------------------
 
     def describe(self, transactional_id: str) -> tuple[ErrorCode, TxnMetadata | None]:
-        if not transactional_id:
-            return E.invalid_request, None
-        error = self.status(transactional_id)
+        error, meta = self._lookup(transactional_id)
         if error is not None:
             return error, None
-        meta = self.txns.get(transactional_id)
         if meta is None or meta.state == TxnState.DEAD or meta.producer_epoch < 0:
             return E.transactional_id_not_found, None
         return E.none, meta

@@ -72,7 +72,6 @@ from kbroker.txn.service import TransactionCoordinatorService
 
 # More unopened partitions than this in one metadata change are opened by workers.
 _OPEN_ON_LOOP = 32
-OFFLINE_REPORT_ATTEMPTS = 30  # one per heartbeat interval
 
 log = logging.getLogger("kbroker.broker")
 
@@ -492,16 +491,28 @@ class Broker:
             self._tasks.append(task)
 
     async def _send_offline_replicas(self, partitions: list[tuple[uuid.UUID, int]]) -> None:
-        for _attempt in range(OFFLINE_REPORT_ATTEMPTS):
-            epoch = self.registration.epoch if self.registration else -1
+        """Tell the controller, again every heartbeat interval until it has recorded
+        them, however long it is unreachable (Kafka's broker repeats its offline log
+        directories in every heartbeat until it restarts). A new registration of this
+        broker names them itself, which ends the retries."""
+        registered = self.registration
+        epoch = registered.epoch if registered else -1
+        failed = 0
+        while self.registration is registered:
             try:
                 await self.controller.replicas_offline(self.node_id, epoch, partitions)
                 log.info("reported %d offline replicas to the controller", len(partitions))
                 return
             except ControllerError as exc:
-                log.warning("reporting offline replicas to the controller failed: %s", exc)
+                failed += 1
+                if failed == 1:
+                    log.warning(
+                        "reporting %d offline replicas to the controller failed (retried "
+                        "every heartbeat interval): %s",
+                        len(partitions),
+                        exc,
+                    )
             await asyncio.sleep(self.config.get("broker.heartbeat.interval.ms") / 1000)
-        log.error("the controller was not told of %d offline replicas", len(partitions))
 
     async def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> PartitionInfo:
         """A led partition's ISR change, proposed to the controller (AlterPartition)."""

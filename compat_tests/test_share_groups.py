@@ -736,3 +736,54 @@ def test_an_empty_share_group_survives_a_restart_and_its_deletion_does_too(broke
     broker.start()
     assert int(_described_once_loaded(broker, group).error_code) == 69  # GROUP_ID_NOT_FOUND
     assert _listed_share_groups(broker) == {}
+
+
+def _described_member(broker, group: str):  # type: ignore[no-untyped-def]
+    described = _described_once_loaded(broker, group)
+    assert int(described.error_code) == 0
+    return described, {m.member_id: int(m.member_epoch) for m in described.members}
+
+
+def test_a_share_group_member_goes_on_at_its_epoch_after_a_kill_minus_nine(broker_factory):  # type: ignore[no-untyped-def]
+    """Members and their epochs are in `__consumer_offsets` (Kafka's share group records):
+    after a kill -9 the restarted coordinator knows them, and a member's next heartbeat
+    at its epoch is answered without it joining again."""
+    broker = broker_factory.start_with({**BROKER, "group.share.session.timeout.ms": "30000"})
+    topic, group = new_queue(broker.bootstrap, 0)
+    with _wire(broker) as conn:
+        assert int(_heartbeat(conn, group, "member-1", 0, [topic]).member_epoch) == 1
+        assert int(_heartbeat(conn, group, "member-2", 0, [topic]).member_epoch) == 2
+    broker.kill()
+    broker.start()
+    described, members = _described_member(broker, group)
+    assert (described.group_state, described.group_epoch, described.assignment_epoch) == (
+        "Stable",
+        2,
+        2,
+    )
+    assert members == {"member-1": 2, "member-2": 2}  # both moved to the group's epoch
+    with _wire(broker) as conn:
+        again = _heartbeat(conn, group, "member-2", 2, None)
+        assert (int(again.error_code), int(again.member_epoch)) == (0, 2)
+        assert again.assignment is None  # it has its partitions already
+        # member-1 was last told epoch 1: its previous epoch is stored too.
+        caught_up = _heartbeat(conn, group, "member-1", 1, None)
+        assert (int(caught_up.error_code), int(caught_up.member_epoch)) == (0, 2)
+
+
+def test_a_member_silent_after_a_restart_expires_and_the_group_epoch_moves_on(broker_factory):  # type: ignore[no-untyped-def]
+    """As on Kafka, a loaded member's session starts at the load: one that never
+    heartbeats again is removed after the session timeout (6 s here), bumping the epoch."""
+    broker = broker_factory.start_with(BROKER)
+    topic, group = new_queue(broker.bootstrap, 0)
+    with _wire(broker) as conn:
+        assert int(_heartbeat(conn, group, "member-1", 0, [topic]).error_code) == 0
+    broker.kill()
+    broker.start()
+    described, members = _described_member(broker, group)
+    assert members == {"member-1": 1}
+    deadline = time.monotonic() + 20
+    while described.group_state != "Empty" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        described, members = _described_member(broker, group)
+    assert (described.group_state, described.group_epoch, members) == ("Empty", 2, {})

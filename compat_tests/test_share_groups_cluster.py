@@ -585,3 +585,46 @@ def test_groups_cli_shows_each_partitions_lag_and_in_flight_from_its_own_leader(
     # Start offset, log end offset, lag (the records produced after the first ten, less
     # the one accepted out of order) and in flight (held, less the one accepted).
     assert rows == {p: (first, first + more[p], more[p] - 1, held[p] - 1) for p in range(3)}
+
+
+def test_the_next_group_coordinator_knows_the_members_and_their_epochs(share_cluster):  # type: ignore[no-untyped-def]
+    """kill -9 of a share group's coordinator: the broker that takes over its
+    `__consumer_offsets` partition replays the group's records, so a member heartbeats
+    on there at its epoch, with no assignment to take again."""
+    cluster = share_cluster
+    topic = unique_topic("share-fo")
+    cluster.create_topic(topic, partitions=2, replication_factor=3)
+    group = unique_group("share-fo")
+    coordinator = _coordinator(cluster, group)
+    heartbeat = {"group_id": group, "rack_id": None, "subscribed_topic_names": [topic]}
+    with _wire(cluster.node(coordinator)) as conn:
+        a = conn.request(76, 1, member_id="member-a", member_epoch=0, **heartbeat)
+        b = conn.request(76, 1, member_id="member-b", member_epoch=0, **heartbeat)
+        assert (int(a.error_code), int(b.error_code), int(b.member_epoch)) == (0, 0, 2)
+        a = conn.request(76, 1, member_id="member-a", member_epoch=1, **heartbeat)
+        assert int(a.member_epoch) == 2
+    cluster.kill(coordinator)
+    try:
+        successor = cluster.wait_until(
+            lambda: found if (found := _coordinator(cluster, group)) != coordinator else None,
+            30,
+            "another coordinator",
+        )
+
+        def described():  # type: ignore[no-untyped-def]
+            with _wire(cluster.node(successor)) as conn:
+                answer = conn.request(77, 1, group_ids=[group], include_authorized_operations=False)
+            return answer.groups[0] if int(answer.groups[0].error_code) == 0 else None
+
+        found = cluster.wait_until(described, 30, "the group described by its new coordinator")
+        assert (found.group_state, found.group_epoch) == ("Stable", 2)
+        assert {m.member_id: int(m.member_epoch) for m in found.members} == {
+            "member-a": 2,
+            "member-b": 2,
+        }
+        with _wire(cluster.node(successor)) as conn:
+            again = conn.request(76, 1, member_id="member-b", member_epoch=2, **heartbeat)
+        assert (int(again.error_code), int(again.member_epoch)) == (0, 2)
+        assert again.assignment is None
+    finally:
+        cluster.heal()

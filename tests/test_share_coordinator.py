@@ -3,6 +3,7 @@ acknowledgements answered with Kafka's error codes, expiry, and reloading its re
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from kbroker.coordinator.share_group_records import (
     fold_share_groups,
     is_share_group_record,
-    share_group_record,
+    metadata_hash,
 )
 from kbroker.coordinator.store import KeyValue
 from kbroker.protocol.batch import encode_batch
@@ -263,12 +264,23 @@ def test_a_state_nobody_reads_with_nothing_in_flight_is_read_again_by_a_new_sess
     assert key not in coordinator.partitions  # to be read again from its share coordinator
 
 
-def _stored_groups(c: ShareCoordinator, log: list[KeyValue]) -> dict[str, int | None]:
-    """The groups a coordinator finds in `log` after appending its changed groups'
-    ShareGroupMetadata records to it, as a new coordinator loads them."""
-    log += [share_group_record(g, epoch) for g, epoch in c.take_group_records().items()]
-    assert all(is_share_group_record(key) for key, _ in log)
-    return fold_share_groups(log, lambda error: pytest.fail(str(error)))
+def _write(c: ShareCoordinator, log: list[KeyValue]) -> list[KeyValue]:
+    """Append the coordinator's changed groups' records to `log`, stored: the records."""
+    written = c.take_group_records()
+    c.group_records_stored(written, True)
+    records = [r for group_records in written.values() for r in group_records]
+    assert all(is_share_group_record(key) for key, _ in records)
+    log += records
+    return records
+
+
+def _reloaded(c: ShareCoordinator, log: list[KeyValue], now: int = 0) -> ShareCoordinator:
+    """A new coordinator of the group's offsets partition, loading `log` at `now` after
+    `c` appended its changed groups' records to it."""
+    _write(c, log)
+    fresh = ShareCoordinator(c.config, FakeLog(), FakeLog())
+    fresh.load_groups(fold_share_groups(log, lambda error: pytest.fail(str(error))), now)
+    return fresh
 
 
 def test_a_share_group_and_its_epoch_are_loaded_from_its_records_without_members(
@@ -276,9 +288,7 @@ def test_a_share_group_and_its_epoch_are_loaded_from_its_records_without_members
 ) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
     coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
-    log: list[KeyValue] = []
-    fresh = ShareCoordinator(coordinator.config, FakeLog(), FakeLog())
-    fresh.load_groups(_stored_groups(coordinator, log))
+    fresh = _reloaded(coordinator, [])
     assert fresh.groups["g"].group_epoch == 2
     assert fresh.groups["g"].state == "Empty"
     assert fresh.share_group_ids() == {"g"}
@@ -289,9 +299,97 @@ def test_a_deleted_share_group_is_not_loaded_again(coordinator) -> None:  # type
     join(coordinator, "a")
     coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
     log: list[KeyValue] = []
-    _stored_groups(coordinator, log)
+    _write(coordinator, log)
     assert coordinator.delete_group("g") == 0
-    fresh = ShareCoordinator(coordinator.config, FakeLog(), FakeLog())
-    fresh.load_groups(_stored_groups(coordinator, log))
+    fresh = _reloaded(coordinator, log)
     assert fresh.groups == {}
     assert fresh.share_group_ids() == set()
+
+
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        if not n:
+            return out + bytes([byte])
+        out += bytes([byte | 0x80])
+
+
+def _compact_string(text: str) -> bytes:
+    return _uvarint(len(text.encode()) + 1) + text.encode()
+
+
+def test_share_group_records_have_kafkas_record_types_and_value_layouts(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    records = dict(_write(coordinator, []))
+    keyed = {struct.unpack_from(">h", k)[0]: (k, v) for k, v in records.items()}
+    assert sorted(keyed) == [10, 11, 12, 13, 14]
+    group_key = struct.pack(">h", 11) + struct.pack(">h", 1) + b"g"
+    member_key = struct.pack(">h", 14) + struct.pack(">h", 1) + b"g" + struct.pack(">h", 1) + b"a"
+    assert keyed[11][0] == group_key and keyed[14][0] == member_key
+    # ShareGroupMetadataValue v0: Epoch int32, MetadataHash int64, tags.
+    hashed = metadata_hash([(TOPIC.topic_id, TOPIC.name, TOPIC.partitions)])
+    assert keyed[11][1] == struct.pack(">hiq", 0, 1, hashed) + b"\0"
+    # ShareGroupTargetAssignmentMetadataValue v0: AssignmentEpoch int32, tags.
+    assert keyed[12][1] == struct.pack(">hi", 0, 1) + b"\0"
+    # ShareGroupMemberMetadataValue v0: RackId (null), ClientId, ClientHost,
+    # SubscribedTopicNames, tags.
+    assert keyed[10][1] == (
+        struct.pack(">h", 0)
+        + _uvarint(0)
+        + _compact_string("client")
+        + _compact_string("/127.0.0.1")
+        + _uvarint(2)
+        + _compact_string(TOPIC.name)
+        + b"\0"
+    )
+    partitions = _uvarint(2) + TOPIC.topic_id.bytes + _uvarint(2) + struct.pack(">i", 0) + b"\0"
+    # ShareGroupTargetAssignmentMemberValue v0: TopicPartitions, tags.
+    assert keyed[13][1] == struct.pack(">h", 0) + partitions + b"\0"
+    # ShareGroupCurrentMemberAssignmentValue v0: MemberEpoch, PreviousMemberEpoch,
+    # State (STABLE), AssignedPartitions, tags.
+    assert keyed[14][1] == struct.pack(">hiib", 0, 1, 0, 0) + partitions + b"\0"
+
+
+def test_a_loaded_member_heartbeats_on_at_its_epoch_without_joining_again(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    epoch = join(coordinator, "b")
+    fresh = _reloaded(coordinator, [])
+    group = fresh.groups["g"]
+    assert (group.group_epoch, group.assignment_epoch, group.state) == (2, 2, "Stable")
+    assert group.members["b"].assignment == {TOPIC.topic_id: frozenset({0})}
+    answer = fresh.heartbeat("g", "b", epoch, None, None, "client", "/127.0.0.1", 100)
+    assert (answer.error, answer.member_epoch, answer.assignment) == (0, epoch, None)
+    assert fresh.groups["g"].group_epoch == 2
+
+
+def test_a_loaded_member_that_stays_silent_expires_and_its_records_get_tombstones(
+    coordinator,
+) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    log: list[KeyValue] = []
+    fresh = _reloaded(coordinator, log, now=1000)
+    fresh.tick(1000 + 5000)
+    assert "a" in fresh.groups["g"].members  # its session started when it was loaded
+    fresh.tick(1000 + 5001)
+    assert fresh.groups["g"].members == {} and fresh.groups["g"].group_epoch == 2
+    tombstones = {struct.unpack_from(">h", k)[0] for k, v in _write(fresh, log) if v is None}
+    assert tombstones == {10, 13, 14}
+    assert _reloaded(fresh, log).groups["g"].members == {}
+
+
+def test_a_member_that_left_is_not_loaded_again(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    join(coordinator, "b")
+    coordinator.heartbeat("g", "b", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    fresh = _reloaded(coordinator, [])
+    assert set(fresh.groups["g"].members) == {"a"}
+    assert fresh.groups["g"].members["a"].member_epoch == 3
+
+
+def test_group_records_whose_write_failed_are_written_again(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    first = coordinator.take_group_records()
+    coordinator.group_records_stored(first, False)
+    again = coordinator.take_group_records()
+    assert again == first

@@ -70,7 +70,9 @@ def _key(version: int, group_id: str, member_id: str | None = None) -> bytes:
     return bytes(out.out)
 
 
-def _topic_partitions(out: Writer, assignment: Assignment) -> None:
+def write_topic_partitions(out: Writer, assignment: Assignment) -> None:
+    """The [TopicId, [Partition]] array the consumer and share groups' assignment records
+    share, topics and partitions in order."""
     out.array_length(len(assignment))
     for topic_id in sorted(assignment, key=str):
         partitions = sorted(assignment[topic_id])
@@ -138,7 +140,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
         if record.assignment is None:
             return key, None
         out = _value()
-        _topic_partitions(out, record.assignment)
+        write_topic_partitions(out, record.assignment)
         out.no_tags()
         return key, bytes(out.out)
     if isinstance(record, CurrentAssignmentRecord):
@@ -150,8 +152,8 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out.int32(m.member_epoch)
         out.int32(m.previous_member_epoch)
         out.int8(int(m.state))
-        _topic_partitions(out, m.assigned)
-        _topic_partitions(out, m.pending_revocation)
+        write_topic_partitions(out, m.assigned)
+        write_topic_partitions(out, m.pending_revocation)
         out.no_tags()
         return key, bytes(out.out)
     raise TypeError(f"not a consumer group record: {record!r}")
@@ -164,7 +166,8 @@ def encode_records(records: Iterable[GroupRecord]) -> list[KeyValue]:
 # -- reading ------------------------------------------------------------------------------
 
 
-def _read_topic_partitions(r: Reader) -> dict[uuid.UUID, frozenset[int]]:
+def read_topic_partitions(r: Reader) -> dict[uuid.UUID, frozenset[int]]:
+    """What `write_topic_partitions` writes; topics without partitions are left out."""
     out: dict[uuid.UUID, frozenset[int]] = {}
     for _ in range(max(r.array_length(), 0)):
         topic_id = r.uuid()
@@ -247,7 +250,7 @@ def decode_record(key: bytes, value: bytes | None) -> GroupRecord:
         if value is None:
             return TargetMemberRecord(gid, member_id, None)
         r = _value_reader(value)
-        assignment = _read_topic_partitions(r)
+        assignment = read_topic_partitions(r)
         r.skip_tags()
         return TargetMemberRecord(gid, member_id, assignment)
     # CURRENT_ASSIGNMENT_KEY
@@ -257,8 +260,8 @@ def decode_record(key: bytes, value: bytes | None) -> GroupRecord:
     epoch = r.int32()
     previous = r.int32()
     state = MemberState.of(r.int8())
-    assigned = _read_topic_partitions(r)
-    revoking = _read_topic_partitions(r)
+    assigned = read_topic_partitions(r)
+    revoking = read_topic_partitions(r)
     r.skip_tags()
     member = ConsumerMember(
         member_id,

@@ -117,7 +117,10 @@ async def share_group_heartbeat(
         _client_host(ctx),
         int(time.time() * 1000),
     )
-    service.persist()
+    changed = request.group_id in service.coordinator.changed_groups
+    stored = service.persist()
+    if changed:  # as on Kafka, a change of membership is answered once it is written
+        await stored
     assignment = None
     if result.assignment is not None:
         assignment = {

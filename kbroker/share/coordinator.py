@@ -25,6 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kbroker.coordinator.records import partition_for
+from kbroker.coordinator.share_group_records import (
+    StoredShareGroup,
+    StoredShareMember,
+    changed_records,
+    group_records,
+    metadata_hash,
+)
 from kbroker.protocol.encoded import FileRegion
 from kbroker.share.group import Assignment, ShareGroup, ShareMember, assign
 from kbroker.share.group_configs import (
@@ -201,8 +208,10 @@ class ShareCoordinator:
         self.log = log
         self.topics = topics
         self.groups: dict[str, ShareGroup] = {}
-        # Groups whose metadata record (existence and epoch) is to be written.
+        # Groups whose records (existence, epochs, members) are to be written.
         self.changed_groups: set[str] = set()
+        self._written: dict[str, dict[bytes, bytes]] = {}  # group records last written
+        self._writing: dict[str, dict[bytes, bytes]] = {}  # those before a pending write
         self.group_configs: dict[str, dict[str, str]] = {}
         self.partitions: dict[StateKey, HeldPartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
@@ -341,8 +350,10 @@ class ShareCoordinator:
             elif self._assignment_stale(group):
                 self._reassign(group)
         member.last_seen_ms = now_ms
-        member.client_id = client_id
-        member.client_host = client_host
+        if (member.client_id, member.client_host) != (client_id, client_host):
+            member.client_id = client_id
+            member.client_host = client_host
+            self.changed_groups.add(group_id)
         assignment = None
         if member.sent_assignment != member.assignment:
             assignment = member.assignment
@@ -702,32 +713,97 @@ class ShareCoordinator:
             self.dirty.add(key)
         return held
 
-    # -- group metadata records (`__consumer_offsets`) ---------------------------------
+    # -- group records (`__consumer_offsets`) ------------------------------------------
 
-    def take_group_records(self) -> dict[str, int | None]:
-        """Group id -> epoch (None: deleted) of the groups changed since the last call
-        that this node coordinates, to be written to the group's offsets partition."""
+    def take_group_records(self) -> dict[str, list[KeyValue]]:
+        """Group id -> the records to write of the groups changed since the last call that
+        this node coordinates (Kafka's share group records, written to the group's
+        offsets partition): what differs from the records last written, tombstones for
+        members gone, and every record's tombstone for a deleted group. Until
+        `group_records_stored` says how the write went, they count as written."""
         changed, self.changed_groups = self.changed_groups, set()
-        out: dict[str, int | None] = {}
+        out: dict[str, list[KeyValue]] = {}
         for group_id in changed:
-            if self.owns_group(group_id):
-                group = self.groups.get(group_id)
-                out[group_id] = None if group is None else group.group_epoch
+            if not self.owns_group(group_id):
+                continue
+            group = self.groups.get(group_id)
+            before = self._written.get(group_id, {})
+            now = None if group is None else group_records(self._stored(group))
+            records = changed_records(group_id, before, now)
+            if not records:
+                continue
+            out[group_id] = records
+            self._writing[group_id] = before
+            if now is None:
+                self._written.pop(group_id, None)
+            else:
+                self._written[group_id] = now
         return out
 
-    def load_groups(self, stored: dict[str, int | None]) -> None:
-        """Groups read from a newly led offsets partition: a stored group exists (Empty
-        until its members heartbeat again; members held here from before keep their
-        sessions and expire if silent), a deleted one is gone unless it has members."""
-        for group_id, epoch in stored.items():
-            group = self.groups.get(group_id)
-            if epoch is None:
-                if group is not None and not group.members:
-                    del self.groups[group_id]
-            elif group is None:
-                self.groups[group_id] = ShareGroup(group_id, epoch, epoch)
-            elif group.group_epoch < epoch:
-                group.group_epoch = group.assignment_epoch = epoch
+    def group_records_stored(self, group_ids: Iterable[str], stored: bool) -> None:
+        """The outcome of writing the groups' records: if not stored, they are written
+        again (from what was stored before) with the next round."""
+        for group_id in group_ids:
+            before = self._writing.pop(group_id, {})
+            if not stored:
+                self._written[group_id] = before
+                self.changed_groups.add(group_id)
+
+    def _stored(self, group: ShareGroup) -> StoredShareGroup:
+        layout = self._topic_layout(group)
+        return StoredShareGroup(
+            group.group_id,
+            group.group_epoch,
+            metadata_hash((tid, name, count) for name, (tid, count) in layout.items()),
+            group.assignment_epoch,
+            {
+                m.member_id: StoredShareMember(
+                    m.member_id,
+                    m.rack_id,
+                    m.client_id,
+                    m.client_host,
+                    m.subscribed,
+                    m.member_epoch,
+                    m.previous_epoch,
+                    m.assignment,
+                    m.assignment,  # a share member's target is what it is given
+                )
+                for m in group.members.values()
+            },
+        )
+
+    def load_groups(self, stored: dict[str, StoredShareGroup | None], now_ms: int) -> None:
+        """Groups read from a newly led offsets partition replace what this node held of
+        them (the log is newer than anything held from an earlier term): a stored group
+        comes back with its epochs and its members, each with its member epoch and
+        assignment, as Kafka's coordinator replays them. As on Kafka a loaded member's
+        session starts now: one that heartbeats within the session timeout goes on at its
+        epoch without joining again, one that stays silent expires (its records then get
+        their tombstones and the group epoch moves on). A deleted group is gone."""
+        for group_id, found in stored.items():
+            if found is None:
+                self.groups.pop(group_id, None)
+                self._written.pop(group_id, None)
+                continue
+            members = {
+                m.member_id: ShareMember(
+                    m.member_id,
+                    m.member_epoch,
+                    m.previous_epoch,
+                    m.client_id,
+                    m.client_host,
+                    m.rack_id,
+                    m.subscribed,
+                    now_ms,
+                    dict(m.assignment),
+                    dict(m.assignment),  # told already: the record follows the answer
+                )
+                for m in found.members.values()
+            }
+            self.groups[group_id] = ShareGroup(
+                group_id, found.epoch, found.assignment_epoch, members
+            )
+            self._written[group_id] = dict(found.records)
 
     # -- admin -------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kbroker.controller.events import GroupConfigsChanged, TopicDeleted
 from kbroker.coordinator.records import RecordFormatError
-from kbroker.coordinator.share_group_records import fold_share_groups, share_group_record
+from kbroker.coordinator.share_group_records import fold_share_groups
 from kbroker.internal_topics import (
     InternalTopicService,
     KeyValue,
@@ -455,33 +455,33 @@ class ShareService(InternalTopicService):
                 "skipping unreadable share-group record in partition %d: %s", partition, error
             )
 
-        self.coordinator.load_groups(fold_share_groups(records, skip))
+        now = int(time.time() * 1000)
+        self.coordinator.load_groups(fold_share_groups(records, skip), now)
 
     async def _write_groups(self) -> ErrorCode:
-        """Write changed groups' metadata records to their offsets partitions (Kafka's
-        ShareGroupMetadata), each partition's as one batch; wait until stored."""
+        """Write changed groups' records to their offsets partitions (Kafka's share group
+        records), each partition's as one batch; wait until stored."""
         changed = self.coordinator.take_group_records()
         if not changed:
             return ErrorCode.none
         groups = self.broker.group_coordinator.coordinator
-        by_partition: dict[int, list[KeyValue]] = {}
-        for group_id, epoch in changed.items():
-            by_partition.setdefault(groups.partition_for(group_id), []).append(
-                share_group_record(group_id, epoch)
-            )
+        by_partition: dict[int, list[str]] = {}
+        for group_id in changed:
+            by_partition.setdefault(groups.partition_for(group_id), []).append(group_id)
         loop = asyncio.get_running_loop()
-        outcomes: list[asyncio.Future[ErrorCode]] = []
-        for partition, records in by_partition.items():
+        outcomes: list[tuple[list[str], asyncio.Future[ErrorCode]]] = []
+        for partition, group_ids in by_partition.items():
             future: asyncio.Future[ErrorCode] = loop.create_future()
+            records = [r for g in group_ids for r in changed[g]]
             groups.store.write(partition, records, _settle(future))
-            outcomes.append(future)
+            outcomes.append((group_ids, future))
         failed = ErrorCode.none
-        for code in await asyncio.gather(*outcomes):
+        for group_ids, future in outcomes:
+            code = await future
             if code != ErrorCode.none:
-                log.warning("storing share-group metadata failed: %s", code.name)
+                log.warning("storing share-group records failed: %s", code.name)
                 failed = code
-        if failed != ErrorCode.none:
-            self.coordinator.changed_groups.update(changed)  # written again next round
+            self.coordinator.group_records_stored(group_ids, code == ErrorCode.none)
         return failed
 
     async def _write_dirty(self) -> ErrorCode:

@@ -686,7 +686,11 @@ class ShareService(InternalTopicService):
                 ],
             },
         )
-        response = await self._offset_links.call(leader, request, CALL_TIMEOUT_S)
+        response = None
+        for _ in range(2):  # a link that broke since last used is dropped: connect again
+            response = await self._offset_links.call(leader, request, CALL_TIMEOUT_S)
+            if response is not None:
+                break
         if response is None:
             return {}
         return {

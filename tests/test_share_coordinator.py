@@ -393,3 +393,12 @@ def test_group_records_whose_write_failed_are_written_again(coordinator) -> None
     coordinator.group_records_stored(first, False)
     again = coordinator.take_group_records()
     assert again == first
+
+
+def test_a_share_group_record_without_a_metadata_hash_is_still_read() -> None:
+    """kbroker once wrote ShareGroupMetadata with the epoch alone."""
+    key = struct.pack(">h", 11) + struct.pack(">h", 1) + b"g"
+    value = struct.pack(">hi", 0, 7) + b"\0"
+    stored = fold_share_groups([(key, value)], lambda error: pytest.fail(str(error)))
+    group = stored["g"]
+    assert group is not None and group.epoch == 7

@@ -223,7 +223,8 @@ def _replay(
     r = _value_reader(value)
     if kind == SHARE_GROUP_METADATA_KEY:
         epoch = r.int32()
-        hashed = r.int64()
+        # Records kbroker wrote before it wrote Kafka's MetadataHash end after the epoch.
+        hashed = r.int64() if len(value) - r.pos > 1 else 0
         groups[group_id] = StoredShareGroup(group_id, epoch, hashed)
         return
     group = groups.get(group_id)

@@ -402,3 +402,19 @@ def test_a_share_group_record_without_a_metadata_hash_is_still_read() -> None:
     stored = fold_share_groups([(key, value)], lambda error: pytest.fail(str(error)))
     group = stored["g"]
     assert group is not None and group.epoch == 7
+
+
+def test_a_group_whose_partition_is_unloaded_loses_its_members_and_releases_nothing(
+    coordinator,
+) -> None:  # type: ignore[no-untyped-def]
+    """Another broker coordinates the group now: its members do not expire here."""
+    coordinator.set_group_configs("g", {"share.record.lock.duration.ms": "60000"})
+    join(coordinator, "a")
+    assert fetch(coordinator, "a", max_records=3).acquired_any
+    coordinator.unload_groups(lambda group_id: group_id == "g")
+    assert "g" not in coordinator.groups
+    session = coordinator.sessions[("g", "a")]  # the member goes on fetching here
+    assert coordinator.open_session("g", "a", session.epoch, [], [], False, FetchAnswer(), 9000)
+    coordinator.tick(10_000)  # past its session timeout as a member, within the lock
+    held = coordinator.partitions[("g", TOPIC.topic_id, 0)]
+    assert held.state.holds("a")

@@ -92,6 +92,8 @@ class GroupCoordinator:
         self.load_listeners: list[Callable[[int], object]] = []
         # Share groups' records of a loaded partition go to the share-group coordinator.
         self.share_loaders: list[Callable[[int, list[KeyValue]], object]] = []
+        # ...and are told when this node no longer leads a partition.
+        self.share_unloaders: list[Callable[[int], object]] = []
         self.pending_offset_check: Callable[[str, TopicPartition], bool] | None = None
         # The two protocols' groups share the id namespace, offsets and partitions.
         self.classic = ClassicGroupCoordinator(self, config, new_id)
@@ -530,6 +532,11 @@ class GroupCoordinator:
         ]:
             self.classic.fail_waiters(group, E.not_coordinator)
             self.classic.forget_group(group)
+        for unloader in self.share_unloaders:
+            try:
+                unloader(partition)
+            except Exception:
+                log.exception("share-group unloader failed for partition %d", partition)
 
     def shutdown(self) -> None:
         self.active = False

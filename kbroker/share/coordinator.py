@@ -805,6 +805,17 @@ class ShareCoordinator:
             )
             self._written[group_id] = dict(found.records)
 
+    def unload_groups(self, in_partition: Callable[[str], bool]) -> None:
+        """This node no longer coordinates the groups of an offsets partition: their
+        membership is forgotten, as Kafka unloads a partition's groups (the next
+        coordinator has it from their records). Their members do not expire here, so
+        they release nothing: the share-partitions led here and their share sessions
+        stay as they are."""
+        for group_id in [g for g in self.groups if in_partition(g)]:
+            del self.groups[group_id]
+            self._written.pop(group_id, None)
+            self.changed_groups.discard(group_id)
+
     # -- admin -------------------------------------------------------------------------
 
     def share_group_ids(self) -> set[str]:

@@ -205,7 +205,13 @@ class ShareService(InternalTopicService):
         self._led: dict[tuple[str, int], int] = {}  # data partitions led here: epochs
         self._peeking: asyncio.Task[None] | None = None
         if self.enabled:
-            broker.group_coordinator.coordinator.share_loaders.append(self._load_groups)
+            groups = broker.group_coordinator.coordinator
+            groups.share_loaders.append(self._load_groups)
+            groups.share_unloaders.append(
+                lambda partition: self.coordinator.unload_groups(
+                    lambda group_id: groups.partition_for(group_id) == partition
+                )
+            )
 
     # -- InternalTopicService --------------------------------------------------------------
 

@@ -138,6 +138,48 @@ class _RaftNode(SyncObj):
     def apply_command(self, kind: str, payload: dict[str, Any]) -> Any:
         return self.machine.apply(kind, payload)
 
+    # pysyncobj registers its handler as self.__onMessageReceived, which this name overrides.
+    def _SyncObj__onMessageReceived(self, node: Node, message: Any) -> None:  # noqa: N802
+        if isinstance(message, dict) and message.get("type") == "append_entries":
+            message = self._without_held_entries(message)
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _without_held_entries(self, message: dict[str, Any]) -> dict[str, Any]:
+        """An AppendEntries as Raft's receiver rule reads it: only an entry that conflicts
+        (same index, other term) cuts the log there. pysyncobj drops everything after
+        `prevLogIdx` whenever the log goes on past it, then appends what came, so a
+        repeated or stale AppendEntries (a leader resending after a lagging answer reset
+        its next index for this node, common after a voter restarts) cuts entries this
+        node already holds, often applied ones ("truncating already-applied log
+        entries"), and the leader, which counted them as replicated, does not resend
+        them until a later AppendEntries fails. Entries held already are taken off the
+        front of the message instead, and a tail of the leader's own term beyond it
+        (only that leader wrote entries of its term) is kept: pysyncobj then appends
+        only what is new and acknowledges everything this node holds of the leader's."""
+        if "prevLogIdx" in message and message.get("transmission") is None:
+            get = self._SyncObj__getEntries
+            prev_idx = message["prevLogIdx"]
+            prev = get(prev_idx, 1)
+            held = get(prev_idx + 1)
+            if not held or not prev or prev[0][2] != message["prevLogTerm"]:
+                return message  # nothing to cut, or pysyncobj's refusal stands
+            entries = message.get("entries") or []
+            overlap = min(len(held), len(entries))
+            if any(
+                held[i][1] != entries[i][1] or held[i][2] != entries[i][2] for i in range(overlap)
+            ):
+                return message  # a real conflict: pysyncobj's cut is Raft's
+            if len(held) > len(entries) and any(e[2] != message["term"] for e in held[overlap:]):
+                return message  # a tail from an older leader: cut it, as pysyncobj does
+            last = held[-1]
+            return {
+                **message,
+                "prevLogIdx": last[1],
+                "prevLogTerm": last[2],
+                "entries": entries[len(held) :],
+            }
+        return message
+
 
 class RaftThread:
     """Owns the Raft node and the only thread that touches it (apart from proposals,

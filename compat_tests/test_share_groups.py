@@ -569,8 +569,13 @@ def test_bad_acknowledgements_and_stale_epochs_get_kafkas_error_codes(share_brok
         # A session epoch out of sequence, and a session never opened.
         assert int(_share_fetch(a, group, "member-a", 9, topic_id).error_code) == 123
         assert int(_share_fetch(a, group, "nobody", 4, topic_id).error_code) == 122
-        # A member epoch older than the one before the current: FENCED_MEMBER_EPOCH.
+        # A member epoch older than the one before the current: FENCED_MEMBER_EPOCH. (Others
+        # joining move the group epoch on; a's own epoch moves only with its heartbeats.)
         _heartbeat(b, group, "member-c", 0, [topic])
+        moved = _heartbeat(a, group, "member-a", 1, None)
+        assert (int(moved.error_code), int(moved.member_epoch)) == (0, 3)
+        _heartbeat(b, group, "member-d", 0, [topic])
+        assert int(_heartbeat(a, group, "member-a", 3, None).member_epoch) == 4
         assert int(_heartbeat(a, group, "member-a", 1, None).error_code) == 110
 
 

@@ -109,13 +109,26 @@ def test_every_member_of_a_one_partition_topic_is_assigned_that_partition(coordi
 
 def test_a_stale_member_epoch_is_fenced(coordinator) -> None:  # type: ignore[no-untyped-def]
     first = join(coordinator, "a")
-    join(coordinator, "b")  # each join bumps the group epoch: a's epoch moves on twice
+    join(coordinator, "b")
+    current = coordinator.heartbeat("g", "a", first, None, None, "c", "h", 0).member_epoch
+    assert current > first
     join(coordinator, "c")
-    current = coordinator.groups["g"].members["a"].member_epoch
-    assert current > first + 1
-    stale = coordinator.heartbeat("g", "a", first, None, None, "c", "h", 0)
+    newest = coordinator.heartbeat("g", "a", current, None, None, "c", "h", 0).member_epoch
+    assert newest > current
+    stale = coordinator.heartbeat("g", "a", first, None, None, "c", "h", 0)  # older than both
     assert stale.error == FENCED_MEMBER_EPOCH
-    assert coordinator.heartbeat("g", "a", current, None, None, "c", "h", 0).error == 0
+    ahead = coordinator.heartbeat("g", "a", newest + 1, None, None, "c", "h", 0)
+    assert ahead.error == FENCED_MEMBER_EPOCH
+
+
+def test_members_joining_together_do_not_fence_each_other(coordinator) -> None:  # type: ignore[no-untyped-def]
+    """Each join bumps the group epoch, but a member's epoch moves only with its own
+    heartbeat (as on Kafka): the epoch of its last answer stays valid."""
+    epochs = {m: join(coordinator, m) for m in "abcd"}
+    for member, epoch in epochs.items():
+        result = coordinator.heartbeat("g", member, epoch, None, None, "c", "h", 0)
+        assert result.error == 0
+        assert result.member_epoch == coordinator.groups["g"].group_epoch == 4
 
 
 def test_an_unknown_member_is_told_so(coordinator) -> None:  # type: ignore[no-untyped-def]

@@ -188,6 +188,11 @@ class FetchAnswer:
     def acquired_any(self) -> bool:
         return any(p.acquired for p in self.partitions.values())
 
+    @property
+    def failed_any(self) -> bool:
+        """Whether a partition is answered with an error (nothing to wait for there)."""
+        return any(p.error or p.ack_error for p in self.partitions.values())
+
 
 PartitionAcks = list[tuple[uuid.UUID, int, list[AckBatch]]]
 
@@ -349,6 +354,11 @@ class ShareCoordinator:
                 self._reassign(group)
             elif self._assignment_stale(group):
                 self._reassign(group)
+        if member.member_epoch != group.assignment_epoch:
+            # As on Kafka, a member's epoch moves to the assignment's when it heartbeats
+            # (a share member takes its assignment at once: nothing to revoke).
+            member.previous_epoch = member.member_epoch
+            member.member_epoch = group.assignment_epoch
         member.last_seen_ms = now_ms
         if (member.client_id, member.client_host) != (client_id, client_host):
             member.client_id = client_id
@@ -391,6 +401,10 @@ class ShareCoordinator:
         return any(wanted.get(m.member_id) != m.assignment for m in group.members.values())
 
     def _reassign(self, group: ShareGroup) -> None:
+        """A new group epoch and target assignment. The other members' epochs stay: each
+        takes the new one with its next heartbeat, so members joining together do not
+        fence each other (a member's last answer would otherwise be stale before it
+        could use it, and its rejoining would fence the others in turn)."""
         group.group_epoch += 1
         self.changed_groups.add(group.group_id)
         wanted = assign(
@@ -398,9 +412,6 @@ class ShareCoordinator:
         )
         for member in group.members.values():
             member.assignment = wanted.get(member.member_id, {})
-            if member.member_epoch != group.group_epoch:
-                member.previous_epoch = member.member_epoch
-                member.member_epoch = group.group_epoch
         group.assignment_epoch = group.group_epoch
 
     def _remove_member(self, group: ShareGroup, member_id: str, expired: bool = False) -> None:

@@ -54,6 +54,7 @@ from kbroker.share.coordinator import (
     FetchAnswer,
     PartitionAcks,
     ShareCoordinator,
+    ShareSession,
     TopicRef,
 )
 from kbroker.share.dead_letters import DeadLetterWriter
@@ -78,6 +79,7 @@ class ShareBroker(ServiceBroker, Protocol):
 
     group_coordinator: GroupCoordinatorService  # share and consumer groups share ids
     waiters: DataWaiters
+    stopping: bool  # shutting down: a parked ShareFetch answers with what it has
 
 
 STATE_TOPIC = "__share_group_state"
@@ -846,23 +848,16 @@ class ShareService(InternalTopicService):
         if epoch == -1:
             coordinator.close_session(group_id, member_id)
         elif max_records > 0:
-            coordinator.acquire(
-                group_id, member_id, session, max_records, max_bytes, now, answer, batch_aligned
+            await self._acquire_or_wait(
+                group_id,
+                member_id,
+                session,
+                max_records,
+                max_bytes,
+                max_wait_ms,
+                answer,
+                batch_aligned,
             )
-            if not answer.acquired_any and not answer.acknowledged and max_wait_ms > 0:
-                await self._wait_for_records(session.partitions, max_wait_ms / 1000)
-                if self.coordinator.sessions.get((group_id, member_id)) is session:
-                    now = int(time.time() * 1000)
-                    coordinator.acquire(
-                        group_id,
-                        member_id,
-                        session,
-                        max_records,
-                        max_bytes,
-                        now,
-                        answer,
-                        batch_aligned,
-                    )
         stored = self.persist()
         if answer.acknowledged:
             error = await stored
@@ -871,6 +866,39 @@ class ShareService(InternalTopicService):
                     if not part.ack_error:
                         part.ack_error = int(ErrorCode.kafka_storage_error)
         return answer
+
+    async def _acquire_or_wait(
+        self,
+        group_id: str,
+        member_id: str,
+        session: ShareSession,
+        max_records: int,
+        max_bytes: int,
+        max_wait_ms: int,
+        answer: FetchAnswer,
+        batch_aligned: bool,
+    ) -> None:
+        """Acquire; when nothing could be, stay parked until something can be or the
+        wait runs out, as Kafka's delayed share fetch does. Every acknowledgement wakes
+        the parked fetches (the window may have moved), and while one member holds the
+        records the window allows, answering the others empty at each wake-up would
+        only have them ask again: with many consumers on a partition that was most of
+        the requests, the broker's and the clients' time."""
+        coordinator = self.coordinator
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while True:
+            now = int(time.time() * 1000)
+            coordinator.acquire(
+                group_id, member_id, session, max_records, max_bytes, now, answer, batch_aligned
+            )
+            if answer.acquired_any or answer.acknowledged or answer.failed_any:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0 or self.broker.stopping:
+                return
+            await self._wait_for_records(session.partitions, left)
+            if coordinator.sessions.get((group_id, member_id)) is not session:
+                return
 
     async def share_acknowledge(
         self, group_id: str, member_id: str, epoch: int, acks: PartitionAcks

@@ -14,6 +14,7 @@ import time
 import urllib.request
 import zipfile
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -512,7 +513,7 @@ def _heartbeat(conn, group: str, member: str, epoch: int, topics: list[str] | No
     )
 
 
-def _share_fetch(conn, group: str, member: str, epoch: int, topic_id, acks=()):  # type: ignore[no-untyped-def]
+def _share_fetch(conn, group: str, member: str, epoch: int, topic_id, acks=(), max_wait=500):  # type: ignore[no-untyped-def]
     partition = {"partition_index": 0, "acknowledgement_batches": list(acks)}
     return conn.request(
         78,
@@ -520,7 +521,7 @@ def _share_fetch(conn, group: str, member: str, epoch: int, topic_id, acks=()): 
         group_id=group,
         member_id=member,
         share_session_epoch=epoch,
-        max_wait=500,
+        max_wait=max_wait,
         min_bytes=1,
         max_bytes=1 << 20,
         max_records=5,
@@ -577,6 +578,31 @@ def test_bad_acknowledgements_and_stale_epochs_get_kafkas_error_codes(share_brok
         _heartbeat(b, group, "member-d", 0, [topic])
         assert int(_heartbeat(a, group, "member-a", 3, None).member_epoch) == 4
         assert int(_heartbeat(a, group, "member-a", 1, None).error_code) == 110
+
+
+def test_a_parked_share_fetch_outlasts_acknowledgements_that_free_nothing_for_it(share_broker):  # type: ignore[no-untyped-def]
+    """As Kafka's delayed share fetch: b's fetch, finding everything acquired by a, waits
+    on through a's acknowledgement (which gives b nothing) and answers when a releases
+    records, with those records."""
+    topic, group = new_queue(share_broker.bootstrap, 20)
+    with _wire(share_broker) as a, _wire(share_broker) as b, ThreadPoolExecutor(1) as pool:
+        joined = _heartbeat(a, group, "member-a", 0, [topic])
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        _heartbeat(b, group, "member-b", 0, [topic])
+        held = _share_fetch(a, group, "member-a", 0, topic_id).responses[0].partitions[0]
+        assert [(r.first_offset, r.last_offset) for r in held.acquired_records] == [(0, 19)]
+        opened = _share_fetch(b, group, "member-b", 0, topic_id, max_wait=0)
+        assert not opened.responses[0].partitions[0].acquired_records
+        parked = pool.submit(_share_fetch, b, group, "member-b", 1, topic_id, (), 10_000)
+        time.sleep(0.2)
+        accept = {"first_offset": 0, "last_offset": 1, "acknowledge_types": [1]}
+        assert _ack(a, group, "member-a", 1, topic_id, accept) == 0
+        time.sleep(0.3)
+        assert not parked.done()
+        release = {"first_offset": 2, "last_offset": 19, "acknowledge_types": [2]}
+        assert _ack(a, group, "member-a", 2, topic_id, release) == 0
+        got = parked.result(5).responses[0].partitions[0].acquired_records
+        assert [(r.first_offset, r.last_offset, r.delivery_count) for r in got] == [(2, 19, 2)]
 
 
 def _start_offsets(conn, group: str) -> dict[tuple[str, int], int]:  # type: ignore[no-untyped-def]

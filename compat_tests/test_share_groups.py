@@ -792,12 +792,12 @@ def test_a_share_group_member_goes_on_at_its_epoch_after_a_kill_minus_nine(broke
         2,
         2,
     )
-    assert members == {"member-1": 2, "member-2": 2}  # both moved to the group's epoch
+    # member-1 has not heartbeated since member-2 joined: it is still at the epoch it was told.
+    assert members == {"member-1": 1, "member-2": 2}
     with _wire(broker) as conn:
         again = _heartbeat(conn, group, "member-2", 2, None)
         assert (int(again.error_code), int(again.member_epoch)) == (0, 2)
         assert again.assignment is None  # it has its partitions already
-        # member-1 was last told epoch 1: its previous epoch is stored too.
         caught_up = _heartbeat(conn, group, "member-1", 1, None)
         assert (int(caught_up.error_code), int(caught_up.member_epoch)) == (0, 2)
 

@@ -395,6 +395,7 @@ def test_a_member_that_left_is_not_loaded_again(coordinator) -> None:  # type: i
     join(coordinator, "a")
     join(coordinator, "b")
     coordinator.heartbeat("g", "b", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    assert coordinator.heartbeat("g", "a", 1, None, None, "client", "/h", 0).member_epoch == 3
     fresh = _reloaded(coordinator, [])
     assert set(fresh.groups["g"].members) == {"a"}
     assert fresh.groups["g"].members["a"].member_epoch == 3

@@ -359,6 +359,7 @@ class ShareCoordinator:
             # (a share member takes its assignment at once: nothing to revoke).
             member.previous_epoch = member.member_epoch
             member.member_epoch = group.assignment_epoch
+            self.changed_groups.add(group_id)  # the member's record changes
         member.last_seen_ms = now_ms
         if (member.client_id, member.client_host) != (client_id, client_host):
             member.client_id = client_id

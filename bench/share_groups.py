@@ -3,14 +3,19 @@
     .venv/bin/python -m bench.share_groups [--records 200000] [--consumers 1,4,16]
                                            [--peers kbroker,rabbitmq] [--rounds 3]
 
-kbroker: one topic of one partition holds `records` records of 100 bytes. For each
-consumer count a fresh share group reads them all with confluent-kafka ShareConsumers
-(one thread each, as separate workers would be; implicit acknowledgement, so every
-record is accepted by the consumer's next poll, one acknowledgement per record on the
-broker). The reference is one classic-group consumer reading the same partition and
-committing once at the end. Each figure is records/s from the first subscribe to the
-last record received (joining included: a heartbeat for the share group, JoinGroup and
-SyncGroup for the classic one, whose initial rebalance delay is set to 0).
+kbroker: one topic of one partition holds `records` records of 100 bytes, written by one
+confluent-kafka Producer with librdkafka's default settings, as an application using it
+would write them (linger.ms 5, batch.size 1,000,000, batch.num.messages 10,000: from a
+tight loop, batches of 1 MB, 9,082 of these records, smaller while the producer starts).
+For each consumer count a fresh share group reads them all with confluent-kafka
+ShareConsumers (one thread each, as separate workers would be; implicit acknowledgement,
+so every record is accepted by the consumer's next poll, one acknowledgement per record
+on the broker), and is deleted after its round (a broker holds at most
+group.share.max.groups, 10 by default). The reference is one classic-group consumer
+reading the same partition and committing once at the end. Each figure is records/s
+from the first subscribe to the last record received (joining included: a heartbeat for
+the share group, JoinGroup and SyncGroup for the classic one, whose initial rebalance
+delay is set to 0).
 
 RabbitMQ (Debian's rabbitmq-server, pika clients): for each round and consumer count a
 durable classic queue is filled with `records` persistent messages of 100 bytes (not
@@ -103,7 +108,7 @@ def prepare_topic(bootstrap: str, records: int) -> str:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
         future.result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    producer = Producer({"bootstrap.servers": bootstrap})  # librdkafka's defaults
     for _ in range(records):
         while True:
             try:
@@ -157,6 +162,8 @@ def share_round(bootstrap: str, topic: str, records: int, consumers: int, max_po
     elapsed = time.monotonic() - started
     for t in threads:
         t.join(30)
+    for future in admin.delete_consumer_groups([group]).values():
+        future.result(30)
     if seen[0] < records:
         raise TimeoutError(f"{consumers} share consumers read {seen[0]} of {records}")
     return Timing(elapsed, first[0] - started)

@@ -11,11 +11,15 @@ For each consumer count a fresh share group reads them all with confluent-kafka
 ShareConsumers (one thread each, as separate workers would be; implicit acknowledgement,
 so every record is accepted by the consumer's next poll, one acknowledgement per record
 on the broker), and is deleted after its round (a broker holds at most
-group.share.max.groups, 10 by default). The reference is one classic-group consumer
-reading the same partition and committing once at the end. Each figure is records/s
-from the first subscribe to the last record received (joining included: a heartbeat for
-the share group, JoinGroup and SyncGroup for the classic one, whose initial rebalance
-delay is set to 0).
+group.share.max.groups, 10 by default); then again with each consumer a process of its
+own, as workers are deployed ("(processes)" rows): the threads of one process take
+turns at the interpreter lock to make Python objects of their records, and while one
+consumer holds the records the share-partition's in-flight window allows, the others
+wait for it to get its turn. The reference is one classic-group consumer reading the
+same partition and committing once at the end. Each figure is records/s from the first
+subscribe to the last record received (joining included: a heartbeat for the share
+group, JoinGroup and SyncGroup for the classic one, whose initial rebalance delay is set
+to 0).
 
 RabbitMQ (Debian's rabbitmq-server, pika clients): for each round and consumer count a
 durable classic queue is filled with `records` persistent messages of 100 bytes (not
@@ -29,10 +33,11 @@ answered, both surviving a broker restart, written to the page cache without an 
 per acknowledgement; RabbitMQ's persistent messages and their acks go to its message
 store and queue index the same way (no fsync per ack; publisher confirms are not used).
 
-Rounds are interleaved (classic, share 1/4/16, RabbitMQ 1/4/16, then again) with both
-brokers up, so a neighbour's burst on the shared machine lands on every reader alike;
-each figure is the median over `--rounds`, with its ratio to the classic figure and to
-RabbitMQ's at the same consumer count. Broker and client CPU per record come from /proc.
+Rounds are interleaved (classic, share 1/4/16 as threads and processes, RabbitMQ 1/4/16,
+then again) with both brokers up, so a neighbour's burst on the shared machine lands on
+every reader alike; each figure is the median over `--rounds`, with its ratio to the
+classic figure and to RabbitMQ's at the same consumer count. Broker and client CPU per
+record come from /proc.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ TIMEOUT_S = 300.0
 OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
 VALUE = b"x" * 100
 QUEUE = "share-bench"
+PROCESSES = " (processes)"  # label suffix of share consumers run one process each
 
 
 @dataclass(frozen=True)
@@ -120,8 +126,8 @@ def prepare_topic(bootstrap: str, records: int) -> str:
     return topic
 
 
-def share_round(bootstrap: str, topic: str, records: int, consumers: int, max_poll: int) -> Timing:
-    from confluent_kafka import ShareConsumer
+def new_share_group(bootstrap: str) -> str:
+    """A share group id, set to start from the earliest offset."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
     group = f"share-bench-{uuid.uuid4().hex[:8]}"
@@ -132,6 +138,21 @@ def share_round(bootstrap: str, topic: str, records: int, consumers: int, max_po
     resource = ConfigResource("GROUP", group, incremental_configs=[reset])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
+    return group
+
+
+def delete_group(bootstrap: str, group: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_consumer_groups([group]).values():
+        future.result(30)
+
+
+def share_round(bootstrap: str, topic: str, records: int, consumers: int, max_poll: int) -> Timing:
+    from confluent_kafka import ShareConsumer
+
+    group = new_share_group(bootstrap)
     lock = threading.Lock()
     seen = [0]
     first: list[float] = []
@@ -162,11 +183,73 @@ def share_round(bootstrap: str, topic: str, records: int, consumers: int, max_po
     elapsed = time.monotonic() - started
     for t in threads:
         t.join(30)
-    for future in admin.delete_consumer_groups([group]).values():
-        future.result(30)
+    delete_group(bootstrap, group)
     if seen[0] < records:
         raise TimeoutError(f"{consumers} share consumers read {seen[0]} of {records}")
     return Timing(elapsed, first[0] - started)
+
+
+def _share_worker(bootstrap, group, topic, max_poll, ready, go, done, counter, first, cpu) -> None:  # noqa: ANN001
+    """One share consumer process: subscribe at the start signal, poll until told to stop."""
+    from confluent_kafka import ShareConsumer
+
+    consumer = ShareConsumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": max_poll}
+    )
+    ready.release()
+    go.wait()
+    t0 = os.times()
+    consumer.subscribe([topic])
+    while not done.is_set():
+        got = sum(1 for m in consumer.poll(0.1) if m.error() is None)
+        if got:
+            if first.value == float("inf"):
+                with first.get_lock():
+                    first.value = min(first.value, time.monotonic())
+            with counter.get_lock():
+                counter.value += got
+    t1 = os.times()
+    cpu.put((t1.user - t0.user) + (t1.system - t0.system))
+    consumer.close()
+
+
+def share_process_round(
+    bootstrap: str, topic: str, records: int, consumers: int, max_poll: int
+) -> Runner:
+    """Share consumers as processes, one each, the way workers are deployed: the
+    threads of one process take turns at the interpreter lock to turn the records
+    librdkafka hands over into Python objects (about 0.5 us a record), and a consumer
+    holding records the others wait for (the share-partition's in-flight window is
+    full) can wait its turn. Started here (not timed); the runner sets them going."""
+    group = new_share_group(bootstrap)
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process with client threads
+    ready, go, done = ctx.Semaphore(0), ctx.Event(), ctx.Event()
+    counter, first, cpu = ctx.Value("q", 0), ctx.Value("d", float("inf")), ctx.Queue()
+    args = (bootstrap, group, topic, max_poll, ready, go, done, counter, first, cpu)
+    workers = [ctx.Process(target=_share_worker, args=args, daemon=True) for _ in range(consumers)]
+    for w in workers:
+        w.start()
+    for _ in workers:
+        if not ready.acquire(timeout=60):
+            raise TimeoutError("a share consumer process did not start")
+
+    def run() -> Timing:
+        started = time.monotonic()
+        go.set()
+        deadline = started + TIMEOUT_S
+        while counter.value < records and time.monotonic() < deadline:
+            time.sleep(0.001)
+        elapsed = time.monotonic() - started
+        done.set()
+        used = sum(cpu.get(timeout=60) for _ in workers)
+        for w in workers:
+            w.join(30)
+        delete_group(bootstrap, group)
+        if counter.value < records:
+            raise TimeoutError(f"{consumers} share consumer processes read {counter.value}")
+        return Timing(elapsed, first.value - started, used)
+
+    return run
 
 
 def classic_round(bootstrap: str, topic: str, records: int) -> Timing:
@@ -312,9 +395,14 @@ def kbroker_readers(peer: Peer, args: argparse.Namespace, counts: list[int]) -> 
     def share(n: int) -> Callable[[], Runner]:
         return lambda: lambda: share_round(boot, topic, records, n, args.max_poll_records)
 
-    return [Reader("classic group, 1 consumer", peer, classic)] + [
-        Reader(f"share group, {n} consumers", peer, share(n)) for n in counts
-    ]
+    def share_processes(n: int) -> Callable[[], Runner]:
+        return lambda: share_process_round(boot, topic, records, n, args.max_poll_records)
+
+    readers = [Reader("classic group, 1 consumer", peer, classic)]
+    for n in counts:
+        readers.append(Reader(f"share group, {n} consumers", peer, share(n)))
+        readers.append(Reader(f"share group, {n} consumers{PROCESSES}", peer, share_processes(n)))
+    return readers
 
 
 def rabbit_readers(peer: Peer, args: argparse.Namespace, counts: list[int]) -> list[Reader]:
@@ -376,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
                     m = _timed(reader.peer, args.records, run)
                     figures.setdefault(reader.label, []).append(m)
                     print(
-                        f"round {round_no + 1} {reader.label:28} {m.records_s:10.0f} records/s "
+                        f"round {round_no + 1} {reader.label:38} {m.records_s:10.0f} records/s "
                         f"broker {m.broker_cpu_us:6.1f} us/rec client {m.client_cpu_us:6.1f} us/rec",
                         flush=True,
                     )
@@ -410,7 +498,7 @@ def _rows(figures: dict[str, list[Measure]]) -> list[dict[str, object]]:
         if classic is not None and not label.startswith("RabbitMQ"):
             row["vs_classic"] = m.records_s / classic.records_s
             row["steady_vs_classic"] = m.steady_records_s / classic.steady_records_s
-        rabbit = medians.get(label.replace("share group", "RabbitMQ"))
+        rabbit = medians.get(label.removesuffix(PROCESSES).replace("share group", "RabbitMQ"))
         if label.startswith("share group") and rabbit is not None:
             row["vs_rabbitmq"] = m.records_s / rabbit.records_s
             row["steady_vs_rabbitmq"] = m.steady_records_s / rabbit.steady_records_s
@@ -425,13 +513,13 @@ def _print(rows: list[dict[str, object]]) -> None:
 
     print()
     print(
-        f"{'reader':28} {'records/s':>10} {'vs classic':>10} {'vs RabbitMQ':>11} "
+        f"{'reader':38} {'records/s':>10} {'vs classic':>10} {'vs RabbitMQ':>11} "
         f"{'1st rec ms':>10} {'steady/s':>10} {'vs classic':>10} {'vs RabbitMQ':>11} "
         f"{'broker us/rec':>13} {'client us/rec':>13}"
     )
     for row in rows:
         print(
-            f"{row['reader']:28} {row['records_s']:10.0f} {ratio(row, 'vs_classic'):>10} "
+            f"{row['reader']:38} {row['records_s']:10.0f} {ratio(row, 'vs_classic'):>10} "
             f"{ratio(row, 'vs_rabbitmq'):>11} {row['first_record_ms']:10.0f} "
             f"{row['steady_records_s']:10.0f} {ratio(row, 'steady_vs_classic'):>10} "
             f"{ratio(row, 'steady_vs_rabbitmq'):>11} "

@@ -62,33 +62,36 @@ static PyObject *ssl_of(PyObject *self, PyObject *sslsocket)
     return PyLong_FromVoidPtr(ssl);
 }
 
-/* read_records(sslsocket, buffer, start) -> (end, status, reason)
+/* Room for the plaintext of what OpenSSL can decrypt now: no more than the ciphertext
+ * waiting in its read BIO, plus one record it may hold partly read, plus what it holds
+ * decrypted and unread. */
+static size_t plaintext_bound(SSL *ssl)
+{
+    return BIO_ctrl_pending(SSL_get_rbio(ssl)) + (size_t)SSL_pending(ssl) +
+           SSL3_RT_MAX_PLAIN_LENGTH + SSL3_RT_MAX_ENCRYPTED_OVERHEAD;
+}
+
+/* read_records(sslsocket) -> (plaintext, status, reason)
  *
- * Decrypts records into the writable `buffer` from `start` until the ciphertext runs
- * out (DRAINED), the buffer is full (FULL), the peer closes (CLOSED) or a record fails
- * (FAILED, with OpenSSL's reason string; the plaintext before it is not to be used). */
-static PyObject *read_records(PyObject *self, PyObject *args)
+ * Decrypts every complete record waiting into one new bytes object (no buffer to copy
+ * out of) until the ciphertext runs out (DRAINED), the peer closes (CLOSED) or a record
+ * fails (FAILED, with OpenSSL's reason string; the plaintext before it is not to be
+ * used). FULL means the room ran out first (plaintext_bound says it cannot): call again
+ * for the rest. */
+static PyObject *read_records(PyObject *self, PyObject *sslsocket)
 {
     (void)self;
-    PyObject *sslsocket, *target;
-    Py_ssize_t start;
-    if (!PyArg_ParseTuple(args, "OOn", &sslsocket, &target, &start))
-        return NULL;
     SSL *ssl = ssl_from(sslsocket);
     if (ssl == NULL) {
         PyErr_SetString(PyExc_TypeError, "not an SSL object this module can read");
         return NULL;
     }
-    Py_buffer view;
-    if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0)
+    size_t end = plaintext_bound(ssl);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)end);
+    if (out == NULL)
         return NULL;
-    if (start < 0 || start > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "start outside the buffer");
-        return NULL;
-    }
-    unsigned char *base = view.buf;
-    size_t pos = (size_t)start, end = (size_t)view.len;
+    unsigned char *base = (unsigned char *)PyBytes_AS_STRING(out);
+    size_t pos = 0;
     int status = FULL;
     unsigned long error = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -113,11 +116,17 @@ static PyObject *read_records(PyObject *self, PyObject *args)
     }
     ERR_clear_error();
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    if (status != FAILED)
-        return Py_BuildValue("(niO)", (Py_ssize_t)pos, status, Py_None);
-    const char *reason = error ? ERR_reason_error_string(error) : NULL;
-    return Py_BuildValue("(nis)", (Py_ssize_t)pos, status, reason ? reason : "TLS failure");
+    if (_PyBytes_Resize(&out, (Py_ssize_t)pos) < 0)
+        return NULL;
+    const char *reason = NULL;
+    if (status == FAILED) {
+        reason = error ? ERR_reason_error_string(error) : NULL;
+        if (reason == NULL)
+            reason = "TLS failure";
+    }
+    PyObject *result = Py_BuildValue("(Oiz)", out, status, reason);
+    Py_DECREF(out);
+    return result;
 }
 
 /* set_ciphersuites(sslsocket, suites): the TLS 1.3 suites (OpenSSL's colon-separated
@@ -146,8 +155,8 @@ static PyObject *set_ciphersuites(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"ssl_of", ssl_of, METH_O, "The checked address of an _SSLSocket's SSL object, or None."},
-    {"read_records", read_records, METH_VARARGS,
-     "Decrypt every complete TLS record into a buffer: (end, status, reason)."},
+    {"read_records", read_records, METH_O,
+     "Decrypt every complete TLS record: (plaintext, status, reason)."},
     {"set_ciphersuites", set_ciphersuites, METH_VARARGS,
      "Narrow the TLS 1.3 suites one session may negotiate."},
     {NULL, NULL, 0, NULL},

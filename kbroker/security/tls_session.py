@@ -80,12 +80,15 @@ class TlsSession:
         self._buffer, self._view = bigger, memoryview(bigger)
 
     def _read_records_c(self, sslsocket: object) -> bytes:
-        """Every complete record, decrypted by one C call per buffer's worth."""
+        """Every complete record, decrypted by one C call into the bytes it returns."""
         assert _tlsread is not None
-        filled, status, reason = _tlsread.read_records(sslsocket, self._buffer, 0)
-        while status == _tlsread.FULL:
-            self._grow(filled)
-            filled, status, reason = _tlsread.read_records(sslsocket, self._buffer, filled)
+        plaintext, status, reason = _tlsread.read_records(sslsocket)
+        if status == _tlsread.FULL:  # more than its bound said could be there: go on
+            parts = [plaintext]
+            while status == _tlsread.FULL:
+                plaintext, status, reason = _tlsread.read_records(sslsocket)
+                parts.append(plaintext)
+            plaintext = b"".join(parts)
         if status == _tlsread.FAILED:
             # Raised as Python's ssl raises it: OpenSSL's reason string as a mnemonic.
             mnemonic = (reason or "TLS failure").upper().replace(" ", "_")
@@ -94,7 +97,7 @@ class TlsSession:
             raise error
         if status == _tlsread.CLOSED:
             self.closed_by_peer = True
-        return bytes(self._view[:filled])
+        return plaintext
 
     def _read_records_py(self) -> bytes:
         """Every complete record through Python's ssl, one call per record, into one

@@ -20,6 +20,8 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/install-test-tools.sh
+	# Again, in case the tools script just brought a C extension's headers.
+	$(PY) setup.py --quiet build_ext --inplace
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

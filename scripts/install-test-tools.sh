@@ -61,7 +61,7 @@ fetch_java_jars "${KBROKER_KAFKA4_JARS:-$HOME/.cache/kbroker-test-tools/kafka-ja
   zstd-jni=zstd-jni-1.5.6-10.jar
 # --- end Java Kafka clients ---------------------------------------------------------------
 
-# --- Debian packages: kcat, Go and Sarama (compat_tests/test_kcat.py, test_sarama.py) ----
+# --- Debian packages: kcat, Go, Sarama (compat_tests/test_kcat.py, test_sarama.py), more ---
 # test_sarama.py builds its driver offline in GOPATH mode against Debian's Sarama source
 # under /usr/share/gocode; golang-go's recommended gcc gives Sarama its cgo zstd binding.
 apt_missing=()
@@ -77,6 +77,11 @@ fi
 # compat_tests/netns.py cuts links between network namespaces with iproute2's `ip`.
 if ! command -v ip >/dev/null 2>&1; then
   apt_missing+=(iproute2)
+fi
+# OpenSSL's headers build the C TLS record reader (kbroker/security/_tlsread.c); make test
+# builds it again once they are here.
+if [ ! -f /usr/include/openssl/ssl.h ]; then
+  apt_missing+=(libssl-dev)
 fi
 # tests/test_deploy_files.py checks docker-compose.yml with a compose client (offline).
 if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then

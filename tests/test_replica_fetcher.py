@@ -3,6 +3,7 @@ and where a follower truncates after a leader change."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from kio.schema.fetch.v15.response import EpochEndOffset, PartitionData
@@ -12,7 +13,13 @@ from kio.static.primitive import i32, i64
 from kbroker.controller.state import MetadataState
 from kbroker.protocol.batch import encode_batch
 from kbroker.replica.delayed import DataWaiters
-from kbroker.replica.fetcher import FetcherSettings, FetchState, ReplicaFetcher, whole_batches
+from kbroker.replica.fetcher import (
+    FetcherSettings,
+    FetchState,
+    ReplicaFetcher,
+    ReplicaFetchers,
+    whole_batches,
+)
 from kbroker.replica.partition import Partition
 from kbroker.storage import LogConfig, PartitionLog
 
@@ -124,3 +131,22 @@ def test_an_epoch_begun_as_leader_and_never_written_goes_when_the_follower_trunc
     ReplicaFetcher._truncate_to(FetchState(follower), 2, 1, 5)
     assert follower.log_end_offset == 1
     assert follower.log.latest_epoch == 1
+
+
+def test_a_role_change_applied_during_shutdown_starts_no_fetcher(tmp_path: Path) -> None:
+    """The controller may commit a change to a followed partition (its ISR, after this
+    broker's controlled shutdown) once the fetchers have stopped and before the logs
+    close: no fetcher may start then, to fail on the closed log and outlive the broker."""
+    follower = replica(tmp_path, 2)
+    follower.become_follower(1, 1, 0, (1, 2), (1, 2))
+
+    async def shut_down() -> None:
+        fetchers = ReplicaFetchers(2, MetadataState)
+        fetchers.follow(follower)
+        assert fetchers.fetching(follower)
+        await fetchers.stop()
+        fetchers.follow(follower)
+        assert fetchers.fetchers == {}
+        assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    asyncio.run(shut_down())

@@ -398,13 +398,18 @@ class ReplicaFetchers:
     fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)
     # Where an I/O error of a follower's append goes (the log manager's storage_error).
     storage_error: StorageErrors | None = None
+    # Set by stop(): the broker is shutting down and its logs are about to close.
+    stopped: bool = False
 
     def follow(self, partition: Partition) -> None:
         """(Re)start fetching `partition` from its leader (from its log end, naming its
-        last epoch: the leader's answer says if it must truncate)."""
+        last epoch: the leader's answer says if it must truncate). Once stopped, nothing
+        starts again: a role change the controller commits while the broker shuts down
+        (its own controlled shutdown makes it a follower) would otherwise start a fetcher
+        that outlives the closed logs, failing every second and keeping the process up."""
         self.unfollow(partition.key)
-        if partition.leader_id < 0:
-            return  # no leader to fetch from until the controller elects one
+        if self.stopped or partition.leader_id < 0:
+            return  # shutting down, or no leader to fetch from until one is elected
         fetcher = self.fetchers.get(partition.leader_id)
         if fetcher is None:
             fetcher = ReplicaFetcher(
@@ -439,6 +444,7 @@ class ReplicaFetchers:
             fetcher.remove(key)
 
     async def stop(self) -> None:
+        self.stopped = True
         for fetcher in list(self.fetchers.values()):
             with contextlib.suppress(Exception):
                 await fetcher.stop()

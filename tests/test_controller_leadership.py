@@ -1,8 +1,12 @@
 """Fencing, return, controlled shutdown and AlterPartition as metadata commands: who leads,
 who is in sync, and which epochs move (Kafka's rules, applied without Raft)."""
 
+import asyncio
+import time
+
 import pytest
 
+from kbroker.controller import Controller, ControllerConfig
 from kbroker.controller import commands as cmd
 from kbroker.controller.commands import apply_command
 from kbroker.controller.errors import (
@@ -171,32 +175,35 @@ def test_unclean_election_gives_an_offline_partition_a_live_out_of_sync_leader()
     assert (part(applied.state).leader, part(applied.state).isr) == (2, (2,))
 
 
+async def _imbalanced(controller):
+    """Partition t-0 (replicas [1, 2]) led by 2 while 1, its preferred leader, is back in
+    its ISR: the leader rebalance owes it to 1. Answers the partition as it was."""
+    b1 = await controller.register_broker(1, "h", 1)
+    await controller.register_broker(2, "h", 2)
+    info = await controller.create_topic("t", -1, -1, assignments={0: [1, 2]})
+    await controller.controlled_shutdown(1, b1.epoch, timeout=5)
+    await controller.register_broker(1, "h", 1)
+    p = controller.state.topics["t"].partitions[0]
+    assert (p.leader, p.isr) == (2, (2,))
+    await controller.alter_partition(
+        info.topic_id,
+        0,
+        leader=2,
+        leader_epoch=p.leader_epoch,
+        partition_epoch=p.partition_epoch,
+        new_isr=[2, 1],
+    )
+    return p
+
+
 def test_the_active_controller_gives_leadership_back_to_the_preferred_replica(tmp_path):
-    import asyncio
-
-    from kbroker.controller import Controller, ControllerConfig
-
     async def main():
         controller = Controller(
             ControllerConfig(1, tmp_path, leader_imbalance_check_interval_s=0.05)
         )
         await controller.start()
         try:
-            b1 = await controller.register_broker(1, "h", 1)
-            await controller.register_broker(2, "h", 2)
-            info = await controller.create_topic("t", -1, -1, assignments={0: [1, 2]})
-            await controller.controlled_shutdown(1, b1.epoch, timeout=5)
-            await controller.register_broker(1, "h", 1)
-            p = controller.state.topics["t"].partitions[0]
-            assert (p.leader, p.isr) == (2, (2,))
-            await controller.alter_partition(
-                info.topic_id,
-                0,
-                leader=2,
-                leader_epoch=p.leader_epoch,
-                partition_epoch=p.partition_epoch,
-                new_isr=[2, 1],
-            )
+            p = await _imbalanced(controller)
             for _ in range(100):
                 if controller.state.topics["t"].partitions[0].leader == 1:
                     break
@@ -205,6 +212,31 @@ def test_the_active_controller_gives_leadership_back_to_the_preferred_replica(tm
             assert (back.leader, back.leader_epoch) == (1, p.leader_epoch + 1)
         finally:
             await controller.stop()
+
+    asyncio.run(main())
+
+
+def test_stop_ends_when_it_cancels_the_leader_rebalance_in_the_turn_its_election_commits(
+    tmp_path,
+):
+    """The rebalance's election answered in the very loop turn stop() cancels it: the
+    rebalance ends (it used to take the answer for its cancellation's and run on, and
+    stop() waited for it forever)."""
+
+    async def main():
+        controller = Controller(
+            ControllerConfig(1, tmp_path, leader_imbalance_check_interval_s=0.01)
+        )
+        await controller.start()
+        try:
+            await _imbalanced(controller)
+            deadline = time.monotonic() + 5
+            while not any(f.done() for f in controller._pending):
+                assert time.monotonic() < deadline, "no leader rebalance was proposed"
+                await asyncio.sleep(0)
+        finally:
+            await asyncio.wait_for(controller.stop(), 5)
+        assert controller.state.topics["t"].partitions[0].leader == 1
 
     asyncio.run(main())
 

@@ -511,6 +511,25 @@ def test_replayed_history_is_state_not_events(tmp_path):
     assert run(main()) == ([], {"t"})
 
 
+def test_a_change_cancelled_in_the_turn_its_commit_is_answered_ends_cancelled(tmp_path):
+    """Its caller sees the cancellation, not the result that arrived with it (Python
+    3.11's wait_for answered the result and dropped the cancellation)."""
+
+    async def main():
+        async with running(tmp_path) as c:
+            change = asyncio.create_task(c.create_topic("t", 1, 1))
+            deadline = time.monotonic() + 5
+            while not any(f.done() for f in c._pending):
+                assert time.monotonic() < deadline, "the change was not answered"
+                await asyncio.sleep(0)
+            change.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await change
+            assert "t" in c.state.topics  # committed all the same
+
+    run(main())
+
+
 # --- persistence ---
 
 

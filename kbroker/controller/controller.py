@@ -142,6 +142,26 @@ def _voter_address(peer: str) -> str:
     return peer.split("@", 1)[1] if "@" in peer else peer
 
 
+async def _cancel_and_wait(tasks: Sequence[asyncio.Task[Any]], timeout: float) -> None:
+    """Cancel the tasks and wait for them to end, cancelling again those that took a
+    cancellation for an answer (code outside ours may swallow one) at their next wait.
+    One still running after `timeout` is logged and left behind: stopping never hangs."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        left = deadline - loop.time()
+        if left <= 0:
+            log.error("controller tasks still running after %.1f s: %s", timeout, pending)
+            return
+        done, pending = await asyncio.wait(pending, timeout=min(0.1, left))
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("controller task %s failed", task, exc_info=task.exception())
+
+
 class Controller:
     def __init__(self, config: ControllerConfig) -> None:
         self.config = config
@@ -387,9 +407,7 @@ class Controller:
 
     async def stop(self) -> None:
         watchers, self._watchers = self._watchers, []
-        for watcher in watchers:
-            watcher.cancel()
-        await asyncio.gather(*watchers, return_exceptions=True)
+        await _cancel_and_wait(watchers, self.config.commit_timeout_s)
         raft, self._raft = self._raft, None
         if raft is None:
             return
@@ -933,10 +951,15 @@ class Controller:
             self._call_soon(self._resolve, fut, outcome, fail_reason)
 
         raft.propose(kind, payload, on_result)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result of a
+        # future answered in the same loop turn as its task is cancelled, so the caller
+        # never sees the cancellation (a watcher loop cancelled by stop() at the moment
+        # its change committed ran on, and stop() waited for it forever).
         try:
-            return await asyncio.wait_for(
-                fut, self.config.commit_timeout_s if timeout is None else timeout
-            )
+            async with asyncio.timeout(
+                self.config.commit_timeout_s if timeout is None else timeout
+            ):
+                return await fut
         except TimeoutError:
             raise ControllerError(
                 REQUEST_TIMED_OUT, f"metadata change {kind} not committed in time"

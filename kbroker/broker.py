@@ -68,6 +68,7 @@ from kbroker.share.service import ShareService
 from kbroker.storage.cleaner import CleanerConfig, CompactionSettings
 from kbroker.storage.log import LogConfig, PartitionLog
 from kbroker.storage.manager import LOOP_SLICE_S, LogManager
+from kbroker.tasks import cancel_and_wait
 from kbroker.txn.service import TransactionCoordinatorService
 
 # More unopened partitions than this in one metadata change are opened by workers.
@@ -290,9 +291,7 @@ class Broker:
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks, what="broker tasks")
         await self.share_coordinator.stop()
         await self.txn_coordinator.stop()
         await self.group_coordinator.stop()
@@ -581,8 +580,7 @@ class Broker:
         new leaders by a retriable NOT_LEADER_OR_FOLLOWER rather than a dead socket."""
         task, self._heartbeat_task = self._heartbeat_task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait([task], what="heartbeat")
         if not self.config.get("controlled.shutdown.enable") or self.registration is None:
             return
         began = time.monotonic()

@@ -35,6 +35,7 @@ from kbroker.protocol.compression import decompress
 from kbroker.replica.delayed import PendingAck
 from kbroker.replica.partition import Partition, PartitionError
 from kbroker.storage.producer_state import CLIENT
+from kbroker.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
@@ -144,9 +145,7 @@ class InternalTopicService:
             if metrics in extra:
                 extra.remove(metrics)
         self._metrics.clear()
-        for task in [*self._tasks, *self._loads.values()]:
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._loads.values(), return_exceptions=True)
+        await cancel_and_wait([*self._tasks, *self._loads.values()], what=f"{self.topic} tasks")
         self._tasks.clear()
         self._loads.clear()
         self.coordinator.shutdown()

@@ -53,6 +53,7 @@ from kbroker.controller.validation import (
     validate_topic_name,
 )
 from kbroker.security.acl import AclBinding
+from kbroker.tasks import cancel_and_wait
 
 log = logging.getLogger("kbroker.controller")
 
@@ -140,26 +141,6 @@ def _racks(state: MetadataState) -> dict[int, str | None]:
 
 def _voter_address(peer: str) -> str:
     return peer.split("@", 1)[1] if "@" in peer else peer
-
-
-async def _cancel_and_wait(tasks: Sequence[asyncio.Task[Any]], timeout: float) -> None:
-    """Cancel the tasks and wait for them to end, cancelling again those that took a
-    cancellation for an answer (code outside ours may swallow one) at their next wait.
-    One still running after `timeout` is logged and left behind: stopping never hangs."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    pending = set(tasks)
-    while pending:
-        for task in pending:
-            task.cancel()
-        left = deadline - loop.time()
-        if left <= 0:
-            log.error("controller tasks still running after %.1f s: %s", timeout, pending)
-            return
-        done, pending = await asyncio.wait(pending, timeout=min(0.1, left))
-        for task in done:
-            if not task.cancelled() and task.exception() is not None:
-                log.error("controller task %s failed", task, exc_info=task.exception())
 
 
 class Controller:
@@ -407,7 +388,7 @@ class Controller:
 
     async def stop(self) -> None:
         watchers, self._watchers = self._watchers, []
-        await _cancel_and_wait(watchers, self.config.commit_timeout_s)
+        await cancel_and_wait(watchers, self.config.commit_timeout_s, "controller tasks")
         raft, self._raft = self._raft, None
         if raft is None:
             return

@@ -35,6 +35,7 @@ from kbroker.replica.partition import Partition
 from kbroker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
 from kbroker.storage.errors import LogError
 from kbroker.storage.log import PartitionLog
+from kbroker.tasks import cancel_and_wait
 
 log = logging.getLogger("kbroker.replica.fetcher")
 
@@ -144,8 +145,7 @@ class ReplicaFetcher:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait([task], what=f"replica fetcher for broker {self.leader_id}")
         if self._link is not None:
             self._link.close()
 

@@ -26,6 +26,11 @@ from kbroker.coordinator.records import partition_for
 
 GROUP, TRANSACTION = 0, 1
 TXN_TIMEOUT_MS = 5000
+# A transaction left open across a kill must outlast the failover it waits through (a new
+# leader or coordinator: the tests wait up to 20 s for one, then commit): with 5 s, a
+# loaded machine saw the new coordinator abort it at its timeout, as Kafka's does, and
+# fence the producer before it could commit.
+FAILOVER_TXN_TIMEOUT_MS = 60_000
 SETTINGS = {
     "offsets.topic.replication.factor": "3",
     "transaction.state.log.replication.factor": "3",
@@ -187,7 +192,9 @@ def _by_transaction(values: list[str]) -> Counter[str]:
 def test_an_open_transaction_commits_whole_on_the_new_coordinator_after_a_kill(
     cluster: KafkaCluster,
 ) -> None:
-    topic, txn_id, coordinator, producer = _open_transaction(cluster, "before")
+    topic, txn_id, coordinator, producer = _open_transaction(
+        cluster, "before", FAILOVER_TXN_TIMEOUT_MS
+    )
     _commit(producer)
     try:
         producer.begin_transaction()
@@ -242,7 +249,7 @@ def test_a_partition_leader_killed_in_an_open_transaction_is_replaced_by_one_hol
     read_committed sees neither them nor anything written after them before it."""
     from confluent_kafka import TopicPartition
 
-    topic, _, coordinator, producer = _open_transaction(cluster, "open", timeout_ms=60_000)
+    topic, _, coordinator, producer = _open_transaction(cluster, "open", FAILOVER_TXN_TIMEOUT_MS)
     partition = next(p for p in range(3) if cluster.partition(topic, p).leader != coordinator)
     victim = cluster.partition(topic, partition).leader
     try:
@@ -491,7 +498,7 @@ def test_transactional_offsets_pending_at_a_group_coordinator_kill_commit_with_t
     )
     _coordinator_with_full_isr(cluster, TRANSACTION, txn_id)
     _produce_plain(cluster, ((source, i % 3, b"%d" % i) for i in range(60)))
-    producer = _transactional_producer(cluster, txn_id)
+    producer = _transactional_producer(cluster, txn_id, FAILOVER_TXN_TIMEOUT_MS)
     consumer = _group_consumer(cluster, group)
     consumer.subscribe([source])
 

@@ -587,6 +587,50 @@ def test_groups_cli_shows_each_partitions_lag_and_in_flight_from_its_own_leader(
     assert rows == {p: (first, first + more[p], more[p] - 1, held[p] - 1) for p in range(3)}
 
 
+def _lag(conn, group: str) -> int:  # type: ignore[no-untyped-def]
+    found = conn.request(90, 1, groups=[{"group_id": group, "topics": None}]).groups[0]
+    assert int(found.error_code) == 0
+    (partition,) = (p for t in found.topics for p in t.partitions)
+    return int(partition.lag)
+
+
+def test_a_lag_is_asked_again_of_a_partition_leader_restarted_since_it_was_last_asked(
+    share_cluster,
+):  # type: ignore[no-untyped-def]
+    """The group coordinator keeps a connection to each partition leader it asks for a
+    high watermark; once that leader has restarted, the connection kept is dead and the
+    lag is asked again over a new one, not answered unknown."""
+    from confluent_kafka import ElectionType, TopicPartition
+
+    cluster = share_cluster
+    topic, group, leader, coordinator = _queue_away_from_its_coordinator(cluster, 10)
+    start = {
+        "group_id": group,
+        "topics": [
+            {"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 4}]}
+        ],
+    }
+    with _wire(cluster.node(coordinator)) as conn:
+        assert int(conn.request(91, 0, **start).error_code) == 0
+        assert _lag(conn, group) == 6
+    try:
+        cluster.restart(leader)
+        cluster.wait_for_full_isr(topic, 30)
+
+        def leads_again() -> bool:  # its preferred replica: the first, the leader at creation
+            admin = cluster.admin()
+            election = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)])
+            election.result(timeout=15)
+            return bool(cluster.partition(topic).leader == leader)
+
+        cluster.wait_until(leads_again, 20, f"broker {leader} to lead {topic} again")
+        produce_all(cluster.bootstrap, topic, ({"value": b"v"} for _ in range(3)), acks="all")
+        with _wire(cluster.node(coordinator)) as conn:
+            assert _lag(conn, group) == 9
+    finally:
+        cluster.heal()
+
+
 def test_the_next_group_coordinator_knows_the_members_and_their_epochs(share_cluster):  # type: ignore[no-untyped-def]
     """kill -9 of a share group's coordinator: the broker that takes over its
     `__consumer_offsets` partition replays the group's records, so a member heartbeats

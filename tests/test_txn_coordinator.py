@@ -238,6 +238,23 @@ def test_commit_writes_commit_markers_and_completes():
     ]
 
 
+def test_no_markers_go_out_once_the_partition_of_the_id_left_this_coordinator():
+    """Its partition emigrated between the durable PrepareCommit and the markers: the new
+    coordinator completes the transaction with its own epoch; this one sends nothing
+    (a marker with no coordinator epoch would be refused, or worse, taken)."""
+    c, _, markers, _ = make()
+
+    async def scenario():
+        pid, epoch = await ongoing(c)
+        result = await c.end_txn("tx", pid, epoch, commit=True)
+        c.unload_partition(c.partition_for("tx"))
+        await c.settled()
+        return result.error
+
+    assert run(scenario()) == E.none
+    assert markers.written == []
+
+
 def test_end_txn_answers_before_the_marker_destination_answers():
     """As Kafka's coordinator: the answer follows the durable PrepareCommit; the markers
     and then CompleteCommit are written in the background."""

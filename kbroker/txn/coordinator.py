@@ -464,12 +464,18 @@ class TransactionCoordinator:
             return False
         commit = meta.state == TxnState.PREPARE_COMMIT
         txn_id = meta.transactional_id
+        coordinator_epoch = self.coordinator_epoch(txn_id)
+        if coordinator_epoch < 0:
+            # Its partition left this broker since the Prepare state was written: as
+            # Kafka's coordinator drops the markers of an emigrated partition, the new
+            # coordinator writes them, with its own epoch, from the Prepare it loads.
+            return False
         meta.pending = True
         try:
             retry = await self.markers.write(
                 meta.producer_id,
                 meta.producer_epoch,
-                self.coordinator_epoch(txn_id),
+                coordinator_epoch,
                 commit,
                 sorted(meta.partitions),
             )

@@ -60,7 +60,7 @@ from kbroker.share.coordinator import (
 from kbroker.share.dead_letters import DeadLetterWriter
 from kbroker.share.group_configs import ShareConfig
 from kbroker.share.partition_state import SharePartitionState
-from kbroker.share.persister import CALL_TIMEOUT_S, Initialized, Persister, StoredRead, Written
+from kbroker.share.persister import Initialized, Persister, StoredRead, Written
 from kbroker.share.records import StateKey, state_key
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 from kbroker.storage.file_slice import FileSlice
@@ -86,6 +86,10 @@ STATE_TOPIC = "__share_group_state"
 TICK_MS = 100
 LIST_OFFSETS = 2
 LATEST_TIMESTAMP = -1
+# A lag's high watermark is asked of the partition's leader within this, retry included,
+# so that DescribeShareGroupOffsets answers (the lag unknown only if the leader cannot be
+# asked) before its client's request times out (the kbroker CLI waits 10 s).
+LAG_TIMEOUT_S = 5.0
 
 
 def share_config(config: Any) -> ShareConfig:
@@ -695,8 +699,14 @@ class ShareService(InternalTopicService):
             },
         )
         response = None
-        for _ in range(2):  # a link that broke since last used is dropped: connect again
-            response = await self._offset_links.call(leader, request, CALL_TIMEOUT_S)
+        deadline = time.monotonic() + LAG_TIMEOUT_S
+        # A link that broke since it was last used (the leader restarted) fails at once
+        # and is dropped: ask again over a new connection, within the same deadline.
+        for _ in range(2):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            response = await self._offset_links.call(leader, request, left)
             if response is not None:
                 break
         if response is None:

@@ -61,7 +61,9 @@ def record_group_id(key: bytes) -> str:
 # -- writing ------------------------------------------------------------------------------
 
 
-def _key(version: int, group_id: str, member_id: str | None = None) -> bytes:
+def group_record_key(version: int, group_id: str, member_id: str | None = None) -> bytes:
+    """A group record's key in __consumer_offsets: its record type, the group and, for
+    a member's records, the member (consumer and share groups alike)."""
     out = Writer()
     out.int16(version)
     out.string(group_id)
@@ -95,7 +97,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
     if isinstance(record, (GroupEpochRecord, TargetEpochRecord)):
         # The group's epoch and its target assignment's epoch are stored alike.
         kind = GROUP_EPOCH_KEY if isinstance(record, GroupEpochRecord) else TARGET_EPOCH_KEY
-        key = _key(kind, gid)
+        key = group_record_key(kind, gid)
         if record.epoch is None:
             return key, None
         out = _value()
@@ -103,7 +105,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out.no_tags()
         return key, bytes(out.out)
     if isinstance(record, SubscriptionMetadataRecord):
-        key = _key(PARTITION_METADATA_KEY, gid)
+        key = group_record_key(PARTITION_METADATA_KEY, gid)
         if record.topics is None:
             return key, None
         out = _value()
@@ -117,7 +119,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out.no_tags()
         return key, bytes(out.out)
     if isinstance(record, MemberMetadataRecord):
-        key = _key(MEMBER_METADATA_KEY, gid, record.member_id)
+        key = group_record_key(MEMBER_METADATA_KEY, gid, record.member_id)
         m = record.member
         if m is None:
             return key, None
@@ -136,7 +138,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out.no_tags()
         return key, bytes(out.out)
     if isinstance(record, TargetMemberRecord):
-        key = _key(TARGET_MEMBER_KEY, gid, record.member_id)
+        key = group_record_key(TARGET_MEMBER_KEY, gid, record.member_id)
         if record.assignment is None:
             return key, None
         out = _value()
@@ -144,7 +146,7 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out.no_tags()
         return key, bytes(out.out)
     if isinstance(record, CurrentAssignmentRecord):
-        key = _key(CURRENT_ASSIGNMENT_KEY, gid, record.member_id)
+        key = group_record_key(CURRENT_ASSIGNMENT_KEY, gid, record.member_id)
         m = record.member
         if m is None:
             return key, None

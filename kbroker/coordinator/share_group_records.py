@@ -37,7 +37,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kbroker.coordinator.consumer_group import MemberState
-from kbroker.coordinator.consumer_records import read_topic_partitions, write_topic_partitions
+from kbroker.coordinator.consumer_records import (
+    group_record_key,
+    read_topic_partitions,
+    write_topic_partitions,
+)
 from kbroker.coordinator.records import Reader, RecordFormatError, Writer
 from kbroker.coordinator.store import KeyValue
 
@@ -88,15 +92,6 @@ class StoredShareGroup:
 # -- writing ------------------------------------------------------------------------------
 
 
-def _key(version: int, group_id: str, member_id: str | None = None) -> bytes:
-    out = Writer()
-    out.int16(version)
-    out.string(group_id)
-    if member_id is not None:
-        out.string(member_id)
-    return bytes(out.out)
-
-
 def _value() -> Writer:
     out = Writer(flexible=True)
     out.int16(VALUE_VERSION)
@@ -104,7 +99,7 @@ def _value() -> Writer:
 
 
 def group_metadata_key(group_id: str) -> bytes:
-    return _key(SHARE_GROUP_METADATA_KEY, group_id)
+    return group_record_key(SHARE_GROUP_METADATA_KEY, group_id)
 
 
 def metadata_hash(topics: Iterable[tuple[uuid.UUID, str, int]]) -> int:
@@ -127,7 +122,7 @@ def group_records(group: StoredShareGroup) -> dict[bytes, bytes]:
     value = _value()
     value.int32(group.assignment_epoch)
     value.no_tags()
-    out[_key(TARGET_EPOCH_KEY, gid)] = bytes(value.out)
+    out[group_record_key(TARGET_EPOCH_KEY, gid)] = bytes(value.out)
     for member_id in sorted(group.members):
         m = group.members[member_id]
         value = _value()
@@ -138,18 +133,18 @@ def group_records(group: StoredShareGroup) -> dict[bytes, bytes]:
         for name in m.subscribed:
             value.string(name)
         value.no_tags()
-        out[_key(MEMBER_METADATA_KEY, gid, member_id)] = bytes(value.out)
+        out[group_record_key(MEMBER_METADATA_KEY, gid, member_id)] = bytes(value.out)
         value = _value()
         write_topic_partitions(value, m.target)
         value.no_tags()
-        out[_key(TARGET_MEMBER_KEY, gid, member_id)] = bytes(value.out)
+        out[group_record_key(TARGET_MEMBER_KEY, gid, member_id)] = bytes(value.out)
         value = _value()
         value.int32(m.member_epoch)
         value.int32(m.previous_epoch)
         value.int8(int(MemberState.STABLE))  # a share member takes its assignment at once
         write_topic_partitions(value, m.assignment)
         value.no_tags()
-        out[_key(CURRENT_ASSIGNMENT_KEY, gid, member_id)] = bytes(value.out)
+        out[group_record_key(CURRENT_ASSIGNMENT_KEY, gid, member_id)] = bytes(value.out)
     return out
 
 

@@ -255,6 +255,31 @@ def test_no_markers_go_out_once_the_partition_of_the_id_left_this_coordinator():
     assert markers.written == []
 
 
+def test_a_complete_state_that_cannot_be_written_is_retried_without_the_markers_again():
+    """As Kafka's coordinator retries only its log append: the markers are written once
+    however often the transaction log refuses the CompleteCommit (too few in sync)."""
+    c, store, markers, _ = make()
+
+    async def scenario():
+        pid, epoch = await ongoing(c)
+        markers.gate = asyncio.Event()
+        await c.end_txn("tx", pid, epoch, commit=True)
+        store.fail = E.not_enough_replicas
+        markers.gate.set()
+        await c.settled()
+        for _ in range(3):
+            await c.retry_incomplete()
+        assert c.txns["tx"].state == TxnState.PREPARE_COMMIT
+        store.fail = E.none
+        await c.retry_incomplete()
+        return pid, epoch
+
+    pid, epoch = run(scenario())
+    assert markers.written == [(pid, epoch, True, [TP])]
+    assert c.txns["tx"].state == TxnState.COMPLETE_COMMIT
+    assert store.latest("tx").state == TxnState.COMPLETE_COMMIT
+
+
 def test_end_txn_answers_before_the_marker_destination_answers():
     """As Kafka's coordinator: the answer follows the durable PrepareCommit; the markers
     and then CompleteCommit are written in the background."""

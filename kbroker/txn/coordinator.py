@@ -471,14 +471,16 @@ class TransactionCoordinator:
             # coordinator writes them, with its own epoch, from the Prepare it loads.
             return False
         meta.pending = True
+        retry: set[TopicPartition] = set()
         try:
-            retry = await self.markers.write(
-                meta.producer_id,
-                meta.producer_epoch,
-                coordinator_epoch,
-                commit,
-                sorted(meta.partitions),
-            )
+            if meta.partitions:
+                retry = await self.markers.write(
+                    meta.producer_id,
+                    meta.producer_epoch,
+                    coordinator_epoch,
+                    commit,
+                    sorted(meta.partitions),
+                )
         except Exception:
             # Whatever went wrong, the transaction must not be left prepared for good:
             # every marker is tried again (a marker written twice changes nothing).
@@ -492,6 +494,11 @@ class TransactionCoordinator:
             meta.partitions = set(retry)
             self.incomplete.add(txn_id)
             return False
+        # Every marker is written: should the Complete state below not be, the retry
+        # writes that state alone (as Kafka's coordinator retries only its log append),
+        # not every marker again at each retry, as a broker whose transaction log had too
+        # few replicas in sync after a restart did, dozens of times a second.
+        meta.partitions = set()
         nxt = meta.copy(
             state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
             partitions=set(),

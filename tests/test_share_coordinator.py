@@ -131,6 +131,26 @@ def test_members_joining_together_do_not_fence_each_other(coordinator) -> None: 
         assert result.member_epoch == coordinator.groups["g"].group_epoch == 4
 
 
+def test_a_batch_optimized_fetch_lists_its_records_by_the_requests_batch_size(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    answer = FetchAnswer()
+    session = coordinator.open_session("g", "a", 0, [TP], [], False, answer)
+    assert session is not None
+    coordinator.acquire("g", "a", session, 10, 1 << 20, 0, answer, batch_size=4)
+    ranges = [(r.first_offset, r.last_offset) for r in answer.partitions[TP].acquired]
+    assert ranges == [(0, 3), (4, 7), (8, 9)]  # one-record batches: cut every 4
+
+
+def test_a_record_limit_fetch_lists_its_records_whole(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    answer = FetchAnswer()
+    session = coordinator.open_session("g", "a", 0, [TP], [], False, answer)
+    assert session is not None
+    coordinator.acquire("g", "a", session, 10, 1 << 20, 0, answer, False, batch_size=4)
+    ranges = [(r.first_offset, r.last_offset) for r in answer.partitions[TP].acquired]
+    assert ranges == [(0, 9)]
+
+
 def test_an_unknown_member_is_told_so(coordinator) -> None:  # type: ignore[no-untyped-def]
     result = coordinator.heartbeat("g", "ghost", 3, None, None, "c", "h", 0)
     assert result.error == UNKNOWN_MEMBER_ID

@@ -20,6 +20,7 @@ from kbroker.share.partition_state import (
     InFlight,
     RecordState,
     SharePartitionState,
+    split_at_batches,
 )
 
 LOCK = 1000
@@ -308,6 +309,22 @@ def test_record_limit_mode_never_exceeds_max_records() -> None:
     sp = SharePartitionState(0, LIMIT, 100)
     got = sp.acquire("a", [(0, 9)], 4, 0, LOCK, batch_aligned=False)
     assert _offsets(got) == [0, 1, 2, 3]
+
+
+def test_acquired_ranges_are_listed_by_batch_size_cut_where_batches_start() -> None:
+    """Kafka's createBatches: a range over batch_size records is cut at a batch start once
+    batch_size records or more precede the cut; a batch is never cut."""
+    acquired = [Acquired(0, 29, 1)]
+    starts = [0, 3, 6, 10, 12, 20, 25]
+    assert split_at_batches(acquired, starts, 5) == [
+        Acquired(0, 5, 1),
+        Acquired(6, 11, 1),
+        Acquired(12, 19, 1),
+        Acquired(20, 24, 1),
+        Acquired(25, 29, 1),
+    ]
+    assert split_at_batches(acquired, starts, 30) == acquired
+    assert split_at_batches([Acquired(0, 9, 2)], [0], 3) == [Acquired(0, 9, 2)]  # one batch
 
 
 def test_records_below_a_moved_log_start_are_no_longer_owed() -> None:

@@ -256,6 +256,7 @@ class ShareCoordination(Protocol):
         max_records: int,
         max_bytes: int,
         batch_aligned: bool = ...,
+        batch_size: int = ...,
     ) -> FetchAnswer: ...
 
     async def share_acknowledge(

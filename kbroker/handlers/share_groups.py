@@ -389,6 +389,7 @@ async def share_fetch(
         0 if getattr(request, "is_renew_ack", False) else request.max_records,
         request.max_bytes,
         getattr(request, "share_acquire_mode", BATCH_OPTIMIZED) == BATCH_OPTIMIZED,
+        request.batch_size,
     )
     if answer.error:
         return {

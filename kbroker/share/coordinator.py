@@ -45,6 +45,7 @@ from kbroker.share.partition_state import (
     Acquired,
     DeadLetter,
     SharePartitionState,
+    split_at_batches,
 )
 from kbroker.share.records import (
     StateKey,
@@ -597,9 +598,11 @@ class ShareCoordinator:
         now_ms: int,
         answer: FetchAnswer,
         batch_aligned: bool = True,
+        batch_size: int = 0,
     ) -> None:
         """Acquire available records of the session's partitions, in turn, within
-        `max_records` and `max_bytes`; their batches and ranges go to the answer."""
+        `max_records` and `max_bytes`; their batches and ranges go to the answer, the
+        ranges listed by `batch_size` (ShareFetch's BatchSize) in batch-optimized mode."""
         lock_ms = answer.lock_ms = self.lock_ms(group_id)
         committed = self.group_config(group_id, "share.isolation.level") == "read_committed"
         budget_records, budget_bytes = max_records, max_bytes
@@ -656,6 +659,8 @@ class ShareCoordinator:
             )
             if not acquired:
                 continue
+            if batch_aligned and batch_size > 0:
+                acquired = split_at_batches(acquired, [f for f, _, _ in batches], batch_size)
             self.dirty.add((group_id, topic_id, partition))
             first = acquired[0].first_offset
             last = acquired[-1].last_offset

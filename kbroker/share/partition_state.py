@@ -506,3 +506,26 @@ def _merged(taken: list[Acquired]) -> list[Acquired]:
         else:
             out.append(a)
     return out
+
+
+def split_at_batches(
+    acquired: list[Acquired], batch_starts: Sequence[int], batch_size: int
+) -> list[Acquired]:
+    """Acquired ranges as Kafka's batch-optimized acquisition lists them for ShareFetch's
+    BatchSize: a range longer than `batch_size` is cut where a producer batch starts
+    once `batch_size` records or more precede the cut, so each listed range holds whole
+    batches and at least `batch_size` records (but the last), for a client to
+    acknowledge about that many at a time. `batch_starts` are the base offsets of the
+    batches read, in order."""
+    out: list[Acquired] = []
+    for a in acquired:
+        first = a.first_offset
+        if a.last_offset - first + 1 > batch_size:
+            for start in batch_starts:
+                if start > a.last_offset:
+                    break
+                if start - first >= batch_size:
+                    out.append(Acquired(first, start - 1, a.delivery_count))
+                    first = start
+        out.append(Acquired(first, a.last_offset, a.delivery_count))
+    return out

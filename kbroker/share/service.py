@@ -837,6 +837,7 @@ class ShareService(InternalTopicService):
         max_records: int,
         max_bytes: int,
         batch_aligned: bool = True,
+        batch_size: int = 0,
     ) -> FetchAnswer:
         coordinator = self.coordinator
         answer = FetchAnswer(lock_ms=coordinator.lock_ms(group_id))
@@ -867,6 +868,7 @@ class ShareService(InternalTopicService):
                 max_wait_ms,
                 answer,
                 batch_aligned,
+                batch_size,
             )
         stored = self.persist()
         if answer.acknowledged:
@@ -887,6 +889,7 @@ class ShareService(InternalTopicService):
         max_wait_ms: int,
         answer: FetchAnswer,
         batch_aligned: bool,
+        batch_size: int,
     ) -> None:
         """Acquire; when nothing could be, stay parked until something can be or the
         wait runs out, as Kafka's delayed share fetch does. Every acknowledgement wakes
@@ -899,7 +902,15 @@ class ShareService(InternalTopicService):
         while True:
             now = int(time.time() * 1000)
             coordinator.acquire(
-                group_id, member_id, session, max_records, max_bytes, now, answer, batch_aligned
+                group_id,
+                member_id,
+                session,
+                max_records,
+                max_bytes,
+                now,
+                answer,
+                batch_aligned,
+                batch_size,
             )
             if answer.acquired_any or answer.acknowledged or answer.failed_any:
                 return

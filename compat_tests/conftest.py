@@ -16,7 +16,7 @@ import pytest
 
 from compat_tests.broker_process import BrokerProcess, running_broker
 from compat_tests.cluster import KafkaCluster, running_cluster
-from compat_tests.java_driver import compile_driver
+from compat_tests.java_driver import KAFKA4_JAR_DIR, compile_driver
 from compat_tests.netns import NetnsCluster, netns_unavailable
 
 
@@ -162,3 +162,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 def java_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The Java client driver compiled once per session (skips without a JDK or jars)."""
     return compile_driver(tmp_path_factory.mktemp("java-driver"))
+
+
+@pytest.fixture(scope="session")
+def java4_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The same driver compiled against kafka-clients 4.x (skips without a JDK or jars)."""
+    return compile_driver(tmp_path_factory.mktemp("java4-driver"), KAFKA4_JAR_DIR)

@@ -2,8 +2,9 @@
 once per session (the `java_classpath` fixture in conftest.py), one JVM per
 `JavaDriver` serving commands over stdin and answering JSON lines.
 
-The jars come from scripts/install-test-tools.sh (KBROKER_KAFKA_JARS overrides where
-they live). Set KBROKER_JAVA_LOG=debug (and
+The jars come from scripts/install-test-tools.sh: kafka-clients 3.9 (KBROKER_KAFKA_JARS
+overrides where they live) and 4.x (KAFKA4_JAR_DIR, KBROKER_KAFKA4_JARS; the
+`java4_classpath` fixture), the same driver compiled against each. Set KBROKER_JAVA_LOG=debug (and
 KBROKER_JAVA_LOG_ONLY=org.apache.kafka.clients.consumer, say) to see the client's own
 log in a failing test's captured output.
 """
@@ -30,18 +31,23 @@ JAR_DIR = Path(
         "KBROKER_KAFKA_JARS", Path.home() / ".cache" / "kbroker-test-tools" / "kafka-java"
     )
 )
+KAFKA4_JAR_DIR = Path(
+    os.environ.get(
+        "KBROKER_KAFKA4_JARS", Path.home() / ".cache" / "kbroker-test-tools" / "kafka-java-4"
+    )
+)
 CALL_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 30.0
 
 
-def _missing_tools() -> str | None:
+def _missing_tools(jar_dir: Path) -> str | None:
     for tool in ("java", "javac"):
         if shutil.which(tool) is None:
             return f"{tool} not found on PATH (the Java client tests need a JDK, 17 or newer)"
-    absent = [name for name in JAR_NAMES if not (JAR_DIR / f"{name}.jar").is_file()]
+    absent = [name for name in JAR_NAMES if not (jar_dir / f"{name}.jar").is_file()]
     if absent:
         return (
-            f"Java Kafka client jars missing from {JAR_DIR}: {', '.join(absent)} "
+            f"Java Kafka client jars missing from {jar_dir}: {', '.join(absent)} "
             "(scripts/install-test-tools.sh fetches them)"
         )
     return None
@@ -218,13 +224,13 @@ class JavaDriver:
             self.proc.wait(timeout=10)
 
 
-def compile_driver(classes: Path) -> str:
-    """Compile the driver into `classes`; the classpath to run it with. Skips the test
-    when the JDK or the jars are absent."""
-    reason = _missing_tools()
+def compile_driver(classes: Path, jar_dir: Path = JAR_DIR) -> str:
+    """Compile the driver into `classes` against the jars in `jar_dir`; the classpath to
+    run it with. Skips the test when the JDK or the jars are absent."""
+    reason = _missing_tools(jar_dir)
     if reason:
         pytest.skip(reason)
-    jars = [str(JAR_DIR / f"{name}.jar") for name in JAR_NAMES]
+    jars = [str(jar_dir / f"{name}.jar") for name in JAR_NAMES]
     sources = sorted(str(p) for p in JAVA_SOURCES.rglob("*.java"))
     result = subprocess.run(
         ["javac", "-nowarn", "-d", str(classes), "-cp", os.pathsep.join(jars), *sources],

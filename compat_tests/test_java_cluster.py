@@ -1,6 +1,7 @@
 """The official Java client against a 3-node kbroker cluster, one broker killed midway:
 its default producer (idempotent, acks=all) and a consumer in a group carry on through
-the failover, and every record arrives once."""
+the failover, and every record arrives once. kafka-clients 3.9 and, for the consumer
+group protocol (KIP-848) as Kafka 4 ships it, kafka-clients 4.x."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from compat_tests.cluster import KafkaCluster
-from compat_tests.java_driver import JavaDriver
+from compat_tests.java_driver import JavaDriver, Reply
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -93,3 +94,48 @@ def test_java_transaction_open_when_its_coordinator_is_killed_commits_whole(
         cluster.heal()
     expected = [f"a{i}" for i in range(10)] + [f"p{p}-{i}" for p in (1, 2) for i in range(10)]
     assert Counter(committed.values()) == Counter(expected)
+
+
+def test_kafka_clients_4_producer_and_kip848_consumer_carry_on_through_coordinator_and_leader_kills(
+    java4_classpath: str, cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """kafka-clients 4.x: the idempotent producer and a `group.protocol=consumer` member
+    carry on when the group coordinator's broker is killed, then when a partition
+    leader's is; every record arrives once and the group's committed offsets end at
+    each partition's end."""
+    topic = f"java4-cluster-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, 6, 3, config={"min.insync.replicas": "2"})
+    group = cluster.key_with_full_isr("java4-group")
+    log = tmp_path_factory.mktemp("java4-cluster") / "driver.stderr.log"
+    settings = {"group.protocol": "consumer", "auto.offset.reset": "earliest"}
+    received: Counter[str | None] = Counter()
+
+    def produce_and_receive(java: JavaDriver, prefix: str) -> Reply:
+        java.call("produce", producer="p", topic=topic, count=60, value_prefix=prefix, timeout=90)
+        got = java.call("poll", name="c", expect=60, timeout_ms=60000, timeout=90)
+        java.call("commit", name="c", timeout=90)
+        received.update(got.values())
+        return got
+
+    with JavaDriver(java4_classpath, cluster.bootstrap, log) as java:
+        try:
+            java.call("producer-open", name="p")
+            java.call("consumer-open", name="c", group=group, consumer=settings)
+            java.call("subscribe", name="c", topics=topic)
+            produce_and_receive(java, "before")
+            cluster.kill_coordinator(group)
+            produce_and_receive(java, "coordinator-down")
+            cluster.heal()
+            cluster.wait_for_full_isr(topic, timeout=30)
+            cluster.kill(cluster.partition(topic, 0).leader)
+            produce_and_receive(java, "leader-down")
+            ends = java.call("list-offsets", topic=topic, spec="latest")["offsets"]
+            committed = java.call("list-group-offsets", group=group)["offsets"]
+        finally:
+            cluster.heal()
+            print(java.log_since_mark())
+    expected = [f"{p}{i}" for p in ("before", "coordinator-down", "leader-down") for i in range(60)]
+    assert received == Counter(expected)
+    assert {tp: c["offset"] for tp, c in committed.items()} == {
+        tp: e["offset"] for tp, e in ends.items()
+    }

@@ -580,6 +580,80 @@ def test_bad_acknowledgements_and_stale_epochs_get_kafkas_error_codes(share_brok
         assert int(_heartbeat(a, group, "member-a", 1, None).error_code) == 110
 
 
+def test_final_acknowledgements_sent_after_the_leave_heartbeat_are_applied(share_broker):  # type: ignore[no-untyped-def]
+    """librdkafka's close sends the leave heartbeat and the final ShareAcknowledge
+    (epoch -1) at once, on two connections; the leave arriving first must not release
+    the records those acknowledgements accept (Kafka's leave does not touch them)."""
+    topic, group = new_queue(share_broker.bootstrap, 20)
+    with _wire(share_broker) as conn:
+        joined = _heartbeat(conn, group, "closing", 0, [topic])
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        acquired = _share_fetch(conn, group, "closing", 0, topic_id).responses[0].partitions[0]
+        assert [(r.first_offset, r.last_offset) for r in acquired.acquired_records] == [(0, 19)]
+        assert int(_heartbeat(conn, group, "closing", -1, None).error_code) == 0
+        accept = {"first_offset": 0, "last_offset": 19, "acknowledge_types": [1]}
+        assert _ack(conn, group, "closing", -1, topic_id, accept) == 0
+        assert _start_offsets(conn, group) == {(topic, 0): 20}
+
+
+def test_records_acknowledged_then_closed_on_are_never_handed_back(share_broker):  # type: ignore[no-untyped-def]
+    """A ShareConsumer acknowledges what it polled and closes: close() sends those
+    acknowledgements with its leave heartbeat, and whichever the broker sees first,
+    nothing is left to redeliver. Several rounds, as the two requests race."""
+    with _wire(share_broker) as conn:
+        for _ in range(5):
+            topic, group = new_queue(share_broker.bootstrap, 50)
+            consumer = share_consumer(
+                share_broker.bootstrap, group, topic, share_acknowledgement_mode="explicit"
+            )
+            try:
+                got = []
+                deadline = time.monotonic() + 15
+                while not got and time.monotonic() < deadline:
+                    got = [m for m in consumer.poll(1.0) if m.error() is None]
+                for message in got:
+                    consumer.acknowledge(message)
+            finally:
+                consumer.close()  # returns once the broker answered its acknowledgements
+            assert len(got) == 50
+            assert _start_offsets(conn, group) == {(topic, 0): 50}
+
+
+def test_a_consumer_closing_in_implicit_mode_hands_back_only_its_last_polls_records(  # type: ignore[no-untyped-def]
+    share_broker,
+):
+    """As on Kafka: implicit acceptance happens at the next poll or commit. close() sends
+    no acknowledgement for the last poll's records (librdkafka and kafka-clients both end
+    with an empty ShareAcknowledge at epoch -1), so those are delivered again; records
+    accepted by a later poll or a commit before close are not."""
+    topic, group = new_queue(share_broker.bootstrap, 30, batch_records=10)
+    first = share_consumer(share_broker.bootstrap, group, topic, max_poll_records="10")
+    try:
+        polled: list[list[int]] = []
+        deadline = time.monotonic() + 20
+        while len(polled) < 2 and time.monotonic() < deadline:
+            got = [m.offset() for m in first.poll(1.0) if m.error() is None]
+            if got:
+                polled.append(got)
+        first.commit_sync()  # accepts the second poll's records too
+        third: list[int] = []
+        while not third and time.monotonic() < deadline:
+            third = [m.offset() for m in first.poll(1.0) if m.error() is None]
+    finally:
+        first.close()
+    assert len(polled) == 2 and third, (polled, third)
+    second = share_consumer(share_broker.bootstrap, group, topic)
+    try:
+        again: list[int] = []
+        deadline = time.monotonic() + 10
+        while not set(third) <= set(again) and time.monotonic() < deadline:
+            again += [m.offset() for m in second.poll(1.0) if m.error() is None]
+    finally:
+        second.close()
+    assert set(third) <= set(again), (third, again)
+    assert not set(again) & {o for got in polled for o in got}
+
+
 def test_a_parked_share_fetch_outlasts_acknowledgements_that_free_nothing_for_it(share_broker):  # type: ignore[no-untyped-def]
     """As Kafka's delayed share fetch: b's fetch, finding everything acquired by a, waits
     on through a's acknowledgement (which gives b nothing) and answers when a releases

@@ -210,6 +210,51 @@ def test_an_expired_member_releases_its_records_to_the_others(coordinator) -> No
     assert again.partitions[TP].acquired[0].delivery_count == 2
 
 
+def test_final_acknowledgements_arriving_after_the_leave_heartbeat_are_applied(coordinator) -> None:  # type: ignore[no-untyped-def]
+    """A closing consumer sends its leave heartbeat and its final ShareAcknowledge
+    together: the leave coming first releases nothing, the final request's
+    acknowledgements apply, then what is still held goes back to the group."""
+    join(coordinator, "a")
+    fetch(coordinator, "a", max_records=6)
+    coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    state = coordinator.partitions[("g", *TP)].state
+    assert state.acquired_by("a") == [0, 1, 2, 3, 4, 5]
+    answer = FetchAnswer()
+    assert coordinator.open_session("g", "a", -1, [], [], True, answer) is not None
+    coordinator.acknowledge("g", "a", [(TP[0], 0, [AckBatch(0, 3, (1,))])], 0, answer)
+    coordinator.close_session("g", "a")
+    assert answer.partitions[TP].ack_error == 0
+    assert state.start_offset == 4
+    assert state.acquired_by("a") == []
+    join(coordinator, "b")
+    again = fetch(coordinator, "b")
+    assert [(r.first_offset, r.delivery_count) for r in again.partitions[TP].acquired][0] == (4, 2)
+
+
+def test_a_member_leaving_without_a_share_session_releases_at_once(coordinator) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    fetch(coordinator, "a", max_records=3)
+    coordinator.close_session("g", "a")  # records released, then acquired again below
+    fetch(coordinator, "a", max_records=3)
+    del coordinator.sessions[("g", "a")]  # its session evicted meanwhile
+    coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    assert coordinator.partitions[("g", *TP)].state.acquired_by("a") == []
+
+
+def test_a_left_members_unended_session_is_evicted_when_idle_and_its_records_released(
+    coordinator,
+) -> None:  # type: ignore[no-untyped-def]
+    join(coordinator, "a")
+    fetch(coordinator, "a", max_records=3)
+    coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    state = coordinator.partitions[("g", *TP)].state
+    coordinator.tick(500)
+    assert state.acquired_by("a") == [0, 1, 2]  # neither lock (1 s) nor session idle yet
+    coordinator.tick(5001)
+    assert ("g", "a") not in coordinator.sessions
+    assert state.acquired_by("a") == []
+
+
 def test_state_reloaded_from_its_records_keeps_acknowledgements(coordinator) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
     fetch(coordinator, "a", max_records=6)

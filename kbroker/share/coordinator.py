@@ -417,12 +417,19 @@ class ShareCoordinator:
         group.assignment_epoch = group.group_epoch
 
     def _remove_member(self, group: ShareGroup, member_id: str, expired: bool = False) -> None:
-        """A member leaves or expires: its records go back to the group. A leaving
-        member's share session stays until it closes it (the final acknowledgements of
-        a closing consumer may come after its leave heartbeat, on another connection)."""
+        """A member leaves or expires. An expired member's records go back to the group
+        at once. A leaving member with a share session keeps its records until it ends
+        that session, as on Kafka, where leaving the group does not touch the share-
+        partitions: a closing consumer sends its final acknowledgements (ShareAcknowledge
+        at epoch -1) and its leave heartbeat together, on two connections, and whichever
+        comes first, those acknowledgements apply before the rest is released. A session
+        never ended is evicted once idle (`tick`), and locks time out meanwhile."""
         del group.members[member_id]
-        session = self.sessions.pop((group.group_id, member_id), None) if expired else None
-        self._release_member(group.group_id, member_id, session)
+        key = (group.group_id, member_id)
+        if expired:
+            self._release_member(group.group_id, member_id, self.sessions.pop(key, None))
+        elif key not in self.sessions:
+            self._release_member(group.group_id, member_id, None)
         if group.members:
             self._reassign(group)
         else:
@@ -543,7 +550,16 @@ class ShareCoordinator:
             del self.partitions[key]
 
     def close_session(self, group_id: str, member_id: str) -> None:
-        """The final request of a session: its member's records go back to the group."""
+        """The final request of a session (epoch -1), its acknowledgements applied
+        first: what its member still holds goes back to the group, as Kafka's
+        SharePartitionManager.releaseSession does after the acknowledgements.
+
+        A consumer closing in implicit mode does not accept the records of its last
+        poll: on the wire, both librdkafka 2.16 (confluent-kafka's ShareConsumer) and
+        kafka-clients 4.3 end with a ShareAcknowledge at epoch -1 carrying no
+        acknowledgement for them (implicit acceptance happens at the next poll or
+        commit, not at close), so they are released here and delivered again, as on
+        Kafka. An application that wants them accepted commits before closing."""
         session = self.sessions.pop((group_id, member_id), None)
         self._release_member(group_id, member_id, session)
 

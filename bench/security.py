@@ -3,7 +3,8 @@ PLAINTEXT, measured in the same run against the same broker process.
 
 One kbroker serves a PLAINTEXT and a SASL_SSL listener (SCRAM-SHA-512, certificates
 from a CA made for the run). Each round produces N records into a fresh topic over each
-listener and reads them back over the same listener, the two listeners interleaved,
+listener and reads them back over the same listener, the two listeners interleaved
+(each first in every other round, each topic deleted after its round),
 with the client settings of bench/kafka_load.py; the figures are each one's median
 round. Over TLS the broker cannot sendfile (the kernel would send segment bytes
 unencrypted): fetched ranges are read with pread and encrypted in the process.
@@ -77,6 +78,12 @@ def start_broker(workdir: Path) -> tuple[subprocess.Popen, str, str, dict[str, s
     return proc, bootstrap, f"127.0.0.1:{secure}", security
 
 
+def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([topic], operation_timeout=30).values():
+        future.result(30)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=300_000)
@@ -89,11 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         proc, plain_bootstrap, secure_bootstrap, security = start_broker(workdir)
         try:
             figures: dict[tuple[str, str], list[float]] = {}
+            listeners = [
+                ("PLAINTEXT", plain_bootstrap, {}),
+                ("SASL_SSL", secure_bootstrap, security),
+            ]
             for round_no in range(args.repeat):
-                for name, bootstrap, extra in (
-                    ("PLAINTEXT", plain_bootstrap, {}),
-                    ("SASL_SSL", secure_bootstrap, security),
-                ):
+                # Each listener goes first in every other round, and each round's topic is
+                # deleted after it: the page cache a round dirties is then neither written
+                # back under the next one nor always under the same listener.
+                for name, bootstrap, extra in listeners[:: 1 if round_no % 2 == 0 else -1]:
                     topic = f"bench-{name.lower()}-{uuid.uuid4().hex[:8]}"
                     create_topics(plain_bootstrap, {topic: 1})
                     cpu = tree_cpu_seconds(proc.pid)
@@ -121,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                             f" ({result.records} records, {result.errors} errors)",
                             flush=True,
                         )
+                    delete_topic(plain_bootstrap, topic)
                     time.sleep(1)
         finally:
             proc.terminate()

@@ -610,6 +610,31 @@ def test_create_existing_topic_fails_with_topic_exists(java):
     assert failure.error == "TopicExistsException"
 
 
+def test_describe_features_shows_metadata_version_finalized(java):
+    features = java.call("describe-features")
+    assert features["finalized"]["metadata.version"] == [29, 29]
+    assert features["supported"]["metadata.version"] == [29, 29]
+    assert features["epoch"] >= 0
+
+
+def test_kafka_clients_4_describe_features_sees_every_supported_feature_and_no_transaction_v2(
+    java4_classpath: str, java_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """No `transaction.version` is finalized, so a kafka-clients 4.x producer keeps to
+    the transactions of KIP-890 part 1, the ones kbroker implements."""
+    log = tmp_path_factory.mktemp("java4-features") / "driver.stderr.log"
+    with JavaDriver(java4_classpath, java_broker.bootstrap, log) as java:
+        features = java.call("describe-features")
+    assert features["finalized"] == {
+        "group.version": [1, 1],
+        "metadata.version": [29, 29],
+        "share.version": [1, 1],
+    }
+    assert features["supported"]["transaction.version"] == [0, 0]
+    assert features["supported"]["group.version"] == [0, 1]
+    assert features["supported"]["share.version"] == [0, 1]
+
+
 def test_describe_topics_shows_leaders_replicas_and_topic_id(java):
     topic = unique("t")
     created = java.call("create-topics", topics=topic, partitions=2)["created"][topic]

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
 
+from kbroker.controller.state import MetadataState
 from kbroker.handlers.registry import APIS
 from kbroker.metrics.counters import RequestCounters
 from kbroker.protocol import messages
@@ -69,11 +70,16 @@ class FakeConfig:
         return self.settings[name]
 
 
+class FakeMetadata:
+    state = MetadataState()
+
+
 class FakeParts:
-    """ApiVersions, the one handler run, reads only the settings of optional APIs."""
+    """ApiVersions, the one handler run, reads only settings and the metadata's version."""
 
     def __init__(self, config: FakeConfig) -> None:
         self.config = config
+        self.controller = FakeMetadata()
         self.quotas = ClientQuotas(dict)  # none configured
 
 
@@ -90,6 +96,7 @@ class FakeBroker:
                 "connections.max.idle.ms": max_idle_ms,
                 "logging.requests.enable": False,
                 "group.share.enable": True,
+                "group.coordinator.rebalance.protocols": ["classic", "consumer"],
             }
         )
         self.parts = FakeParts(self.config)

@@ -35,6 +35,7 @@ import org.apache.kafka.clients.admin.CreateTopicsOptions;
 import org.apache.kafka.clients.admin.CreateTopicsResult;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.DescribeConfigsOptions;
+import org.apache.kafka.clients.admin.FeatureMetadata;
 import org.apache.kafka.clients.admin.ListOffsetsOptions;
 import org.apache.kafka.clients.admin.LogDirDescription;
 import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
@@ -167,6 +168,7 @@ public final class KafkaDriver {
             case "delete-records" -> deleteRecords(a);
             case "list-offsets" -> listOffsets(a);
             case "describe-cluster" -> describeCluster(a);
+            case "describe-features" -> describeFeatures(a);
             case "describe-acls" -> emit(
                     Json.obj("count", admin(a).describeAcls(AclBindingFilter.ANY).values().get().size()));
             case "elect-leaders" -> electLeaders(a);
@@ -438,6 +440,21 @@ public final class KafkaDriver {
                         "clusterId", result.clusterId().get(),
                         "controller", node(result.controller().get()),
                         "nodes", nodes));
+    }
+
+    /** Admin.describeFeatures: {finalized: {name: [min, max]}, supported: {...}, epoch}. */
+    private void describeFeatures(Args a) throws Exception {
+        FeatureMetadata features = admin(a).describeFeatures().featureMetadata().get();
+        Map<String, Object> finalized = new TreeMap<>();
+        features.finalizedFeatures().forEach((name, range) -> finalized.put(
+                name, List.of((int) range.minVersionLevel(), (int) range.maxVersionLevel())));
+        Map<String, Object> supported = new TreeMap<>();
+        features.supportedFeatures().forEach((name, range) -> supported.put(
+                name, List.of((int) range.minVersion(), (int) range.maxVersion())));
+        emit(Json.obj(
+                "finalized", finalized,
+                "supported", supported,
+                "epoch", features.finalizedFeaturesEpoch().orElse(-1L)));
     }
 
     private void electLeaders(Args a) throws Exception {

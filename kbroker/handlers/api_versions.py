@@ -1,4 +1,5 @@
-"""ApiVersions: the versions of every API this broker serves, straight from the registry.
+"""ApiVersions: the versions of every API this broker serves, straight from the registry,
+and from v3 the feature levels supported and in force (kbroker.features).
 
 A request newer than the broker knows cannot be decoded, so the connection answers it
 with `unsupported_api_versions` before any handler runs.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from kbroker.features import finalized_features, supported_features
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import APIS, handles, served_apis
 from kbroker.protocol import requests
@@ -18,7 +20,7 @@ API_VERSIONS = 18
 
 @handles(API_VERSIONS, 0, 4)
 def api_versions(ctx: RequestContext, request: requests.ApiVersionsRequest) -> dict[str, Any]:
-    return {
+    answer: dict[str, Any] = {
         "error_code": 0,
         "api_keys": [
             {"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
@@ -26,6 +28,19 @@ def api_versions(ctx: RequestContext, request: requests.ApiVersionsRequest) -> d
         ],
         "throttle_time": 0,
     }
+    if ctx.version >= 3:
+        # As a KRaft broker, the epoch of the finalized levels is the metadata the broker
+        # has applied: it only grows, and the levels themselves never change while it runs.
+        answer["supported_features"] = [
+            {"name": f.name, "min_version": f.min_version, "max_version": f.max_version}
+            for f in supported_features(ctx.version)
+        ]
+        answer["finalized_features_epoch"] = ctx.broker.controller.state.version
+        answer["finalized_features"] = [
+            {"name": name, "min_version_level": level, "max_version_level": level}
+            for name, level in finalized_features(ctx.broker.config).items()
+        ]
+    return answer
 
 
 def unsupported_api_versions() -> bytes:

@@ -1,0 +1,101 @@
+"""ApiVersions v3+ carries the feature levels supported and finalized, as a KRaft broker's
+does (KIP-584, KIP-778, KIP-1022): encoded by the broker, read back with kio."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from handler_context import handler_context
+from kio.serial import entity_reader
+
+from kbroker.controller.state import MetadataState
+from kbroker.handlers.api_versions import api_versions
+from kbroker.protocol.messages import build_response, encode, response_type
+
+API_VERSIONS = 18
+
+
+@dataclass
+class Settings:
+    values: dict[str, Any] = field(
+        default_factory=lambda: {
+            "group.share.enable": True,
+            "group.coordinator.rebalance.protocols": ["classic", "consumer"],
+        }
+    )
+
+    def get(self, name: str) -> Any:
+        return self.values[name]
+
+
+@dataclass
+class Metadata:
+    state: MetadataState
+
+
+def answer(version: int, settings: Settings | None = None, metadata_version: int = 41) -> Any:
+    """The broker's answer at `version`, encoded to bytes and decoded as a client would."""
+    ctx = handler_context(
+        API_VERSIONS,
+        version,
+        config=settings or Settings(),
+        controller=Metadata(MetadataState(version=metadata_version)),
+    )
+    result = api_versions(ctx, None)
+    assert isinstance(result, dict)
+    body = encode(build_response(API_VERSIONS, version, result))
+    decoded: tuple[Any, int] = entity_reader(response_type(API_VERSIONS, version))(body, 0)
+    return decoded[0]
+
+
+def supported(response: Any) -> dict[str, tuple[int, int]]:
+    return {f.name: (f.min_version, f.max_version) for f in response.supported_features}
+
+
+def finalized(response: Any) -> dict[str, tuple[int, int]]:
+    return {f.name: (f.min_version_level, f.max_version_level) for f in response.finalized_features}
+
+
+def test_v4_finalizes_metadata_version_of_kafka_4_2_with_the_metadata_version_as_epoch() -> None:
+    response = answer(4, metadata_version=41)
+    assert finalized(response)["metadata.version"] == (29, 29)
+    assert response.finalized_features_epoch == 41
+
+
+def test_v4_supports_each_feature_only_at_the_levels_kbroker_implements() -> None:
+    assert supported(answer(4)) == {
+        "metadata.version": (29, 29),
+        "kraft.version": (0, 0),
+        "transaction.version": (0, 0),
+        "group.version": (0, 1),
+        "eligible.leader.replicas.version": (0, 0),
+        "share.version": (0, 1),
+    }
+
+
+def test_consumer_and_share_groups_are_finalized_at_level_1_and_level_0_features_left_out() -> None:
+    assert finalized(answer(4)) == {
+        "metadata.version": (29, 29),
+        "group.version": (1, 1),
+        "share.version": (1, 1),
+    }
+
+
+def test_disabled_share_and_consumer_groups_are_not_finalized() -> None:
+    settings = Settings()
+    settings.values["group.share.enable"] = False
+    settings.values["group.coordinator.rebalance.protocols"] = ["classic"]
+    assert finalized(answer(4, settings)) == {"metadata.version": (29, 29)}
+
+
+def test_v3_leaves_out_features_whose_minimum_is_0() -> None:
+    response = answer(3)
+    assert supported(response) == {"metadata.version": (29, 29)}
+    assert finalized(response)["share.version"] == (1, 1)
+
+
+def test_v2_has_no_features() -> None:
+    response = answer(2)
+    assert not hasattr(response, "supported_features")
+    assert response.api_keys

@@ -224,16 +224,37 @@ def share_process_round(
     holding records the others wait for (the share-partition's in-flight window is
     full) can wait its turn. Started here (not timed); the runner sets them going."""
     group = new_share_group(bootstrap)
+    return process_round(
+        _share_worker,
+        (bootstrap, group, topic, max_poll),
+        consumers,
+        records,
+        f"{consumers} share consumer processes",
+        after=lambda: delete_group(bootstrap, group),
+    )
+
+
+def process_round(
+    worker: Callable[..., None],
+    head: tuple,
+    consumers: int,
+    records: int,
+    what: str,
+    after: Callable[[], None] | None = None,
+) -> Runner:
+    """Starts `consumers` processes of `worker(*head, ready, go, done, counter, first,
+    cpu)`, waits until each is ready, and returns the runner that sets them going and
+    times them to the `records`th record counted."""
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with client threads
     ready, go, done = ctx.Semaphore(0), ctx.Event(), ctx.Event()
     counter, first, cpu = ctx.Value("q", 0), ctx.Value("d", float("inf")), ctx.Queue()
-    args = (bootstrap, group, topic, max_poll, ready, go, done, counter, first, cpu)
-    workers = [ctx.Process(target=_share_worker, args=args, daemon=True) for _ in range(consumers)]
+    args = (*head, ready, go, done, counter, first, cpu)
+    workers = [ctx.Process(target=worker, args=args, daemon=True) for _ in range(consumers)]
     for w in workers:
         w.start()
     for _ in workers:
         if not ready.acquire(timeout=60):
-            raise TimeoutError("a share consumer process did not start")
+            raise TimeoutError(f"one of {what} did not start")
 
     def run() -> Timing:
         started = time.monotonic()
@@ -246,9 +267,10 @@ def share_process_round(
         used = sum(cpu.get(timeout=60) for _ in workers)
         for w in workers:
             w.join(30)
-        delete_group(bootstrap, group)
+        if after is not None:
+            after()
         if counter.value < records:
-            raise TimeoutError(f"{consumers} share consumer processes read {counter.value}")
+            raise TimeoutError(f"{what} counted {counter.value} of {records} records")
         return Timing(elapsed, first.value - started, used)
 
     return run
@@ -345,39 +367,13 @@ def _rabbit_worker(host, port, prefetch, ready, go, done, counter, first, cpu) -
 
 def rabbit_round(host: str, port: int, records: int, consumers: int, prefetch: int) -> Runner:
     """Starts the consumer processes and returns the runner that sets them going."""
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process with client threads
-    ready, go, done = ctx.Semaphore(0), ctx.Event(), ctx.Event()
-    counter, first, cpu = ctx.Value("q", 0), ctx.Value("d", float("inf")), ctx.Queue()
-    workers = [
-        ctx.Process(
-            target=_rabbit_worker,
-            args=(host, port, prefetch, ready, go, done, counter, first, cpu),
-            daemon=True,
-        )
-        for _ in range(consumers)
-    ]
-    for w in workers:
-        w.start()
-    for _ in workers:
-        if not ready.acquire(timeout=60):
-            raise TimeoutError("a RabbitMQ consumer did not connect")
-
-    def run() -> Timing:
-        started = time.monotonic()
-        go.set()
-        deadline = started + TIMEOUT_S
-        while counter.value < records and time.monotonic() < deadline:
-            time.sleep(0.001)
-        elapsed = time.monotonic() - started
-        done.set()
-        used = sum(cpu.get(timeout=60) for _ in workers)
-        for w in workers:
-            w.join(30)
-        if counter.value < records:
-            raise TimeoutError(f"{consumers} RabbitMQ consumers acked {counter.value} of {records}")
-        return Timing(elapsed, first.value - started, used)
-
-    return run
+    return process_round(
+        _rabbit_worker,
+        (host, port, prefetch),
+        consumers,
+        records,
+        f"{consumers} RabbitMQ consumers",
+    )
 
 
 # -- the comparison ---------------------------------------------------------------------

@@ -158,6 +158,27 @@ def make_consumer(bootstrap: str, **conf: Any) -> Consumer:
     return Consumer(settings)
 
 
+def read_until_quiet(bootstrap: str, topic: str, first_wait: float, quiet: float) -> list[Any]:
+    """Every record of ``topic``, read by a fresh group from the earliest: waits up to
+    ``first_wait`` s for the first, then reads until ``quiet`` s pass without another
+    (how a test sees that a dead-letter topic holds one copy and no more)."""
+    reader = make_consumer(bootstrap)
+    records: list[Any] = []
+    try:
+        reader.subscribe([topic])
+        end = time.monotonic() + first_wait
+        while time.monotonic() < end and not records:
+            message = reader.poll(0.5)
+            if message is not None and message.error() is None:
+                records.append(message)
+        while (message := reader.poll(quiet)) is not None:
+            if message.error() is None:
+                records.append(message)
+    finally:
+        reader.close()
+    return records
+
+
 def consume(
     bootstrap: str,
     topic: str,

@@ -30,9 +30,9 @@ from compat_tests.broker_process import (
 from compat_tests.confluent_helpers import (
     admin_client,
     create_topic,
-    make_consumer,
     make_producer,
     produce_all,
+    read_until_quiet,
     unique_group,
     unique_topic,
     watermarks,
@@ -224,19 +224,7 @@ def test_a_record_released_five_times_lands_in_the_dead_letter_topic_once(share_
     finally:
         consumer.close()
     assert deliveries == {0: 1, 1: 5, 2: 1}
-    reader = make_consumer(share_broker.bootstrap)
-    copies = []
-    try:
-        reader.subscribe([dlq])
-        end = time.monotonic() + 20
-        while time.monotonic() < end and not copies:
-            message = reader.poll(0.5)
-            if message is not None and message.error() is None:
-                copies.append(message)
-        while (message := reader.poll(1.0)) is not None:  # and nothing more
-            copies.append(message)
-    finally:
-        reader.close()
+    copies = read_until_quiet(share_broker.bootstrap, dlq, first_wait=20, quiet=1.0)
     assert len(copies) == 1
     headers = {k: v.decode() for k, v in copies[0].headers()}
     assert copies[0].value() == b"1"
@@ -478,20 +466,7 @@ def test_a_dead_letter_is_written_once_across_a_kill_minus_nine(broker_factory):
     broker.kill()  # right after the rejection was acknowledged: the copy may be pending
     del consumer
     broker.start()
-    reader = make_consumer(broker.bootstrap)
-    copies = []
-    try:
-        reader.subscribe([dlq])
-        end = time.monotonic() + 20
-        while time.monotonic() < end and not copies:
-            message = reader.poll(0.5)
-            if message is not None and message.error() is None:
-                copies.append(message)
-        while (message := reader.poll(1.5)) is not None:
-            if message.error() is None:
-                copies.append(message)
-    finally:
-        reader.close()
+    copies = read_until_quiet(broker.bootstrap, dlq, first_wait=20, quiet=1.5)
     assert len(copies) == 1
     assert dict(copies[0].headers())["__dlq.errors.reason"] == b"rejected"
     assert copies[0].value() is None  # errors.deadletterqueue.copy.record.enable is off

@@ -20,8 +20,8 @@ from compat_tests.cluster import KafkaCluster, running_cluster
 from compat_tests.confluent_helpers import (
     admin_client,
     create_topic,
-    make_consumer,
     produce_all,
+    read_until_quiet,
     unique_group,
     unique_topic,
     watermarks,
@@ -349,25 +349,6 @@ def _reject_offset_one(consumer: ShareConsumer, total: int) -> list[int]:
     return sorted(seen)
 
 
-def _copies(cluster: KafkaCluster, dlq: str) -> list:  # type: ignore[type-arg]
-    """Every record of `dlq`, read until a second passes without another."""
-    reader = make_consumer(cluster.bootstrap)
-    copies = []
-    try:
-        reader.subscribe([dlq])
-        end = time.monotonic() + 15
-        while time.monotonic() < end and not copies:
-            message = reader.poll(0.5)
-            if message is not None and message.error() is None:
-                copies.append(message)
-        while (message := reader.poll(1.0)) is not None:
-            if message.error() is None:
-                copies.append(message)
-    finally:
-        reader.close()
-    return copies
-
-
 def test_a_rejected_record_lands_once_in_a_dead_letter_topic_led_by_another_broker(share_cluster):  # type: ignore[no-untyped-def]
     cluster = share_cluster
     topic, group, leader, _ = _queue_away_from_its_coordinator(cluster, 3)
@@ -383,7 +364,7 @@ def test_a_rejected_record_lands_once_in_a_dead_letter_topic_led_by_another_brok
         assert _reject_offset_one(consumer, 3) == [0, 1, 2]
     finally:
         consumer.close()
-    copies = _copies(cluster, dlq)
+    copies = read_until_quiet(cluster.bootstrap, dlq, first_wait=15, quiet=1.0)
     assert len(copies) == 1
     headers = {k: v.decode() for k, v in copies[0].headers()}
     assert copies[0].value() == b"1"
@@ -428,7 +409,7 @@ def test_a_dead_letter_pending_when_the_partition_leader_dies_is_written_once_by
         )
         for future in admin.incremental_alter_configs([resource]).values():
             future.result(timeout=15)
-        copies = _copies(cluster, dlq)
+        copies = read_until_quiet(cluster.bootstrap, dlq, first_wait=15, quiet=1.0)
     finally:
         cluster.heal()
     assert len(copies) == 1

@@ -22,7 +22,12 @@ from kbroker.config import (
     validate_topic_configs,
 )
 from kbroker.controller import Controller, ControllerError
-from kbroker.controller.errors import STALE_BROKER_EPOCH
+from kbroker.controller.errors import (
+    NOT_CONTROLLER,
+    REQUEST_TIMED_OUT,
+    STALE_BROKER_EPOCH,
+    ControllerStartError,
+)
 from kbroker.controller.events import (
     ClientQuotasChanged,
     MetadataEvent,
@@ -210,7 +215,7 @@ class Broker:
         if cluster_id is not None:
             self.logs.check_directories(cluster_id, self.node_id)
         self.logs.load_all(self._log_config_for_partition, now_ms())
-        self.registration = await self._register()
+        self.registration = await self._register_at_start()
         self.last_heartbeat_ack = time.monotonic()
         if self.config.quorum.is_cluster:
             self._heartbeat_task = asyncio.create_task(self._heartbeat())
@@ -528,6 +533,32 @@ class Broker:
         )
 
     # -- membership of the cluster --------------------------------------------------------
+
+    async def _register_at_start(self) -> BrokerInfo:
+        """Register this incarnation, retried every heartbeat interval while no controller
+        is known or the change does not commit (a restarted voter often rejoins during an
+        election it set off), for up to initial.broker.registration.timeout.ms: Kafka's
+        broker keeps trying for that long before it gives up and exits."""
+        timeout_s = self.config.get("initial.broker.registration.timeout.ms") / 1000
+        deadline = time.monotonic() + timeout_s
+        interval = self.config.get("broker.heartbeat.interval.ms") / 1000
+        failed = 0
+        while True:
+            try:
+                return await self._register()
+            except ControllerError as exc:
+                if exc.error_code not in (NOT_CONTROLLER, REQUEST_TIMED_OUT):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise ControllerStartError(
+                        f"broker {self.node_id} could not register with the controller "
+                        f"quorum within initial.broker.registration.timeout.ms "
+                        f"({timeout_s * 1000:.0f} ms): {exc}"
+                    ) from None
+                failed += 1
+                if failed == 1:
+                    log.info("registration not committed yet, retrying: %s", exc)
+            await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
     async def _register(self) -> BrokerInfo:
         return await self.controller.register_broker(

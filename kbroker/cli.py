@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     _log_inert_settings(config)
     _install_event_loop(args.event_loop)
+    from kbroker.controller.errors import ControllerStartError
     from kbroker.storage.meta_properties import MetaPropertiesError
 
     try:
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kbroker: configuration error: {exc}", file=sys.stderr)
         return 2
-    except (OSError, MetaPropertiesError) as exc:
+    except (OSError, MetaPropertiesError, ControllerStartError) as exc:
         print(f"kbroker: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -997,6 +997,14 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         at_least(1),
     ),
     _d(
+        "initial.broker.registration.timeout.ms",
+        INT,
+        60000,
+        "How long a starting broker keeps trying to register with the controller quorum "
+        "(while an election is under way, say) before it gives up and exits.",
+        at_least(1),
+    ),
+    _d(
         "broker.session.timeout.ms",
         INT,
         9000,

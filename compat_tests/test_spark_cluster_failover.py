@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from compat_tests.cluster import KafkaCluster
-from compat_tests.confluent_helpers import unique_topic, watermarks
+from compat_tests.confluent_helpers import admin_client, produce_all, unique_topic, watermarks
 from compat_tests.spark_support import offsets_of, read_topic, spark_session_or_skip
 
 pytestmark = pytest.mark.timeout(240)
@@ -230,3 +230,55 @@ def test_streaming_queries_survive_the_kill_of_a_leader_and_write_each_record_on
     assert repeated == {}, f"Kafka sink: {len(repeated)} records written more than once"
     assert missing == [], f"Kafka sink: {len(missing)} acknowledged records missing: {missing[:5]}"
     assert len(sunk) == len(acked.keys)
+
+
+def test_records_deleted_before_a_failover_stay_deleted_on_every_replica(
+    spark: Any, cluster: KafkaCluster
+) -> None:
+    """DeleteRecords moves the leader's log start; followers follow it (a replica that
+    was down meanwhile starts again at it), so whichever replica leads next, Spark's
+    earliest offset is still the deleted-before offset and no deleted record comes back."""
+    from confluent_kafka import TopicPartition
+
+    topic = unique_topic("failover-deleted")
+    _create(cluster, topic, 1)
+    cluster.wait_for_full_isr(topic)
+    batch = {"linger_ms": 50}  # a few batches, so the log start falls inside one
+    produce_all(cluster.bootstrap, topic, ({"value": b"%d" % i} for i in range(10)), **batch)
+    leader = cluster.partition(topic).leader
+    down = next(n.node_id for n in cluster.nodes if n.node_id != leader)
+    try:
+        cluster.kill(down)
+        produce_all(
+            cluster.bootstrap, topic, ({"value": b"%d" % i} for i in range(10, 30)), **batch
+        )
+        # Past everything the stopped replica holds.
+        admin = admin_client(cluster.bootstrap)
+        for deleted in admin.delete_records([TopicPartition(topic, 0, 25)]).values():
+            deleted.result(15)
+        cluster.heal()
+        cluster.wait_for_full_isr(topic)
+        # Acknowledged by every replica in sync: each fetched past the deletion.
+        produce_all(cluster.bootstrap, topic, [{"value": b"30"}])
+        cluster.kill(leader)
+        cluster.wait_until(
+            lambda: cluster.partition(topic).leader not in (leader, -1),
+            15.0,
+            f"a new leader of {topic}-0 after broker {leader}",
+        )
+        rows = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", cluster.bootstrap)
+            .option("subscribe", topic)
+            .option("kafka.request.timeout.ms", "5000")
+            .option("kafka.default.api.timeout.ms", "10000")
+            .load()
+            .select("offset", "value")
+            .collect()
+        )
+    finally:
+        cluster.heal()
+    assert watermarks(cluster.bootstrap, topic) == (25, 31)
+    assert sorted((r.offset, bytes(r.value)) for r in rows) == [
+        (i, b"%d" % i) for i in range(25, 31)
+    ]

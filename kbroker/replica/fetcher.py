@@ -343,10 +343,37 @@ class ReplicaFetcher:
                 self._apply(got, r, now_ms)
         return True
 
+    def _guarded(self, p: Partition, change: Callable[[], None], s: FetchState) -> None:
+        """Run a change to the follower's log; an I/O error takes its directory offline,
+        any other failure is logged, and either way the partition rests a moment."""
+        try:
+            change()
+        except OSError as exc:
+            if self.storage_error is not None:
+                self.storage_error(p.log, exc)
+            s.resting_until = time.monotonic() + self.settings.backoff_ms / 1000
+        except LogError as exc:
+            log.error("%s-%d: cannot follow the leader's log start: %s", p.topic, p.index, exc)
+            s.resting_until = time.monotonic() + self.settings.backoff_ms / 1000
+
     def _apply(self, s: FetchState, r: Any, now_ms: int) -> None:
         p = s.partition
         code = ErrorCode(r.error_code)
         if code != ErrorCode.none:
+            leader_start = int(r.log_start_offset)
+            if code == ErrorCode.offset_out_of_range and leader_start > p.log_end_offset:
+                # Kafka's fetchOffsetAndTruncate: what this replica lacks was deleted on
+                # the leader, so it starts again, empty, at the leader's log start.
+                log.info(
+                    "%s-%d log end %d is below leader %d's log start %d: starting again there",
+                    p.topic,
+                    p.index,
+                    p.log_end_offset,
+                    self.leader_id,
+                    leader_start,
+                )
+                self._guarded(p, lambda: p.truncate_fully_and_start_at(leader_start), s)
+                return
             if code == ErrorCode.offset_out_of_range:
                 log.warning(
                     "%s-%d fetch offset %d out of range on leader %d (log start %d)",
@@ -384,6 +411,8 @@ class ReplicaFetcher:
                     s.resting_until = time.monotonic() + self.settings.backoff_ms / 1000
                     return
         p.update_follower_high_watermark(int(r.high_watermark))
+        if r.log_start_offset > p.log.log_start_offset:
+            self._guarded(p, lambda: p.follow_log_start(int(r.log_start_offset)), s)
         s.lag = max(0, int(r.high_watermark) - p.log_end_offset)
 
 

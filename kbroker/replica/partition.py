@@ -260,9 +260,22 @@ class Partition:
         if self.log.high_watermark != before:
             self.waiters.wake(self.key)
 
+    def follow_log_start(self, leader_log_start: int) -> None:
+        """Kafka's follower moves its log start up to the leader's (which DeleteRecords or
+        retention moved there), as far as its own high watermark: a replica elected
+        leader later must not serve again the records the old leader had deleted."""
+        target = min(leader_log_start, self.log.high_watermark)
+        if target > self.log.log_start_offset:
+            self.log.delete_records_before(target)
+
     def truncate_to(self, offset: int) -> None:
         """Drop this follower's records from `offset` on (a tail the leader does not have)."""
         self.log.truncate_to(offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty this follower's log and continue from `offset`, the leader's log start,
+        when the records between its log end and there are gone on the leader."""
+        self.log.truncate_fully_and_start_at(offset)
 
     # -- acks=all --------------------------------------------------------------------------
 

@@ -87,6 +87,11 @@ class LeaderEpochCache:
         del self.starts[i:]
         return True
 
+    def clear(self) -> None:
+        """Forget every epoch (the log was emptied and starts again elsewhere)."""
+        self.epochs.clear()
+        self.starts.clear()
+
     def truncate_from_start(self, start_offset: int) -> bool:
         """The log now starts at `start_offset`: drop epochs wholly before it and move the
         start of the one that holds it."""

@@ -465,6 +465,14 @@ class PartitionLog:
         if not isinstance(records, bytearray):
             records = bytearray(records)
         headers = validate_batches(records, 2**31 - 1, check_record_count=False)
+        first = headers[0]
+        last_of_first = first.base_offset + first.last_offset_delta
+        if self.log_end_offset == self.log_start_offset and (
+            first.base_offset < self.log_end_offset <= last_of_first
+        ):
+            # An empty log started at the leader's log start, which lies inside this batch
+            # (DeleteRecords moved it there): Kafka starts the log at the batch's base.
+            self.truncate_fully_and_start_at(first.base_offset)
         expected = self.log_end_offset
         for h in headers:
             if h.base_offset < expected:
@@ -791,15 +799,7 @@ class PartitionLog:
                 self._bases.pop()
                 seg.delete()
             if self._bases[0] >= offset:
-                # Everything goes: start afresh at `offset`.
-                seg = self.segments.pop()
-                self._bases.pop()
-                seg.delete()
-                new = Segment.create(self._dir, offset, 0, self.config.index_interval_bytes)
-                self.segments.append(new)
-                self._bases.append(offset)
-                self._new_files = True
-                self.log_start_offset = offset
+                self._start_afresh_at(offset)  # everything goes
                 new_end = offset
             else:
                 seg = self.segments[-1]
@@ -814,6 +814,38 @@ class PartitionLog:
             self.recovery_point = min(self.recovery_point, new_end)
             self.log_start_offset = min(self.log_start_offset, new_end)
             self.producer_state.truncate(self.segments, self.log_start_offset, new_end)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Kafka's truncateFullyAndStartAt: a follower whose log ends below the leader's
+        log start (the records it lacks were deleted there, by DeleteRecords or
+        retention) drops every record and continues, empty, from `offset`."""
+        self._check_open()
+        self._mark_unclean()
+        self.truncations += 1
+        with self._lock:
+            while self.segments:
+                self.segments.pop().delete()
+                self._bases.pop()
+            self._start_afresh_at(offset)
+            self.log_end_offset = offset
+            self._high_watermark = offset
+            self.recovery_point = offset
+            self.epoch_cache.clear()
+            self.epoch_cache.persist()
+            self.producer_state.truncate(self.segments, offset, offset)
+            self._write_checkpoint_locked()
+
+    def _start_afresh_at(self, offset: int) -> None:
+        """One empty segment at `offset` in place of the last one (the caller deleted
+        the others): the log now starts there."""
+        if self.segments:
+            self.segments.pop().delete()
+            self._bases.pop()
+        new = Segment.create(self._dir, offset, 0, self.config.index_interval_bytes)
+        self.segments.append(new)
+        self._bases.append(offset)
+        self._new_files = True
+        self.log_start_offset = offset
 
     # -- flushing -------------------------------------------------------------------------------
 

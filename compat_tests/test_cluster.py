@@ -202,20 +202,57 @@ def _describe_quorum(node: Any) -> Any:
         )
 
 
-def test_describe_quorum_names_the_active_controller_and_every_voter(
+def _quorum_partition(answer: Any) -> Any:
+    assert answer.error_code == 0
+    (topic,) = answer.topics
+    (partition,) = topic.partitions
+    assert (topic.topic_name, partition.error_code) == ("__cluster_metadata", 0)
+    return partition
+
+
+def test_describe_quorum_answers_the_active_controllers_view_on_every_node(
     cluster: KafkaCluster,
 ) -> None:
     controller = cluster.wait_for_controller()
-    answers = [_describe_quorum(node) for node in cluster.nodes]
-    for answer in answers:
-        partition = answer.topics[0].partitions[0]
-        assert partition.leader_id == controller
-        assert [v.replica_id for v in partition.current_voters] == [1, 2, 3]
-        assert {n.node_id for n in answer.nodes} == {1, 2, 3}
-    leader_view = answers[controller - 1].topics[0].partitions[0]
-    assert leader_view.high_watermark > 0
-    assert all(v.log_end_offset >= 0 for v in leader_view.current_voters)
-    assert len({a.topics[0].partitions[0].leader_epoch for a in answers}) == 1
+    answers = [_describe_quorum(node) for node in cluster.live_nodes]
+    now_ms = time.time() * 1000
+    views = [_quorum_partition(answer) for answer in answers]
+    for answer, view in zip(answers, views, strict=True):
+        assert view.leader_id == controller
+        assert [v.replica_id for v in view.current_voters] == [1, 2, 3]
+        assert {(n.node_id, n.listeners[0].port) for n in answer.nodes} == {
+            (n.node_id, n.controller_port) for n in cluster.nodes
+        }
+        for voter in view.current_voters:
+            # What only the leader knows: every voter's progress, heard within a moment.
+            assert voter.log_end_offset > 0 and view.high_watermark - 20 <= voter.log_end_offset
+            assert now_ms - 5000 < voter.last_fetch_timestamp <= now_ms
+            assert now_ms - 5000 < voter.last_caught_up_timestamp <= now_ms
+    assert len({v.leader_epoch for v in views}) == 1
+
+
+def test_describe_quorum_after_the_active_controller_is_killed_is_the_new_leaders_view(
+    cluster: KafkaCluster,
+) -> None:
+    old = cluster.wait_for_controller()
+    epoch_before = _quorum_partition(_describe_quorum(cluster.node(old))).leader_epoch
+    try:
+        cluster.kill(old)
+        new = cluster.wait_for_controller(exclude=(old,), timeout=15)
+
+        def new_leaders_view(node: Any) -> Any:
+            view = _quorum_partition(_describe_quorum(node))
+            live = [v for v in view.current_voters if v.replica_id != old]
+            return view if all(v.last_fetch_timestamp > 0 for v in live) else None
+
+        for node in cluster.live_nodes:
+            view = cluster.wait_until(lambda n=node: new_leaders_view(n), 10.0, "a fetch")
+            assert (view.leader_id, view.leader_epoch > epoch_before) == (new, True)
+            # The killed voter has not fetched from the new leader: unknown, as in Kafka.
+            (dead,) = [v for v in view.current_voters if v.replica_id == old]
+            assert (dead.log_end_offset, dead.last_fetch_timestamp) == (-1, -1)
+    finally:
+        cluster.heal()
 
 
 def test_a_broker_only_node_joins_through_the_quorum_and_is_fenced_when_killed(
@@ -229,8 +266,10 @@ def test_a_broker_only_node_joins_through_the_quorum_and_is_fenced_when_killed(
     try:
         assert observer.node_id in cluster.metadata(cluster.nodes[0]).brokers
         assert cluster.metadata(observer).controller_id == cluster.wait_for_controller()
-        observers = _describe_quorum(cluster.nodes[0]).topics[0].partitions[0].observers
-        assert [o.replica_id for o in observers] == [observer.node_id]
+        # Asked of the observer itself: the leader's view, which has it replicating.
+        (listed,) = _quorum_partition(_describe_quorum(observer)).observers
+        assert listed.replica_id == observer.node_id
+        assert listed.log_end_offset > 0 and listed.last_fetch_timestamp > 0
         observer.kill()
         cluster.wait_until(
             lambda: observer.node_id not in cluster.metadata(cluster.nodes[0]).brokers,

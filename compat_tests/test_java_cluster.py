@@ -5,6 +5,7 @@ group protocol (KIP-848) as Kafka 4 ships it, kafka-clients 4.x."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -138,4 +139,24 @@ def test_kafka_clients_4_producer_and_kip848_consumer_carry_on_through_coordinat
     assert received == Counter(expected)
     assert {tp: c["offset"] for tp, c in committed.items()} == {
         tp: e["offset"] for tp, e in ends.items()
+    }
+
+
+def test_java_admin_describes_the_metadata_quorum_as_its_leader_sees_it(
+    java_on_cluster: JavaDriver, cluster: KafkaCluster
+) -> None:
+    """Admin.describeMetadataQuorum (what kafka-metadata-quorum.sh describe --status and
+    --replication print): whichever broker it asks, the active controller's view."""
+    controller = cluster.wait_for_controller()
+    quorum = java_on_cluster.call("describe-quorum")
+    now_ms = time.time() * 1000
+    assert quorum["leaderId"] == controller
+    assert [v["replicaId"] for v in quorum["voters"]] == [1, 2, 3]
+    for voter in quorum["voters"]:
+        assert voter["logEndOffset"] > 0 and quorum["highWatermark"] - 20 <= voter["logEndOffset"]
+        assert now_ms - 5000 < voter["lastFetchTimestamp"] <= now_ms
+        assert now_ms - 5000 < voter["lastCaughtUpTimestamp"] <= now_ms
+    assert quorum["nodes"] == {
+        str(n.node_id): [{"name": "CONTROLLER", "host": n.host, "port": n.controller_port}]
+        for n in cluster.nodes
     }

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from kbroker.controller import Controller, ControllerConfig, ControllerStartError
+from kbroker.controller.errors import NOT_LEADER_OR_FOLLOWER, ControllerError
 
 
 def free_port():
@@ -117,6 +118,71 @@ def test_an_observer_follows_the_log_and_its_changes_reach_the_leader(tmp_path):
             await eventually(lambda: all(4 in n.state.brokers for n in voters))
         finally:
             await observer.stop()
+            await asyncio.gather(*(n.stop() for n in voters))
+
+    asyncio.run(main())
+
+
+def test_every_node_describes_the_quorum_as_its_leader_sees_it(tmp_path):
+    async def main():
+        voters = three_voters(tmp_path)
+        await asyncio.gather(*(n.start() for n in voters))
+        observer = Controller(
+            ControllerConfig(
+                4,
+                tmp_path / "observer",
+                peers=[n.raft_address for n in voters],
+                observer=True,
+                secret="s",
+            )
+        )
+        await observer.start()
+        nodes = [*voters, observer]
+        try:
+            leader = next(n for n in voters if n.is_leader)
+            await observer.register_broker(4, "127.0.0.1", 9094)
+            await asyncio.sleep(0.3)  # a few heartbeats: every replica has answered
+            answers = await asyncio.gather(*(n.describe_quorum() for n in nodes))
+            now_ms = time.time() * 1000
+            for answer in answers:
+                assert answer.leader_id == leader.node_id
+                assert [v.replica_id for v in answer.voters] == [1, 2, 3]
+                assert [o.replica_id for o in answer.observers] == [4]
+                for replica in (*answer.voters, *answer.observers):
+                    assert answer.high_watermark - 2 <= replica.log_end_offset
+                    assert now_ms - 1000 < replica.last_fetch_timestamp <= now_ms
+                    assert now_ms - 1000 < replica.last_caught_up_timestamp <= now_ms
+            assert len({(a.leader_epoch, a.endpoints) for a in answers}) == 1
+
+            # The new leader's view: the stopped voter has not fetched in its term.
+            await leader.stop()
+            survivors = [n for n in nodes if n is not leader]
+            await eventually(lambda: any(n.is_leader for n in survivors))
+            new_leader = next(n for n in survivors if n.is_leader)
+            await asyncio.sleep(0.3)
+            for answer in await asyncio.gather(*(n.describe_quorum() for n in survivors)):
+                assert answer.leader_id == new_leader.node_id
+                assert answer.leader_epoch > answers[0].leader_epoch
+                gone = next(v for v in answer.voters if v.replica_id == leader.node_id)
+                assert (gone.log_end_offset, gone.last_fetch_timestamp) == (-1, -1)
+        finally:
+            await observer.stop()
+            await asyncio.gather(*(n.stop() for n in voters))
+
+    asyncio.run(main())
+
+
+def test_a_voter_that_cannot_reach_a_leader_answers_not_leader_or_follower(tmp_path):
+    async def main():
+        voters = three_voters(tmp_path)
+        await asyncio.gather(*(n.start() for n in voters))
+        try:
+            follower = next(n for n in voters if not n.is_leader)
+            await asyncio.gather(*(n.stop() for n in voters if n is not follower))
+            with pytest.raises(ControllerError) as refused:
+                await follower.describe_quorum()
+            assert refused.value.error_code == NOT_LEADER_OR_FOLLOWER
+        finally:
             await asyncio.gather(*(n.stop() for n in voters))
 
     asyncio.run(main())

@@ -46,6 +46,8 @@ import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.ProducerState;
+import org.apache.kafka.clients.admin.QuorumInfo;
+import org.apache.kafka.clients.admin.RaftVoterEndpoint;
 import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.admin.TransactionListing;
@@ -169,6 +171,7 @@ public final class KafkaDriver {
             case "list-offsets" -> listOffsets(a);
             case "describe-cluster" -> describeCluster(a);
             case "describe-features" -> describeFeatures(a);
+            case "describe-quorum" -> describeQuorum(a);
             case "describe-acls" -> emit(
                     Json.obj("count", admin(a).describeAcls(AclBindingFilter.ANY).values().get().size()));
             case "elect-leaders" -> electLeaders(a);
@@ -440,6 +443,38 @@ public final class KafkaDriver {
                         "clusterId", result.clusterId().get(),
                         "controller", node(result.controller().get()),
                         "nodes", nodes));
+    }
+
+    /** Admin.describeMetadataQuorum: the leader's view, as kafka-metadata-quorum shows it. */
+    private void describeQuorum(Args a) throws Exception {
+        QuorumInfo q = admin(a).describeMetadataQuorum().quorumInfo().get();
+        Map<String, Object> nodes = new TreeMap<>();
+        q.nodes().forEach((id, n) -> {
+            List<Object> endpoints = new ArrayList<>();
+            for (RaftVoterEndpoint e : n.endpoints()) {
+                endpoints.add(Json.obj("name", e.name(), "host", e.host(), "port", e.port()));
+            }
+            nodes.put(String.valueOf(id), endpoints);
+        });
+        emit(Json.obj(
+                "leaderId", q.leaderId(),
+                "leaderEpoch", q.leaderEpoch(),
+                "highWatermark", q.highWatermark(),
+                "voters", replicaStates(q.voters()),
+                "observers", replicaStates(q.observers()),
+                "nodes", nodes));
+    }
+
+    private static List<Object> replicaStates(List<QuorumInfo.ReplicaState> states) {
+        List<Object> out = new ArrayList<>();
+        for (QuorumInfo.ReplicaState r : states) {
+            out.add(Json.obj(
+                    "replicaId", r.replicaId(),
+                    "logEndOffset", r.logEndOffset(),
+                    "lastFetchTimestamp", r.lastFetchTimestamp(),
+                    "lastCaughtUpTimestamp", r.lastCaughtUpTimestamp()));
+        }
+        return out;
     }
 
     /** Admin.describeFeatures: {finalized: {name: [min, max]}, supported: {...}, epoch}. */

@@ -33,6 +33,7 @@ from kbroker.controller.errors import (
     INVALID_PARTITIONS,
     INVALID_REQUEST,
     NOT_CONTROLLER,
+    NOT_LEADER_OR_FOLLOWER,
     REQUEST_TIMED_OUT,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -42,6 +43,7 @@ from kbroker.controller.errors import (
 from kbroker.controller.events import MetadataEvent
 from kbroker.controller.liveness import Probes, listener_refuses, probe_after
 from kbroker.controller.machine import MetadataMachine
+from kbroker.controller.quorum import QuorumDescription
 from kbroker.controller.raft import FAIL_REASON_NAMES, RaftThread, RaftTimings
 from kbroker.controller.state import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
 from kbroker.controller.validation import (
@@ -58,6 +60,9 @@ from kbroker.tasks import cancel_and_wait
 log = logging.getLogger("kbroker.controller")
 
 ConfigValidator = Callable[[dict[str, str]], None]
+
+# How long DescribeQuorum waits for the active controller's answer.
+DESCRIBE_QUORUM_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -105,23 +110,9 @@ class ControllerConfig:
     voters: dict[int, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class ReplicaView:
-    """One replica of the metadata log in DescribeQuorum; -1 where it is not known."""
-
-    node_id: int
-    log_end_offset: int
-
-
-@dataclass(frozen=True)
-class QuorumStatus:
-    """The metadata quorum as this node sees it (Kafka's DescribeQuorum)."""
-
-    leader_id: int
-    leader_epoch: int
-    high_watermark: int
-    voters: tuple[ReplicaView, ...]
-    observers: tuple[ReplicaView, ...]
+def _settle(fut: asyncio.Future[QuorumDescription | None], value: QuorumDescription | None) -> None:
+    if not fut.done():
+        fut.set_result(value)
 
 
 def new_cluster_id() -> str:
@@ -141,6 +132,17 @@ def _racks(state: MetadataState) -> dict[int, str | None]:
 
 def _voter_address(peer: str) -> str:
     return peer.split("@", 1)[1] if "@" in peer else peer
+
+
+def _voters_of(node_id: int, own_address: str | None, cfg: ControllerConfig) -> dict[int, str]:
+    """The voters named by Kafka's "id@host:port" peers, this node among them unless it
+    is an observer: for a config that leaves `voters` empty."""
+    voters = {} if cfg.observer else {node_id: own_address or ""}
+    for peer in cfg.peers:
+        voter_id, sep, address = peer.partition("@")
+        if sep and voter_id.isdigit():
+            voters[int(voter_id)] = address
+    return voters
 
 
 class Controller:
@@ -192,41 +194,35 @@ class Controller:
         """The address the Raft server is bound to; None for a socketless lone voter."""
         return self._raft_address
 
-    def quorum_status(self) -> QuorumStatus | None:
-        """Leader, epoch and each replica's log end offset, as far as this node knows:
-        the leader knows every voter's, a follower only its own. Brokers that are not
-        voters are listed as observers."""
-        raft = self._raft
-        view = raft.quorum_view() if raft is not None else None
-        if view is None:
-            return None
-        voters = self.config.voters or {self.config.node_id: ""}
-        by_address = {address: node_id for node_id, address in voters.items()}
-        if view.is_leader:
-            leader_id = self.config.node_id
-        elif view.leader_address is not None:
-            leader_id = by_address.get(view.leader_address, -1)
-        else:
-            leader_id = -1
+    async def describe_quorum(
+        self, timeout: float = DESCRIBE_QUORUM_TIMEOUT_S
+    ) -> QuorumDescription:
+        """The metadata quorum as the active controller (the Raft leader) sees it, which
+        alone knows every replica's progress: answered here on the leader, asked of it
+        over Raft elsewhere, as a Kafka broker forwards DescribeQuorum to the active
+        controller. NOT_LEADER_OR_FOLLOWER when no leader is known or it has just lost
+        its leadership; REQUEST_TIMED_OUT when it does not answer in time."""
+        raft, loop = self._raft, self._loop
+        if raft is None or loop is None:
+            raise ControllerError(NOT_LEADER_OR_FOLLOWER, "controller is not running")
+        fut: asyncio.Future[QuorumDescription | None] = loop.create_future()
 
-        def offset(node_id: int) -> int:
-            if node_id == self.config.node_id:
-                return view.last_index
-            if view.is_leader:
-                return view.match_index.get(voters[node_id], -1)
-            return -1
+        def answered(described: QuorumDescription | None) -> None:  # on the Raft thread
+            self._call_soon(_settle, fut, described)
 
-        observers = sorted(set(self._state.brokers) - set(voters))
-        return QuorumStatus(
-            leader_id=leader_id,
-            leader_epoch=view.term,
-            high_watermark=view.commit_index,
-            voters=tuple(ReplicaView(v, offset(v)) for v in sorted(voters)),
-            observers=tuple(
-                ReplicaView(o, view.last_index if o == self.config.node_id else -1)
-                for o in observers
-            ),
-        )
+        raft.describe_quorum(answered)
+        try:
+            async with asyncio.timeout(timeout):
+                described = await fut
+        except TimeoutError:
+            raise ControllerError(
+                REQUEST_TIMED_OUT, "the active controller did not describe the quorum in time"
+            ) from None
+        if described is None:
+            raise ControllerError(
+                NOT_LEADER_OR_FOLLOWER, "no active controller to describe the quorum"
+            )
+        return described
 
     def subscribe(self, callback: Callable[[MetadataEvent], None]) -> None:
         self._subscribers.append(callback)
@@ -285,6 +281,7 @@ class Controller:
             password=cfg.secret,
             peer_lost=self._on_peer_lost,
             on_fault=self.on_metadata_dir_failure,
+            voters=cfg.voters or _voters_of(cfg.node_id, cfg.raft_advertised or address, cfg),
         )
         self._state = MetadataState()
         self._live = False

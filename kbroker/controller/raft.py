@@ -22,10 +22,12 @@ once its election timeout passes (a vote from itself is a majority of one).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +39,7 @@ from pysyncobj.transport import TCPTransport, Transport
 
 from kbroker.controller.commands import CONTROLLER_ELECTED
 from kbroker.controller.machine import MetadataMachine
+from kbroker.controller.quorum import QuorumDescription, ReplicaTracker
 
 log = logging.getLogger("kbroker.controller")
 
@@ -48,6 +51,15 @@ FAIL_REASON_NAMES = {
 
 ResultCallback = Callable[[Any, int], None]
 PeerLost = Callable[[str], None]
+# Told the leader's view of the quorum, or None when no leader could give it.
+DescribeCallback = Callable[[QuorumDescription | None], None]
+
+# kbroker's own Raft messages, beside pysyncobj's: a follower asks the leader for its view
+# of the quorum (DescribeQuorum is answered by the leader, as in KRaft) and gets it back.
+_DESCRIBE_QUORUM = "kbroker_describe_quorum"
+_QUORUM_DESCRIBED = "kbroker_quorum_described"
+# A question the leader has not answered in this long is forgotten (its asker gave up).
+_DESCRIBE_FORGET_S = 60.0
 
 
 class _AllocatingJournalFile(journal.ResizableFile):
@@ -79,7 +91,24 @@ class LocalTransport(Transport):
         return False
 
 
-class PeerWatchingTransport(TCPTransport):
+class ReplicaIdTransport(TCPTransport):
+    """pysyncobj's TCP transport that names this node in each AppendEntries answer
+    (`next_node_idx`), as a Kafka replica names itself in every Fetch: the leader then
+    knows which broker a read-only node (an observer, known to pysyncobj only by a
+    connection counter) is, and keys every replica's progress by node id."""
+
+    def send(self, node: Node, message: Any) -> bool:
+        raft = self._syncObj
+        if (
+            isinstance(raft, _RaftNode)
+            and isinstance(message, dict)
+            and message.get("type") == "next_node_idx"
+        ):
+            message = {**message, "replica_id": raft.node_id}
+        return bool(super().send(node, message))
+
+
+class PeerWatchingTransport(ReplicaIdTransport):
     """pysyncobj's TCP transport that also reports each lost connection to a voter (by
     its "host:port"), on the Raft thread. A killed voter's kernel closes its connections
     at once, so the active controller can check that broker's listener (liveness.py)
@@ -113,25 +142,27 @@ class RaftTimings:
         return cls(heartbeat, election_min, election_max, idle_tick=min(0.05, heartbeat / 2))
 
 
-@dataclass(frozen=True)
-class QuorumView:
-    leader_address: str | None  # "host:port" of the leader, as the voters name it
-    is_leader: bool
-    term: int
-    commit_index: int
-    last_index: int  # this node's own log end
-    match_index: dict[str, int]  # on the leader: each follower's replicated index
-
-
 class _RaftNode(SyncObj):
     """The pysyncobj object. One replicated method, so the method id pysyncobj writes
     into every journal entry never changes when command kinds are added."""
 
     def __init__(
-        self, machine: MetadataMachine, peer_lost: PeerLost | None, *args: Any, **kwargs: Any
+        self,
+        machine: MetadataMachine,
+        peer_lost: PeerLost | None,
+        *args: Any,
+        node_id: int = 0,
+        voters: Mapping[int, str] | None = None,
+        **kwargs: Any,
     ) -> None:
         self.machine = machine
         self.peer_lost = peer_lost  # read by PeerWatchingTransport
+        self.node_id = node_id  # read by ReplicaIdTransport
+        # On the leader: each replica's progress in this term (DescribeQuorum).
+        self.replicas = ReplicaTracker(node_id, voters or {})
+        # DescribeQuorum questions sent to the leader: request id -> (when, callback).
+        self._describing: dict[int, tuple[float, DescribeCallback]] = {}
+        self._describe_ids = itertools.count(1)
         super().__init__(*args, **kwargs)
 
     @replicated
@@ -140,9 +171,93 @@ class _RaftNode(SyncObj):
 
     # pysyncobj registers its handler as self.__onMessageReceived, which this name overrides.
     def _SyncObj__onMessageReceived(self, node: Node, message: Any) -> None:  # noqa: N802
-        if isinstance(message, dict) and message.get("type") == "append_entries":
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == _DESCRIBE_QUORUM:
+            self._answer_describe(node, message)
+            return
+        if kind == _QUORUM_DESCRIBED:
+            self._on_described(message)
+            return
+        if kind == "append_entries":
             message = self._without_held_entries(message)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
+        if kind == "next_node_idx" and self._isLeader():
+            self._note_replica_answer(node, message)
+
+    # --- DescribeQuorum: the leader's view, wherever it is asked ---
+
+    def describe_quorum(self) -> QuorumDescription | None:
+        """This node's view of the quorum if it is the leader; None otherwise."""
+        if not self._isLeader():
+            return None
+        return self.replicas.describe(
+            epoch=self.raftCurrentTerm,
+            high_watermark=int(self._SyncObj__raftCommitIndex),
+            leader_end=int(self._SyncObj__getCurrentLogIndex()),
+            now_ms=int(time.time() * 1000),
+        )
+
+    def ask_leader(self, callback: DescribeCallback) -> None:
+        """Answer from this node if it leads; otherwise ask the leader it knows, and tell
+        `callback` what comes back. None at once when no leader is known or reachable."""
+        own = self.describe_quorum()
+        if own is not None:
+            callback(own)
+            return
+        leader = self._getLeader()
+        if leader is None or leader == self._SyncObj__selfNode:
+            callback(None)
+            return
+        now = time.monotonic()
+        for request_id, (asked, _) in list(self._describing.items()):
+            if now - asked > _DESCRIBE_FORGET_S:
+                del self._describing[request_id]
+        request_id = next(self._describe_ids)
+        self._describing[request_id] = (now, callback)
+        sent = self._SyncObj__transport.send(
+            leader, {"type": _DESCRIBE_QUORUM, "request_id": request_id}
+        )
+        if not sent:
+            self._describing.pop(request_id, None)
+            callback(None)
+
+    def _answer_describe(self, node: Node, message: dict[str, Any]) -> None:
+        described = self.describe_quorum()
+        self._SyncObj__transport.send(
+            node,
+            {
+                "type": _QUORUM_DESCRIBED,
+                "request_id": message.get("request_id"),
+                "quorum": None if described is None else described.to_wire(),
+            },
+        )
+
+    def _on_described(self, message: dict[str, Any]) -> None:
+        asked = self._describing.pop(message.get("request_id"), None)  # type: ignore[arg-type]
+        if asked is None:
+            return  # answered after its asker gave up
+        wire = message.get("quorum")
+        try:
+            described = None if wire is None else QuorumDescription.from_wire(wire)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("malformed quorum description from the raft leader: %r", exc)
+            described = None
+        asked[1](described)
+
+    def _note_replica_answer(self, node: Node, message: dict[str, Any]) -> None:
+        """A replica answered an AppendEntries: count it as a Kafka replica's Fetch."""
+        replica_id = message.get("replica_id")
+        if not isinstance(replica_id, int):
+            return  # a peer that does not name itself
+        success = bool(message.get("success"))
+        match = self._SyncObj__raftMatchIndex.get(node) if success else None
+        self.replicas.on_response(
+            epoch=self.raftCurrentTerm,
+            replica_id=replica_id,
+            match_index=match,
+            leader_end=int(self._SyncObj__getCurrentLogIndex()),
+            now_ms=int(time.time() * 1000),
+        )
 
     def _without_held_entries(self, message: dict[str, Any]) -> dict[str, Any]:
         """An AppendEntries as Raft's receiver rule reads it: only an entry that conflicts
@@ -202,8 +317,11 @@ class RaftThread:
         password: str | None = None,
         peer_lost: PeerLost | None = None,
         on_fault: Callable[[OSError], None] | None = None,
+        voters: Mapping[int, str] | None = None,
     ) -> None:
         self.node_id = node_id
+        # node id -> Raft address of every voter, for the leader's DescribeQuorum answer.
+        self._voters = dict(voters or {})
         self._peer_lost = peer_lost
         # Told of the I/O error that stopped the node (the process then halts, as Kafka
         # does when its metadata log directory fails); without it the error is logged.
@@ -297,28 +415,21 @@ class RaftThread:
         node = self._node
         return node.raftCurrentTerm if node is not None else 0
 
-    def quorum_view(self) -> QuorumView | None:
-        """What this node knows of the quorum (racy read from another thread, as Kafka's
-        DescribeQuorum is a snapshot too). Replica offsets are Raft log indexes; only the
-        leader knows its followers'."""
-        node = self._node
-        if node is None:
-            return None
-        status = node.getStatus()
-        leader = status.get("leader")
-        match = {
-            key[len("match_idx_server_") :]: value
-            for key, value in status.items()
-            if key.startswith("match_idx_server_")
-        }
-        return QuorumView(
-            leader_address=None if leader is None else str(leader),
-            is_leader=node._isLeader(),
-            term=int(status["raft_term"]),
-            commit_index=int(status["commit_idx"]),
-            last_index=int(node._SyncObj__getCurrentLogIndex()),
-            match_index=match,
-        )
+    def describe_quorum(self, callback: DescribeCallback) -> None:
+        """Have the Raft thread tell `callback` (on that thread) the leader's view of the
+        quorum: its own if this node leads, else the leader's, asked over Raft. None when
+        there is no leader to ask."""
+        if self._node is None or self._stopping:
+            callback(None)
+            return
+
+        def ask(node: _RaftNode) -> None:
+            node.ask_leader(callback)
+
+        with self._calls_lock:
+            self._calls.append(ask)
+        if self._wake is not None:
+            self._wake.notify()
 
     def status(self) -> dict[str, Any]:
         """pysyncobj's debug status (racy read from another thread; for logs and tests)."""
@@ -363,7 +474,9 @@ class RaftThread:
                 None,
                 [TCPNode(p) for p in self._peers],
                 conf,
-                transportClass=TCPTransport,
+                transportClass=ReplicaIdTransport,
+                node_id=self.node_id,
+                voters=self._voters,
             )
         if self._self_address is None:
             return _RaftNode(
@@ -373,6 +486,8 @@ class RaftThread:
                 [],
                 conf,
                 transportClass=LocalTransport,
+                node_id=self.node_id,
+                voters=self._voters,
             )
         return _RaftNode(
             self.machine,
@@ -381,6 +496,8 @@ class RaftThread:
             [TCPNode(p) for p in self._peers],
             conf,
             transportClass=PeerWatchingTransport,
+            node_id=self.node_id,
+            voters=self._voters,
         )
 
     def _run(self) -> None:

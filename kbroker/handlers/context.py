@@ -32,7 +32,7 @@ from kbroker.security.quotas import ClientQuotas
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
-    from kbroker.controller.controller import QuorumStatus
+    from kbroker.controller.quorum import QuorumDescription
     from kbroker.controller.state import BrokerInfo, MetadataState, TopicInfo
     from kbroker.coordinator.coordinator import GroupCoordinator
     from kbroker.metrics.counters import RequestCounters
@@ -141,7 +141,7 @@ class TopicAdmin(MetadataView, Protocol):
 
     async def set_group_configs(self, group_id: str, configs: Mapping[str, str | None]) -> None: ...
 
-    def quorum_status(self) -> QuorumStatus | None: ...
+    async def describe_quorum(self, timeout: float = ...) -> QuorumDescription: ...
 
     async def elect_leaders(
         self, election_type: int, partitions: Sequence[tuple[str, int]] | None

@@ -1,11 +1,12 @@
-"""DescribeQuorum (KIP-595): the metadata quorum's leader, epoch and replicas.
+"""DescribeQuorum (KIP-595, KIP-836): the metadata quorum as its leader sees it.
 
 kbroker's metadata log is its pysyncobj Raft log, shown as KRaft's `__cluster_metadata`
-partition 0: the leader epoch is the Raft term, offsets are Raft log indexes. A Kafka
-broker forwards this request to the active controller; a kbroker node answers from its
-own view, which on the active controller is complete and elsewhere names the leader,
-the epoch and the high watermark, with -1 (Kafka's "unknown") for the log end offsets
-of replicas it does not track.
+partition 0: the leader epoch is the Raft term, offsets are Raft log indexes. As a Kafka
+broker forwards this request to the active controller, every node answers with the Raft
+leader's view (controller.describe_quorum): each voter's log end offset and when it last
+fetched and was last caught up, and the observers (broker-only nodes) replicating the
+log. No leader known, or one that has just stepped down: NOT_LEADER_OR_FOLLOWER on the
+partition, which clients retry, as from a KRaft controller that is not the leader.
 """
 
 from __future__ import annotations
@@ -14,51 +15,90 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.controller.errors import NOT_LEADER_OR_FOLLOWER, ControllerError
+from kbroker.controller.quorum import ReplicaState
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 DESCRIBE_QUORUM = 55
 METADATA_TOPIC = "__cluster_metadata"
 
 
-def _replica(node_id: int, log_end_offset: int) -> dict[str, Any]:
+def _replica(state: ReplicaState) -> dict[str, Any]:
+    # No directory ids: kbroker's voters are static (kraft.version 0), whose replicas
+    # Kafka names without one (Uuid.ZERO, its NO_DIRECTORY_ID).
     return {
-        "replica_id": node_id,
+        "replica_id": state.replica_id,
         "replica_directory_id": None,
-        "log_end_offset": log_end_offset,
-        "last_fetch_timestamp": -1,
-        "last_caught_up_timestamp": -1,
+        "log_end_offset": state.log_end_offset,
+        "last_fetch_timestamp": state.last_fetch_timestamp,
+        "last_caught_up_timestamp": state.last_caught_up_timestamp,
+    }
+
+
+def _partition_error(partition: int, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "error_code": code,
+        "error_message": message,
+        "leader_id": -1,
+        "leader_epoch": -1,
+        "high_watermark": -1,
+        "current_voters": [],
+        "observers": [],
     }
 
 
 @handles(DESCRIBE_QUORUM, 0)
-def describe_quorum(ctx: RequestContext, request: requests.DescribeQuorumRequest) -> dict[str, Any]:
+async def describe_quorum(
+    ctx: RequestContext, request: requests.DescribeQuorumRequest
+) -> dict[str, Any]:
     response: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None}
     response["topics"], response["nodes"] = [], []
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        response["error_code"] = ErrorCode.cluster_authorization_failed
+        return response
     wanted = [(t.topic_name, p.partition_index) for t in request.topics for p in t.partitions]
     if wanted != [(METADATA_TOPIC, 0)]:
-        response["error_code"] = ErrorCode.unknown_topic_or_partition
+        # Kafka answers every partition asked for with the error, the request as a whole
+        # without one.
+        response["topics"] = [
+            {
+                "topic_name": t.topic_name,
+                "partitions": [
+                    _partition_error(p.partition_index, ErrorCode.unknown_topic_or_partition, None)
+                    for p in t.partitions
+                ],
+            }
+            for t in request.topics
+        ]
         return response
-    status = ctx.broker.controller.quorum_status()
-    if status is None:
-        response["error_code"] = ErrorCode.broker_not_available
+    try:
+        quorum = await ctx.broker.controller.describe_quorum()
+    except ControllerError as exc:
+        if exc.error_code != NOT_LEADER_OR_FOLLOWER:
+            response["error_code"] = ErrorCode(exc.error_code)
+            response["error_message"] = exc.message
+            return response
+        partition = _partition_error(0, ErrorCode.not_leader_or_follower, exc.message)
+        response["topics"] = [{"topic_name": METADATA_TOPIC, "partitions": [partition]}]
         return response
     partition = {
         "partition_index": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
-        "leader_id": status.leader_id,
-        "leader_epoch": status.leader_epoch,
-        "high_watermark": status.high_watermark,
-        "current_voters": [_replica(v.node_id, v.log_end_offset) for v in status.voters],
-        "observers": [_replica(o.node_id, o.log_end_offset) for o in status.observers],
+        "leader_id": quorum.leader_id,
+        "leader_epoch": quorum.leader_epoch,
+        "high_watermark": quorum.high_watermark,
+        "current_voters": [_replica(v) for v in quorum.voters],
+        "observers": [_replica(o) for o in quorum.observers],
     }
     response["topics"] = [{"topic_name": METADATA_TOPIC, "partitions": [partition]}]
-    quorum = ctx.broker.config.quorum
     listener = sorted(ctx.broker.config.controller_listeners or {"CONTROLLER"})[0]
     response["nodes"] = [
-        {"node_id": v.node_id, "listeners": [{"name": listener, "host": v.host, "port": v.port}]}
-        for v in quorum.voters
+        {"node_id": e.node_id, "listeners": [{"name": listener, "host": e.host, "port": e.port}]}
+        for e in quorum.endpoints
     ]
     return response

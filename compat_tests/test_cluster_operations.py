@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from compat_tests.broker_process import free_port, kbroker_command
 from compat_tests.cluster import KafkaCluster
 from compat_tests.metrics_scrape import scrape, value
+from kbroker.cli import main
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -189,3 +191,32 @@ def test_dashboard_queries_name_metrics_every_cluster_node_exports(cluster):
         missing = asked - exported
         # Consumer lag appears only on the node coordinating a group with offsets.
         assert missing <= {"kafka_consumergroup_lag"}, (node.node_id, missing)
+
+
+def quorum(cluster: KafkaCluster, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    """`kbroker cluster quorum` run in this process, asking one node."""
+    (asked, *_) = cluster.live_nodes
+    code = main(["cluster", "quorum", "--bootstrap", asked.bootstrap, *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_cluster_quorum_shows_every_voters_replication_as_the_leader_sees_it(cluster, capsys):
+    controller = cluster.wait_for_controller()
+    doc = json.loads(quorum(cluster, capsys, "-o", "json"))
+    now_ms = time.time() * 1000
+    assert doc["leader_id"] == controller
+    assert [(r["node_id"], r["status"]) for r in doc["replicas"]] == [
+        (n, "Leader" if n == controller else "Follower") for n in (1, 2, 3)
+    ]
+    for replica in doc["replicas"]:
+        assert 0 <= replica["lag"] <= 20 and replica["log_end_offset"] > 0
+        assert now_ms - 5000 < replica["last_fetch_timestamp"] <= now_ms
+    assert 0 <= doc["max_follower_lag"] <= 20
+    lines = quorum(cluster, capsys).splitlines()
+    assert f"LeaderId:              {controller}" in lines
+    assert "CurrentVoters:         [1, 2, 3]" in lines
+    assert [line.split()[:2] for line in lines if line.split()[:1] == ["1"]] == [
+        ["1", "Leader" if controller == 1 else "Follower"]
+    ]

@@ -8,6 +8,7 @@ kafka-configs and the console producer/consumer shape theirs:
     kbroker produce TOPIC    lines of stdin as records
     kbroker consume TOPIC    records to stdout
     kbroker cluster status   brokers, controller, partitions that need attention
+    kbroker cluster quorum   the metadata quorum as its leader sees it
 
 Every command takes `--bootstrap` (default DEFAULT_BOOTSTRAP, the listener `kbroker
 serve` opens by default), `--timeout`, `--output table|json` and, for a TLS or SASL
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from kbroker.admin import configs, groups, log_dirs, records, topics
+from kbroker.admin import configs, groups, log_dirs, quorum, records, topics
 from kbroker.admin.client import ClientError, Cluster, cluster
 from kbroker.admin.output import Output, advance
 from kbroker.admin.security import SecurityConfigError, load_command_config
@@ -126,6 +127,13 @@ def add_admin_commands(sub: argparse._SubParsersAction) -> None:
         "status", parents=[common], help="brokers, controller, partitions needing attention"
     )
     status.set_defaults(run=_cluster_status)
+    quorum_cmd = cluster_sub.add_parser(
+        "quorum",
+        parents=[common],
+        help="the metadata quorum as its leader sees it (kafka-metadata-quorum describe "
+        "--status and --replication)",
+    )
+    quorum_cmd.set_defaults(run=_cluster_quorum)
 
 
 def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -883,4 +891,49 @@ def _cluster_status(c: Cluster, args: argparse.Namespace, out: Output) -> int:
                 for name, p, problem in troubled
             ],
         )
+    return 0
+
+
+def _cluster_quorum(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    info = quorum.describe_quorum(c)
+    lag, lag_ms = info.max_follower_lag()
+    if out.json:
+        out.data(
+            {
+                "leader_id": info.leader_id,
+                "leader_epoch": info.leader_epoch,
+                "high_watermark": info.high_watermark,
+                "max_follower_lag": lag,
+                "max_follower_lag_time_ms": lag_ms,
+                "replicas": [asdict(r) for r in info.replicas],
+            }
+        )
+        return 0
+    out.text(f"LeaderId:              {info.leader_id}")
+    out.text(f"LeaderEpoch:           {info.leader_epoch}")
+    out.text(f"HighWatermark:         {info.high_watermark}")
+    out.text(f"MaxFollowerLag:        {lag}")
+    out.text(f"MaxFollowerLagTimeMs:  {lag_ms}")
+    out.text(f"CurrentVoters:         {info.voters}")
+    out.text(f"CurrentObservers:      {info.observers}")
+    out.text()
+    now_ms = int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)
+
+    def ago(timestamp: int) -> str:
+        return "unknown" if timestamp < 0 else f"{max(0, now_ms - timestamp)} ms ago"
+
+    out.table(
+        ["NODE", "STATUS", "LOG END OFFSET", "LAG", "LAST FETCH", "LAST CAUGHT UP"],
+        [
+            (
+                r.node_id,
+                r.status,
+                r.log_end_offset,
+                r.lag,
+                ago(r.last_fetch_timestamp),
+                ago(r.last_caught_up_timestamp),
+            )
+            for r in info.replicas
+        ],
+    )
     return 0

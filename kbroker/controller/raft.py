@@ -95,7 +95,14 @@ class ReplicaIdTransport(TCPTransport):
     """pysyncobj's TCP transport that names this node in each AppendEntries answer
     (`next_node_idx`), as a Kafka replica names itself in every Fetch: the leader then
     knows which broker a read-only node (an observer, known to pysyncobj only by a
-    connection counter) is, and keys every replica's progress by node id."""
+    connection counter) is, and keys every replica's progress by node id. A lost
+    connection ends the DescribeQuorum questions waiting on that node at once."""
+
+    def _onNodeDisconnected(self, node: Node) -> None:
+        super()._onNodeDisconnected(node)
+        raft = self._syncObj
+        if isinstance(raft, _RaftNode):
+            raft.forget_questions_to(node)
 
     def send(self, node: Node, message: Any) -> bool:
         raft = self._syncObj
@@ -160,8 +167,8 @@ class _RaftNode(SyncObj):
         self.node_id = node_id  # read by ReplicaIdTransport
         # On the leader: each replica's progress in this term (DescribeQuorum).
         self.replicas = ReplicaTracker(node_id, voters or {})
-        # DescribeQuorum questions sent to the leader: request id -> (when, callback).
-        self._describing: dict[int, tuple[float, DescribeCallback]] = {}
+        # DescribeQuorum questions sent to the leader: request id -> (when, to, callback).
+        self._describing: dict[int, tuple[float, Node, DescribeCallback]] = {}
         self._describe_ids = itertools.count(1)
         super().__init__(*args, **kwargs)
 
@@ -209,17 +216,24 @@ class _RaftNode(SyncObj):
             callback(None)
             return
         now = time.monotonic()
-        for request_id, (asked, _) in list(self._describing.items()):
+        for request_id, (asked, _, _) in list(self._describing.items()):
             if now - asked > _DESCRIBE_FORGET_S:
                 del self._describing[request_id]
         request_id = next(self._describe_ids)
-        self._describing[request_id] = (now, callback)
+        self._describing[request_id] = (now, leader, callback)
         sent = self._SyncObj__transport.send(
             leader, {"type": _DESCRIBE_QUORUM, "request_id": request_id}
         )
         if not sent:
             self._describing.pop(request_id, None)
             callback(None)
+
+    def forget_questions_to(self, node: Node) -> None:
+        """`node` is gone: whatever was asked of it will not be answered."""
+        for request_id, (_, asked_of, callback) in list(self._describing.items()):
+            if asked_of == node:
+                del self._describing[request_id]
+                callback(None)
 
     def _answer_describe(self, node: Node, message: dict[str, Any]) -> None:
         described = self.describe_quorum()
@@ -242,7 +256,7 @@ class _RaftNode(SyncObj):
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("malformed quorum description from the raft leader: %r", exc)
             described = None
-        asked[1](described)
+        asked[2](described)
 
     def _note_replica_answer(self, node: Node, message: dict[str, Any]) -> None:
         """A replica answered an AppendEntries: count it as a Kafka replica's Fetch."""

@@ -653,3 +653,52 @@ def test_the_next_group_coordinator_knows_the_members_and_their_epochs(share_clu
         assert again.assignment is None
     finally:
         cluster.heal()
+
+
+def test_a_readers_leader_epoch_fences_an_older_writer_after_the_share_coordinator_fails_over(
+    share_cluster,
+):  # type: ignore[no-untyped-def]
+    """A data partition's new leader reads the share-partition's state (leader epoch 4)
+    while its former leader (epoch 3) still has a write under way. Kafka's share
+    coordinator stores the new epoch before answering the read, so the old write is
+    refused even by the next share coordinator after this one dies: otherwise it would
+    overwrite what the new leader read and holds, and records acknowledged through the
+    old leader would be delivered again."""
+    cluster = share_cluster
+    topic = unique_topic("share-fence")
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    topic_id = cluster.raw_metadata(topic).topics[0].topic_id
+    group = unique_group("share-fence")
+    key = f"{group}:{base64.urlsafe_b64encode(topic_id.bytes).rstrip(b'=').decode()}:0"
+
+    def state(**fields: object) -> dict[str, object]:
+        return {"group_id": group, "topics": [{"topic_id": topic_id, "partitions": [fields]}]}
+
+    def write(leader_epoch: int, start_offset: int) -> tuple[int] | None:
+        """WriteShareGroupState at the share coordinator: (its error code,), or None
+        while the coordinator is not there."""
+        request = state(
+            partition=0,
+            state_epoch=0,
+            leader_epoch=leader_epoch,
+            start_offset=start_offset,
+            state_batches=[],
+        )
+        with _wire(cluster.node(_coordinator(cluster, key, SHARE_KEY))) as conn:
+            code = int(conn.request(85, 0, **request).results[0].partitions[0].error_code)
+        return None if code in (14, 15, 16) else (code,)  # loading, not available, not here
+
+    assert cluster.wait_until(lambda: write(3, 5), 20, "the first write") == (0,)
+    coordinator = _coordinator(cluster, key, SHARE_KEY)
+    with _wire(cluster.node(coordinator)) as conn:
+        read = conn.request(84, 0, **state(partition=0, leader_epoch=4))
+    assert (
+        int(read.results[0].partitions[0].error_code),
+        read.results[0].partitions[0].start_offset,
+    ) == (0, 5)
+    cluster.kill(coordinator)
+    try:
+        assert cluster.wait_until(lambda: write(3, 9), 30, "the next share coordinator") == (74,)
+        assert cluster.wait_until(lambda: write(4, 9), 20, "a write of the new leader") == (0,)
+    finally:
+        cluster.heal()

@@ -265,7 +265,7 @@ class ShareCoordination(Protocol):
 
     async def find_coordinator(self, key: str) -> tuple[ErrorCode, BrokerInfo | None]: ...
 
-    def read_here(
+    async def read_here(
         self, key: tuple[str, uuid.UUID, int], leader_epoch: int
     ) -> tuple[ErrorCode, bytes | None, int]: ...
 

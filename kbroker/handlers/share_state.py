@@ -55,7 +55,7 @@ def _refused(ctx: RequestContext) -> bool:
 
 
 @handles(READ_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
-def read_share_group_state(
+async def read_share_group_state(
     ctx: RequestContext, request: requests.ReadShareGroupStateRequest
 ) -> dict[str, Any]:
     service = _service(ctx)
@@ -67,7 +67,9 @@ def read_share_group_state(
             code, stored, state_epoch = (
                 (E.cluster_authorization_failed, None, 0)
                 if _refused(ctx)
-                else service.read_here((request.group_id, topic_id, p.partition), p.leader_epoch)
+                else await service.read_here(
+                    (request.group_id, topic_id, p.partition), p.leader_epoch
+                )
             )
             start, batches = to_state_batches(stored) if stored is not None else (-1, [])
             partitions.append(

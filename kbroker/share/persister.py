@@ -66,7 +66,7 @@ T = TypeVar("T", bound=tuple[Any, ...])
 class StateHost(Protocol):
     """The share coordinator of this broker (kbroker.share.service.ShareService)."""
 
-    def read_here(self, key: StateKey, leader_epoch: int) -> StoredRead: ...
+    def read_here(self, key: StateKey, leader_epoch: int) -> Awaitable[StoredRead]: ...
 
     def write_here(
         self, partition: int, writes: list[Written]
@@ -103,7 +103,7 @@ class Persister:
         if leader is None:
             return ErrorCode.coordinator_not_available, None, 0
         if leader == self.broker.node_id:
-            return self.host.read_here(key, leader_epoch)
+            return await self.host.read_here(key, leader_epoch)
         group_id, topic_id, partition = key
         request = build(
             load_request_schema(READ_SHARE_GROUP_STATE, 0),
@@ -166,7 +166,7 @@ class Persister:
             if leader is None:
                 found.update(dict.fromkeys(wanted, (ErrorCode.coordinator_not_available, None, 0)))
             elif leader == self.broker.node_id:
-                found.update({key: self.host.read_here(key, -1) for key in wanted})
+                found.update({key: await self.host.read_here(key, -1) for key in wanted})
             else:
                 found.update(await self._send_reads(leader, wanted))
         return found

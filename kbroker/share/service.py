@@ -522,14 +522,24 @@ class ShareService(InternalTopicService):
 
     # -- share coordinator: the stored states (ReadShareGroupState, WriteShareGroupState) --
 
-    def read_here(self, key: StateKey, leader_epoch: int) -> StoredRead:
-        """The state stored for a share-partition, if this node is its share coordinator."""
-        partition = self.coordinator.store.partition_of(key)
-        if partition not in self.coordinator.owned:
-            if partition in self.coordinator.loading:
-                return ErrorCode.coordinator_load_in_progress, None, 0
-            return ErrorCode.not_coordinator, None, 0
-        return ErrorCode.none, *self.coordinator.store.read(key, leader_epoch)
+    async def read_here(self, key: StateKey, leader_epoch: int) -> StoredRead:
+        """The state stored for a share-partition, if this node is its share coordinator.
+        A reader with a newer leader epoch (the data partition's new leader) is answered
+        once that epoch is stored: older writers stay fenced after a failover of this
+        coordinator too."""
+        store = self.coordinator.store
+        partition = store.partition_of(key)
+        refused = self._not_here(partition)
+        if refused is not None:
+            return refused, None, 0
+        raised = store.raise_leader_epoch(key, leader_epoch)
+        if raised is not None:
+            stored = await self._append(
+                partition, [(state_key(key), raised)], {key: ErrorCode.none}
+            )
+            if stored[key] != ErrorCode.none:
+                return stored[key], None, 0
+        return ErrorCode.none, *store.read(key, leader_epoch)
 
     def _not_here(self, partition: int) -> ErrorCode | None:
         """Why this node cannot answer for a `__share_group_state` partition, if so."""

@@ -109,6 +109,21 @@ class ShareStateStore:
         stored.leader_epoch = max(stored.leader_epoch, leader_epoch)
         return stored.value, stored.state_epoch
 
+    def raise_leader_epoch(self, key: StateKey, leader_epoch: int) -> bytes | None:
+        """Fence writers older than a reader's leader epoch, as Kafka's share coordinator
+        does on ReadShareGroupState (readStateAndMaybeUpdateLeaderEpoch): the record to
+        store before answering the read, the state with the new leader epoch in it, or
+        None when the epoch is not newer. Stored, the fence outlasts a failover of the
+        share coordinator: a leader that lost its partition while its write was under
+        way cannot store that write at the next coordinator, over what its successor
+        read (and acknowledged records would be delivered again)."""
+        stored = self.entries.get(key)
+        if stored is None or leader_epoch <= stored.leader_epoch:
+            return None
+        value = _dumps({**json.loads(stored.value), "leader_epoch": leader_epoch})
+        self.entries[key] = StoredState(value, leader_epoch, stored.state_epoch)
+        return value
+
     def write(self, key: StateKey, value: bytes | None, leader_epoch: int) -> int:
         """Record a new state (None deletes it); refused for a stale leader or state epoch."""
         stored = self.entries.get(key)

@@ -33,6 +33,7 @@ from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, journal, replicated
 from pysyncobj.config import FAIL_REASON
+from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import Node, TCPNode
 from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.transport import TCPTransport, Transport
@@ -43,7 +44,8 @@ from kbroker.controller.quorum import QuorumDescription, ReplicaTracker
 
 log = logging.getLogger("kbroker.controller")
 
-_LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
+_FOLLOWER, _LEADER = 0, 2  # pysyncobj's _RAFT_STATE.FOLLOWER and LEADER
+PRE_VOTE, PRE_VOTE_RESPONSE = "pre_vote", "pre_vote_response"
 
 FAIL_REASON_NAMES = {
     value: name for name, value in vars(FAIL_REASON).items() if not name.startswith("_")
@@ -153,6 +155,8 @@ class _RaftNode(SyncObj):
     """The pysyncobj object. One replicated method, so the method id pysyncobj writes
     into every journal entry never changes when command kinds are added."""
 
+    _SyncObj__raftElectionDeadline: float  # pysyncobj's; the pre-vote round moves it
+
     def __init__(
         self,
         machine: MetadataMachine,
@@ -170,6 +174,12 @@ class _RaftNode(SyncObj):
         # DescribeQuorum questions sent to the leader: request id -> (when, to, callback).
         self._describing: dict[int, tuple[float, Node, DescribeCallback]] = {}
         self._describe_ids = itertools.count(1)
+        # Pre-vote: when this node last heard from a leader, the term of its current
+        # pre-vote round and who granted it, and the term a round was won at.
+        self._leader_contact = float("-inf")
+        self._pre_vote_term = -1
+        self._pre_votes: set[str] = set()
+        self._pre_vote_won_term = -1
         super().__init__(*args, **kwargs)
 
     @replicated
@@ -185,7 +195,15 @@ class _RaftNode(SyncObj):
         if kind == _QUORUM_DESCRIBED:
             self._on_described(message)
             return
+        if kind == PRE_VOTE:
+            self._answer_pre_vote(node, message)
+            return
+        if kind == PRE_VOTE_RESPONSE:
+            self._count_pre_vote(node, message)
+            return
         if kind == "append_entries":
+            if message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
+                self._leader_contact = monotonic_time()
             message = self._without_held_entries(message)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
         if kind == "next_node_idx" and self._isLeader():
@@ -272,6 +290,80 @@ class _RaftNode(SyncObj):
             leader_end=int(self._SyncObj__getCurrentLogIndex()),
             now_ms=int(time.time() * 1000),
         )
+
+    # -- pre-vote ----------------------------------------------------------------------------
+    # pysyncobj starts an election, raising its term, as soon as its election timeout
+    # passes without word from a leader. A voter that only missed the leader's messages (a
+    # restarted or SIGCONTed process, a voter cut off from the leader but not from the
+    # others) then deposes a healthy leader: every node that sees the higher term steps
+    # down. KRaft asks first (KIP-996, the Raft thesis' section 9.6): a voter whose timeout
+    # passed sends a pre-vote for the next term, without raising its own, and runs the real
+    # election only once a majority would vote for it. A voter grants a pre-vote only if it
+    # has not heard from a leader for the minimum election timeout and the candidate's log
+    # is at least as up to date as its own. A leadership transfer (TimeoutNow) skips the
+    # round: the leader itself asked for that election.
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802 (pysyncobj's name)
+        self._pre_vote_first()
+        super()._onTick(timeToWait)
+
+    def _pre_vote_first(self) -> None:
+        """Turn an election pysyncobj is about to start into a pre-vote round, unless
+        one was won for this term already (then the election goes ahead this tick)."""
+        if self._SyncObj__selfNode is None or self._SyncObj__raftState == _LEADER:
+            return
+        now = monotonic_time()
+        if self._SyncObj__raftElectionDeadline >= now or self._SyncObj__transferInProgress:
+            return
+        term = self._SyncObj__raftCurrentTerm
+        if self._pre_vote_won_term == term or not self._SyncObj__connectedToAnyone():
+            return
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        self._pre_vote_term = term
+        self._pre_votes = {self._SyncObj__selfNode.id}
+        message = {
+            "type": PRE_VOTE,
+            "term": term + 1,
+            "last_log_index": self._SyncObj__getCurrentLogIndex(),
+            "last_log_term": self._SyncObj__getCurrentLogTerm(),
+        }
+        for other in self._SyncObj__otherNodes:
+            self._SyncObj__transport.send(other, message)
+        self._check_pre_vote_won()
+
+    def _answer_pre_vote(self, node: Node, message: dict[str, Any]) -> None:
+        term = self._SyncObj__raftCurrentTerm
+        leader_heard = self._SyncObj__raftState == _LEADER or (
+            self._SyncObj__raftLeader is not None
+            and monotonic_time() - self._leader_contact < self._SyncObj__conf.raftMinTimeout
+        )
+        up_to_date = (message["last_log_term"], message["last_log_index"]) >= (
+            self._SyncObj__getCurrentLogTerm(),
+            self._SyncObj__getCurrentLogIndex(),
+        )
+        granted = message["term"] > term and up_to_date and not leader_heard
+        self._SyncObj__transport.send(
+            node,
+            {"type": PRE_VOTE_RESPONSE, "term": message["term"], "granted": granted, "at": term},
+        )
+
+    def _count_pre_vote(self, node: Node, message: dict[str, Any]) -> None:
+        term = self._SyncObj__raftCurrentTerm
+        if message.get("at", -1) > term and self._SyncObj__raftState != _LEADER:
+            # A voter is at a later term: catch up with it, or this node's pre-votes for
+            # a term that voter has passed would never be granted.
+            self._SyncObj__setCurrentTerm(message["at"], None)
+            self._SyncObj__setState(_FOLLOWER)
+            return
+        if message["term"] != term + 1 or self._pre_vote_term != term or not message["granted"]:
+            return
+        self._pre_votes.add(node.id)
+        self._check_pre_vote_won()
+
+    def _check_pre_vote_won(self) -> None:
+        if len(self._pre_votes) > (len(self._SyncObj__otherNodes) + 1) / 2:
+            self._pre_vote_won_term = self._pre_vote_term
+            self._SyncObj__raftElectionDeadline = 0.0
 
     def _without_held_entries(self, message: dict[str, Any]) -> dict[str, Any]:
         """An AppendEntries as Raft's receiver rule reads it: only an entry that conflicts

@@ -1,0 +1,36 @@
+"""A voter whose election timeout passes while the leader is alive (a restarted or
+SIGCONTed controller, one cut off from the leader alone) asks for a pre-vote first, as
+KRaft does (KIP-996): the others have heard from the leader, refuse, and the leader
+keeps its term. Without it, the voter's election at a higher term deposed the leader."""
+
+import asyncio
+
+from kbroker.controller.raft import _RaftNode
+from tests.test_controller_cluster import eventually, three_voters
+
+
+def test_a_voter_timing_out_beside_a_live_leader_does_not_depose_it(tmp_path):
+    async def main():
+        nodes = three_voters(tmp_path)
+        await asyncio.gather(*(n.start() for n in nodes))
+        try:
+            leader = next(n for n in nodes if n.is_leader)
+            term = leader._raft.term
+            follower = next(n for n in nodes if not n.is_leader)
+
+            def time_out_now(node: _RaftNode) -> None:
+                node._SyncObj__raftElectionDeadline = 0.0
+
+            for _ in range(3):
+                with follower._raft._calls_lock:
+                    follower._raft._calls.append(time_out_now)
+                follower._raft._wake.notify()
+                await asyncio.sleep(0.3)
+            assert leader.is_leader
+            assert {n._raft.term for n in nodes} == {term}
+            await leader.register_broker(1, "127.0.0.1", 9091)
+            await eventually(lambda: all(1 in n.state.brokers for n in nodes))
+        finally:
+            await asyncio.gather(*(n.stop() for n in nodes))
+
+    asyncio.run(main())

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from compat_tests.cluster import KafkaCluster
-from compat_tests.confluent_helpers import admin_client, produce_all, unique_topic, watermarks
+from compat_tests.confluent_helpers import produce_all, unique_topic, watermarks
 from compat_tests.spark_support import offsets_of, read_topic, spark_session_or_skip
 
 pytestmark = pytest.mark.timeout(240)
@@ -232,53 +232,68 @@ def test_streaming_queries_survive_the_kill_of_a_leader_and_write_each_record_on
     assert len(sunk) == len(acked.keys)
 
 
+def _read_all(spark: Any, cluster: KafkaCluster, topic: str) -> list[tuple[int, bytes]]:
+    """A batch read of every record Spark's source finds in ``topic`` (earliest to latest)."""
+    rows = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", topic)
+        .option("kafka.request.timeout.ms", "5000")
+        .option("kafka.default.api.timeout.ms", "10000")
+        .load()
+        .select("offset", "value")
+        .collect()
+    )
+    return sorted((r.offset, bytes(r.value)) for r in rows)
+
+
 def test_records_deleted_before_a_failover_stay_deleted_on_every_replica(
     spark: Any, cluster: KafkaCluster
 ) -> None:
-    """DeleteRecords moves the leader's log start; followers follow it (a replica that
-    was down meanwhile starts again at it), so whichever replica leads next, Spark's
-    earliest offset is still the deleted-before offset and no deleted record comes back."""
-    from confluent_kafka import TopicPartition
+    """DeleteRecords answers once every live replica has moved its log start, so the next
+    leader does not serve the deleted records again; a replica that was down meanwhile,
+    its log ending below the new log start, starts again there when it comes back."""
+    from confluent_kafka import ElectionType, TopicPartition
 
     topic = unique_topic("failover-deleted")
     _create(cluster, topic, 1)
     cluster.wait_for_full_isr(topic)
-    batch = {"linger_ms": 50}  # a few batches, so the log start falls inside one
-    produce_all(cluster.bootstrap, topic, ({"value": b"%d" % i} for i in range(10)), **batch)
-    leader = cluster.partition(topic).leader
-    down = next(n.node_id for n in cluster.nodes if n.node_id != leader)
-    try:
-        cluster.kill(down)
-        produce_all(
-            cluster.bootstrap, topic, ({"value": b"%d" % i} for i in range(10, 30)), **batch
-        )
-        # Past everything the stopped replica holds.
-        admin = admin_client(cluster.bootstrap)
-        for deleted in admin.delete_records([TopicPartition(topic, 0, 25)]).values():
+    # The preferred replica, which a preferred election makes leader again below.
+    first = cluster.partition(topic).replicas[0]
+    cluster.wait_until(lambda: cluster.partition(topic).leader == first, 15.0, "the leader")
+    batches = {"linger_ms": 50}  # a few records a batch: a log start falls inside one
+    produce_all(cluster.bootstrap, topic, ({"value": b"%d" % i} for i in range(20)), **batches)
+
+    def delete_before(offset: int) -> None:
+        # A new client each time: librdkafka's admin sends DeleteRecords to the leader its
+        # cached metadata names, even a killed one.
+        admin = cluster.admin()
+        for deleted in admin.delete_records([TopicPartition(topic, 0, offset)]).values():
             deleted.result(15)
+
+    try:
+        delete_before(12)
+        cluster.kill(first)
+        cluster.wait_until(
+            lambda: cluster.partition(topic).leader not in (first, -1), 15.0, "a new leader"
+        )
+        after_failover = _read_all(spark, cluster, topic)
+        produce_all(
+            cluster.bootstrap, topic, ({"value": b"%d" % i} for i in range(20, 30)), **batches
+        )
+        delete_before(25)  # past the end of the stopped replica's log
         cluster.heal()
         cluster.wait_for_full_isr(topic)
-        # Acknowledged by every replica in sync: each fetched past the deletion.
-        produce_all(cluster.bootstrap, topic, [{"value": b"30"}])
-        cluster.kill(leader)
-        cluster.wait_until(
-            lambda: cluster.partition(topic).leader not in (leader, -1),
-            15.0,
-            f"a new leader of {topic}-0 after broker {leader}",
-        )
-        rows = (
-            spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", cluster.bootstrap)
-            .option("subscribe", topic)
-            .option("kafka.request.timeout.ms", "5000")
-            .option("kafka.default.api.timeout.ms", "10000")
-            .load()
-            .select("offset", "value")
-            .collect()
-        )
+
+        def leads_again() -> bool:
+            admin = cluster.admin()  # kept alive until the answer arrives
+            elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)])
+            elected.result(timeout=15)
+            return bool(cluster.partition(topic).leader == first)
+
+        cluster.wait_until(leads_again, 20.0, f"broker {first} to lead {topic} again")
+        on_the_restarted = _read_all(spark, cluster, topic)
     finally:
         cluster.heal()
-    assert watermarks(cluster.bootstrap, topic) == (25, 31)
-    assert sorted((r.offset, bytes(r.value)) for r in rows) == [
-        (i, b"%d" % i) for i in range(25, 31)
-    ]
+    assert after_failover == [(i, b"%d" % i) for i in range(12, 20)]
+    assert on_the_restarted == [(i, b"%d" % i) for i in range(25, 30)]

@@ -206,6 +206,9 @@ class FakeReplica:
     def high_watermark(self) -> int:
         return self.log.high_watermark
 
+    def await_log_start(self, offset: int, live: Any, callback: Any) -> int:
+        return self.log.log_start_offset  # no followers: the low watermark is its own
+
 
 class FakeReplicas:
     def __init__(self) -> None:

@@ -12,7 +12,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kbroker.protocol.batch import encode_batch, read_header
-from kbroker.replica.delayed import DataWaiters, PendingAck
+from kbroker.replica.delayed import DataWaiters, PendingAck, PendingDeletion
 from kbroker.replica.partition import Partition, PartitionError
 from kbroker.storage import LogConfig, PartitionLog
 
@@ -130,6 +130,38 @@ def test_acks_all_completes_when_the_isr_has_the_batch(pair):
     replicate(leader, follower)
     replicate(leader, follower)
     assert codes == [ErrorCode.none]
+
+
+def test_delete_records_completes_once_each_live_follower_has_the_new_log_start(pair):
+    leader, follower = pair
+    leader.append_as_leader(batch(b"a", b"b", b"c"), NOW)
+    replicate(leader, follower)
+    replicate(leader, follower)
+    leader.log.delete_records_before(2)
+    outcomes: list[tuple[ErrorCode, int]] = []
+
+    def answered(code: ErrorCode, low_watermark: int) -> None:
+        outcomes.append((code, low_watermark))
+
+    assert leader.await_log_start(2, lambda node: node != 2, answered) == 2  # 2 is down
+    pending = leader.await_log_start(2, lambda node: True, answered)
+    assert isinstance(pending, PendingDeletion)
+
+    def fetch() -> None:
+        read = leader.read(
+            follower.log_end_offset,
+            1 << 20,
+            replica_id=2,
+            now_ms=NOW,
+            follower_log_start=follower.log.log_start_offset,
+        )
+        follower.update_follower_high_watermark(read.high_watermark)
+        follower.follow_log_start(read.log_start_offset)
+
+    fetch()  # the follower learns the leader's log start from this answer...
+    assert follower.log.log_start_offset == 2 and outcomes == []
+    fetch()  # ...and says it has it in its next fetch
+    assert outcomes == [(ErrorCode.none, 2)]
 
 
 def test_acks_all_is_refused_when_the_isr_is_below_min_insync(pair):

@@ -158,6 +158,7 @@ def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:
                     p.partition_max_bytes,
                     getattr(p, "current_leader_epoch", -1),
                     getattr(p, "last_fetched_epoch", -1),
+                    getattr(p, "log_start_offset", -1),
                 )
             )
     if _before_sessions(request):
@@ -348,6 +349,7 @@ def _read_partition(
                 now_ms=now_ms,
                 from_follower_ok=from_follower_ok,
                 last_fetched_epoch=p.last_fetched_epoch,
+                follower_log_start=p.log_start_offset,
             )
         except OSError as exc:  # a disk error: the log directory goes offline
             broker.durability.storage_error(partition.log, exc)

@@ -1,9 +1,10 @@
 """Delayed operations, beside the partitions whose changes complete them.
 
-Two kinds, as in Kafka's purgatories: a Fetch parked until its partitions' logs grow
-(`DataWaiters`), and a Produce with acks=all parked until the ISR holds its batch
-(`DelayedAcks`, one per partition). Neither polls nor blocks the loop: an append, a
-follower's fetch or a role change completes them by plain callbacks.
+Three kinds, as in Kafka's purgatories: a Fetch parked until its partitions' logs grow
+(`DataWaiters`), a Produce with acks=all parked until the ISR holds its batch
+(`DelayedAcks`, one per partition), and a DeleteRecords parked until every live replica
+has moved its log start (`PendingDeletion`). None polls or blocks the loop: an append,
+a follower's fetch or a role change completes them by plain callbacks.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 AckCallback = Callable[[ErrorCode], None]
+# A deletion's outcome: the error code and the partition's low watermark (-1 on error).
+DeletionCallback = Callable[[ErrorCode, int], None]
 
 
 class DataWaiters:
@@ -108,3 +111,24 @@ class DelayedAcks:
         if not pending.done:
             pending.done = True
             pending.callback(code)
+
+
+@dataclass(slots=True, eq=False)
+class PendingDeletion:
+    """One partition's share of a DeleteRecords (Kafka's DelayedDeleteRecords): done when
+    the low watermark, the smallest log start offset among the replicas on live brokers
+    (`live`), reaches `offset`, so that no replica elected later serves deleted records."""
+
+    offset: int
+    live: Callable[[int], bool]
+    callback: DeletionCallback
+    done: bool = False
+
+    def cancel(self) -> None:
+        """The request gave up (timed out): its callback is never called."""
+        self.done = True
+
+    def finish(self, code: ErrorCode, low_watermark: int) -> None:
+        if not self.done:
+            self.done = True
+            self.callback(code, low_watermark)

@@ -36,6 +36,7 @@ class FetchTarget:
     partition_max_bytes: int
     current_leader_epoch: int = -1
     last_fetched_epoch: int = -1
+    log_start_offset: int = -1  # a follower's (Fetch v5+); -1 from a consumer
     sent_high_watermark: int = -2
     sent_last_stable_offset: int = -2
     sent_log_start_offset: int = -2
@@ -46,6 +47,7 @@ class FetchTarget:
         self.partition_max_bytes = newer.partition_max_bytes
         self.current_leader_epoch = newer.current_leader_epoch
         self.last_fetched_epoch = newer.last_fetched_epoch
+        self.log_start_offset = newer.log_start_offset
 
 
 @dataclass(slots=True)

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.replica.delayed import AckCallback, DataWaiters, DelayedAcks, PendingAck
+from kbroker.replica.delayed import (
+    AckCallback,
+    DataWaiters,
+    DelayedAcks,
+    DeletionCallback,
+    PendingAck,
+    PendingDeletion,
+)
 from kbroker.storage.errors import LogClosedError, OffsetOutOfRangeError
 from kbroker.storage.file_slice import FileSlice
 from kbroker.storage.log import AppendResult, PartitionLog
@@ -47,6 +54,7 @@ class FollowerState:
     broker became leader."""
 
     log_end_offset: int = -1
+    log_start_offset: int = -1  # as its last fetch said (Fetch v5+); -1 until then
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_end: int = -1
@@ -87,6 +95,7 @@ class Partition:
     # watermark and min.insync.replicas count the larger of the two (Kafka's maximal ISR).
     pending_isr: tuple[int, ...] | None = None
     _acks: DelayedAcks = field(default_factory=DelayedAcks)
+    _deletions: list[PendingDeletion] = field(default_factory=list)
     key: tuple[str, int] = field(init=False)  # (topic, index), the partition's name
 
     def __post_init__(self) -> None:
@@ -190,6 +199,7 @@ class Partition:
         self.pending_isr = None
         self.followers = {}
         self._acks.fail_all(ErrorCode.not_leader_or_follower)
+        self._fail_deletions()
         self.waiters.wake(self.key)
         return changed
 
@@ -206,6 +216,7 @@ class Partition:
         """The partition left this broker (deleted or reassigned away)."""
         self.leader_id = NO_REPLICA
         self._acks.fail_all(ErrorCode.not_leader_or_follower)
+        self._fail_deletions()
         self.waiters.wake(self.key)
 
     # -- appends --------------------------------------------------------------------------
@@ -350,6 +361,7 @@ class Partition:
         now_ms: int = 0,
         from_follower_ok: bool = False,
         last_fetched_epoch: int = -1,
+        follower_log_start: int = -1,
     ) -> PartitionRead:
         """A Fetch's read: a consumer's up to the high watermark (the last stable offset
         for read_committed), a follower's (`replica_id` set) up to the log end; the
@@ -358,7 +370,8 @@ class Partition:
         (a consumer's Fetch v11+, KIP-392) a follower serves the consumer too, up to
         the high watermark the leader last sent it. A fetcher that names the epoch of
         the last batch it holds (`last_fetched_epoch`, Fetch v12+) is first checked for
-        a divergent log (`diverging`)."""
+        a divergent log (`diverging`). A follower also says where its log starts
+        (`follower_log_start`), which a DeleteRecords may be waiting for."""
         if from_follower_ok and replica_id < 0 and self.leader_id not in (NO_REPLICA, self.node_id):
             code = self.check_epoch(current_leader_epoch)
         else:
@@ -382,7 +395,7 @@ class Partition:
                     plog.last_stable_offset,
                     plog.log_start_offset,
                 )
-            self.record_follower_fetch(replica_id, fetch_offset, now_ms)
+            self.record_follower_fetch(replica_id, fetch_offset, now_ms, follower_log_start)
             upper = plog.log_end_offset
         high_watermark = plog.high_watermark
         stable = plog.last_stable_offset
@@ -449,11 +462,18 @@ class Partition:
 
     # -- followers, as the leader sees them ------------------------------------------------
 
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+    def record_follower_fetch(
+        self, replica_id: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1
+    ) -> None:
         """Kafka's updateFollowerFetchState: a follower fetching from `fetch_offset` has
         everything below it. It is caught up if it reached the log end as of this fetch
-        or of its previous one; a caught-up follower outside the ISR is proposed back."""
+        or of its previous one; a caught-up follower outside the ISR is proposed back.
+        Its log start offset may complete a DeleteRecords waiting for it."""
         state = self.followers[replica_id]
+        if log_start_offset != state.log_start_offset:
+            state.log_start_offset = log_start_offset
+            if self._deletions:
+                self._complete_deletions()
         leader_end = self.log.log_end_offset
         if fetch_offset >= leader_end:
             state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
@@ -465,6 +485,47 @@ class Partition:
         if replica_id not in self.isr and self._may_join_isr(state):
             self._propose_isr(self.isr + (replica_id,))
         self._advance_high_watermark()
+
+    # -- DeleteRecords ---------------------------------------------------------------------
+
+    def low_watermark(self, live: Callable[[int], bool]) -> int:
+        """Kafka's lowWatermarkIfLeader: the smallest log start offset of this leader and
+        of its followers on live brokers (-1 for one that has not fetched yet)."""
+        low = self.log.log_start_offset
+        for replica_id, state in self.followers.items():
+            if state.log_start_offset < low and live(replica_id):
+                low = state.log_start_offset
+        return low
+
+    def await_log_start(
+        self, offset: int, live: Callable[[int], bool], callback: DeletionCallback
+    ) -> int | PendingDeletion:
+        """After DeleteRecords moved this leader's log start to `offset`: the low
+        watermark now if every live replica already has it too, else a pending
+        deletion whose callback gets the outcome once they have (or leadership moved)."""
+        low = self.low_watermark(live)
+        if low >= offset:
+            return low
+        pending = PendingDeletion(offset, live, callback)
+        self._deletions.append(pending)
+        return pending
+
+    def _complete_deletions(self) -> None:
+        waiting = []
+        for pending in self._deletions:
+            if pending.done:
+                continue
+            low = self.low_watermark(pending.live)
+            if low >= pending.offset:
+                pending.finish(ErrorCode.none, low)
+            else:
+                waiting.append(pending)
+        self._deletions = waiting
+
+    def _fail_deletions(self) -> None:
+        deletions, self._deletions = self._deletions, []
+        for pending in deletions:
+            pending.finish(ErrorCode.not_leader_or_follower, -1)
 
     def _may_join_isr(self, state: FollowerState) -> bool:
         """Kafka's isFollowerInSync: at least at the high watermark and past the start of

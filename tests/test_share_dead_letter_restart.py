@@ -1,12 +1,16 @@
 """A dead letter still to be written when the broker stops is written after it starts
-again, once, without waiting for a consumer to fetch from its share-partition."""
+again, once, without waiting for a consumer to fetch from its share-partition; and once
+when the writer is told to search the dead-letter topics again mid-copy."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from inprocess import run_broker
 
 from kbroker.broker import Broker
@@ -88,3 +92,44 @@ def test_a_pending_dead_letter_is_written_once_after_a_restart_without_a_fetch(t
     run_broker(tmp_path, store_pending, BROKER)
     run_broker(tmp_path, restarted, BROKER)
     run_broker(tmp_path, restarted_again, BROKER)
+
+
+def test_copies_forgotten_while_a_copy_is_under_way_leave_the_writer_running(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Holding another share-partition with letters pending makes the writer search the
+    dead-letter topics again (`forget_copies`); when that happens while a copy is being
+    stored, the letter is still recorded as written, once, with nothing failing."""
+
+    async def check(broker: Broker, port: int) -> None:
+        info = await broker.controller.create_topic(TOPIC, 1, 1)
+        await broker.controller.set_group_configs(GROUP, {"errors.deadletterqueue.topic.name": DLQ})
+        service = broker.share_coordinator
+        await service.ensure_topic()
+        key = (GROUP, info.topic_id, 0)
+        partition = service.coordinator.store.partition_of(key)
+        assert await _until(lambda: partition in service.coordinator.owned, 10)
+        assert await _until(lambda: broker.replicas.leader(TOPIC, 0)[0] is not None, 10)
+        epoch = broker.replicas.leader(TOPIC, 0)[0].leader_epoch
+        snapshot = {"start": 1, "end": 1, "runs": [], "dlq": [[0, 1, "rejected"]]}
+        snapshot["leader_epoch"] = epoch
+        written = await service.write_here(partition, [(key, state_value(TOPIC, snapshot), epoch)])
+        assert set(written.values()) == {0}
+        writer = service.dead_letters
+        copy = writer._copy
+
+        async def copy_while_another_is_held(*args: Any) -> bool:
+            writer.forget_copies()
+            return await copy(*args)
+
+        writer._copy = copy_while_another_is_held  # type: ignore[method-assign,assignment]
+        await service._start_holding(key)  # as a consumer's fetch there would
+        assert await _until(
+            lambda: [s["dlq"] for s in service.coordinator.store.of_group(GROUP).values()] == [[]],
+            5,
+        )
+        assert [c[H_OFFSET] for c in _copies(broker)] == [b"0"]
+
+    with caplog.at_level(logging.ERROR, logger="kbroker.share.dlq"):
+        run_broker(tmp_path, check, BROKER)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]

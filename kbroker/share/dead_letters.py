@@ -161,22 +161,28 @@ class DeadLetterWriter:
             if not await self._ensure_topic(target):
                 complete = False
                 continue
-            if target not in self._written:
-                existing = await self._existing_copies(target)
-                if existing is None:
+            written = self._written.get(target)
+            if written is None:
+                written = await self._existing_copies(target)
+                if written is None:
                     complete = False
                     continue  # not searched: no copy yet, tried again
-                self._written[target] = existing
+                self._written[target] = written
             copy_record = coordinator.dead_letters_copy_records(group_id)
             done: set[int] = set()
             for letter in letters:
+                # `written` is this search's: the copies may be forgotten (another
+                # share-partition held here) while a copy is under way.
                 identity = (group_id, topic, partition, letter.offset)
-                if identity not in self._written[target] and not await self._copy(
+                if identity not in written and not await self._copy(
                     target, group_id, topic, partition, letter, copy_record
                 ):
+                    # It may have been stored all the same: search again before the
+                    # next attempt, rather than copy it twice.
+                    self._written.pop(target, None)
                     complete = False
                     break
-                self._written[target].add(identity)
+                written.add(identity)
                 done.add(letter.offset)
             coordinator.dead_letters_written(key, done)
         await self._service.persist()
@@ -299,7 +305,14 @@ class DeadLetterWriter:
             return False
         waiting = acknowledgement(self._broker, replica, appended.last_offset + 1)
         if waiting is not None:
-            await waiting
+            try:
+                code = await waiting
+            except OSError as exc:
+                log.error("cannot flush dead-letter topic %s: %s", target, exc)
+                return False
+            if code != ErrorCode.none:
+                log.info("dead-letter copy to %s-%d not replicated: %s", target, index, code.name)
+                return False
         return True
 
     async def _produce_at(

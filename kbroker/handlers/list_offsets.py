@@ -39,8 +39,14 @@ def _partition(broker: BrokerParts, topic: str, p: Any, isolation_level: int) ->
     out["leader_epoch"] = partition.leader_epoch
     visible = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
     ts = p.timestamp
+    # Kafka's lagging new leader: no latest offset, nor one found at or past the visible
+    # end, until its high watermark reaches its epoch's start (the client retries).
+    lagging = ts not in (EARLIEST, EARLIEST_LOCAL) and partition.high_watermark_lags_epoch_start
     if ts == LATEST:
-        out["offset"] = visible
+        if lagging:
+            out["error_code"] = ErrorCode.offset_not_available
+        else:
+            out["offset"] = visible
     elif ts in (EARLIEST, EARLIEST_LOCAL):
         out["offset"] = plog.log_start_offset
     elif ts == MAX_TIMESTAMP:
@@ -55,6 +61,8 @@ def _partition(broker: BrokerParts, topic: str, p: Any, isolation_level: int) ->
         at = plog.offset_for_timestamp(ts)
         if at is not None and at[0] < visible:
             out["offset"], out["timestamp"] = at
+        elif lagging:
+            out["error_code"] = ErrorCode.offset_not_available
     return out
 
 

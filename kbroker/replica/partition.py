@@ -119,6 +119,15 @@ class Partition:
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
+    @property
+    def high_watermark_lags_epoch_start(self) -> bool:
+        """A leader elected moments ago may hold records its high watermark does not
+        cover yet (the old leader had committed them; the followers have yet to fetch
+        from it): its high watermark is below the start of its epoch. Kafka answers
+        ListOffsets with OFFSET_NOT_AVAILABLE meanwhile, never an offset lower than one
+        a client may already have seen."""
+        return self.log.epoch_start(self.leader_epoch) > self.log.high_watermark
+
     # -- leadership checks ------------------------------------------------------------------
 
     def check_leader(self, current_leader_epoch: int = -1) -> ErrorCode:

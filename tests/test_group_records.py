@@ -106,9 +106,10 @@ def test_partition_uses_kafkas_abs_of_the_hash():
 # -- replay ----------------------------------------------------------------------------------
 
 
-def restart(h: Harness) -> Harness:
-    """A second coordinator on a fresh clock, loaded from everything the first wrote."""
-    fresh = Harness()
+def restart(h: Harness, **config: int) -> Harness:
+    """A second coordinator on a fresh clock (with `config`), loaded from everything the
+    first wrote."""
+    fresh = Harness(**config)
     fresh.clock.advance(h.clock.now_ms() - fresh.clock.now_ms())
     for p in range(NUM_PARTITIONS):
         fresh.c.unload_partition(p)
@@ -140,6 +141,22 @@ def test_reloaded_members_that_never_return_expire():
     again = restart(h)
     again.clock.advance(1001)
     assert again.c.groups["g"].state == GroupState.EMPTY
+
+
+def test_a_group_loaded_over_a_lowered_size_limit_rebalances_and_refuses_the_last_to_rejoin():
+    """Kafka's onLoaded: group.max.size lowered across a coordinator move. The loaded
+    group rebalances; the first members to rejoin stay, the last is refused and removed
+    (GROUP_MAX_SIZE_REACHED), and the generation completes without it."""
+    h = Harness()
+    a, b, c = h.stable_group(3)
+    again = restart(h, max_group_size=2)
+    assert again.c.classic.heartbeat("g", a.member_id, a.generation_id) == E.rebalance_in_progress
+    first, second = (again.join(member_id=m.member_id) for m in (a, b))
+    refused = again.join(member_id=c.member_id).value
+    assert (refused.error, refused.member_id) == (E.group_max_size_reached, "")
+    assert first.value.error == second.value.error == E.none
+    assert first.value.generation_id == a.generation_id + 1
+    assert set(again.c.groups["g"].members) == {a.member_id, b.member_id}
 
 
 def test_deleted_group_stays_deleted_after_a_reload():

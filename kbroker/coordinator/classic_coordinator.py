@@ -149,6 +149,7 @@ class ClassicGroupCoordinator:
             group = ClassicGroup(req.group_id, state_timestamp_ms=self._now())
             self.groups[req.group_id] = group
         if not self._accepts_joining_member(group, req.member_id):
+            self._remove_refused_member(group, req.member_id)
             callback(JoinResult(E.group_max_size_reached, UNKNOWN_MEMBER_ID))
             return
         if group.is_in(GroupState.DEAD):
@@ -172,6 +173,27 @@ class ClassicGroupCoordinator:
             awaiting = sum(1 for m in group.members.values() if m.awaiting_join is not None)
             return (member is not None and member.awaiting_join is not None) or awaiting < limit
         return member_id in group.members or len(group.members) < limit
+
+    def _remove_refused_member(self, group: ClassicGroup, member_id: str) -> None:
+        """A member refused for group.max.size leaves the group, as in Kafka: over capacity
+        (the limit lowered while the group lived), the last members to rejoin are the
+        ones left out. The rebalance then completes once the others have rejoined."""
+        if member_id in group.pending_members:
+            group.pending_members.discard(member_id)
+            timer = group.pending_member_timers.pop(member_id, None)
+            if timer is not None:
+                timer.cancel()
+        member = group.members.get(member_id)
+        if member is None:
+            return
+        log.info(
+            "group %s: member %s refused, the group is at its size limit %d",
+            group.group_id,
+            member_id,
+            self.config.max_group_size,
+        )
+        self._drop_member(group, member)
+        self._maybe_complete_join_phase(group)
 
     def _join_new_member(
         self, group: ClassicGroup, req: JoinRequest, callback: JoinCallback
@@ -862,6 +884,19 @@ class ClassicGroupCoordinator:
         if group.is_in(GroupState.COMPLETING_REBALANCE):
             return E.rebalance_in_progress
         return None
+
+    def on_group_loaded(self, group: ClassicGroup) -> None:
+        """A group just loaded from `__consumer_offsets`: its members get a fresh session,
+        and a group above group.max.size (lowered since it was stored) rebalances, so its
+        members can commit before the last to rejoin are refused (Kafka's onLoaded)."""
+        for member in group.members.values():
+            self.schedule_heartbeat(group, member)
+        if len(group.members) > self.config.max_group_size:
+            self._prepare_rebalance(
+                group,
+                f"loaded with {len(group.members)} members, over the size limit "
+                f"{self.config.max_group_size}",
+            )
 
     def forget_group(self, group: ClassicGroup) -> None:
         group.transition_to(GroupState.DEAD, self._now())

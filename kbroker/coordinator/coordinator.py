@@ -505,8 +505,7 @@ class GroupCoordinator:
             if old is not None:
                 self.classic.fail_waiters(old, E.not_coordinator)
             self.groups[group_id] = group
-            for member in group.members.values():
-                self.classic.schedule_heartbeat(group, member)
+            self.classic.on_group_loaded(group)
             loaded += 1
         self.loading.discard(partition)
         self.owned.add(partition)

@@ -497,3 +497,21 @@ def test_a_group_whose_partition_is_unloaded_loses_its_members_and_releases_noth
     coordinator.tick(10_000)  # past its session timeout as a member, within the lock
     held = coordinator.partitions[("g", TOPIC.topic_id, 0)]
     assert held.state.holds("a")
+
+
+def test_acknowledgements_dropped_with_their_partition_before_being_stored_are_lost(
+    coordinator,
+) -> None:  # type: ignore[no-untyped-def]
+    """The data partition's leadership moves on (the state is dropped unwritten) between
+    an acknowledgement and the write that would store it: the writer learns so and the
+    request is not answered as stored, for the next leader never sees it."""
+    key = ("g", TOPIC.topic_id, 0)
+    join(coordinator, "a")
+    fetch(coordinator, "a", max_records=4)
+    ack(coordinator, "a", AckBatch(0, 1, (1,)))
+    coordinator.take_dirty()  # stored in time: not lost when dropped later
+    ack(coordinator, "a", AckBatch(2, 3, (1,)))
+    coordinator.drop(key)
+    assert coordinator.take_dirty() == {}
+    assert coordinator.lost_acknowledgements() == {key}
+    assert coordinator.lost_acknowledgements() == set()

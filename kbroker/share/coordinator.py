@@ -222,6 +222,10 @@ class ShareCoordinator:
         self.partitions: dict[StateKey, HeldPartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self.dirty: set[StateKey] = set()
+        # Dirty with acknowledgements a client waits on; those dropped before they were
+        # taken to be stored (`lost_acknowledgements`).
+        self._acknowledged: set[StateKey] = set()
+        self._lost_acks: set[StateKey] = set()
         self.deleted: set[StateKey] = set()  # dirty, and to be removed from the store
         self._deleted_epochs: dict[StateKey, int] = {}
         self.on_available: list[Callable[[], None]] = []
@@ -600,6 +604,7 @@ class ShareCoordinator:
                 continue
             answer.acknowledged = True
             self.dirty.add((group_id, topic_id, partition))
+            self._acknowledged.add((group_id, topic_id, partition))
             released = True
         if released:  # records came back, or the window moved on: parked fetches may acquire
             self._notify()
@@ -961,6 +966,16 @@ class ShareCoordinator:
         without writing (its new leader reads the stored state)."""
         self.partitions.pop(key, None)
         self.dirty.discard(key)
+        if key in self._acknowledged:
+            self._acknowledged.discard(key)
+            self._lost_acks.add(key)
+
+    def lost_acknowledgements(self) -> set[StateKey]:
+        """The share-partitions dropped (`drop`) with acknowledgements not yet taken to be
+        stored, since last asked: the requests that made them must not be answered as
+        stored, for the next leader reads a state without them."""
+        lost, self._lost_acks = self._lost_acks, set()
+        return lost
 
     # -- persistence -------------------------------------------------------------------
 
@@ -980,6 +995,7 @@ class ShareCoordinator:
             elif key in self.deleted:
                 out[key] = (None, self._deleted_epochs.pop(key, 0))
         self.dirty.clear()
+        self._acknowledged.clear()
         self.deleted.clear()
         return out
 

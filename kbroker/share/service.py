@@ -499,6 +499,12 @@ class ShareService(InternalTopicService):
     async def _write_dirty(self) -> ErrorCode:
         group_error = await self._write_groups()
         writes = self.coordinator.take_dirty()
+        lost = self.coordinator.lost_acknowledgements()
+        if lost:
+            # Their leadership moved on before they were stored: answered as failed,
+            # like a write the next leader fenced.
+            log.info("acknowledgements of share-partitions %s not stored: leader moved", lost)
+            group_error = ErrorCode.kafka_storage_error
         if self.coordinator.pending_dead_letters():
             self.dead_letters.kick()
         if not writes:

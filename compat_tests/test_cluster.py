@@ -191,6 +191,34 @@ def test_killing_the_active_controller_elects_another_and_metadata_keeps_working
         cluster.heal()
 
 
+def test_a_config_change_sent_as_the_active_controller_dies_is_carried_to_the_next_one(
+    cluster: KafkaCluster,
+) -> None:
+    """AlterConfigs v0, as Sarama and kafka-python send it, reaches a surviving broker
+    the moment the active controller is killed: the broker carries it to the controller
+    the quorum elects next, as Kafka's forwarding does, and answers success rather than
+    NOT_CONTROLLER (which those clients do not retry)."""
+    from kbroker.admin.client import BrokerConnection
+
+    topic = f"cfg-{_uid()}"
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    old = cluster.wait_for_controller()
+    survivor = next(n for n in cluster.nodes if n.node_id != old)
+    resource = {"resource_type": 2, "resource_name": topic}
+    change = {**resource, "configs": [{"name": "retention.ms", "value": "3600000"}]}
+    try:
+        with BrokerConnection(survivor.host, survivor.port, 30.0, "sarama") as conn:
+            cluster.kill(old)
+            answer = conn.request(33, 0, resources=[change], validate_only=False)
+            described = conn.request(32, 1, resources=[resource], include_synonyms=False)
+    finally:
+        cluster.heal()
+    (result,) = answer.responses
+    assert (result.error_code, result.error_message) == (0, None)
+    configs = {c.name: c.value for c in described.results[0].configs}
+    assert configs["retention.ms"] == "3600000"
+
+
 def _describe_quorum(node: Any) -> Any:
     from kbroker.admin.client import BrokerConnection
 

@@ -14,16 +14,17 @@ import asyncio
 import base64
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from kbroker.controller import commands as cmd
 from kbroker.controller import leadership
@@ -63,6 +64,44 @@ ConfigValidator = Callable[[dict[str, str]], None]
 
 # How long DescribeQuorum waits for the active controller's answer.
 DESCRIBE_QUORUM_TIMEOUT_S = 5.0
+# Between two tries of a client's change while the quorum elects a controller.
+ELECTION_RETRY_BACKOFF_S = 0.1
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def across_elections(
+    method: Callable[Concatenate[Controller, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[Controller, P], Coroutine[Any, Any, R]]:
+    """A change a client asked for, carried across a controller election.
+
+    Kafka's brokers forward such a request to the active controller and, while the
+    controller answers NOT_CONTROLLER or cannot be reached, send it again to the next one
+    until the request times out (KIP-590; the controller turns a NOT_CONTROLLER answer
+    into an envelope error so that the forwarding broker retries). A client therefore
+    sees the outcome or REQUEST_TIMED_OUT, never NOT_CONTROLLER, which older clients
+    (Sarama, kafka-python) do not retry. Each try validates afresh against the metadata
+    of its moment, so a change the old controller committed before it died is refused
+    as already done (TOPIC_ALREADY_EXISTS), as on Kafka."""
+
+    @functools.wraps(method)
+    async def retried(self: Controller, *args: P.args, **kwargs: P.kwargs) -> R:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.commit_timeout_s
+        while True:
+            try:
+                return await method(self, *args, **kwargs)
+            except ControllerError as exc:
+                if exc.error_code != NOT_CONTROLLER or self._raft is None:
+                    raise
+                if loop.time() + ELECTION_RETRY_BACKOFF_S >= deadline:
+                    raise ControllerError(
+                        REQUEST_TIMED_OUT, f"no controller committed the change: {exc.message}"
+                    ) from None
+            await asyncio.sleep(ELECTION_RETRY_BACKOFF_S)
+
+    return retried
 
 
 @dataclass
@@ -491,6 +530,7 @@ class Controller:
         )
         return info
 
+    @across_elections
     async def elect_leaders(
         self, election_type: int, partitions: Sequence[tuple[str, int]] | None
     ) -> list[tuple[str, int, int, str | None]]:
@@ -513,6 +553,7 @@ class Controller:
             results = [r for r in results if r[2] != ELECTION_NOT_NEEDED]
         return results
 
+    @across_elections
     async def alter_partition_reassignments(
         self,
         partitions: Sequence[tuple[str, int, Sequence[int] | None]],
@@ -677,6 +718,7 @@ class Controller:
         finally:
             fencing.discard(node_id)
 
+    @across_elections
     async def create_topic(
         self,
         name: str,
@@ -728,11 +770,13 @@ class Controller:
             },
         )
 
+    @across_elections
     async def delete_topic(self, name: str) -> None:
         self._check_can_commit()
         info = self._topic(name)
         await self._propose(cmd.DELETE_TOPIC, {"name": name, "topic_id": info.topic_id.bytes})
 
+    @across_elections
     async def delete_topic_by_id(self, topic_id: uuid.UUID) -> str:
         """Delete by id (DeleteTopics v6+); returns the deleted topic's name."""
         self._check_can_commit()
@@ -742,6 +786,7 @@ class Controller:
         await self._propose(cmd.DELETE_TOPIC, {"name": info.name, "topic_id": topic_id.bytes})
         return info.name
 
+    @across_elections
     async def create_partitions(
         self,
         name: str,
@@ -797,6 +842,7 @@ class Controller:
             },
         )
 
+    @across_elections
     async def set_topic_configs(
         self, name: str, configs: Mapping[str, str | None], validate_only: bool = False
     ) -> None:
@@ -815,6 +861,7 @@ class Controller:
             {"name": name, "topic_id": info.topic_id.bytes, "set": to_set, "delete": to_delete},
         )
 
+    @across_elections
     async def replace_topic_configs(
         self, name: str, configs: Mapping[str, str], validate_only: bool = False
     ) -> None:
@@ -830,6 +877,7 @@ class Controller:
             {"name": name, "topic_id": info.topic_id.bytes, "set": result, "replace": True},
         )
 
+    @across_elections
     async def set_group_configs(self, group_id: str, configs: Mapping[str, str | None]) -> None:
         """A share group's configs, incrementally: a value sets one, None removes it."""
         self._check_can_commit()
@@ -842,6 +890,7 @@ class Controller:
             },
         )
 
+    @across_elections
     async def allocate_producer_ids(self, count: int) -> int:
         """Reserve `count` consecutive producer ids; returns the first."""
         self._check_can_commit()
@@ -851,6 +900,7 @@ class Controller:
 
     allocate_producer_id_block = allocate_producer_ids
 
+    @across_elections
     async def alter_client_quotas(
         self,
         entries: Sequence[tuple[Sequence[tuple[str, str | None]], dict[str, float], list[str]]],
@@ -861,12 +911,15 @@ class Controller:
         ]
         await self._propose(cmd.ALTER_CLIENT_QUOTAS, {"entries": payload})
 
+    @across_elections
     async def create_acls(self, bindings: Sequence[AclBinding]) -> None:
         await self._propose(cmd.CREATE_ACLS, {"acls": [b.to_plain() for b in bindings]})
 
+    @across_elections
     async def delete_acls(self, bindings: Sequence[AclBinding]) -> None:
         await self._propose(cmd.DELETE_ACLS, {"acls": [b.to_plain() for b in bindings]})
 
+    @across_elections
     async def alter_scram_credentials(
         self,
         upsertions: list[tuple[str, str, bytes, int, bytes, bytes]],

@@ -1,6 +1,7 @@
 """A dead letter still to be written when the broker stops is written after it starts
-again, once, without waiting for a consumer to fetch from its share-partition; and once
-when the writer is told to search the dead-letter topics again mid-copy."""
+again, once, without waiting for a consumer to fetch from its share-partition; once
+when the writer is told to search the dead-letter topics again mid-copy; and not by a
+leader that lost its share-partition mid-run."""
 
 from __future__ import annotations
 
@@ -133,3 +134,46 @@ def test_copies_forgotten_while_a_copy_is_under_way_leave_the_writer_running(
     with caplog.at_level(logging.ERROR, logger="kbroker.share.dlq"):
         run_broker(tmp_path, check, BROKER)
     assert not caplog.records, [r.getMessage() for r in caplog.records]
+
+
+def test_a_leader_that_loses_its_share_partition_mid_run_copies_no_more_of_its_letters(
+    tmp_path: Path,
+) -> None:
+    """Two letters pending; the share-partition is dropped (its data partition's
+    leadership moved on) while the first is being copied: the second is left to the
+    next leader, which reads it from the stored state, rather than copied twice."""
+
+    async def check(broker: Broker, port: int) -> None:
+        info = await broker.controller.create_topic(TOPIC, 1, 1)
+        await broker.controller.set_group_configs(GROUP, {"errors.deadletterqueue.topic.name": DLQ})
+        service = broker.share_coordinator
+        await service.ensure_topic()
+        key = (GROUP, info.topic_id, 0)
+        partition = service.coordinator.store.partition_of(key)
+        assert await _until(lambda: partition in service.coordinator.owned, 10)
+        assert await _until(lambda: broker.replicas.leader(TOPIC, 0)[0] is not None, 10)
+        epoch = broker.replicas.leader(TOPIC, 0)[0].leader_epoch
+        snapshot = {
+            "start": 2,
+            "end": 2,
+            "runs": [],
+            "dlq": [[0, 1, "rejected"], [1, 1, "rejected"]],
+        }
+        snapshot["leader_epoch"] = epoch
+        written = await service.write_here(partition, [(key, state_value(TOPIC, snapshot), epoch)])
+        assert set(written.values()) == {0}
+        writer = service.dead_letters
+        copy = writer._copy
+
+        async def copy_then_lose_the_partition(*args: Any) -> bool:
+            copied = await copy(*args)
+            service.coordinator.drop(key)
+            return copied
+
+        writer._copy = copy_then_lose_the_partition  # type: ignore[method-assign,assignment]
+        await service._start_holding(key)  # as a consumer's fetch there would
+        assert await _until(lambda: len(_copies(broker)) > 0, 5)
+        await asyncio.sleep(0.5)  # time enough for a second copy, were one to be made
+        assert [c[H_OFFSET] for c in _copies(broker)] == [b"0"]
+
+    run_broker(tmp_path, check, BROKER)

@@ -169,8 +169,11 @@ class DeadLetterWriter:
                     continue  # not searched: no copy yet, tried again
                 self._written[target] = written
             copy_record = coordinator.dead_letters_copy_records(group_id)
+            held = coordinator.partitions.get(key)
             done: set[int] = set()
             for letter in letters:
+                if coordinator.partitions.get(key) is not held:
+                    break  # its leadership moved on: the next leader writes the rest
                 # `written` is this search's: the copies may be forgotten (another
                 # share-partition held here) while a copy is under way.
                 identity = (group_id, topic, partition, letter.offset)

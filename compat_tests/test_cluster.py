@@ -219,6 +219,46 @@ def test_a_config_change_sent_as_the_active_controller_dies_is_carried_to_the_ne
     assert configs["retention.ms"] == "3600000"
 
 
+def test_a_topic_deleted_while_a_broker_is_down_does_not_come_back_when_its_name_is_reused(
+    cluster: KafkaCluster,
+) -> None:
+    """The returning broker still holds the deleted topic's partition directories. It
+    deletes them as strays at start (their partition.metadata names the deleted topic's
+    id), so a new topic of the same name starts empty on every replica instead of
+    serving, and replicating, the old topic's records."""
+    from confluent_kafka import Producer
+
+    from compat_tests.broker_process import stored_batches
+
+    topic = f"reused-{_uid()}"
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    cluster.wait_for_full_isr(topic)
+
+    def produce(value: bytes) -> None:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        producer.produce(topic, value, partition=0)
+        assert producer.flush(15) == 0
+
+    produce(b"old")
+    victim = cluster.node(cluster.partition(topic).leader)
+    try:
+        victim.kill()
+        cluster.wait_for_controller(exclude=(victim.node_id,))
+        admin = cluster.admin(cluster.live_nodes[0])  # kept alive until the answer
+        admin.delete_topics([topic])[topic].result(15)
+        cluster.wait_until(
+            lambda: topic not in cluster.metadata().topics, 10.0, f"{topic} to be deleted"
+        )
+    finally:
+        cluster.heal()
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    cluster.wait_for_full_isr(topic)
+    produce(b"new")
+    cluster.wait_for_full_isr(topic)
+    assert sum(b.record_count for b in stored_batches(victim, topic)) == 1
+    assert [b.base_offset for b in stored_batches(victim, topic)] == [0]
+
+
 def _describe_quorum(node: Any) -> Any:
     from kbroker.admin.client import BrokerConnection
 

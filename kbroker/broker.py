@@ -341,6 +341,14 @@ class Broker:
         manager refuses them at once."""
         config = self.log_config(topic.name)
         mine = [p for p in partitions if self.node_id in p.replicas]
+        for p in mine:
+            if self.logs.of_another_topic(topic.name, p.partition, topic.topic_id):
+                log.warning(
+                    "deleting stray log %s-%d: it belongs to an earlier topic of that name",
+                    topic.name,
+                    p.partition,
+                )
+                self.logs.delete_log(topic.name, p.partition)
         unopened = (p for p in mine if self.logs.get(topic.name, p.partition) is None)
         few = next(itertools.islice(unopened, _OPEN_ON_LOOP, None), None) is None
         # The coordinators' topics are opened at once: their services look for the
@@ -353,6 +361,7 @@ class Broker:
                 # An OSError is recorded by the log manager: the partition is offline here.
                 with contextlib.suppress(OSError):
                     self._take_role(topic.name, p, config)
+                    self.logs.stamp(topic.name, p.partition, topic.topic_id)
             return
         task = asyncio.ensure_future(self._open_in_background(topic, mine, config))
         self._opening.setdefault(topic.name, []).append(task)
@@ -394,6 +403,7 @@ class Broker:
                 continue
             latest = current.partitions[p.partition] if p.partition < len(current.partitions) else p
             self._take_role(name, latest, config)
+            self.logs.stamp(name, p.partition, topic.topic_id)
             if count % PARTITIONS_BETWEEN_FREEZES == 0:
                 freeze_survivors()
         freeze_survivors()
@@ -445,12 +455,22 @@ class Broker:
 
     def _delete_stray_logs(self) -> None:
         """Logs of partitions that exist but are no longer assigned here (reassigned away
-        while this broker was down): deleted at start, as Kafka deletes stray replicas."""
+        while this broker was down), and logs recorded as belonging to a topic deleted
+        while it was down: deleted at start, as Kafka deletes stray replicas. The state
+        is caught up: this broker's registration went through the metadata log."""
         state = self.controller.state
         for plog in list(self.logs.logs()):
             p = state.partition(plog.topic, plog.partition)
             if p is not None and self.node_id not in p.replicas:
                 log.info("deleting stray log %s-%d: not assigned here", plog.topic, plog.partition)
+                self.logs.delete_log(plog.topic, plog.partition)
+                continue
+            info = state.topics.get(plog.topic)
+            topic_id = info.topic_id if info is not None else None
+            if self.logs.of_another_topic(plog.topic, plog.partition, topic_id):
+                log.info(
+                    "deleting stray log %s-%d: its topic was deleted", plog.topic, plog.partition
+                )
                 self.logs.delete_log(plog.topic, plog.partition)
 
     def _all_log_dirs_failed(self) -> None:

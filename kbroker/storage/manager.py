@@ -31,6 +31,7 @@ from kbroker.storage.errors import LogClosedError
 from kbroker.storage.log import PartitionLog, parse_partition_dir
 from kbroker.storage.log_move import FUTURE_SUFFIX, LogMove, MoveCancelled, marker_time
 from kbroker.storage.meta_properties import MetaPropertiesError, ensure_meta_properties
+from kbroker.storage.partition_metadata import read_topic_id, write_topic_id
 
 log = logging.getLogger("kbroker.storage")
 
@@ -86,6 +87,8 @@ class LogManager:
             raise ValueError("at least one log directory is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        # The topic each log's directory records it belongs to (partition_metadata.py).
+        self.topic_ids: dict[tuple[str, int], uuid.UUID] = {}
         # Partitions per log directory, kept as logs come and go: placing a new log must
         # not cost a pass over every log (that made creating 10,000 partitions quadratic).
         # Keyed by path strings: pathlib's hashing costs a microsecond or more a call.
@@ -198,6 +201,9 @@ class LogManager:
                     log.warning("%s is also in %s: removing the older copy", stale, paths[0])
                     shutil.rmtree(stale, ignore_errors=True)
             plog = PartitionLog.open(paths[0], config_for(*parsed), now_ms)
+            topic_id = read_topic_id(paths[0])
+            if topic_id is not None:
+                self.topic_ids[parsed] = topic_id
             if plog.recovered_bytes:
                 log.warning(
                     "recovered %s-%d: truncated %d bytes of torn or corrupt data",
@@ -502,6 +508,26 @@ class LogManager:
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
+    def stamp(self, topic: str, partition: int, topic_id: uuid.UUID) -> None:
+        """Record in the partition's directory which topic it belongs to (once)."""
+        key = (topic, partition)
+        plog = self._logs.get(key)
+        if plog is None or self.topic_ids.get(key) == topic_id:
+            return
+        try:
+            write_topic_id(plog.directory, topic_id)
+        except OSError as exc:  # recorded next time; the log itself is unharmed
+            log.warning("cannot record the topic id of %s-%d: %s", topic, partition, exc)
+            return
+        self.topic_ids[key] = topic_id
+
+    def of_another_topic(self, topic: str, partition: int, topic_id: uuid.UUID | None) -> bool:
+        """Whether the log held for (topic, partition) was recorded as belonging to
+        another topic than `topic_id` (None: the name no longer names a topic): one of
+        an earlier incarnation of the name, deleted while this broker was down."""
+        recorded = self.topic_ids.get((topic, partition))
+        return recorded is not None and recorded != topic_id
+
     def delete_log(self, topic: str, partition: int) -> None:
         plog = self._withdraw((topic, partition))
         if plog is not None:
@@ -509,6 +535,7 @@ class LogManager:
 
     def _withdraw(self, key: tuple[str, int]) -> PartitionLog | None:
         plog = self._logs.pop(key, None)
+        self.topic_ids.pop(key, None)
         if plog is not None:
             parent = os.path.dirname(plog._dir)
             if parent in self._placed:

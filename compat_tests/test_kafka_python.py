@@ -107,6 +107,34 @@ def test_admin_deletes_topic(shared_broker):
             time.sleep(0.1)
 
 
+def test_deleting_a_topic_removes_its_committed_offsets_from_groups(shared_broker):
+    """As Kafka's coordinator does on topic deletion: the group's offsets of the deleted
+    topic go (a topic created again under the name starts with none), its others stay."""
+    from kafka.structs import OffsetAndMetadata
+
+    doomed, kept, group = unique_topic("kp"), unique_topic("kp"), unique_topic("kp-group")
+    _create(shared_broker.bootstrap, doomed, partitions=2)
+    _create(shared_broker.bootstrap, kept)
+    consumer = KafkaConsumer(bootstrap_servers=shared_broker.bootstrap, group_id=group)
+    with closing(consumer):
+        consumer.commit(
+            {
+                TopicPartition(doomed, 0): OffsetAndMetadata(5, "", -1),
+                TopicPartition(doomed, 1): OffsetAndMetadata(7, "", -1),
+                TopicPartition(kept, 0): OffsetAndMetadata(3, "", -1),
+            }
+        )
+    with closing(_admin(shared_broker.bootstrap)) as admin:
+        admin.delete_topics([doomed], timeout_ms=TIMEOUT_MS)
+        deadline = time.monotonic() + 10
+        while True:
+            offsets = admin.list_group_offsets(group)[group]
+            if len(offsets) == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    assert {tp: o.offset for tp, o in offsets.items()} == {TopicPartition(kept, 0): 3}
+
+
 @pytest.mark.parametrize("codec", list(CODEC_AVAILABLE), ids=lambda c: c or "none")
 def test_round_trip_with_compression_codec(shared_broker, codec):
     if not CODEC_AVAILABLE[codec]:

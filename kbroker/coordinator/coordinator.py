@@ -466,6 +466,45 @@ class GroupCoordinator:
             log.info("expired %d committed offsets", expired_count)
         return expired_count
 
+    def forget_topic_offsets(self, topic: str) -> int:
+        """A deleted topic's committed offsets leave every group this coordinator owns,
+        tombstoned in __consumer_offsets, as Kafka's coordinator does when partitions
+        are deleted: a topic created again under that name starts with no committed
+        position, and OffsetFetch no longer lists the old one. An Empty classic group
+        left with no offsets is deleted, as in Kafka's cleanup. Returns how many went."""
+        by_partition: dict[int, list[KeyValue]] = {}
+        count = 0
+        groups: list[ClassicGroup | ConsumerGroup] = [
+            *self.groups.values(),
+            *self.consumer.groups.values(),
+        ]
+        for group in groups:
+            partition = self.partition_for(group.group_id)
+            if partition not in self.owned:
+                continue
+            gone = [tp for tp in group.offsets if tp[0] == topic]
+            if not gone:
+                continue
+            for tp in gone:
+                del group.offsets[tp]
+            count += len(gone)
+            records: list[KeyValue] = [
+                (encode_offset_key(group.group_id, t, p), None) for t, p in gone
+            ]
+            if (
+                isinstance(group, ClassicGroup)
+                and not group.offsets
+                and group.is_in(GroupState.EMPTY)
+            ):
+                records.append((encode_group_key(group.group_id), None))
+                self.classic.forget_group(group)
+            by_partition.setdefault(partition, []).extend(records)
+        for partition, written in by_partition.items():
+            self.store.write(
+                partition, written, lambda code: log_write_failure("topic deletion", code)
+            )
+        return count
+
     # -- persistence ----------------------------------------------------------------------
 
     def begin_loading(self, partition: int) -> None:

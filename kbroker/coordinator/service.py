@@ -94,6 +94,7 @@ class GroupCoordinatorService(InternalTopicService):
             # Consumer-protocol groups reading the topic (or a regex it matches) assign again.
             self.coordinator.consumer.on_topics_changed([event.info.name])
         elif isinstance(event, TopicDeleted):
+            self.coordinator.forget_topic_offsets(event.name)
             self.coordinator.consumer.on_topics_changed([event.name])
         super()._on_metadata_event(event)
 

@@ -71,6 +71,19 @@ def test_starting_a_state_again_or_deleting_it_fences_whoever_holds_the_old_one(
     assert s.write(KEY, value(8, 0, 2), 0) == 0
 
 
+def test_a_summary_shows_a_write_only_once_it_is_committed_and_a_leader_reads_it_at_once() -> None:
+    s = store()
+    s.load(s.partition_of(KEY), [(state_key(KEY), value(13))])  # loaded: committed
+    assert s.write(KEY, value(20), 0) == 0
+    number = s.stage()  # appended, not yet replicated to the ISR
+    assert start_of(s.summary(KEY)) == 13
+    assert start_of(s.read(KEY, 0)) == 20  # the share-partition's leader sees its write
+    s.commit(number, {KEY: value(20)})
+    assert start_of(s.summary(KEY)) == 20
+    s.commit(number - 1, {KEY: value(13)})  # an older write committing late changes nothing
+    assert start_of(s.summary(KEY)) == 20
+
+
 def test_a_partitions_records_fold_to_its_latest_states_and_tombstones_remove_them() -> None:
     s = store()
     other = ("g", TOPIC_ID, 1)

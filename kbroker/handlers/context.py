@@ -269,6 +269,10 @@ class ShareCoordination(Protocol):
         self, key: tuple[str, uuid.UUID, int], leader_epoch: int
     ) -> tuple[ErrorCode, bytes | None, int]: ...
 
+    def summary_here(
+        self, key: tuple[str, uuid.UUID, int]
+    ) -> tuple[ErrorCode, bytes | None, int]: ...
+
     async def write_here(
         self, partition: int, writes: list[tuple[tuple[str, uuid.UUID, int], bytes | None, int]]
     ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...

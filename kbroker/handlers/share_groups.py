@@ -449,8 +449,9 @@ async def _stored_states(
     topics: Sequence[Any] | None,
 ) -> dict[tuple[str, int], tuple[uuid.UUID, dict[str, Any]]]:
     """(topic, partition) -> (topic id, state snapshot) of the group's share-partitions,
-    read from their share coordinators (on whichever brokers), those held here taking
-    precedence (they are the freshest)."""
+    as committed at their share coordinators (on whichever brokers), as Kafka's group
+    coordinator reads them (ReadShareGroupStateSummary): never a write a failover of a
+    share coordinator could lose, nor a leader's state not yet stored."""
     state = ctx.broker.controller.state
     if topics is None:
         names = [
@@ -467,7 +468,6 @@ async def _stored_states(
         info = state.topics_by_id.get(topic_id)
         if stored is not None and info is not None:
             found[(info.name, partition)] = (topic_id, json.loads(stored))
-    found.update(service.coordinator.snapshots(group_id))
     return found
 
 

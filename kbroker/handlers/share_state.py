@@ -64,12 +64,15 @@ async def read_share_group_state(
         topic_id = topic.topic_id or ZERO_UUID
         partitions = []
         for p in topic.partitions:
+            key = (request.group_id, topic_id, p.partition)
+            # No leader epoch: not a share-partition leader but a summary (the admin
+            # APIs, kbroker's Persister.read_many), answered from committed state.
             code, stored, state_epoch = (
                 (E.cluster_authorization_failed, None, 0)
                 if _refused(ctx)
-                else await service.read_here(
-                    (request.group_id, topic_id, p.partition), p.leader_epoch
-                )
+                else service.summary_here(key)
+                if p.leader_epoch < 0
+                else await service.read_here(key, p.leader_epoch)
             )
             start, batches = to_state_batches(stored) if stored is not None else (-1, [])
             partitions.append(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from kbroker.coordinator.records import partition_for
 from kbroker.coordinator.share_group_records import (
@@ -860,18 +860,6 @@ class ShareCoordinator:
         """The share groups this node coordinates: with members, or with stored state."""
         known = set(self.groups) | {k[0] for k in self.partitions} | self.store.groups()
         return {g for g in known if self.owns_group(g)}
-
-    def snapshots(self, group_id: str) -> dict[tuple[str, int], tuple[uuid.UUID, dict[str, Any]]]:
-        """(topic, partition) -> (topic id, state snapshot) of the group's share-partitions
-        as stored here and, fresher, as held here."""
-        found: dict[tuple[str, int], tuple[uuid.UUID, dict[str, Any]]] = {
-            (str(data["topic"]), k[2]): (k[1], data)
-            for k, data in self.store.of_group(group_id).items()
-        }
-        for k, held in self.partitions.items():
-            if k[0] == group_id:
-                found[(held.topic, k[2])] = (k[1], held.state.snapshot())
-        return found
 
     def lag(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
         """KIP-1226's lag of a share-partition: records up to the high watermark the

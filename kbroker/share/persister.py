@@ -68,6 +68,8 @@ class StateHost(Protocol):
 
     def read_here(self, key: StateKey, leader_epoch: int) -> Awaitable[StoredRead]: ...
 
+    def summary_here(self, key: StateKey) -> StoredRead: ...
+
     def write_here(
         self, partition: int, writes: list[Written]
     ) -> Awaitable[dict[StateKey, ErrorCode]]: ...
@@ -157,7 +159,8 @@ class Persister:
         return await self._by_partition([(k,) for k in keys], self._delete_once)
 
     async def read_many(self, keys: list[StateKey]) -> dict[StateKey, StoredRead]:
-        """Stored states as they are (fencing no leader), one request per coordinator."""
+        """Stored states as committed (fencing no leader), one request per coordinator:
+        asked with no leader epoch (-1), ReadShareGroupState is answered so."""
         by_leader: dict[int | None, list[StateKey]] = {}
         for key in keys:
             by_leader.setdefault(self._coordinator_of(key), []).append(key)
@@ -166,7 +169,7 @@ class Persister:
             if leader is None:
                 found.update(dict.fromkeys(wanted, (ErrorCode.coordinator_not_available, None, 0)))
             elif leader == self.broker.node_id:
-                found.update({key: await self.host.read_here(key, -1) for key in wanted})
+                found.update({key: self.host.summary_here(key) for key in wanted})
             else:
                 found.update(await self._send_reads(leader, wanted))
         return found

@@ -540,12 +540,20 @@ class ShareService(InternalTopicService):
             return refused, None, 0
         raised = store.raise_leader_epoch(key, leader_epoch)
         if raised is not None:
-            stored = await self._append(
-                partition, [(state_key(key), raised)], {key: ErrorCode.none}
-            )
+            stored = await self._append(partition, {key: raised}, {key: ErrorCode.none})
             if stored[key] != ErrorCode.none:
                 return stored[key], None, 0
         return ErrorCode.none, *store.read(key, leader_epoch)
+
+    def summary_here(self, key: StateKey) -> StoredRead:
+        """The committed state of a share-partition, if this node is its share
+        coordinator: what DescribeShareGroupOffsets shows (Kafka's share coordinator reads
+        ReadShareGroupStateSummary at its last committed offset)."""
+        store = self.coordinator.store
+        refused = self._not_here(store.partition_of(key))
+        if refused is not None:
+            return refused, None, 0
+        return ErrorCode.none, *store.summary(key)
 
     def _not_here(self, partition: int) -> ErrorCode | None:
         """Why this node cannot answer for a `__share_group_state` partition, if so."""
@@ -563,13 +571,13 @@ class ShareService(InternalTopicService):
         if refused is not None:
             return {key: refused for key, _, _ in writes}
         outcome: dict[StateKey, ErrorCode] = {}
-        records: list[KeyValue] = []
+        states: dict[StateKey, bytes | None] = {}
         for key, value, leader_epoch in writes:
             code = ErrorCode(self.coordinator.store.write(key, value, leader_epoch))
             outcome[key] = code
             if code == ErrorCode.none:
-                records.append((state_key(key), value))
-        return await self._append(partition, records, outcome)
+                states[key] = value
+        return await self._append(partition, states, outcome)
 
     async def initialize_here(
         self, partition: int, items: list[Initialized]
@@ -580,40 +588,48 @@ class ShareService(InternalTopicService):
             return {item[0]: refused for item in items}
         store = self.coordinator.store
         outcome: dict[StateKey, ErrorCode] = {}
-        records: list[KeyValue] = []
+        states: dict[StateKey, bytes | None] = {}
         for key, topic, state_epoch, start in items:
             code = ErrorCode(store.initialize(key, topic, state_epoch, start))
             outcome[key] = code
             if code == ErrorCode.none:
-                records.append((state_key(key), store.entries[key].value))
-        return await self._append(partition, records, outcome)
+                states[key] = store.entries[key].value
+        return await self._append(partition, states, outcome)
 
     async def delete_here(self, partition: int, keys: list[StateKey]) -> dict[StateKey, ErrorCode]:
         """Delete states (DeleteShareGroupState) in a partition led here."""
         refused = self._not_here(partition)
         if refused is not None:
             return dict.fromkeys(keys, refused)
-        records: list[KeyValue] = []
+        states: dict[StateKey, bytes | None] = {}
         for key in keys:
             if key in self.coordinator.store.entries:
                 self.coordinator.store.delete(key)
-                records.append((state_key(key), None))
-        return await self._append(partition, records, dict.fromkeys(keys, ErrorCode.none))
+                states[key] = None
+        return await self._append(partition, states, dict.fromkeys(keys, ErrorCode.none))
 
     async def _append(
-        self, partition: int, records: list[KeyValue], outcome: dict[StateKey, ErrorCode]
+        self,
+        partition: int,
+        states: dict[StateKey, bytes | None],
+        outcome: dict[StateKey, ErrorCode],
     ) -> dict[StateKey, ErrorCode]:
-        """Append the records; the outcome of those that were fine so far is the write's."""
-        if not records:
+        """Append the states' records; the outcome of those that were fine so far is the
+        write's. Once the ISR has them, they are the committed states."""
+        if not states:
             return outcome
         now = int(time.time() * 1000)
+        records = [(state_key(key), value) for key, value in states.items()]
+        number = self.coordinator.store.stage()
         error, acknowledgement = append_records(self.broker, STATE_TOPIC, partition, records, now)
         if error == ErrorCode.none and acknowledgement is not None:
             try:
                 error = await acknowledgement
             except OSError:
                 error = ErrorCode.kafka_storage_error
-        if error != ErrorCode.none:
+        if error == ErrorCode.none:
+            self.coordinator.store.commit(number, states)
+        else:
             log.warning("cannot store share state in %s-%d: %s", STATE_TOPIC, partition, error)
             error = write_error(error)
             for key, code in outcome.items():

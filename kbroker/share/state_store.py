@@ -12,6 +12,13 @@ state has a state epoch, bumped when the group's coordinator starts it again at 
 offset (AlterShareGroupOffsets: InitializeShareGroupState) or deletes it: a leader still
 holding the old state is refused with FENCED_STATE_EPOCH and reads it again.
 
+The store also keeps each state as its last committed write left it (the write's
+records replicated to the ISR of the `__share_group_state` partition). Summaries
+(DescribeShareGroupOffsets, its lag) answer from that alone, as Kafka's share coordinator
+answers ReadShareGroupStateSummary at its last committed offset: a write a failover of
+this coordinator could lose is never shown, so a start offset shown cannot go backwards.
+Share-partition leaders read the latest state, as they wrote it.
+
 Pure and synchronous: the service appends the records and answers the requests.
 """
 
@@ -64,6 +71,10 @@ class ShareStateStore:
     # The state epoch of states deleted while this node coordinated them: a leader still
     # holding one may not write it back.
     deleted: dict[StateKey, int] = field(default_factory=dict)
+    # Each state as committed (None: deleted), with the number of the write (`staged`)
+    # that committed it: writes may commit out of the order they were appended in.
+    committed: dict[StateKey, tuple[int, bytes | None]] = field(default_factory=dict)
+    staged: int = 0
 
     def partition_of(self, key: StateKey) -> int:
         return partition_for(share_key(key), self.num_partitions())
@@ -77,12 +88,17 @@ class ShareStateStore:
             if data is None:
                 if placed:
                     self.entries.pop(key, None)
+                    self.committed.pop(key, None)
                 continue
             if not placed and key in self.entries:
                 continue  # stored where an older kbroker placed states (by group id)
+            value = _dumps(data)
             self.entries[key] = StoredState(
-                _dumps(data), int(data.get("leader_epoch", -1)), int(data.get("state_epoch", 0))
+                value, int(data.get("leader_epoch", -1)), int(data.get("state_epoch", 0))
             )
+            # The partition's new leader holds every record it loads: they commit as its
+            # followers catch up, and no later leader lacks them.
+            self.committed[key] = (0, value)
             loaded += 1
         return loaded
 
@@ -99,6 +115,25 @@ class ShareStateStore:
             del self.entries[key]
         for key in [k for k in self.deleted if self.partition_of(k) == partition]:
             del self.deleted[key]
+        for key in [k for k in self.committed if self.partition_of(k) == partition]:
+            del self.committed[key]
+
+    def stage(self) -> int:
+        """The number of a write about to be appended: later appends get larger ones."""
+        self.staged += 1
+        return self.staged
+
+    def commit(self, number: int, states: dict[StateKey, bytes | None]) -> None:
+        """The write `number` (`stage`) is committed: its states are the committed ones,
+        but where a later write committed first."""
+        for key, value in states.items():
+            if self.committed.get(key, (-1, None))[0] < number:
+                self.committed[key] = (number, value)
+
+    def summary(self, key: StateKey) -> tuple[bytes | None, int]:
+        """The committed state (None: none) and its state epoch."""
+        value = self.committed.get(key, (0, None))[1]
+        return value, 0 if value is None else state_epoch_of(value)
 
     def read(self, key: StateKey, leader_epoch: int) -> tuple[bytes | None, int]:
         """The stored state (None: none) and its state epoch (the one to start a new state

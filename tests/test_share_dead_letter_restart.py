@@ -18,7 +18,8 @@ from kbroker.broker import Broker
 from kbroker.protocol.batch import HEADER_SIZE, decode_records, read_header
 from kbroker.protocol.compression import decompress
 from kbroker.share.dead_letters import H_OFFSET, H_REASON
-from kbroker.share.records import state_value
+from kbroker.share.records import StateKey, state_value
+from kbroker.share.service import ShareService
 
 GROUP, TOPIC, DLQ = "workers", "orders", "dlq.orders"
 BROKER = ["errors.deadletterqueue.auto.create.topics.enable=true"]
@@ -53,27 +54,34 @@ async def _until(condition, timeout_s: float) -> bool:  # type: ignore[no-untype
     return True
 
 
+async def _store_letters(broker: Broker, rejected: int) -> tuple[ShareService, StateKey]:
+    """Offsets 0..rejected-1 of TOPIC's partition 0 were rejected: archived, their copies
+    recorded in the stored share-partition state as still to be written. Returns the
+    share service and the share-partition's key."""
+    info = await broker.controller.create_topic(TOPIC, 1, 1)
+    await broker.controller.set_group_configs(GROUP, {"errors.deadletterqueue.topic.name": DLQ})
+    service = broker.share_coordinator
+    await service.ensure_topic()
+    key = (GROUP, info.topic_id, 0)
+    partition = service.coordinator.store.partition_of(key)
+    assert await _until(lambda: partition in service.coordinator.owned, 10)
+    assert await _until(lambda: broker.replicas.leader(TOPIC, 0)[0] is not None, 10)
+    epoch = broker.replicas.leader(TOPIC, 0)[0].leader_epoch
+    snapshot = {
+        "start": rejected,
+        "end": rejected,
+        "runs": [],
+        "dlq": [[offset, 1, "rejected"] for offset in range(rejected)],
+        "leader_epoch": epoch,
+    }
+    written = await service.write_here(partition, [(key, state_value(TOPIC, snapshot), epoch)])
+    assert set(written.values()) == {0}
+    return service, key
+
+
 def test_a_pending_dead_letter_is_written_once_after_a_restart_without_a_fetch(tmp_path: Path):
     async def store_pending(broker: Broker, port: int) -> None:
-        info = await broker.controller.create_topic(TOPIC, 1, 1)
-        await broker.controller.set_group_configs(GROUP, {"errors.deadletterqueue.topic.name": DLQ})
-        service = broker.share_coordinator
-        await service.ensure_topic()
-        key = (GROUP, info.topic_id, 0)
-        partition = service.coordinator.store.partition_of(key)
-        assert await _until(lambda: partition in service.coordinator.owned, 10)
-        assert await _until(lambda: broker.replicas.leader(TOPIC, 0)[0] is not None, 10)
-        epoch = broker.replicas.leader(TOPIC, 0)[0].leader_epoch
-        # Offset 0 was rejected: archived, its copy recorded as still to be written.
-        snapshot = {
-            "start": 1,
-            "end": 1,
-            "runs": [],
-            "dlq": [[0, 1, "rejected"]],
-            "leader_epoch": epoch,
-        }
-        written = await service.write_here(partition, [(key, state_value(TOPIC, snapshot), epoch)])
-        assert set(written.values()) == {0}
+        await _store_letters(broker, 1)
 
     async def restarted(broker: Broker, port: int) -> None:
         assert await _until(lambda: len(_copies(broker)) > 0, 10)
@@ -103,19 +111,7 @@ def test_copies_forgotten_while_a_copy_is_under_way_leave_the_writer_running(
     stored, the letter is still recorded as written, once, with nothing failing."""
 
     async def check(broker: Broker, port: int) -> None:
-        info = await broker.controller.create_topic(TOPIC, 1, 1)
-        await broker.controller.set_group_configs(GROUP, {"errors.deadletterqueue.topic.name": DLQ})
-        service = broker.share_coordinator
-        await service.ensure_topic()
-        key = (GROUP, info.topic_id, 0)
-        partition = service.coordinator.store.partition_of(key)
-        assert await _until(lambda: partition in service.coordinator.owned, 10)
-        assert await _until(lambda: broker.replicas.leader(TOPIC, 0)[0] is not None, 10)
-        epoch = broker.replicas.leader(TOPIC, 0)[0].leader_epoch
-        snapshot = {"start": 1, "end": 1, "runs": [], "dlq": [[0, 1, "rejected"]]}
-        snapshot["leader_epoch"] = epoch
-        written = await service.write_here(partition, [(key, state_value(TOPIC, snapshot), epoch)])
-        assert set(written.values()) == {0}
+        service, key = await _store_letters(broker, 1)
         writer = service.dead_letters
         copy = writer._copy
 
@@ -144,24 +140,7 @@ def test_a_leader_that_loses_its_share_partition_mid_run_copies_no_more_of_its_l
     next leader, which reads it from the stored state, rather than copied twice."""
 
     async def check(broker: Broker, port: int) -> None:
-        info = await broker.controller.create_topic(TOPIC, 1, 1)
-        await broker.controller.set_group_configs(GROUP, {"errors.deadletterqueue.topic.name": DLQ})
-        service = broker.share_coordinator
-        await service.ensure_topic()
-        key = (GROUP, info.topic_id, 0)
-        partition = service.coordinator.store.partition_of(key)
-        assert await _until(lambda: partition in service.coordinator.owned, 10)
-        assert await _until(lambda: broker.replicas.leader(TOPIC, 0)[0] is not None, 10)
-        epoch = broker.replicas.leader(TOPIC, 0)[0].leader_epoch
-        snapshot = {
-            "start": 2,
-            "end": 2,
-            "runs": [],
-            "dlq": [[0, 1, "rejected"], [1, 1, "rejected"]],
-        }
-        snapshot["leader_epoch"] = epoch
-        written = await service.write_here(partition, [(key, state_value(TOPIC, snapshot), epoch)])
-        assert set(written.values()) == {0}
+        service, key = await _store_letters(broker, 2)
         writer = service.dead_letters
         copy = writer._copy
 

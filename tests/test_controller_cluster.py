@@ -34,6 +34,19 @@ def three_voters(base, secrets=("s", "s", "s"), **config):
     ]
 
 
+def an_observer(base, voters):
+    """Node 4: a broker-only node following the voters' log."""
+    return Controller(
+        ControllerConfig(
+            4,
+            base / "observer",
+            peers=[n.raft_address for n in voters],
+            observer=True,
+            secret="s",
+        )
+    )
+
+
 async def eventually(predicate, timeout=5.0):
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -101,15 +114,7 @@ def test_an_observer_follows_the_log_and_its_changes_reach_the_leader(tmp_path):
     async def main():
         voters = three_voters(tmp_path)
         await asyncio.gather(*(n.start() for n in voters))
-        observer = Controller(
-            ControllerConfig(
-                4,
-                tmp_path / "observer",
-                peers=[n.raft_address for n in voters],
-                observer=True,
-                secret="s",
-            )
-        )
+        observer = an_observer(tmp_path, voters)
         await observer.start()
         try:
             assert not observer.is_leader
@@ -127,15 +132,7 @@ def test_every_node_describes_the_quorum_as_its_leader_sees_it(tmp_path):
     async def main():
         voters = three_voters(tmp_path)
         await asyncio.gather(*(n.start() for n in voters))
-        observer = Controller(
-            ControllerConfig(
-                4,
-                tmp_path / "observer",
-                peers=[n.raft_address for n in voters],
-                observer=True,
-                secret="s",
-            )
-        )
+        observer = an_observer(tmp_path, voters)
         await observer.start()
         nodes = [*voters, observer]
         try:

@@ -1,7 +1,9 @@
 """Three voters in one process on loopback: the same metadata log on every node."""
 
 import asyncio
+import logging
 import socket
+import struct
 import time
 
 import pytest
@@ -108,6 +110,49 @@ def test_a_voter_without_the_cluster_secret_is_not_let_in(tmp_path):
             await asyncio.gather(good1.stop(), good2.stop(), stranger.stop())
 
     asyncio.run(main())
+
+
+def closed_by_peer(sock: socket.socket, within_s: float) -> bool:
+    """Whether the other side closes `sock` within `within_s` (blocking; run in a thread)."""
+    sock.settimeout(within_s)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_stranger_on_the_raft_port_is_cut_off_before_it_authenticates(tmp_path, caplog):
+    async def main():
+        nodes = three_voters(tmp_path)
+        await asyncio.gather(*(n.start() for n in nodes))
+        try:
+            leader = next(n for n in nodes if n.is_leader)
+            await leader.register_broker(leader.node_id, "127.0.0.1", 9091)
+            address = leader.raft_address.rsplit(":", 1)
+            raft_port = (address[0], int(address[1]))
+            # announces a 2 GiB frame, then keeps sending; another sends nothing at all
+            with (
+                socket.create_connection(raft_port) as huge,
+                socket.create_connection(raft_port) as idle,
+            ):
+                huge.sendall(struct.pack("i", 2**31 - 1) + bytes(1 << 16))
+                await leader.create_topic("while-probed", 1, 1, {})
+                assert await asyncio.to_thread(closed_by_peer, huge, 2.0)
+                assert await asyncio.to_thread(closed_by_peer, idle, 6.0)
+            assert leader.is_leader
+            await eventually(lambda: all("while-probed" in n.state.topics for n in nodes))
+        finally:
+            await asyncio.gather(*(n.stop() for n in nodes))
+
+    with caplog.at_level(logging.WARNING, logger="kbroker.controller"):
+        asyncio.run(main())
+    messages = [r.getMessage() for r in caplog.records]
+    refusals = [m for m in messages if m.startswith("raft connection from")]
+    # one line (the idle one is counted into the next, rate-limited)
+    assert len(refusals) == 1
+    assert "2147483647-byte frame before authenticating" in refusals[0]
 
 
 def test_an_observer_follows_the_log_and_its_changes_reach_the_leader(tmp_path):

@@ -36,11 +36,13 @@ from pysyncobj.config import FAIL_REASON
 from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import Node, TCPNode
 from pysyncobj.pipe_notifier import PipeNotifier
+from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport, Transport
 
 from kbroker.controller.commands import CONTROLLER_ELECTED
 from kbroker.controller.machine import MetadataMachine
 from kbroker.controller.quorum import QuorumDescription, ReplicaTracker
+from kbroker.controller.raft_handshake import HandshakeConnection, RefusalLog
 
 log = logging.getLogger("kbroker.controller")
 
@@ -98,7 +100,27 @@ class ReplicaIdTransport(TCPTransport):
     (`next_node_idx`), as a Kafka replica names itself in every Fetch: the leader then
     knows which broker a read-only node (an observer, known to pysyncobj only by a
     connection counter) is, and keys every replica's progress by node id. A lost
-    connection ends the DescribeQuorum questions waiting on that node at once."""
+    connection ends the DescribeQuorum questions waiting on that node at once. A
+    connection that has not authenticated yet is bounded (raft_handshake.py)."""
+
+    def __init__(self, syncObj: SyncObj, selfNode: Node | None, otherNodes: Any) -> None:  # noqa: N803
+        self._refusals = RefusalLog()
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def _onNewIncomingConnection(self, conn: TcpConnection) -> None:  # noqa: N802
+        super()._onNewIncomingConnection(HandshakeConnection.adopt(conn, self._refusals))
+
+    def _onIncomingMessageReceived(self, conn: TcpConnection, message: Any) -> None:  # noqa: N802
+        super()._onIncomingMessageReceived(conn, message)
+        if isinstance(conn, HandshakeConnection) and conn not in self._unknownConnections:
+            conn.in_handshake = False  # identified as a voter or an observer (or dropped)
+
+    def _onTick(self) -> None:  # noqa: N802
+        super()._onTick()
+        timeout = self._syncObj.conf.connectionTimeout
+        for conn in list(self._unknownConnections):
+            if isinstance(conn, HandshakeConnection) and conn.overdue(timeout):
+                conn.refuse(f"it did not authenticate within {timeout:g} s")
 
     def _onNodeDisconnected(self, node: Node) -> None:
         super()._onNodeDisconnected(node)

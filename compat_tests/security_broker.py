@@ -28,7 +28,12 @@ from compat_tests.tls_material import TlsMaterial, make_tls_material
 from kbroker.admin.client import BrokerConnection
 from kbroker.admin.security import ClientSecurity
 
-PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-plain-secret"}
+PLAIN_USERS = {
+    "admin": "admin-secret",
+    "alice": "alice-secret",
+    "bob": "bob-plain-secret",
+    "carol": "carol-secret",
+}
 SCRAM_USER, SCRAM_PASSWORD = "bob", "bob-secret"
 PLAIN_JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "

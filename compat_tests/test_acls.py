@@ -298,6 +298,26 @@ def test_producer_ids_need_write_on_the_transactional_id_or_idempotent_write(
         assert init_producer_id(conn, None) == 0
 
 
+def test_an_idempotent_producer_id_needs_write_on_some_topic_pattern_not_an_existing_topic(
+    secure: SecureBroker,
+) -> None:
+    """KIP-679: WRITE on any topic the ACLs name (here a prefix no topic has yet) grants
+    an idempotent producer id, unless a DENY covers that pattern."""
+    prefix = f"future-{uuid.uuid4().hex[:6]}-"
+    with login(secure, "carol") as conn:
+        assert init_producer_id(conn, None) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    carol = {"principal": "User:carol", "pattern": ResourcePatternType.PREFIXED}
+    grant(secure, allow(ResourceType.TOPIC, prefix, AclOperation.WRITE, **carol))
+    with login(secure, "carol") as conn:
+        assert init_producer_id(conn, None) == 0
+    deny = AclPermissionType.DENY
+    grant(
+        secure, allow(ResourceType.TOPIC, "future-", AclOperation.WRITE, **carol, permission=deny)
+    )
+    with login(secure, "carol") as conn:
+        assert init_producer_id(conn, None) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
 def test_groups_are_listed_and_described_only_where_the_user_may_describe(
     secure: SecureBroker,
 ) -> None:

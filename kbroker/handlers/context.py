@@ -361,6 +361,14 @@ class RequestContext:
             self.connection.principal, self.client_host, operation, rtype, name
         )
 
+    def allowed_on_some(self, operation: Operation, rtype: ResourceType) -> bool:
+        """Whether the ACLs allow ``operation`` on at least one resource of ``rtype``, existing
+        or not (Kafka's authorizeByResourceType); True without an authorizer."""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize_by_resource_type(
+            self.connection.principal, self.client_host, operation, rtype
+        )
+
     @property
     def principal(self) -> KafkaPrincipal:
         return self.connection.principal

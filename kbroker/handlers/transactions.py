@@ -77,8 +77,7 @@ def _init_denied(ctx: RequestContext, txn_id: str | None) -> ErrorCode | None:
         return E.transactional_id_authorization_failed
     if ctx.allowed(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
         return None
-    topics = ctx.broker.controller.state.topics
-    if any(ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name) for name in topics):
+    if ctx.allowed_on_some(Operation.WRITE, ResourceType.TOPIC):
         return None
     return E.cluster_authorization_failed
 

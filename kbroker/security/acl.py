@@ -188,6 +188,11 @@ class AclIndex:
             else:
                 self.prefixed[b.resource_type].append(b)
 
+    def of_type(self, rtype: ResourceType) -> list[AclBinding]:
+        """Every binding on resources of ``rtype``, literal and prefixed."""
+        found = [b for (t, _), bs in self.literal.items() if t is rtype for b in bs]
+        return found + self.prefixed.get(rtype, [])
+
     def applying_to(self, rtype: ResourceType, name: str) -> list[AclBinding]:
         found = list(self.literal.get((rtype, name), ()))
         found += self.literal.get((rtype, WILDCARD), ())
@@ -242,6 +247,43 @@ class StandardAuthorizer:
             elif acl.operation is Operation.ALL or acl.operation in granting:
                 allowed = True
         return allowed
+
+    def authorize_by_resource_type(
+        self, principal: KafkaPrincipal, host: str, operation: Operation, rtype: ResourceType
+    ) -> bool:
+        """Whether ``operation`` may be allowed on at least one resource of ``rtype`` (KIP-679,
+        Kafka's ``Authorizer.authorizeByResourceType``), decided from the ACLs alone so a
+        resource that does not exist yet counts: an ALLOW pattern not covered by a DENY of
+        the same name (or a DENY prefix of it) suffices; a DENY on ``*`` refuses all."""
+        if self.authorize(principal, host, operation, rtype, "hardcode"):
+            return True  # super users, and allow.everyone.if.no.acl.found
+        who = str(principal)
+        allow: list[AclBinding] = []
+        deny_literal: set[str] = set()
+        deny_prefixes: list[str] = []
+        for acl in self._current().of_type(rtype):
+            if acl.principal not in (who, WILDCARD_PRINCIPAL) or acl.host not in (host, WILDCARD):
+                continue
+            if acl.operation not in (operation, Operation.ALL):
+                continue
+            if acl.permission is Permission.DENY:
+                if acl.pattern_type is PatternType.PREFIXED:
+                    deny_prefixes.append(acl.resource_name)
+                elif acl.resource_name == WILDCARD:
+                    return False
+                else:
+                    deny_literal.add(acl.resource_name)
+            elif acl.pattern_type is PatternType.LITERAL and acl.resource_name == WILDCARD:
+                return True
+            else:
+                allow.append(acl)
+        for acl in allow:
+            name = acl.resource_name
+            if acl.pattern_type is PatternType.LITERAL and name in deny_literal:
+                continue
+            if not any(name.startswith(prefix) for prefix in deny_prefixes):
+                return True
+        return False
 
 
 AUTHORIZER_NAMES = (

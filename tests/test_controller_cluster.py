@@ -1,9 +1,12 @@
 """Three voters in one process on loopback: the same metadata log on every node."""
 
 import asyncio
+import errno
 import logging
+import os
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -153,6 +156,42 @@ def test_a_stranger_on_the_raft_port_is_cut_off_before_it_authenticates(tmp_path
     # one line (the idle one is counted into the next, rate-limited)
     assert len(refusals) == 1
     assert "2147483647-byte frame before authenticating" in refusals[0]
+
+
+def test_a_voter_keeps_its_raft_listener_when_accept_runs_out_of_file_descriptors(
+    tmp_path, caplog, monkeypatch
+):
+    async def main():
+        nodes = three_voters(tmp_path)
+        await asyncio.gather(*(n.start() for n in nodes))
+        try:
+            host, port = nodes[0].raft_address.rsplit(":", 1)
+            raft_port = (host, int(port))
+            failed = threading.Event()
+            accept = socket.socket.accept
+
+            def accept_failing_once(sock):
+                if not failed.is_set() and sock.getsockname()[:2] == raft_port:
+                    failed.set()
+                    raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+                return accept(sock)
+
+            monkeypatch.setattr(socket.socket, "accept", accept_failing_once)
+            with socket.create_connection(raft_port) as first:
+                assert await asyncio.to_thread(failed.wait, 5.0)
+                await asyncio.sleep(0.2)  # the Raft thread has handled the failure
+                # still listening: a new connection is taken, and the first is accepted
+                with socket.create_connection(raft_port, timeout=2.0):
+                    assert not await asyncio.to_thread(closed_by_peer, first, 1.0)
+        finally:
+            await asyncio.gather(*(n.stop() for n in nodes))
+
+    with caplog.at_level(logging.WARNING, logger="kbroker.controller"):
+        asyncio.run(main())
+    warnings = [r.getMessage() for r in caplog.records if "could not accept" in r.getMessage()]
+    assert warnings == [
+        "raft listener could not accept a connection (Too many open files); it stays open"
+    ]
 
 
 def test_an_observer_follows_the_log_and_its_changes_reach_the_leader(tmp_path):

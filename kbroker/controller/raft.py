@@ -43,6 +43,7 @@ from kbroker.controller.commands import CONTROLLER_ELECTED
 from kbroker.controller.machine import MetadataMachine
 from kbroker.controller.quorum import QuorumDescription, ReplicaTracker
 from kbroker.controller.raft_handshake import HandshakeConnection, RefusalLog
+from kbroker.controller.raft_listener import ListeningServer
 
 log = logging.getLogger("kbroker.controller")
 
@@ -101,11 +102,16 @@ class ReplicaIdTransport(TCPTransport):
     knows which broker a read-only node (an observer, known to pysyncobj only by a
     connection counter) is, and keys every replica's progress by node id. A lost
     connection ends the DescribeQuorum questions waiting on that node at once. A
-    connection that has not authenticated yet is bounded (raft_handshake.py)."""
+    connection that has not authenticated yet is bounded (raft_handshake.py), and the
+    listener survives a transient accept() failure (raft_listener.py)."""
 
     def __init__(self, syncObj: SyncObj, selfNode: Node | None, otherNodes: Any) -> None:  # noqa: N803
         self._refusals = RefusalLog()
         super().__init__(syncObj, selfNode, otherNodes)
+
+    def _createServer(self) -> None:  # noqa: N802
+        super()._createServer()
+        ListeningServer.adopt(self._server, self._refusals)
 
     def _onNewIncomingConnection(self, conn: TcpConnection) -> None:  # noqa: N802
         super()._onNewIncomingConnection(HandshakeConnection.adopt(conn, self._refusals))

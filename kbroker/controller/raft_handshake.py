@@ -5,8 +5,8 @@ until a whole frame arrives: the frame's 4-byte length prefix is trusted, so a s
 announcing 2 GiB could fill the voter's memory, and the buffer's growth by copying
 starves the Raft thread until the voter loses its leadership. A connection that sends
 nothing (or one byte now and then) is never timed out either, so enough of them exhaust
-the voter's file descriptors — and pysyncobj closes its listening socket for good when
-accept() fails. So, until a connection has completed pysyncobj's handshake (its first
+the voter's file descriptors (pysyncobj would then close its listening socket for good;
+raft_listener.py keeps it open). So, until a connection has completed pysyncobj's handshake (its first
 frame decrypted with the secret, its second naming a voter or an observer):
 - a frame longer than `HANDSHAKE_FRAME_LIMIT` (the handshake's frames are ~200 bytes)
   closes it;
@@ -41,15 +41,18 @@ class RefusalLog:
     _suppressed: int = 0
 
     def refused(self, peer: str, reason: str) -> None:
+        self.warn("raft connection from %s closed: %s", peer, reason)
+
+    def warn(self, message: str, *args: object) -> None:
+        """Log `message` (%-style), unless a line went out within the interval: then it
+        is only counted into the next line."""
         now = time.monotonic()
         if now - self._last < self.interval_s:
             self._suppressed += 1
             return
-        more = (
-            f" ({self._suppressed} more refused since the last report)" if self._suppressed else ""
-        )
+        more = f" ({self._suppressed} more since the last report)" if self._suppressed else ""
         self._last, self._suppressed = now, 0
-        log.warning("raft connection from %s closed: %s%s", peer, reason, more)
+        log.warning(message + "%s", *args, more)
 
 
 class HandshakeConnection(TcpConnection):

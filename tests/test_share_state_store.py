@@ -73,7 +73,7 @@ def test_starting_a_state_again_or_deleting_it_fences_whoever_holds_the_old_one(
 
 def test_a_summary_shows_a_write_only_once_it_is_committed_and_a_leader_reads_it_at_once() -> None:
     s = store()
-    s.load(s.partition_of(KEY), [(state_key(KEY), value(13))])  # loaded: committed
+    s.load(s.partition_of(KEY), [(state_key(KEY), value(13))])  # all below the HW: committed
     assert s.write(KEY, value(20), 0) == 0
     number = s.stage()  # appended, not yet replicated to the ISR
     assert start_of(s.summary(KEY)) == 13
@@ -81,6 +81,17 @@ def test_a_summary_shows_a_write_only_once_it_is_committed_and_a_leader_reads_it
     s.commit(number, {KEY: value(20)})
     assert start_of(s.summary(KEY)) == 20
     s.commit(number - 1, {KEY: value(13)})  # an older write committing late changes nothing
+    assert start_of(s.summary(KEY)) == 20
+
+
+def test_a_load_commits_only_the_records_below_the_high_watermark() -> None:
+    s = store()
+    records = [(state_key(KEY), value(13)), (state_key(KEY), value(20))]
+    loaded, pending = s.load(s.partition_of(KEY), records, committed=1)
+    assert loaded == 1
+    assert start_of(s.read(KEY, 0)) == 20  # the leader reads the latest state
+    assert start_of(s.summary(KEY)) == 13  # a failover could still lose the second record
+    s.commit(s.stage(), pending)  # the high watermark passed it
     assert start_of(s.summary(KEY)) == 20
 
 

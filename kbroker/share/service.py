@@ -44,7 +44,9 @@ from kbroker.internal_topics import (
     KeyValue,
     ServiceBroker,
     TopicLayout,
+    acknowledgement,
     append_records,
+    read_batches,
     write_error,
 )
 from kbroker.protocol.batch import BatchHeader
@@ -209,6 +211,8 @@ class ShareService(InternalTopicService):
         self._holding: dict[StateKey, asyncio.Future[ErrorCode]] = {}
         self._unheld_dead_letters: set[StateKey] = set()
         self._led: dict[tuple[str, int], int] = {}  # data partitions led here: epochs
+        # The write number each `__share_group_state` partition was last loaded as.
+        self._load_numbers: dict[int, int] = {}
         self._peeking: asyncio.Task[None] | None = None
         if self.enabled:
             groups = broker.group_coordinator.coordinator
@@ -240,7 +244,16 @@ class ShareService(InternalTopicService):
         self.coordinator.loading.add(partition)
 
     async def load_records(self, partition: int, records: list[KeyValue], started: float) -> None:
-        loaded = self.coordinator.store.load(partition, records)
+        replica = self.broker.replicas.get(STATE_TOPIC, partition)
+        unreplicated = 0
+        if replica is not None:  # records from the high watermark on: not committed yet
+            tail = read_batches(replica.log, replica.high_watermark)
+            unreplicated = sum(len(batch) for _, batch in tail)
+        store = self.coordinator.store
+        loaded, pending = store.load(partition, records, len(records) - unreplicated)
+        self._load_numbers[partition] = number = store.stage()
+        if pending and replica is not None:
+            self._commit_when_replicated(partition, number, pending, replica.log.log_end_offset)
         self._unheld_dead_letters.update(self.coordinator.store.with_dead_letters(partition))
         self.coordinator.loading.discard(partition)
         self.coordinator.owned.add(partition)
@@ -253,6 +266,35 @@ class ShareService(InternalTopicService):
             time.monotonic() - started,
         )
         self.dead_letters.kick()
+
+    def _commit_when_replicated(
+        self, partition: int, number: int, states: dict[StateKey, bytes | None], end: int
+    ) -> None:
+        """Commit states loaded from records past the high watermark (as the write
+        `number`) once the high watermark reaches `end`, unless the partition was unloaded
+        or loaded again meanwhile."""
+
+        async def commit() -> None:
+            replica = self.broker.replicas.get(STATE_TOPIC, partition)
+            if replica is None:
+                return
+            pending = acknowledgement(self.broker, replica, end)
+            try:
+                error = ErrorCode.none if pending is None else await pending
+            except OSError:
+                return
+            # The high watermark passed them even when the ISR is now too small.
+            replicated = (ErrorCode.none, ErrorCode.not_enough_replicas_after_append)
+            if (
+                error in replicated
+                and partition in self.coordinator.owned
+                and self._load_numbers.get(partition) == number
+            ):
+                self.coordinator.store.commit(number, states)
+
+        task = asyncio.create_task(commit())
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
 
     async def start(self) -> None:
         if not self.enabled:

@@ -17,6 +17,8 @@ records replicated to the ISR of the `__share_group_state` partition). Summaries
 (DescribeShareGroupOffsets, its lag) answer from that alone, as Kafka's share coordinator
 answers ReadShareGroupStateSummary at its last committed offset: a write a failover of
 this coordinator could lose is never shown, so a start offset shown cannot go backwards.
+A coordinator that loads a partition counts as committed only the records below its
+high watermark, as Kafka's coordinator loader does; the others commit as it advances.
 Share-partition leaders read the latest state, as they wrote it.
 
 Pure and synchronous: the service appends the records and answers the requests.
@@ -79,28 +81,45 @@ class ShareStateStore:
     def partition_of(self, key: StateKey) -> int:
         return partition_for(share_key(key), self.num_partitions())
 
-    def load(self, partition: int, records: Iterable[KeyValue]) -> int:
-        """Fold a `__share_group_state` partition's records (oldest first) in."""
+    def load(
+        self, partition: int, records: Iterable[KeyValue], committed: int | None = None
+    ) -> tuple[int, dict[StateKey, bytes | None]]:
+        """Fold a `__share_group_state` partition's records (oldest first) in: the number
+        of states loaded, and the states the records after the first `committed` (all
+        when None) leave. As Kafka's coordinator loader, only records below the
+        partition's high watermark (the first `committed`) give the committed states: the
+        others a failover could still lose. The states returned are to `commit` once the
+        high watermark passes them."""
+        records = list(records)
+        split = len(records) if committed is None else max(0, committed)
         _, states = fold(records)
+        _, settled = fold(records[:split])
+        _, later = fold(records[split:])
         loaded = 0
+        pending: dict[StateKey, bytes | None] = {}
         for key, data in states.items():
             placed = self.partition_of(key) == partition
+            value: bytes | None = None
             if data is None:
-                if placed:
-                    self.entries.pop(key, None)
-                    self.committed.pop(key, None)
-                continue
-            if not placed and key in self.entries:
-                continue  # stored where an older kbroker placed states (by group id)
-            value = _dumps(data)
-            self.entries[key] = StoredState(
-                value, int(data.get("leader_epoch", -1)), int(data.get("state_epoch", 0))
-            )
-            # The partition's new leader holds every record it loads: they commit as its
-            # followers catch up, and no later leader lacks them.
-            self.committed[key] = (0, value)
-            loaded += 1
-        return loaded
+                if not placed:
+                    continue
+                self.entries.pop(key, None)
+            else:
+                if not placed and key in self.entries:
+                    continue  # stored where an older kbroker placed states (by group id)
+                value = _dumps(data)
+                self.entries[key] = StoredState(
+                    value, int(data.get("leader_epoch", -1)), int(data.get("state_epoch", 0))
+                )
+                loaded += 1
+            before = settled.get(key)
+            if before is None:
+                self.committed.pop(key, None)
+            else:
+                self.committed[key] = (0, _dumps(before))
+            if key in later:
+                pending[key] = value
+        return loaded, pending
 
     def with_dead_letters(self, partition: int) -> list[StateKey]:
         """The share-partitions stored in `partition` with dead letters still to write."""

@@ -13,6 +13,7 @@ import pytest
 
 from kbroker.controller import Controller, ControllerConfig, ControllerStartError
 from kbroker.controller.errors import NOT_LEADER_OR_FOLLOWER, ControllerError
+from kbroker.controller.raft_handshake import RefusalLog
 
 
 def free_port():
@@ -126,7 +127,11 @@ def closed_by_peer(sock: socket.socket, within_s: float) -> bool:
         return False
 
 
-def test_a_stranger_on_the_raft_port_is_cut_off_before_it_authenticates(tmp_path, caplog):
+def test_a_stranger_on_the_raft_port_is_cut_off_before_it_authenticates(tmp_path, monkeypatch):
+    refused: dict[str, str] = {}  # peer address -> why, before any rate limiting
+    monkeypatch.setattr(RefusalLog, "refused", lambda log, peer, why: refused.setdefault(peer, why))
+    strangers: list[str] = []
+
     async def main():
         nodes = three_voters(tmp_path)
         await asyncio.gather(*(n.start() for n in nodes))
@@ -140,6 +145,9 @@ def test_a_stranger_on_the_raft_port_is_cut_off_before_it_authenticates(tmp_path
                 socket.create_connection(raft_port) as huge,
                 socket.create_connection(raft_port) as idle,
             ):
+                for sock in (huge, idle):
+                    host, port = sock.getsockname()[:2]
+                    strangers.append(f"{host}:{port}")
                 huge.sendall(struct.pack("i", 2**31 - 1) + bytes(1 << 16))
                 await leader.create_topic("while-probed", 1, 1, {})
                 assert await asyncio.to_thread(closed_by_peer, huge, 2.0)
@@ -149,13 +157,24 @@ def test_a_stranger_on_the_raft_port_is_cut_off_before_it_authenticates(tmp_path
         finally:
             await asyncio.gather(*(n.stop() for n in nodes))
 
+    asyncio.run(main())
+    huge, idle = strangers
+    assert refused[huge] == "a 2147483647-byte frame before authenticating"
+    assert refused[idle].startswith("it did not authenticate within")
+
+
+def test_refused_raft_connections_are_logged_once_per_interval_and_counted(caplog):
+    refusals = RefusalLog(interval_s=60.0)
     with caplog.at_level(logging.WARNING, logger="kbroker.controller"):
-        asyncio.run(main())
-    messages = [r.getMessage() for r in caplog.records]
-    refusals = [m for m in messages if m.startswith("raft connection from")]
-    # one line (the idle one is counted into the next, rate-limited)
-    assert len(refusals) == 1
-    assert "2147483647-byte frame before authenticating" in refusals[0]
+        refusals.refused("10.0.0.1:1", "a 9-byte frame")
+        refusals.refused("10.0.0.2:2", "a 9-byte frame")
+        refusals.refused("10.0.0.3:3", "a 9-byte frame")
+        refusals._last = float("-inf")  # the interval has passed
+        refusals.refused("10.0.0.4:4", "a 9-byte frame")
+    assert [r.getMessage() for r in caplog.records] == [
+        "raft connection from 10.0.0.1:1 closed: a 9-byte frame",
+        "raft connection from 10.0.0.4:4 closed: a 9-byte frame (2 more since the last report)",
+    ]
 
 
 def test_a_voter_keeps_its_raft_listener_when_accept_runs_out_of_file_descriptors(

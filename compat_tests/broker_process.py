@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +95,18 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_ports(names: Iterable[str], *taken: int) -> dict[str, int]:
+    """A free loopback port for each name, no two alike and none in `taken`: each port is
+    released before the next is asked for, so the kernel may hand one out again."""
+    ports: dict[str, int] = {}
+    for name in names:
+        port = free_port()
+        while port in taken or port in ports.values():
+            port = free_port()
+        ports[name] = port
+    return ports
 
 
 def api_versions_round_trip(

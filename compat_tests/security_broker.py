@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from compat_tests.broker_process import BrokerProcess, free_port
+from compat_tests.broker_process import BrokerProcess, free_ports
 from compat_tests.metrics_scrape import scrape, value
 from compat_tests.tls_material import TlsMaterial, make_tls_material
 from kbroker.admin.client import BrokerConnection
@@ -87,8 +87,8 @@ def security_overrides(
 
 def start_secure_broker(base: Path, tls: TlsMaterial, **extra: str) -> SecureBroker:
     node = BrokerProcess(base)
-    ports = {name: free_port() for name in ("SSL", "SASL_PLAINTEXT", "SASL_SSL")}
-    http_port = free_port()
+    ports = free_ports(("SSL", "SASL_PLAINTEXT", "SASL_SSL", "http"), node.port)
+    http_port = ports.pop("http")
     node.overrides = {**security_overrides(tls, ports, http_port, node.port), **extra}
     node.start()
     return SecureBroker(node, tls, ports, http_port)

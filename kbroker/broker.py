@@ -128,6 +128,7 @@ class Broker:
         self.share_coordinator = ShareService(self)
         self.controller = Controller(controller_config(config))
         self.controller.on_metadata_dir_failure = self._metadata_log_dir_failed
+        self.controller.on_raft_stuck = self._raft_stuck
         self.connections: set[KafkaConnection] = set()
         self.connection_limits = ConnectionLimits(
             config.get("max.connections"),
@@ -493,6 +494,11 @@ class Broker:
             self.config.metadata_dir,
             reason,
         )
+
+    def _raft_stuck(self, error: Exception) -> None:
+        """The metadata Raft node stopped because its tick kept failing: halt, since the
+        node can no longer follow the metadata. May be called on the Raft thread."""
+        self._halt("Shutdown broker because its metadata Raft node stopped: %s", error)
 
     def _halt(self, message: str, *args: object) -> None:
         """One CRITICAL line, then the process ends with status 1; only the first of

@@ -60,18 +60,26 @@ class ControllerNode:
         self.halt: Callable[[int], None] = os._exit
         self._halting = False
         self.controller.on_metadata_dir_failure = self._metadata_log_dir_failed
+        self.controller.on_raft_stuck = self._raft_stuck
 
     def _metadata_log_dir_failed(self, reason: OSError) -> None:
         """The metadata journal or snapshot cannot be written: halt at once with one
         line, as Kafka's controller does; the other voters elect a controller."""
-        if self._halting:
-            return
-        self._halting = True
-        log.critical(
+        self._halt(
             "Shutdown controller because the metadata log dir %s has failed: %s",
             self.config.metadata_dir,
             reason,
         )
+
+    def _raft_stuck(self, error: Exception) -> None:
+        """The Raft node stopped because its tick kept failing: halt with one line."""
+        self._halt("Shutdown controller because its Raft node stopped: %s", error)
+
+    def _halt(self, message: str, *args: object) -> None:
+        if self._halting:
+            return
+        self._halting = True
+        log.critical(message, *args)
         for handler in logging.getLogger().handlers:
             handler.flush()
         self.halt(1)

@@ -211,6 +211,9 @@ class Controller:
         # snapshot cannot be written: the node's process halts, as Kafka's does when its
         # metadata log directory fails. Set before start(); None only logs the error.
         self.on_metadata_dir_failure: Callable[[OSError], None] | None = None
+        # Called on the Raft thread when its tick kept failing and the node stopped: the
+        # process halts rather than run on without its metadata (None only logs it).
+        self.on_raft_stuck: Callable[[Exception], None] | None = None
 
     # --- read side ---
 
@@ -320,6 +323,7 @@ class Controller:
             password=cfg.secret,
             peer_lost=self._on_peer_lost,
             on_fault=self.on_metadata_dir_failure,
+            on_stuck=self.on_raft_stuck,
             voters=cfg.voters or _voters_of(cfg.node_id, cfg.raft_advertised or address, cfg),
         )
         self._state = MetadataState()

@@ -39,11 +39,16 @@ from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport, Transport
 
+from kbroker.controller import pysyncobj_base
 from kbroker.controller.commands import CONTROLLER_ELECTED
 from kbroker.controller.machine import MetadataMachine
 from kbroker.controller.quorum import QuorumDescription, ReplicaTracker
 from kbroker.controller.raft_handshake import HandshakeConnection, RefusalLog
 from kbroker.controller.raft_listener import ListeningServer
+
+# Refuse, at import and in one line, a pysyncobj whose private members differ from the
+# ones the overrides below were written against (pysyncobj_base.py says why).
+pysyncobj_base.check()
 
 log = logging.getLogger("kbroker.controller")
 
@@ -58,6 +63,10 @@ ResultCallback = Callable[[Any, int], None]
 PeerLost = Callable[[str], None]
 # Told the leader's view of the quorum, or None when no leader could give it.
 DescribeCallback = Callable[[QuorumDescription | None], None]
+
+# A tick failing this many times in a row (10 ms apart) stops the node: a transient
+# failure has passed long before, and a permanent one must not spin forever.
+TICK_FAILURES_TO_STOP = 100
 
 # kbroker's own Raft messages, beside pysyncobj's: a follower asks the leader for its view
 # of the quorum (DescribeQuorum is answered by the leader, as in KRaft) and gets it back.
@@ -451,6 +460,7 @@ class RaftThread:
         password: str | None = None,
         peer_lost: PeerLost | None = None,
         on_fault: Callable[[OSError], None] | None = None,
+        on_stuck: Callable[[Exception], None] | None = None,
         voters: Mapping[int, str] | None = None,
     ) -> None:
         self.node_id = node_id
@@ -460,6 +470,9 @@ class RaftThread:
         # Told of the I/O error that stopped the node (the process then halts, as Kafka
         # does when its metadata log directory fails); without it the error is logged.
         self._on_fault = on_fault
+        # Told of the error that stopped the node after TICK_FAILURES_TO_STOP ticks in a
+        # row failed (the process then halts); without it the node stops alone.
+        self._on_stuck = on_stuck
         self.machine = machine
         self._journal_path = journal_path
         self._snapshot_path = snapshot_path
@@ -483,8 +496,9 @@ class RaftThread:
         self._calls: list[Callable[[_RaftNode], None]] = []
         self._calls_lock = threading.Lock()
         self.construct_error: BaseException | None = None
-        # Set when the node stopped because its journal could not be written.
-        self.fault: OSError | None = None
+        # Set when the node stopped: its journal could not be written, or its tick
+        # kept failing.
+        self.fault: Exception | None = None
 
     # --- called from any thread ---
 
@@ -646,6 +660,7 @@ class RaftThread:
             return
         self._node = node
         self.constructed.set()
+        failures = 0
         try:
             while not self._stopping:
                 try:
@@ -667,9 +682,29 @@ class RaftThread:
                             exc,
                         )
                     break
-                except Exception:
-                    log.exception("raft tick failed")
+                except Exception as exc:
+                    # A tick that keeps failing would fail every few ms forever (a bug,
+                    # or a pysyncobj member that changed): the node stops, in one line.
+                    failures += 1
+                    if failures == 1:
+                        log.debug("raft tick failed", exc_info=True)
+                    if failures >= TICK_FAILURES_TO_STOP:
+                        self.fault = exc
+                        if self._on_stuck is not None:
+                            self._on_stuck(exc)
+                        else:
+                            log.error(
+                                "controller raft node %d stops: its tick failed %d times in"
+                                " a row (%s: %s)",
+                                self.node_id,
+                                failures,
+                                type(exc).__name__,
+                                exc,
+                            )
+                        break
                     threading.Event().wait(0.01)
+                else:
+                    failures = 0
         finally:
             self._node = None
             node._doDestroy()

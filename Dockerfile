@@ -16,7 +16,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 RUN python -m venv /opt/kbroker
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY kbroker ./kbroker
 # pip compiles the bytecode at install: kept, since the unprivileged user cannot write it.
 RUN /opt/kbroker/bin/pip install --no-cache-dir . \

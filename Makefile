@@ -1,21 +1,33 @@
 # Two commands do all set-up on a fresh machine:
-#   make serve   install kbroker into .venv and run a single node (port 9092, data in ./data)
-#   make test    install kbroker, the test clients and kcat, then run every test
+#   make serve   install kbroker alone (its runtime dependencies) into .venv and run a single
+#                node (port 9092, data in ./data)
+#   make test    install kbroker with the test extra (clients, PySpark, linters) and kcat,
+#                then run every test
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Separate stamps: `make serve` never pulls the test extra's hundreds of MB.
+SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed
+SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/security/_tlsread.c
 
 .PHONY: serve test lint bench pyz
 
-$(STAMP): pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/security/_tlsread.c
-	test -x $(PY) || python3 -m venv $(VENV)
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools
-	$(PY) -m pip install --quiet -e ".[test]"
+
+$(SERVE_STAMP): $(SOURCES) | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e .
 	# The C extensions next to their sources, where an editable install imports them from.
+	$(PY) setup.py --quiet build_ext --inplace
+	touch $(SERVE_STAMP)
+
+$(STAMP): $(SOURCES) | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e ".[test]"
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(STAMP)
 
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
 	$(VENV)/bin/kbroker serve $(ARGS)
 
 test: $(STAMP)

@@ -1,0 +1,3 @@
+"""kbroker: a Kafka-wire-compatible message broker."""
+
+__version__ = "0.1.0"

@@ -13,7 +13,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kbroker import handlers  # noqa: F401  (registers every API handler)
+from kbroker import (
+    __version__,
+    handlers,  # noqa: F401  (registers every API handler)
+)
 from kbroker.config import (
     BrokerConfig,
     ConfigError,
@@ -270,7 +273,9 @@ class Broker:
         self.started_at = time.time()
         self.ready = True
         log.info(
-            "kbroker node %d serving Kafka on %s (advertised %s), %d partitions, started in %.2fs",
+            "kbroker %s node %d serving Kafka on %s (advertised %s), %d partitions, "
+            "started in %.2fs",
+            __version__,
             self.node_id,
             ", ".join(
                 f"{endpoint} ({security.protocol})" for endpoint, security in self.listener_security

@@ -9,16 +9,27 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
+
+from kbroker import __version__
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
 
 
+class CommandLine(argparse.ArgumentParser):
+    """argparse with its complaints in one line naming the help to read, instead of a
+    usage block; every subcommand's parser is one of these too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser(admin: bool = True) -> argparse.ArgumentParser:
     """The command line; `admin=False` leaves out the admin commands, whose modules (the
     client, rich tables) a serving broker never uses and need not spend its start on."""
-    parser = argparse.ArgumentParser(prog="kbroker", description="Kafka-compatible broker")
+    parser = CommandLine(prog="kbroker", description="Kafka-compatible broker")
+    parser.add_argument("--version", action="version", version=f"kbroker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a broker node")
     serve.add_argument("--config", type=Path, help="Kafka-style server.properties file")

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable
 
+from kbroker import __version__
 from kbroker.config import BrokerConfig
 from kbroker.config.listeners import format_address
 from kbroker.controller import Controller, ControllerConfig
@@ -94,8 +95,9 @@ class ControllerNode:
             )
         await self.controller.start()
         log.info(
-            "kbroker node %d serving the metadata quorum as a controller only on %s, "
+            "kbroker %s node %d serving the metadata quorum as a controller only on %s, "
             "started in %.2fs",
+            __version__,
             self.config.quorum.node_id,
             self.controller.raft_address,
             time.monotonic() - started,

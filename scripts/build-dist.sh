@@ -12,7 +12,7 @@ py="${PYTHON:-.venv/bin/python}"
 shiv="$(dirname "$py")/shiv"
 src="$(mktemp -d)"
 trap 'rm -rf "$src"' EXIT
-cp -r pyproject.toml setup.py README.md kbroker "$src/"
+cp -r pyproject.toml setup.py README.md LICENSE kbroker "$src/"
 find "$src" \( -name '__pycache__' -o -name '*.so' \) -prune -exec rm -rf {} +
 mkdir -p "$out"
 rm -f "$out"/kbroker-*.whl "$out/kbroker.pyz"

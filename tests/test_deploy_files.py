@@ -80,8 +80,8 @@ def _env_pairs(text: str) -> list[str]:
 
 def test_build_context_holds_only_what_the_image_copies():
     ignored = (ROOT / ".dockerignore").read_text().split()
-    allowed = ignored[ignored.index("*") :][:5]
-    assert allowed == ["*", "!pyproject.toml", "!setup.py", "!README.md", "!kbroker/"]
+    allowed = ignored[ignored.index("*") :][:6]
+    assert allowed == ["*", "!pyproject.toml", "!setup.py", "!README.md", "!LICENSE", "!kbroker/"]
 
 
 # -- docker-compose.yml -------------------------------------------------------------------

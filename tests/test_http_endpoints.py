@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from inprocess import RawClient, run_broker
 
+import kbroker
 from kbroker.broker import Broker
 from kbroker.metrics.health import PROBE_NAME, controller_check
 
@@ -34,6 +35,7 @@ def test_health_answers_ok_with_each_check_it_made(tmp_path: Path) -> None:
         status, body = await _get(port, "/health")
         report = json.loads(body)
         assert status == 200 and report["status"] == "ok"
+        assert report["version"] == kbroker.__version__
         assert [c["name"] for c in report["checks"]] == [
             f"log_dir {tmp_path / 'data'}",
             "controller",

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kbroker import __version__
+
 if TYPE_CHECKING:
     from kbroker.broker import Broker
 
@@ -102,7 +104,7 @@ def broker_controller_check(broker: Broker) -> Check:
 def report(checks: list[Check]) -> tuple[bool, dict[str, Any]]:
     """(healthy, the JSON body of /health)."""
     healthy = all(c.ok for c in checks)
-    body: dict[str, Any] = {"status": "ok" if healthy else "unhealthy"}
+    body: dict[str, Any] = {"status": "ok" if healthy else "unhealthy", "version": __version__}
     if not healthy:
         body["unhealthy"] = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
     body["checks"] = [asdict(c) for c in checks]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +19,8 @@ from kbroker.protocol import requests
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 METADATA = 3
+
+log = logging.getLogger("kbroker.metadata")
 
 
 def describe_brokers(ctx: RequestContext) -> list[dict[str, Any]]:
@@ -206,7 +210,14 @@ async def _create_then_respond(
 
 
 async def auto_create_topic(broker: BrokerParts, name: str) -> dict[str, Any]:
-    state = broker.controller.state
+    """Create `name` as Kafka's auto.create.topics.enable does and describe it.
+
+    A refusal never reaches the client as such: Kafka's broker hands the creation to the
+    controller and answers LEADER_NOT_AVAILABLE (retriable) whatever the controller then
+    says, and never TOPIC_ALREADY_EXISTS. Here the topic is described when it exists by the
+    time the refusal arrives (another node created it first: this node applies that
+    change before its own refused one, so the image read after the answer holds it), and
+    is LEADER_NOT_AVAILABLE otherwise, the controller's reason logged."""
     try:
         topic = await broker.controller.create_topic(
             name,
@@ -215,11 +226,31 @@ async def auto_create_topic(broker: BrokerParts, name: str) -> dict[str, Any]:
             {},
         )
     except ControllerError as exc:
-        existing = state.topics.get(name)
+        # The image of now, not of before the await: it may have gained the topic since.
+        existing = broker.controller.state.topics.get(name)
         if existing is None:
-            code = ErrorCode(exc.error_code)
-            if code == ErrorCode.invalid_replication_factor:
-                code = ErrorCode.leader_not_available
-            return missing_topic(name, None, code)
+            _log_refusal(name, exc)
+            return missing_topic(name, None, ErrorCode.leader_not_available)
         topic = existing
     return describe_topic(topic, broker.controller.state.brokers)
+
+
+# Topic name -> time.monotonic() its auto-creation's refusal was last logged: a client
+# asks again every retry backoff, the log says it once a minute.
+_refusals_logged: dict[str, float] = {}
+REFUSAL_LOG_INTERVAL_S = 60.0
+
+
+def _log_refusal(name: str, exc: ControllerError) -> None:
+    now = time.monotonic()
+    if now - _refusals_logged.get(name, -REFUSAL_LOG_INTERVAL_S) < REFUSAL_LOG_INTERVAL_S:
+        return
+    if len(_refusals_logged) >= 1000:
+        _refusals_logged.clear()
+    _refusals_logged[name] = now
+    log.warning(
+        "topic %r not auto-created (answered LEADER_NOT_AVAILABLE): %s %s",
+        name,
+        ErrorCode(exc.error_code).name.upper(),
+        exc.message,
+    )

@@ -10,7 +10,7 @@ SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/security/_tlsread.c
 
-.PHONY: serve test lint bench pyz
+.PHONY: serve test lint bench pyz docs
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -40,6 +40,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# docs/configuration.md, docs/compatibility.md and the metric table of docs/operations.md,
+# generated from the code (tests/test_docs.py fails when they are stale)
+docs: $(STAMP)
+	$(PY) -m kbroker.docs
 
 # dist/kbroker.pyz: one file holding kbroker and its dependencies (python3 kbroker.pyz serve)
 pyz: $(STAMP)

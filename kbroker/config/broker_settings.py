@@ -33,9 +33,11 @@ from kbroker.config.types import (
     Validator,
     at_least,
     between,
+    described,
     each_of,
     one_of,
     table,
+    valid_values,
 )
 from kbroker.log_setup import validate_levels
 from kbroker.security.acl import AUTHORIZER_NAMES
@@ -63,21 +65,22 @@ INERT, SYNONYM = SettingRole.INERT, SettingRole.SYNONYM
 RECORD_OVERHEAD_V0 = 14  # smallest legal segment: one legacy record header
 
 
-def _parsed_by(parser: Any) -> Validator:
-    """Validate a string setting by running the parser that will later consume it."""
+def _parsed_by(parser: Any, shape: str) -> Validator:
+    """Validate a string setting by running the parser that will later consume it;
+    ``shape`` says what it accepts, for the documentation."""
 
     def check(value: Any) -> None:
         parser(value)
 
-    return check
+    return described(check, shape)
 
 
-def _each_parsed_by(parser: Any) -> Validator:
+def _each_parsed_by(parser: Any, shape: str) -> Validator:
     def check(value: Any) -> None:
         for item in value:
             parser(item)
 
-    return check
+    return described(check, f"a list of {shape}")
 
 
 def _gzip_level(value: int) -> None:
@@ -104,7 +107,7 @@ def _non_empty_items(value: list[str]) -> None:
 cleanup_policy_validator = each_of(*CLEANUP_POLICIES, non_empty=True)
 compression_validator = one_of(*COMPRESSION_TYPES)
 timestamp_type_validator = one_of(*TIMESTAMP_TYPES)
-gzip_level_validator: Validator = _gzip_level
+gzip_level_validator = described(_gzip_level, "[-1, 1,...,9]")
 
 
 def _known_authorizer(value: str) -> None:
@@ -117,8 +120,10 @@ def _known_authorizer(value: str) -> None:
 
 lz4_level_validator = between(1, 17)
 zstd_level_validator = between(-131072, 22)
-message_format_version_validator: Validator = _message_format_version
-no_tiered_storage_validator: Validator = _no_tiered_storage
+message_format_version_validator = described(
+    _message_format_version, "a Kafka version such as 3.0-IV1 or 2.8"
+)
+no_tiered_storage_validator = described(_no_tiered_storage, "false (no tiered storage)")
 
 
 def _optional_at_least(minimum: int) -> Validator:
@@ -128,7 +133,7 @@ def _optional_at_least(minimum: int) -> Validator:
         if value is not None:
             check(value)
 
-    return optional
+    return described(optional, f"unset, or {valid_values(check)}")
 
 
 def _optional_one_of(*allowed: str) -> Validator:
@@ -139,7 +144,7 @@ def _optional_one_of(*allowed: str) -> Validator:
         if value is not None:
             check(value)
 
-    return optional
+    return described(optional, f"unset, or one of {valid_values(check)}")
 
 
 def _d(
@@ -208,7 +213,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         [],
         "kbroker's older spelling of controller.quorum.voters (id@host:port of each voter's "
         "Raft address); set only one of the two.",
-        _each_parsed_by(parse_peer),
+        _each_parsed_by(parse_peer, "id@host:port"),
         role=SYNONYM,
     ),
     _d(
@@ -218,7 +223,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "kbroker's older spelling of the CONTROLLER listener: host:port this voter's Raft "
         "server binds. Unset means the controller listener in listeners, else this node's "
         "entry in controller.quorum.voters; a single node needs no socket at all.",
-        _parsed_by(parse_address),
+        _parsed_by(parse_address, "host:port"),
         role=SYNONYM,
     ),
     _d(
@@ -237,7 +242,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         [],
         "The voters of the metadata quorum as id@host:port of each one's CONTROLLER listener. "
         "Unset means a single-node cluster.",
-        _each_parsed_by(parse_peer),
+        _each_parsed_by(parse_peer, "id@host:port"),
     ),
     _d(
         "controller.quorum.bootstrap.servers",
@@ -247,7 +252,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "controller.quorum.voters is not given. kbroker's voters are static: a controller "
         "given one address (Kafka 4's standalone quorum) is a single node, and a quorum "
         "of several controllers needs controller.quorum.voters.",
-        _each_parsed_by(parse_address),
+        _each_parsed_by(parse_address, "host:port"),
     ),
     _d(
         "controller.listener.names",
@@ -310,7 +315,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Comma-separated NAME://host:port "
         "listeners to accept Kafka clients on, each served with the security protocol "
         "listener.security.protocol.map gives its name. An empty host binds every interface.",
-        _parsed_by(parse_listeners),
+        _parsed_by(parse_listeners, "NAME://host:port, comma-separated"),
     ),
     _d(
         "advertised.listeners",
@@ -325,7 +330,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         STRING,
         DEFAULT_PROTOCOL_MAP,
         "Map from listener name to security protocol, as NAME:PROTOCOL pairs.",
-        _parsed_by(parse_protocol_map),
+        _parsed_by(parse_protocol_map, "NAME:PROTOCOL, comma-separated"),
     ),
     _d(
         "inter.broker.listener.name",
@@ -350,7 +355,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         ["http://127.0.0.1:9644"],
         "kbroker: http://host:port addresses "
         "serving /metrics (Prometheus), /health and /ready. Empty disables them.",
-        _each_parsed_by(parse_http_listener),
+        _each_parsed_by(parse_http_listener, "http://host:port"),
     ),
     _d(
         "socket.send.buffer.bytes",
@@ -416,7 +421,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "",
         "Per-address exceptions to max.connections.per.ip as host:count pairs, "
         "comma-separated (127.0.0.1:200,client-host:10); a host name is resolved at start.",
-        _parsed_by(parse_ip_overrides),
+        _parsed_by(parse_ip_overrides, "host:count, comma-separated"),
     ),
     _d(
         "queued.max.requests",
@@ -472,7 +477,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "",
         "kbroker: levels of single loggers over logging.level, as LOGGER=LEVEL items "
         "(kbroker.request=INFO,kbroker.controller=WARNING).",
-        validate_levels,
+        described(validate_levels, "LOGGER=LEVEL, comma-separated"),
     ),
     _d(
         "logging.requests.enable",
@@ -487,7 +492,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         LIST,
         None,
         "Comma-separated directories holding partition data. Unset means log.dir.",
-        _non_empty_items,
+        described(_non_empty_items, "a list without empty entries"),
     ),
     _d(
         "log.dir",
@@ -1461,7 +1466,9 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "DEFAULT",
         "Rules mapping a client certificate's distinguished name to a principal name: "
         "RULE:pattern/replacement/[LU] entries and DEFAULT (the whole name).",
-        _parsed_by(parse_mapping_rules),
+        _parsed_by(
+            parse_mapping_rules, "RULE:pattern/replacement/[LU] and DEFAULT, comma-separated"
+        ),
     ),
     _d(
         "ssl.enabled.protocols",
@@ -1537,7 +1544,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACL checks on (ACLs "
         "live in the replicated metadata). Empty means none: ACL requests are answered "
         "SECURITY_DISABLED. Any other class is refused at start.",
-        _known_authorizer,
+        described(_known_authorizer, f"empty, {AUTHORIZER_NAMES[0]} or {AUTHORIZER_NAMES[1]}"),
     ),
     _d(
         "super.users",
@@ -1554,6 +1561,21 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
 )
 
 BROKER_CONFIGS: dict[str, ConfigDef] = table(BROKER_CONFIG_DEFS)
+
+# Settings of kbroker's own (every other name in the table is Kafka's).
+KBROKER_OWN: frozenset[str] = frozenset(
+    {
+        "cluster.peers",
+        "controller.raft.listener",
+        "cluster.secret",
+        "http.listeners",
+        "socket.busy.poll.us",
+        "logging.level",
+        "logging.format",
+        "logging.levels",
+        "logging.requests.enable",
+    }
+)
 BROKER_CONFIGS_BY_PYTHON_NAME: dict[str, ConfigDef] = {d.python_name: d for d in BROKER_CONFIG_DEFS}
 
 # Kafka's broker-side synonym groups: the first set name wins, whatever layer sets it.

@@ -21,6 +21,7 @@ from kbroker.config.broker_settings import (
     gzip_level_validator,
     lz4_level_validator,
     message_format_version_validator,
+    no_tiered_storage_validator,
     timestamp_type_validator,
     zstd_level_validator,
 )
@@ -33,6 +34,7 @@ from kbroker.config.types import (
     Validator,
     at_least,
     between,
+    described,
     table,
 )
 
@@ -57,9 +59,9 @@ def _throttled_replicas(value: list[str]) -> None:
             raise ValueError("must be * or a list of partitionId:brokerId")
 
 
-def _remote_storage(value: bool) -> None:
-    if value:
-        raise ValueError("kbroker has no tiered storage")
+throttled_replicas_validator = described(
+    _throttled_replicas, "* or partitionId:brokerId, comma-separated"
+)
 
 
 def _t(
@@ -145,7 +147,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         LIST,
         [],
         "Replicas whose follower fetches are throttled, as partitionId:brokerId pairs or *.",
-        _throttled_replicas,
+        throttled_replicas_validator,
         role=INERT,
     ),
     _t(
@@ -160,7 +162,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         LIST,
         [],
         "Replicas whose leader-side replication is throttled, as partitionId:brokerId pairs or *.",
-        _throttled_replicas,
+        throttled_replicas_validator,
         role=INERT,
     ),
     _t(
@@ -288,7 +290,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         BOOLEAN,
         False,
         "Tiered storage; kbroker has none, so only false is accepted.",
-        _remote_storage,
+        no_tiered_storage_validator,
         role=INERT,
     ),
     _t(

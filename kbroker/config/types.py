@@ -144,12 +144,30 @@ Validator = Callable[[Any], None]
 """Checks a parsed value; raises ValueError saying what is wrong. None is never passed."""
 
 
+_VALID_VALUES: dict[Validator, str] = {}
+
+
+def described(validator: Validator, valid_values: str) -> Validator:
+    """Record what ``validator`` accepts, as Kafka's documentation prints "Valid Values"."""
+    _VALID_VALUES[validator] = valid_values
+    return validator
+
+
+def valid_values(validator: Validator | None) -> str:
+    """What a setting accepts ("[0,...]", "[delete, compact]"), or "" when unstated."""
+    return "" if validator is None else _VALID_VALUES.get(validator, "")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else java_double_str(float(value))
+
+
 def at_least(minimum: float) -> Validator:
     def check(value: Any) -> None:
         if value < minimum:
             raise ValueError(f"must be at least {minimum}")
 
-    return check
+    return described(check, f"[{_number(minimum)},...]")
 
 
 def between(low: float, high: float) -> Validator:
@@ -157,7 +175,7 @@ def between(low: float, high: float) -> Validator:
         if not low <= value <= high:
             raise ValueError(f"must be between {low} and {high}")
 
-    return check
+    return described(check, f"[{_number(low)},...,{_number(high)}]")
 
 
 def one_of(*allowed: str, ignore_case: bool = False) -> Validator:
@@ -167,7 +185,7 @@ def one_of(*allowed: str, ignore_case: bool = False) -> Validator:
         if (value.lower() if ignore_case else value) not in folded:
             raise ValueError(f"must be one of {', '.join(allowed)}")
 
-    return check
+    return described(check, f"[{', '.join(allowed)}]" + (" (any case)" if ignore_case else ""))
 
 
 def each_of(*allowed: str, non_empty: bool = False) -> Validator:
@@ -180,7 +198,9 @@ def each_of(*allowed: str, non_empty: bool = False) -> Validator:
         if bad:
             raise ValueError(f"{bad[0]!r} is not one of {', '.join(allowed)}")
 
-    return check
+    return described(
+        check, f"a list of [{', '.join(allowed)}]" + (", not empty" if non_empty else "")
+    )
 
 
 def all_of(*validators: Validator) -> Validator:
@@ -188,7 +208,8 @@ def all_of(*validators: Validator) -> Validator:
         for validator in validators:
             validator(value)
 
-    return check
+    parts = [valid_values(validator) for validator in validators]
+    return described(check, ", and ".join(part for part in parts if part))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,173 @@
+"""The reference pages in docs/ against the code they describe.
+
+Generated pages (configuration, compatibility, the metric table of operations) must be
+what ``make docs`` makes from the code now; the hand-written architecture page may name
+only files and functions that exist.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from pathlib import Path
+
+import pytest
+
+from kbroker.config import BROKER_CONFIGS, TOPIC_CONFIGS
+from kbroker.config.broker_settings import KBROKER_OWN
+from kbroker.config.types import ConfigType, SettingRole, valid_values
+from kbroker.docs import __main__ as docs_main
+from kbroker.docs import compatibility, metrics
+from kbroker.docs.kafka_apis import KAFKA_APIS
+from kbroker.handlers.registry import APIS
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in docs_main.pages()))
+def test_generated_page_is_what_make_docs_makes_now(page: str) -> None:
+    path = DOCS / page
+    make = docs_main.pages()[path]
+    current = path.read_text()
+    assert make(current) == current, f"docs/{page} is stale: run `make docs` and commit it"
+
+
+def test_check_mode_names_a_stale_page_and_fails(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    for path in docs_main.pages():
+        (tmp_path / path.name).write_text(path.read_text())
+    page = tmp_path / "configuration.md"
+    page.write_text(page.read_text().replace("`log.retention.hours`", "`log.retention.days`"))
+    original = docs_main.DOCS
+    docs_main.DOCS = tmp_path
+    try:
+        assert docs_main.main(["--check"]) == 1
+        assert "configuration.md is stale" in capsys.readouterr().err
+        assert docs_main.main([]) == 0
+        assert docs_main.main(["--check"]) == 0
+    finally:
+        docs_main.DOCS = original
+
+
+def _table_rows(page: str, heading: str) -> dict[str, list[str]]:
+    """The rows of the first table under ``heading``, by the first cell's text."""
+    section = page.split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def test_configuration_page_has_a_row_per_setting_with_its_table_values() -> None:
+    page = (DOCS / "configuration.md").read_text()
+    broker = _table_rows(page, "Broker settings")
+    assert set(broker) == set(BROKER_CONFIGS)
+    for name, d in BROKER_CONFIGS.items():
+        _, kind, default, valid, mode, origin, role, _doc = broker[name]
+        assert kind == d.type.name.lower()
+        if d.type is not ConfigType.PASSWORD and d.default not in (None, "", []):
+            assert default == f"`{d.format(d.default)}`", name
+        assert valid == valid_values(d.validator).replace("|", "\\|")
+        assert mode == "read-only"
+        assert origin == ("kbroker" if name in KBROKER_OWN else "Kafka")
+        assert role == d.role.value
+    topic = _table_rows(page, "Topic configs")
+    assert set(TOPIC_CONFIGS) <= set(topic)
+    assert all(topic[name][4] == "per-topic" for name in TOPIC_CONFIGS)
+
+
+def test_every_validated_setting_says_what_it_accepts() -> None:
+    unstated = [
+        d.name
+        for d in (*BROKER_CONFIGS.values(), *TOPIC_CONFIGS.values())
+        if d.validator is not None and not valid_values(d.validator)
+    ]
+    assert unstated == []
+
+
+def test_kbroker_own_settings_are_in_the_table_and_say_so() -> None:
+    assert set(BROKER_CONFIGS) >= KBROKER_OWN
+    for name in KBROKER_OWN:
+        d = BROKER_CONFIGS[name]
+        assert d.role is SettingRole.SYNONYM or d.documentation.startswith("kbroker"), name
+
+
+def test_compatibility_page_lists_every_kafka_api_with_what_the_registry_serves() -> None:
+    page = (DOCS / "compatibility.md").read_text()
+    rows = {}
+    for line in page.splitlines():
+        match = re.match(r"\| (\d+) \| (\w+|\?) \| ([^|]+) \| ([^|]+) \|", line)
+        if match:
+            rows[int(match[1])] = (match[2], match[3].strip(), match[4].strip())
+    assert set(rows) == {api.key for api in KAFKA_APIS} | set(APIS)
+    for api in KAFKA_APIS:
+        name, _kafka, ours = rows[api.key]
+        assert name == api.name
+        served = APIS.get(api.key)
+        if served is None:
+            assert ours == "-"
+        else:
+            low, _, high = ours.split(" ")[0].partition("-")
+            assert (int(low), int(high or low)) == (served.min_version, served.max_version)
+
+
+def test_kafka_table_is_whole_and_ordered() -> None:
+    keys = [api.key for api in KAFKA_APIS]
+    assert keys == list(range(len(keys)))
+    assert len(keys) == 93  # Kafka 4.3's ApiMessageType: keys 0 to 92
+
+
+def test_tested_clients_name_compat_tests_that_exist() -> None:
+    for client in compatibility.TESTED_CLIENTS:
+        for module in client.tests:
+            assert (REPO / "compat_tests" / module).is_file(), module
+
+
+def test_metric_table_lists_every_family_the_code_defines() -> None:
+    page = (DOCS / "operations.md").read_text()
+    section = page.split(metrics.BEGIN, 1)[1].split(metrics.END, 1)[0]
+    listed = set(re.findall(r"^\| `([a-z_]+)`", section, re.M))
+    defined = {family.exposed for family in metrics.metric_families()}
+    assert listed == defined
+    # and the scan finds the collectors' families, not a subset of them
+    assert "kafka_server_replicamanager_underreplicatedpartitions" in defined
+    assert "kafka_network_requestmetrics_totaltimems_bucket" in defined
+
+
+# -- docs/architecture.md: every file and function it names exists ------------------------
+
+_PATH = re.compile(r"`(kbroker/[\w/]+\.py)`")
+
+
+@functools.cache
+def _defined_names(path: Path) -> set[str]:
+    """Qualified names (``f``, ``Class``, ``Class.method``, ``CONSTANT``) a module defines."""
+    names: set[str] = set()
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(prefix + node.name)
+                if isinstance(node, ast.ClassDef):
+                    visit(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, ast.Assign | ast.AnnAssign) and not prefix:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+
+    visit(ast.parse(path.read_text()).body, "")
+    return names
+
+
+def test_architecture_names_only_files_and_functions_that_exist() -> None:
+    page = (DOCS / "architecture.md").read_text()
+    paths = set(_PATH.findall(page))
+    assert len(paths) >= 20, "the walk should name the modules it goes through"
+    missing = sorted(p for p in paths if not (REPO / p).is_file())
+    assert missing == [], f"architecture.md names files that do not exist: {missing}"
+    refs = re.findall(r"`(kbroker/[\w/]+\.py)::([\w.]+)`", page)
+    assert len(refs) >= 20, "the walk should name the functions it goes through"
+    absent = [f"{path}::{name}" for path, name in refs if name not in _defined_names(REPO / path)]
+    assert absent == [], f"architecture.md names functions that do not exist: {absent}"

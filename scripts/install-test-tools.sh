@@ -61,6 +61,51 @@ fetch_java_jars "${KBROKER_KAFKA4_JARS:-$HOME/.cache/kbroker-test-tools/kafka-ja
   zstd-jni=zstd-jni-1.5.6-10.jar
 # --- end Java Kafka clients ---------------------------------------------------------------
 
+# --- Apache Kafka 4.3 itself (compat_tests/kafka_reference.py, bench/) --------------------
+# The broker, its tools, Streams and MirrorMaker 2 with every dependency, from Maven Central,
+# into one flat folder of jars (java -cp "DIR/*"). Nothing is fetched while DIR/.complete
+# names the version; a failed fetch only warns: the tests that run Kafka then skip, saying why.
+fetch_kafka_dist() {
+  local dir="$1" version="$2" tmp deps="" artifact
+  if [ "$(cat "$dir/.complete" 2>/dev/null)" = "$version" ]; then
+    return 0
+  fi
+  if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
+    echo "warning: fetching Kafka $version needs mvn and a JDK; the tests that compare" \
+      "kbroker with Kafka will skip" >&2
+    return 0
+  fi
+  for artifact in kafka_2.13 kafka-tools kafka-server kafka-streams connect-mirror; do
+    deps+="<dependency><groupId>org.apache.kafka</groupId><artifactId>$artifact</artifactId>"
+    deps+="<version>$version</version></dependency>"
+  done
+  # Kafka logs through SLF4J 2 to Log4j 2, as its own distribution does.
+  deps+="<dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId>"
+  deps+="<version>2.0.17</version></dependency>"
+  for artifact in log4j-core log4j-slf4j2-impl; do
+    deps+="<dependency><groupId>org.apache.logging.log4j</groupId><artifactId>$artifact</artifactId>"
+    deps+="<version>2.25.4</version></dependency>"
+  done
+  tmp="$(mktemp -d)"
+  printf '%s\n' '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>' \
+    '<groupId>kbroker.test</groupId><artifactId>kafka-reference</artifactId><version>1</version>' \
+    "<dependencies>$deps</dependencies></project>" >"$tmp/pom.xml"
+  if (cd "$tmp" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$tmp/jars" >"$tmp/mvn.log" 2>&1); then
+    rm -rf "$dir"
+    mkdir -p "$(dirname "$dir")"
+    mv "$tmp/jars" "$dir"
+    echo "$version" >"$dir/.complete"
+  else
+    echo "warning: could not fetch Apache Kafka $version's jars into $dir; the tests that" \
+      "compare kbroker with Kafka will skip" >&2
+    tail -20 "$tmp/mvn.log" >&2
+  fi
+  rm -rf "$tmp"
+}
+fetch_kafka_dist "${KBROKER_KAFKA_DIST:-$HOME/.cache/kbroker-test-tools/kafka-4.3}" 4.3.1
+# --- end Apache Kafka ---------------------------------------------------------------------
+
 # --- Debian packages: kcat, Go, Sarama (compat_tests/test_kcat.py, test_sarama.py), more ---
 # test_sarama.py builds its driver offline in GOPATH mode against Debian's Sarama source
 # under /usr/share/gocode; golang-go's recommended gcc gives Sarama its cgo zstd binding.

@@ -58,6 +58,7 @@ from kbroker.replica.fetch_sessions import FetchSessionCache
 from kbroker.replica.fetcher import FetcherSettings, ReplicaFetchers
 from kbroker.replica.manager import ReplicaManager
 from kbroker.replica.partition import Partition
+from kbroker.schemas.front import RegistryFront
 from kbroker.security.acl import StandardAuthorizer, parse_super_users
 from kbroker.security.inter_broker import PLAINTEXT as PLAINTEXT_LINK
 from kbroker.security.inter_broker import inter_broker_security
@@ -197,6 +198,8 @@ class Broker:
             quotas=self.quotas,
             shares=self.share_coordinator,
         )
+        # Built now so that a registry key store that does not load stops the start.
+        self.schemas = RegistryFront(self)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -245,6 +248,7 @@ class Broker:
         await self.group_coordinator.start()
         await self.txn_coordinator.start()
         await self.share_coordinator.start()
+        await self.schemas.start_service()
         loop = asyncio.get_running_loop()
         for endpoint, security in self.listener_security:
             server = await loop.create_server(
@@ -269,6 +273,7 @@ class Broker:
                 asyncio.create_task(self.logs.run_cleaner(cleaner, compaction_settings))
             )
         await self.http.start(list(self.config.http_endpoints))
+        await self.schemas.start_listeners()
         freeze_survivors()
         self.started_at = time.time()
         self.ready = True
@@ -303,6 +308,7 @@ class Broker:
             if connection.transport is not None:
                 connection.transport.close()
         await cancel_and_wait(self._tasks, what="broker tasks")
+        await self.schemas.stop()
         await self.share_coordinator.stop()
         await self.txn_coordinator.stop()
         await self.group_coordinator.stop()

@@ -22,6 +22,7 @@ from kbroker.config.listeners import (
     parse_listeners,
     parse_peer,
     parse_protocol_map,
+    parse_registry_listener,
 )
 from kbroker.config.types import (
     DOUBLE_MAX,
@@ -356,6 +357,34 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "kbroker: http://host:port addresses "
         "serving /metrics (Prometheus), /health and /ready. Empty disables them.",
         _each_parsed_by(parse_http_listener, "http://host:port"),
+    ),
+    _d(
+        "schema.registry.listeners",
+        LIST,
+        [],
+        "kbroker: http://host:port or https://host:port addresses serving Confluent Schema "
+        "Registry's REST API (v1) from this node. Empty (the default) serves none: a "
+        "registry is opt-in, so a broker opens no port it was not asked to, and 8081 stays "
+        "free for a registry already running beside it. https uses the listener "
+        "SCHEMA_REGISTRY's ssl.* settings (listener.name.schema_registry.ssl.*).",
+        _each_parsed_by(parse_registry_listener, "http://host:port or https://host:port"),
+    ),
+    _d(
+        "schema.registry.advertised.listener",
+        STRING,
+        None,
+        "kbroker: the URL the other nodes forward registry writes to when this node is "
+        "the registry's writer. Unset means the first schema.registry.listeners entry "
+        "(with this node's advertised host when that entry binds every address).",
+        _parsed_by(parse_registry_listener, "http://host:port or https://host:port"),
+    ),
+    _d(
+        "schema.registry.authentication.method",
+        STRING,
+        "NONE",
+        "kbroker: NONE, or BASIC for HTTP basic authentication of registry requests "
+        "against the broker's SASL/PLAIN users (listener JAAS lines) and SCRAM users.",
+        one_of("NONE", "BASIC", ignore_case=True),
     ),
     _d(
         "socket.send.buffer.bytes",

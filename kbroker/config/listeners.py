@@ -109,6 +109,16 @@ def parse_http_listener(text: str) -> Endpoint:
     return Endpoint("HTTP", host, port)
 
 
+def parse_registry_listener(text: str) -> Endpoint:
+    """``http://host:port`` or ``https://host:port`` for the schema registry; the
+    endpoint's name is its scheme, upper-cased."""
+    scheme, sep, address = text.strip().partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        raise ValueError(f"{text!r} is not of the form http://host:port or https://host:port")
+    host, port = parse_address(address.rstrip("/"))
+    return Endpoint(scheme.upper(), host, port)
+
+
 def parse_peer(text: str) -> Peer:
     match = _PEER.fullmatch(text.strip())
     if match is None:

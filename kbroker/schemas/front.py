@@ -1,0 +1,107 @@
+"""Wiring the schema registry into a broker: the `_schemas` service every node runs, and
+the REST listeners of `schema.registry.listeners`, with authentication and ACLs."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kbroker.config.listeners import parse_registry_listener
+from kbroker.schemas.api import CONFIGURE, READ, WRITE, RegistryApi, Request
+from kbroker.schemas.http import RegistryHttpServer, password_checker
+from kbroker.schemas.service import SCHEMAS_TOPIC, SchemaRegistryService
+from kbroker.security.acl import Operation, ResourceType
+from kbroker.security.principal import KafkaPrincipal
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+log = logging.getLogger("kbroker.schemas")
+
+REGISTRY_LISTENER = "SCHEMA_REGISTRY"  # whose ssl.* settings https listeners use
+# What each kind of request needs of the TOPIC _schemas (see docs/schema-registry.md).
+OPERATIONS = {READ: Operation.DESCRIBE, WRITE: Operation.WRITE, CONFIGURE: Operation.ALTER_CONFIGS}
+
+
+def advertised_url(broker: Broker) -> str | None:
+    config = broker.config
+    explicit = config.get("schema.registry.advertised.listener")
+    if explicit:
+        return str(explicit).rstrip("/")
+    listeners = config.get("schema.registry.listeners")
+    if not listeners:
+        return None
+    endpoint = parse_registry_listener(listeners[0])
+    host = endpoint.host
+    if endpoint.is_wildcard or not host:
+        host = broker.config.inter_broker_endpoint.host or "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{endpoint.name.lower()}://{host}:{endpoint.port}"
+
+
+class RegistryFront:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        config = broker.config
+        self.endpoints = [
+            parse_registry_listener(t) for t in config.get("schema.registry.listeners")
+        ]
+        self.service = SchemaRegistryService(
+            broker, advertised_url(broker) if self.endpoints else None
+        )
+        self.context: Any = None
+        if any(e.name == "HTTPS" for e in self.endpoints):
+            from kbroker.security.tls import client_context, server_context
+
+            setting = functools.partial(config.for_listener, REGISTRY_LISTENER)
+            self.context = server_context(REGISTRY_LISTENER, setting)
+            self.service.ssl_context = client_context(REGISTRY_LISTENER, setting)
+        authenticate = None
+        if str(config.get("schema.registry.authentication.method")).upper() == "BASIC":
+            plain: dict[str, str] = {}
+            for _, security in broker.listener_security:
+                plain.update(getattr(security, "plain_users", None) or {})
+            authenticate = password_checker(plain, broker.scram_credential)
+        self.api = RegistryApi(self.service, self._authorize if broker.authorizer else None)
+        self.http = RegistryHttpServer(self.api, authenticate)
+
+    def _authorize(self, request: Request, action: str) -> bool:
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return True
+        principal = KafkaPrincipal("User", request.principal or "ANONYMOUS")
+        host = request.headers.get("x-kbroker-peer", "*")
+        return authorizer.authorize(
+            principal, host, OPERATIONS[action], ResourceType.TOPIC, SCHEMAS_TOPIC
+        )
+
+    async def start_service(self) -> None:
+        await self.service.start()
+
+    async def start_listeners(self) -> None:
+        for endpoint in self.endpoints:
+            context = self.context if endpoint.name == "HTTPS" else None
+            try:
+                await self.http.start(endpoint.host, endpoint.port, context)
+            except OSError as exc:
+                log.error(
+                    "cannot serve the schema registry on %s:%d: %s",
+                    endpoint.host,
+                    endpoint.port,
+                    exc,
+                )
+                raise
+            log.info(
+                "serving the schema registry on %s://%s:%d (writes forwarded to the writer; "
+                "this node advertises %s)",
+                endpoint.name.lower(),
+                endpoint.host,
+                endpoint.port,
+                self.service.url,
+            )
+
+    async def stop(self) -> None:
+        await self.http.stop()
+        await self.service.stop()

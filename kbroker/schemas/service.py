@@ -1,0 +1,374 @@
+"""The schema registry inside a running broker, over the compacted `_schemas` topic.
+
+Every node keeps the registry's state (`RegistryState`) by reading its own replica of
+`_schemas` (one partition). The leader of that partition is the registry's writer: on
+gaining the leadership it reads its whole log, announces itself (a NOOP record naming
+its node and URL, which also carries the highest id given so far) and from then on
+serves writes one at a time, each appended with acks=all before it is answered. Other
+nodes forward writes to the announced writer. Ids come from the writer's state, which
+holds every record of its log: after a failover the new leader's log holds every
+acknowledged record (it was in the ISR), so no acknowledged id is given again.
+
+A follower applies only records below its high watermark (never records a new leader
+could truncate), and a read waits until the high watermark passes what the replica held
+when the read arrived, so a write acknowledged anywhere is seen by a read that follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode, urlsplit
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.internal_topics import (
+    InternalTopicService,
+    KeyValue,
+    ServiceBroker,
+    TopicLayout,
+    append_records,
+    read_batches,
+)
+from kbroker.schemas import errors as err
+from kbroker.schemas.api import Request, Response
+from kbroker.schemas.store import RegistryState, Writer, encode, noop_key
+
+if TYPE_CHECKING:
+    from kbroker.replica.partition import Partition
+
+log = logging.getLogger("kbroker.schemas")
+
+SCHEMAS_TOPIC = "_schemas"
+E = ErrorCode
+READ_WAIT_S = 5.0  # longest a read waits for this replica to catch up
+WRITER_WAIT_S = 15.0  # longest a write waits for a writer to be known
+WRITE_TIMEOUT_S = 30.0
+FORWARDED = "x-kbroker-forwarded"
+OFFSET = "x-kbroker-offset"
+
+
+@dataclass(frozen=True)
+class _Config:
+    num_partitions: int = 1
+
+
+class _Writership:
+    """The 'coordinator' the internal-topic service hosts: whether this node is the writer."""
+
+    def __init__(self, service: SchemaRegistryService) -> None:
+        self.service = service
+        self.config = _Config()
+
+    def partition_for(self, key: str) -> int:
+        return 0
+
+    def unload_partition(self, partition: int) -> None:
+        self.service.lose_writership()
+
+    def shutdown(self) -> None:
+        pass
+
+
+class SchemaRegistryService(InternalTopicService):
+    topic = SCHEMAS_TOPIC
+    log = log
+    coordinator: _Writership
+
+    def __init__(self, broker: ServiceBroker, url: str | None = None) -> None:
+        super().__init__(broker)
+        self.coordinator = _Writership(self)
+        self.url = url  # this node's registry, as other nodes reach it
+        self.state = RegistryState()
+        self.next_offset = 0  # the next offset of the local replica to apply
+        self.write_lock = asyncio.Lock()
+        self.writer_epoch: int | None = None  # the leader epoch this node writes at
+        self.loading_epoch: int | None = None
+        self.ssl_context: ssl.SSLContext | None = None  # for forwarding to https writers
+        self.listeners_enabled = url is not None
+
+    # -- the internal-topic service ------------------------------------------------------
+
+    def layout(self) -> TopicLayout:
+        config = self.broker.config
+        return TopicLayout(
+            1,
+            config.get("offsets.topic.replication.factor"),
+            {"cleanup.policy": "compact", "compression.type": "producer"},
+        )
+
+    async def start(self) -> None:
+        await super().start()
+        if self.listeners_enabled:
+            self._tasks.append(asyncio.create_task(self._create_topic()))
+
+    async def _create_topic(self) -> None:
+        while self.topic not in self.broker.controller.state.topics:
+            if await self.ensure_topic() == E.none:
+                return
+            await asyncio.sleep(1)
+
+    def held_partitions(self) -> Collection[int]:
+        return {0} if self.writer_epoch is not None or self.loading_epoch is not None else set()
+
+    def needs_load(self, partition: int, leader_epoch: int) -> bool:
+        return partition == 0 and leader_epoch not in (self.writer_epoch, self.loading_epoch)
+
+    def begin_loading(self, partition: int, leader_epoch: int) -> None:
+        self.writer_epoch = None
+        self.loading_epoch = leader_epoch
+
+    async def _load(self, partition: int) -> None:
+        epoch = self.loading_epoch
+        try:
+            async with self.write_lock:
+                replica = self.broker.replicas.get(self.topic, 0)
+                if replica is None or epoch is None:
+                    return
+                self._reset()
+                self._apply_to(replica.log_end_offset)
+                writer = Writer(self.broker.node_id, self.url or "", epoch)
+                value = {
+                    "max_id": self.state.max_id,
+                    "writer": writer.node_id,
+                    "url": writer.url,
+                    "epoch": epoch,
+                }
+                await self._append([(noop_key(), encode(value))])
+                if self.loading_epoch == epoch:
+                    self.writer_epoch = epoch
+                    self.loading_epoch = None
+                    log.info(
+                        "schema registry writer at leader epoch %d: %d subjects, highest id %d",
+                        epoch,
+                        len(self.state.subjects),
+                        self.state.max_id,
+                    )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("cannot become the schema registry writer: %s", exc)
+            self.lose_writership()
+        finally:
+            if self._loads.get(partition) is asyncio.current_task():
+                del self._loads[partition]
+
+    def lose_writership(self) -> None:
+        if self.writer_epoch is not None or self.loading_epoch is not None:
+            log.info("no longer the schema registry writer")
+        self.writer_epoch = None
+        self.loading_epoch = None
+        # What this node applied as leader may be truncated: read again up to the high
+        # watermark.
+        self._reset()
+
+    def _reset(self) -> None:
+        self.state = RegistryState()
+        self.next_offset = 0
+
+    # -- reading the local replica ------------------------------------------------------
+
+    def _replica(self) -> Partition | None:
+        return self.broker.replicas.get(self.topic, 0)
+
+    def _apply_to(self, limit: int) -> None:
+        """Apply the local replica's records below `limit` not applied yet."""
+        replica = self._replica()
+        if replica is None or self.next_offset >= limit:
+            return
+        plog = replica.log
+        if self.next_offset < plog.log_start_offset:
+            self._reset()
+        for header, records in read_batches(plog, self.next_offset):
+            if header.next_offset > limit:
+                break
+            for key, value in records:
+                if key is not None:
+                    self.state.apply(key, value)
+            self.next_offset = header.next_offset
+
+    def is_writer(self) -> bool:
+        replica = self._replica()
+        return (
+            self.writer_epoch is not None
+            and replica is not None
+            and replica.is_leader
+            and replica.leader_epoch == self.writer_epoch
+        )
+
+    def hosted(self) -> bool:
+        return self._replica() is not None
+
+    async def fresh(self) -> RegistryState | None:
+        """The state, caught up with what was acknowledged before the call; None when
+        this node holds no replica of `_schemas` (the writer answers instead)."""
+        replica = self._replica()
+        if replica is None:
+            return (
+                RegistryState() if self.topic not in self.broker.controller.state.topics else None
+            )
+        if self.is_writer():
+            self._apply_to(replica.log_end_offset)
+            return self.state
+        target = replica.log_end_offset
+        deadline = time.monotonic() + READ_WAIT_S
+        while replica.high_watermark < target and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+            if self._replica() is not replica:
+                break
+        self._apply_to(replica.high_watermark)
+        return self.state
+
+    async def wait_applied(self, offset: int) -> None:
+        """Wait (bounded) until this node has applied the records below `offset`."""
+        deadline = time.monotonic() + READ_WAIT_S
+        while time.monotonic() < deadline:
+            replica = self._replica()
+            if replica is None:
+                return
+            self._apply_to(replica.log_end_offset if self.is_writer() else replica.high_watermark)
+            if self.next_offset >= offset:
+                return
+            await asyncio.sleep(0.005)
+
+    # -- writing (on the writer) -------------------------------------------------------
+
+    async def write_state(self) -> RegistryState:
+        replica = self._replica()
+        if replica is None or not self.is_writer():
+            raise err.unknown_writer("This node is no longer the schema registry writer")
+        self._apply_to(replica.log_end_offset)
+        return self.state
+
+    async def write(self, records: list[KeyValue]) -> int:
+        if not self.is_writer():
+            raise err.unknown_writer("This node is no longer the schema registry writer")
+        end = await self._append(records)
+        self._apply_to(end)
+        return end
+
+    async def _append(self, records: list[KeyValue]) -> int:
+        now = int(time.time() * 1000)
+        code, ack = append_records(self.broker, self.topic, 0, records, now)
+        if code != E.none:
+            raise err.store_error(f"Error while writing to _schemas: {code.name}")
+        replica = self._replica()
+        end = replica.log_end_offset if replica is not None else 0
+        if ack is not None:
+            try:
+                code = await asyncio.wait_for(ack, WRITE_TIMEOUT_S)
+            except TimeoutError:
+                raise err.store_timeout("Write to _schemas timed out") from None
+            except OSError as exc:
+                raise err.store_error(f"Error while writing to _schemas: {exc}") from None
+            if code != E.none:
+                raise err.store_error(f"Error while writing to _schemas: {code.name}")
+        return end
+
+    # -- forwarding (on the other nodes) -------------------------------------------------
+
+    def _leader_id(self) -> int | None:
+        topic = self.broker.controller.state.topics.get(self.topic)
+        if topic is None or not topic.partitions:
+            return None
+        leader = topic.partitions[0].leader
+        return leader if leader >= 0 else None
+
+    async def _writer(self) -> Writer:
+        if self.topic not in self.broker.controller.state.topics:
+            await self.ensure_topic()
+        deadline = time.monotonic() + WRITER_WAIT_S
+        while True:
+            await self.fresh()
+            writer = self.state.writer
+            leader = self._leader_id()
+            if writer is not None and writer.node_id == leader and writer.url:
+                replica = self._replica()
+                # The announcement must be of the leader's current epoch, when it is known.
+                if replica is None or writer.epoch >= replica.leader_epoch:
+                    return writer
+            if self.is_writer():
+                raise _LocalWriter()
+            if time.monotonic() > deadline:
+                raise err.unknown_writer("Schema registry writer not known yet; try again")
+            await asyncio.sleep(0.02)
+
+    async def forward(self, request: Request) -> Response:
+        if request.headers.get(FORWARDED):
+            raise err.unknown_writer(
+                "This node is not the schema registry writer (forwarded twice)"
+            )
+        try:
+            writer = await self._writer()
+        except _LocalWriter:
+            raise err.unknown_writer("This node just became the writer; try again") from None
+        try:
+            status, headers, body = await asyncio.wait_for(
+                http_request(writer.url, request, self.ssl_context), WRITE_TIMEOUT_S
+            )
+        except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
+            raise err.forward_error(
+                f"Error while forwarding the request to the writer: {exc}"
+            ) from None
+        offset = headers.get(OFFSET)
+        if status == 200 and offset and offset.isdigit():
+            await self.wait_applied(int(offset))
+        try:
+            value = json.loads(body) if body else None
+        except ValueError:
+            raise err.forward_error("The writer's answer is not JSON") from None
+        return Response(status, value)
+
+
+class _LocalWriter(Exception):
+    pass
+
+
+async def http_request(
+    url: str, request: Request, context: ssl.SSLContext | None
+) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 request to another node's registry (forwarded from this one)."""
+    parts = urlsplit(url)
+    host, port = (
+        parts.hostname or "127.0.0.1",
+        parts.port or (443 if parts.scheme == "https" else 80),
+    )
+    use_tls = parts.scheme == "https"
+    reader, writer = await asyncio.open_connection(
+        host, port, ssl=(context or ssl.create_default_context()) if use_tls else None
+    )
+    try:
+        target = request.path + ("?" + urlencode(request.query) if request.query else "")
+        lines = [
+            f"{request.method} {target} HTTP/1.1",
+            f"Host: {host}:{port}",
+            "Content-Type: application/vnd.schemaregistry.v1+json",
+            f"Content-Length: {len(request.body)}",
+            "Connection: close",
+            f"{FORWARDED}: 1",
+        ]
+        auth = request.headers.get("authorization")
+        if auth:
+            lines.append(f"Authorization: {auth}")
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + request.body)
+        await writer.drain()
+        status_line = await reader.readline()
+        status = int(status_line.split()[1])
+        headers: dict[str, str] = {}
+        while True:
+            line = await reader.readline()
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        body = await reader.readexactly(length) if length else await reader.read()
+        return status, headers, body
+    finally:
+        writer.close()

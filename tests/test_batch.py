@@ -192,6 +192,7 @@ def test_compressed_batch_round_trips(codec):
     ),
     st.integers(min_value=0, max_value=2**40),
 )
+@pytest.mark.slow
 def test_encode_then_validate_and_decode_property(pairs, ts):
     buf = encode_batch(pairs, ts)
     (h,) = validate_batches(buf, BIG)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -129,6 +130,7 @@ def groups(draw: st.DrawFn) -> tuple[dict, dict, dict]:
     return members, topics, previous
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(groups(), st.sampled_from(sorted(ASSIGNORS)))
 def test_every_subscribed_partition_has_exactly_one_subscribed_owner(group, name):
@@ -147,6 +149,7 @@ def test_every_subscribed_partition_has_exactly_one_subscribed_owner(group, name
         assert set(assignment) <= members[member].topic_ids
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(groups())
 def test_uniform_is_balanced_when_subscriptions_are_identical(group):
@@ -156,6 +159,7 @@ def test_uniform_is_balanced_when_subscriptions_are_identical(group):
     assert max(sizes) - min(sizes) <= 1
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(groups())
 def test_uniform_leaves_no_partition_that_could_move_to_a_much_emptier_subscriber(group):

@@ -15,6 +15,8 @@ from kbroker.controller import Controller, ControllerConfig, ControllerStartErro
 from kbroker.controller.errors import NOT_LEADER_OR_FOLLOWER, ControllerError
 from kbroker.controller.raft_handshake import RefusalLog
 
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
+
 
 def free_port():
     with socket.socket() as s:

@@ -609,6 +609,7 @@ def test_commit_latency_of_create_topic(tmp_path):
     assert median < 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("topics, partitions", [(1000, 1), (10, 100)])
 def test_start_time_with_1000_partitions(tmp_path, topics, partitions):
     async def main():
@@ -634,6 +635,7 @@ def test_start_time_with_1000_partitions(tmp_path, topics, partitions):
     assert elapsed < 2.0
 
 
+@pytest.mark.slow
 def test_a_journal_that_cannot_be_written_stops_the_raft_node_once(tmp_path, caplog):
     """Not a retry every tick, each failing and logging: the node stops with one ERROR
     line, and proposals then fail as on a node that is not the leader."""

@@ -30,6 +30,8 @@ from kbroker.server.connection_limits import ConnectionLimits
 from kbroker.server.keep_awake import KeepAwake
 from kbroker.server.request_memory import RequestMemory
 
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
+
 MAX_REQUEST = 1 << 16
 API_VERSIONS = 18
 PRODUCE = 0

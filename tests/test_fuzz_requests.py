@@ -43,6 +43,8 @@ from compat_tests.null_requests import variants
 from kbroker.protocol import messages
 from kbroker.protocol.header import MalformedRequest
 
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
+
 ALL_VERSIONS = [
     (key, version) for key in sorted(messages.API_NAMES) for version in messages.known_versions(key)
 ]

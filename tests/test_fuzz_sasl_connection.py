@@ -19,6 +19,8 @@ from kbroker.security.listener import ListenerSecurity
 from kbroker.security.scram import ScramCredential, credential_from_salted, salted_password
 from kbroker.server.connection import KafkaConnection
 
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
+
 SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA, API_VERSIONS = 17, 36, 3, 18
 METADATA_CORRELATION = 77
 PASSWORD = "s3cret-value"

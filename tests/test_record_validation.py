@@ -131,6 +131,7 @@ def _outcome(walker, data: bytes, count: int, last: int) -> object:
         return exc.args
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_c_walk_agrees_with_the_reference_on_mutated_sections(data: st.DataObject) -> None:
@@ -186,6 +187,7 @@ def _batch_strategy() -> st.SearchStrategy[bytes]:
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@pytest.mark.slow
 @given(st.lists(_batch_strategy(), min_size=1, max_size=12))
 def test_no_two_stored_records_share_an_offset(tmp_path_factory, batches: list[bytes]) -> None:
     plog = PartitionLog.open(tmp_path_factory.mktemp("log") / "t-0", LogConfig(), NOW)

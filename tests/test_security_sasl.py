@@ -160,6 +160,7 @@ def test_reauthentication_may_not_change_the_principal() -> None:
     mechanism=st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]),
     tokens=st.lists(st.binary(max_size=200), min_size=1, max_size=4),
 )
+@pytest.mark.slow
 def test_any_tokens_end_in_success_or_a_sasl_failure_only(
     mechanism: str, tokens: list[bytes]
 ) -> None:

@@ -153,6 +153,7 @@ def test_records_of_any_size_cut_anywhere_decrypt_in_order(
     assert received == payload
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(garbage=st.lists(st.binary(min_size=1, max_size=2000), min_size=1, max_size=4))
 def test_garbage_after_the_handshake_is_an_ssl_error_or_nothing_never_plaintext(

@@ -79,6 +79,7 @@ async def _store_letters(broker: Broker, rejected: int) -> tuple[ShareService, S
     return service, key
 
 
+@pytest.mark.slow
 def test_a_pending_dead_letter_is_written_once_after_a_restart_without_a_fetch(tmp_path: Path):
     async def store_pending(broker: Broker, port: int) -> None:
         await _store_letters(broker, 1)

@@ -23,6 +23,8 @@ from kbroker.share.partition_state import (
     split_at_batches,
 )
 
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
+
 LOCK = 1000
 LIMIT = 3
 LOG = [(0, 4), (6, 9), (10, 10), (13, 19)]  # offsets the log holds; 5, 11, 12 are gaps

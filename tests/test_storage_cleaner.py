@@ -100,6 +100,7 @@ def latest_by_key(records: list[Record]) -> dict[bytes | None, tuple[int, bytes 
 # -- the basic promise ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_hundred_thousand_updates_over_thousand_keys_read_back_latest_per_key(tmp_path):
     plog = open_log(tmp_path)
     latest = write_updates(plog, 100_000, 1_000)

@@ -26,7 +26,7 @@ from kbroker.storage.cleaner import LogCleaner
 from kbroker.storage.config import LogConfig
 from kbroker.storage.log import PartitionLog
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # slow: make test-fast leaves it out
 
 T0 = 1_700_000_000_000
 KEYS = 30

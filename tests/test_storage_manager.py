@@ -241,6 +241,7 @@ def test_close_all_leaves_clean_checkpoints(tmp_path):
     assert '"clean":{' in text
 
 
+@pytest.mark.slow
 def test_thousand_small_partitions_load_quickly_after_clean_shutdown(tmp_path, monkeypatch):
     monkeypatch.setattr(log_module, "_fdatasync", lambda fd: None)
     monkeypatch.setattr(log_module, "_fsync", lambda fd: None)

@@ -5,11 +5,14 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kbroker.protocol.batch import encode_batch, read_header, validate_batches
 from kbroker.storage import LogConfig, PartitionLog
+
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
 
 NOW = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=6000, index_interval_bytes=256)

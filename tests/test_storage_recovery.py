@@ -327,6 +327,7 @@ def test_stale_temporary_files_are_removed_on_open(tmp_path):
     assert not (d / "00000000000000000099.index").exists()
 
 
+@pytest.mark.slow
 def test_hundred_partitions_of_ten_segments_reopen_cleanly_and_fast(tmp_path, monkeypatch):
     monkeypatch.setattr(log_module, "_fdatasync", lambda fd: None)
     monkeypatch.setattr(log_module, "_fsync", lambda fd: None)

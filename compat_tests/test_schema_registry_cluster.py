@@ -1,0 +1,120 @@
+"""kbroker's schema registry on a 3-node cluster: registered through any node, read
+through every node at once (read-your-writes), and a stream of registrations that
+survives kill -9 of the writer with every acknowledged id kept and no id given twice."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from compat_tests.broker_process import free_ports
+from compat_tests.cluster import KafkaCluster
+from compat_tests.schema_registry_helpers import avro_record, call, wait_serving
+
+pytestmark = pytest.mark.timeout(240)
+
+TOPIC = "_schemas"
+
+
+def _start(cluster_factory: Any) -> tuple[KafkaCluster, dict[int, str]]:
+    ports = free_ports(["1", "2", "3"])
+    urls = {int(i): f"http://127.0.0.1:{p}" for i, p in ports.items()}
+    cluster = cluster_factory.start(
+        size=3,
+        node_overrides={i: {"schema.registry.listeners": url} for i, url in urls.items()},
+        offsets_topic_replication_factor="3",
+    )
+    for url in urls.values():
+        wait_serving(url)
+    cluster.wait_for_full_isr(TOPIC, timeout=30)
+    return cluster, urls
+
+
+def _schema(n: int) -> dict[str, str]:
+    return {"schema": avro_record(f"Event{n}", [{"name": "n", "type": "int"}])}
+
+
+def _register(url: str, subject: str, n: int, timeout: float = 20.0) -> int | None:
+    """The id a registration was acknowledged with, None if it was not."""
+    try:
+        status, body = call(url, "POST", f"/subjects/{subject}/versions", _schema(n), timeout)
+    except OSError:
+        return None
+    return body["id"] if status == 200 else None
+
+
+def test_register_anywhere_read_everywhere_and_writer_failover(cluster_factory):
+    cluster, urls = _start(cluster_factory)
+    # Read-your-writes: a registration through one node is readable through every node
+    # at once, with no retry.
+    for n, via in enumerate(urls):
+        subject = f"rw-{n}"
+        schema_id = _register(urls[via], subject, 1000 + n)
+        assert schema_id is not None
+        for url in urls.values():
+            status, got = call(url, "GET", f"/schemas/ids/{schema_id}")
+            assert status == 200, (url, got)
+            assert json.loads(got["schema"])["name"] == f"Event{1000 + n}"
+            status, version = call(url, "GET", f"/subjects/{subject}/versions/latest")
+            assert (status, version["id"]) == (200, schema_id)
+
+    writer = cluster.partition(TOPIC).leader
+    survivors = [i for i in urls if i != writer]
+    acknowledged: dict[str, int] = {}
+    attempts = 0
+
+    def stream(count: int) -> list[float]:
+        """Register `count` new schemas through the surviving nodes in turn, retrying each
+        until acknowledged; the times of acknowledgement."""
+        nonlocal attempts
+        times = []
+        for _ in range(count):
+            n = len(acknowledged)
+            subject = f"stream-{n}"
+            deadline = time.monotonic() + 60
+            while True:
+                attempts += 1
+                schema_id = _register(urls[survivors[attempts % 2]], subject, n)
+                if schema_id is not None:
+                    acknowledged[subject] = schema_id
+                    times.append(time.monotonic())
+                    break
+                assert time.monotonic() < deadline, f"registration {n} not acknowledged in 60s"
+                time.sleep(0.05)
+        return times
+
+    stream(15)
+    killed_at = time.monotonic()
+    cluster.kill(writer)
+    after = stream(15)
+    resumed = after[0] - killed_at
+    print(f"registrations resumed {resumed:.2f}s after kill -9 of the writer")
+    assert resumed < 20, f"registrations resumed {resumed:.1f}s after the writer died"
+    new_writer = cluster.partition(TOPIC, node=cluster.node(survivors[0])).leader
+    assert new_writer in survivors
+
+    # Every acknowledged registration keeps its id; no id was given to two schemas.
+    ids = list(acknowledged.values())
+    assert len(set(ids)) == len(ids), sorted(ids)
+    for i in survivors:
+        for subject, schema_id in acknowledged.items():
+            status, got = call(urls[i], "GET", f"/subjects/{subject}/versions/1")
+            assert (status, got["id"]) == (200, schema_id), (i, subject, got)
+
+    # The killed writer comes back as a follower and serves the same registry.
+    cluster.heal()
+    wait_serving(urls[writer])
+    deadline = time.monotonic() + 30
+    while True:
+        status, subjects = call(urls[writer], "GET", "/subjects")
+        if status == 200 and set(acknowledged) <= set(subjects):
+            break
+        assert time.monotonic() < deadline, "the restarted node did not catch up"
+        time.sleep(0.2)
+    for subject, schema_id in acknowledged.items():
+        assert call(urls[writer], "GET", f"/subjects/{subject}/versions/1")[1]["id"] == schema_id
+    fresh = _register(urls[writer], "after-restart", 9999)
+    assert fresh is not None and fresh > max(ids)

@@ -8,7 +8,8 @@ PY := $(VENV)/bin/python
 # Separate stamps: `make serve` never pulls the test extra's hundreds of MB.
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed
-SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/security/_tlsread.c
+SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/security/_tlsread.c \
+	kbroker/admin/_recordcodec.c
 
 .PHONY: serve test test-fast lint bench pyz docs
 

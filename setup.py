@@ -1,10 +1,11 @@
-"""Builds the optional C extensions: the record walk (kbroker/protocol/_recordwalk.c)
-and the TLS record reader (kbroker/security/_tlsread.c).
+"""Builds the optional C extensions: the record walk (kbroker/protocol/_recordwalk.c),
+the TLS record reader (kbroker/security/_tlsread.c) and the admin commands' record codec
+(kbroker/admin/_recordcodec.c).
 
-Everything else is in pyproject.toml. Both are optional: without a compiler (or without
+Everything else is in pyproject.toml. All are optional: without a compiler (or without
 OpenSSL's headers, for the reader) the package installs and does the same work in
-Python, only slower (see kbroker/protocol/record_validation.py and
-kbroker/security/tls_session.py).
+Python, only slower (see kbroker/protocol/record_validation.py,
+kbroker/security/tls_session.py and kbroker/admin/codec.py).
 """
 
 from setuptools import Extension, setup
@@ -20,6 +21,11 @@ setup(
             "kbroker.security._tlsread",
             ["kbroker/security/_tlsread.c"],
             libraries=["ssl", "crypto"],
+            optional=True,
+        ),
+        Extension(
+            "kbroker.admin._recordcodec",
+            ["kbroker/admin/_recordcodec.c"],
             optional=True,
         ),
     ]

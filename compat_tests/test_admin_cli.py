@@ -234,7 +234,11 @@ def test_produce_places_keyed_records_as_the_java_partitioner_does(kb, broker):
         stdin="".join(f"{k}=v\n" for k in keys),
     )
     assert code == 0
-    ours = {k: r["partition"] for k, r in zip(keys, json.loads(out), strict=True)}
+    summary = json.loads(out)
+    assert summary["produced"] == 12
+    assert sum(p["records"] for p in summary["partitions"]) == 12
+    got = consume_from_beginning(broker.bootstrap, topic, 12, partitions=range(5))
+    ours = {r.key.decode(): r.partition for r in got}
     log = produce_all(
         broker.bootstrap,
         topic,

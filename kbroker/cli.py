@@ -51,7 +51,22 @@ def _parser(admin: bool = True) -> argparse.ArgumentParser:
         from kbroker.admin.commands import add_admin_commands
 
         add_admin_commands(sub)
+        completion = sub.add_parser(
+            "completion", help="print a shell completion script (bash, zsh or fish)"
+        )
+        completion.add_argument("shell", choices=("bash", "zsh", "fish"))
     return parser
+
+
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL", "CRITICAL")
+
+
+def _log_level(name: str) -> str:
+    """Kafka's and Python's level names, any case (TRACE is DEBUG); ValueError otherwise."""
+    upper = name.strip().upper()
+    if upper not in LOG_LEVELS:
+        raise ValueError(f"unknown log level {name!r} (one of {', '.join(LOG_LEVELS)})")
+    return "DEBUG" if upper == "TRACE" else upper
 
 
 def _install_event_loop(choice: str) -> None:
@@ -95,23 +110,45 @@ def _log_inert_settings(config: BrokerConfig) -> None:
 
 
 def _skip_test_data_strategies() -> None:
-    """Keep hypothesis (a test dependency) out of a serving broker: when it is importable,
-    kio imports it and registers a strategy for each of its field types, a quarter of a
-    second of every start in a test environment for test data the broker never makes."""
+    """Keep hypothesis (a test dependency) out of a serving broker and the admin
+    commands: when it is importable, kio imports it and registers a strategy for each of
+    its field types, a quarter of a second of every start in a test environment for test
+    data neither ever makes."""
     if "kio" not in sys.modules:
         sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`kbroker consume ... | head`): end quietly, and keep the
+        # interpreter's last flush of stdout from failing again on the closed pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     serving = argv[:1] == ["serve"]
-    if serving:
-        _skip_test_data_strategies()
-    args = _parser(admin=not serving).parse_args(argv)
+    _skip_test_data_strategies()
+    parser = _parser(admin=not serving)
+    args = parser.parse_args(argv)
+    if args.command == "completion":
+        from kbroker.admin.completion import script
+
+        print(script(parser, args.shell), end="")
+        return 0
     if args.command != "serve":
         from kbroker.admin.commands import run_admin_command
 
         return run_admin_command(args)
+    try:
+        level = _log_level(args.log_level) if args.log_level else None
+    except ValueError as exc:
+        print(f"kbroker serve: {exc}", file=sys.stderr)
+        return 2
     from kbroker.config import ConfigError, load_broker_config
 
     try:
@@ -121,11 +158,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from kbroker.log_setup import configure_logging, parse_levels
 
-    configure_logging(
-        args.log_level or config.get("logging.level"),
-        config.get("logging.format"),
-        parse_levels(config.get("logging.levels")),
-    )
+    try:
+        configure_logging(
+            level or config.get("logging.level"),
+            config.get("logging.format"),
+            parse_levels(config.get("logging.levels")),
+        )
+    except ValueError as exc:
+        print(f"kbroker: configuration error: {exc}", file=sys.stderr)
+        return 2
     _log_inert_settings(config)
     _install_event_loop(args.event_loop)
     from kbroker.controller.errors import ControllerStartError

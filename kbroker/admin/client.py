@@ -179,6 +179,35 @@ class BrokerConnection:
             raise ClientError(f"correlation id {got} != {correlation}")
         return response
 
+    def send_call(
+        self, api_key: int, body: dict[str, Any], versions: tuple[int, int]
+    ) -> tuple[int, int, int]:
+        """Send a request without waiting for its answer (a pipeline): returns (api key,
+        version, correlation id) for `receive`, which must read answers in send order."""
+        version = self.version_for(api_key, versions)
+        entity = build(load_request_schema(api_key, version), body)
+        correlation = self.next_correlation
+        self.next_correlation += 1
+        try:
+            self.send(encode_request(entity, correlation, self.client_id))
+        except OSError as exc:
+            raise ClientError(f"{self.host}:{self.port}: {exc}") from None
+        return api_key, version, correlation
+
+    def receive(self, sent: tuple[int, int, int]) -> Any:
+        """The answer to a request `send_call` sent, the oldest not yet read."""
+        api_key, version, correlation = sent
+        try:
+            frame = self.read_frame()
+        except ClientError:
+            raise
+        except OSError as exc:
+            raise ClientError(f"{self.host}:{self.port}: {exc}") from None
+        got, response = decode_response(api_key, version, frame)
+        if got != correlation:
+            raise ClientError(f"correlation id {got} != {correlation}")
+        return response
+
     def request_bytes(self, api_key: int, version: int, body: bytes, correlation: int) -> bytes:
         return request_frame(api_key, version, correlation, self.client_id, body)
 
@@ -213,6 +242,19 @@ class BrokerConnection:
             return False
         finally:
             self.sock.settimeout(self.timeout)
+
+    def drained(self) -> bool:
+        """Close our side and wait (up to the timeout) for the broker to close its own,
+        which it does after reading everything sent: how a request that gets no answer
+        (Produce with acks=0) is known to have reached it. False if it did not close."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+            self.sock.settimeout(self.timeout)
+            while self.sock.recv(65536):
+                pass
+        except OSError:
+            return False
+        return True
 
     def close(self) -> None:
         self.sock.close()

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from kbroker.admin import configs, groups, log_dirs, quorum, records, topics
+from kbroker.admin import codec, configs, consumer, groups, log_dirs, producer, quorum, topics
 from kbroker.admin.client import ClientError, Cluster, cluster
 from kbroker.admin.output import Output, advance
 from kbroker.admin.security import SecurityConfigError, load_command_config
@@ -87,39 +89,8 @@ def add_admin_commands(sub: argparse._SubParsersAction) -> None:
     _add_configs(sub, common)
     _add_log_dirs(sub, common)
 
-    produce = sub.add_parser(
-        "produce", parents=[common], help="send lines of stdin as records (console producer)"
-    )
-    produce.add_argument("topic")
-    produce.add_argument("--key-separator", help="split each line into key and value at this")
-    produce.add_argument("--partition", type=int, help="send every record to this partition")
-    produce.add_argument("--acks", type=int, choices=(-1, 0, 1), default=-1)
-    produce.set_defaults(run=_produce)
-
-    consume = sub.add_parser(
-        "consume", parents=[common], help="print records of a topic (console consumer)"
-    )
-    consume.add_argument("topic")
-    start = consume.add_mutually_exclusive_group()
-    start.add_argument("--from-beginning", action="store_true", help="start at the earliest")
-    start.add_argument("--offset", type=int, help="start at this offset")
-    consume.add_argument(
-        "--partition", type=int, action="append", help="read only these (repeatable)"
-    )
-    consume.add_argument("--max-messages", type=int, help="stop after this many records")
-    consume.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=5.0,
-        help="stop once nothing new has come for this many seconds (default 5)",
-    )
-    consume.add_argument("--print-key", action="store_true", help="print key<TAB>value")
-    consume.add_argument(
-        "--isolation-level",
-        choices=("read_uncommitted", "read_committed"),
-        default="read_uncommitted",
-    )
-    consume.set_defaults(run=_consume)
+    _add_produce(sub, common)
+    _add_consume(sub, common)
 
     cluster_cmd = sub.add_parser("cluster", help="the cluster as a whole")
     cluster_sub = cluster_cmd.add_subparsers(dest="cluster_command", required=True)
@@ -134,6 +105,94 @@ def add_admin_commands(sub: argparse._SubParsersAction) -> None:
         "--status and --replication)",
     )
     quorum_cmd.set_defaults(run=_cluster_quorum)
+
+
+def _add_produce(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    produce = sub.add_parser(
+        "produce",
+        parents=[common],
+        help="send lines of stdin as records, batched (console producer, kcat -P)",
+    )
+    produce.add_argument("topic")
+    produce.add_argument("--key-separator", "-K", help="split each line into key and value at this")
+    produce.add_argument("--partition", "-p", type=int, help="send every record to this partition")
+    produce.add_argument(
+        "--acks",
+        type=int,
+        choices=(-1, 0, 1),
+        default=-1,
+        help="-1 (all in-sync replicas, default), 1 (the leader) or 0 (no answer)",
+    )
+    produce.add_argument(
+        "--header",
+        "-H",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a header every record carries (repeatable)",
+    )
+    produce.add_argument(
+        "--compression",
+        "--compression-codec",
+        "-z",
+        choices=tuple(codec.CODECS),
+        default="none",
+        help="compress batches as a producer's compression.type does",
+    )
+    produce.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        help="seconds the broker may take to store a batch (default 30)",
+    )
+    produce.set_defaults(run=_produce)
+
+
+def _add_consume(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    consume = sub.add_parser(
+        "consume", parents=[common], help="print records of a topic (console consumer, kcat -C)"
+    )
+    consume.add_argument("topic")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from",
+        dest="start",
+        metavar="WHERE",
+        help="beginning, end, an OFFSET, -N (N before the end), @MILLIS or an ISO-8601 "
+        "time (default: end)",
+    )
+    start.add_argument("--from-beginning", action="store_true", help="the same as --from beginning")
+    start.add_argument("--offset", type=int, help="the same as --from OFFSET")
+    consume.add_argument(
+        "--partition", "-p", type=int, action="append", help="read only these (repeatable)"
+    )
+    consume.add_argument("--max-messages", "-c", type=int, help="stop after this many records")
+    consume.add_argument(
+        "--exit-at-end", "-e", action="store_true", help="stop at the end of every partition"
+    )
+    consume.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=5.0,
+        help="stop once nothing new has come for this many seconds (default 5; 0 never)",
+    )
+    consume.add_argument("--print-key", action="store_true", help="print key, separator, value")
+    consume.add_argument(
+        "--key-separator", default="\t", help="between key and value (default a tab)"
+    )
+    consume.add_argument(
+        "--format",
+        "-f",
+        metavar="FORMAT",
+        help="kcat's -f: %%t topic, %%p partition, %%o offset, %%k key, %%s value, %%T "
+        "timestamp, %%h headers, %%K/%%S key/value length; \\n \\t escapes",
+    )
+    consume.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+    )
+    consume.set_defaults(run=_consume)
 
 
 def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -751,58 +810,151 @@ def _configs_list(c: Cluster, args: argparse.Namespace, out: Output) -> int:
 
 
 def _produce(c: Cluster, args: argparse.Namespace, out: Output) -> int:
-    lines = records.parse_lines(sys.stdin, args.key_separator)
+    headers = []
+    for item in args.header:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ClientError(f"expected --header KEY=VALUE, got {item!r}")
+        headers.append((key, value))
     with out.progress(f"producing to {args.topic}", total=None) as bar:
-        sent = records.produce(
-            c, args.topic, lines, args.partition, args.acks, on_sent=lambda _: advance(bar)
+        sender = producer.Producer(
+            c,
+            args.topic,
+            acks=args.acks,
+            partition=args.partition,
+            key_separator=None if args.key_separator is None else args.key_separator.encode(),
+            headers=codec.headers_blob(headers),
+            compression=codec.CODECS[args.compression],
+            request_timeout_ms=int(args.request_timeout * 1000),
+            on_acked=lambda n: advance(bar, n),
         )
+        try:
+            stdin = getattr(sys.stdin, "buffer", None)
+            sender.send_stream(stdin or io.BytesIO(sys.stdin.read().encode()))
+        except KeyboardInterrupt:
+            sender.result.interrupted = True
+        result = sender.finish()
     if out.json:
-        out.data([asdict(s) for s in sent])
-    else:
-        out.note(f"Produced {len(sent)} records to {args.topic}.")
+        out.data(
+            {
+                "topic": result.topic,
+                "acks": result.acks,
+                "produced": result.produced,
+                "sent": result.sent,
+                "partitions": [
+                    {"partition": p, "records": n, "first_offset": first, "last_offset": last}
+                    for p, (n, first, last) in sorted(result.partitions.items())
+                ],
+                "error": result.error,
+                "interrupted": result.interrupted,
+            }
+        )
+    if result.interrupted:
+        out.note(f"Interrupted: {sender.describe_done()} by {args.topic}.")
+        return 130
+    if result.error is not None:
+        raise ClientError(f"{result.error}; {sender.describe_done()}")
+    if not out.json:
+        if result.acks == 0:
+            out.note(f"Sent {result.sent} records to {args.topic} (acks=0: not acknowledged).")
+        else:
+            out.note(f"Produced {result.acknowledged} records to {args.topic}.")
     return 0
 
 
 def _consume(c: Cluster, args: argparse.Namespace, out: Output) -> int:
-    isolation = 1 if args.isolation_level == "read_committed" else 0
-    got = records.consume(
+    md = topics.metadata(c, [args.topic])
+    every = [p.partition for p in md.topics[0].partitions]
+    chosen = every if args.partition is None else args.partition
+    for p in chosen:
+        if p not in every:
+            raise ClientError(f"topic {args.topic} has no partition {p}")
+    if args.start is not None:
+        start = consumer.parse_from(args.start)
+    elif args.from_beginning:
+        start = consumer.Start("beginning")
+    elif args.offset is not None:
+        start = consumer.Start("offset", args.offset)
+    else:
+        start = consumer.Start("end")
+    positions = consumer.start_positions(c, args.topic, chosen, start)
+    fetcher = consumer.Fetcher(
         c,
         args.topic,
-        args.partition,
-        args.from_beginning,
-        args.offset,
-        args.max_messages,
-        args.idle_timeout,
-        isolation,
+        positions,
+        isolation_level=1 if args.isolation_level == "read_committed" else 0,
+        exit_at_end=args.exit_at_end,
+        idle_timeout_s=args.idle_timeout or None,
     )
-    count = 0
-    with out.progress(f"consuming {args.topic}", args.max_messages, printing=True) as bar:
-        for r in got:
-            count += 1
-            advance(bar)
-            _print_record(out, r, args.print_key)
-    out.note(f"Processed a total of {count} messages")
+    printer = RecordPrinter(out, args)
+    try:
+        with out.progress(f"consuming {args.topic}", args.max_messages, printing=True) as bar:
+            for p, section, skip in fetcher.batches():
+                n = printer.section(args.topic, p, section, skip)
+                advance(bar, n)
+                if printer.full:
+                    break
+    finally:
+        out.note(f"Processed a total of {printer.count} messages")
     return 0
 
 
-def _print_record(out: Output, r: records.Consumed, print_key: bool) -> None:
-    if out.json:
-        out.data(
-            {
-                "topic": r.topic,
-                "partition": r.partition,
-                "offset": r.offset,
-                "timestamp": r.timestamp,
-                "key": _text(r.key),
-                "value": _text(r.value),
-                "headers": {k: _text(v) for k, v in r.headers},
-            }
-        )
-    elif print_key:
-        out.text(f"{_text(r.key) or ''}\t{_text(r.value) or ''}")
-    else:
-        out.text(_text(r.value) or "")
-    out.out.flush()
+class RecordPrinter:
+    """Writes consumed records as asked: values (after keys), kcat's --format, or one
+    JSON object a line; counts them and stops at --max-messages."""
+
+    def __init__(self, out: Output, args: argparse.Namespace) -> None:
+        self.out = out
+        self.limit: int | None = args.max_messages
+        self.count = 0
+        self.json = out.json
+        separator = args.key_separator.encode().decode("unicode_escape").encode()
+        self.key_sep = separator if args.print_key else None
+        self.parts = consumer.compile_format(args.format) if args.format else None
+
+    @property
+    def full(self) -> bool:
+        return self.limit is not None and self.count >= self.limit
+
+    def section(self, topic: str, p: int, section: codec.Section, skip: int) -> int:
+        plain = self.parts is None and not self.json
+        if plain and (self.limit is None or self.limit - self.count >= section.count):
+            text, n = codec.join_values(section.data, section.count, skip, self.key_sep, b"\n")
+            self.out.write_bytes(text)
+            self.count += n
+            return n
+        lines = []
+        n = 0
+        for delta, ts_delta, key, value, headers in codec.decode(section.data, section.count, skip):
+            if self.full:
+                break
+            offset = section.base_offset + delta
+            ts = section.log_append_time
+            timestamp = section.base_timestamp + ts_delta if ts is None else ts
+            if self.json:
+                doc = {
+                    "topic": topic,
+                    "partition": p,
+                    "offset": offset,
+                    "timestamp": timestamp,
+                    "key": _text(key),
+                    "value": _text(value),
+                    "headers": {_text(k): _text(v) for k, v in headers},
+                }
+                lines.append(json.dumps(doc, separators=(",", ":")).encode() + b"\n")
+            elif self.parts is not None:
+                lines.append(
+                    consumer.format_record(
+                        self.parts, topic, p, offset, timestamp, key, value, headers
+                    )
+                )
+            else:
+                prefix = b"" if self.key_sep is None else (key or b"") + self.key_sep
+                lines.append(prefix + (value or b"") + b"\n")
+            self.count += 1
+            n += 1
+        self.out.write_bytes(b"".join(lines))
+        return n
 
 
 def _text(data: bytes | None) -> str | None:

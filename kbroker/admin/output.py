@@ -75,6 +75,20 @@ class Output:
     def text(self, line: str = "") -> None:
         print(line, file=self.out)
 
+    def write_bytes(self, data: bytes) -> None:
+        """Raw record bytes to stdout (through its binary layer when it has one), flushed
+        so a reader down a pipe sees each batch as it comes."""
+        if not data:
+            return
+        buffer = getattr(self.out, "buffer", None)
+        if buffer is not None:
+            self.out.flush()
+            buffer.write(data)
+            buffer.flush()
+        else:
+            self.out.write(data.decode("utf-8", errors="backslashreplace"))
+            self.out.flush()
+
     def data(self, value: Any) -> None:
         """One JSON document (the whole answer of a command run with --output json)."""
         print(json.dumps(value, indent=2, sort_keys=False, default=str), file=self.out)

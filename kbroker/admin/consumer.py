@@ -1,0 +1,284 @@
+"""`kbroker consume`: records of a topic, read as fast as the broker serves them.
+
+Each leader gets one Fetch for all the partitions it leads; as soon as its answer comes,
+the next Fetch is sent (its offsets read from the batch headers alone) and only then are
+the records read, so the broker reads the log while the command prints. Where to start
+is `--from`, as kcat's `-o` and rpk's `--offset` take it: `beginning`, `end`, an offset,
+`-N` (N records before the end), or a time (`@MILLIS` or an ISO-8601 date, the first
+record at or after it).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kbroker.admin import codec
+from kbroker.admin.client import BrokerConnection, ClientError, Cluster
+from kbroker.admin.topics import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    check,
+    error_of,
+    list_offsets,
+    metadata,
+)
+from kbroker.protocol.fetch_request import fetch_partition, sessionless_fetch
+
+FETCH = 1
+FETCH_MAX_BYTES = 64 << 20
+PARTITION_MAX_BYTES = 1 << 20
+MAX_WAIT_MS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where to start: kind is beginning, end, offset, tail (N before the end) or time."""
+
+    kind: str
+    value: int = 0
+
+
+def parse_from(text: str) -> Start:
+    """`beginning`, `end`, OFFSET, -N, @MILLIS or an ISO-8601 time."""
+    text = text.strip()
+    if text in ("beginning", "earliest", "start", "oldest"):
+        return Start("beginning")
+    if text in ("end", "latest", "newest"):
+        return Start("end")
+    try:
+        number = int(text)
+    except ValueError:
+        pass
+    else:
+        return Start("tail", -number) if text.startswith("-") else Start("offset", number)
+    if text.startswith("@"):
+        try:
+            return Start("time", int(text[1:]))
+        except ValueError:
+            pass
+    try:
+        when = datetime.datetime.fromisoformat(text.lstrip("@"))
+    except ValueError:
+        raise ClientError(
+            f"bad --from {text!r}: expected beginning, end, OFFSET, -N, @MILLIS or an ISO-8601 time"
+        ) from None
+    if when.tzinfo is None:
+        when = when.astimezone()
+    return Start("time", int(when.timestamp() * 1000))
+
+
+def start_positions(
+    cluster: Cluster, topic: str, partitions: list[int], start: Start
+) -> dict[int, int]:
+    tps = [(topic, p) for p in partitions]
+    if start.kind == "offset":
+        return dict.fromkeys(partitions, start.value)
+    if start.kind == "beginning":
+        found = list_offsets(cluster, tps, EARLIEST_TIMESTAMP)
+    elif start.kind == "time":
+        found = list_offsets(cluster, tps, start.value)
+    else:
+        found = list_offsets(cluster, tps, LATEST_TIMESTAMP)
+        if start.kind == "tail":
+            first = list_offsets(cluster, tps, EARLIEST_TIMESTAMP)
+            found = {tp: max(first[tp], o - start.value) for tp, o in found.items()}
+    return {p: o for (_, p), o in found.items()}
+
+
+@dataclass
+class _Leader:
+    connection: BrokerConnection
+    partitions: list[int]
+    in_flight: tuple[int, int, int] | None = None
+    asked: dict[int, int] = field(default_factory=dict)
+
+
+class Fetcher:
+    """Batches of the chosen partitions from their positions on, a Fetch ahead."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        topic: str,
+        positions: dict[int, int],
+        *,
+        isolation_level: int = 0,
+        exit_at_end: bool = False,
+        idle_timeout_s: float | None = None,
+    ) -> None:
+        self.cluster, self.topic = cluster, topic
+        self.positions = dict(positions)
+        self.isolation_level = isolation_level
+        self.exit_at_end = exit_at_end
+        self.idle_timeout_s = idle_timeout_s
+        self.done: set[int] = set()
+        md = metadata(cluster, [topic])
+        self.leaders: dict[tuple[str, int], _Leader] = {}
+        for p in positions:
+            address = md.leader_address((topic, p))
+            if address is None:
+                raise ClientError(f"no leader for {topic}-{p}")
+            if address not in self.leaders:
+                self.leaders[address] = _Leader(cluster.connection(*address), [])
+            self.leaders[address].partitions.append(p)
+
+    def _ask(self, leader: _Leader) -> None:
+        wanted = [p for p in leader.partitions if p not in self.done]
+        if not wanted:
+            leader.in_flight = None
+            return
+        leader.asked = {p: self.positions[p] for p in wanted}
+        body = sessionless_fetch(
+            [
+                {
+                    "topic": self.topic,
+                    "topic_id": None,
+                    "partitions": [
+                        fetch_partition(p, self.positions[p], PARTITION_MAX_BYTES) for p in wanted
+                    ],
+                }
+            ],
+            max_wait=MAX_WAIT_MS,
+            min_bytes=1,
+            max_bytes=FETCH_MAX_BYTES,
+            isolation_level=self.isolation_level,
+        )
+        leader.in_flight = leader.connection.send_call(FETCH, body, versions=(4, 12))
+
+    def batches(self) -> Iterator[tuple[int, codec.Section, int]]:
+        """(partition, section, first offset delta to show) until every partition is
+        at its end (`exit_at_end`) or nothing new has come for `idle_timeout_s`."""
+        if self.exit_at_end:
+            ends = start_positions(
+                self.cluster, self.topic, list(self.positions), Start("end")
+            )  # a partition already at its end needs no fetch
+            self.done = {p for p, o in self.positions.items() if o >= ends[p]}
+        for leader in self.leaders.values():
+            self._ask(leader)
+        idle_since = time.monotonic()
+        while any(leader.in_flight for leader in self.leaders.values()):
+            got_any = False
+            for leader in self.leaders.values():
+                if leader.in_flight is None:
+                    continue
+                response = leader.connection.receive(leader.in_flight)
+                check(response.error_code, f"fetching {self.topic}")
+                ready = []
+                for topic in response.responses:
+                    for answer in topic.partitions:
+                        ready.append(self._advance(leader, answer))
+                if self.idle_timeout_s is not None and not got_any:
+                    got_any = any(data for _, data, _ in ready)
+                asked = leader.asked
+                self._ask(leader)
+                for p, data, aborted in ready:
+                    if not data:
+                        continue
+                    start = asked[p]
+                    for section in codec.sections(data, aborted):
+                        if section.next > start:
+                            yield p, section, max(0, start - section.base_offset)
+            if got_any:
+                idle_since = time.monotonic()
+            elif (
+                self.idle_timeout_s is not None
+                and time.monotonic() - idle_since >= self.idle_timeout_s
+            ):
+                return
+
+    def _advance(self, leader: _Leader, answer: Any) -> tuple[int, bytes, list[tuple[int, int]]]:
+        p = int(answer.partition_index)
+        error = error_of(answer.error_code)
+        if error != ErrorCode.none:
+            raise ClientError(f"fetching {self.topic}-{p}: {error.name.upper()}")
+        data = bytes(answer.records or b"")
+        after = codec.last_offset_after(data)
+        if after is not None:
+            self.positions[p] = max(self.positions[p], after)
+        end = int(answer.high_watermark)
+        if self.isolation_level == 1 and int(answer.last_stable_offset) >= 0:
+            end = int(answer.last_stable_offset)
+        if self.exit_at_end and self.positions[p] >= end:
+            self.done.add(p)
+        aborted = [
+            (int(a.producer_id), int(a.first_offset)) for a in answer.aborted_transactions or ()
+        ]
+        return p, data, aborted
+
+
+# -- printing -------------------------------------------------------------------------------
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "0": "\0"}
+
+
+def compile_format(fmt: str) -> list[tuple[str, str]]:
+    """kcat's -f: %t topic, %p partition, %o offset, %k key, %K key length, %s value,
+    %S value length, %T timestamp (ms), %h headers (k=v,...), %% a percent sign;
+    \\n \\t \\r \\\\ escapes. As (kind, text) parts: ("lit", text) or ("field", letter)."""
+    parts: list[tuple[str, str]] = []
+    literal: list[str] = []
+    i = 0
+    while i < len(fmt):
+        c = fmt[i]
+        if c == "%" and i + 1 < len(fmt):
+            letter = fmt[i + 1]
+            if letter == "%":
+                literal.append("%")
+            elif letter in "tpokKsSTh":
+                if literal:
+                    parts.append(("lit", "".join(literal)))
+                    literal = []
+                parts.append(("field", letter))
+            else:
+                raise ClientError(f"unknown placeholder %{letter} in --format")
+            i += 2
+        elif c == "\\" and i + 1 < len(fmt) and fmt[i + 1] in _ESCAPES:
+            literal.append(_ESCAPES[fmt[i + 1]])
+            i += 2
+        else:
+            literal.append(c)
+            i += 1
+    if literal:
+        parts.append(("lit", "".join(literal)))
+    return parts
+
+
+def format_record(
+    parts: list[tuple[str, str]],
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: tuple[tuple[bytes, bytes | None], ...],
+) -> bytes:
+    out = bytearray()
+    for kind, text in parts:
+        if kind == "lit":
+            out += text.encode()
+        elif text == "t":
+            out += topic.encode()
+        elif text == "p":
+            out += str(partition).encode()
+        elif text == "o":
+            out += str(offset).encode()
+        elif text == "T":
+            out += str(timestamp).encode()
+        elif text == "k":
+            out += key or b""
+        elif text == "K":
+            out += str(-1 if key is None else len(key)).encode()
+        elif text == "s":
+            out += value or b""
+        elif text == "S":
+            out += str(-1 if value is None else len(value)).encode()
+        elif text == "h":
+            out += b",".join(k + b"=" + (v or b"") for k, v in headers)
+    return bytes(out)

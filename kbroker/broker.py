@@ -18,6 +18,7 @@ from kbroker import (
     handlers,  # noqa: F401  (registers every API handler)
 )
 from kbroker.config import (
+    BROKER_CONFIGS,
     BrokerConfig,
     ConfigError,
     log_config_for,
@@ -32,6 +33,7 @@ from kbroker.controller.errors import (
     ControllerStartError,
 )
 from kbroker.controller.events import (
+    BrokerConfigsChanged,
     ClientQuotasChanged,
     MetadataEvent,
     PartitionChanged,
@@ -50,6 +52,7 @@ from kbroker.controller.state import (
 from kbroker.controller_node import controller_config
 from kbroker.coordinator.service import GroupCoordinatorService
 from kbroker.handlers.context import BrokerParts
+from kbroker.log_setup import apply_log_levels, parse_levels
 from kbroker.long_lived import PARTITIONS_BETWEEN_FREEZES, freeze_survivors
 from kbroker.metrics.counters import RequestCounters
 from kbroker.metrics.http import HttpEndpoint
@@ -94,6 +97,13 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _raw_or_none(config: BrokerConfig, name: str) -> Any:
+    try:
+        return config.raw(name)
+    except KeyError:
+        return None
+
+
 def _protected_listeners(config: BrokerConfig) -> frozenset[str]:
     """Kafka's protected listener (KIP-402): the inter-broker one, exempt from
     max.connections, when clients have another listener to fill."""
@@ -104,6 +114,9 @@ def _protected_listeners(config: BrokerConfig) -> frozenset[str]:
 
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
+        # The settings of the file, environment and flags; `config` adds the dynamic
+        # ones of the metadata (apply_dynamic_config) and is replaced when they change.
+        self.static_config = config
         self.config = config
         self.node_id: int = config.get("node.id")
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
@@ -150,6 +163,11 @@ class Broker:
         self.listener_security: list[tuple[Any, ListenerSecurity]] = [
             (endpoint, listener_security(config, endpoint)) for endpoint in config.broker_endpoints
         ]
+        # What a new connection on each listener gets; a dynamic key store or JAAS change
+        # replaces an entry, so the next connection is served by it (Kafka's reload path).
+        self.security_by_listener: dict[str, ListenerSecurity] = {
+            endpoint.name: security for endpoint, security in self.listener_security
+        }
         # How this broker reaches the others (replica fetches, transaction markers).
         self.inter_broker = (
             inter_broker_security(config) if config.quorum.is_cluster else PLAINTEXT_LINK
@@ -217,6 +235,7 @@ class Broker:
             if self.node_id in p.replicas
         }
         self.controller.subscribe(self._on_metadata_event)
+        self.apply_dynamic_config()
         self.quotas.active = bool(self.controller.state.client_quotas)
         cluster_id = self.controller.state.cluster_id
         if cluster_id is not None:
@@ -250,9 +269,11 @@ class Broker:
         await self.share_coordinator.start()
         await self.schemas.start_service()
         loop = asyncio.get_running_loop()
-        for endpoint, security in self.listener_security:
+        for endpoint, _security in self.listener_security:
             server = await loop.create_server(
-                lambda security=security: KafkaConnection(self, security),  # type: ignore[misc]
+                lambda name=endpoint.name: KafkaConnection(  # type: ignore[misc]
+                    self, self.security_by_listener[name]
+                ),
                 endpoint.bind_host,
                 endpoint.port,
                 reuse_address=True,
@@ -337,6 +358,9 @@ class Broker:
             self.replicas.drop_topic(event.name)
         elif isinstance(event, ClientQuotasChanged):
             self.quotas.active = event.active
+        elif isinstance(event, BrokerConfigsChanged):
+            if event.resource in ("", str(self.node_id)):
+                self.apply_dynamic_config()
         elif isinstance(event, TopicConfigsChanged):
             config = self.log_config(event.name)
             min_insync = self.min_insync_replicas(event.name)
@@ -678,6 +702,59 @@ class Broker:
         )
 
     # -- configs ------------------------------------------------------------------------
+
+    def dynamic_config_for(
+        self, cluster_default: dict[str, str], own: dict[str, str]
+    ) -> BrokerConfig:
+        """The settings this broker would run with under these dynamic values; raises
+        ConfigError (Kafka's message) when they are refused, a key store that does not
+        load included."""
+        candidate = self.static_config.with_dynamic(cluster_default, own)
+        for endpoint in candidate.broker_endpoints:
+            listener_security(candidate, endpoint)
+        return candidate
+
+    def apply_dynamic_config(self) -> None:
+        """Run with the dynamic configs of the metadata: the cluster default and this
+        broker's own, above the static settings. Everything that read a setting once is
+        given the new value: partition logs, min.insync.replicas, connection limits,
+        listeners' key stores and users, log levels."""
+        dynamic = self.controller.state.broker_configs
+        cluster_default = dynamic.get("", {})
+        own = dynamic.get(str(self.node_id), {})
+        old = self.config
+        if old.dynamic_layers() == (cluster_default, own):
+            return
+        try:
+            new = self.static_config.with_dynamic(cluster_default, own)
+        except ConfigError as exc:
+            log.error("dynamic broker configs not applied, keeping the previous ones: %s", exc)
+            return
+        if new.dynamic_layers() == old.dynamic_layers():
+            return
+        names = {*BROKER_CONFIGS, *old.scoped_names(), *new.scoped_names()}
+        changed = sorted(n for n in names if _raw_or_none(old, n) != _raw_or_none(new, n))
+        self.config = new
+        object.__setattr__(self.parts, "config", new)
+        for partition in self.replicas.hosted.values():
+            partition.log.update_config(self.log_config(partition.topic))
+            partition.min_insync_replicas = self.min_insync_replicas(partition.topic)
+        limits = self.connection_limits
+        limits.max_connections = new.get("max.connections")
+        limits.max_per_ip = new.get("max.connections.per.ip")
+        limits.per_ip_overrides = resolve_overrides(
+            parse_ip_overrides(new.get("max.connections.per.ip.overrides"))
+        )
+        for endpoint in new.broker_endpoints:
+            try:
+                self.security_by_listener[endpoint.name] = listener_security(new, endpoint)
+            except ConfigError as exc:
+                log.error(
+                    "listener %s keeps its previous security settings: %s", endpoint.name, exc
+                )
+        if {"logging.level", "logging.levels"} & set(changed):
+            apply_log_levels(new.get("logging.level"), parse_levels(new.get("logging.levels")))
+        log.info("dynamic broker configs applied: %s", ", ".join(changed) or "none changed")
 
     def metadata(self) -> MetadataState:
         """The cluster metadata as this broker last applied it."""

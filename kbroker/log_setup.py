@@ -126,6 +126,12 @@ def configure_logging(
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level.upper())
+    apply_log_levels(level, levels)
+
+
+def apply_log_levels(level: str, levels: dict[str, str]) -> None:
+    """logging.level on the root logger, logging.levels on single loggers (at start, and
+    again when a dynamic config changes them)."""
+    logging.getLogger().setLevel(level.upper())
     for name, named_level in levels.items():
         logging.getLogger(name).setLevel(named_level)

@@ -15,7 +15,7 @@ from kbroker.config import (
     validate_dynamic_broker_configs,
 )
 from kbroker.config import broker as broker_module
-from kbroker.config.types import LONG_MAX
+from kbroker.config.types import LONG_MAX, UpdateMode
 
 
 def load(overrides=(), environ=None, config_file=None) -> BrokerConfig:
@@ -475,8 +475,48 @@ def test_dynamic_values_override_static_and_report_their_source():
 
 
 def test_read_only_setting_cannot_be_updated_dynamically():
-    with pytest.raises(ConfigError, match="listeners cannot be updated dynamically"):
-        validate_dynamic_broker_configs({"listeners": "PLAINTEXT://a:1"})
+    with pytest.raises(ConfigError) as refused:
+        validate_dynamic_broker_configs({"listeners": "PLAINTEXT://a:1", "log.dirs": "/x"})
+    assert str(refused.value) == "Cannot update these configs dynamically: Set(listeners, log.dirs)"
+
+
+def test_an_unknown_setting_is_refused_as_not_dynamic():
+    with pytest.raises(
+        ConfigError, match=r"^Cannot update these configs dynamically: Set\(no.such\)"
+    ):
+        validate_dynamic_broker_configs({"no.such": "1", "message.max.bytes": "100"})
+
+
+def test_security_settings_change_only_under_a_listener_prefix():
+    with pytest.raises(ConfigError) as refused:
+        validate_dynamic_broker_configs({"ssl.keystore.location": "/k.pem"})
+    assert str(refused.value) == (
+        "These security configs can be dynamically updated only per-listener using the "
+        "listener prefix: Set(ssl.keystore.location)"
+    )
+    scoped = "listener.name.ssl.ssl.keystore.location"
+    assert validate_dynamic_broker_configs({scoped: "/k.pem"}, per_broker=True) == {
+        scoped: "/k.pem"
+    }
+    with pytest.raises(ConfigError) as refused:
+        validate_dynamic_broker_configs({scoped: "/k.pem"}, per_broker=False)
+    assert str(refused.value) == (
+        "Cannot update these configs at default cluster level, broker id must be "
+        f"specified: Set({scoped})"
+    )
+
+
+def test_a_listener_setting_kafka_does_not_reload_is_not_dynamic():
+    with pytest.raises(ConfigError, match="Cannot update these configs dynamically"):
+        validate_dynamic_broker_configs({"listener.name.ssl.ssl.client.auth": "required"})
+
+
+def test_every_setting_has_an_update_mode_matching_read_only():
+    for definition in BROKER_CONFIGS.values():
+        assert definition.read_only == (definition.mode is UpdateMode.READ_ONLY)
+    assert BROKER_CONFIGS["max.connections"].mode is UpdateMode.CLUSTER_WIDE
+    assert BROKER_CONFIGS["ssl.keystore.location"].mode is UpdateMode.PER_BROKER
+    assert BROKER_CONFIGS["node.id"].mode is UpdateMode.READ_ONLY
 
 
 def test_dynamic_update_is_validated():

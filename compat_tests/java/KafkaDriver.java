@@ -27,6 +27,7 @@ import org.apache.kafka.common.acl.AclBindingFilter;
 import org.apache.kafka.common.quota.ClientQuotaFilter;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.AlterConfigsOptions;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
@@ -363,7 +364,9 @@ public final class KafkaDriver {
         for (String name : a.list("delete", List.of())) {
             ops.add(op(name, null, AlterConfigOp.OpType.DELETE));
         }
-        admin(a).incrementalAlterConfigs(Map.of(resource(a), ops)).all().get();
+        AlterConfigsOptions options =
+                new AlterConfigsOptions().validateOnly(a.bool("validate-only", false));
+        admin(a).incrementalAlterConfigs(Map.of(resource(a), ops), options).all().get();
     }
 
     private static AlterConfigOp op(String name, String value, AlterConfigOp.OpType type) {

@@ -16,6 +16,7 @@ from kbroker.config.describe import (
     ConfigEntry,
     ConfigSynonym,
     describe_broker_config,
+    describe_dynamic_default_config,
     describe_topic_config,
 )
 from kbroker.config.errors import ConfigError
@@ -48,6 +49,7 @@ __all__ = [
     "SettingSource",
     "SourceKind",
     "describe_broker_config",
+    "describe_dynamic_default_config",
     "describe_topic_config",
     "load_broker_config",
     "log_config_for",

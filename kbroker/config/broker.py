@@ -19,6 +19,7 @@ from typing import Any
 from kbroker.config.broker_settings import (
     BROKER_CONFIGS,
     BROKER_CONFIGS_BY_PYTHON_NAME,
+    LISTENER_ONLY_DYNAMIC,
     SYNONYM_GROUPS,
 )
 from kbroker.config.errors import ConfigError
@@ -42,7 +43,7 @@ from kbroker.config.sources import (
     settings_from_mapping,
     settings_from_overrides,
 )
-from kbroker.config.types import ConfigSource, SettingRole
+from kbroker.config.types import ConfigSource, SettingRole, UpdateMode
 
 MS_PER_MINUTE = 60_000
 MS_PER_HOUR = 3_600_000
@@ -196,11 +197,11 @@ class BrokerConfig:
     ) -> BrokerConfig:
         """A copy with dynamic (Admin API) values layered above the static ones."""
         layers = []
-        for values, kind in (
-            (cluster_default or {}, SourceKind.DYNAMIC_DEFAULT),
-            (per_broker or {}, SourceKind.DYNAMIC_BROKER),
+        for values, kind, one_broker in (
+            (cluster_default or {}, SourceKind.DYNAMIC_DEFAULT, False),
+            (per_broker or {}, SourceKind.DYNAMIC_BROKER, True),
         ):
-            validate_dynamic_broker_configs(values)
+            validate_dynamic_broker_configs(values, one_broker)
             layers.append(parse_layer(settings_from_mapping(values, kind)))
         return BrokerConfig(self._static, layers[0], layers[1])
 
@@ -215,10 +216,23 @@ class BrokerConfig:
 
     def raw(self, name: str) -> Any:
         """Value as set in the highest layer that sets it, else the default (may be None)."""
+        if name in self._scoped:
+            return self._scoped[name]
         try:
             return self._values[name]
         except KeyError:
             raise KeyError(f"no broker setting named {name!r}") from None
+
+    def scoped_names(self) -> list[str]:
+        """The ``listener.name.<listener>.*`` settings some layer sets, sorted."""
+        return sorted(self._scoped)
+
+    def dynamic_layers(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The parsed dynamic values: (cluster default, this broker's own)."""
+        return (
+            {n: v for n, (v, _) in self._dynamic_default.items()},
+            {n: v for n, (v, _) in self._dynamic_broker.items()},
+        )
 
     def for_listener(self, listener: str, name: str) -> Any:
         """``listener.name.<listener>.<name>`` when set, else the broker-wide ``name``."""
@@ -254,7 +268,7 @@ class BrokerConfig:
         ):
             if name in layer:
                 found.append((source, layer[name][0]))
-        default = BROKER_CONFIGS[name].default
+        default = dynamic_definition(name).default if not name.startswith(_SCOPED) else None
         if default is not None:
             found.append((ConfigSource.DEFAULT_CONFIG, default))
         return found
@@ -599,24 +613,73 @@ class BrokerConfig:
         put(self, "_advertised", advertised)
 
 
-def validate_dynamic_broker_configs(configs: Mapping[str, str | None]) -> None:
-    """Check an Admin API update of broker settings: known, dynamic, and well-formed.
+def _scala_set(names: Iterable[str]) -> str:
+    """A set of names as Kafka's messages print them (Scala's ``Set(a, b)``)."""
+    return "Set(" + ", ".join(sorted(names)) + ")"
 
-    A None value means "delete the dynamic value" and needs no parsing.
+
+def dynamic_definition(name: str) -> Any:
+    """The definition behind a dynamic name, plain or listener-prefixed; None if unknown."""
+    return BROKER_CONFIGS.get(name) or listener_scoped_definition(name)
+
+
+def validate_dynamic_broker_configs(
+    configs: Mapping[str, str | None], per_broker: bool = True
+) -> dict[str, Any]:
+    """Check the dynamic settings a BROKER resource would hold, in Kafka's order
+    (DynamicBrokerConfig.validateConfigs): a name that cannot change at run time, then a
+    security setting without its listener prefix, then each value, then a per-broker
+    setting on the cluster default (``per_broker`` False). Returns the parsed values.
+
+    A None value means "delete the dynamic value" and is skipped. Raises ConfigError
+    with Kafka's message; a name kbroker does not know is refused as not dynamic (Kafka
+    would store it for a plugin to read; kbroker has none that would).
     """
-    for name, value in configs.items():
-        raw = RawSetting(name, value or "", SettingSource(SourceKind.DYNAMIC_BROKER, name))
-        definition = BROKER_CONFIGS.get(name)
+    names = [n for n, v in configs.items() if v is not None]
+    not_dynamic = []
+    unprefixed = []
+    prefixed = []
+    for name in names:
+        definition = dynamic_definition(name)
         if definition is None:
-            raise _unknown(raw, BROKER_CONFIGS)
-        if definition.read_only:
+            not_dynamic.append(name)
+        elif name.startswith(_SCOPED):
+            if definition.mode is not UpdateMode.PER_BROKER:
+                not_dynamic.append(name)
+            prefixed.append(name)
+        elif definition.mode is UpdateMode.READ_ONLY:
+            not_dynamic.append(name)
+        elif name in LISTENER_ONLY_DYNAMIC:
+            unprefixed.append(name)
+    if not_dynamic:
+        raise ConfigError(
+            f"Cannot update these configs dynamically: {_scala_set(not_dynamic)}",
+            setting=not_dynamic[0],
+        )
+    if unprefixed:
+        raise ConfigError(
+            "These security configs can be dynamically updated only per-listener using the "
+            f"listener prefix: {_scala_set(unprefixed)}",
+            setting=unprefixed[0],
+        )
+    parsed: dict[str, Any] = {}
+    for name in names:
+        value = configs[name]
+        assert value is not None
+        try:
+            parsed[name] = dynamic_definition(name).parse(value)
+        except ValueError as exc:
+            shown = "[hidden]" if dynamic_definition(name).is_sensitive else value
             raise ConfigError(
-                f"setting {name} cannot be updated dynamically",
-                setting=name,
-                origin=str(raw.source),
-            )
-        if value is not None:
-            parse_layer([raw])
+                f"Invalid value {shown} for configuration {name}: {exc}", setting=name
+            ) from None
+    if not per_broker and prefixed:
+        raise ConfigError(
+            "Cannot update these configs at default cluster level, broker id must be "
+            f"specified: {_scala_set(prefixed)}",
+            setting=prefixed[0],
+        )
+    return parsed
 
 
 def load_broker_config(

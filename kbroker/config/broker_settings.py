@@ -12,6 +12,7 @@ is the broker-wide default of a topic config are updatable dynamically
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from kbroker.config.listeners import (
@@ -31,6 +32,7 @@ from kbroker.config.types import (
     ConfigDef,
     ConfigType,
     SettingRole,
+    UpdateMode,
     Validator,
     at_least,
     between,
@@ -155,17 +157,41 @@ def _d(
     documentation: str,
     validator: Validator | None = None,
     *,
-    dynamic: bool = False,
+    dynamic: bool | UpdateMode = False,
     role: SettingRole = SettingRole.APPLIED,
 ) -> ConfigDef:
+    """One setting; ``dynamic=True`` is Kafka's cluster-wide update mode, ``PER_BROKER``
+    one that only a broker's own resource may change."""
+    mode = (
+        dynamic
+        if isinstance(dynamic, UpdateMode)
+        else (UpdateMode.CLUSTER_WIDE if dynamic else UpdateMode.READ_ONLY)
+    )
     return ConfigDef(
-        name, config_type, default, documentation, validator, read_only=not dynamic, role=role
+        name,
+        config_type,
+        default,
+        documentation,
+        validator,
+        read_only=mode is UpdateMode.READ_ONLY,
+        role=role,
+        update_mode=mode,
     )
 
 
-def _p(name: str, documentation: str) -> ConfigDef:
+def _p(name: str, documentation: str, *, dynamic: UpdateMode | None = None) -> ConfigDef:
     """A secret (Kafka's PASSWORD type): never shown by DescribeConfigs or in logs."""
-    return ConfigDef(name, PASSWORD, None, documentation, None, is_sensitive=True)
+    mode = dynamic or UpdateMode.READ_ONLY
+    return ConfigDef(
+        name,
+        PASSWORD,
+        None,
+        documentation,
+        None,
+        is_sensitive=True,
+        read_only=mode is UpdateMode.READ_ONLY,
+        update_mode=mode,
+    )
 
 
 BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
@@ -1589,6 +1615,54 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ),
 )
 
+# Kafka's update mode of the settings above not marked dynamic where they are defined
+# (those are the broker-wide defaults of topic configs, all cluster-wide). A broker
+# applies each when the metadata record that changes it reaches it (broker.py,
+# Broker.apply_dynamic_config); the inert ones change nothing here, as at start.
+_UPDATE_MODES: dict[str, UpdateMode] = {
+    **dict.fromkeys(
+        (
+            "max.connections",
+            "max.connections.per.ip",
+            "max.connections.per.ip.overrides",
+            "producer.id.expiration.ms",
+            "transaction.partition.verification.enable",
+            "logging.level",
+            "logging.levels",
+            "num.io.threads",
+            "num.network.threads",
+            "num.replica.fetchers",
+            "background.threads",
+            "num.recovery.threads.per.data.dir",
+        ),
+        UpdateMode.CLUSTER_WIDE,
+    ),
+    # KIP-226's reconfigurable security settings: per broker, and only under a listener
+    # prefix (listener.name.<listener>.ssl.keystore.location, ...<mechanism>.sasl.jaas.config).
+    **dict.fromkeys(
+        (
+            "ssl.keystore.type",
+            "ssl.keystore.location",
+            "ssl.keystore.certificate.chain",
+            "ssl.keystore.key",
+            "ssl.key.password",
+            "ssl.truststore.type",
+            "ssl.truststore.location",
+            "ssl.truststore.certificates",
+            "sasl.jaas.config",
+        ),
+        UpdateMode.PER_BROKER,
+    ),
+}
+LISTENER_ONLY_DYNAMIC = frozenset(
+    name for name, mode in _UPDATE_MODES.items() if mode is UpdateMode.PER_BROKER
+)
+"""Settings Kafka updates dynamically only per listener (``listener.name.<l>.<setting>``)."""
+
+BROKER_CONFIG_DEFS = tuple(
+    replace(d, read_only=False, update_mode=_UPDATE_MODES[d.name]) if d.name in _UPDATE_MODES else d
+    for d in BROKER_CONFIG_DEFS
+)
 BROKER_CONFIGS: dict[str, ConfigDef] = table(BROKER_CONFIG_DEFS)
 
 # Settings of kbroker's own (every other name in the table is Kafka's).

@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from kbroker.config.broker import BrokerConfig
+from kbroker.config.broker import BrokerConfig, dynamic_definition
 from kbroker.config.broker_settings import BROKER_CONFIGS, broker_synonyms
 from kbroker.config.topic import (
     TOPIC_BROKER_SYNONYMS,
@@ -53,7 +53,7 @@ class ConfigEntry:
 def _broker_synonyms(names: tuple[str, ...], broker: BrokerConfig) -> list[ConfigSynonym]:
     by_source: dict[ConfigSource, list[ConfigSynonym]] = {}
     for name in names:
-        definition = BROKER_CONFIGS[name]
+        definition = dynamic_definition(name)
         for source, value in broker.values_by_source(name):
             text = None if definition.is_sensitive else definition.format(value)
             by_source.setdefault(source, []).append(ConfigSynonym(name, text, int(source)))
@@ -76,10 +76,11 @@ def _entry(
     read_only: bool,
     include_synonyms: bool,
     include_documentation: bool,
+    name: str | None = None,
 ) -> ConfigEntry:
     source = synonyms[0].source if synonyms else int(ConfigSource.DEFAULT_CONFIG)
     return ConfigEntry(
-        name=definition.name,
+        name=name or definition.name,
         value=None if definition.is_sensitive else value,
         source=source,
         is_default=source == ConfigSource.DEFAULT_CONFIG,
@@ -137,10 +138,24 @@ def describe_broker_config(
     setting's synonyms are itself and the lower-priority members of its group.
     """
     entries = []
-    for name in sorted(BROKER_CONFIGS):
+    for name in sorted([*BROKER_CONFIGS, *broker.scoped_names()]):
         if names and name not in names:
             continue
-        definition = BROKER_CONFIGS[name]
+        definition = dynamic_definition(name)
+        if name not in BROKER_CONFIGS:  # listener.name.<listener>.<setting>: itself only
+            synonyms = _broker_synonyms((name,), broker)
+            entries.append(
+                _entry(
+                    definition,
+                    definition.format(broker.raw(name)),
+                    synonyms,
+                    definition.read_only,
+                    include_synonyms,
+                    include_documentation,
+                    name=name,
+                )
+            )
+            continue
         group = broker_synonyms(name)
         synonyms = _broker_synonyms(group[group.index(name) :], broker)
         while synonyms and synonyms[0].name != name:
@@ -153,6 +168,38 @@ def describe_broker_config(
                 definition.read_only,
                 include_synonyms,
                 include_documentation,
+            )
+        )
+    return entries
+
+
+def describe_dynamic_default_config(
+    broker: BrokerConfig,
+    names: Collection[str] | None = None,
+    *,
+    include_synonyms: bool = True,
+    include_documentation: bool = True,
+) -> list[ConfigEntry]:
+    """Entries of the cluster-wide default BROKER resource (name ``""``): only the
+    settings set there, each with the source DYNAMIC_DEFAULT_BROKER_CONFIG, as Kafka
+    describes it."""
+    cluster_default, _own = broker.dynamic_layers()
+    entries = []
+    for name in sorted(cluster_default):
+        if names and name not in names:
+            continue
+        definition = dynamic_definition(name)
+        text = None if definition.is_sensitive else definition.format(cluster_default[name])
+        source = int(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+        entries.append(
+            _entry(
+                definition,
+                text,
+                [ConfigSynonym(name, text, source)],
+                definition.read_only,
+                include_synonyms,
+                include_documentation,
+                name=name,
             )
         )
     return entries

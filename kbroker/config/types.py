@@ -137,6 +137,19 @@ class SettingRole(Enum):
     INERT = "inert"
 
 
+class UpdateMode(Enum):
+    """Kafka's "Update Mode" of a broker setting (KIP-226): whether, and at which level,
+    IncrementalAlterConfigs on a BROKER resource may change it while the broker runs.
+
+    READ_ONLY: only by restart. PER_BROKER: on one broker's resource (``"<id>"``).
+    CLUSTER_WIDE: on one broker's resource or the cluster default (``""``).
+    """
+
+    READ_ONLY = "read-only"
+    PER_BROKER = "per-broker"
+    CLUSTER_WIDE = "cluster-wide"
+
+
 INERT_NOTE = "Inert in kbroker (accepted for compatibility, changes nothing). "
 
 
@@ -224,6 +237,15 @@ class ConfigDef:
     is_sensitive: bool = False
     read_only: bool = True
     role: SettingRole = SettingRole.APPLIED
+    # None: CLUSTER_WIDE when not read_only (topic configs), else READ_ONLY.
+    update_mode: UpdateMode | None = None
+
+    @property
+    def mode(self) -> UpdateMode:
+        """The setting's update mode (``read_only`` is the same as READ_ONLY)."""
+        if self.update_mode is not None:
+            return self.update_mode
+        return UpdateMode.READ_ONLY if self.read_only else UpdateMode.CLUSTER_WIDE
 
     @property
     def described(self) -> str:

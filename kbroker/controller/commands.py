@@ -30,6 +30,7 @@ from kbroker.controller.errors import (
 )
 from kbroker.controller.events import (
     BrokerChanged,
+    BrokerConfigsChanged,
     BrokerRegistered,
     ClientQuotasChanged,
     GroupConfigsChanged,
@@ -62,6 +63,7 @@ DELETE_TOPIC = "delete_topic"
 CREATE_PARTITIONS = "create_partitions"
 ALTER_TOPIC_CONFIGS = "alter_topic_configs"
 ALTER_GROUP_CONFIGS = "alter_group_configs"
+ALTER_BROKER_CONFIGS = "alter_broker_configs"
 ALLOCATE_PRODUCER_IDS = "allocate_producer_ids"
 BROKER_HEARTBEAT = "broker_heartbeat"
 FENCE_BROKER = "fence_broker"
@@ -475,6 +477,23 @@ def _alter_group_configs(state: MetadataState, p: dict[str, Any]) -> Applied:
     )
 
 
+def _alter_broker_configs(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """Set and delete dynamic configs of one BROKER resource ("" or a node id)."""
+    resource = p["resource"]
+    configs = dict(state.broker_configs.get(resource, {}))
+    for key in p.get("delete", ()):
+        configs.pop(key, None)
+    configs.update(p.get("set", {}))
+    every = {r: c for r, c in state.broker_configs.items() if r != resource}
+    if configs:
+        every[resource] = configs
+    return Applied(
+        _bump(state, broker_configs=every),
+        configs,
+        (BrokerConfigsChanged(resource, dict(configs)),),
+    )
+
+
 def _allocate_producer_ids(state: MetadataState, p: dict[str, Any]) -> Applied:
     start = state.next_producer_id
     return Applied(_bump(state, next_producer_id=start + p["count"]), start)
@@ -577,6 +596,7 @@ _HANDLERS = {
     CREATE_PARTITIONS: _create_partitions,
     ALTER_TOPIC_CONFIGS: _alter_topic_configs,
     ALTER_GROUP_CONFIGS: _alter_group_configs,
+    ALTER_BROKER_CONFIGS: _alter_broker_configs,
     ALLOCATE_PRODUCER_IDS: _allocate_producer_ids,
     BROKER_HEARTBEAT: _broker_heartbeat,
     FENCE_BROKER: _fence_broker,

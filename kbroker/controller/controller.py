@@ -227,6 +227,17 @@ class Controller:
         return self.config.node_id
 
     @property
+    def _unclean_default(self) -> bool:
+        """unclean.leader.election.enable for topics that do not set it: this node's
+        dynamic value, else the cluster-wide dynamic default, else its static setting."""
+        dynamic = self._state.broker_configs
+        for resource in (str(self.config.node_id), ""):
+            value = dynamic.get(resource, {}).get(cmd.UNCLEAN_CONFIG)
+            if value is not None:
+                return value.strip().lower() == "true"
+        return self.config.unclean_leader_election
+
+    @property
     def is_leader(self) -> bool:
         """This node is the Raft leader (commits without forwarding)."""
         return self._raft is not None and self._raft.is_leader
@@ -459,7 +470,7 @@ class Controller:
                 "port": port,
                 "rack": rack,
                 "timestamp_ms": int(time.time() * 1000),
-                "unclean": self.config.unclean_leader_election,
+                "unclean": self._unclean_default,
                 "endpoints": [list(e) for e in endpoints],
                 "offline": [(topic_id.bytes, index) for topic_id, index in offline],
             },
@@ -471,7 +482,7 @@ class Controller:
         STALE_BROKER_EPOCH means the broker must register again."""
         info: BrokerInfo = await self._propose(
             cmd.BROKER_HEARTBEAT,
-            {"node_id": node_id, "epoch": epoch, "unclean": self.config.unclean_leader_election},
+            {"node_id": node_id, "epoch": epoch, "unclean": self._unclean_default},
             timeout=timeout,
         )
         return info
@@ -485,7 +496,7 @@ class Controller:
                 "node_id": node_id,
                 "epoch": epoch,
                 "shutting_down": True,
-                "unclean": self.config.unclean_leader_election,
+                "unclean": self._unclean_default,
             },
             timeout=timeout,
         )
@@ -501,7 +512,7 @@ class Controller:
                 "node_id": node_id,
                 "epoch": epoch,
                 "partitions": [(topic_id.bytes, index) for topic_id, index in partitions],
-                "unclean": self.config.unclean_leader_election,
+                "unclean": self._unclean_default,
             },
         )
 
@@ -572,7 +583,7 @@ class Controller:
             cmd.ALTER_PARTITION_REASSIGNMENTS,
             {
                 "partitions": [[t, i, None if r is None else list(r)] for t, i, r in partitions],
-                "unclean": self.config.unclean_leader_election,
+                "unclean": self._unclean_default,
                 "allow_replication_factor_change": allow_replication_factor_change,
             },
         )
@@ -713,7 +724,7 @@ class Controller:
                 {
                     "node_id": node_id,
                     "epoch": epoch,
-                    "unclean": self.config.unclean_leader_election,
+                    "unclean": self._unclean_default,
                 },
             )
             log.warning("fenced broker %d: %s", node_id, reason)
@@ -889,6 +900,20 @@ class Controller:
             cmd.ALTER_GROUP_CONFIGS,
             {
                 "group": group_id,
+                "set": {k: v for k, v in configs.items() if v is not None},
+                "delete": [k for k, v in configs.items() if v is None],
+            },
+        )
+
+    @across_elections
+    async def set_broker_configs(self, resource: str, configs: Mapping[str, str | None]) -> None:
+        """A BROKER resource's dynamic configs ("" the cluster default, else a node id),
+        incrementally: a value sets one, None removes it. Validated by the caller."""
+        self._check_can_commit()
+        await self._propose(
+            cmd.ALTER_BROKER_CONFIGS,
+            {
+                "resource": resource,
                 "set": {k: v for k, v in configs.items() if v is not None},
                 "delete": [k for k, v in configs.items() if v is None],
             },

@@ -40,6 +40,15 @@ class GroupConfigsChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerConfigsChanged:
+    """A BROKER resource's dynamic configs changed: `resource` is "" for the cluster
+    default or a node id; `configs` is all of that resource's dynamic configs now."""
+
+    resource: str
+    configs: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerRegistered:
     info: BrokerInfo
 
@@ -76,6 +85,7 @@ MetadataEvent = (
     | PartitionsCreated
     | TopicConfigsChanged
     | GroupConfigsChanged
+    | BrokerConfigsChanged
     | BrokerRegistered
     | BrokerChanged
     | PartitionChanged
@@ -113,6 +123,10 @@ def diff_events(old: MetadataState, new: MetadataState) -> list[MetadataEvent]:
         configs = new.group_configs.get(group_id, {})
         if old.group_configs.get(group_id, {}) != configs:
             events.append(GroupConfigsChanged(group_id, dict(configs)))
+    for resource in set(old.broker_configs) | set(new.broker_configs):
+        configs = new.broker_configs.get(resource, {})
+        if old.broker_configs.get(resource, {}) != configs:
+            events.append(BrokerConfigsChanged(resource, dict(configs)))
     if old.client_quotas != new.client_quotas:
         events.append(ClientQuotasChanged(bool(new.client_quotas)))
     return events

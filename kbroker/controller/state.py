@@ -128,6 +128,9 @@ class MetadataState:
     # IncrementalAlterConfigs on GROUP resources (KIP-932 share-group configs): kept in the
     # metadata, as Kafka's ConfigRecords, so every broker leading a share-partition has them
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # IncrementalAlterConfigs on BROKER resources (KIP-226), as Kafka's ConfigRecords:
+    # "" -> the cluster-wide defaults, "<node id>" -> one broker's own dynamic settings
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         info = self.topics.get(topic)
@@ -204,6 +207,7 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
             for (user, _), c in state.scram_credentials.items()
         ],
         "group_configs": {g: dict(c) for g, c in state.group_configs.items()},
+        "broker_configs": {b: dict(c) for b, c in state.broker_configs.items()},
     }
 
 
@@ -267,4 +271,5 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
             for c in data.get("scram_credentials", [])
         },
         group_configs={g: dict(c) for g, c in data.get("group_configs", {}).items()},
+        broker_configs={b: dict(c) for b, c in data.get("broker_configs", {}).items()},
     )

@@ -2,8 +2,9 @@
 
 Topic configs are overrides the controller replicates; describing one merges them with
 the broker's settings the way Kafka does (`kbroker.config.describe_topic_config`).
-Broker configs are static here: they can be described, but a request to change one
-dynamically is refused as Kafka refuses a config that is not dynamically updatable.
+BROKER resources are Kafka's dynamic broker configs (KIP-226): ``""`` the cluster-wide
+default, ``"<id>"`` one broker; changes are validated here, recorded in the metadata log
+and applied by every broker (`Broker.apply_dynamic_config`).
 BROKER_LOGGER resources are this process's Python loggers, read and set at run time
 with log4j's level names, as Kafka's KIP-412 does for its log4j loggers.
 """
@@ -21,6 +22,7 @@ from kbroker.config import (
     ConfigError,
     ConfigSynonym,
     describe_broker_config,
+    describe_dynamic_default_config,
     describe_topic_config,
     validate_dynamic_broker_configs,
 )
@@ -169,8 +171,9 @@ def _describe_resource(
         entries = describe_topic_config(dict(topic.configs), broker.config, keys, **flags)
         return [config_entry_result(e, synonyms, docs) for e in entries]
     if kind == BROKER:
-        if not name:
-            return []  # cluster-wide dynamic defaults: this broker has none
+        if not name:  # the cluster-wide dynamic defaults, and only they
+            entries = describe_dynamic_default_config(broker.config, keys, **flags)
+            return [config_entry_result(e, synonyms, docs) for e in entries]
         check_node_id(broker, name)
         entries = describe_broker_config(broker.config, keys, **flags)
         return [config_entry_result(e, synonyms, docs) for e in entries]
@@ -347,24 +350,44 @@ def _preflight(
     return errors
 
 
-def _refuse_dynamic_broker_configs(broker: BrokerParts, resource: ConfigResource) -> None:
-    """Broker settings are static here: a change to any of them is refused, with the reason
-    Kafka would give for a setting that is unknown, read-only or malformed if it is one."""
-    if resource.resource_name:
-        check_node_id(broker, resource.resource_name)
-    changes = {c.name: c.value for c in resource.configs}
-    if not changes:
-        return
+async def alter_broker_configs(
+    broker: BrokerParts, resource_name: str, wanted: dict[str, str], validate_only: bool
+) -> None:
+    """Make `wanted` the dynamic configs of a BROKER resource ("" the cluster default,
+    else this broker's id), recorded in the metadata log for every broker to apply.
+
+    Validated as Kafka's DynamicBrokerConfig does, over the whole set the resource would
+    hold, and by building the settings this broker would run with (cross-checks, key
+    stores that must load); any refusal is INVALID_REQUEST with Kafka's message and
+    nothing of the resource changes.
+    """
+    per_broker = bool(resource_name)
+    if per_broker:
+        check_node_id(broker, resource_name)
+    dynamic = broker.controller.state.broker_configs
+    current = dynamic.get(resource_name, {})
     try:
-        validate_dynamic_broker_configs(changes)
+        validate_dynamic_broker_configs(wanted, per_broker)
+        cluster_default = dict(wanted) if not per_broker else dynamic.get("", {})
+        own = dict(wanted) if per_broker else dynamic.get(str(broker.node_id), {})
+        broker.lifecycle.dynamic_config_for(cluster_default, own)
     except ConfigError as exc:
         raise ResourceError(ErrorCode.invalid_request, str(exc)) from exc
-    raise ResourceError(
-        ErrorCode.invalid_request,
-        "Cannot update these configs dynamically: "
-        + ", ".join(sorted(changes))
-        + " (this broker takes broker settings from its configuration only)",
-    )
+    changes: dict[str, str | None] = {
+        key: wanted.get(key)
+        for key in set(current) | set(wanted)
+        if current.get(key) != wanted.get(key)
+    }
+    if validate_only or not changes:
+        return
+    await broker.controller.set_broker_configs(resource_name, changes)
+
+
+def _broker_entries(broker: BrokerParts, resource_name: str) -> dict[str, Any]:
+    """Described configs of a BROKER resource by name (the base an APPEND starts from)."""
+    if resource_name:
+        check_node_id(broker, resource_name)
+    return {e.name: e for e in describe_broker_config(broker.config, include_synonyms=False)}
 
 
 async def _run_alters(
@@ -404,7 +427,9 @@ async def alter_configs(
         if denied is not None:
             raise denied
         if resource.resource_type == BROKER:
-            _refuse_dynamic_broker_configs(broker, resource)
+            # _preflight refused null values: every config here has one.
+            wanted = {c.name: c.value for c in resource.configs if c.value is not None}
+            await alter_broker_configs(broker, resource.resource_name, wanted, validate_only)
             return
         if resource.resource_type != TOPIC:
             raise ResourceError(
@@ -479,7 +504,11 @@ async def incremental_alter_configs(
                         ErrorCode.invalid_request,
                         f"Unknown operations type {op.config_operation}",
                     )
-            _refuse_dynamic_broker_configs(broker, resource)
+            name = resource.resource_name
+            entries = _broker_entries(broker, name)
+            current = dict(broker.controller.state.broker_configs.get(name, {}))
+            wanted = apply_incremental(current, resource.configs, entries)
+            await alter_broker_configs(broker, name, wanted, validate_only)
             return
         if kind == GROUP:
             await alter_group_configs(broker, resource, validate_only)

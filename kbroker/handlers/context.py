@@ -141,6 +141,10 @@ class TopicAdmin(MetadataView, Protocol):
 
     async def set_group_configs(self, group_id: str, configs: Mapping[str, str | None]) -> None: ...
 
+    async def set_broker_configs(
+        self, resource: str, configs: Mapping[str, str | None]
+    ) -> None: ...
+
     async def describe_quorum(self, timeout: float = ...) -> QuorumDescription: ...
 
     async def elect_leaders(
@@ -233,6 +237,10 @@ class Lifecycle(Protocol):
 
     async def partitions_opened(self, topic: str) -> dict[int, str]: ...
 
+    def dynamic_config_for(
+        self, cluster_default: dict[str, str], own: dict[str, str]
+    ) -> BrokerConfig: ...
+
 
 class ShareCoordination(Protocol):
     """The share-group coordinator of a running broker (kbroker.share.service)."""
@@ -308,7 +316,8 @@ class ShareCoordination(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class BrokerParts:
-    """The broker as its handlers see it, built once at start."""
+    """The broker as its handlers see it, built once at start; `config` alone is
+    replaced (by the broker) when dynamic broker configs change."""
 
     node_id: int
     config: BrokerConfig

@@ -71,7 +71,7 @@ def test_configuration_page_has_a_row_per_setting_with_its_table_values() -> Non
         if d.type is not ConfigType.PASSWORD and d.default not in (None, "", []):
             assert default == f"`{d.format(d.default)}`", name
         assert valid == valid_values(d.validator).replace("|", "\\|")
-        assert mode == "read-only"
+        assert mode == d.mode.value
         assert origin == ("kbroker" if name in KBROKER_OWN else "Kafka")
         assert role == d.role.value
     topic = _table_rows(page, "Topic configs")

@@ -20,14 +20,10 @@ _ROLE_WORDS = {
 
 
 def broker_update_mode(definition: ConfigDef) -> str:
-    """Kafka's update mode of a broker setting as kbroker honours it today.
-
-    Every broker setting is read at start (a change needs a restart); only logger
-    levels change at run time, through BROKER_LOGGER resources, which are not settings
-    of this table.
-    """
-    del definition  # one mode for every broker setting until settings carry their own
-    return READ_ONLY
+    """Kafka's update mode of a broker setting (``ConfigDef.mode``): read-only,
+    per-broker or cluster-wide, as IncrementalAlterConfigs on BROKER resources honours it
+    (docs/dynamic-configuration.md)."""
+    return definition.mode.value
 
 
 def cell(text: str) -> str:
@@ -103,10 +99,12 @@ def render() -> str:
         '"Valid Values"; `[0,...]` means at least 0, `[1,...,17]` between 1 and 17).',
         "- **update mode**: Kafka's update modes are read-only (a restart applies a "
         "change), per-broker and cluster-wide (changed at run time by "
-        "IncrementalAlterConfigs on a BROKER resource). Every broker setting is read-only "
-        "in kbroker today; what changes at run time is a logger's level (BROKER_LOGGER "
-        "resources, `kbroker configs alter --broker-logger 1 ...`, as Kafka's KIP-412) "
-        "and every topic and group config.",
+        "IncrementalAlterConfigs on a BROKER resource: one broker's own `<id>`, or for "
+        'cluster-wide ones the cluster default `""`, see '
+        "[dynamic configuration](dynamic-configuration.md)); per-broker security settings "
+        "change only under a listener prefix (`listener.name.<listener>.<setting>`). "
+        "Loggers' levels (BROKER_LOGGER resources, as Kafka's KIP-412) and every topic and "
+        "group config change at run time too.",
         "- **from**: Kafka's name, or kbroker's own setting.",
         "- **role**: *applied* settings make kbroker do what Kafka's do; a *synonym* "
         "feeds an applied setting (`broker.id` for `node.id`); an *inert* setting is "

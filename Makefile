@@ -46,6 +46,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # docs/configuration.md, docs/compatibility.md and the metric table of docs/operations.md,
 # generated from the code (tests/test_docs.py fails when they are stale)

@@ -25,6 +25,8 @@ from kbroker.config import (
     topic_config_values,
     validate_topic_configs,
 )
+from kbroker.config.connection_overrides import parse_ip_overrides
+from kbroker.config.logger_levels import parse_levels
 from kbroker.controller import Controller, ControllerError
 from kbroker.controller.errors import (
     NOT_CONTROLLER,
@@ -52,7 +54,7 @@ from kbroker.controller.state import (
 from kbroker.controller_node import controller_config
 from kbroker.coordinator.service import GroupCoordinatorService
 from kbroker.handlers.context import BrokerParts
-from kbroker.log_setup import apply_log_levels, parse_levels
+from kbroker.log_setup import apply_log_levels
 from kbroker.long_lived import PARTITIONS_BETWEEN_FREEZES, freeze_survivors
 from kbroker.metrics.counters import RequestCounters
 from kbroker.metrics.http import HttpEndpoint
@@ -69,11 +71,7 @@ from kbroker.security.listener import ListenerSecurity, listener_security
 from kbroker.security.quotas import ClientQuotas
 from kbroker.security.scram import ScramCredential
 from kbroker.server.connection import KafkaConnection
-from kbroker.server.connection_limits import (
-    ConnectionLimits,
-    parse_ip_overrides,
-    resolve_overrides,
-)
+from kbroker.server.connection_limits import ConnectionLimits, resolve_overrides
 from kbroker.server.keep_awake import KeepAwake
 from kbroker.server.request_memory import RequestMemory
 from kbroker.share.service import ShareService

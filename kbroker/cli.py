@@ -156,7 +156,8 @@ def _main(argv: list[str] | None) -> int:
     except ConfigError as exc:
         print(f"kbroker: configuration error: {exc}", file=sys.stderr)
         return 2
-    from kbroker.log_setup import configure_logging, parse_levels
+    from kbroker.config.logger_levels import parse_levels
+    from kbroker.log_setup import configure_logging
 
     try:
         configure_logging(

@@ -25,12 +25,17 @@ while a broker runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from kbroker.handlers.registry import SettingSource
+from typing import Any, Protocol
 
 METADATA_VERSION = "metadata.version"
 METADATA_VERSION_LEVEL = 29  # 4.2-IV1
 FIRST_VERSION_SHOWING_LEVEL_0 = 4  # ApiVersions v4 (KAFKA-17011)
+
+
+class SettingSource(Protocol):
+    """The broker settings the feature levels are read from (a BrokerConfig)."""
+
+    def get(self, name: str) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)

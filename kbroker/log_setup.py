@@ -18,7 +18,6 @@ import traceback
 from typing import Any, TextIO
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD = frozenset(
@@ -96,24 +95,6 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
-
-
-def parse_levels(items: list[str]) -> dict[str, str]:
-    """`logger=LEVEL` items to {logger: LEVEL}; raises ValueError on a malformed one."""
-    levels = {}
-    for item in items:
-        name, sep, level = item.partition("=")
-        name, level = name.strip(), level.strip().upper()
-        if not sep or not name:
-            raise ValueError(f"{item!r} is not LOGGER=LEVEL")
-        if level not in LEVELS:
-            raise ValueError(f"{item!r}: level must be one of {', '.join(LEVELS)}")
-        levels[name] = level
-    return levels
-
-
-def validate_levels(value: Any) -> None:
-    parse_levels(list(value))
 
 
 def configure_logging(

@@ -13,7 +13,8 @@ from inprocess import RawClient, run_broker
 
 from kbroker.broker import Broker
 from kbroker.config import ConfigError, load_broker_config
-from kbroker.log_setup import configure_logging, parse_levels
+from kbroker.config.logger_levels import parse_levels
+from kbroker.log_setup import configure_logging
 
 API_VERSIONS = 18
 

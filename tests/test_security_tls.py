@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from compat_tests.tls_material import TlsMaterial, make_tls_material
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.config.listeners import Endpoint
+from kbroker.config.principal_rules import parse_mapping_rules
 from kbroker.security import tls_session
 from kbroker.security.listener import ListenerSecurity, listener_security
-from kbroker.security.principal import distinguished_name, map_name, parse_mapping_rules
+from kbroker.security.principal import distinguished_name, map_name
 from kbroker.security.tls_session import TlsSession
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from kbroker.config.connection_overrides import parse_ip_overrides
 from kbroker.config.listeners import (
     DEFAULT_PROTOCOL_MAP,
     SECURITY_PROTOCOLS,
@@ -25,6 +26,8 @@ from kbroker.config.listeners import (
     parse_protocol_map,
     parse_registry_listener,
 )
+from kbroker.config.logger_levels import validate_levels
+from kbroker.config.principal_rules import parse_mapping_rules
 from kbroker.config.types import (
     DOUBLE_MAX,
     INT_MAX,
@@ -42,10 +45,6 @@ from kbroker.config.types import (
     table,
     valid_values,
 )
-from kbroker.log_setup import validate_levels
-from kbroker.security.acl import AUTHORIZER_NAMES
-from kbroker.security.principal import parse_mapping_rules
-from kbroker.server.connection_limits import parse_ip_overrides
 
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, PASSWORD = (
     ConfigType.BOOLEAN,
@@ -66,6 +65,13 @@ CLIENT_AUTH_MODES = ("none", "requested", "required")
 TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 INERT, SYNONYM = SettingRole.INERT, SettingRole.SYNONYM
 RECORD_OVERHEAD_V0 = 14  # smallest legal segment: one legacy record header
+
+
+# The authorizer.class.name values that mean kbroker's StandardAuthorizer (Kafka's name too).
+AUTHORIZER_NAMES = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kbroker.security.acl.StandardAuthorizer",
+)
 
 
 def _parsed_by(parser: Any, shape: str) -> Validator:

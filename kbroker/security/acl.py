@@ -286,12 +286,6 @@ class StandardAuthorizer:
         return False
 
 
-AUTHORIZER_NAMES = (
-    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-    "kbroker.security.acl.StandardAuthorizer",
-)
-
-
 def parse_super_users(text: str | None) -> list[str]:
     """``super.users``: principals separated by semicolons, as Kafka writes them."""
     return [p.strip() for p in (text or "").split(";") if p.strip()]

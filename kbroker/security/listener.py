@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from kbroker.config.broker import BrokerConfig
 from kbroker.config.errors import ConfigError
 from kbroker.config.listeners import Endpoint
+from kbroker.config.principal_rules import MappingRule, parse_mapping_rules
 from kbroker.security.jaas import parse_jaas, plain_users
-from kbroker.security.principal import MappingRule, parse_mapping_rules
 from kbroker.security.sasl import PLAIN, SUPPORTED_MECHANISMS
 from kbroker.security.tls import server_context, tls13_suites
 from kbroker.security.tls_session import TlsSession

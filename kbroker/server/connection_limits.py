@@ -18,21 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
-def parse_ip_overrides(text: str) -> dict[str, int]:
-    """``host:count`` pairs, comma-separated (Kafka's format); a host name is resolved to
-    its address now, as Kafka resolves it when the setting is read. ValueError if bad."""
-    overrides: dict[str, int] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        host, sep, count = item.rpartition(":")
-        host = host.strip().strip("[]")
-        if not sep or not host or not count.strip().isdigit():
-            raise ValueError(f"{item!r} is not host:count")
-        overrides[host] = int(count)
-    return overrides
-
-
 def resolve_overrides(overrides: Mapping[str, int]) -> dict[str, int]:
     """Key each override by IP address (a name resolves to its first address)."""
     resolved: dict[str, int] = {}

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.admin.client import fetch_fields, produce_fields
 from kbroker.internal_topics import ALL_REPLICAS, ServiceBroker, acknowledgement
 from kbroker.protocol.batch import HEADER_SIZE, Record, decode_records, encode_batch, read_header
 from kbroker.protocol.compression import decompress
 from kbroker.protocol.messages import build
+from kbroker.protocol.one_shot import fetch_fields, produce_fields
 from kbroker.replica.broker_link import BrokerLinks
 from kbroker.replica.partition import PartitionError
 from kbroker.share.partition_state import DeadLetter

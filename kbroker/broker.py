@@ -33,6 +33,7 @@ from kbroker.controller.errors import (
     REQUEST_TIMED_OUT,
     STALE_BROKER_EPOCH,
     ControllerStartError,
+    NoQuorumError,
 )
 from kbroker.controller.events import (
     BrokerConfigsChanged,
@@ -225,7 +226,32 @@ class Broker:
             with contextlib.suppress(OSError):  # one that fails is offline, see check_directories
                 directory.mkdir(parents=True, exist_ok=True)
         self.controller.config_validator = self._validate_topic_configs
-        await self.controller.start()
+        # /health, /ready and /metrics answer from the start on, so that an operator (or
+        # a readiness probe) sees what a start waits for, the controller quorum above all.
+        # A listener that cannot bind stops the start, as a Kafka listener does.
+        await self.http.start(list(self.config.http_endpoints))
+        try:
+            await self._start_serving(started)
+        except BaseException:
+            await self.http.stop()
+            await self.controller.stop()  # started, then registration failed or cancelled
+            raise
+
+    async def _start_serving(self, started: float) -> None:
+        # Kafka's broker gives up its start when it has not registered within
+        # initial.broker.registration.timeout.ms; here the controller's first commit
+        # (which needs a quorum) is part of that.
+        timeout_s = self.config.get("initial.broker.registration.timeout.ms") / 1000
+        try:
+            await self.controller.start()
+        except NoQuorumError as exc:
+            if self.config.quorum.is_cluster:
+                raise NoQuorumError(
+                    f"broker {self.node_id} could not register with the controller quorum "
+                    f"within initial.broker.registration.timeout.ms ({timeout_s * 1000:.0f} ms): "
+                    f"{exc}"
+                ) from None
+            raise
         self._held_at_start = {
             (t.topic_id, p.partition)
             for t in self.controller.state.topics.values()
@@ -239,7 +265,7 @@ class Broker:
         if cluster_id is not None:
             self.logs.check_directories(cluster_id, self.node_id)
         self.logs.load_all(self._log_config_for_partition, now_ms())
-        self.registration = await self._register_at_start()
+        self.registration = await self._register_at_start(started + timeout_s)
         self.last_heartbeat_ack = time.monotonic()
         if self.config.quorum.is_cluster:
             self._heartbeat_task = asyncio.create_task(self._heartbeat())
@@ -291,7 +317,6 @@ class Broker:
             self._tasks.append(
                 asyncio.create_task(self.logs.run_cleaner(cleaner, compaction_settings))
             )
-        await self.http.start(list(self.config.http_endpoints))
         await self.schemas.start_listeners()
         freeze_survivors()
         self.started_at = time.time()
@@ -593,13 +618,15 @@ class Broker:
 
     # -- membership of the cluster --------------------------------------------------------
 
-    async def _register_at_start(self) -> BrokerInfo:
+    async def _register_at_start(self, deadline: float | None = None) -> BrokerInfo:
         """Register this incarnation, retried every heartbeat interval while no controller
         is known or the change does not commit (a restarted voter often rejoins during an
-        election it set off), for up to initial.broker.registration.timeout.ms: Kafka's
-        broker keeps trying for that long before it gives up and exits."""
+        election it set off), until `deadline`, initial.broker.registration.timeout.ms
+        after the start began (by default from now): Kafka's broker keeps trying for that
+        long before it gives up and exits."""
         timeout_s = self.config.get("initial.broker.registration.timeout.ms") / 1000
-        deadline = time.monotonic() + timeout_s
+        if deadline is None:
+            deadline = time.monotonic() + timeout_s
         interval = self.config.get("broker.heartbeat.interval.ms") / 1000
         failed = 0
         while True:

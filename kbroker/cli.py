@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -89,7 +90,19 @@ async def _serve(config) -> None:  # type: ignore[no-untyped-def]
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await broker.start()
+    # A start can wait long (a controller-only node for its quorum, indefinitely): a
+    # signal meanwhile ends it, cleaned up as a failed start is.
+    starting = asyncio.create_task(broker.start())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        logging.getLogger("kbroker").info("stopping on signal before the start completed")
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        return
+    stopping.cancel()
+    starting.result()  # a failed start raises here
     await stop.wait()
     logging.getLogger("kbroker").info("shutting down on signal")
     await broker.stop()

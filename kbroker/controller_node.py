@@ -43,6 +43,14 @@ def controller_config(config: BrokerConfig) -> ControllerConfig:
         broker_heartbeat_interval_s=config.get("broker.heartbeat.interval.ms") / 1000,
         unclean_leader_election=config.get("unclean.leader.election.enable"),
         voters={v.node_id: format_address(v.host, v.port) for v in quorum.voters},
+        # A controller-only node waits for its quorum for as long as it takes, as Kafka's
+        # controller does; a broker gives up after initial.broker.registration.timeout.ms
+        # (its whole start, the quorum's first commit included), and its process with it.
+        start_timeout_s=(
+            config.get("initial.broker.registration.timeout.ms") / 1000
+            if quorum.is_broker
+            else None
+        ),
         leader_imbalance_check_interval_s=(
             config.get("leader.imbalance.check.interval.seconds")
             if quorum.is_cluster and config.get("auto.leader.rebalance.enable")

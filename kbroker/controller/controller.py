@@ -40,6 +40,7 @@ from kbroker.controller.errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
     ControllerError,
     ControllerStartError,
+    NoQuorumError,
 )
 from kbroker.controller.events import MetadataEvent
 from kbroker.controller.liveness import Probes, listener_refuses, probe_after
@@ -66,6 +67,14 @@ ConfigValidator = Callable[[dict[str, str]], None]
 DESCRIBE_QUORUM_TIMEOUT_S = 5.0
 # Between two tries of a client's change while the quorum elects a controller.
 ELECTION_RETRY_BACKOFF_S = 0.1
+# Bounds the Raft thread's construction where start() has no timeout.
+CONSTRUCT_TIMEOUT_S = 30.0
+# Between two tries of the start's first change while no quorum answers.
+QUORUM_RETRY_MIN_S = 0.05
+QUORUM_RETRY_MAX_S = 0.5
+# When a start still waiting for its quorum says so in the log, and how often again.
+QUORUM_WAIT_FIRST_NOTE_S = 5.0
+QUORUM_WAIT_NOTE_EVERY_S = 30.0
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -119,7 +128,11 @@ class ControllerConfig:
     default_replication_factor: int = 1
     max_partitions_per_topic: int = 100_000
     commit_timeout_s: float = 10.0
-    start_timeout_s: float = 30.0
+    # How long start() waits for a quorum to commit its first change; None waits for as
+    # long as it takes (a controller-only node, as Kafka's controller keeps waiting for
+    # its quorum). A node that also serves as a broker gives up after its broker part's
+    # initial.broker.registration.timeout.ms.
+    start_timeout_s: float | None = 30.0
     # Election timeouts with peers; a lone voter uses millisecond timers.
     election_timeout_s: tuple[float, float] = (0.5, 1.0)
     # fsync the metadata journal before acknowledging a change (survives power loss,
@@ -204,6 +217,8 @@ class Controller:
         self._live = False  # events are delivered only for changes after start()
         self._live_token: bytes | None = None
         self._watchers: list[asyncio.Task[None]] = []
+        # time.monotonic() start() began to wait for a quorum; None once it has one.
+        self._waiting_since: float | None = None
         # Voter node id -> time.monotonic() its Raft connection to this node was lost:
         # a hint to probe that broker now rather than after a missed heartbeat.
         self._connection_lost: dict[int, float] = {}
@@ -340,24 +355,30 @@ class Controller:
         self._state = MetadataState()
         self._live = False
         self._live_token = uuid.uuid4().bytes
+        deadline = None if cfg.start_timeout_s is None else started + cfg.start_timeout_s
         raft.start()
         try:
-            await asyncio.wait_for(asyncio.to_thread(raft.constructed.wait), cfg.start_timeout_s)
+            await asyncio.wait_for(
+                asyncio.to_thread(raft.constructed.wait), cfg.start_timeout_s or CONSTRUCT_TIMEOUT_S
+            )
             if raft.construct_error is not None:
                 raise ControllerStartError(
                     f"controller raft node could not start on {address or 'no socket'}: "
                     f"{raft.construct_error!r}"
                 ) from raft.construct_error
             self._raft = raft
-            await self._await_barrier(started + cfg.start_timeout_s)
+            self._waiting_since = time.monotonic()
+            await self._await_barrier(deadline)
             if raft.is_leader and machine.state.controller_epoch != raft.term:
                 # Our election record was queued behind the first barrier: wait for it
                 # too, so state.controller_id is right when start() returns.
-                await self._await_barrier(started + cfg.start_timeout_s)
+                await self._await_barrier(deadline)
+            self._waiting_since = None
             self._state = max(self._state, machine.state, key=lambda s: s.version)
             await self._ensure_cluster_id()
         except BaseException:
             self._raft = None
+            self._waiting_since = None
             await asyncio.to_thread(raft.stop)
             self._unlock_directory()
             raise
@@ -382,24 +403,55 @@ class Controller:
             address or "local (no socket)",
         )
 
-    async def _await_barrier(self, deadline: float) -> None:
+    async def _await_barrier(self, deadline: float | None) -> None:
         """Propose a no-op and wait for it to apply: then every entry committed before
-        this start has been replayed here, and this node can get a command committed."""
+        this start has been replayed here, and this node can get a command committed.
+        Without a deadline it waits for a quorum for as long as it takes, saying in the
+        log now and then what it waits for (quorum_wait())."""
         token = self._live_token
+        pause = QUORUM_RETRY_MIN_S
+        next_note = time.monotonic() + QUORUM_WAIT_FIRST_NOTE_S
         while True:
             self._raise_load_error()
-            try:
-                await self._propose(
-                    cmd.BARRIER, {"token": token}, timeout=max(0.0, deadline - time.monotonic())
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise NoQuorumError(
+                    f"controller {self.config.node_id} could not reach a Raft quorum: "
+                    f"{self.quorum_wait() or 'no quorum'}"
                 )
+            if now >= next_note:
+                log.warning("controller %d is %s", self.config.node_id, self.quorum_wait())
+                next_note = now + QUORUM_WAIT_NOTE_EVERY_S
+            try_for = self.config.commit_timeout_s
+            if deadline is not None:
+                try_for = min(try_for, deadline - now)
+            try:
+                await self._propose(cmd.BARRIER, {"token": token}, timeout=try_for)
                 return
-            except ControllerError as e:
+            except ControllerError:
                 self._raise_load_error()
-                if e.error_code == REQUEST_TIMED_OUT or time.monotonic() >= deadline:
-                    raise ControllerStartError(
-                        f"controller {self.config.node_id} could not reach a Raft quorum: {e}"
-                    ) from e
-                await asyncio.sleep(0.05)
+            # No leader yet (pysyncobj refuses at once) or none committed it in time.
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, QUORUM_RETRY_MAX_S)
+
+    def quorum_wait(self) -> str | None:
+        """While start() waits for a quorum: what it waits for, for /health and the log
+        (how long, and how many of the other voters this node is connected to)."""
+        since, raft = self._waiting_since, self._raft
+        if since is None:
+            return None
+        waited = time.monotonic() - since
+        reach = raft.connected_peers() if raft is not None else None
+        what = "the controller quorum" if self.config.observer else "a Raft quorum of the voters"
+        text = f"waiting {waited:.0f}s for {what}"
+        if reach is not None:
+            connected, peers = reach
+            voters = peers if self.config.observer else peers + 1
+            text += (
+                f" ({connected} of {peers} other {'voters' if peers != 1 else 'voter'} "
+                f"connected, {voters // 2 + 1} of {voters} voters needed)"
+            )
+        return text
 
     def _lock_directory(self, directory: Path) -> None:
         """Two processes appending to one mmapped journal would corrupt it; the lock dies

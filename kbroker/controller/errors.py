@@ -48,3 +48,7 @@ class ControllerError(Exception):
 
 class ControllerStartError(RuntimeError):
     """The controller could not start (port taken, no quorum in time, foreign data dir)."""
+
+
+class NoQuorumError(ControllerStartError):
+    """No quorum of the voters committed the start's first change before its deadline."""

@@ -579,6 +579,18 @@ class RaftThread:
         if self._wake is not None:
             self._wake.notify()
 
+    def connected_peers(self) -> tuple[int, int] | None:
+        """(other voters this node is connected to, other voters); None without a Raft
+        node or partners. A racy read from another thread, for reports only."""
+        try:
+            status = self.status()
+        except RuntimeError:  # a dict changed size under the Raft thread
+            return None
+        links = [v for k, v in status.items() if k.startswith("partner_node_status_server_")]
+        if not links:
+            return None
+        return sum(1 for v in links if v == 2), len(links)
+
     def status(self) -> dict[str, Any]:
         """pysyncobj's debug status (racy read from another thread; for logs and tests)."""
         node = self._node

@@ -75,8 +75,15 @@ def storage_checks(
 
 
 def controller_check(
-    is_cluster: bool, last_ack: float | None, session_timeout_s: float, now: float
+    is_cluster: bool,
+    last_ack: float | None,
+    session_timeout_s: float,
+    now: float,
+    quorum_wait: str | None = None,
 ) -> Check:
+    """`quorum_wait`: what the start still waits for (Controller.quorum_wait())."""
+    if quorum_wait is not None:
+        return Check("controller", False, f"starting: {quorum_wait}")
     if not is_cluster:
         return Check("controller", True, "ok (in this process)")
     if last_ack is None:
@@ -98,6 +105,7 @@ def broker_controller_check(broker: Broker) -> Check:
         broker.last_heartbeat_ack,
         broker.config.get("broker.session.timeout.ms") / 1000,
         time.monotonic(),
+        broker.controller.quorum_wait(),
     )
 
 

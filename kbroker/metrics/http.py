@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -36,22 +37,28 @@ class HttpEndpoint:
         self.servers: list[asyncio.AbstractServer] = []
 
     async def start(self, endpoints: Iterable[Endpoint]) -> None:
+        """Serve every configured HTTP listener. One that cannot bind stops the start
+        (OSError naming it), as a Kafka listener does: a node running on without the
+        /health and /ready its probes ask for would look dead or never ready."""
         for endpoint in endpoints:
             try:
                 server = await asyncio.start_server(
                     self._serve, endpoint.host or None, endpoint.port
                 )
             except OSError as exc:
-                # Metrics are not worth refusing to serve Kafka for; say so loudly.
-                log.error("cannot serve HTTP on %s:%d: %s", endpoint.host, endpoint.port, exc)
-                continue
+                await self.stop()
+                raise OSError(
+                    f"cannot serve HTTP (http.listeners) on {endpoint.host or '0.0.0.0'}:"
+                    f"{endpoint.port}: {os.strerror(exc.errno) if exc.errno else exc}",
+                ) from None
             self.servers.append(server)
             log.info(
                 "serving /metrics /health /ready on http://%s:%d", endpoint.host, endpoint.port
             )
 
     async def stop(self) -> None:
-        for server in self.servers:
+        servers, self.servers = self.servers, []
+        for server in servers:
             server.close()
 
     async def _answer(self, method: str, path: str) -> tuple[int, str, str]:

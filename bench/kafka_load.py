@@ -134,10 +134,12 @@ def produce_batched(
     size: int,
     time_limit: float,
     security: dict | None = None,
+    value: bytes | None = None,
 ) -> Throughput:
     """Tight produce loop into partition 0, timed from the first produce to flush()'s return.
 
-    ``security`` adds client settings (security.protocol, sasl.*, ssl.*) to the rest."""
+    ``security`` adds client settings (security.protocol, sasl.*, ssl.*) to the rest;
+    ``value`` replaces the random value of ``size`` bytes."""
     failures = [0]
 
     def on_delivery(err, _msg) -> None:
@@ -153,7 +155,8 @@ def produce_batched(
         }
     )
     _warm(producer, topic)
-    value = os.urandom(size)
+    if value is None:
+        value = os.urandom(size)
     produce, poll = producer.produce, producer.poll
     sent = 0
     truncated = False

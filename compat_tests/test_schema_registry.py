@@ -499,3 +499,116 @@ def test_bad_input_gets_confluent_errors_and_the_registry_keeps_serving(registry
             parse(stored.get("schemaType", "AVRO"), stored["schema"])
     assert subject not in call(url, "GET", "/subjects?deleted=true")[1]
     assert call(url, "POST", versions, {"schema": AVRO_V1})[0] == 200
+
+
+# -- broker-side validation ---------------------------------------------------------------
+
+
+def _produce_raw(node: Any, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> Any:
+    """The broker's own answer to one Produce of one batch (gzip: validation inflates it)."""
+    from kbroker.admin.client import BrokerConnection, produce_fields
+    from kbroker.protocol.batch import encode_batch
+    from kbroker.protocol.compression import GZIP, compress
+
+    batch = encode_batch(
+        records, int(time.time() * 1000), compression=GZIP, compress=lambda d: compress(GZIP, d)
+    )
+    with BrokerConnection(node.host, node.port, 10.0, "validation-test") as conn:
+        answer = conn.request(0, 9, **produce_fields(topic, bytes(batch), acks=-1))
+    return answer.responses[0].partition_responses[0]
+
+
+def test_schema_validation_refuses_batches_without_registered_ids(registry):
+    from compat_tests.confluent_helpers import watermarks
+
+    url = registry.registry_url
+    on, off, keys = unique_topic("valid-on"), unique_topic("valid-off"), unique_topic("valid-key")
+    create_topic(registry.bootstrap, on, config={"confluent.value.schema.validation": "true"})
+    create_topic(registry.bootstrap, off)
+    create_topic(
+        registry.bootstrap,
+        keys,
+        config={
+            "confluent.key.schema.validation": "true",
+            "confluent.key.subject.name.strategy": "RecordNameStrategy",
+        },
+    )
+    schema = {"schema": avro_record("Validated", [{"name": "n", "type": "int"}])}
+    good_id = call(url, "POST", f"/subjects/{on}-value/versions", schema)[1]["id"]
+    other_id = call(
+        url,
+        "POST",
+        f"/subjects/{unique_topic('elsewhere')}-value/versions",
+        {"schema": avro_record("Elsewhere", [{"name": "m", "type": "int"}])},
+    )[1]["id"]
+    framed = b"\x00" + good_id.to_bytes(4, "big") + b"\x02"
+    records = [
+        (None, framed),
+        (None, b"\x00" + other_id.to_bytes(4, "big") + b"\x02"),  # another subject's id
+        (None, framed),
+        (None, b"plain text"),  # no magic byte
+        (None, None),  # a tombstone has no schema id either
+        (None, framed),
+    ]
+    refused = _produce_raw(registry, on, records)
+    assert refused.error_code == 87  # INVALID_RECORD
+    assert [e.batch_index for e in refused.record_errors] == [1, 3, 4]
+    assert "schema" in refused.error_message
+    assert watermarks(registry.bootstrap, on) == (0, 0)  # nothing of the batch stored
+    # validation off: the same batch is stored
+    stored = _produce_raw(registry, off, records)
+    assert stored.error_code == 0
+    assert watermarks(registry.bootstrap, off) == (0, len(records))
+    # only registered ids: accepted
+    accepted = _produce_raw(registry, on, [(None, framed)] * 3)
+    assert accepted.error_code == 0
+    assert watermarks(registry.bootstrap, on) == (0, 3)
+    # keys under RecordNameStrategy: the subject is the record's name
+    assert _produce_raw(registry, keys, [(framed, b"v")]).error_code == 87
+    named = {"schema": avro_record("KeyRecord", [{"name": "k", "type": "string"}])}
+    key_id = call(url, "POST", "/subjects/KeyRecord/versions", named)[1]["id"]
+    key = b"\x00" + key_id.to_bytes(4, "big") + b"\x02k"
+    assert _produce_raw(registry, keys, [(key, b"anything")]).error_code == 0
+
+
+def test_a_serializers_records_pass_validation(registry):
+    """confluent-kafka's AvroSerializer registers and produces; the topic validates."""
+    topic = unique_topic("valid-serde")
+    create_topic(registry.bootstrap, topic, config={"confluent.value.schema.validation": "true"})
+    client = SchemaRegistryClient({"url": registry.registry_url})
+    values = [{"id": i, "item": "x"} for i in range(3)]
+    assert (
+        _round_trip_topic(
+            registry, topic, AvroSerializer(client, AVRO_V1), AvroDeserializer(client), values
+        )
+        == values
+    )
+
+
+def _round_trip_topic(
+    node: Any, topic: str, serializer: Any, deserializer: Any, values: list[Any]
+) -> list[Any]:
+    producer = Producer({"bootstrap.servers": node.bootstrap})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    failures: list[Any] = []
+    for value in values:
+        producer.produce(
+            topic, serializer(value, ctx), on_delivery=lambda err, _m: err and failures.append(err)
+        )
+    assert producer.flush(20) == 0
+    assert not failures, failures
+    consumer = Consumer(
+        {"bootstrap.servers": node.bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    out: list[Any] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(out) < len(values) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            out.append(deserializer(msg.value(), ctx))
+    finally:
+        consumer.close()
+    return out

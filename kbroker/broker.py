@@ -196,6 +196,8 @@ class Broker:
             config.get("quota.window.num"),
             config.get("quota.window.size.seconds"),
         )
+        # Built now so that a registry key store that does not load stops the start.
+        self.schemas = RegistryFront(self)
         self.parts = BrokerParts(
             node_id=self.node_id,
             config=config,
@@ -214,9 +216,8 @@ class Broker:
             authorizer=self.authorizer,
             quotas=self.quotas,
             shares=self.share_coordinator,
+            schemas=self.schemas.service,
         )
-        # Built now so that a registry key store that does not load stops the start.
-        self.schemas = RegistryFront(self)
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -33,10 +33,19 @@ KAFKA_39_TOPIC_CONFIGS = {
 }  # fmt: skip
 # Later Kafka topic configs kbroker serves: KIP-1191's opt-in of a dead-letter topic.
 LATER_TOPIC_CONFIGS = {"errors.deadletterqueue.group.enable"}
+# Confluent Server's broker-side schema validation (kbroker.schemas.validation).
+CONFLUENT_TOPIC_CONFIGS = {
+    "confluent.key.schema.validation",
+    "confluent.value.schema.validation",
+    "confluent.key.subject.name.strategy",
+    "confluent.value.subject.name.strategy",
+}
 
 
 def test_table_holds_every_kafka_topic_config():
-    assert set(TOPIC_CONFIGS) == KAFKA_39_TOPIC_CONFIGS | LATER_TOPIC_CONFIGS
+    assert (
+        set(TOPIC_CONFIGS) == KAFKA_39_TOPIC_CONFIGS | LATER_TOPIC_CONFIGS | CONFLUENT_TOPIC_CONFIGS
+    )
 
 
 def test_every_broker_synonym_is_a_broker_setting():

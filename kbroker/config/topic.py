@@ -78,6 +78,25 @@ def _t(
     )
 
 
+_SUBJECT_STRATEGIES = tuple(
+    f"io.confluent.kafka.serializers.subject.{name}"
+    for name in ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
+)
+
+
+def _subject_strategy(value: str) -> None:
+    if value not in _SUBJECT_STRATEGIES and value not in [
+        s.rsplit(".", 1)[1] for s in _SUBJECT_STRATEGIES
+    ]:
+        raise ValueError(
+            "must be TopicNameStrategy, RecordNameStrategy or TopicRecordNameStrategy "
+            "(io.confluent.kafka.serializers.subject.*)"
+        )
+
+
+subject_strategy_validator = described(_subject_strategy, "a subject name strategy")
+
+
 TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     _t(
         "cleanup.policy",
@@ -342,6 +361,37 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         False,
         "Allow an out-of-sync replica to "
         "become leader, losing data, when no in-sync replica is left.",
+    ),
+    _t(
+        "confluent.key.schema.validation",
+        BOOLEAN,
+        False,
+        "Confluent's: the leader refuses (INVALID_RECORD, naming each record) a batch whose "
+        "keys do not start with magic byte 0 and the id of a schema registered under the "
+        "topic's key subject (see docs/schema-registry.md).",
+    ),
+    _t(
+        "confluent.value.schema.validation",
+        BOOLEAN,
+        False,
+        "Confluent's: as confluent.key.schema.validation, for record values.",
+    ),
+    _t(
+        "confluent.key.subject.name.strategy",
+        STRING,
+        _SUBJECT_STRATEGIES[0],
+        "Confluent's: the key subject validation checks: TopicNameStrategy (<topic>-key), "
+        "RecordNameStrategy (the schema's record name) or TopicRecordNameStrategy "
+        "(<topic>-<record name>).",
+        subject_strategy_validator,
+    ),
+    _t(
+        "confluent.value.subject.name.strategy",
+        STRING,
+        _SUBJECT_STRATEGIES[0],
+        "Confluent's: the value subject validation checks, as "
+        "confluent.key.subject.name.strategy (<topic>-value with TopicNameStrategy).",
+        subject_strategy_validator,
     ),
 )
 

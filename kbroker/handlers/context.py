@@ -314,6 +314,15 @@ class ShareCoordination(Protocol):
     ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...
 
 
+class SchemaValidation(Protocol):
+    """Broker-side schema validation (kbroker.schemas): why a partition's produced
+    records are refused, if they are."""
+
+    def refuse(
+        self, topic: str, records: bytes | bytearray | memoryview
+    ) -> tuple[str, list[tuple[int, str]]] | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerParts:
     """The broker as its handlers see it, built once at start; `config` alone is
@@ -336,6 +345,7 @@ class BrokerParts:
     authorizer: StandardAuthorizer | None
     quotas: ClientQuotas
     shares: ShareCoordination | None = None
+    schemas: SchemaValidation | None = None
 
 
 @dataclass(slots=True)

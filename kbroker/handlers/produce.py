@@ -181,6 +181,13 @@ def _append(
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message="null records")
     broker.counters.produced_bytes += len(pdata.records)
     records = pdata.records
+    if broker.schemas is not None:
+        refused = broker.schemas.refuse(topic, records)
+        if refused is not None:
+            message, errors = refused
+            return ProducedPartition(
+                index, ErrorCode.invalid_record, error_message=message, record_errors=tuple(errors)
+            )
     if starts_with_transactional_data(records):
         code = verify_transactional_write(
             broker.transactions.coordinator,

@@ -178,9 +178,100 @@ done:
     return result;
 }
 
+/* invalid_schema_ids(section, count, field, valid) -> list of record indexes
+ *
+ * Broker-side schema validation: the indexes of the records of a batch's (inflated)
+ * records section whose key (field 0) or value (field 1) does not start with magic
+ * byte 0 and a big-endian schema id found in the set `valid`. A record that cannot be
+ * read ends the walk as invalid (the record walk names what is wrong with it). One set
+ * lookup per distinct id in a row: a batch of one schema costs one lookup. */
+static PyObject *invalid_schema_ids(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t count;
+    int field;
+    PyObject *valid;
+    if (!PyArg_ParseTuple(args, "y*niO", &view, &count, &field, &valid))
+        return NULL;
+    PyObject *bad = PyList_New(0);
+    if (bad == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const unsigned char *p = view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    int64_t last_ok = -1;
+    int64_t v;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int ok = 0;
+        Py_ssize_t rec_end;
+        if (read_varint(p, &pos, end, 5, &v) != VARINT_OK || v < 0 || v > end - pos)
+            goto broken;
+        rec_end = pos + (Py_ssize_t)v;
+        pos += 1; /* attributes */
+        if (read_varint(p, &pos, rec_end, 10, &v) != VARINT_OK) /* timestamp delta */
+            goto broken;
+        if (read_varint(p, &pos, rec_end, 5, &v) != VARINT_OK) /* offset delta */
+            goto broken;
+        for (int f = 0; f <= field; f++) {
+            if (read_varint(p, &pos, rec_end, 5, &v) != VARINT_OK || v < -1 || v > rec_end - pos)
+                goto broken;
+            if (f == field && v >= 5 && p[pos] == 0) {
+                int64_t id = ((int64_t)p[pos + 1] << 24) | ((int64_t)p[pos + 2] << 16) |
+                             ((int64_t)p[pos + 3] << 8) | (int64_t)p[pos + 4];
+                if (id == last_ok) {
+                    ok = 1;
+                } else {
+                    PyObject *key = PyLong_FromLongLong(id);
+                    if (key == NULL)
+                        goto error;
+                    int found = PySequence_Contains(valid, key);
+                    Py_DECREF(key);
+                    if (found < 0)
+                        goto error;
+                    if (found) {
+                        ok = 1;
+                        last_ok = id;
+                    }
+                }
+            }
+            if (v > 0)
+                pos += (Py_ssize_t)v;
+        }
+        if (!ok) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(bad, index) < 0) {
+                Py_XDECREF(index);
+                goto error;
+            }
+            Py_DECREF(index);
+        }
+        pos = rec_end;
+        continue;
+    broken: {
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL || PyList_Append(bad, index) < 0) {
+            Py_XDECREF(index);
+            goto error;
+        }
+        Py_DECREF(index);
+        break;
+    }
+    }
+    PyBuffer_Release(&view);
+    return bad;
+error:
+    Py_DECREF(bad);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(section, count, last_offset_delta) -> (min_ts_delta, max_ts_delta, first_keyless)"},
+    {"invalid_schema_ids", invalid_schema_ids, METH_VARARGS,
+     "invalid_schema_ids(section, count, field, valid) -> indexes of records without a valid "
+     "schema id"},
     {NULL, NULL, 0, NULL},
 };
 

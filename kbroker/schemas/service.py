@@ -23,7 +23,7 @@ import ssl
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
 from kio.schema.errors import ErrorCode
@@ -39,6 +39,17 @@ from kbroker.internal_topics import (
 from kbroker.schemas import errors as err
 from kbroker.schemas.api import Request, Response
 from kbroker.schemas.store import RegistryState, Writer, encode, noop_key
+from kbroker.schemas.validation import (
+    KEY_STRATEGY,
+    KEY_VALIDATION,
+    TOPIC_NAME,
+    VALUE_STRATEGY,
+    VALUE_VALIDATION,
+    TopicValidation,
+    record_errors,
+    strategy_name,
+    valid_ids,
+)
 
 if TYPE_CHECKING:
     from kbroker.replica.partition import Partition
@@ -92,6 +103,8 @@ class SchemaRegistryService(InternalTopicService):
         self.loading_epoch: int | None = None
         self.ssl_context: ssl.SSLContext | None = None  # for forwarding to https writers
         self.listeners_enabled = url is not None
+        # (topic, state object, state version, settings) -> the ids it accepts
+        self._validations: dict[str, tuple[tuple[Any, ...], TopicValidation]] = {}
 
     # -- the internal-topic service ------------------------------------------------------
 
@@ -270,6 +283,86 @@ class SchemaRegistryService(InternalTopicService):
             if code != E.none:
                 raise err.store_error(f"Error while writing to _schemas: {code.name}")
         return end
+
+    # -- broker-side validation -------------------------------------------------------
+
+    def refuse(
+        self, topic: str, records: bytes | bytearray | memoryview
+    ) -> tuple[str, list[tuple[int, str]]] | None:
+        """Why the records produced to a topic with schema validation are refused (a
+        message and the offending records), None when they are accepted or the topic
+        does not ask."""
+        info = self.broker.controller.state.topics.get(topic)
+        if info is None:
+            return None
+        configs = info.configs
+        key_on = configs.get(KEY_VALIDATION, "false").lower() == "true"
+        value_on = configs.get(VALUE_VALIDATION, "false").lower() == "true"
+        if not key_on and not value_on:
+            return None
+        check = self._validation(topic, key_on, value_on, configs)
+        errors = record_errors(records, check)
+        if errors:
+            # A schema registered a moment ago may be in this replica's log above its
+            # high watermark: look there before refusing.
+            pending = self._pending_versions()
+            if pending:
+                check = TopicValidation(
+                    None
+                    if check.keys is None
+                    else check.keys | pending.get(f"{topic}-key", frozenset()),
+                    None
+                    if check.values is None
+                    else check.values | pending.get(f"{topic}-value", frozenset()),
+                )
+                errors = record_errors(records, check)
+        if not errors:
+            return None
+        first = errors[0]
+        message = (
+            f"{len(errors)} record(s) refused by schema validation, first: record {first[0]}: "
+            f"{first[1]}"
+        )
+        return message, errors
+
+    def _validation(
+        self, topic: str, key_on: bool, value_on: bool, configs: dict[str, str]
+    ) -> TopicValidation:
+        replica = self._replica()
+        if replica is not None:
+            self._apply_to(replica.log_end_offset if self.is_writer() else replica.high_watermark)
+        key_strategy = strategy_name(configs.get(KEY_STRATEGY, TOPIC_NAME))
+        value_strategy = strategy_name(configs.get(VALUE_STRATEGY, TOPIC_NAME))
+        stamp = (id(self.state), self.state.changes, key_on, value_on, key_strategy, value_strategy)
+        cached = self._validations.get(topic)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        check = TopicValidation(
+            valid_ids(self.state, topic, key_strategy, "key") if key_on else None,
+            valid_ids(self.state, topic, value_strategy, "value") if value_on else None,
+        )
+        if len(self._validations) > 10_000:
+            self._validations.clear()
+        self._validations[topic] = (stamp, check)
+        return check
+
+    def _pending_versions(self) -> dict[str, frozenset[int]]:
+        """Subject -> ids of schema versions in this replica's log not applied yet."""
+        replica = self._replica()
+        if replica is None or replica.log_end_offset <= self.next_offset:
+            return {}
+        found: dict[str, set[int]] = {}
+        for _, batch in read_batches(replica.log, self.next_offset):
+            for key, value in batch:
+                if value is None:
+                    continue
+                try:
+                    k, v = json.loads(key), json.loads(value)
+                    if k.get("keytype") == "SCHEMA" and not v.get("deleted"):
+                        found.setdefault(str(v["subject"]), set()).add(int(v["id"]))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue
+        return {s: frozenset(ids) for s, ids in found.items()}
 
     # -- forwarding (on the other nodes) -------------------------------------------------
 

@@ -109,10 +109,15 @@ class RegistryState:
     max_id: int = 0
     writer: Writer | None = None
     keys: dict[tuple[str, int], bytes] = field(default_factory=dict)  # stored SCHEMA keys
+    changes: int = 0  # records applied: what caches of derived facts compare
 
     # -- applying records -----------------------------------------------------------------
 
     def apply(self, key: bytes, value: bytes | None) -> None:
+        self.changes += 1
+        self._apply(key, value)
+
+    def _apply(self, key: bytes, value: bytes | None) -> None:
         try:
             k = json.loads(key)
             v = None if value is None else json.loads(value)

@@ -21,14 +21,21 @@ def complete_in_bash(words: list[str]) -> list[str]:
 
 def test_bash_completes_commands_subcommands_and_options():
     assert complete_in_bash(["kbroker", "to"]) == ["topics"]
-    assert set(complete_in_bash(["kbroker", "topics", "de"])) == {"describe", "delete"}
+    assert set(complete_in_bash(["kbroker", "topics", "de"])) == {
+        "describe",
+        "delete",
+        "delete-records",
+    }
+    assert set(complete_in_bash(["kbroker", "acls", "create", "--res"])) == {
+        "--resource-pattern-type"
+    }
     assert set(complete_in_bash(["kbroker", "topics", "create", "--par"])) == {"--partitions"}
     assert "--bootstrap-server" in complete_in_bash(["kbroker", "produce", "--boot"])
 
 
 def test_every_command_of_the_parser_is_in_each_script():
     tree = command_tree(_parser())
-    assert "cluster quorum" in tree and "--version" in tree[""][1]
+    assert "cluster elect-leaders" in tree and "--version" in tree[""][1]
     for shell in ("bash", "zsh", "fish"):
         text = script(_parser(), shell)
         for path, (children, _) in tree.items():

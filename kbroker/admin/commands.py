@@ -27,7 +27,18 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from kbroker.admin import codec, configs, consumer, groups, log_dirs, producer, quorum, topics
+from kbroker.admin import (
+    access,
+    codec,
+    configs,
+    consumer,
+    groups,
+    log_dirs,
+    operations,
+    producer,
+    quorum,
+    topics,
+)
 from kbroker.admin.client import ClientError, Cluster, cluster
 from kbroker.admin.output import Output, advance
 from kbroker.admin.security import SecurityConfigError, load_command_config
@@ -91,6 +102,10 @@ def add_admin_commands(sub: argparse._SubParsersAction) -> None:
 
     _add_produce(sub, common)
     _add_consume(sub, common)
+    access.add_acl_commands(sub, common)
+    access.add_user_commands(sub, common)
+    access.add_quota_commands(sub, common)
+    operations.add_transaction_commands(sub, common)
 
     cluster_cmd = sub.add_parser("cluster", help="the cluster as a whole")
     cluster_sub = cluster_cmd.add_subparsers(dest="cluster_command", required=True)
@@ -105,6 +120,7 @@ def add_admin_commands(sub: argparse._SubParsersAction) -> None:
         "--status and --replication)",
     )
     quorum_cmd.set_defaults(run=_cluster_quorum)
+    operations.add_cluster_commands(cluster_sub, common)
 
 
 def _add_produce(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -261,6 +277,7 @@ def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     )
     reassignments.add_argument("topic", nargs="*", help="only these topics (default: all)")
     reassignments.set_defaults(run=_topics_reassignments)
+    operations.add_trim_command(commands, common)
 
 
 def _add_log_dirs(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -436,12 +453,15 @@ def _topics_describe(c: Cluster, args: argparse.Namespace, out: Output) -> int:
     def joined(ids: tuple[int, ...]) -> str:
         return ",".join(map(str, ids))
 
+    stats = topics.partition_stats(c, shown)
+
     if out.json:
         docs = []
         for t in shown:
             doc = topics.topic_as_dict(t)
             doc["configs"] = overrides[t.name]
             for d in doc["partitions"]:
+                d.update(asdict(stats[(t.name, d["partition"])]))
                 move = moving.get((t.name, d["partition"]))
                 if move is not None:
                     d["adding_replicas"] = list(move.adding)
@@ -458,7 +478,8 @@ def _topics_describe(c: Cluster, args: argparse.Namespace, out: Output) -> int:
             f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
             f"ReplicationFactor: {t.replication_factor}\tConfigs: {configs_text}"
         )
-        headers = ["PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH"]
+        headers = ["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "EPOCH", "START-OFFSET",
+                   "END-OFFSET", "SIZE"]  # fmt: skip
         with_moves = any(name == t.name for name, _ in moving)
         if with_moves:
             headers += ["ADDING", "REMOVING"]
@@ -466,12 +487,17 @@ def _topics_describe(c: Cluster, args: argparse.Namespace, out: Output) -> int:
         for p in t.partitions:
             if not wanted(t, p):
                 continue
+            st = stats[(t.name, p.partition)]
             row: tuple[object, ...] = (
                 p.partition,
                 "none" if p.leader < 0 else p.leader,
                 joined(p.replicas),
                 joined(p.isr),
+                joined(p.offline) or "-",
                 p.leader_epoch,
+                st.start_offset,
+                st.end_offset,
+                st.size,
             )
             if with_moves:
                 move = moving.get((t.name, p.partition))

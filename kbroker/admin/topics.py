@@ -350,3 +350,42 @@ def list_offsets(
     if missing:
         found.update(list_offsets(cluster, missing, LATEST_TIMESTAMP))
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStats:
+    """What a partition's leader holds: None where no leader answers."""
+
+    start_offset: int | None
+    end_offset: int | None
+    size: int | None
+
+
+def partition_stats(
+    cluster: Cluster, shown: Sequence[TopicInfo]
+) -> dict[TopicPartition, PartitionStats]:
+    """Each partition's log start and end offsets (ListOffsets of its leader) and the size
+    of the leader's replica (DescribeLogDirs), as kafka-topics and kafka-log-dirs show them."""
+    from kbroker.admin.log_dirs import describe_log_dirs
+
+    led = [(t.name, p.partition) for t in shown for p in t.partitions if p.leader >= 0]
+    leader_of = {(t.name, p.partition): p.leader for t in shown for p in t.partitions}
+    starts: dict[TopicPartition, int] = {}
+    ends: dict[TopicPartition, int] = {}
+    sizes: dict[TopicPartition, int] = {}
+    if led:
+        try:
+            starts = list_offsets(cluster, led, EARLIEST_TIMESTAMP)
+            ends = list_offsets(cluster, led, LATEST_TIMESTAMP)
+        except ClientError:
+            pass  # a leader moving or down: its offsets are shown as unknown
+        brokers = sorted({leader_of[tp] for tp in led})
+        try:
+            dirs = describe_log_dirs(cluster, brokers, sorted({t for t, _ in led}))
+        except ClientError:
+            dirs = []
+        for d in dirs:
+            for r in d.replicas:
+                if leader_of.get((r.topic, r.partition)) == d.broker and not r.future:
+                    sizes[(r.topic, r.partition)] = r.size
+    return {tp: PartitionStats(starts.get(tp), ends.get(tp), sizes.get(tp)) for tp in leader_of}

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from bench.kafka_load import create_topics, produce_batched
 from bench.metadata_probe import wait_for_metadata
+from bench.procs import tree_cpu_seconds
 from compat_tests.broker_process import free_port
 
 SCHEMA = json.dumps(
@@ -127,36 +128,56 @@ def main(argv: list[str] | None = None) -> int:
         proc, bootstrap, port = start_broker(Path(tmp))
         try:
             rates: dict[str, list[float]] = {"validated": [], "plain": []}
+            cpu_us: dict[str, list[float]] = {"validated": [], "plain": []}
             for round_no in range(args.repeat):
                 suffix = uuid.uuid4().hex[:8]
                 topics = {"validated": f"validated-{suffix}", "plain": f"plain-{suffix}"}
                 create_topics(bootstrap, {t: 1 for t in topics.values()})
-                from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+                from confluent_kafka.admin import (
+                    AdminClient,
+                    AlterConfigOpType,
+                    ConfigEntry,
+                    ConfigResource,
+                    ResourceType,
+                )
 
                 admin = AdminClient({"bootstrap.servers": bootstrap})
-                resource = ConfigResource(
-                    ResourceType.TOPIC,
-                    topics["validated"],
-                    set_config={"confluent.value.schema.validation": "true"},
+                entry = ConfigEntry(
+                    "confluent.value.schema.validation",
+                    "true",
+                    incremental_operation=AlterConfigOpType.SET,
                 )
-                for future in admin.alter_configs([resource]).values():
+                resource = ConfigResource(
+                    ResourceType.TOPIC, topics["validated"], incremental_configs=[entry]
+                )
+                for future in admin.incremental_alter_configs([resource]).values():
                     future.result(30)
                 schema_id = register(port, f"{topics['validated']}-value")
                 value = b"\x00" + schema_id.to_bytes(4, "big") + os.urandom(args.size - 5)
                 order = list(topics) if round_no % 2 == 0 else list(reversed(topics))
                 for kind in order:
+                    cpu_before = tree_cpu_seconds(proc.pid)
                     result = produce_batched(
                         bootstrap, topics[kind], args.records, args.size, 120, value=value
                     )
+                    broker_cpu = tree_cpu_seconds(proc.pid) - cpu_before
                     if result.errors:
                         raise SystemExit(f"{kind}: {result.errors} records failed")
                     rates[kind].append(result.records / result.seconds)
-                    print(f"round {round_no} {kind:>9}: {rates[kind][-1]:,.0f} records/s")
+                    cpu_us[kind].append(broker_cpu * 1e6 / result.records)
+                    print(
+                        f"round {round_no} {kind:>9}: {rates[kind][-1]:,.0f} records/s, "
+                        f"broker CPU {cpu_us[kind][-1]:.2f} us/record"
+                    )
             validated = statistics.median(rates["validated"])
             plain = statistics.median(rates["plain"])
+            cpu_validated = statistics.median(cpu_us["validated"])
+            cpu_plain = statistics.median(cpu_us["plain"])
             print(
                 f"produce, {args.size} B records batched: validated {validated:,.0f}/s, "
-                f"plain {plain:,.0f}/s: {validated / plain:.2f}x"
+                f"plain {plain:,.0f}/s: {validated / plain:.2f}x; broker CPU per record "
+                f"{cpu_validated:.2f} us validated, {cpu_plain:.2f} us plain: "
+                f"{cpu_plain / cpu_validated:.2f}x (load average {os.getloadavg()[0]:.1f})"
             )
             subject = f"lookup-{uuid.uuid4().hex[:8]}"
             schema_id = register(port, subject)

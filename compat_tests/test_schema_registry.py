@@ -612,3 +612,59 @@ def _round_trip_topic(
     finally:
         consumer.close()
     return out
+
+
+# -- kbroker schemas ----------------------------------------------------------------------
+
+
+def _cli(registry: Any, *words: str) -> tuple[int, str, str]:
+    import subprocess
+
+    from compat_tests.broker_process import broker_environment, kbroker_command
+
+    done = subprocess.run(
+        [*kbroker_command(), "schemas", *words, "--registry", registry.registry_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=broker_environment(),
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_schemas_cli(registry, tmp_path):
+    subject = unique_topic("cli")
+    v1 = tmp_path / "v1.avsc"
+    v1.write_text(avro_record("Cli", [{"name": "a", "type": "int"}]))
+    v2 = tmp_path / "v2.avsc"
+    v2.write_text(avro_record("Cli", [{"name": "a", "type": "int"}, {"name": "b", "type": "int"}]))
+    proto = tmp_path / "p.proto"
+    proto.write_text('syntax = "proto3";\nmessage P { string s = 1; }\n')
+    code, out, _ = _cli(registry, "register", subject, str(v1))
+    assert code == 0
+    schema_id = int(out)
+    code, out, _ = _cli(registry, "list", "--prefix", "cli-")
+    assert code == 0 and subject in out.split()
+    code, out, _ = _cli(registry, "get", subject)
+    assert json.loads(out)["id"] == schema_id
+    code, out, _ = _cli(registry, "get", "--id", str(schema_id), "--schema-only")
+    assert json.loads(out)["name"] == "Cli"
+    code, out, _ = _cli(registry, "check", subject, str(v2))
+    assert (code, out.splitlines()[0]) == (1, "incompatible")  # b has no default
+    code, out, _ = _cli(registry, "config", subject, "--set", "forward")
+    assert (code, out.strip()) == (0, "FORWARD")
+    assert _cli(registry, "check", subject, str(v2))[:2] == (0, "compatible\n")
+    assert _cli(registry, "register", subject, str(v2))[0] == 0
+    code, out, _ = _cli(registry, "register", f"{subject}-proto", str(proto))
+    assert code == 0 and int(out) > schema_id
+    assert _cli(registry, "mode", subject)[1].strip() == "READWRITE"
+    assert _cli(registry, "mode", subject, "--set", "READONLY")[1].strip() == "READONLY"
+    code, _, err = _cli(registry, "register", subject, str(v1))
+    assert code == 1 and "42205" in err and len(err.strip().splitlines()) == 1
+    _cli(registry, "mode", subject, "--set", "READWRITE")
+    assert _cli(registry, "delete", subject)[1].split() == ["1", "2"]
+    assert _cli(registry, "delete", subject, "--permanent")[0] == 0
+    code, _, err = _cli(registry, "get", subject)
+    assert code == 1 and "40401" in err
+    code, _, err = _cli(registry, "register", subject, str(tmp_path / "missing.avsc"))
+    assert code == 1 and "cannot read" in err and "Traceback" not in err

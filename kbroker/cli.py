@@ -52,6 +52,9 @@ def _parser(admin: bool = True) -> argparse.ArgumentParser:
         from kbroker.admin.commands import add_admin_commands
 
         add_admin_commands(sub)
+        from kbroker.schemas.cli import add_schemas_command
+
+        add_schemas_command(sub)
         completion = sub.add_parser(
             "completion", help="print a shell completion script (bash, zsh or fish)"
         )
@@ -153,6 +156,10 @@ def _main(argv: list[str] | None) -> int:
 
         print(script(parser, args.shell), end="")
         return 0
+    if args.command == "schemas":
+        from kbroker.schemas.cli import run_schemas_command
+
+        return run_schemas_command(args)
     if args.command != "serve":
         from kbroker.admin.commands import run_admin_command
 

@@ -37,6 +37,7 @@ KeyValue = tuple[bytes, bytes | None]
 MAX_VERSION = 2**31 - 1
 
 READ, WRITE, CONFIGURE = "read", "write", "configure"
+PARSE_CACHE_SIZE = 1000
 
 
 @dataclass
@@ -128,6 +129,9 @@ class RegistryApi:
     def __init__(self, backend: Backend, authorize: Authorizer | None = None) -> None:
         self.backend = backend
         self.authorize = authorize
+        self._parsed_cache: dict[
+            tuple[str, str, tuple[tuple[str, str, str], ...]], ParsedSchema
+        ] = {}
 
     async def handle(self, request: Request) -> Response:
         try:
@@ -329,8 +333,20 @@ class RegistryApi:
             stored_refs.append(
                 {"name": str(raw["name"]), "subject": target.subject, "version": target.version}
             )
-        parsed = parse(schema_type, text, _unique(refs))
+        parsed = self._parse_cached(schema_type, text, _unique(refs))
         return parsed, (parsed.normalized() if normalize else parsed.canonical()), stored_refs
+
+    def _parse_cached(self, schema_type: str, text: str, refs: list[Reference]) -> ParsedSchema:
+        """Parse, remembering the last schemas parsed: a serializer's register-or-lookup
+        sends the same text again and again, and parsing costs more than the rest."""
+        key = (schema_type, text, tuple((r.name, r.schema_type, r.text) for r in refs))
+        found = self._parsed_cache.get(key)
+        if found is None:
+            found = parse(schema_type, text, refs)
+            if len(self._parsed_cache) >= PARSE_CACHE_SIZE:
+                self._parsed_cache.pop(next(iter(self._parsed_cache)))
+            self._parsed_cache[key] = found
+        return found
 
     def _closure(self, state: RegistryState, sv: SchemaVersion, depth: int = 0) -> list[Reference]:
         """The references of a referenced schema, deepest first (for parsers that need
@@ -354,7 +370,7 @@ class RegistryApi:
 
     def _parsed(self, state: RegistryState, sv: SchemaVersion) -> ParsedSchema:
         refs = self._closure(state, sv)
-        return parse(sv.schema_type, sv.schema, _unique(refs))
+        return self._parse_cached(sv.schema_type, sv.schema, _unique(refs))
 
     def _lookup(self, state: RegistryState, subject: str, request: Request) -> dict[str, Any]:
         body = _json_body(request.body)

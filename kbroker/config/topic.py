@@ -437,7 +437,7 @@ TOPIC_BROKER_SYNONYMS: dict[str, str] = {
 
 def _invalid(name: str, raw: Any, reason: str) -> ConfigError:
     return ConfigError(
-        f"invalid value {raw!r} for topic config {name}: {reason}",
+        f"Invalid value {raw} for configuration {name}: {reason}",
         setting=name,
         origin="topic config",
     )

@@ -196,7 +196,7 @@ def one_of(*allowed: str, ignore_case: bool = False) -> Validator:
 
     def check(value: Any) -> None:
         if (value.lower() if ignore_case else value) not in folded:
-            raise ValueError(f"must be one of {', '.join(allowed)}")
+            raise ValueError(f"String must be one of: {', '.join(allowed)}")
 
     return described(check, f"[{', '.join(allowed)}]" + (" (any case)" if ignore_case else ""))
 
@@ -209,7 +209,7 @@ def each_of(*allowed: str, non_empty: bool = False) -> Validator:
             raise ValueError(f"must list at least one of {', '.join(allowed)}")
         bad = [item for item in value if item not in allowed]
         if bad:
-            raise ValueError(f"{bad[0]!r} is not one of {', '.join(allowed)}")
+            raise ValueError(f"String must be one of: {', '.join(allowed)}")
 
     return described(
         check, f"a list of [{', '.join(allowed)}]" + (", not empty" if non_empty else "")

@@ -68,16 +68,17 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     )
     try:
         admin = AdminClient({"bootstrap.servers": broker.plaintext})
-        futures = admin.alter_user_scram_credentials(
-            [
-                UserScramCredentialUpsertion(
-                    SCRAM_USER, ScramCredentialInfo(mechanism, 4096), SCRAM_PASSWORD.encode()
-                )
-                for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
-            ]
-        )
-        for future in futures.values():
-            future.result(timeout=20)
+        # One request per mechanism: Kafka refuses two changes to one user in a request.
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+            futures = admin.alter_user_scram_credentials(
+                [
+                    UserScramCredentialUpsertion(
+                        SCRAM_USER, ScramCredentialInfo(mechanism, 4096), SCRAM_PASSWORD.encode()
+                    )
+                ]
+            )
+            for future in futures.values():
+                future.result(timeout=20)
         yield broker
     finally:
         broker.node.kill()

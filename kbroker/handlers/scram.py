@@ -94,7 +94,8 @@ async def alter_user_scram_credentials(
             "results": [{"user": u, "error_code": denied, "error_message": None} for u in users],
         }
     existing = ctx.broker.security.state.scram_credentials
-    pairs = Counter((change.name, change.mechanism) for change in changes)
+    # Kafka's controller takes at most one change per user in a request (any mechanisms).
+    per_user = Counter(change.name for change in changes)
     errors: dict[str, tuple[ErrorCode, str]] = {}
     order: list[str] = []
 
@@ -108,7 +109,7 @@ async def alter_user_scram_credentials(
             refuse(change.name, ErrorCode.unacceptable_credential, "Username must not be empty")
         elif mechanism is None:
             refuse(change.name, ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism")
-        elif pairs[(change.name, change.mechanism)] > 1:
+        elif per_user[change.name] > 1:
             refuse(
                 change.name,
                 ErrorCode.duplicate_resource,

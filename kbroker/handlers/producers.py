@@ -26,8 +26,9 @@ def _partition(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
     if info is None or not 0 <= index < len(info.partitions):
         out["error_code"] = E.unknown_topic_or_partition
         return out
+    # Any replica answers, as Kafka's does (Admin.describeProducers may name a follower).
     partition = ctx.broker.partitions.get(topic, index)
-    if partition is None or not partition.is_leader:
+    if partition is None:
         out["error_code"] = E.not_leader_or_follower
         return out
     out["active_producers"] = [

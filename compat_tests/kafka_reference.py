@@ -33,6 +33,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from compat_tests.broker_process import (
     api_versions_round_trip,
@@ -212,18 +213,25 @@ class ToolRunner:
         with self._lock:
             self.proc.stdin.write(line.encode())
             self.proc.stdin.flush()
-            answer: list[bytes] = []
-            reader = threading.Thread(
-                target=lambda: answer.append(self.proc.stdout.readline()),  # type: ignore[union-attr]
-                daemon=True,
-            )
+            answer: list[dict[str, Any]] = []
+            reader = threading.Thread(target=self._read_answer, args=(answer,), daemon=True)
             reader.start()
             reader.join(timeout)
-            if not answer or not answer[0]:
+            if not answer:
                 self.close()
                 raise AssertionError(f"{main} {' '.join(args)} did not finish within {timeout}s")
-        decoded = json.loads(answer[0])
-        return ToolResult(int(decoded["code"]), decoded["out"], decoded["err"])
+        return ToolResult(int(answer[0]["code"]), answer[0]["out"], answer[0]["err"])
+
+    def _read_answer(self, into: list[dict[str, Any]]) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                decoded = json.loads(raw)
+            except ValueError:
+                continue  # a line a tool's own thread wrote to the process's stdout
+            if isinstance(decoded, dict) and decoded.get("toolRunner"):
+                into.append(decoded)
+                return
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -236,6 +244,31 @@ class ToolRunner:
                 self.proc.wait(timeout=10)
         _LIVE.discard(self.proc)
         self._stderr.close()
+
+
+def run_tool_process(
+    main: str, *args: str, stdin: str = "", timeout: float = TOOL_TIMEOUT_S
+) -> ToolResult:
+    """A tool in a JVM of its own: for tools that report from a shutdown hook (the
+    verifiable producer and consumer print their last events as the JVM exits)."""
+    log4j = write_log4j2(KAFKA_DIST.parent, "WARN")
+    done = subprocess.run(
+        [
+            "java",
+            *TOOL_JVM,
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            kafka_classpath(),
+            main,
+            *args,
+        ],
+        input=stdin.encode(),
+        capture_output=True,
+        timeout=timeout,
+    )
+    return ToolResult(
+        done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+    )
 
 
 @dataclass

@@ -18,7 +18,7 @@ import org.apache.kafka.common.utils.Exit;
  * Runs Kafka's command-line tools one after another in one JVM, so a test pays the JVM's
  * start-up once. Each stdin line is a JSON object {"main": class, "args": [...], "stdin": text};
  * each answer is one JSON line {"code": exit code, "out": stdout, "err": stderr} on the real
- * stdout. A tool's Exit.exit or Exit.halt ends only that run: its first call's code is the
+ * stdout (marked "toolRunner": a tool's thread may write there too). A tool's Exit.exit or Exit.halt ends only that run: its first call's code is the
  * answer's code, even where the tool catches the exception that unwinds it and exits again.
  */
 public final class ToolRunner {
@@ -93,6 +93,7 @@ public final class ToolRunner {
                 code = firstExit;
             }
             ObjectNode answer = json.createObjectNode();
+            answer.put("toolRunner", true);
             answer.put("code", code);
             answer.put("out", out.toString(StandardCharsets.UTF_8));
             answer.put("err", err.toString(StandardCharsets.UTF_8));

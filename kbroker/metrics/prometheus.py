@@ -128,14 +128,17 @@ class BrokerCollector:
             "First offset kept, by partition.",
             labels=["topic", "partition"],
         )
-        leaders = 0
+        leaders = under_min_isr = 0
         for (topic, partition), replica in sorted(broker.replicas.hosted.items()):
             labels = [topic, str(partition)]
             plog = replica.log
             size.add_metric(labels, plog.size_bytes())
             end.add_metric(labels, plog.log_end_offset)
             start.add_metric(labels, plog.log_start_offset)
-            leaders += 1 if replica.is_leader else 0
+            if replica.is_leader:
+                leaders += 1
+                if len(replica.isr) < replica.min_insync_replicas:
+                    under_min_isr += 1
         yield from (size, end, start)
         under = offline = reassigning = 0
         for info in state.topics.values():
@@ -172,6 +175,12 @@ class BrokerCollector:
             "kafka_server_replicamanager_underreplicatedpartitions",
             "Partitions this broker leads whose ISR is smaller than their replica set.",
             value=under,
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_underminisrpartitioncount",
+            "Partitions this broker leads whose ISR is smaller than min.insync.replicas, "
+            "so producers with acks=all are refused (UnderMinIsrPartitionCount).",
+            value=under_min_isr,
         )
         lag = GaugeMetricFamily(
             "kafka_server_fetcherlagmetrics_consumerlag",

@@ -132,6 +132,19 @@ fi
 if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
   apt_missing+=(docker-compose)
 fi
+# tests/test_deploy_files.py checks the alert rules with promtool (Debian's prometheus).
+if ! command -v promtool >/dev/null 2>&1; then
+  apt_missing+=(prometheus)
+fi
+# compat_tests/test_docker_compose.py builds the image and runs the compose cluster:
+# scripts/docker-test-setup.sh starts dockerd when none runs, and makes a bookworm base
+# image with debootstrap where no registry can be reached.
+if ! command -v dockerd >/dev/null 2>&1; then
+  apt_missing+=(docker.io)
+fi
+if ! command -v debootstrap >/dev/null 2>&1; then
+  apt_missing+=(debootstrap)
+fi
 if [ ${#apt_missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -4,11 +4,14 @@ validating the compose file offline (`config` needs no daemon)."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -68,10 +71,42 @@ def test_image_entry_point_is_kbroker_and_serves_by_default():
 
 def test_image_healthcheck_asks_ready_on_the_http_listener_it_configures():
     steps = dict(final_stage())
-    check = steps["HEALTHCHECK"]
-    assert "http://127.0.0.1:9644/ready" in check
     env = dict(shlex.split(pair)[0].split("=", 1) for pair in _env_pairs(steps["ENV"]))
     assert env["KBROKER_HTTP_LISTENERS"] == "http://0.0.0.0:9644"
+    command = json.loads(steps["HEALTHCHECK"].split(" CMD ", 1)[1])
+    assert command[0] == "python"
+    # Run against a listener on another port, as a compose file or a pod configures it:
+    # healthy while /ready answers 200, unhealthy on its 503.
+    assert run_health_check(command[1:], 200) == (0, ["/ready"])
+    code, asked = run_health_check(command[1:], 503)
+    assert code != 0 and asked == ["/ready"]
+
+
+def run_health_check(args: list[str], status: int) -> tuple[int, list[str]]:
+    """(exit code, paths asked) of the check run against a server answering `status`."""
+    asked: list[str] = []
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(status)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.HTTPServer(("127.0.0.1", 0), Ready) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        listeners = f"http://0.0.0.0:{server.server_address[1]},http://0.0.0.0:1"
+        result = subprocess.run(
+            [sys.executable, *args],
+            env={**os.environ, "KBROKER_HTTP_LISTENERS": listeners},
+            capture_output=True,
+            timeout=30,
+        )
+        server.shutdown()
+    return result.returncode, asked
 
 
 def _env_pairs(text: str) -> list[str]:
@@ -168,7 +203,8 @@ def test_prometheus_scrapes_every_brokers_http_listener():
     }
     assert {t.rsplit(":", 1)[1] for t in targets} == http_ports
     hosts = {t.rsplit(":", 1)[0] for t in targets}
-    assert hosts <= set(services), "a scrape target is no compose service"
+    brokers = {n for n, s in services.items() if "KBROKER_NODE_ID" in s.get("environment", {})}
+    assert hosts == brokers, "the scrape targets are not the compose file's brokers"
     prometheus = services["prometheus"]
     config_path = binds(prometheus)["/etc/prometheus/prometheus.yml"]
     assert config_path == ROOT / "deploy/prometheus/prometheus.yml"
@@ -185,3 +221,55 @@ def test_grafana_is_provisioned_with_the_dashboard_and_the_prometheus_source():
     mounted = binds(grafana)
     assert mounted["/etc/grafana/provisioning"] == provisioning
     assert mounted[f"{path}/kbroker.json"] == ROOT / "deploy/grafana/kbroker.json"
+
+
+# -- alert rules ------------------------------------------------------------------------
+
+PROMETHEUS = ROOT / "deploy/prometheus"
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.skip("no promtool (make test installs Debian's prometheus package as root)")
+    return found
+
+
+def test_prometheus_loads_the_alert_rules_compose_mounts():
+    scrape = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    assert scrape["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    prometheus = compose_config("--profile", "monitoring")["services"]["prometheus"]
+    assert binds(prometheus)["/etc/prometheus/alerts.yml"] == PROMETHEUS / "alerts.yml"
+
+
+def test_alert_rules_pass_promtool_check():
+    result = subprocess.run(
+        [promtool(), "check", "rules", str(PROMETHEUS / "alerts.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_alert_rules_fire_as_their_unit_tests_expect():
+    result = subprocess.run(
+        [promtool(), "test", "rules", "alerts.test.yml"],
+        cwd=PROMETHEUS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_a_unit_test_that_fires_it_and_one_that_does_not():
+    rules = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    tests = yaml.safe_load((PROMETHEUS / "alerts.test.yml").read_text())["tests"]
+    checks = [c for t in tests for c in t.get("alert_rule_test", [])]
+    assert {c["alertname"] for c in checks if c.get("exp_alerts")} == alerts
+    assert {c["alertname"] for c in checks if not c.get("exp_alerts")} == alerts
+    for rule in (r for g in rules["groups"] for r in g["rules"]):
+        assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,6 +27,7 @@ from compat_tests.metrics_scrape import scrape, value
 pytestmark = pytest.mark.timeout(120)
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "kbroker.json"
+ALERTS = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "alerts.yml"
 RECORDS = 20
 VALUE = b"v" * 100
 
@@ -94,6 +96,7 @@ def test_partition_health_gauges_are_zero_on_a_healthy_single_node(metered):
     node, http, topic = metered
     samples = scrape(http)
     assert value(samples, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert value(samples, "kafka_server_replicamanager_underminisrpartitioncount") == 0
     assert value(samples, "kafka_server_replicamanager_reassigningpartitions") == 0
     assert value(samples, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
     assert value(samples, "kafka_controller_kafkacontroller_activecontrollercount") == 1
@@ -151,4 +154,16 @@ def test_every_dashboard_query_names_metrics_the_broker_exports(metered):
     exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     asked = {name for expr in dashboard_queries() for name in METRIC_NAME.findall(expr)}
     assert asked, "the dashboard asks for no metrics"
+    assert asked - exported == set()
+
+
+def test_every_alert_rule_names_metrics_the_broker_exports(metered):
+    node, http, topic = metered
+    with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    rules = yaml.safe_load(ALERTS.read_text())
+    exprs = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    asked = {name for expr in exprs for name in METRIC_NAME.findall(expr)}
+    assert len(asked) >= 8, asked
     assert asked - exported == set()

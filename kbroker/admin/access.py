@@ -441,11 +441,13 @@ def _users_delete(c: Cluster, args: argparse.Namespace, out: Output) -> int:
     if not mechanisms:
         found = describe_users(c, [args.user])
         mechanisms = [i["mechanism"] for u in found for i in u["credentials"]]
-    body = {
-        "deletions": [{"name": args.user, "mechanism": SCRAM_MECHANISMS[m]} for m in mechanisms],
-        "upsertions": [],
-    }
-    _alter_users(c, body)
+    # One request per mechanism: Kafka refuses two changes to one user in a request.
+    for m in mechanisms:
+        body = {
+            "deletions": [{"name": args.user, "mechanism": SCRAM_MECHANISMS[m]}],
+            "upsertions": [],
+        }
+        _alter_users(c, body)
     if out.json:
         out.data({"user": args.user, "deleted": mechanisms})
     else:

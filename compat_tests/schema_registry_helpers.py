@@ -19,6 +19,7 @@ def call(
     body: Any = None,
     timeout: float = 20.0,
     auth: str | None = None,
+    context: Any = None,
 ) -> tuple[int, Any]:
     """(status, parsed JSON body) of one request; JSON errors come back as their body."""
     data = (
@@ -29,7 +30,7 @@ def call(
     if auth:
         request.add_header("Authorization", auth)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             raw = response.read()
             status = response.status
     except urllib.error.HTTPError as exc:
@@ -41,11 +42,17 @@ def call(
         return status, raw.decode()
 
 
-def wait_serving(url: str, timeout: float = 20.0) -> None:
+def basic(user: str, password: str) -> str:
+    import base64
+
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def wait_serving(url: str, timeout: float = 20.0, **kwargs: Any) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            status, _ = call(url, "GET", "/subjects", timeout=2)
+            status, _ = call(url, "GET", "/subjects", timeout=2, **kwargs)
             if status == 200:
                 return
         except OSError:

@@ -48,6 +48,7 @@ class Request:
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     principal: str | None = None
+    peer: str = "*"  # the client's address, for ACLs naming hosts
 
 
 @dataclass

@@ -72,7 +72,7 @@ class RegistryFront:
         if authorizer is None:
             return True
         principal = KafkaPrincipal("User", request.principal or "ANONYMOUS")
-        host = request.headers.get("x-kbroker-peer", "*")
+        host = request.peer
         return authorizer.authorize(
             principal, host, OPERATIONS[action], ResourceType.TOPIC, SCHEMAS_TOPIC
         )

@@ -97,6 +97,8 @@ class RegistryHttpServer:
                     return
                 if request is None:
                     return
+                if isinstance(peer, tuple) and peer:
+                    request.peer = str(peer[0])
                 response = await self._answer(request)
                 await self._send(writer, response, keep_alive)
                 if not keep_alive:

@@ -107,8 +107,10 @@ def round_trip(kbroker: list[str], bootstrap: str, env: dict[str, str], cwd: Pat
     assert (record["key"], record["value"], record["offset"]) == ("k", "hello from the package", 0)
 
 
-def test_wheel_in_a_clean_venv_serves_as_the_image_does(dist: Path, tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clean virtualenv with the wheel installed (`pip install kbroker`) and nothing else."""
+    venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     (wheel,) = dist.glob("kbroker-*.whl")
     install = subprocess.run(
@@ -119,6 +121,29 @@ def test_wheel_in_a_clean_venv_serves_as_the_image_does(dist: Path, tmp_path: Pa
         env=clean_env(),
     )
     assert install.returncode == 0, install.stderr[-3000:]
+    return venv
+
+
+def installed(venv: Path) -> set[str]:
+    listing = subprocess.run(
+        [str(venv / "bin/pip"), "list", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+    )
+    return {p["name"].lower() for p in json.loads(listing.stdout)}
+
+
+def test_wheel_in_a_clean_venv_serves_as_the_image_does(venv: Path, tmp_path: Path) -> None:
+    # The wheel brings what the broker needs and none of the test extra.
+    packages = installed(venv)
+    assert {"kbroker", "kio", "pysyncobj", "cryptography", "uvloop"} <= packages
+    assert not packages & {"pytest", "confluent-kafka", "pyspark", "mypy", "ruff", "hypothesis"}
+    done = subprocess.run(
+        [str(venv / "bin/kbroker"), "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.startswith("kbroker ") and done.returncode == 0, done
 
     steps = image_steps()
     entry = json.loads(steps["ENTRYPOINT"]) + json.loads(steps["CMD"])
@@ -191,3 +216,89 @@ def test_single_file_executable_serves_and_round_trips_a_record(dist: Path, tmp_
         round_trip(command, f"127.0.0.1:{port}", env, tmp_path)
     finally:
         assert served.stop() == 0, served.tail()
+
+
+PLUGIN_USER_TESTS = """
+import json, os
+
+from kbroker.testing import kafka_broker as broker_block
+
+
+def test_a_broker_from_the_fixture(kafka_broker):
+    topic = kafka_broker.create_topic(partitions=2)
+    assert kafka_broker.produce(topic, "hello", key="k")[1] == 0
+    assert [(r.key, r.value) for r in kafka_broker.read(topic)] == [(b"k", b"hello")]
+    report("broker", kafka_broker)
+
+
+def test_a_cluster_from_the_fixture(kafka_cluster):
+    assert len(kafka_cluster.bootstrap.split(",")) == 3
+    topic = kafka_cluster.create_topic(partitions=3, replication_factor=3)
+    for i in range(6):
+        kafka_cluster.produce(topic, f"v{i}", partition=i % 3)
+    assert sorted(r.value for r in kafka_cluster.read(topic)) == [f"v{i}".encode() for i in range(6)]
+    report("cluster", kafka_cluster)
+
+
+def test_the_context_manager_for_other_runners(tmp_path):
+    with broker_block(tmp_path / "kafka") as kafka:
+        topic = kafka.create_topic("orders")
+        kafka.produce(topic, b"1")
+        assert [r.value for r in kafka.read(topic)] == [b"1"]
+        assert kafka.stop() == {1: 0}
+
+
+def report(name, server):
+    with open(os.environ["MEASURED"], "a") as out:
+        out.write(json.dumps({"name": name, "started_in": server.started_in,
+                              "rss": server.rss_bytes()}) + "\\n")
+"""
+
+
+def kbroker_processes_of(python: Path) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[0] == str(python).encode() and b"serve" in argv:
+                found.append(int(proc.name))
+    return found
+
+
+def test_pytest_plugin_from_a_venv_holding_only_kbroker_and_pytest(
+    venv: Path, tmp_path: Path
+) -> None:
+    """Another project's tests: kbroker and pytest installed, the fixtures found through the
+    pytest11 entry point, a node and a 3-node cluster started, used and stopped."""
+    install = subprocess.run(
+        [str(venv / "bin/pip"), "install", "--quiet", "pytest"],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        env=clean_env(),
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_with_kafka.py").write_text(PLUGIN_USER_TESTS)
+    measured = tmp_path / "measured.jsonl"
+    done = subprocess.run(
+        [str(venv / "bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=clean_env(MEASURED=str(measured)),
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "3 passed" in done.stdout, done.stdout
+    assert kbroker_processes_of(venv / "bin/python") == []
+    for line in measured.read_text().splitlines():
+        figures = json.loads(line)
+        print(
+            f"{figures['name']}: first Metadata answered {figures['started_in']:.2f}s "
+            f"after start, RSS {figures['rss'] / 2**20:.0f} MiB"
+        )

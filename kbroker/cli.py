@@ -50,11 +50,12 @@ def _parser(admin: bool = True) -> argparse.ArgumentParser:
     )
     if admin:
         from kbroker.admin.commands import add_admin_commands
-
-        add_admin_commands(sub)
+        from kbroker.devcluster import add_parser as add_dev_command
         from kbroker.schemas.cli import add_schemas_command
 
+        add_admin_commands(sub)
         add_schemas_command(sub)
+        add_dev_command(sub)
         completion = sub.add_parser(
             "completion", help="print a shell completion script (bash, zsh or fish)"
         )
@@ -160,6 +161,10 @@ def _main(argv: list[str] | None) -> int:
         from kbroker.schemas.cli import run_schemas_command
 
         return run_schemas_command(args)
+    if args.command == "dev":
+        from kbroker.devcluster import run as run_dev_cluster
+
+        return run_dev_cluster(args)
     if args.command != "serve":
         from kbroker.admin.commands import run_admin_command
 

@@ -1,0 +1,256 @@
+"""kbroker nodes as child processes on loopback: what `kbroker.testing` and `kbroker dev`
+start. Each node is a `python -m kbroker serve` process with its settings on the command
+line, its stderr in a log file, and a parent-death signal so it never outlives the
+process that started it. A node counts as started when it answers Metadata listing every
+node of its cluster.
+
+Nothing here imports the broker: the admin client is imported when a node is first asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+LOG_TAIL_CHARS = 4000
+_PR_SET_PDEATHSIG = 1
+
+
+class NodeStartError(RuntimeError):
+    """A node exited or did not answer Metadata in time; the message ends with its log."""
+
+
+def free_ports(count: int, taken: Iterable[int] = ()) -> list[int]:
+    """`count` distinct loopback ports that were free a moment ago (none of `taken`)."""
+    ports: list[int] = []
+    avoid = set(taken)
+    while len(ports) < count:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in avoid and port not in ports:
+            ports.append(port)
+    return ports
+
+
+def new_secret() -> str:
+    return secrets.token_hex(24)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: SIGTERM this child when the process that started it dies (even by kill -9)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def broker_environment() -> dict[str, str]:
+    """The environment without KBROKER_* settings, which would beat none of the command
+    line's but could add settings the caller never chose."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KBROKER_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class Node:
+    """One kbroker process. `settings` are broker properties (Kafka's names)."""
+
+    node_id: int
+    directory: Path
+    port: int
+    settings: dict[str, str]
+    http_port: int | None = None
+    started_in: float = 0.0  # seconds from spawn to the first Metadata answered
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _spawned_at: float = field(default=0.0, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / f"node-{self.node_id}.log"
+
+    def spawn(self, python: str | None = None) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        command = [python or sys.executable, "-m", "kbroker", "serve"]
+        for name, value in self.settings.items():
+            command += ["--override", f"{name}={value}"]
+        with self.log_path.open("ab") as log:
+            log.write(f"===== {' '.join(command)}\n".encode())
+            log.flush()
+            self._spawned_at = time.monotonic()
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=broker_environment(),
+                cwd=self.directory,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                # Its own process group: a terminal's Ctrl-C reaches the parent, which stops
+                # every node in order, not each node at once behind its back.
+                start_new_session=True,
+            )
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def answers(self, expected_nodes: int) -> bool:
+        """True once this node answers Metadata naming `expected_nodes` brokers."""
+        from kbroker.admin.client import ClientError, cluster
+        from kbroker.admin.topics import metadata
+
+        try:
+            with cluster(self.address, timeout=2.0) as c:
+                md = metadata(c, [])
+        except (ClientError, OSError):
+            return False
+        return len(md.brokers) >= expected_nodes
+
+    def wait_started(self, expected_nodes: int, deadline: float) -> None:
+        while not self.answers(expected_nodes):
+            if not self.running:
+                raise NodeStartError(
+                    f"kbroker node {self.node_id} exited with status "
+                    f"{self.proc.returncode if self.proc else '?'}\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                self.kill()
+                raise NodeStartError(
+                    f"kbroker node {self.node_id} did not answer Metadata on {self.address} "
+                    f"in time\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+        if not self.started_in:
+            self.started_in = time.monotonic() - self._spawned_at
+
+    def signal(self, signum: int) -> None:
+        if self.running and self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signum)
+
+    def wait(self, timeout: float) -> int | None:
+        """The exit status, killing the process (status None) when it outlasts `timeout`."""
+        if self.proc is None:
+            return 0
+        try:
+            return self.proc.wait(timeout=max(timeout, 0.0))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the node's process now (Linux /proc), 0 when not running."""
+        if not self.running or self.proc is None:
+            return 0
+        try:
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        except OSError:
+            return 0
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+        except OSError:
+            return "(no log)"
+
+
+def single_node(directory: Path, port: int, http_port: int | None, **settings: str) -> Node:
+    """A node that is its own controller, as `kbroker serve` runs by default."""
+    base = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "log.dirs": str(directory / "data"),
+        "http.listeners": f"http://127.0.0.1:{http_port}" if http_port else "",
+    }
+    return Node(1, directory, port, {**base, **settings}, http_port)
+
+
+def cluster_nodes(
+    directory: Path,
+    ports: list[int],
+    controller_ports: list[int],
+    http_ports: list[int] | None,
+    secret: str,
+    settings: Mapping[str, str] | None = None,
+) -> list[Node]:
+    """Nodes 1..N, each a voter of the metadata quorum and a broker, as docker-compose runs
+    them; internal topics are replicated to min(3, N) nodes so a small cluster still
+    serves groups and transactions."""
+    size = len(ports)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{controller_ports[i]}" for i in range(size))
+    replicas = str(min(3, size))
+    min_isr = str(min(2, size))
+    nodes = []
+    for i in range(size):
+        node_id = i + 1
+        http = http_ports[i] if http_ports else None
+        node_dir = directory / f"node-{node_id}"
+        base = {
+            "node.id": str(node_id),
+            "process.roles": "broker,controller",
+            "listeners": (
+                f"PLAINTEXT://127.0.0.1:{ports[i]},CONTROLLER://127.0.0.1:{controller_ports[i]}"
+            ),
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{ports[i]}",
+            "controller.listener.names": "CONTROLLER",
+            "controller.quorum.voters": voters,
+            "cluster.secret": secret,
+            "log.dirs": str(node_dir / "data"),
+            "http.listeners": f"http://127.0.0.1:{http}" if http else "",
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_isr,
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_isr,
+        }
+        nodes.append(Node(node_id, node_dir, ports[i], {**base, **(settings or {})}, http))
+    return nodes
+
+
+def start_all(nodes: list[Node], timeout: float = START_TIMEOUT_S) -> None:
+    """Spawn every node, then wait until each answers Metadata naming all of them; on
+    failure every node is killed and the error carries the failing node's log."""
+    deadline = time.monotonic() + timeout
+    try:
+        for node in nodes:
+            node.spawn()
+        for node in nodes:
+            node.wait_started(len(nodes), deadline)
+    except BaseException:
+        for node in nodes:
+            node.kill()
+        raise
+
+
+def stop_all(nodes: list[Node], timeout: float = STOP_TIMEOUT_S) -> dict[int, int | None]:
+    """SIGTERM every node at once and wait for each; one still running at the timeout is
+    killed. Returns each node's exit status (None for killed)."""
+    for node in nodes:
+        node.signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    return {node.node_id: node.wait(deadline - time.monotonic()) for node in nodes}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import kbroker
-from kbroker.cli import main
+from kbroker.cli import _parser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +50,7 @@ def test_the_version_has_one_source() -> None:
 
 def test_version_option_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        main(["--version"])
+        _parser().parse_args(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out == f"kbroker {kbroker.__version__}\n"
 
@@ -68,7 +68,7 @@ def test_a_wrong_command_line_gets_one_line(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_:
-        main(argv)
+        _parser().parse_args(argv)
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err, err

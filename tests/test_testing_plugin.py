@@ -49,7 +49,7 @@ def fixtures_defined(path: Path) -> set[str]:
 def test_the_plugin_fixtures_clash_with_none_of_the_projects() -> None:
     plugin = fixtures_defined(ROOT / "kbroker/testing/plugin.py")
     assert plugin == {"kafka_broker", "kafka_cluster"}
-    for conftest in ROOT.glob("*/conftest.py"):
+    for conftest in [ROOT / "conftest.py", *ROOT.glob("*/conftest.py")]:
         assert not plugin & fixtures_defined(conftest), conftest
 
 

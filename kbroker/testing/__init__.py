@@ -41,7 +41,7 @@ from kbroker.testing.nodes import (
 )
 
 if TYPE_CHECKING:
-    from kbroker.admin.records import Consumed
+    from kbroker.testing.records import Consumed
 
 __all__ = ["KafkaServer", "NodeStartError", "kafka_broker", "kafka_cluster"]
 
@@ -113,48 +113,32 @@ class KafkaServer:
     def produce(
         self,
         topic: str,
-        value: bytes | str,
+        value: bytes | str | None,
         key: bytes | str | None = None,
         partition: int | None = None,
+        headers: Mapping[str, bytes | str | None] | None = None,
     ) -> tuple[int, int]:
         """Write one record with acks=all; returns its (partition, offset). Keyed records
         go where Kafka's default partitioner puts them."""
         from kbroker.admin.client import cluster
-        from kbroker.admin.records import produce
+        from kbroker.testing.records import produce_one
 
-        encode = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
+        def encode(v: bytes | str | None) -> bytes | None:
+            return v.encode() if isinstance(v, str) else v
+
+        fields = [(name, encode(v)) for name, v in (headers or {}).items()]
         with cluster(self.bootstrap) as c:
-            (done,) = produce(c, topic, [(encode(key), encode(value))], partition, acks=-1)
-        return done.partition, done.offset
+            return produce_one(c, topic, encode(key), encode(value), partition, fields)
 
     def read(self, topic: str, timeout: float = 30.0) -> list[Consumed]:
         """Every record of the topic from each partition's start to its end as the call
-        begins (read_committed-free: what a read_uncommitted consumer sees), ordered by
-        partition then offset. Each has topic, partition, offset, timestamp, key, value
-        and headers."""
+        begins (as a read_uncommitted consumer sees them), ordered by partition then
+        offset. Each has topic, partition, offset, timestamp, key, value and headers."""
         from kbroker.admin.client import cluster
-        from kbroker.admin.records import _fetch_once
-        from kbroker.admin.topics import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
-        from kbroker.admin.topics import metadata as read_metadata
+        from kbroker.testing.records import read_all
 
-        found: list[Consumed] = []
         with cluster(self.bootstrap, timeout=timeout) as c:
-            md = read_metadata(c, [topic])
-            tps = [(topic, p.partition) for p in md.topics[0].partitions]
-            starts = list_offsets(c, tps, EARLIEST_TIMESTAMP)
-            ends = list_offsets(c, tps, LATEST_TIMESTAMP)
-            deadline = time.monotonic() + timeout
-            for tp in tps:
-                position = starts[tp]
-                while position < ends[tp]:
-                    got = _fetch_once(c, md.leader_address(tp), topic, tp[1], position, 0)
-                    for record in got:
-                        if record.offset < ends[tp]:
-                            found.append(record)
-                        position = record.offset + 1
-                    if not got and time.monotonic() > deadline:
-                        raise TimeoutError(f"{topic}-{tp[1]} stopped short of offset {ends[tp]}")
-        return found
+            return read_all(c, topic, timeout)
 
     def stop(self) -> dict[int, int | None]:
         """Stop every node (SIGTERM, kill after 30 s); each node's exit status."""

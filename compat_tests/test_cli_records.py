@@ -200,3 +200,27 @@ def test_serve_with_an_unknown_log_level_is_one_line_and_exit_2(tmp_path):
         "kbroker serve: unknown log level 'LOUD' (one of TRACE, DEBUG, INFO, WARN, WARNING, "
         "ERROR, FATAL, CRITICAL)"
     ]
+
+
+def test_consume_in_a_group_commits_what_it_printed_and_the_next_run_goes_on(kb, broker):
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic, group = unique_topic("cli-grp"), unique_topic("cli-group")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    produce_all(broker.bootstrap, topic, [{"value": b"%d" % i, "partition": i % 2}
+                                          for i in range(10)])  # fmt: skip
+    code, first, err = kb("consume", topic, "--group", group, "--from", "beginning", "-c", "3")
+    assert code == 0, err
+    assert len(first.splitlines()) == 3
+    # The group's committed offsets come first; --from is for partitions without one.
+    code, rest, err = kb("consume", topic, "--group", group, "--from", "beginning", "-e")
+    assert code == 0, err
+    assert sorted(first.splitlines() + rest.splitlines(), key=int) == [str(i) for i in range(10)]
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=10)
+    finally:
+        consumer.close()
+    assert [tp.offset for tp in committed] == [5, 5]
+    code, out, _ = kb("consume", topic, "--group", group, "-e")
+    assert (code, out) == (0, "")

@@ -278,10 +278,12 @@ class Cluster:
             raise ClientError("no bootstrap address given")
         self.timeout = timeout
         self.security = security
-        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self._connections: dict[tuple[str, int, str], BrokerConnection] = {}
 
-    def connection(self, host: str, port: int) -> BrokerConnection:
-        key = (host, port)
+    def connection(self, host: str, port: int, purpose: str = "") -> BrokerConnection:
+        """The connection to one broker; a `purpose` gets one of its own (a group
+        member's heartbeats and commits beside its pipelined fetches)."""
+        key = (host, port, purpose)
         conn = self._connections.get(key)
         if conn is None:
             conn = BrokerConnection(host, port, self.timeout, security=self.security)

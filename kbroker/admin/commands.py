@@ -175,12 +175,18 @@ def _add_consume(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         dest="start",
         metavar="WHERE",
         help="beginning, end, an OFFSET, -N (N before the end), @MILLIS or an ISO-8601 "
-        "time (default: end)",
+        "time (default: end, or a group's committed offsets)",
     )
     start.add_argument("--from-beginning", action="store_true", help="the same as --from beginning")
     start.add_argument("--offset", type=int, help="the same as --from OFFSET")
     consume.add_argument(
         "--partition", "-p", type=int, action="append", help="read only these (repeatable)"
+    )
+    consume.add_argument(
+        "--group",
+        "-G",
+        help="consume as a member of this consumer group (KIP-848), committing what it "
+        "prints; it starts at the group's committed offsets",
     )
     consume.add_argument("--max-messages", "-c", type=int, help="stop after this many records")
     consume.add_argument(
@@ -398,6 +404,11 @@ def run_admin_command(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except (BrokenPipeError, SystemExit):
+        raise
+    except Exception as exc:  # a broker's answer this client did not expect: one line
+        print(f"kbroker {args.command}: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 # -- topics -------------------------------------------------------------------------------
@@ -903,16 +914,36 @@ def _consume(c: Cluster, args: argparse.Namespace, out: Output) -> int:
         start = consumer.Start("offset", args.offset)
     else:
         start = consumer.Start("end")
-    positions = consumer.start_positions(c, args.topic, chosen, start)
-    fetcher = consumer.Fetcher(
-        c,
-        args.topic,
-        positions,
-        isolation_level=1 if args.isolation_level == "read_committed" else 0,
-        exit_at_end=args.exit_at_end,
-        idle_timeout_s=args.idle_timeout or None,
-    )
+
+    def make_fetcher(positions: dict[int, int]) -> consumer.Fetcher:
+        return consumer.Fetcher(
+            c,
+            args.topic,
+            positions,
+            isolation_level=1 if args.isolation_level == "read_committed" else 0,
+            exit_at_end=args.exit_at_end,
+            idle_timeout_s=args.idle_timeout or None,
+        )
+
     printer = RecordPrinter(out, args)
+    if args.group is not None:
+        if args.partition is not None:
+            raise ClientError("--partition and --group exclude each other: the group assigns")
+        from kbroker.admin.group_consumer import consume_in_group
+
+        def print_section(p: int, section: codec.Section, skip: int) -> tuple[int, int | None]:
+            n = printer.section(args.topic, p, section, skip)
+            return n, printer.after
+
+        try:
+            consume_in_group(
+                c, args.group, args.topic, start, make_fetcher, print_section,
+                lambda: printer.full,
+            )  # fmt: skip
+        finally:
+            out.note(f"Processed a total of {printer.count} messages")
+        return 0
+    fetcher = make_fetcher(consumer.start_positions(c, args.topic, chosen, start))
     try:
         with out.progress(f"consuming {args.topic}", args.max_messages, printing=True) as bar:
             for p, section, skip in fetcher.batches():
@@ -937,6 +968,7 @@ class RecordPrinter:
         separator = args.key_separator.encode().decode("unicode_escape").encode()
         self.key_sep = separator if args.print_key else None
         self.parts = consumer.compile_format(args.format) if args.format else None
+        self.after: int | None = None  # the offset after the last record printed
 
     @property
     def full(self) -> bool:
@@ -948,9 +980,11 @@ class RecordPrinter:
             text, n = codec.join_values(section.data, section.count, skip, self.key_sep, b"\n")
             self.out.write_bytes(text)
             self.count += n
+            self.after = section.next if n else None
             return n
         lines = []
         n = 0
+        self.after = None
         for delta, ts_delta, key, value, headers in codec.decode(section.data, section.count, skip):
             if self.full:
                 break
@@ -979,6 +1013,7 @@ class RecordPrinter:
                 lines.append(prefix + (value or b"") + b"\n")
             self.count += 1
             n += 1
+            self.after = offset + 1
         self.out.write_bytes(b"".join(lines))
         return n
 

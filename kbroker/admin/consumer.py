@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +118,9 @@ class Fetcher:
         self.exit_at_end = exit_at_end
         self.idle_timeout_s = idle_timeout_s
         self.done: set[int] = set()
+        # Called after each round of answers: True stops the reading (a group member
+        # whose assignment changed).
+        self.on_round: Callable[[], bool] | None = None
         md = metadata(cluster, [topic])
         self.leaders: dict[tuple[str, int], _Leader] = {}
         for p in positions:
@@ -184,6 +187,8 @@ class Fetcher:
                     for section in codec.sections(data, aborted):
                         if section.next > start:
                             yield p, section, max(0, start - section.base_offset)
+            if self.on_round is not None and self.on_round():
+                return
             if got_any:
                 idle_since = time.monotonic()
             elif (
@@ -191,6 +196,13 @@ class Fetcher:
                 and time.monotonic() - idle_since >= self.idle_timeout_s
             ):
                 return
+
+    def close(self) -> None:
+        """Read the answers still due, so the connections can carry other requests."""
+        for leader in self.leaders.values():
+            if leader.in_flight is not None:
+                leader.connection.receive(leader.in_flight)
+                leader.in_flight = None
 
     def _advance(self, leader: _Leader, answer: Any) -> tuple[int, bytes, list[tuple[int, int]]]:
         p = int(answer.partition_index)

@@ -26,7 +26,14 @@ from compat_tests.delay_proxy import DelayProxy
 from kbroker.admin.client import BrokerConnection
 
 METADATA = 3
+CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
+CREATE_ACLS, DELETE_ACLS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 30, 31, 37, 44
+TOPIC_RESOURCE, LITERAL, ANY, READ, ALLOW, SET, APPEND = 2, 3, 1, 3, 3, 0, 2
 LEADER_NOT_AVAILABLE = 5
+AUTHORIZER = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
+}
 ROUNDS = 8
 LAG_S = 0.4
 
@@ -38,7 +45,7 @@ def _uid() -> str:
 @pytest.fixture(scope="module")
 def lagging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaCluster, ClusterNode]]:
     """Three voters and node 4, a broker whose metadata lags by LAG_S."""
-    with running_cluster(tmp_path_factory.mktemp("lagging")) as cluster:
+    with running_cluster(tmp_path_factory.mktemp("lagging"), overrides=AUTHORIZER) as cluster:
         proxies = [DelayProxy((n.host, n.controller_port), LAG_S / 2) for n in cluster.nodes]
         try:
             voters = ",".join(
@@ -134,3 +141,155 @@ def test_a_producer_on_another_node_delivers_to_a_topic_as_it_is_created(
     assert all("Leader not available" in line for line in topic_errors), topic_errors
     assert log.failed == [], [KafkaError.name(e) for e in log.failed]
     assert len(log.delivered) == sent
+
+
+# -- the same race in every other handler that answers from the image -----------------------
+
+
+def _create_raw(conn: BrokerConnection, name: str, partitions: int = 1) -> Any:
+    topic = {
+        "name": name,
+        "num_partitions": partitions,
+        "replication_factor": 3,
+        "assignments": [],
+        "configs": [],
+    }
+    answer = conn.request(CREATE_TOPICS, 7, topics=[topic], timeout=15000, validate_only=False)
+    return answer.topics[0]
+
+
+def _delete_raw(conn: BrokerConnection, name: str) -> Any:
+    answer = conn.request(
+        DELETE_TOPICS, 6, topics=[{"name": name, "topic_id": None}], timeout=15000
+    )
+    return answer.responses[0]
+
+
+def _alter_raw(conn: BrokerConnection, name: str, op: int, key: str, value: str) -> Any:
+    resource = {
+        "resource_type": TOPIC_RESOURCE,
+        "resource_name": name,
+        "configs": [{"name": key, "config_operation": op, "value": value}],
+    }
+    answer = conn.request(INCREMENTAL_ALTER_CONFIGS, 1, resources=[resource], validate_only=False)
+    return answer.responses[0]
+
+
+def _describe_raw(conn: BrokerConnection, name: str, key: str) -> tuple[int, str | None]:
+    resource = {"resource_type": TOPIC_RESOURCE, "resource_name": name, "configuration_keys": [key]}
+    answer = conn.request(
+        DESCRIBE_CONFIGS,
+        4,
+        resources=[resource],
+        include_synonyms=False,
+        include_documentation=False,
+    )
+    result = answer.results[0]
+    values = [c.value for c in result.configs if c.name == key]
+    return result.error_code, values[0] if values else None
+
+
+def _connections(lagging: tuple[KafkaCluster, ClusterNode]) -> tuple[Any, Any]:
+    cluster, controller, follower = _controller_and_follower(lagging)
+    return (
+        BrokerConnection(controller.host, controller.port, 20.0, "race-controller"),
+        BrokerConnection(follower.host, follower.port, 20.0, "race-lagging"),
+    )
+
+
+def test_a_topic_just_created_elsewhere_can_be_deleted_grown_and_described_at_once(
+    lagging: tuple[KafkaCluster, ClusterNode],
+) -> None:
+    """DeleteTopics, CreatePartitions and DescribeConfigs sent to the lagging node right
+    after CreateTopics through the controller act on the new topic, as Kafka's controller
+    (which a Kafka broker forwards the first two to) would, instead of
+    UNKNOWN_TOPIC_OR_PARTITION from the lagging image."""
+    first, lagging_conn = _connections(lagging)
+    with first, lagging_conn:
+        described = f"race-describe-{_uid()}"
+        assert _create_raw(first, described).error_code == 0
+        assert _describe_raw(lagging_conn, described, "cleanup.policy") == (0, "delete")
+
+        grown = f"race-grow-{_uid()}"
+        assert _create_raw(first, grown).error_code == 0
+        topics = [{"name": grown, "count": 3, "assignments": None}]
+        answer = lagging_conn.request(
+            CREATE_PARTITIONS, 3, topics=topics, timeout=15000, validate_only=False
+        )
+        assert answer.results[0].error_code == 0, answer
+
+        deleted = f"race-delete-{_uid()}"
+        assert _create_raw(first, deleted).error_code == 0
+        assert _delete_raw(lagging_conn, deleted).error_code == 0
+
+
+def test_a_topic_just_deleted_elsewhere_can_be_created_again_at_once(
+    lagging: tuple[KafkaCluster, ClusterNode],
+) -> None:
+    """CreateTopics on the lagging node for a name deleted through the controller a
+    moment before creates it, instead of TOPIC_ALREADY_EXISTS from the lagging image."""
+    first, lagging_conn = _connections(lagging)
+    cluster = lagging[0]
+    with first, lagging_conn:
+        name = f"race-recreate-{_uid()}"
+        assert _create_raw(first, name).error_code == 0
+        cluster.wait_until(
+            lambda: _describe_raw(lagging_conn, name, "cleanup.policy")[0] == 0, 10, name
+        )
+        assert _delete_raw(first, name).error_code == 0
+        created = _create_raw(lagging_conn, name, partitions=2)
+        assert created.error_code == 0, created
+        assert created.num_partitions == 2
+
+
+def test_an_incremental_change_on_the_lagging_node_builds_on_the_one_just_made_elsewhere(
+    lagging: tuple[KafkaCluster, ClusterNode],
+) -> None:
+    """APPEND to a list config through the lagging node right after a SET through the
+    controller appends to the value just set, as Kafka's controller computes it, rather
+    than to the lagging image's value (which would undo the SET)."""
+    first, lagging_conn = _connections(lagging)
+    cluster = lagging[0]
+    with first, lagging_conn:
+        name = f"race-configs-{_uid()}"
+        assert _create_raw(first, name).error_code == 0
+        cluster.wait_until(
+            lambda: _describe_raw(lagging_conn, name, "cleanup.policy")[0] == 0, 10, name
+        )
+        assert _alter_raw(first, name, SET, "cleanup.policy", "compact").error_code == 0
+        assert _alter_raw(lagging_conn, name, APPEND, "cleanup.policy", "delete").error_code == 0
+        assert _describe_raw(first, name, "cleanup.policy") == (0, "compact,delete")
+
+
+def test_acls_just_created_elsewhere_are_deleted_through_the_lagging_node(
+    lagging: tuple[KafkaCluster, ClusterNode],
+) -> None:
+    """DeleteAcls matches in the fresh image, as Kafka's controller matches (DeleteAcls is
+    forwarded to it), so bindings created a moment ago through another node are deleted."""
+    first, lagging_conn = _connections(lagging)
+    topic = f"race-acl-{_uid()}"
+    binding = {
+        "resource_type": TOPIC_RESOURCE,
+        "resource_name": topic,
+        "resource_pattern_type": LITERAL,
+        "principal": "User:race",
+        "host": "*",
+        "operation": READ,
+        "permission_type": ALLOW,
+    }
+    acl_filter = {
+        "resource_type_filter": TOPIC_RESOURCE,
+        "resource_name_filter": topic,
+        "pattern_type_filter": LITERAL,
+        "principal_filter": None,
+        "host_filter": None,
+        "operation": ANY,
+        "permission_type": ANY,
+    }
+    with first, lagging_conn:
+        created = first.request(CREATE_ACLS, 3, creations=[binding])
+        assert created.results[0].error_code == 0, created
+        deleted = lagging_conn.request(DELETE_ACLS, 3, filters=[acl_filter])
+        result = deleted.filter_results[0]
+        assert result.error_code == 0, deleted
+        assert [m.resource_name for m in result.matching_acls] == [topic]

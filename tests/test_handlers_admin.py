@@ -58,6 +58,7 @@ class FakeController:
             brokers={b: BrokerInfo(b, "localhost", 9091 + b) for b in brokers},
         )
         self.calls: list[tuple[Any, ...]] = []
+        self.catch_ups = 0
         self.delay = 0.0
         self.fail_with: Exception | None = None
         self.fail_topic: dict[str, Exception] = {}
@@ -130,7 +131,8 @@ class FakeController:
         return [tuple(r) for r in applied.outcome if not every or r[2] != 84]
 
     async def catch_up(self) -> None:
-        await self._work("catch_up")
+        """A read barrier, not a change: counted apart from the changes in `calls`."""
+        self.catch_ups += 1
 
     async def alter_partition_reassignments(self, partitions, allow_replication_factor_change=True):
         """The real ALTER_PARTITION_REASSIGNMENTS command applied to this fake's state."""

@@ -30,12 +30,18 @@ from kbroker.controller import commands as cmd
 from kbroker.controller import leadership
 from kbroker.controller.errors import (
     ELECTION_NOT_NEEDED,
+    ELIGIBLE_LEADERS_NOT_AVAILABLE,
     INVALID_CONFIG,
     INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
+    INVALID_REPLICATION_FACTOR,
     INVALID_REQUEST,
+    NO_REASSIGNMENT_IN_PROGRESS,
     NOT_CONTROLLER,
     NOT_LEADER_OR_FOLLOWER,
+    PREFERRED_LEADER_NOT_AVAILABLE,
     REQUEST_TIMED_OUT,
+    TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     ControllerError,
@@ -67,6 +73,22 @@ ConfigValidator = Callable[[dict[str, str]], None]
 DESCRIBE_QUORUM_TIMEOUT_S = 5.0
 # Between two tries of a client's change while the quorum elects a controller.
 ELECTION_RETRY_BACKOFF_S = 0.1
+# Refusals a metadata image that lags the active controller's can explain: given only
+# after catching up (across_elections).
+STALE_IMAGE_ERRORS = frozenset(
+    {
+        UNKNOWN_TOPIC_OR_PARTITION,
+        UNKNOWN_TOPIC_ID,
+        TOPIC_ALREADY_EXISTS,
+        INVALID_PARTITIONS,
+        INVALID_REPLICATION_FACTOR,
+        INVALID_REPLICA_ASSIGNMENT,
+        NO_REASSIGNMENT_IN_PROGRESS,
+        ELECTION_NOT_NEEDED,
+        PREFERRED_LEADER_NOT_AVAILABLE,
+        ELIGIBLE_LEADERS_NOT_AVAILABLE,
+    }
+)
 # Bounds the Raft thread's construction where start() has no timeout.
 CONSTRUCT_TIMEOUT_S = 30.0
 # Between two tries of the start's first change while no quorum answers.
@@ -92,16 +114,29 @@ def across_elections(
     sees the outcome or REQUEST_TIMED_OUT, never NOT_CONTROLLER, which older clients
     (Sarama, kafka-python) do not retry. Each try validates afresh against the metadata
     of its moment, so a change the old controller committed before it died is refused
-    as already done (TOPIC_ALREADY_EXISTS), as on Kafka."""
+    as already done (TOPIC_ALREADY_EXISTS), as on Kafka.
+
+    A change is validated against this node's metadata image, which may lag the active
+    controller's by the changes committed but not applied here yet (a topic created or
+    deleted through another node a moment ago). A refusal that such a lag can explain
+    (STALE_IMAGE_ERRORS) is therefore given only after catching up with every committed
+    change and validating again, so that the answer is the one the active controller
+    would give, as Kafka's forwarding broker gets it from the controller itself."""
 
     @functools.wraps(method)
     async def retried(self: Controller, *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.commit_timeout_s
+        caught_up = False
         while True:
             try:
                 return await method(self, *args, **kwargs)
             except ControllerError as exc:
+                if exc.error_code in STALE_IMAGE_ERRORS and not caught_up and self._raft:
+                    caught_up = True
+                    if await self.try_catch_up():
+                        continue
+                    raise
                 if exc.error_code != NOT_CONTROLLER or self._raft is None:
                     raise
                 if loop.time() + ELECTION_RETRY_BACKOFF_S >= deadline:
@@ -672,6 +707,14 @@ class Controller:
         reads to it. One no-op through the Raft log."""
         self._check_can_commit()
         await self._propose(cmd.BARRIER, {"token": b""})
+
+    async def try_catch_up(self) -> bool:
+        """catch_up(), or False at once when no quorum lets it (the image stays as is)."""
+        try:
+            await self.catch_up()
+        except ControllerError:
+            return False
+        return True
 
     async def resign(self, timeout: float) -> bool:
         """If this node is the active controller, hand Raft leadership to a caught-up

@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.errors import ControllerError
-from kbroker.handlers.context import RequestContext
+from kbroker.handlers.context import RequestContext, caught_up
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.security.acl import (
@@ -179,6 +179,9 @@ async def delete_acls(ctx: RequestContext, request: requests.DeleteAclsRequest) 
     if not _cluster_allowed(ctx, Operation.ALTER):
         no = refused(ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)
         return {"throttle_time": 0, "filter_results": [no for _ in request.filters]}
+    # The bindings to delete are matched in the fresh image, as Kafka's controller
+    # matches them in its own: ACLs created through another node a moment ago included.
+    await caught_up(ctx.broker.controller)
     existing = ctx.broker.security.state.acls
     results: list[dict[str, Any]] = []
     doomed: dict[AclBinding, None] = {}

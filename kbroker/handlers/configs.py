@@ -30,7 +30,12 @@ from kbroker.config import validate_topic_configs as _validate_topic_configs
 from kbroker.controller import ControllerError
 from kbroker.controller.state import TopicInfo
 from kbroker.controller.validation import validate_topic_name
-from kbroker.handlers.context import BrokerParts, RequestContext, ShareCoordination
+from kbroker.handlers.context import (
+    BrokerParts,
+    RequestContext,
+    ShareCoordination,
+    caught_up,
+)
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.security.acl import AUTHORIZATION_FAILED, CLUSTER_NAME, Operation, ResourceType
@@ -222,11 +227,16 @@ def _config_denial(
 
 
 @handles(DESCRIBE_CONFIGS, 1)
-def describe_configs(
+async def describe_configs(
     ctx: RequestContext, request: requests.DescribeConfigsRequest
 ) -> dict[str, Any]:
     broker = ctx.broker
     include_documentation = getattr(request, "include_documentation", False)
+    topics = broker.controller.state.topics
+    if any(r.resource_type == TOPIC and r.resource_name not in topics for r in request.resources):
+        # Perhaps created through another node a moment ago (DescribeConfigs right after
+        # CreateTopics): answer from the fresh image rather than UNKNOWN_TOPIC_OR_PARTITION.
+        await caught_up(broker.controller)
     results: list[dict[str, Any]] = []
     for resource in request.resources:
         out: dict[str, Any] = {
@@ -411,6 +421,15 @@ async def _run_alters(
     return errors
 
 
+async def _catch_up_for(broker: BrokerParts, resources: Sequence[Any]) -> None:
+    """Topic and broker configs are altered from the fresh metadata image, as Kafka's
+    controller alters them from its own: an incremental change made on top of an image
+    that lags a change made through another node would undo that change, and a topic
+    created there a moment ago would be refused as unknown."""
+    if any(r.resource_type in (TOPIC, BROKER) for r in resources):
+        await caught_up(broker.controller)
+
+
 @handles(ALTER_CONFIGS, 0)
 async def alter_configs(
     ctx: RequestContext, request: requests.AlterConfigsRequest
@@ -419,6 +438,7 @@ async def alter_configs(
     broker = ctx.broker
     validate_only = request.validate_only
     resources: list[ConfigResource] = list(request.resources)
+    await _catch_up_for(broker, resources)
 
     async def alter(broker: BrokerParts, resource: ConfigResource) -> None:
         denied = _config_denial(
@@ -488,6 +508,7 @@ async def incremental_alter_configs(
     broker = ctx.broker
     validate_only = request.validate_only
     resources: list[IncrementalConfigResource] = list(request.resources)
+    await _catch_up_for(broker, resources)
 
     async def alter(broker: BrokerParts, resource: IncrementalConfigResource) -> None:
         kind = resource.resource_type

@@ -11,6 +11,7 @@ they need.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -396,3 +397,18 @@ class RequestContext:
         """CLUSTER_ACTION on the cluster: what Kafka asks of another broker's replica
         fetches, OffsetForLeaderEpoch and WriteTxnMarkers."""
         return self.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+async def caught_up(admin: TopicAdmin) -> MetadataState:
+    """The metadata image once this node has applied every change committed so far.
+
+    A refusal that rests on this node's image (a topic unknown, or known when it is gone)
+    can be an image lagging a change made through another node a moment ago; Kafka's
+    broker forwards such requests to the active controller, which has applied it. Catching
+    up (one no-op through the Raft log) before refusing gives the controller's answer. With
+    no quorum to catch up with, the image as it is."""
+    from kbroker.controller import ControllerError
+
+    with contextlib.suppress(ControllerError):
+        await admin.catch_up()
+    return admin.state

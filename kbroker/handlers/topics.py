@@ -30,7 +30,7 @@ from kbroker.handlers.configs import (
     created_topic_configs,
     validate_topic_configs,
 )
-from kbroker.handlers.context import BrokerParts, RequestContext
+from kbroker.handlers.context import BrokerParts, RequestContext, caught_up
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.protocol.messages import build, response_type
@@ -257,7 +257,9 @@ async def create_topics(
             )
         try:
             validate_topic_name(topic.name)
-            check_topic_absent(broker.controller.state, topic.name)
+            if topic.name in broker.controller.state.topics:
+                # Perhaps deleted through another node a moment ago: ask the fresh image.
+                check_topic_absent(await caught_up(broker.controller), topic.name)
         except ControllerError as exc:
             raise controller_failure(exc) from exc
         configs = _creation_configs(topic)
@@ -349,6 +351,13 @@ async def delete_topics(
     broker = ctx.broker
     state = broker.controller.state
     wanted = _requested_deletions(request)
+    if any(
+        (topic_id is not None and topic_id not in state.topics_by_id)
+        or (name is not None and topic_id is None and name not in state.topics)
+        for name, topic_id in wanted
+    ):
+        # Perhaps created through another node a moment ago: ask the fresh image.
+        state = await caught_up(broker.controller)
     if not _deletion_enabled(broker):
         code = ErrorCode.invalid_request if ctx.version < 3 else ErrorCode.topic_deletion_disabled
         err = ResourceError(code, "Topic deletion is disabled.")
@@ -448,6 +457,9 @@ async def create_partitions(
         ):
             raise ResourceError(ErrorCode.topic_authorization_failed, AUTHORIZATION_FAILED)
         info = broker.controller.state.topics.get(topic.name)
+        if info is None or topic.count <= len(info.partitions):
+            # Perhaps created or grown through another node a moment ago: the fresh image.
+            info = (await caught_up(broker.controller)).topics.get(topic.name)
         if info is None:
             raise ResourceError(
                 ErrorCode.unknown_topic_or_partition,

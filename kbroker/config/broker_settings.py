@@ -387,7 +387,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         LIST,
         ["http://127.0.0.1:9644"],
         "kbroker: http://host:port addresses "
-        "serving /metrics (Prometheus), /health and /ready. Empty disables them.",
+        "serving /metrics (Prometheus), /health and /ready from the first moment of a "
+        "start; one that cannot bind stops the start. Empty disables them.",
         _each_parsed_by(parse_http_listener, "http://host:port"),
     ),
     _d(
@@ -1066,8 +1067,10 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "initial.broker.registration.timeout.ms",
         INT,
         60000,
-        "How long a starting broker keeps trying to register with the controller quorum "
-        "(while an election is under way, say) before it gives up and exits.",
+        "How long after its start a node with a broker part keeps trying to register "
+        "with the controller quorum (waiting for a quorum of voters to run, or for an "
+        "election) before it gives up and exits. A controller-only node waits for its "
+        "quorum without limit.",
         at_least(1),
     ),
     _d(

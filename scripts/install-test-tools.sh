@@ -106,6 +106,32 @@ fetch_kafka_dist() {
 fetch_kafka_dist "${KBROKER_KAFKA_DIST:-$HOME/.cache/kbroker-test-tools/kafka-4.3}" 4.3.1
 # --- end Apache Kafka ---------------------------------------------------------------------
 
+# --- Spark's Avro functions (compat_tests/test_spark_avro_registry.py) ---------------------
+# spark-avro (from_avro/to_avro) for the installed PySpark, from Maven Central into the
+# cache; PySpark already carries Avro itself. A failed fetch only warns: the test skips.
+fetch_spark_avro() {
+  local dir="$1" version="$2" jar="spark-avro_2.13-$2.jar" repo
+  if [ -s "$dir/$jar" ]; then
+    return 0
+  fi
+  if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
+    echo "warning: fetching spark-avro needs mvn and a JDK; the Spark Avro test will skip" >&2
+    return 0
+  fi
+  repo="$(mktemp -d)"
+  if mvn -q -B dependency:get -Dmaven.repo.local="$repo" -Dtransitive=false \
+    -Dartifact="org.apache.spark:spark-avro_2.13:$version" >"$repo.log" 2>&1; then
+    mkdir -p "$dir"
+    cp "$repo/org/apache/spark/spark-avro_2.13/$version/$jar" "$dir/$jar"
+  else
+    echo "warning: could not fetch spark-avro $version; the Spark Avro test will skip" >&2
+    tail -20 "$repo.log" >&2
+  fi
+  rm -rf "$repo" "$repo.log"
+}
+fetch_spark_avro "${KBROKER_SPARK_AVRO:-$HOME/.cache/kbroker-test-tools/spark-avro}" 4.0.0
+# --- end spark-avro -----------------------------------------------------------------------
+
 # --- Debian packages: kcat, Go, Sarama (compat_tests/test_kcat.py, test_sarama.py), more ---
 # test_sarama.py builds its driver offline in GOPATH mode against Debian's Sarama source
 # under /usr/share/gocode; golang-go's recommended gcc gives Sarama its cgo zstd binding.

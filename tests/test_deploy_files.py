@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
+DOCS = ROOT / "docs" / "deployment.md"
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
@@ -273,3 +275,10 @@ def test_every_alert_has_a_unit_test_that_fires_it_and_one_that_does_not():
     for rule in (r for g in rules["groups"] for r in g["rules"]):
         assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+
+
+def test_docs_list_every_alert_rule():
+    rules = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    documented = set(re.findall(r"^\| `(Kbroker\w+)` \|", DOCS.read_text(), re.M))
+    assert documented == alerts

@@ -171,3 +171,59 @@ def test_architecture_names_only_files_and_functions_that_exist() -> None:
     assert len(refs) >= 20, "the walk should name the functions it goes through"
     absent = [f"{path}::{name}" for path, name in refs if name not in _defined_names(REPO / path)]
     assert absent == [], f"architecture.md names functions that do not exist: {absent}"
+
+
+# -- commands and settings the hand-written pages show ------------------------------------
+
+
+def _blocks(page: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", (DOCS / page).read_text(), re.S)
+
+
+def test_properties_blocks_are_settings_kbroker_accepts(tmp_path: Path) -> None:
+    from kbroker.config import load_broker_config
+
+    blocks = [b for page in ("security.md", "cluster.md") for b in _blocks(page, "properties")]
+    assert blocks
+    for block in blocks:
+        path = tmp_path / "server.properties"
+        path.write_text(block)
+        load_broker_config(path, [], {})  # raises ConfigError on what kbroker refuses
+        for line in block.splitlines():
+            name, _, value = line.partition("=")
+            assert name.strip() in BROKER_CONFIGS, name
+
+
+def test_cluster_page_commands_make_three_voters_of_one_quorum(tmp_path: Path) -> None:
+    """The three `kbroker serve` lines of docs/cluster.md, after its printf and export,
+    load as three nodes of one quorum, each a voter with its own listeners and data."""
+    import shlex
+
+    from kbroker.config import load_broker_config
+
+    [block] = [b for b in _blocks("cluster.md", "sh") if "kbroker serve" in b]
+    script = block.replace("\\\n", " ")
+    lines = [line.split("#")[0].strip() for line in script.splitlines() if line.strip()]
+    printf = shlex.split(next(line for line in lines if line.startswith("printf")))
+    properties = printf[2 : printf.index(">")]
+    (tmp_path / "cluster.properties").write_text("\n".join(properties) + "\n")
+    env = {"KBROKER_CLUSTER_SECRET": "0123456789abcdef0123456789abcdef"}
+    assert any(line.startswith("export KBROKER_CLUSTER_SECRET=") for line in lines)
+    nodes = []
+    for line in lines:
+        if not line.startswith("kbroker serve"):
+            continue
+        words = shlex.split(line)
+        config_file = tmp_path / words[words.index("--config") + 1]
+        overrides = [words[i + 1] for i, w in enumerate(words) if w == "--override"]
+        nodes.append(load_broker_config(config_file, overrides, env))
+    assert len(nodes) == 3
+    assert sorted(node.get("node.id") for node in nodes) == [1, 2, 3]
+    voters = {tuple(node.get("controller.quorum.voters")) for node in nodes}
+    assert len(voters) == 1 and len(next(iter(voters))) == 3
+    for node in nodes:
+        mine = f"{node.get('node.id')}@"
+        [voter] = [v for v in next(iter(voters)) if v.startswith(mine)]
+        assert f"CONTROLLER://{voter.split('@')[1]}" in node.get("listeners")
+    assert len({tuple(node.get("log.dirs")) for node in nodes}) == 3
+    assert len({tuple(node.get("http.listeners")) for node in nodes}) == 3

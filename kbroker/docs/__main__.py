@@ -17,7 +17,7 @@ def pages(docs: Path | None = None) -> dict[Path, Callable[[str], str]]:
     docs = DOCS if docs is None else docs
     return {
         docs / "configuration.md": lambda _old: configuration.render(),
-        docs / "compatibility.md": lambda _old: compatibility.render(),
+        docs / "compatibility.md": compatibility.with_section,
         docs / "operations.md": metrics.with_section,
     }
 

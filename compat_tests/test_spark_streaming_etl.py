@@ -1,13 +1,14 @@
 """spark_examples.streaming_etl end to end on PySpark against a real kbroker process.
 
 One run of the pipeline serves every test here, as a data engineer would run it: orders
-from the generator (simulated event time, a share of bad records) plus one record of
-each kind the pipeline must reject go into a two-partition topic. The pipeline is
-stopped in the middle of its first run (a micro-batch may be cut short), more orders
-arrive, and it is started again on the same checkpoints. Then its three outputs must
-hold exactly what the input implies: every window total once in Parquet, the same totals
-on the Kafka sink topic, and every rejected record on the dead-letter topic with its
-reason in a header.
+from the generator (simulated event time, three currencies, a share of bad records) plus
+one record of each kind the pipeline must reject go into a two-partition topic. The
+pipeline is stopped in the middle of its first run (a micro-batch may be cut short),
+more orders arrive, some of them again (as an at-least-once producer sends them), and
+it is started again on the same checkpoint. Then its three outputs must hold exactly
+what the input implies: every total per window, product and currency once in Parquet,
+each order_id counted once, the same totals on the Kafka sink topic, and every rejected
+record on the dead-letter topic with its reason in a header.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import pytest
 
 from compat_tests.broker_process import BrokerProcess, running_broker
-from compat_tests.confluent_helpers import create_topic, produce_all, unique_topic
+from compat_tests.confluent_helpers import create_topic, produce_all, unique_topic, watermarks
 from compat_tests.spark_support import (
     TEST_SPARK_CONF,
     header,
@@ -75,7 +76,21 @@ MALFORMED: list[tuple[bytes | None, str]] = [
     ),
     (json.dumps({**GOOD, "quantity": 0}).encode(), "quantity must be positive"),
     (json.dumps({**GOOD, "unit_price": -1}).encode(), "unit_price must not be negative"),
+    (
+        json.dumps({k: v for k, v in GOOD.items() if k != "currency"}).encode(),
+        "missing field currency",
+    ),
 ]
+# One product in one window sold in two currencies, one order of it produced twice: the
+# pipeline must keep EUR and USD apart and count "o-eur-2" once.
+MIXED = {**GOOD, "product_id": "p-900", "unit_price": 10.0, "ts": "2026-01-01T00:02:30Z"}
+MIXED_ORDERS = [
+    {**MIXED, "order_id": "o-eur-1", "currency": "EUR"},
+    {**MIXED, "order_id": "o-eur-2", "currency": "EUR"},
+    {**MIXED, "order_id": "o-eur-2", "currency": "EUR"},
+    {**MIXED, "order_id": "o-usd-1", "currency": "USD", "quantity": 2},
+]
+MIXED_WINDOW = "2026-01-01T00:02:00Z"
 # An order far ahead in event time: it moves the watermark past every window before it.
 CLOSER = {**GOOD, "order_id": "o-closer", "ts": "2026-01-01T00:10:00Z"}
 
@@ -115,21 +130,19 @@ def _produce(
     produce_all(bootstrap, topic, ({"key": k, "value": v} for k, v in pairs))
 
 
-def _stop_after_first_batches(queries: list[Any], timeout: float = 120.0) -> int:
-    """Stop every query once the Parquet one has committed a batch (others may be mid-batch)."""
-    parquet = queries[-1]
+def _stop_after_first_batches(query: Any, timeout: float = 120.0) -> int:
+    """Stop the query once it has committed a batch (it may be in the middle of the next)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if parquet.exception() is not None:
-            raise AssertionError(f"ETL query failed: {parquet.exception()}")
-        if len(parquet.recentProgress) >= 1:
+        if query.exception() is not None:
+            raise AssertionError(f"ETL query failed: {query.exception()}")
+        if len(query.recentProgress) >= 1:
             break
         time.sleep(0.2)
     else:
         raise AssertionError("the ETL's first run committed no batch")
-    for query in queries:
-        query.stop()
-    return len(parquet.recentProgress)
+    query.stop()
+    return len(query.recentProgress)
 
 
 @pytest.fixture(scope="module")
@@ -155,25 +168,51 @@ def outcome(
     first = streaming_etl.start(spark, cfg)
     first_run_batches = _stop_after_first_batches(first)
 
-    _produce(broker.bootstrap, source, [*generated[FIRST_RUN:], *((None, v) for v, _ in MALFORMED)])
+    # Sent again, as a producer retrying after a lost acknowledgement would: the last
+    # order of the first run's input (read before the restart or not), and one of the
+    # second run's own.
+    again = [
+        next(pair for pair in reversed(generated[:FIRST_RUN]) if _expected_totals([pair])),
+        next(pair for pair in generated[FIRST_RUN + 5 :] if _expected_totals([pair])),
+    ]
+    _produce(
+        broker.bootstrap,
+        source,
+        [
+            *generated[FIRST_RUN:],
+            *again,
+            *((b"c-x", json.dumps(order).encode()) for order in MIXED_ORDERS),
+            *((None, v) for v, _ in MALFORMED),
+        ],
+    )
     _produce(broker.bootstrap, source, [(b"c-x", json.dumps(CLOSER).encode())])
     second_cfg = streaming_etl.EtlConfig(**{**cfg.__dict__, "max_offsets_per_trigger": 100_000})
     second = streaming_etl.start(spark, second_cfg)
-    for query in second:
-        query.awaitTermination(180)
-        assert query.exception() is None, f"{query.name} failed: {query.exception()}"
-    parquet_progress = second[-1].recentProgress
-    start_offsets = offsets_of(parquet_progress[0]["sources"][0]["startOffset"])[source]
+    second.awaitTermination(180)
+    assert second.exception() is None, f"the ETL failed: {second.exception()}"
+    progress = second.recentProgress
+    start_offsets = offsets_of(progress[0]["sources"][0]["startOffset"])[source]
     rows = [row.asDict() for row in spark.read.parquet(str(cfg.parquet_dir)).collect()]
-    return EtlOutcome(cfg, generated, rows, start_offsets, first_run_batches)
+    produced = [
+        *generated,
+        *again,
+        *((b"c-x", json.dumps(order).encode()) for order in MIXED_ORDERS),
+    ]  # and CLOSER, whose window the watermark never passes
+    outcome = EtlOutcome(cfg, produced, rows, start_offsets, first_run_batches)
+    outcome.extra["second_run_progress"] = progress
+    outcome.extra["again"] = again
+    return outcome
 
 
-def _expected_totals(
-    generated: list[tuple[bytes, bytes]],
-) -> dict[tuple[str, str], tuple[int, int, Decimal]]:
-    """(window start, product) → (orders, units, revenue) from the valid generated orders."""
-    totals: dict[tuple[str, str], tuple[int, int, Decimal]] = {}
-    for _key, value in generated:
+Totals = dict[tuple[str, str, str], tuple[int, int, Decimal]]
+
+
+def _expected_totals(produced: list[tuple[bytes, bytes]]) -> Totals:
+    """(window start, product, currency) → (orders, units, revenue) from the valid
+    orders produced, each order_id counted once."""
+    totals: Totals = {}
+    seen: set[str] = set()
+    for _key, value in produced:
         try:
             order = json.loads(value)
         except ValueError:
@@ -182,28 +221,65 @@ def _expected_totals(
             continue
         if not isinstance(order["quantity"], int) or order["quantity"] <= 0:
             continue
+        if order["order_id"] in seen:
+            continue
+        seen.add(order["order_id"])
         ts = datetime.fromisoformat(order["ts"].replace("Z", "+00:00"))
         window = ts.replace(second=0, microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-        n, units, revenue = totals.get((window, order["product_id"]), (0, 0, Decimal(0)))
+        key = (window, order["product_id"], order["currency"])
+        n, units, revenue = totals.get(key, (0, 0, Decimal(0)))
         line = Decimal(str(order["unit_price"])).quantize(Decimal("0.01")) * order["quantity"]
-        totals[(window, order["product_id"])] = (n + 1, units + order["quantity"], revenue + line)
+        totals[key] = (n + 1, units + order["quantity"], revenue + line)
     return totals
 
 
-def test_parquet_output_counts_every_valid_order_once_across_a_restart(outcome: EtlOutcome) -> None:
-    got = {
+def _parquet_totals(outcome: EtlOutcome) -> Totals:
+    return {
         (
             row["window_start"].replace(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             row["product_id"],
-        ): (
-            row["orders"],
-            row["units"],
-            row["revenue"],
-        )
+            row["currency"],
+        ): (row["orders"], row["units"], row["revenue"])
         for row in outcome.parquet_rows
     }
-    assert len(got) == len(outcome.parquet_rows), "a window and product written twice"
+
+
+def test_parquet_output_counts_every_valid_order_once_across_a_restart(outcome: EtlOutcome) -> None:
+    got = _parquet_totals(outcome)
+    assert len(got) == len(outcome.parquet_rows), "a window, product and currency written twice"
     assert got == _expected_totals(outcome.generated)
+
+
+def test_currencies_are_kept_apart_and_an_order_sent_twice_is_counted_once(
+    outcome: EtlOutcome,
+) -> None:
+    got = _parquet_totals(outcome)
+    assert got[(MIXED_WINDOW, "p-900", "EUR")] == (2, 2, Decimal("20.00"))
+    assert got[(MIXED_WINDOW, "p-900", "USD")] == (1, 2, Decimal("20.00"))
+    assert {k[2] for k in got} == {"EUR", "GBP", "USD"}
+    # The generated orders that were produced twice are in their totals once.
+    expected = _expected_totals(outcome.generated)
+    for pair in outcome.extra["again"]:
+        [key] = _expected_totals([pair])
+        assert got[key] == expected[key]
+        doubled = _expected_totals([*outcome.generated, (b"", pair[1].replace(b'"o-', b'"x-'))])
+        assert got[key] != doubled[key]
+
+
+def test_one_query_with_one_checkpoint_feeds_every_sink(
+    broker: BrokerProcess, outcome: EtlOutcome
+) -> None:
+    """The three sinks advance together: one query, one checkpoint, one source whose
+    last batch ends at the end of the topic."""
+    checkpoints = outcome.cfg.output / "checkpoints"
+    assert [d.name for d in checkpoints.iterdir()] == [streaming_etl.QUERY_NAME]
+    progress = outcome.extra["second_run_progress"]
+    assert all(len(p["sources"]) == 1 for p in progress)
+    end = offsets_of(progress[-1]["sources"][0]["endOffset"])[outcome.cfg.source]
+    topic_end = {
+        str(p): watermarks(broker.bootstrap, outcome.cfg.source, p)[1] for p in range(PARTITIONS)
+    }
+    assert end == topic_end
 
 
 def test_restart_resumes_from_the_checkpointed_offsets(outcome: EtlOutcome) -> None:
@@ -226,8 +302,8 @@ def test_kafka_sink_topic_carries_each_window_total_keyed_by_window_and_product(
         tuple(key.split("|")): (v["orders"], v["units"], Decimal(str(v["revenue"])))
         for key, v in latest.items()
     }
-    expected = {k: (n, u, r) for k, (n, u, r) in _expected_totals(outcome.generated).items()}
-    assert got == expected
+    assert all(v["currency"] == key.split("|")[2] for key, v in latest.items())
+    assert got == _expected_totals(outcome.generated)
 
 
 def test_malformed_input_goes_to_the_dead_letter_topic_with_its_reason_in_a_header(
@@ -266,7 +342,7 @@ def test_the_etl_command_stops_on_sigterm_and_says_how_to_resume(
         "--source", source, "--sink", unique_topic("rev"), "--dead-letter", unique_topic("dlq"),
         "--interval", "1 second",
     ]  # fmt: skip
-    committed = tmp_path / "checkpoints" / "revenue-to-parquet" / "commits" / "0"
+    committed = tmp_path / "checkpoints" / streaming_etl.QUERY_NAME / "commits" / "0"
     # The test session's JVM settings, through the variable PySpark reads at launch.
     java = TEST_SPARK_CONF["spark.driver.extraJavaOptions"]
     env = {

@@ -7,7 +7,8 @@ An order is one JSON object per Kafka record, keyed by customer::
      "ts": "2026-11-24T15:00:00.123Z"}
 
 ``ts`` is when the order was placed (event time, which windows use); the Kafka record's
-own timestamp is when it was produced. Money is a decimal, so sums are exact.
+own timestamp is when it was produced. Money is a decimal, so sums are exact, and it is
+in the order's ``currency``: amounts in different currencies are never added together.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 # Fields an order cannot do without, checked in this order for the dead-letter reason.
-REQUIRED = ("order_id", "customer_id", "product_id", "quantity", "unit_price", "ts")
+REQUIRED = ("order_id", "customer_id", "product_id", "quantity", "unit_price", "currency", "ts")
 CORRUPT = "_corrupt_record"
 REASON_HEADER = "dlq.reason"
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"  # the Kafka source's and sink's

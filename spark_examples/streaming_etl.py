@@ -1,25 +1,47 @@
-"""Streaming ETL: orders in, revenue per product and minute out, bad records set aside.
+"""Streaming ETL: orders in, revenue per product, currency and minute out, bad records set aside.
 
     python -m spark_examples.streaming_etl --bootstrap 127.0.0.1:9092 --output /tmp/etl
 
-    orders ──parse (schema)──┬─ rejected ──────────────────────────→ orders-dead-letter
-                             │   (original record + dlq.reason header)
-                             └─ valid ─ watermark ─ window(ts) per product ─┬→ order-revenue
-                                                                            └→ Parquet files
+    orders ─parse (schema)─┬─ rejected ─────────────────────────────────────┐
+                           │   (original record + dlq.reason header)        │ one query,
+                           └─ valid ─ watermark ─ drop duplicate order_ids ─┤ one offset
+                                      ─ window(ts) per product and currency ┘ range a batch
+                                                                            │
+                      foreachBatch ─┬→ orders-dead-letter (rejected records)
+                                    ├→ order-revenue (window totals, keyed)
+                                    └→ Parquet, one directory per batch
 
-Three streaming queries share the parsing and each keeps its own checkpoint under
-``--output``/checkpoints, so stopping the job at any moment and starting it again with
-the same ``--output`` resumes each of them where it stopped: the Kafka source offsets and
-the aggregation state are in the checkpoint, a batch that did not finish runs again.
+One streaming query with one checkpoint (``--output``/checkpoints/orders-etl) feeds
+every sink: each micro-batch is one range of source offsets, both branches (revenue
+and dead letters) are computed from it, and ``foreachBatch`` writes the batch's rows to
+the three sinks, so they advance together. (Spark executes the two branches of the
+plan as two scans of that same range; a query cannot share one scan between a
+stateful and a stateless branch.) Stopping the job at any moment and starting it again
+with the same ``--output`` resumes where it stopped: the source offsets and the
+deduplication and aggregation state are in the checkpoint, and a batch that did not
+finish runs again with the same input and state, so it produces the same output.
+
+The figures are right for an at-least-once producer and a shop that sells in several
+currencies:
+
+- Revenue is summed per currency (EUR, GBP and USD are kept apart, never added), so a
+  row is (window, product, currency) → orders, units, revenue in that currency.
+- An order produced twice (a producer retry, a replayed batch) is counted once: orders
+  are deduplicated by ``order_id`` within the watermark
+  (``dropDuplicatesWithinWatermark``); a copy arriving later than the watermark is
+  dropped as late data, as every late order is.
 
 What a restart guarantees, per sink:
 
-- Parquet (``--output``/revenue): exactly once. The file sink commits each batch's
-  files in its ``_spark_metadata`` log; a re-run batch replaces, never adds. Read it with
-  ``spark.read.parquet`` (which honours that log), not by listing files.
+- Parquet (``--output``/revenue): exactly once. Each batch's rows are written to a
+  staging directory and renamed to ``revenue/batch_id=<n>`` (replacing what an earlier
+  attempt of the same batch left), so a re-run batch replaces, never adds. Read it with
+  ``spark.read.parquet`` (``batch_id`` becomes a column; directories starting with
+  ``_`` are skipped).
 - Kafka (``order-revenue``): at least once, as Spark's Kafka sink promises. A window's
-  row is keyed ``<window start>|<product>`` and carries the same value if written twice,
-  so a compacted topic or a consumer that keeps the last value per key sees it once.
+  row is keyed ``<window start>|<product>|<currency>`` and carries the same value if
+  written twice, so a compacted topic or a consumer that keeps the last value per key
+  sees it once.
 - Dead letters: at least once, with the source topic/partition/offset in headers to
   deduplicate by.
 
@@ -42,6 +64,18 @@ from spark_examples import connector, orders
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+QUERY_NAME = "orders-etl"
+REVENUE, DEAD_LETTER = "revenue", "dead-letter"  # the kinds of row the one query emits
+REVENUE_COLUMNS = (
+    "window_start",
+    "window_end",
+    "product_id",
+    "currency",
+    "orders",
+    "units",
+    "revenue",
+)
 
 
 @dataclass(frozen=True)
@@ -83,12 +117,14 @@ def read_orders(spark: SparkSession, cfg: EtlConfig) -> DataFrame:
 
 
 def revenue_per_window(valid: DataFrame, cfg: EtlConfig) -> DataFrame:
-    """Orders, units and revenue per product and event-time window."""
+    """Orders, units and revenue per product, currency and event-time window, each
+    order_id counted once within the watermark."""
     from pyspark.sql import functions as F
 
     return (
         valid.withWatermark("ts", cfg.watermark)
-        .groupBy(F.window("ts", cfg.window).alias("window"), "product_id")
+        .dropDuplicatesWithinWatermark(["order_id"])
+        .groupBy(F.window("ts", cfg.window).alias("window"), "product_id", "currency")
         .agg(
             F.count("*").alias("orders"),
             F.sum("quantity").alias("units"),
@@ -98,6 +134,7 @@ def revenue_per_window(valid: DataFrame, cfg: EtlConfig) -> DataFrame:
             F.col("window.start").alias("window_start"),
             F.col("window.end").alias("window_end"),
             "product_id",
+            "currency",
             "orders",
             "units",
             "revenue",
@@ -106,50 +143,82 @@ def revenue_per_window(valid: DataFrame, cfg: EtlConfig) -> DataFrame:
 
 
 def as_kafka_records(revenue: DataFrame) -> DataFrame:
-    """One record per window and product, keyed so a rewrite replaces rather than adds."""
+    """One record per window, product and currency, keyed so a rewrite replaces rather
+    than adds."""
     from pyspark.sql import functions as F
 
     key = F.concat_ws(
-        "|", F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ssXXX"), F.col("product_id")
+        "|",
+        F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ssXXX"),
+        F.col("product_id"),
+        F.col("currency"),
     )
     return revenue.select(key.alias("key"), F.to_json(F.struct("*")).alias("value"))
 
 
-def start(spark: SparkSession, cfg: EtlConfig) -> list[StreamingQuery]:
-    """Start the three queries (dead letters, Kafka sink, Parquet sink) and return them."""
+def etl_stream(spark: SparkSession, cfg: EtlConfig) -> DataFrame:
+    """The one stream the query runs: window totals and rejected records of the same
+    source offsets, told apart by ``kind``."""
+    from pyspark.sql import functions as F
+
     parsed = read_orders(spark, cfg)
     revenue = revenue_per_window(orders.valid_orders(parsed), cfg)
+    dead = orders.dead_letters(parsed)
+    return revenue.withColumn("kind", F.lit(REVENUE)).unionByName(
+        dead.withColumn("kind", F.lit(DEAD_LETTER)), allowMissingColumns=True
+    )
 
-    def writer(frame: DataFrame, name: str):  # type: ignore[no-untyped-def]
-        w = frame.writeStream.queryName(name).option("checkpointLocation", cfg.checkpoint(name))
-        if cfg.available_now:
-            return w.trigger(availableNow=True)
-        return w.trigger(processingTime=cfg.interval)
 
-    kafka = {"kafka.bootstrap.servers": cfg.bootstrap}
-    dead = (
-        writer(orders.dead_letters(parsed), "dead-letters")
-        .format("kafka")
-        .options(**kafka)
-        .option("topic", cfg.dead_letter)
-        .start()
-    )
-    to_kafka = (
-        writer(as_kafka_records(revenue), "revenue-to-kafka")
-        .format("kafka")
-        .options(**kafka)
-        .option("topic", cfg.sink)
+def write_parquet_batch(batch: DataFrame, directory: str, batch_id: int) -> None:
+    """Write one batch's rows as ``directory/batch_id=<n>``, whole or not at all: into
+    a staging directory first, then renamed into place (through Hadoop's FileSystem, so
+    any path Spark can write works), replacing an earlier attempt of the same batch."""
+    spark = batch.sparkSession
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    hadoop_path = jvm.org.apache.hadoop.fs.Path
+    target = hadoop_path(f"{directory}/batch_id={batch_id}")
+    staging = hadoop_path(f"{directory}/_staging/batch_id={batch_id}")
+    batch.write.mode("overwrite").parquet(staging.toString())
+    fs = target.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    if fs.exists(target):
+        fs.delete(target, True)
+    if not fs.rename(staging, target):
+        raise OSError(f"could not rename {staging.toString()} to {target.toString()}")
+
+
+def write_batch(cfg: EtlConfig, batch: DataFrame, batch_id: int) -> None:
+    """foreachBatch: one micro-batch of the stream to its three sinks."""
+    from pyspark.sql import functions as F
+
+    batch.persist()
+    try:
+        kafka = {"kafka.bootstrap.servers": cfg.bootstrap}
+        dead = batch.where(F.col("kind") == DEAD_LETTER).select("key", "value", "headers")
+        if not dead.isEmpty():
+            dead.write.format("kafka").options(**kafka).option("topic", cfg.dead_letter).save()
+        revenue = batch.where(F.col("kind") == REVENUE).select(*REVENUE_COLUMNS)
+        if revenue.isEmpty():
+            return
+        write_parquet_batch(revenue, str(cfg.parquet_dir), batch_id)
+        as_kafka_records(revenue).write.format("kafka").options(**kafka).option(
+            "topic", cfg.sink
+        ).save()
+    finally:
+        batch.unpersist()
+
+
+def start(spark: SparkSession, cfg: EtlConfig) -> StreamingQuery:
+    """Start the query (one source, one checkpoint, three sinks) and return it."""
+    writer = (
+        etl_stream(spark, cfg)
+        .writeStream.queryName(QUERY_NAME)
+        .option("checkpointLocation", cfg.checkpoint(QUERY_NAME))
         .outputMode("append")
-        .start()
+        .foreachBatch(lambda batch, batch_id: write_batch(cfg, batch, batch_id))
     )
-    to_parquet = (
-        writer(revenue, "revenue-to-parquet")
-        .format("parquet")
-        .option("path", str(cfg.parquet_dir))
-        .outputMode("append")
-        .start()
-    )
-    return [dead, to_kafka, to_parquet]
+    if cfg.available_now:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime=cfg.interval).start()
 
 
 def run(spark: SparkSession, cfg: EtlConfig, stop: threading.Event | None = None) -> bool:
@@ -160,25 +229,22 @@ def run(spark: SparkSession, cfg: EtlConfig, stop: threading.Event | None = None
     a blocking wait inside the JVM cannot be interrupted cleanly.
     """
     stop = stop or threading.Event()
-    queries = start(spark, cfg)
+    query = start(spark, cfg)
     try:
         while not stop.is_set():
-            if cfg.available_now:
-                if all(query.awaitTermination(1) for query in queries):
-                    return True
-            elif spark.streams.awaitAnyTermination(1):
-                return True  # a query ended without an error: nothing more to wait for
+            if query.awaitTermination(1):
+                return True  # it ended without an error: nothing more to wait for
         return False
     finally:
-        for query in queries:
-            query.stop()
+        query.stop()
 
 
 def parse_args(argv: list[str] | None = None) -> EtlConfig:
     parser = argparse.ArgumentParser(
         prog="python -m spark_examples.streaming_etl",
-        description="Orders → dead letters, and revenue per product and window to Kafka "
-        "and Parquet; restart with the same --output to resume.",
+        description="Orders → dead letters, and revenue per product, currency and window "
+        "(each order_id counted once) to Kafka and Parquet; restart with the same --output "
+        "to resume.",
     )
     parser.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
     parser.add_argument("--output", type=Path, required=True, help="Parquet and checkpoints")
@@ -218,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     if not run(spark, cfg, stop):
-        # The queries have stopped; their checkpoints hold where each one was.
+        # The query has stopped; its checkpoint holds where it was.
         print(f"stopped; run again with --output {cfg.output} to resume", file=sys.stderr)
 
 

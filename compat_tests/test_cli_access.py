@@ -165,3 +165,19 @@ def test_quotas_alter_and_describe_users_clients_and_defaults(kb):
     assert kb("quotas", "alter", "--user", "alice", "--delete", "producer_byte_rate")[0] == 0
     code, out, _ = kb("quotas", "describe", "--user", "alice", "--strict", "-o", "json")
     assert json.loads(out) == []
+
+
+def test_produce_and_consume_over_sasl_ssl_and_a_missing_acl_is_named(kb):
+    assert kb("topics", "create", "audit-log", "--partitions", "2")[0] == 0
+    lines = "".join(f"event-{i}\n" for i in range(500))
+    code, _, err = kb("produce", "audit-log", stdin=lines)
+    assert code == 0, err
+    code, _, err = kb("produce", "audit-log", "--acks", "0", stdin="fire-and-forget\n")
+    assert code == 0 and "Sent 1 records" in err
+    code, out, err = kb("consume", "audit-log", "--from", "beginning", "-e")
+    assert code == 0, err
+    assert sorted(out.splitlines()) == sorted([*lines.split(), "fire-and-forget"])
+    code, _, err = kb("produce", "audit-log", as_user="carol", stdin="sneaky\n")
+    assert code == 1
+    (line,) = err.strip().splitlines()
+    assert line.startswith("kbroker produce: topic audit-log: TOPIC_AUTHORIZATION_FAILED")

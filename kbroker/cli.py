@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import os
@@ -76,6 +75,8 @@ def _log_level(name: str) -> str:
 
 def _install_event_loop(choice: str) -> None:
     """uvloop roughly doubles the request rate of the stock loop; use it when present."""
+    import asyncio
+
     if choice == "asyncio":
         return
     try:
@@ -86,6 +87,8 @@ def _install_event_loop(choice: str) -> None:
 
 
 async def _serve(config) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
     from kbroker.broker import Broker
     from kbroker.controller_node import ControllerNode
 
@@ -195,6 +198,8 @@ def _main(argv: list[str] | None) -> int:
         return 2
     _log_inert_settings(config)
     _install_event_loop(args.event_loop)
+    import asyncio
+
     from kbroker.controller.errors import ControllerStartError
     from kbroker.storage.meta_properties import MetaPropertiesError
 

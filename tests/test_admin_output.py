@@ -37,16 +37,17 @@ def test_progress_is_drawn_on_a_terminal_stderr_only():
     err = Terminal()
     with Output(out=io.StringIO(), err=err).progress("producing", total=4) as bar:
         advance(bar, 4)
-        assert not bar.disable
+        assert bar is not None and not bar.disable
         assert bar.tasks[0].completed == 4
     quiet = io.StringIO()
     with Output(out=io.StringIO(), err=quiet).progress("producing", total=4) as bar:
-        assert bar.disable
+        assert bar is None
+        advance(bar, 4)
     assert quiet.getvalue() == ""
 
 
 def test_progress_stays_off_while_records_print_to_the_same_terminal():
     with Output(out=Terminal(), err=Terminal()).progress("consuming", 4, printing=True) as bar:
-        assert bar.disable
+        assert bar is None
     with Output(out=io.StringIO(), err=Terminal()).progress("consuming", 4, printing=True) as bar:
-        assert not bar.disable
+        assert bar is not None and not bar.disable

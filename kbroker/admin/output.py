@@ -15,11 +15,12 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+if TYPE_CHECKING:  # rich is imported when a table or a bar is drawn: a pipe needs neither
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
 
 WIDE = 100_000  # off a terminal, never wrap or truncate a row
 
@@ -29,6 +30,8 @@ def _cell(value: object) -> str:
 
 
 def _rich_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> Table:
+    from rich.table import Table
+
     table = Table(
         box=None, pad_edge=False, padding=(0, 2, 0, 0), show_edge=False, header_style="bold"
     )
@@ -41,6 +44,8 @@ def _rich_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> Tab
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """The table as plain text: columns padded to their widest cell, two spaces apart."""
+    from rich.console import Console
+
     buffer = io.StringIO()
     Console(file=buffer, width=WIDE, color_system=None, highlight=False).print(
         _rich_table(headers, rows)
@@ -61,6 +66,8 @@ class Output:
         return self.format == "json"
 
     def _console(self, stream: TextIO) -> Console:
+        from rich.console import Console
+
         terminal = stream.isatty()
         return Console(
             file=stream, width=None if terminal else WIDE, highlight=False, soft_wrap=True
@@ -100,10 +107,22 @@ class Output:
     @contextmanager
     def progress(
         self, description: str, total: int | None, printing: bool = False
-    ) -> Iterator[Progress]:
-        """A progress bar on stderr while the block runs; invisible off a terminal, and
+    ) -> Iterator[Progress | None]:
+        """A progress bar on stderr while the block runs; none (None) off a terminal, and
         when the block `printing` results to stdout on the same terminal (a bar redrawn
         between the lines would garble them: piped output gets the bar)."""
+        if not self.err.isatty() or (printing and self.out.isatty()):
+            yield None
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -111,13 +130,13 @@ class Output:
             TimeElapsedColumn(),
             console=Console(file=self.err),
             transient=True,
-            disable=not self.err.isatty() or (printing and self.out.isatty()),
         )
         with bar:
             bar.add_task(description, total=total)
             yield bar
 
 
-def advance(bar: Progress, n: int = 1) -> None:
-    """Move the bar's only task on by `n`."""
-    bar.advance(bar.task_ids[0], n)
+def advance(bar: Progress | None, n: int = 1) -> None:
+    """Move the bar's only task on by `n` (nothing without a bar)."""
+    if bar is not None:
+        bar.advance(bar.task_ids[0], n)

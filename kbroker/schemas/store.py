@@ -69,12 +69,19 @@ def schema_key(subject: str, version: int) -> bytes:
     return _dump({"keytype": SCHEMA, "subject": subject, "version": version, "magic": 1})
 
 
+def _subject_key(keytype: str, subject: str | None) -> bytes:
+    # Confluent's keys leave an empty subject (the global config or mode) out.
+    if subject:
+        return _dump({"keytype": keytype, "subject": subject, "magic": 0})
+    return _dump({"keytype": keytype, "magic": 0})
+
+
 def config_key(subject: str | None) -> bytes:
-    return _dump({"keytype": CONFIG, "subject": subject, "magic": 0})
+    return _subject_key(CONFIG, subject)
 
 
 def mode_key(subject: str | None) -> bytes:
-    return _dump({"keytype": MODE, "subject": subject, "magic": 0})
+    return _subject_key(MODE, subject)
 
 
 def delete_subject_key(subject: str) -> bytes:
@@ -127,13 +134,13 @@ class RegistryState:
             if kind == SCHEMA:
                 self._apply_schema(key, k, v)
             elif kind == CONFIG:
-                subject = k.get("subject")
+                subject = k.get("subject") or None
                 if v is None:
                     self.configs.pop(subject, None)
                 else:
                     self.configs[subject] = dict(v)
             elif kind == MODE:
-                subject = k.get("subject")
+                subject = k.get("subject") or None
                 if v is None:
                     self.modes.pop(subject, None)
                 else:
@@ -146,10 +153,12 @@ class RegistryState:
             elif kind == CLEAR_SUBJECT:
                 if v is not None:
                     versions = self.subjects.get(v["subject"], {})
-                    for number in [
-                        n for n, sv in versions.items() if sv.deleted and n <= int(v["version"])
-                    ]:
+                    upto = int(v.get("version", 2**31 - 1))
+                    cleared = [n for n, sv in versions.items() if sv.deleted and n <= upto]
+                    for number in cleared:
                         self._forget(versions.pop(number))
+                    if not versions:
+                        self.subjects.pop(v["subject"], None)
             elif kind == NOOP:
                 if isinstance(v, dict):
                     self.max_id = max(self.max_id, int(v.get("max_id", 0)))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bench import report as report_mod
 from bench.peers import (
+    KafkaPeer,
     KbrokerPeer,
     MockPeer,
     Peer,
@@ -33,12 +34,20 @@ from bench.procs import (
 )
 from bench.results import Report
 
-ALL_PEERS = ("kbroker", "mock", "redis")
+ALL_PEERS = ("kbroker", "kafka", "mock", "redis")
 ALL_WORKLOADS = ("produce", "consume", "oneatatime", "memory", "partitions")
 SIZES = {"100 B": 100, "1 KiB": 1024}
 TOPICS = {"100 B": "bench-100b", "1 KiB": "bench-1kib"}
 ONE_AT_A_TIME_TOPIC = "bench-oneatatime"
 MANY_TOPIC = "bench-many"
+# Kafka's own defaults but for what a one-node test cluster needs.
+KAFKA_SETTINGS = {
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+}
 MANY_PER_PARTITION = 10  # 100-byte records written to each partition of the many-partition topic
 
 
@@ -344,10 +353,11 @@ class Runner:
         plan = self.plan
         peer = KbrokerPeer("kbroker", plan.workdir, source=self.plan.kbroker_source)
         try:
-            peer.start()
+            first, _ = peer.start()
         except PeerUnavailable as exc:
             self.skip("kbroker", str(exc))
             return
+        self.record_startup(peer, "kbroker", first)
         print(f"kbroker at {peer.bootstrap} (pid {peer.pid})", flush=True)
         try:
             kafka_load.create_topics(peer.bootstrap, self.bench_topics())
@@ -426,6 +436,65 @@ class Runner:
             self.report.add(
                 "kbroker", "partitions", f"{n} partitions", figures, note=f"failed: {exc}"
             )
+            traceback.print_exc()
+        finally:
+            peer.stop()
+
+    def record_startup(self, peer: Peer, label: str, first: float) -> None:
+        """Seconds from launch to the first answered Metadata, and RSS then (first round)."""
+        if self.report.round:
+            return
+        figures = {
+            "first_metadata_s": round(first, 3),
+            "rss_idle_mib": round(peer.memory().rss_mib, 1),
+        }
+        self.report.add(label, "startup", "empty", figures)
+        print(f"  {label:14} startup     {figures}", flush=True)
+
+    # -- Apache Kafka ------------------------------------------------------------------
+
+    def run_kafka(self) -> None:
+        """Apache Kafka 4.3 as a peer: the same workloads as kbroker, then fsync-before-ack."""
+        from bench import kafka_load
+
+        plan = self.plan
+        peer = KafkaPeer("kafka", plan.workdir, overrides=KAFKA_SETTINGS)
+        try:
+            first, _ = peer.start()
+        except PeerUnavailable as exc:
+            self.skip("kafka", str(exc))
+            return
+        self.record_startup(peer, "kafka", first)
+        print(f"Apache Kafka at {peer.bootstrap} (pid {peer.pid})", flush=True)
+        try:
+            kafka_load.create_topics(peer.bootstrap, self.bench_topics())
+            self.kafka_workloads(peer, "kafka")
+        except Exception as exc:
+            self.report.add("kafka", "setup", "-", {}, note=f"failed: {exc}")
+            traceback.print_exc()
+        finally:
+            peer.stop()
+        if "oneatatime" in plan.workloads:
+            self.kafka_fsync()
+
+    def kafka_fsync(self) -> None:
+        from bench import kafka_load
+
+        peer = KafkaPeer(
+            "kafka-fsync",
+            self.plan.workdir,
+            overrides={**KAFKA_SETTINGS, "log.flush.interval.messages": "1"},
+        )
+        try:
+            peer.start()
+        except PeerUnavailable as exc:
+            self.skip("kafka-fsync", str(exc))
+            return
+        try:
+            kafka_load.create_topics(peer.bootstrap, {ONE_AT_A_TIME_TOPIC: 1})
+            self.one_at_a_time(peer, "kafka-fsync")
+        except Exception as exc:
+            self.report.add("kafka-fsync", "setup", "-", {}, note=f"failed: {exc}")
             traceback.print_exc()
         finally:
             peer.stop()

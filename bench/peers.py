@@ -169,6 +169,43 @@ class KbrokerPeer(Peer):
 
 
 @dataclass
+class KafkaPeer(Peer):
+    """Apache Kafka 4.3 itself: one KRaft node (broker and controller) from the jars that
+    scripts/install-test-tools.sh fetches, run as Kafka's launcher runs it (G1, short
+    pauses) with a 512 MiB heap, its storage formatted before the timed start."""
+
+    overrides: dict[str, str] = field(default_factory=dict)
+    start_timeout: float = 120.0
+    node: object | None = None
+
+    def start(self) -> tuple[float, float | None]:
+        """Formats (untimed: an operator's one-time step), launches, and waits for
+        Metadata; returns (seconds from launch to the first Metadata answer, None)."""
+        from compat_tests.kafka_reference import BROKER_JVM, KafkaReference, kafka_unavailable
+
+        missing = kafka_unavailable()
+        if missing:
+            raise PeerUnavailable(missing)
+        reference = KafkaReference(self.workdir / self.name, 1, self.overrides)
+        node = reference.nodes[0]
+        reference.format()
+        self.port, self.log_path, self.node = node.port, node.log_path, node
+        launched = time.perf_counter()
+        node.spawn(BROKER_JVM, log_level="WARN")
+        self.proc = node.proc
+        first, _ = wait_for_metadata(
+            self.host, self.port, launched + self.start_timeout, alive=self.alive, since=launched
+        )
+        if first is None:
+            self.stop()
+            raise PeerUnavailable(
+                f"Kafka did not answer Metadata within {self.start_timeout:.0f} s; "
+                f"log tail ({self.log_path}):\n{log_tail(self.log_path)}"
+            )
+        return first, None
+
+
+@dataclass
 class RedisPeer(Peer):
     """Debian's redis-server on loopback: AOF with appendfsync always, data in workdir."""
 

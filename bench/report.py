@@ -25,6 +25,25 @@ RATIOS: list[tuple[str, tuple[str, str, str, str], tuple[str, str, str, str]]] =
     ("one-at-a-time acks/s: kbroker fsync-before-ack / redis appendfsync always",
      ("kbroker-fsync", "oneatatime", "100 B", "acks_per_s"),
      ("redis", "oneatatime", "100 B", "acks_per_s")),
+    ("produce 100 B msg/s: kbroker / Apache Kafka",
+     ("kbroker", "produce", "100 B", "msg_per_s"), ("kafka", "produce", "100 B", "msg_per_s")),
+    ("produce 1 KiB msg/s: kbroker / Apache Kafka",
+     ("kbroker", "produce", "1 KiB", "msg_per_s"), ("kafka", "produce", "1 KiB", "msg_per_s")),
+    ("consume 100 B msg/s: kbroker / Apache Kafka",
+     ("kbroker", "consume", "100 B", "msg_per_s"), ("kafka", "consume", "100 B", "msg_per_s")),
+    ("consume 1 KiB msg/s: kbroker / Apache Kafka",
+     ("kbroker", "consume", "1 KiB", "msg_per_s"), ("kafka", "consume", "1 KiB", "msg_per_s")),
+    ("one-at-a-time acks/s: kbroker / Apache Kafka",
+     ("kbroker", "oneatatime", "100 B", "acks_per_s"), ("kafka", "oneatatime", "100 B", "acks_per_s")),
+    ("one-at-a-time p99 latency: kbroker / Apache Kafka",
+     ("kbroker", "oneatatime", "100 B", "p99_ms"), ("kafka", "oneatatime", "100 B", "p99_ms")),
+    ("one-at-a-time acks/s, fsync before ack: kbroker / Apache Kafka",
+     ("kbroker-fsync", "oneatatime", "100 B", "acks_per_s"),
+     ("kafka-fsync", "oneatatime", "100 B", "acks_per_s")),
+    ("start-up to first Metadata: kbroker / Apache Kafka",
+     ("kbroker", "startup", "empty", "first_metadata_s"), ("kafka", "startup", "empty", "first_metadata_s")),
+    ("RSS after the runs: kbroker / Apache Kafka",
+     ("kbroker", "memory", "after runs", "rss_mib"), ("kafka", "memory", "after runs", "rss_mib")),
     # context
     ("consume 100 B msg/s: kbroker / mock",
      ("kbroker", "consume", "100 B", "msg_per_s"), ("mock", "consume", "100 B", "msg_per_s")),
@@ -135,7 +154,7 @@ def throughput_table(report: Report, md: bool = False) -> str:
     rows = []
     for key in report.row_keys():
         r = report.representative(key)
-        if r is None or r.workload in ("memory", "partitions", "setup"):
+        if r is None or r.workload in ("memory", "partitions", "setup", "startup"):
             continue
         m = r.metrics
         rate = m.get("msg_per_s", m.get("acks_per_s"))
@@ -165,7 +184,7 @@ def memory_table(report: Report, md: bool = False) -> str:
     rows = []
     for row_key in report.row_keys():
         r = report.representative(row_key)
-        if r is None or r.workload not in ("memory", "partitions", "setup"):
+        if r is None or r.workload not in ("memory", "partitions", "setup", "startup"):
             continue
         if not r.metrics:
             rows.append([r.peer, r.workload, "-", r.note])

@@ -364,7 +364,12 @@ class KafkaCluster:
         )
 
     @staticmethod
-    def wait_until(predicate: Callable[[], T | None], timeout: float, what: str) -> T:
+    def wait_until(
+        predicate: Callable[[], T | None],
+        timeout: float,
+        what: str,
+        seen: Callable[[], Any] | None = None,
+    ) -> T:
         """Poll `predicate` until it returns something truthy; fail naming `what`."""
         deadline = time.monotonic() + timeout
         last_error: Exception | None = None
@@ -376,7 +381,10 @@ class KafkaCluster:
             except Exception as exc:  # a node going down mid-poll is expected here
                 last_error = exc
             time.sleep(0.1)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what} ({last_error!r})")
+        last = f", last seen {seen()!r}" if seen is not None else ""
+        raise AssertionError(
+            f"timed out after {timeout}s waiting for {what} ({last_error!r}{last})"
+        )
 
     def log_tails(self, lines: int = 80) -> str:
         return "\n".join(n.log_tail(lines) for n in self.nodes)

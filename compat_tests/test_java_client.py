@@ -626,6 +626,7 @@ def test_kafka_clients_4_describe_features_sees_every_supported_feature_and_no_t
     with JavaDriver(java4_classpath, java_broker.bootstrap, log) as java:
         features = java.call("describe-features")
     assert features["finalized"] == {
+        "eligible.leader.replicas.version": [1, 1],
         "group.version": [1, 1],
         "metadata.version": [29, 29],
         "share.version": [1, 1],

@@ -38,6 +38,7 @@ from kbroker.controller.errors import (
 from kbroker.controller.events import (
     BrokerConfigsChanged,
     ClientQuotasChanged,
+    FeaturesChanged,
     MetadataEvent,
     PartitionChanged,
     PartitionsCreated,
@@ -382,6 +383,10 @@ class Broker:
             self.replicas.drop_topic(event.name)
         elif isinstance(event, ClientQuotasChanged):
             self.quotas.active = event.active
+        elif isinstance(event, FeaturesChanged):
+            elr = self.controller.state.elr_enabled
+            for partition in self.replicas.hosted.values():
+                partition.elr_enabled = elr
         elif isinstance(event, BrokerConfigsChanged):
             if event.resource in ("", str(self.node_id)):
                 self.apply_dynamic_config()
@@ -499,6 +504,9 @@ class Broker:
             self.replicas.ensure(
                 topic, p, config, self.min_insync_replicas(topic), self._is_new(topic, p)
             )
+            held = self.replicas.get(topic, p.partition)
+            if held is not None:
+                held.elr_enabled = self.controller.state.elr_enabled
         elif self.replicas.get(topic, p.partition) is not None:
             self.replicas.remove(topic, p.partition)
             # Its log is gone: assigned here again later, it starts as a new replica.

@@ -42,6 +42,7 @@ def controller_config(config: BrokerConfig) -> ControllerConfig:
         ),
         broker_heartbeat_interval_s=config.get("broker.heartbeat.interval.ms") / 1000,
         unclean_leader_election=config.get("unclean.leader.election.enable"),
+        min_insync_replicas=config.get("min.insync.replicas"),
         voters={v.node_id: format_address(v.host, v.port) for v in quorum.voters},
         # A controller-only node waits for its quorum for as long as it takes, as Kafka's
         # controller does; a broker gives up after initial.broker.registration.timeout.ms

@@ -2,34 +2,41 @@
 
 ApiVersions v3+ carries them; `Admin.describeFeatures` and `kafka-features.sh describe`
 read them there, and a Java producer 4.x reads `transaction.version` there to decide
-whether to speak KIP-890 part 2 (an epoch bump per transaction). So the table claims only
-what kbroker does:
+whether to speak KIP-890 part 2 (an epoch bump per transaction). UpdateFeatures (API 57,
+`kafka-features.sh upgrade|downgrade`) changes the levels kbroker can run at, recorded in
+the metadata log. So the table claims only what kbroker does:
 
 - `metadata.version` 29 (4.2-IV1): the APIs served are Kafka 4.2's. kbroker cannot run at
   an older level, so the range is that one level, and it is always finalized.
 - `group.version` 0-1: 1 is the KIP-848 consumer protocol, in force unless
   `group.coordinator.rebalance.protocols` leaves out `consumer`.
 - `share.version` 0-1: 1 is KIP-932 share groups, in force while `group.share.enable`.
+  Both follow their settings, which every broker of a cluster shares; UpdateFeatures
+  accepts for them only the level the settings give.
+- `eligible.leader.replicas.version` 0-1: 1 keeps Eligible Leader Replicas (KIP-966).
+  A new cluster starts at 1, as Kafka 4.1+ formats one; UpdateFeatures moves it (a
+  downgrade needs the SAFE_DOWNGRADE or UNSAFE_DOWNGRADE upgrade type, as on Kafka).
 - `transaction.version` 0 only: EndTxn keeps the producer epoch (no KIP-890 part 2 bump,
   level 2) and the transaction log is kbroker's own (level 1 is Kafka's flexible format).
-- `kraft.version` 0 only (a static `controller.quorum.voters`, no KIP-853 reconfiguration)
-  and `eligible.leader.replicas.version` 0 only (no KIP-966 ELR).
+- `kraft.version` 0 only (a static `controller.quorum.voters`, no KIP-853 reconfiguration).
 
 As on Kafka, a finalized level 0 is left out, and features whose minimum is 0 are left out
-of an ApiVersions answer below v4 (KAFKA-17011: older clients refuse a minimum of 0). Every
-level follows from settings that a cluster's brokers share and from nothing else, so the
-brokers of a cluster agree; UpdateFeatures (API 57) is not served, so they never change
-while a broker runs.
+of an ApiVersions answer below v4 (KAFKA-17011: older clients refuse a minimum of 0).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 METADATA_VERSION = "metadata.version"
 METADATA_VERSION_LEVEL = 29  # 4.2-IV1
 FIRST_VERSION_SHOWING_LEVEL_0 = 4  # ApiVersions v4 (KAFKA-17011)
+ELR = "eligible.leader.replicas.version"
+
+# FeatureUpdateKey.upgrade_type (UpdateFeatures v1+)
+UNKNOWN_UPGRADE, UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 0, 1, 2, 3
 
 
 class SettingSource(Protocol):
@@ -50,9 +57,14 @@ SUPPORTED: tuple[FeatureRange, ...] = (
     FeatureRange("kraft.version", 0, 0),
     FeatureRange("transaction.version", 0, 0),
     FeatureRange("group.version", 0, 1),
-    FeatureRange("eligible.leader.replicas.version", 0, 0),
+    FeatureRange(ELR, 0, 1),
     FeatureRange("share.version", 0, 1),
 )
+_BY_NAME = {f.name: f for f in SUPPORTED}
+_FROM_SETTINGS = {
+    "group.version": "group.coordinator.rebalance.protocols",
+    "share.version": "group.share.enable",
+}
 
 
 def supported_features(api_version: int) -> list[FeatureRange]:
@@ -62,12 +74,65 @@ def supported_features(api_version: int) -> list[FeatureRange]:
     return [f for f in SUPPORTED if f.min_version > 0]
 
 
-def finalized_features(config: SettingSource) -> dict[str, int]:
-    """The levels in force under these settings, level-0 features left out."""
+def _from_settings(config: SettingSource) -> dict[str, int]:
     protocols = {p.strip().lower() for p in config.get("group.coordinator.rebalance.protocols")}
-    levels = {
+    return {
         METADATA_VERSION: METADATA_VERSION_LEVEL,
         "group.version": 1 if "consumer" in protocols else 0,
         "share.version": 1 if config.get("group.share.enable") else 0,
     }
-    return {name: level for name, level in levels.items() if level > 0}
+
+
+def finalized_features(
+    config: SettingSource, recorded: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """The levels in force: those the settings give, then those the metadata records
+    (UpdateFeatures, a new cluster's); level-0 features left out."""
+    levels = {**(recorded or {}), **_from_settings(config)}
+    return {name: level for name, level in sorted(levels.items()) if level > 0}
+
+
+def _range_text(supported: FeatureRange) -> str:
+    return f"[{supported.min_version}-{supported.max_version}]"
+
+
+def update_refusal(
+    config: SettingSource,
+    recorded: Mapping[str, int],
+    name: str,
+    level: int,
+    upgrade_type: int,
+    node_id: int,
+) -> str | None:
+    """Why UpdateFeatures may not finalize `name` at `level` (Kafka's
+    FeatureControlManager messages, INVALID_UPDATE_VERSION), None when it may."""
+
+    def invalid(reason: str) -> str:
+        return f"Invalid update version {level} for feature {name}. {reason}"
+
+    if upgrade_type not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
+        return invalid("The controller does not support the given upgrade type.")
+    current = finalized_features(config, recorded).get(name, 0)
+    if level < 0:
+        return invalid("A feature version cannot be less than 0.")
+    supported = _BY_NAME.get(name)
+    if supported is None or supported.max_version == 0 and level != 0:
+        return invalid(f"Local controller {node_id} does not support this feature.")
+    if not supported.min_version <= level <= supported.max_version:
+        return invalid(
+            f"Local controller {node_id} only supports versions {_range_text(supported)}"
+        )
+    if level < current and upgrade_type == UPGRADE:
+        return invalid(
+            "Can't downgrade the version of this feature without setting the upgrade type "
+            "to either safe or unsafe downgrade."
+        )
+    if level > current and upgrade_type != UPGRADE:
+        return invalid("Can't downgrade to a newer version.")
+    setting = _FROM_SETTINGS.get(name)
+    if setting is not None and level != current:
+        return invalid(
+            f"kbroker runs this feature at the level {setting} gives ({current}); "
+            "change that setting on every broker instead."
+        )
+    return None

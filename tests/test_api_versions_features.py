@@ -69,7 +69,7 @@ def test_v4_supports_each_feature_only_at_the_levels_kbroker_implements() -> Non
         "kraft.version": (0, 0),
         "transaction.version": (0, 0),
         "group.version": (0, 1),
-        "eligible.leader.replicas.version": (0, 0),
+        "eligible.leader.replicas.version": (0, 1),
         "share.version": (0, 1),
     }
 
@@ -99,3 +99,42 @@ def test_v2_has_no_features() -> None:
     response = answer(2)
     assert not hasattr(response, "supported_features")
     assert response.api_keys
+
+
+def test_levels_recorded_in_the_metadata_are_finalized() -> None:
+    ctx = handler_context(
+        API_VERSIONS,
+        4,
+        config=Settings(),
+        controller=Metadata(
+            MetadataState(version=7, features={"eligible.leader.replicas.version": 1})
+        ),
+    )
+    body = encode(build_response(API_VERSIONS, 4, api_versions(ctx, None)))
+    decoded: tuple[Any, int] = entity_reader(response_type(API_VERSIONS, 4))(body, 0)
+    assert finalized(decoded[0])["eligible.leader.replicas.version"] == (1, 1)
+
+
+def test_update_features_refusals_carry_kafkas_messages() -> None:
+    from kbroker.features import SAFE_DOWNGRADE, UPGRADE, update_refusal
+
+    settings = Settings()
+    elr = "eligible.leader.replicas.version"
+    assert update_refusal(settings, {}, elr, 1, UPGRADE, 1) is None
+    assert update_refusal(settings, {elr: 1}, elr, 0, UPGRADE, 1) == (
+        f"Invalid update version 0 for feature {elr}. Can't downgrade the version of this "
+        "feature without setting the upgrade type to either safe or unsafe downgrade."
+    )
+    assert update_refusal(settings, {elr: 1}, elr, 0, SAFE_DOWNGRADE, 1) is None
+    assert update_refusal(settings, {}, elr, 2, UPGRADE, 1) == (
+        f"Invalid update version 2 for feature {elr}. Local controller 1 only supports "
+        "versions [0-1]"
+    )
+    assert update_refusal(settings, {}, "kraft.version", 1, UPGRADE, 3) == (
+        "Invalid update version 1 for feature kraft.version. Local controller 3 does not "
+        "support this feature."
+    )
+    assert update_refusal(settings, {}, "no.such.feature", 1, UPGRADE, 1) == (
+        "Invalid update version 1 for feature no.such.feature. Local controller 1 does not "
+        "support this feature."
+    )

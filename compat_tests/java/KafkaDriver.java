@@ -28,6 +28,8 @@ import org.apache.kafka.common.quota.ClientQuotaFilter;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.AlterConfigsOptions;
+import org.apache.kafka.clients.admin.FeatureUpdate;
+import org.apache.kafka.clients.admin.UpdateFeaturesOptions;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
@@ -173,6 +175,8 @@ public final class KafkaDriver {
             case "describe-cluster" -> describeCluster(a);
             case "describe-features" -> describeFeatures(a);
             case "describe-quorum" -> describeQuorum(a);
+            case "update-features" -> updateFeatures(a);
+            case "unregister-broker" -> admin(a).unregisterBroker(a.integer("id", -1)).all().get();
             case "describe-acls" -> emit(
                     Json.obj("count", admin(a).describeAcls(AclBindingFilter.ANY).values().get().size()));
             case "elect-leaders" -> electLeaders(a);
@@ -301,7 +305,10 @@ public final class KafkaDriver {
                                 "partition", p.partition(),
                                 "leader", p.leader() == null ? null : p.leader().id(),
                                 "replicas", nodeIds(p.replicas()),
-                                "isr", nodeIds(p.isr())));
+                                "isr", nodeIds(p.isr()),
+                                "elr", p.elr() == null ? null : nodeIds(p.elr()),
+                                "lastKnownElr",
+                                p.lastKnownElr() == null ? null : nodeIds(p.lastKnownElr())));
             }
             topics.put(
                     d.name(),
@@ -478,6 +485,22 @@ public final class KafkaDriver {
                     "lastCaughtUpTimestamp", r.lastCaughtUpTimestamp()));
         }
         return out;
+    }
+
+    /** Admin.updateFeatures: feature.NAME=LEVEL, type=upgrade|safe-downgrade|unsafe-downgrade. */
+    private void updateFeatures(Args a) throws Exception {
+        FeatureUpdate.UpgradeType type =
+                switch (a.str("type", "upgrade")) {
+                    case "safe-downgrade" -> FeatureUpdate.UpgradeType.SAFE_DOWNGRADE;
+                    case "unsafe-downgrade" -> FeatureUpdate.UpgradeType.UNSAFE_DOWNGRADE;
+                    default -> FeatureUpdate.UpgradeType.UPGRADE;
+                };
+        Map<String, FeatureUpdate> updates = new TreeMap<>();
+        a.props("feature").forEach((name, level) -> updates.put(
+                name, new FeatureUpdate(Short.parseShort(level), type)));
+        UpdateFeaturesOptions options =
+                new UpdateFeaturesOptions().validateOnly(a.bool("validate-only", false));
+        admin(a).updateFeatures(updates, options).all().get();
     }
 
     /** Admin.describeFeatures: {finalized: {name: [min, max]}, supported: {...}, epoch}. */

@@ -17,10 +17,11 @@ import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from kbroker.controller import leadership, reassignment
 from kbroker.controller.errors import (
+    BROKER_ID_NOT_REGISTERED,
     INVALID_PARTITIONS,
     INVALID_REQUEST,
     STALE_BROKER_EPOCH,
@@ -32,7 +33,9 @@ from kbroker.controller.events import (
     BrokerChanged,
     BrokerConfigsChanged,
     BrokerRegistered,
+    BrokerUnregistered,
     ClientQuotasChanged,
+    FeaturesChanged,
     GroupConfigsChanged,
     MetadataEvent,
     PartitionChanged,
@@ -64,6 +67,8 @@ CREATE_PARTITIONS = "create_partitions"
 ALTER_TOPIC_CONFIGS = "alter_topic_configs"
 ALTER_GROUP_CONFIGS = "alter_group_configs"
 ALTER_BROKER_CONFIGS = "alter_broker_configs"
+UPDATE_FEATURES = "update_features"
+UNREGISTER_BROKER = "unregister_broker"
 ALLOCATE_PRODUCER_IDS = "allocate_producer_ids"
 BROKER_HEARTBEAT = "broker_heartbeat"
 FENCE_BROKER = "fence_broker"
@@ -74,6 +79,7 @@ ELECT_LEADERS = "elect_leaders"
 ALTER_PARTITION_REASSIGNMENTS = "alter_partition_reassignments"
 
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
+MIN_ISR_CONFIG = "min.insync.replicas"
 ALTER_SCRAM_CREDENTIALS = "alter_scram_credentials"
 CREATE_ACLS = "create_acls"
 ALTER_CLIENT_QUOTAS = "alter_client_quotas"
@@ -160,9 +166,59 @@ def _controller_elected(state: MetadataState, p: dict[str, Any]) -> Applied:
 
 
 def _init_cluster(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """A new cluster: its id, and the feature levels it starts at (a Kafka 4.1+ cluster
+    is formatted with eligible.leader.replicas.version=1)."""
     if state.cluster_id is not None:  # the first proposal wins; later ones learn its id
         return Applied(state, state.cluster_id)
-    return Applied(_bump(state, cluster_id=p["cluster_id"]), p["cluster_id"])
+    features = {**state.features, **p.get("features", {})}
+    return Applied(_bump(state, cluster_id=p["cluster_id"], features=features), p["cluster_id"])
+
+
+def _update_features(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """Finalize feature levels (UpdateFeatures, checked by the proposer); level 0
+    removes a feature. A partition's ELR is kept from the next change on."""
+    features = dict(state.features)
+    for name, level in p["levels"].items():
+        if level > 0:
+            features[name] = level
+        else:
+            features.pop(name, None)
+    if features == state.features:
+        return Applied(state, features)
+    return Applied(_bump(state, features=features), features, (FeaturesChanged(dict(features)),))
+
+
+def _unregister_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """A decommissioned broker's registration goes (Kafka's UnregisterBroker): it leaves
+    every ISR and ELR it can and leads nothing, as when fenced, then is forgotten; a
+    broker still running registers again with its next heartbeat."""
+    node_id = p["node_id"]
+    info = state.brokers.get(node_id)
+    if info is None:
+        raise ControllerError(
+            BROKER_ID_NOT_REGISTERED, f"Broker ID {node_id} is not currently registered"
+        )
+    new = _with_broker(state, replace(info, fenced=True))
+    new, changed = _update_partitions(
+        new,
+        lambda part, usable, rules: _forget_elr(
+            leadership.without_broker(part, node_id, usable, rules), node_id
+        ),
+        _defaults(state, p),
+    )
+    brokers = {n: b for n, b in new.brokers.items() if n != node_id}
+    return Applied(_bump(new, brokers=brokers), None, (*changed, BrokerUnregistered(node_id)))
+
+
+def _forget_elr(part: PartitionInfo, node_id: int) -> PartitionInfo:
+    if node_id not in part.elr and node_id not in part.last_known_elr:
+        return part
+    return replace(
+        part,
+        elr=tuple(r for r in part.elr if r != node_id),
+        last_known_elr=tuple(r for r in part.last_known_elr if r != node_id),
+        partition_epoch=part.partition_epoch + 1,
+    )
 
 
 def _register_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
@@ -173,7 +229,7 @@ def _register_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
     KRaft broker's registration leaves such a directory out) leave their ISRs and lead
     nothing; then offline partitions the broker can lead get it as leader."""
     node_id = p["node_id"]
-    unclean_default = p.get("unclean", False)
+    defaults = _defaults(state, p)
     changed: tuple[MetadataEvent, ...] = ()
     old = state.brokers.get(node_id)
     if old is not None and not old.fenced:
@@ -181,7 +237,7 @@ def _register_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
         state, changed = _update_partitions(
             state,
             lambda part, usable, unclean: leadership.without_broker(part, node_id, usable, unclean),
-            unclean_default,
+            defaults,
         )
     info = BrokerInfo(
         node_id=node_id,
@@ -195,11 +251,11 @@ def _register_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
         offline_replicas=frozenset(_known_partitions(state, p.get("offline", ()))),
     )
     new = _with_broker(state, info)
-    new, dropped = _without_offline_replicas(new, info, info.offline_replicas, unclean_default)
+    new, dropped = _without_offline_replicas(new, info, info.offline_replicas, defaults)
     new, back = _update_partitions(
         new,
         lambda part, usable, unclean: leadership.with_broker_back(part, node_id, usable, unclean),
-        unclean_default,
+        defaults,
     )
     return Applied(new, info, (BrokerRegistered(info), *_latest(changed + dropped + back)))
 
@@ -247,7 +303,7 @@ def _broker_heartbeat(state: MetadataState, p: dict[str, Any]) -> Applied:
         lambda part, usable, unclean: leadership.with_broker_back(
             part, back.node_id, usable, unclean
         ),
-        p.get("unclean", False),
+        _defaults(state, p),
     )
     return Applied(new, back, (BrokerChanged(back), *changed))
 
@@ -267,7 +323,7 @@ def _fence_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
         lambda part, usable, unclean: leadership.without_broker(
             part, gone.node_id, usable, unclean
         ),
-        p.get("unclean", False),
+        _defaults(state, p),
     )
     return Applied(new, gone, (BrokerChanged(gone), *changed))
 
@@ -283,7 +339,7 @@ def _replicas_offline(state: MetadataState, p: dict[str, Any]) -> Applied:
     if not offline <= reporter.offline_replicas:
         reporter = replace(reporter, offline_replicas=reporter.offline_replicas | offline)
         state = _with_broker(state, reporter)
-    new, events = _without_offline_replicas(state, reporter, offline, p.get("unclean", False))
+    new, events = _without_offline_replicas(state, reporter, offline, _defaults(state, p))
     return Applied(new, len(events), events)
 
 
@@ -300,7 +356,7 @@ def _without_offline_replicas(
     state: MetadataState,
     broker: BrokerInfo,
     offline: set[tuple[uuid.UUID, int]] | frozenset[tuple[uuid.UUID, int]],
-    unclean_default: bool,
+    defaults: Defaults,
 ) -> tuple[MetadataState, tuple[MetadataEvent, ...]]:
     """`broker`'s replicas of `offline` (already recorded in `state`) leave their ISRs
     and give up leadership, as Kafka's controller handles an offline log directory."""
@@ -312,7 +368,7 @@ def _without_offline_replicas(
             partitions[index],
             broker.node_id,
             leadership.usable_in(state, topic_id, index),
-            _unclean(topic, unclean_default),
+            _rules(topic, defaults),
         )
     return _with_partitions(state, changed)
 
@@ -320,7 +376,7 @@ def _without_offline_replicas(
 def _update_partitions(
     state: MetadataState,
     update: Any,
-    unclean_default: bool,
+    defaults: Defaults,
 ) -> tuple[MetadataState, tuple[MetadataEvent, ...]]:
     """Apply `update(partition, usable, unclean)` to every partition; one new TopicInfo
     per topic that changed, and a PartitionChanged per changed partition."""
@@ -328,9 +384,9 @@ def _update_partitions(
     topics = dict(state.topics)
     by_id = dict(state.topics_by_id)
     for name, info in state.topics.items():
-        unclean = _unclean(info, unclean_default)
+        rules = _rules(info, defaults)
         partitions = tuple(
-            update(part, leadership.usable_in(state, info.topic_id, part.partition), unclean)
+            update(part, leadership.usable_in(state, info.topic_id, part.partition), rules)
             for part in info.partitions
         )
         if partitions == info.partitions:
@@ -345,9 +401,29 @@ def _update_partitions(
     return replace(state, topics=topics, topics_by_id=by_id), tuple(events)
 
 
-def _unclean(info: TopicInfo, default: bool) -> bool:
+class Defaults(NamedTuple):
+    """What a topic without its own override gets, as the proposer saw it (the active
+    controller's dynamic and static settings), and whether ELRs are kept."""
+
+    unclean: bool
+    min_isr: int
+    elr: bool
+
+
+def _defaults(state: MetadataState, p: dict[str, Any]) -> Defaults:
+    return Defaults(p.get("unclean", False), p.get("min_isr", 1), state.elr_enabled)
+
+
+def _rules(info: TopicInfo, defaults: Defaults) -> leadership.Rules:
+    """The election rules of one topic: its overrides over the defaults."""
     value = info.configs.get(UNCLEAN_CONFIG)
-    return default if value is None else value.strip().lower() == "true"
+    unclean = defaults.unclean if value is None else value.strip().lower() == "true"
+    min_isr = info.configs.get(MIN_ISR_CONFIG)
+    try:
+        min_isr_value = defaults.min_isr if min_isr is None else int(min_isr)
+    except ValueError:
+        min_isr_value = defaults.min_isr
+    return leadership.Rules(unclean, min_isr_value, defaults.elr)
 
 
 def _alter_partition(state: MetadataState, p: dict[str, Any]) -> Applied:
@@ -370,6 +446,7 @@ def _alter_partition(state: MetadataState, p: dict[str, Any]) -> Applied:
         partition_epoch=p["partition_epoch"],
         new_isr=p["isr"],
         usable=usable,
+        rules=_rules(info, _defaults(state, p)),
     )
     if changed is part:
         return Applied(state, part)
@@ -544,7 +621,7 @@ def _alter_partition_reassignments(state: MetadataState, p: dict[str, Any]) -> A
             outcome.append([name, index, UNKNOWN_TOPIC_OR_PARTITION, message])
             continue
         partitions = changed.setdefault(name, list(info.partitions))
-        unclean = _unclean(info, p.get("unclean", False))
+        unclean = _rules(info, _defaults(state, p)).unclean
         usable = leadership.usable_in(state, info.topic_id, index)
         try:
             if target is None:
@@ -597,6 +674,8 @@ _HANDLERS = {
     ALTER_TOPIC_CONFIGS: _alter_topic_configs,
     ALTER_GROUP_CONFIGS: _alter_group_configs,
     ALTER_BROKER_CONFIGS: _alter_broker_configs,
+    UPDATE_FEATURES: _update_features,
+    UNREGISTER_BROKER: _unregister_broker,
     ALLOCATE_PRODUCER_IDS: _allocate_producer_ids,
     BROKER_HEARTBEAT: _broker_heartbeat,
     FENCE_BROKER: _fence_broker,

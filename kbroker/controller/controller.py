@@ -53,7 +53,13 @@ from kbroker.controller.liveness import Probes, listener_refuses, probe_after
 from kbroker.controller.machine import MetadataMachine
 from kbroker.controller.quorum import QuorumDescription
 from kbroker.controller.raft import FAIL_REASON_NAMES, RaftThread, RaftTimings
-from kbroker.controller.state import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
+from kbroker.controller.state import (
+    NEW_CLUSTER_FEATURES,
+    BrokerInfo,
+    MetadataState,
+    PartitionInfo,
+    TopicInfo,
+)
 from kbroker.controller.validation import (
     check_manual_assignment,
     check_partition_count,
@@ -190,6 +196,8 @@ class ControllerConfig:
     broker_heartbeat_interval_s: float = 2.0
     # unclean.leader.election.enable for topics that do not override it.
     unclean_leader_election: bool = False
+    # min.insync.replicas for topics that do not override it (ELR, KIP-966).
+    min_insync_replicas: int = 1
     # auto.leader.rebalance.enable: how often the active controller gives partitions back
     # to their preferred leaders; None never does (a single node has nothing to move).
     leader_imbalance_check_interval_s: float | None = None
@@ -286,6 +294,19 @@ class Controller:
             if value is not None:
                 return value.strip().lower() == "true"
         return self.config.unclean_leader_election
+
+    @property
+    def _min_isr_default(self) -> int:
+        """min.insync.replicas for topics that do not set it, as _unclean_default."""
+        dynamic = self._state.broker_configs
+        for resource in (str(self.config.node_id), ""):
+            value = dynamic.get(resource, {}).get(cmd.MIN_ISR_CONFIG)
+            if value is not None:
+                try:
+                    return int(value)
+                except ValueError:
+                    break
+        return self.config.min_insync_replicas
 
     @property
     def is_leader(self) -> bool:
@@ -516,7 +537,8 @@ class Controller:
         current = self._state.cluster_id
         if current is None:
             current = await self._propose(
-                cmd.INIT_CLUSTER, {"cluster_id": wanted or new_cluster_id()}
+                cmd.INIT_CLUSTER,
+                {"cluster_id": wanted or new_cluster_id(), "features": dict(NEW_CLUSTER_FEATURES)},
             )
         if wanted is not None and current != wanted:
             raise ControllerStartError(
@@ -558,6 +580,7 @@ class Controller:
                 "rack": rack,
                 "timestamp_ms": int(time.time() * 1000),
                 "unclean": self._unclean_default,
+                "min_isr": self._min_isr_default,
                 "endpoints": [list(e) for e in endpoints],
                 "offline": [(topic_id.bytes, index) for topic_id, index in offline],
             },
@@ -584,6 +607,7 @@ class Controller:
                 "epoch": epoch,
                 "shutting_down": True,
                 "unclean": self._unclean_default,
+                "min_isr": self._min_isr_default,
             },
             timeout=timeout,
         )
@@ -600,6 +624,7 @@ class Controller:
                 "epoch": epoch,
                 "partitions": [(topic_id.bytes, index) for topic_id, index in partitions],
                 "unclean": self._unclean_default,
+                "min_isr": self._min_isr_default,
             },
         )
 
@@ -628,6 +653,7 @@ class Controller:
                 "leader_epoch": leader_epoch,
                 "partition_epoch": partition_epoch,
                 "isr": list(new_isr),
+                "min_isr": self._min_isr_default,
             },
         )
         return info
@@ -671,6 +697,7 @@ class Controller:
             {
                 "partitions": [[t, i, None if r is None else list(r)] for t, i, r in partitions],
                 "unclean": self._unclean_default,
+                "min_isr": self._min_isr_default,
                 "allow_replication_factor_change": allow_replication_factor_change,
             },
         )
@@ -820,6 +847,7 @@ class Controller:
                     "node_id": node_id,
                     "epoch": epoch,
                     "unclean": self._unclean_default,
+                    "min_isr": self._min_isr_default,
                 },
             )
             log.warning("fenced broker %d: %s", node_id, reason)
@@ -1011,6 +1039,26 @@ class Controller:
                 "resource": resource,
                 "set": {k: v for k, v in configs.items() if v is not None},
                 "delete": [k for k, v in configs.items() if v is None],
+            },
+        )
+
+    @across_elections
+    async def update_features(self, levels: Mapping[str, int]) -> None:
+        """Finalize feature levels (checked by the caller against kbroker.features)."""
+        self._check_can_commit()
+        await self._propose(cmd.UPDATE_FEATURES, {"levels": dict(levels)})
+
+    @across_elections
+    async def unregister_broker(self, node_id: int) -> None:
+        """UnregisterBroker: forget a decommissioned broker (BROKER_ID_NOT_REGISTERED
+        when no broker of that id is registered)."""
+        self._check_can_commit()
+        await self._propose(
+            cmd.UNREGISTER_BROKER,
+            {
+                "node_id": node_id,
+                "unclean": self._unclean_default,
+                "min_isr": self._min_isr_default,
             },
         )
 

@@ -49,6 +49,20 @@ class BrokerConfigsChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class FeaturesChanged:
+    """UpdateFeatures finalized new levels; `features` is every level above 0 now."""
+
+    features: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerUnregistered:
+    """UnregisterBroker removed a (decommissioned) broker's registration."""
+
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerRegistered:
     info: BrokerInfo
 
@@ -86,6 +100,8 @@ MetadataEvent = (
     | TopicConfigsChanged
     | GroupConfigsChanged
     | BrokerConfigsChanged
+    | FeaturesChanged
+    | BrokerUnregistered
     | BrokerRegistered
     | BrokerChanged
     | PartitionChanged
@@ -103,6 +119,11 @@ def diff_events(old: MetadataState, new: MetadataState) -> list[MetadataEvent]:
             events.append(BrokerRegistered(broker))
         elif before_broker != broker:
             events.append(BrokerChanged(broker))
+    for node_id in old.brokers:
+        if node_id not in new.brokers:
+            events.append(BrokerUnregistered(node_id))
+    if old.features != new.features:
+        events.append(FeaturesChanged(dict(new.features)))
     for name, gone in old.topics.items():
         current = new.topics.get(name)
         if current is None or current.topic_id != gone.topic_id:

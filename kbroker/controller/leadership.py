@@ -13,13 +13,22 @@ metadata log that applies the same command reaches the same answer. Kafka's rule
 - a broker that goes away leaves the ISR, except the last member, which stays so the
   partition can come back when it does (the "last known ISR");
 - the leader epoch rises with every leader change; the partition epoch with every change.
+
+With Eligible Leader Replicas (KIP-966, `Rules.elr`) a broker that goes away leaves the
+ISR even as its last member; while the ISR is below min.insync.replicas the replicas
+that leave it join the ELR (the high watermark does not move then, so they hold every
+record below it), and with no usable ISR member the first usable ELR member leads, as
+the whole ISR. An ISR back at min.insync.replicas, or an unclean election, empties the
+ELR. (Kafka also drops from the ELR a broker that restarted after an unclean shutdown;
+kbroker's brokers do not report how they stopped, so it keeps them.)
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 from kbroker.controller.errors import (
     ELECTION_NOT_NEEDED,
@@ -35,6 +44,42 @@ from kbroker.controller.errors import (
 from kbroker.controller.state import NO_LEADER, MetadataState, PartitionInfo
 
 Usable = Callable[[int], bool]
+
+
+class Rules(NamedTuple):
+    """What an election of one partition may do: unclean.leader.election.enable and
+    min.insync.replicas of its topic, and whether ELRs are kept (the feature's level)."""
+
+    unclean: bool = False
+    min_isr: int = 1
+    elr: bool = False
+
+
+def _unique(replicas: Iterable[int]) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(replicas))
+
+
+def with_elr(
+    before: PartitionInfo, after: PartitionInfo, rules: Rules, unclean: bool
+) -> PartitionInfo:
+    """`after` with its ELR and last known ELR as KIP-966 keeps them (Kafka's
+    PartitionChangeBuilder): cleared by an ISR at min.insync.replicas or an unclean
+    election, else the ELR gains the members that left the ISR."""
+    if not rules.elr:
+        return after
+    if unclean or len(after.isr) >= rules.min_isr:
+        elr: tuple[int, ...] = ()
+        last_known: tuple[int, ...] = ()
+    else:
+        isr = set(after.isr)
+        elr = _unique(r for r in (*before.elr, *before.isr) if r not in isr)
+        last_known = _unique(
+            r for r in (*before.last_known_elr, *before.isr) if r not in isr and r not in elr
+        )
+    if (elr, last_known) == (after.elr, after.last_known_elr):
+        return after
+    epoch = after.partition_epoch if after is not before else before.partition_epoch + 1
+    return replace(after, elr=elr, last_known_elr=last_known, partition_epoch=epoch)
 
 
 def usable_in(state: MetadataState, topic_id: uuid.UUID, partition: int) -> Usable:
@@ -69,31 +114,46 @@ def change(
     )
 
 
-def elect(p: PartitionInfo, isr: Sequence[int], usable: Usable, unclean: bool) -> PartitionInfo:
+def elect(
+    p: PartitionInfo, isr: Sequence[int], usable: Usable, unclean: bool | Rules
+) -> PartitionInfo:
     """Keep a usable leader that is in `isr`; otherwise elect one (see module doc)."""
+    rules = unclean if isinstance(unclean, Rules) else Rules(unclean=unclean)
     isr = tuple(isr)
     if p.leader in isr and usable(p.leader):
-        return change(p, p.leader, isr)
+        return with_elr(p, change(p, p.leader, isr), rules, False)
     for replica in p.replicas:
         if replica in isr and usable(replica):
-            return change(p, replica, isr)
-    if unclean:
+            return with_elr(p, change(p, replica, isr), rules, False)
+    if rules.elr:
+        for replica in p.replicas:
+            if replica in p.elr and usable(replica):
+                return with_elr(p, change(p, replica, (replica,)), rules, False)
+    if rules.unclean:
         for replica in p.replicas:
             if usable(replica):
-                return change(p, replica, (replica,))
-    return change(p, NO_LEADER, isr)
+                return with_elr(p, change(p, replica, (replica,)), rules, True)
+    return with_elr(p, change(p, NO_LEADER, isr), rules, False)
 
 
-def without_broker(p: PartitionInfo, node: int, usable: Usable, unclean: bool) -> PartitionInfo:
+def without_broker(
+    p: PartitionInfo, node: int, usable: Usable, unclean: bool | Rules
+) -> PartitionInfo:
     """`node` was fenced, is shutting down, or its replica's log directory failed: it
-    leaves the ISR (unless it is the last member) and gives up leadership."""
+    leaves the ISR (unless it is the last member and ELRs are not kept) and gives up
+    leadership."""
     if node not in p.replicas:
         return p
-    isr = tuple(r for r in p.isr if r != node) or p.isr
+    keeps_elr = isinstance(unclean, Rules) and unclean.elr
+    isr = tuple(r for r in p.isr if r != node)
+    if not keeps_elr:
+        isr = isr or p.isr
     return elect(p, isr, lambda r: r != node and usable(r), unclean)
 
 
-def with_broker_back(p: PartitionInfo, node: int, usable: Usable, unclean: bool) -> PartitionInfo:
+def with_broker_back(
+    p: PartitionInfo, node: int, usable: Usable, unclean: bool | Rules
+) -> PartitionInfo:
     """`node` is usable again: an offline partition it may lead gets it as leader."""
     if node not in p.replicas or p.has_leader:
         return p
@@ -108,6 +168,7 @@ def alter_isr(
     partition_epoch: int,
     new_isr: Sequence[int],
     usable: Usable,
+    rules: Rules | None = None,
 ) -> PartitionInfo:
     """A leader's AlterPartition, checked as Kafka checks it; the ISR change bumps the
     partition epoch only."""
@@ -138,7 +199,7 @@ def alter_isr(
             INELIGIBLE_REPLICA,
             f"replicas {ineligible} are fenced, shutting down or on a failed log directory",
         )
-    return change(p, leader, isr, bump_leader=False)
+    return with_elr(p, change(p, leader, isr, bump_leader=False), rules or Rules(), False)
 
 
 PREFERRED = 0

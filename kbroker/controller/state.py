@@ -73,6 +73,12 @@ class PartitionInfo:
     partition_epoch: int = 0
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    # KIP-966, while eligible.leader.replicas.version >= 1: replicas out of the ISR that
+    # hold every record below the high watermark (they left it while it was below
+    # min.insync.replicas, when the high watermark does not move), and the ones last
+    # known to, for an operator to recover from when neither ISR nor ELR has a member.
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
     @property
     def has_leader(self) -> bool:
@@ -84,6 +90,9 @@ class PartitionInfo:
 
 
 NO_LEADER = -1
+ELR_FEATURE = "eligible.leader.replicas.version"
+NEW_CLUSTER_FEATURES = {ELR_FEATURE: 1}
+"""Levels a new cluster is formatted with, as Kafka 4.1+ formats one (ELR on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +137,9 @@ class MetadataState:
     # IncrementalAlterConfigs on GROUP resources (KIP-932 share-group configs): kept in the
     # metadata, as Kafka's ConfigRecords, so every broker leading a share-partition has them
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Finalized feature levels UpdateFeatures (or a new cluster) recorded, by name; a
+    # feature not here is at level 0 (metadata.version is fixed: kbroker.features)
+    features: dict[str, int] = field(default_factory=dict)
     # IncrementalAlterConfigs on BROKER resources (KIP-226), as Kafka's ConfigRecords:
     # "" -> the cluster-wide defaults, "<node id>" -> one broker's own dynamic settings
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -143,6 +155,11 @@ class MetadataState:
         NOT_LEADER_OR_FOLLOWER (6) when the partition exists elsewhere in the cluster,
         UNKNOWN_TOPIC_OR_PARTITION (3) when it does not exist at all."""
         return 6 if self.partition(topic, index) is not None else 3
+
+    @property
+    def elr_enabled(self) -> bool:
+        """Eligible Leader Replicas (KIP-966) are kept: the feature is finalized at 1."""
+        return self.features.get(ELR_FEATURE, 0) >= 1
 
     @property
     def live_brokers(self) -> list[int]:
@@ -191,6 +208,8 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
                         p.partition_epoch,
                         list(p.adding),
                         list(p.removing),
+                        list(p.elr),
+                        list(p.last_known_elr),
                     ]
                     for p in t.partitions
                 ],
@@ -208,6 +227,7 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
         ],
         "group_configs": {g: dict(c) for g, c in state.group_configs.items()},
         "broker_configs": {b: dict(c) for b, c in state.broker_configs.items()},
+        "features": dict(state.features),
     }
 
 
@@ -242,6 +262,8 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
                 p[5],
                 tuple(p[6]) if len(p) > 6 else (),
                 tuple(p[7]) if len(p) > 7 else (),
+                tuple(p[8]) if len(p) > 8 else (),
+                tuple(p[9]) if len(p) > 9 else (),
             )
             for p in t["partitions"]
         )
@@ -272,4 +294,5 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
         },
         group_configs={g: dict(c) for g, c in data.get("group_configs", {}).items()},
         broker_configs={b: dict(c) for b, c in data.get("broker_configs", {}).items()},
+        features=dict(data.get("features", {})),
     )

@@ -10,6 +10,7 @@ from kbroker.handlers import (  # noqa: F401
     configs,
     consumer_groups,
     elections,
+    features,
     fetch,
     groups,
     leader_epoch,

@@ -30,7 +30,7 @@ def api_versions(ctx: RequestContext, request: requests.ApiVersionsRequest) -> d
     }
     if ctx.version >= 3:
         # As a KRaft broker, the epoch of the finalized levels is the metadata the broker
-        # has applied: it only grows, and the levels themselves never change while it runs.
+        # has applied: it only grows, and grows with every UpdateFeatures.
         answer["supported_features"] = [
             {"name": f.name, "min_version": f.min_version, "max_version": f.max_version}
             for f in supported_features(ctx.version)
@@ -38,7 +38,9 @@ def api_versions(ctx: RequestContext, request: requests.ApiVersionsRequest) -> d
         answer["finalized_features_epoch"] = ctx.broker.controller.state.version
         answer["finalized_features"] = [
             {"name": name, "min_version_level": level, "max_version_level": level}
-            for name, level in finalized_features(ctx.broker.config).items()
+            for name, level in finalized_features(
+                ctx.broker.config, ctx.broker.controller.state.features
+            ).items()
         ]
     return answer
 

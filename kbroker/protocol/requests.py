@@ -60,8 +60,10 @@ SERVED: dict[str, tuple[int, int, int]] = {
     "DescribeUserScramCredentialsRequest": (50, 0, 0),
     "AlterUserScramCredentialsRequest": (51, 0, 0),
     "DescribeQuorumRequest": (55, 0, 2),
+    "UpdateFeaturesRequest": (57, 0, 2),
     "DescribeClusterRequest": (60, 0, 2),
     "DescribeProducersRequest": (61, 0, 0),
+    "UnregisterBrokerRequest": (64, 0, 0),
     "DescribeTransactionsRequest": (65, 0, 0),
     "ListTransactionsRequest": (66, 0, 2),
     "ConsumerGroupHeartbeatRequest": (68, 0, 1),
@@ -321,6 +323,10 @@ if TYPE_CHECKING:
     import kio.schema.txn_offset_commit.v3.request as txn_offset_commit_v3
     import kio.schema.txn_offset_commit.v4.request as txn_offset_commit_v4
     import kio.schema.txn_offset_commit.v5.request as txn_offset_commit_v5
+    import kio.schema.unregister_broker.v0.request as unregister_broker_v0
+    import kio.schema.update_features.v0.request as update_features_v0
+    import kio.schema.update_features.v1.request as update_features_v1
+    import kio.schema.update_features.v2.request as update_features_v2
     import kio.schema.write_share_group_state.v0.request as write_share_group_state_v0
     import kio.schema.write_txn_markers.v1.request as write_txn_markers_v1
     import kio.schema.write_txn_markers.v2.request as write_txn_markers_v2
@@ -622,12 +628,18 @@ if TYPE_CHECKING:
         | describe_quorum_v1.DescribeQuorumRequest
         | describe_quorum_v2.DescribeQuorumRequest
     )
+    UpdateFeaturesRequest: TypeAlias = (
+        update_features_v0.UpdateFeaturesRequest
+        | update_features_v1.UpdateFeaturesRequest
+        | update_features_v2.UpdateFeaturesRequest
+    )
     DescribeClusterRequest: TypeAlias = (
         describe_cluster_v0.DescribeClusterRequest
         | describe_cluster_v1.DescribeClusterRequest
         | describe_cluster_v2.DescribeClusterRequest
     )
     DescribeProducersRequest: TypeAlias = describe_producers_v0.DescribeProducersRequest
+    UnregisterBrokerRequest: TypeAlias = unregister_broker_v0.UnregisterBrokerRequest
     DescribeTransactionsRequest: TypeAlias = describe_transactions_v0.DescribeTransactionsRequest
     ListTransactionsRequest: TypeAlias = (
         list_transactions_v0.ListTransactionsRequest

@@ -89,6 +89,10 @@ class Partition:
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
     min_insync_replicas: int = 1
+    # eligible.leader.replicas.version >= 1 (KIP-966): the high watermark stays while the
+    # ISR is below min.insync.replicas, so the replicas that left it hold every record
+    # below it and may lead (their ELR).
+    elr_enabled: bool = False
     followers: dict[int, FollowerState] = field(default_factory=dict)
     isr_proposer: IsrProposer | None = None
     # An ISR sent to the controller and not committed yet; while it is in flight the high
@@ -342,6 +346,8 @@ class Partition:
         plog = self.log
         new = plog.log_end_offset
         isr = self.isr if self.pending_isr is None else self._maximal_isr()
+        if self.elr_enabled and len(isr) < self.min_insync_replicas:
+            return False
         for replica in isr:
             if replica != node:
                 state = self.followers.get(replica)

@@ -1,0 +1,211 @@
+"""Eligible Leader Replicas (KIP-966), UpdateFeatures and UnregisterBroker on a running
+cluster, through the Java AdminClient 4.x and confluent-kafka.
+
+Three voters (brokers too) and two broker-only nodes (4 and 5), so that freezing or
+killing the replicas of the test topic never takes the metadata quorum's majority. The
+topic has replicas 1, 4, 5 and min.insync.replicas=2: with 4 and 5 frozen (SIGSTOP) the
+ISR shrinks to [1] and the last replica to leave it is eligible; node 1 is then killed,
+and when the frozen nodes resume, the eligible one leads, with every acknowledged record.
+Without ELR the partition would wait for node 1.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.cluster import KafkaCluster
+from compat_tests.java_driver import JavaDriver
+
+pytestmark = pytest.mark.timeout(300)
+
+ELR = "eligible.leader.replicas.version"
+TOPIC = "elr-topic"
+RECORDS = 200
+
+
+class ElrCluster:
+    def __init__(self, root: Path, classpath: str) -> None:
+        self.cluster = KafkaCluster(
+            root,
+            3,
+            {
+                "replica.lag.time.max.ms": "2000",
+                "replica.fetch.backoff.ms": "200",
+                "auto.leader.rebalance.enable": "false",
+            },
+        )
+        self.root = root
+        self.classpath = classpath
+        self.java: JavaDriver | None = None
+
+    def start(self) -> None:
+        self.cluster.start()
+        for _ in range(2):
+            self.cluster.add_broker()
+        self.java = JavaDriver(self.classpath, self.cluster.bootstrap, self.root / "java.log")
+        self.java.start()
+
+    def stop(self) -> None:
+        if self.java is not None:
+            self.java.stop()
+        for node in self.cluster.nodes:
+            if node.running():
+                os.kill(node.pid, signal.SIGCONT)
+        self.cluster.kill_all()
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap
+
+    def partition(self) -> dict[str, Any]:
+        assert self.java is not None
+        described = self.java.call("describe-topics", topics=TOPIC)["topics"][TOPIC]
+        result: dict[str, Any] = described["partitions"][0]
+        return result
+
+
+@pytest.fixture(scope="module")
+def elr(tmp_path_factory: pytest.TempPathFactory, java4_classpath: str) -> Iterator[ElrCluster]:
+    started = ElrCluster(tmp_path_factory.mktemp("elr"), java4_classpath)
+    try:
+        started.start()
+        yield started
+    finally:
+        started.stop()
+
+
+def features(elr: ElrCluster) -> dict[str, list[int]]:
+    assert elr.java is not None
+    finalized: dict[str, list[int]] = elr.java.call("describe-features")["finalized"]
+    return finalized
+
+
+def test_a_new_cluster_finalizes_elr_and_update_features_moves_it(elr: ElrCluster) -> None:
+    java = elr.java
+    assert java is not None
+    assert features(elr)[ELR] == [1, 1]
+    java.call("update-features", feature={ELR: 0}, type="safe-downgrade", validate_only=True)
+    assert features(elr)[ELR] == [1, 1]
+    java.call("update-features", feature={ELR: 0}, type="safe-downgrade")
+    KafkaCluster.wait_until(lambda: ELR not in features(elr), 15, "ELR downgraded")
+    failure = java.fails("update-features", feature={ELR: 1}, type="safe-downgrade")
+    assert failure.error == "InvalidUpdateVersionException"
+    assert (
+        f"Invalid update version 1 for feature {ELR}. Can't downgrade to a newer version."
+        in str(failure)
+    )
+    java.call("update-features", feature={ELR: 1})
+    KafkaCluster.wait_until(lambda: features(elr).get(ELR) == [1, 1], 15, "ELR upgraded")
+    failure = java.fails("update-features", feature={"kraft.version": 1})
+    assert failure.error == "InvalidUpdateVersionException"
+    assert "does not support this feature" in str(failure)
+
+
+def _produce_acked(bootstrap: str, count: int) -> list[bytes]:
+    acked: list[bytes] = []
+    errors: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(count):
+        value = f"acked-{i}".encode()
+
+        def report(err: KafkaError | None, _msg: Any, value: bytes = value) -> None:
+            (errors.append(err) if err is not None else acked.append(value))
+
+        producer.produce(TOPIC, value, partition=0, on_delivery=report)
+    producer.flush(30)
+    assert not errors, errors
+    return acked
+
+
+def _read_all(bootstrap: str) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"elr-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=15)
+        consumer.assign([TopicPartition(TOPIC, 0, low)])
+        values: list[bytes] = []
+        while len(values) < high - low:
+            msg = consumer.poll(5)
+            assert msg is not None, f"read {len(values)} of {high - low}"
+            if msg.error() is None:
+                values.append(msg.value())
+        return values
+    finally:
+        consumer.close()
+
+
+def test_an_eligible_replica_leads_when_the_last_isr_member_dies(elr: ElrCluster) -> None:
+    cluster = elr.cluster
+    admin = AdminClient({"bootstrap.servers": elr.bootstrap})
+    topic = NewTopic(
+        TOPIC,
+        num_partitions=1,
+        replica_assignment=[[1, 4, 5]],
+        config={"min.insync.replicas": "2"},
+    )
+    admin.create_topics([topic])[TOPIC].result(30)
+    cluster.wait_for_full_isr(TOPIC, timeout=30)
+    acked = _produce_acked(elr.bootstrap, RECORDS)
+    assert len(acked) == RECORDS
+
+    frozen = [cluster.node(4), cluster.node(5)]
+    for node in frozen:
+        os.kill(node.pid, signal.SIGSTOP)
+    try:
+        # Both followers may leave together (one AlterPartition) or one by one (fenced
+        # in turn): either way those that left an ISR below 2 are eligible.
+        shrunk = KafkaCluster.wait_until(
+            lambda: (p := elr.partition())["isr"] == [1] and p["elr"] and p,
+            30,
+            "the ISR to shrink to [1] with eligible replicas",
+            seen=elr.partition,
+        )
+        eligible = set(shrunk["elr"])
+        assert eligible <= {4, 5}
+        cluster.kill(1)
+        KafkaCluster.wait_until(
+            lambda: (p := elr.partition())["leader"] is None and p["isr"] == [] and p,
+            30,
+            "the last ISR member to leave, the partition without a leader",
+            seen=elr.partition,
+        )
+        assert set(elr.partition()["elr"]) == {1, *eligible}
+    finally:
+        for node in frozen:
+            os.kill(node.pid, signal.SIGCONT)
+    led = KafkaCluster.wait_until(
+        lambda: (p := elr.partition())["leader"] is not None and p,
+        30,
+        "an eligible replica to lead while node 1 is down",
+        seen=elr.partition,
+    )
+    assert led["leader"] in eligible
+    assert not cluster.node(1).running()
+    assert _read_all(elr.bootstrap)[:RECORDS] == acked
+
+
+def test_unregister_broker_forgets_a_decommissioned_broker(elr: ElrCluster) -> None:
+    java = elr.java
+    assert java is not None
+    failure = java.fails("unregister-broker", id=99)
+    assert failure.error == "BrokerIdNotRegisteredException"
+    assert "Broker ID 99 is not currently registered" in str(failure)
+    if elr.cluster.node(1).running():  # decommissioned: down for good
+        elr.cluster.kill(1)
+    java.call("unregister-broker", id=1)
+    failure = java.fails("unregister-broker", id=1)
+    assert failure.error == "BrokerIdNotRegisteredException"

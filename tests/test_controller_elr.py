@@ -1,0 +1,154 @@
+"""Eligible Leader Replicas (KIP-966), UpdateFeatures' levels and UnregisterBroker in the
+metadata state machine: pure functions of state and command."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kbroker.controller import commands as cmd
+from kbroker.controller.commands import apply_command
+from kbroker.controller.errors import BROKER_ID_NOT_REGISTERED, ControllerError
+from kbroker.controller.events import BrokerUnregistered, FeaturesChanged
+from kbroker.controller.state import (
+    ELR_FEATURE,
+    MetadataState,
+    PartitionInfo,
+    state_from_plain,
+    state_to_plain,
+)
+
+TOPIC = "t"
+
+
+def cluster(elr: bool, min_isr: str = "2") -> MetadataState:
+    state = apply_command(
+        MetadataState(),
+        cmd.INIT_CLUSTER,
+        {"cluster_id": "c", "features": {ELR_FEATURE: 1} if elr else {}},
+    ).state
+    for node in (1, 2, 3):
+        state = apply_command(
+            state,
+            cmd.REGISTER_BROKER,
+            {"node_id": node, "host": "h", "port": 9000 + node, "timestamp_ms": 0},
+        ).state
+    return apply_command(
+        state,
+        cmd.CREATE_TOPIC,
+        {
+            "name": TOPIC,
+            "topic_id": uuid.uuid4().bytes,
+            "assignment": [[1, 2, 3]],
+            "configs": {"min.insync.replicas": min_isr},
+        },
+    ).state
+
+
+def fence(state: MetadataState, node: int) -> MetadataState:
+    epoch = state.brokers[node].epoch
+    applied = apply_command(state, cmd.FENCE_BROKER, {"node_id": node, "epoch": epoch})
+    assert not isinstance(applied.outcome, ControllerError), applied.outcome
+    return applied.state
+
+
+def unfence(state: MetadataState, node: int) -> MetadataState:
+    epoch = state.brokers[node].epoch
+    return apply_command(state, cmd.BROKER_HEARTBEAT, {"node_id": node, "epoch": epoch}).state
+
+
+def part(state: MetadataState) -> PartitionInfo:
+    p = state.partition(TOPIC, 0)
+    assert p is not None
+    return p
+
+
+def shrink(state: MetadataState, isr: list[int]) -> MetadataState:
+    p = part(state)
+    applied = apply_command(
+        state,
+        cmd.ALTER_PARTITION,
+        {
+            "topic_id": state.topics[TOPIC].topic_id.bytes,
+            "partition": 0,
+            "leader": p.leader,
+            "leader_epoch": p.leader_epoch,
+            "partition_epoch": p.partition_epoch,
+            "isr": isr,
+        },
+    )
+    assert not isinstance(applied.outcome, ControllerError), applied.outcome
+    return applied.state
+
+
+def test_a_new_cluster_keeps_elrs():
+    assert cluster(elr=True).elr_enabled
+
+
+def test_replicas_leaving_an_isr_below_min_isr_become_eligible_and_one_leads_when_it_is_empty():
+    state = fence(cluster(elr=True), 3)
+    assert (part(state).isr, part(state).elr) == ((1, 2), ())  # at min.insync.replicas
+    state = shrink(state, [1])  # 2 falls behind: the ISR drops below 2
+    assert (part(state).isr, part(state).elr) == ((1,), (2,))
+    state = fence(state, 1)  # the last ISR member goes, and 2 is alive: 2 leads
+    p = part(state)
+    assert (p.leader, p.isr) == (2, (2,))
+    assert p.elr == (1,)  # the old leader left an ISR below min.insync.replicas
+    state = unfence(state, 3)  # 3 never was eligible: it only follows
+    assert part(state).leader == 2
+
+
+def test_the_last_isr_member_leaves_and_the_partition_waits_for_an_eligible_replica():
+    state = fence(fence(cluster(elr=True), 3), 2)
+    assert (part(state).isr, part(state).elr) == ((1,), (2,))
+    state = fence(state, 1)
+    p = part(state)
+    assert (p.leader, p.isr, set(p.elr)) == (-1, (), {1, 2})
+    state = unfence(state, 3)  # not eligible: still no leader
+    assert part(state).leader == -1
+    state = unfence(state, 2)
+    assert (part(state).leader, part(state).isr) == (2, (2,))
+
+
+def test_without_elr_the_last_isr_member_stays_and_nothing_else_leads():
+    state = fence(fence(cluster(elr=False), 3), 2)
+    state = fence(state, 1)
+    p = part(state)
+    assert (p.leader, p.isr, p.elr) == (-1, (1,), ())
+    assert part(unfence(state, 2)).leader == -1
+
+
+def test_an_isr_back_at_min_isr_clears_the_elr():
+    state = fence(fence(cluster(elr=True), 3), 2)
+    assert part(state).elr == (2,)
+    state = unfence(state, 2)
+    state = shrink(state, [1, 2])  # 2 caught up and rejoined
+    assert (part(state).isr, part(state).elr) == ((1, 2), ())
+
+
+def test_elr_survives_a_snapshot():
+    state = fence(fence(cluster(elr=True), 3), 2)
+    again = state_from_plain(state_to_plain(state))
+    assert part(again).elr == (2,)
+    assert again.features == {ELR_FEATURE: 1}
+
+
+def test_update_features_records_levels_and_level_0_removes_one():
+    state = cluster(elr=False)
+    applied = apply_command(state, cmd.UPDATE_FEATURES, {"levels": {ELR_FEATURE: 1}})
+    assert applied.state.elr_enabled
+    assert applied.events == (FeaturesChanged({ELR_FEATURE: 1}),)
+    applied = apply_command(applied.state, cmd.UPDATE_FEATURES, {"levels": {ELR_FEATURE: 0}})
+    assert not applied.state.elr_enabled and applied.state.features == {}
+
+
+def test_unregister_broker_forgets_it_and_its_replicas_leave_isr_and_elr():
+    state = fence(fence(cluster(elr=True), 3), 2)  # ELR (2,)
+    applied = apply_command(state, cmd.UNREGISTER_BROKER, {"node_id": 2})
+    assert 2 not in applied.state.brokers
+    assert part(applied.state).elr == ()
+    assert BrokerUnregistered(2) in applied.events
+    refused: Any = apply_command(applied.state, cmd.UNREGISTER_BROKER, {"node_id": 2}).outcome
+    assert refused == ControllerError(
+        BROKER_ID_NOT_REGISTERED, "Broker ID 2 is not currently registered"
+    )

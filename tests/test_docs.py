@@ -264,3 +264,20 @@ def test_relative_links_lead_to_files_and_headings_that_exist(page: str) -> None
         if anchor:
             headings = re.findall(r"^#+ (.+)$", path.read_text(), re.M)
             assert anchor in {_anchor(h) for h in headings}, f"{page}: no #{anchor} in {target}"
+
+
+def test_operations_page_commands_are_ones_the_cli_parses() -> None:
+    import shlex
+
+    from kbroker.cli import _parser
+
+    [block] = [b for b in _blocks("operations.md", "sh") if "kbroker topics" in b]
+    commands = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    assert len(commands) >= 10
+    for command in commands:
+        words = shlex.split(command)
+        assert words[0] == "kbroker", command
+        try:
+            _parser(admin=words[1] != "serve").parse_args(words[1:])
+        except SystemExit:
+            pytest.fail(f"kbroker does not take: {command}")

@@ -40,6 +40,16 @@ TESTED_CLIENTS: tuple[TestedClient, ...] = (
     TestedClient("Sarama (Go)", "Debian's golang-github-shopify-sarama-dev", ("test_sarama.py",)),
     TestedClient("kcat", "Debian's kcat", ("test_kcat.py",)),
     TestedClient(
+        "Apache Kafka's command-line tools, and Kafka itself side by side",
+        "4.3.1 (Maven Central)",
+        ("test_kafka_tools.py", "test_kafka_differential.py"),
+    ),
+    TestedClient(
+        "confluent-kafka's Schema Registry client and serializers",
+        "2.6 or newer (PyPI)",
+        ("test_schema_registry.py", "test_schema_registry_cluster.py"),
+    ),
+    TestedClient(
         "Spark Structured Streaming Kafka source and sink",
         "PySpark 4.0 with spark-sql-kafka-0-10_2.13 4.0.0",
         (

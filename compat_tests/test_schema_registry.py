@@ -167,7 +167,10 @@ def test_protobuf_serializer_round_trips_and_uses_latest(registry):
     client = SchemaRegistryClient({"url": registry.registry_url})
     reading = _reading_class()
     serializer = ProtobufSerializer(reading, client, {"use.deprecated.format": False})
-    deserializer = ProtobufDeserializer(reading, {"use.deprecated.format": False})
+    # With the registry, the deserializer fetches the writer's schema as a descriptor.
+    deserializer = ProtobufDeserializer(
+        reading, {"use.deprecated.format": False}, schema_registry_client=client
+    )
     values = [reading(sensor=f"s{i}", value=i / 2) for i in range(5)]
     out = _round_trip(registry, serializer, deserializer, values)
     assert [(m.sensor, m.value) for m in out] == [(m.sensor, m.value) for m in values]
@@ -189,6 +192,43 @@ def test_protobuf_serializer_round_trips_and_uses_latest(registry):
     registered = client.get_latest_version(f"{topic}-value")
     assert int.from_bytes(data[1:5], "big") == registered.schema_id
     assert registered.schema.schema_type == "PROTOBUF"
+    # Stored as .proto text (what Java clients read), as Confluent's registry stores it.
+    stored = call(registry.registry_url, "GET", f"/subjects/{topic}-value/versions/latest")[1]
+    assert "message Reading" in stored["schema"]
+
+
+def test_protobuf_text_registered_over_rest_serves_python_clients(registry):
+    """A schema registered as .proto text (as Java clients and the CLI do) is served to
+    Python's serializer and deserializer as a descriptor."""
+    url = registry.registry_url
+    topic = unique_topic("ptext")
+    text = (
+        'syntax = "proto3";\npackage kbroker.test;\n'
+        "message Reading {\n  string sensor = 1;\n  double value = 2;\n}\n"
+    )
+    status, body = call(
+        url, "POST", f"/subjects/{topic}-value/versions", {"schema": text, "schemaType": "PROTOBUF"}
+    )
+    assert status == 200, body
+    client = SchemaRegistryClient({"url": url})
+    reading = _reading_class()
+    serializer = ProtobufSerializer(
+        reading,
+        client,
+        {
+            "use.deprecated.format": False,
+            "auto.register.schemas": False,
+            "use.latest.version": True,
+        },
+    )
+    deserializer = ProtobufDeserializer(
+        reading, {"use.deprecated.format": False}, schema_registry_client=client
+    )
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    data = serializer(reading(sensor="t", value=2.5), ctx)
+    assert int.from_bytes(data[1:5], "big") == body["id"]
+    decoded = deserializer(data, ctx)
+    assert (decoded.sensor, decoded.value) == ("t", 2.5)
 
 
 # -- evolution ----------------------------------------------------------------------------

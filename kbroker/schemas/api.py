@@ -9,6 +9,7 @@ error code, follows its API reference.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -193,7 +194,7 @@ class RegistryApi:
             if n in (4, 5) and parts[2] == "versions":
                 sv = self._find_version(state, subject, parts[3], _flag(q, "deleted"))
                 if n == 4:
-                    return Response(200, schema_view(sv))
+                    return Response(200, _formatted(schema_view(sv), q))
                 if parts[4] == "schema":
                     return Response(200, sv.schema, raw=True)
                 if parts[4] == "referencedby":
@@ -280,7 +281,7 @@ class RegistryApi:
         if not rest:
             view = schema_view(sv, with_subject=False)
             del view["id"]
-            return Response(200, view)
+            return Response(200, _formatted(view, q))
         if rest == ["schema"]:
             return Response(200, sv.schema, raw=True)
         deleted = _flag(q, "deleted")
@@ -649,6 +650,18 @@ class RegistryApi:
             )
         assert NOOP
         return (noop_key(), encode(value))
+
+
+def _formatted(view: dict[str, Any], query: dict[str, str]) -> dict[str, Any]:
+    """A schema view in the `format` asked: `serialized` gives a Protobuf schema as a
+    base64 FileDescriptorProto (what Confluent's Python and Go clients parse)."""
+    if query.get("format") == "serialized" and view.get("schemaType") == "PROTOBUF":
+        from kbroker.schemas.protobuf import serialized
+
+        # A stored text this build cannot compile is answered as stored.
+        with contextlib.suppress(RegistryError):
+            view = {**view, "schema": serialized(view["schema"])}
+    return view
 
 
 def _unique(refs: list[Reference]) -> list[Reference]:

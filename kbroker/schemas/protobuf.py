@@ -26,12 +26,6 @@ _WIRE_GROUPS = (
     {"float"},
     {"double"},
 )
-# FieldDescriptorProto.Type numbers.
-_DESCRIPTOR_TYPES = {
-    1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fixed64",
-    7: "fixed32", 8: "bool", 9: "string", 10: "group", 11: "message", 12: "bytes",
-    13: "uint32", 14: "enum", 15: "sfixed32", 16: "sfixed64", 17: "sint32", 18: "sint64",
-}  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -132,10 +126,13 @@ def _problems(reader: ProtoModel, writer: ProtoModel) -> list[str]:
 
 
 def parse_protobuf(text: str, references: Sequence[Reference] = ()) -> ProtobufSchema:
+    """A `.proto` text, or a base64 serialized FileDescriptorProto (what Confluent's
+    clients register), which is stored as the `.proto` text it describes."""
     data = decode_base64_descriptor(text)
     if data is not None and not text.lstrip().startswith(("syntax", "package", "message")):
-        model = _from_descriptor(data, text)
-        return ProtobufSchema(text, model, text.strip())
+        from kbroker.schemas.protobuf_descriptor import text_from_descriptor
+
+        text = text_from_descriptor(data)
     model, normalized = _from_text(text)
     known = {ref.name for ref in references}
     for imported in model.imports:
@@ -146,47 +143,14 @@ def parse_protobuf(text: str, references: Sequence[Reference] = ()) -> ProtobufS
     return ProtobufSchema(text, model, normalized)
 
 
-def _from_descriptor(data: bytes, text: str) -> ProtoModel:
-    try:
-        from google.protobuf import descriptor_pb2
-        from google.protobuf.message import DecodeError
-    except ImportError:  # pragma: no cover - protobuf is a dependency
-        raise invalid_schema("Invalid schema: serialized descriptors need protobuf") from None
-    proto = descriptor_pb2.FileDescriptorProto()
-    try:
-        proto.ParseFromString(data)
-    except (DecodeError, ValueError, RuntimeError):
-        raise invalid_schema(f"Invalid schema {text[:200]!r}: not a FileDescriptorProto") from None
-    if not proto.message_type and not proto.enum_type and not proto.name:
-        raise invalid_schema(f"Invalid schema {text[:200]!r}: an empty FileDescriptorProto")
-    model = ProtoModel(syntax=proto.syntax or "proto2", package=proto.package)
-    model.imports = list(proto.dependency)
+def serialized(text: str) -> str:
+    """The base64 serialized FileDescriptorProto of a stored `.proto` text
+    (`format=serialized`)."""
+    import base64
 
-    def walk(messages: Iterable[Any], prefix: str) -> None:
-        for msg in messages:
-            full = f"{prefix}.{msg.name}" if prefix else msg.name
-            oneofs = [o.name for o in msg.oneof_decl]
-            fields: dict[int, ProtoField] = {}
-            for f in msg.field:
-                kind = _DESCRIPTOR_TYPES.get(f.type, "message")
-                ftype = f.type_name.lstrip(".") if kind in ("message", "enum", "group") else kind
-                label = {1: "optional", 2: "required", 3: "repeated"}.get(f.label, "optional")
-                synthetic = f.proto3_optional
-                oneof = (
-                    oneofs[f.oneof_index]
-                    if f.HasField("oneof_index") and not synthetic and f.oneof_index < len(oneofs)
-                    else None
-                )
-                fields[f.number] = ProtoField(f.name, ftype, label, oneof)
-            model.messages[full] = fields
-            for e in msg.enum_type:
-                model.enums.add(f"{full}.{e.name}")
-            walk(msg.nested_type, full)
+    from kbroker.schemas.protobuf_descriptor import descriptor_from_text
 
-    walk(proto.message_type, proto.package)
-    for e in proto.enum_type:
-        model.enums.add(f"{proto.package}.{e.name}" if proto.package else e.name)
-    return model
+    return base64.standard_b64encode(descriptor_from_text(text)).decode("ascii")
 
 
 class _StrictError(Exception):
@@ -206,17 +170,23 @@ def _strict(recognizer: Any) -> None:
     recognizer.addErrorListener(Raise())
 
 
-def _from_text(text: str) -> tuple[ProtoModel, str]:
-    from proto_schema_parser import ast
-    from proto_schema_parser.generator import Generator
+def parse_tree(text: str) -> Any:
+    """proto-schema-parser's tree of a `.proto` text; 42201 on any syntax error."""
     from proto_schema_parser.parser import Parser
 
     try:
-        tree = Parser(setup_lexer=_strict, setup_parser=_strict).parse(text)
+        return Parser(setup_lexer=_strict, setup_parser=_strict).parse(text)
     except _StrictError as exc:
         raise invalid_schema(f"Invalid schema: {exc}") from None
     except (RecursionError, ValueError, AttributeError, TypeError) as exc:
         raise invalid_schema(f"Invalid schema: {exc}") from None
+
+
+def _from_text(text: str) -> tuple[ProtoModel, str]:
+    from proto_schema_parser import ast
+    from proto_schema_parser.generator import Generator
+
+    tree = parse_tree(text)
     model = ProtoModel(syntax=tree.syntax or "proto2")
     for element in tree.file_elements:
         if isinstance(element, ast.Package):

@@ -281,3 +281,28 @@ def test_operations_page_commands_are_ones_the_cli_parses() -> None:
             _parser(admin=words[1] != "serve").parse_args(words[1:])
         except SystemExit:
             pytest.fail(f"kbroker does not take: {command}")
+
+
+def test_architecture_layers_are_the_import_contract() -> None:
+    """The layer list of docs/architecture.md is pyproject's import-linter contract."""
+    import tomllib
+
+    contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    [layers] = [c["layers"] for c in contract["contracts"] if c["type"] == "layers"]
+    expected = [
+        sorted(part.strip(" ()").removeprefix("kbroker.") for part in layer.split(":"))
+        for layer in layers
+    ]
+    page = (DOCS / "architecture.md").read_text()
+    block = page.split("## Layers", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
+    rows: list[list[str]] = []
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip())
+        names = [n.strip() for n in re.split(r"\s{2,}", line.strip())[0].split(",")]
+        if indent >= 20:  # the description goes on
+            continue
+        if indent > 4:  # the row's names go on
+            rows[-1] += [n for n in names if n]
+        else:
+            rows.append([n for n in names if n])
+    assert [sorted(row) for row in rows] == expected

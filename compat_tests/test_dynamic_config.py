@@ -31,7 +31,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from compat_tests.broker_process import free_port
+from compat_tests.broker_process import free_port, stored_batches
 from compat_tests.cluster import KafkaCluster
 from compat_tests.java_driver import JavaDriver
 from compat_tests.tls_material import TlsMaterial, make_tls_material
@@ -41,6 +41,7 @@ from kbroker.admin.configs import describe_configs
 pytestmark = pytest.mark.timeout(300)
 
 TOPIC = "dyn-config"
+GZIP = 1  # a batch's codec, its attributes & 7
 USERS = {"admin": "admin-secret"}
 
 
@@ -255,6 +256,28 @@ def test_segment_and_retention_defaults_delete_old_segments_on_every_leader(
         wait_until(log_starts, "every leader to delete segments past log.retention.bytes")
     finally:
         dyn.set_default(delete=("log.segment.bytes", "log.retention.bytes"))
+
+
+def test_compression_type_default_recompresses_on_every_leader(dyn: DynamicCluster) -> None:
+    def newest_codecs() -> set[int]:
+        # Every replica of every partition: followers store the leader's batches.
+        return {
+            stored_batches(node, TOPIC, p)[-1].attributes & 0x07
+            for node in dyn.cluster.nodes
+            for p in range(3)
+        }
+
+    dyn.set_default({"compression.type": "gzip"})
+    try:
+
+        def all_gzip() -> bool:
+            for p in range(3):
+                assert produce_one(dyn, p, 300) is None
+            return newest_codecs() == {GZIP}
+
+        wait_until(all_gzip, "every leader to store gzip batches")
+    finally:
+        dyn.set_default(delete=("compression.type",))
 
 
 # -- connection limits ---------------------------------------------------------------------

@@ -209,3 +209,18 @@ def test_unregister_broker_forgets_a_decommissioned_broker(elr: ElrCluster) -> N
     java.call("unregister-broker", id=1)
     failure = java.fails("unregister-broker", id=1)
     assert failure.error == "BrokerIdNotRegisteredException"
+
+
+def test_voter_changes_are_refused_as_a_static_quorum_refuses_them(elr: ElrCluster) -> None:
+    java = elr.java
+    assert java is not None
+    added = java.fails("add-raft-voter", id=7)
+    assert added.error == "UnsupportedVersionException"
+    assert "Cluster doesn't support adding voter because the kraft.version feature is 0" in str(
+        added
+    )
+    removed = java.fails("remove-raft-voter", id=2)
+    assert removed.error == "UnsupportedVersionException"
+    assert "Cluster doesn't support removing voter because the kraft.version feature is 0" in str(
+        removed
+    )

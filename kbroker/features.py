@@ -34,6 +34,7 @@ METADATA_VERSION = "metadata.version"
 METADATA_VERSION_LEVEL = 29  # 4.2-IV1
 FIRST_VERSION_SHOWING_LEVEL_0 = 4  # ApiVersions v4 (KAFKA-17011)
 ELR = "eligible.leader.replicas.version"
+KRAFT_VERSION = "kraft.version"
 
 # FeatureUpdateKey.upgrade_type (UpdateFeatures v1+)
 UNKNOWN_UPGRADE, UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 0, 1, 2, 3
@@ -54,7 +55,7 @@ class FeatureRange:
 
 SUPPORTED: tuple[FeatureRange, ...] = (
     FeatureRange(METADATA_VERSION, METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
-    FeatureRange("kraft.version", 0, 0),
+    FeatureRange(KRAFT_VERSION, 0, 0),
     FeatureRange("transaction.version", 0, 0),
     FeatureRange("group.version", 0, 1),
     FeatureRange(ELR, 0, 1),

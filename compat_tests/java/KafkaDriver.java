@@ -29,6 +29,7 @@ import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.AlterConfigsOptions;
 import org.apache.kafka.clients.admin.FeatureUpdate;
+import org.apache.kafka.clients.admin.RaftVoterEndpoint;
 import org.apache.kafka.clients.admin.UpdateFeaturesOptions;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
@@ -176,6 +177,18 @@ public final class KafkaDriver {
             case "describe-features" -> describeFeatures(a);
             case "describe-quorum" -> describeQuorum(a);
             case "update-features" -> updateFeatures(a);
+            case "add-raft-voter" -> admin(a)
+                    .addRaftVoter(
+                            a.integer("id"),
+                            Uuid.randomUuid(),
+                            Set.of(new RaftVoterEndpoint(
+                                    "CONTROLLER", a.str("host", "127.0.0.1"), a.integer("port", 9093))))
+                    .all()
+                    .get();
+            case "remove-raft-voter" -> admin(a)
+                    .removeRaftVoter(a.integer("id"), Uuid.randomUuid())
+                    .all()
+                    .get();
             case "unregister-broker" -> admin(a).unregisterBroker(a.integer("id", -1)).all().get();
             case "describe-acls" -> emit(
                     Json.obj("count", admin(a).describeAcls(AclBindingFilter.ANY).values().get().size()));

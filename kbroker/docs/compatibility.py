@@ -98,7 +98,17 @@ def _note(kafka: KafkaApi, ours: Api | None) -> str:
         notes.append(f"Newest version {ours.max_version}.")
     elif ours.max_version > kafka.max_stable_version:
         notes.append(f"Serves unstable v{ours.max_version}.")
+    if kafka.key in STATIC_QUORUM_REFUSALS:
+        notes.append(STATIC_QUORUM_REFUSALS[kafka.key])
     return " ".join(notes) or "Same."
+
+
+STATIC_QUORUM_REFUSALS = {
+    80: "The quorum is static (kraft.version 0): refused with UNSUPPORTED_VERSION, as Kafka "
+    "refuses it at that level.",
+    81: "The quorum is static (kraft.version 0): refused with UNSUPPORTED_VERSION, as Kafka "
+    "refuses it at that level.",
+}
 
 
 def api_rows() -> list[str]:

@@ -11,12 +11,14 @@ partition, which clients retry, as from a KRaft controller that is not the leade
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.errors import NOT_LEADER_OR_FOLLOWER, ControllerError
 from kbroker.controller.quorum import ReplicaState
+from kbroker.features import KRAFT_VERSION, finalized_features
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
@@ -102,3 +104,54 @@ async def describe_quorum(
         for e in quorum.endpoints
     ]
     return response
+
+
+# -- AddRaftVoter and RemoveRaftVoter (KIP-853) ------------------------------------------
+
+ADD_RAFT_VOTER = 80
+REMOVE_RAFT_VOTER = 81
+NO_DIRECTORY = uuid.UUID(int=0)
+
+
+def _voter_change_refusal(
+    ctx: RequestContext, cluster_id: str | None, valid_voter: bool, verb: str, noun: str
+) -> tuple[ErrorCode, str | None]:
+    """Kafka's checks of a voter change, in its order: ALTER on the cluster, the cluster
+    id, a voter key with a directory id (and, to add one, a listener), then the
+    kraft.version feature. kbroker's quorum is static (`controller.quorum.voters`, level 0),
+    so a change that passes the checks is refused as Kafka refuses it at that level."""
+    if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return ErrorCode.cluster_authorization_failed, None
+    state = ctx.broker.controller.state
+    if cluster_id is not None and cluster_id != state.cluster_id:
+        return ErrorCode.inconsistent_cluster_id, None
+    if not valid_voter:
+        return ErrorCode.invalid_request, f"{noun} voter request didn't include a valid voter"
+    level = finalized_features(ctx.broker.config, state.features).get(KRAFT_VERSION, 0)
+    return (
+        ErrorCode.unsupported_version,
+        f"Cluster doesn't support {verb} voter because the {KRAFT_VERSION} feature is {level}",
+    )
+
+
+@handles(ADD_RAFT_VOTER, 0)
+def add_raft_voter(ctx: RequestContext, request: requests.AddRaftVoterRequest) -> dict[str, Any]:
+    directory = request.voter_directory_id
+    valid = (
+        request.voter_id >= 0
+        and directory is not None
+        and directory != NO_DIRECTORY
+        and bool(request.listeners)
+    )
+    code, message = _voter_change_refusal(ctx, request.cluster_id, valid, "adding", "Add")
+    return {"throttle_time": 0, "error_code": code, "error_message": message}
+
+
+@handles(REMOVE_RAFT_VOTER, 0)
+def remove_raft_voter(
+    ctx: RequestContext, request: requests.RemoveRaftVoterRequest
+) -> dict[str, Any]:
+    directory = request.voter_directory_id
+    valid = request.voter_id >= 0 and directory is not None and directory != NO_DIRECTORY
+    code, message = _voter_change_refusal(ctx, request.cluster_id, valid, "removing", "Remove")
+    return {"throttle_time": 0, "error_code": code, "error_message": message}

@@ -74,6 +74,8 @@ SERVED: dict[str, tuple[int, int, int]] = {
     "ShareGroupDescribeRequest": (77, 1, 1),
     "ShareFetchRequest": (78, 1, 2),
     "ShareAcknowledgeRequest": (79, 1, 2),
+    "AddRaftVoterRequest": (80, 0, 1),
+    "RemoveRaftVoterRequest": (81, 0, 0),
     "InitializeShareGroupStateRequest": (83, 0, 0),
     "ReadShareGroupStateRequest": (84, 0, 0),
     "WriteShareGroupStateRequest": (85, 0, 0),
@@ -95,6 +97,8 @@ if TYPE_CHECKING:
     import kio.schema.add_partitions_to_txn.v3.request as add_partitions_to_txn_v3
     import kio.schema.add_partitions_to_txn.v4.request as add_partitions_to_txn_v4
     import kio.schema.add_partitions_to_txn.v5.request as add_partitions_to_txn_v5
+    import kio.schema.add_raft_voter.v0.request as add_raft_voter_v0
+    import kio.schema.add_raft_voter.v1.request as add_raft_voter_v1
     import kio.schema.alter_client_quotas.v0.request as alter_client_quotas_v0
     import kio.schema.alter_client_quotas.v1.request as alter_client_quotas_v1
     import kio.schema.alter_configs.v0.request as alter_configs_v0
@@ -300,6 +304,7 @@ if TYPE_CHECKING:
     import kio.schema.offset_for_leader_epoch.v3.request as offset_for_leader_epoch_v3
     import kio.schema.offset_for_leader_epoch.v4.request as offset_for_leader_epoch_v4
     import kio.schema.read_share_group_state.v0.request as read_share_group_state_v0
+    import kio.schema.remove_raft_voter.v0.request as remove_raft_voter_v0
     import kio.schema.sasl_authenticate.v0.request as sasl_authenticate_v0
     import kio.schema.sasl_authenticate.v1.request as sasl_authenticate_v1
     import kio.schema.sasl_authenticate.v2.request as sasl_authenticate_v2
@@ -669,6 +674,10 @@ if TYPE_CHECKING:
     ShareAcknowledgeRequest: TypeAlias = (
         share_acknowledge_v1.ShareAcknowledgeRequest | share_acknowledge_v2.ShareAcknowledgeRequest
     )
+    AddRaftVoterRequest: TypeAlias = (
+        add_raft_voter_v0.AddRaftVoterRequest | add_raft_voter_v1.AddRaftVoterRequest
+    )
+    RemoveRaftVoterRequest: TypeAlias = remove_raft_voter_v0.RemoveRaftVoterRequest
     InitializeShareGroupStateRequest: TypeAlias = (
         initialize_share_group_state_v0.InitializeShareGroupStateRequest
     )

@@ -51,6 +51,7 @@ from compat_tests.broker_process import (
     BrokerStartError,
     free_port,
 )
+from compat_tests.waiting import eventually
 
 T = TypeVar("T")
 
@@ -100,7 +101,7 @@ class ClusterNode(BrokerProcess):
                 return self.ready_seconds
             if self.proc is not None and self.proc.poll() is not None:
                 break
-            time.sleep(0.05)
+            time.sleep(0.05)  # pacing: the log and the process are polled
         self.kill()
         raise BrokerStartError(f"controller node {self.node_id} did not start\n" + self.log_tail())
 
@@ -371,20 +372,12 @@ class KafkaCluster:
         seen: Callable[[], Any] | None = None,
     ) -> T:
         """Poll `predicate` until it returns something truthy; fail naming `what`."""
-        deadline = time.monotonic() + timeout
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                result = predicate()
-                if result:
-                    return result
-            except Exception as exc:  # a node going down mid-poll is expected here
-                last_error = exc
-            time.sleep(0.1)
-        last = f", last seen {seen()!r}" if seen is not None else ""
-        raise AssertionError(
-            f"timed out after {timeout}s waiting for {what} ({last_error!r}{last})"
-        )
+        if seen is None:
+            return eventually(predicate, timeout=timeout, what=what, interval=0.1)
+        try:
+            return eventually(predicate, timeout=timeout, what=what, interval=0.1)
+        except AssertionError as missed:
+            raise AssertionError(f"{missed}, last seen {seen()!r}") from missed.__cause__
 
     def log_tails(self, lines: int = 80) -> str:
         return "\n".join(n.log_tail(lines) for n in self.nodes)

@@ -25,6 +25,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from compat_tests.waiting import eventually
+
 Headers = list[tuple[str, bytes | None]]
 
 
@@ -57,20 +59,16 @@ def create_topic(
 
 
 def wait_for_partitions(admin: AdminClient, topic: str, partitions: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    seen: Any = None
-    while time.monotonic() < deadline:
-        metadata = admin.list_topics(topic=topic, timeout=max(deadline - time.monotonic(), 0.5))
-        seen = metadata.topics.get(topic)
-        if (
+    def led() -> bool:
+        seen = admin.list_topics(topic=topic, timeout=max(timeout, 0.5)).topics.get(topic)
+        return (
             seen is not None
             and seen.error is None
             and len(seen.partitions) == partitions
             and all(p.leader >= 0 for p in seen.partitions.values())
-        ):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"topic {topic} never showed {partitions} led partitions: {seen!r}")
+        )
+
+    eventually(led, timeout=timeout, what=f"{topic} to show {partitions} led partitions")
 
 
 @dataclass

@@ -22,6 +22,7 @@ from compat_tests.confluent_helpers import (
     unique_topic,
     watermarks,
 )
+from compat_tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,7 +59,7 @@ def updates() -> Iterator[dict[str, Any]]:
 def roll_active_segment(bootstrap: str, topic: str) -> None:
     """segment.ms rolls on the next append: wait past it and write a sentinel record, so
     that every update before it sits in a sealed, cleanable segment."""
-    time.sleep(0.3)
+    time.sleep(0.3)  # segment.ms is the input: time past it is what rolls the segment
     produce_all(bootstrap, topic, [{"key": b"sentinel", "value": b"end", "partition": 0}])
 
 
@@ -87,14 +88,11 @@ def read_from_start(bootstrap: str, topic: str, timeout: float = 10.0) -> list[R
 
 
 def wait_until(bootstrap: str, topic: str, done, timeout: float = 40.0) -> list[Record]:
-    deadline = time.monotonic() + timeout
-    records: list[Record] = []
-    while time.monotonic() < deadline:
+    def compacted() -> list[Record] | None:
         records = read_from_start(bootstrap, topic)
-        if done(records):
-            return records
-        time.sleep(0.5)
-    raise AssertionError(f"not compacted in {timeout}s: {len(records)} records remain")
+        return records if done(records) else None
+
+    return eventually(compacted, timeout=timeout, what=f"{topic} compacted", interval=0.5)
 
 
 @pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])

@@ -24,6 +24,7 @@ from compat_tests.confluent_helpers import (
     unique_group,
     unique_topic,
 )
+from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(120)
@@ -293,13 +294,6 @@ class KafkaPythonPoller(threading.Thread):
         return {tp.partition for tp in set(self.consumer.assignment())}
 
 
-def wait_for(condition: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 def test_kafka_python_group_splits_commits_and_resumes(group_broker: BrokerProcess):
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTopicPartition
@@ -315,17 +309,25 @@ def test_kafka_python_group_splits_commits_and_resumes(group_broker: BrokerProce
     a.start()
     b.start()
     try:
-        wait_for(
-            lambda: a.partitions() and b.partitions() and a.partitions() | b.partitions() == {0, 1}
+        eventually(
+            lambda: a.partitions() and b.partitions() and a.partitions() | b.partitions() == {0, 1},
+            timeout=30,
+            what="a partition for each member",
         )
-        wait_for(lambda: sum(a.seen.values()) + sum(b.seen.values()) == 10)
+        eventually(
+            lambda: sum(a.seen.values()) + sum(b.seen.values()) == 10,
+            timeout=30,
+            what="the 10 records read",
+        )
         assert sorted([*a.seen, *b.seen]) == [0, 1]  # each partition read by one member
         for poller in (a, b):
             poller.commit_wanted.set()
-        wait_for(lambda: a.committed.is_set() and b.committed.is_set())
+        eventually(
+            lambda: a.committed.is_set() and b.committed.is_set(), timeout=30, what="both commits"
+        )
         b.stop.set()
         b.join(15)  # b leaves: a takes both partitions
-        wait_for(lambda: a.partitions() == {0, 1})
+        eventually(lambda: a.partitions() == {0, 1}, timeout=30, what="a to take both partitions")
     finally:
         for poller in (a, b):
             poller.stop.set()

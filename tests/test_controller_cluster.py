@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from compat_tests.waiting import eventually_async
 from kbroker.controller import Controller, ControllerConfig, ControllerStartError
 from kbroker.controller.errors import NOT_LEADER_OR_FOLLOWER, ControllerError
 from kbroker.controller.raft_handshake import RefusalLog
@@ -55,11 +56,8 @@ def an_observer(base, voters):
     )
 
 
-async def eventually(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
+async def eventually(predicate, what, timeout=5.0):
+    return await eventually_async(predicate, timeout=timeout, what=what, interval=0.01)
 
 
 def test_three_voters_share_one_metadata_log(tmp_path):
@@ -71,29 +69,42 @@ def test_three_voters_share_one_metadata_log(tmp_path):
             assert len(leaders) == 1
             leader = leaders[0]
             assert {n.state.cluster_id for n in nodes} == {leader.state.cluster_id}
-            await eventually(lambda: {n.state.controller_id for n in nodes} == {leader.node_id})
+            await eventually(
+                lambda: {n.state.controller_id for n in nodes} == {leader.node_id},
+                "every node to know the leader",
+            )
 
             for n in nodes:
                 await leader.register_broker(n.node_id, "127.0.0.1", 9090 + n.node_id)
             created = await leader.create_topic("replicated", 3, 3, {"retention.ms": "1"})
-            await eventually(lambda: all(n.state.topics.get("replicated") for n in nodes))
+            await eventually(
+                lambda: all(n.state.topics.get("replicated") for n in nodes),
+                "the topic on every node",
+            )
             assert all(n.state.topics["replicated"] == created for n in nodes)
 
             # a follower's change is forwarded to the leader and applied everywhere
             follower = next(n for n in nodes if not n.is_leader)
             forwarded = await follower.create_topic("via-follower", 1, 2, {})
             assert follower.state.topics["via-follower"] == forwarded
-            await eventually(lambda: all("via-follower" in n.state.topics for n in nodes))
+            await eventually(
+                lambda: all("via-follower" in n.state.topics for n in nodes),
+                "the forwarded topic on every node",
+            )
 
             # the leader goes away; the other two elect a new one and keep committing
             await leader.stop()
             survivors = [n for n in nodes if n is not leader]
-            await eventually(lambda: any(n.is_leader for n in survivors))
+            await eventually(lambda: any(n.is_leader for n in survivors), "a new leader")
             new_leader = next(n for n in survivors if n.is_leader)
             await new_leader.create_topic("after-failover", 1, 1, {})
-            await eventually(lambda: all("after-failover" in n.state.topics for n in survivors))
             await eventually(
-                lambda: {n.state.controller_id for n in survivors} == {new_leader.node_id}
+                lambda: all("after-failover" in n.state.topics for n in survivors),
+                "the new leader's topic on every survivor",
+            )
+            await eventually(
+                lambda: {n.state.controller_id for n in survivors} == {new_leader.node_id},
+                "every survivor to know the new leader",
             )
         finally:
             await asyncio.gather(*(n.stop() for n in nodes))
@@ -155,7 +166,10 @@ def test_a_stranger_on_the_raft_port_is_cut_off_before_it_authenticates(tmp_path
                 assert await asyncio.to_thread(closed_by_peer, huge, 2.0)
                 assert await asyncio.to_thread(closed_by_peer, idle, 6.0)
             assert leader.is_leader
-            await eventually(lambda: all("while-probed" in n.state.topics for n in nodes))
+            await eventually(
+                lambda: all("while-probed" in n.state.topics for n in nodes),
+                "the topic on every node",
+            )
         finally:
             await asyncio.gather(*(n.stop() for n in nodes))
 
@@ -204,8 +218,10 @@ def test_a_voter_keeps_its_raft_listener_when_accept_runs_out_of_file_descriptor
 
             monkeypatch.setattr(socket.socket, "accept", accept_failing_once)
             with socket.create_connection(raft_port) as first:
-                assert await asyncio.to_thread(failed.wait, 5.0)
-                await asyncio.sleep(0.2)  # the Raft thread has handled the failure
+                await eventually(
+                    lambda: any("could not accept" in w for w in warned),
+                    "the Raft thread to handle the failed accept",
+                )
                 # still listening: a new connection is taken, and the first is accepted
                 with socket.create_connection(raft_port, timeout=2.0):
                     assert not await asyncio.to_thread(closed_by_peer, first, 1.0)
@@ -228,7 +244,9 @@ def test_an_observer_follows_the_log_and_its_changes_reach_the_leader(tmp_path):
             assert not observer.is_leader
             assert observer.state.cluster_id == voters[0].state.cluster_id
             await observer.register_broker(4, "127.0.0.1", 9094)
-            await eventually(lambda: all(4 in n.state.brokers for n in voters))
+            await eventually(
+                lambda: all(4 in n.state.brokers for n in voters), "the observer's broker"
+            )
         finally:
             await observer.stop()
             await asyncio.gather(*(n.stop() for n in voters))
@@ -245,9 +263,16 @@ def test_every_node_describes_the_quorum_as_its_leader_sees_it(tmp_path):
         nodes = [*voters, observer]
         try:
             leader = next(n for n in voters if n.is_leader)
+            registered_ms = time.time() * 1000
             await observer.register_broker(4, "127.0.0.1", 9094)
-            await asyncio.sleep(0.3)  # a few heartbeats: every replica has answered
-            answers = await asyncio.gather(*(n.describe_quorum() for n in nodes))
+
+            async def every_replica_answered():
+                answers = await asyncio.gather(*(n.describe_quorum() for n in nodes))
+                replicas = [r for a in answers for r in (*a.voters, *a.observers)]
+                fetched = all(r.last_fetch_timestamp >= registered_ms for r in replicas)
+                return answers if fetched and len(replicas) == 4 * len(nodes) else None
+
+            answers = await eventually(every_replica_answered, "a fetch from every replica")
             now_ms = time.time() * 1000
             for answer in answers:
                 assert answer.leader_id == leader.node_id
@@ -262,10 +287,14 @@ def test_every_node_describes_the_quorum_as_its_leader_sees_it(tmp_path):
             # The new leader's view: the stopped voter has not fetched in its term.
             await leader.stop()
             survivors = [n for n in nodes if n is not leader]
-            await eventually(lambda: any(n.is_leader for n in survivors))
+            await eventually(lambda: any(n.is_leader for n in survivors), "a new leader")
             new_leader = next(n for n in survivors if n.is_leader)
-            await asyncio.sleep(0.3)
-            for answer in await asyncio.gather(*(n.describe_quorum() for n in survivors)):
+
+            async def the_new_leaders_view():
+                answers = await asyncio.gather(*(n.describe_quorum() for n in survivors))
+                return answers if {a.leader_id for a in answers} == {new_leader.node_id} else None
+
+            for answer in await eventually(the_new_leaders_view, "every survivor's new leader"):
                 assert answer.leader_id == new_leader.node_id
                 assert answer.leader_epoch > answers[0].leader_epoch
                 gone = next(v for v in answer.voters if v.replica_id == leader.node_id)

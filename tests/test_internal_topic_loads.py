@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from compat_tests.waiting import eventually_async
 from kbroker.controller.state import PartitionInfo
 from kbroker.internal_topics import InternalTopicService
 from kbroker.replica.delayed import DataWaiters
@@ -42,6 +43,8 @@ class SlowService(InternalTopicService):
         super().__init__(broker)
         self.coordinator = FakeCoordinator()
         self.releases: dict[int, asyncio.Event] = {}
+        self.waiting: list[int] = []  # leader epochs whose load reached load_records
+        self.first_load: asyncio.Task[None] | None = None
 
     def held_partitions(self) -> list[int]:
         return list(self.coordinator.epochs)
@@ -55,6 +58,7 @@ class SlowService(InternalTopicService):
 
     async def load_records(self, partition: int, records: list, started: float) -> None:
         epoch = self.coordinator.epochs[partition]
+        self.waiting.append(epoch)
         await self.releases[epoch].wait()
         self.coordinator.loaded.append(epoch)
 
@@ -79,7 +83,8 @@ async def reloaded_at_a_newer_epoch(tmp_path: Path) -> SlowService:
     broker = fake_broker(tmp_path)
     service = SlowService(broker)
     service.refresh()
-    await asyncio.sleep(0.01)
+    service.first_load = service._loads[0]
+    await eventually_async(lambda: 1 in service.waiting, timeout=5, what="the first load")
     broker.replica.become_leader(2, 0, (1,), (1,), 0)
     service.refresh()
     return service
@@ -88,13 +93,10 @@ async def reloaded_at_a_newer_epoch(tmp_path: Path) -> SlowService:
 def test_a_load_for_an_older_leader_epoch_is_cancelled_by_the_newer_one(tmp_path: Path) -> None:
     async def scenario() -> None:
         service = await reloaded_at_a_newer_epoch(tmp_path)
-        await asyncio.sleep(0.01)
+        await eventually_async(lambda: 2 in service.waiting, timeout=5, what="the second load")
         service.releases[1].set()
         service.releases[2].set()
-        for _ in range(100):
-            if not service._loads:
-                break
-            await asyncio.sleep(0.01)
+        await eventually_async(lambda: not service._loads, timeout=5, what="both loads to end")
         assert service.coordinator.loaded == [2]
         assert service._loads == {}
 
@@ -106,7 +108,9 @@ def test_the_newer_load_stays_tracked_while_the_older_one_unwinds(tmp_path: Path
         service = await reloaded_at_a_newer_epoch(tmp_path)
         newer = service._loads[0]
         service.releases[1].set()  # whatever the older load still does, it ends now
-        await asyncio.sleep(0.01)
+        older = service.first_load
+        assert older is not None and older is not newer
+        await eventually_async(older.done, timeout=5, what="the older load to unwind")
         assert service._loads.get(0) is newer
         service.releases[2].set()
         await newer

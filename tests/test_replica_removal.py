@@ -3,11 +3,11 @@ deletes its log, as Kafka deletes a removed replica's partition directory."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from compat_tests.waiting import eventually
 from kbroker.controller.state import PartitionInfo
 from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.manager import ReplicaManager
@@ -31,9 +31,7 @@ def test_a_removed_replica_is_no_longer_hosted_and_its_log_is_gone(tmp_path: Pat
     assert manager.get("t", 0) is None
     assert logs.get("t", 0) is None
     assert not (tmp_path / "t-0").exists()  # renamed away at once, its files removed after
-    deadline = time.monotonic() + 5
-    while any(tmp_path.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    eventually(lambda: not any(tmp_path.iterdir()), timeout=5, what="the renamed files removed")
     assert list(tmp_path.iterdir()) == []
 
 

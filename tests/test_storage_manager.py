@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from compat_tests.waiting import eventually, eventually_async
 from kbroker.protocol.batch import encode_batch, validate_batches
 from kbroker.storage import LogConfig, LogManager
 from kbroker.storage import log as log_module
@@ -63,9 +64,9 @@ def test_delete_topic_removes_its_partitions_only(tmp_path):
     m.delete_topic("a")
     assert m.get("a", 0) is None and m.get("a", 1) is None
     assert m.get("b", 0) is not None
-    deadline = time.monotonic() + 5
-    while len(list(tmp_path.iterdir())) > 1 and time.monotonic() < deadline:
-        time.sleep(0.01)  # removal runs in a background thread
+    eventually(  # removal runs in a background thread
+        lambda: len(list(tmp_path.iterdir())) <= 1, timeout=5, what="a's directories removed"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b-0"]
     assert len(validate_batches(s.read(), 1 << 30)) == 1  # in-flight slice still readable
     s.release()
@@ -182,10 +183,10 @@ def test_flush_for_ack_waits_for_a_later_fsync_when_appended_during_one(tmp_path
         log = m.create("t", 0, LogConfig(), NOW)
         log.append(batch(1), 0, NOW)
         first = asyncio.ensure_future(m.flush_for_ack(log))
-        while not started.is_set():
-            await asyncio.sleep(0.001)
+        await eventually_async(started.is_set, timeout=5, what="the first fsync", interval=0.001)
         log.append(batch(1), 0, NOW)  # after the first fsync was prepared
         second = asyncio.ensure_future(m.flush_for_ack(log))
+        # Absence: an answer from the first fsync would come within a few loop turns.
         await asyncio.sleep(0.01)
         assert not second.done()
         release.set()
@@ -209,7 +210,11 @@ def test_background_retention_deletes_expired_segments(tmp_path):
                 log.append(batch(1, ts=NOW - 10_000, size=200), 0, NOW)
             log.high_watermark = log.log_end_offset
         task = asyncio.create_task(m.run_retention(0.01))
-        await asyncio.sleep(0.1)
+        await eventually_async(
+            lambda: all(log.log_start_offset > 0 for log in logs),
+            timeout=5,
+            what="a retention pass over every log",
+        )
         task.cancel()
         starts = [log.log_start_offset for log in logs]
         m.close_all()
@@ -224,7 +229,7 @@ def test_background_flusher_fsyncs_by_policy(tmp_path):
         log = m.create("t", 0, LogConfig(flush_interval_ms=0), NOW)
         log.append(batch(3), 0, NOW)
         task = asyncio.create_task(m.run_flusher(0.01))
-        await asyncio.sleep(0.1)
+        await eventually_async(lambda: log.flushed_offset > 0, timeout=5, what="an fsync")
         task.cancel()
         flushed = log.flushed_offset
         m.close_all()

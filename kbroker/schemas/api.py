@@ -267,12 +267,7 @@ class RegistryApi:
         sv = state.by_id.get(schema_id)
         if sv is None:
             raise err.schema_not_found(f"Schema {schema_id} not found")
-        holders = [
-            v
-            for versions in state.subjects.values()
-            for v in versions.values()
-            if v.id == schema_id
-        ]
+        holders = state.holders.get(schema_id, [])
         subject = q.get("subject")
         if subject:
             chosen = [v for v in holders if v.subject == subject]

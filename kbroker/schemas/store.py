@@ -112,6 +112,7 @@ class RegistryState:
     modes: dict[str | None, str] = field(default_factory=dict)
     # id -> one version holding it (any subject); content -> id
     by_id: dict[int, SchemaVersion] = field(default_factory=dict)
+    holders: dict[int, list[SchemaVersion]] = field(default_factory=dict)  # id -> versions
     ids: dict[tuple[str, str, str], int] = field(default_factory=dict)
     max_id: int = 0
     writer: Writer | None = None
@@ -156,7 +157,7 @@ class RegistryState:
                     upto = int(v.get("version", 2**31 - 1))
                     cleared = [n for n, sv in versions.items() if sv.deleted and n <= upto]
                     for number in cleared:
-                        self._forget(versions.pop(number))
+                        self._drop(versions.pop(number))
                     if not versions:
                         self.subjects.pop(v["subject"], None)
             elif kind == NOOP:
@@ -174,10 +175,10 @@ class RegistryState:
     def _apply_schema(self, raw_key: bytes, k: dict[str, Any], v: dict[str, Any] | None) -> None:
         subject, version = str(k["subject"]), int(k["version"])
         versions = self.subjects.setdefault(subject, {})
+        old = versions.pop(version, None)
+        if old is not None:
+            self._drop(old)
         if v is None:
-            old = versions.pop(version, None)
-            if old is not None:
-                self._forget(old)
             if not versions:
                 del self.subjects[subject]
             self.keys.pop((subject, version), None)
@@ -191,26 +192,23 @@ class RegistryState:
             references=list(v.get("references") or []),
             deleted=bool(v.get("deleted", False)),
         )
-        old = versions.get(version)
         versions[version] = sv
         self.keys[(subject, version)] = raw_key
-        if old is not None and old.id != sv.id:
-            self._forget(old)
         self.max_id = max(self.max_id, sv.id)
+        self.holders.setdefault(sv.id, []).append(sv)
         self.by_id.setdefault(sv.id, sv)
         self.ids.setdefault(sv.content_key(), sv.id)
 
-    def _forget(self, sv: SchemaVersion) -> None:
-        """Drop an id's content once no version holds it."""
-        holder = self.by_id.get(sv.id)
-        if holder is not sv:
+    def _drop(self, sv: SchemaVersion) -> None:
+        """Forget one version; an id's content goes with the last version holding it."""
+        holders = self.holders.get(sv.id, [])
+        if sv in holders:
+            holders.remove(sv)
+        if holders:
+            self.by_id[sv.id] = holders[0]
             return
-        for versions in self.subjects.values():
-            for other in versions.values():
-                if other.id == sv.id and other is not sv:
-                    self.by_id[sv.id] = other
-                    return
-        del self.by_id[sv.id]
+        self.holders.pop(sv.id, None)
+        self.by_id.pop(sv.id, None)
         if self.ids.get(sv.content_key()) == sv.id:
             del self.ids[sv.content_key()]
 

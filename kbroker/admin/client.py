@@ -216,15 +216,17 @@ class BrokerConnection:
         self.sock.sendall(data)
 
     def read_exact(self, n: int) -> bytes:
-        data = bytearray()
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
+        buffer = bytearray(n)
+        view = memoryview(buffer)
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:], n - got)
+            if not k:
                 raise ConnectionClosed(
-                    f"{self.host}:{self.port} closed the connection after {len(data)} of {n} bytes"
+                    f"{self.host}:{self.port} closed the connection after {got} of {n} bytes"
                 )
-            data += chunk
-        return bytes(data)
+            got += k
+        return bytes(buffer)
 
     def read_frame(self) -> bytes:
         (size,) = struct.unpack(">i", self.read_exact(4))

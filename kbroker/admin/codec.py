@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from crc32c import crc32c
 
-from kbroker.protocol.batch import HEADER_SIZE, read_header
-from kbroker.protocol.compression import compress, decompress
 from kbroker.protocol.varint import read_varint, write_varint
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -28,10 +25,46 @@ CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 BATCH_BYTES = 900 * 1024
 BATCH_RECORDS = 100_000
 
+# The v2 batch header (kbroker.protocol.batch reads it the same way; that module and the
+# compression codecs it imports are left out of a command that needs neither).
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = _HEADER.size
 _CRC = struct.Struct(">I")
 _CRC_AT = 17
 _ATTRIBUTES_AT = 21
+_TIMESTAMP_TYPE = 0x08
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+
+
+class Header:
+    """The fields of a batch header the consumer reads."""
+
+    __slots__ = ("base_offset", "total_size", "attributes", "last_offset_delta",
+                 "base_timestamp", "max_timestamp", "producer_id", "record_count")  # fmt: skip
+
+    def __init__(self, data: bytes | memoryview, pos: int) -> None:
+        (self.base_offset, length, _, _, _, self.attributes, self.last_offset_delta,
+         self.base_timestamp, self.max_timestamp, self.producer_id, _, _,
+         self.record_count) = _HEADER.unpack_from(data, pos)  # fmt: skip
+        self.total_size: int = length + 12
+
+    @property
+    def compression(self) -> int:
+        return int(self.attributes) & 0x07
+
+    @property
+    def last_offset(self) -> int:
+        return int(self.base_offset) + int(self.last_offset_delta)
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+
+def read_header(data: bytes | memoryview, pos: int) -> Header:
+    return Header(data, pos)
+
 
 Decoded = tuple[int, int, bytes | None, bytes | None, tuple[tuple[bytes, bytes | None], ...]]
 
@@ -171,7 +204,12 @@ except ImportError:  # built without a compiler: the same, slower
 def batch(section: bytes, count: int, timestamp: int, codec: int = 0) -> bytes:
     """A v2 batch of the records in `section` (offset deltas 0..count-1, all at
     `timestamp`), its section compressed with `codec` as Kafka's producers do."""
-    body = compress(codec, section) if codec else section
+    if codec:
+        from kbroker.protocol.compression import compress
+
+        body = compress(codec, section)
+    else:
+        body = section
     out = bytearray(HEADER_SIZE)
     _HEADER.pack_into(
         out, 0, 0, HEADER_SIZE - 12 + len(body), -1, 2, 0, codec, count - 1,
@@ -187,12 +225,12 @@ class Section:
 
     __slots__ = ("base_offset", "base_timestamp", "log_append_time", "count", "data", "next")
 
-    def __init__(self, header: Any, data: bytes) -> None:
+    def __init__(self, header: Header, data: bytes) -> None:
         self.base_offset: int = header.base_offset
         self.base_timestamp: int = header.base_timestamp
         # LogAppendTime batches give every record the batch's max timestamp.
         self.log_append_time: int | None = (
-            header.max_timestamp if header.timestamp_type == 1 else None
+            header.max_timestamp if header.attributes & _TIMESTAMP_TYPE else None
         )
         self.count: int = header.record_count
         self.data = data
@@ -216,11 +254,13 @@ def sections(records: bytes, aborted: Sequence[tuple[int, int]] | None = None) -
             return
         while pending and pending[0][0] <= header.last_offset:
             active.add(pending.pop(0)[1])
-        if header.is_control:
+        if header.attributes & _CONTROL:
             active.discard(header.producer_id)
-        elif not (header.is_transactional and header.producer_id in active):
+        elif not (header.attributes & _TRANSACTIONAL and header.producer_id in active):
             body = bytes(view[pos + HEADER_SIZE : end])
             if header.compression:
+                from kbroker.protocol.compression import decompress
+
                 body = decompress(header.compression, body)
             yield Section(header, body)
         pos = end

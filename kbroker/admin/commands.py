@@ -20,28 +20,39 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import io
 import json
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from kbroker.admin import (
-    access,
-    codec,
-    configs,
-    consumer,
-    groups,
-    log_dirs,
-    operations,
-    producer,
-    quorum,
-    topics,
-)
+from kbroker.admin import access, codec, configs, consumer, operations, producer, topics
 from kbroker.admin.client import ClientError, Cluster, cluster
 from kbroker.admin.output import Output, advance
 from kbroker.admin.security import SecurityConfigError, load_command_config
+
+
+class _Lazy:
+    """A module imported when one of its names is first asked for."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+if TYPE_CHECKING:
+    from kbroker.admin import groups, log_dirs, quorum
+else:
+    # Imported on first use: `produce` and `consume` start without the group and log
+    # directory code (and the broker settings it reads).
+    groups = _Lazy("kbroker.admin.groups")
+    log_dirs = _Lazy("kbroker.admin.log_dirs")
+    quorum = _Lazy("kbroker.admin.quorum")
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 ADMIN_COMMANDS = ("topics", "groups", "configs", "produce", "consume", "cluster")

@@ -963,6 +963,7 @@ def _consume(c: Cluster, args: argparse.Namespace, out: Output) -> int:
                 if printer.full:
                     break
     finally:
+        fetcher.close()
         out.note(f"Processed a total of {printer.count} messages")
     return 0
 

@@ -11,6 +11,8 @@ record at or after it).
 from __future__ import annotations
 
 import datetime
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +36,8 @@ FETCH = 1
 FETCH_MAX_BYTES = 64 << 20
 PARTITION_MAX_BYTES = 1 << 20
 MAX_WAIT_MS = 500
+AHEAD = 4  # answers the fetching thread may hold before the printing one takes them
+ROUND_S = 0.2  # how often a waiting printer runs on_round (a group member's heartbeat)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +125,8 @@ class Fetcher:
         # Called after each round of answers: True stops the reading (a group member
         # whose assignment changed).
         self.on_round: Callable[[], bool] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         md = metadata(cluster, [topic])
         self.leaders: dict[tuple[str, int], _Leader] = {}
         for p in positions:
@@ -156,49 +162,97 @@ class Fetcher:
 
     def batches(self) -> Iterator[tuple[int, codec.Section, int]]:
         """(partition, section, first offset delta to show) until every partition is
-        at its end (`exit_at_end`) or nothing new has come for `idle_timeout_s`."""
+        at its end (`exit_at_end`) or nothing new has come for `idle_timeout_s`.
+
+        The fetching runs in a thread of its own, a few answers ahead of the caller, so
+        the broker reads the next records while this thread prints the last ones (the
+        socket waits release the interpreter); `on_round` runs in the caller's thread."""
         if self.exit_at_end:
             ends = start_positions(
                 self.cluster, self.topic, list(self.positions), Start("end")
             )  # a partition already at its end needs no fetch
             self.done = {p for p, o in self.positions.items() if o >= ends[p]}
-        for leader in self.leaders.values():
-            self._ask(leader)
-        idle_since = time.monotonic()
-        while any(leader.in_flight for leader in self.leaders.values()):
-            got_any = False
-            for leader in self.leaders.values():
-                if leader.in_flight is None:
+        self._stop = threading.Event()
+        answers: queue.Queue[Any] = queue.Queue(maxsize=AHEAD)
+        self._thread = threading.Thread(
+            target=self._fetch_loop, args=(answers,), name="fetcher", daemon=True
+        )
+        self._thread.start()
+        try:
+            while True:
+                try:
+                    item = answers.get(timeout=ROUND_S)
+                except queue.Empty:
+                    if self.on_round is not None and self.on_round():
+                        return
                     continue
-                response = leader.connection.receive(leader.in_flight)
-                check(response.error_code, f"fetching {self.topic}")
-                ready = []
-                for topic in response.responses:
-                    for answer in topic.partitions:
-                        ready.append(self._advance(leader, answer))
-                if self.idle_timeout_s is not None and not got_any:
-                    got_any = any(data for _, data, _ in ready)
-                asked = leader.asked
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                p, data, aborted, start = item
+                for section in codec.sections(data, aborted):
+                    if section.next > start:
+                        yield p, section, max(0, start - section.base_offset)
+                if self.on_round is not None and self.on_round():
+                    return
+        finally:
+            self._stop.set()
+
+    def _fetch_loop(self, answers: queue.Queue[Any]) -> None:
+        """The fetching thread: each leader's next Fetch is sent as soon as its last
+        answer is in; the answers' records go to `answers`, then None (or the error)."""
+        try:
+            for leader in self.leaders.values():
                 self._ask(leader)
-                for p, data, aborted in ready:
-                    if not data:
+            idle_since = time.monotonic()
+            while any(leader.in_flight for leader in self.leaders.values()):
+                got_any = False
+                for leader in self.leaders.values():
+                    if leader.in_flight is None:
                         continue
-                    start = asked[p]
-                    for section in codec.sections(data, aborted):
-                        if section.next > start:
-                            yield p, section, max(0, start - section.base_offset)
-            if self.on_round is not None and self.on_round():
+                    response = leader.connection.receive(leader.in_flight)
+                    leader.in_flight = None
+                    check(response.error_code, f"fetching {self.topic}")
+                    ready = [
+                        self._advance(leader, answer)
+                        for topic in response.responses
+                        for answer in topic.partitions
+                    ]
+                    got_any = got_any or any(data for _, data, _ in ready)
+                    asked = leader.asked
+                    if self._stop.is_set():
+                        return
+                    self._ask(leader)
+                    for p, data, aborted in ready:
+                        if data:
+                            self._put(answers, (p, data, aborted, asked[p]))
+                if got_any:
+                    idle_since = time.monotonic()
+                elif (
+                    self.idle_timeout_s is not None
+                    and time.monotonic() - idle_since >= self.idle_timeout_s
+                ):
+                    break
+            self._put(answers, None)
+        except BaseException as exc:  # handed to the caller's thread, raised there
+            self._put(answers, exc)
+
+    def _put(self, answers: queue.Queue[Any], item: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                answers.put(item, timeout=ROUND_S)
                 return
-            if got_any:
-                idle_since = time.monotonic()
-            elif (
-                self.idle_timeout_s is not None
-                and time.monotonic() - idle_since >= self.idle_timeout_s
-            ):
-                return
+            except queue.Full:
+                continue
 
     def close(self) -> None:
-        """Read the answers still due, so the connections can carry other requests."""
+        """Stop the fetching thread and read the answers still due, so the connections
+        can carry other requests."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
         for leader in self.leaders.values():
             if leader.in_flight is not None:
                 leader.connection.receive(leader.in_flight)

@@ -424,8 +424,9 @@ def _describe_one(service: TxnCoordination, txn_id: str) -> dict[str, Any]:
         "transaction_state": "",
         "transaction_timeout": 0,
         "transaction_start_time": _EPOCH,
-        "producer_id": -1,
-        "producer_epoch": -1,
+        # An id not found leaves every field at its schema default, as in Kafka's answer.
+        "producer_id": 0,
+        "producer_epoch": 0,
         "topics": [],
     }
     if meta is None:

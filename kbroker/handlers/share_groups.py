@@ -161,7 +161,7 @@ def share_group_describe(
                     "error_code": E.not_coordinator,
                     "error_message": None,
                     "group_id": group_id,
-                    "group_state": "Dead",
+                    "group_state": "",  # Kafka's answer names no state
                     "authorized_operations": -2147483648,
                 }
             )
@@ -172,7 +172,7 @@ def share_group_describe(
                     "error_code": E.group_authorization_failed if denied else E.group_id_not_found,
                     "error_message": None if denied else f"Group {group_id} not found.",
                     "group_id": group_id,
-                    "group_state": "Dead",
+                    "group_state": "",  # Kafka's answer names no state
                     "authorized_operations": -2147483648,
                 }
             )

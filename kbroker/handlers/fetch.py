@@ -356,6 +356,10 @@ def _read_partition(
             return FetchedPartition(p.partition, ErrorCode.kafka_storage_error)
     if read.error and read.high_watermark < 0:
         return FetchedPartition(p.partition, read.error)
+    if read.error and replica_id < 0:
+        # A consumer's failed partition carries no watermarks (-1), as Kafka answers it;
+        # a follower keeps them, for it follows the leader's log start.
+        return FetchedPartition(p.partition, read.error, log_start_offset=read.log_start_offset)
     return FetchedPartition(
         p.partition,
         read.error,

@@ -134,8 +134,13 @@ def kafka_classpath(*extra: str) -> str:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, never
+    starting with "-" (Kafka's Uuid.randomUuid skips those, and a command line would take
+    such an id for an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def write_log4j2(directory: Path, level: str) -> Path:

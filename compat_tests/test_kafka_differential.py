@@ -54,13 +54,6 @@ MISSING = "diff-missing"
 KNOWN: dict[str, set[str]] = {
     "Produce without records v3": {"responses[].partition_responses[].error_code"},
     **{
-        f"Fetch past the end v{v}": {
-            "responses[].partitions[].high_watermark",
-            "responses[].partitions[].last_stable_offset",
-        }
-        for v in (4, 18)
-    },
-    **{
         f"Fetch a missing partition v{v}": {"responses[].partitions[].aborted_transactions"}
         for v in (4, 18)
     },
@@ -68,8 +61,6 @@ KNOWN: dict[str, set[str]] = {
     "LeaveGroup unknown member v5": {"error_code", "members"},
     "CreateTopics validate only v7": {"topics[].configs"},
     "AddPartitionsToTxn unknown id v5": {"connection", "error_code", "results_by_transaction"},
-    "DescribeTransactions unknown id v0": {"transaction_states[].producer_epoch"},
-    "ShareGroupDescribe unknown v1": {"groups[].group_state"},
     "api_versions defaults v4": {"error_code"},
     "list_config_resources defaults v1": {"config_resources[].resource_type"},
     "share_acknowledge defaults v1": {"error_code"},

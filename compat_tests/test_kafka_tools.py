@@ -60,12 +60,6 @@ AUTHORIZER = {
     "super.users": "User:ANONYMOUS",
 }
 
-DYNAMIC_BROKER_CONFIGS = (
-    "kbroker does not yet serve dynamic broker configs (IncrementalAlterConfigs on a BROKER "
-    "resource); another change is adding them"
-)
-UPDATE_FEATURES = "kbroker does not yet serve UpdateFeatures; another change is adding it"
-
 
 @dataclass
 class Target:
@@ -271,7 +265,6 @@ def test_broker_configs(target: Target) -> None:
     )
 
 
-@pytest.mark.xfail(reason=DYNAMIC_BROKER_CONFIGS, strict=False)
 def test_dynamic_broker_configs(target: Target) -> None:
     node = str(target.node_ids[0])
     target.ok(
@@ -675,7 +668,6 @@ def test_metadata_quorum_and_features(target: Target) -> None:
     assert features["share.version"] == "1"
 
 
-@pytest.mark.xfail(reason=UPDATE_FEATURES, strict=False)
 def test_feature_upgrade_dry_run(target: Target) -> None:
     out = target.ok("kafka-features", "upgrade", "--feature", "share.version=1", "--dry-run")
     assert "share.version was already at 1" in out or "share.version" in out
@@ -754,8 +746,6 @@ def test_reassign_partitions_and_leader_election(target: Target, tmp_path: Path)
                     "--reassignment-json-file",
                     str(plan),
                     "--verify",
-                    # Clearing throttles writes dynamic broker configs, which kbroker lacks.
-                    "--preserve-throttles",
                 )
             ),
             60,

@@ -60,6 +60,8 @@ ALLOWED: dict[str, str] = {
     "node_endpoints[].host": "each broker's listener address",
     "node_endpoints[].port": "each broker's listener port",
     "results[].log_dir": "each broker's own log directory path",
+    "results[].usable_bytes": "free space on the disk changes between the two requests",
+    "results[].total_bytes": "each broker's own filesystem",
     "controller_id": "node ids agree (1) but a combined Kafka node names itself later",
 }
 

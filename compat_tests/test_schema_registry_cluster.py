@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, Producer
 
 from compat_tests.broker_process import free_ports
 from compat_tests.cluster import KafkaCluster
@@ -63,6 +64,35 @@ def test_register_anywhere_read_everywhere_and_writer_failover(cluster_factory):
 
     writer = cluster.partition(TOPIC).leader
     survivors = [i for i in urls if i != writer]
+
+    # Validation on a topic led by a node that is not the writer: a schema registered
+    # through the third node is accepted by the topic's leader at once.
+    validated = "validated-orders"
+    cluster.create_topic(
+        validated, partitions=3, config={"confluent.value.schema.validation": "true"}
+    )
+    cluster.wait_for_full_isr(validated)
+    leaders = {p: cluster.partition(validated, p).leader for p in range(3)}
+    partition = next(p for p, leader in leaders.items() if leader != writer)
+    via = next(i for i in urls if i not in (writer, leaders[partition]))
+    call(urls[via], "PUT", f"/config/{validated}-value", {"compatibility": "NONE"})
+    for attempt in range(5):
+        schema_id = _register(urls[via], f"{validated}-value", 5000 + attempt)
+        assert schema_id is not None
+        framed = b"\x00" + schema_id.to_bytes(4, "big") + b"\x02"
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        outcomes: list[Any] = []
+
+        def delivered(err: Any, _msg: Any, outcomes: list[Any] = outcomes) -> None:
+            outcomes.append(err)
+
+        # Each in a batch of its own: a refusal takes the whole batch.
+        producer.produce(validated, framed, partition=partition, on_delivery=delivered)
+        assert producer.flush(20) == 0
+        producer.produce(validated, b"unframed", partition=partition, on_delivery=delivered)
+        assert producer.flush(20) == 0
+        assert outcomes[0] is None, outcomes
+        assert outcomes[1] is not None and outcomes[1].code() == KafkaError.INVALID_RECORD
     acknowledged: dict[str, int] = {}
     attempts = 0
 

@@ -786,6 +786,9 @@ class Broker:
                 log.error(
                     "listener %s keeps its previous security settings: %s", endpoint.name, exc
                 )
+        cleaner = self.logs.cleaner
+        if cleaner is not None and any(n.startswith("log.cleaner.") for n in changed):
+            cleaner.reconfigure(CleanerConfig.from_settings(new.get))
         if {"logging.level", "logging.levels"} & set(changed):
             apply_log_levels(new.get("logging.level"), parse_levels(new.get("logging.levels")))
         log.info("dynamic broker configs applied: %s", ", ".join(changed) or "none changed")

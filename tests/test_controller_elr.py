@@ -152,3 +152,11 @@ def test_unregister_broker_forgets_it_and_its_replicas_leave_isr_and_elr():
     assert refused == ControllerError(
         BROKER_ID_NOT_REGISTERED, "Broker ID 2 is not currently registered"
     )
+
+
+def test_an_unclean_election_empties_the_elr():
+    from kbroker.controller import leadership
+
+    p = PartitionInfo(0, -1, (1, 2, 3), (), 4, 9, elr=(1, 2), last_known_elr=(3,))
+    elected = leadership.elect_unclean(p, lambda node: node == 3)
+    assert (elected.leader, elected.isr, elected.elr, elected.last_known_elr) == (3, (3,), (), ())

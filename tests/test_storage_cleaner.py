@@ -585,3 +585,36 @@ def test_a_stored_batch_that_does_not_inflate_is_skipped_by_cleaner_and_recovery
     reopened = open_log(tmp_path)
     assert reopened.log_end_offset == 601
     reopened.close()
+
+
+def test_reconfigure_changes_workers_and_backoff_while_running(monkeypatch):
+    """log.cleaner.threads and log.cleaner.backoff.ms as dynamic broker configs: a
+    running cleaner starts the workers a raised count asks for and sleeps the new
+    backoff."""
+    import kbroker.storage.cleaner as cleaner_module
+
+    monkeypatch.setattr(cleaner_module, "RECONFIGURE_CHECK_S", 0.01)
+    polls: list[int] = []
+
+    async def scenario() -> None:
+        c = LogCleaner(lambda: [], CleanerConfig(threads=1, backoff_ms=60_000))
+
+        async def clean_next() -> bool:
+            polls.append(1)
+            return False
+
+        c.clean_next = clean_next  # type: ignore[method-assign]
+        task = asyncio.ensure_future(c.run())
+        deadline = time.monotonic() + 5
+        while not polls and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert len(polls) == 1  # one worker, asleep for a minute
+        c.reconfigure(CleanerConfig(threads=3, backoff_ms=10))
+        while len(polls) < 8 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        c.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert len(polls) >= 8
+
+    asyncio.run(scenario())

@@ -236,6 +236,8 @@ def elect_unclean(p: PartitionInfo, usable: Usable) -> PartitionInfo:
             ELIGIBLE_LEADERS_NOT_AVAILABLE,
             "Failed to elect leader for partition: no live replica",
         )
+    if elected.elr or elected.last_known_elr:  # an unclean election empties the ELR
+        elected = replace(elected, elr=(), last_known_elr=())
     return elected
 
 

@@ -106,6 +106,9 @@ def write_cleaner_checkpoint(directory: str, checkpoint: CleanerCheckpoint) -> N
 # -- configuration --------------------------------------------------------------------------
 
 
+RECONFIGURE_CHECK_S = 1.0  # how soon a raised log.cleaner.threads starts its workers
+
+
 @dataclass(slots=True)
 class CleanerConfig:
     """Broker-wide cleaner settings (log.cleaner.*)."""
@@ -439,19 +442,35 @@ class LogCleaner:
 
     async def run(self) -> None:
         """Background task: log.cleaner.threads workers, each sleeping log.cleaner.backoff.ms
-        whenever no log needs cleaning."""
-        workers = max(self.config.threads, 1)
-        tasks = [asyncio.ensure_future(self._work()) for _ in range(workers)]
+        whenever no log needs cleaning. `reconfigure` changes both while it runs (a dynamic
+        broker config): more workers start, the extra ones idle."""
+        tasks: list[asyncio.Future[None]] = []
         try:
-            await asyncio.gather(*tasks)
+            while True:
+                while len(tasks) < max(self.config.threads, 1):
+                    tasks.append(asyncio.ensure_future(self._work(len(tasks))))
+                finished = [t for t in tasks if t.done()]
+                for task in finished:
+                    task.result()  # a worker's failure ends the cleaner, as before
+                if self._abort.is_set():
+                    return
+                await asyncio.sleep(RECONFIGURE_CHECK_S)
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _work(self) -> None:
-        backoff = self.config.backoff_ms / 1000
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """New log.cleaner.* settings, used from each worker's next pass."""
+        self.config = config
+        if self._pool is not None:
+            self._pool._max_workers = max(self._pool._max_workers, config.threads)
+
+    async def _work(self, index: int = 0) -> None:
         while not self._abort.is_set():
+            if index >= max(self.config.threads, 1):  # threads lowered: idle
+                await asyncio.sleep(RECONFIGURE_CHECK_S)
+                continue
             cleaned = False
             try:
                 cleaned = await self.clean_next()
@@ -459,7 +478,7 @@ class LogCleaner:
                 raise
             except Exception:
                 log.exception("log cleaner pass failed")
-            await asyncio.sleep(0 if cleaned else backoff)
+            await asyncio.sleep(0 if cleaned else self.config.backoff_ms / 1000)
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from compat_tests.waiting import eventually_async
 from kbroker.controller import (
     Controller,
     ControllerConfig,
@@ -503,6 +504,7 @@ def test_replayed_history_is_state_not_events(tmp_path):
         controller.subscribe(seen.append)
         await controller.start()
         try:
+            # Absence: an event from the replay would be delivered within a loop turn or two.
             await asyncio.sleep(0.05)
             return seen, set(controller.state.topics)
         finally:
@@ -518,10 +520,12 @@ def test_a_change_cancelled_in_the_turn_its_commit_is_answered_ends_cancelled(tm
     async def main():
         async with running(tmp_path) as c:
             change = asyncio.create_task(c.create_topic("t", 1, 1))
-            deadline = time.monotonic() + 5
-            while not any(f.done() for f in c._pending):
-                assert time.monotonic() < deadline, "the change was not answered"
-                await asyncio.sleep(0)
+            await eventually_async(
+                lambda: any(f.done() for f in c._pending),
+                timeout=5,
+                what="the change to be answered",
+                interval=0,  # the cancellation must land in the turn the answer arrives
+            )
             change.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await change
@@ -561,10 +565,11 @@ def test_snapshot_and_truncated_journal_restore_the_same_state(tmp_path):
         async with running(tmp_path, snapshot_every_entries=10) as c:
             for i in range(40):
                 await c.create_topic(f"t{i}", 1, 1, {"i": str(i)})
-            await asyncio.sleep(0.05)  # let the tick after the last command finish a snapshot
+            snapshot = tmp_path / "__controller" / "raft.snapshot"
+            await eventually_async(
+                snapshot.exists, timeout=5, what="a snapshot"
+            )  # renamed into place whole
             before = c.state
-        snapshot = tmp_path / "__controller" / "raft.snapshot"
-        assert snapshot.exists()
         async with running(tmp_path, brokers=()) as c:
             return before, c.state
 
@@ -578,9 +583,8 @@ def test_unreadable_snapshot_refuses_to_start(tmp_path):
         async with running(tmp_path, snapshot_every_entries=5) as c:
             for i in range(20):
                 await c.create_topic(f"t{i}", 1, 1, {})
-            await asyncio.sleep(0.05)
-        snapshot = tmp_path / "__controller" / "raft.snapshot"
-        assert snapshot.exists()
+            snapshot = tmp_path / "__controller" / "raft.snapshot"
+            await eventually_async(snapshot.exists, timeout=5, what="a snapshot")
         snapshot.write_bytes(b"garbage")
         with pytest.raises(ControllerStartError):
             async with running(tmp_path, brokers=()):
@@ -650,12 +654,15 @@ def test_a_journal_that_cannot_be_written_stops_the_raft_node_once(tmp_path, cap
 
             node.doTick = full_disk
             raft.propose("noop", {}, lambda outcome, reason: None)  # wakes the tick
-            deadline = time.monotonic() + 5
-            while raft.fault is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            assert isinstance(raft.fault, OSError)
+            fault = await eventually_async(lambda: raft.fault, timeout=5, what="the fault")
+            assert isinstance(fault, OSError)
             assert await error_code(c.create_topic("after", 1, 1)) != 0
-            await asyncio.sleep(0.2)
+            thread = raft._thread
+            assert thread is not None
+            # Its tick thread has ended: no tick is left to fail and log again.
+            await eventually_async(
+                lambda: not thread.is_alive(), timeout=5, what="the tick thread to end"
+            )
 
     with caplog.at_level("ERROR"):
         run(main())

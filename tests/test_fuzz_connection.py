@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
 
+from compat_tests.waiting import eventually_async
 from kbroker.controller.state import MetadataState
 from kbroker.handlers.registry import APIS
 from kbroker.metrics.counters import RequestCounters
@@ -304,12 +306,13 @@ IDLE_MS = 200
 
 
 def test_idle_connection_is_closed_with_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
-    async def scenario() -> FakeTransport:
+    async def scenario() -> float:
+        began = time.monotonic()
         _, transport = connect(IDLE_MS)
-        await asyncio.sleep(IDLE_MS / 1000 * 2.5)
-        return transport
+        await eventually_async(lambda: transport.closed, timeout=10, what="the idle close")
+        return time.monotonic() - began
 
-    assert asyncio.run(scenario()).closed
+    assert asyncio.run(scenario()) >= IDLE_MS / 1000 * 0.9  # the timer's own clock
     assert closed_with(caplog, "connections.max.idle.ms")
 
 
@@ -318,7 +321,7 @@ def test_connection_in_use_is_not_idle() -> None:
         conn, transport = connect(IDLE_MS)
         for i in range(8):
             conn.data_received(request(API_VERSIONS, 0, i))
-            await asyncio.sleep(IDLE_MS / 1000 / 2)
+            await asyncio.sleep(IDLE_MS / 1000 / 2)  # the input: a request every half limit
         return transport
 
     assert not asyncio.run(scenario()).closed
@@ -328,7 +331,7 @@ def test_request_being_answered_keeps_the_connection_open(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async def slow(ctx: Any, body: Any) -> Any:
-        await asyncio.sleep(IDLE_MS / 1000 * 3)
+        await asyncio.sleep(IDLE_MS / 1000 * 3)  # the input: an answer that outlasts the limit
         return {"error_code": 0, "api_keys": [], "throttle_time": 0}
 
     api = APIS[API_VERSIONS]
@@ -339,9 +342,11 @@ def test_request_being_answered_keeps_the_connection_open(
     async def scenario() -> tuple[bool, FakeTransport]:
         conn, transport = connect(IDLE_MS)
         conn.data_received(request(API_VERSIONS, 0, 1))
-        await asyncio.sleep(IDLE_MS / 1000 * 3.5)
+        await eventually_async(
+            lambda: transport.written or transport.closed, timeout=10, what="the answer"
+        )
         answered_open = bool(transport.written) and not transport.closed
-        await asyncio.sleep(IDLE_MS / 1000 * 2.5)
+        await eventually_async(lambda: transport.closed, timeout=10, what="the idle close")
         return answered_open, transport
 
     answered_open, transport = asyncio.run(scenario())
@@ -352,7 +357,7 @@ def test_request_being_answered_keeps_the_connection_open(
 def test_idle_limit_of_minus_one_never_closes() -> None:
     async def scenario() -> FakeTransport:
         _, transport = connect(-1)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # absence: longer than the limits the other tests close at
         return transport
 
     assert not asyncio.run(scenario()).closed
@@ -382,8 +387,9 @@ def test_parked_fetch_is_cancelled_when_its_connection_is_lost(
     outcome: list[str] = []
 
     async def parked(ctx: Any, body: Any) -> Any:
+        outcome.append("parked")
         try:
-            await asyncio.sleep(3600)
+            await asyncio.sleep(3600)  # a fetch that nothing answers
         except asyncio.CancelledError:
             outcome.append("cancelled")
             raise
@@ -393,10 +399,11 @@ def test_parked_fetch_is_cancelled_when_its_connection_is_lost(
     async def scenario() -> None:
         conn, _ = connect()
         conn.data_received(request(FETCH, 12, 1, fetch_v12_body()))
-        await asyncio.sleep(0.01)
+        await eventually_async(lambda: outcome, timeout=5, what="the fetch to park")
         conn.connection_lost(None)
-        await asyncio.sleep(0.01)
-        assert outcome == ["cancelled"]  # before asyncio.run's own shutdown cancels it
+        # before asyncio.run's own shutdown cancels it
+        await eventually_async(lambda: len(outcome) > 1, timeout=5, what="the cancellation")
+        assert outcome == ["parked", "cancelled"]
 
     asyncio.run(asyncio.wait_for(scenario(), 5))
 
@@ -405,9 +412,13 @@ def test_other_pending_requests_run_on_when_the_connection_is_lost(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     outcome: list[str] = []
+    release = asyncio.Event()
 
     async def slow(ctx: Any, body: Any) -> Any:
-        await asyncio.sleep(0.05)
+        await release.wait()  # still running when the connection is lost
+        task = asyncio.current_task()
+        assert task is not None  # its callback runs after the connection's own
+        task.add_done_callback(lambda _: outcome.append("answer handled"))
         outcome.append("finished")
         return {"error_code": 0, "api_keys": [], "throttle_time": 0}
 
@@ -417,11 +428,12 @@ def test_other_pending_requests_run_on_when_the_connection_is_lost(
         conn, transport = connect()
         conn.data_received(request(API_VERSIONS, 0, 1))
         conn.connection_lost(None)
-        await asyncio.sleep(0.2)
+        release.set()
+        await eventually_async(lambda: len(outcome) > 1, timeout=5, what="the answer handled")
         assert not transport.written
 
     asyncio.run(asyncio.wait_for(scenario(), 5))
-    assert outcome == ["finished"]
+    assert outcome == ["finished", "answer handled"]
 
 
 def test_unknown_api_keys_are_not_counted_as_requests() -> None:

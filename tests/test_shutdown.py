@@ -8,6 +8,7 @@ from pathlib import Path
 
 from inprocess import RawClient, run_broker
 
+from compat_tests.waiting import eventually_async
 from kbroker.admin.client import fetch_fields
 
 FETCH = 1
@@ -21,7 +22,9 @@ def test_parked_fetch_is_answered_when_the_broker_stops(tmp_path: Path) -> None:
         client = await RawClient.connect(port)
         request = fetch_fields("quiet", max_wait=30_000, min_bytes=1)
         parked = asyncio.create_task(client.call(FETCH, 12, request))
-        await asyncio.sleep(0.2)
+        await eventually_async(
+            lambda: broker.waiters.parked(("quiet", 0)), timeout=10, what="the fetch to park"
+        )
         assert not parked.done()  # no data: the fetch waits for max_wait
         started = time.monotonic()
         await broker.stop()

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
 
+from compat_tests.waiting import eventually_async
 from kbroker.coordinator.store import OFFSETS_TOPIC
 from kbroker.txn.coordinator import TransactionCoordinator, TxnConfig
 from kbroker.txn.metadata import MAX_EPOCH, TxnMetadata, TxnState
@@ -49,6 +50,7 @@ class FakeMarkers:
         self.broken: Exception | None = None
         # when set, writes wait for it: a marker destination that has not answered yet
         self.gate: asyncio.Event | None = None
+        self.at_gate = 0  # writes that have reached the gate
 
     async def write(
         self,
@@ -60,6 +62,7 @@ class FakeMarkers:
     ) -> set:
         partitions = list(partitions)
         if self.gate is not None:
+            self.at_gate += 1
             await self.gate.wait()
         if self.broken is not None:
             raise self.broken
@@ -289,7 +292,9 @@ def test_end_txn_answers_before_the_marker_destination_answers():
         pid, epoch = await ongoing(c)
         markers.gate = asyncio.Event()
         result = await asyncio.wait_for(c.end_txn("tx", pid, epoch, commit=True), 5)
-        await asyncio.sleep(0.01)  # the background writer is now waiting on the destination
+        await eventually_async(
+            lambda: markers.at_gate, timeout=5, what="the background writer at the destination"
+        )
         state_at_answer = c.txns["tx"].state
         markers.gate.set()
         await c.settled()
@@ -309,7 +314,7 @@ def test_the_next_transaction_gets_concurrent_transactions_while_markers_are_pen
         pid, epoch = await ongoing(c)
         markers.gate = asyncio.Event()
         await c.end_txn("tx", pid, epoch, commit=True)
-        await asyncio.sleep(0.01)
+        await eventually_async(lambda: markers.at_gate, timeout=5, what="the markers pending")
         pending = (
             await c.add_partitions("tx", pid, epoch, {("topic", 1)}),
             await c.add_partitions("tx", pid, epoch, {(OFFSETS_TOPIC, 0)}),  # AddOffsetsToTxn

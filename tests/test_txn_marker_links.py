@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from compat_tests.waiting import eventually_async
 from kbroker.protocol.messages import build, decode_request, encode
 from kbroker.security.inter_broker import PLAINTEXT
 from kbroker.txn.markers import LocalMarkerWriter
@@ -57,7 +58,7 @@ class PeerBroker:
                 # Request header v2: key, version, correlation id, client id, tagged fields.
                 request = decode_request(27, 1, frame, 10 + client_id_size + 1)
                 self.markers_per_request.append(len(request.markers))
-                await asyncio.sleep(self.delay)
+                await asyncio.sleep(self.delay)  # a slow broker, on purpose
                 self.in_flight -= 1
                 body = encode(
                     build(
@@ -131,7 +132,7 @@ def test_markers_of_transactions_ending_while_a_request_is_in_flight_share_the_n
         writer = writer_towards(await peer.start())
         try:
             first = asyncio.create_task(send(writer, 7, (0,)))
-            await asyncio.sleep(0.03)  # the first request is at the broker now
+            await eventually_async(lambda: peer.in_flight, timeout=5, what="the first request")
             later = await asyncio.gather(send(writer, 8, (1, 2)), send(writer, 9, (3,)))
             return [await first, *later], peer
         finally:
@@ -153,7 +154,12 @@ def test_a_connection_the_broker_closed_since_its_last_use_is_replaced_at_once()
         writer = writer_towards(await peer.start())
         try:
             first = await send(writer)
-            await asyncio.sleep(0.05)  # the peer's close reaches this side
+            link = writer._links[LEADER]
+            await eventually_async(  # the peer's close reaches this side
+                lambda: link._reader is not None and link._reader.at_eof(),
+                timeout=5,
+                what="the end of the connection",
+            )
             second = await send(writer)
             return [first, second], peer.connections
         finally:

@@ -46,6 +46,10 @@ class DataWaiters:
                 if not waiting:
                     del self._waiting[key]
 
+    def parked(self, key: tuple[str, int]) -> int:
+        """How many requests wait for data of the partition `key` now."""
+        return len(self._waiting.get(key, ()))
+
     def wake(self, key: tuple[str, int]) -> None:
         waiting = self._waiting.get(key)
         if waiting:

@@ -34,7 +34,11 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Any:
     port = free_port()
-    overrides = {**FAST_GROUP_SETTINGS, "schema.registry.listeners": f"http://127.0.0.1:{port}"}
+    overrides = {
+        **FAST_GROUP_SETTINGS,
+        "schema.registry.listeners": f"http://127.0.0.1:{port}",
+        "schema.registry.request.timeout.ms": "1500",
+    }
     with running_broker(tmp_path_factory.mktemp("registry"), overrides) as node:
         url = f"http://127.0.0.1:{port}"
         wait_serving(url)
@@ -525,11 +529,18 @@ def test_bad_input_gets_confluent_errors_and_the_registry_keeps_serving(registry
     ).encode()
     answer = _raw_exchange(port, head + b"x" * 65536)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
-    # a client that never finishes its request head is disconnected
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as slow:
-        slow.sendall(b"GET /subjects HTTP/1.1\r\nHost: x\r\n")
-        # meanwhile everyone else is served
-        assert call(url, "GET", "/subjects")[0] == 200
+    # a client that never finishes its request head, or its body, is disconnected
+    # (schema.registry.request.timeout.ms), and meanwhile everyone else is served
+    for partial in (
+        b"GET /subjects HTTP/1.1\r\nHost: x\r\n",
+        b"POST /subjects/x/versions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{",
+    ):
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
+            slow.sendall(partial)
+            assert call(url, "GET", "/subjects")[0] == 200
+            began = time.monotonic()
+            assert slow.recv(100) == b""  # closed by the registry, with no answer
+            assert time.monotonic() - began < 10
     # garbage request line
     assert _raw_exchange(port, b"\x00\x01garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
     # nothing of the above reached _schemas: every stored schema parses

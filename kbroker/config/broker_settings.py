@@ -412,6 +412,14 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         _parsed_by(parse_registry_listener, "http://host:port or https://host:port"),
     ),
     _d(
+        "schema.registry.request.timeout.ms",
+        INT,
+        30000,
+        "kbroker: how long a registry client may take to send a request's head, and again "
+        "its body; a slower one is disconnected, so stalled clients hold no connection.",
+        at_least(1),
+    ),
+    _d(
         "schema.registry.authentication.method",
         STRING,
         "NONE",

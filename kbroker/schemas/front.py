@@ -65,7 +65,9 @@ class RegistryFront:
                 plain.update(getattr(security, "plain_users", None) or {})
             authenticate = password_checker(plain, broker.scram_credential)
         self.api = RegistryApi(self.service, self._authorize if broker.authorizer else None)
-        self.http = RegistryHttpServer(self.api, authenticate)
+        self.http = RegistryHttpServer(
+            self.api, authenticate, config.get("schema.registry.request.timeout.ms") / 1000
+        )
 
     def _authorize(self, request: Request, action: str) -> bool:
         authorizer = self.broker.authorizer

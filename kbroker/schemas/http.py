@@ -27,7 +27,6 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 MAX_BODY_BYTES = 8 << 20
 MAX_HEADERS = 100
 HEAD_TIMEOUT_S = 30.0
-BODY_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 120.0
 _REASONS = {
     200: "OK",
@@ -63,9 +62,11 @@ class RegistryHttpServer:
         self,
         api: RegistryApi,
         authenticate: Authenticator | None = None,
+        request_timeout_s: float = HEAD_TIMEOUT_S,
     ) -> None:
         self.api = api
         self.authenticate = authenticate
+        self.request_timeout_s = request_timeout_s
         self.servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task[Any]] = set()
 
@@ -122,7 +123,7 @@ class RegistryHttpServer:
         if not line:
             return None, False
         try:
-            head = await asyncio.wait_for(self._read_head(reader), HEAD_TIMEOUT_S)
+            head = await asyncio.wait_for(self._read_head(reader), self.request_timeout_s)
         except TimeoutError:
             log.info("schema registry: closing a connection that sent its request too slowly")
             raise _Close() from None
@@ -154,7 +155,7 @@ class RegistryHttpServer:
         body = b""
         if length:
             try:
-                body = await asyncio.wait_for(reader.readexactly(length), BODY_TIMEOUT_S)
+                body = await asyncio.wait_for(reader.readexactly(length), self.request_timeout_s)
             except TimeoutError:
                 log.info("schema registry: closing a connection that sent its body too slowly")
                 raise _Close() from None

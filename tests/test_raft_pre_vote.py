@@ -21,15 +21,18 @@ def test_a_voter_timing_out_beside_a_live_leader_does_not_depose_it(tmp_path):
             def time_out_now(node: _RaftNode) -> None:
                 node._SyncObj__raftElectionDeadline = 0.0
 
-            for _ in range(3):
+            for round_ in range(1, 4):
                 with follower._raft._calls_lock:
                     follower._raft._calls.append(time_out_now)
                 follower._raft._wake.notify()
-                await asyncio.sleep(0.3)
+                await eventually(
+                    lambda wanted=2 * round_: follower._raft._node.pre_votes_refused >= wanted,
+                    f"both voters to refuse pre-vote round {round_}",
+                )
             assert leader.is_leader
             assert {n._raft.term for n in nodes} == {term}
             await leader.register_broker(1, "127.0.0.1", 9091)
-            await eventually(lambda: all(1 in n.state.brokers for n in nodes))
+            await eventually(lambda: all(1 in n.state.brokers for n in nodes), "the broker")
         finally:
             await asyncio.gather(*(n.stop() for n in nodes))
 

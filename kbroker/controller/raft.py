@@ -217,6 +217,7 @@ class _RaftNode(SyncObj):
         self._pre_vote_term = -1
         self._pre_votes: set[str] = set()
         self._pre_vote_won_term = -1
+        self.pre_votes_refused = 0  # answers refusing one of this node's rounds, ever
         super().__init__(*args, **kwargs)
 
     @replicated
@@ -392,7 +393,10 @@ class _RaftNode(SyncObj):
             self._SyncObj__setCurrentTerm(message["at"], None)
             self._SyncObj__setState(_FOLLOWER)
             return
-        if message["term"] != term + 1 or self._pre_vote_term != term or not message["granted"]:
+        if message["term"] != term + 1 or self._pre_vote_term != term:
+            return
+        if not message["granted"]:
+            self.pre_votes_refused += 1
             return
         self._pre_votes.add(node.id)
         self._check_pre_vote_won()

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -147,7 +148,13 @@ def stop_started_daemon() -> None:
 @pytest.fixture(scope="module")
 def image() -> Iterator[str]:
     started = time.monotonic()
-    result = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        ["bash", str(SETUP)],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if result.returncode == 3:
         pytest.skip(result.stderr.strip())
     assert result.returncode == 0, result.stderr

@@ -139,7 +139,7 @@ for _ in $(seq 50); do
     2>/dev/null && break
   sleep 0.1
 done
-if ! DOCKER_BUILDKIT=0 docker build --network host --tag "$IMAGE" \
+if ! DOCKER_BUILDKIT=0 docker build --force-rm --network host --tag "$IMAGE" \
   --build-arg "BASE_IMAGE=$BASE" \
   --build-arg PIP_NO_INDEX=1 \
   --build-arg "PIP_FIND_LINKS=http://127.0.0.1:$port/" \

@@ -75,14 +75,14 @@ remove_rootfs() {
 make_local_base() {
   local tarball="$CACHE/bookworm-python.tar" rootfs
   if [ ! -s "$tarball" ]; then
-    [ "$(id -u)" = 0 ] || fail "base image $BASE cannot be pulled and debootstrap needs root: pull $BASE, or set KBROKER_BASE_IMAGE to a bookworm image with python3"
+    [ "$(id -u)" = 0 ] || fail "base image $WANTED cannot be pulled and debootstrap needs root: pull $WANTED, or set KBROKER_BASE_IMAGE to a bookworm image with python3"
     if ! command -v debootstrap >/dev/null 2>&1; then
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null 2>&1 \
-        || fail "base image $BASE cannot be pulled and debootstrap cannot be installed: pull $BASE, or set KBROKER_BASE_IMAGE"
+        || fail "base image $WANTED cannot be pulled and debootstrap cannot be installed: pull $WANTED, or set KBROKER_BASE_IMAGE"
     fi
     rootfs="$(mktemp -d "$CACHE/rootfs.XXXXXX")"
     chmod 755 "$rootfs" # the image's /, which mktemp made private
-    say "base image $BASE cannot be pulled; making $LOCAL_BASE with debootstrap from $MIRROR (once)"
+    say "base image $WANTED cannot be pulled; making $LOCAL_BASE with debootstrap from $MIRROR (once)"
     if ! debootstrap --variant=minbase \
       --include=python3,python3-venv,python-is-python3,ca-certificates \
       bookworm "$rootfs" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1; then
@@ -102,6 +102,7 @@ if ! have_image "$BASE"; then
   if timeout 120 docker pull --quiet "$BASE" >/dev/null 2>&1; then
     :
   else
+    WANTED="$BASE"
     BASE="$LOCAL_BASE"
     have_image "$BASE" || make_local_base
   fi

@@ -282,3 +282,46 @@ def test_docs_list_every_alert_rule():
     alerts = {r["alert"] for g in rules["groups"] for r in g["rules"]}
     documented = set(re.findall(r"^\| `(Kbroker\w+)` \|", DOCS.read_text(), re.M))
     assert documented == alerts
+
+
+# -- scripts/docker-test-setup.sh: what it says where it cannot build ---------------------
+
+SETUP = ROOT / "scripts" / "docker-test-setup.sh"
+
+
+def run_setup(tmp_path: Path, docker: str, uid: int) -> subprocess.CompletedProcess[str]:
+    """The setup script with stand-ins for `docker` (a shell script body) and `id`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("docker", docker), ("id", f"echo {uid}")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return subprocess.run(
+        ["bash", str(SETUP)],
+        env={
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "KBROKER_DOCKER_CACHE": str(tmp_path / "cache"),
+            "PYTHON": sys.executable,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_setup_without_a_daemon_it_may_start_says_so_in_one_line(tmp_path: Path):
+    result = run_setup(tmp_path, docker="exit 1", uid=1000)
+    assert result.returncode == 3  # the compose test skips on 3, with this line
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "no Docker daemon answers" in result.stderr and "root" in result.stderr
+
+
+def test_setup_with_an_unreachable_base_image_says_what_to_do_in_one_line(tmp_path: Path):
+    # A daemon that answers but has no image and reaches no registry.
+    docker = 'case "$1" in info) exit 0 ;; *) echo "no such host" >&2; exit 1 ;; esac'
+    result = run_setup(tmp_path, docker=docker, uid=1000)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "python:3.11.11-slim-bookworm cannot be pulled" in result.stderr
+    assert "KBROKER_BASE_IMAGE" in result.stderr

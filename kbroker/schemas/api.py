@@ -81,6 +81,11 @@ class Backend(Protocol):
     write_lock: Any  # an asyncio.Lock serializing writes on the writer
 
 
+class BecameWriter(Exception):
+    """Raised by `Backend.forward` when this node became the writer while waiting for
+    one: the write runs here instead."""
+
+
 Authorizer = Callable[[Request, str], Awaitable[bool] | bool]
 
 
@@ -431,7 +436,10 @@ class RegistryApi:
                 )
                 if found is not None:
                     return Response(200, found)
-            return await backend.forward(request)
+            try:
+                return await backend.forward(request)
+            except BecameWriter:
+                pass
         async with backend.write_lock:
             state = await backend.write_state()
             records, answer = self._plan(state, request, parts)

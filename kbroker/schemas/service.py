@@ -37,7 +37,7 @@ from kbroker.internal_topics import (
     read_batches,
 )
 from kbroker.schemas import errors as err
-from kbroker.schemas.api import Request, Response
+from kbroker.schemas.api import BecameWriter, Request, Response
 from kbroker.schemas.store import RegistryState, Writer, encode, noop_key
 from kbroker.schemas.validation import (
     KEY_STRATEGY,
@@ -103,6 +103,7 @@ class SchemaRegistryService(InternalTopicService):
         self.loading_epoch: int | None = None
         self.ssl_context: ssl.SSLContext | None = None  # for forwarding to https writers
         self.listeners_enabled = url is not None
+        self.stopped = False
         # (topic, state object, state version, settings) -> the ids it accepts
         self._validations: dict[str, tuple[tuple[Any, ...], TopicValidation]] = {}
 
@@ -166,11 +167,21 @@ class SchemaRegistryService(InternalTopicService):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning("cannot become the schema registry writer: %s", exc)
+            log.warning("cannot become the schema registry writer (trying again): %s", exc)
             self.lose_writership()
+            # Nothing else may happen in the metadata to make the service look again.
+            asyncio.get_running_loop().call_later(1.0, self._refresh_unless_stopped)
         finally:
             if self._loads.get(partition) is asyncio.current_task():
                 del self._loads[partition]
+
+    def _refresh_unless_stopped(self) -> None:
+        if not self.stopped:
+            self.refresh()
+
+    async def stop(self) -> None:
+        self.stopped = True
+        await super().stop()
 
     def lose_writership(self) -> None:
         if self.writer_epoch is not None or self.loading_epoch is not None:
@@ -387,7 +398,7 @@ class SchemaRegistryService(InternalTopicService):
                 if replica is None or writer.epoch >= replica.leader_epoch:
                     return writer
             if self.is_writer():
-                raise _LocalWriter()
+                raise BecameWriter()
             if time.monotonic() > deadline:
                 raise err.unknown_writer("Schema registry writer not known yet; try again")
             await asyncio.sleep(0.02)
@@ -397,10 +408,7 @@ class SchemaRegistryService(InternalTopicService):
             raise err.unknown_writer(
                 "This node is not the schema registry writer (forwarded twice)"
             )
-        try:
-            writer = await self._writer()
-        except _LocalWriter:
-            raise err.unknown_writer("This node just became the writer; try again") from None
+        writer = await self._writer()
         try:
             status, headers, body = await asyncio.wait_for(
                 http_request(writer.url, request, self.ssl_context), WRITE_TIMEOUT_S
@@ -417,10 +425,6 @@ class SchemaRegistryService(InternalTopicService):
         except ValueError:
             raise err.forward_error("The writer's answer is not JSON") from None
         return Response(status, value)
-
-
-class _LocalWriter(Exception):
-    pass
 
 
 async def http_request(

@@ -179,6 +179,13 @@ def _append(
         return ProducedPartition(index, code)
     if pdata.records is None:
         return ProducedPartition(index, ErrorCode.corrupt_message, error_message="null records")
+    if not pdata.records and version >= FIRST_V2_ONLY_VERSION:
+        return ProducedPartition(
+            index,
+            ErrorCode.invalid_record,
+            error_message=f"Produce requests with version {version} must have exactly one "
+            "record batch per partition",
+        )
     broker.counters.produced_bytes += len(pdata.records)
     records = pdata.records
     if broker.schemas is not None:

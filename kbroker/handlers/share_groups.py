@@ -583,6 +583,13 @@ async def alter_share_group_offsets(
             "error_message": None,
             "responses": [],
         }
+    if not request.group_id:  # Kafka's coordinator refuses an empty group id first
+        return {
+            "throttle_time": 0,
+            "error_code": E.invalid_group_id,
+            "error_message": "The group id must not be empty.",
+            "responses": [],
+        }
     group = coordinator.groups.get(request.group_id)
     if group is not None and group.members:
         return {
@@ -636,6 +643,13 @@ async def delete_share_group_offsets(
             "throttle_time": 0,
             "error_code": E.group_authorization_failed,
             "error_message": None,
+            "responses": [],
+        }
+    if not request.group_id:  # Kafka's coordinator refuses an empty group id first
+        return {
+            "throttle_time": 0,
+            "error_code": E.invalid_group_id,
+            "error_message": "The group id must not be empty.",
             "responses": [],
         }
     if request.group_id not in coordinator.share_group_ids() and not (

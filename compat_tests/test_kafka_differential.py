@@ -52,7 +52,6 @@ MISSING = "diff-missing"
 # "scenario vN" -> the paths that differ there (values are in the failure report). A listed
 # difference that goes away fails the test too, so that the list stays true.
 KNOWN: dict[str, set[str]] = {
-    "Produce without records v3": {"responses[].partition_responses[].error_code"},
     **{
         f"Fetch a missing partition v{v}": {"responses[].partitions[].aborted_transactions"}
         for v in (4, 18)
@@ -65,8 +64,6 @@ KNOWN: dict[str, set[str]] = {
     "list_config_resources defaults v1": {"config_resources[].resource_type"},
     "share_acknowledge defaults v1": {"error_code"},
     "share_acknowledge defaults v2": {"error_code"},
-    "alter_share_group_offsets defaults v0": {"error_code"},
-    "delete_share_group_offsets defaults v0": {"error_code"},
 }
 
 # Never sent as a bare request: they change the connection's state (SASL) or answer only

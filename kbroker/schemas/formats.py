@@ -79,14 +79,20 @@ class AvroSchema:
     def __init__(self, schema: Any, names: Any) -> None:
         self.schema = schema
         self.names = names
+        self._canonical: str | None = None
+        self._normalized: str | None = None
 
     def canonical(self) -> str:
-        return json.dumps(self.schema.to_json(), separators=(",", ":"))
+        if self._canonical is None:
+            self._canonical = json.dumps(self.schema.to_json(), separators=(",", ":"))
+        return self._canonical
 
     def normalized(self) -> str:
         # Avro's parsing canonical form drops doc/defaults/aliases, which Confluent's
         # normalization keeps; keep them, with a stable field order.
-        return json.dumps(_ordered(self.schema.to_json()), separators=(",", ":"))
+        if self._normalized is None:
+            self._normalized = json.dumps(_ordered(self.schema.to_json()), separators=(",", ":"))
+        return self._normalized
 
     def read_problems(self, writer: ParsedSchema) -> list[str]:
         from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType

@@ -118,6 +118,7 @@ class RegistryState:
     writer: Writer | None = None
     keys: dict[tuple[str, int], bytes] = field(default_factory=dict)  # stored SCHEMA keys
     changes: int = 0  # records applied: what caches of derived facts compare
+    _names: dict[bool, tuple[int, list[str]]] = field(default_factory=dict)
 
     # -- applying records -----------------------------------------------------------------
 
@@ -222,7 +223,16 @@ class RegistryState:
         ]
 
     def subject_names(self, deleted: bool = False) -> list[str]:
-        return sorted(s for s in self.subjects if self.versions(s, deleted))
+        cached = self._names.get(deleted)
+        if cached is not None and cached[0] == self.changes:
+            return list(cached[1])
+        names = sorted(
+            s
+            for s, versions in self.subjects.items()
+            if versions and (deleted or any(not v.deleted for v in versions.values()))
+        )
+        self._names[deleted] = (self.changes, names)
+        return list(names)
 
     def compatibility(self, subject: str | None) -> str:
         for key in (subject, None) if subject is not None else (None,):

@@ -3,7 +3,8 @@
 Connections come from different loopback source addresses (127.0.0.x), so one broker
 sees several client IPs. A connection over a limit is closed when accepted: its first
 request is never answered. Closing a connection frees its slot. The listener's backlog
-is socket.listen.backlog.size.
+is socket.listen.backlog.size. Between two tests the broker's kbroker_connections gauge
+shows when it has seen every connection of the last one go.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import contextlib
 import os
 import signal
 import socket
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from compat_tests.broker_process import BrokerProcess, running_broker
+from compat_tests.broker_process import BrokerProcess, free_port, running_broker
+from compat_tests.metrics_scrape import scrape, value
+from compat_tests.waiting import eventually
 from kbroker.protocol.client_frames import request_frame
 
 API_VERSIONS_V0 = request_frame(18, 0, 7, "limits", b"")
@@ -30,6 +32,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
         "max.connections.per.ip": "2",
         "max.connections.per.ip.overrides": "127.0.0.2:3",
         "socket.listen.backlog.size": "7",
+        "http.listeners": f"http://127.0.0.1:{free_port()}",
     }
     with running_broker(tmp_path_factory.mktemp("limits"), settings) as node:
         yield node
@@ -51,15 +54,30 @@ def answers(sock: socket.socket) -> bool:
         return False
 
 
+def open_connections(broker: BrokerProcess) -> int:
+    http = broker.overrides["http.listeners"].removeprefix("http://")
+    return int(value(scrape(http), "kbroker_connections"))
+
+
+def gone(broker: BrokerProcess, left: int = 0) -> None:
+    """Wait until the broker has seen every connection but `left` go."""
+    eventually(
+        lambda: open_connections(broker) == left,
+        timeout=15,
+        what=f"the broker to see its connections go ({left} left)",
+    )
+
+
 @contextlib.contextmanager
 def opened(broker: BrokerProcess, *source_ips: str) -> Iterator[list[socket.socket]]:
+    before = open_connections(broker)
     socks = [connect(broker, ip) for ip in source_ips]
     try:
         yield socks
     finally:
         for sock in socks:
             sock.close()
-        time.sleep(0.2)  # let the broker see them go before the next test counts
+        gone(broker, before)  # before the next test or block counts
 
 
 def test_a_connection_beyond_max_connections_per_ip_is_closed(limited: BrokerProcess) -> None:
@@ -89,7 +107,7 @@ def test_a_closed_connection_frees_its_slot(limited: BrokerProcess) -> None:
     with opened(limited, "127.0.0.1", "127.0.0.1") as socks:
         assert all(answers(s) for s in socks)
         socks.pop().close()
-        time.sleep(0.2)
+        gone(limited, 1)
         with opened(limited, "127.0.0.1") as (again,):
             assert answers(again)
 
@@ -116,5 +134,5 @@ def test_the_listener_backlog_is_socket_listen_backlog_size(limited: BrokerProce
         os.kill(limited.pid, signal.SIGCONT)
         for sock in socks:
             sock.close()
-        time.sleep(0.3)
+        gone(limited)
     assert len(socks) == 7 + 1

@@ -33,6 +33,17 @@ def _new_leader(cluster: KafkaCluster, topic: str, gone: int, timeout: float = 1
     return cluster.wait_until(elected, timeout, f"a new leader of {topic} other than {gone}")
 
 
+def _acked_more(producer: NumberedProducer, records: int, where: str) -> None:
+    """Wait until the producer has `records` more acknowledged than now."""
+    wanted = len(producer.history.acked) + records
+    KafkaCluster.wait_until(
+        lambda: len(producer.history.acked) >= wanted or producer.fatal,
+        60.0,
+        f"{records} more records acknowledged {where}",
+    )
+    assert producer.fatal is None, producer.fatal
+
+
 def test_acknowledged_records_survive_the_kill_of_their_leader(cluster: KafkaCluster) -> None:
     from confluent_kafka import Producer
 
@@ -98,13 +109,13 @@ def test_kill_the_leader_restart_it_kill_another_and_lose_nothing_acknowledged(
     producer = NumberedProducer(cluster.bootstrap, topic).start()
     failovers: list[float] = []
     try:
-        time.sleep(2)
+        _acked_more(producer, 200, "by the first leader")
         first = cluster.partition(topic).leader
         cluster.kill(first)
         killed = time.monotonic()
         _new_leader(cluster, topic, first)
         failovers.append(time.monotonic() - killed)
-        time.sleep(2)
+        _acked_more(producer, 200, f"after broker {first} was killed")
         cluster.node(first).start()
         cluster.wait_until(
             lambda: first in cluster.partition(topic).isrs, 30.0, f"broker {first} back in the ISR"
@@ -114,7 +125,7 @@ def test_kill_the_leader_restart_it_kill_another_and_lose_nothing_acknowledged(
         killed = time.monotonic()
         _new_leader(cluster, topic, second)
         failovers.append(time.monotonic() - killed)
-        time.sleep(2)
+        _acked_more(producer, 200, f"after broker {second} was killed")
     finally:
         producer.stop()
         cluster.heal()

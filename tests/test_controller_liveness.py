@@ -5,8 +5,9 @@ import asyncio
 import socket
 import time
 
+from compat_tests.waiting import eventually_async
 from kbroker.controller import Controller, ControllerConfig
-from kbroker.controller.liveness import listener_refuses
+from kbroker.controller.liveness import PROBE_INTERVAL_S, listener_refuses
 
 SESSION_TIMEOUT_S = 30.0
 HEARTBEAT_INTERVAL_S = 0.2
@@ -31,12 +32,15 @@ def watching_controller(tmp_path) -> Controller:
 
 
 async def fenced_within(controller: Controller, node_id: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if controller.state.brokers[node_id].fenced:
-            return True
-        await asyncio.sleep(0.05)
-    return False
+    try:
+        await eventually_async(
+            lambda: controller.state.brokers[node_id].fenced,
+            timeout=timeout,
+            what=f"broker {node_id} fenced",
+        )
+    except AssertionError:
+        return False
+    return True
 
 
 def test_a_silent_broker_whose_listener_refuses_is_fenced_long_before_its_session_ends(
@@ -101,8 +105,8 @@ def test_a_voter_whose_raft_connection_is_lost_is_probed_without_waiting_for_a_h
             gone = next(n for n in nodes if not n.is_leader)
             # The voter's broker side: registered on a port nobody listens on.
             await leader.register_broker(gone.node_id, "127.0.0.1", closed_port())
-            await asyncio.sleep(0.5)
-            assert not leader.state.brokers[gone.node_id].fenced
+            # Absence: a probe of a live voter would come within its interval (0.5 s).
+            assert not await fenced_within(leader, gone.node_id, PROBE_INTERVAL_S)
             await gone.stop()
             assert await fenced_within(leader, gone.node_id, 5.0)
         finally:

@@ -99,17 +99,28 @@ def test_elect_leaders_moves_leadership_to_the_preferred_replica(kb, cluster):
     assert out.split()[-2:] == ["not", "needed"]
 
 
-def test_features_are_described_and_an_update_the_broker_does_not_serve_is_one_line(kb):
+def test_features_are_described_and_updated_and_a_refused_level_is_one_line(kb):
     code, out, err = kb("cluster", "features", "-o", "json")
     assert code == 0, err
     features = {f["feature"]: f for f in json.loads(out)["features"]}
-    assert (
-        features["metadata.version"]["finalized"] >= features["metadata.version"]["supported_min"]
+    meta = features["metadata.version"]
+    assert meta["supported_min"] <= meta["finalized"] <= meta["supported_max"]
+    level = features["group.version"]["finalized"]
+    code, out, err = kb(
+        "cluster", "features", "upgrade", "--feature", f"group.version={level}", "--dry-run"
     )
-    code, _, err = kb("cluster", "features", "upgrade", "--feature", "group.version=1")
+    assert code == 0, err
+    assert out.strip() == f"Would set group.version to level {level}."
+    code, _, err = kb(
+        "cluster",
+        "features",
+        "downgrade",
+        "--feature",
+        f"metadata.version={meta['supported_min'] - 1}",
+    )
     assert code == 1
     (line,) = err.strip().splitlines()
-    assert "UpdateFeatures (UNSUPPORTED_VERSION)" in line
+    assert line.startswith("kbroker cluster: ")
 
 
 def test_transactions_list_describe_and_abort_a_hanging_one(kb, cluster):

@@ -209,6 +209,36 @@ class BrokerConnection:
             raise ClientError(f"correlation id {got} != {correlation}")
         return response
 
+    def send_raw(self, api_key: int, version: int, body: bytes) -> int:
+        """Send a request whose body the caller encoded (after checking the broker serves
+        that version); returns its correlation id for `receive_raw`."""
+        if self.versions:
+            low, high = self.versions.get(api_key, (1, 0))
+            if not low <= version <= high:
+                name = API_NAMES.get(api_key, api_key)
+                raise ClientError(f"{self.host}:{self.port} does not serve {name} v{version}")
+        correlation = self.next_correlation
+        self.next_correlation += 1
+        try:
+            self.send(self.request_bytes(api_key, version, body, correlation))
+        except OSError as exc:
+            raise ClientError(f"{self.host}:{self.port}: {exc}") from None
+        return correlation
+
+    def receive_raw(self, correlation: int) -> bytes:
+        """The body of the answer to a `send_raw` request with a v0 response header
+        (a non-flexible version): what follows its correlation id."""
+        try:
+            frame = self.read_frame()
+        except ClientError:
+            raise
+        except OSError as exc:
+            raise ClientError(f"{self.host}:{self.port}: {exc}") from None
+        (got,) = struct.unpack_from(">i", frame, 0)
+        if got != correlation:
+            raise ClientError(f"correlation id {got} != {correlation}")
+        return frame[4:]
+
     def request_bytes(self, api_key: int, version: int, body: bytes, correlation: int) -> bytes:
         return request_frame(api_key, version, correlation, self.client_id, body)
 

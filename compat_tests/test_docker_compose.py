@@ -6,7 +6,8 @@ acks=all and restarted, and every acknowledged record is read back.
 scripts/docker-test-setup.sh builds the image (starting a Docker daemon if none answers);
 where Docker cannot run it says why and the test skips. The copy of the compose file this
 test runs changes only networking: host networking, with each node's listeners on free loopback
-ports, since the daemon here has no bridge (dockerd --bridge=none --iptables=false).
+ports, since the daemon here has no bridge (dockerd --bridge=none --iptables=false); the
+nodes still reach each other by their service names, kb1, kb2 and kb3.
 """
 
 from __future__ import annotations
@@ -104,19 +105,22 @@ class Cluster:
 
 def on_host_network(compose_file: dict, ports: dict[str, int]) -> dict:
     """The compose file with only its networking changed: every node in the host's network
-    namespace (so no published ports) on its own loopback ports, advertising them."""
-    voters = ",".join(f"{n}@127.0.0.1:{ports[f'controller{n}']}" for n in NODES)
+    namespace (so no published ports) on its own loopback ports. The nodes still know each
+    other by their service names, as on a compose network (kbN, here in /etc/hosts): the
+    voters and the INTERNAL listeners are named kb1, kb2, kb3; EXTERNAL is 127.0.0.1."""
+    voters = ",".join(f"{n}@kb{n}:{ports[f'controller{n}']}" for n in NODES)
     for n in NODES:
         service = compose_file["services"][f"kb{n}"]
         internal, external = ports[f"internal{n}"], ports[f"external{n}"]
         service["network_mode"] = "host"
         service.pop("ports", None)
+        service["extra_hosts"] = [f"kb{m}:127.0.0.1" for m in NODES]
         service["environment"].update(
             {
                 "KBROKER_LISTENERS": f"INTERNAL://127.0.0.1:{internal},"
                 f"EXTERNAL://127.0.0.1:{external},"
                 f"CONTROLLER://127.0.0.1:{ports[f'controller{n}']}",
-                "KBROKER_ADVERTISED_LISTENERS": f"INTERNAL://127.0.0.1:{internal},"
+                "KBROKER_ADVERTISED_LISTENERS": f"INTERNAL://kb{n}:{internal},"
                 f"EXTERNAL://127.0.0.1:{external}",
                 "KBROKER_CONTROLLER_QUORUM_VOTERS": voters,
                 "KBROKER_HTTP_LISTENERS": f"http://127.0.0.1:{ports[f'http{n}']}",
@@ -260,10 +264,10 @@ def read_everything(bootstrap: str, ends: dict[int, int]) -> dict[bytes, tuple[i
 
 
 def test_a_container_reaches_the_cluster_on_the_internal_listener(cluster: Cluster):
-    internal = f"127.0.0.1:{cluster.ports['internal1']}"
+    hosts = [f"--add-host=kb{n}:127.0.0.1" for n in NODES]
     result = subprocess.run(
-        ["docker", "run", "--rm", "--network", "host", "kbroker:latest"]
-        + ["cluster", "status", "--bootstrap", internal],
+        ["docker", "run", "--rm", "--network", "host", *hosts, "kbroker:latest"]
+        + ["cluster", "status", "--bootstrap", f"kb1:{cluster.ports['internal1']}"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -272,7 +276,7 @@ def test_a_container_reaches_the_cluster_on_the_internal_listener(cluster: Clust
     # Metadata asked on a listener names the brokers by that listener's addresses.
     rows = {tuple(line.split()[:3]) for line in result.stdout.splitlines()}
     for n in NODES:
-        assert (str(n), "127.0.0.1", str(cluster.ports[f"internal{n}"])) in rows, result.stdout
+        assert (str(n), f"kb{n}", str(cluster.ports[f"internal{n}"])) in rows, result.stdout
 
 
 def test_acknowledged_records_survive_a_killed_node(cluster: Cluster):

@@ -408,6 +408,13 @@ class SchemaRegistryService(InternalTopicService):
             raise err.unknown_writer(
                 "This node is not the schema registry writer (forwarded twice)"
             )
+        topic = self.broker.controller.state.topics.get(self.topic)
+        if topic is not None and topic.partitions and self._replica() is None:
+            holders = ", ".join(str(n) for n in topic.partitions[0].replicas)
+            raise err.unknown_writer(
+                f"This node holds no replica of {self.topic}, which the registry reads; "
+                f"ask a node that does (nodes {holders})"
+            )
         writer = await self._writer()
         try:
             status, headers, body = await asyncio.wait_for(

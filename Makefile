@@ -13,18 +13,21 @@ SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/securi
 
 .PHONY: serve test test-fast lint bench pyz docs
 
+PIP := $(PY) -m pip --disable-pip-version-check
+
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip setuptools
 
+# The editable install builds the C extensions next to their sources, where it imports
+# them from; nothing else is needed to serve.
 $(SERVE_STAMP): $(SOURCES) | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -e .
-	# The C extensions next to their sources, where an editable install imports them from.
-	$(PY) setup.py --quiet build_ext --inplace
+	$(PIP) install --quiet --no-compile -e .
 	touch $(SERVE_STAMP)
 
 $(STAMP): $(SOURCES) | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PIP) install --quiet --upgrade pip setuptools
+	$(PIP) install --quiet -e ".[test]"
+	# The C extensions next to their sources, where an editable install imports them from.
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(STAMP)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -255,6 +256,15 @@ def report(name, server):
 """
 
 
+def readme_pytest_example() -> str:
+    """The tour's pytest example in README.md: its last python block."""
+    text = (ROOT / "README.md").read_text()
+    tour = text[text.index("## A five-minute tour") :]
+    example = re.findall(r"```python\n(.*?)```", tour, re.S)[1]
+    assert "(kafka_broker)" in example
+    return example
+
+
 def kbroker_processes_of(python: Path) -> list[int]:
     found = []
     for proc in Path("/proc").iterdir():
@@ -284,6 +294,7 @@ def test_pytest_plugin_from_a_venv_holding_only_kbroker_and_pytest(
     project = tmp_path / "project"
     project.mkdir()
     (project / "test_with_kafka.py").write_text(PLUGIN_USER_TESTS)
+    (project / "test_readme_example.py").write_text(readme_pytest_example())
     measured = tmp_path / "measured.jsonl"
     done = subprocess.run(
         [str(venv / "bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
@@ -294,7 +305,7 @@ def test_pytest_plugin_from_a_venv_holding_only_kbroker_and_pytest(
         env=clean_env(MEASURED=str(measured)),
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "3 passed" in done.stdout, done.stdout
+    assert "4 passed" in done.stdout, done.stdout
     assert kbroker_processes_of(venv / "bin/python") == []
     for line in measured.read_text().splitlines():
         figures = json.loads(line)

@@ -52,5 +52,5 @@ def test_default_bootstrap_is_where_serve_listens_and_what_the_readme_says():
 
     listener = load_broker_config(None, [], {}).get("listeners")
     assert listener == f"PLAINTEXT://{DEFAULT_BOOTSTRAP}"
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert f"`--bootstrap`, default `{DEFAULT_BOOTSTRAP}`" in readme.replace("\n", " ")
+    page = (Path(__file__).resolve().parent.parent / "docs/operations.md").read_text()
+    assert f"`--bootstrap` (default `{DEFAULT_BOOTSTRAP}`" in page.replace("\n", " ")

@@ -3,6 +3,7 @@ metadata, one version everywhere, and one-line answers to a wrong command line."
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -83,3 +84,25 @@ def test_the_console_script_prints_the_version_without_a_traceback() -> None:
         f"kbroker {kbroker.__version__}\n",
         "",
     )
+
+
+# Pages linked from README.md that other work is writing now; each link must resolve once
+# its page exists.
+PAGES_BEING_WRITTEN = {"cli.md", "kafka-differences.md", "deployment.md", "security.md"}
+
+
+def test_the_readme_is_a_front_door_whose_links_lead_somewhere() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    links = re.findall(r"\]\(([^)#\s]+)\)", text)
+    assert {f"docs/{p}" for p in PAGES_BEING_WRITTEN} <= set(links)
+    for target in links:
+        if target.startswith(("http://", "https://")):
+            continue
+        path = ROOT / target
+        if path.parent.name == "docs" and path.name in PAGES_BEING_WRITTEN:
+            continue
+        assert path.exists(), f"README.md links to {target}, which does not exist"
+    # Every page of docs/ is linked.
+    for page in (ROOT / "docs").glob("*.md"):
+        assert f"docs/{page.name}" in links, page.name

@@ -81,6 +81,7 @@ def test_cluster_nodes_are_voters_and_brokers_with_one_secret(tmp_path: Path) ->
         assert node.settings["http.listeners"] == f"http://127.0.0.1:{20 + i}"
         assert node.settings["log.dirs"] == str(tmp_path / f"node-{i}" / "data")
         assert node.settings["offsets.topic.replication.factor"] == "3"
+        assert node.settings["default.replication.factor"] == "3"
 
 
 def test_a_cluster_smaller_than_three_replicates_internal_topics_to_every_node(

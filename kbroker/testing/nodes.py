@@ -199,7 +199,8 @@ def cluster_nodes(
     settings: Mapping[str, str] | None = None,
 ) -> list[Node]:
     """Nodes 1..N, each a voter of the metadata quorum and a broker, as docker-compose runs
-    them; internal topics are replicated to min(3, N) nodes so a small cluster still
+    them. Topics (internal ones included) are replicated to min(3, N) nodes by default,
+    so a cluster keeps every record through the loss of a node and a small one still
     serves groups and transactions."""
     size = len(ports)
     voters = ",".join(f"{i + 1}@127.0.0.1:{controller_ports[i]}" for i in range(size))
@@ -222,6 +223,7 @@ def cluster_nodes(
             "cluster.secret": secret,
             "log.dirs": str(node_dir / "data"),
             "http.listeners": f"http://127.0.0.1:{http}" if http else "",
+            "default.replication.factor": replicas,
             "offsets.topic.replication.factor": replicas,
             "transaction.state.log.replication.factor": replicas,
             "transaction.state.log.min.isr": min_isr,

@@ -148,3 +148,20 @@ def test_register_anywhere_read_everywhere_and_writer_failover(cluster_factory):
         assert call(urls[writer], "GET", f"/subjects/{subject}/versions/1")[1]["id"] == schema_id
     fresh = _register(urls[writer], "after-restart", 9999)
     assert fresh is not None and fresh > max(ids)
+
+    # A fourth node, holding no replica of _schemas, says at once which nodes to ask.
+    fourth = free_ports(["4"])["4"]
+    cluster.add_broker(schema_registry_listeners=f"http://127.0.0.1:{fourth}")
+    began = time.monotonic()
+    deadline = began + 20
+    while True:
+        try:
+            status, body = call(f"http://127.0.0.1:{fourth}", "GET", "/subjects", timeout=10)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the fourth node's registry never answered"
+            time.sleep(0.1)
+    assert (status, body["error_code"]) == (500, 50004), body
+    assert "no replica of _schemas" in body["message"]
+    named = body["message"].rsplit("(nodes ", 1)[1].rstrip(")")
+    assert sorted(int(n) for n in named.split(", ")) == [1, 2, 3]

@@ -152,20 +152,21 @@ def stop_started_daemon() -> None:
 @pytest.fixture(scope="module")
 def image() -> Iterator[str]:
     started = time.monotonic()
-    result = subprocess.run(
-        ["bash", str(SETUP)],
-        env={**os.environ, "PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if result.returncode == 3:
-        pytest.skip(result.stderr.strip())
-    assert result.returncode == 0, result.stderr
-    print(f"image ready in {time.monotonic() - started:.0f}s: {result.stdout.strip()}")
     try:
+        result = subprocess.run(
+            ["bash", str(SETUP)],
+            env={**os.environ, "PYTHON": sys.executable},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if result.returncode == 3:
+            pytest.skip(result.stderr.strip())
+        assert result.returncode == 0, result.stderr
+        print(f"image ready in {time.monotonic() - started:.0f}s: {result.stdout.strip()}")
         yield "kbroker:latest"
     finally:
+        # Also when the build failed: no daemon of the test's is left running.
         stop_started_daemon()
 
 

@@ -81,6 +81,7 @@ from kbroker.storage.cleaner import CleanerConfig, CompactionSettings
 from kbroker.storage.log import LogConfig, PartitionLog
 from kbroker.storage.manager import LOOP_SLICE_S, LogManager
 from kbroker.tasks import cancel_and_wait
+from kbroker.telemetry import ClientTelemetry
 from kbroker.txn.service import TransactionCoordinatorService
 
 # More unopened partitions than this in one metadata change are opened by workers.
@@ -199,6 +200,12 @@ class Broker:
         )
         # Built now so that a registry key store that does not load stops the start.
         self.schemas = RegistryFront(self)
+        self.telemetry = ClientTelemetry(
+            lambda: self.controller.state.client_metrics,
+            config.get("telemetry.max.bytes"),
+            config.get("telemetry.export.max.series.per.client"),
+        )
+        self.extra_metrics.append(self.telemetry.collect)
         self.parts = BrokerParts(
             node_id=self.node_id,
             config=config,
@@ -218,6 +225,7 @@ class Broker:
             quotas=self.quotas,
             shares=self.share_coordinator,
             schemas=self.schemas.service,
+            telemetry=self.telemetry,
         )
 
     # -- lifecycle ----------------------------------------------------------------------

@@ -1207,6 +1207,23 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Server-side assignors of the consumer protocol, the first being the default.",
         each_of("uniform", "range"),
     ),
+    _d(
+        "telemetry.max.bytes",
+        INT,
+        1048576,
+        "Largest client telemetry push (KIP-714) the broker accepts, compressed or "
+        "decompressed; a larger one is refused with TELEMETRY_TOO_LARGE.",
+        at_least(1),
+    ),
+    _d(
+        "telemetry.export.max.series.per.client",
+        INT,
+        2000,
+        "kbroker's own: most Prometheus series the metrics one client instance pushes "
+        "(KIP-714) may add to /metrics; data points past it are counted in "
+        "kbroker_client_telemetry_dropped_series_total and not exported.",
+        at_least(0),
+    ),
     _d("group.share.enable", BOOLEAN, True, "Serve share groups (KIP-932)."),
     _d(
         "group.share.session.timeout.ms",
@@ -1694,6 +1711,7 @@ KBROKER_OWN: frozenset[str] = frozenset(
         "logging.format",
         "logging.levels",
         "logging.requests.enable",
+        "telemetry.export.max.series.per.client",
     }
 )
 BROKER_CONFIGS_BY_PYTHON_NAME: dict[str, ConfigDef] = {d.python_name: d for d in BROKER_CONFIG_DEFS}

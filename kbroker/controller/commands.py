@@ -66,6 +66,7 @@ DELETE_TOPIC = "delete_topic"
 CREATE_PARTITIONS = "create_partitions"
 ALTER_TOPIC_CONFIGS = "alter_topic_configs"
 ALTER_GROUP_CONFIGS = "alter_group_configs"
+ALTER_CLIENT_METRICS = "alter_client_metrics"
 ALTER_BROKER_CONFIGS = "alter_broker_configs"
 UPDATE_FEATURES = "update_features"
 UNREGISTER_BROKER = "unregister_broker"
@@ -554,6 +555,20 @@ def _alter_group_configs(state: MetadataState, p: dict[str, Any]) -> Applied:
     )
 
 
+def _alter_client_metrics(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """Set and delete configs of one client-metrics subscription (KIP-714); a
+    subscription left with no configs is gone, as Kafka removes it."""
+    name = p["name"]
+    configs = dict(state.client_metrics.get(name, {}))
+    for key in p.get("delete", ()):
+        configs.pop(key, None)
+    configs.update(p.get("set", {}))
+    every = {n: c for n, c in state.client_metrics.items() if n != name}
+    if configs:
+        every[name] = configs
+    return Applied(_bump(state, client_metrics=every), configs)
+
+
 def _alter_broker_configs(state: MetadataState, p: dict[str, Any]) -> Applied:
     """Set and delete dynamic configs of one BROKER resource ("" or a node id)."""
     resource = p["resource"]
@@ -673,6 +688,7 @@ _HANDLERS = {
     CREATE_PARTITIONS: _create_partitions,
     ALTER_TOPIC_CONFIGS: _alter_topic_configs,
     ALTER_GROUP_CONFIGS: _alter_group_configs,
+    ALTER_CLIENT_METRICS: _alter_client_metrics,
     ALTER_BROKER_CONFIGS: _alter_broker_configs,
     UPDATE_FEATURES: _update_features,
     UNREGISTER_BROKER: _unregister_broker,

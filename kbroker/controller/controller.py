@@ -1029,6 +1029,20 @@ class Controller:
         )
 
     @across_elections
+    async def set_client_metrics(self, name: str, configs: Mapping[str, str | None]) -> None:
+        """A client-metrics subscription's configs, incrementally: a value sets one,
+        None removes it. Validated by the caller."""
+        self._check_can_commit()
+        await self._propose(
+            cmd.ALTER_CLIENT_METRICS,
+            {
+                "name": name,
+                "set": {k: v for k, v in configs.items() if v is not None},
+                "delete": [k for k, v in configs.items() if v is None],
+            },
+        )
+
+    @across_elections
     async def set_broker_configs(self, resource: str, configs: Mapping[str, str | None]) -> None:
         """A BROKER resource's dynamic configs ("" the cluster default, else a node id),
         incrementally: a value sets one, None removes it. Validated by the caller."""

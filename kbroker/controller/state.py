@@ -137,6 +137,9 @@ class MetadataState:
     # IncrementalAlterConfigs on GROUP resources (KIP-932 share-group configs): kept in the
     # metadata, as Kafka's ConfigRecords, so every broker leading a share-partition has them
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # IncrementalAlterConfigs on CLIENT_METRICS resources (KIP-714): subscription name ->
+    # its configs (metrics, interval.ms, match), as Kafka keeps them in ConfigRecords
+    client_metrics: dict[str, dict[str, str]] = field(default_factory=dict)
     # Finalized feature levels UpdateFeatures (or a new cluster) recorded, by name; a
     # feature not here is at level 0 (metadata.version is fixed: kbroker.features)
     features: dict[str, int] = field(default_factory=dict)
@@ -226,6 +229,7 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
             for (user, _), c in state.scram_credentials.items()
         ],
         "group_configs": {g: dict(c) for g, c in state.group_configs.items()},
+        "client_metrics": {n: dict(c) for n, c in state.client_metrics.items()},
         "broker_configs": {b: dict(c) for b, c in state.broker_configs.items()},
         "features": dict(state.features),
     }
@@ -293,6 +297,7 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
             for c in data.get("scram_credentials", [])
         },
         group_configs={g: dict(c) for g, c in data.get("group_configs", {}).items()},
+        client_metrics={n: dict(c) for n, c in data.get("client_metrics", {}).items()},
         broker_configs={b: dict(c) for b, c in data.get("broker_configs", {}).items()},
         features=dict(data.get("features", {})),
     )

@@ -27,6 +27,7 @@ from kbroker.handlers import (  # noqa: F401
     scram,
     share_groups,
     share_state,
+    telemetry,
     topics,
     transactions,
 )

@@ -29,6 +29,10 @@ def api_versions(ctx: RequestContext, request: requests.ApiVersionsRequest) -> d
         "throttle_time": 0,
     }
     if ctx.version >= 3:
+        ctx.connection.software = (
+            getattr(request, "client_software_name", "") or "",
+            getattr(request, "client_software_version", "") or "",
+        )
         # As a KRaft broker, the epoch of the finalized levels is the metadata the broker
         # has applied: it only grows, and grows with every UpdateFeatures.
         answer["supported_features"] = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -39,6 +40,12 @@ from kbroker.handlers.context import (
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.security.acl import AUTHORIZATION_FAILED, CLUSTER_NAME, Operation, ResourceType
+from kbroker.telemetry import (
+    CLIENT_METRICS_CONFIGS,
+    INTERVAL_MS_DEFAULT,
+    SubscriptionError,
+    validate_subscription,
+)
 
 log = logging.getLogger("kbroker.admin")
 
@@ -201,6 +208,8 @@ def _describe_resource(
         return [r for r in results if keys is None or r["name"] in keys]
     if kind == GROUP:
         return describe_group_configs(broker, name, keys, docs)
+    if kind == CLIENT_METRICS:
+        return describe_client_metrics(broker, name, keys)
     raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type: {kind}")
 
 
@@ -219,7 +228,7 @@ def _config_denial(
         if ctx.allowed(operation, ResourceType.GROUP, name):
             return None
         return ResourceError(ErrorCode.group_authorization_failed, AUTHORIZATION_FAILED)
-    if resource_type in (BROKER, BROKER_LOGGER):
+    if resource_type in (BROKER, BROKER_LOGGER, CLIENT_METRICS):
         if ctx.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME):
             return None
         return ResourceError(ErrorCode.cluster_authorization_failed, AUTHORIZATION_FAILED)
@@ -426,7 +435,7 @@ async def _catch_up_for(broker: BrokerParts, resources: Sequence[Any]) -> None:
     controller alters them from its own: an incremental change made on top of an image
     that lags a change made through another node would undo that change, and a topic
     created there a moment ago would be refused as unknown."""
-    if any(r.resource_type in (TOPIC, BROKER) for r in resources):
+    if any(r.resource_type in (TOPIC, BROKER, CLIENT_METRICS) for r in resources):
         await caught_up(broker.controller)
 
 
@@ -534,6 +543,9 @@ async def incremental_alter_configs(
         if kind == GROUP:
             await alter_group_configs(broker, resource, validate_only)
             return
+        if kind == CLIENT_METRICS:
+            await alter_client_metrics(broker, resource, validate_only)
+            return
         if kind != TOPIC:
             raise ResourceError(ErrorCode.invalid_request, f"Unknown resource type {kind}")
         topic = existing_topic(broker, resource.resource_name)
@@ -636,6 +648,80 @@ def describe_group_configs(
     return results
 
 
+# -- CLIENT_METRICS: client telemetry subscriptions (KIP-714) ----------------------------
+
+SOURCE_DYNAMIC_CLIENT_METRICS = 7  # ConfigSource.CLIENT_METRICS_CONFIG
+CONFIG_TYPE_INT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class _ClientMetricsEntry:
+    """What apply_incremental reads of a config: its type and its base value."""
+
+    config_type: int
+    value: str
+
+
+def _client_metrics_defaults() -> dict[str, _ClientMetricsEntry]:
+    return {
+        "metrics": _ClientMetricsEntry(CONFIG_TYPE_LIST, ""),
+        "interval.ms": _ClientMetricsEntry(CONFIG_TYPE_INT, str(INTERVAL_MS_DEFAULT)),
+        "match": _ClientMetricsEntry(CONFIG_TYPE_LIST, ""),
+    }
+
+
+async def alter_client_metrics(
+    broker: BrokerParts, resource: IncrementalConfigResource, validate_only: bool
+) -> None:
+    """A subscription's configs after SET/DELETE/APPEND/SUBTRACT, checked whole as Kafka's
+    ClientMetricsConfigs.validate does, then kept in the metadata log."""
+    name = resource.resource_name
+    current = dict(broker.controller.state.client_metrics.get(name, {}))
+    for op in resource.configs:
+        if op.name not in CLIENT_METRICS_CONFIGS:
+            raise ResourceError(
+                ErrorCode.invalid_request, f"Unknown client metrics configuration: {op.name}"
+            )
+    wanted = apply_incremental(current, resource.configs, _client_metrics_defaults())
+    try:
+        validate_subscription(name, wanted)
+    except SubscriptionError as exc:
+        raise ResourceError(exc.code, exc.message) from None
+    changes: dict[str, str | None] = {
+        key: wanted.get(key)
+        for key in set(current) | set(wanted)
+        if current.get(key) != wanted.get(key)
+    }
+    if validate_only or not changes:
+        return
+    await broker.controller.set_client_metrics(name, changes)
+
+
+def describe_client_metrics(broker: BrokerParts, name: str, keys: Any) -> list[dict[str, Any]]:
+    """The three configs of a subscription; those it does not set at their defaults."""
+    if not name:
+        raise ResourceError(ErrorCode.invalid_request, "Subscription name can't be empty")
+    configs = broker.controller.state.client_metrics.get(name, {})
+    results: list[dict[str, Any]] = []
+    for key, default in _client_metrics_defaults().items():
+        if keys is not None and key not in keys:
+            continue
+        explicit = key in configs
+        results.append(
+            {
+                "name": key,
+                "value": configs[key] if explicit else default.value,
+                "read_only": False,
+                "config_source": SOURCE_DYNAMIC_CLIENT_METRICS if explicit else SOURCE_DEFAULT,
+                "is_sensitive": False,
+                "synonyms": [],
+                "config_type": default.config_type,
+                "documentation": None,
+            }
+        )
+    return results
+
+
 # -- BROKER_LOGGER: Python loggers under log4j's level names -----------------------------
 
 _LOG4J_LEVELS = {
@@ -730,7 +816,7 @@ def list_config_resources(
 
     As Kafka lists them: every topic; every registered broker, as BROKER and as
     BROKER_LOGGER; the groups that have configs set (share groups here); client-metrics
-    subscriptions, of which kbroker keeps none. A type the version does not list answers
+    subscriptions. A type the version does not list answers
     UNSUPPORTED_VERSION for the whole request.
     """
     supported = LISTABLE_TYPES[min(ctx.version, 1)]
@@ -755,5 +841,10 @@ def list_config_resources(
                 {"resource_name": g, "resource_type": GROUP}
                 for g in sorted(configured)
                 if configured[g]
+            ]
+        elif kind == CLIENT_METRICS:
+            found += [
+                {"resource_name": n, "resource_type": CLIENT_METRICS}
+                for n in sorted(state.client_metrics)
             ]
     return {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": found}

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from kbroker.share.coordinator import FetchAnswer, PartitionAcks, ShareCoordinator
     from kbroker.storage.log import PartitionLog
     from kbroker.storage.log_move import LogMove
+    from kbroker.telemetry import ClientTelemetry
     from kbroker.txn.coordinator import TransactionCoordinator
     from kbroker.txn.markers import LocalMarkerWriter
     from kbroker.txn.offsets import TxnOffsetStore
@@ -59,6 +60,9 @@ class Client(Protocol):
 
     @property
     def principal(self) -> KafkaPrincipal: ...
+
+    # The client's software name and version, as its ApiVersions (v3+) gave them.
+    software: tuple[str, str]
 
     def close(self, reason: str) -> None: ...
 
@@ -141,6 +145,8 @@ class TopicAdmin(MetadataView, Protocol):
     ) -> None: ...
 
     async def set_group_configs(self, group_id: str, configs: Mapping[str, str | None]) -> None: ...
+
+    async def set_client_metrics(self, name: str, configs: Mapping[str, str | None]) -> None: ...
 
     async def set_broker_configs(
         self, resource: str, configs: Mapping[str, str | None]
@@ -351,6 +357,7 @@ class BrokerParts:
     quotas: ClientQuotas
     shares: ShareCoordination | None = None
     schemas: SchemaValidation | None = None
+    telemetry: ClientTelemetry | None = None
 
 
 @dataclass(slots=True)

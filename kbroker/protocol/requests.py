@@ -68,6 +68,8 @@ SERVED: dict[str, tuple[int, int, int]] = {
     "ListTransactionsRequest": (66, 0, 2),
     "ConsumerGroupHeartbeatRequest": (68, 0, 1),
     "ConsumerGroupDescribeRequest": (69, 0, 1),
+    "GetTelemetrySubscriptionsRequest": (71, 0, 0),
+    "PushTelemetryRequest": (72, 0, 0),
     "ListConfigResourcesRequest": (74, 0, 1),
     "DescribeTopicPartitionsRequest": (75, 0, 0),
     "ShareGroupHeartbeatRequest": (76, 1, 1),
@@ -213,6 +215,7 @@ if TYPE_CHECKING:
     import kio.schema.find_coordinator.v4.request as find_coordinator_v4
     import kio.schema.find_coordinator.v5.request as find_coordinator_v5
     import kio.schema.find_coordinator.v6.request as find_coordinator_v6
+    import kio.schema.get_telemetry_subscriptions.v0.request as get_telemetry_subscriptions_v0
     import kio.schema.heartbeat.v0.request as heartbeat_v0
     import kio.schema.heartbeat.v1.request as heartbeat_v1
     import kio.schema.heartbeat.v2.request as heartbeat_v2
@@ -303,6 +306,7 @@ if TYPE_CHECKING:
     import kio.schema.offset_for_leader_epoch.v2.request as offset_for_leader_epoch_v2
     import kio.schema.offset_for_leader_epoch.v3.request as offset_for_leader_epoch_v3
     import kio.schema.offset_for_leader_epoch.v4.request as offset_for_leader_epoch_v4
+    import kio.schema.push_telemetry.v0.request as push_telemetry_v0
     import kio.schema.read_share_group_state.v0.request as read_share_group_state_v0
     import kio.schema.remove_raft_voter.v0.request as remove_raft_voter_v0
     import kio.schema.sasl_authenticate.v0.request as sasl_authenticate_v0
@@ -659,6 +663,10 @@ if TYPE_CHECKING:
         consumer_group_describe_v0.ConsumerGroupDescribeRequest
         | consumer_group_describe_v1.ConsumerGroupDescribeRequest
     )
+    GetTelemetrySubscriptionsRequest: TypeAlias = (
+        get_telemetry_subscriptions_v0.GetTelemetrySubscriptionsRequest
+    )
+    PushTelemetryRequest: TypeAlias = push_telemetry_v0.PushTelemetryRequest
     ListConfigResourcesRequest: TypeAlias = (
         list_config_resources_v0.ListConfigResourcesRequest
         | list_config_resources_v1.ListConfigResourcesRequest

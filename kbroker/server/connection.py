@@ -143,6 +143,7 @@ class KafkaConnection(asyncio.Protocol):
         self.decoder = FrameDecoder(broker.max_request_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.software = ("", "")  # ApiVersions v3+: client software name and version
         self._queue: deque[_Slot] = deque()
         self._paused_reading = False
         self._paused_writing = False

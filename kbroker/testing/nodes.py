@@ -10,7 +10,6 @@ Nothing here imports the broker: the admin client is imported when a node is fir
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import secrets
 import signal
@@ -18,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,10 +48,23 @@ def new_secret() -> str:
     return secrets.token_hex(24)
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: SIGTERM this child when the process that started it dies (even by kill -9)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _parent_death_signal() -> Callable[[], None] | None:
+    """Linux: what a child runs before exec so that it gets SIGTERM when the process that
+    started it dies (even by kill -9). ctypes is loaded here, not when the pytest plugin
+    is, since most test runs start no node."""
+    if sys.platform != "linux":
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_signal() -> None:  # pragma: no cover - runs in the child
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return set_signal
 
 
 def broker_environment() -> dict[str, str]:
@@ -100,7 +112,7 @@ class Node:
                 stderr=log,
                 env=broker_environment(),
                 cwd=self.directory,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=_parent_death_signal(),
                 # Its own process group: a terminal's Ctrl-C reaches the parent, which stops
                 # every node in order, not each node at once behind its back.
                 start_new_session=True,

@@ -175,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
         settings = _settings(args.override)
         directory = args.dir.resolve()
         state = load_or_plan(directory, args.nodes, args.port)
-        busy = [p for p in (*state["ports"], *state["controller_ports"]) if not _port_free(int(p))]
+        ports = (*state["ports"], *state["controller_ports"], *state["http_ports"])
+        busy = [p for p in ports if not _port_free(int(p))]
         if busy:
             raise DevClusterError(
                 f"port {busy[0]} is in use (another broker?); stop it, or use another "

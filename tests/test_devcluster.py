@@ -51,3 +51,23 @@ def test_nodes_cores_is_one_per_core_and_at_least_three() -> None:
     for bad in ("0", "65", "many"):
         with pytest.raises(argparse.ArgumentTypeError):
             node_count(bad)
+
+
+def test_a_port_of_the_kept_plan_in_use_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    from kbroker.devcluster import run
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        state = load_or_plan(tmp_path / "c", 1, 0)
+        state["http_ports"] = [busy]
+        (tmp_path / "c" / "cluster.json").write_text(json.dumps(state))
+        args = _parser().parse_args(["dev", "--dir", str(tmp_path / "c")])
+        assert run(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"port {busy} is in use" in err

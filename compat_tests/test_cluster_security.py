@@ -11,7 +11,6 @@ stays for the harness's readiness probe (as User:ANONYMOUS, which sees no topic)
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from compat_tests.broker_process import free_port
 from compat_tests.cluster import KafkaCluster
 from compat_tests.confluent_helpers import consume_from_beginning, produce_all
 from compat_tests.tls_material import TlsMaterial, make_tls_material
+from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection
 from kbroker.admin.security import ClientSecurity
 
@@ -110,17 +110,17 @@ class SecureCluster:
         return name
 
     def wait_for_isr(self, topic: str, wanted: list[int], timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        isr: list[int] = []
-        while time.monotonic() < deadline:
-            try:
-                isr = self.isr(topic)
-            except Exception:
-                isr = []
-            if isr == wanted:
-                return
-            time.sleep(0.3)
-        raise AssertionError(f"ISR of {topic} is {isr}, not {wanted}, after {timeout}s")
+        def reached() -> bool:
+            isr = self.isr(topic)
+            assert isr == wanted, f"ISR {isr}"  # the failure shows the last one
+            return True
+
+        eventually(
+            reached,
+            timeout=timeout,
+            what=f"the ISR of {topic} to be {wanted}",
+            interval=0.3,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -196,13 +196,20 @@ def test_a_wrong_inter_broker_password_keeps_the_follower_out_of_the_isr_with_on
         node3.restart({"listener.name.sasl_ssl.plain.sasl.jaas.config": jaas(WRONG_PASSWORD)})
         topic = secure.new_topic([1, 2, 3])
         secure.wait_for_isr(topic, [1, 2])
+        node1 = secure.cluster.node(1)
+        refused = "authentication failed for connection from"
+        refused_before = node1.log_text().count(refused)
         produce_all(
             secure.bootstrap,
             topic,
             [{"value": b"x"}] * 10,
             **{**secure.client("alice"), "acks": "all"},
         )
-        time.sleep(2)  # several more refused retries
+        secure.cluster.wait_until(  # several more refused retries
+            lambda: node1.log_text().count(refused) >= refused_before + 3,
+            30,
+            "three more logins of broker 3 refused by broker 1",
+        )
         assert secure.isr(topic) == [1, 2]
         # What the broker logged since this start (the harness's first line is its command).
         said = node3.log_text().rsplit("===== start #", 1)[-1].split("\n", 1)[1]

@@ -237,6 +237,8 @@ def test_in_a_cluster_leadership_leaves_a_failed_directory_and_never_comes_back_
     cluster.wait_until(
         lambda: 1 in cluster.metadata(cluster.node(3)).brokers, 15, "node 1 to register"
     )
+    # Absence: no leader seen over 3 s (the election follows node 1's registration at once)
+    # is node 2, nor anything but 3 for the topic node 3 holds.
     leaders: dict[str, set[int]] = {three: set(), two: set()}
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
@@ -244,7 +246,7 @@ def test_in_a_cluster_leadership_leaves_a_failed_directory_and_never_comes_back_
             for topic in (three, two):
                 [shown] = cluster.raw_metadata(topic, node=cluster.node(node)).topics[0].partitions
                 leaders[topic].add(int(shown.leader_id))
-        time.sleep(0.1)
+        time.sleep(0.1)  # pacing: the leaders are sampled through the window
     assert leaders == {three: {3}, two: {-1}}
     for topic in (three, two):
         [shown] = cluster.raw_metadata(topic, node=cluster.node(1)).topics[0].partitions

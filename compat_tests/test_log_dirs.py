@@ -6,7 +6,6 @@ after a restart and after a kill -9 in the middle of a move too."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -25,6 +24,7 @@ from compat_tests.confluent_helpers import (
     produce_all,
     unique_topic,
 )
+from compat_tests.waiting import eventually
 from kbroker.storage.meta_properties import read_meta_properties
 
 TIMEOUT_MS = 15000
@@ -81,15 +81,14 @@ def move(node: BrokerProcess, topic: str, partition: int, destination: str) -> N
 
 
 def wait_moved(node: BrokerProcess, topic: str, partition: int, destination: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def moved() -> bool:
         now = layout(node, topic)
-        if now[destination] == [(partition, False)] and all(
+        assert now[destination] == [(partition, False)] and all(
             partition not in [p for p, _ in ps] for d, ps in now.items() if d != destination
-        ):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{topic}-{partition} not moved to {destination}: {now}")
+        ), now  # the failure shows the last layout
+        return True
+
+    eventually(moved, timeout=60, what=f"{topic}-{partition} moved to {destination}", interval=0.1)
 
 
 class Writer:
@@ -145,12 +144,15 @@ def test_a_replica_moved_under_produce_keeps_every_acknowledged_record(jbod):
     source = dir_of(jbod, topic, 0)
     destination = next(d for d in disks(jbod) if d != source)
     writer = Writer(jbod, topic)
-    while len(writer.log.delivered) < 3000:
-        time.sleep(0.05)
+    eventually(lambda: len(writer.log.delivered) >= 3000, timeout=60, what="3000 records written")
     move(jbod, topic, 0, destination)
     wait_moved(jbod, topic, 0, destination)
     delivered_at_swap = len(writer.log.delivered)
-    time.sleep(1)
+    eventually(  # writes go on after the swap
+        lambda: len(writer.log.delivered) >= delivered_at_swap + 1000,
+        timeout=60,
+        what="1000 records written after the swap",
+    )
     acknowledged = writer.stop()
     assert len(acknowledged) > delivered_at_swap  # writes went on after the swap
     assert read_back(jbod, topic, len(acknowledged)) == acknowledged
@@ -168,11 +170,12 @@ def test_a_kill_during_a_move_leaves_one_whole_copy(jbod):
     values = [f"{i:08d}".encode() * 1000 for i in range(2000)]  # 16 MB to copy
     produce_all(jbod.bootstrap, topic, ({"value": v, "partition": 0} for v in values), acks="all")
     move(jbod, topic, 0, destination)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # until the copy is seen under way (or done)
-        if layout(jbod, topic)[destination]:
-            break
-        time.sleep(0.005)
+    eventually(
+        lambda: layout(jbod, topic)[destination],
+        timeout=30,
+        what="the copy under way (or done)",
+        interval=0.005,
+    )
     jbod.kill()
     jbod.start()
     assert dir_of(jbod, topic, 0) in disks(jbod)

@@ -200,7 +200,9 @@ def _consume_through_a_kill(
             }
         assert run.held and set(run.held.values()) == {1}
         work(time.monotonic() + 20, total // 3)
-        time.sleep(0.3)  # the acquisitions of the last fetch are stored too
+        # The acquisitions of the last fetch are stored too: the broker shows no sign of
+        # that write outside its process, so this stays a short wait.
+        time.sleep(0.3)
         cluster.kill(victim)
         run.kills += 1
         # The held records come back (with the old leader's lock gone, or their own lock
@@ -391,7 +393,13 @@ def test_a_dead_letter_pending_when_the_partition_leader_dies_is_written_once_by
     finally:
         consumer.close()  # no consumer fetches at the next leader
     try:
-        time.sleep(1.0)  # the old leader tries the copy and is refused
+        cluster.wait_until(
+            lambda: (
+                f"dead-letter copy to {dlq}-0 refused by broker" in cluster.node(leader).log_text()
+            ),
+            20,
+            "the old leader's copy to be refused",
+        )
         assert watermarks(cluster.bootstrap, dlq) == (0, 0)
         cluster.kill(leader)
         cluster.wait_until(

@@ -31,6 +31,7 @@ import pytest
 from compat_tests.broker_process import BrokerProcess, produce_one_error
 from compat_tests.confluent_helpers import create_topic, unique_topic
 from compat_tests.cpu_wait import CpuWait
+from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection, produce_fields
 from kbroker.protocol.batch import encode_batch
 
@@ -65,7 +66,7 @@ class Prober:
                     self.ask(conn)
                     latency = time.perf_counter() - began
                     self.answers.append((latency, cpu.waited()))
-                    time.sleep(0.005)
+                    time.sleep(0.005)  # pacing: a probe every few milliseconds
         except BaseException as exc:  # reported by check()
             self.errors.append(exc)
 
@@ -151,7 +152,18 @@ def test_others_are_answered_while_ten_thousand_partitions_are_created_and_delet
             deleted = conn.request(
                 DELETE_TOPICS, 6, topics=[{"name": big, "topic_id": None}], timeout=60_000
             )
-        time.sleep(0.5)  # the directories are renamed away in slices after the answer
+        # The directories are renamed away in slices after the answer.
+        eventually(
+            lambda: (
+                not any(
+                    p.name.startswith(f"{big}-") and p.name[len(big) + 1 :].isdigit()
+                    for p in shared_broker.data_dir.iterdir()
+                )
+            ),
+            timeout=120,
+            what=f"every directory of {big} renamed away",
+            interval=0.2,
+        )
     assert deleted.responses[0].error_code == 0
     meta.check("Metadata during the deletion")
 
@@ -162,7 +174,9 @@ def test_creation_past_its_timeout_is_request_timed_out_and_still_completes(
     topic = unique_topic("slow")
     created = create(shared_broker, topic, 2_000, timeout_ms=1)
     assert created.error_code == REQUEST_TIMED_OUT, created
-    deadline = time.monotonic() + 60
-    while not produce_ok(shared_broker, topic, 1_999):
-        assert time.monotonic() < deadline, "the creation did not finish in the background"
-        time.sleep(0.2)
+    eventually(
+        lambda: produce_ok(shared_broker, topic, 1_999),
+        timeout=60,
+        what="the creation to finish in the background",
+        interval=0.2,
+    )

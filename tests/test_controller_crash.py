@@ -23,7 +23,7 @@ CHILD = textwrap.dedent(
             await c.create_topic(f"t{i}", 2, 1, {"n": str(i)})
             print(f"ACK t{i}", flush=True)
         print("DONE", flush=True)
-        await asyncio.sleep(60)
+        await asyncio.sleep(60)  # stays up until the test kills it
 
     asyncio.run(main())
     """

@@ -55,7 +55,7 @@ def run(frames: list[bytes]) -> tuple[KafkaConnection, FakeTransport, SaslBroker
             if transport.closed:
                 break
             conn.data_received(data)
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one loop turn: a close it scheduled happens
         await asyncio.sleep(0)
 
     asyncio.run(feed())

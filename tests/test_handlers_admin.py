@@ -89,7 +89,7 @@ class FakeController:
     async def _work(self, *call: Any) -> None:
         self.calls.append(call)
         if self.delay:
-            await asyncio.sleep(self.delay)
+            await asyncio.sleep(self.delay)  # a slow controller, on purpose
         if self.fail_with is not None:
             raise self.fail_with
 

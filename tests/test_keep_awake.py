@@ -16,7 +16,7 @@ def _run(scenario):
 async def _miss(awake: KeepAwake) -> None:
     """An answer that nobody follows up within the budget."""
     awake.answered()
-    await asyncio.sleep(awake.budget_s * 5)
+    await asyncio.sleep(awake.budget_s * 5)  # the input: time past the budget
     awake.request_read()
 
 
@@ -34,7 +34,7 @@ def test_an_answer_keeps_the_loop_polling_until_the_budget_runs_out(monkeypatch)
         awake = KeepAwake(budget_s=0.05)
         answered = time.perf_counter()
         awake.answered()
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # the input: the budget runs out with no request
         assert (awake.spins, awake.hits, awake.misses) == (1, 0, 1)
         return answered
 
@@ -50,7 +50,7 @@ def test_a_request_within_the_budget_is_a_hit():
     async def scenario():
         awake = KeepAwake(budget_s=0.05)
         awake.answered()
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one loop turn: the request comes within the budget
         awake.request_read()
         await asyncio.sleep(0.1)  # the budget runs out after the request: no miss
         assert (awake.spins, awake.hits, awake.misses) == (1, 1, 0)
@@ -66,7 +66,7 @@ def test_answers_within_the_budget_extend_one_spin():
         awake = KeepAwake(budget_s=0.5)
         for _ in range(20):
             awake.answered()
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(0.002)  # the input: a request 2 ms after each answer
             awake.request_read()
         assert (awake.spins, awake.hits) == (1, 20)
 
@@ -78,7 +78,7 @@ def test_timers_and_other_callbacks_run_while_spinning():
         awake = KeepAwake(budget_s=5.0)
         awake.answered()
         started = time.perf_counter()
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.005)  # the input: how long a 5 ms sleep takes while spinning
         return time.perf_counter() - started
 
     assert _run(scenario) < 0.5
@@ -89,7 +89,7 @@ def test_a_zero_budget_never_spins():
         awake = KeepAwake(budget_s=0)
         for _ in range(10):
             awake.answered()
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one loop turn between answer and request
             awake.request_read()
         assert (awake.spins, awake.hits, awake.misses) == (0, 0, 0)
         assert not awake.enabled

@@ -119,7 +119,7 @@ def test_a_client_over_its_request_percentage_is_told_and_muted() -> None:
         conn.connection_made(transport)  # type: ignore[arg-type]
         conn.data_received(request(API_VERSIONS, 3, 5, b"\x01\x01\x00"))
         conn.data_received(request(API_VERSIONS, 3, 6, b"\x01\x01\x00"))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one loop turn: the answers scheduled are written
 
     asyncio.run(feed())
     (answer,) = responses(transport.written)  # the second request waits, unread

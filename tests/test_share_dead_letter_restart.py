@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from inprocess import run_broker
 
+from compat_tests.waiting import eventually_async
 from kbroker.broker import Broker
 from kbroker.protocol.batch import HEADER_SIZE, decode_records, read_header
 from kbroker.protocol.compression import decompress
@@ -46,11 +46,7 @@ def _copies(broker: Broker) -> list[dict[str, bytes | None]]:
 
 
 async def _until(condition, timeout_s: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
+    await eventually_async(condition, timeout=timeout_s, what="the condition")
     return True
 
 
@@ -96,7 +92,8 @@ def test_a_pending_dead_letter_is_written_once_after_a_restart_without_a_fetch(t
         assert [(c[H_OFFSET], c[H_REASON]) for c in copies] == [(b"0", b"rejected")]
 
     async def restarted_again(broker: Broker, port: int) -> None:
-        await asyncio.sleep(1.0)  # time enough for a second copy, were one to be made
+        # Absence: time enough for a second copy, were one to be made.
+        await asyncio.sleep(1.0)
         assert len(_copies(broker)) == 1
 
     run_broker(tmp_path, store_pending, BROKER)
@@ -153,7 +150,8 @@ def test_a_leader_that_loses_its_share_partition_mid_run_copies_no_more_of_its_l
         writer._copy = copy_then_lose_the_partition  # type: ignore[method-assign,assignment]
         await service._start_holding(key)  # as a consumer's fetch there would
         assert await _until(lambda: len(_copies(broker)) > 0, 5)
-        await asyncio.sleep(0.5)  # time enough for a second copy, were one to be made
+        # Absence: time enough for a second copy, were one to be made.
+        await asyncio.sleep(0.5)
         assert [c[H_OFFSET] for c in _copies(broker)] == [b"0"]
 
     run_broker(tmp_path, check, BROKER)

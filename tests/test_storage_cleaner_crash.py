@@ -194,7 +194,7 @@ def test_kill_at_random_moments_while_appending_and_cleaning(tmp_path):
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.strip() == b"ready", proc.stderr.read().decode() if proc.stderr else ""
-        time.sleep(rng.uniform(0.2, 1.5))
+        time.sleep(rng.uniform(0.2, 1.5))  # the input: a random moment to kill the cleaner at
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1

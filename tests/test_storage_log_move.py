@@ -67,7 +67,7 @@ async def move_under_appends(manager: LogManager, plog: PartitionLog, dest: Path
         current = swapped[-1] if swapped else manager.get(plog.topic, plog.partition)
         append(current, written, 5)
         written += 5
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.001)  # pacing: appends keep coming while the move runs
     await task
     append(swapped[-1], written, 5)
     return swapped
@@ -183,7 +183,7 @@ def test_asking_for_another_directory_mid_move_calls_the_first_move_off(tmp_path
     async def run() -> None:
         manager.start_move("t", 0, dirs[1], swapped.append)
         first = manager._move_tasks[("t", 0)]
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one loop turn: the first move has taken its first step
         manager.start_move("t", 0, dirs[2], swapped.append)
         second = manager._move_tasks[("t", 0)]
         await asyncio.gather(first, second, return_exceptions=True)

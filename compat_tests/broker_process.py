@@ -236,7 +236,7 @@ class BrokerProcess:
                 break
             except (OSError, ClientError) as exc:
                 last_error = exc
-                time.sleep(0.05)
+                time.sleep(0.05)  # pacing: the start is polled
         else:
             raise BrokerStartError(
                 f"kbroker did not answer ApiVersions on {self.bootstrap} within the start "
@@ -254,7 +254,7 @@ class BrokerProcess:
                         f"kbroker answered ApiVersions but not a Metadata round trip: {exc!r}\n"
                         + self.log_tail()
                     ) from exc
-                time.sleep(0.2)
+                time.sleep(0.2)  # pacing: Metadata is retried
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM and wait for a clean exit; return the exit code (kill and raise on hang)."""

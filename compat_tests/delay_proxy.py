@@ -71,7 +71,7 @@ class DelayProxy:
             due, data = pending.get()
             wait = due - time.monotonic()
             if wait > 0:
-                time.sleep(wait)
+                time.sleep(wait)  # the delay this proxy exists to add
             try:
                 if not data:
                     dst.shutdown(socket.SHUT_WR)

@@ -164,6 +164,6 @@ class NumberedProducer:
                 break
             if i % 100 == 0:
                 producer.poll(0)
-                time.sleep(0.01)
+                time.sleep(0.01)  # pacing: a hundred records at a time
         self.sent = i
         producer.flush(60)

@@ -396,7 +396,7 @@ class KafkaNode:
                 return self.ready_seconds
             except Exception as exc:  # not listening yet, or no broker registered yet
                 last_error = exc
-                time.sleep(0.1)
+                time.sleep(0.1)  # pacing: the start is polled
         self.kill()
         raise KafkaStartError(
             f"kafka did not answer Metadata on {self.bootstrap} within {timeout}s "

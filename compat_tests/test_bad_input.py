@@ -96,7 +96,7 @@ def wait_for_log(broker: BrokerProcess, text: str, timeout: float = LOG_WAIT_S) 
         for line in broker.log_text().splitlines():
             if text in line:
                 return line
-        time.sleep(0.05)
+        time.sleep(0.05)  # pacing: the log is polled
     raise AssertionError(f"no log line containing {text!r}\n{broker.log_tail(40)}")
 
 
@@ -362,7 +362,7 @@ def test_slowloris_does_not_hold_up_other_clients(seeded: Seeded) -> None:
                 if stop.is_set():
                     return
                 slow.send(data[i : i + 1])
-                time.sleep(0.1)
+                time.sleep(0.1)  # a slow client, on purpose: a byte every 100 ms
 
         dripper = threading.Thread(target=drip, daemon=True)
         dripper.start()
@@ -372,7 +372,7 @@ def test_slowloris_does_not_hold_up_other_clients(seeded: Seeded) -> None:
                 began = time.monotonic()
                 assert_serving(seeded.broker)
                 worst = max(worst, time.monotonic() - began)
-                time.sleep(0.05)
+                time.sleep(0.05)  # pacing: a normal client's request every 50 ms
             assert worst < 1.0, f"a normal client waited {worst:.2f}s behind a slow one"
         finally:
             stop.set()
@@ -904,6 +904,6 @@ def test_idle_connection_is_closed_after_connections_max_idle_ms(broker_factory:
         began = time.monotonic()
         while time.monotonic() - began < 1.5:
             busy.ask(request(API_VERSIONS, 0))
-            time.sleep(0.1)
+            time.sleep(0.1)  # the input: the idle limit passes while the busy one asks
         assert_closed_with_log(broker, idle, "connections.max.idle.ms")
         assert busy.ask(request(API_VERSIONS, 0)).error_code == NONE

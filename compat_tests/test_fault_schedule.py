@@ -69,7 +69,7 @@ def test_a_random_fault_schedule_loses_duplicates_and_reorders_no_acknowledged_r
     fault: Fault | None = None
     began = time.monotonic()
     try:
-        time.sleep(1.0)
+        time.sleep(1.0)  # the schedule's input: a first healthy second
         while time.monotonic() - began < SCHEDULE_SECONDS:
             if fault is None:
                 fault = _inflict(cluster, rng, topic)

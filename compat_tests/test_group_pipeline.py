@@ -133,7 +133,7 @@ def test_records_are_processed_at_least_once_while_members_churn(
             thread = threading.Thread(target=_member, args=args, daemon=True)
             thread.start()
             members.append(thread)
-        time.sleep(rng.uniform(0.2, 1.0))
+        time.sleep(rng.uniform(0.2, 1.0))  # the input: members join at random moments
     for thread in members:
         thread.join(15)
     _drain(bootstrap, group, topic, processed)

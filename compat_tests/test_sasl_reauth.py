@@ -48,7 +48,7 @@ def test_the_session_lifetime_is_announced_and_enforced(secure: SecureBroker) ->
     with BrokerConnection.to(secure.address("SASL_PLAINTEXT")) as conn:
         assert authenticate(conn) == LIFETIME_MS
         assert api_versions(conn) == 0
-        time.sleep(LIFETIME_MS / 1000 + 0.3)
+        time.sleep(LIFETIME_MS / 1000 + 0.3)  # the input: the session's lifetime passes
         with pytest.raises(ConnectionClosed):
             conn.request(3, 1, topics=[])
     assert "expired without re-authentication" in secure.node.log_path.read_text()
@@ -58,7 +58,7 @@ def test_re_authenticating_keeps_the_connection(secure: SecureBroker) -> None:
     with BrokerConnection.to(secure.address("SASL_PLAINTEXT")) as conn:
         authenticate(conn)
         for _ in range(3):
-            time.sleep(LIFETIME_MS / 1000 * 0.7)
+            time.sleep(LIFETIME_MS / 1000 * 0.7)  # the input: most of a lifetime passes
             assert authenticate(conn) == LIFETIME_MS
             assert api_versions(conn) == 0
 
@@ -89,7 +89,7 @@ def test_a_stock_client_re_authenticates_on_its_own(secure: SecureBroker) -> Non
     for i in range(4):  # one producer for 4 s: its sessions of 1.5 s must be renewed
         producer.produce(topic, f"v{i}".encode())
         assert producer.flush(10) == 0
-        time.sleep(1.0)
+        time.sleep(1.0)  # the input: sessions of 1.5 s end during the 4 s
     assert secure.node.log_path.read_text().count(expired) == closed_before
     # Each of its (at most two) connections logged in again twice or more.
     assert metric(secure, logins) - logins_before >= 4

@@ -643,10 +643,12 @@ def test_a_parked_share_fetch_outlasts_acknowledgements_that_free_nothing_for_it
         opened = _share_fetch(b, group, "member-b", 0, topic_id, max_wait=0)
         assert not opened.responses[0].partitions[0].acquired_records
         parked = pool.submit(_share_fetch, b, group, "member-b", 1, topic_id, (), 10_000)
+        # b's fetch is parked at the broker by now: nothing outside the broker's process
+        # shows it, and an unparked fetch would make the test pass without testing parking.
         time.sleep(0.2)
         accept = {"first_offset": 0, "last_offset": 1, "acknowledge_types": [1]}
         assert _ack(a, group, "member-a", 1, topic_id, accept) == 0
-        time.sleep(0.3)
+        time.sleep(0.3)  # absence: an answer the acknowledgement caused comes at once
         assert not parked.done()
         release = {"first_offset": 2, "last_offset": 19, "acknowledge_types": [2]}
         assert _ack(a, group, "member-a", 2, topic_id, release) == 0

@@ -88,7 +88,7 @@ def _produce_steadily(
             producer.poll(0)
             ahead = began + (i - WARM_UP + 1) / RATE_PER_S - time.monotonic()
             if ahead > 0:
-                time.sleep(ahead)
+                time.sleep(ahead)  # pacing: the producer's rate
         producer.flush(60)
     finally:
         done.set()

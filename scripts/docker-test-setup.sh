@@ -121,7 +121,6 @@ EOF
 if [ "$(cat "$WHEELS/.requirements" 2>/dev/null)" != "$requirements" ]; then
   rm -rf "$WHEELS"
   mkdir -p "$WHEELS"
-  # shellcheck disable=SC2086
   if ! printf '%s\n' "$requirements" >"$CACHE/requirements.txt" \
     || ! "$PY" -m pip wheel --quiet --wheel-dir "$WHEELS" -r "$CACHE/requirements.txt" \
       >"$CACHE/pip-wheel.log" 2>&1; then
@@ -147,9 +146,11 @@ if ! DOCKER_BUILDKIT=0 docker build --force-rm --network host --tag "$IMAGE" \
   "$ROOT" >"$CACHE/build.log" 2>&1; then
   fail "docker build of $IMAGE on $BASE failed: $(grep -v '^ ---> \|^Step \|^Removing' "$CACHE/build.log" | tail -n 1) (log in $CACHE/build.log)"
 fi
-# Each build leaves the image it replaced and its build stage untagged: remove those of
-# earlier builds (an image of this build stays, the next build's cache).
+# Each build leaves the image it replaced and its build stage untagged: remove those that
+# earlier builds here made (this build's stay, the next build's cache; no other image).
 grep -o '^ ---> [0-9a-f]\{12\}$' "$CACHE/build.log" | cut -c7- | sort -u >"$CACHE/build.ids"
-docker images --quiet --filter dangling=true | sort -u | comm -23 - "$CACHE/build.ids" \
-  | xargs -r docker rmi >/dev/null 2>&1 || true
+sort -u -o "$CACHE/built.ids" "$CACHE/built.ids" "$CACHE/build.ids" 2>/dev/null \
+  || cp "$CACHE/build.ids" "$CACHE/built.ids"
+docker images --quiet --filter dangling=true | sort -u | comm -12 - "$CACHE/built.ids" \
+  | comm -23 - "$CACHE/build.ids" | xargs -r docker rmi >/dev/null 2>&1 || true
 echo "$IMAGE built on $BASE"

@@ -37,6 +37,7 @@ from compat_tests.confluent_helpers import (
     unique_topic,
     watermarks,
 )
+from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(180)
@@ -869,3 +870,52 @@ def test_a_member_silent_after_a_restart_expires_and_the_group_epoch_moves_on(br
         time.sleep(0.5)
         described, members = _described_member(broker, group)
     assert (described.group_state, described.group_epoch, members) == ("Empty", 2, {})
+
+
+def test_read_share_group_state_summary_answers_the_committed_state(share_broker):  # type: ignore[no-untyped-def]
+    """ReadShareGroupStateSummary (87), which Kafka's group coordinator sends the share
+    coordinator for DescribeShareGroupOffsets: the start offset, the leader epoch and
+    (v1) how many offsets at or past the start are done with."""
+    topic, group = new_queue(share_broker.bootstrap, 20)
+    with _wire(share_broker) as conn:
+        joined = _heartbeat(conn, group, "member-a", 0, [topic])
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        held = _share_fetch(conn, group, "member-a", 0, topic_id).responses[0].partitions[0]
+        assert held.acquired_records[0].first_offset == 0
+        assert held.acquired_records[-1].last_offset >= 4
+        accept = [
+            {"first_offset": 0, "last_offset": 1, "acknowledge_types": [1]},
+            {"first_offset": 3, "last_offset": 4, "acknowledge_types": [1]},
+        ]
+        assert _ack(conn, group, "member-a", 1, topic_id, *accept) == 0
+
+        def summary(version: int, partition: int = 0):  # type: ignore[no-untyped-def]
+            answer = conn.request(
+                87,
+                version,
+                group_id=group,
+                topics=[
+                    {
+                        "topic_id": topic_id,
+                        "partitions": [{"partition": partition, "leader_epoch": 0}],
+                    }
+                ],
+            )
+            return answer.results[0].partitions[0]
+
+        def settled():  # type: ignore[no-untyped-def]
+            found = summary(1)
+            return found if int(found.start_offset) == 2 else None
+
+        found = eventually(settled, timeout=20, what="the share state's start offset at 2")
+        assert int(found.error_code) == 0
+        assert int(found.delivery_complete_count) == 2  # offsets 3 and 4
+        assert int(found.leader_epoch) >= 0
+        assert _start_offsets(conn, group) == {(topic, 0): 2}
+        assert int(summary(0).start_offset) == 2
+        # A share-partition with no state: Kafka's defaults; one that does not exist.
+        group = unique_group("no-state")
+        none = summary(1)
+        assert (int(none.error_code), int(none.start_offset), int(none.leader_epoch)) == (0, -1, 0)
+        assert int(none.delivery_complete_count) == -1
+        assert int(summary(1, partition=7).error_code) == 3  # UNKNOWN_TOPIC_OR_PARTITION

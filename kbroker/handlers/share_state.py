@@ -18,6 +18,7 @@ from kbroker.handlers.context import RequestContext, ShareCoordination
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.protocol.messages import ZERO_UUID
+from kbroker.share.partition_state import RecordState
 from kbroker.share.persister import (
     DELETE_SHARE_GROUP_STATE,
     INITIALIZE_SHARE_GROUP_STATE,
@@ -30,6 +31,7 @@ from kbroker.share.persister import (
 from kbroker.share.records import StateKey
 from kbroker.share.state_store import (
     from_state_batches,
+    leader_epoch_of,
     state_batch_fields,
     to_state_batches,
 )
@@ -83,6 +85,64 @@ async def read_share_group_state(
                     "state_epoch": state_epoch,
                     "start_offset": start,
                     "state_batches": state_batch_fields(batches),
+                }
+            )
+        results.append({"topic_id": topic_id, "partitions": partitions})
+    return {"results": results}
+
+
+READ_SHARE_GROUP_STATE_SUMMARY = 87
+_COMPLETE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+
+
+def _summary_fields(stored: bytes | None) -> dict[str, int]:
+    """Start offset, leader epoch and, from v1, the offsets at or past the start whose
+    delivery is complete (acknowledged or archived); Kafka's defaults for no state."""
+    if stored is None:
+        return {"start_offset": -1, "leader_epoch": 0, "delivery_complete_count": -1}
+    start, batches = to_state_batches(stored)
+    complete = sum(
+        last - max(first, start) + 1
+        for first, last, state, _ in batches
+        if state in _COMPLETE and last >= start
+    )
+    return {
+        "start_offset": start,
+        "leader_epoch": leader_epoch_of(stored),
+        "delivery_complete_count": complete,
+    }
+
+
+@handles(READ_SHARE_GROUP_STATE_SUMMARY, 0, 1, enabled_by=ENABLE)
+def read_share_group_state_summary(
+    ctx: RequestContext, request: requests.ReadShareGroupStateSummaryRequest
+) -> dict[str, Any]:
+    """The committed state of share-partitions, as DescribeShareGroupOffsets reads it from
+    Kafka's share coordinator; only a broker may ask."""
+    service = _service(ctx)
+    refused = _refused(ctx)
+    topics = ctx.broker.controller.state.topics_by_id
+    results = []
+    for topic in request.topics:
+        topic_id = topic.topic_id or ZERO_UUID
+        info = topics.get(topic_id)
+        partitions = []
+        for p in topic.partitions:
+            if refused:
+                code, stored, state_epoch = E.cluster_authorization_failed, None, 0
+            elif info is None or not 0 <= p.partition < len(info.partitions):
+                code, stored, state_epoch = E.unknown_topic_or_partition, None, 0
+            else:
+                code, stored, state_epoch = service.summary_here(
+                    (request.group_id, topic_id, p.partition)
+                )
+            partitions.append(
+                {
+                    "partition": p.partition,
+                    "error_code": code,
+                    "error_message": None if code == E.none else code.name,
+                    "state_epoch": state_epoch,
+                    **_summary_fields(stored if code == E.none else None),
                 }
             )
         results.append({"topic_id": topic_id, "partitions": partitions})

@@ -82,6 +82,7 @@ SERVED: dict[str, tuple[int, int, int]] = {
     "ReadShareGroupStateRequest": (84, 0, 0),
     "WriteShareGroupStateRequest": (85, 0, 0),
     "DeleteShareGroupStateRequest": (86, 0, 0),
+    "ReadShareGroupStateSummaryRequest": (87, 0, 1),
     "DescribeShareGroupOffsetsRequest": (90, 0, 1),
     "AlterShareGroupOffsetsRequest": (91, 0, 0),
     "DeleteShareGroupOffsetsRequest": (92, 0, 0),
@@ -308,6 +309,8 @@ if TYPE_CHECKING:
     import kio.schema.offset_for_leader_epoch.v4.request as offset_for_leader_epoch_v4
     import kio.schema.push_telemetry.v0.request as push_telemetry_v0
     import kio.schema.read_share_group_state.v0.request as read_share_group_state_v0
+    import kio.schema.read_share_group_state_summary.v0.request as read_share_group_state_summary_v0
+    import kio.schema.read_share_group_state_summary.v1.request as read_share_group_state_summary_v1
     import kio.schema.remove_raft_voter.v0.request as remove_raft_voter_v0
     import kio.schema.sasl_authenticate.v0.request as sasl_authenticate_v0
     import kio.schema.sasl_authenticate.v1.request as sasl_authenticate_v1
@@ -693,6 +696,10 @@ if TYPE_CHECKING:
     WriteShareGroupStateRequest: TypeAlias = write_share_group_state_v0.WriteShareGroupStateRequest
     DeleteShareGroupStateRequest: TypeAlias = (
         delete_share_group_state_v0.DeleteShareGroupStateRequest
+    )
+    ReadShareGroupStateSummaryRequest: TypeAlias = (
+        read_share_group_state_summary_v0.ReadShareGroupStateSummaryRequest
+        | read_share_group_state_summary_v1.ReadShareGroupStateSummaryRequest
     )
     DescribeShareGroupOffsetsRequest: TypeAlias = (
         describe_share_group_offsets_v0.DescribeShareGroupOffsetsRequest

@@ -62,6 +62,13 @@ def state_epoch_of(value: bytes) -> int:
         return 0
 
 
+def leader_epoch_of(value: bytes) -> int:
+    try:
+        return int(json.loads(value).get("leader_epoch", 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0
+
+
 def _dumps(data: dict[str, Any]) -> bytes:
     return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 

@@ -1,6 +1,6 @@
 """`kbroker acls`, `users` and `quotas` over SASL_SSL with Kafka's --command-config, against
 a broker under the StandardAuthorizer (compat_tests/security_broker.py: `admin` is its
-super user). The commands run in this process; what they did is checked by logging in
+super user) that creates no topic on demand. The commands run in this process; what they did is checked by logging in
 as the users they made and by what those users may then do.
 """
 
@@ -21,7 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    with acl_broker(tmp_path_factory.mktemp("cli-access")) as broker:
+    settings = {"auto.create.topics.enable": "false"}
+    with acl_broker(tmp_path_factory.mktemp("cli-access"), **settings) as broker:
         yield broker
 
 
@@ -181,3 +182,14 @@ def test_produce_and_consume_over_sasl_ssl_and_a_missing_acl_is_named(kb):
     assert code == 1
     (line,) = err.strip().splitlines()
     assert line.startswith("kbroker produce: topic audit-log: TOPIC_AUTHORIZATION_FAILED")
+
+
+def test_producing_to_a_missing_topic_the_broker_does_not_create_says_so(kb):
+    code, out, err = kb("produce", "no-such-topic", stdin="lost?\n")
+    assert (code, out) == (1, "")
+    assert err.strip().splitlines() == [
+        "kbroker produce: topic no-such-topic does not exist and the broker did not create "
+        "it (auto.create.topics.enable is false)"
+    ]
+    code, out, _ = kb("topics", "list", "-o", "json")
+    assert "no-such-topic" not in [t["name"] for t in json.loads(out)]

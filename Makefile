@@ -15,16 +15,25 @@ SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/securi
 
 PIP := $(PY) -m pip --disable-pip-version-check
 
+# The virtualenv starts without a pip of its own (ensurepip is a quarter of the serve
+# install's CPU): python3's pip installs into it (pip --python), and only where python3 has
+# no pip that can does the virtualenv get one.
 $(VENV)/bin/python:
-	python3 -m venv $(VENV)
+	python3 -m venv --without-pip $(VENV)
 
 # The editable install builds the C extensions next to their sources, where it imports
 # them from; nothing else is needed to serve.
 $(SERVE_STAMP): $(SOURCES) | $(VENV)/bin/python
-	$(PIP) install --quiet --no-compile -e .
+	if python3 -m pip --python $(PY) --version >/dev/null 2>&1; then \
+	  python3 -m pip --disable-pip-version-check --python $(PY) install --quiet --no-compile -e .; \
+	else \
+	  $(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip --default-pip >/dev/null; \
+	  $(PIP) install --quiet --no-compile -e .; \
+	fi
 	touch $(SERVE_STAMP)
 
 $(STAMP): $(SOURCES) | $(VENV)/bin/python
+	$(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip --default-pip >/dev/null
 	$(PIP) install --quiet --upgrade pip setuptools
 	$(PIP) install --quiet -e ".[test]"
 	# The C extensions next to their sources, where an editable install imports them from.

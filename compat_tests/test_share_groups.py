@@ -37,6 +37,8 @@ from compat_tests.confluent_helpers import (
     unique_topic,
     watermarks,
 )
+from compat_tests.metrics_scrape import scrape
+from compat_tests.metrics_scrape import value as sample
 from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection
 
@@ -643,10 +645,14 @@ def test_a_parked_share_fetch_outlasts_acknowledgements_that_free_nothing_for_it
         assert [(r.first_offset, r.last_offset) for r in held.acquired_records] == [(0, 19)]
         opened = _share_fetch(b, group, "member-b", 0, topic_id, max_wait=0)
         assert not opened.responses[0].partitions[0].acquired_records
+        http = share_broker.overrides["http.listeners"].removeprefix("http://")
+        before = sample(scrape(http), "kbroker_parked_requests")
         parked = pool.submit(_share_fetch, b, group, "member-b", 1, topic_id, (), 10_000)
-        # b's fetch is parked at the broker by now: nothing outside the broker's process
-        # shows it, and an unparked fetch would make the test pass without testing parking.
-        time.sleep(0.2)
+        eventually(
+            lambda: sample(scrape(http), "kbroker_parked_requests") > before,
+            timeout=10,
+            what="b's fetch to park",
+        )
         accept = {"first_offset": 0, "last_offset": 1, "acknowledge_types": [1]}
         assert _ack(a, group, "member-a", 1, topic_id, accept) == 0
         time.sleep(0.3)  # absence: an answer the acknowledgement caused comes at once

@@ -26,6 +26,7 @@ def test_parked_fetch_is_answered_when_the_broker_stops(tmp_path: Path) -> None:
             lambda: broker.waiters.parked(("quiet", 0)), timeout=10, what="the fetch to park"
         )
         assert not parked.done()  # no data: the fetch waits for max_wait
+        assert broker.waiters.parked_requests() == 1
         started = time.monotonic()
         await broker.stop()
         response = await asyncio.wait_for(parked, 5)

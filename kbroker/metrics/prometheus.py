@@ -268,6 +268,11 @@ class BrokerCollector:
         yield GaugeMetricFamily(
             "kbroker_connections", "Open client connections.", value=len(broker.connections)
         )
+        yield GaugeMetricFamily(
+            "kbroker_parked_requests",
+            "Fetch and ShareFetch requests waiting for data (Kafka's fetch purgatories).",
+            value=broker.waiters.parked_requests(),
+        )
         awake = broker.keep_awake
         answers = CounterMetricFamily(
             "kbroker_busy_poll_answers",

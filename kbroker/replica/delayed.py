@@ -50,6 +50,10 @@ class DataWaiters:
         """How many requests wait for data of the partition `key` now."""
         return len(self._waiting.get(key, ()))
 
+    def parked_requests(self) -> int:
+        """How many requests wait for data now, whatever their partitions."""
+        return len(set().union(*self._waiting.values()))
+
     def wake(self, key: tuple[str, int]) -> None:
         waiting = self._waiting.get(key)
         if waiting:

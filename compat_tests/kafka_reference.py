@@ -276,6 +276,29 @@ def run_tool_process(
     )
 
 
+def start_tool_process(main: str, *args: str, log: Path) -> subprocess.Popen[bytes]:
+    """A long-running Kafka program (MirrorMaker 2, a Streams application...) in a JVM of its
+    own, its output appended to `log`; the caller stops it."""
+    log4j = write_log4j2(log.parent, "INFO")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [
+                "java",
+                *TOOL_JVM,
+                f"-Dlog4j2.configurationFile={log4j}",
+                "-cp",
+                kafka_classpath(),
+                main,
+                *args,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+    _LIVE.add(proc)
+    return proc
+
+
 @dataclass
 class KafkaNode:
     """One Kafka KRaft node (broker and controller) with its own ports and log dir."""

@@ -30,7 +30,7 @@ from compat_tests.differential import (
     differences,
     shared_versions,
 )
-from compat_tests.kafka_reference import kafka_unavailable, running_kafka
+from compat_tests.kafka_reference import kafka_unavailable, running_kafka, start_tool_process
 from kbroker.admin.client import produce_fields
 from kbroker.protocol.batch import encode_batch
 from kbroker.protocol.messages import API_NAMES
@@ -694,3 +694,71 @@ def test_confluent_client_scenario(sides: tuple[Side, Side]) -> None:
         differences(_client_run(kafka.bootstrap, topic), _client_run(kbroker.bootstrap, topic))
         == []
     )
+
+
+def test_mirror_maker_kafka_to_kbroker(sides: tuple[Side, Side], tmp_path: Path) -> None:
+    """MirrorMaker 2 (Kafka's own, dedicated mode) copies a topic from the Kafka node to the
+    kbroker node, keeping its Connect worker's config, offset and status topics on kbroker."""
+    kafka, kbroker = sides
+    source = "mm2-source"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.create_topics([NewTopic(source, 2, 1)])[source].result(timeout=30)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    sent = {f"k{i}".encode(): f"v{i}".encode() for i in range(50)}
+    for key, value in sent.items():
+        producer.produce(source, value, key=key)
+    assert producer.flush(30) == 0
+    settings = {
+        "clusters": "kafka, kbroker",
+        "kafka.bootstrap.servers": kafka.bootstrap,
+        "kbroker.bootstrap.servers": kbroker.bootstrap,
+        "kafka->kbroker.enabled": "true",
+        "kafka->kbroker.topics": "mm2-.*",
+        "kbroker->kafka.enabled": "false",
+        "replication.factor": "1",
+        "checkpoints.topic.replication.factor": "1",
+        "heartbeats.topic.replication.factor": "1",
+        "offset-syncs.topic.replication.factor": "1",
+        "offset.storage.replication.factor": "1",
+        "status.storage.replication.factor": "1",
+        "config.storage.replication.factor": "1",
+        "sync.topic.acls.enabled": "false",
+        "refresh.topics.interval.seconds": "1",
+        "emit.checkpoints.interval.seconds": "1",
+        "tasks.max": "1",
+    }
+    config = tmp_path / "mm2.properties"
+    config.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
+    mirror = start_tool_process(
+        "org.apache.kafka.connect.mirror.MirrorMaker", str(config), log=tmp_path / "mm2.log"
+    )
+    try:
+        copied = _read_all(kbroker.bootstrap, f"kafka.{source}", len(sent), timeout=120)
+    finally:
+        mirror.kill()
+        mirror.wait(timeout=10)
+    assert copied == sent, (tmp_path / "mm2.log").read_text(errors="replace")[-3000:]
+
+
+def _read_all(bootstrap: str, topic: str, count: int, timeout: float) -> dict[bytes, bytes]:
+    """Key -> value of the first `count` records of `topic`, waiting for it to exist."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    consumer.subscribe([topic])
+    got: dict[bytes, bytes] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                continue
+            got[message.key()] = message.value()
+    finally:
+        consumer.close()
+    return got

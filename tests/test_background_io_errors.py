@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from disk_faults import eio
 
+from compat_tests.waiting import eventually_async
 from kbroker.protocol.batch import Record, encode_batch
 from kbroker.storage import LogConfig, LogManager
 from kbroker.storage import cleaner as cleaner_module
@@ -42,10 +43,7 @@ def test_retention_failing_to_delete_a_segment_takes_its_log_directory_offline(
 
     async def one_pass() -> None:
         task = asyncio.create_task(m.run_retention(0.01))
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if m.offline_dirs:
-                break
+        await eventually_async(lambda: m.offline_dirs, timeout=5, what="the directory offline")
         task.cancel()
 
     asyncio.run(one_pass())
@@ -88,10 +86,7 @@ def test_the_log_cleaner_failing_on_a_log_takes_its_log_directory_offline(
 
     async def run_cleaner() -> None:
         task = asyncio.create_task(m.run_cleaner(CleanerConfig(backoff_ms=10)))
-        for _ in range(200):
-            await asyncio.sleep(0.01)
-            if m.offline_dirs:
-                break
+        await eventually_async(lambda: m.offline_dirs, timeout=5, what="the directory offline")
         task.cancel()
         assert m.cleaner is not None
         m.cleaner.stop()

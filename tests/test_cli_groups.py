@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import time
 
 import pytest
 from inprocess import run_broker
 
+from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection, ClientError, parse_address
 from kbroker.admin.groups import (
     GroupDescription,
@@ -102,15 +102,15 @@ def test_commands_against_a_broker(tmp_path, capsys):
                     {"name": "cli-t", "partitions": [{"partition_index": 0, "committed_offset": 0}]}
                 ],
             }
+            lookup = {"key": "cli-g", "key_type": 0, "coordinator_keys": ["cli-g"]}
+
+            def committed() -> bool:
+                conn.call(FIND_COORDINATOR, lookup, (0, 4))
+                resp = conn.call(OFFSET_COMMIT, body, (2, 8))
+                return int(resp.topics[0].partitions[0].error_code) == 0
+
             try:
-                for _ in range(100):
-                    lookup = {"key": "cli-g", "key_type": 0, "coordinator_keys": ["cli-g"]}
-                    conn.call(FIND_COORDINATOR, lookup, (0, 4))
-                    resp = conn.call(OFFSET_COMMIT, body, (2, 8))
-                    if int(resp.topics[0].partitions[0].error_code) == 0:
-                        return
-                    time.sleep(0.05)
-                raise AssertionError("the offset commit never succeeded")
+                eventually(committed, timeout=10, what="the offset commit")
             finally:
                 conn.close()
 

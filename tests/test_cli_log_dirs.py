@@ -10,6 +10,7 @@ import json
 import pytest
 from inprocess import run_broker
 
+from compat_tests.waiting import eventually_async
 from kbroker.cli import main
 
 
@@ -36,10 +37,11 @@ def test_describe_then_move_a_replica_to_the_other_directory(tmp_path, capsys):
             run, capsys, port, "move", "t", "0", "--broker", "1", "--dir", destination
         )
         assert code == 0 and f"Moving t-0 on broker 1 to {destination}" in out
-        for _ in range(200):
-            if broker.logs.log_dir_of(broker.logs.get("t", 0)).as_posix() == destination:
-                break
-            await asyncio.sleep(0.05)
+        await eventually_async(
+            lambda: broker.logs.log_dir_of(broker.logs.get("t", 0)).as_posix() == destination,
+            timeout=10,
+            what="t-0 moved",
+        )
         code, out, _ = await asyncio.to_thread(run, capsys, port, "describe", "--topic", "t")
         assert code == 0
         rows = [line.split() for line in out.splitlines() if " t " in f" {line} "]

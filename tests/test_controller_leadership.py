@@ -2,10 +2,10 @@
 who is in sync, and which epochs move (Kafka's rules, applied without Raft)."""
 
 import asyncio
-import time
 
 import pytest
 
+from compat_tests.waiting import eventually_async
 from kbroker.controller import Controller, ControllerConfig
 from kbroker.controller import commands as cmd
 from kbroker.controller.commands import apply_command
@@ -204,10 +204,11 @@ def test_the_active_controller_gives_leadership_back_to_the_preferred_replica(tm
         await controller.start()
         try:
             p = await _imbalanced(controller)
-            for _ in range(100):
-                if controller.state.topics["t"].partitions[0].leader == 1:
-                    break
-                await asyncio.sleep(0.02)
+            await eventually_async(
+                lambda: controller.state.topics["t"].partitions[0].leader == 1,
+                timeout=5,
+                what="the preferred leader back",
+            )
             back = controller.state.topics["t"].partitions[0]
             assert (back.leader, back.leader_epoch) == (1, p.leader_epoch + 1)
         finally:
@@ -230,10 +231,12 @@ def test_stop_ends_when_it_cancels_the_leader_rebalance_in_the_turn_its_election
         await controller.start()
         try:
             await _imbalanced(controller)
-            deadline = time.monotonic() + 5
-            while not any(f.done() for f in controller._pending):
-                assert time.monotonic() < deadline, "no leader rebalance was proposed"
-                await asyncio.sleep(0)
+            await eventually_async(
+                lambda: any(f.done() for f in controller._pending),
+                timeout=5,
+                what="a leader rebalance proposed and answered",
+                interval=0,  # stop() must come in the turn the answer arrives
+            )
         finally:
             await asyncio.wait_for(controller.stop(), 5)
         assert controller.state.topics["t"].partitions[0].leader == 1

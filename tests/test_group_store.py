@@ -9,6 +9,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode as E
 from test_group_harness import Box
 
+from compat_tests.waiting import eventually_async
 from kbroker.config import BrokerConfig
 from kbroker.controller.state import PartitionInfo
 from kbroker.coordinator.store import OFFSETS_TOPIC, LogGroupStore
@@ -102,10 +103,7 @@ def test_write_waits_for_fsync_when_the_topic_flushes_every_message(tmp_path):
         box = Box()
         LogGroupStore(broker, lambda: NOW).write(0, [(b"k", b"v")], box)
         assert not box.done
-        for _ in range(200):
-            await asyncio.sleep(0.01)
-            if box.done:
-                break
+        await eventually_async(lambda: box.done, timeout=5, what="the write to be stored")
         assert box.value == E.none
         assert plog.flushed_offset >= 1
 

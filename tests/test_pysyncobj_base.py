@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from inprocess import free_port
 
+from compat_tests.waiting import eventually_async
 from kbroker.config import BrokerConfig
 from kbroker.controller import pysyncobj_base, raft
 from kbroker.controller_node import ControllerNode
@@ -78,10 +79,7 @@ def test_a_raft_tick_that_keeps_failing_halts_a_controller_with_one_line(
         await node.start()
         try:
             monkeypatch.setattr(raft._RaftNode, "_onTick", broken_tick)
-            for _ in range(1000):
-                if halts:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually_async(lambda: halts, timeout=10, what="the node to halt")
             assert halts == [1]
             monkeypatch.undo()
         finally:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests.poisoned_batches import with_section
+from compat_tests.waiting import eventually_async
 from kbroker.protocol.batch import (
     DELETE_HORIZON_MASK,
     InvalidRecordsError,
@@ -510,10 +511,7 @@ def test_background_cleaner_compacts_and_stops(tmp_path):
     async def main():
         c = LogCleaner(lambda: [plog], CleanerConfig(backoff_ms=10), clock=lambda: T0 + 10_000)
         task = asyncio.ensure_future(c.run())
-        for _ in range(500):
-            await asyncio.sleep(0.01)
-            if c.passes:
-                break
+        await eventually_async(lambda: c.passes, timeout=10, what="a cleaner pass")
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         c.stop()

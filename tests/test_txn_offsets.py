@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 from inprocess import RawClient, run_broker
+
+from compat_tests.waiting import eventually_async
 
 OFFSET_FETCH = 9
 INIT_PRODUCER_ID = 22
@@ -19,12 +20,12 @@ OVERRIDES = ["transaction.state.log.num.partitions=2", "offsets.topic.num.partit
 async def retried(client: RawClient, api_key: int, version: int, body: dict[str, Any]) -> Any:
     """A coordinator request, tried again while the previous transaction's markers are
     being written (CONCURRENT_TRANSACTIONS), as clients do."""
-    for _ in range(200):
+
+    async def answered() -> Any:
         response = await client.call(api_key, version, body)
-        if response.error_code != 51:
-            break
-        await asyncio.sleep(0.01)
-    return response
+        return response if response.error_code != 51 else None
+
+    return await eventually_async(answered, timeout=5, what="an answer other than 51")
 
 
 class Txn:

@@ -72,6 +72,7 @@ from kbroker.security.inter_broker import inter_broker_security
 from kbroker.security.listener import ListenerSecurity, listener_security
 from kbroker.security.quotas import ClientQuotas
 from kbroker.security.scram import ScramCredential
+from kbroker.security.tokens import TokenCredentials, token_hmac
 from kbroker.server.connection import KafkaConnection
 from kbroker.server.connection_limits import ConnectionLimits, resolve_overrides
 from kbroker.server.keep_awake import KeepAwake
@@ -200,6 +201,7 @@ class Broker:
         )
         # Built now so that a registry key store that does not load stops the start.
         self.schemas = RegistryFront(self)
+        self.token_credentials = TokenCredentials()
         self.telemetry = ClientTelemetry(
             lambda: self.controller.state.client_metrics,
             config.get("telemetry.max.bytes"),
@@ -317,6 +319,7 @@ class Broker:
         interval = self.config.get("log.retention.check.interval.ms") / 1000
         self._tasks.append(asyncio.create_task(self.logs.run_retention(interval)))
         self._tasks.append(asyncio.create_task(self.logs.run_flusher()))
+        self._tasks.append(asyncio.create_task(self._purge_expired_tokens()))
         cleaner = CleanerConfig.from_settings(self.config.get)
         if cleaner.enabled and cleaner.threads > 0:
 
@@ -375,6 +378,36 @@ class Broker:
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         """A SCRAM user's stored keys, from the replicated metadata."""
         return self.controller.state.scram_credentials.get((user, mechanism))
+
+    def token_credential(self, token_id: str, mechanism: str) -> tuple[ScramCredential, str] | None:
+        """A live delegation token's SCRAM credential and owner (None: unknown, expired,
+        or tokens disabled without delegation.token.secret.key)."""
+        secret = self.config.get("delegation.token.secret.key")
+        token = self.controller.state.delegation_tokens.get(token_id)
+        if not secret or token is None or token.expiry_ms < time.time() * 1000:
+            return None
+        mac = token_hmac(secret, token_id)
+        return self.token_credentials.credential(token_id, mechanism, mac), token.owner
+
+    async def _purge_expired_tokens(self) -> None:
+        """The active controller removes expired delegation tokens every
+        delegation.token.expiry.check.interval.ms, as Kafka's controller does."""
+        interval = self.config.get("delegation.token.expiry.check.interval.ms") / 1000
+        while True:
+            await asyncio.sleep(interval)
+            if not self.controller.is_leader:
+                continue
+            now = time.time() * 1000
+            expired = [
+                t.token_id
+                for t in self.controller.state.delegation_tokens.values()
+                if t.expiry_ms < now
+            ]
+            if expired:
+                try:
+                    await self.controller.remove_delegation_tokens(expired)
+                except ControllerError as exc:
+                    log.info("expired delegation tokens not removed yet: %s", exc)
 
     # -- metadata events ----------------------------------------------------------------
 

@@ -34,6 +34,9 @@ class SaslBroker(FakeBroker):
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return CREDENTIAL if (user, mechanism) == ("bob", "SCRAM-SHA-256") else None
 
+    def token_credential(self, token_id: str, mechanism: str) -> tuple[ScramCredential, str] | None:
+        return None  # no delegation tokens
+
 
 SECURITY = ListenerSecurity(
     name="SASL_PLAINTEXT",

@@ -1207,6 +1207,33 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Server-side assignors of the consumer protocol, the first being the default.",
         each_of("uniform", "range"),
     ),
+    _p(
+        "delegation.token.secret.key",
+        "Secret from which delegation tokens' HMACs are derived; the same on every node. "
+        "Unset: delegation tokens are disabled (DELEGATION_TOKEN_AUTH_DISABLED).",
+    ),
+    _d(
+        "delegation.token.max.lifetime.ms",
+        LONG,
+        604800000,
+        "Longest a delegation token lives, however often it is renewed.",
+        at_least(1),
+    ),
+    _d(
+        "delegation.token.expiry.time.ms",
+        LONG,
+        86400000,
+        "How long a delegation token lives before it must be renewed (and how far a "
+        "renewal without a period moves its expiry).",
+        at_least(1),
+    ),
+    _d(
+        "delegation.token.expiry.check.interval.ms",
+        LONG,
+        3600000,
+        "How often the active controller removes expired delegation tokens.",
+        at_least(1),
+    ),
     _d(
         "telemetry.max.bytes",
         INT,

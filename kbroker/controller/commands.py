@@ -46,6 +46,7 @@ from kbroker.controller.events import (
 )
 from kbroker.controller.state import (
     BrokerInfo,
+    DelegationToken,
     MetadataState,
     PartitionInfo,
     TopicInfo,
@@ -67,6 +68,8 @@ CREATE_PARTITIONS = "create_partitions"
 ALTER_TOPIC_CONFIGS = "alter_topic_configs"
 ALTER_GROUP_CONFIGS = "alter_group_configs"
 ALTER_CLIENT_METRICS = "alter_client_metrics"
+PUT_DELEGATION_TOKEN = "put_delegation_token"
+REMOVE_DELEGATION_TOKENS = "remove_delegation_tokens"
 ALTER_BROKER_CONFIGS = "alter_broker_configs"
 UPDATE_FEATURES = "update_features"
 UNREGISTER_BROKER = "unregister_broker"
@@ -569,6 +572,23 @@ def _alter_client_metrics(state: MetadataState, p: dict[str, Any]) -> Applied:
     return Applied(_bump(state, client_metrics=every), configs)
 
 
+def _put_delegation_token(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """A new token, or a token's new expiry (a renewal, or an expiry moved earlier)."""
+    token = DelegationToken.from_plain(p["token"])
+    tokens = dict(state.delegation_tokens)
+    if p.get("existing") and token.token_id not in tokens:
+        return Applied(state, None)  # removed meanwhile: nothing to renew
+    tokens[token.token_id] = token
+    return Applied(_bump(state, delegation_tokens=tokens), None)
+
+
+def _remove_delegation_tokens(state: MetadataState, p: dict[str, Any]) -> Applied:
+    tokens = {i: t for i, t in state.delegation_tokens.items() if i not in set(p["ids"])}
+    if len(tokens) == len(state.delegation_tokens):
+        return Applied(state, None)
+    return Applied(_bump(state, delegation_tokens=tokens), None)
+
+
 def _alter_broker_configs(state: MetadataState, p: dict[str, Any]) -> Applied:
     """Set and delete dynamic configs of one BROKER resource ("" or a node id)."""
     resource = p["resource"]
@@ -689,6 +709,8 @@ _HANDLERS = {
     ALTER_TOPIC_CONFIGS: _alter_topic_configs,
     ALTER_GROUP_CONFIGS: _alter_group_configs,
     ALTER_CLIENT_METRICS: _alter_client_metrics,
+    PUT_DELEGATION_TOKEN: _put_delegation_token,
+    REMOVE_DELEGATION_TOKENS: _remove_delegation_tokens,
     ALTER_BROKER_CONFIGS: _alter_broker_configs,
     UPDATE_FEATURES: _update_features,
     UNREGISTER_BROKER: _unregister_broker,

@@ -56,6 +56,7 @@ from kbroker.controller.raft import FAIL_REASON_NAMES, RaftThread, RaftTimings
 from kbroker.controller.state import (
     NEW_CLUSTER_FEATURES,
     BrokerInfo,
+    DelegationToken,
     MetadataState,
     PartitionInfo,
     TopicInfo,
@@ -1120,6 +1121,20 @@ class Controller:
                 "deletions": [list(d) for d in deletions],
             },
         )
+
+    @across_elections
+    async def put_delegation_token(self, token: DelegationToken, existing: bool = False) -> None:
+        """Record a new delegation token, or (existing) a token's new expiry."""
+        self._check_can_commit()
+        await self._propose(
+            cmd.PUT_DELEGATION_TOKEN, {"token": token.to_plain(), "existing": existing}
+        )
+
+    @across_elections
+    async def remove_delegation_tokens(self, token_ids: Sequence[str]) -> None:
+        """Forget delegation tokens (expired, or expired on request)."""
+        self._check_can_commit()
+        await self._propose(cmd.REMOVE_DELEGATION_TOKENS, {"ids": list(token_ids)})
 
     # --- internals ---
 

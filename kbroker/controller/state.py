@@ -20,6 +20,35 @@ from kbroker.security.scram import ScramCredential
 
 
 @dataclass(frozen=True, slots=True)
+class DelegationToken:
+    """A delegation token as Kafka's DelegationTokenRecord holds it: never its HMAC,
+    which each broker derives from delegation.token.secret.key and the token id."""
+
+    token_id: str
+    owner: str  # "User:name"
+    requester: str
+    renewers: tuple[str, ...]
+    issue_ms: int
+    expiry_ms: int
+    max_ms: int
+
+    def to_plain(self) -> list[Any]:
+        return [
+            self.token_id,
+            self.owner,
+            self.requester,
+            list(self.renewers),
+            self.issue_ms,
+            self.expiry_ms,
+            self.max_ms,
+        ]
+
+    @classmethod
+    def from_plain(cls, data: list[Any]) -> DelegationToken:
+        return cls(data[0], data[1], data[2], tuple(data[3]), data[4], data[5], data[6])
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerInfo:
     """A registered broker. `epoch` is the metadata version its registration was applied
     at (KRaft's broker epoch): heartbeats and fencing name it, so nothing meant for an
@@ -140,6 +169,8 @@ class MetadataState:
     # IncrementalAlterConfigs on CLIENT_METRICS resources (KIP-714): subscription name ->
     # its configs (metrics, interval.ms, match), as Kafka keeps them in ConfigRecords
     client_metrics: dict[str, dict[str, str]] = field(default_factory=dict)
+    # CreateDelegationToken and the renewals and expiries that followed, by token id
+    delegation_tokens: dict[str, DelegationToken] = field(default_factory=dict)
     # Finalized feature levels UpdateFeatures (or a new cluster) recorded, by name; a
     # feature not here is at level 0 (metadata.version is fixed: kbroker.features)
     features: dict[str, int] = field(default_factory=dict)
@@ -230,6 +261,7 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
         ],
         "group_configs": {g: dict(c) for g, c in state.group_configs.items()},
         "client_metrics": {n: dict(c) for n, c in state.client_metrics.items()},
+        "delegation_tokens": [t.to_plain() for t in state.delegation_tokens.values()],
         "broker_configs": {b: dict(c) for b, c in state.broker_configs.items()},
         "features": dict(state.features),
     }
@@ -298,6 +330,9 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
         },
         group_configs={g: dict(c) for g, c in data.get("group_configs", {}).items()},
         client_metrics={n: dict(c) for n, c in data.get("client_metrics", {}).items()},
+        delegation_tokens={
+            t[0]: DelegationToken.from_plain(t) for t in data.get("delegation_tokens", [])
+        },
         broker_configs={b: dict(c) for b, c in data.get("broker_configs", {}).items()},
         features=dict(data.get("features", {})),
     )

@@ -9,6 +9,7 @@ from kbroker.handlers import (  # noqa: F401
     cluster,
     configs,
     consumer_groups,
+    delegation_tokens,
     elections,
     features,
     fetch,

@@ -34,7 +34,7 @@ from kbroker.security.quotas import ClientQuotas
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
     from kbroker.controller.quorum import QuorumDescription
-    from kbroker.controller.state import BrokerInfo, MetadataState, TopicInfo
+    from kbroker.controller.state import BrokerInfo, DelegationToken, MetadataState, TopicInfo
     from kbroker.coordinator.coordinator import GroupCoordinator
     from kbroker.metrics.counters import RequestCounters
     from kbroker.replica.delayed import DataWaiters
@@ -111,6 +111,10 @@ class SecurityAdmin(MetadataView, Protocol):
         upsertions: list[tuple[str, str, bytes, int, bytes, bytes]],
         deletions: list[tuple[str, str]],
     ) -> None: ...
+
+    async def put_delegation_token(self, token: DelegationToken, existing: bool = ...) -> None: ...
+
+    async def remove_delegation_tokens(self, token_ids: Sequence[str]) -> None: ...
 
 
 class TopicAdmin(MetadataView, Protocol):

@@ -49,6 +49,10 @@ SERVED: dict[str, tuple[int, int, int]] = {
     "DescribeLogDirsRequest": (35, 1, 5),
     "SaslAuthenticateRequest": (36, 0, 2),
     "CreatePartitionsRequest": (37, 0, 3),
+    "CreateDelegationTokenRequest": (38, 1, 3),
+    "RenewDelegationTokenRequest": (39, 1, 2),
+    "ExpireDelegationTokenRequest": (40, 1, 2),
+    "DescribeDelegationTokenRequest": (41, 1, 3),
     "DeleteGroupsRequest": (42, 0, 2),
     "ElectLeadersRequest": (43, 0, 2),
     "IncrementalAlterConfigsRequest": (44, 0, 1),
@@ -125,6 +129,9 @@ if TYPE_CHECKING:
     import kio.schema.create_acls.v1.request as create_acls_v1
     import kio.schema.create_acls.v2.request as create_acls_v2
     import kio.schema.create_acls.v3.request as create_acls_v3
+    import kio.schema.create_delegation_token.v1.request as create_delegation_token_v1
+    import kio.schema.create_delegation_token.v2.request as create_delegation_token_v2
+    import kio.schema.create_delegation_token.v3.request as create_delegation_token_v3
     import kio.schema.create_partitions.v0.request as create_partitions_v0
     import kio.schema.create_partitions.v1.request as create_partitions_v1
     import kio.schema.create_partitions.v2.request as create_partitions_v2
@@ -164,6 +171,9 @@ if TYPE_CHECKING:
     import kio.schema.describe_configs.v2.request as describe_configs_v2
     import kio.schema.describe_configs.v3.request as describe_configs_v3
     import kio.schema.describe_configs.v4.request as describe_configs_v4
+    import kio.schema.describe_delegation_token.v1.request as describe_delegation_token_v1
+    import kio.schema.describe_delegation_token.v2.request as describe_delegation_token_v2
+    import kio.schema.describe_delegation_token.v3.request as describe_delegation_token_v3
     import kio.schema.describe_groups.v0.request as describe_groups_v0
     import kio.schema.describe_groups.v1.request as describe_groups_v1
     import kio.schema.describe_groups.v2.request as describe_groups_v2
@@ -194,6 +204,8 @@ if TYPE_CHECKING:
     import kio.schema.end_txn.v3.request as end_txn_v3
     import kio.schema.end_txn.v4.request as end_txn_v4
     import kio.schema.end_txn.v5.request as end_txn_v5
+    import kio.schema.expire_delegation_token.v1.request as expire_delegation_token_v1
+    import kio.schema.expire_delegation_token.v2.request as expire_delegation_token_v2
     import kio.schema.fetch.v4.request as fetch_v4
     import kio.schema.fetch.v5.request as fetch_v5
     import kio.schema.fetch.v6.request as fetch_v6
@@ -312,6 +324,8 @@ if TYPE_CHECKING:
     import kio.schema.read_share_group_state_summary.v0.request as read_share_group_state_summary_v0
     import kio.schema.read_share_group_state_summary.v1.request as read_share_group_state_summary_v1
     import kio.schema.remove_raft_voter.v0.request as remove_raft_voter_v0
+    import kio.schema.renew_delegation_token.v1.request as renew_delegation_token_v1
+    import kio.schema.renew_delegation_token.v2.request as renew_delegation_token_v2
     import kio.schema.sasl_authenticate.v0.request as sasl_authenticate_v0
     import kio.schema.sasl_authenticate.v1.request as sasl_authenticate_v1
     import kio.schema.sasl_authenticate.v2.request as sasl_authenticate_v2
@@ -598,6 +612,24 @@ if TYPE_CHECKING:
         | create_partitions_v1.CreatePartitionsRequest
         | create_partitions_v2.CreatePartitionsRequest
         | create_partitions_v3.CreatePartitionsRequest
+    )
+    CreateDelegationTokenRequest: TypeAlias = (
+        create_delegation_token_v1.CreateDelegationTokenRequest
+        | create_delegation_token_v2.CreateDelegationTokenRequest
+        | create_delegation_token_v3.CreateDelegationTokenRequest
+    )
+    RenewDelegationTokenRequest: TypeAlias = (
+        renew_delegation_token_v1.RenewDelegationTokenRequest
+        | renew_delegation_token_v2.RenewDelegationTokenRequest
+    )
+    ExpireDelegationTokenRequest: TypeAlias = (
+        expire_delegation_token_v1.ExpireDelegationTokenRequest
+        | expire_delegation_token_v2.ExpireDelegationTokenRequest
+    )
+    DescribeDelegationTokenRequest: TypeAlias = (
+        describe_delegation_token_v1.DescribeDelegationTokenRequest
+        | describe_delegation_token_v2.DescribeDelegationTokenRequest
+        | describe_delegation_token_v3.DescribeDelegationTokenRequest
     )
     DeleteGroupsRequest: TypeAlias = (
         delete_groups_v0.DeleteGroupsRequest

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kbroker.config.principal_rules import MappingRule
@@ -20,6 +20,9 @@ from kbroker.config.principal_rules import MappingRule
 class KafkaPrincipal:
     principal_type: str
     name: str
+    # Authenticated with a delegation token (SCRAM tokenauth=true): such a connection may
+    # not create, renew, expire or describe tokens, as on Kafka.
+    token_authenticated: bool = field(default=False, compare=False)
 
     def __str__(self) -> str:
         return f"{self.principal_type}:{self.name}"

@@ -21,6 +21,8 @@ PLAIN = "PLAIN"
 SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)
 
 ScramLookup = Callable[[str, str], ScramCredential | None]  # (user, mechanism)
+# (token id, mechanism) -> the token's credential (its HMAC as password) and its owner
+TokenLookup = Callable[[str, str], tuple[ScramCredential, str] | None]
 
 
 class SaslFailure(Exception):
@@ -87,9 +89,27 @@ class PlainServer:
 
 
 class ScramSaslServer:
-    def __init__(self, mechanism: str, lookup: ScramLookup) -> None:
+    def __init__(
+        self, mechanism: str, lookup: ScramLookup, token_lookup: TokenLookup | None = None
+    ) -> None:
         self.mechanism = mechanism
-        self._scram = ScramServer(mechanism, lambda name: lookup(name, mechanism))
+        self._lookup = lookup
+        self._token_lookup = token_lookup
+        self._owner: str | None = None
+        self._scram = ScramServer(mechanism, self._find)
+
+    def _find(self, name: str) -> ScramCredential | None:
+        if not self._scram.token_auth:
+            return self._lookup(name, self.mechanism)
+        found = self._token_lookup(name, self.mechanism) if self._token_lookup else None
+        if found is None:
+            return None
+        credential, self._owner = found
+        return credential
+
+    @property
+    def token_authenticated(self) -> bool:
+        return self._owner is not None
 
     @property
     def complete(self) -> bool:
@@ -97,6 +117,9 @@ class ScramSaslServer:
 
     @property
     def authorized_id(self) -> str:
+        """The user: a token's owner when authenticated with a delegation token."""
+        if self._owner is not None:
+            return self._owner.partition(":")[2]
         return self._scram.user or ""
 
     def evaluate(self, token: bytes) -> bytes:
@@ -118,6 +141,7 @@ class SaslSession:
     principal: KafkaPrincipal | None = None
     authenticated_mechanism: str | None = None
     failures: list[str] = field(default_factory=list)
+    token_lookup: TokenLookup | None = None
 
     def handshake(self, mechanism: str, version: int) -> bool:
         """Start an exchange; False when the mechanism is not enabled (Kafka answers
@@ -129,7 +153,7 @@ class SaslSession:
         if mechanism == PLAIN:
             self.server = PlainServer(self.plain_users)
         else:
-            self.server = ScramSaslServer(mechanism, self.scram_lookup)
+            self.server = ScramSaslServer(mechanism, self.scram_lookup, self.token_lookup)
         self.raw_tokens = version == 0
         return True
 
@@ -150,6 +174,8 @@ class SaslSession:
         if not server.complete:
             return answer, False
         principal = user(server.authorized_id)
+        if getattr(server, "token_authenticated", False):
+            principal = KafkaPrincipal("User", principal.name, token_authenticated=True)
         if self.principal is not None and principal != self.principal:
             self.server = None
             raise SaslFailure(

@@ -24,11 +24,19 @@ def plain(username: str, password: str) -> Exchange:
     yield b"\0" + username.encode() + b"\0" + password.encode()
 
 
-def scram(mechanism: str, username: str, password: str, nonce: str | None = None) -> Exchange:
+def scram(
+    mechanism: str,
+    username: str,
+    password: str,
+    nonce: str | None = None,
+    extensions: str = "",
+) -> Exchange:
+    """`extensions`: RFC 5802 extensions after the nonce (``tokenauth=true`` for a
+    delegation token: its id as user name, its HMAC in base64 as password)."""
     digest = hashlib.sha256 if mechanism == "SCRAM-SHA-256" else hashlib.sha512
     name = username.replace("=", "=3D").replace(",", "=2C")
     client_nonce = nonce or secrets.token_urlsafe(24)
-    first_bare = f"n={name},r={client_nonce}"
+    first_bare = f"n={name},r={client_nonce}" + (f",{extensions}" if extensions else "")
     server_first = (yield f"n,,{first_bare}".encode()).decode()
     fields = dict(part.split("=", 1) for part in server_first.split(",") if "=" in part)
     if "e" in fields:

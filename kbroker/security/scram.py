@@ -95,10 +95,17 @@ class ScramServer:
         self._client_first_bare = ""
         self._server_first = ""
         self._gs2 = ""
+        # The client-first message's extensions; tokenauth=true: the user name is a
+        # delegation token's id and the password its HMAC (KIP-48).
+        self.extensions: dict[str, str] = {}
 
     @property
     def complete(self) -> bool:
         return self._state == "done"
+
+    @property
+    def token_auth(self) -> bool:
+        return self.extensions.get("tokenauth", "").lower() == "true"
 
     def evaluate(self, token: bytes) -> bytes:
         if self._state == "first":
@@ -125,6 +132,10 @@ class ScramServer:
                 "Authentication failed: Client requested an authorization id "
                 "that is different from username"
             )
+        for part in (match["ext"] or "").split(","):
+            key, sep, value = part.partition("=")
+            if sep:
+                self.extensions[key] = value
         lookup = self._lookup
         credential = lookup(user) if callable(lookup) else None
         if credential is None:

@@ -80,6 +80,10 @@ class Host(Protocol):
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
+    def token_credential(
+        self, token_id: str, mechanism: str
+    ) -> tuple[ScramCredential, str] | None: ...
+
 
 class _Slot:
     """A response position in the connection's order; filled now or when its handler's
@@ -248,7 +252,10 @@ class KafkaConnection(asyncio.Protocol):
         if security is not None:
             if security.uses_sasl:
                 self._sasl = SaslSession(
-                    security.mechanisms, security.plain_users, self.broker.scram_credential
+                    security.mechanisms,
+                    security.plain_users,
+                    self.broker.scram_credential,
+                    token_lookup=self.broker.token_credential,
                 )
                 self._dispatch = self._dispatch_unauthenticated  # type: ignore[method-assign]
             elif tls:

@@ -18,7 +18,7 @@ from kio.index import load_request_schema
 
 from kbroker.admin.client import produce_fields
 from kbroker.broker import Broker
-from kbroker.config import load_broker_config
+from kbroker.config import BrokerConfig, load_broker_config
 from kbroker.protocol.batch import encode_batch
 from kbroker.protocol.client_frames import decode_response, encode_request
 from kbroker.protocol.messages import build
@@ -30,6 +30,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def controller_only_config(metadata_dir: Path) -> BrokerConfig:
+    """A lone controller-only voter on a free loopback port, its metadata in `metadata_dir`."""
+    port = free_port()
+    return BrokerConfig.from_settings(
+        {
+            "node.id": "1",
+            "process.roles": "controller",
+            "listeners": f"CONTROLLER://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "controller.quorum.voters": f"1@127.0.0.1:{port}",
+            "cluster.secret": "s3cret",
+            "log.dirs": str(metadata_dir),
+        }
+    )
 
 
 def run_broker(

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 from disk_faults import eio
-from inprocess import RawClient, free_port, run_broker
+from inprocess import RawClient, controller_only_config, run_broker
 
 from kbroker.broker import Broker
-from kbroker.config import BrokerConfig
 from kbroker.controller import ControllerError
 from kbroker.controller.machine import MetadataMachine
 from kbroker.controller_node import ControllerNode
@@ -63,18 +62,7 @@ def test_an_io_error_in_the_log_directory_holding_the_metadata_journal_halts_the
 def test_a_controller_only_node_whose_journal_cannot_grow_halts_with_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    port = free_port()
-    config = BrokerConfig.from_settings(
-        {
-            "node.id": "1",
-            "process.roles": "controller",
-            "listeners": f"CONTROLLER://127.0.0.1:{port}",
-            "controller.listener.names": "CONTROLLER",
-            "controller.quorum.voters": f"1@127.0.0.1:{port}",
-            "cluster.secret": "s3cret",
-            "log.dirs": str(tmp_path / "meta"),
-        }
-    )
+    config = controller_only_config(tmp_path / "meta")
     halts: list[int] = []
 
     async def main() -> None:

@@ -10,10 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
-from inprocess import free_port
+from inprocess import controller_only_config
 
 from compat_tests.waiting import eventually_async
-from kbroker.config import BrokerConfig
 from kbroker.controller import pysyncobj_base, raft
 from kbroker.controller_node import ControllerNode
 
@@ -56,18 +55,7 @@ def test_every_name_mangled_pysyncobj_member_in_the_controller_is_checked() -> N
 def test_a_raft_tick_that_keeps_failing_halts_a_controller_with_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    port = free_port()
-    config = BrokerConfig.from_settings(
-        {
-            "node.id": "1",
-            "process.roles": "controller",
-            "listeners": f"CONTROLLER://127.0.0.1:{port}",
-            "controller.listener.names": "CONTROLLER",
-            "controller.quorum.voters": f"1@127.0.0.1:{port}",
-            "cluster.secret": "s3cret",
-            "log.dirs": str(tmp_path / "meta"),
-        }
-    )
+    config = controller_only_config(tmp_path / "meta")
     halts: list[int] = []
 
     def broken_tick(self: object, timeToWait: float = 0.0) -> None:  # noqa: N803

@@ -43,6 +43,7 @@ from compat_tests.confluent_helpers import (
     produce_all,
     unique_topic,
 )
+from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection, fetch_fields, produce_fields
 from kbroker.protocol import messages
 from kbroker.protocol.batch import CRC_OFFSET, MAGIC_OFFSET, Record, encode_batch
@@ -91,13 +92,13 @@ def request(api_key: int, version: int, **fields: Any) -> Any:
 
 
 def wait_for_log(broker: BrokerProcess, text: str, timeout: float = LOG_WAIT_S) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in broker.log_text().splitlines():
-            if text in line:
-                return line
-        time.sleep(0.05)  # pacing: the log is polled
-    raise AssertionError(f"no log line containing {text!r}\n{broker.log_tail(40)}")
+    def found() -> str | None:
+        return next((line for line in broker.log_text().splitlines() if text in line), None)
+
+    try:
+        return eventually(found, timeout=timeout, what=f"a log line containing {text!r}")
+    except AssertionError as missed:
+        raise AssertionError(f"{missed}\n{broker.log_tail(40)}") from None
 
 
 def assert_closed_with_log(broker: BrokerProcess, conn: BrokerConnection, reason: str) -> None:

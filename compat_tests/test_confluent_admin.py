@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import (
@@ -29,6 +27,7 @@ from compat_tests.confluent_helpers import (
     wait_for_partitions,
     watermarks,
 )
+from compat_tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -209,12 +208,11 @@ def test_create_partitions_cannot_shrink_a_topic(shared_broker):
 
 
 def _wait_until_unlisted(bootstrap: str, topic: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if topic not in admin_client(bootstrap).list_topics(timeout=10).topics:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{topic} still listed {timeout}s after deletion")
+    eventually(
+        lambda: topic not in admin_client(bootstrap).list_topics(timeout=10).topics,
+        timeout=timeout,
+        what=f"{topic} unlisted after its deletion",
+    )
 
 
 def test_delete_topics_removes_topic_from_metadata(shared_broker):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from contextlib import closing
+from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -11,6 +12,7 @@ from kafka import codec as kafka_codec
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from compat_tests.confluent_helpers import unique_topic
+from compat_tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,10 +44,7 @@ def _create(bootstrap: str, topic: str, partitions: int = 1, configs: dict | Non
             },
             timeout_ms=TIMEOUT_MS,
         )
-        deadline = time.monotonic() + 10
-        while topic not in admin.list_topics():
-            assert time.monotonic() < deadline, f"{topic} never appeared in metadata"
-            time.sleep(0.05)
+        eventually(lambda: topic in admin.list_topics(), timeout=10, what=f"{topic} in metadata")
 
 
 def _consume_all(bootstrap: str, topic: str, count: int, partition: int = 0) -> list:
@@ -101,10 +100,11 @@ def test_admin_deletes_topic(shared_broker):
     with closing(_admin(shared_broker.bootstrap)) as admin:
         result = admin.delete_topics([topic], timeout_ms=TIMEOUT_MS)
         assert [t["error_code"] for t in result["topics"]] == [0]
-        deadline = time.monotonic() + 10
-        while topic in admin.list_topics():
-            assert time.monotonic() < deadline, f"{topic} still listed after deletion"
-            time.sleep(0.1)
+        eventually(
+            lambda: topic not in admin.list_topics(),
+            timeout=10,
+            what=f"{topic} unlisted after its deletion",
+        )
 
 
 def test_deleting_a_topic_removes_its_committed_offsets_from_groups(shared_broker):
@@ -126,12 +126,13 @@ def test_deleting_a_topic_removes_its_committed_offsets_from_groups(shared_broke
         )
     with closing(_admin(shared_broker.bootstrap)) as admin:
         admin.delete_topics([doomed], timeout_ms=TIMEOUT_MS)
-        deadline = time.monotonic() + 10
-        while True:
+
+        def one_left() -> Any:
             offsets = admin.list_group_offsets(group)[group]
-            if len(offsets) == 1 or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+            assert len(offsets) == 1, offsets  # the failure shows the last ones
+            return offsets
+
+        offsets = eventually(one_left, timeout=10, what="the deleted topic's offsets gone")
     assert {tp: o.offset for tp, o in offsets.items()} == {TopicPartition(kept, 0): 3}
 
 

@@ -8,10 +8,11 @@ line of the log starts with the forged text.
 
 from __future__ import annotations
 
-import time
+from typing import Any
 
 from compat_tests.broker_process import BrokerProcess
 from compat_tests.conftest import BrokerFactory
+from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection
 
 FIND_COORDINATOR, JOIN_GROUP, LEAVE_GROUP = 10, 11, 13
@@ -20,9 +21,9 @@ FORGED = "2026-01-01 00:00:00,000 ERROR kbroker.fake: FORGED LOG LINE"
 
 def join_and_leave(broker: BrokerProcess, group: str, client_id: str) -> None:
     with BrokerConnection(broker.host, broker.port, 10.0, client_id) as conn:
-        deadline = time.monotonic() + 20
-        while True:  # the offsets topic is created and loaded on the first FindCoordinator
-            found = conn.request(FIND_COORDINATOR, 3, key=group, key_type=0)
+
+        def join() -> Any:  # the offsets topic is created and loaded on the first lookup
+            conn.request(FIND_COORDINATOR, 3, key=group, key_type=0)
             joined = conn.request(
                 JOIN_GROUP,
                 3,
@@ -33,10 +34,10 @@ def join_and_leave(broker: BrokerProcess, group: str, client_id: str) -> None:
                 protocol_type="consumer",
                 protocols=[{"name": "range", "metadata": b""}],
             )
-            if joined.error_code == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        assert joined.error_code == 0, (found, joined)
+            assert joined.error_code == 0, joined  # the failure shows the last answer
+            return joined
+
+        joined = eventually(join, timeout=20, what="the group joined")
         left = conn.request(LEAVE_GROUP, 2, group_id=group, member_id=joined.member_id)
         assert left.error_code == 0, left
 
@@ -46,9 +47,7 @@ def test_a_forged_newline_in_client_and_group_ids_never_starts_a_log_line(
 ) -> None:
     broker = broker_factory.start(group_initial_rebalance_delay_ms=0)
     join_and_leave(broker, f"group\n{FORGED}\x1b[2J", f"client\r\n{FORGED}\x00")
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and "member" not in broker.log_text():
-        time.sleep(0.05)
+    eventually(lambda: "member" in broker.log_text(), timeout=5, what="the member logged")
     lines = broker.log_text().splitlines()
     mentioning = [line for line in lines if "FORGED" in line]
     assert mentioning, broker.log_tail(30)  # the ids were logged, escaped

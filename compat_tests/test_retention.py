@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from confluent_kafka import OFFSET_BEGINNING
 
@@ -14,6 +12,7 @@ from compat_tests.confluent_helpers import (
     unique_topic,
     watermarks,
 )
+from compat_tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,14 +36,12 @@ def test_retention_moves_low_watermark_after_check_interval(broker_factory):
     )
     assert watermarks(broker.bootstrap, topic) == (0, RECORDS)
 
-    deadline = time.monotonic() + 20
-    low, high = 0, RECORDS
-    while time.monotonic() < deadline:
-        low, high = watermarks(broker.bootstrap, topic)
-        if low > 0:
-            break
-        time.sleep(0.25)
-    assert low > 0, "log start offset never moved: no expired segment was deleted"
+    low, high = eventually(
+        lambda: (marks := watermarks(broker.bootstrap, topic))[0] > 0 and marks,
+        timeout=20,
+        what="the log start offset to move (an expired segment deleted)",
+        interval=0.25,
+    )
     assert high == RECORDS
     assert low <= high
     if low < high:

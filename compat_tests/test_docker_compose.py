@@ -217,13 +217,26 @@ def produce(producer: Producer, acked: Acked, prefix: str, count: int, spread: f
     for i in range(count):
         while True:
             try:
-                producer.produce("durable", f"{prefix}-{i}".encode(), on_delivery=acked.callback)
+                producer.produce(
+                    "durable",
+                    f"{prefix}-{i}".encode(),
+                    partition=i % PARTITIONS,
+                    on_delivery=acked.callback,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
         producer.poll(0)
         if spread:
             time.sleep(spread)
+
+
+def ends_of(acked: Acked) -> dict[int, int]:
+    """Each partition's offset after its last acknowledged record."""
+    return {
+        p: max((o for q, o in acked.records.values() if q == p), default=-1) + 1
+        for p in range(PARTITIONS)
+    }
 
 
 def topic_state(admin: AdminClient) -> dict[int, tuple[int, list[int]]]:
@@ -303,8 +316,7 @@ def test_acknowledged_records_survive_a_killed_node(cluster: Cluster):
     acked = Acked({}, [])
     produce(producer, acked, "before", 300)
     assert producer.flush(60) == 0 and not acked.failed, acked.failed[:3]
-    ends = {p: max(o for q, o in acked.records.values() if q == p) + 1 for p in range(PARTITIONS)}
-    assert read_everything(cluster.bootstrap, ends) == acked.records
+    assert read_everything(cluster.bootstrap, ends_of(acked)) == acked.records
 
     # Kill the leader of partition 0 and keep producing while it is gone.
     victim = topic_state(admin)[0][0]
@@ -329,8 +341,7 @@ def test_acknowledged_records_survive_a_killed_node(cluster: Cluster):
         timeout=120,
     )
 
-    ends = {p: max(o for q, o in acked.records.values() if q == p) + 1 for p in range(PARTITIONS)}
-    seen = read_everything(cluster.bootstrap, ends)
+    seen = read_everything(cluster.bootstrap, ends_of(acked))
     lost = {v: at for v, at in acked.records.items() if seen.get(v) != at}
     assert not lost, (
         f"{len(lost)} acknowledged records lost or moved, e.g. {list(lost.items())[:3]}"

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka.admin import (
     AclOperation,
     AdminClient,
+    NewTopic,
     ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
@@ -23,9 +24,11 @@ from confluent_kafka.admin import (
 )
 from kio.index import load_request_schema
 
+from compat_tests.java_driver import JavaDriver
 from compat_tests.security_broker import SecureBroker, acl_broker, allow, grant, login, plain_login
 from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection, ClientError
+from kbroker.admin.security import ClientSecurity
 from kbroker.protocol.client_frames import decode_response, encode_request
 from kbroker.protocol.messages import build
 from kbroker.security.sasl_client import scram
@@ -294,8 +297,6 @@ def test_a_token_outlives_its_owners_scram_credentials_and_a_restart(broker):
         [UserScramCredentialUpsertion("dave", info, b"dave-secret")]
     ).values():
         future.result(timeout=20)
-    from kbroker.admin.security import ClientSecurity
-
     security = ClientSecurity(
         protocol="SASL_PLAINTEXT",
         mechanism="SCRAM-SHA-256",
@@ -321,3 +322,52 @@ def test_a_token_outlives_its_owners_scram_credentials_and_a_restart(broker):
     assert token_works(broker, made.token_id, bytes(made.hmac))
     with login(broker, "admin") as root:
         assert made.token_id in {t.token_id for t in describe(root, ["dave"]).tokens}
+
+
+def test_the_java_admin_client_manages_tokens_and_a_java_producer_logs_in_with_one(
+    broker, java4_classpath, tmp_path
+):
+    """Kafka's own AdminClient calls and a producer whose JAAS line carries tokenauth=true,
+    as Kafka's documentation sets one up."""
+    sasl = broker.address("SASL_PLAINTEXT")
+    alice_admin = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
+        'required username="alice" password="alice-secret";',
+    }
+    topic = "java-token-topic"
+    grant(
+        broker,
+        allow(ResourceType.TOPIC, topic, AclOperation.ALL),
+        allow(ResourceType.TOPIC, topic, AclOperation.ALL, principal="User:admin"),
+    )
+    with JavaDriver(java4_classpath, sasl, tmp_path / "driver.log") as java:
+        made = java.call("create-token", bootstrap=sasl, admin=alice_admin, renewers=["carol"])
+        token = made.data
+        assert token["owner"] == "User:alice"
+        assert token["requester"] == "User:alice"
+        assert token["renewers"] == ["User:carol"]
+        listed = java.call("describe-tokens", bootstrap=sasl, admin=alice_admin, owners=["alice"])
+        assert token["token-id"] in {t["token-id"] for t in listed.data["tokens"]}
+        by_token = {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+            f'required username="{token["token-id"]}" password="{token["hmac"]}" '
+            "tokenauth=true;",
+            "enable.idempotence": "false",
+        }
+        admin = AdminClient(plain_login(broker, "admin"))
+        for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+            future.result(timeout=20)
+        java.call("produce", bootstrap=sasl, topic=topic, count=3, producer=by_token)
+        renewed = java.call(
+            "renew-token", bootstrap=sasl, admin=alice_admin, hmac=token["hmac"], period_ms=60000
+        )
+        assert renewed.data["expiry"] <= token["max"]
+        java.call(
+            "expire-token", bootstrap=sasl, admin=alice_admin, hmac=token["hmac"], period_ms=-1
+        )
+        listed = java.call("describe-tokens", bootstrap=sasl, admin=alice_admin)
+        assert token["token-id"] not in {t["token-id"] for t in listed.data["tokens"]}

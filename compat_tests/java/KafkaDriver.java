@@ -12,6 +12,7 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
+import java.util.Base64;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -73,6 +74,13 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.security.auth.KafkaPrincipal;
+import org.apache.kafka.common.security.token.delegation.DelegationToken;
+import org.apache.kafka.common.security.token.delegation.TokenInformation;
+import org.apache.kafka.clients.admin.CreateDelegationTokenOptions;
+import org.apache.kafka.clients.admin.DescribeDelegationTokenOptions;
+import org.apache.kafka.clients.admin.ExpireDelegationTokenOptions;
+import org.apache.kafka.clients.admin.RenewDelegationTokenOptions;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -175,6 +183,16 @@ public final class KafkaDriver {
             case "list-offsets" -> listOffsets(a);
             case "describe-cluster" -> describeCluster(a);
             case "describe-features" -> describeFeatures(a);
+            case "create-token" -> createToken(a);
+            case "describe-tokens" -> describeTokens(a);
+            case "renew-token" -> emit(Json.obj("expiry", admin(a).renewDelegationToken(
+                    Base64.getDecoder().decode(a.str("hmac")),
+                    new RenewDelegationTokenOptions().renewTimePeriodMs(a.lng("period-ms", -1)))
+                    .expiryTimestamp().get()));
+            case "expire-token" -> emit(Json.obj("expiry", admin(a).expireDelegationToken(
+                    Base64.getDecoder().decode(a.str("hmac")),
+                    new ExpireDelegationTokenOptions().expiryTimePeriodMs(a.lng("period-ms", -1)))
+                    .expiryTimestamp().get()));
             case "describe-quorum" -> describeQuorum(a);
             case "update-features" -> updateFeatures(a);
             case "add-raft-voter" -> admin(a)
@@ -529,6 +547,52 @@ public final class KafkaDriver {
                 "finalized", finalized,
                 "supported", supported,
                 "epoch", features.finalizedFeaturesEpoch().orElse(-1L)));
+    }
+
+    private static Map<String, Object> tokenJson(DelegationToken token) {
+        TokenInformation info = token.tokenInfo();
+        List<String> renewers = new ArrayList<>();
+        info.renewers().forEach(r -> renewers.add(r.toString()));
+        return Json.obj(
+                "token-id", info.tokenId(),
+                "hmac", token.hmacAsBase64String(),
+                "owner", info.owner().toString(),
+                "requester", info.tokenRequester().toString(),
+                "renewers", renewers,
+                "issue", info.issueTimestamp(),
+                "expiry", info.expiryTimestamp(),
+                "max", info.maxTimestamp());
+    }
+
+    private void createToken(Args a) throws Exception {
+        // The broker's delegation.token.max.lifetime.ms (the option's setter is named
+        // differently in kafka-clients 3.9 and 4.x).
+        CreateDelegationTokenOptions options = new CreateDelegationTokenOptions();
+        if (a.has("owner")) {
+            options.owner(new KafkaPrincipal(KafkaPrincipal.USER_TYPE, a.str("owner")));
+        }
+        List<KafkaPrincipal> renewers = new ArrayList<>();
+        for (String name : a.list("renewers", List.of())) {
+            renewers.add(new KafkaPrincipal(KafkaPrincipal.USER_TYPE, name));
+        }
+        options.renewers(renewers);
+        emit(tokenJson(admin(a).createDelegationToken(options).delegationToken().get()));
+    }
+
+    private void describeTokens(Args a) throws Exception {
+        DescribeDelegationTokenOptions options = new DescribeDelegationTokenOptions();
+        if (a.has("owners")) {
+            List<KafkaPrincipal> owners = new ArrayList<>();
+            for (String name : a.list("owners")) {
+                owners.add(new KafkaPrincipal(KafkaPrincipal.USER_TYPE, name));
+            }
+            options.owners(owners);
+        }
+        List<Object> tokens = new ArrayList<>();
+        for (DelegationToken token : admin(a).describeDelegationToken(options).delegationTokens().get()) {
+            tokens.add(tokenJson(token));
+        }
+        emit(Json.obj("tokens", tokens));
     }
 
     private void electLeaders(Args a) throws Exception {

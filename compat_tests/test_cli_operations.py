@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +14,7 @@ from confluent_kafka import Producer
 
 from compat_tests.cluster import KafkaCluster
 from compat_tests.confluent_helpers import unique_topic
+from compat_tests.waiting import eventually
 from kbroker.cli import main
 
 pytestmark = pytest.mark.timeout(240)
@@ -152,14 +152,14 @@ def test_transactions_list_describe_and_abort_a_hanging_one(kb, cluster):
         "transactions", "abort", "--topic", topic, "--partition", "0", "--start-offset", str(start)
     )
     assert code == 0, err
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+
+    def closed() -> bool:
         code, out, _ = kb("producers", "describe", topic, "-o", "json")
-        if all(p["current_txn_start_offset"] < 0 for p in json.loads(out)):
-            break
-        time.sleep(0.2)
-    else:
-        pytest.fail(f"the transaction stayed open: {out}")
+        open_txns = [p for p in json.loads(out) if p["current_txn_start_offset"] >= 0]
+        assert not open_txns, open_txns  # the failure shows the transaction still open
+        return True
+
+    eventually(closed, timeout=15, what="the aborted transaction closed", interval=0.2)
     code, out, _ = kb(
         "consume", topic, "--from", "beginning", "-e", "--isolation-level", "read_committed"
     )

@@ -259,10 +259,7 @@ def test_a_topic_that_did_not_opt_in_gets_no_dead_letters(share_broker):  # type
     finally:
         consumer.close()
     reason = f"DLQ is not enabled on configured DLQ topic for share group: {group}, topic: {dlq}"
-    deadline = time.monotonic() + 10
-    while reason not in share_broker.log_text() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert reason in share_broker.log_text()
+    eventually(lambda: reason in share_broker.log_text(), timeout=10, what="the reason logged")
     assert watermarks(share_broker.bootstrap, dlq) == (0, 0)
 
 
@@ -788,13 +785,13 @@ def test_share_fetch_v2_record_limit_mode_and_renewals(share_broker):  # type: i
 def _described_once_loaded(broker, group: str):  # type: ignore[no-untyped-def]
     """ShareGroupDescribe of one group, asked again while the broker, just started,
     is still loading the group's offsets partition (NOT_COORDINATOR)."""
-    deadline = time.monotonic() + 15
     with _wire(broker) as conn:
-        while True:
+
+        def loaded():  # type: ignore[no-untyped-def]
             described = conn.request(77, 1, group_ids=[group], include_authorized_operations=False)
-            if int(described.groups[0].error_code) != 16 or time.monotonic() > deadline:
-                return described.groups[0]
-            time.sleep(0.2)
+            return described.groups[0] if int(described.groups[0].error_code) != 16 else None
+
+        return eventually(loaded, timeout=15, what=f"{group} loaded", interval=0.2)
 
 
 def _listed_share_groups(broker) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -871,10 +868,14 @@ def test_a_member_silent_after_a_restart_expires_and_the_group_epoch_moves_on(br
     broker.start()
     described, members = _described_member(broker, group)
     assert members == {"member-1": 1}
-    deadline = time.monotonic() + 20
-    while described.group_state != "Empty" and time.monotonic() < deadline:
-        time.sleep(0.5)
+
+    def emptied():  # type: ignore[no-untyped-def]
         described, members = _described_member(broker, group)
+        return (described, members) if described.group_state == "Empty" else None
+
+    described, members = eventually(
+        emptied, timeout=20, what="the silent member expired", interval=0.5
+    )
     assert (described.group_state, described.group_epoch, members) == ("Empty", 2, {})
 
 

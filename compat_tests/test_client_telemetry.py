@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 from kio.index import load_request_schema
 
 from compat_tests.broker_process import BrokerProcess, free_port, running_broker
+from compat_tests.java_driver import JavaDriver
 from compat_tests.metrics_scrape import scrape
 from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection, parse_address
@@ -159,3 +160,31 @@ def test_bad_pushes_are_refused_with_kafkas_codes(node):
             == 0
         )
         assert push(metrics=b"x" * 65537, terminating=True) == 118  # TELEMETRY_TOO_LARGE
+
+
+def test_the_java_client_pushes_its_metrics_to_prometheus(node, java4_classpath, tmp_path):
+    broker, http = node
+    answer = alter(
+        broker,
+        "java-clients",
+        [("metrics", SET, "org.apache.kafka."), ("interval.ms", SET, "500")],
+    )
+    assert int(answer.error_code) == 0, answer.error_message
+    client_id = f"java-tele-{uuid.uuid4().hex[:8]}"
+    with JavaDriver(java4_classpath, broker.bootstrap, tmp_path / "driver.log") as java:
+        java.call(
+            "producer-open", bootstrap=broker.bootstrap, name="p", producer={"client.id": client_id}
+        )
+        java.call("produce", bootstrap=broker.bootstrap, producer="p", topic="java-tele", count=3)
+
+        def pushed() -> list[str] | None:
+            found = [
+                name
+                for name, labels in scrape(http)
+                if name.startswith("org_apache_kafka_producer")
+                and dict(labels).get("client_id") == client_id
+            ]
+            return found or None
+
+        eventually(pushed, timeout=60, what="the Java producer's metrics on /metrics")
+        java.call("close", name="p")

@@ -319,7 +319,8 @@ class Broker:
         interval = self.config.get("log.retention.check.interval.ms") / 1000
         self._tasks.append(asyncio.create_task(self.logs.run_retention(interval)))
         self._tasks.append(asyncio.create_task(self.logs.run_flusher()))
-        self._tasks.append(asyncio.create_task(self._purge_expired_tokens()))
+        token_check_s = self.config.get("delegation.token.expiry.check.interval.ms") / 1000
+        self._tasks.append(asyncio.create_task(self.controller.purge_expired_tokens(token_check_s)))
         cleaner = CleanerConfig.from_settings(self.config.get)
         if cleaner.enabled and cleaner.threads > 0:
 
@@ -388,26 +389,6 @@ class Broker:
             return None
         mac = token_hmac(secret, token_id)
         return self.token_credentials.credential(token_id, mechanism, mac), token.owner
-
-    async def _purge_expired_tokens(self) -> None:
-        """The active controller removes expired delegation tokens every
-        delegation.token.expiry.check.interval.ms, as Kafka's controller does."""
-        interval = self.config.get("delegation.token.expiry.check.interval.ms") / 1000
-        while True:
-            await asyncio.sleep(interval)
-            if not self.controller.is_leader:
-                continue
-            now = time.time() * 1000
-            expired = [
-                t.token_id
-                for t in self.controller.state.delegation_tokens.values()
-                if t.expiry_ms < now
-            ]
-            if expired:
-                try:
-                    await self.controller.remove_delegation_tokens(expired)
-                except ControllerError as exc:
-                    log.info("expired delegation tokens not removed yet: %s", exc)
 
     # -- metadata events ----------------------------------------------------------------
 

@@ -9,6 +9,7 @@ CONTROLLER listener, and clients never (Metadata names a broker as the controlle
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -18,6 +19,7 @@ from kbroker import __version__
 from kbroker.config import BrokerConfig
 from kbroker.config.listeners import format_address
 from kbroker.controller import Controller, ControllerConfig
+from kbroker.tasks import cancel_and_wait
 
 log = logging.getLogger("kbroker.controller")
 
@@ -71,6 +73,7 @@ class ControllerNode:
         self._halting = False
         self.controller.on_metadata_dir_failure = self._metadata_log_dir_failed
         self.controller.on_raft_stuck = self._raft_stuck
+        self._token_purge: asyncio.Task[None] | None = None
 
     def _metadata_log_dir_failed(self, reason: OSError) -> None:
         """The metadata journal or snapshot cannot be written: halt at once with one
@@ -103,6 +106,8 @@ class ControllerNode:
                 "/health or /ready here)"
             )
         await self.controller.start()
+        token_check_s = self.config.get("delegation.token.expiry.check.interval.ms") / 1000
+        self._token_purge = asyncio.create_task(self.controller.purge_expired_tokens(token_check_s))
         log.info(
             "kbroker %s node %d serving the metadata quorum as a controller only on %s, "
             "started in %.2fs",
@@ -113,6 +118,8 @@ class ControllerNode:
         )
 
     async def stop(self) -> None:
+        if self._token_purge is not None:
+            await cancel_and_wait([self._token_purge])
         if await self.controller.resign(RESIGN_TIMEOUT_S):
             log.info("the active controller role moved to another voter")
         await self.controller.stop()

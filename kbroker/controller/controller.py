@@ -1136,6 +1136,24 @@ class Controller:
         self._check_can_commit()
         await self._propose(cmd.REMOVE_DELEGATION_TOKENS, {"ids": list(token_ids)})
 
+    async def purge_expired_tokens(self, interval_s: float) -> None:
+        """Run until cancelled: while this node is the active controller, remove the
+        delegation tokens past their expiry every `interval_s` (Kafka's
+        delegation.token.expiry.check.interval.ms)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            if not self.is_leader:
+                continue
+            now = time.time() * 1000
+            expired = [
+                t.token_id for t in self.state.delegation_tokens.values() if t.expiry_ms < now
+            ]
+            if expired:
+                try:
+                    await self.remove_delegation_tokens(expired)
+                except ControllerError as exc:
+                    log.info("expired delegation tokens not removed yet: %s", exc)
+
     # --- internals ---
 
     def _check_can_commit(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ from compat_tests.confluent_helpers import (
     unique_topic,
 )
 from compat_tests.metrics_scrape import scrape, value
+from kbroker.admin.client import BrokerConnection
+from kbroker.protocol.one_shot import fetch_fields
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,6 +84,41 @@ def test_requests_are_counted_and_timed_per_api_with_kafkas_request_names(metere
     )
     assert inf == timed
     assert value(samples, "kafka_network_requestmetrics_totaltimems_sum", request="Produce") > 0
+
+
+def test_request_time_is_split_as_kafkas_queue_local_remote_and_send_times(metered):
+    node, http, topic = metered
+    with BrokerConnection.to(node.bootstrap) as conn:
+        conn.negotiate()
+        # At the log end a fetch waits out its max wait: 300 ms of remote time.
+        fetch = fetch_fields(topic, max_wait=300, min_bytes=1, offset=RECORDS)
+        conn.call(1, fetch, versions=(11, 11))
+    samples = scrape(http)
+    count = value(samples, "kafka_network_requestmetrics_totaltimems_count", request="Fetch")
+    parts = 0.0
+    for name in ("requestqueuetimems", "localtimems", "remotetimems", "responsesendtimems"):
+        series = f"kafka_network_requestmetrics_{name}"
+        assert value(samples, f"{series}_count", request="Fetch") == count
+        parts += value(samples, f"{series}_sum", request="Fetch")
+    total = value(samples, "kafka_network_requestmetrics_totaltimems_sum", request="Fetch")
+    assert abs(parts - total) < 1e-6 * max(total, 1.0)
+    remote = "kafka_network_requestmetrics_remotetimems_bucket"
+    assert value(samples, remote, request="Fetch", le="250.0") < count  # the parked one
+    local = "kafka_network_requestmetrics_localtimems_bucket"
+    assert value(samples, local, request="Fetch", le="250.0") == count
+    produce = "kafka_network_requestmetrics_requestqueuetimems_count"
+    assert value(samples, produce, request="Produce") >= 1
+
+
+def test_event_loop_lag_is_probed(metered):
+    node, http, topic = metered
+    first = value(scrape(http), "kbroker_event_loop_lag_seconds_count")
+    assert first > 0
+    deadline = time.monotonic() + 30
+    while value(scrape(http), "kbroker_event_loop_lag_seconds_count") <= first:
+        assert time.monotonic() < deadline, "the lag probe stopped"
+        time.sleep(0.05)
+    assert value(scrape(http), "kbroker_event_loop_lag_max_seconds") >= 0
 
 
 def test_log_size_and_offsets_are_reported_per_partition(metered):

@@ -60,6 +60,7 @@ from kbroker.log_setup import apply_log_levels
 from kbroker.long_lived import PARTITIONS_BETWEEN_FREEZES, freeze_survivors
 from kbroker.metrics.counters import RequestCounters
 from kbroker.metrics.http import HttpEndpoint
+from kbroker.metrics.loop_lag import LoopLag
 from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.fetch_sessions import FetchSessionCache
 from kbroker.replica.fetcher import FetcherSettings, ReplicaFetchers
@@ -208,6 +209,8 @@ class Broker:
             config.get("telemetry.export.max.series.per.client"),
         )
         self.extra_metrics.append(self.telemetry.collect)
+        self.loop_lag = LoopLag()
+        self.extra_metrics.append(self.loop_lag.collect)
         self.parts = BrokerParts(
             node_id=self.node_id,
             config=config,
@@ -234,6 +237,7 @@ class Broker:
 
     async def start(self) -> None:
         started = time.monotonic()
+        self.loop_lag.start(asyncio.get_running_loop())
         for directory in self.log_dirs:
             with contextlib.suppress(OSError):  # one that fails is offline, see check_directories
                 directory.mkdir(parents=True, exist_ok=True)
@@ -366,6 +370,7 @@ class Broker:
             if connection.transport is not None:
                 connection.transport.close()
         await cancel_and_wait(self._tasks, what="broker tasks")
+        self.loop_lag.stop()
         await self.schemas.stop()
         await self.share_coordinator.stop()
         await self.txn_coordinator.stop()

@@ -53,6 +53,27 @@ class LatencyHistogram:
         return out
 
 
+# The five histograms of one API in one flat list (one index computation per observation).
+REQUEST_TIMES: tuple[str, ...] = ("queue", "local", "remote", "send", "total")
+_BUCKETS = len(LATENCY_BOUNDS_MS) + 1
+_LOCAL, _REMOTE, _SEND, _TOTAL = (_BUCKETS * i for i in range(1, 5))
+
+
+@dataclass(slots=True)
+class RequestTimes:
+    """Kafka's RequestMetrics time histograms of one API: queue, local, remote, send and
+    total time, bucket counts (not cumulative) side by side in `counts`, sums in `sums`."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (_BUCKETS * len(REQUEST_TIMES)))
+    sums: list[float] = field(default_factory=lambda: [0.0] * len(REQUEST_TIMES))
+
+    def histogram(self, kind: str) -> LatencyHistogram:
+        """One of the five ("queue", "local", "remote", "send", "total") on its own."""
+        i = REQUEST_TIMES.index(kind)
+        counts = self.counts[i * _BUCKETS : (i + 1) * _BUCKETS]
+        return LatencyHistogram(counts, self.sums[i])
+
+
 @dataclass(slots=True)
 class TopicCounters:
     """Kafka's BrokerTopicMetrics for one topic."""
@@ -70,7 +91,7 @@ class RequestCounters:
     connections_opened: int = 0
     bad_requests: int = 0  # connections closed for malformed or unserved requests
     produced_bytes: int = 0
-    latency: dict[int, LatencyHistogram] = field(default_factory=dict)  # by API key
+    times: dict[int, RequestTimes] = field(default_factory=dict)  # by API key
     topics: dict[str, TopicCounters] = field(default_factory=dict)
 
     def topic(self, name: str) -> TopicCounters:
@@ -79,14 +100,29 @@ class RequestCounters:
             counters = self.topics[name] = TopicCounters()
         return counters
 
-    def answered(self, api_key: int, ms: float) -> None:
-        """A request's time from its last byte read to its answer's write, in ms."""
-        histogram = self.latency.get(api_key)
-        if histogram is None:
-            histogram = self.latency[api_key] = LatencyHistogram()
+    def answered(
+        self, api_key: int, queue_ms: float, local_ms: float, remote_ms: float, send_ms: float
+    ) -> None:
+        """A request's times, in ms, as Kafka's RequestMetrics split them: waiting to be
+        dispatched after its last byte was read, in its handler, waiting on others
+        (acknowledgements, a parked fetch's data, a coordinator's write), and from its
+        answer being ready to its bytes handed to the socket."""
+        times = self.times.get(api_key)
+        if times is None:
+            times = self.times[api_key] = RequestTimes()
         # LatencyHistogram.observe, inline: this runs once per request.
-        histogram.counts[bisect_left(LATENCY_BOUNDS_MS, ms)] += 1
-        histogram.total_ms += ms
+        times.counts[bisect_left(LATENCY_BOUNDS_MS, queue_ms)] += 1
+        times.counts[_LOCAL + bisect_left(LATENCY_BOUNDS_MS, local_ms)] += 1
+        times.counts[_REMOTE + bisect_left(LATENCY_BOUNDS_MS, remote_ms)] += 1
+        times.counts[_SEND + bisect_left(LATENCY_BOUNDS_MS, send_ms)] += 1
+        total_ms = queue_ms + local_ms + remote_ms + send_ms
+        times.counts[_TOTAL + bisect_left(LATENCY_BOUNDS_MS, total_ms)] += 1
+        sums = times.sums
+        sums[0] += queue_ms
+        sums[1] += local_ms
+        sums[2] += remote_ms
+        sums[3] += send_ms
+        sums[4] += total_ms
 
     successful_authentications: int = 0  # SASL logins
     failed_authentications: int = 0  # SASL logins refused, refused client certificates

@@ -45,6 +45,60 @@ def kafka_request_name(api_key: int) -> str:
     return "".join(word.capitalize() for word in name.split("_"))
 
 
+def request_time_families() -> list[tuple[str, HistogramMetricFamily]]:
+    """Kafka's RequestMetrics time histograms, empty, each with its kind in RequestTimes."""
+    return [
+        (
+            "queue",
+            HistogramMetricFamily(
+                "kafka_network_requestmetrics_requestqueuetimems",
+                "Milliseconds from the read that brought a request to its handler starting, "
+                "by API (Kafka's RequestMetrics RequestQueueTimeMs): behind earlier requests "
+                "of the same read, or held while its connection was throttled.",
+                labels=["request"],
+            ),
+        ),
+        (
+            "local",
+            HistogramMetricFamily(
+                "kafka_network_requestmetrics_localtimems",
+                "Milliseconds in the request's handler on the event loop, by API "
+                "(Kafka's RequestMetrics LocalTimeMs).",
+                labels=["request"],
+            ),
+        ),
+        (
+            "remote",
+            HistogramMetricFamily(
+                "kafka_network_requestmetrics_remotetimems",
+                "Milliseconds waiting on others, by API (Kafka's RequestMetrics RemoteTimeMs): "
+                "followers' acknowledgements, a parked fetch's data or max wait, a "
+                "coordinator's write.",
+                labels=["request"],
+            ),
+        ),
+        (
+            "send",
+            HistogramMetricFamily(
+                "kafka_network_requestmetrics_responsesendtimems",
+                "Milliseconds from the answer being ready to its bytes handed to the socket, "
+                "by API (Kafka's RequestMetrics ResponseSendTimeMs): encoding it, and "
+                "waiting for earlier answers on the same connection.",
+                labels=["request"],
+            ),
+        ),
+        (
+            "total",
+            HistogramMetricFamily(
+                "kafka_network_requestmetrics_totaltimems",
+                "Milliseconds from the read that brought a request to its answer written, by "
+                "API (Kafka's RequestMetrics TotalTimeMs): the sum of the other four.",
+                labels=["request"],
+            ),
+        ),
+    ]
+
+
 class BrokerCollector:
     """Everything one broker exports; one per broker (tests run several in a process)."""
 
@@ -69,17 +123,13 @@ class BrokerCollector:
         for key, n in sorted(counters.requests.items()):
             requests.add_metric([kafka_request_name(key)], n)
         yield requests
-        total_time = HistogramMetricFamily(
-            "kafka_network_requestmetrics_totaltimems",
-            "Milliseconds from a request's last byte read to its answer written, by API "
-            "(Kafka's RequestMetrics TotalTimeMs).",
-            labels=["request"],
-        )
-        for key, histogram in sorted(counters.latency.items()):
-            total_time.add_metric(
-                [kafka_request_name(key)], histogram.buckets(), histogram.total_ms
-            )
-        yield total_time
+        for kind, family in request_time_families():
+            for key, times in sorted(counters.times.items()):
+                histogram = times.histogram(kind)
+                family.add_metric(
+                    [kafka_request_name(key)], histogram.buckets(), histogram.total_ms
+                )
+            yield family
 
     def _topics(self, broker: Broker) -> Iterator[Metric]:
         counters = broker.counters

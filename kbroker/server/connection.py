@@ -98,7 +98,9 @@ class _Slot:
         "version",
         "correlation_id",
         "flexible",
+        "read_at",
         "started",
+        "local_done",
         "client_id",
     )
 
@@ -113,7 +115,9 @@ class _Slot:
         self.version = version
         self.correlation_id = correlation_id
         self.flexible = flexible
-        self.started = 0.0  # perf_counter() when the request was read, for its latency
+        self.read_at = 0.0  # perf_counter() of the read that brought the request
+        self.started = 0.0  # perf_counter() when its handler started
+        self.local_done = 0.0  # perf_counter() when its handler returned (remote time starts)
         self.client_id: str | None = None
 
 
@@ -160,6 +164,7 @@ class KafkaConnection(asyncio.Protocol):
         self._max_idle_s = broker.config.get("connections.max.idle.ms") / 1000
         self._log_requests = bool(broker.config.get("logging.requests.enable"))
         self._last_active = 0.0
+        self._read_at = 0.0  # perf_counter() of the last read: the queue time's start
         self._idle_timer: asyncio.TimerHandle | None = None
         self._counted_ip: str | None = None  # held in broker.connection_limits
 
@@ -305,6 +310,7 @@ class KafkaConnection(asyncio.Protocol):
         self._maybe_resume_reading()
 
     def data_received(self, data: bytes) -> None:
+        self._read_at = time.perf_counter()
         self.broker.keep_awake.request_read()
         self.broker.counters.bytes_in += len(data)
         self._last_active = time.monotonic()
@@ -546,6 +552,9 @@ class KafkaConnection(asyncio.Protocol):
         if not api.serves(version):
             if api_key == API_VERSIONS:
                 self._respond_now(correlation_id, False, unsupported_api_versions())
+                self._answered(
+                    api_key, version, correlation_id, self._read_at, started, started, None
+                )
                 return
             self.close(
                 f"unsupported version {version} of API {api_key} "
@@ -566,11 +575,14 @@ class KafkaConnection(asyncio.Protocol):
         response_flexible = flexible and api_key != API_VERSIONS
         try:
             result = api.handler(ctx, body)
+            local_done = time.perf_counter()
             if type(result) not in _IMMEDIATE and (
                 isinstance(result, Later) or inspect.isawaitable(result)
             ):
                 slot = _Slot(api_key, version, correlation_id, response_flexible)
+                slot.read_at = self._read_at
                 slot.started = started
+                slot.local_done = local_done
                 slot.client_id = header.client_id
                 slot.size = len(request) + 4
                 self._in_flight_bytes += slot.size
@@ -584,7 +596,9 @@ class KafkaConnection(asyncio.Protocol):
                 task.add_done_callback(lambda t: self._finish(slot, t))
                 return
             if isinstance(result, NoResponse):
-                self._answered(api_key, version, correlation_id, started, header.client_id)
+                self._answered(
+                    api_key, version, correlation_id, self._read_at, started, local_done, None
+                )
                 return
             quotas = self.broker.parts.quotas
             if quotas.active and isinstance(result, dict):
@@ -597,14 +611,36 @@ class KafkaConnection(asyncio.Protocol):
             self.close("internal error")
             return
         self._respond_now(correlation_id, response_flexible, encoded)
-        self._answered(api_key, version, correlation_id, started, header.client_id)
+        self._answered(
+            api_key, version, correlation_id, self._read_at, started, local_done, header.client_id
+        )
 
     def _answered(
-        self, api_key: int, version: int, correlation_id: int, started: float, client: str | None
+        self,
+        api_key: int,
+        version: int,
+        correlation_id: int,
+        read_at: float,
+        started: float,
+        local_done: float,
+        client: str | None,
+        ready: float = 0.0,
     ) -> None:
-        """Count the request's time; with logging.requests.enable, log it too."""
-        ms = (time.perf_counter() - started) * 1000.0
-        self.broker.counters.answered(api_key, ms)
+        """Count the request's times (Kafka's RequestMetrics: queue, local, remote, send);
+        with logging.requests.enable, log it too. `read_at` is when the read that brought
+        it began, `started` when its handler started, `local_done` when the handler
+        returned, `ready` when a later answer came (0 for one answered at once)."""
+        now = time.perf_counter()
+        queue_ms = (started - read_at) * 1000.0 if read_at < started else 0.0
+        local_ms = (local_done - started) * 1000.0
+        if ready:
+            remote_ms = (ready - local_done) * 1000.0
+            send_ms = (now - ready) * 1000.0
+        else:
+            remote_ms = 0.0
+            send_ms = (now - local_done) * 1000.0
+        self.broker.counters.answered(api_key, queue_ms, local_ms, remote_ms, send_ms)
+        ms = queue_ms + local_ms + remote_ms + send_ms
         if self._log_requests:
             name = messages.API_NAMES.get(api_key, str(api_key))
             request_log.info(
@@ -646,6 +682,7 @@ class KafkaConnection(asyncio.Protocol):
             self._in_flight_bytes -= slot.size
             slot.size = 0
             self._account_memory()
+        ready = time.perf_counter()
         api_key, version = slot.api_key, slot.version
         if isinstance(error, asyncio.CancelledError):
             self.close(f"{messages.API_NAMES.get(api_key)} v{version} request cancelled")
@@ -664,7 +701,16 @@ class KafkaConnection(asyncio.Protocol):
             return
         slot.done = True
         self._drain_queue()  # the answer goes out first (after an fsync, it is the latency)
-        self._answered(api_key, version, slot.correlation_id, slot.started, slot.client_id)
+        self._answered(
+            api_key,
+            version,
+            slot.correlation_id,
+            slot.read_at,
+            slot.started,
+            slot.local_done,
+            slot.client_id,
+            ready,
+        )
 
     def _respond_now(self, correlation_id: int, flexible: bool, body: bytes | EncodedBody) -> None:
         parts = self._frame(correlation_id, flexible, body)

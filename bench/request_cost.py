@@ -1,0 +1,198 @@
+"""Broker CPU per request, one request at a time, by API; optionally a py-spy profile.
+
+    PYTHONPATH=$PWD .venv/bin/python -m bench.request_cost                  # CPU µs per request
+    PYTHONPATH=$PWD .venv/bin/python -m bench.request_cost --profile DIR    # + py-spy per API
+    PYTHONPATH=$PWD .venv/bin/python -m bench.request_cost --workloads produce -n 20000
+
+One kbroker node (kbroker.testing.kafka_broker), one topic of one partition, one client
+connection sending one request and waiting for its answer before the next:
+
+- produce: Produce v9, acks=-1, one batch of one 100 B record (not idempotent);
+- fetch: Fetch v11 at the log end, max_wait_ms 1, min_bytes 1: every request waits
+  out its 1 ms and answers empty (the parked-fetch path);
+- heartbeat: ConsumerGroupHeartbeat v1 of a member that already has its assignment;
+- commit: OffsetCommit v9 of one offset by that member.
+
+The figure is the broker process's own CPU time (utime + stime from /proc/<pid>/stat)
+over the N requests divided by N, so it holds on a loaded machine where throughput does
+not; the load average is printed with it. With --profile, py-spy samples the broker
+(`py-spy record --native --format raw`) during a second pass of each workload and the
+collapsed stacks are reduced to the frames with the largest inclusive and self share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from kbroker.admin.client import cluster
+from kbroker.admin.group_consumer import GroupMember
+from kbroker.protocol.one_shot import fetch_fields, produce_fields
+from kbroker.testing import kafka_broker
+from kbroker.testing.records import Record, encode_batch
+
+PRODUCE, FETCH = 0, 1
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+WORKLOADS = ("produce", "fetch", "heartbeat", "commit")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the process (its threads included), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def workload(
+    name: str, bootstrap: str, topic: str
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(one request, close) for the named workload, set up and warmed."""
+    c = cluster(bootstrap).__enter__()
+    conn = c.any()
+    conn.negotiate()
+    if name == "produce":
+        batch = encode_batch([Record(None, b"x" * 100)], int(time.time() * 1000))
+        body = produce_fields(topic, batch, acks=-1, timeout_ms=30_000)
+
+        def one() -> None:
+            conn.call(PRODUCE, body, versions=(9, 9))
+
+    elif name == "fetch":
+        produce = produce_fields(topic, encode_batch([Record(None, b"y")], 0), acks=-1)
+        answer = conn.call(PRODUCE, produce, versions=(9, 9))
+        end = int(answer.responses[0].partition_responses[0].base_offset) + 1
+        body = fetch_fields(topic, max_wait=1, min_bytes=1, offset=end)
+
+        def one() -> None:
+            conn.call(FETCH, body, versions=(11, 11))
+
+    else:
+        member = GroupMember(c, f"cost-{os.getpid()}-{name}", topic)
+        member.join()
+
+        def one() -> None:
+            if name == "heartbeat":
+                member.heartbeat()
+            else:
+                member.commit({0: 1})
+
+    for _ in range(200):  # warm: first-use imports, caches, fetch sessions
+        one()
+    return one, c.close
+
+
+def profile(pid: int, out: Path, seconds: float, one: Callable[[], None]) -> Path:
+    """Sample the broker with py-spy while `one` runs for `seconds`; collapsed stacks."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    raw = out.with_suffix(".txt")
+    proc = subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--native", "--rate", "1000", "--format", "raw",
+         "--output", str(raw), "--duration", str(int(seconds) + 1)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(0.5)  # py-spy attaching: its first samples must see the workload
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        one()
+    proc.wait(timeout=60)
+    return raw
+
+
+IDLE_LEAVES = {"poll", "epoll_pwait", "epoll_wait", "select"}
+IDLE_FRAMES = ("PyThread_acquire_lock", "pthread_cond_", "take_gil", "select_poll_poll")
+OTHER_THREADS = ("RaftThread._run", "_worker (concurrent")
+
+
+def frame_name(frame: str) -> str:
+    """'func (path/to/file.py:12)' -> 'func (file.py)'; native frames keep their library."""
+    function, _, where = frame.partition(" (")
+    return f"{function} ({where.rsplit('/', 1)[-1].split(':')[0].rstrip(')')})"
+
+
+def summarize(raw: Path, top: int) -> list[str]:
+    """The frames with the largest inclusive share (and their self share) of the event
+    loop thread's busy samples: the raft and thread-pool threads and every sample
+    waiting in poll/epoll or for a lock (the GIL included) are left out."""
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    busy = idle = other = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n, frames = int(count), stack.split(";")
+        if frames[-1].split(" (")[0] in IDLE_LEAVES or any(
+            marker in f for f in frames for marker in IDLE_FRAMES
+        ):
+            idle += n
+            continue
+        if any(marker in f for f in frames for marker in OTHER_THREADS):
+            other += n
+            continue
+        busy += n
+        for name in {frame_name(f) for f in frames}:
+            inclusive[name] += n
+        own[frame_name(frames[-1])] += n
+    lines = [f"event loop busy samples {busy} (idle or waiting {idle}, other threads {other})"]
+    shown = [(f, n) for f, n in inclusive.most_common() if n < 0.97 * busy][:top]
+    for frame, n in shown:
+        lines.append(
+            f"{100 * n / max(busy, 1):5.1f}% incl {100 * own[frame] / max(busy, 1):5.1f}% self  {frame}"
+        )
+    lines.append("top self:")
+    for frame, n in own.most_common(top):
+        lines.append(f"{100 * n / max(busy, 1):5.1f}% self  {frame}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("-n", "--requests", type=int, default=5000)
+    parser.add_argument("--profile", type=Path, help="directory for py-spy's collapsed stacks")
+    parser.add_argument("--profile-seconds", type=float, default=10.0)
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args(argv)
+    names = [w for w in args.workloads.split(",") if w]
+    with (
+        tempfile.TemporaryDirectory(prefix="kbroker-cost-") as tmp,
+        kafka_broker(Path(tmp) / "node") as server,
+    ):
+        proc = server.nodes[0].proc
+        assert proc is not None
+        topic = server.create_topic()
+        print(f"load average {load()}; broker pid {proc.pid}")
+        for name in names:
+            one, close = workload(name, server.bootstrap, topic)
+            before, wall = cpu_seconds(proc.pid), time.perf_counter()
+            for _ in range(args.requests):
+                one()
+            cpu = cpu_seconds(proc.pid) - before
+            wall = time.perf_counter() - wall
+            print(
+                f"{name:10} {1e6 * cpu / args.requests:8.1f} µs broker CPU/request "
+                f"({args.requests} requests, {1e6 * wall / args.requests:.0f} µs wall each, "
+                f"load {load()})"
+            )
+            if args.profile is not None:
+                args.profile.mkdir(parents=True, exist_ok=True)
+                raw = profile(proc.pid, args.profile / name, args.profile_seconds, one)
+                print("\n".join("    " + line for line in summarize(raw, args.top)))
+            close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

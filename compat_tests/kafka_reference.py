@@ -151,15 +151,19 @@ def write_log4j2(directory: Path, level: str) -> Path:
 
 
 def tool_runner_classes() -> Path:
-    """ToolRunner.java compiled against the fetched jars, once per source version."""
-    digest = hashlib.sha256(TOOL_SOURCE.read_bytes() + KAFKA_VERSION.encode()).hexdigest()[:16]
+    """The programs in compat_tests/kafka_tools (ToolRunner.java, WordCount.java) compiled
+    against the fetched jars, once per version of their sources."""
+    sources = sorted(TOOL_SOURCE.parent.glob("*.java"))
+    digest = hashlib.sha256(
+        b"".join(p.read_bytes() for p in sources) + KAFKA_VERSION.encode()
+    ).hexdigest()[:16]
     target = KAFKA_DIST.parent / f"kafka-tool-runner-{digest}"
     if (target / "ToolRunner.class").is_file():
         return target
     building = Path(f"{target}.part-{os.getpid()}")
     building.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        ["javac", "-nowarn", "-d", str(building), "-cp", kafka_classpath(), str(TOOL_SOURCE)],
+        ["javac", "-nowarn", "-d", str(building), "-cp", kafka_classpath(), *map(str, sources)],
         check=True,
         capture_output=True,
         timeout=TOOL_TIMEOUT_S,
@@ -276,10 +280,14 @@ def run_tool_process(
     )
 
 
-def start_tool_process(main: str, *args: str, log: Path) -> subprocess.Popen[bytes]:
+def start_tool_process(
+    main: str, *args: str, log: Path, classes: Path | None = None
+) -> subprocess.Popen[bytes]:
     """A long-running Kafka program (MirrorMaker 2, a Streams application...) in a JVM of its
-    own, its output appended to `log`; the caller stops it."""
+    own, its output appended to `log`; the caller stops it. `classes` adds a directory of
+    compiled classes (tool_runner_classes()) to the class path."""
     log4j = write_log4j2(log.parent, "INFO")
+    extra = () if classes is None else (str(classes),)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [
@@ -287,7 +295,7 @@ def start_tool_process(main: str, *args: str, log: Path) -> subprocess.Popen[byt
                 *TOOL_JVM,
                 f"-Dlog4j2.configurationFile={log4j}",
                 "-cp",
-                kafka_classpath(),
+                kafka_classpath(*extra),
                 main,
                 *args,
             ],

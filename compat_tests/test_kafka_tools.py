@@ -12,15 +12,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
+import subprocess
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from compat_tests.broker_process import FAST_GROUP_SETTINGS, running_broker
 from compat_tests.cluster import KafkaCluster, running_cluster
@@ -30,6 +33,8 @@ from compat_tests.kafka_reference import (
     kafka_unavailable,
     run_tool_process,
     running_kafka,
+    start_tool_process,
+    tool_runner_classes,
 )
 
 pytestmark = pytest.mark.skipif(kafka_unavailable() is not None, reason=str(kafka_unavailable()))
@@ -389,6 +394,12 @@ def test_acls(target: Target) -> None:
         "--resource-pattern-type",
         "prefixed",
     )
+    _eventually(
+        lambda: (
+            "permissionType=DENY" in target.ok("kafka-acls", "--list", "--principal", principal)
+        ),
+        "every node to have the ACLs",
+    )
     out = target.ok("kafka-acls", "--list", "--principal", principal)
     assert f"ACLs for principal `{principal}`\nCurrent ACLs for resource `" in out
     assert f"(principal={principal}, host=*, operation=READ, permissionType=ALLOW)" in out
@@ -406,8 +417,12 @@ def test_acls(target: Target) -> None:
         "--topic",
         topic,
     )
-    out = target.ok("kafka-acls", "--list", "--topic", topic)
-    assert "operation=READ" not in out and "operation=DESCRIBE" in out
+    # Each broker applies the change from the metadata log: a cluster's other nodes follow.
+    _eventually(
+        lambda: "operation=READ" not in target.ok("kafka-acls", "--list", "--topic", topic),
+        "the READ ACL to go",
+    )
+    assert "operation=DESCRIBE" in target.ok("kafka-acls", "--list", "--topic", topic)
     target.ok(
         "kafka-acls",
         "--remove",
@@ -421,8 +436,13 @@ def test_acls(target: Target) -> None:
         "--resource-pattern-type",
         "prefixed",
     )
-    out = target.ok("kafka-acls", "--list", "--principal", principal)
-    assert "operation=WRITE" not in out and "operation=DESCRIBE" in out
+    _eventually(
+        lambda: (
+            "operation=WRITE" not in target.ok("kafka-acls", "--list", "--principal", principal)
+        ),
+        "the DENY ACL to go",
+    )
+    assert "operation=DESCRIBE" in target.ok("kafka-acls", "--list", "--principal", principal)
 
 
 def _offsets_table(out: str) -> dict[int, dict[str, str]]:
@@ -719,9 +739,9 @@ def test_transactions(target: Target) -> None:
     )
 
 
+@pytest.mark.parametrize("target", ["cluster"], indirect=True)
 def test_reassign_partitions_and_leader_election(target: Target, tmp_path: Path) -> None:
-    if target.cluster is None:
-        pytest.skip("moves replicas between brokers: the 3-node cluster runs it")
+    assert target.cluster is not None
     topic = _name("tools-reassign")
     out = target.ok("kafka-topics", "--create", "--topic", topic, "--replica-assignment", "1:2,2:3")
     assert f"Created topic {topic}." in out
@@ -849,3 +869,83 @@ def test_verifiable_producer_and_consumer(target: Target) -> None:
     commits = [e for e in events if e["name"] == "offsets_committed"]
     assert commits and all(c["success"] for c in commits)
     assert any(e["name"] == "partitions_assigned" for e in events)
+
+
+@pytest.mark.parametrize("target", ["cluster"], indirect=True)
+def test_streams_exactly_once_word_count(target: Target, tmp_path: Path) -> None:
+    """Kafka Streams' word count under exactly_once_v2 on the 3-node cluster, its group
+    coordinator killed -9 mid-run and restarted: every final count is exact, and no count
+    read (read_committed) ever passes it."""
+    cluster = target.cluster
+    assert cluster is not None
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta"]
+    lines = [" ".join(words[(i + j) % len(words)] for j in range(i % 5 + 1)) for i in range(4000)]
+    expected = Counter(word for line in lines for word in line.split())
+    source, sink, app = _name("wc-in"), _name("wc-out"), _name("wordcount")
+    _create(target, source, 2)
+    _create(target, sink, 2)
+    producer = Producer({"bootstrap.servers": target.bootstrap, "enable.idempotence": True})
+
+    def produce(part: list[str]) -> None:
+        for line in part:
+            producer.produce(source, line.encode())
+        assert producer.flush(60) == 0
+
+    produce(lines[:2000])
+    streams = start_tool_process(
+        "WordCount",
+        target.bootstrap,
+        app,
+        source,
+        sink,
+        str(tmp_path / "state"),
+        log=tmp_path / "streams.log",
+        classes=tool_runner_classes(),
+    )
+    reader = Consumer(
+        {
+            "bootstrap.servers": target.bootstrap,
+            "group.id": _name("wc-reader"),
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    reader.subscribe([sink])
+    latest: dict[str, int] = {}
+    over: list[tuple[str, int]] = []
+
+    def read(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            message = reader.poll(0.2)
+            if message is None or message.error():
+                continue
+            word, count = message.key().decode(), struct.unpack(">q", message.value())[0]
+            latest[word] = count
+            if count > expected[word]:
+                over.append((word, count))
+
+    try:
+        _eventually(lambda: read(1.0) or latest, "the first committed counts", timeout=120)
+        cluster.kill_coordinator(app)
+        produce(lines[2000:])
+        cluster.heal()
+        _eventually(
+            lambda: read(1.0) or latest == dict(expected),
+            "exact counts",
+            timeout=180,
+        )
+    except AssertionError as exc:
+        text = (tmp_path / "streams.log").read_text(errors="replace").splitlines()
+        log = "\n".join([line for line in text if " ERROR " in line or " WARN " in line][:40])
+        raise AssertionError(f"{exc}\ncounts {latest}\nexpected {dict(expected)}\n{log}") from None
+    finally:
+        reader.close()
+        streams.terminate()
+        try:
+            streams.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            streams.kill()
+            streams.wait(timeout=10)
+        cluster.heal()
+    assert not over, f"counts past the exact ones (duplicates): {over[:10]}"

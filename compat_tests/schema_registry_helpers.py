@@ -4,10 +4,11 @@ class built at run time (no protoc needed)."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from typing import Any
+
+from compat_tests.waiting import eventually
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
@@ -49,17 +50,12 @@ def basic(user: str, password: str) -> str:
 
 
 def wait_serving(url: str, timeout: float = 20.0, **kwargs: Any) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            status, _ = call(url, "GET", "/subjects", timeout=2, **kwargs)
-            if status == 200:
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no schema registry at {url}")
-        time.sleep(0.1)
+    eventually(
+        lambda: call(url, "GET", "/subjects", timeout=2, **kwargs)[0] == 200,
+        timeout=timeout,
+        what=f"a schema registry at {url}",
+        interval=0.1,
+    )
 
 
 def avro_record(name: str, fields: list[tuple[str, Any]] | list[dict[str, Any]]) -> str:

@@ -22,6 +22,7 @@ import pytest
 
 from compat_tests.broker_process import BrokerProcess, running_broker
 from compat_tests.java_driver import JavaDriver, Reply
+from compat_tests.waiting import eventually
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -901,17 +902,19 @@ def test_delete_topic_by_topic_id(java):
     topic = unique("t")
     created = java.call("create-topics", topics=topic)["created"][topic]
     java.call("delete-topics", ids=created["topicId"])
-    deadline = time.monotonic() + 10
-    while topic in java.call("list-topics")["topics"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert topic not in java.call("list-topics")["topics"]
+    eventually(
+        lambda: topic not in java.call("list-topics")["topics"],
+        timeout=10,
+        what=f"{topic} unlisted after its deletion",
+    )
 
 
 def test_delete_topics_removes_topic(java):
     topic = create_topic(java)
     java.call("delete-topics", topics=topic)
-    deadline = time.monotonic() + 10
-    while topic in java.call("list-topics")["topics"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert topic not in java.call("list-topics")["topics"]
+    eventually(
+        lambda: topic not in java.call("list-topics")["topics"],
+        timeout=10,
+        what=f"{topic} unlisted after its deletion",
+    )
     assert java.fails("describe-topics", topics=topic).error == "UnknownTopicOrPartitionException"

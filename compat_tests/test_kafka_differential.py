@@ -31,6 +31,7 @@ from compat_tests.differential import (
     shared_versions,
 )
 from compat_tests.kafka_reference import kafka_unavailable, running_kafka, start_tool_process
+from compat_tests.waiting import eventually
 from kbroker.admin.client import produce_fields
 from kbroker.protocol.batch import encode_batch
 from kbroker.protocol.messages import API_NAMES
@@ -137,23 +138,21 @@ def _prepare(side: Side) -> None:
         ),
     )
     # The DENY applies once the node has the ACL: a metadata request for the topic fails.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        answer = ask(
-            side, 3, 12, {"topics": [{"name": DENIED}], "allow_auto_topic_creation": False}
-        )
-        if answer["topics"][0]["error_code"] == 29:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{side.name}: the DENY on {DENIED} never applied")
+    eventually(
+        lambda: (
+            ask(side, 3, 12, {"topics": [{"name": DENIED}], "allow_auto_topic_creation": False})[
+                "topics"
+            ][0]["error_code"]
+            == 29
+        ),
+        timeout=30,
+        what=f"{side.name}: the DENY on {DENIED} to apply",
+        interval=0.2,
+    )
 
 
 def _until(side: Side, what: str, check: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{side.name}: {what} not ready within {timeout}s")
-        time.sleep(0.2)
+    eventually(check, timeout=timeout, what=f"{side.name}: {what}", interval=0.2)
 
 
 @pytest.fixture(scope="module")

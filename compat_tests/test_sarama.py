@@ -34,6 +34,7 @@ import pytest
 
 from compat_tests.broker_process import stored_batches
 from compat_tests.confluent_helpers import unique_topic
+from compat_tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -394,13 +395,13 @@ def test_admin_deleted_topic_becomes_unknown(sarama, shared_broker):
     bootstrap = shared_broker.bootstrap
     topic = create_topic(sarama, bootstrap, "delete", partitions=2)
     sarama.ok("delete-topic", bootstrap, topic=topic)
-    deadline = time.monotonic() + 10
-    while True:
+
+    def unknown() -> bool:
         (described,) = sarama.ok("describe-topic", bootstrap, topic=topic)["topics"]
-        if described["error"] == UNKNOWN_TOPIC_OR_PARTITION or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert described["error"] == UNKNOWN_TOPIC_OR_PARTITION, described
+        assert described["error"] == UNKNOWN_TOPIC_OR_PARTITION, described
+        return True
+
+    eventually(unknown, timeout=10, what=f"{topic} unknown after its deletion", interval=0.2)
 
 
 def test_describe_configs_v1_shows_topic_override_and_defaults(sarama, shared_broker):

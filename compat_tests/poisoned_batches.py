@@ -180,3 +180,68 @@ def keyless(now_ms: int) -> bytes:
 def long_ago(now_ms: int) -> bytes:
     """A batch stamped -2^63 + 1 ms: refused where message.timestamp.before.max.ms is set."""
     return bytes(encode_batch([b"ancient"], -(2**63) + 1))
+
+
+# -- message formats v0/v1 (Produce v0-2), up-converted by the leader ----------------------
+
+
+def old_message(
+    magic: int, key: bytes | None, value: bytes | None, attributes: int = 0, timestamp: int = 0
+) -> bytes:
+    """One v0/v1 message (crc, magic, attributes, [timestamp], key, value), CRC-32 right."""
+    import zlib
+
+    body = struct.pack(">bb", magic, attributes)
+    if magic == 1:
+        body += _I64.pack(timestamp)
+    for part in (key, value):
+        body += _I32.pack(-1) if part is None else _I32.pack(len(part)) + part
+    return _U32.pack(zlib.crc32(body)) + body
+
+
+def old_entry(message: bytes, offset: int = 0) -> bytes:
+    return _I64.pack(offset) + _I32.pack(len(message)) + message
+
+
+def old_poisoned(now_ms: int) -> dict[str, tuple[bytes, int]]:
+    """Old-format message sets Kafka 3.9 refuses, with its error code."""
+    import gzip
+
+    good = old_entry(old_message(1, b"k", b"v", timestamp=now_ms))
+    bad_crc = bytearray(good)
+    bad_crc[12] ^= 0xFF
+    v0_inner = old_entry(old_message(0, b"k", b"v"))
+    return {
+        "v1 message with a bad CRC-32": (bytes(bad_crc), CORRUPT_MESSAGE),
+        "v0 message with a bad CRC-32": (
+            bytes(bytearray(old_entry(old_message(0, b"k", b"v")))[:12])
+            + b"\x00\x00\x00\x00"
+            + old_entry(old_message(0, b"k", b"v"))[16:],
+            CORRUPT_MESSAGE,
+        ),
+        "v1 wrapper holding a v0 message": (
+            old_entry(old_message(1, None, gzip.compress(v0_inner), GZIP, now_ms)),
+            INVALID_RECORD,
+        ),
+        "wrapper holding a wrapper": (
+            old_entry(
+                old_message(
+                    1,
+                    None,
+                    gzip.compress(old_entry(old_message(1, None, gzip.compress(good), GZIP))),
+                    GZIP,
+                )
+            ),
+            INVALID_RECORD,
+        ),
+        "wrapper of nested garbage": (
+            old_entry(old_message(1, None, gzip.compress(b"\x00\x01garbage" * 3), GZIP, now_ms)),
+            CORRUPT_MESSAGE,
+        ),
+        "wrapper that is not gzip": (
+            old_entry(old_message(1, None, b"not gzip at all", GZIP, now_ms)),
+            CORRUPT_MESSAGE,
+        ),
+        "magic 3": (good[:16] + b"\x03" + good[17:], CORRUPT_MESSAGE),
+        "message cut short": (good[:-2], CORRUPT_MESSAGE),
+    }

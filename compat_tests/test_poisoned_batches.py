@@ -9,6 +9,7 @@ the good records, in order, without error.
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from compat_tests.poisoned_batches import (
     INVALID_TIMESTAMP,
     keyless,
     long_ago,
+    old_poisoned,
     poisoned,
 )
 from kbroker.admin.client import BrokerConnection, produce_fields
@@ -37,6 +39,7 @@ pytestmark = pytest.mark.timeout(120)
 PRODUCE = 0
 NOW = int(time.time() * 1000)
 CASES = poisoned(NOW)
+OLD_CASES = old_poisoned(NOW)
 
 
 @dataclass
@@ -114,3 +117,27 @@ def test_a_consumer_reads_every_good_record_and_nothing_else(topics: Topics) -> 
         assert [r.value for r in got] == [f"good-{i}".encode() for i in range(topics.good[topic])]
         assert [r.offset for r in got] == list(range(topics.good[topic]))
         assert watermarks(topics.broker.bootstrap, topic)[1] == topics.good[topic]
+
+
+def produce_v2_raw(t: Topics, topic: str, records: bytes) -> tuple[int, int]:
+    """Produce v2 (message format v0/v1, acks=all) of one partition's records: the
+    partition's (error code, base offset)."""
+    name = topic.encode()
+    body = struct.pack(">hii", -1, 10000, 1) + struct.pack(">h", len(name)) + name
+    body += struct.pack(">iii", 1, 0, len(records)) + records
+    with BrokerConnection(t.broker.host, t.broker.port, 10.0, "old-poisoner") as conn:
+        answer = conn.receive_raw(conn.send_raw(PRODUCE, 2, body))
+    pos = 4 + 2 + len(name) + 4  # topic count, name, partition count
+    _index, error, base_offset = struct.unpack_from(">ihq", answer, pos)
+    return error, base_offset
+
+
+@pytest.mark.parametrize("name", list(OLD_CASES), ids=list(OLD_CASES))
+def test_poisoned_old_format_message_set_gets_kafkas_code_and_nothing_is_appended(
+    topics: Topics, name: str
+) -> None:
+    records, code = OLD_CASES[name]
+    before = watermarks(topics.broker.bootstrap, topics.plain)
+    assert produce_v2_raw(topics, topics.plain, records)[0] == code
+    assert watermarks(topics.broker.bootstrap, topics.plain) == before
+    produce_good(topics, topics.plain)

@@ -15,7 +15,7 @@ from kio.index import load_request_schema
 
 from kbroker import handlers  # noqa: F401  (registers every API handler)
 from kbroker.handlers.registry import APIS
-from kbroker.protocol.messages import API_NAMES
+from kbroker.protocol.messages import API_NAMES, known_versions
 
 TARGET = Path(__file__).resolve().parent.parent / "kbroker" / "protocol" / "requests.py"
 PRODUCE = 0  # decoded by hand: kbroker.protocol.produce_request.ProduceRequest
@@ -63,7 +63,9 @@ def render() -> str:
         if key == PRODUCE:
             continue
         members = []
-        for version in range(api.min_version, api.max_version + 1):
+        # Older versions (protocol.legacy_messages) are decoded into the oldest kio class.
+        lowest = max(api.min_version, known_versions(key).start)
+        for version in range(lowest, api.max_version + 1):
             cls = load_request_schema(key, version)
             module = f"{API_NAMES[key]}_v{version}"
             imports.append(f"    import {cls.__module__} as {module}")
@@ -76,10 +78,10 @@ def render() -> str:
             )
             line = f"    {cls.__name__}: TypeAlias = (\n{body}\n    )"
         aliases.append(line)
-        served.append(f'    "{cls.__name__}": ({key}, {api.min_version}, {api.max_version}),')
+        served.append(f'    "{cls.__name__}": ({key}, {lowest}, {api.max_version}),')
     return (
         HEADER
-        + "# Per alias: (API key, lowest version served, highest version served).\n"
+        + "# Per alias: (API key, lowest version kio has a class for, highest version served).\n"
         + "SERVED: dict[str, tuple[int, int, int]] = {\n"
         + "\n".join(served)
         + "\n}\n\nif TYPE_CHECKING:\n"

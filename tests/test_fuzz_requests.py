@@ -40,7 +40,7 @@ from kio.serial._introspect import (
 from test_header import uvarint
 
 from compat_tests.null_requests import variants
-from kbroker.protocol import messages
+from kbroker.protocol import legacy_messages, messages
 from kbroker.protocol.header import MalformedRequest
 
 pytestmark = pytest.mark.slow  # make test-fast leaves these out
@@ -386,3 +386,58 @@ def test_a_length_past_the_end_is_refused(key: int, version: int) -> None:
     for variant in variants(key, version):
         if variant.mutation == "overrun":
             assert decode_outcome(key, version, variant.data) is not None, variant.path
+
+
+# -- the versions kio has no schema for (protocol.legacy_messages) ----------------------
+
+LEGACY_VERSIONS = sorted(legacy_messages.LEGACY)
+LEGACY_IDS = [f"{messages.API_NAMES[k]}-v{v}" for k, v in LEGACY_VERSIONS]
+
+
+def _sample(kind: object, version: int, seed: int) -> object:
+    """A value of every field of a layout, different per field, arrays of two."""
+    if isinstance(kind, tuple) and kind and kind[0] == "array":
+        return [_sample(kind[1], version, seed + i) for i in range(2)]
+    if isinstance(kind, tuple):
+        return {
+            name: _sample(k, version, seed * 7 + i)
+            for i, (name, k) in enumerate(legacy_messages._fields(kind, version))
+        }
+    return f"s{seed}" if kind in ("string", "nstring") else seed % 100
+
+
+@pytest.mark.parametrize(("key", "version"), LEGACY_VERSIONS, ids=LEGACY_IDS)
+def test_legacy_requests_decode_into_the_oldest_kio_shape(key: int, version: int) -> None:
+    layout = legacy_messages.LEGACY[(key, version)][0]
+    sample = _sample(layout, version, 1)
+    data = legacy_messages.write(layout, version, sample)
+    decoded = messages.decode_request(key, version, data, 0)
+    assert decoded.__version__ == messages.known_versions(key).start
+    assert legacy_messages.read(layout, version, data, 0, 1000) == sample
+    for cut in range(len(data)):  # every truncation is a malformed request
+        assert isinstance(decode_outcome(key, version, data[:cut]), MalformedRequest)
+
+
+@pytest.mark.parametrize(("key", "version"), LEGACY_VERSIONS, ids=LEGACY_IDS)
+def test_legacy_random_bytes_only_raise_exceptions(key: int, version: int) -> None:
+    layout = legacy_messages.LEGACY[(key, version)][0]
+    valid = legacy_messages.write(layout, version, _sample(layout, version, 3))
+
+    @FUZZ
+    @given(
+        st.binary(max_size=200), st.integers(0, len(valid) - 1), st.binary(min_size=1, max_size=4)
+    )
+    def random_body(data: bytes, at: int, patch: bytes) -> None:
+        decode_outcome(key, version, data)
+        decode_outcome(key, version, valid[:at] + patch + valid[at + len(patch) :])
+
+    random_body()
+
+
+def test_a_legacy_array_count_beyond_the_bytes_is_refused() -> None:
+    body = struct.pack(">h", 1) + b"g" + struct.pack(">i", 1 << 30)
+    outcome = decode_outcome(OFFSET_FETCH_KEY, 0, body)
+    assert isinstance(outcome, MalformedRequest) and "cannot fit" in str(outcome)
+
+
+OFFSET_FETCH_KEY = 9

@@ -816,7 +816,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Whether fetches by old clients may "
         "be down-converted. Default of message.downconversion.enable.",
         dynamic=True,
-        role=INERT,
     ),
     _d(
         "log.local.retention.ms",

@@ -218,8 +218,8 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "message.downconversion.enable",
         BOOLEAN,
         True,
-        "Whether fetches by old clients may be down-converted to their message format.",
-        role=INERT,
+        "Whether Fetch v0-3 (clients before Kafka 0.11) is answered with the records "
+        "down-converted to message format v0/v1; off, such fetches get UNSUPPORTED_VERSION.",
     ),
     _t(
         "message.format.version",

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import kbroker.handlers  # noqa: F401  (registers every handler in APIS)
 from kbroker.docs.kafka_apis import KAFKA_APIS, KAFKA_VERSION, KafkaApi
 from kbroker.handlers.registry import APIS, Api
-from kbroker.protocol.messages import LEGACY_PRODUCE_VERSIONS
+
+_CONVERTING = (0, 1)  # Produce up-converts, Fetch down-converts (protocol/legacy_records.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,11 @@ TESTED_CLIENTS: tuple[TestedClient, ...] = (
         ),
     ),
     TestedClient("kafka-python", "3.0 or newer (PyPI)", ("test_kafka_python.py",)),
+    TestedClient(
+        "kafka-python pinned to api_version (0, 9) and (0, 10, 0): message formats v0/v1",
+        "3.0 or newer (PyPI)",
+        ("test_old_clients.py",),
+    ),
     TestedClient("aiokafka", "0.11 or newer (PyPI)", ("test_aiokafka.py",)),
     TestedClient(
         "Java client (kafka-clients)",
@@ -90,8 +96,12 @@ def _note(kafka: KafkaApi, ours: Api | None) -> str:
             return "Between KRaft controllers; kbroker's quorum speaks its own Raft."
         return "Not served."
     notes = []
-    if kafka.key == 0 and ours.min_version == LEGACY_PRODUCE_VERSIONS.start:
-        notes.append("v0-2 advertised (not served) for librdkafka, as Kafka does (KAFKA-18659).")
+    if ours.min_version < kafka.min_version:
+        notes.append(
+            f"{_range(ours.min_version, kafka.min_version - 1).join('vv')[:-1]} served as Kafka "
+            "3.9 served them (dropped by Kafka 4, KIP-896)"
+            + ("; message formats v0/v1 converted." if kafka.key in _CONVERTING else ".")
+        )
     elif ours.min_version > kafka.min_version:
         notes.append(f"Oldest version {ours.min_version}.")
     if ours.max_version < kafka.max_stable_version:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity
 
+from kbroker.config.topic import topic_config_values
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.endpoints import current_leader, node_address
 from kbroker.handlers.registry import handles
@@ -26,6 +27,7 @@ from kbroker.protocol.fetch_response import (
     NodeEndpoint,
     encode_fetch_response,
 )
+from kbroker.protocol.legacy_records import ZstdDownConversionError, down_convert
 from kbroker.replica.fetch_sessions import (
     FetchPlan,
     FetchTarget,
@@ -81,11 +83,12 @@ READ_COMMITTED = 1
 FIRST_SESSION_VERSION = 7
 FIRST_REPLICA_STATE_VERSION = 15
 FIRST_CURRENT_LEADER = 12
+FIRST_V2_FORMAT = 4  # older Fetch versions read message format v0 (v0-1) or v1 (v2-3)
 FIRST_RACK_ID_VERSION = 11  # KIP-392: a consumer may fetch from a follower
 _LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
-@handles(FETCH, 4)
+@handles(FETCH, 0)  # v0-3 through protocol.legacy_messages, records down-converted
 def fetch(ctx: RequestContext, request: requests.FetchRequest) -> Any:
     plan = _plan(ctx, request)
     if plan.error_code:
@@ -217,6 +220,8 @@ def _encode(
                 ctx.version, [], session_id=plan.session_id, throttle_time_ms=throttle
             )
     remember_sent(plan, results)
+    if ctx.version < FIRST_V2_FORMAT:
+        _down_convert(ctx.broker, ctx.version, results)
     # Kafka's BytesOutPerSec counts what consumers get; a follower's fetch is replication.
     consumer = replica_id_of(request) < 0
     topics: list[FetchedTopic] = []
@@ -239,6 +244,46 @@ def _encode(
     return encode_fetch_response(
         ctx.version, topics, session_id=plan.session_id, node_endpoints=endpoints
     )
+
+
+def _down_convert(
+    broker: BrokerParts, version: int, results: list[tuple[FetchTarget, FetchedPartition]]
+) -> None:
+    """Fetch v0-3: the records as messages of format v0 (v0-1) or v1 (v2-3). As Kafka 3.9
+    answers: UNSUPPORTED_COMPRESSION_TYPE for a zstd topic (the old formats know no
+    zstd), UNSUPPORTED_VERSION where the topic's message.downconversion.enable is off."""
+    magic = 0 if version < 2 else 1
+    refusals: dict[str, int] = {}
+    for target, result in results:
+        topic = target.topic
+        if topic is None or result.error_code:
+            continue
+        if topic not in refusals:
+            info = broker.controller.state.topics.get(topic)
+            values = topic_config_values(info.configs if info else {}, broker.config)
+            refusals[topic] = (
+                ErrorCode.unsupported_compression_type
+                if values["compression.type"] == "zstd"
+                else 0
+                if values["message.downconversion.enable"]
+                else ErrorCode.unsupported_version
+            )
+        records = result.records
+        result.records = None
+        data: bytes | bytearray = b""
+        if records is not None:
+            data = records if isinstance(records, bytes | bytearray) else records.read()
+            if not isinstance(records, bytes | bytearray):
+                records.release()
+        error = refusals[topic]
+        if not error and data:
+            try:
+                result.records = down_convert(data, magic, target.fetch_offset)
+            except ZstdDownConversionError:
+                error = ErrorCode.unsupported_compression_type
+        if error:  # Kafka's error answer: no watermarks
+            result.error_code = error
+            result.high_watermark = result.last_stable_offset = result.log_start_offset = -1
 
 
 def _read_all(

@@ -368,7 +368,7 @@ def _batched_leave(request: requests.LeaveGroupRequest) -> TypeIs[BatchedLeaveGr
 # -- OffsetCommit ------------------------------------------------------------------------
 
 
-@handles(OFFSET_COMMIT, _lowest(OFFSET_COMMIT))
+@handles(OFFSET_COMMIT, 0)  # v0-1 through protocol.legacy_messages
 def offset_commit(ctx: RequestContext, request: requests.OffsetCommitRequest) -> Any:
     version = ctx.version
     state = ctx.broker.controller.state
@@ -457,7 +457,7 @@ def _named_by_id(topic: Entity) -> TypeIs[offset_commit_v10.OffsetCommitRequestT
 # -- OffsetFetch -------------------------------------------------------------------------
 
 
-@handles(OFFSET_FETCH, _lowest(OFFSET_FETCH))
+@handles(OFFSET_FETCH, 0)  # v0 through protocol.legacy_messages
 def offset_fetch(ctx: RequestContext, request: requests.OffsetFetchRequest) -> Any:
     version = ctx.version
     stable = bool(getattr(request, "require_stable", False))

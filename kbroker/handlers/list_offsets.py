@@ -70,7 +70,7 @@ def _error(partition: int, code: int) -> dict[str, Any]:
     return {"partition_index": partition, "error_code": code, "timestamp": -1, "offset": -1}
 
 
-@handles(LIST_OFFSETS, 1)
+@handles(LIST_OFFSETS, 0)
 def list_offsets(ctx: RequestContext, request: requests.ListOffsetsRequest) -> dict[str, Any]:
     broker = ctx.broker
     isolation = getattr(request, "isolation_level", 0)
@@ -90,5 +90,11 @@ def list_offsets(ctx: RequestContext, request: requests.ListOffsetsRequest) -> d
                 partitions.append(_error(p.partition_index, ErrorCode.unknown_topic_or_partition))
             else:
                 partitions.append(_partition(broker, t.name, p, isolation))
+        if ctx.version == 0:
+            # v0 answers a list of offsets (Kafka 3.9: the one asked for, with the base
+            # offsets of older segments after it); every client asks for one.
+            for answer in partitions:
+                offset = answer["offset"]
+                answer["old_style_offsets"] = [offset] if offset >= 0 else []
         topics.append({"name": t.name, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}

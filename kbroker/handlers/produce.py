@@ -32,6 +32,7 @@ from kbroker.protocol.batch import (
     starts_with_transactional_data,
 )
 from kbroker.protocol.fetch_response import NodeEndpoint
+from kbroker.protocol.legacy_records import InvalidLegacyRecordError, is_legacy, up_convert
 from kbroker.protocol.produce_request import PartitionData, ProduceRequest
 from kbroker.protocol.produce_response import (
     FIRST_CURRENT_LEADER,
@@ -187,7 +188,16 @@ def _append(
             "record batch per partition",
         )
     broker.counters.produced_bytes += len(pdata.records)
-    records = pdata.records
+    records: memoryview | bytearray = pdata.records
+    if version < FIRST_V2_ONLY_VERSION and is_legacy(records):
+        # Message format v0/v1 (Produce v0-2): stored as one v2 batch, as Kafka 3.9 does.
+        try:
+            records = up_convert(records)
+        except InvalidLegacyRecordError as exc:
+            return ProducedPartition(index, ErrorCode.invalid_record, error_message=str(exc))
+        except InvalidBatchError as exc:
+            log.warning("rejecting corrupt messages for %s-%d: %s", topic, index, exc)
+            return ProducedPartition(index, ErrorCode.corrupt_message, error_message=str(exc))
     if broker.schemas is not None:
         refused = broker.schemas.refuse(topic, records)
         if refused is not None:
@@ -216,12 +226,12 @@ def _append(
     except BatchTooLargeError as exc:
         return ProducedPartition(index, ErrorCode.message_too_large, error_message=str(exc))
     except UnsupportedMagicError as exc:
-        # Produce v3+ carries only v2 batches (Kafka: INVALID_RECORD); v0-2 may carry the
-        # old formats, which Kafka 4 no longer stores.
+        # Produce v3+ carries only v2 batches (Kafka: INVALID_RECORD); in v0-2 an old
+        # message after a v2 batch is a message set Kafka cannot parse either.
         code = (
             ErrorCode.invalid_record
             if version >= FIRST_V2_ONLY_VERSION
-            else ErrorCode.unsupported_for_message_format
+            else ErrorCode.corrupt_message
         )
         return ProducedPartition(index, code, error_message=str(exc))
     except InvalidRecordsError as exc:

@@ -13,6 +13,10 @@ class FileRegion(Protocol):
     position: int
     length: int
 
+    def read(self) -> bytes: ...
+
+    def release(self) -> None: ...
+
 
 # A records field's content: bytes, a file region sent without copying, or None (empty).
 RecordsField = bytes | bytearray | FileRegion | None

@@ -2,7 +2,8 @@
 
 Every other response is encoded whole by kio. A Fetch response's records fields are
 byte ranges of segment files, so this encoder writes the structure bytes itself and
-leaves each records field as a region for the connection to sendfile. Versions 4-18.
+leaves each records field as a region for the connection to sendfile. Versions 0-18
+(v0-3 carry message format v0/v1 records, down-converted by the handler).
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from kbroker.protocol.varint import uvarint
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
+_OLD_PARTITION_HEAD = struct.Struct(">ihq")  # v0-3: partition, error, high watermark
 _I64 = struct.Struct(">q")
 _ABORTED = struct.Struct(">qq")
 _LEADER = struct.Struct(">ii")
 _DIVERGING = struct.Struct(">iq")
 
+FIRST_THROTTLE = 1
+FIRST_TRANSACTIONAL = 4  # last stable offset, aborted transactions, message format v2
 FIRST_FLEXIBLE = 12
 FIRST_TOPIC_ID = 13
 FIRST_NODE_ENDPOINTS = 16
@@ -133,6 +137,17 @@ def _tagged(fields: list[tuple[int, bytes]]) -> bytes:
 
 
 def _partition(out: BodyWriter, p: FetchedPartition, version: int, flexible: bool) -> None:
+    if version < FIRST_TRANSACTIONAL:
+        out.write(_OLD_PARTITION_HEAD.pack(p.partition, p.error_code, p.high_watermark))
+        old = p.records
+        size = p.records_size
+        out.write(_I32.pack(size))
+        if size:
+            if isinstance(old, bytes | bytearray):
+                out.write(old)
+            elif old is not None:
+                out.region(old, size)
+        return
     out.write(
         _PARTITION_HEAD.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset)
     )
@@ -177,7 +192,8 @@ def encode_fetch_response(
 ) -> EncodedBody:
     flexible = version >= FIRST_FLEXIBLE
     out = BodyWriter()
-    out.write(_I32.pack(throttle_time_ms))
+    if version >= FIRST_THROTTLE:
+        out.write(_I32.pack(throttle_time_ms))
     if version >= 7:
         out.write(_I16.pack(error_code) + _I32.pack(session_id))
     _array_len(out, len(topics), flexible)

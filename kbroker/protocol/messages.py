@@ -34,6 +34,7 @@ from kio.serial._introspect import (
 from kio.static.constants import EntityType
 from kio.static.protocol import Entity
 
+from kbroker.protocol import legacy_messages
 from kbroker.protocol.errors import MalformedRequest
 from kbroker.protocol.produce_request import decode_produce_request
 from kbroker.protocol.varint import read_uvarint, uvarint
@@ -59,9 +60,9 @@ def known_versions(api_key: int) -> range:
 
 
 PRODUCE = 0
-# Produce v0-2 predate Kafka 4's floor but stay advertised: librdkafka decides from the
-# advertised Produce range whether compression is available (KAFKA-18659). kio has no
-# schema for them; produce_request.py decodes every Produce version by hand.
+# Produce v0-2 predate Kafka 4's floor and are served as Kafka 3.9 served them, their
+# message formats v0/v1 up-converted (legacy_records.py). kio has no schema for them;
+# produce_request.py decodes every Produce version by hand.
 LEGACY_PRODUCE_VERSIONS = range(0, 3)
 
 
@@ -69,6 +70,8 @@ LEGACY_PRODUCE_VERSIONS = range(0, 3)
 def is_flexible(api_key: int, version: int) -> bool:
     """Whether this API version uses compact encodings and tagged fields (header v2/v1)."""
     if api_key == PRODUCE and version in LEGACY_PRODUCE_VERSIONS:
+        return False
+    if (api_key, version) in legacy_messages.LEGACY:
         return False
     return bool(load_request_schema(api_key, version).__flexible__)
 
@@ -92,6 +95,11 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
     """
     if api_key == PRODUCE:
         return decode_produce_request(version, frame, offset, MAX_REQUEST_ELEMENTS)
+    legacy = legacy_messages.LEGACY.get((api_key, version))
+    if legacy is not None:
+        layout, _response, fix = legacy
+        data = fix(legacy_messages.read(layout, version, frame, offset, MAX_REQUEST_ELEMENTS))
+        return build(load_request_schema(api_key, known_versions(api_key).start), data)
     if isinstance(frame, memoryview) and not frame.readonly:
         frame = frame.toreadonly()  # kio's native reader takes read-only buffers only
     edits = check_lengths(api_key, version, frame, offset)
@@ -557,6 +565,14 @@ def build_response(api_key: int, version: int, data: dict[str, Any]) -> Any:
     return build(response_type(api_key, version), data)
 
 
+def encode_response(api_key: int, version: int, data: dict[str, Any]) -> bytes:
+    """A handler's version-agnostic answer as the body of this version."""
+    legacy = legacy_messages.LEGACY.get((api_key, version))
+    if legacy is not None and legacy[1] is not None:
+        return legacy_messages.write(legacy[1], version, data)
+    return encode(build_response(api_key, version, data))
+
+
 __all__ = [
     "API_NAMES",
     "EntityType",
@@ -565,6 +581,7 @@ __all__ = [
     "build_response",
     "decode_request",
     "encode",
+    "encode_response",
     "is_flexible",
     "known_versions",
 ]

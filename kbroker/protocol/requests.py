@@ -14,7 +14,7 @@ import functools
 import operator
 from typing import TYPE_CHECKING, TypeAlias
 
-# Per alias: (API key, lowest version served, highest version served).
+# Per alias: (API key, lowest version kio has a class for, highest version served).
 SERVED: dict[str, tuple[int, int, int]] = {
     "FetchRequest": (1, 4, 18),
     "ListOffsetsRequest": (2, 1, 11),

@@ -738,7 +738,7 @@ class KafkaConnection(asyncio.Protocol):
         if isinstance(result, bytes | EncodedBody):
             return result
         if isinstance(result, dict):
-            result = messages.build_response(api_key, version, result)
+            return messages.encode_response(api_key, version, result)
         return messages.encode(result)
 
     def _frame(self, correlation_id: int, flexible: bool, body: bytes | EncodedBody) -> list[Any]:

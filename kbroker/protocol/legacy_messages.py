@@ -1,0 +1,334 @@
+"""API versions older than kio's schemas: the ones Kafka 4 dropped (KIP-896) and Kafka
+3.9 still served, read and written here from Kafka's message JSON, sans-IO.
+
+A request is read into the kio class of the oldest version kio has, the fields the old
+version lacks at their defaults, so a handler sees one shape for every version. A
+response is written from the handler's version-agnostic dict, as `messages.build`
+would take it; fields the old version lacks are dropped.
+
+A layout is a tuple of fields: (name, type) with type one of the primitive names
+below, ("array", element) with element a primitive name or a layout, or
+("since", version, field) / ("until", version, field) for a field present only from
+or up to a version.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from kbroker.protocol.errors import MalformedRequest
+
+Layout = tuple[Any, ...]
+
+_FIXED: dict[str, struct.Struct] = {
+    "i8": struct.Struct(">b"),
+    "i16": struct.Struct(">h"),
+    "i32": struct.Struct(">i"),
+    "i64": struct.Struct(">q"),
+}
+_I16 = _FIXED["i16"]
+_I32 = _FIXED["i32"]
+
+
+def _fields(layout: Layout, version: int) -> list[tuple[str, Any]]:
+    out = []
+    for f in layout:
+        if f[0] == "since":
+            if version >= f[1]:
+                out.append(f[2])
+        elif f[0] == "until":
+            if version <= f[1]:
+                out.append(f[2])
+        else:
+            out.append(f)
+    return out
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+class _Reader:
+    __slots__ = ("buf", "pos", "elements_left")
+
+    def __init__(self, buf: bytes | memoryview, pos: int, max_elements: int) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.elements_left = max_elements
+
+    def fixed(self, kind: str) -> int:
+        st = _FIXED[kind]
+        if self.pos + st.size > len(self.buf):
+            raise MalformedRequest(f"request ends inside an {kind}")
+        (value,) = st.unpack_from(self.buf, self.pos)
+        self.pos += st.size
+        return int(value)
+
+    def string(self, nullable: bool) -> str | None:
+        size = self.fixed("i16")
+        if size < 0:
+            if not nullable:
+                raise MalformedRequest("non-nullable string was serialized as null")
+            return None
+        end = self.pos + size
+        if end > len(self.buf):
+            raise MalformedRequest("a string runs past the request")
+        value = bytes(self.buf[self.pos : end]).decode()
+        self.pos = end
+        return value
+
+    def value(self, kind: Any, version: int) -> Any:
+        if isinstance(kind, tuple) and kind and kind[0] == "array":
+            count = self.fixed("i32")
+            if count < 0 or count > len(self.buf) - self.pos or count > self.elements_left:
+                raise MalformedRequest(f"array of {count} elements cannot fit the request")
+            self.elements_left -= count
+            return [self.value(kind[1], version) for _ in range(count)]
+        if isinstance(kind, tuple):
+            return {name: self.value(k, version) for name, k in _fields(kind, version)}
+        if kind in _FIXED:
+            return self.fixed(kind)
+        if kind == "string":
+            return self.string(False)
+        if kind == "nstring":
+            return self.string(True)
+        raise ValueError(f"unknown field type {kind!r}")
+
+
+def read(layout: Layout, version: int, buf: bytes | memoryview, pos: int, max_elements: int) -> Any:
+    """A request body as a dict of its fields (arrays as lists of dicts)."""
+    return _Reader(buf, pos, max_elements).value(layout, version)
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    if isinstance(value, enum.Enum):
+        return int(value.value)
+    return int(value)
+
+
+def _write(out: bytearray, kind: Any, value: Any, version: int) -> None:
+    if isinstance(kind, tuple) and kind and kind[0] == "array":
+        items = list(value or ())
+        out += _I32.pack(len(items))
+        for item in items:
+            _write(out, kind[1], item, version)
+    elif isinstance(kind, tuple):
+        for name, k in _fields(kind, version):
+            item = value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+            _write(out, k, item, version)
+    elif kind in _FIXED:
+        out += _FIXED[kind].pack(0 if value is None else _int(value))
+    elif kind in ("string", "nstring"):
+        if value is None:
+            out += _I16.pack(-1 if kind == "nstring" else 0)
+        else:
+            data = str(value).encode()
+            out += _I16.pack(len(data)) + data
+    else:
+        raise ValueError(f"unknown field type {kind!r}")
+
+
+def write(layout: Layout, version: int, data: dict[str, Any]) -> bytes:
+    """A response body from a handler's dict; a field it leaves out is 0, "" or empty."""
+    out = bytearray()
+    _write(out, layout, data, version)
+    return bytes(out)
+
+
+# -- the old versions ------------------------------------------------------------------
+
+FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH = 1, 2, 8, 9
+
+_FETCH_REQUEST: Layout = (
+    ("replica_id", "i32"),
+    ("max_wait", "i32"),
+    ("min_bytes", "i32"),
+    ("since", 3, ("max_bytes", "i32")),
+    (
+        "topics",
+        (
+            "array",
+            (
+                ("topic", "string"),
+                (
+                    "partitions",
+                    (
+                        "array",
+                        (
+                            ("partition", "i32"),
+                            ("fetch_offset", "i64"),
+                            ("partition_max_bytes", "i32"),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+_LIST_OFFSETS_REQUEST: Layout = (
+    ("replica_id", "i32"),
+    (
+        "topics",
+        (
+            "array",
+            (
+                ("name", "string"),
+                (
+                    "partitions",
+                    (
+                        "array",
+                        (
+                            ("partition_index", "i32"),
+                            ("timestamp", "i64"),
+                            # Kafka 3.9 answers at most this many offsets; kbroker
+                            # answers the one offset v1 would (every client asks one).
+                            ("max_num_offsets", "i32"),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+_LIST_OFFSETS_RESPONSE: Layout = (
+    (
+        "topics",
+        (
+            "array",
+            (
+                ("name", "string"),
+                (
+                    "partitions",
+                    (
+                        "array",
+                        (
+                            ("partition_index", "i32"),
+                            ("error_code", "i16"),
+                            ("old_style_offsets", ("array", "i64")),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+_OFFSET_COMMIT_REQUEST: Layout = (
+    ("group_id", "string"),
+    ("since", 1, ("generation_id_or_member_epoch", "i32")),
+    ("since", 1, ("member_id", "string")),
+    (
+        "topics",
+        (
+            "array",
+            (
+                ("name", "string"),
+                (
+                    "partitions",
+                    (
+                        "array",
+                        (
+                            ("partition_index", "i32"),
+                            ("committed_offset", "i64"),
+                            ("since", 1, ("commit_timestamp", "i64")),
+                            ("committed_metadata", "nstring"),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+_OFFSET_COMMIT_RESPONSE: Layout = (
+    (
+        "topics",
+        (
+            "array",
+            (
+                ("name", "string"),
+                ("partitions", ("array", (("partition_index", "i32"), ("error_code", "i16")))),
+            ),
+        ),
+    ),
+)
+
+_OFFSET_FETCH_REQUEST: Layout = (
+    ("group_id", "string"),
+    ("topics", ("array", (("name", "string"), ("partition_indexes", ("array", "i32"))))),
+)
+_OFFSET_FETCH_RESPONSE: Layout = (
+    (
+        "topics",
+        (
+            "array",
+            (
+                ("name", "string"),
+                (
+                    "partitions",
+                    (
+                        "array",
+                        (
+                            ("partition_index", "i32"),
+                            ("committed_offset", "i64"),
+                            ("metadata", "nstring"),
+                            ("error_code", "i16"),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+def _without(*names: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def drop(data: dict[str, Any]) -> dict[str, Any]:
+        for name in names:
+            data.pop(name, None)
+        return data
+
+    return drop
+
+
+def _offset_commit(data: dict[str, Any]) -> dict[str, Any]:
+    # v1's per-partition commit timestamp set the offset's expiry in the ZooKeeper era;
+    # Kafka 3.9 ignores it as it ignores v2-4's retention time.
+    for topic in data["topics"]:
+        for p in topic["partitions"]:
+            p.pop("commit_timestamp", None)
+    data.setdefault("generation_id_or_member_epoch", -1)
+    data.setdefault("member_id", "")
+    return data
+
+
+# (api key, version) -> (request layout, response layout or None when the API's own
+# encoder writes the old versions, a fix-up of the request dict before kio's class).
+def _list_offsets(data: dict[str, Any]) -> dict[str, Any]:
+    for topic in data["topics"]:
+        for p in topic["partitions"]:
+            p.pop("max_num_offsets", None)
+    return data
+
+
+LEGACY: dict[
+    tuple[int, int], tuple[Layout, Layout | None, Callable[[dict[str, Any]], dict[str, Any]]]
+] = {}
+for _v in range(4):
+    LEGACY[(FETCH, _v)] = (_FETCH_REQUEST, None, _without())
+LEGACY[(LIST_OFFSETS, 0)] = (_LIST_OFFSETS_REQUEST, _LIST_OFFSETS_RESPONSE, _list_offsets)
+for _v in range(2):
+    LEGACY[(OFFSET_COMMIT, _v)] = (_OFFSET_COMMIT_REQUEST, _OFFSET_COMMIT_RESPONSE, _offset_commit)
+LEGACY[(OFFSET_FETCH, 0)] = (_OFFSET_FETCH_REQUEST, _OFFSET_FETCH_RESPONSE, _without())
+
+
+def is_legacy_version(api_key: int, version: int) -> bool:
+    return (api_key, version) in LEGACY

@@ -35,6 +35,7 @@ from compat_tests.confluent_helpers import (
 )
 from compat_tests.metrics_scrape import sample_key, scrape
 from compat_tests.spark_support import read_topic, spark_session_or_skip
+from compat_tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -198,16 +199,20 @@ def test_a_streaming_query_finds_partitions_added_while_it_runs(
 
 
 def _wait_rows(spark: Any, query: Any, name: str, count: int, timeout: float = 90) -> list[Any]:
-    deadline = time.monotonic() + timeout
-    rows: list[Any] = []
-    while time.monotonic() < deadline:
+    failed: list[Any] = []
+
+    def enough() -> list[Any] | None:
         if query.exception() is not None:
-            raise AssertionError(f"streaming query failed: {query.exception()}")
+            failed.append(query.exception())
+            return [None]  # stops the wait: the failure is raised below
         rows = spark.sql(f"select * from {name}").collect()
-        if len(rows) >= count:
-            return rows
-        time.sleep(0.3)
-    raise AssertionError(f"streaming query saw {len(rows)} of {count} rows in {timeout}s")
+        assert len(rows) >= count, f"{len(rows)} of {count} rows"
+        return rows
+
+    rows = eventually(enough, timeout=timeout, what=f"{count} rows in {name}", interval=0.3)
+    if failed:
+        raise AssertionError(f"streaming query failed: {failed[0]}")
+    return rows
 
 
 def test_reading_from_an_offset_inside_a_compressed_batch_starts_at_that_offset(
@@ -416,10 +421,12 @@ def test_fail_on_data_loss_stops_a_query_whose_next_offsets_retention_deleted(
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(15)
-    deadline = time.monotonic() + 30
-    while (low := watermarks(shared_broker.bootstrap, topic)[0]) <= 10:
-        assert time.monotonic() < deadline, "retention deleted no segment"
-        time.sleep(0.2)
+    low = eventually(
+        lambda: (start := watermarks(shared_broker.bootstrap, topic)[0]) > 10 and start,
+        timeout=30,
+        what="retention to delete a segment",
+        interval=0.2,
+    )
 
     with pytest.raises(RuntimeError, match="(?i)data may have been lost"):
         _drain(spark, shared_broker.bootstrap, topic, tmp_path / "strict")

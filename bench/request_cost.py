@@ -14,7 +14,8 @@ connection sending one request and waiting for its answer before the next:
 - commit: OffsetCommit v9 of one offset by that member.
 
 The figure is the broker process's own CPU time (utime + stime from /proc/<pid>/stat)
-over the N requests divided by N, so it holds on a loaded machine where throughput does
+over the N requests divided by N (and that less what the idle broker spends in the same
+wall time, its background loops, measured first), so it holds on a loaded machine where throughput does
 not; the load average is printed with it. With --profile, py-spy samples the broker
 (`py-spy record --native --format raw`) during a second pass of each workload and the
 collapsed stacks are reduced to the frames with the largest inclusive and self share.
@@ -46,9 +47,15 @@ WORKLOADS = ("produce", "fetch", "heartbeat", "commit")
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of the process (its threads included), in seconds."""
+    user, system = cpu_split(pid)
+    return user + system
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(utime, stime) of the process in seconds: in its own code, in the kernel for it."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
 def load() -> str:
@@ -164,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, help="directory for py-spy's collapsed stacks")
     parser.add_argument("--profile-seconds", type=float, default=10.0)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--idle-seconds", type=float, default=5.0)
     args = parser.parse_args(argv)
     names = [w for w in args.workloads.split(",") if w]
     with (
@@ -174,17 +182,25 @@ def main(argv: list[str] | None = None) -> int:
         assert proc is not None
         topic = server.create_topic()
         print(f"load average {load()}; broker pid {proc.pid}")
+        before = cpu_seconds(proc.pid)
+        time.sleep(args.idle_seconds)  # the input: an idle broker's own background work
+        idle_rate = (cpu_seconds(proc.pid) - before) / args.idle_seconds
+        print(f"idle       {1e3 * idle_rate:8.1f} ms broker CPU per second with no requests")
         for name in names:
             one, close = workload(name, server.bootstrap, topic)
-            before, wall = cpu_seconds(proc.pid), time.perf_counter()
+            (user, system), wall = cpu_split(proc.pid), time.perf_counter()
             for _ in range(args.requests):
                 one()
-            cpu = cpu_seconds(proc.pid) - before
+            user_after, system_after = cpu_split(proc.pid)
+            user, system = user_after - user, system_after - system
+            cpu = user + system
             wall = time.perf_counter() - wall
+            net = max(0.0, cpu - idle_rate * wall)
             print(
-                f"{name:10} {1e6 * cpu / args.requests:8.1f} µs broker CPU/request "
-                f"({args.requests} requests, {1e6 * wall / args.requests:.0f} µs wall each, "
-                f"load {load()})"
+                f"{name:10} {1e6 * cpu / args.requests:8.1f} µs broker CPU/request, "
+                f"{1e6 * net / args.requests:.1f} net of idle, {100 * system / max(cpu, 1e-9):.0f}% "
+                f"in the kernel ({args.requests} requests, "
+                f"{1e6 * wall / args.requests:.0f} µs wall each, load {load()})"
             )
             if args.profile is not None:
                 args.profile.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from compat_tests.waiting import eventually_async
 from kbroker.metrics.counters import LATENCY_BOUNDS_MS, RequestCounters
 from kbroker.metrics.loop_lag import LoopLag
 
@@ -13,12 +14,14 @@ def test_a_callback_holding_the_loop_shows_as_lag_of_the_probe():
     async def main() -> LoopLag:
         lag = LoopLag(interval=0.01)
         lag.start(asyncio.get_running_loop())
-        while sum(lag.counts) < 3:  # a few on-time probes first
-            await asyncio.sleep(0.005)
+        await eventually_async(  # a few on-time probes first
+            lambda: sum(lag.counts) >= 3, timeout=5, what="three probes", interval=0.005
+        )
         time.sleep(0.3)  # the behaviour under test: a callback that holds the loop 300 ms
         seen = sum(lag.counts)
-        while sum(lag.counts) == seen:
-            await asyncio.sleep(0.005)
+        await eventually_async(
+            lambda: sum(lag.counts) > seen, timeout=5, what="the held probe", interval=0.005
+        )
         lag.stop()
         return lag
 

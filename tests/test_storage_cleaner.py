@@ -603,16 +603,14 @@ def test_reconfigure_changes_workers_and_backoff_while_running(monkeypatch):
 
         c.clean_next = clean_next  # type: ignore[method-assign]
         task = asyncio.ensure_future(c.run())
-        deadline = time.monotonic() + 5
-        while not polls and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await eventually_async(lambda: polls, timeout=5, what="the first worker's poll")
         assert len(polls) == 1  # one worker, asleep for a minute
         c.reconfigure(CleanerConfig(threads=3, backoff_ms=10))
-        while len(polls) < 8 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await eventually_async(
+            lambda: len(polls) >= 8, timeout=5, what="polls at the new count and backoff"
+        )
         c.stop()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        assert len(polls) >= 8
 
     asyncio.run(scenario())

@@ -6,6 +6,10 @@
   run, since on this project's machines every tool a test needs is installed by
   scripts/install-test-tools.sh. A test that must be able to skip says why with
   `@pytest.mark.may_skip("why")`; its skips are reported but do not fail the run.
+- Tests wait for conditions, not for time: `compat_tests.waiting.eventually` (and
+  `eventually_async`) polls the state that shows something happened and fails naming
+  what never did. A sleep that stays says why on its line or the one before: the input
+  of a time-based behaviour, a delay injected on purpose, pacing, or an absence check.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ from compat_tests.confluent_helpers import (
     produce_all,
     unique_topic,
 )
+from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection
+from kbroker.protocol import legacy_messages
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -154,3 +156,140 @@ def test_downconversion_can_be_turned_off_per_topic(shared_broker: BrokerProcess
         # one v1 message at offset 1 (the first was below the fetch offset): its magic
         assert struct.unpack_from(">q", records, 0)[0] == 1 and records[16] == 1
         assert _fetch_v2(conn, refused, 0) == (UNSUPPORTED_VERSION, -1, b"")
+
+
+def _ask(conn: BrokerConnection, key: int, version: int, request: dict) -> dict:
+    """A request of a version kio has no schema for, written and read with the layouts
+    of protocol.legacy_messages."""
+    layout, response, _fix = legacy_messages.LEGACY[(key, version)]
+    assert response is not None
+    answer = conn.receive_raw(
+        conn.send_raw(key, version, legacy_messages.write(layout, version, request))
+    )
+    return legacy_messages.read(response, version, answer, 0, 1 << 20)
+
+
+def test_the_old_versions_of_admin_offset_and_epoch_apis_answer_as_kafka_3_9(
+    shared_broker: BrokerProcess,
+) -> None:
+    topic, group = unique_topic("old-admin"), unique_topic("old-admin-group")
+    with BrokerConnection(shared_broker.host, shared_broker.port, 10.0, "old-admin") as conn:
+        create = {
+            "topics": [
+                {
+                    "name": topic,
+                    "num_partitions": 2,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [{"name": "retention.ms", "value": "3600000"}],
+                }
+            ],
+            "timeout": 10000,
+        }
+        dry = _ask(conn, 19, 1, {**create, "validate_only": True})
+        assert dry["topics"] == [{"name": topic, "error_code": 0, "error_message": None}]
+        assert _ask(conn, 19, 0, create)["topics"] == [{"name": topic, "error_code": 0}]
+        again = _ask(conn, 19, 1, create)["topics"][0]
+        assert again["error_code"] == 36 and again["error_message"]  # TOPIC_ALREADY_EXISTS
+
+        described = _ask(
+            conn,
+            32,
+            0,
+            {
+                "resources": [
+                    {"resource_type": 2, "resource_name": topic, "configuration_keys": None}
+                ]
+            },
+        )
+        (result,) = described["results"]
+        configs = {c["name"]: c for c in result["configs"]}
+        assert (result["error_code"], configs["retention.ms"]["value"]) == (0, "3600000")
+        assert not configs["retention.ms"]["is_default"] and configs["cleanup.policy"]["is_default"]
+
+    produce_all(shared_broker.bootstrap, topic, [{"value": b"x", "partition": 0}] * 3)
+    with BrokerConnection(shared_broker.host, shared_broker.port, 10.0, "old-admin") as conn:
+        listed = _ask(
+            conn,
+            2,
+            0,
+            {
+                "replica_id": -1,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": 0, "timestamp": -1, "max_num_offsets": 1},
+                            {"partition_index": 1, "timestamp": -2, "max_num_offsets": 1},
+                        ],
+                    }
+                ],
+            },
+        )
+        assert [
+            (p["error_code"], p["old_style_offsets"]) for p in listed["topics"][0]["partitions"]
+        ] == [(0, [3]), (0, [0])]
+
+        for version in (0, 1):
+            epochs = _ask(
+                conn,
+                23,
+                version,
+                {"topics": [{"topic": topic, "partitions": [{"partition": 0, "leader_epoch": 0}]}]},
+            )
+            (p,) = epochs["topics"][0]["partitions"]
+            assert (p["error_code"], p["end_offset"]) == (0, 3)
+
+        commit = {
+            "group_id": group,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": 2,
+                            "commit_timestamp": -1,
+                            "committed_metadata": "m",
+                        }
+                    ],
+                }
+            ],
+        }
+        conn.request(10, 0, key=group)  # FindCoordinator, as an old client asks first
+        for version in (0, 1):
+            # the group's coordinator may still be loading (NOT_COORDINATOR and kin)
+            committed = eventually(
+                lambda v=version: (
+                    answer
+                    if (answer := _ask(conn, 8, v, commit))["topics"][0]["partitions"][0][
+                        "error_code"
+                    ]
+                    not in (14, 15, 16)
+                    else None
+                ),
+                timeout=15,
+                what=f"OffsetCommit v{version} past coordinator loading",
+            )
+            assert committed["topics"][0]["partitions"] == [{"partition_index": 0, "error_code": 0}]
+        fetched = _ask(
+            conn,
+            9,
+            0,
+            {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0, 1]}]},
+        )
+        assert [
+            (p["committed_offset"], p["metadata"], p["error_code"])
+            for p in fetched["topics"][0]["partitions"]
+        ] == [(2, "m", 0), (-1, "", 0)]
+
+        dirs = _ask(conn, 35, 0, {"topics": None})
+        (log_dir,) = dirs["results"]
+        assert log_dir["error_code"] == 0
+        assert topic in {t["name"] for t in log_dir["topics"]}
+
+        assert _ask(conn, 20, 0, {"topic_names": [topic], "timeout": 10000})["responses"] == [
+            {"name": topic, "error_code": 0}
+        ]

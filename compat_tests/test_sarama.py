@@ -420,14 +420,15 @@ def test_describe_configs_v1_shows_topic_override_and_defaults(sarama, shared_br
     }
 
 
-def test_cluster_admin_describe_config_sends_v0_which_is_refused_like_kafka_4(
+def test_cluster_admin_describe_config_sends_v0_which_is_served_as_kafka_3_9_served_it(
     sarama, shared_broker
 ):
     bootstrap = shared_broker.bootstrap
     topic = create_topic(sarama, bootstrap, "config-v0")
-    refused = sarama.run("describe-config", bootstrap, topic=topic)
-    assert "error" in refused
-    assert "unsupported version 0 of API 32" in shared_broker.log_text()
+    configs = sarama.ok("describe-config", bootstrap, topic=topic)["configs"]
+    assert configs["cleanup.policy"]["value"] == "delete"
+    assert configs["cleanup.policy"]["default"] is True  # v0 says is_default
+    assert configs["cleanup.policy"]["read_only"] is False
 
 
 # -- metadata --------------------------------------------------------------------------

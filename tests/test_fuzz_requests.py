@@ -396,13 +396,15 @@ LEGACY_IDS = [f"{messages.API_NAMES[k]}-v{v}" for k, v in LEGACY_VERSIONS]
 
 def _sample(kind: object, version: int, seed: int) -> object:
     """A value of every field of a layout, different per field, arrays of two."""
-    if isinstance(kind, tuple) and kind and kind[0] == "array":
+    if isinstance(kind, tuple) and kind and kind[0] in ("array", "narray"):
         return [_sample(kind[1], version, seed + i) for i in range(2)]
     if isinstance(kind, tuple):
         return {
             name: _sample(k, version, seed * 7 + i)
             for i, (name, k) in enumerate(legacy_messages._fields(kind, version))
         }
+    if kind == "bool":
+        return seed % 2 == 1
     return f"s{seed}" if kind in ("string", "nstring") else seed % 100
 
 

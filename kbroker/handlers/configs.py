@@ -235,7 +235,7 @@ def _config_denial(
     return None
 
 
-@handles(DESCRIBE_CONFIGS, 1)
+@handles(DESCRIBE_CONFIGS, 0)  # v0 through protocol.legacy_messages
 async def describe_configs(
     ctx: RequestContext, request: requests.DescribeConfigsRequest
 ) -> dict[str, Any]:
@@ -272,6 +272,10 @@ async def describe_configs(
             log.exception("describing configs of %s failed", resource.resource_name)
             out["error_code"], out["error_message"] = ErrorCode.unknown_server_error, str(exc)
         results.append(out)
+    if ctx.version == 0:  # v0 says is_default where later versions name the source
+        for result in results:
+            for config in result["configs"]:
+                config["is_default"] = config.get("config_source") == SOURCE_DEFAULT
     return {"throttle_time": 0, "results": results}
 
 

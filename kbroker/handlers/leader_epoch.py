@@ -52,7 +52,7 @@ def _partition(broker: BrokerParts, topic: str, p: Any) -> dict[str, Any]:
     return out
 
 
-@handles(OFFSET_FOR_LEADER_EPOCH, 2)
+@handles(OFFSET_FOR_LEADER_EPOCH, 0)  # v0-1 through protocol.legacy_messages
 def offset_for_leader_epoch(
     ctx: RequestContext, request: requests.OffsetForLeaderEpochRequest
 ) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def _wanted_partitions(request: requests.DescribeLogDirsRequest) -> set[tuple[st
 # -- DescribeLogDirs -----------------------------------------------------------------------
 
 
-@handles(DESCRIBE_LOG_DIRS, 1)
+@handles(DESCRIBE_LOG_DIRS, 0)  # v0 through protocol.legacy_messages
 def describe_log_dirs(
     ctx: RequestContext, request: requests.DescribeLogDirsRequest
 ) -> dict[str, Any]:
@@ -158,7 +158,7 @@ def _alter_one(
     return ErrorCode.none
 
 
-@handles(ALTER_REPLICA_LOG_DIRS, 1)
+@handles(ALTER_REPLICA_LOG_DIRS, 0)  # v0 through protocol.legacy_messages
 def alter_replica_log_dirs(
     ctx: RequestContext, request: requests.AlterReplicaLogDirsRequest
 ) -> dict[str, Any]:

@@ -197,12 +197,17 @@ def _creation_configs(topic: _CreatableTopic) -> dict[str, str]:
     return configs
 
 
+FIRST_CONFIGS_ANSWERED = 5
+
+
 def _config_entities(version: int, configs: list[dict[str, Any]]) -> Any:
     """CreateTopics v5+ configs as the version's kio entities.
 
     The field is a nullable array of structs, which `messages.build` passes through
     unconverted, so the entities are built here (build keeps ready-made entities as is).
     """
+    if version < FIRST_CONFIGS_ANSWERED:
+        return configs  # dropped: the version has no configs in its answer
     module = sys.modules[response_type(CREATE_TOPICS, version).__module__]
     entity = getattr(module, "CreatableTopicConfigs", None)
     return configs if entity is None else tuple(build(entity, c) for c in configs)
@@ -235,7 +240,7 @@ def _create_failed(name: str, err: ResourceError) -> dict[str, Any]:
     }
 
 
-@handles(CREATE_TOPICS, 2)
+@handles(CREATE_TOPICS, 0)  # v0-1 through protocol.legacy_messages
 async def create_topics(
     ctx: RequestContext, request: requests.CreateTopicsRequest
 ) -> dict[str, Any]:
@@ -344,7 +349,7 @@ def _deletes_by_id(
     return request.__version__ >= 6
 
 
-@handles(DELETE_TOPICS, 1)
+@handles(DELETE_TOPICS, 0)  # v0 through protocol.legacy_messages
 async def delete_topics(
     ctx: RequestContext, request: requests.DeleteTopicsRequest
 ) -> dict[str, Any]:

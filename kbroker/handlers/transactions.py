@@ -274,7 +274,7 @@ async def end_txn(ctx: RequestContext, request: requests.EndTxnRequest) -> dict[
 # -- WriteTxnMarkers -------------------------------------------------------------------------
 
 
-@handles(WRITE_TXN_MARKERS, 1)
+@handles(WRITE_TXN_MARKERS, 0)  # v0 through protocol.legacy_messages
 async def write_txn_markers(
     ctx: RequestContext, request: requests.WriteTxnMarkersRequest
 ) -> dict[str, Any]:

@@ -7,7 +7,8 @@ response is written from the handler's version-agnostic dict, as `messages.build
 would take it; fields the old version lacks are dropped.
 
 A layout is a tuple of fields: (name, type) with type one of the primitive names
-below, ("array", element) with element a primitive name or a layout, or
+below, ("array", element) or ("narray", element) (nullable) with element a primitive
+name or a layout, or
 ("since", version, field) / ("until", version, field) for a field present only from
 or up to a version.
 """
@@ -81,8 +82,10 @@ class _Reader:
         return value
 
     def value(self, kind: Any, version: int) -> Any:
-        if isinstance(kind, tuple) and kind and kind[0] == "array":
+        if isinstance(kind, tuple) and kind and kind[0] in ("array", "narray"):
             count = self.fixed("i32")
+            if count == -1 and kind[0] == "narray":
+                return None
             if count < 0 or count > len(self.buf) - self.pos or count > self.elements_left:
                 raise MalformedRequest(f"array of {count} elements cannot fit the request")
             self.elements_left -= count
@@ -91,6 +94,8 @@ class _Reader:
             return {name: self.value(k, version) for name, k in _fields(kind, version)}
         if kind in _FIXED:
             return self.fixed(kind)
+        if kind == "bool":
+            return self.fixed("i8") != 0
         if kind == "string":
             return self.string(False)
         if kind == "nstring":
@@ -115,7 +120,10 @@ def _int(value: Any) -> int:
 
 
 def _write(out: bytearray, kind: Any, value: Any, version: int) -> None:
-    if isinstance(kind, tuple) and kind and kind[0] == "array":
+    if isinstance(kind, tuple) and kind and kind[0] in ("array", "narray"):
+        if value is None and kind[0] == "narray":
+            out += _I32.pack(-1)
+            return
         items = list(value or ())
         out += _I32.pack(len(items))
         for item in items:
@@ -126,6 +134,8 @@ def _write(out: bytearray, kind: Any, value: Any, version: int) -> None:
             _write(out, k, item, version)
     elif kind in _FIXED:
         out += _FIXED[kind].pack(0 if value is None else _int(value))
+    elif kind == "bool":
+        out += b"\x01" if value else b"\x00"
     elif kind in ("string", "nstring"):
         if value is None:
             out += _I16.pack(-1 if kind == "nstring" else 0)
@@ -146,6 +156,13 @@ def write(layout: Layout, version: int, data: dict[str, Any]) -> bytes:
 # -- the old versions ------------------------------------------------------------------
 
 FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH = 1, 2, 8, 9
+CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH, WRITE_TXN_MARKERS = 19, 20, 23, 27
+DESCRIBE_CONFIGS, ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 32, 34, 35
+
+
+def _array(*fields: Any) -> tuple[Any, ...]:
+    return ("array", tuple(fields))
+
 
 _FETCH_REQUEST: Layout = (
     ("replica_id", "i32"),
@@ -319,6 +336,174 @@ def _list_offsets(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+_CREATE_TOPICS_REQUEST: Layout = (
+    (
+        "topics",
+        _array(
+            ("name", "string"),
+            ("num_partitions", "i32"),
+            ("replication_factor", "i16"),
+            ("assignments", _array(("partition_index", "i32"), ("broker_ids", ("array", "i32")))),
+            ("configs", _array(("name", "string"), ("value", "nstring"))),
+        ),
+    ),
+    ("timeout", "i32"),
+    ("since", 1, ("validate_only", "bool")),
+)
+_CREATE_TOPICS_RESPONSE: Layout = (
+    (
+        "topics",
+        _array(
+            ("name", "string"),
+            ("error_code", "i16"),
+            ("since", 1, ("error_message", "nstring")),
+        ),
+    ),
+)
+
+_DELETE_TOPICS_REQUEST: Layout = (("topic_names", ("array", "string")), ("timeout", "i32"))
+_DELETE_TOPICS_RESPONSE: Layout = (
+    ("responses", _array(("name", "string"), ("error_code", "i16"))),
+)
+
+_OFFSET_FOR_LEADER_EPOCH_REQUEST: Layout = (
+    (
+        "topics",
+        _array(
+            ("topic", "string"),
+            ("partitions", _array(("partition", "i32"), ("leader_epoch", "i32"))),
+        ),
+    ),
+)
+_OFFSET_FOR_LEADER_EPOCH_RESPONSE: Layout = (
+    (
+        "topics",
+        _array(
+            ("topic", "string"),
+            (
+                "partitions",
+                _array(
+                    ("error_code", "i16"),
+                    ("partition", "i32"),
+                    ("since", 1, ("leader_epoch", "i32")),
+                    ("end_offset", "i64"),
+                ),
+            ),
+        ),
+    ),
+)
+
+_WRITE_TXN_MARKERS_REQUEST: Layout = (
+    (
+        "markers",
+        _array(
+            ("producer_id", "i64"),
+            ("producer_epoch", "i16"),
+            ("transaction_result", "bool"),
+            ("topics", _array(("name", "string"), ("partition_indexes", ("array", "i32")))),
+            ("coordinator_epoch", "i32"),
+        ),
+    ),
+)
+_WRITE_TXN_MARKERS_RESPONSE: Layout = (
+    (
+        "markers",
+        _array(
+            ("producer_id", "i64"),
+            (
+                "topics",
+                _array(
+                    ("name", "string"),
+                    ("partitions", _array(("partition_index", "i32"), ("error_code", "i16"))),
+                ),
+            ),
+        ),
+    ),
+)
+
+_DESCRIBE_CONFIGS_REQUEST: Layout = (
+    (
+        "resources",
+        _array(
+            ("resource_type", "i8"),
+            ("resource_name", "string"),
+            ("configuration_keys", ("narray", "string")),
+        ),
+    ),
+)
+_DESCRIBE_CONFIGS_RESPONSE: Layout = (
+    ("throttle_time", "i32"),
+    (
+        "results",
+        _array(
+            ("error_code", "i16"),
+            ("error_message", "nstring"),
+            ("resource_type", "i8"),
+            ("resource_name", "string"),
+            (
+                "configs",
+                _array(
+                    ("name", "string"),
+                    ("value", "nstring"),
+                    ("read_only", "bool"),
+                    ("is_default", "bool"),
+                    ("is_sensitive", "bool"),
+                ),
+            ),
+        ),
+    ),
+)
+
+_ALTER_REPLICA_LOG_DIRS_REQUEST: Layout = (
+    (
+        "dirs",
+        _array(
+            ("path", "string"),
+            ("topics", _array(("name", "string"), ("partitions", ("array", "i32")))),
+        ),
+    ),
+)
+_ALTER_REPLICA_LOG_DIRS_RESPONSE: Layout = (
+    ("throttle_time", "i32"),
+    (
+        "results",
+        _array(
+            ("topic_name", "string"),
+            ("partitions", _array(("partition_index", "i32"), ("error_code", "i16"))),
+        ),
+    ),
+)
+
+_DESCRIBE_LOG_DIRS_REQUEST: Layout = (
+    ("topics", ("narray", (("topic", "string"), ("partitions", ("array", "i32"))))),
+)
+_DESCRIBE_LOG_DIRS_RESPONSE: Layout = (
+    ("throttle_time", "i32"),
+    (
+        "results",
+        _array(
+            ("error_code", "i16"),
+            ("log_dir", "string"),
+            (
+                "topics",
+                _array(
+                    ("name", "string"),
+                    (
+                        "partitions",
+                        _array(
+                            ("partition_index", "i32"),
+                            ("partition_size", "i64"),
+                            ("offset_lag", "i64"),
+                            ("is_future_key", "bool"),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
 LEGACY: dict[
     tuple[int, int], tuple[Layout, Layout | None, Callable[[dict[str, Any]], dict[str, Any]]]
 ] = {}
@@ -328,6 +513,33 @@ LEGACY[(LIST_OFFSETS, 0)] = (_LIST_OFFSETS_REQUEST, _LIST_OFFSETS_RESPONSE, _lis
 for _v in range(2):
     LEGACY[(OFFSET_COMMIT, _v)] = (_OFFSET_COMMIT_REQUEST, _OFFSET_COMMIT_RESPONSE, _offset_commit)
 LEGACY[(OFFSET_FETCH, 0)] = (_OFFSET_FETCH_REQUEST, _OFFSET_FETCH_RESPONSE, _without())
+for _v in range(2):
+    LEGACY[(CREATE_TOPICS, _v)] = (_CREATE_TOPICS_REQUEST, _CREATE_TOPICS_RESPONSE, _without())
+    LEGACY[(OFFSET_FOR_LEADER_EPOCH, _v)] = (
+        _OFFSET_FOR_LEADER_EPOCH_REQUEST,
+        _OFFSET_FOR_LEADER_EPOCH_RESPONSE,
+        _without(),
+    )
+LEGACY[(DELETE_TOPICS, 0)] = (_DELETE_TOPICS_REQUEST, _DELETE_TOPICS_RESPONSE, _without())
+LEGACY[(WRITE_TXN_MARKERS, 0)] = (
+    _WRITE_TXN_MARKERS_REQUEST,
+    _WRITE_TXN_MARKERS_RESPONSE,
+    _without(),
+)
+# DescribeConfigs v0 answers is_default where v1 answers config_source (the handler
+# fills both); the v1 request's include_synonyms is false.
+LEGACY[(DESCRIBE_CONFIGS, 0)] = (_DESCRIBE_CONFIGS_REQUEST, _DESCRIBE_CONFIGS_RESPONSE, _without())
+# AlterReplicaLogDirs and DescribeLogDirs v0 are v1 without throttling on quota breach.
+LEGACY[(ALTER_REPLICA_LOG_DIRS, 0)] = (
+    _ALTER_REPLICA_LOG_DIRS_REQUEST,
+    _ALTER_REPLICA_LOG_DIRS_RESPONSE,
+    _without(),
+)
+LEGACY[(DESCRIBE_LOG_DIRS, 0)] = (
+    _DESCRIBE_LOG_DIRS_REQUEST,
+    _DESCRIBE_LOG_DIRS_RESPONSE,
+    _without(),
+)
 
 
 def is_legacy_version(api_key: int, version: int) -> bool:

@@ -1,6 +1,8 @@
 """kbroker's schema registry on a 3-node cluster: registered through any node, read
 through every node at once (read-your-writes), and a stream of registrations that
-survives kill -9 of the writer with every acknowledged id kept and no id given twice."""
+survives kill -9 of the writer with every acknowledged id kept and no id given twice;
+a fourth node holding no replica of _schemas serves it too, through a kill -9 of the
+_schemas leader."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from compat_tests.broker_process import free_ports
 from compat_tests.cluster import KafkaCluster
@@ -149,19 +152,42 @@ def test_register_anywhere_read_everywhere_and_writer_failover(cluster_factory):
     fresh = _register(urls[writer], "after-restart", 9999)
     assert fresh is not None and fresh > max(ids)
 
-    # A fourth node, holding no replica of _schemas, says at once which nodes to ask.
-    fourth = free_ports(["4"])["4"]
-    cluster.add_broker(schema_registry_listeners=f"http://127.0.0.1:{fourth}")
-    began = time.monotonic()
-    deadline = began + 20
-    while True:
-        try:
-            status, body = call(f"http://127.0.0.1:{fourth}", "GET", "/subjects", timeout=10)
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the fourth node's registry never answered"
-            time.sleep(0.1)
-    assert (status, body["error_code"]) == (500, 50004), body
-    assert "no replica of _schemas" in body["message"]
-    named = body["message"].rsplit("(nodes ", 1)[1].rstrip(")")
-    assert sorted(int(n) for n in named.split(", ")) == [1, 2, 3]
+    # A fourth node, holding no replica of _schemas, serves the registry too: it reads
+    # _schemas from the partition's leader, with the same read-your-writes promise.
+    fourth_url = f"http://127.0.0.1:{free_ports(['4'])['4']}"
+    fourth = cluster.add_broker(schema_registry_listeners=fourth_url).node_id
+    wait_serving(fourth_url)
+    assert fourth not in cluster.partition(TOPIC).replicas
+    everyone = {**urls, fourth: fourth_url}
+    client = SchemaRegistryClient({"url": fourth_url})
+    for subject, schema_id in acknowledged.items():
+        assert client.get_latest_version(subject).schema_id == schema_id, subject
+    via_fourth = client.register_schema("via-fourth", Schema(_schema(4444)["schema"], "AVRO"))
+    assert via_fourth > max(ids)
+    for i, url in everyone.items():
+        reader = SchemaRegistryClient({"url": url})
+        got = reader.get_schema(via_fourth)
+        assert json.loads(got.schema_str)["name"] == "Event4444", i
+        assert reader.get_latest_version("via-fourth").schema_id == via_fourth, i
+    via_replica = _register(urls[survivors[0]], "via-replica", 5555)
+    status, got = call(fourth_url, "GET", "/subjects/via-replica/versions/latest")
+    assert (status, got["id"]) == (200, via_replica), got
+
+    # kill -9 of the _schemas leader: the fourth node keeps serving reads, and writes
+    # once a new leader has taken over.
+    leader = cluster.partition(TOPIC).leader
+    cluster.kill(leader)
+    killed_at = time.monotonic()
+    status, got = call(fourth_url, "GET", "/subjects/via-fourth/versions/latest")
+    assert (status, got["id"]) == (200, via_fourth), got
+    deadline = time.monotonic() + 60
+    while (after_failover := _register(fourth_url, "after-failover", 6666)) is None:
+        assert time.monotonic() < deadline, "no registration through the fourth node after failover"
+        time.sleep(0.1)
+    print(f"fourth node registered {time.monotonic() - killed_at:.2f}s after kill -9 of the leader")
+    assert after_failover > via_replica
+    for i, url in everyone.items():
+        if i == leader:
+            continue
+        status, got = call(url, "GET", "/subjects/after-failover/versions/latest")
+        assert (status, got["id"]) == (200, after_failover), (i, got)

@@ -12,11 +12,20 @@ acknowledged record (it was in the ISR), so no acknowledged id is given again.
 A follower applies only records below its high watermark (never records a new leader
 could truncate), and a read waits until the high watermark passes what the replica held
 when the read arrived, so a write acknowledged anywhere is seen by a read that follows.
+
+A node that holds no replica (a cluster of more than three nodes), or whose replica is
+out of the ISR (still catching up, say after a reassignment added it), reads `_schemas`
+from the partition's leader as a consumer does (Fetch over the inter-broker link, which
+answers only records below the leader's high watermark), and a read first fetches until
+it has applied everything below the high watermark the leader answered when the read
+arrived: the same read-your-writes promise. It switches to its own replica once that is
+in the ISR; both read the same committed records, so the state carries over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import ssl
@@ -26,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from kbroker.internal_topics import (
@@ -36,6 +46,11 @@ from kbroker.internal_topics import (
     append_records,
     read_batches,
 )
+from kbroker.protocol.batch import HEADER_SIZE, decode_records, read_header
+from kbroker.protocol.compression import decompress
+from kbroker.protocol.fetch_request import fetch_partition, sessionless_fetch
+from kbroker.protocol.messages import build
+from kbroker.replica.broker_link import BrokerLinks
 from kbroker.schemas import errors as err
 from kbroker.schemas.api import BecameWriter, Request, Response
 from kbroker.schemas.store import RegistryState, Writer, encode, noop_key
@@ -63,6 +78,9 @@ WRITER_WAIT_S = 15.0  # longest a write waits for a writer to be known
 WRITE_TIMEOUT_S = 30.0
 FORWARDED = "x-kbroker-forwarded"
 OFFSET = "x-kbroker-offset"
+FETCH = 1
+FETCH_VERSION = 15
+REMOTE_FETCH_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -106,6 +124,11 @@ class SchemaRegistryService(InternalTopicService):
         self.stopped = False
         # (topic, state object, state version, settings) -> the ids it accepts
         self._validations: dict[str, tuple[tuple[Any, ...], TopicValidation]] = {}
+        # Reading the leader's `_schemas` where this node cannot read its own replica.
+        self._links = BrokerLinks(broker, "schema-registry", "schema registry read", log)
+        self._remote_lock = asyncio.Lock()
+        self._remote_synced = False  # caught up with a leader at least once
+        self._remote_kick: asyncio.Future[None] | None = None
 
     # -- the internal-topic service ------------------------------------------------------
 
@@ -181,6 +204,9 @@ class SchemaRegistryService(InternalTopicService):
 
     async def stop(self) -> None:
         self.stopped = True
+        if self._remote_kick is not None:
+            self._remote_kick.cancel()
+        self._links.close()
         await super().stop()
 
     def lose_writership(self) -> None:
@@ -229,14 +255,33 @@ class SchemaRegistryService(InternalTopicService):
     def hosted(self) -> bool:
         return self._replica() is not None
 
+    def _remote_leader(self) -> int | None:
+        """The leader to read `_schemas` from, when this node cannot read its own replica
+        (it holds none, or one out of the ISR); None when it reads its own."""
+        topic = self.broker.controller.state.topics.get(self.topic)
+        if topic is None or not topic.partitions:
+            return None
+        info = topic.partitions[0]
+        me = self.broker.node_id
+        if info.leader < 0 or info.leader == me:
+            return None
+        replica = self._replica()
+        if replica is not None and (replica.is_leader or me in info.isr):
+            return None
+        return info.leader
+
     async def fresh(self) -> RegistryState | None:
-        """The state, caught up with what was acknowledged before the call; None when
-        this node holds no replica of `_schemas` (the writer answers instead)."""
+        """The state, caught up with what was acknowledged before the call."""
+        if self._remote_leader() is not None:
+            await self._remote_catch_up()
+            return self.state
         replica = self._replica()
         if replica is None:
-            return (
-                RegistryState() if self.topic not in self.broker.controller.state.topics else None
-            )
+            if self.topic not in self.broker.controller.state.topics:
+                return RegistryState()
+            if self._remote_synced:  # no leader now: what was read serves meanwhile
+                return self.state
+            raise err.unknown_writer(f"{self.topic} has no leader now; try again")
         if self.is_writer():
             self._apply_to(replica.log_end_offset)
             return self.state
@@ -251,6 +296,9 @@ class SchemaRegistryService(InternalTopicService):
 
     async def wait_applied(self, offset: int) -> None:
         """Wait (bounded) until this node has applied the records below `offset`."""
+        if self._remote_leader() is not None:
+            await self._remote_catch_up(offset)
+            return
         deadline = time.monotonic() + READ_WAIT_S
         while time.monotonic() < deadline:
             replica = self._replica()
@@ -260,6 +308,107 @@ class SchemaRegistryService(InternalTopicService):
             if self.next_offset >= offset:
                 return
             await asyncio.sleep(0.005)
+
+    # -- reading the leader's replica ------------------------------------------------------
+
+    async def _remote_catch_up(self, least: int = 0) -> None:
+        """Fetch from the leader until every record below its high watermark as of the
+        first answer (and below `least`) is applied. When no leader answers in time the
+        state read so far serves, as a lagging replica's does, if there is one."""
+        async with self._remote_lock:
+            target: int | None = None
+            deadline = time.monotonic() + READ_WAIT_S
+            while True:
+                leader = self._remote_leader()
+                if leader is None:
+                    return  # this node reads its own replica now (or there is no leader)
+                answer = await self._remote_fetch(leader, deadline)
+                if answer is not None:
+                    hwm, progressed = answer
+                    if target is None:
+                        target = max(hwm, least)
+                    if self.next_offset >= target:
+                        self._remote_synced = True
+                        return
+                    if progressed:
+                        continue
+                if time.monotonic() >= deadline:
+                    break
+                await asyncio.sleep(0.005 if answer is not None else 0.05)
+        if not self._remote_synced:
+            raise err.store_timeout(f"Cannot read {self.topic} from its leader; try again")
+
+    def _kick_remote_read(self) -> None:
+        """Catch up with the leader in the background (one read at a time)."""
+        if self._remote_kick is not None and not self._remote_kick.done():
+            return
+        self._remote_kick = asyncio.ensure_future(self._remote_read_quietly())
+
+    async def _remote_read_quietly(self) -> None:
+        with contextlib.suppress(err.RegistryError):
+            await self._remote_catch_up()
+
+    async def _remote_fetch(self, leader: int, deadline: float) -> tuple[int, bool] | None:
+        """One Fetch from the leader at the next offset to apply, its records applied:
+        (the leader's high watermark, whether anything was applied); None when it did
+        not answer."""
+        topic = self.broker.controller.state.topics.get(self.topic)
+        if topic is None:
+            return None
+        request = build(
+            load_request_schema(FETCH, FETCH_VERSION),
+            sessionless_fetch(
+                [
+                    {
+                        "topic_id": topic.topic_id,
+                        "partitions": [fetch_partition(0, self.next_offset, REMOTE_FETCH_BYTES)],
+                    }
+                ],
+                max_wait=0,
+                min_bytes=0,
+                max_bytes=REMOTE_FETCH_BYTES,
+                replica_state=True,
+            ),
+        )
+        timeout = max(0.1, min(2.0, deadline - time.monotonic()))
+        start = self.next_offset
+        response = await self._links.call(leader, request, timeout)
+        if response is None or self.next_offset != start:
+            return None
+        for t in response.responses:
+            for r in t.partitions:
+                if int(r.partition_index) != 0:
+                    continue
+                code = ErrorCode(r.error_code)
+                if code == ErrorCode.offset_out_of_range:
+                    # Below the leader's log start (records deleted there): read it all again.
+                    log.info("%s offset %d out of range on leader %d", self.topic, start, leader)
+                    self._reset()
+                    self.next_offset = max(0, int(r.log_start_offset))
+                    return None
+                if code != ErrorCode.none:
+                    return None
+                hwm = int(r.high_watermark)
+                if r.records:
+                    self._apply_fetched(bytes(r.records), hwm)
+                return hwm, self.next_offset > start
+        return None
+
+    def _apply_fetched(self, data: bytes, limit: int) -> None:
+        """Apply the whole batches of fetched records that end at or below `limit`."""
+        pos = 0
+        while pos + HEADER_SIZE <= len(data):
+            header = read_header(data, pos)
+            size = header.total_size
+            if pos + size > len(data) or header.next_offset > limit:
+                return
+            if header.next_offset > self.next_offset:
+                if not header.is_control:
+                    for r in decode_records(data, pos, decompress):
+                        if r.key is not None and (r.offset or 0) >= self.next_offset:
+                            self.state.apply(r.key, r.value)
+                self.next_offset = header.next_offset
+            pos += size
 
     # -- writing (on the writer) -------------------------------------------------------
 
@@ -329,6 +478,8 @@ class SchemaRegistryService(InternalTopicService):
                 errors = record_errors(records, check)
         if not errors:
             return None
+        if self._remote_leader() is not None:
+            self._kick_remote_read()  # read what was registered since the last read
         first = errors[0]
         message = (
             f"{len(errors)} record(s) refused by schema validation, first: record {first[0]}: "
@@ -407,13 +558,6 @@ class SchemaRegistryService(InternalTopicService):
         if request.headers.get(FORWARDED):
             raise err.unknown_writer(
                 "This node is not the schema registry writer (forwarded twice)"
-            )
-        topic = self.broker.controller.state.topics.get(self.topic)
-        if topic is not None and topic.partitions and self._replica() is None:
-            holders = ", ".join(str(n) for n in topic.partitions[0].replicas)
-            raise err.unknown_writer(
-                f"This node holds no replica of {self.topic}, which the registry reads; "
-                f"ask a node that does (nodes {holders})"
             )
         writer = await self._writer()
         try:

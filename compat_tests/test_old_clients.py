@@ -32,6 +32,7 @@ pytestmark = pytest.mark.timeout(90)
 OLD = {"0.9": (0, 9), "0.10.0": (0, 10, 0)}
 FETCH = 1
 UNSUPPORTED_VERSION = 35
+SECURITY_DISABLED = 54
 TIMEOUT_MS = 15000
 
 
@@ -284,6 +285,33 @@ def test_the_old_versions_of_admin_offset_and_epoch_apis_answer_as_kafka_3_9(
             (p["committed_offset"], p["metadata"], p["error_code"])
             for p in fetched["topics"][0]["partitions"]
         ] == [(2, "m", 0), (-1, "", 0)]
+
+        # The ACL APIs' v0, answered as without an authorizer Kafka answers them.
+        acl = {
+            "resource_type_filter": 2,
+            "resource_name_filter": topic,
+            "principal_filter": None,
+            "host_filter": None,
+            "operation": 1,
+            "permission_type": 1,
+        }
+        assert _ask(conn, 29, 0, acl)["error_code"] == SECURITY_DISABLED
+        creation = {
+            "resource_type": 2,
+            "resource_name": topic,
+            "principal": "User:a",
+            "host": "*",
+            "operation": 3,
+            "permission_type": 3,
+        }
+        assert (
+            _ask(conn, 30, 0, {"creations": [creation]})["results"][0]["error_code"]
+            == SECURITY_DISABLED
+        )
+        assert (
+            _ask(conn, 31, 0, {"filters": [acl]})["filter_results"][0]["error_code"]
+            == SECURITY_DISABLED
+        )
 
         dirs = _ask(conn, 35, 0, {"topics": None})
         (log_dir,) = dirs["results"]

@@ -91,7 +91,7 @@ def _described(b: AclBinding) -> dict[str, Any]:
     }
 
 
-@handles(DESCRIBE_ACLS, 1)
+@handles(DESCRIBE_ACLS, 0)  # v0 through protocol.legacy_messages
 def describe_acls(ctx: RequestContext, request: requests.DescribeAclsRequest) -> dict[str, Any]:
     answer: dict[str, Any] = {
         "throttle_time": 0,
@@ -130,7 +130,7 @@ def describe_acls(ctx: RequestContext, request: requests.DescribeAclsRequest) ->
     return answer
 
 
-@handles(CREATE_ACLS, 1)
+@handles(CREATE_ACLS, 0)  # v0 through protocol.legacy_messages
 async def create_acls(ctx: RequestContext, request: requests.CreateAclsRequest) -> dict[str, Any]:
     def result(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
         return {"error_code": code, "error_message": message}
@@ -168,7 +168,7 @@ async def create_acls(ctx: RequestContext, request: requests.CreateAclsRequest) 
     return {"throttle_time": 0, "results": results}
 
 
-@handles(DELETE_ACLS, 1)
+@handles(DELETE_ACLS, 0)  # v0 through protocol.legacy_messages
 async def delete_acls(ctx: RequestContext, request: requests.DeleteAclsRequest) -> dict[str, Any]:
     def refused(code: ErrorCode, message: str) -> dict[str, Any]:
         return {"error_code": code, "error_message": message, "matching_acls": []}

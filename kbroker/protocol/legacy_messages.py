@@ -157,6 +157,7 @@ def write(layout: Layout, version: int, data: dict[str, Any]) -> bytes:
 
 FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH = 1, 2, 8, 9
 CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH, WRITE_TXN_MARKERS = 19, 20, 23, 27
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_CONFIGS, ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 32, 34, 35
 
 
@@ -503,6 +504,79 @@ _DESCRIBE_LOG_DIRS_RESPONSE: Layout = (
     ),
 )
 
+# The ACL APIs' v0 are v1 without resource pattern types: every pattern is LITERAL
+# (kio's v1 default), so a v0 filter matches literal bindings only, as in Kafka 3.9.
+_ACL_FILTER: Layout = (
+    ("resource_type_filter", "i8"),
+    ("resource_name_filter", "nstring"),
+    ("principal_filter", "nstring"),
+    ("host_filter", "nstring"),
+    ("operation", "i8"),
+    ("permission_type", "i8"),
+)
+_DESCRIBE_ACLS_RESPONSE: Layout = (
+    ("throttle_time", "i32"),
+    ("error_code", "i16"),
+    ("error_message", "nstring"),
+    (
+        "resources",
+        _array(
+            ("resource_type", "i8"),
+            ("resource_name", "string"),
+            (
+                "acls",
+                _array(
+                    ("principal", "string"),
+                    ("host", "string"),
+                    ("operation", "i8"),
+                    ("permission_type", "i8"),
+                ),
+            ),
+        ),
+    ),
+)
+_CREATE_ACLS_REQUEST: Layout = (
+    (
+        "creations",
+        _array(
+            ("resource_type", "i8"),
+            ("resource_name", "string"),
+            ("principal", "string"),
+            ("host", "string"),
+            ("operation", "i8"),
+            ("permission_type", "i8"),
+        ),
+    ),
+)
+_CREATE_ACLS_RESPONSE: Layout = (
+    ("throttle_time", "i32"),
+    ("results", _array(("error_code", "i16"), ("error_message", "nstring"))),
+)
+_DELETE_ACLS_REQUEST: Layout = (("filters", ("array", _ACL_FILTER)),)
+_DELETE_ACLS_RESPONSE: Layout = (
+    ("throttle_time", "i32"),
+    (
+        "filter_results",
+        _array(
+            ("error_code", "i16"),
+            ("error_message", "nstring"),
+            (
+                "matching_acls",
+                _array(
+                    ("error_code", "i16"),
+                    ("error_message", "nstring"),
+                    ("resource_type", "i8"),
+                    ("resource_name", "string"),
+                    ("principal", "string"),
+                    ("host", "string"),
+                    ("operation", "i8"),
+                    ("permission_type", "i8"),
+                ),
+            ),
+        ),
+    ),
+)
+
 
 LEGACY: dict[
     tuple[int, int], tuple[Layout, Layout | None, Callable[[dict[str, Any]], dict[str, Any]]]
@@ -529,6 +603,9 @@ LEGACY[(WRITE_TXN_MARKERS, 0)] = (
 # DescribeConfigs v0 answers is_default where v1 answers config_source (the handler
 # fills both); the v1 request's include_synonyms is false.
 LEGACY[(DESCRIBE_CONFIGS, 0)] = (_DESCRIBE_CONFIGS_REQUEST, _DESCRIBE_CONFIGS_RESPONSE, _without())
+LEGACY[(DESCRIBE_ACLS, 0)] = (_ACL_FILTER, _DESCRIBE_ACLS_RESPONSE, _without())
+LEGACY[(CREATE_ACLS, 0)] = (_CREATE_ACLS_REQUEST, _CREATE_ACLS_RESPONSE, _without())
+LEGACY[(DELETE_ACLS, 0)] = (_DELETE_ACLS_REQUEST, _DELETE_ACLS_RESPONSE, _without())
 # AlterReplicaLogDirs and DescribeLogDirs v0 are v1 without throttling on quota breach.
 LEGACY[(ALTER_REPLICA_LOG_DIRS, 0)] = (
     _ALTER_REPLICA_LOG_DIRS_REQUEST,

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
 
 from compat_tests.broker_process import free_ports
 from compat_tests.cluster import KafkaCluster
@@ -191,3 +193,33 @@ def test_register_anywhere_read_everywhere_and_writer_failover(cluster_factory):
             continue
         status, got = call(url, "GET", "/subjects/after-failover/versions/latest")
         assert (status, got["id"]) == (200, after_failover), (i, got)
+
+    # A reassignment gives the fourth node a replica: once that is in sync, the node reads
+    # it instead of the leader's, and still sees every write at once.
+    kept = [i for i in urls if i != leader]
+    admin = KafkaAdminClient(
+        bootstrap_servers=[n.bootstrap for n in cluster.live_nodes], request_timeout_ms=15000
+    )
+    try:
+        answer = admin.alter_partition_reassignments({TopicPartition(TOPIC, 0): [*kept, fourth]})
+        assert answer == {TopicPartition(TOPIC, 0): None}, answer
+    finally:
+        admin.close()
+    cluster.wait_until(
+        lambda: sorted(cluster.partition(TOPIC).replicas) == sorted([*kept, fourth]),
+        30,
+        "the reassignment of _schemas onto the fourth node",
+    )
+    cluster.wait_for_full_isr(TOPIC, timeout=30)
+    via_kept = _register(urls[kept[0]], "after-reassignment", 7777)
+    assert via_kept is not None and via_kept > after_failover
+    status, got = call(fourth_url, "GET", "/subjects/after-reassignment/versions/latest")
+    assert (status, got["id"]) == (200, via_kept), got
+
+    def reads_own_replica() -> bool:
+        call(fourth_url, "GET", "/subjects")  # a read notices the replica is in sync
+        return "reads its own in-sync replica of _schemas now" in cluster.node(fourth).log_text()
+
+    cluster.wait_until(reads_own_replica, 15, "the fourth node to read its own replica")
+    status, got = call(fourth_url, "GET", "/subjects/after-reassignment/versions/latest")
+    assert (status, got["id"]) == (200, via_kept), got

@@ -129,6 +129,7 @@ class SchemaRegistryService(InternalTopicService):
         self._remote_lock = asyncio.Lock()
         self._remote_synced = False  # caught up with a leader at least once
         self._remote_kick: asyncio.Future[None] | None = None
+        self._read_from: int | None = None  # the leader reads last went to, if remote
 
     # -- the internal-topic service ------------------------------------------------------
 
@@ -272,10 +273,19 @@ class SchemaRegistryService(InternalTopicService):
 
     async def fresh(self) -> RegistryState | None:
         """The state, caught up with what was acknowledged before the call."""
-        if self._remote_leader() is not None:
+        leader = self._remote_leader()
+        replica = self._replica()
+        if leader is not None:
+            if self._read_from != leader:
+                log.info(
+                    "the schema registry reads %s from its leader, node %d", self.topic, leader
+                )
+                self._read_from = leader
             await self._remote_catch_up()
             return self.state
-        replica = self._replica()
+        if replica is not None and self._read_from is not None:
+            log.info("the schema registry reads its own in-sync replica of %s now", self.topic)
+            self._read_from = None
         if replica is None:
             if self.topic not in self.broker.controller.state.topics:
                 return RegistryState()

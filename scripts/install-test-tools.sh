@@ -59,6 +59,40 @@ fetch_java_jars "${KBROKER_KAFKA4_JARS:-$HOME/.cache/kbroker-test-tools/kafka-ja
   kafka-clients=kafka-clients-4.3.0.jar slf4j-api=slf4j-api-2.0.18.jar \
   lz4-java=lz4-java-1.10.2.jar snappy-java=snappy-java-1.1.1.7.jar \
   zstd-jni=zstd-jni-1.5.6-10.jar
+# kafka-clients of the generation Kafka 4 dropped (compat_tests/test_old_java_clients.py),
+# each with its own runtime dependencies, from Maven Central into DIR/VERSION/*.jar.
+fetch_old_java_clients() {
+  local dir="$1" version tmp
+  shift
+  if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
+    echo "warning: fetching old kafka-clients needs mvn and a JDK; their tests will skip" >&2
+    return 0
+  fi
+  for version in "$@"; do
+    if [ -f "$dir/$version/.complete" ]; then
+      continue
+    fi
+    tmp="$(mktemp -d)"
+    printf '%s\n' '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>' \
+      '<groupId>kbroker.test</groupId><artifactId>old-clients</artifactId><version>1</version>' \
+      '<dependencies><dependency><groupId>org.apache.kafka</groupId>' \
+      "<artifactId>kafka-clients</artifactId><version>$version</version></dependency>" \
+      '</dependencies></project>' >"$tmp/pom.xml"
+    if (cd "$tmp" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$tmp/jars" >"$tmp/mvn.log" 2>&1); then
+      rm -rf "${dir:?}/$version"
+      mkdir -p "$dir"
+      mv "$tmp/jars" "$dir/$version"
+      touch "$dir/$version/.complete"
+    else
+      echo "warning: could not fetch kafka-clients $version into $dir; its tests will skip" >&2
+      tail -20 "$tmp/mvn.log" >&2
+    fi
+    rm -rf "$tmp"
+  done
+}
+fetch_old_java_clients "${KBROKER_OLD_KAFKA_JARS:-$HOME/.cache/kbroker-test-tools/kafka-java-old}" \
+  0.11.0.3 1.1.1 2.0.1
 # --- end Java Kafka clients ---------------------------------------------------------------
 
 # --- Apache Kafka 4.3 itself (compat_tests/kafka_reference.py, bench/) --------------------

@@ -37,6 +37,11 @@ TESTED_CLIENTS: tuple[TestedClient, ...] = (
         "3.0 or newer (PyPI)",
         ("test_old_clients.py",),
     ),
+    TestedClient(
+        "Java client of the generation Kafka 4 dropped (kafka-clients)",
+        "0.11.0.3, 1.1.1 and 2.0.1 (Maven Central)",
+        ("test_old_java_clients.py",),
+    ),
     TestedClient("aiokafka", "0.11 or newer (PyPI)", ("test_aiokafka.py",)),
     TestedClient(
         "Java client (kafka-clients)",

@@ -123,19 +123,31 @@ async def _delayed_fetch(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_s
     while True:
-        remaining = deadline - loop.time()
-        if remaining <= 0:
+        if loop.time() >= deadline:
             break
+        # The wait's end resolves the waiter as an append would and says so in `over`
+        # (the loop's timers may fire a hair before the deadline): cheaper than
+        # asyncio.wait_for's extra future, callbacks and cancellation.
         waiter = ctx.broker.waiters.new_waiter(keys)
+        over: list[bool] = []
+        timer = loop.call_at(deadline, _wait_over, waiter, over)
         try:
-            await asyncio.wait_for(waiter, remaining)
-        except TimeoutError:
+            await waiter
+        finally:
+            timer.cancel()
+        if over:
             break
         results, total, errors = _read_all(ctx, request, plan)
         if total >= _min_bytes(ctx, request) or errors or ctx.broker.lifecycle.stopping:
             return _encode(ctx, request, plan, results)
     results, _, _ = _read_all(ctx, request, plan)
     return _encode(ctx, request, plan, results)
+
+
+def _wait_over(waiter: asyncio.Future[None], over: list[bool]) -> None:
+    over.append(True)
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:

@@ -208,3 +208,22 @@ def test_up_then_down_conversion_round_trips() -> None:
     batch = up_convert(old_set(1, sent, GZIP))
     got = read_old(down_convert(bytes(batch), 1, 0))
     assert [(t, k, v) for _, t, k, v, _ in got] == sent
+
+
+def test_a_v0_lz4_wrapper_is_read_whatever_its_header_checksum() -> None:
+    """v0 clients wrote the lz4 frame header checksum wrongly (KAFKA-3160); Kafka reads
+    their frames regardless, and so does the up-conversion."""
+    import lz4.frame
+
+    inner = entry(message(0, b"a", b"1")) + entry(message(0, b"b", b"2" * 5000), 1)
+    frame = bytearray(lz4.frame.compress(inner, block_size=lz4.frame.BLOCKSIZE_MAX64KB))
+    checksum_at = 6 + (8 if frame[4] & 0x08 else 0)  # after the content size, if any
+    frame[checksum_at] ^= 0x5A  # the header checksum, as an old client computed it
+    with pytest.raises(RuntimeError):  # a frame reader that checks it refuses the frame
+        lz4.frame.decompress(bytes(frame))
+    got = decode_records(up_convert(entry(message(0, None, bytes(frame), LZ4))), 0, decompress)
+    assert [(r.key, r.value) for r in got] == [(b"a", b"1"), (b"b", b"2" * 5000)]
+    with pytest.raises(CorruptBatchError):  # garbage blocks are still refused
+        up_convert(
+            entry(message(0, None, bytes(frame[: checksum_at + 1]) + b"\x05\x00\x00\x00junk!", LZ4))
+        )

@@ -22,6 +22,8 @@ import struct
 import zlib
 from collections.abc import Callable
 
+import lz4.block
+
 from kbroker.protocol.batch import (
     CONTROL_MASK,
     HEADER_SIZE,
@@ -34,7 +36,13 @@ from kbroker.protocol.batch import (
     encode_batch,
     read_header,
 )
-from kbroker.protocol.compression import LZ4, ZSTD, CompressionError, decompress
+from kbroker.protocol.compression import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    LZ4,
+    ZSTD,
+    CompressionError,
+    decompress,
+)
 from kbroker.protocol.errors import CorruptBatchError, InvalidBatchError
 
 _ENTRY = struct.Struct(">qi")  # offset, message size
@@ -126,7 +134,10 @@ def _messages(
             if codec > _MAX_CODEC or value is None:
                 raise CorruptBatchError(f"wrapper message with codec {codec} and no valid value")
             try:
-                inner = decompress_fn(codec, value)
+                if magic == 0 and codec == LZ4:
+                    inner = unlz4_kafka_0_8(value)
+                else:
+                    inner = decompress_fn(codec, value)
             except CompressionError as exc:
                 raise CorruptBatchError(f"wrapper message: {exc}") from exc
             log_append = magic == 1 and attributes & TIMESTAMP_TYPE_MASK
@@ -143,6 +154,45 @@ def _messages(
             out.append(Record(key, value, timestamp if wrapper_time is None else wrapper_time))
         pos = stop
     return magic_seen
+
+
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
+_U32LE = struct.Struct("<I")
+
+
+def unlz4_kafka_0_8(data: bytes, max_size: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
+    """An lz4 frame of a v0 wrapper. Clients of message format v0 computed the frame
+    header's checksum over the wrong bytes (KAFKA-3160), and Kafka reads their frames
+    without checking it; so does this, block by block. Block and content checksums are
+    skipped likewise (v0 clients wrote none)."""
+    try:
+        if data[:4] != _LZ4_MAGIC:
+            raise CompressionError("not an lz4 frame")
+        flags, descriptor = data[4], data[5]
+        block_max = _LZ4_BLOCK_MAX.get((descriptor >> 4) & 7)
+        if block_max is None or flags >> 6 != 1:
+            raise CompressionError("unsupported lz4 frame descriptor")
+        pos = 6 + (8 if flags & 0x08 else 0) + 1  # descriptor, content size, header checksum
+        out = bytearray()
+        while True:
+            if pos + 4 > len(data):
+                raise CompressionError("truncated lz4 frame")
+            (size,) = _U32LE.unpack_from(data, pos)
+            pos += 4
+            if size == 0:
+                return bytes(out)
+            stored = size & 0x80000000
+            size &= 0x7FFFFFFF
+            if size > block_max or pos + size > len(data):
+                raise CompressionError("lz4 block runs past its frame")
+            block = data[pos : pos + size]
+            out += block if stored else lz4.block.decompress(block, uncompressed_size=block_max)
+            if len(out) > max_size:
+                raise CompressionError(f"lz4 data inflates past {max_size} bytes")
+            pos += size + (4 if flags & 0x10 else 0)
+    except (IndexError, lz4.block.LZ4BlockError) as exc:
+        raise CompressionError(f"corrupt lz4 data: {exc}") from exc
 
 
 def up_convert(

@@ -20,7 +20,7 @@ PUSH_TELEMETRY = 72
 
 
 def _client(ctx: RequestContext) -> ClientInfo:
-    name, version = getattr(ctx.connection, "software", ("", ""))
+    name, version = ctx.connection.software
     host, _, port = ctx.connection.peer.rpartition(":")
     return ClientInfo(ctx.client_id, name, version, host.strip("[]"), port)
 

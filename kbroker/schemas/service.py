@@ -10,8 +10,11 @@ holds every record of its log: after a failover the new leader's log holds every
 acknowledged record (it was in the ISR), so no acknowledged id is given again.
 
 A follower applies only records below its high watermark (never records a new leader
-could truncate), and a read waits until the high watermark passes what the replica held
-when the read arrived, so a write acknowledged anywhere is seen by a read that follows.
+could truncate), and a read waits until it has applied what the replica held when the
+read arrived, so a write acknowledged anywhere is seen by a read that follows. Where the
+replica holds records above its high watermark (which it learns only with its next
+replica fetch), the read fetches them from the leader, below the leader's high
+watermark, instead of waiting.
 
 A node that holds no replica (a cluster of more than three nodes), or whose replica is
 out of the ISR (still catching up, say after a reassignment added it), reads `_schemas`
@@ -25,7 +28,6 @@ in the ISR; both read the same committed records, so the state carries over.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import ssl
@@ -256,9 +258,10 @@ class SchemaRegistryService(InternalTopicService):
     def hosted(self) -> bool:
         return self._replica() is not None
 
-    def _remote_leader(self) -> int | None:
+    def _remote_leader(self, follower_too: bool = False) -> int | None:
         """The leader to read `_schemas` from, when this node cannot read its own replica
-        (it holds none, or one out of the ISR); None when it reads its own."""
+        (it holds none, or one out of the ISR), or with `follower_too` whenever another
+        node leads; None when it reads its own."""
         topic = self.broker.controller.state.topics.get(self.topic)
         if topic is None or not topic.partitions:
             return None
@@ -267,7 +270,7 @@ class SchemaRegistryService(InternalTopicService):
         if info.leader < 0 or info.leader == me:
             return None
         replica = self._replica()
-        if replica is not None and (replica.is_leader or me in info.isr):
+        if not follower_too and replica is not None and (replica.is_leader or me in info.isr):
             return None
         return info.leader
 
@@ -281,7 +284,9 @@ class SchemaRegistryService(InternalTopicService):
                     "the schema registry reads %s from its leader, node %d", self.topic, leader
                 )
                 self._read_from = leader
-            await self._remote_catch_up()
+            deadline = time.monotonic() + READ_WAIT_S
+            if not await self._remote_catch_up(deadline) and not self._remote_synced:
+                raise err.store_timeout(f"Cannot read {self.topic} from its leader; try again")
             return self.state
         if replica is not None and self._read_from is not None:
             log.info("the schema registry reads its own in-sync replica of %s now", self.topic)
@@ -297,7 +302,22 @@ class SchemaRegistryService(InternalTopicService):
             return self.state
         target = replica.log_end_offset
         deadline = time.monotonic() + READ_WAIT_S
-        while replica.high_watermark < target and time.monotonic() < deadline:
+        if (
+            replica.high_watermark < target
+            and self.next_offset < target
+            and await self._remote_catch_up(deadline, follower_too=True)
+        ):
+            # An in-sync follower learns its high watermark only with its next replica
+            # fetch (up to replica.fetch.max.wait.ms later): the leader's answers now.
+            self._apply_to(replica.high_watermark)
+            return self.state
+        # (Records read from the leader may have put the state past the local high
+        # watermark already: it holds every record of the local log then.)
+        while (
+            replica.high_watermark < target
+            and self.next_offset < target
+            and time.monotonic() < deadline
+        ):
             await asyncio.sleep(0.005)
             if self._replica() is not replica:
                 break
@@ -305,11 +325,18 @@ class SchemaRegistryService(InternalTopicService):
         return self.state
 
     async def wait_applied(self, offset: int) -> None:
-        """Wait (bounded) until this node has applied the records below `offset`."""
-        if self._remote_leader() is not None:
-            await self._remote_catch_up(offset)
-            return
+        """Wait (bounded) until this node has applied the records below `offset`.
+
+        A follower too reads the write from the leader: its own high watermark passes the
+        write only with its next replica fetch (up to replica.fetch.max.wait.ms later)."""
         deadline = time.monotonic() + READ_WAIT_S
+        if (
+            not self.is_writer()
+            and self.next_offset < offset
+            and await self._remote_catch_up(deadline, offset, follower_too=True)
+        ):
+            return
+        # Where the leader did not answer: wait for this node's own replica.
         while time.monotonic() < deadline:
             replica = self._replica()
             if replica is None:
@@ -321,17 +348,18 @@ class SchemaRegistryService(InternalTopicService):
 
     # -- reading the leader's replica ------------------------------------------------------
 
-    async def _remote_catch_up(self, least: int = 0) -> None:
+    async def _remote_catch_up(
+        self, deadline: float, least: int = 0, follower_too: bool = False
+    ) -> bool:
         """Fetch from the leader until every record below its high watermark as of the
-        first answer (and below `least`) is applied. When no leader answers in time the
-        state read so far serves, as a lagging replica's does, if there is one."""
+        first answer (and below `least`) is applied; False when no leader answered so by
+        the deadline (or this node reads its own replica now)."""
         async with self._remote_lock:
             target: int | None = None
-            deadline = time.monotonic() + READ_WAIT_S
             while True:
-                leader = self._remote_leader()
+                leader = self._remote_leader(follower_too)
                 if leader is None:
-                    return  # this node reads its own replica now (or there is no leader)
+                    return False
                 answer = await self._remote_fetch(leader, deadline)
                 if answer is not None:
                     hwm, progressed = answer
@@ -339,14 +367,12 @@ class SchemaRegistryService(InternalTopicService):
                         target = max(hwm, least)
                     if self.next_offset >= target:
                         self._remote_synced = True
-                        return
+                        return True
                     if progressed:
                         continue
                 if time.monotonic() >= deadline:
-                    break
+                    return False
                 await asyncio.sleep(0.005 if answer is not None else 0.05)
-        if not self._remote_synced:
-            raise err.store_timeout(f"Cannot read {self.topic} from its leader; try again")
 
     def _kick_remote_read(self) -> None:
         """Catch up with the leader in the background (one read at a time)."""
@@ -355,8 +381,7 @@ class SchemaRegistryService(InternalTopicService):
         self._remote_kick = asyncio.ensure_future(self._remote_read_quietly())
 
     async def _remote_read_quietly(self) -> None:
-        with contextlib.suppress(err.RegistryError):
-            await self._remote_catch_up()
+        await self._remote_catch_up(time.monotonic() + READ_WAIT_S)
 
     async def _remote_fetch(self, leader: int, deadline: float) -> tuple[int, bool] | None:
         """One Fetch from the leader at the next offset to apply, its records applied:

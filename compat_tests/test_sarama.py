@@ -6,14 +6,12 @@ run once per operation; it prints JSON that the tests read.
 
 Sarama assumes the newest protocol version it knows (``sarama.MaxVersion``) unless a
 test says ``version="default"``. Debian's Sarama is 1.22, whose newest is Kafka 2.2
-and whose default is 0.8.2. Two of its request choices are versions Kafka 4 removed
-(KIP-896), so kbroker refuses them as Kafka 4 does:
-- OffsetCommit v1 whenever ``Consumer.Offsets.Retention`` is unset: the driver sets a
-  retention, which makes Sarama send v2;
-- DescribeConfigs v0 from ``ClusterAdmin.DescribeConfig`` and ``ListTopics``: the
-  driver can send v1 through a ``sarama.Broker`` instead, and one test pins the refusal.
-With its default version Sarama speaks 0.8.2 (Produce v0 with magic-0 messages,
-ListOffsets v0, Fetch v0): only Metadata still works against Kafka 4 or kbroker.
+and whose default is 0.8.2. Several of its request choices are versions Kafka 4 removed
+(KIP-896) and kbroker serves as Kafka 3.9 did: OffsetCommit v1 whenever
+``Consumer.Offsets.Retention`` is unset (the driver sets a retention, which makes Sarama
+send v2), DescribeConfigs v0 from ``ClusterAdmin.DescribeConfig`` and ``ListTopics``,
+and with its default version Produce v0 with magic-0 messages, ListOffsets v0 and
+Fetch v0.
 """
 
 from __future__ import annotations
@@ -465,10 +463,21 @@ def test_default_version_client_reads_metadata(sarama, shared_broker):
     assert described["partitions"] == [0, 1, 2]
 
 
-def test_default_version_producer_is_refused_and_nothing_is_stored(sarama, shared_broker):
+@pytest.mark.parametrize("version", ["default", "0.10.0.0"])
+def test_old_version_producer_and_consumer_beside_the_newest(sarama, shared_broker, version):
+    """Sarama's default 0.8.2 speaks Produce v0 with magic-0 messages, ListOffsets v0 and
+    Fetch v0; pinned to 0.10.0 it speaks Produce v2 and Fetch v2 with magic 1: served
+    as Kafka 3.9 served them, on the topic a client of the newest version writes."""
     bootstrap = shared_broker.bootstrap
-    topic = create_topic(sarama, bootstrap, "v082")
-    refused = sarama.run("produce", bootstrap, topic=topic, count=3, partition=0, version="default")
-    assert refused.get("failed") == 3, refused
-    after = sarama.ok("produce", bootstrap, topic=topic, count=1, partition=0)
-    assert after["produced"] == [{"partition": 0, "offset": 0}]
+    topic = create_topic(sarama, bootstrap, "old")
+    old = sarama.ok("produce", bootstrap, topic=topic, count=3, partition=0, version=version)
+    assert [p["offset"] for p in old["produced"]] == [0, 1, 2]
+    new = sarama.ok("produce", bootstrap, topic=topic, count=2, partition=0)
+    assert [p["offset"] for p in new["produced"]] == [3, 4]
+    for reader in (version, "newest"):
+        consumed = sarama.ok(
+            "consume", bootstrap, topic=topic, partition=0, count=5, version=reader
+        )
+        assert [r["offset"] for r in consumed["records"]] == list(range(5))
+        values = [r["value"] for r in consumed["records"]]
+        assert values == [f"value-{i}" for i in range(3)] + [f"value-{i}" for i in range(2)]

@@ -244,3 +244,14 @@ def test_batches_produced_by_librdkafka_decompress(tmp_path):
         codecs, decoded = results[name]
         assert codecs == {codec}, name
         assert decoded == expected, name
+
+
+def test_a_corrupt_snappy_block_is_a_compression_error() -> None:
+    """cramjam's own error for a block that does not inflate is turned into ours, which
+    the append path answers with CORRUPT_MESSAGE."""
+    from kbroker.protocol.compression import SNAPPY, CompressionError, decompress, xerial_snappy
+
+    data = bytearray(xerial_snappy(b"abcdefgh" * 100))
+    data[-6:] = b"\x7f\xff\xff\xff\xff\xff"
+    with pytest.raises(CompressionError):
+        decompress(SNAPPY, bytes(data))

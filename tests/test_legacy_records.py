@@ -4,11 +4,14 @@ reader of the old formats."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import struct
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record import MemoryRecords, MemoryRecordsBuilder
 
 from kbroker.protocol.batch import (
@@ -20,7 +23,7 @@ from kbroker.protocol.batch import (
     validate_batches,
 )
 from kbroker.protocol.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, decompress
-from kbroker.protocol.errors import CorruptBatchError
+from kbroker.protocol.errors import CorruptBatchError, InvalidBatchError
 from kbroker.protocol.legacy_records import (
     InvalidLegacyRecordError,
     ZstdDownConversionError,
@@ -227,3 +230,42 @@ def test_a_v0_lz4_wrapper_is_read_whatever_its_header_checksum() -> None:
         up_convert(
             entry(message(0, None, bytes(frame[: checksum_at + 1]) + b"\x05\x00\x00\x00junk!", LZ4))
         )
+
+
+VALID_SETS = [
+    old_set(0, [(0, b"a", b"1"), (0, None, b"2")]),
+    old_set(1, [(5, b"a", b"1"), (6, b"b", None)], GZIP),
+    old_set(1, [(5, b"a", b"1")], SNAPPY),
+]
+
+
+def _with_crcs(data: bytes) -> bytes:
+    """`data` with every top-level message's CRC made right again, so that a mutation
+    reaches the parsing behind the check."""
+    out = bytearray(data)
+    pos = 0
+    while pos + 16 <= len(out):
+        size = struct.unpack_from(">i", out, pos + 8)[0]
+        end = pos + 12 + size
+        if size < 4 or end > len(out):
+            break
+        struct.pack_into(">I", out, pos + 12, zlib.crc32(bytes(out[pos + 16 : end])))
+        pos = end
+    return bytes(out)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    st.sampled_from(VALID_SETS),
+    st.integers(0, 120),
+    st.binary(min_size=1, max_size=6),
+    st.binary(max_size=120),
+)
+def test_mutated_message_sets_raise_only_the_formats_errors(
+    valid: bytes, at: int, patch: bytes, noise: bytes
+) -> None:
+    mutated = valid[:at] + patch + valid[at + len(patch) :]
+    for candidate in (noise, mutated, _with_crcs(mutated)):
+        # CORRUPT_MESSAGE or INVALID_RECORD; any other exception fails the test
+        with contextlib.suppress(InvalidBatchError):
+            up_convert(candidate)

@@ -97,7 +97,13 @@ def decompress(
             return data
     except CompressionError:
         raise
-    except (zlib.error, RuntimeError, ValueError, zstandard.ZstdError) as exc:
+    except (
+        zlib.error,
+        RuntimeError,
+        ValueError,
+        zstandard.ZstdError,
+        cramjam.DecompressionError,
+    ) as exc:
         raise CompressionError(f"corrupt {CODEC_NAMES[codec]} data: {exc}") from exc
     raise CompressionError(f"unknown compression codec {codec}")
 

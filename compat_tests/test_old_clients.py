@@ -313,6 +313,10 @@ def test_the_old_versions_of_admin_offset_and_epoch_apis_answer_as_kafka_3_9(
             == SECURITY_DISABLED
         )
 
+        # Metadata v0 cannot say null: an empty list asks for every topic.
+        everything = conn.request(3, 0, topics=[])
+        assert topic in {t.name for t in everything.topics}
+
         dirs = _ask(conn, 35, 0, {"topics": None})
         (log_dir,) = dirs["results"]
         assert log_dir["error_code"] == 0

@@ -130,7 +130,8 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> Any:
     def may(operation: Operation, name: str) -> bool:
         return not checking or ctx.allowed(operation, ResourceType.TOPIC, name)
 
-    if request.topics is None:
+    # v0 has no null: an empty list asks for every topic (Kafka's isAllTopics).
+    if request.topics is None or (ctx.version == 0 and not request.topics):
         # Topics the principal may not describe are left out, as Kafka leaves them out.
         return _response(
             ctx,

@@ -644,10 +644,13 @@ def test_describe_topics_shows_leaders_replicas_and_topic_id(java):
     described = java.call("describe-topics", topics=topic)["topics"][topic]
     assert described["topicId"] == created["topicId"]
     assert described["internal"] is False
-    assert described["partitions"] == [
+    shown = ("partition", "leader", "replicas", "isr")
+    assert [{k: p[k] for k in shown} for p in described["partitions"]] == [
         {"partition": p, "leader": node["id"], "replicas": [node["id"]], "isr": [node["id"]]}
         for p in range(2)
     ]
+    # Eligible leader replicas (KIP-966): none while the ISR is whole.
+    assert all(not p.get("elr") for p in described["partitions"])
 
 
 def test_describe_topics_by_topic_id(java):

@@ -48,7 +48,7 @@ test: $(STAMP)
 	# Again, in case the tools script just brought a C extension's headers.
 	$(PY) setup.py --quiet build_ext --inplace
 	# A skipped test fails the run (conftest.py): every tool a test needs is installed above.
-	KBROKER_FORBID_SKIPS=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
+	FORBID_SKIPPED_TESTS=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The inner loop: the unit tests that start no process and wait on no cluster (a few minutes).
 test-fast: $(STAMP)

@@ -2,8 +2,9 @@
 
 - `slow`: every test in compat_tests/ (real broker processes, stock clients, clusters)
   and the unit tests marked so by hand. `make test-fast` runs the rest.
-- No silent skips: under `make test` (KBROKER_FORBID_SKIPS=1) a skipped test fails the
-  run, since on this project's machines every tool a test needs is installed by
+- No silent skips: under `make test` (FORBID_SKIPPED_TESTS=1; not a KBROKER_* name, which
+  brokers started by the tests would read as a setting) a skipped test fails the run,
+  since on this project's machines every tool a test needs is installed by
   scripts/install-test-tools.sh. A test that must be able to skip says why with
   `@pytest.mark.may_skip("why")`; its skips are reported but do not fail the run.
 - Tests wait for conditions, not for time: `compat_tests.waiting.eventually` (and
@@ -39,7 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _skips_forbidden() -> bool:
-    return os.environ.get("KBROKER_FORBID_SKIPS", "") not in ("", "0")
+    return os.environ.get("FORBID_SKIPPED_TESTS", "") not in ("", "0")
 
 
 _forbidden_skips: list[str] = []

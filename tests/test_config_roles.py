@@ -109,8 +109,10 @@ def test_describe_configs_documents_an_inert_broker_setting_as_inert() -> None:
 def test_describe_configs_documents_an_inert_topic_config_as_inert() -> None:
     config = BrokerConfig.from_settings({})
     docs = {e.name: e.documentation for e in describe_topic_config({}, config)}
-    assert docs["message.downconversion.enable"].startswith(INERT_NOTE)
+    assert docs["remote.storage.enable"].startswith(INERT_NOTE)
     assert not docs["retention.ms"].startswith(INERT_NOTE)
+    # Served since Fetch v0-3 are: it decides whether they are down-converted.
+    assert not docs["message.downconversion.enable"].startswith(INERT_NOTE)
 
 
 def test_start_up_names_the_inert_settings_that_were_set(

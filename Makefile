@@ -60,8 +60,8 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
-# docs/configuration.md, docs/compatibility.md and the metric table of docs/operations.md,
-# generated from the code (tests/test_docs.py fails when they are stale)
+# docs/configuration.md, docs/compatibility.md, docs/cli.md's reference and the metric table
+# of docs/operations.md, generated from the code (tests/test_docs.py fails when they are stale)
 docs: $(STAMP)
 	$(PY) -m kbroker.docs
 

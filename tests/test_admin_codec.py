@@ -100,3 +100,20 @@ def test_aborted_transactions_are_skipped_until_their_marker():
     values = [s.data for s in codec.sections(data, [(7, 0)])]
     assert [codec.join_values(v, 1, 0, None, b"")[0] for v in values] == [b"committed"]
     assert codec.last_offset_after(data) == 4
+
+
+def test_a_hostile_record_count_does_not_size_the_output():
+    """A batch header may claim two billion records over a few bytes: the reader fails
+    on the section, without first reserving gigabytes for the records it announced."""
+    import tracemalloc
+
+    section = codec.encode_pairs_py([(b"k", b"v")], b"\x00")
+    tracemalloc.start()
+    try:
+        for join in (codec.join_values, codec.join_values_py):
+            with pytest.raises(ValueError):
+                join(section, 2**31 - 1, 0, b"\t", b"\n")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20

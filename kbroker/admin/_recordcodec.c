@@ -371,7 +371,10 @@ static PyObject *join_values(PyObject *self, PyObject *args)
     Py_ssize_t pos = 0, printed = 0;
     buffer out = {NULL, 0, 0};
     PyObject *result = NULL;
-    if (grow(&out, data.len + count * (term.len + (keyed ? sep.len : 0)) + 1) < 0)
+    /* Every record takes at least a byte of the section: a count larger than that (a
+     * hostile batch header) must not size the buffer. */
+    Py_ssize_t most = count < data.len ? count : data.len;
+    if (grow(&out, data.len + most * (term.len + (keyed ? sep.len : 0)) + 1) < 0)
         goto done;
     for (Py_ssize_t i = 0; i < count; i++) {
         record r;

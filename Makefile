@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/security/_tlsread.c \
 	kbroker/admin/_recordcodec.c
 
-.PHONY: serve test test-fast lint bench pyz docs
+.PHONY: serve test test-fast lint bench pyz docs fuzz
 
 PIP := $(PY) -m pip --disable-pip-version-check
 
@@ -59,6 +59,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+
+# Coverage-guided fuzzing of the C extensions that read hostile bytes, a minute each
+# (fuzz/run.sh; tests/test_c_fuzz.py runs a shorter pass in make test).
+fuzz: $(STAMP)
+	bash scripts/install-test-tools.sh
+	PYTHON=$(PY) bash fuzz/run.sh recordwalk
+	PYTHON=$(PY) bash fuzz/run.sh recordcodec
 
 # docs/configuration.md, docs/compatibility.md, docs/cli.md's reference and the metric table
 # of docs/operations.md, generated from the code (tests/test_docs.py fails when they are stale)

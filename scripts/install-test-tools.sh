@@ -188,6 +188,12 @@ fi
 if [ ! -f /usr/include/openssl/ssl.h ]; then
   apt_missing+=(libssl-dev)
 fi
+# tests/test_c_fuzz.py builds libFuzzer targets of the C extensions (fuzz/) with clang's
+# sanitizers, which come in a package of their own.
+if ! command -v clang >/dev/null 2>&1 ||
+  ! compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null; then
+  apt_missing+=(clang libclang-rt-14-dev)
+fi
 # tests/test_deploy_files.py checks docker-compose.yml with a compose client (offline).
 if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
   apt_missing+=(docker-compose)

@@ -54,6 +54,7 @@ from kbroker.protocol.compression import (
     CompressionError,
     decompress,
 )
+from kbroker.protocol.varint import read_varint_within
 
 __all__ = [
     "InvalidRecordsError",
@@ -90,29 +91,11 @@ class RecordPolicy:
 # -- the walk ------------------------------------------------------------------------------
 
 
-def _varint(
-    data: bytes | bytearray | memoryview, pos: int, end: int, max_bytes: int
-) -> tuple[int, int]:
-    """(value, next position) of the zigzag varint at pos, inside [pos, end); raises
-    IndexError when it runs past `end` and OverflowError when it is too long."""
-    v = shift = 0
-    for _ in range(max_bytes):
-        if pos >= end:
-            raise IndexError
-        b = data[pos]
-        pos += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (v >> 1) ^ -(v & 1), pos
-        shift += 7
-    raise OverflowError
-
-
 def _field(
     data: bytes | bytearray | memoryview, pos: int, end: int, index: int, what: str
 ) -> tuple[int, int]:
     try:
-        value, pos = _varint(data, pos, end, 5)
+        value, pos = read_varint_within(data, pos, end, 5)
     except (IndexError, OverflowError):
         raise ValueError(index, f"{what} runs past the record") from None
     if not _INT32_MIN <= value <= _INT32_MAX:
@@ -143,7 +126,7 @@ def walk_py(
         if pos >= end:
             raise ValueError(i, "missing: the batch holds fewer records than its count")
         try:
-            length, pos = _varint(data, pos, end, 5)
+            length, pos = read_varint_within(data, pos, end, 5)
         except (IndexError, OverflowError):
             raise ValueError(i, "invalid record length") from None
         if not 0 <= length <= _INT32_MAX:
@@ -155,7 +138,7 @@ def walk_py(
             raise ValueError(i, "empty record")
         pos += 1  # attributes
         try:
-            ts_delta, pos = _varint(data, pos, rec_end, 10)
+            ts_delta, pos = read_varint_within(data, pos, rec_end, 10)
         except (IndexError, OverflowError):
             raise ValueError(i, "timestamp delta runs past the record") from None
         offset_delta, pos = _field(data, pos, rec_end, i, "offset delta")

@@ -69,6 +69,24 @@ def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     return (v >> 1) ^ -(v & 1), pos
 
 
+def read_varint_within(buf: Buffer, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    """The zigzag varint at `pos` inside [pos, end) and the position after it, for the
+    record walks that check a batch before it is stored: IndexError when it runs past
+    `end`, OverflowError when it is longer than `max_bytes` (5 for an int32 field, 10
+    for an int64)."""
+    v = shift = 0
+    for _ in range(max_bytes):
+        if pos >= end:
+            raise IndexError
+        b = buf[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (v >> 1) ^ -(v & 1), pos
+        shift += 7
+    raise OverflowError
+
+
 def write_varint(out: bytearray, n: int) -> None:
     """Append `n` as a zigzag varint, the encoding of record fields."""
     v = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF

@@ -25,6 +25,7 @@ from kbroker.protocol.compression import (
     CompressionError,
     decompress,
 )
+from kbroker.protocol.varint import read_varint_within
 from kbroker.schemas.store import RegistryState, SchemaVersion
 
 KEY_VALIDATION = "confluent.key.schema.validation"
@@ -59,37 +60,24 @@ def invalid_schema_ids_py(
     pos = 0
     bad: list[int] = []
 
-    def varint(pos: int, limit: int, max_bytes: int) -> tuple[int, int]:
-        v = shift = 0
-        for _ in range(max_bytes):
-            if pos >= limit:
-                raise IndexError
-            b = data[pos]
-            pos += 1
-            v |= (b & 0x7F) << shift
-            if b < 0x80:
-                return (v >> 1) ^ -(v & 1), pos
-            shift += 7
-        raise IndexError
-
     for i in range(count):
         try:
-            length, pos = varint(pos, end, 5)
+            length, pos = read_varint_within(data, pos, end, 5)
             if not 0 <= length <= end - pos:
                 raise IndexError
             rec_end = pos + length
             pos += 1
-            _, pos = varint(pos, rec_end, 10)
-            _, pos = varint(pos, rec_end, 5)
+            _, pos = read_varint_within(data, pos, rec_end, 10)
+            _, pos = read_varint_within(data, pos, rec_end, 5)
             ok = False
             for f in range(field + 1):
-                n, pos = varint(pos, rec_end, 5)
+                n, pos = read_varint_within(data, pos, rec_end, 5)
                 if n < -1 or n > rec_end - pos:
                     raise IndexError
                 if f == field and n >= 5 and data[pos] == 0:
                     ok = int.from_bytes(data[pos + 1 : pos + 5], "big") in valid
                 pos += max(n, 0)
-        except IndexError:
+        except (IndexError, OverflowError):
             bad.append(i)
             break
         if not ok:

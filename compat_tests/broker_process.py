@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,12 +40,13 @@ FAST_GROUP_SETTINGS = {
     "group.min.session.timeout.ms": "1000",
 }
 
-_LIVE: set[subprocess.Popen[bytes]] = set()
+# Every server and tool process a test started (kbroker's here, Kafka's in kafka_reference).
+LIVE: set[subprocess.Popen[bytes]] = set()
 
 
 def _kill_leftovers() -> None:
     """Last line of defence: no broker outlives the test run, whatever happened to it."""
-    for proc in list(_LIVE):
+    for proc in list(LIVE):
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=5)
@@ -56,6 +57,69 @@ atexit.register(_kill_leftovers)
 
 class BrokerStartError(RuntimeError):
     pass
+
+
+# -- a server process under test: what kbroker's and Kafka's nodes (kafka_reference) share --
+
+
+def spawn_logged(
+    cmd: list[str], log_path: Path, what: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `cmd` with stdout and stderr appended to `log_path` after a line saying `what`
+    and the command; it is killed at exit if it still runs then."""
+    with open(log_path, "ab") as log:
+        log.write(f"\n===== {what}: {' '.join(cmd)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=cwd
+        )
+    LIVE.add(proc)
+    return proc
+
+
+def stop_gracefully(
+    proc: subprocess.Popen[bytes], timeout: float, name: str, tail: Callable[[], str]
+) -> int:
+    """SIGTERM and wait for the exit code; kill and raise (with the log's `tail`) on hang."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_now(proc)
+            raise RuntimeError(
+                f"{name} did not exit within {timeout}s of SIGTERM\n" + tail()
+            ) from None
+    LIVE.discard(proc)
+    return proc.returncode
+
+
+def kill_now(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL, if it still runs, and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+    LIVE.discard(proc)
+
+
+def rss_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("VmRSS not found")
+
+
+def log_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def log_tail(path: Path, name: str, lines: int) -> str:
+    text = log_text(path).splitlines()
+    head = f"--- {name} stderr ({path}), last {min(lines, len(text))} lines ---"
+    return "\n".join([head, *text[-lines:]])
 
 
 def kbroker_command() -> list[str]:
@@ -197,19 +261,8 @@ class BrokerProcess:
         env = broker_environment()
         cmd = self.command()
         self.starts += 1
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n===== start #{self.starts}: {' '.join(cmd)}\n".encode())
-            log.flush()
-            self._spawned_at = time.monotonic()
-            self.proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=env,
-                cwd=self.base_dir,
-            )
-        _LIVE.add(self.proc)
+        self._spawned_at = time.monotonic()
+        self.proc = spawn_logged(cmd, self.log_path, f"start #{self.starts}", self.base_dir, env)
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> float:
         """Wait until the spawned process serves; return seconds from spawn to ready."""
@@ -260,26 +313,12 @@ class BrokerProcess:
         """SIGTERM and wait for a clean exit; return the exit code (kill and raise on hang)."""
         if self.proc is None:
             raise RuntimeError("broker not started")
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise RuntimeError(
-                    f"kbroker did not exit within {timeout}s of SIGTERM\n" + self.log_tail()
-                ) from None
-        _LIVE.discard(self.proc)
-        return self.proc.returncode
+        return stop_gracefully(self.proc, timeout, "kbroker", self.log_tail)
 
     def kill(self) -> None:
         """SIGKILL: the crash a fsync policy has to survive."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        _LIVE.discard(self.proc)
+        if self.proc is not None:
+            kill_now(self.proc)
 
     def restart(
         self, extra_overrides: dict[str, str] | None = None, graceful: bool = True
@@ -295,22 +334,13 @@ class BrokerProcess:
         return self.start()
 
     def rss_bytes(self) -> int:
-        status = Path(f"/proc/{self.pid}/status").read_text()
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise RuntimeError("VmRSS not found")
+        return rss_of(self.pid)
 
     def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return log_text(self.log_path)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        text = self.log_text().splitlines()
-        head = f"--- kbroker stderr ({self.log_path}), last {min(lines, len(text))} lines ---"
-        return "\n".join([head, *text[-lines:]])
+        return log_tail(self.log_path, "kbroker", lines)
 
 
 @contextmanager

@@ -18,13 +18,11 @@ test can skip saying so; on a machine where the install script ran it is None.
 
 from __future__ import annotations
 
-import atexit
 import base64
 import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -36,9 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from compat_tests.broker_process import (
+    LIVE,
     api_versions_round_trip,
     free_ports,
+    kill_now,
+    log_tail,
     metadata_round_trip,
+    rss_of,
+    spawn_logged,
+    stop_gracefully,
 )
 
 KAFKA_VERSION = "4.3.1"
@@ -97,18 +101,6 @@ appender.console.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = {level}
 rootLogger.appenderRef.console.ref = STDERR
 """
-
-_LIVE: set[subprocess.Popen[bytes]] = set()
-
-
-def _kill_leftovers() -> None:
-    for proc in list(_LIVE):
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
-atexit.register(_kill_leftovers)
 
 
 class KafkaStartError(RuntimeError):
@@ -211,7 +203,7 @@ class ToolRunner:
             stderr=self._stderr,
             cwd=work_dir,
         )
-        _LIVE.add(self.proc)
+        LIVE.add(self.proc)
         self._lock = threading.Lock()
 
     def run(
@@ -251,7 +243,7 @@ class ToolRunner:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        _LIVE.discard(self.proc)
+        LIVE.discard(self.proc)
         self._stderr.close()
 
 
@@ -303,7 +295,7 @@ def start_tool_process(
             stdout=out,
             stderr=out,
         )
-    _LIVE.add(proc)
+    LIVE.add(proc)
     return proc
 
 
@@ -399,14 +391,8 @@ class KafkaNode:
             "kafka.Kafka",
             str(self.properties_path),
         ]
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n===== start: {' '.join(cmd)}\n".encode())
-            log.flush()
-            self._spawned_at = time.monotonic()
-            self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.base_dir
-            )
-        _LIVE.add(self.proc)
+        self._spawned_at = time.monotonic()
+        self.proc = spawn_logged(cmd, self.log_path, "start", self.base_dir)
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> float:
         """Seconds from spawn until ApiVersions and a Metadata round trip (with a broker
@@ -438,39 +424,17 @@ class KafkaNode:
         """SIGTERM (Kafka's controlled shutdown) and wait; return the exit code."""
         if self.proc is None:
             raise RuntimeError("kafka not started")
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise RuntimeError(
-                    f"kafka did not exit within {timeout}s of SIGTERM\n" + self.log_tail()
-                ) from None
-        _LIVE.discard(self.proc)
-        return self.proc.returncode
+        return stop_gracefully(self.proc, timeout, "kafka", self.log_tail)
 
     def kill(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        _LIVE.discard(self.proc)
+        if self.proc is not None:
+            kill_now(self.proc)
 
     def rss_bytes(self) -> int:
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise RuntimeError("VmRSS not found")
+        return rss_of(self.pid)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except FileNotFoundError:
-            text = []
-        head = f"--- kafka stderr ({self.log_path}), last {min(lines, len(text))} lines ---"
-        return "\n".join([head, *text[-lines:]])
+        return log_tail(self.log_path, "kafka", lines)
 
 
 class KafkaReference:

@@ -26,12 +26,15 @@ from compat_tests.confluent_helpers import (
     unique_topic,
     watermarks,
 )
+from compat_tests.metrics_scrape import scrape, value
 from compat_tests.test_share_groups import DLQ_GROUP_ENABLE, SHORT_LOCKS, set_group_configs
+from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection
 
 pytestmark = pytest.mark.timeout(180)
 
 GROUP_KEY, SHARE_KEY = 0, 2
+UNSTORED = "kbroker_share_partition_unstored_states"
 
 
 @pytest.fixture(scope="module")
@@ -200,9 +203,14 @@ def _consume_through_a_kill(
             }
         assert run.held and set(run.held.values()) == {1}
         work(time.monotonic() + 20, total // 3)
-        # The acquisitions of the last fetch are stored too: the broker shows no sign of
-        # that write outside its process, so this stays a short wait.
-        time.sleep(0.3)
+        # The acquisitions of the last fetch are stored too before the kill: the victim's
+        # /metrics counts the share-partitions it has not yet stored.
+        http = cluster.node(victim).overrides["http.listeners"].removeprefix("http://")
+        eventually(
+            lambda: value(scrape(http), UNSTORED) == 0,
+            timeout=20,
+            what=f"node {victim} storing every share-partition's state",
+        )
         cluster.kill(victim)
         run.kills += 1
         # The held records come back (with the old leader's lock gone, or their own lock

@@ -207,6 +207,7 @@ class ShareService(InternalTopicService):
         self.persister = Persister(broker, self, self.coordinator.store)
         self._offset_links = BrokerLinks(broker, "share-lag", "share lag", log)
         self._waiting: list[asyncio.Future[ErrorCode]] = []
+        self._writing: set[StateKey] = set()  # taken from `dirty`, their write under way
         self._wake = asyncio.Event()
         self._holding: dict[StateKey, asyncio.Future[ErrorCode]] = {}
         self._unheld_dead_letters: set[StateKey] = set()
@@ -308,7 +309,8 @@ class ShareService(InternalTopicService):
 
     def _metrics_now(self) -> list[Metric]:
         """Per share-partition: records in flight (acquired, not yet acknowledged) and
-        lag (not yet acknowledged up to the high watermark)."""
+        lag (not yet acknowledged up to the high watermark); and how many share-partitions
+        have a change their share coordinator has not yet stored."""
         in_flight = GaugeMetricFamily(
             "kbroker_share_partition_in_flight_records",
             "Records acquired by a share-group member and not yet acknowledged.",
@@ -328,7 +330,13 @@ class ShareService(InternalTopicService):
             value = coordinator.lag(group_id, topic_id, partition)
             if value >= 0:
                 lag.add_metric(labels, value)
-        return [in_flight, lag]
+        unstored = GaugeMetricFamily(
+            "kbroker_share_partition_unstored_states",
+            "Share-partitions led here whose latest change is not yet stored by their "
+            "share coordinator.",
+        )
+        unstored.add_metric([], len(coordinator.dirty | self._writing))
+        return [in_flight, lag, unstored]
 
     async def ready(self, group_id: str, wait_s: float = 1.0) -> ErrorCode:
         """Whether this node coordinates the group (leads its `__consumer_offsets`
@@ -551,7 +559,11 @@ class ShareService(InternalTopicService):
             self.dead_letters.kick()
         if not writes:
             return group_error
-        outcome = await self.persister.write(writes)
+        self._writing.update(writes)
+        try:
+            outcome = await self.persister.write(writes)
+        finally:
+            self._writing.difference_update(writes)
         failed = ErrorCode.none
         for key, code in outcome.items():
             if code == ErrorCode.none:

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from kbroker.controller.quorum import QuorumDescription
     from kbroker.controller.state import BrokerInfo, DelegationToken, MetadataState, TopicInfo
     from kbroker.coordinator.coordinator import GroupCoordinator
-    from kbroker.metrics.counters import RequestCounters
     from kbroker.replica.delayed import DataWaiters
     from kbroker.replica.fetch_sessions import FetchSessionCache
     from kbroker.replica.partition import Partition
@@ -257,6 +256,26 @@ class Lifecycle(Protocol):
     ) -> BrokerConfig: ...
 
 
+class TopicCounts(Protocol):
+    """One topic's BrokerTopicMetrics, which Produce and Fetch add to."""
+
+    messages_in: int
+    bytes_in: int
+    bytes_out: int
+
+
+class Counters(Protocol):
+    """The broker's plain request counters (kbroker.metrics.counters, read when
+    scraped) that the handlers add to."""
+
+    produced_bytes: int
+
+    @property
+    def topics(self) -> Mapping[str, TopicCounts]: ...
+
+    def topic(self, name: str) -> TopicCounts: ...
+
+
 class ShareCoordination(Protocol):
     """The share-group coordinator of a running broker (kbroker.share.service)."""
 
@@ -354,7 +373,7 @@ class BrokerParts:
     waiters: DataWaiters
     durability: Durability
     storage: LogDirs
-    counters: RequestCounters
+    counters: Counters
     lifecycle: Lifecycle
     security: SecurityAdmin
     authorizer: StandardAuthorizer | None

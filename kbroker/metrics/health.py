@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from kbroker import __version__
 
 if TYPE_CHECKING:
-    from kbroker.broker import Broker
+    from kbroker.metrics.broker_view import MeteredBroker
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,7 @@ def controller_check(
     return Check("controller", True, "ok")
 
 
-def broker_controller_check(broker: Broker) -> Check:
+def broker_controller_check(broker: MeteredBroker) -> Check:
     return controller_check(
         broker.config.quorum.is_cluster,
         broker.last_heartbeat_ack,

@@ -22,8 +22,8 @@ from kbroker.metrics.health import (
 from kbroker.metrics.prometheus import broker_registry, render
 
 if TYPE_CHECKING:
-    from kbroker.broker import Broker
     from kbroker.config.listeners import Endpoint
+    from kbroker.metrics.broker_view import MeteredBroker
 
 log = logging.getLogger("kbroker.http")
 
@@ -31,7 +31,7 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Servic
 
 
 class HttpEndpoint:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: MeteredBroker) -> None:
         self.broker = broker
         self.registry = broker_registry(broker)
         self.servers: list[asyncio.AbstractServer] = []

@@ -31,7 +31,7 @@ from kbroker.metrics.counters import RequestCounters
 from kbroker.protocol.messages import API_NAMES
 
 if TYPE_CHECKING:
-    from kbroker.broker import Broker
+    from kbroker.metrics.broker_view import MeteredBroker
 
 MetricsSource = Callable[[], Iterable[Metric]]
 """What a part of the broker publishes: a callable returning metric families."""
@@ -102,7 +102,7 @@ def request_time_families() -> list[tuple[str, HistogramMetricFamily]]:
 class BrokerCollector:
     """Everything one broker exports; one per broker (tests run several in a process)."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: MeteredBroker) -> None:
         self.broker = broker
 
     def collect(self) -> Iterator[Metric]:
@@ -131,7 +131,7 @@ class BrokerCollector:
                 )
             yield family
 
-    def _topics(self, broker: Broker) -> Iterator[Metric]:
+    def _topics(self, broker: MeteredBroker) -> Iterator[Metric]:
         counters = broker.counters
         existing = broker.controller.state.topics
         for gone in [t for t in counters.topics if t not in existing]:
@@ -162,7 +162,7 @@ class BrokerCollector:
                 family.add_metric([name], getattr(topic, attribute))
             yield family
 
-    def _partitions(self, broker: Broker) -> Iterator[Metric]:
+    def _partitions(self, broker: MeteredBroker) -> Iterator[Metric]:
         node = broker.node_id
         state = broker.controller.state
         size = GaugeMetricFamily(
@@ -281,7 +281,7 @@ class BrokerCollector:
             value=1 if state.controller_id == node else 0,
         )
 
-    def _kbroker(self, broker: Broker) -> Iterator[Metric]:
+    def _kbroker(self, broker: MeteredBroker) -> Iterator[Metric]:
         counters = broker.counters
         requests = CounterMetricFamily(
             "kbroker_requests", "Requests received, by API.", labels=["api"]
@@ -366,7 +366,7 @@ class BrokerCollector:
         yield from (end, start, size)
 
 
-def broker_registry(broker: Broker) -> CollectorRegistry:
+def broker_registry(broker: MeteredBroker) -> CollectorRegistry:
     """A registry of this broker's collector and the process's CPU, memory and fds."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(broker))

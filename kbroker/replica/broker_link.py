@@ -15,7 +15,7 @@ import math
 import ssl
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
@@ -26,7 +26,22 @@ from kbroker.security.inter_broker import InterBrokerSecurity
 from kbroker.security.sasl_client import SaslFailure
 
 if TYPE_CHECKING:
-    from kbroker.internal_topics import ServiceBroker
+    from kbroker.controller import Controller
+
+
+class LinkedBroker(Protocol):
+    """What the links read of the broker they start from: the other brokers' addresses
+    in the metadata, how to reach them, and its own id."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def controller(self) -> Controller: ...
+
+    @property
+    def inter_broker(self) -> InterBrokerSecurity: ...
+
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -158,7 +173,7 @@ class BrokerLinks:
 
     def __init__(
         self,
-        broker: ServiceBroker,
+        broker: LinkedBroker,
         client_id: str,
         what: str,
         log: logging.Logger,

@@ -5,26 +5,42 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kbroker.config.listeners import parse_registry_listener
+from kbroker.internal_topics import ServiceBroker
 from kbroker.schemas.api import CONFIGURE, READ, WRITE, RegistryApi, Request
 from kbroker.schemas.http import RegistryHttpServer, password_checker
 from kbroker.schemas.service import SCHEMAS_TOPIC, SchemaRegistryService
-from kbroker.security.acl import Operation, ResourceType
+from kbroker.security.acl import Operation, ResourceType, StandardAuthorizer
 from kbroker.security.principal import KafkaPrincipal
 
 if TYPE_CHECKING:
-    from kbroker.broker import Broker
+    from kbroker.security.scram import ScramCredential
 
 log = logging.getLogger("kbroker.schemas")
+
+
+class RegistryBroker(ServiceBroker, Protocol):
+    """What the registry reads of the broker running it, beside what every service on an
+    internal topic does: the listeners' users and the ACLs."""
+
+    @property
+    def listener_security(self) -> Iterable[tuple[Any, object]]: ...
+
+    @property
+    def authorizer(self) -> StandardAuthorizer | None: ...
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
+
 
 REGISTRY_LISTENER = "SCHEMA_REGISTRY"  # whose ssl.* settings https listeners use
 # What each kind of request needs of the TOPIC _schemas (see docs/schema-registry.md).
 OPERATIONS = {READ: Operation.DESCRIBE, WRITE: Operation.WRITE, CONFIGURE: Operation.ALTER_CONFIGS}
 
 
-def advertised_url(broker: Broker) -> str | None:
+def advertised_url(broker: RegistryBroker) -> str | None:
     config = broker.config
     explicit = config.get("schema.registry.advertised.listener")
     if explicit:
@@ -42,7 +58,7 @@ def advertised_url(broker: Broker) -> str | None:
 
 
 class RegistryFront:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: RegistryBroker) -> None:
         self.broker = broker
         config = broker.config
         self.endpoints = [

@@ -1,0 +1,245 @@
+"""Node capacity: many connections, each sending one small request at a time.
+
+    PYTHONPATH=$PWD .venv/bin/python -m bench.node_capacity
+    PYTHONPATH=$PWD .venv/bin/python -m bench.node_capacity --peers kbroker,kbroker-2,mock \\
+        --connections 10,100,1000 --workloads produce,fetch --seconds 10
+
+Each connection of one client process (asyncio, requests encoded once, so the client
+spends a few µs a request) sends a request, waits for its answer and sends the next:
+
+- produce: Produce, acks=1, one batch of one 100 B record, to partition i mod P;
+- fetch: Fetch at the log end with max_wait_ms 5 and min_bytes 1: every request waits
+  out its 5 ms and answers empty, the parked-fetch path of an idle consumer.
+
+Peers: `kbroker` (one node), `kbroker-2` (two nodes of one cluster, one partition
+leader each: the "a host with N cores runs N nodes" layout) and `mock` (librdkafka's
+in-memory mock cluster, C, one broker; bench/build/mock_cluster). The topic has two
+partitions, one replica each, on every peer. For each peer, connection count and
+workload: requests per second, the broker processes' CPU per request and requests per
+broker-CPU-second (utime + stime from /proc), client-side latency p50/p99/p999, and the
+brokers' resident memory per connection (RSS with the connections open, less RSS
+before they opened, over the connection count). The load average is printed with each
+row: on a shared machine the per-CPU figures hold where the rates do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import resource
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kio.index import load_request_schema
+
+from bench.peers import MockPeer, PeerUnavailable
+from bench.request_cost import cpu_seconds, load
+from kbroker.admin.client import cluster
+from kbroker.protocol.client_frames import encode_request
+from kbroker.protocol.messages import build
+from kbroker.protocol.one_shot import fetch_fields, produce_fields
+from kbroker.testing import kafka_broker, kafka_cluster
+from kbroker.testing.records import Record, encode_batch
+
+PRODUCE, FETCH, METADATA = 0, 1, 3
+PARTITIONS = 2
+TOPIC = "capacity"
+
+
+@dataclass
+class Target:
+    """A running peer: its broker pids and, per partition, the leader's address."""
+
+    name: str
+    pids: list[int]
+    leaders: dict[int, tuple[str, int]]
+    versions: dict[int, int]
+
+    def rss_bytes(self) -> int:
+        total = 0
+        for pid in self.pids:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        return total
+
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds(pid) for pid in self.pids)
+
+
+def _discover(name: str, bootstrap: str, pids: list[int]) -> Target:
+    """Leaders of the topic's partitions and the Produce/Fetch versions both sides speak."""
+    with cluster(bootstrap) as c:
+        conn = c.any().negotiate()
+        versions = {
+            PRODUCE: conn.version_for(PRODUCE, (3, 9)),
+            FETCH: conn.version_for(FETCH, (4, 11)),
+        }
+        deadline = time.monotonic() + 30
+        while True:
+            answer = conn.call(METADATA, {"topics": [{"name": TOPIC}]}, versions=(1, 9))
+            brokers = {int(b.node_id): (b.host, int(b.port)) for b in answer.brokers}
+            (topic,) = answer.topics
+            leaders = {int(p.partition_index): int(p.leader_id) for p in topic.partitions}
+            if len(leaders) == PARTITIONS and all(n in brokers for n in leaders.values()):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name}: {TOPIC} has no leader for every partition")
+            time.sleep(0.1)
+    return Target(name, pids, {p: brokers[n] for p, n in leaders.items()}, versions)
+
+
+@contextlib.contextmanager
+def peer(name: str, workdir: Path) -> Iterator[Target]:
+    if name == "mock":
+        mock = MockPeer("mock", workdir, topics=[f"{TOPIC}:{PARTITIONS}"])
+        mock.start()
+        try:
+            yield _discover(name, mock.bootstrap, [mock.pid])
+        finally:
+            mock.stop()
+        return
+    nodes = 2 if name == "kbroker-2" else 1
+    settings = {"log.flush.interval.messages": str(2**63 - 1)}
+    running = (
+        kafka_cluster(nodes, workdir / name, settings=settings)
+        if nodes > 1
+        else kafka_broker(workdir / name, settings=settings)
+    )
+    with running as server:
+        server.create_topic(TOPIC, PARTITIONS, replication_factor=1)
+        pids = [n.proc.pid for n in server.nodes if n.proc is not None]
+        yield _discover(name, server.bootstrap, pids)
+
+
+def request_bytes(target: Target, workload: str, partition: int, fetch_offset: int) -> bytes:
+    if workload == "produce":
+        batch = encode_batch([Record(None, b"x" * 100)], int(time.time() * 1000))
+        fields = produce_fields(TOPIC, batch, partition=partition, acks=1, timeout_ms=30_000)
+        key = PRODUCE
+    else:
+        fields = fetch_fields(
+            TOPIC, max_wait=5, min_bytes=1, partition=partition, offset=fetch_offset
+        )
+        key = FETCH
+    version = target.versions[key]
+    return encode_request(build(load_request_schema(key, version), fields), 1, "capacity")
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    return await reader.readexactly(size)
+
+
+async def _connection(
+    address: tuple[str, int], request: bytes, until: float, start: float, out: list[float]
+) -> None:
+    reader, writer = await asyncio.open_connection(*address)
+    try:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            if now >= until:
+                return
+            writer.write(request)
+            await _read_frame(reader)
+            if now >= start:
+                out.append(loop.time() - now)
+    finally:
+        writer.close()
+
+
+async def _open_and_run(
+    target: Target, workload: str, connections: int, seconds: float, warm: float
+) -> tuple[list[float], float, float, int]:
+    """Latencies, broker CPU seconds, wall seconds of the measured part, RSS growth."""
+    rss_before = target.rss_bytes()
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+    requests = {p: request_bytes(target, workload, p, 10**12) for p in target.leaders}
+    if workload == "fetch":
+        requests = {p: request_bytes(target, workload, p, _log_end(target, p)) for p in requests}
+    start = loop.time() + warm + connections / 500  # every connection open before measuring
+    until = start + seconds
+    tasks = [
+        asyncio.create_task(
+            _connection(target.leaders[i % PARTITIONS], requests[i % PARTITIONS], until, start,
+                        latencies)
+        )
+        for i in range(connections)
+    ]  # fmt: skip
+    await asyncio.sleep(max(0.0, start - loop.time()))
+    cpu, wall, rss = target.cpu_seconds(), time.perf_counter(), target.rss_bytes()
+    await asyncio.gather(*tasks)
+    return latencies, target.cpu_seconds() - cpu, time.perf_counter() - wall, rss - rss_before
+
+
+def _log_end(target: Target, partition: int) -> int:
+    """The offset a fetch at the log end asks for: one record is produced first, so the
+    answer of a fetch past it waits (an empty partition would answer at once on some peers)."""
+    host, port = target.leaders[partition]
+    with cluster(f"{host}:{port}") as c:
+        conn = c.any().negotiate()
+        batch = encode_batch([Record(None, b"y")], int(time.time() * 1000))
+        fields = produce_fields(TOPIC, batch, partition=partition, acks=1)
+        answer = conn.call(PRODUCE, fields, versions=(3, target.versions[PRODUCE]))
+        return int(answer.responses[0].partition_responses[0].base_offset) + 1
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--peers", default="kbroker,kbroker-2,mock")
+    parser.add_argument("--connections", default="10,100,1000")
+    parser.add_argument("--workloads", default="produce,fetch")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--warm", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # brokers inherit it
+    counts = [int(c) for c in args.connections.split(",")]
+    print(
+        "peer       workload conns     req/s   µs CPU/req  req/CPU-s   p50 ms   p99 ms  p999 ms"
+        "  KiB RSS/conn  load"
+    )
+    with tempfile.TemporaryDirectory(prefix="kbroker-capacity-") as tmp:
+        for name in args.peers.split(","):
+            try:
+                context = peer(name, Path(tmp))
+                target = context.__enter__()
+            except PeerUnavailable as exc:
+                print(f"{name:10} unavailable: {exc}")
+                continue
+            try:
+                for workload in args.workloads.split(","):
+                    for connections in counts:
+                        lat, cpu, wall, rss = asyncio.run(
+                            _open_and_run(target, workload, connections, args.seconds, args.warm)
+                        )
+                        n = len(lat)
+                        print(
+                            f"{name:10} {workload:8} {connections:5} {n / wall:9.0f} "
+                            f"{1e6 * cpu / max(n, 1):11.1f} {n / max(cpu, 1e-9):10.0f} "
+                            f"{1e3 * statistics.median(lat):8.2f} {1e3 * percentile(lat, 0.99):8.2f} "
+                            f"{1e3 * percentile(lat, 0.999):8.2f} {rss / 1024 / connections:12.1f}"
+                            f"  {load()}",
+                            flush=True,
+                        )
+            finally:
+                context.__exit__(None, None, None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -112,7 +112,7 @@ def _protected_listeners(config: BrokerConfig) -> frozenset[str]:
     max.connections, when clients have another listener to fill."""
     if len(config.broker_endpoints) < 2:
         return frozenset()
-    return frozenset({config.get("inter.broker.listener.name")})
+    return frozenset({config.inter_broker_endpoint.name})
 
 
 class Broker:
@@ -121,14 +121,14 @@ class Broker:
         # ones of the metadata (apply_dynamic_config) and is replaced when they change.
         self.static_config = config
         self.config = config
-        self.node_id: int = config.get("node.id")
-        self.max_request_bytes: int = config.get("socket.request.max.bytes")
-        self.request_memory = RequestMemory(config.get("queued.max.request.bytes"))
-        self.keep_awake = KeepAwake(config.get("socket.busy.poll.us") / 1e6)
-        self.log_dirs = [Path(d) for d in config.get("log.dirs")]
+        self.node_id: int = config.node_id
+        self.max_request_bytes: int = config.socket_request_max_bytes
+        self.request_memory = RequestMemory(config.queued_max_request_bytes)
+        self.keep_awake = KeepAwake(config.socket_busy_poll_us / 1e6)
+        self.log_dirs = [Path(d) for d in config.log_dirs]
         self.waiters = DataWaiters()
         self.logs = LogManager(
-            self.log_dirs, move_threads=config.get("num.replica.alter.log.dirs.threads")
+            self.log_dirs, move_threads=config.num_replica_alter_log_dirs_threads
         )
         # How the process ends when every log directory, or the metadata log directory,
         # has failed (tests replace it).
@@ -140,9 +140,7 @@ class Broker:
         )
         self.logs.metadata_dir_failed = self._metadata_log_dir_failed
         self.replicas = ReplicaManager(self.node_id, self.logs, self.waiters, self.metadata)
-        self.fetch_sessions = FetchSessionCache(
-            config.get("max.incremental.fetch.session.cache.slots")
-        )
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.group_coordinator = GroupCoordinatorService(self)
         self.txn_coordinator = TransactionCoordinatorService(self)
         self.share_coordinator = ShareService(self)
@@ -151,9 +149,9 @@ class Broker:
         self.controller.on_raft_stuck = self._raft_stuck
         self.connections: set[KafkaConnection] = set()
         self.connection_limits = ConnectionLimits(
-            config.get("max.connections"),
-            config.get("max.connections.per.ip"),
-            resolve_overrides(parse_ip_overrides(config.get("max.connections.per.ip.overrides"))),
+            config.max_connections,
+            config.max_connections_per_ip,
+            resolve_overrides(parse_ip_overrides(config.max_connections_per_ip_overrides)),
             exempt_listeners=_protected_listeners(config),
         )
         # Topics whose partitions are being opened off the loop (see _open_partitions).
@@ -189,24 +187,24 @@ class Broker:
         self.extra_metrics: list[Any] = []  # callables returning prometheus-client families
         self.http = HttpEndpoint(self)
         self.authorizer: StandardAuthorizer | None = None
-        if config.get("authorizer.class.name"):
+        if config.authorizer_class_name:
             self.authorizer = StandardAuthorizer(
-                parse_super_users(config.get("super.users")),
-                config.get("allow.everyone.if.no.acl.found"),
+                parse_super_users(config.super_users),
+                config.allow_everyone_if_no_acl_found,
                 lambda: self.controller.state.acls,
             )
         self.quotas = ClientQuotas(
             lambda: self.controller.state.client_quotas,
-            config.get("quota.window.num"),
-            config.get("quota.window.size.seconds"),
+            config.quota_window_num,
+            config.quota_window_size_seconds,
         )
         # Built now so that a registry key store that does not load stops the start.
         self.schemas = RegistryFront(self)
         self.token_credentials = TokenCredentials()
         self.telemetry = ClientTelemetry(
             lambda: self.controller.state.client_metrics,
-            config.get("telemetry.max.bytes"),
-            config.get("telemetry.export.max.series.per.client"),
+            config.telemetry_max_bytes,
+            config.telemetry_export_max_series_per_client,
         )
         self.extra_metrics.append(self.telemetry.collect)
         self.loop_lag = LoopLag()
@@ -257,7 +255,7 @@ class Broker:
         # Kafka's broker gives up its start when it has not registered within
         # initial.broker.registration.timeout.ms; here the controller's first commit
         # (which needs a quorum) is part of that.
-        timeout_s = self.config.get("initial.broker.registration.timeout.ms") / 1000
+        timeout_s = self.config.initial_broker_registration_timeout_ms / 1000
         try:
             await self.controller.start()
         except NoQuorumError as exc:
@@ -288,15 +286,15 @@ class Broker:
             self.replicas.fetchers = ReplicaFetchers(
                 self.node_id,
                 self.metadata,
-                FetcherSettings.from_settings(self.config.get),
+                FetcherSettings.from_settings(self.config),
                 self.inter_broker,
                 storage_error=self.logs.storage_error,
             )
             self.replicas.isr_changes = self._alter_isr
             self.logs.dir_failure_listeners.append(self._report_offline_replicas)
-            lag_ms = self.config.get("replica.lag.time.max.ms")
+            lag_ms = self.config.replica_lag_time_max_ms
             self._tasks.append(asyncio.create_task(self.replicas.run_isr_checks(lag_ms)))
-            hw_ms = self.config.get("replica.high.watermark.checkpoint.interval.ms")
+            hw_ms = self.config.replica_high_watermark_checkpoint_interval_ms
             self._tasks.append(
                 asyncio.create_task(self.replicas.run_high_watermark_checkpoints(hw_ms))
             )
@@ -317,15 +315,15 @@ class Broker:
                 endpoint.bind_host,
                 endpoint.port,
                 reuse_address=True,
-                backlog=self.config.get("socket.listen.backlog.size"),
+                backlog=self.config.socket_listen_backlog_size,
             )
             self._servers.append(server)
-        interval = self.config.get("log.retention.check.interval.ms") / 1000
+        interval = self.config.log_retention_check_interval_ms / 1000
         self._tasks.append(asyncio.create_task(self.logs.run_retention(interval)))
         self._tasks.append(asyncio.create_task(self.logs.run_flusher()))
-        token_check_s = self.config.get("delegation.token.expiry.check.interval.ms") / 1000
+        token_check_s = self.config.delegation_token_expiry_check_interval_ms / 1000
         self._tasks.append(asyncio.create_task(self.controller.purge_expired_tokens(token_check_s)))
-        cleaner = CleanerConfig.from_settings(self.config.get)
+        cleaner = CleanerConfig.from_settings(self.config)
         if cleaner.enabled and cleaner.threads > 0:
 
             def compaction_settings(plog: PartitionLog) -> CompactionSettings:
@@ -388,7 +386,7 @@ class Broker:
     def token_credential(self, token_id: str, mechanism: str) -> tuple[ScramCredential, str] | None:
         """A live delegation token's SCRAM credential and owner (None: unknown, expired,
         or tokens disabled without delegation.token.secret.key)."""
-        secret = self.config.get("delegation.token.secret.key")
+        secret = self.config.delegation_token_secret_key
         token = self.controller.state.delegation_tokens.get(token_id)
         if not secret or token is None or token.expiry_ms < time.time() * 1000:
             return None
@@ -636,7 +634,7 @@ class Broker:
                         len(partitions),
                         exc,
                     )
-            await asyncio.sleep(self.config.get("broker.heartbeat.interval.ms") / 1000)
+            await asyncio.sleep(self.config.broker_heartbeat_interval_ms / 1000)
 
     async def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> PartitionInfo:
         """A led partition's ISR change, proposed to the controller (AlterPartition)."""
@@ -660,10 +658,10 @@ class Broker:
         election it set off), until `deadline`, initial.broker.registration.timeout.ms
         after the start began (by default from now): Kafka's broker keeps trying for that
         long before it gives up and exits."""
-        timeout_s = self.config.get("initial.broker.registration.timeout.ms") / 1000
+        timeout_s = self.config.initial_broker_registration_timeout_ms / 1000
         if deadline is None:
             deadline = time.monotonic() + timeout_s
-        interval = self.config.get("broker.heartbeat.interval.ms") / 1000
+        interval = self.config.broker_heartbeat_interval_ms / 1000
         failed = 0
         while True:
             try:
@@ -687,7 +685,7 @@ class Broker:
             self.node_id,
             self.advertised.host,
             self.advertised.port,
-            self.config.get("broker.rack"),
+            self.config.broker_rack,
             [(e.name, e.host, e.port) for e in self.config.advertised_endpoints],
             self._offline_replicas(),
         )
@@ -710,8 +708,8 @@ class Broker:
     async def _heartbeat(self) -> None:
         """Heartbeat to the active controller every broker.heartbeat.interval.ms; register
         again when the controller no longer knows this incarnation."""
-        interval = self.config.get("broker.heartbeat.interval.ms") / 1000
-        timeout = self.config.get("broker.session.timeout.ms") / 1000
+        interval = self.config.broker_heartbeat_interval_ms / 1000
+        timeout = self.config.broker_session_timeout_ms / 1000
         while True:
             await asyncio.sleep(interval)
             epoch = self.registration.epoch if self.registration else -1
@@ -734,7 +732,7 @@ class Broker:
         task, self._heartbeat_task = self._heartbeat_task, None
         if task is not None:
             await cancel_and_wait([task], what="heartbeat")
-        if not self.config.get("controlled.shutdown.enable") or self.registration is None:
+        if not self.config.controlled_shutdown_enable or self.registration is None:
             return
         began = time.monotonic()
         try:
@@ -801,10 +799,10 @@ class Broker:
             partition.log.update_config(self.log_config(partition.topic))
             partition.min_insync_replicas = self.min_insync_replicas(partition.topic)
         limits = self.connection_limits
-        limits.max_connections = new.get("max.connections")
-        limits.max_per_ip = new.get("max.connections.per.ip")
+        limits.max_connections = new.max_connections
+        limits.max_per_ip = new.max_connections_per_ip
         limits.per_ip_overrides = resolve_overrides(
-            parse_ip_overrides(new.get("max.connections.per.ip.overrides"))
+            parse_ip_overrides(new.max_connections_per_ip_overrides)
         )
         for endpoint in new.broker_endpoints:
             try:
@@ -815,9 +813,9 @@ class Broker:
                 )
         cleaner = self.logs.cleaner
         if cleaner is not None and any(n.startswith("log.cleaner.") for n in changed):
-            cleaner.reconfigure(CleanerConfig.from_settings(new.get))
+            cleaner.reconfigure(CleanerConfig.from_settings(new))
         if {"logging.level", "logging.levels"} & set(changed):
-            apply_log_levels(new.get("logging.level"), parse_levels(new.get("logging.levels")))
+            apply_log_levels(new.logging_level, parse_levels(new.logging_levels))
         log.info("dynamic broker configs applied: %s", ", ".join(changed) or "none changed")
 
     def metadata(self) -> MetadataState:

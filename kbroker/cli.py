@@ -189,9 +189,9 @@ def _main(argv: list[str] | None) -> int:
 
     try:
         configure_logging(
-            level or config.get("logging.level"),
-            config.get("logging.format"),
-            parse_levels(config.get("logging.levels")),
+            level or config.logging_level,
+            config.logging_format,
+            parse_levels(config.logging_levels),
         )
     except ValueError as exc:
         print(f"kbroker: configuration error: {exc}", file=sys.stderr)

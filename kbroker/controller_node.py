@@ -29,7 +29,7 @@ RESIGN_TIMEOUT_S = 5.0
 def controller_config(config: BrokerConfig) -> ControllerConfig:
     """The controller's part of the broker settings (KRaft's quorum names)."""
     quorum = config.quorum
-    election_max = config.get("controller.quorum.election.timeout.ms") / 1000
+    election_max = config.controller_quorum_election_timeout_ms / 1000
     return ControllerConfig(
         node_id=quorum.node_id,
         data_dir=config.metadata_dir,
@@ -40,23 +40,21 @@ def controller_config(config: BrokerConfig) -> ControllerConfig:
         secret=quorum.secret,
         election_timeout_s=(election_max / 2, election_max),
         broker_session_timeout_s=(
-            config.get("broker.session.timeout.ms") / 1000 if quorum.is_cluster else None
+            config.broker_session_timeout_ms / 1000 if quorum.is_cluster else None
         ),
-        broker_heartbeat_interval_s=config.get("broker.heartbeat.interval.ms") / 1000,
-        unclean_leader_election=config.get("unclean.leader.election.enable"),
-        min_insync_replicas=config.get("min.insync.replicas"),
+        broker_heartbeat_interval_s=config.broker_heartbeat_interval_ms / 1000,
+        unclean_leader_election=config.unclean_leader_election_enable,
+        min_insync_replicas=config.min_insync_replicas,
         voters={v.node_id: format_address(v.host, v.port) for v in quorum.voters},
         # A controller-only node waits for its quorum for as long as it takes, as Kafka's
         # controller does; a broker gives up after initial.broker.registration.timeout.ms
         # (its whole start, the quorum's first commit included), and its process with it.
         start_timeout_s=(
-            config.get("initial.broker.registration.timeout.ms") / 1000
-            if quorum.is_broker
-            else None
+            config.initial_broker_registration_timeout_ms / 1000 if quorum.is_broker else None
         ),
         leader_imbalance_check_interval_s=(
-            config.get("leader.imbalance.check.interval.seconds")
-            if quorum.is_cluster and config.get("auto.leader.rebalance.enable")
+            config.leader_imbalance_check_interval_seconds
+            if quorum.is_cluster and config.auto_leader_rebalance_enable
             else None
         ),
     )
@@ -106,7 +104,7 @@ class ControllerNode:
                 "/health or /ready here)"
             )
         await self.controller.start()
-        token_check_s = self.config.get("delegation.token.expiry.check.interval.ms") / 1000
+        token_check_s = self.config.delegation_token_expiry_check_interval_ms / 1000
         self._token_purge = asyncio.create_task(self.controller.purge_expired_tokens(token_check_s))
         log.info(
             "kbroker %s node %d serving the metadata quorum as a controller only on %s, "

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kbroker.config import BrokerConfig
 
 METADATA_VERSION = "metadata.version"
 METADATA_VERSION_LEVEL = 29  # 4.2-IV1
@@ -38,12 +41,6 @@ KRAFT_VERSION = "kraft.version"
 
 # FeatureUpdateKey.upgrade_type (UpdateFeatures v1+)
 UNKNOWN_UPGRADE, UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 0, 1, 2, 3
-
-
-class SettingSource(Protocol):
-    """The broker settings the feature levels are read from (a BrokerConfig)."""
-
-    def get(self, name: str) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,17 +72,17 @@ def supported_features(api_version: int) -> list[FeatureRange]:
     return [f for f in SUPPORTED if f.min_version > 0]
 
 
-def _from_settings(config: SettingSource) -> dict[str, int]:
-    protocols = {p.strip().lower() for p in config.get("group.coordinator.rebalance.protocols")}
+def _from_settings(config: BrokerConfig) -> dict[str, int]:
+    protocols = {p.strip().lower() for p in config.group_coordinator_rebalance_protocols}
     return {
         METADATA_VERSION: METADATA_VERSION_LEVEL,
         "group.version": 1 if "consumer" in protocols else 0,
-        "share.version": 1 if config.get("group.share.enable") else 0,
+        "share.version": 1 if config.group_share_enable else 0,
     }
 
 
 def finalized_features(
-    config: SettingSource, recorded: Mapping[str, int] | None = None
+    config: BrokerConfig, recorded: Mapping[str, int] | None = None
 ) -> dict[str, int]:
     """The levels in force: those the settings give, then those the metadata records
     (UpdateFeatures, a new cluster's); level-0 features left out."""
@@ -98,7 +95,7 @@ def _range_text(supported: FeatureRange) -> str:
 
 
 def update_refusal(
-    config: SettingSource,
+    config: BrokerConfig,
     recorded: Mapping[str, int],
     name: str,
     level: int,

@@ -3,12 +3,13 @@ does (KIP-584, KIP-778, KIP-1022): encoded by the broker, read back with kio."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from handler_context import handler_context
 from kio.serial import entity_reader
 
+from kbroker.config import BrokerConfig
 from kbroker.controller.state import MetadataState
 from kbroker.handlers.api_versions import api_versions
 from kbroker.protocol.messages import build_response, encode, response_type
@@ -16,17 +17,13 @@ from kbroker.protocol.messages import build_response, encode, response_type
 API_VERSIONS = 18
 
 
-@dataclass
-class Settings:
-    values: dict[str, Any] = field(
-        default_factory=lambda: {
-            "group.share.enable": True,
-            "group.coordinator.rebalance.protocols": ["classic", "consumer"],
+def Settings(share: bool = True, protocols: str = "classic,consumer") -> BrokerConfig:
+    return BrokerConfig.from_settings(
+        {
+            "group.share.enable": str(share).lower(),
+            "group.coordinator.rebalance.protocols": protocols,
         }
     )
-
-    def get(self, name: str) -> Any:
-        return self.values[name]
 
 
 @dataclass
@@ -34,7 +31,7 @@ class Metadata:
     state: MetadataState
 
 
-def answer(version: int, settings: Settings | None = None, metadata_version: int = 41) -> Any:
+def answer(version: int, settings: BrokerConfig | None = None, metadata_version: int = 41) -> Any:
     """The broker's answer at `version`, encoded to bytes and decoded as a client would."""
     ctx = handler_context(
         API_VERSIONS,
@@ -83,9 +80,7 @@ def test_consumer_and_share_groups_are_finalized_at_level_1_and_level_0_features
 
 
 def test_disabled_share_and_consumer_groups_are_not_finalized() -> None:
-    settings = Settings()
-    settings.values["group.share.enable"] = False
-    settings.values["group.coordinator.rebalance.protocols"] = ["classic"]
+    settings = Settings(share=False, protocols="classic")
     assert finalized(answer(4, settings)) == {"metadata.version": (29, 29)}
 
 

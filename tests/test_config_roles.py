@@ -22,7 +22,12 @@ from kbroker.config.topic import TOPIC_BROKER_SYNONYMS, TOPIC_CONFIGS
 from kbroker.config.types import INERT_NOTE, SettingRole
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kbroker"
-TABLES = {"config/broker_settings.py", "config/describe.py", "config/types.py"}
+TABLES = {
+    "config/broker_settings.py",
+    "config/describe.py",
+    "config/types.py",
+    "config/typed.py",  # generated from the table: one property per setting
+}
 CROSS_CHECK_PAIR = re.compile(r'^\s*\("[a-z.]+", "[a-z.]+"\),\s*$', re.MULTILINE)
 
 

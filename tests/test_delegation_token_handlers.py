@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.config import BrokerConfig
 from kbroker.handlers.delegation_tokens import (
     create_delegation_token,
     describe_delegation_token,
@@ -22,17 +23,12 @@ from kbroker.security.tokens import token_hmac, token_password
 from tests.handler_context import handler_context
 
 
-class Settings(dict):
-    def get(self, name, default=None):  # type: ignore[no-untyped-def, override]
-        return super().get(name, default)
-
-
 def context(api_key: int, version: int, secret: str | None = None):  # type: ignore[no-untyped-def]
-    config = Settings(
+    config = BrokerConfig.from_settings(
         {
-            "delegation.token.secret.key": secret,
-            "delegation.token.max.lifetime.ms": 604800000,
-            "delegation.token.expiry.time.ms": 86400000,
+            **({"delegation.token.secret.key": secret} if secret is not None else {}),
+            "delegation.token.max.lifetime.ms": "604800000",
+            "delegation.token.expiry.time.ms": "86400000",
         }
     )
     controller = SimpleNamespace(state=SimpleNamespace(delegation_tokens={}))

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema
 
 from compat_tests.waiting import eventually_async
+from kbroker.config import BrokerConfig
 from kbroker.controller.state import MetadataState
 from kbroker.handlers.registry import APIS
 from kbroker.metrics.counters import RequestCounters
@@ -66,14 +67,6 @@ class FakeTransport:
         return 0
 
 
-class FakeConfig:
-    def __init__(self, settings: dict[str, Any]) -> None:
-        self.settings = settings
-
-    def get(self, name: str) -> Any:
-        return self.settings[name]
-
-
 class FakeMetadata:
     state = MetadataState()
 
@@ -81,7 +74,7 @@ class FakeMetadata:
 class FakeParts:
     """ApiVersions, the one handler run, reads only settings and the metadata's version."""
 
-    def __init__(self, config: FakeConfig) -> None:
+    def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.controller = FakeMetadata()
         self.quotas = ClientQuotas(dict)  # none configured
@@ -95,12 +88,12 @@ class FakeBroker:
         self.connections: set[KafkaConnection] = set()
         self.connection_limits = ConnectionLimits(2**31 - 1, 2**31 - 1)
         self.counters = RequestCounters()
-        self.config = FakeConfig(
+        self.config = BrokerConfig.from_settings(
             {
-                "connections.max.idle.ms": max_idle_ms,
-                "logging.requests.enable": False,
-                "group.share.enable": True,
-                "group.coordinator.rebalance.protocols": ["classic", "consumer"],
+                "connections.max.idle.ms": str(max_idle_ms),
+                "logging.requests.enable": "false",
+                "group.share.enable": "true",
+                "group.coordinator.rebalance.protocols": "classic,consumer",
             }
         )
         self.parts = FakeParts(self.config)

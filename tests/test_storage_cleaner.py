@@ -532,7 +532,7 @@ def test_cleaner_config_reads_broker_settings():
     broker = load_broker_config(
         None, ["log.cleaner.backoff.ms=250", "log.cleaner.dedupe.buffer.size=1048576"], {}
     )
-    config = CleanerConfig.from_settings(broker.get)
+    config = CleanerConfig.from_settings(broker)
     assert config.enabled and config.threads == 1
     assert config.backoff_ms == 250
     assert config.max_map_entries == int(1048576 * 0.9 // 128)

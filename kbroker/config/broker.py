@@ -18,7 +18,6 @@ from typing import Any
 
 from kbroker.config.broker_settings import (
     BROKER_CONFIGS,
-    BROKER_CONFIGS_BY_PYTHON_NAME,
     LISTENER_ONLY_DYNAMIC,
     SYNONYM_GROUPS,
 )
@@ -43,6 +42,7 @@ from kbroker.config.sources import (
     settings_from_mapping,
     settings_from_overrides,
 )
+from kbroker.config.typed import TypedSettings
 from kbroker.config.types import ConfigSource, SettingRole, UpdateMode
 
 MS_PER_MINUTE = 60_000
@@ -124,10 +124,11 @@ def parse_layer(settings: Iterable[RawSetting]) -> Layer:
     return layer
 
 
-class BrokerConfig:
+class BrokerConfig(TypedSettings):
     """Immutable broker settings.
 
-    ``cfg.get("log.dirs")`` and ``cfg.log_dirs`` give a setting's effective value: the
+    ``cfg.log_dirs`` (typed, generated in config/typed.py) and ``cfg.get("log.dirs")``
+    (for a name computed at run time) give a setting's effective value: the
     highest-precedence value set, with Kafka's fallbacks applied (``log.dirs`` falls back
     to ``log.dir``; ``log.retention.ms``, ``log.roll.ms``, ``log.roll.jitter.ms`` and
     ``log.flush.interval.ms`` are computed from their synonyms; ``node.id`` from
@@ -152,6 +153,19 @@ class BrokerConfig:
         "_quorum",
         "_scoped",
     )
+    _static: Layer
+    _dynamic_default: Layer
+    _dynamic_broker: Layer
+    _values: dict[str, Any]
+    _sources: dict[str, SettingSource]
+    _endpoints: tuple[Endpoint, ...]
+    _protocol_map: dict[str, str]
+    _controller_listeners: frozenset[str]
+    _advertised: tuple[Endpoint, ...]
+    _http: tuple[Endpoint, ...]
+    _peers: tuple[Peer, ...]
+    _quorum: QuorumConfig
+    _scoped: dict[str, Any]
 
     def __init__(
         self,
@@ -285,14 +299,6 @@ class BrokerConfig:
             for name, definition in BROKER_CONFIGS.items()
             if definition.role is SettingRole.INERT and (self.is_set(name) or not explicit_only)
         )
-
-    def __getattr__(self, attribute: str) -> Any:
-        if attribute.startswith("_"):
-            raise AttributeError(attribute)
-        definition = BROKER_CONFIGS_BY_PYTHON_NAME.get(attribute)
-        if definition is None:
-            raise AttributeError(f"BrokerConfig has no setting {attribute!r}")
-        return self._effective[definition.name]
 
     def __setattr__(self, attribute: str, value: Any) -> None:
         raise AttributeError("BrokerConfig is immutable")

@@ -544,7 +544,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     _d(
         "logging.levels",
         LIST,
-        "",
+        [],
         "kbroker: levels of single loggers over logging.level, as LOGGER=LEVEL items "
         "(kbroker.request=INFO,kbroker.controller=WARNING).",
         described(validate_levels, "LOGGER=LEVEL, comma-separated"),
@@ -1740,7 +1740,6 @@ KBROKER_OWN: frozenset[str] = frozenset(
         "telemetry.export.max.series.per.client",
     }
 )
-BROKER_CONFIGS_BY_PYTHON_NAME: dict[str, ConfigDef] = {d.python_name: d for d in BROKER_CONFIG_DEFS}
 
 # Kafka's broker-side synonym groups: the first set name wins, whatever layer sets it.
 SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (

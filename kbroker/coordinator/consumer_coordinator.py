@@ -98,8 +98,7 @@ def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
     value is moved into range with a warning instead, so a typo does not stop a broker.
     """
 
-    def bounded(name: str, low: int, high: int) -> int:
-        value = int(config.get(name))
+    def bounded(name: str, value: int, low: int, high: int) -> int:
         if not low <= value <= high:
             fixed = min(max(value, low), high)
             log.warning("%s=%d is outside [%d, %d]; using %d", name, value, low, high, fixed)
@@ -108,13 +107,15 @@ def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
 
     session = bounded(
         "group.consumer.session.timeout.ms",
-        config.get("group.consumer.min.session.timeout.ms"),
-        config.get("group.consumer.max.session.timeout.ms"),
+        config.group_consumer_session_timeout_ms,
+        config.group_consumer_min_session_timeout_ms,
+        config.group_consumer_max_session_timeout_ms,
     )
     heartbeat = bounded(
         "group.consumer.heartbeat.interval.ms",
-        config.get("group.consumer.min.heartbeat.interval.ms"),
-        config.get("group.consumer.max.heartbeat.interval.ms"),
+        config.group_consumer_heartbeat_interval_ms,
+        config.group_consumer_min_heartbeat_interval_ms,
+        config.group_consumer_max_heartbeat_interval_ms,
     )
     if heartbeat >= session:
         fixed = max(session // 3, 1)
@@ -125,12 +126,12 @@ def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
             fixed,
         )
         heartbeat = fixed
-    assignors = tuple(a for a in config.get("group.consumer.assignors") if a in ASSIGNORS)
-    protocols = {p.strip().lower() for p in config.get("group.coordinator.rebalance.protocols")}
+    assignors = tuple(a for a in config.group_consumer_assignors if a in ASSIGNORS)
+    protocols = {p.strip().lower() for p in config.group_coordinator_rebalance_protocols}
     return ConsumerGroupConfig(
         session_timeout_ms=session,
         heartbeat_interval_ms=heartbeat,
-        max_size=int(config.get("group.consumer.max.size")),
+        max_size=int(config.group_consumer_max_size),
         assignors=assignors or ("uniform",),
         enabled="consumer" in protocols,
     )

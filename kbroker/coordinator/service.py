@@ -33,13 +33,13 @@ log = logging.getLogger("kbroker.coordinator")
 def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
     """The coordinator's settings from the broker's (Kafka's names)."""
     return CoordinatorConfig(
-        num_partitions=config.get("offsets.topic.num.partitions"),
-        initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
-        min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
-        max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
-        max_group_size=config.get("group.max.size"),
-        offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
-        offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
+        num_partitions=config.offsets_topic_num_partitions,
+        initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+        min_session_timeout_ms=config.group_min_session_timeout_ms,
+        max_session_timeout_ms=config.group_max_session_timeout_ms,
+        max_group_size=config.group_max_size,
+        offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+        offset_metadata_max_bytes=config.offset_metadata_max_bytes,
     )
 
 
@@ -63,7 +63,7 @@ class GroupCoordinatorService(InternalTopicService):
         self.publish_metrics(self._lag_metrics)
         await super().start()
         self.every(
-            self.broker.config.get("offsets.retention.check.interval.ms"),
+            self.broker.config.offsets_retention_check_interval_ms,
             self.coordinator.expire_offsets,
             "offset expiry",
         )
@@ -80,12 +80,12 @@ class GroupCoordinatorService(InternalTopicService):
     def layout(self) -> TopicLayout:
         config = self.broker.config
         return TopicLayout(
-            config.get("offsets.topic.num.partitions"),
-            config.get("offsets.topic.replication.factor"),
+            config.offsets_topic_num_partitions,
+            config.offsets_topic_replication_factor,
             {
                 "cleanup.policy": "compact",
                 "compression.type": "producer",
-                "segment.bytes": str(config.get("offsets.topic.segment.bytes")),
+                "segment.bytes": str(config.offsets_topic_segment_bytes),
             },
         )
 

@@ -37,7 +37,7 @@ class LogGroupStore:
         self._broker = broker
         self._now_ms = now_ms
         # Kafka's codec ids (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd) are the batch's.
-        self._codec: int = broker.config.get("offsets.topic.compression.codec")
+        self._codec: int = broker.config.offsets_topic_compression_codec
 
     def write(self, partition: int, records: list[KeyValue], done: WriteDone) -> None:
         if not records:

@@ -580,7 +580,7 @@ CONFIG_TYPE_STRING = 2
 
 def _share_service(broker: BrokerParts) -> ShareCoordination:
     service = broker.shares
-    if service is None or not broker.config.get("group.share.enable"):
+    if service is None or not broker.config.group_share_enable:
         raise ResourceError(ErrorCode.invalid_request, "Group configs need share groups enabled")
     return service
 

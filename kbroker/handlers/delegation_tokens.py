@@ -54,7 +54,7 @@ def _allowed(ctx: RequestContext) -> bool:
 
 
 def _secret(ctx: RequestContext) -> str | None:
-    secret = ctx.broker.config.get("delegation.token.secret.key")
+    secret = ctx.broker.config.delegation_token_secret_key
     return str(secret) if secret else None
 
 
@@ -122,7 +122,7 @@ async def create_delegation_token(
     if owner != requester and not ctx.allowed(Operation.CREATE_TOKENS, ResourceType.USER, owner):
         return answer(E.delegation_token_authorization_failed)
     config = ctx.broker.config
-    longest = int(config.get("delegation.token.max.lifetime.ms"))
+    longest = int(config.delegation_token_max_lifetime_ms)
     asked = duration_ms(request.max_lifetime)
     lifetime = longest if asked <= 0 else min(asked, longest)
     now = _now_ms()
@@ -132,7 +132,7 @@ async def create_delegation_token(
         requester,
         tuple(f"{r.principal_type}:{r.principal_name}" for r in request.renewers),
         now,
-        min(now + lifetime, now + int(config.get("delegation.token.expiry.time.ms"))),
+        min(now + lifetime, now + int(config.delegation_token_expiry_time_ms)),
         now + lifetime,
     )
     try:
@@ -170,7 +170,7 @@ async def _change_expiry(
             await security.remove_delegation_tokens([token.token_id])
             return answer(E.none, now)
         if renewing and period_ms < 0:
-            period_ms = int(ctx.broker.config.get("delegation.token.expiry.time.ms"))
+            period_ms = int(ctx.broker.config.delegation_token_expiry_time_ms)
         expiry = min(token.max_ms, now + period_ms)
         await security.put_delegation_token(
             DelegationToken(

@@ -107,7 +107,7 @@ def fetch(ctx: RequestContext, request: requests.FetchRequest) -> Any:
 
 def _max_bytes(ctx: RequestContext, request: requests.FetchRequest) -> int:
     """Kafka's response bound: the request's max_bytes, at most the broker's fetch.max.bytes."""
-    return min(request.max_bytes, ctx.broker.config.get("fetch.max.bytes"))
+    return min(request.max_bytes, ctx.broker.config.fetch_max_bytes)
 
 
 def _min_bytes(ctx: RequestContext, request: requests.FetchRequest) -> int:
@@ -434,7 +434,7 @@ def _client_rack(ctx: RequestContext, request: requests.FetchRequest, replica_id
     follower in it (KIP-392); "" otherwise."""
     if replica_id >= 0 or ctx.version < FIRST_RACK_ID_VERSION:
         return ""
-    if ctx.broker.config.get("replica.selector.class") != RACK_AWARE_SELECTOR:
+    if ctx.broker.config.replica_selector_class != RACK_AWARE_SELECTOR:
         return ""
     return str(getattr(request, "rack_id", "") or "")
 

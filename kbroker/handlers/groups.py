@@ -706,7 +706,7 @@ def list_groups(ctx: RequestContext, request: requests.ListGroupsRequest) -> Any
 def _share_coordinator(ctx: RequestContext) -> ShareCoordinator | None:
     """The share-group coordinator while share groups are served, else None."""
     service = ctx.broker.shares
-    if service is None or not ctx.broker.config.get("group.share.enable"):
+    if service is None or not ctx.broker.config.group_share_enable:
         return None
     return service.coordinator
 

@@ -142,8 +142,9 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> Any:
             ],
         )
     # Before v4 the request cannot say, and auto-creation is the broker's to decide.
-    may_create = getattr(request, "allow_auto_topic_creation", True) and broker.config.get(
-        "auto.create.topics.enable"
+    may_create = (
+        getattr(request, "allow_auto_topic_creation", True)
+        and broker.config.auto_create_topics_enable
     )
     results: list[dict[str, Any] | None] = []
     to_create: list[tuple[int, str]] = []
@@ -222,8 +223,8 @@ async def auto_create_topic(broker: BrokerParts, name: str) -> dict[str, Any]:
     try:
         topic = await broker.controller.create_topic(
             name,
-            broker.config.get("num.partitions"),
-            broker.config.get("default.replication.factor"),
+            broker.config.num_partitions,
+            broker.config.default_replication_factor,
             {},
         )
     except ControllerError as exc:

@@ -208,7 +208,7 @@ def _append(
     if starts_with_transactional_data(records):
         code = verify_transactional_write(
             broker.transactions.coordinator,
-            broker.config.get("transaction.partition.verification.enable"),
+            broker.config.transaction_partition_verification_enable,
             broker.controller.state,
             transactional_id,
             topic,

@@ -175,10 +175,10 @@ def _creation_plan(
             "Number of partitions was set to an invalid non-positive value.",
         )
     partitions = (
-        broker.config.get("num.partitions") if topic.num_partitions == -1 else topic.num_partitions
+        broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
     )
     replication = (
-        broker.config.get("default.replication.factor")
+        broker.config.default_replication_factor
         if topic.replication_factor == -1
         else topic.replication_factor
     )
@@ -311,7 +311,7 @@ async def create_topics(
 
 def _deletion_enabled(broker: BrokerParts) -> bool:
     try:
-        value = broker.config.get("delete.topic.enable")
+        value = broker.config.delete_topic_enable
     except (KeyError, AttributeError, ValueError):
         return True
     if isinstance(value, str):

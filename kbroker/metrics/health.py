@@ -103,7 +103,7 @@ def broker_controller_check(broker: MeteredBroker) -> Check:
     return controller_check(
         broker.config.quorum.is_cluster,
         broker.last_heartbeat_ack,
-        broker.config.get("broker.session.timeout.ms") / 1000,
+        broker.config.broker_session_timeout_ms / 1000,
         time.monotonic(),
         broker.controller.quorum_wait(),
     )

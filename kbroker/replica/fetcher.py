@@ -26,6 +26,7 @@ from typing import Any
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from kbroker.config import BrokerConfig
 from kbroker.controller.state import MetadataState
 from kbroker.protocol.batch import HEADER_SIZE, InvalidBatchError
 from kbroker.protocol.fetch_request import fetch_partition, sessionless_fetch
@@ -72,14 +73,14 @@ class FetcherSettings:
     socket_timeout_ms: int = 30000
 
     @classmethod
-    def from_settings(cls, get: Callable[[str], Any]) -> FetcherSettings:
+    def from_settings(cls, config: BrokerConfig) -> FetcherSettings:
         return cls(
-            get("replica.fetch.wait.max.ms"),
-            get("replica.fetch.min.bytes"),
-            get("replica.fetch.max.bytes"),
-            get("replica.fetch.response.max.bytes"),
-            get("replica.fetch.backoff.ms"),
-            get("replica.socket.timeout.ms"),
+            config.replica_fetch_wait_max_ms,
+            config.replica_fetch_min_bytes,
+            config.replica_fetch_max_bytes,
+            config.replica_fetch_response_max_bytes,
+            config.replica_fetch_backoff_ms,
+            config.replica_socket_timeout_ms,
         )
 
 

@@ -42,10 +42,10 @@ OPERATIONS = {READ: Operation.DESCRIBE, WRITE: Operation.WRITE, CONFIGURE: Opera
 
 def advertised_url(broker: RegistryBroker) -> str | None:
     config = broker.config
-    explicit = config.get("schema.registry.advertised.listener")
+    explicit = config.schema_registry_advertised_listener
     if explicit:
         return str(explicit).rstrip("/")
-    listeners = config.get("schema.registry.listeners")
+    listeners = config.schema_registry_listeners
     if not listeners:
         return None
     endpoint = parse_registry_listener(listeners[0])
@@ -61,9 +61,7 @@ class RegistryFront:
     def __init__(self, broker: RegistryBroker) -> None:
         self.broker = broker
         config = broker.config
-        self.endpoints = [
-            parse_registry_listener(t) for t in config.get("schema.registry.listeners")
-        ]
+        self.endpoints = [parse_registry_listener(t) for t in config.schema_registry_listeners]
         self.service = SchemaRegistryService(
             broker, advertised_url(broker) if self.endpoints else None
         )
@@ -75,14 +73,14 @@ class RegistryFront:
             self.context = server_context(REGISTRY_LISTENER, setting)
             self.service.ssl_context = client_context(REGISTRY_LISTENER, setting)
         authenticate = None
-        if str(config.get("schema.registry.authentication.method")).upper() == "BASIC":
+        if str(config.schema_registry_authentication_method).upper() == "BASIC":
             plain: dict[str, str] = {}
             for _, security in broker.listener_security:
                 plain.update(getattr(security, "plain_users", None) or {})
             authenticate = password_checker(plain, broker.scram_credential)
         self.api = RegistryApi(self.service, self._authorize if broker.authorizer else None)
         self.http = RegistryHttpServer(
-            self.api, authenticate, config.get("schema.registry.request.timeout.ms") / 1000
+            self.api, authenticate, config.schema_registry_request_timeout_ms / 1000
         )
 
     def _authorize(self, request: Request, action: str) -> bool:

@@ -139,7 +139,7 @@ class SchemaRegistryService(InternalTopicService):
         config = self.broker.config
         return TopicLayout(
             1,
-            config.get("offsets.topic.replication.factor"),
+            config.offsets_topic_replication_factor,
             {"cleanup.policy": "compact", "compression.type": "producer"},
         )
 

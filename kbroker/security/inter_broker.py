@@ -53,7 +53,7 @@ PLAINTEXT = InterBrokerSecurity("PLAINTEXT")
 def inter_broker_security(config: BrokerConfig) -> InterBrokerSecurity:
     """Built once at start; raises ConfigError for a listener this broker could not log
     in to."""
-    listener = config.get("inter.broker.listener.name")
+    listener = config.inter_broker_endpoint.name
     protocol = config.protocol_map[listener]
 
     setting = functools.partial(config.for_listener, listener)
@@ -61,7 +61,7 @@ def inter_broker_security(config: BrokerConfig) -> InterBrokerSecurity:
     context = client_context(listener, setting) if protocol in ("SSL", "SASL_SSL") else None
     if not protocol.startswith("SASL_"):
         return InterBrokerSecurity(listener, protocol, context)
-    mechanism = config.get("sasl.mechanism.inter.broker.protocol").strip().upper()
+    mechanism = config.sasl_mechanism_inter_broker_protocol.strip().upper()
     name = "sasl.mechanism.inter.broker.protocol"
     if mechanism not in SUPPORTED_MECHANISMS:
         raise ConfigError(

@@ -161,8 +161,8 @@ class KafkaConnection(asyncio.Protocol):
         self._waiting_for_memory = False
         self._closed = False
         self._sock_fd = -1
-        self._max_idle_s = broker.config.get("connections.max.idle.ms") / 1000
-        self._log_requests = bool(broker.config.get("logging.requests.enable"))
+        self._max_idle_s = broker.config.connections_max_idle_ms / 1000
+        self._log_requests = bool(broker.config.logging_requests_enable)
         self._last_active = 0.0
         self._read_at = 0.0  # perf_counter() of the last read: the queue time's start
         self._idle_timer: asyncio.TimerHandle | None = None

@@ -69,8 +69,6 @@ H_REASON = "__dlq.errors.reason"
 Identity = tuple[str, str, int, int]  # group, topic, partition, offset
 
 GROUP_ENABLE = "errors.deadletterqueue.group.enable"  # topic config: may take DLQ records
-TOPIC_PREFIX = "errors.deadletterqueue.topic.name.prefix"  # broker config
-AUTO_CREATE = "errors.deadletterqueue.auto.create.topics.enable"  # broker config
 
 
 def topic_problem(
@@ -199,8 +197,8 @@ class DeadLetterWriter:
             group_id,
             target,
             None if info is None else info.configs,
-            config.get(TOPIC_PREFIX),
-            config.get(AUTO_CREATE),
+            config.errors_deadletterqueue_topic_name_prefix,
+            config.errors_deadletterqueue_auto_create_topics_enable,
         )
         if problem is None:
             return True
@@ -215,8 +213,8 @@ class DeadLetterWriter:
             try:
                 await controller.create_topic(
                     name,
-                    self._broker.config.get("num.partitions"),
-                    self._broker.config.get("default.replication.factor"),
+                    self._broker.config.num_partitions,
+                    self._broker.config.default_replication_factor,
                     {GROUP_ENABLE: "true"},
                 )
             except Exception as exc:  # noqa: BLE001 - created concurrently or refused: look again

@@ -96,21 +96,21 @@ LAG_TIMEOUT_S = 5.0
 
 def share_config(config: Any) -> ShareConfig:
     return ShareConfig(
-        session_timeout_ms=config.get("group.share.session.timeout.ms"),
-        min_session_timeout_ms=config.get("group.share.min.session.timeout.ms"),
-        max_session_timeout_ms=config.get("group.share.max.session.timeout.ms"),
-        heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
-        min_heartbeat_interval_ms=config.get("group.share.min.heartbeat.interval.ms"),
-        max_heartbeat_interval_ms=config.get("group.share.max.heartbeat.interval.ms"),
-        record_lock_ms=config.get("group.share.record.lock.duration.ms"),
-        min_record_lock_ms=config.get("group.share.min.record.lock.duration.ms"),
-        max_record_lock_ms=config.get("group.share.max.record.lock.duration.ms"),
-        delivery_count_limit=config.get("group.share.delivery.count.limit"),
-        max_record_locks=config.get("group.share.partition.max.record.locks"),
-        max_size=config.get("group.share.max.size"),
-        max_groups=config.get("group.share.max.groups"),
-        max_share_sessions=config.get("group.share.max.share.sessions"),
-        num_partitions=config.get("share.coordinator.state.topic.num.partitions"),
+        session_timeout_ms=config.group_share_session_timeout_ms,
+        min_session_timeout_ms=config.group_share_min_session_timeout_ms,
+        max_session_timeout_ms=config.group_share_max_session_timeout_ms,
+        heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
+        min_heartbeat_interval_ms=config.group_share_min_heartbeat_interval_ms,
+        max_heartbeat_interval_ms=config.group_share_max_heartbeat_interval_ms,
+        record_lock_ms=config.group_share_record_lock_duration_ms,
+        min_record_lock_ms=config.group_share_min_record_lock_duration_ms,
+        max_record_lock_ms=config.group_share_max_record_lock_duration_ms,
+        delivery_count_limit=config.group_share_delivery_count_limit,
+        max_record_locks=config.group_share_partition_max_record_locks,
+        max_size=config.group_share_max_size,
+        max_groups=config.group_share_max_groups,
+        max_share_sessions=config.group_share_max_share_sessions,
+        num_partitions=config.share_coordinator_state_topic_num_partitions,
     )
 
 
@@ -197,7 +197,7 @@ class ShareService(InternalTopicService):
 
     def __init__(self, broker: ShareBroker) -> None:
         super().__init__(broker)
-        self.enabled: bool = broker.config.get("group.share.enable")
+        self.enabled: bool = broker.config.group_share_enable
         coordinates = _Coordinates(broker)
         self.coordinator = ShareCoordinator(share_config(broker.config), coordinates, coordinates)
         self.coordinator.owns_group = self._owns_group
@@ -229,12 +229,12 @@ class ShareService(InternalTopicService):
     def layout(self) -> TopicLayout:
         config = self.broker.config
         return TopicLayout(
-            config.get("share.coordinator.state.topic.num.partitions"),
-            config.get("share.coordinator.state.topic.replication.factor"),
+            config.share_coordinator_state_topic_num_partitions,
+            config.share_coordinator_state_topic_replication_factor,
             {
                 "cleanup.policy": "compact",
-                "segment.bytes": str(config.get("share.coordinator.state.topic.segment.bytes")),
-                "min.insync.replicas": str(config.get("share.coordinator.state.topic.min.isr")),
+                "segment.bytes": str(config.share_coordinator_state_topic_segment_bytes),
+                "min.insync.replicas": str(config.share_coordinator_state_topic_min_isr),
             },
         )
 

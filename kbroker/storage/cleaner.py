@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kbroker.protocol.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
 from kbroker.storage.compaction import (
@@ -109,6 +109,24 @@ def write_cleaner_checkpoint(directory: str, checkpoint: CleanerCheckpoint) -> N
 RECONFIGURE_CHECK_S = 1.0  # how soon a raised log.cleaner.threads starts its workers
 
 
+class CleanerSettings(Protocol):
+    """The log.cleaner.* broker settings, as BrokerConfig types them (the storage layer
+    sits below the configuration)."""
+
+    @property
+    def log_cleaner_enable(self) -> bool: ...
+    @property
+    def log_cleaner_threads(self) -> int: ...
+    @property
+    def log_cleaner_backoff_ms(self) -> int: ...
+    @property
+    def log_cleaner_dedupe_buffer_size(self) -> int: ...
+    @property
+    def log_cleaner_io_buffer_load_factor(self) -> float: ...
+    @property
+    def log_cleaner_io_max_bytes_per_second(self) -> float: ...
+
+
 @dataclass(slots=True)
 class CleanerConfig:
     """Broker-wide cleaner settings (log.cleaner.*)."""
@@ -122,15 +140,15 @@ class CleanerConfig:
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
 
     @classmethod
-    def from_settings(cls, get: Callable[[str], Any]) -> CleanerConfig:
-        """From a getter of broker settings by Kafka name (BrokerConfig.get)."""
+    def from_settings(cls, config: CleanerSettings) -> CleanerConfig:
+        """From the broker's settings (a BrokerConfig)."""
         return cls(
-            enabled=bool(get("log.cleaner.enable")),
-            threads=int(get("log.cleaner.threads")),
-            backoff_ms=int(get("log.cleaner.backoff.ms")),
-            dedupe_buffer_size=int(get("log.cleaner.dedupe.buffer.size")),
-            io_buffer_load_factor=float(get("log.cleaner.io.buffer.load.factor")),
-            max_io_bytes_per_second=float(get("log.cleaner.io.max.bytes.per.second")),
+            enabled=config.log_cleaner_enable,
+            threads=config.log_cleaner_threads,
+            backoff_ms=config.log_cleaner_backoff_ms,
+            dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+            io_buffer_load_factor=config.log_cleaner_io_buffer_load_factor,
+            max_io_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
         )
 
     @property

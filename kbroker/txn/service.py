@@ -46,9 +46,9 @@ def _now_ms() -> int:
 
 def txn_config(config: BrokerConfig) -> TxnConfig:
     return TxnConfig(
-        num_partitions=config.get("transaction.state.log.num.partitions"),
-        max_timeout_ms=config.get("transaction.max.timeout.ms"),
-        id_expiration_ms=config.get("transactional.id.expiration.ms"),
+        num_partitions=config.transaction_state_log_num_partitions,
+        max_timeout_ms=config.transaction_max_timeout_ms,
+        id_expiration_ms=config.transactional_id_expiration_ms,
     )
 
 
@@ -98,15 +98,15 @@ class TransactionCoordinatorService(InternalTopicService):
         self.publish_metrics(self.metrics)
         await super().start()
         self._every(
-            config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+            config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
             self.coordinator.abort_timed_out,
         )
         self._every(RETRY_INTERVAL_S * 1000, self.coordinator.retry_incomplete)
         self._every(
-            config.get("transaction.remove.expired.transaction.cleanup.interval.ms"),
+            config.transaction_remove_expired_transaction_cleanup_interval_ms,
             self.coordinator.expire_ids,
         )
-        self._every(config.get("producer.id.expiration.check.interval.ms"), self._expire_producers)
+        self._every(config.producer_id_expiration_check_interval_ms, self._expire_producers)
 
     def metrics(self) -> list[Metric]:
         """Transactional ids by state, and ended transactions whose markers are not all
@@ -142,7 +142,7 @@ class TransactionCoordinatorService(InternalTopicService):
         self.every(interval_ms, job, f"transaction coordinator task {job.__name__}")
 
     async def _expire_producers(self) -> None:
-        max_age = self.broker.config.get("producer.id.expiration.ms")
+        max_age = self.broker.config.producer_id_expiration_ms
         now = _now_ms()
         for replica in list(self.broker.replicas.hosted.values()):
             if not replica.log.closed:
@@ -154,13 +154,13 @@ class TransactionCoordinatorService(InternalTopicService):
     def layout(self) -> TopicLayout:
         config = self.broker.config
         return TopicLayout(
-            config.get("transaction.state.log.num.partitions"),
-            config.get("transaction.state.log.replication.factor"),
+            config.transaction_state_log_num_partitions,
+            config.transaction_state_log_replication_factor,
             {
                 "cleanup.policy": "compact",
                 "compression.type": "uncompressed",
-                "min.insync.replicas": str(config.get("transaction.state.log.min.isr")),
-                "segment.bytes": str(config.get("transaction.state.log.segment.bytes")),
+                "min.insync.replicas": str(config.transaction_state_log_min_isr),
+                "segment.bytes": str(config.transaction_state_log_segment_bytes),
             },
         )
 

@@ -12,7 +12,7 @@ from kio.serial import entity_reader
 from kbroker.config import BrokerConfig
 from kbroker.controller.state import MetadataState
 from kbroker.handlers.api_versions import api_versions
-from kbroker.protocol.messages import build_response, encode, response_type
+from kbroker.protocol.messages import build, build_response, encode, request_class, response_type
 
 API_VERSIONS = 18
 
@@ -24,6 +24,10 @@ def Settings(share: bool = True, protocols: str = "classic,consumer") -> BrokerC
             "group.coordinator.rebalance.protocols": protocols,
         }
     )
+
+
+def _request(version: int) -> Any:
+    return build(request_class(API_VERSIONS, version), {})
 
 
 @dataclass
@@ -39,7 +43,7 @@ def answer(version: int, settings: BrokerConfig | None = None, metadata_version:
         config=settings or Settings(),
         controller=Metadata(MetadataState(version=metadata_version)),
     )
-    result = api_versions(ctx, None)
+    result = api_versions(ctx, _request(version))
     assert isinstance(result, dict)
     body = encode(build_response(API_VERSIONS, version, result))
     decoded: tuple[Any, int] = entity_reader(response_type(API_VERSIONS, version))(body, 0)
@@ -105,7 +109,7 @@ def test_levels_recorded_in_the_metadata_are_finalized() -> None:
             MetadataState(version=7, features={"eligible.leader.replicas.version": 1})
         ),
     )
-    body = encode(build_response(API_VERSIONS, 4, api_versions(ctx, None)))
+    body = encode(build_response(API_VERSIONS, 4, api_versions(ctx, _request(4))))
     decoded: tuple[Any, int] = entity_reader(response_type(API_VERSIONS, 4))(body, 0)
     assert finalized(decoded[0])["eligible.leader.replicas.version"] == (1, 1)
 

@@ -30,8 +30,8 @@ def api_versions(ctx: RequestContext, request: requests.ApiVersionsRequest) -> d
     }
     if ctx.version >= 3:
         ctx.connection.software = (
-            getattr(request, "client_software_name", "") or "",
-            getattr(request, "client_software_version", "") or "",
+            request.client_software_name,
+            request.client_software_version,
         )
         # As a KRaft broker, the epoch of the finalized levels is the metadata the broker
         # has applied: it only grows, and grows with every UpdateFeatures.

@@ -53,7 +53,7 @@ def describe_cluster(
     ctx: RequestContext, request: requests.DescribeClusterRequest
 ) -> dict[str, Any]:
     state = ctx.broker.controller.state
-    endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
+    endpoint_type = request.endpoint_type
     response: dict[str, Any] = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
@@ -82,7 +82,7 @@ def describe_cluster(
             "of type CONTROLLER"
         )
         return response
-    with_fenced = getattr(request, "include_fenced_brokers", False)
+    with_fenced = request.include_fenced_brokers
     response["brokers"] = [
         {
             "broker_id": b.node_id,

@@ -240,7 +240,7 @@ async def describe_configs(
     ctx: RequestContext, request: requests.DescribeConfigsRequest
 ) -> dict[str, Any]:
     broker = ctx.broker
-    include_documentation = getattr(request, "include_documentation", False)
+    include_documentation = request.include_documentation
     topics = broker.controller.state.topics
     if any(r.resource_type == TOPIC and r.resource_name not in topics for r in request.resources):
         # Perhaps created through another node a moment ago (DescribeConfigs right after
@@ -336,10 +336,11 @@ def _alter_response(
 
 
 def _preflight(
-    resources: Sequence[ConfigResource], null_allowed_for_delete: bool
+    resources: Sequence[ConfigResource], deleted: Sequence[frozenset[str]] | None = None
 ) -> list[ResourceError | None]:
     """Checks Kafka makes before looking at any resource: each resource at most once, each
-    key at most once per resource, no null values (other than for DELETE)."""
+    key at most once per resource, no null values (other than for the keys `deleted`
+    names per resource, an incremental DELETE)."""
     errors: list[ResourceError | None] = [None] * len(resources)
     seen: dict[tuple[int, str], int] = {}
     for i, resource in enumerate(resources):
@@ -363,8 +364,7 @@ def _preflight(
         nulls = [
             c.name
             for c in resource.configs
-            if c.value is None
-            and not (null_allowed_for_delete and getattr(c, "config_operation", SET) == DELETE)
+            if c.value is None and not (deleted is not None and c.name in deleted[i])
         ]
         if nulls:
             errors[i] = ResourceError(
@@ -476,7 +476,7 @@ async def alter_configs(
             topic.name, configs, validate_only=validate_only
         )
 
-    errors = await _run_alters(broker, resources, _preflight(resources, False), alter)
+    errors = await _run_alters(broker, resources, _preflight(resources), alter)
     return _alter_response(resources, errors)
 
 
@@ -567,7 +567,11 @@ async def incremental_alter_configs(
                 topic.name, changes, validate_only=validate_only
             )
 
-    errors = await _run_alters(broker, resources, _preflight(resources, True), alter)
+    deleted = [
+        frozenset(c.name for c in resource.configs if c.config_operation == DELETE)
+        for resource in resources
+    ]
+    errors = await _run_alters(broker, resources, _preflight(resources, deleted), alter)
     return _alter_response(resources, errors)
 
 
@@ -824,7 +828,7 @@ def list_config_resources(
     UNSUPPORTED_VERSION for the whole request.
     """
     supported = LISTABLE_TYPES[min(ctx.version, 1)]
-    wanted = [int(t) for t in getattr(request, "resource_types", ())] or list(supported)
+    wanted = [int(t) for t in request.resource_types] or list(supported)
     if any(t not in supported for t in wanted):
         return {
             "throttle_time": 0,

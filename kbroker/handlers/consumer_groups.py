@@ -67,7 +67,7 @@ def consumer_group_heartbeat(
         rack_id=request.rack_id,
         rebalance_timeout_ms=duration_ms(request.rebalance_timeout),
         subscribed_topic_names=None if names is None else tuple(names),
-        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        subscribed_topic_regex=request.subscribed_topic_regex,
         server_assignor=request.server_assignor,
         owned=None
         if owned is None

@@ -87,8 +87,8 @@ async def create_delegation_token(
     ctx: RequestContext, request: requests.CreateDelegationTokenRequest
 ) -> dict[str, Any]:
     requester = str(ctx.principal)
-    owner_type = getattr(request, "owner_principal_type", None)
-    owner_name = getattr(request, "owner_principal_name", None)
+    owner_type = request.owner_principal_type
+    owner_name = request.owner_principal_name
     owner = f"{owner_type}:{owner_name}" if owner_name else requester
 
     def answer(code: ErrorCode, token: DelegationToken | None = None, mac: bytes = b"") -> dict:

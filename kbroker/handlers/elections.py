@@ -30,7 +30,7 @@ PREFERRED, UNCLEAN = 0, 1
 async def elect_leaders(
     ctx: RequestContext, request: requests.ElectLeadersRequest
 ) -> dict[str, Any]:
-    election_type = int(getattr(request, "election_type", PREFERRED))
+    election_type = request.election_type
     response: dict[str, Any] = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,

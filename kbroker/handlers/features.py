@@ -50,10 +50,9 @@ async def update_features(
         recorded = broker.controller.state.features
         levels: dict[str, int] = {}
         for update in request.feature_updates:
-            upgrade_type = getattr(update, "upgrade_type", None)
-            if upgrade_type is None:  # v0: allow_downgrade
-                allow_downgrade = getattr(update, "allow_downgrade", False)
-                upgrade_type = SAFE_DOWNGRADE if allow_downgrade else UPGRADE
+            upgrade_type = update.upgrade_type
+            if ctx.version == 0:  # v0 says allow_downgrade instead
+                upgrade_type = SAFE_DOWNGRADE if update.allow_downgrade else UPGRADE
             level = int(update.max_version_level)
             refused = update_refusal(
                 broker.config, recorded, update.feature, level, int(upgrade_type), broker.node_id
@@ -62,7 +61,7 @@ async def update_features(
                 code, message = ErrorCode.invalid_update_version, refused
                 break
             levels[update.feature] = max(level, 0)
-        if code == ErrorCode.none and levels and not getattr(request, "validate_only", False):
+        if code == ErrorCode.none and levels and not request.validate_only:
             try:
                 await broker.controller.update_features(levels)
             except ControllerError as exc:

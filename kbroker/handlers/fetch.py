@@ -11,16 +11,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
 
 from kio.schema.errors import ErrorCode
-from kio.static.protocol import Entity
 
 from kbroker.config.topic import topic_config_values
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.endpoints import current_leader, node_address
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.protocol.encoded import EncodedBody
 from kbroker.protocol.fetch_response import (
     FetchedPartition,
     FetchedTopic,
@@ -39,49 +39,11 @@ from kbroker.replica.selector import RACK_AWARE_SELECTOR, preferred_read_replica
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.security.quotas import CONSUMER_BYTE_RATE
 
-if TYPE_CHECKING:
-    from typing_extensions import TypeIs
-
-    from kbroker.protocol.requests import (
-        fetch_v4,
-        fetch_v5,
-        fetch_v6,
-        fetch_v13,
-        fetch_v14,
-        fetch_v15,
-        fetch_v16,
-        fetch_v17,
-        fetch_v18,
-    )
-
-    TopicById = (
-        fetch_v13.FetchTopic
-        | fetch_v14.FetchTopic
-        | fetch_v15.FetchTopic
-        | fetch_v16.FetchTopic
-        | fetch_v17.FetchTopic
-        | fetch_v18.FetchTopic
-    )
-    ForgottenById = (
-        fetch_v13.ForgottenTopic
-        | fetch_v14.ForgottenTopic
-        | fetch_v15.ForgottenTopic
-        | fetch_v16.ForgottenTopic
-        | fetch_v17.ForgottenTopic
-        | fetch_v18.ForgottenTopic
-    )
-    SessionlessFetch = fetch_v4.FetchRequest | fetch_v5.FetchRequest | fetch_v6.FetchRequest
-    ReplicaStateFetch = (
-        fetch_v15.FetchRequest
-        | fetch_v16.FetchRequest
-        | fetch_v17.FetchRequest
-        | fetch_v18.FetchRequest
-    )
-
 FETCH = 1
 READ_COMMITTED = 1
 FIRST_SESSION_VERSION = 7
 FIRST_REPLICA_STATE_VERSION = 15
+FIRST_TOPIC_ID_VERSION = 13  # KIP-516: topics are named by id alone
 FIRST_CURRENT_LEADER = 12
 FIRST_V2_FORMAT = 4  # older Fetch versions read message format v0 (v0-1) or v1 (v2-3)
 FIRST_RACK_ID_VERSION = 11  # KIP-392: a consumer may fetch from a follower
@@ -89,7 +51,9 @@ _LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch
 
 
 @handles(FETCH, 0)  # v0-3 through protocol.legacy_messages, records down-converted
-def fetch(ctx: RequestContext, request: requests.FetchRequest) -> Any:
+def fetch(
+    ctx: RequestContext, request: requests.FetchRequest
+) -> EncodedBody | Awaitable[EncodedBody]:
     plan = _plan(ctx, request)
     if plan.error_code:
         return encode_fetch_response(ctx.version, [], error_code=plan.error_code)
@@ -117,7 +81,7 @@ def _min_bytes(ctx: RequestContext, request: requests.FetchRequest) -> int:
 
 async def _delayed_fetch(
     ctx: RequestContext, request: requests.FetchRequest, plan: FetchPlan, max_wait_s: float
-) -> Any:
+) -> EncodedBody:
     """Park until an append to one of the partitions (or the wait runs out), then read again."""
     keys = [(t.topic, t.partition) for t in plan.targets if t.topic is not None]
     loop = asyncio.get_running_loop()
@@ -156,7 +120,7 @@ def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:
     requested: list[FetchTarget] = []
     for t in request.topics:
         named: str | uuid.UUID | None
-        if _fetches_by_id(t):
+        if ctx.version >= FIRST_TOPIC_ID_VERSION:
             info = None if t.topic_id is None else state.topics_by_id.get(t.topic_id)
             name, topic_id, named = (info.name if info else None), t.topic_id, t.topic_id
         else:
@@ -171,15 +135,16 @@ def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:
                     p.partition,
                     p.fetch_offset,
                     p.partition_max_bytes,
-                    getattr(p, "current_leader_epoch", -1),
-                    getattr(p, "last_fetched_epoch", -1),
-                    getattr(p, "log_start_offset", -1),
+                    p.current_leader_epoch,
+                    p.last_fetched_epoch,
+                    p.log_start_offset,
                 )
             )
-    if _before_sessions(request):
+    if ctx.version < FIRST_SESSION_VERSION:
         return FetchPlan(requested)
+    by_id = ctx.version >= FIRST_TOPIC_ID_VERSION
     forgotten: list[Key] = [
-        (t.topic_id if _forgets_by_id(t) else t.topic, partition)
+        (t.topic_id if by_id else t.topic, partition)
         for t in request.forgotten_topics_data
         for partition in t.partitions
     ]
@@ -188,35 +153,12 @@ def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:
     )
 
 
-# Guards that tell mypy which version's fields a request has (kio has a class a version).
-
-
-def _fetches_by_id(topic: Entity) -> TypeIs[TopicById]:
-    """From v13 (KIP-516) a fetched topic is named by its id alone."""
-    return topic.__version__ >= 13
-
-
-def _forgets_by_id(topic: Entity) -> TypeIs[ForgottenById]:
-    """From v13 (KIP-516) a topic leaving the session is named by its id alone."""
-    return topic.__version__ >= 13
-
-
-def _before_sessions(request: requests.FetchRequest) -> TypeIs[SessionlessFetch]:
-    """Fetch sessions (KIP-227) begin with v7."""
-    return request.__version__ < FIRST_SESSION_VERSION
-
-
-def _carries_replica_state(request: requests.FetchRequest) -> TypeIs[ReplicaStateFetch]:
-    """From v15 (KIP-903) a follower's id is inside replica_state."""
-    return request.__version__ >= FIRST_REPLICA_STATE_VERSION
-
-
 def _encode(
     ctx: RequestContext,
     request: requests.FetchRequest,
     plan: FetchPlan,
     results: list[tuple[FetchTarget, FetchedPartition]],
-) -> Any:
+) -> EncodedBody:
     if plan.incremental:
         results = [(t, r) for t, r in results if worth_sending(t, r)]
     if ctx.broker.quotas.active:
@@ -235,7 +177,7 @@ def _encode(
     if ctx.version < FIRST_V2_FORMAT:
         _down_convert(ctx.broker, ctx.version, results)
     # Kafka's BytesOutPerSec counts what consumers get; a follower's fetch is replication.
-    consumer = replica_id_of(request) < 0
+    consumer = replica_id_of(ctx, request) < 0
     topics: list[FetchedTopic] = []
     for target, result in results:
         if (
@@ -312,7 +254,7 @@ def _read_all(
     )
     results: list[tuple[FetchTarget, FetchedPartition]] = []
     denied: set[str] = set()
-    replica = replica_id_of(request)
+    replica = replica_id_of(ctx, request)
     if broker.authorizer is not None:
         names = {t.topic for t in plan.targets if t.topic is not None}
         if replica >= 0:  # a follower needs CLUSTER_ACTION, and then reads every topic
@@ -436,7 +378,7 @@ def _client_rack(ctx: RequestContext, request: requests.FetchRequest, replica_id
         return ""
     if ctx.broker.config.replica_selector_class != RACK_AWARE_SELECTOR:
         return ""
-    return str(getattr(request, "rack_id", "") or "")
+    return request.rack_id
 
 
 def _live_rack(broker: BrokerParts, node_id: int) -> str | None:
@@ -447,9 +389,9 @@ def _live_rack(broker: BrokerParts, node_id: int) -> str | None:
     return info.rack or ""
 
 
-def replica_id_of(request: requests.FetchRequest) -> int:
+def replica_id_of(ctx: RequestContext, request: requests.FetchRequest) -> int:
     """The fetching follower's id (-1 for a consumer): a field of its own before v15,
     inside replica_state from v15 (KIP-903)."""
-    if _carries_replica_state(request):
-        return int(request.replica_state.replica_id)
-    return int(request.replica_id)
+    if ctx.version >= FIRST_REPLICA_STATE_VERSION:
+        return request.replica_state.replica_id
+    return request.replica_id

@@ -13,10 +13,9 @@ import asyncio
 import base64
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.protocol import Entity
 
 from kbroker.coordinator import (
     GroupState,
@@ -36,40 +35,6 @@ from kbroker.protocol import requests
 from kbroker.protocol.messages import duration_ms, known_versions
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.share.coordinator import ShareCoordinator
-
-# The versions whose fields differ in shape, for the TypeIs guards below that tell mypy
-# which version's fields a request has (imported for type checking only, as in requests).
-if TYPE_CHECKING:
-    from typing_extensions import TypeIs
-
-    from kbroker.protocol.requests import (
-        find_coordinator_v4,
-        find_coordinator_v5,
-        find_coordinator_v6,
-        leave_group_v3,
-        leave_group_v4,
-        leave_group_v5,
-        offset_commit_v10,
-        offset_fetch_v8,
-        offset_fetch_v9,
-        offset_fetch_v10,
-    )
-
-    BatchedFindCoordinator = (
-        find_coordinator_v4.FindCoordinatorRequest
-        | find_coordinator_v5.FindCoordinatorRequest
-        | find_coordinator_v6.FindCoordinatorRequest
-    )
-    BatchedLeaveGroup = (
-        leave_group_v3.LeaveGroupRequest
-        | leave_group_v4.LeaveGroupRequest
-        | leave_group_v5.LeaveGroupRequest
-    )
-    BatchedOffsetFetch = (
-        offset_fetch_v8.OffsetFetchRequest
-        | offset_fetch_v9.OffsetFetchRequest
-        | offset_fetch_v10.OffsetFetchRequest
-    )
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -129,17 +94,11 @@ def _respond_when_done(future: asyncio.Future[Any], render: Callable[[Any], Any]
 
 @handles(FIND_COORDINATOR, _lowest(FIND_COORDINATOR))
 def find_coordinator(ctx: RequestContext, request: requests.FindCoordinatorRequest) -> Any:
-    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
-    if _batched_find(request):
+    key_type = request.key_type
+    # From v4 (KIP-699) one request asks for several keys, in coordinator_keys.
+    if ctx.version >= 4:
         return _find_coordinators(ctx, list(request.coordinator_keys), key_type, True)
     return _find_coordinators(ctx, [request.key], key_type, False)
-
-
-def _batched_find(
-    request: requests.FindCoordinatorRequest,
-) -> TypeIs[BatchedFindCoordinator]:
-    """From v4 (KIP-699) one request asks for several keys, in coordinator_keys."""
-    return request.__version__ >= 4
 
 
 async def _find_coordinators(
@@ -238,8 +197,7 @@ def join_group(ctx: RequestContext, request: requests.JoinGroupRequest) -> Any:
         return _join_response(version, JoinResult(E.group_authorization_failed, ""))
     coordinator = _coordinator(ctx)
     session = duration_ms(request.session_timeout)
-    rebalance_timeout = getattr(request, "rebalance_timeout", None)  # v1+
-    rebalance = -1 if rebalance_timeout is None else duration_ms(rebalance_timeout)
+    rebalance = duration_ms(request.rebalance_timeout)  # v1+; Kafka's default -1 before
     future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
     coordinator.classic.join_group(
         JoinRequest(
@@ -249,12 +207,12 @@ def join_group(ctx: RequestContext, request: requests.JoinGroupRequest) -> Any:
             protocols=[(p.name, p.metadata) for p in request.protocols],
             session_timeout_ms=session,
             rebalance_timeout_ms=rebalance if rebalance >= 0 else session,
-            group_instance_id=getattr(request, "group_instance_id", None),
+            group_instance_id=request.group_instance_id,
             client_id=ctx.client_id,
             client_host=_client_host(ctx),
             require_known_member_id=version >= 4,
             supports_skip_assignment=version >= 9,
-            reason=getattr(request, "reason", None),
+            reason=request.reason,
         ),
         _resolver(future),
     )
@@ -295,9 +253,9 @@ def sync_group(ctx: RequestContext, request: requests.SyncGroupRequest) -> Any:
             generation_id=request.generation_id,
             member_id=request.member_id,
             assignments={a.member_id: a.assignment for a in request.assignments},
-            group_instance_id=getattr(request, "group_instance_id", None),
-            protocol_type=getattr(request, "protocol_type", None),
-            protocol_name=getattr(request, "protocol_name", None),
+            group_instance_id=request.group_instance_id,
+            protocol_type=request.protocol_type,
+            protocol_name=request.protocol_name,
         ),
         _resolver(future),
     )
@@ -326,17 +284,17 @@ def heartbeat(ctx: RequestContext, request: requests.HeartbeatRequest) -> Any:
         request.group_id,
         request.member_id,
         request.generation_id,
-        getattr(request, "group_instance_id", None),
+        request.group_instance_id,
     )
     return {"throttle_time": 0, "error_code": error}
 
 
 @handles(LEAVE_GROUP, _lowest(LEAVE_GROUP))
 def leave_group(ctx: RequestContext, request: requests.LeaveGroupRequest) -> Any:
-    if batched := _batched_leave(request):
+    # From v3 (KIP-345) one request removes a list of members, static ones by instance id.
+    if batched := ctx.version >= 3:
         leaving = [
-            LeavingMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
-            for m in request.members
+            LeavingMember(m.member_id, m.group_instance_id, m.reason) for m in request.members
         ]
     else:
         leaving = [LeavingMember(request.member_id)]
@@ -360,11 +318,6 @@ def leave_group(ctx: RequestContext, request: requests.LeaveGroupRequest) -> Any
     }
 
 
-def _batched_leave(request: requests.LeaveGroupRequest) -> TypeIs[BatchedLeaveGroup]:
-    """From v3 (KIP-345) one request removes a list of members, static ones by instance id."""
-    return request.__version__ >= 3
-
-
 # -- OffsetCommit ------------------------------------------------------------------------
 
 
@@ -381,7 +334,7 @@ def offset_commit(ctx: RequestContext, request: requests.OffsetCommitRequest) ->
     checking = ctx.broker.authorizer is not None
     for topic in request.topics:
         topic_id = None
-        if _named_by_id(topic):
+        if version >= 10:  # KIP-848: a committed topic is named by its id alone
             topic_id = topic.topic_id
             info = None if topic_id is None else state.topics_by_id.get(topic_id)
             name = info.name if info is not None else None
@@ -408,7 +361,7 @@ def offset_commit(ctx: RequestContext, request: requests.OffsetCommitRequest) ->
                 continue
             value = OffsetAndMetadata(
                 offset=p.committed_offset,
-                leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                leader_epoch=p.committed_leader_epoch,
                 metadata=p.committed_metadata or "",
             )
             offsets[(info.name, p.partition_index)] = value
@@ -429,10 +382,8 @@ def offset_commit(ctx: RequestContext, request: requests.OffsetCommitRequest) ->
     coordinator = _coordinator(ctx)
     if not offsets:
         return render({})
-    retention = getattr(request, "retention_time", None)
-    retention_ms = (
-        None if retention is None or duration_ms(retention) < 0 else duration_ms(retention)
-    )
+    retention = duration_ms(request.retention_time)  # v2-4; Kafka's default -1 elsewhere
+    retention_ms = None if retention < 0 else retention
     future: asyncio.Future[dict[tuple[str, int], ErrorCode]] = (
         asyncio.get_running_loop().create_future()
     )
@@ -442,16 +393,11 @@ def offset_commit(ctx: RequestContext, request: requests.OffsetCommitRequest) ->
         request.generation_id_or_member_epoch,
         offsets,
         _resolver(future),
-        instance_id=getattr(request, "group_instance_id", None),
+        instance_id=request.group_instance_id,
         unknown_group_error=E.group_id_not_found if version >= 9 else E.illegal_generation,
         retention_ms=retention_ms,
     )
     return _respond_when_done(future, render)
-
-
-def _named_by_id(topic: Entity) -> TypeIs[offset_commit_v10.OffsetCommitRequestTopic]:
-    """From v10 (KIP-848) a committed topic is named by its id alone."""
-    return topic.__version__ >= 10
 
 
 # -- OffsetFetch -------------------------------------------------------------------------
@@ -460,22 +406,22 @@ def _named_by_id(topic: Entity) -> TypeIs[offset_commit_v10.OffsetCommitRequestT
 @handles(OFFSET_FETCH, 0)  # v0 through protocol.legacy_messages
 def offset_fetch(ctx: RequestContext, request: requests.OffsetFetchRequest) -> Any:
     version = ctx.version
-    stable = bool(getattr(request, "require_stable", False))
-    if _batched_fetch(request):
+    stable = request.require_stable
+    if version >= 8:  # KIP-709: one request fetches the offsets of several groups
         groups = [
             _fetch_group(
                 ctx,
                 g.group_id,
-                g.topics,
+                _asked_in_group(ctx, g.topics),
                 stable,
-                getattr(g, "member_id", None),
-                getattr(g, "member_epoch", -1),
+                g.member_id,
+                g.member_epoch,
                 by_id=version >= 10,
             )
             for g in request.groups
         ]
         return {"throttle_time": 0, "groups": groups}
-    fetched = _fetch_group(ctx, request.group_id, request.topics, stable)
+    fetched = _fetch_group(ctx, request.group_id, _asked_by_name(request.topics), stable)
     error = fetched["error_code"]
     topics = fetched["topics"]
     if version < 2 and error != E.none:
@@ -490,29 +436,35 @@ def offset_fetch(ctx: RequestContext, request: requests.OffsetFetchRequest) -> A
     return {"throttle_time": 0, "topics": topics, "error_code": error}
 
 
-def _batched_fetch(request: requests.OffsetFetchRequest) -> TypeIs[BatchedOffsetFetch]:
-    """From v8 (KIP-709) one request fetches the offsets of several groups."""
-    return request.__version__ >= 8
+Asked = list[tuple[str | None, uuid.UUID | None, list[int]]]
+"""The topics whose offsets a group is asked for: (name, or None for an unknown id; topic
+id, when asked by id; partitions)."""
 
 
-class _NamedTopic(Entity, Protocol):
-    """A topic whose offsets are asked for by name (OffsetFetch v1-9)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def partition_indexes(self) -> tuple[int, ...]: ...
+def _asked_by_name(topics: Sequence[requests.OffsetFetchRequestTopic] | None) -> Asked | None:
+    return None if topics is None else [(t.name, None, list(t.partition_indexes)) for t in topics]
 
 
-def _asked_by_id(topic: Entity) -> TypeIs[offset_fetch_v10.OffsetFetchRequestTopics]:
-    """From v10 (KIP-848) a topic whose offsets are asked for is named by its id alone."""
-    return topic.__version__ >= 10
+def _asked_in_group(
+    ctx: RequestContext, topics: Sequence[requests.OffsetFetchRequestTopics] | None
+) -> Asked | None:
+    """A group's topics in a batched request, named by id alone from v10 (KIP-848)."""
+    if topics is None:
+        return None
+    if ctx.version < 10:
+        return [(t.name, None, list(t.partition_indexes)) for t in topics]
+    by_id = ctx.broker.controller.state.topics_by_id
+    asked: Asked = []
+    for t in topics:
+        info = None if t.topic_id is None else by_id.get(t.topic_id)
+        asked.append((None if info is None else info.name, t.topic_id, list(t.partition_indexes)))
+    return asked
 
 
 def _fetch_group(
     ctx: RequestContext,
     group_id: str,
-    topics: Sequence[_NamedTopic | offset_fetch_v10.OffsetFetchRequestTopics] | None,
+    asked: Asked | None,
     require_stable: bool = False,
     member_id: str | None = None,
     member_epoch: int = -1,
@@ -523,7 +475,7 @@ def _fetch_group(
         return {"group_id": group_id, "topics": [], "error_code": E.group_authorization_failed}
     coordinator = _coordinator(ctx)
     state = ctx.broker.controller.state
-    if topics is None:
+    if asked is None:
         error, offsets = coordinator.fetch_offsets(group_id, None, member_id, member_epoch)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition), value in sorted(offsets.items()):
@@ -540,24 +492,12 @@ def _fetch_group(
                 entry["topic_id"] = info.topic_id
             rendered.append(entry)
         return {"group_id": group_id, "topics": rendered, "error_code": error}
-    wanted: list[tuple[str, int]] = []
-    named: list[tuple[str | None, uuid.UUID | None, list[int]]] = []
-    for t in topics:
-        name: str | None
-        if _asked_by_id(t):
-            by_id_info = None if t.topic_id is None else state.topics_by_id.get(t.topic_id)
-            name = by_id_info.name if by_id_info is not None else None
-            named.append((name, t.topic_id, list(t.partition_indexes)))
-        else:
-            name = t.name
-            named.append((name, None, list(t.partition_indexes)))
-        if name is not None:
-            wanted.extend((name, i) for i in t.partition_indexes)
+    wanted = [(name, i) for name, _, indexes in asked if name is not None for i in indexes]
     error, offsets = coordinator.fetch_offsets(group_id, wanted, member_id, member_epoch)
     if error != E.none:
         return {"group_id": group_id, "topics": [], "error_code": error}
     rendered = []
-    for name, topic_id, indexes in named:
+    for name, topic_id, indexes in asked:
         if name is None:
             partitions = [_fetched_partition(i, None, E.unknown_topic_id) for i in indexes]
         else:
@@ -668,8 +608,7 @@ def offset_delete(ctx: RequestContext, request: requests.OffsetDeleteRequest) ->
 @handles(LIST_GROUPS, _lowest(LIST_GROUPS))
 def list_groups(ctx: RequestContext, request: requests.ListGroupsRequest) -> Any:
     coordinator = _coordinator(ctx)
-    states = getattr(request, "states_filter", ())
-    types = getattr(request, "types_filter", ())
+    states, types = request.states_filter, request.types_filter
     error, groups = coordinator.list_groups(states, types)
     listed = [
         {
@@ -715,9 +654,7 @@ def _share_coordinator(ctx: RequestContext) -> ShareCoordinator | None:
 def describe_groups(ctx: RequestContext, request: requests.DescribeGroupsRequest) -> Any:
     coordinator = _coordinator(ctx)
     operations = (
-        GROUP_OPERATIONS
-        if getattr(request, "include_authorized_operations", False)
-        else NO_AUTHORIZED_OPERATIONS
+        GROUP_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
     )
     described = []
     for group_id in request.groups:

@@ -29,9 +29,7 @@ def _partition(broker: BrokerParts, topic: str, p: Any, isolation_level: int) ->
         "offset": -1,
         "leader_epoch": -1,
     }
-    partition, code = broker.partitions.leader(
-        topic, p.partition_index, getattr(p, "current_leader_epoch", -1)
-    )
+    partition, code = broker.partitions.leader(topic, p.partition_index, p.current_leader_epoch)
     if partition is None:
         out["error_code"] = code
         return out
@@ -73,7 +71,7 @@ def _error(partition: int, code: int) -> dict[str, Any]:
 @handles(LIST_OFFSETS, 0)
 def list_offsets(ctx: RequestContext, request: requests.ListOffsetsRequest) -> dict[str, Any]:
     broker = ctx.broker
-    isolation = getattr(request, "isolation_level", 0)
+    isolation = request.isolation_level
     named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     topics = []
     checking = broker.authorizer is not None

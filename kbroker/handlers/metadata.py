@@ -142,14 +142,11 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> Any:
             ],
         )
     # Before v4 the request cannot say, and auto-creation is the broker's to decide.
-    may_create = (
-        getattr(request, "allow_auto_topic_creation", True)
-        and broker.config.auto_create_topics_enable
-    )
+    may_create = request.allow_auto_topic_creation and broker.config.auto_create_topics_enable
     results: list[dict[str, Any] | None] = []
     to_create: list[tuple[int, str]] = []
     for wanted in request.topics:
-        name, topic_id = wanted.name, getattr(wanted, "topic_id", None)
+        name, topic_id = wanted.name, wanted.topic_id
         if topic_id is not None:
             # An id wins over the name: the Java admin sends its default name "" beside it.
             topic = state.topics_by_id.get(topic_id)

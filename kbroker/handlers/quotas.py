@@ -57,7 +57,7 @@ def describe_client_quotas(
             "error_message": problem,
             "entries": None,
         }
-    strict = bool(getattr(request, "strict", False))
+    strict = request.strict
     for entity, values in ctx.broker.security.state.client_quotas.items():
         if _matches(entity, request.components, strict):
             answer["entries"].append(

@@ -33,7 +33,7 @@ LIST_PARTITION_REASSIGNMENTS = 46
 async def alter_partition_reassignments(
     ctx: RequestContext, request: requests.AlterPartitionReassignmentsRequest
 ) -> dict[str, Any]:
-    allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
+    allow_rf_change = request.allow_replication_factor_change
     response: dict[str, Any] = {
         "throttle_time": 0,
         "allow_replication_factor_change": allow_rf_change,

@@ -386,9 +386,9 @@ async def share_fetch(
         duration_ms(request.max_wait) if not ctx.broker.lifecycle.stopping else 0,
         # v2: a request carrying renewals acquires nothing (KIP-1222); the record-limit
         # acquire mode never exceeds max_records for batch alignment.
-        0 if getattr(request, "is_renew_ack", False) else request.max_records,
+        0 if request.is_renew_ack else request.max_records,
         request.max_bytes,
-        getattr(request, "share_acquire_mode", BATCH_OPTIMIZED) == BATCH_OPTIMIZED,
+        request.share_acquire_mode == BATCH_OPTIMIZED,
         request.batch_size,
     )
     if answer.error:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -35,11 +35,6 @@ from kbroker.share.state_store import (
     state_batch_fields,
     to_state_batches,
 )
-
-if TYPE_CHECKING:
-    import kio.schema.delete_share_group_state.v0.request as delete_v0
-    import kio.schema.initialize_share_group_state.v0.request as initialize_v0
-    import kio.schema.write_share_group_state.v0.request as write_v0
 
 ENABLE = "group.share.enable"
 E = ErrorCode
@@ -204,7 +199,9 @@ async def _by_state_partition(
 async def write_share_group_state(
     ctx: RequestContext, request: requests.WriteShareGroupStateRequest
 ) -> dict[str, Any]:
-    def written(key: StateKey, name: str | None, p: write_v0.PartitionData) -> Written | None:
+    def written(
+        key: StateKey, name: str | None, p: requests.WriteShareGroupStatePartitionData
+    ) -> Written | None:
         if name is None:
             return None
         batches = state_batches(p.state_batches)
@@ -236,7 +233,7 @@ async def initialize_share_group_state(
     """A group's coordinator starts share-partitions again (AlterShareGroupOffsets)."""
 
     def initialized(
-        key: StateKey, name: str | None, p: initialize_v0.PartitionData
+        key: StateKey, name: str | None, p: requests.InitializeShareGroupStatePartitionData
     ) -> Initialized | None:
         return None if name is None else (key, name, p.state_epoch, p.start_offset)
 
@@ -252,7 +249,9 @@ async def delete_share_group_state(
     """A group's coordinator deletes states (DeleteGroups, DeleteShareGroupOffsets): a
     state is deleted whether or not its topic still exists."""
 
-    def deleted(key: StateKey, name: str | None, p: delete_v0.PartitionData) -> StateKey:
+    def deleted(
+        key: StateKey, name: str | None, p: requests.DeleteShareGroupStatePartitionData
+    ) -> StateKey:
         return key
 
     return await _by_state_partition(

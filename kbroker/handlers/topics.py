@@ -17,7 +17,7 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -35,11 +35,6 @@ from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.protocol.messages import build, response_type
 from kbroker.security.acl import AUTHORIZATION_FAILED, CLUSTER_NAME, Operation, ResourceType
-
-if TYPE_CHECKING:
-    from typing_extensions import TypeIs
-
-    from kbroker.protocol.requests import delete_topics_v6
 
 log = logging.getLogger("kbroker.admin")
 
@@ -331,22 +326,16 @@ def _deleted(
 
 
 def _requested_deletions(
-    request: requests.DeleteTopicsRequest,
+    ctx: RequestContext, request: requests.DeleteTopicsRequest
 ) -> list[tuple[str | None, uuid.UUID | None]]:
-    """(name, id) per topic to delete; the zero id (kio reads it as None) means none."""
-    if not _deletes_by_id(request):
+    """(name, id) per topic to delete; the zero id (kio reads it as None) means none.
+    From v6 (KIP-516) a topic to delete is named by its name or by its id."""
+    if ctx.version < 6:
         return [(name, None) for name in request.topic_names]
     return [
         (t.name, t.topic_id if t.topic_id is not None and t.topic_id.int else None)
         for t in request.topics
     ]
-
-
-def _deletes_by_id(
-    request: requests.DeleteTopicsRequest,
-) -> TypeIs[delete_topics_v6.DeleteTopicsRequest]:
-    """From v6 (KIP-516) a topic to delete is named by its name or by its id."""
-    return request.__version__ >= 6
 
 
 @handles(DELETE_TOPICS, 0)  # v0 through protocol.legacy_messages
@@ -355,7 +344,7 @@ async def delete_topics(
 ) -> dict[str, Any]:
     broker = ctx.broker
     state = broker.controller.state
-    wanted = _requested_deletions(request)
+    wanted = _requested_deletions(ctx, request)
     if any(
         (topic_id is not None and topic_id not in state.topics_by_id)
         or (name is not None and topic_id is None and name not in state.topics)

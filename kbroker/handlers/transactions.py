@@ -13,7 +13,7 @@ import datetime
 import logging
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -26,18 +26,6 @@ from kbroker.protocol import requests
 from kbroker.protocol.messages import duration_ms
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.txn.metadata import TxnMetadata, TxnState
-
-# The versions whose fields differ in shape, for the TypeIs guards below that tell mypy
-# which version's fields a request has (imported for type checking only, as in requests).
-if TYPE_CHECKING:
-    from typing_extensions import TypeIs
-
-    from kbroker.protocol.requests import add_partitions_to_txn_v4, add_partitions_to_txn_v5
-
-    BatchedAddPartitions = (
-        add_partitions_to_txn_v4.AddPartitionsToTxnRequest
-        | add_partitions_to_txn_v5.AddPartitionsToTxnRequest
-    )
 
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
@@ -104,8 +92,8 @@ async def init_producer_id(
     result = await service.coordinator.init_producer_id(
         txn_id,
         duration_ms(request.transaction_timeout),
-        getattr(request, "producer_id", -1),
-        getattr(request, "producer_epoch", -1),
+        request.producer_id,
+        request.producer_epoch,
     )
     return {
         "throttle_time": 0,
@@ -183,7 +171,9 @@ def _topic_results(results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, 
 async def add_partitions_to_txn(
     ctx: RequestContext, request: requests.AddPartitionsToTxnRequest
 ) -> dict[str, Any]:
-    if not _batched_add(request):
+    # From v4 (KIP-890) one request, sent by a partition leader, names several
+    # transactions; up to v3 a producer names its own.
+    if ctx.version < 4:
         results = await _add_partitions(
             ctx,
             request.v3_and_below_transactional_id,
@@ -207,12 +197,6 @@ async def add_partitions_to_txn(
             {"transactional_id": txn.transactional_id, "topic_results": _topic_results(results)}
         )
     return {"throttle_time": 0, "error_code": E.none, "results_by_transaction": out}
-
-
-def _batched_add(request: requests.AddPartitionsToTxnRequest) -> TypeIs[BatchedAddPartitions]:
-    """From v4 (KIP-890) one request, sent by a partition leader, names several
-    transactions; up to v3 a producer names its own."""
-    return request.__version__ >= 4
 
 
 # -- AddOffsetsToTxn ----------------------------------------------------------------------
@@ -369,16 +353,16 @@ async def txn_offset_commit(
                 continue
             offsets[tp] = OffsetAndMetadata(
                 offset=p.committed_offset,
-                leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                leader_epoch=p.committed_leader_epoch,
                 metadata=p.committed_metadata or "",
             )
     service = _service(ctx)
     if offsets:
         error = service.offsets.validate(
             request.group_id,
-            getattr(request, "member_id", ""),
-            getattr(request, "generation_id", -1),
-            getattr(request, "group_instance_id", None),
+            request.member_id,
+            request.generation_id,
+            request.group_instance_id,
         )
         if error == E.none:
             error, pending = service.offsets.write(
@@ -494,9 +478,9 @@ def list_transactions(
         listed = service.coordinator.list(
             states or None,
             set(request.producer_id_filters) or None,
-            getattr(request, "duration_filter", -1),
+            request.duration_filter,
         )
-    pattern = getattr(request, "transactional_id_pattern", None)
+    pattern = request.transactional_id_pattern
     if pattern:
         try:
             regex = re.compile(pattern)

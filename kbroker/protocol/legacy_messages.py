@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 import enum
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kbroker.protocol.errors import MalformedRequest
@@ -146,7 +146,7 @@ def _write(out: bytearray, kind: Any, value: Any, version: int) -> None:
         raise ValueError(f"unknown field type {kind!r}")
 
 
-def write(layout: Layout, version: int, data: dict[str, Any]) -> bytes:
+def write(layout: Layout, version: int, data: Mapping[str, Any]) -> bytes:
     """A response body from a handler's dict; a field it leaves out is 0, "" or empty."""
     out = bytearray()
     _write(out, layout, data, version)

@@ -1,9 +1,11 @@
 """Kafka message bodies through kio: decoding requests, building and encoding responses.
 
-Handlers describe a response as plain dicts and lists, version-agnostic; `build`
-turns that into the kio dataclass of the version the client asked for, dropping
-fields the version does not have and filling the ones the handler left out with
-their defaults. One handler thereby serves every version of its API.
+Handlers describe a response as plain dicts and lists, version-agnostic, typed by
+the TypedDicts of protocol.responses; `build` turns that into the kio dataclass of the
+version the client asked for, dropping fields the version does not have and filling the
+ones the handler left out with their defaults. One handler thereby serves every version
+of its API. A request is read through the Protocols of protocol.requests, every field
+of every version at hand (`request_class`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import struct
 import types
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -34,7 +36,7 @@ from kio.serial._introspect import (
 from kio.static.constants import EntityType
 from kio.static.protocol import Entity
 
-from kbroker.protocol import legacy_messages
+from kbroker.protocol import legacy_messages, requests
 from kbroker.protocol.errors import MalformedRequest
 from kbroker.protocol.produce_request import decode_produce_request
 from kbroker.protocol.varint import read_uvarint, uvarint
@@ -77,8 +79,33 @@ def is_flexible(api_key: int, version: int) -> bool:
 
 
 @functools.cache
+def request_class(api_key: int, version: int) -> type:
+    """kio's request class of this version, given the Kafka default of each field that
+    another served version has and this one lacks (requests.ABSENT), as a class
+    attribute: a handler reads every field of `requests.<Api>Request` in any version,
+    at no cost per request."""
+    cls = load_request_schema(api_key, version)
+    absent = requests.ABSENT.get(api_key)
+    if absent:
+        _give_defaults(cls, (), absent)
+    return cls
+
+
+def _give_defaults(
+    cls: type, path: tuple[str, ...], absent: dict[tuple[str, ...], dict[str, Any]]
+) -> None:
+    own = {f.name for f in fields(cls)}
+    for name, value in absent.get(path, {}).items():
+        if name not in own:
+            setattr(cls, name, value)
+    for name, _kafka_type, nested, _is_array, _default in _plan(cls):
+        if nested is not None:
+            _give_defaults(nested, (*path, name), absent)
+
+
+@functools.cache
 def request_reader(api_key: int, version: int) -> Any:
-    return entity_reader(load_request_schema(api_key, version))
+    return entity_reader(request_class(api_key, version))
 
 
 @functools.cache
@@ -99,7 +126,7 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
     if legacy is not None:
         layout, _response, fix = legacy
         data = fix(legacy_messages.read(layout, version, frame, offset, MAX_REQUEST_ELEMENTS))
-        return build(load_request_schema(api_key, known_versions(api_key).start), data)
+        return build(request_class(api_key, known_versions(api_key).start), data)
     if isinstance(frame, memoryview) and not frame.readonly:
         frame = frame.toreadonly()  # kio's native reader takes read-only buffers only
     edits = check_lengths(api_key, version, frame, offset)
@@ -505,7 +532,7 @@ class _OtherVersionField(Exception):
 _SHAPE_NEEDED: set[type] = set()
 
 
-def build(cls: type, data: dict[str, Any], shape: Shape | None = None) -> Any:
+def build(cls: type, data: Mapping[str, Any], shape: Shape | None = None) -> Any:
     """Instantiate kio entity `cls` from `data`.
 
     Keys of fields this version lacks but another version of the message has are
@@ -526,7 +553,7 @@ def build(cls: type, data: dict[str, Any], shape: Shape | None = None) -> Any:
     return _build(cls, data, shape)
 
 
-def _build(cls: type, data: dict[str, Any], shape: Shape | None) -> Any:
+def _build(cls: type, data: Mapping[str, Any], shape: Shape | None) -> Any:
     """`build` with the fields of every version in `shape`, or with None to accept only
     this version's fields (raising _OtherVersionField for any other key)."""
     kwargs = {}
@@ -561,11 +588,11 @@ def _build(cls: type, data: dict[str, Any], shape: Shape | None) -> Any:
     return cls(**kwargs)
 
 
-def build_response(api_key: int, version: int, data: dict[str, Any]) -> Any:
+def build_response(api_key: int, version: int, data: Mapping[str, Any]) -> Any:
     return build(response_type(api_key, version), data)
 
 
-def encode_response(api_key: int, version: int, data: dict[str, Any]) -> bytes:
+def encode_response(api_key: int, version: int, data: Mapping[str, Any]) -> bytes:
     """A handler's version-agnostic answer as the body of this version."""
     legacy = legacy_messages.LEGACY.get((api_key, version))
     if legacy is not None and legacy[1] is not None:
@@ -584,4 +611,5 @@ __all__ = [
     "encode_response",
     "is_flexible",
     "known_versions",
+    "request_class",
 ]

@@ -16,6 +16,7 @@ import ssl
 import time
 import typing
 from collections import deque
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kbroker.handlers.api_versions import unsupported_api_versions
@@ -390,7 +391,11 @@ class KafkaConnection(asyncio.Protocol):
         KafkaConnection._dispatch(self, request)
 
     def _request_quota(
-        self, quotas: ClientQuotas, ctx: RequestContext, result: dict[str, Any], started: float
+        self,
+        quotas: ClientQuotas,
+        ctx: RequestContext,
+        result: Mapping[str, object],
+        started: float,
     ) -> None:
         """request_percentage: the handler's time, as percent of one thread's second, is
         counted against the client's quota; over it, the answer says so and the channel
@@ -398,7 +403,8 @@ class KafkaConnection(asyncio.Protocol):
         busy = (time.perf_counter() - started) * 100
         throttle = quotas.record(REQUEST_PERCENTAGE, self.principal.name, ctx.client_id, busy)
         if throttle > 0 and "throttle_time" in result:
-            result["throttle_time"] = max(int(result["throttle_time"] or 0), throttle)
+            answer = typing.cast("dict[str, Any]", result)  # the handler's own, written once
+            answer["throttle_time"] = max(int(answer["throttle_time"] or 0), throttle)
             self.throttle(throttle)
 
     def throttle(self, ms: int) -> None:

@@ -5,7 +5,7 @@
   default of each field some served version lacks, which decoding gives the classes of
   those versions (protocol.messages.request_class), so a handler reads every field of
   every version without probing;
-- kbroker/protocol/responses.py: per API, one TypedDict over the response fields of
+- kbroker/protocol/response_types.py (read through protocol.responses): per API, one TypedDict over the response fields of
   every version kio knows (as messages.build merges them), nested entities too, which a
   handler's answer is declared as and mypy checks key by key.
 
@@ -33,7 +33,7 @@ from kbroker.protocol.messages import _default, _is_nullable, _nested_entity, kn
 
 ROOT = Path(__file__).resolve().parent.parent / "kbroker" / "protocol"
 REQUESTS = ROOT / "requests.py"
-RESPONSES = ROOT / "responses.py"
+RESPONSE_TYPES = ROOT / "response_types.py"
 PRODUCE = 0  # its requests are decoded by hand: kbroker.protocol.produce_request
 
 # What a handler reads from a decoded request field (kio's value), by Kafka type.
@@ -323,7 +323,8 @@ def render_requests() -> str:
 # -- responses.py --------------------------------------------------------------------------
 
 RESPONSES_HEADER = '''"""The answer a handler describes: per API, a TypedDict over the response fields of
-every version kio knows, nested entities too.
+every version kio knows, nested entities too. Handlers name them through
+protocol.responses, which imports this module only when a type is asked for at run time.
 
 messages.build turns it into the kio class of the version the client asked for,
 dropping the fields that version lacks and giving every field the handler left out
@@ -344,7 +345,7 @@ from typing import TypedDict
 '''
 
 
-def render_responses() -> str:
+def render_response_types() -> str:
     keys = sorted(APIS)
     apis = _collect(load_response_schema, known_versions, lambda t: WRITE_TYPES.get(t, "int"), keys)
     names = _names(apis)
@@ -381,7 +382,7 @@ def _format(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    for target, render in ((REQUESTS, render_requests), (RESPONSES, render_responses)):
+    for target, render in ((REQUESTS, render_requests), (RESPONSE_TYPES, render_response_types)):
         target.write_text(render())
         _format(target)
         sys.stdout.write(f"wrote {target}\n")

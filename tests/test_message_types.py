@@ -46,7 +46,7 @@ def _script() -> typing.Any:
     return module
 
 
-@pytest.mark.parametrize("name", ["requests", "responses"])
+@pytest.mark.parametrize("name", ["requests", "response_types"])
 def test_the_generated_module_is_current(name: str, tmp_path: Path) -> None:
     script = _script()
     target = tmp_path / f"{name}.py"
@@ -119,10 +119,11 @@ def test_a_field_older_versions_lack_reads_as_kafkas_default() -> None:
     assert decode_request(join_group, newest, new, 0).reason == "why"
 
 
-def test_importing_the_modules_loads_no_request_schema() -> None:
+def test_importing_the_modules_loads_no_schema_nor_creates_the_response_types() -> None:
     code = (
         "import sys, kbroker.protocol.requests, kbroker.protocol.responses; "
-        "print(sorted(m for m in sys.modules if m.startswith('kio.schema.')))"
+        "print(sorted(m for m in sys.modules if m.startswith('kio.schema.')"
+        " or m == 'kbroker.protocol.response_types'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

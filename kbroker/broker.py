@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kbroker import (
     __version__,
     handlers,  # noqa: F401  (registers every API handler)
@@ -85,6 +87,7 @@ from kbroker.storage.manager import LOOP_SLICE_S, LogManager
 from kbroker.tasks import cancel_and_wait
 from kbroker.telemetry import ClientTelemetry
 from kbroker.txn.service import TransactionCoordinatorService
+from kbroker.txn.verification import verify_transactional_write
 
 # More unopened partitions than this in one metadata change are opened by workers.
 _OPEN_ON_LOOP = 32
@@ -200,6 +203,9 @@ class Broker:
         )
         # Built now so that a registry key store that does not load stops the start.
         self.schemas = RegistryFront(self)
+        # The produce-path policies the replica manager applies to a client's records.
+        self.replicas.record_validation = self.schemas.service
+        self.replicas.transaction_verifier = self._verify_transactional_write
         self.token_credentials = TokenCredentials()
         self.telemetry = ClientTelemetry(
             lambda: self.controller.state.client_metrics,
@@ -288,7 +294,7 @@ class Broker:
                 self.metadata,
                 FetcherSettings.from_settings(self.config),
                 self.inter_broker,
-                storage_error=self.logs.storage_error,
+                storage_error=self.logs.dir_failures.report,
             )
             self.replicas.isr_changes = self._alter_isr
             self.logs.dir_failure_listeners.append(self._report_offline_replicas)
@@ -635,6 +641,24 @@ class Broker:
                         exc,
                     )
             await asyncio.sleep(self.config.broker_heartbeat_interval_ms / 1000)
+
+    def _verify_transactional_write(
+        self,
+        transactional_id: str | None,
+        topic: str,
+        partition: int,
+        records: bytes | bytearray | memoryview,
+    ) -> ErrorCode:
+        """KIP-890: may a Produce append this transactional batch to the partition."""
+        return verify_transactional_write(
+            self.txn_coordinator.coordinator,
+            self.config.transaction_partition_verification_enable,
+            self.controller.state,
+            transactional_id,
+            topic,
+            partition,
+            records,
+        )
 
     async def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> PartitionInfo:
         """A led partition's ISR change, proposed to the controller (AlterPartition)."""

@@ -24,16 +24,15 @@ from prometheus_client.core import Metric
 from kbroker.protocol.batch import (
     HEADER_SIZE,
     BatchHeader,
-    BatchTooLargeError,
-    InvalidBatchError,
     Record,
     decode_records,
     encode_batch,
     read_header,
 )
 from kbroker.protocol.compression import decompress
+from kbroker.protocol.produce_response import ProducedPartition
 from kbroker.replica.delayed import PendingAck
-from kbroker.replica.partition import Partition, PartitionError
+from kbroker.replica.partition import Partition
 from kbroker.storage.producer_state import CLIENT
 from kbroker.tasks import cancel_and_wait
 
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
     from kbroker.controller import Controller
     from kbroker.controller.events import MetadataEvent
     from kbroker.controller.state import BrokerInfo
+    from kbroker.replica.append import DelayedProduce
     from kbroker.replica.manager import ReplicaManager
     from kbroker.security.inter_broker import InterBrokerSecurity
     from kbroker.storage.log import PartitionLog
@@ -306,6 +306,40 @@ def write_error(
     return code
 
 
+def append_batch(
+    broker: ServiceBroker,
+    topic: str,
+    partition: int,
+    batch: bytearray,
+    now_ms: int,
+    origin: int = CLIENT,
+) -> tuple[ProducedPartition, Acknowledgement | None]:
+    """Append one batch with acks=all to this node's leader replica of the partition,
+    through the replica manager's one append path (an I/O error takes the log directory
+    offline there). Returns the append's outcome (its Kafka error code) and, when it succeeded but may
+    not be acknowledged yet, what to await first: an fsync when the topic flushes every
+    message and the ISR reaching the batch, so that a coordinator failover cannot lose
+    what was acknowledged. The awaitable gives the final error and raises OSError when
+    the fsync fails."""
+    delayed = broker.replicas.append_records(
+        [(topic, partition, batch)], ALL_REPLICAS, None, origin=origin, now_ms=now_ms
+    )
+    result = delayed.results[0]
+    if result.base_offset < 0 or (delayed.done and result.error_code == E.none):
+        return result, None  # not appended, or acknowledged already
+    return result, _acknowledged(delayed)
+
+
+async def _acknowledged(delayed: DelayedProduce) -> ErrorCode:
+    await delayed.wait()
+    return ErrorCode(delayed.results[0].error_code)
+
+
+REFUSED_BATCH = frozenset({E.corrupt_message, E.invalid_record, E.invalid_timestamp})
+"""What the log answers for a batch it refused as malformed: for a batch a coordinator
+encoded itself, a bug, not the client's error."""
+
+
 def append_records(
     broker: ServiceBroker,
     topic: str,
@@ -315,34 +349,24 @@ def append_records(
     compression: int = 0,
 ) -> tuple[ErrorCode, Acknowledgement | None]:
     """Append `records` as one batch (in codec `compression`) to this node's leader
-    replica of the partition.
+    replica of the partition (see `append_batch`).
 
     The append itself happens before this returns, so records of successive calls land
     in call order. Returns its error and, when it succeeded but may not be acknowledged
-    yet, what to await first (the same policy as an acks=all produce: fsync when the
-    topic flushes every message, and the ISR reaching the batch, so that a coordinator
-    failover cannot lose what was acknowledged).
-    The awaitable gives the final error and raises OSError when the fsync fails.
-    """
-    replica, code = broker.replicas.leader(topic, partition)
-    if replica is None:
-        return code, None
+    yet, what to await first (the same policy as an acks=all produce)."""
     batch = encode_batch(
         [Record(k, v, now_ms) for k, v in records], now_ms, compression=compression
     )
-    try:
-        appended = replica.append_as_leader(batch, now_ms, CLIENT, ALL_REPLICAS)
-    except PartitionError as exc:
-        return exc.code, None
-    except BatchTooLargeError:
-        return E.message_too_large, None
-    except InvalidBatchError as exc:
-        log.error("%s-%d refused a coordinator batch: %s", topic, partition, exc)
+    result, ack = append_batch(broker, topic, partition, batch, now_ms)
+    if ack is not None:
+        return E.none, ack
+    code = ErrorCode(result.error_code)
+    if code in REFUSED_BATCH:
+        log.error("%s-%d refused a coordinator batch: %s", topic, partition, result.error_message)
         return E.unknown_server_error, None
-    except OSError as exc:
-        log.error("cannot write to %s-%d: %s", topic, partition, exc)
-        return E.kafka_storage_error, None
-    return E.none, acknowledgement(broker, replica, appended.last_offset + 1)
+    if code == E.kafka_storage_error:
+        log.error("cannot write to %s-%d: %s", topic, partition, result.error_message)
+    return code, None
 
 
 def acknowledgement(
@@ -350,7 +374,7 @@ def acknowledgement(
 ) -> Acknowledgement | None:
     """What to await before acknowledging an append to `replica` that ended before
     `required_offset`, if anything: the same policy as an acks=all produce (see
-    `append_records`)."""
+    `append_batch`)."""
     flush = replica.log.config.fsyncs_every_append
     if not flush and replica.replication_outcome(required_offset) == E.none:
         return None

@@ -291,7 +291,7 @@ def test_an_io_error_takes_its_log_directory_offline_with_every_log_in_it(tmp_pa
     lost = []
     m.dir_failure_listeners.append(lost.extend)
 
-    why = m.storage_error(logs[in_a[0]], OSError(errno.EIO, "Input/output error"))
+    why = m.dir_failures.report(logs[in_a[0]], OSError(errno.EIO, "Input/output error"))
 
     assert "Input/output error" in why
     assert list(m.offline_dirs) == [str(dirs[0])]
@@ -317,7 +317,7 @@ def test_a_replica_is_offline_while_its_directory_failed_or_may_hold_its_data(tm
     plogs = {p: m.create("t", p, LogConfig(), NOW) for p in range(2)}
     assert not any(m.replica_offline("t", p, held_before=True) for p in range(2))
     failed = next(p for p, plog in plogs.items() if plog.directory.parent == dirs[0])
-    m.storage_error(plogs[failed], OSError(errno.EIO, "Input/output error"))
+    m.dir_failures.report(plogs[failed], OSError(errno.EIO, "Input/output error"))
     assert m.replica_offline("t", failed, held_before=False)
     assert not m.replica_offline("t", 1 - failed, held_before=True)
     # With a directory offline, a replica held before this start that has no log may
@@ -329,6 +329,6 @@ def test_a_replica_is_offline_while_its_directory_failed_or_may_hold_its_data(tm
 def test_running_out_of_descriptors_fails_the_operation_not_the_directory(tmp_path):
     m = LogManager([tmp_path / "a"])
     plog = m.create("t", 0, LogConfig(), NOW)
-    m.storage_error(plog, OSError(errno.EMFILE, "Too many open files"))
+    m.dir_failures.report(plog, OSError(errno.EMFILE, "Too many open files"))
     assert m.offline_dirs == {}
     assert m.get("t", 0) is plog and not plog.closed

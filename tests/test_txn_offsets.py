@@ -207,13 +207,16 @@ def test_with_fsync_per_message_the_answer_waits_for_the_offsets_fsync(tmp_path:
     async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
         await broker.controller.create_topic("in", 1, 1, {})
         synced: list[str] = []
-        flush_for_ack = broker.logs.flush_for_ack
+        when_durable = broker.logs.when_durable
 
-        async def recording(plog):  # type: ignore[no-untyped-def]
-            await flush_for_ack(plog)
-            synced.append(plog.topic)
+        def recording(plog, done):  # type: ignore[no-untyped-def]
+            def fsynced(error):  # type: ignore[no-untyped-def]
+                synced.append(plog.topic)
+                done(error)
 
-        broker.logs.flush_for_ack = recording
+            when_durable(plog, fsynced)
+
+        broker.logs.when_durable = recording
         client = await RawClient.connect(port)
         txn = await Txn.init(client)
         synced.clear()

@@ -36,10 +36,12 @@ if TYPE_CHECKING:
     from kbroker.controller.quorum import QuorumDescription
     from kbroker.controller.state import BrokerInfo, DelegationToken, MetadataState, TopicInfo
     from kbroker.coordinator.coordinator import GroupCoordinator
+    from kbroker.replica.append import AppendEntry, AppendStats, DelayedProduce
     from kbroker.replica.delayed import DataWaiters
     from kbroker.replica.fetch_sessions import FetchSessionCache
     from kbroker.replica.partition import Partition
     from kbroker.share.coordinator import FetchAnswer, PartitionAcks, ShareCoordinator
+    from kbroker.storage.dir_failures import LogDirFailureChannel
     from kbroker.storage.log import PartitionLog
     from kbroker.storage.log_move import LogMove
     from kbroker.telemetry import ClientTelemetry
@@ -84,6 +86,19 @@ class Partitions(Protocol):
     def leader(
         self, topic: str, partition: int, current_leader_epoch: int = ...
     ) -> tuple[Partition | None, ErrorCode]: ...
+
+    def append_records(
+        self,
+        entries: Sequence[AppendEntry],
+        acks: int,
+        timeout_ms: int | None,
+        *,
+        origin: int = ...,
+        now_ms: int | None = ...,
+        request_version: int | None = ...,
+        transactional_id: str | None = ...,
+        stats: AppendStats | None = ...,
+    ) -> DelayedProduce: ...
 
 
 class MetadataView(Protocol):
@@ -205,14 +220,15 @@ class TxnCoordination(Protocol):
 class Durability(Protocol):
     """Group commit: when appended bytes are on disk (kbroker.storage.manager); the
     partitions whose logs could not be made or opened here, with why; and where an I/O
-    error from a log goes (its log directory is taken offline)."""
+    error from a log goes (the failure channel takes its log directory offline)."""
 
     @property
     def failed(self) -> Mapping[tuple[str, int], str]: ...
 
     def when_durable(self, plog: PartitionLog, done: Callable[[OSError | None], None]) -> None: ...
 
-    def storage_error(self, plog: PartitionLog, exc: OSError) -> str: ...
+    @property
+    def dir_failures(self) -> LogDirFailureChannel: ...
 
 
 class LogDirs(Protocol):

@@ -351,7 +351,7 @@ def _read_partition(
                 follower_log_start=p.log_start_offset,
             )
         except OSError as exc:  # a disk error: the log directory goes offline
-            broker.durability.storage_error(partition.log, exc)
+            broker.durability.dir_failures.report(partition.log, exc)
             return FetchedPartition(p.partition, ErrorCode.kafka_storage_error)
     if read.error and read.high_watermark < 0:
         return FetchedPartition(p.partition, read.error)

@@ -65,7 +65,7 @@ def delete_partition_records(
         return _result(index, ErrorCode.not_leader_or_follower)
     except OSError as exc:
         # Deleting segments failed: the log directory goes offline, as for a failed append.
-        broker.durability.storage_error(plog, exc)
+        broker.durability.dir_failures.report(plog, exc)
         return _result(index, ErrorCode.kafka_storage_error)
     except LogError:
         log.exception("deleting records of %s-%d before %d failed", topic.name, index, target)

@@ -58,7 +58,7 @@ _RETRY_LATER = frozenset(
 
 
 StorageErrors = Callable[[PartitionLog, OSError], object]
-"""Told of an I/O error from a log (LogManager.storage_error)."""
+"""Told of an I/O error from a log (the log manager's LogDirFailureChannel.report)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,7 +426,7 @@ class ReplicaFetchers:
     settings: FetcherSettings = field(default_factory=FetcherSettings)
     security: InterBrokerSecurity = PLAINTEXT
     fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)
-    # Where an I/O error of a follower's append goes (the log manager's storage_error).
+    # Where an I/O error of a follower's append goes (the log directory failure channel).
     storage_error: StorageErrors | None = None
     # Set by stop(): the broker is shutting down and its logs are about to close.
     stopped: bool = False

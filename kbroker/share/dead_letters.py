@@ -38,16 +38,14 @@ from typing import TYPE_CHECKING
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.internal_topics import ALL_REPLICAS, ServiceBroker, acknowledgement
+from kbroker.internal_topics import ServiceBroker, append_batch
 from kbroker.protocol.batch import HEADER_SIZE, Record, decode_records, encode_batch, read_header
 from kbroker.protocol.compression import decompress
 from kbroker.protocol.messages import build
 from kbroker.protocol.one_shot import fetch_fields, produce_fields
 from kbroker.replica.broker_link import BrokerLinks
-from kbroker.replica.partition import PartitionError
 from kbroker.share.partition_state import DeadLetter
 from kbroker.storage.log import PartitionLog
-from kbroker.storage.producer_state import CLIENT
 
 if TYPE_CHECKING:
     from kbroker.share.service import ShareService
@@ -299,12 +297,11 @@ class DeadLetterWriter:
         replica, _ = self._broker.replicas.leader(target, index)
         if replica is None:
             return False
-        try:
-            appended = replica.append_as_leader(batch, now, CLIENT, ALL_REPLICAS)
-        except (OSError, ValueError, PartitionError) as exc:
-            log.error("cannot write to dead-letter topic %s: %s", target, exc)
+        result, waiting = append_batch(self._broker, target, index, batch, now)
+        if result.base_offset < 0:  # not appended
+            why = result.error_message or ErrorCode(result.error_code).name
+            log.error("cannot write to dead-letter topic %s: %s", target, why)
             return False
-        waiting = acknowledgement(self._broker, replica, appended.last_offset + 1)
         if waiting is not None:
             try:
                 code = await waiting

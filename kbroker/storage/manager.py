@@ -27,6 +27,7 @@ from typing import Any
 from kbroker.long_lived import PARTITIONS_BETWEEN_FREEZES, freeze_survivors
 from kbroker.storage.cleaner import CleanerConfig, CompactionSettings, LogCleaner
 from kbroker.storage.config import LogConfig
+from kbroker.storage.dir_failures import RESOURCE_ERRNOS, LogDirFailureChannel
 from kbroker.storage.errors import LogClosedError
 from kbroker.storage.log import PartitionLog, parse_partition_dir
 from kbroker.storage.log_move import FUTURE_SUFFIX, LogMove, MoveCancelled, marker_time
@@ -38,8 +39,6 @@ log = logging.getLogger("kbroker.storage")
 DELETE_SUFFIX = "-delete"
 _OPEN_SLICE = 64  # partitions a worker opens before the loop registers them
 _FLUSH_CHECKS_PER_SLICE = 200
-# Errors of the process, not of a disk: a partition fails, its directory does not.
-_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 INLINE_FSYNC_LIMIT_S = 0.001
 # A move copies in worker rounds until what is left fits the last round on the loop.
 MOVE_LAST_ROUND_BYTES = 1 << 20
@@ -119,6 +118,9 @@ class LogManager:
         # Called with the partitions whose logs a failing log directory took out of
         # service (the replica manager drops its replicas of them).
         self.dir_failure_listeners: list[Callable[[list[tuple[str, int]]], None]] = []
+        # Where every I/O error from a log in service goes, whoever met it: it takes the
+        # log's directory offline (`fail_dir`) unless the process ran out of resources.
+        self.dir_failures = LogDirFailureChannel(self.fail_dir)
         # Called once, when the last log directory in service has failed: the broker
         # then halts, as Kafka's does (it can serve no partition and must not pretend to).
         self.all_dirs_failed: Callable[[], None] | None = None
@@ -232,7 +234,7 @@ class LogManager:
         reason = f"{type(exc).__name__}: {exc}"
         first = not self.failed
         self.failed[(topic, partition)] = reason
-        if exc.errno in _RESOURCE_ERRNOS:
+        if exc.errno in RESOURCE_ERRNOS:
             if first:
                 log.error(
                     "cannot open partition logs (first %s-%d): %s; they stay offline",
@@ -246,17 +248,6 @@ class LogManager:
                 self.offline_dirs[root] = reason
                 log.error("log directory %s is failing: %s", root, reason)
                 self._check_all_failed()
-        return reason
-
-    def storage_error(self, plog: PartitionLog, exc: OSError) -> str:
-        """An I/O error from a log in service; returns why, for the client's answer.
-
-        Running out of descriptors or memory fails only the operation. Any other error
-        (EIO, ENOSPC, EROFS, ...) means the log directory can no longer be trusted, and
-        Kafka takes the whole directory offline: see `fail_dir`."""
-        reason = f"{type(exc).__name__}: {exc}"
-        if exc.errno not in _RESOURCE_ERRNOS:
-            self.fail_dir(os.path.dirname(plog._dir), reason)
         return reason
 
     def fail_dir(self, root: str, reason: str) -> list[tuple[str, int]]:
@@ -568,7 +559,7 @@ class LogManager:
             os.rename(plog.directory, doomed)
         except OSError as exc:
             doomed = plog.directory
-            if not isinstance(exc, FileNotFoundError) and exc.errno not in _RESOURCE_ERRNOS:
+            if not isinstance(exc, FileNotFoundError) and exc.errno not in RESOURCE_ERRNOS:
                 # Kafka takes the directory offline when a deleted log cannot be renamed.
                 self.fail_dir(os.path.dirname(plog._dir), f"{type(exc).__name__}: {exc}")
         plog.directory = doomed
@@ -747,7 +738,9 @@ class LogManager:
     ) -> None:
         """Background task: the log cleaner, compacting logs whose cleanup.policy says so
         (`settings_for` gives a log's compaction topic configs)."""
-        self.cleaner = LogCleaner(self.logs, config, settings_for, on_io_error=self.storage_error)
+        self.cleaner = LogCleaner(
+            self.logs, config, settings_for, on_io_error=self.dir_failures.report
+        )
         await self.cleaner.run()
 
     async def run_retention(self, interval_s: float) -> None:
@@ -763,7 +756,7 @@ class LogManager:
                 except OSError as exc:
                     # Deleting segments failed: the directory cannot be trusted (Kafka
                     # hands such an error to its LogDirFailureChannel).
-                    self.storage_error(plog, exc)
+                    self.dir_failures.report(plog, exc)
                 except Exception:
                     log.exception("retention of %s-%d failed", plog.topic, plog.partition)
                 else:
@@ -831,7 +824,7 @@ class LogManager:
             try:
                 self._flush_inline(plog)
             except OSError as exc:
-                self.storage_error(plog, exc)
+                self.dir_failures.report(plog, exc)
                 self._notify(plog, waiters, exc)
             else:
                 self._notify(plog, waiters, None)
@@ -840,7 +833,7 @@ class LogManager:
         try:
             await self._run_flush(plog, data_only=True)
         except OSError as exc:
-            self.storage_error(plog, exc)
+            self.dir_failures.report(plog, exc)
             self._notify(plog, waiters, exc)
         else:
             self._notify(plog, waiters, None)
@@ -900,5 +893,5 @@ class LogManager:
                     await self._run_flush(plog)
                 except OSError as exc:
                     log.error("fsync of %s-%d failed: %s", plog.topic, plog.partition, exc)
-                    self.storage_error(plog, exc)
+                    self.dir_failures.report(plog, exc)
             await asyncio.sleep(interval_s)

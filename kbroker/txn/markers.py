@@ -21,13 +21,12 @@ from typing import Any
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.internal_topics import Acknowledgement, ServiceBroker, acknowledgement
-from kbroker.protocol.batch import InvalidBatchError, Record, encode_batch
+from kbroker.internal_topics import REFUSED_BATCH, Acknowledgement, ServiceBroker, append_batch
+from kbroker.protocol.batch import Record, encode_batch
 from kbroker.protocol.messages import build
+from kbroker.replica.append import PRODUCER_STATE_CODES
 from kbroker.replica.broker_link import BrokerLink
-from kbroker.replica.partition import Partition, PartitionError
-from kbroker.storage.producer_state import COORDINATOR, ProducerStateError
-from kbroker.txn.errors import producer_state_error_code
+from kbroker.storage.producer_state import COORDINATOR
 
 log = logging.getLogger("kbroker.txn.markers")
 
@@ -148,14 +147,12 @@ class LocalMarkerWriter:
         waiting: list[tuple[TopicPartition, Acknowledgement]] = []
         now = int(time.time() * 1000)
         for tp in partitions:
-            code, replica, end = self._append(
+            code, ack = self._append(
                 tp, producer_id, producer_epoch, coordinator_epoch, commit, now
             )
             outcomes[tp] = code
-            if replica is not None:
-                ack = acknowledgement(self.broker, replica, end)
-                if ack is not None:
-                    waiting.append((tp, ack))
+            if ack is not None:
+                waiting.append((tp, ack))
         for tp, ack in waiting:
             try:
                 code = await ack
@@ -292,29 +289,34 @@ class LocalMarkerWriter:
         coordinator_epoch: int,
         commit: bool,
         now_ms: int,
-    ) -> tuple[ErrorCode, Partition | None, int]:
-        """(error, the partition written, the offset after the marker)."""
+    ) -> tuple[ErrorCode, Acknowledgement | None]:
+        """(error, what to await before the marker is acknowledged, if anything)."""
         topic, partition = tp
         replica, code = self.broker.replicas.leader(topic, partition)
         if replica is None:
             if code == ErrorCode.unknown_topic_or_partition and (
                 topic in self.broker.controller.state.topics
             ):
-                return ErrorCode.not_leader_or_follower, None, -1
-            return code, None, -1
+                return ErrorCode.not_leader_or_follower, None
+            return code, None
         batch = encode_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
-        try:
-            appended = replica.append_as_leader(batch, now_ms, COORDINATOR)
-        except PartitionError as exc:
-            return exc.code, None, -1
-        except ProducerStateError as exc:
-            log.warning(
-                "marker for producer %d refused by %s-%d: %s", producer_id, topic, partition, exc
-            )
-            return producer_state_error_code(exc), None, -1
-        except (InvalidBatchError, OSError) as exc:
-            log.error("cannot write a marker to %s-%d: %s", topic, partition, exc)
-            return ErrorCode.kafka_storage_error, None, -1
+        result, ack = append_batch(self.broker, topic, partition, batch, now_ms, COORDINATOR)
+        if result.base_offset < 0:  # not appended
+            code = ErrorCode(result.error_code)
+            if code in PRODUCER_STATE_CODES:
+                log.warning(
+                    "marker for producer %d refused by %s-%d: %s",
+                    producer_id,
+                    topic,
+                    partition,
+                    result.error_message,
+                )
+            elif code in REFUSED_BATCH or code == ErrorCode.kafka_storage_error:
+                log.error(
+                    "cannot write a marker to %s-%d: %s", topic, partition, result.error_message
+                )
+                code = ErrorCode.kafka_storage_error
+            return code, None
         for callback in self.on_written:
             callback(tp, producer_id, commit)
-        return ErrorCode.none, replica, appended.last_offset + 1
+        return ErrorCode.none, ack

@@ -26,20 +26,16 @@ from kbroker.coordinator.records import (
 )
 from kbroker.coordinator.store import OFFSETS_TOPIC
 from kbroker.internal_topics import (
-    ALL_REPLICAS,
+    REFUSED_BATCH,
     Acknowledgement,
     ServiceBroker,
-    acknowledgement,
+    append_batch,
     read_batches,
     write_error,
 )
-from kbroker.protocol.batch import BatchTooLargeError, InvalidBatchError, Record, encode_batch
-from kbroker.replica.partition import PartitionError
-from kbroker.storage.producer_state import (
-    COORDINATOR,
-    InvalidProducerEpochError,
-    ProducerStateError,
-)
+from kbroker.protocol.batch import Record, encode_batch
+from kbroker.replica.append import PRODUCER_STATE_CODES
+from kbroker.storage.producer_state import COORDINATOR
 
 if TYPE_CHECKING:
     from kbroker.coordinator.coordinator import GroupCoordinator
@@ -114,23 +110,29 @@ class TxnOffsetStore:
             producer_epoch=producer_epoch,
             is_transactional=True,
         )
-        try:
-            appended = replica.append_as_leader(batch, now, COORDINATOR, ALL_REPLICAS)
-        except PartitionError as exc:
-            return write_error(exc.code), None
-        except InvalidProducerEpochError:
-            return E.producer_fenced, None
-        except ProducerStateError as exc:
-            log.warning("transactional offsets of %s refused: %s", group_id, exc)
-            return E.invalid_txn_state, None
-        except BatchTooLargeError:
-            return E.invalid_commit_offset_size, None
-        except (InvalidBatchError, OSError) as exc:
-            log.error("cannot write transactional offsets of %s: %s", group_id, exc)
-            return E.not_coordinator, None
+        result, ack = append_batch(self.broker, OFFSETS_TOPIC, partition, batch, now, COORDINATOR)
+        if result.base_offset < 0:  # not appended
+            return self._refused(group_id, ErrorCode(result.error_code), result.error_message)
         pending = self.pending.setdefault((partition, producer_id), PendingOffsets())
         pending.by_group.setdefault(group_id, {}).update(stamped)
-        return E.none, acknowledgement(self.broker, replica, appended.last_offset + 1)
+        return E.none, ack
+
+    @staticmethod
+    def _refused(
+        group_id: str, code: ErrorCode, why: str | None
+    ) -> tuple[ErrorCode, Acknowledgement | None]:
+        """TxnOffsetCommit's error for an append refused (Kafka's mapping)."""
+        if code == E.invalid_producer_epoch:
+            return E.producer_fenced, None
+        if code in PRODUCER_STATE_CODES or code == E.unknown_server_error:
+            log.warning("transactional offsets of %s refused: %s", group_id, why)
+            return E.invalid_txn_state, None
+        if code == E.message_too_large:
+            return E.invalid_commit_offset_size, None
+        if code in REFUSED_BATCH or code == E.kafka_storage_error:
+            log.error("cannot write transactional offsets of %s: %s", group_id, why)
+            return E.not_coordinator, None
+        return write_error(code), None
 
     def on_marker(self, tp: TopicPartition, producer_id: int, commit: bool) -> None:
         """A marker reached a partition: if it is an offsets partition, settle its offsets."""

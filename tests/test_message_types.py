@@ -180,7 +180,6 @@ STILL_UNTYPED = {
     "list_offsets.py",
     "log_dirs.py",
     "metadata.py",
-    "produce.py",
     "producers.py",
     "quorum.py",
     "quotas.py",

@@ -13,7 +13,7 @@ import pytest
 
 from kbroker.config import BrokerConfig
 from kbroker.config.broker_settings import BROKER_CONFIGS
-from kbroker.config.typed import TypedSettings
+from kbroker.config.typed import ListenerSettings, TypedSettings
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "typed_settings.py"
 
@@ -104,3 +104,29 @@ def test_a_dynamic_change_is_what_the_property_reads() -> None:
 def test_an_unknown_attribute_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError):
         _ = BrokerConfig.from_settings().log_retention  # type: ignore[attr-defined]
+
+
+def test_a_listener_reads_its_own_value_else_the_broker_wide_one() -> None:
+    config = BrokerConfig.from_settings(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL",
+            "ssl.client.auth": "requested",
+            "listener.name.ssl.ssl.client.auth": "required",
+            "listener.name.ssl.sasl.enabled.mechanisms": "PLAIN",
+        }
+    )
+    ssl_listener, plain = config.listener_settings("SSL"), config.listener_settings("PLAINTEXT")
+    assert ssl_listener.ssl_client_auth == "required"
+    assert plain.ssl_client_auth == "requested"
+    assert ssl_listener.sasl_enabled_mechanisms == ["PLAIN"]
+    assert plain.sasl_enabled_mechanisms == config.sasl_enabled_mechanisms
+    hints = {
+        name: typing.get_type_hints(value.fget)["return"]
+        for name, value in vars(ListenerSettings).items()
+        if isinstance(value, property)
+    }
+    assert hints == {
+        name: typing.get_type_hints(getattr(TypedSettings, name).fget)["return"] for name in hints
+    }
+    assert "ssl_keystore_location" in hints and "connections_max_reauth_ms" in hints

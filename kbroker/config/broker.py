@@ -42,7 +42,7 @@ from kbroker.config.sources import (
     settings_from_mapping,
     settings_from_overrides,
 )
-from kbroker.config.typed import TypedSettings
+from kbroker.config.typed import ListenerSettings, TypedSettings
 from kbroker.config.types import ConfigSource, SettingRole, UpdateMode
 
 MS_PER_MINUTE = 60_000
@@ -254,6 +254,10 @@ class BrokerConfig(TypedSettings):
         if scoped in self._scoped:
             return self._scoped[scoped]
         return self.get(name)
+
+    def listener_settings(self, listener: str) -> ListenerSettings:
+        """The typed settings of one listener, each ``for_listener(listener, name)``."""
+        return ListenerSettings(self, listener)
 
     def jaas_config(self, listener: str, mechanism: str) -> str | None:
         """The JAAS line for one mechanism on one listener, else ``sasl.jaas.config``."""

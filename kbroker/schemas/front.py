@@ -3,7 +3,6 @@ the REST listeners of `schema.registry.listeners`, with authentication and ACLs.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -69,9 +68,9 @@ class RegistryFront:
         if any(e.name == "HTTPS" for e in self.endpoints):
             from kbroker.security.tls import client_context, server_context
 
-            setting = functools.partial(config.for_listener, REGISTRY_LISTENER)
-            self.context = server_context(REGISTRY_LISTENER, setting)
-            self.service.ssl_context = client_context(REGISTRY_LISTENER, setting)
+            listener_config = config.listener_settings(REGISTRY_LISTENER)
+            self.context = server_context(REGISTRY_LISTENER, listener_config)
+            self.service.ssl_context = client_context(REGISTRY_LISTENER, listener_config)
         authenticate = None
         if str(config.schema_registry_authentication_method).upper() == "BASIC":
             plain: dict[str, str] = {}

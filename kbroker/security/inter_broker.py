@@ -13,7 +13,6 @@ refused at start, naming the setting, never showing the password.
 
 from __future__ import annotations
 
-import functools
 import ssl
 from dataclasses import dataclass, field
 
@@ -56,9 +55,9 @@ def inter_broker_security(config: BrokerConfig) -> InterBrokerSecurity:
     listener = config.inter_broker_endpoint.name
     protocol = config.protocol_map[listener]
 
-    setting = functools.partial(config.for_listener, listener)
+    listener_config = config.listener_settings(listener)
 
-    context = client_context(listener, setting) if protocol in ("SSL", "SASL_SSL") else None
+    context = client_context(listener, listener_config) if protocol in ("SSL", "SASL_SSL") else None
     if not protocol.startswith("SASL_"):
         return InterBrokerSecurity(listener, protocol, context)
     mechanism = config.sasl_mechanism_inter_broker_protocol.strip().upper()
@@ -69,7 +68,7 @@ def inter_broker_security(config: BrokerConfig) -> InterBrokerSecurity:
             f"{protocol} and kbroker logs in with {', '.join(SUPPORTED_MECHANISMS)} only",
             setting=name,
         )
-    enabled = [m.strip().upper() for m in setting("sasl.enabled.mechanisms")]
+    enabled = [m.strip().upper() for m in listener_config.sasl_enabled_mechanisms]
     if mechanism not in enabled:
         raise ConfigError(
             f"{name} {mechanism} must be in listener {listener}'s sasl.enabled.mechanisms "

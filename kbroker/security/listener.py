@@ -8,7 +8,6 @@ store, a mechanism kbroker does not speak, PLAIN without users) stops the start 
 
 from __future__ import annotations
 
-import functools
 import ssl
 from dataclasses import dataclass, field
 
@@ -42,13 +41,13 @@ def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecur
     name = endpoint.name
     protocol = config.protocol_map[name]
 
-    setting = functools.partial(config.for_listener, name)
+    listener_config = config.listener_settings(name)
 
     context = None
     suites = None
     if protocol in ("SSL", "SASL_SSL"):
-        context = server_context(name, setting)
-        suites = tls13_suites(setting)
+        context = server_context(name, listener_config)
+        suites = tls13_suites(listener_config)
         if suites is not None and not TlsSession(context).reads_records_in_c:
             raise ConfigError(
                 f"listener {name}: ssl.cipher.suites narrows TLS 1.3's suites, which needs "
@@ -58,7 +57,7 @@ def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecur
     mechanisms: tuple[str, ...] = ()
     users: dict[str, str] = {}
     if protocol.startswith("SASL_"):
-        mechanisms = tuple(m.strip().upper() for m in setting("sasl.enabled.mechanisms"))
+        mechanisms = tuple(m.strip().upper() for m in listener_config.sasl_enabled_mechanisms)
         unknown = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
         if unknown or not mechanisms:
             raise ConfigError(
@@ -87,6 +86,6 @@ def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecur
         tls13_suites=suites,
         mechanisms=mechanisms,
         plain_users=users,
-        principal_rules=parse_mapping_rules(setting("ssl.principal.mapping.rules")),
-        reauth_ms=setting("connections.max.reauth.ms"),
+        principal_rules=parse_mapping_rules(listener_config.ssl_principal_mapping_rules),
+        reauth_ms=listener_config.connections_max_reauth_ms,
     )

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kbroker.config.errors import ConfigError
+from kbroker.config.typed import ListenerSettings
 
 _CLIENT_AUTH = {
     "none": ssl.CERT_NONE,
@@ -49,31 +50,29 @@ _TLS13_SUITES = frozenset(
     {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"}
 )
 
-Setting = Callable[[str], Any]
 
-
-def server_context(listener: str, setting: Setting) -> ssl.SSLContext:
-    """Build the context; ``setting(name)`` gives the listener's value of an ``ssl.*``
-    setting. Raises ConfigError naming the setting when the files or values are wrong."""
+def server_context(listener: str, config: ListenerSettings) -> ssl.SSLContext:
+    """Build the context from the listener's ``ssl.*`` settings. Raises ConfigError
+    naming the setting when the files or values are wrong."""
     fail = _failure(listener)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    _set_versions(context, setting("ssl.enabled.protocols"), fail)
-    _set_ciphers(context, setting("ssl.cipher.suites"), setting("ssl.enabled.protocols"), fail)
-    if not _load_keystore(context, setting, fail):
+    _set_versions(context, config.ssl_enabled_protocols, fail)
+    _set_ciphers(context, config.ssl_cipher_suites, config.ssl_enabled_protocols, fail)
+    if not _load_keystore(context, config, fail):
         raise fail(
             "ssl.keystore.location",
             "a TLS listener needs a key store (ssl.keystore.location, or "
             "ssl.keystore.key with ssl.keystore.certificate.chain)",
         )
-    client_auth = setting("ssl.client.auth")
-    trusted = _load_truststore(context, setting, fail)
+    client_auth = config.ssl_client_auth
+    trusted = _load_truststore(context, config, fail)
     if client_auth != "none" and not trusted:
         raise fail("ssl.client.auth", f"{client_auth} needs a trust store to check certificates")
     context.verify_mode = _CLIENT_AUTH[client_auth]
     return context
 
 
-def client_context(listener: str, setting: Setting) -> ssl.SSLContext:
+def client_context(listener: str, config: ListenerSettings) -> ssl.SSLContext:
     """The context a broker connects to other brokers' ``listener`` with, built as Kafka
     builds its inter-broker client from the same listener's ``ssl.*`` settings: the trust
     store checks the other broker's certificate (the platform's CAs when none is set),
@@ -82,12 +81,12 @@ def client_context(listener: str, setting: Setting) -> ssl.SSLContext:
     https`` checks that the certificate names the host dialled."""
     fail = _failure(listener)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    _set_versions(context, setting("ssl.enabled.protocols"), fail)
-    _set_ciphers(context, setting("ssl.cipher.suites"), setting("ssl.enabled.protocols"), fail)
-    _load_keystore(context, setting, fail)
-    if not _load_truststore(context, setting, fail):
+    _set_versions(context, config.ssl_enabled_protocols, fail)
+    _set_ciphers(context, config.ssl_cipher_suites, config.ssl_enabled_protocols, fail)
+    _load_keystore(context, config, fail)
+    if not _load_truststore(context, config, fail):
         context.load_default_certs(ssl.Purpose.SERVER_AUTH)
-    context.check_hostname = setting("ssl.endpoint.identification.algorithm").lower() == "https"
+    context.check_hostname = config.ssl_endpoint_identification_algorithm.lower() == "https"
     context.verify_mode = ssl.CERT_REQUIRED
     return context
 
@@ -100,14 +99,14 @@ def _failure(listener: str) -> Callable[[str, str], ConfigError]:
 
 
 def _load_keystore(
-    context: ssl.SSLContext, setting: Setting, fail: Callable[[str, str], ConfigError]
+    context: ssl.SSLContext, config: ListenerSettings, fail: Callable[[str, str], ConfigError]
 ) -> bool:
     """Load the key store into ``context``; False when none is configured."""
-    if setting("ssl.keystore.type").upper() != "PEM":
+    if config.ssl_keystore_type.upper() != "PEM":
         raise fail("ssl.keystore.type", "kbroker reads PEM key stores only; set it to PEM")
-    location = setting("ssl.keystore.location")
-    chain, key = setting("ssl.keystore.certificate.chain"), setting("ssl.keystore.key")
-    password = setting("ssl.key.password")
+    location = config.ssl_keystore_location
+    chain, key = config.ssl_keystore_certificate_chain, config.ssl_keystore_key
+    password = config.ssl_key_password
     if location and (chain or key):
         raise fail("ssl.keystore.location", "set it or ssl.keystore.key, not both")
     try:
@@ -124,16 +123,16 @@ def _load_keystore(
 
 
 def _load_truststore(
-    context: ssl.SSLContext, setting: Setting, fail: Callable[[str, str], ConfigError]
+    context: ssl.SSLContext, config: ListenerSettings, fail: Callable[[str, str], ConfigError]
 ) -> bool:
     """Load the trusted CAs into ``context``; False when none is configured."""
     trust_location, trust_pem = (
-        setting("ssl.truststore.location"),
-        setting("ssl.truststore.certificates"),
+        config.ssl_truststore_location,
+        config.ssl_truststore_certificates,
     )
     if not (trust_location or trust_pem):
         return False
-    if setting("ssl.truststore.type").upper() != "PEM":
+    if config.ssl_truststore_type.upper() != "PEM":
         raise fail("ssl.truststore.type", "kbroker reads PEM trust stores only; set it to PEM")
     try:
         if trust_location:
@@ -160,11 +159,11 @@ def _contiguous(versions: list[ssl.TLSVersion]) -> bool:
     return indexes == list(range(indexes[0], indexes[-1] + 1))
 
 
-def tls13_suites(setting: Setting) -> str | None:
+def tls13_suites(config: ListenerSettings) -> str | None:
     """The TLS 1.3 suites ``ssl.cipher.suites`` names, as OpenSSL's list for each
     session (TlsSession), or None where it names none and all stay available. Python's
     context cannot narrow them; the session does, before its handshake."""
-    return ":".join(s for s in setting("ssl.cipher.suites") if s in _TLS13_SUITES) or None
+    return ":".join(s for s in config.ssl_cipher_suites if s in _TLS13_SUITES) or None
 
 
 def _set_ciphers(context: ssl.SSLContext, suites: list[str], enabled: list[str], fail: Any) -> None:

@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker import handlers  # noqa: F401  (registers every API handler)
 from kbroker.handlers.registry import APIS
+from kbroker.protocol.legacy_messages import LEGACY
 from kbroker.protocol.messages import _default, _is_nullable, _nested_entity, known_versions
 
 ROOT = Path(__file__).resolve().parent.parent / "kbroker" / "protocol"
@@ -114,6 +115,33 @@ def _walk(
         slot.default = _default(f, hint)
 
 
+_LEGACY_TYPES = {"i8": "int", "i16": "int", "i32": "int", "i64": "int", "bool": "bool"}
+
+
+def _legacy_fields(
+    entities: dict[tuple[str, ...], EntityInfo], layout: tuple, path: tuple[str, ...], version: int
+) -> None:
+    """Fields of a version kio has no schema for (protocol.legacy_messages) that no kio
+    version has: ListOffsets v0's old_style_offsets."""
+    info = entities[path]
+    info.versions.add(version)
+    for entry in layout:
+        name, kind = entry[2] if entry[0] in ("since", "until") else entry
+        slot = info.fields.setdefault(name, FieldInfo())
+        slot.versions.add(version)
+        array = isinstance(kind, tuple) and kind[0] in ("array", "narray")
+        inner = kind[1] if array else kind
+        if isinstance(inner, tuple):  # a struct: kio has it (legacy layouts add no structs)
+            _legacy_fields(entities, inner, (*path, name), version)
+            continue
+        rendered = {"string": "str", "nstring": "str"}.get(inner) or _LEGACY_TYPES[inner]
+        if array:
+            rendered = f"[]{rendered}"
+        if not slot.types:
+            slot.types.append(rendered)
+        slot.nullable = slot.nullable or inner == "nstring" or (array and kind[0] == "narray")
+
+
 def _collect(
     load: Callable[[int, int], type],
     versions: Callable[[int], range],
@@ -126,6 +154,10 @@ def _collect(
         for version in versions(key):
             cls = load(key, version)
             _walk(entities, cls, (), cls.__name__, version, render)
+        if load is load_response_schema:
+            for (api_key, version), (_request, layout, _fix) in sorted(LEGACY.items()):
+                if api_key == key and layout is not None and version not in versions(key):
+                    _legacy_fields(entities, layout, (), version)
         out[key] = entities
     return out
 
@@ -323,8 +355,9 @@ def render_requests() -> str:
 # -- responses.py --------------------------------------------------------------------------
 
 RESPONSES_HEADER = '''"""The answer a handler describes: per API, a TypedDict over the response fields of
-every version kio knows, nested entities too. Handlers name them through
-protocol.responses, which imports this module only when a type is asked for at run time.
+every version kio knows and every older version protocol.legacy_messages writes, nested
+entities too. Handlers name them through protocol.responses, which imports this module
+only when a type is asked for at run time.
 
 messages.build turns it into the kio class of the version the client asked for,
 dropping the fields that version lacks and giving every field the handler left out

@@ -177,7 +177,6 @@ STILL_UNTYPED = {
     "features.py",
     "groups.py",
     "leader_epoch.py",
-    "list_offsets.py",
     "log_dirs.py",
     "metadata.py",
     "producers.py",

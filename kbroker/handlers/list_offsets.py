@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import Operation, ResourceType
 
 LIST_OFFSETS = 2
@@ -21,8 +20,10 @@ EARLIEST_PENDING_UPLOAD = -5
 LATEST_TIERED = -6
 
 
-def _partition(broker: BrokerParts, topic: str, p: Any, isolation_level: int) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _partition(
+    broker: BrokerParts, topic: str, p: requests.ListOffsetsPartition, isolation_level: int
+) -> responses.ListOffsetsPartitionResponse:
+    out: responses.ListOffsetsPartitionResponse = {
         "partition_index": p.partition_index,
         "error_code": 0,
         "timestamp": -1,
@@ -64,21 +65,23 @@ def _partition(broker: BrokerParts, topic: str, p: Any, isolation_level: int) ->
     return out
 
 
-def _error(partition: int, code: int) -> dict[str, Any]:
+def _error(partition: int, code: int) -> responses.ListOffsetsPartitionResponse:
     return {"partition_index": partition, "error_code": code, "timestamp": -1, "offset": -1}
 
 
 @handles(LIST_OFFSETS, 0)
-def list_offsets(ctx: RequestContext, request: requests.ListOffsetsRequest) -> dict[str, Any]:
+def list_offsets(
+    ctx: RequestContext, request: requests.ListOffsetsRequest
+) -> responses.ListOffsetsResponse:
     broker = ctx.broker
     isolation = request.isolation_level
     named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
-    topics = []
+    topics: list[responses.ListOffsetsTopicResponse] = []
     checking = broker.authorizer is not None
     for t in request.topics:
         known = t.name in broker.controller.state.topics
         denied = checking and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
-        partitions = []
+        partitions: list[responses.ListOffsetsPartitionResponse] = []
         for p in t.partitions:
             if denied:
                 partitions.append(_error(p.partition_index, ErrorCode.topic_authorization_failed))
@@ -92,7 +95,7 @@ def list_offsets(ctx: RequestContext, request: requests.ListOffsetsRequest) -> d
             # v0 answers a list of offsets (Kafka 3.9: the one asked for, with the base
             # offsets of older segments after it); every client asks for one.
             for answer in partitions:
-                offset = answer["offset"]
+                offset = answer.get("offset", -1)
                 answer["old_style_offsets"] = [offset] if offset >= 0 else []
         topics.append({"name": t.name, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}

@@ -1,6 +1,7 @@
 """The answer a handler describes: per API, a TypedDict over the response fields of
-every version kio knows, nested entities too. Handlers name them through
-protocol.responses, which imports this module only when a type is asked for at run time.
+every version kio knows and every older version protocol.legacy_messages writes, nested
+entities too. Handlers name them through protocol.responses, which imports this module
+only when a type is asked for at run time.
 
 messages.build turns it into the kio class of the version the client asked for,
 dropping the fields that version lacks and giving every field the handler left out
@@ -120,6 +121,7 @@ class ListOffsetsPartitionResponse(TypedDict, total=False):
     timestamp: int
     offset: int
     leader_epoch: int
+    old_style_offsets: Sequence[int]
 
 
 class ListOffsetsTopicResponse(TypedDict, total=False):
@@ -572,6 +574,7 @@ class DescribeConfigsResourceResult(TypedDict, total=False):
     synonyms: Sequence[DescribeConfigsSynonym]
     config_type: int
     documentation: str | None
+    is_default: bool
 
 
 class DescribeConfigsResult(TypedDict, total=False):

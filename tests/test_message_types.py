@@ -179,7 +179,6 @@ STILL_UNTYPED = {
     "leader_epoch.py",
     "log_dirs.py",
     "metadata.py",
-    "producers.py",
     "quorum.py",
     "quotas.py",
     "reassignments.py",

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import Operation, ResourceType
 
 DESCRIBE_PRODUCERS = 61
 E = ErrorCode
 
 
-def _partition(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"partition_index": index, "error_code": E.none, "active_producers": []}
+def _partition(ctx: RequestContext, topic: str, index: int) -> responses.PartitionResponse:
+    out: responses.PartitionResponse = {
+        "partition_index": index,
+        "error_code": E.none,
+        "active_producers": [],
+    }
     if ctx.broker.authorizer is not None and not ctx.allowed(
         Operation.READ, ResourceType.TOPIC, topic
     ):
@@ -48,7 +50,7 @@ def _partition(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
 @handles(DESCRIBE_PRODUCERS, 0)
 def describe_producers(
     ctx: RequestContext, request: requests.DescribeProducersRequest
-) -> dict[str, Any]:
+) -> responses.DescribeProducersResponse:
     return {
         "throttle_time": 0,
         "topics": [

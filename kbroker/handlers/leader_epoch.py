@@ -6,13 +6,11 @@ followers use it to find where to truncate before fetching from a new leader.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import Operation, ResourceType
 
 OFFSET_FOR_LEADER_EPOCH = 23
@@ -28,7 +26,7 @@ def _may_describe(ctx: RequestContext, topic: str) -> bool:
     )
 
 
-def _denied(p: Any) -> dict[str, Any]:
+def _denied(p: requests.OffsetForLeaderPartition) -> responses.OffsetForLeaderEpochEpochEndOffset:
     return {
         "partition": p.partition,
         "error_code": int(ErrorCode.topic_authorization_failed),
@@ -37,8 +35,10 @@ def _denied(p: Any) -> dict[str, Any]:
     }
 
 
-def _partition(broker: BrokerParts, topic: str, p: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _partition(
+    broker: BrokerParts, topic: str, p: requests.OffsetForLeaderPartition
+) -> responses.OffsetForLeaderEpochEpochEndOffset:
+    out: responses.OffsetForLeaderEpochEpochEndOffset = {
         "partition": p.partition,
         "error_code": 0,
         "leader_epoch": -1,
@@ -55,7 +55,7 @@ def _partition(broker: BrokerParts, topic: str, p: Any) -> dict[str, Any]:
 @handles(OFFSET_FOR_LEADER_EPOCH, 0)  # v0-1 through protocol.legacy_messages
 def offset_for_leader_epoch(
     ctx: RequestContext, request: requests.OffsetForLeaderEpochRequest
-) -> dict[str, Any]:
+) -> responses.OffsetForLeaderEpochResponse:
     return {
         "throttle_time": 0,
         "topics": [

@@ -181,7 +181,6 @@ STILL_UNTYPED = {
     "quorum.py",
     "quotas.py",
     "reassignments.py",
-    "records.py",
     "sasl.py",
     "scram.py",
     "share_groups.py",

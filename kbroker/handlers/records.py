@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.controller.state import INTERNAL_TOPICS
+from kbroker.controller.state import INTERNAL_TOPICS, TopicInfo
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.replica.delayed import PendingDeletion
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeError
@@ -29,17 +28,19 @@ HIGH_WATERMARK = -1
 log = logging.getLogger("kbroker.delete_records")
 
 
-def _result(index: int, code: ErrorCode, low_watermark: int = -1) -> dict[str, Any]:
+def _result(
+    index: int, code: ErrorCode, low_watermark: int = -1
+) -> responses.DeleteRecordsPartitionResult:
     return {"partition_index": index, "low_watermark": low_watermark, "error_code": code}
 
 
 def delete_partition_records(
     broker: BrokerParts,
-    topic: Any,
+    topic: TopicInfo,
     index: int,
     offset: int,
     waiting: list[asyncio.Future[None]],
-) -> dict[str, Any]:
+) -> responses.DeleteRecordsPartitionResult:
     """One partition's deletion, with the error codes Kafka gives for each refusal. While
     followers on live brokers have yet to follow it, the result says REQUEST_TIMED_OUT
     and a future added to `waiting` completes when they have, setting the outcome."""
@@ -78,13 +79,13 @@ def delete_partition_records(
         return registered is not None and not registered.fenced
 
     def replicated(code: ErrorCode, low: int) -> None:
-        result.update(error_code=code, low_watermark=low)
+        result["error_code"], result["low_watermark"] = code, low
         if not future.done():
             future.set_result(None)
 
     outcome = partition.await_log_start(low_watermark, live, replicated)
     if isinstance(outcome, PendingDeletion):
-        result.update(error_code=ErrorCode.request_timed_out, low_watermark=-1)
+        result["error_code"], result["low_watermark"] = ErrorCode.request_timed_out, -1
         future.add_done_callback(lambda f: outcome.cancel() if f.cancelled() else None)
         waiting.append(future)
     else:
@@ -95,10 +96,10 @@ def delete_partition_records(
 @handles(DELETE_RECORDS, 0)
 async def delete_records(
     ctx: RequestContext, request: requests.DeleteRecordsRequest
-) -> dict[str, Any]:
+) -> responses.DeleteRecordsResponse:
     broker = ctx.broker
     topics = broker.controller.state.topics
-    results = []
+    results: list[responses.DeleteRecordsTopicResult] = []
     waiting: list[asyncio.Future[None]] = []
     for t in request.topics:
         topic = topics.get(t.name)

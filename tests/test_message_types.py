@@ -176,7 +176,6 @@ STILL_UNTYPED = {
     "elections.py",
     "features.py",
     "groups.py",
-    "log_dirs.py",
     "metadata.py",
     "quorum.py",
     "quotas.py",

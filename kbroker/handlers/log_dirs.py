@@ -14,13 +14,12 @@ import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.replica.partition import Partition
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.storage.log import PartitionLog
@@ -58,7 +57,7 @@ def _wanted_partitions(request: requests.DescribeLogDirsRequest) -> set[tuple[st
 @handles(DESCRIBE_LOG_DIRS, 0)  # v0 through protocol.legacy_messages
 def describe_log_dirs(
     ctx: RequestContext, request: requests.DescribeLogDirsRequest
-) -> dict[str, Any]:
+) -> responses.DescribeLogDirsResponse:
     broker = ctx.broker
     if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         # Kafka answers this request with the error at the top (v3+) and no directories.
@@ -67,7 +66,9 @@ def describe_log_dirs(
     wanted = _wanted_partitions(request)
     storage = broker.storage
     log_dirs = list(broker.log_dirs)
-    by_dir: dict[str, dict[str, list[dict[str, Any]]]] = {_absolute(d): {} for d in log_dirs}
+    by_dir: dict[str, dict[str, list[responses.DescribeLogDirsPartition]]] = {
+        _absolute(d): {} for d in log_dirs
+    }
     for (topic, partition), replica in sorted(broker.partitions.hosted.items()):
         if wanted is not None and (topic, partition) not in wanted:
             continue
@@ -94,10 +95,10 @@ def describe_log_dirs(
                 }
             )
     offline = {_absolute(Path(d)) for d in storage.offline_dirs}
-    results = []
+    results: list[responses.DescribeLogDirsResult] = []
     for directory in log_dirs:
         path = _absolute(directory)
-        result: dict[str, Any] = {
+        result: responses.DescribeLogDirsResult = {
             "error_code": ErrorCode.none,
             "log_dir": path,
             "topics": [
@@ -161,13 +162,13 @@ def _alter_one(
 @handles(ALTER_REPLICA_LOG_DIRS, 0)  # v0 through protocol.legacy_messages
 def alter_replica_log_dirs(
     ctx: RequestContext, request: requests.AlterReplicaLogDirsRequest
-) -> dict[str, Any]:
+) -> responses.AlterReplicaLogDirsResponse:
     allowed = ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
     by_path: dict[str, Path] = {}
     for directory in ctx.broker.log_dirs:
         by_path[_absolute(directory)] = directory
         by_path.setdefault(os.path.realpath(directory), directory)
-    results: dict[str, list[dict[str, Any]]] = {}
+    results: dict[str, list[responses.AlterReplicaLogDirPartitionResult]] = {}
     for alteration in request.dirs:
         destination = by_path.get(os.path.normpath(alteration.path))
         for t in alteration.topics:

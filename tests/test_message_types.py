@@ -168,23 +168,18 @@ UNTYPED = re.compile(r"\bAny\b|\bdict\[")
 # leaves this list once each of its handlers returns its API's TypedDict.
 STILL_UNTYPED = {
     "acls.py",
-    "api_versions.py",
     "cluster.py",
     "configs.py",
     "consumer_groups.py",
     "delegation_tokens.py",
-    "elections.py",
     "features.py",
     "groups.py",
     "metadata.py",
     "quorum.py",
     "quotas.py",
-    "reassignments.py",
-    "sasl.py",
     "scram.py",
     "share_groups.py",
     "share_state.py",
-    "telemetry.py",
     "topics.py",
     "transactions.py",
 }

@@ -8,19 +8,20 @@ with `unsupported_api_versions` before any handler runs.
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from kbroker.features import finalized_features, supported_features
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import APIS, handles, served_apis
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 
 API_VERSIONS = 18
 
 
 @handles(API_VERSIONS, 0, 4)
-def api_versions(ctx: RequestContext, request: requests.ApiVersionsRequest) -> dict[str, Any]:
-    answer: dict[str, Any] = {
+def api_versions(
+    ctx: RequestContext, request: requests.ApiVersionsRequest
+) -> responses.ApiVersionsResponse:
+    answer: responses.ApiVersionsResponse = {
         "error_code": 0,
         "api_keys": [
             {"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}

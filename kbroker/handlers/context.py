@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.protocol import responses
 from kbroker.protocol.header import RequestHeader
 from kbroker.security.acl import (
     CLUSTER_NAME,
@@ -69,9 +70,11 @@ class Client(Protocol):
 
     def throttle(self, ms: int) -> None: ...
 
-    def sasl_handshake(self, mechanism: str, version: int) -> dict[str, Any]: ...
+    def sasl_handshake(self, mechanism: str, version: int) -> responses.SaslHandshakeResponse: ...
 
-    def sasl_authenticate(self, token: bytes, version: int) -> dict[str, Any]: ...
+    def sasl_authenticate(
+        self, token: bytes, version: int
+    ) -> responses.SaslAuthenticateResponse: ...
 
 
 class Partitions(Protocol):

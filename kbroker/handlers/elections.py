@@ -11,15 +11,13 @@ only those an election was tried for, as Kafka does. Version 0 has no election t
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
 from kbroker.handlers.context import RequestContext
-from kbroker.handlers.partition_results import results_by_topic
+from kbroker.handlers.partition_results import by_topic
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 ELECT_LEADERS = 43
@@ -29,9 +27,9 @@ PREFERRED, UNCLEAN = 0, 1
 @handles(ELECT_LEADERS, 0)
 async def elect_leaders(
     ctx: RequestContext, request: requests.ElectLeadersRequest
-) -> dict[str, Any]:
+) -> responses.ElectLeadersResponse:
     election_type = request.election_type
-    response: dict[str, Any] = {
+    response: responses.ElectLeadersResponse = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "replica_election_results": [],
@@ -55,7 +53,14 @@ async def elect_leaders(
         else:
             response["error_code"] = ErrorCode(exc.error_code)
             return response
-    response["replica_election_results"] = results_by_topic(
-        results, "topic", "partition_result", "partition_id"
-    )
+    response["replica_election_results"] = [
+        {
+            "topic": topic,
+            "partition_result": [
+                {"partition_id": index, "error_code": code, "error_message": message}
+                for index, code, message in partitions
+            ],
+        }
+        for topic, partitions in by_topic(results).items()
+    ]
     return response

@@ -14,15 +14,13 @@ are (names that do not exist are left out, as Kafka does). Both need the cluster
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
 from kbroker.handlers.context import RequestContext
-from kbroker.handlers.partition_results import results_by_topic
+from kbroker.handlers.partition_results import by_topic
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 ALTER_PARTITION_REASSIGNMENTS = 45
@@ -32,9 +30,9 @@ LIST_PARTITION_REASSIGNMENTS = 46
 @handles(ALTER_PARTITION_REASSIGNMENTS, 0)
 async def alter_partition_reassignments(
     ctx: RequestContext, request: requests.AlterPartitionReassignmentsRequest
-) -> dict[str, Any]:
+) -> responses.AlterPartitionReassignmentsResponse:
     allow_rf_change = request.allow_replication_factor_change
-    response: dict[str, Any] = {
+    response: responses.AlterPartitionReassignmentsResponse = {
         "throttle_time": 0,
         "allow_replication_factor_change": allow_rf_change,
         "error_code": ErrorCode.none,
@@ -57,15 +55,24 @@ async def alter_partition_reassignments(
         response["error_code"] = ErrorCode(exc.error_code)
         response["error_message"] = exc.message
         return response
-    response["responses"] = results_by_topic(results, "name", "partitions", "partition_index")
+    response["responses"] = [
+        {
+            "name": topic,
+            "partitions": [
+                {"partition_index": index, "error_code": code, "error_message": message}
+                for index, code, message in partitions
+            ],
+        }
+        for topic, partitions in by_topic(results).items()
+    ]
     return response
 
 
 @handles(LIST_PARTITION_REASSIGNMENTS, 0)
 async def list_partition_reassignments(
     ctx: RequestContext, request: requests.ListPartitionReassignmentsRequest
-) -> dict[str, Any]:
-    response: dict[str, Any] = {
+) -> responses.ListPartitionReassignmentsResponse:
+    response: responses.ListPartitionReassignmentsResponse = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
@@ -90,8 +97,9 @@ async def list_partition_reassignments(
             for t in request.topics
             if (info := state.topics.get(t.name)) is not None
         ]
+    topics: list[responses.OngoingTopicReassignment] = []
     for info, indexes in wanted:
-        ongoing = [
+        ongoing: list[responses.OngoingPartitionReassignment] = [
             {
                 "partition_index": p.partition,
                 "replicas": list(p.replicas),
@@ -102,5 +110,6 @@ async def list_partition_reassignments(
             if 0 <= i < len(info.partitions) and (p := info.partitions[i]).is_reassigning
         ]
         if ongoing:
-            response["topics"].append({"name": info.name, "partitions": ongoing})
+            topics.append({"name": info.name, "partitions": ongoing})
+    response["topics"] = topics
     return response

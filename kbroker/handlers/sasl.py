@@ -8,23 +8,23 @@ answers them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 
 
 @handles(SASL_HANDSHAKE, 0, 1)
-def sasl_handshake(ctx: RequestContext, request: requests.SaslHandshakeRequest) -> dict[str, Any]:
+def sasl_handshake(
+    ctx: RequestContext, request: requests.SaslHandshakeRequest
+) -> responses.SaslHandshakeResponse:
     return ctx.connection.sasl_handshake(request.mechanism, ctx.version)
 
 
 @handles(SASL_AUTHENTICATE, 0, 2)
 def sasl_authenticate(
     ctx: RequestContext, request: requests.SaslAuthenticateRequest
-) -> dict[str, Any]:
+) -> responses.SaslAuthenticateResponse:
     return ctx.connection.sasl_authenticate(bytes(request.auth_bytes), ctx.version)

@@ -6,13 +6,11 @@ a zero subscription), as Kafka's getErrorResponse does.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.telemetry import ClientInfo, ClientTelemetry
 
 GET_TELEMETRY_SUBSCRIPTIONS = 71
@@ -35,7 +33,7 @@ def _service(ctx: RequestContext) -> ClientTelemetry:
 @handles(GET_TELEMETRY_SUBSCRIPTIONS, 0)
 def get_telemetry_subscriptions(
     ctx: RequestContext, request: requests.GetTelemetrySubscriptionsRequest
-) -> dict[str, Any]:
+) -> responses.GetTelemetrySubscriptionsResponse:
     answer = _service(ctx).get_subscriptions(request.client_instance_id, _client(ctx))
     if answer.error != ErrorCode.none:
         return {
@@ -51,7 +49,9 @@ def get_telemetry_subscriptions(
 
 
 @handles(PUSH_TELEMETRY, 0)
-def push_telemetry(ctx: RequestContext, request: requests.PushTelemetryRequest) -> dict[str, Any]:
+def push_telemetry(
+    ctx: RequestContext, request: requests.PushTelemetryRequest
+) -> responses.PushTelemetryResponse:
     answer = _service(ctx).push(
         request.client_instance_id,
         request.subscription_id,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kbroker.handlers.api_versions import unsupported_api_versions
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import APIS, Later, NoResponse
-from kbroker.protocol import messages
+from kbroker.protocol import messages, responses
 from kbroker.protocol.encoded import EncodedBody
 from kbroker.protocol.framing import FrameDecoder, FrameError, frame
 from kbroker.protocol.header import (
@@ -448,7 +448,7 @@ class KafkaConnection(asyncio.Protocol):
     def _drop_frames(self, request: memoryview) -> None:
         """After a failed login: the answer is out, the close follows; nothing else runs."""
 
-    def sasl_handshake(self, mechanism: str, version: int) -> dict[str, Any]:
+    def sasl_handshake(self, mechanism: str, version: int) -> responses.SaslHandshakeResponse:
         sasl = self._sasl
         if sasl is None:
             return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": []}
@@ -463,9 +463,9 @@ class KafkaConnection(asyncio.Protocol):
             return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": list(sasl.mechanisms)}
         return {"error_code": 0, "mechanisms": list(sasl.mechanisms)}
 
-    def sasl_authenticate(self, token: bytes, version: int) -> dict[str, Any]:
+    def sasl_authenticate(self, token: bytes, version: int) -> responses.SaslAuthenticateResponse:
         sasl = self._sasl
-        refused: dict[str, Any] = {
+        refused: responses.SaslAuthenticateResponse = {
             "error_code": ILLEGAL_SASL_STATE,
             "auth_bytes": b"",
             "session_lifetime": 0,

@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from prometheus_client.core import CounterMetricFamily, Metric
 
+from kbroker.protocol import responses
 from kbroker.protocol.compression import (
     GZIP,
     LZ4,
@@ -82,11 +83,15 @@ class ClientInfo:
     port: str
 
 
+def _no_body() -> responses.GetTelemetrySubscriptionsResponse:
+    return {}
+
+
 @dataclass(frozen=True, slots=True)
 class TelemetryAnswer:
     error: ErrorCode
     message: str | None = None
-    body: dict[str, Any] = field(default_factory=dict)
+    body: responses.GetTelemetrySubscriptionsResponse = field(default_factory=_no_body)
 
 
 @dataclass(slots=True)

@@ -173,7 +173,6 @@ STILL_UNTYPED = {
     "consumer_groups.py",
     "delegation_tokens.py",
     "features.py",
-    "groups.py",
     "metadata.py",
     "quorum.py",
     "quotas.py",

@@ -11,11 +11,11 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.clock import Timer
+from kbroker.protocol import responses
 
 
 class GroupState(Enum):
@@ -340,7 +340,7 @@ def parse_subscription_topics(metadata: bytes) -> list[str] | None:
         return None
 
 
-def describe_members(group: ClassicGroup) -> list[dict[str, Any]]:
+def describe_members(group: ClassicGroup) -> list[responses.DescribedGroupMember]:
     """DescribeGroups member entries: metadata and assignment only once Stable."""
     stable = group.is_in(GroupState.STABLE)
     return [

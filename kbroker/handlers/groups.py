@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -31,7 +31,7 @@ from kbroker.coordinator.group import ClassicGroup, describe_members
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.protocol.messages import duration_ms, known_versions
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.share.coordinator import ShareCoordinator
@@ -70,20 +70,24 @@ def _client_host(ctx: RequestContext) -> str:
     return "/" + peer.rsplit(":", 1)[0] if peer and peer != "?" else ""
 
 
-def _resolver(future: asyncio.Future[Any]) -> Callable[[Any], None]:
-    def resolve(value: Any) -> None:
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _resolver(future: asyncio.Future[T]) -> Callable[[T], None]:
+    def resolve(value: T) -> None:
         if not future.done():
             future.set_result(value)
 
     return resolve
 
 
-def _respond_when_done(future: asyncio.Future[Any], render: Callable[[Any], Any]) -> Any:
+def _respond_when_done(future: asyncio.Future[T], render: Callable[[T], R]) -> R | Awaitable[R]:
     """The rendered answer now if the coordinator answered at once, else an awaitable."""
     if future.done():
         return render(future.result())
 
-    async def later() -> Any:
+    async def later() -> R:
         return render(await future)
 
     return later()
@@ -93,7 +97,9 @@ def _respond_when_done(future: asyncio.Future[Any], render: Callable[[Any], Any]
 
 
 @handles(FIND_COORDINATOR, _lowest(FIND_COORDINATOR))
-def find_coordinator(ctx: RequestContext, request: requests.FindCoordinatorRequest) -> Any:
+def find_coordinator(
+    ctx: RequestContext, request: requests.FindCoordinatorRequest
+) -> Awaitable[responses.FindCoordinatorResponse]:
     key_type = request.key_type
     # From v4 (KIP-699) one request asks for several keys, in coordinator_keys.
     if ctx.version >= 4:
@@ -103,7 +109,7 @@ def find_coordinator(ctx: RequestContext, request: requests.FindCoordinatorReque
 
 async def _find_coordinators(
     ctx: RequestContext, keys: list[str], key_type: int, batched: bool
-) -> Any:
+) -> responses.FindCoordinatorResponse:
     found = [await _locate(ctx, key, key_type) for key in keys]
     if batched:
         return {"throttle_time": 0, "coordinators": found}
@@ -125,7 +131,7 @@ def _group_denied(ctx: RequestContext, operation: Operation, group_id: str) -> b
     )
 
 
-async def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+async def _locate(ctx: RequestContext, key: str, key_type: int) -> responses.Coordinator:
     broker = ctx.broker
     if broker.authorizer is not None:
         if key_type == KEY_TYPE_TRANSACTION and not ctx.allowed(
@@ -174,7 +180,7 @@ def _coordinator_entry(
     host: str = "",
     port: int = -1,
     message: str | None = None,
-) -> dict[str, Any]:
+) -> responses.Coordinator:
     return {
         "key": key,
         "error_code": error,
@@ -191,7 +197,9 @@ def _coordinator_entry(
 
 
 @handles(JOIN_GROUP, _lowest(JOIN_GROUP))
-def join_group(ctx: RequestContext, request: requests.JoinGroupRequest) -> Any:
+def join_group(
+    ctx: RequestContext, request: requests.JoinGroupRequest
+) -> responses.JoinGroupResponse | Awaitable[responses.JoinGroupResponse]:
     version = ctx.version
     if _group_denied(ctx, Operation.READ, request.group_id):
         return _join_response(version, JoinResult(E.group_authorization_failed, ""))
@@ -219,7 +227,7 @@ def join_group(ctx: RequestContext, request: requests.JoinGroupRequest) -> Any:
     return _respond_when_done(future, lambda r: _join_response(version, r))
 
 
-def _join_response(version: int, r: JoinResult) -> dict[str, Any]:
+def _join_response(version: int, r: JoinResult) -> responses.JoinGroupResponse:
     protocol_name = r.protocol_name
     if version < 7 and protocol_name is None:
         protocol_name = ""  # not nullable before v7
@@ -242,7 +250,9 @@ def _join_response(version: int, r: JoinResult) -> dict[str, Any]:
 
 
 @handles(SYNC_GROUP, _lowest(SYNC_GROUP))
-def sync_group(ctx: RequestContext, request: requests.SyncGroupRequest) -> Any:
+def sync_group(
+    ctx: RequestContext, request: requests.SyncGroupRequest
+) -> responses.SyncGroupResponse | Awaitable[responses.SyncGroupResponse]:
     if _group_denied(ctx, Operation.READ, request.group_id):
         return _sync_response(SyncResult(E.group_authorization_failed))
     coordinator = _coordinator(ctx)
@@ -262,7 +272,7 @@ def sync_group(ctx: RequestContext, request: requests.SyncGroupRequest) -> Any:
     return _respond_when_done(future, _sync_response)
 
 
-def _sync_response(r: SyncResult) -> dict[str, Any]:
+def _sync_response(r: SyncResult) -> responses.SyncGroupResponse:
     return {
         "throttle_time": 0,
         "error_code": r.error,
@@ -276,7 +286,9 @@ def _sync_response(r: SyncResult) -> dict[str, Any]:
 
 
 @handles(HEARTBEAT, _lowest(HEARTBEAT))
-def heartbeat(ctx: RequestContext, request: requests.HeartbeatRequest) -> Any:
+def heartbeat(
+    ctx: RequestContext, request: requests.HeartbeatRequest
+) -> responses.HeartbeatResponse:
     if _group_denied(ctx, Operation.READ, request.group_id):
         return {"throttle_time": 0, "error_code": E.group_authorization_failed}
     coordinator = _coordinator(ctx)
@@ -290,7 +302,9 @@ def heartbeat(ctx: RequestContext, request: requests.HeartbeatRequest) -> Any:
 
 
 @handles(LEAVE_GROUP, _lowest(LEAVE_GROUP))
-def leave_group(ctx: RequestContext, request: requests.LeaveGroupRequest) -> Any:
+def leave_group(
+    ctx: RequestContext, request: requests.LeaveGroupRequest
+) -> responses.LeaveGroupResponse:
     # From v3 (KIP-345) one request removes a list of members, static ones by instance id.
     if batched := ctx.version >= 3:
         leaving = [
@@ -322,7 +336,9 @@ def leave_group(ctx: RequestContext, request: requests.LeaveGroupRequest) -> Any
 
 
 @handles(OFFSET_COMMIT, 0)  # v0-1 through protocol.legacy_messages
-def offset_commit(ctx: RequestContext, request: requests.OffsetCommitRequest) -> Any:
+def offset_commit(
+    ctx: RequestContext, request: requests.OffsetCommitRequest
+) -> responses.OffsetCommitResponse | Awaitable[responses.OffsetCommitResponse]:
     version = ctx.version
     state = ctx.broker.controller.state
     # (topic name or None, topic id or None, [(partition, committed)]) in request order
@@ -368,10 +384,10 @@ def offset_commit(ctx: RequestContext, request: requests.OffsetCommitRequest) ->
             entries.append((p.partition_index, value, E.none))
         layout.append((name, topic_id, entries))
 
-    def render(results: dict[tuple[str, int], ErrorCode]) -> dict[str, Any]:
-        topics = []
+    def render(results: dict[tuple[str, int], ErrorCode]) -> responses.OffsetCommitResponse:
+        topics: list[responses.OffsetCommitResponseTopic] = []
         for name, topic_id, entries in layout:
-            partitions = []
+            partitions: list[responses.OffsetCommitResponsePartition] = []
             for index, value, error in entries:
                 if value is not None and name is not None:
                     error = results.get((name, index), E.unknown_server_error)
@@ -404,7 +420,9 @@ def offset_commit(ctx: RequestContext, request: requests.OffsetCommitRequest) ->
 
 
 @handles(OFFSET_FETCH, 0)  # v0 through protocol.legacy_messages
-def offset_fetch(ctx: RequestContext, request: requests.OffsetFetchRequest) -> Any:
+def offset_fetch(
+    ctx: RequestContext, request: requests.OffsetFetchRequest
+) -> responses.OffsetFetchResponse:
     version = ctx.version
     stable = request.require_stable
     if version >= 8:  # KIP-709: one request fetches the offsets of several groups
@@ -469,7 +487,7 @@ def _fetch_group(
     member_id: str | None = None,
     member_epoch: int = -1,
     by_id: bool = False,
-) -> dict[str, Any]:
+) -> responses.OffsetFetchResponseGroup:
     """One group's committed offsets; `by_id`: the answer names topics by id too (v10+)."""
     if _group_denied(ctx, Operation.DESCRIBE, group_id):
         return {"group_id": group_id, "topics": [], "error_code": E.group_authorization_failed}
@@ -477,14 +495,17 @@ def _fetch_group(
     state = ctx.broker.controller.state
     if asked is None:
         error, offsets = coordinator.fetch_offsets(group_id, None, member_id, member_epoch)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
+        by_topic: dict[str, list[responses.OffsetFetchResponsePartitions]] = {}
         for (topic, partition), value in sorted(offsets.items()):
             by_topic.setdefault(topic, []).append(
                 _stable_partition(coordinator, group_id, topic, partition, value, require_stable)
             )
-        rendered = []
+        rendered: list[responses.OffsetFetchResponseTopics] = []
         for topic_name, partitions in by_topic.items():
-            entry: dict[str, Any] = {"name": topic_name, "partitions": partitions}
+            entry: responses.OffsetFetchResponseTopics = {
+                "name": topic_name,
+                "partitions": partitions,
+            }
             if by_id:
                 info = state.topics.get(topic_name)
                 if info is None:
@@ -521,7 +542,7 @@ def _stable_partition(
     index: int,
     value: OffsetAndMetadata | None,
     require_stable: bool,
-) -> dict[str, Any]:
+) -> responses.OffsetFetchResponsePartitions:
     """A fetched offset, or UNSTABLE_OFFSET_COMMIT while an open transaction holds one and
     the client asked for stable offsets only (KIP-447)."""
     if require_stable and coordinator.has_pending_offset(group_id, (topic, index)):
@@ -530,8 +551,8 @@ def _stable_partition(
 
 
 def _fetched_partition(
-    index: int, value: OffsetAndMetadata | None, error: ErrorCode
-) -> dict[str, Any]:
+    index: int, value: OffsetAndMetadata | None, error: int
+) -> responses.OffsetFetchResponsePartitions:
     if value is None:
         return {
             "partition_index": index,
@@ -553,7 +574,9 @@ def _fetched_partition(
 
 
 @handles(OFFSET_DELETE, _lowest(OFFSET_DELETE))
-def offset_delete(ctx: RequestContext, request: requests.OffsetDeleteRequest) -> Any:
+def offset_delete(
+    ctx: RequestContext, request: requests.OffsetDeleteRequest
+) -> responses.OffsetDeleteResponse | Awaitable[responses.OffsetDeleteResponse]:
     if _group_denied(ctx, Operation.DELETE, request.group_id):
         return {"error_code": E.group_authorization_failed, "throttle_time": 0, "topics": []}
     state = ctx.broker.controller.state
@@ -571,7 +594,9 @@ def offset_delete(ctx: RequestContext, request: requests.OffsetDeleteRequest) ->
             else:
                 partitions.append(tp)
 
-    def render(outcome: tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]) -> dict[str, Any]:
+    def render(
+        outcome: tuple[ErrorCode, dict[tuple[str, int], ErrorCode]],
+    ) -> responses.OffsetDeleteResponse:
         error, results = outcome
         if error != E.none:
             return {"error_code": error, "throttle_time": 0, "topics": []}
@@ -597,7 +622,9 @@ def offset_delete(ctx: RequestContext, request: requests.OffsetDeleteRequest) ->
         }
 
     coordinator = _coordinator(ctx)
-    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future: asyncio.Future[tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]] = (
+        asyncio.get_running_loop().create_future()
+    )
     coordinator.delete_offsets(request.group_id, partitions, _resolver(future))
     return _respond_when_done(future, render)
 
@@ -606,11 +633,13 @@ def offset_delete(ctx: RequestContext, request: requests.OffsetDeleteRequest) ->
 
 
 @handles(LIST_GROUPS, _lowest(LIST_GROUPS))
-def list_groups(ctx: RequestContext, request: requests.ListGroupsRequest) -> Any:
+def list_groups(
+    ctx: RequestContext, request: requests.ListGroupsRequest
+) -> responses.ListGroupsResponse:
     coordinator = _coordinator(ctx)
     states, types = request.states_filter, request.types_filter
     error, groups = coordinator.list_groups(states, types)
-    listed = [
+    listed: list[responses.ListedGroup] = [
         {
             "group_id": g.group_id,
             "protocol_type": g.protocol_type,
@@ -651,12 +680,14 @@ def _share_coordinator(ctx: RequestContext) -> ShareCoordinator | None:
 
 
 @handles(DESCRIBE_GROUPS, _lowest(DESCRIBE_GROUPS))
-def describe_groups(ctx: RequestContext, request: requests.DescribeGroupsRequest) -> Any:
+def describe_groups(
+    ctx: RequestContext, request: requests.DescribeGroupsRequest
+) -> responses.DescribeGroupsResponse:
     coordinator = _coordinator(ctx)
     operations = (
         GROUP_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
     )
-    described = []
+    described: list[responses.DescribeGroupsDescribedGroup] = []
     for group_id in request.groups:
         message = None
         if _group_denied(ctx, Operation.DESCRIBE, group_id):
@@ -685,9 +716,9 @@ def _describe(
     version: int,
     operations: int,
     message: str | None = None,
-) -> dict[str, Any]:
+) -> responses.DescribeGroupsDescribedGroup:
     if group is None:
-        dead = {
+        dead: responses.DescribeGroupsDescribedGroup = {
             "group_id": group_id,
             "group_state": GroupState.DEAD.value,
             "protocol_type": "",
@@ -714,7 +745,9 @@ def _describe(
 
 
 @handles(DELETE_GROUPS, _lowest(DELETE_GROUPS))
-def delete_groups(ctx: RequestContext, request: requests.DeleteGroupsRequest) -> Any:
+def delete_groups(
+    ctx: RequestContext, request: requests.DeleteGroupsRequest
+) -> responses.DeleteGroupsResponse | Awaitable[responses.DeleteGroupsResponse]:
     requested: list[str] = list(request.groups_names)
     refused: dict[str, ErrorCode] = {
         g: E.group_authorization_failed
@@ -723,7 +756,7 @@ def delete_groups(ctx: RequestContext, request: requests.DeleteGroupsRequest) ->
     }
     names = [g for g in requested if g not in refused]
 
-    def render(results: dict[str, ErrorCode]) -> dict[str, Any]:
+    def render(results: dict[str, ErrorCode]) -> responses.DeleteGroupsResponse:
         results = {**results, **refused}
         return {
             "throttle_time": 0,
@@ -741,7 +774,7 @@ def delete_groups(ctx: RequestContext, request: requests.DeleteGroupsRequest) ->
     if not share_results:
         return _respond_when_done(future, render)
 
-    async def with_share_groups() -> dict[str, Any]:
+    async def with_share_groups() -> responses.DeleteGroupsResponse:
         assert ctx.broker.shares is not None  # share groups were found through it
         shares = ctx.broker.shares
         stored = await shares.persist()

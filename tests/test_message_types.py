@@ -170,7 +170,6 @@ STILL_UNTYPED = {
     "acls.py",
     "cluster.py",
     "configs.py",
-    "consumer_groups.py",
     "delegation_tokens.py",
     "features.py",
     "metadata.py",

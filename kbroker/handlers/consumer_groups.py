@@ -8,11 +8,15 @@ write parks only this request.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.coordinator.consumer_coordinator import HeartbeatRequest, HeartbeatResult
+from kbroker.coordinator.consumer_coordinator import (
+    ConsumerGroupCoordinator,
+    HeartbeatRequest,
+    HeartbeatResult,
+)
 from kbroker.coordinator.consumer_group import Assignment, ConsumerGroup, ConsumerMember
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.groups import (
@@ -24,7 +28,7 @@ from kbroker.handlers.groups import (
     _respond_when_done,
 )
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.protocol.messages import ZERO_UUID, duration_ms
 from kbroker.security.acl import Operation, ResourceType
 
@@ -38,7 +42,7 @@ E = ErrorCode
 @handles(CONSUMER_GROUP_HEARTBEAT, 0)
 def consumer_group_heartbeat(
     ctx: RequestContext, request: requests.ConsumerGroupHeartbeatRequest
-) -> Any:
+) -> responses.ConsumerGroupHeartbeatResponse | Awaitable[responses.ConsumerGroupHeartbeatResponse]:
     if ctx.broker.authorizer is not None and not ctx.allowed(
         Operation.READ, ResourceType.GROUP, request.group_id
     ):
@@ -83,14 +87,16 @@ def consumer_group_heartbeat(
     return _respond_when_done(future, _heartbeat_response)
 
 
-def _topic_partitions(assignment: Assignment) -> list[dict[str, Any]]:
+def _topic_partitions(
+    assignment: Assignment,
+) -> list[responses.ConsumerGroupHeartbeatTopicPartitions]:
     return [
         {"topic_id": topic_id, "partitions": sorted(partitions)}
         for topic_id, partitions in sorted(assignment.items(), key=lambda kv: str(kv[0]))
     ]
 
 
-def _heartbeat_response(r: HeartbeatResult) -> dict[str, Any]:
+def _heartbeat_response(r: HeartbeatResult) -> responses.ConsumerGroupHeartbeatResponse:
     return {
         "throttle_time": 0,
         "error_code": r.error,
@@ -107,12 +113,12 @@ def _heartbeat_response(r: HeartbeatResult) -> dict[str, Any]:
 @handles(CONSUMER_GROUP_DESCRIBE, 0)
 def consumer_group_describe(
     ctx: RequestContext, request: requests.ConsumerGroupDescribeRequest
-) -> Any:
+) -> responses.ConsumerGroupDescribeResponse:
     coordinator = _coordinator(ctx)
     operations = (
         GROUP_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
     )
-    described: list[dict[str, Any]] = []
+    described: list[responses.ConsumerGroupDescribeDescribedGroup] = []
     for group_id in request.group_ids:
         error, message, group = coordinator.consumer.describe(group_id)
         if ctx.broker.authorizer is not None and not ctx.allowed(
@@ -151,9 +157,11 @@ def consumer_group_describe(
     return {"throttle_time": 0, "groups": described}
 
 
-def _named(consumer: Any, assignment: Assignment) -> dict[str, Any]:
+def _named(
+    consumer: ConsumerGroupCoordinator, assignment: Assignment
+) -> responses.ConsumerGroupDescribeAssignment:
     """An assignment with topic names; topics deleted since are left out, as Kafka does."""
-    topics = []
+    topics: list[responses.ConsumerGroupDescribeTopicPartitions] = []
     for topic_id, partitions in sorted(assignment.items(), key=lambda kv: str(kv[0])):
         name = consumer.topic_name(topic_id)
         if name is not None:
@@ -163,7 +171,9 @@ def _named(consumer: Any, assignment: Assignment) -> dict[str, Any]:
     return {"topic_partitions": topics}
 
 
-def _describe_member(consumer: Any, group: ConsumerGroup, m: ConsumerMember) -> dict[str, Any]:
+def _describe_member(
+    consumer: ConsumerGroupCoordinator, group: ConsumerGroup, m: ConsumerMember
+) -> responses.ConsumerGroupDescribeMember:
     return {
         "member_id": m.member_id,
         "instance_id": m.instance_id,

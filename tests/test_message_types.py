@@ -168,14 +168,9 @@ UNTYPED = re.compile(r"\bAny\b|\bdict\[")
 # leaves this list once each of its handlers returns its API's TypedDict.
 STILL_UNTYPED = {
     "acls.py",
-    "cluster.py",
     "configs.py",
     "delegation_tokens.py",
-    "features.py",
     "metadata.py",
-    "quorum.py",
-    "quotas.py",
-    "scram.py",
     "share_groups.py",
     "share_state.py",
     "topics.py",

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
-from kbroker.controller.state import INTERNAL_TOPICS, BrokerInfo
+from kbroker.controller.state import INTERNAL_TOPICS, BrokerInfo, PartitionInfo
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.metadata import visible_controller_id
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 
 DESCRIBE_CLUSTER = 60
 DESCRIBE_TOPIC_PARTITIONS = 75
@@ -51,10 +50,10 @@ TOPIC_OPERATIONS = sum(
 @handles(DESCRIBE_CLUSTER, 0)
 def describe_cluster(
     ctx: RequestContext, request: requests.DescribeClusterRequest
-) -> dict[str, Any]:
+) -> responses.DescribeClusterResponse:
     state = ctx.broker.controller.state
     endpoint_type = request.endpoint_type
-    response: dict[str, Any] = {
+    response: responses.DescribeClusterResponse = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
@@ -101,8 +100,8 @@ def describe_cluster(
 
 
 def _partition(
-    p: Any, live: set[int], topic_id: uuid.UUID, brokers: Mapping[int, BrokerInfo]
-) -> dict[str, Any]:
+    p: PartitionInfo, live: set[int], topic_id: uuid.UUID, brokers: Mapping[int, BrokerInfo]
+) -> responses.DescribeTopicPartitionsResponsePartition:
     def offline(replica: int) -> bool:
         b = brokers.get(replica)
         return b is None or b.replica_offline(topic_id, p.partition)
@@ -120,7 +119,7 @@ def _partition(
     }
 
 
-def _missing_topic(name: str) -> dict[str, Any]:
+def _missing_topic(name: str) -> responses.DescribeTopicPartitionsResponseTopic:
     try:
         validate_topic_name(name)
         code = ErrorCode.unknown_topic_or_partition
@@ -136,9 +135,11 @@ def _missing_topic(name: str) -> dict[str, Any]:
     }
 
 
-def _refused(request: requests.DescribeTopicPartitionsRequest, message: str) -> dict[str, Any]:
+def _refused(
+    request: requests.DescribeTopicPartitionsRequest, message: str
+) -> responses.DescribeTopicPartitionsResponse:
     """Kafka's whole-request error: every named topic carries INVALID_REQUEST."""
-    topics: list[dict[str, Any]] = [
+    topics: list[responses.DescribeTopicPartitionsResponseTopic] = [
         {
             "error_code": ErrorCode.invalid_request,
             "name": t.name,
@@ -153,7 +154,7 @@ def _refused(request: requests.DescribeTopicPartitionsRequest, message: str) -> 
 @handles(DESCRIBE_TOPIC_PARTITIONS, 0)
 def describe_topic_partitions(
     ctx: RequestContext, request: requests.DescribeTopicPartitionsRequest
-) -> dict[str, Any]:
+) -> responses.DescribeTopicPartitionsResponse:
     state = ctx.broker.controller.state
     cursor = request.cursor
     start_topic = cursor.topic_name if cursor is not None else ""
@@ -173,8 +174,8 @@ def describe_topic_partitions(
             )
     live = {b.node_id for b in state.brokers.values() if not b.fenced}
     remaining = max(min(MAX_PARTITIONS_PER_RESPONSE, request.response_partition_limit), 1)
-    topics: list[dict[str, Any]] = []
-    next_cursor = None
+    topics: list[responses.DescribeTopicPartitionsResponseTopic] = []
+    next_cursor: responses.Cursor | None = None
     for name in names:
         if remaining == 0:
             # The next response starts here, whether or not this topic exists (as Kafka).

@@ -11,15 +11,13 @@ ALTER on the cluster.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
 from kbroker.features import SAFE_DOWNGRADE, UPGRADE, update_refusal
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 UPDATE_FEATURES = 57
@@ -36,7 +34,7 @@ def _code(exc: ControllerError) -> ErrorCode:
 @handles(UPDATE_FEATURES, 0)
 async def update_features(
     ctx: RequestContext, request: requests.UpdateFeaturesRequest
-) -> dict[str, Any]:
+) -> responses.UpdateFeaturesResponse:
     broker = ctx.broker
     code, message = ErrorCode.none, None
     names = [u.feature for u in request.feature_updates]
@@ -66,7 +64,11 @@ async def update_features(
                 await broker.controller.update_features(levels)
             except ControllerError as exc:
                 code, message = _code(exc), exc.message
-    answer: dict[str, Any] = {"throttle_time": 0, "error_code": code, "error_message": message}
+    answer: responses.UpdateFeaturesResponse = {
+        "throttle_time": 0,
+        "error_code": code,
+        "error_message": message,
+    }
     if ctx.version < 2:  # v0-1 answer each feature too, here with the request's outcome
         answer["results"] = [
             {"feature": name, "error_code": code, "error_message": message} for name in names
@@ -77,7 +79,7 @@ async def update_features(
 @handles(UNREGISTER_BROKER, 0)
 async def unregister_broker(
     ctx: RequestContext, request: requests.UnregisterBrokerRequest
-) -> dict[str, Any]:
+) -> responses.UnregisterBrokerResponse:
     code, message = ErrorCode.none, None
     if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
         code = ErrorCode.cluster_authorization_failed

@@ -12,7 +12,6 @@ partition, which clients retry, as from a KRaft controller that is not the leade
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -21,14 +20,14 @@ from kbroker.controller.quorum import ReplicaState
 from kbroker.features import KRAFT_VERSION, finalized_features
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 DESCRIBE_QUORUM = 55
 METADATA_TOPIC = "__cluster_metadata"
 
 
-def _replica(state: ReplicaState) -> dict[str, Any]:
+def _replica(state: ReplicaState) -> responses.ReplicaState:
     # No directory ids: kbroker's voters are static (kraft.version 0), whose replicas
     # Kafka names without one (Uuid.ZERO, its NO_DIRECTORY_ID).
     return {
@@ -40,7 +39,9 @@ def _replica(state: ReplicaState) -> dict[str, Any]:
     }
 
 
-def _partition_error(partition: int, code: ErrorCode, message: str | None) -> dict[str, Any]:
+def _partition_error(
+    partition: int, code: ErrorCode, message: str | None
+) -> responses.DescribeQuorumPartitionData:
     return {
         "partition_index": partition,
         "error_code": code,
@@ -56,9 +57,13 @@ def _partition_error(partition: int, code: ErrorCode, message: str | None) -> di
 @handles(DESCRIBE_QUORUM, 0)
 async def describe_quorum(
     ctx: RequestContext, request: requests.DescribeQuorumRequest
-) -> dict[str, Any]:
-    response: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None}
-    response["topics"], response["nodes"] = [], []
+) -> responses.DescribeQuorumResponse:
+    response: responses.DescribeQuorumResponse = {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "topics": [],
+        "nodes": [],
+    }
     if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         response["error_code"] = ErrorCode.cluster_authorization_failed
         return response
@@ -84,10 +89,10 @@ async def describe_quorum(
             response["error_code"] = ErrorCode(exc.error_code)
             response["error_message"] = exc.message
             return response
-        partition = _partition_error(0, ErrorCode.not_leader_or_follower, exc.message)
-        response["topics"] = [{"topic_name": METADATA_TOPIC, "partitions": [partition]}]
+        refused = _partition_error(0, ErrorCode.not_leader_or_follower, exc.message)
+        response["topics"] = [{"topic_name": METADATA_TOPIC, "partitions": [refused]}]
         return response
-    partition = {
+    partition: responses.DescribeQuorumPartitionData = {
         "partition_index": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
@@ -135,7 +140,9 @@ def _voter_change_refusal(
 
 
 @handles(ADD_RAFT_VOTER, 0)
-def add_raft_voter(ctx: RequestContext, request: requests.AddRaftVoterRequest) -> dict[str, Any]:
+def add_raft_voter(
+    ctx: RequestContext, request: requests.AddRaftVoterRequest
+) -> responses.AddRaftVoterResponse:
     directory = request.voter_directory_id
     valid = (
         request.voter_id >= 0
@@ -150,7 +157,7 @@ def add_raft_voter(ctx: RequestContext, request: requests.AddRaftVoterRequest) -
 @handles(REMOVE_RAFT_VOTER, 0)
 def remove_raft_voter(
     ctx: RequestContext, request: requests.RemoveRaftVoterRequest
-) -> dict[str, Any]:
+) -> responses.RemoveRaftVoterResponse:
     directory = request.voter_directory_id
     valid = request.voter_id >= 0 and directory is not None and directory != NO_DIRECTORY
     code, message = _voter_change_refusal(ctx, request.cluster_id, valid, "removing", "Remove")

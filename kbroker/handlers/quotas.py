@@ -12,14 +12,14 @@ DESCRIBE_CONFIGS (CLUSTER_AUTHORIZATION_FAILED otherwise).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.errors import ControllerError
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.security.quotas import (
     CLIENT_ID,
@@ -40,8 +40,8 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 @handles(DESCRIBE_CLIENT_QUOTAS, 0)
 def describe_client_quotas(
     ctx: RequestContext, request: requests.DescribeClientQuotasRequest
-) -> dict[str, Any]:
-    answer: dict[str, Any] = {
+) -> responses.DescribeClientQuotasResponse:
+    answer: responses.DescribeClientQuotasResponse = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
@@ -58,14 +58,16 @@ def describe_client_quotas(
             "entries": None,
         }
     strict = request.strict
+    entries: list[responses.DescribeClientQuotasEntryData] = []
     for entity, values in ctx.broker.security.state.client_quotas.items():
         if _matches(entity, request.components, strict):
-            answer["entries"].append(
+            entries.append(
                 {
                     "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
                     "values": [{"key": k, "value": float(v)} for k, v in sorted(values.items())],
                 }
             )
+    answer["entries"] = entries
     return answer
 
 
@@ -162,8 +164,8 @@ def _entry_problem(entry: _Entry) -> str | None:
 @handles(ALTER_CLIENT_QUOTAS, 0)
 async def alter_client_quotas(
     ctx: RequestContext, request: requests.AlterClientQuotasRequest
-) -> dict[str, Any]:
-    def entity_of(entry: _Entry) -> list[dict[str, Any]]:
+) -> responses.AlterClientQuotasResponse:
+    def entity_of(entry: _Entry) -> list[responses.AlterClientQuotasEntityData]:
         return [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]
 
     if not ctx.allowed(Operation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
@@ -175,7 +177,7 @@ async def alter_client_quotas(
                 for e in request.entries
             ],
         }
-    results: list[dict[str, Any]] = []
+    results: list[responses.AlterClientQuotasEntryData] = []
     changes: list[tuple[Entity, dict[str, float], list[str]]] = []
     for entry in request.entries:
         problem = _entry_problem(entry)

@@ -8,14 +8,14 @@ client could log in with. Each request is checked as Kafka checks it, one result
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Protocol
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.errors import ControllerError
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.security.scram import (
     MAX_ITERATIONS,
@@ -32,7 +32,7 @@ ALTER_USER_SCRAM_CREDENTIALS = 51
 @handles(DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
 async def describe_user_scram_credentials(
     ctx: RequestContext, request: requests.DescribeUserScramCredentialsRequest
-) -> dict[str, Any]:
+) -> responses.DescribeUserScramCredentialsResponse:
     if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return {
             "throttle_time": 0,
@@ -41,16 +41,16 @@ async def describe_user_scram_credentials(
             "results": [],
         }
     credentials = ctx.broker.security.state.scram_credentials
-    by_user: dict[str, list[dict[str, int]]] = {}
+    by_user: dict[str, list[responses.CredentialInfo]] = {}
     for (user, mechanism), credential in sorted(credentials.items()):
         by_user.setdefault(user, []).append(
             {"mechanism": TYPE_OF[mechanism], "iterations": credential.iterations}
         )
     asked = [u.name for u in request.users] if request.users else sorted(by_user)
     counts = Counter(asked)
-    results = []
+    results: list[responses.DescribeUserScramCredentialsResult] = []
     for name in dict.fromkeys(asked):
-        infos: list[dict[str, int]]
+        infos: list[responses.CredentialInfo]
         message: str | None
         if counts[name] > 1:
             error, message, infos = (
@@ -84,7 +84,7 @@ class _Change(Protocol):
 @handles(ALTER_USER_SCRAM_CREDENTIALS, 0)
 async def alter_user_scram_credentials(
     ctx: RequestContext, request: requests.AlterUserScramCredentialsRequest
-) -> dict[str, Any]:
+) -> responses.AlterUserScramCredentialsResponse:
     changes: tuple[_Change, ...] = (*request.deletions, *request.upsertions)
     if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
         users = dict.fromkeys(c.name for c in changes)
@@ -151,7 +151,7 @@ async def alter_user_scram_credentials(
         except ControllerError as exc:
             for user in order:
                 refuse(user, ErrorCode(exc.error_code), exc.message)
-    results = []
+    results: list[responses.AlterUserScramCredentialsResult] = []
     for user in dict.fromkeys(order):
         code, message = errors.get(user, (ErrorCode.none, None))
         results.append({"user": user, "error_code": code, "error_message": message})

@@ -174,7 +174,6 @@ STILL_UNTYPED = {
     "share_groups.py",
     "share_state.py",
     "topics.py",
-    "transactions.py",
 }
 
 

@@ -13,7 +13,7 @@ import datetime
 import logging
 import re
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -22,7 +22,7 @@ from kbroker.coordinator.store import OFFSETS_TOPIC
 from kbroker.handlers.context import RequestContext, TxnCoordination
 from kbroker.handlers.registry import handles
 from kbroker.internal_topics import Acknowledgement, write_error
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.protocol.messages import duration_ms
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.txn.metadata import TxnMetadata, TxnState
@@ -73,7 +73,7 @@ def _init_denied(ctx: RequestContext, txn_id: str | None) -> ErrorCode | None:
 @handles(INIT_PRODUCER_ID, 0, 5)
 async def init_producer_id(
     ctx: RequestContext, request: requests.InitProducerIdRequest
-) -> dict[str, Any]:
+) -> responses.InitProducerIdResponse:
     service = _service(ctx)
     txn_id = request.transactional_id
     if ctx.broker.authorizer is not None:
@@ -158,8 +158,10 @@ async def _add_partitions(
     return dict.fromkeys(wanted, error)
 
 
-def _topic_results(results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+def _topic_results(
+    results: dict[tuple[str, int], ErrorCode],
+) -> list[responses.AddPartitionsToTxnTopicResult]:
+    by_topic: dict[str, list[responses.AddPartitionsToTxnPartitionResult]] = {}
     for (topic, partition), error in sorted(results.items()):
         by_topic.setdefault(topic, []).append(
             {"partition_index": partition, "partition_error_code": error}
@@ -170,7 +172,7 @@ def _topic_results(results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, 
 @handles(ADD_PARTITIONS_TO_TXN, 0)
 async def add_partitions_to_txn(
     ctx: RequestContext, request: requests.AddPartitionsToTxnRequest
-) -> dict[str, Any]:
+) -> responses.AddPartitionsToTxnResponse:
     # From v4 (KIP-890) one request, sent by a partition leader, names several
     # transactions; up to v3 a producer names its own.
     if ctx.version < 4:
@@ -183,7 +185,7 @@ async def add_partitions_to_txn(
         )
         return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(results)}
     # v4+: batched, sent by brokers (verify_only) rather than clients.
-    out = []
+    out: list[responses.AddPartitionsToTxnResult] = []
     for txn in request.transactions:
         results = await _add_partitions(
             ctx,
@@ -205,7 +207,7 @@ async def add_partitions_to_txn(
 @handles(ADD_OFFSETS_TO_TXN, 0)
 async def add_offsets_to_txn(
     ctx: RequestContext, request: requests.AddOffsetsToTxnRequest
-) -> dict[str, Any]:
+) -> responses.AddOffsetsToTxnResponse:
     if _txn_denied(ctx, request.transactional_id):
         return {"throttle_time": 0, "error_code": E.transactional_id_authorization_failed}
     if ctx.broker.authorizer is not None and not ctx.allowed(
@@ -232,7 +234,7 @@ async def add_offsets_to_txn(
 
 
 @handles(END_TXN, 0)
-async def end_txn(ctx: RequestContext, request: requests.EndTxnRequest) -> dict[str, Any]:
+async def end_txn(ctx: RequestContext, request: requests.EndTxnRequest) -> responses.EndTxnResponse:
     if _txn_denied(ctx, request.transactional_id):
         return {
             "throttle_time": 0,
@@ -261,11 +263,11 @@ async def end_txn(ctx: RequestContext, request: requests.EndTxnRequest) -> dict[
 @handles(WRITE_TXN_MARKERS, 0)  # v0 through protocol.legacy_messages
 async def write_txn_markers(
     ctx: RequestContext, request: requests.WriteTxnMarkersRequest
-) -> dict[str, Any]:
+) -> responses.WriteTxnMarkersResponse:
     """Markers from a transaction coordinator on another broker, for partitions led here.
     Only a broker (CLUSTER_ACTION) may write them."""
     service = _service(ctx)
-    markers_out = []
+    markers_out: list[responses.WritableTxnMarkerResult] = []
     if ctx.broker.authorizer is not None and not ctx.is_broker():
         refused = E.cluster_authorization_failed
         return {
@@ -303,7 +305,7 @@ async def write_txn_markers(
     answers = iter(written)
     for marker in request.markers:
         outcomes = next(answers)
-        topics_out = [
+        topics_out: list[responses.WritableTxnMarkerTopicResult] = [
             {
                 "name": topic.name,
                 "partitions": [
@@ -323,7 +325,7 @@ async def write_txn_markers(
 @handles(TXN_OFFSET_COMMIT, 0)
 async def txn_offset_commit(
     ctx: RequestContext, request: requests.TxnOffsetCommitRequest
-) -> dict[str, Any]:
+) -> responses.TxnOffsetCommitResponse:
     state = ctx.broker.controller.state
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     results: dict[tuple[str, int], ErrorCode] = {}
@@ -371,7 +373,7 @@ async def txn_offset_commit(
             if pending is not None:
                 error = await _acknowledged(request.group_id, pending)
         results.update(dict.fromkeys(offsets, error))
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+    by_topic: dict[str, list[responses.TxnOffsetCommitResponsePartition]] = {}
     for topic in request.topics:
         by_topic.setdefault(topic.name, [])
         for p in topic.partitions:
@@ -400,9 +402,11 @@ async def _acknowledged(group_id: str, pending: Acknowledgement) -> ErrorCode:
 # -- DescribeTransactions / ListTransactions ------------------------------------------------
 
 
-def _describe_one(service: TxnCoordination, txn_id: str) -> dict[str, Any]:
+def _describe_one(
+    service: TxnCoordination, txn_id: str
+) -> responses.DescribeTransactionsTransactionState:
     error, meta = service.coordinator.describe(txn_id)
-    out: dict[str, Any] = {
+    out: responses.DescribeTransactionsTransactionState = {
         "error_code": error,
         "transactional_id": txn_id,
         "transaction_state": "",
@@ -419,7 +423,7 @@ def _describe_one(service: TxnCoordination, txn_id: str) -> dict[str, Any]:
     return out
 
 
-def _described(meta: TxnMetadata) -> dict[str, Any]:
+def _described(meta: TxnMetadata) -> responses.DescribeTransactionsTransactionState:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(meta.partitions):
         by_topic.setdefault(topic, []).append(partition)
@@ -436,7 +440,7 @@ def _described(meta: TxnMetadata) -> dict[str, Any]:
 @handles(DESCRIBE_TRANSACTIONS, 0)
 def describe_transactions(
     ctx: RequestContext, request: requests.DescribeTransactionsRequest
-) -> dict[str, Any]:
+) -> responses.DescribeTransactionsResponse:
     service = _service(ctx)
     return {
         "throttle_time": 0,
@@ -462,7 +466,7 @@ def _may_describe_txn(ctx: RequestContext, txn_id: str) -> bool:
 @handles(LIST_TRANSACTIONS, 0)
 def list_transactions(
     ctx: RequestContext, request: requests.ListTransactionsRequest
-) -> dict[str, Any]:
+) -> responses.ListTransactionsResponse:
     service = _service(ctx)
     states: set[TxnState] = set()
     unknown: list[str] = []

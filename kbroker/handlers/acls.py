@@ -10,14 +10,14 @@ as Kafka checks them (INVALID_REQUEST), and the ACLs are replicated metadata.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.errors import ControllerError
 from kbroker.handlers.context import RequestContext, caught_up
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -82,7 +82,7 @@ def _enum(kind: type[AclEnum], value: int) -> AclEnum:
         return kind["UNKNOWN"]
 
 
-def _described(b: AclBinding) -> dict[str, Any]:
+def _described(b: AclBinding) -> responses.AclDescription:
     return {
         "principal": b.principal,
         "host": b.host,
@@ -92,8 +92,10 @@ def _described(b: AclBinding) -> dict[str, Any]:
 
 
 @handles(DESCRIBE_ACLS, 0)  # v0 through protocol.legacy_messages
-def describe_acls(ctx: RequestContext, request: requests.DescribeAclsRequest) -> dict[str, Any]:
-    answer: dict[str, Any] = {
+def describe_acls(
+    ctx: RequestContext, request: requests.DescribeAclsRequest
+) -> responses.DescribeAclsResponse:
+    answer: responses.DescribeAclsResponse = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
@@ -131,8 +133,10 @@ def describe_acls(ctx: RequestContext, request: requests.DescribeAclsRequest) ->
 
 
 @handles(CREATE_ACLS, 0)  # v0 through protocol.legacy_messages
-async def create_acls(ctx: RequestContext, request: requests.CreateAclsRequest) -> dict[str, Any]:
-    def result(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+async def create_acls(
+    ctx: RequestContext, request: requests.CreateAclsRequest
+) -> responses.CreateAclsResponse:
+    def result(code: ErrorCode, message: str | None = None) -> responses.AclCreationResult:
         return {"error_code": code, "error_message": message}
 
     if ctx.broker.authorizer is None:
@@ -141,7 +145,7 @@ async def create_acls(ctx: RequestContext, request: requests.CreateAclsRequest) 
     if not _cluster_allowed(ctx, Operation.ALTER):
         refused = result(ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)
         return {"throttle_time": 0, "results": [refused for _ in request.creations]}
-    results: list[dict[str, Any]] = []
+    results: list[responses.AclCreationResult] = []
     valid: list[AclBinding] = []
     for c in request.creations:
         binding = AclBinding(
@@ -169,8 +173,10 @@ async def create_acls(ctx: RequestContext, request: requests.CreateAclsRequest) 
 
 
 @handles(DELETE_ACLS, 0)  # v0 through protocol.legacy_messages
-async def delete_acls(ctx: RequestContext, request: requests.DeleteAclsRequest) -> dict[str, Any]:
-    def refused(code: ErrorCode, message: str) -> dict[str, Any]:
+async def delete_acls(
+    ctx: RequestContext, request: requests.DeleteAclsRequest
+) -> responses.DeleteAclsResponse:
+    def refused(code: ErrorCode, message: str) -> responses.DeleteAclsFilterResult:
         return {"error_code": code, "error_message": message, "matching_acls": []}
 
     if ctx.broker.authorizer is None:
@@ -183,7 +189,7 @@ async def delete_acls(ctx: RequestContext, request: requests.DeleteAclsRequest) 
     # matches them in its own: ACLs created through another node a moment ago included.
     await caught_up(ctx.broker.controller)
     existing = ctx.broker.security.state.acls
-    results: list[dict[str, Any]] = []
+    results: list[responses.DeleteAclsFilterResult] = []
     doomed: dict[AclBinding, None] = {}
     for f in request.filters:
         acl_filter = _filter(f)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime
 import hmac as _hmac
 import time
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -23,7 +22,7 @@ from kbroker.controller import ControllerError
 from kbroker.controller.state import DelegationToken
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.protocol.messages import duration_ms
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.security.principal import ANONYMOUS
@@ -85,15 +84,17 @@ def _controller_code(exc: ControllerError) -> ErrorCode:
 @handles(CREATE_DELEGATION_TOKEN, 1)
 async def create_delegation_token(
     ctx: RequestContext, request: requests.CreateDelegationTokenRequest
-) -> dict[str, Any]:
+) -> responses.CreateDelegationTokenResponse:
     requester = str(ctx.principal)
     owner_type = request.owner_principal_type
     owner_name = request.owner_principal_name
     owner = f"{owner_type}:{owner_name}" if owner_name else requester
 
-    def answer(code: ErrorCode, token: DelegationToken | None = None, mac: bytes = b"") -> dict:
+    def answer(
+        code: ErrorCode, token: DelegationToken | None = None, mac: bytes = b""
+    ) -> responses.CreateDelegationTokenResponse:
         kind, name = _split(owner)
-        body: dict[str, Any] = {
+        body: responses.CreateDelegationTokenResponse = {
             "error_code": code,
             "principal_type": kind,
             "principal_name": name,
@@ -144,11 +145,11 @@ async def create_delegation_token(
 
 async def _change_expiry(
     ctx: RequestContext, mac: bytes, period_ms: int, renewing: bool
-) -> dict[str, Any]:
+) -> responses.RenewDelegationTokenResponse:
     """Renew (expiry moved to now + period, the default period when negative) or expire
     (at once when the period is negative), never past the token's max timestamp."""
 
-    def answer(code: ErrorCode, expiry: int = -1) -> dict[str, Any]:
+    def answer(code: ErrorCode, expiry: int = -1) -> responses.RenewDelegationTokenResponse:
         return {"error_code": code, "expiry_timestamp": _ts(expiry), "throttle_time": 0}
 
     if not _allowed(ctx):
@@ -192,14 +193,14 @@ async def _change_expiry(
 @handles(RENEW_DELEGATION_TOKEN, 1)
 async def renew_delegation_token(
     ctx: RequestContext, request: requests.RenewDelegationTokenRequest
-) -> dict[str, Any]:
+) -> responses.RenewDelegationTokenResponse:
     return await _change_expiry(ctx, bytes(request.hmac), duration_ms(request.renew_period), True)
 
 
 @handles(EXPIRE_DELEGATION_TOKEN, 1)
 async def expire_delegation_token(
     ctx: RequestContext, request: requests.ExpireDelegationTokenRequest
-) -> dict[str, Any]:
+) -> responses.ExpireDelegationTokenResponse:
     period = duration_ms(request.expiry_time_period)
     return await _change_expiry(ctx, bytes(request.hmac), period, False)
 
@@ -207,8 +208,10 @@ async def expire_delegation_token(
 @handles(DESCRIBE_DELEGATION_TOKEN, 1)
 def describe_delegation_token(
     ctx: RequestContext, request: requests.DescribeDelegationTokenRequest
-) -> dict[str, Any]:
-    def answer(code: ErrorCode, tokens: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+) -> responses.DescribeDelegationTokenResponse:
+    def answer(
+        code: ErrorCode, tokens: list[responses.DescribedDelegationToken] | None = None
+    ) -> responses.DescribeDelegationTokenResponse:
         return {"error_code": code, "tokens": tokens or [], "throttle_time": 0}
 
     if not _allowed(ctx):
@@ -224,7 +227,7 @@ def describe_delegation_token(
     if owners is not None and not owners:
         return answer(E.none)
     now = _now_ms()
-    found: list[dict[str, Any]] = []
+    found: list[responses.DescribedDelegationToken] = []
     for token in sorted(
         ctx.broker.controller.state.delegation_tokens.values(), key=lambda t: t.issue_ms
     ):
@@ -237,7 +240,7 @@ def describe_delegation_token(
         ):
             continue
         kind, name = _split(token.owner)
-        described: dict[str, Any] = {
+        described: responses.DescribedDelegationToken = {
             "principal_type": kind,
             "principal_name": name,
             "issue_timestamp": token.issue_ms,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+import uuid
+from collections.abc import Awaitable, Mapping
 
 from kio.schema.errors import ErrorCode
 
@@ -15,7 +15,7 @@ from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 METADATA = 3
@@ -23,12 +23,12 @@ METADATA = 3
 log = logging.getLogger("kbroker.metadata")
 
 
-def describe_brokers(ctx: RequestContext) -> list[dict[str, Any]]:
+def describe_brokers(ctx: RequestContext) -> list[responses.MetadataResponseBroker]:
     """Live brokers, each at its address on the client's listener; as on Kafka, a
     broker without that listener is left out rather than named at a port the client
     cannot speak to."""
     brokers = sorted(ctx.broker.controller.state.brokers.values(), key=lambda b: b.node_id)
-    described = []
+    described: list[responses.MetadataResponseBroker] = []
     listener = ctx.listener_name
     for b in brokers:
         if b.node_id != ctx.broker.node_id and b.endpoint(listener) is None:
@@ -44,7 +44,7 @@ def describe_topic(
     brokers: Mapping[int, BrokerInfo],
     error: ErrorCode = ErrorCode.none,
     storage_failed: tuple[int, Mapping[tuple[str, int], str]] | None = None,
-) -> dict[str, Any]:
+) -> responses.MetadataResponseTopic:
     """A topic as Kafka's Metadata shows it: a partition without a leader carries
     LEADER_NOT_AVAILABLE, and replicas on brokers that are fenced or unknown, or whose log
     directory failed (as the controller recorded it), are offline.
@@ -59,7 +59,7 @@ def describe_topic(
 
     node, failed = storage_failed if storage_failed else (-1, {})
     name = topic.name
-    partitions = []
+    partitions: list[responses.MetadataResponsePartition] = []
     for p in topic.partitions:
         error_code = ErrorCode.none if p.has_leader else ErrorCode.leader_not_available
         leader, isr = p.leader, list(p.isr)
@@ -90,7 +90,9 @@ def describe_topic(
     }
 
 
-def missing_topic(name: str | None, topic_id: Any, error: ErrorCode) -> dict[str, Any]:
+def missing_topic(
+    name: str | None, topic_id: uuid.UUID | None, error: ErrorCode
+) -> responses.MetadataResponseTopic:
     return {"error_code": error, "name": name, "topic_id": topic_id, "partitions": []}
 
 
@@ -106,7 +108,9 @@ def visible_controller_id(ctx: RequestContext) -> int:
     return ctx.broker.node_id if state.controller_id >= 0 else -1
 
 
-def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, Any]:
+def _response(
+    ctx: RequestContext, topics: list[responses.MetadataResponseTopic]
+) -> responses.MetadataResponse:
     state = ctx.broker.controller.state
     return {
         "throttle_time": 0,
@@ -121,7 +125,9 @@ def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, An
 
 
 @handles(METADATA, 0)
-def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> Any:
+def metadata(
+    ctx: RequestContext, request: requests.MetadataRequest
+) -> responses.MetadataResponse | Awaitable[responses.MetadataResponse]:
     broker = ctx.broker
     state = broker.controller.state
     checking = broker.authorizer is not None
@@ -143,7 +149,7 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> Any:
         )
     # Before v4 the request cannot say, and auto-creation is the broker's to decide.
     may_create = request.allow_auto_topic_creation and broker.config.auto_create_topics_enable
-    results: list[dict[str, Any] | None] = []
+    results: list[responses.MetadataResponseTopic | None] = []
     to_create: list[tuple[int, str]] = []
     for wanted in request.topics:
         name, topic_id = wanted.name, wanted.topic_id
@@ -180,7 +186,7 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> Any:
         else:
             results.append(missing_topic(name, None, ErrorCode.unknown_topic_or_partition))
     if not to_create:
-        return _response(ctx, results)  # type: ignore[arg-type]
+        return _response(ctx, [r for r in results if r is not None])
     return _create_then_respond(ctx, results, to_create)
 
 
@@ -200,15 +206,17 @@ def _valid_name(name: str) -> bool:
 
 
 async def _create_then_respond(
-    ctx: RequestContext, results: list[dict[str, Any] | None], to_create: list[tuple[int, str]]
-) -> dict[str, Any]:
+    ctx: RequestContext,
+    results: list[responses.MetadataResponseTopic | None],
+    to_create: list[tuple[int, str]],
+) -> responses.MetadataResponse:
     """Auto-create topics (Kafka's auto.create.topics.enable) and describe them at once."""
     for index, name in to_create:
         results[index] = await auto_create_topic(ctx.broker, name)
-    return _response(ctx, results)  # type: ignore[arg-type]
+    return _response(ctx, [r for r in results if r is not None])
 
 
-async def auto_create_topic(broker: BrokerParts, name: str) -> dict[str, Any]:
+async def auto_create_topic(broker: BrokerParts, name: str) -> responses.MetadataResponseTopic:
     """Create `name` as Kafka's auto.create.topics.enable does and describe it.
 
     A refusal never reaches the client as such: Kafka's broker hands the creation to the

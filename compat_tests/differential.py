@@ -108,6 +108,7 @@ _IDENTITY = (
     "id",
     "config_name",
     "index",
+    "resource_type",
 )
 
 

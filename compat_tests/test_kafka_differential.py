@@ -53,18 +53,7 @@ MISSING = "diff-missing"
 # "scenario vN" -> the paths that differ there (values are in the failure report). A listed
 # difference that goes away fails the test too, so that the list stays true.
 KNOWN: dict[str, set[str]] = {
-    **{
-        f"Fetch a missing partition v{v}": {"responses[].partitions[].aborted_transactions"}
-        for v in (4, 18)
-    },
-    "SyncGroup unknown member v5": {"error_code"},
-    "LeaveGroup unknown member v5": {"error_code", "members"},
     "CreateTopics validate only v7": {"topics[].configs"},
-    "AddPartitionsToTxn unknown id v5": {"connection", "error_code", "results_by_transaction"},
-    "api_versions defaults v4": {"error_code"},
-    "list_config_resources defaults v1": {"config_resources[].resource_type"},
-    "share_acknowledge defaults v1": {"error_code"},
-    "share_acknowledge defaults v2": {"error_code"},
 }
 
 # Never sent as a bare request: they change the connection's state (SASL) or answer only

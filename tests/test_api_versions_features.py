@@ -26,8 +26,9 @@ def Settings(share: bool = True, protocols: str = "classic,consumer") -> BrokerC
     )
 
 
-def _request(version: int) -> Any:
-    return build(request_class(API_VERSIONS, version), {})
+def _request(version: int, name: str = "test", software_version: str = "1") -> Any:
+    fields = {"client_software_name": name, "client_software_version": software_version}
+    return build(request_class(API_VERSIONS, version), fields if version >= 3 else {})
 
 
 @dataclass
@@ -137,3 +138,19 @@ def test_update_features_refusals_carry_kafkas_messages() -> None:
         "Invalid update version 1 for feature no.such.feature. Local controller 1 does not "
         "support this feature."
     )
+
+
+def test_a_client_software_name_or_version_kafka_refuses_is_invalid_request() -> None:
+    """KIP-511's pattern, as Kafka's ApiVersionsRequest.isValid: INVALID_REQUEST and no
+    API list for an empty or malformed name or version; a well-formed pair is answered."""
+
+    def ask(name: str, version: str) -> Any:
+        ctx = handler_context(
+            API_VERSIONS, 3, config=Settings(), controller=Metadata(MetadataState(version=1))
+        )
+        return api_versions(ctx, _request(3, name, version))
+
+    for name, version in (("", "1"), ("librdkafka", ""), ("a b", "1"), ("-x", "1"), ("x", "1.")):
+        assert ask(name, version) == {"error_code": 42, "api_keys": [], "throttle_time": 0}
+    for name, version in (("librdkafka", "2.6.1"), ("x", "1"), ("apache-kafka-java", "4.3.1-rc0")):
+        assert ask(name, version)["error_code"] == 0

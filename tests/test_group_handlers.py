@@ -184,6 +184,26 @@ def test_sync_v5_answers_with_the_assignment_and_protocol():
     assert (resp.error_code, resp.assignment, resp.protocol_name) == (E.none, b"mine", "range")
 
 
+def test_sync_v5_without_protocol_type_or_name_is_inconsistent_group_protocol():
+    """From v5 both fields are mandatory: Kafka answers INCONSISTENT_GROUP_PROTOCOL before
+    it looks at the group, even for a member it knows."""
+    b = broker()
+    joined = call(b, JOIN_GROUP, 3, **join_fields())
+    for missing in ("protocol_type", "protocol_name"):
+        fields = {"protocol_type": "consumer", "protocol_name": "range", missing: None}
+        resp = call(
+            b,
+            SYNC_GROUP,
+            5,
+            group_id="g",
+            generation_id=joined.generation_id,
+            member_id=joined.member_id,
+            assignments=[],
+            **fields,
+        )
+        assert resp.error_code == E.inconsistent_group_protocol
+
+
 # -- Heartbeat / LeaveGroup ------------------------------------------------------------------
 
 

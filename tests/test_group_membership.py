@@ -434,8 +434,11 @@ def test_batched_leave_reports_each_member():
 
 
 def test_leave_of_missing_group_is_unknown_member():
+    """As Kafka 4: the request itself succeeds, and each member named is unknown."""
     h = Harness()
-    assert h.c.classic.leave_group("nope", [LeavingMember("m")]).error == E.unknown_member_id
+    result = h.c.classic.leave_group("nope", [LeavingMember("m"), LeavingMember("", "i1")])
+    assert result.error == E.none
+    assert result.members == (("m", None, E.unknown_member_id), ("", "i1", E.unknown_member_id))
 
 
 def test_leave_of_a_pending_member_is_accepted():

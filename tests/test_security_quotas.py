@@ -117,8 +117,8 @@ def test_a_client_over_its_request_percentage_is_told_and_muted() -> None:
 
     async def feed() -> None:
         conn.connection_made(transport)  # type: ignore[arg-type]
-        conn.data_received(request(API_VERSIONS, 3, 5, b"\x01\x01\x00"))
-        conn.data_received(request(API_VERSIONS, 3, 6, b"\x01\x01\x00"))
+        conn.data_received(request(API_VERSIONS, 3, 5, b"\x05fuzz\x021\x00"))
+        conn.data_received(request(API_VERSIONS, 3, 6, b"\x05fuzz\x021\x00"))
         await asyncio.sleep(0)  # one loop turn: the answers scheduled are written
 
     asyncio.run(feed())

@@ -824,7 +824,11 @@ class ClassicGroupCoordinator:
             return LeaveResult(error)
         group = self.groups.get(group_id)
         if group is None:
-            return LeaveResult(E.unknown_member_id)
+            # As Kafka: the request succeeds and each member named is unknown.
+            return LeaveResult(
+                E.none,
+                tuple((m.member_id, m.group_instance_id, E.unknown_member_id) for m in members),
+            )
         if group.is_in(GroupState.DEAD):
             return LeaveResult(E.coordinator_not_available)
         results: list[tuple[str, str | None, ErrorCode]] = []

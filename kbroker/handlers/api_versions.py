@@ -7,6 +7,7 @@ with `unsupported_api_versions` before any handler runs.
 
 from __future__ import annotations
 
+import re
 import struct
 
 from kbroker.features import finalized_features, supported_features
@@ -15,12 +16,19 @@ from kbroker.handlers.registry import APIS, handles, served_apis
 from kbroker.protocol import requests, responses
 
 API_VERSIONS = 18
+INVALID_REQUEST = 42
+# What Kafka's ApiVersionsRequest.isValid takes as a client's software name and version
+# (KIP-511): letters, digits, '-' and '.', starting and ending with a letter or digit.
+SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 @handles(API_VERSIONS, 0, 4)
 def api_versions(
     ctx: RequestContext, request: requests.ApiVersionsRequest
 ) -> responses.ApiVersionsResponse:
+    if ctx.version >= 3 and not _valid_software(request):
+        # As Kafka: INVALID_REQUEST and no API list, the connection left open.
+        return {"error_code": INVALID_REQUEST, "api_keys": [], "throttle_time": 0}
     answer: responses.ApiVersionsResponse = {
         "error_code": 0,
         "api_keys": [
@@ -48,6 +56,13 @@ def api_versions(
             ).items()
         ]
     return answer
+
+
+def _valid_software(request: requests.ApiVersionsRequest) -> bool:
+    return bool(
+        SOFTWARE_PATTERN.fullmatch(request.client_software_name)
+        and SOFTWARE_PATTERN.fullmatch(request.client_software_version)
+    )
 
 
 def unsupported_api_versions() -> bytes:

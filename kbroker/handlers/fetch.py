@@ -265,11 +265,11 @@ def _read_all(
     now = int(time.time() * 1000) if replica >= 0 or client_rack else 0
     for target in plan.targets:
         if target.topic is None:
-            results.append((target, FetchedPartition(target.partition, unknown)))
+            results.append((target, _refused(target.partition, unknown)))
             errors = True
             continue
         if denied and target.topic in denied:
-            refused = FetchedPartition(target.partition, ErrorCode.topic_authorization_failed)
+            refused = _refused(target.partition, ErrorCode.topic_authorization_failed)
             results.append((target, refused))
             errors = True
             continue
@@ -297,6 +297,13 @@ def _read_all(
     return results, total, errors
 
 
+def _refused(partition: int, code: ErrorCode) -> FetchedPartition:
+    """A partition refused before any replica is asked (unknown to the metadata, or not
+    readable): as Kafka's FetchResponse.partitionResponse, its aborted transactions are
+    an empty list, not null."""
+    return FetchedPartition(partition, code, aborted_transactions=[])
+
+
 def _read_partition(
     broker: BrokerParts,
     topic: str,
@@ -313,8 +320,10 @@ def _read_partition(
     if partition is None:
         if (topic, p.partition) in broker.durability.failed:  # its log directory failed
             return FetchedPartition(p.partition, ErrorCode.kafka_storage_error)
-        code = broker.controller.state.missing_replica_error(topic, p.partition)
-        return FetchedPartition(p.partition, ErrorCode(code))
+        code = ErrorCode(broker.controller.state.missing_replica_error(topic, p.partition))
+        if code == ErrorCode.unknown_topic_or_partition:
+            return _refused(p.partition, code)
+        return FetchedPartition(p.partition, code)
     if client_rack and partition.is_leader and not partition.check_epoch(p.current_leader_epoch):
         preferred = preferred_read_replica(
             RACK_AWARE_SELECTOR,

@@ -253,6 +253,9 @@ def _join_response(version: int, r: JoinResult) -> responses.JoinGroupResponse:
 def sync_group(
     ctx: RequestContext, request: requests.SyncGroupRequest
 ) -> responses.SyncGroupResponse | Awaitable[responses.SyncGroupResponse]:
+    if ctx.version >= 5 and (request.protocol_type is None or request.protocol_name is None):
+        # From v5 both are mandatory; Kafka refuses their absence before anything else.
+        return _sync_response(SyncResult(E.inconsistent_group_protocol))
     if _group_denied(ctx, Operation.READ, request.group_id):
         return _sync_response(SyncResult(E.group_authorization_failed))
     coordinator = _coordinator(ctx)

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.coordinator.group import OffsetAndMetadata
 from kbroker.coordinator.store import OFFSETS_TOPIC
 from kbroker.handlers.context import RequestContext, TxnCoordination
-from kbroker.handlers.registry import handles
+from kbroker.handlers.registry import NO_RESPONSE, NoResponse, handles
 from kbroker.internal_topics import Acknowledgement, write_error
 from kbroker.protocol import requests, responses
 from kbroker.protocol.messages import duration_ms
@@ -172,7 +172,7 @@ def _topic_results(
 @handles(ADD_PARTITIONS_TO_TXN, 0)
 async def add_partitions_to_txn(
     ctx: RequestContext, request: requests.AddPartitionsToTxnRequest
-) -> responses.AddPartitionsToTxnResponse:
+) -> responses.AddPartitionsToTxnResponse | NoResponse:
     # From v4 (KIP-890) one request, sent by a partition leader, names several
     # transactions; up to v3 a producer names its own.
     if ctx.version < 4:
@@ -185,6 +185,10 @@ async def add_partitions_to_txn(
         )
         return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(results)}
     # v4+: batched, sent by brokers (verify_only) rather than clients.
+    if not request.transactions:
+        # Kafka refuses such a request as it parses it, so the connection closes.
+        ctx.connection.close(f"AddPartitionsToTxn v{ctx.version} names no transaction")
+        return NO_RESPONSE
     out: list[responses.AddPartitionsToTxnResult] = []
     for txn in request.transactions:
         results = await _add_partitions(

@@ -53,6 +53,7 @@ from kbroker.protocol.batch import BatchHeader
 from kbroker.protocol.messages import build
 from kbroker.replica.broker_link import BrokerLinks
 from kbroker.share.coordinator import (
+    INVALID_REQUEST,
     FetchAnswer,
     PartitionAcks,
     ShareCoordinator,
@@ -1012,6 +1013,9 @@ class ShareService(InternalTopicService):
     ) -> FetchAnswer:
         coordinator = self.coordinator
         answer = FetchAnswer()
+        if not group_id or not member_id:  # as ShareFetch, before the session is looked up
+            answer.error, answer.message = INVALID_REQUEST, "GroupId and MemberId must be set."
+            return answer
         if epoch == 0:
             answer.error = int(ErrorCode.invalid_share_session_epoch)
             answer.message = "ShareAcknowledge cannot open a share session."

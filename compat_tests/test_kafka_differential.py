@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.broker_process import FAST_GROUP_SETTINGS, running_broker
@@ -683,25 +689,130 @@ def test_confluent_client_scenario(sides: tuple[Side, Side]) -> None:
     )
 
 
-def test_mirror_maker_kafka_to_kbroker(sides: tuple[Side, Side], tmp_path: Path) -> None:
-    """MirrorMaker 2 (Kafka's own, dedicated mode) copies a topic from the Kafka node to the
-    kbroker node, keeping its Connect worker's config, offset and status topics on kbroker."""
-    kafka, kbroker = sides
-    source = "mm2-source"
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    admin.create_topics([NewTopic(source, 2, 1)])[source].result(timeout=30)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap})
-    sent = {f"k{i}".encode(): f"v{i}".encode() for i in range(50)}
-    for key, value in sent.items():
-        producer.produce(source, value, key=key)
+BURST = 30  # records produced into each source topic before the move, and again after
+
+
+def _produce(bootstrap: str, topic: str, start: int) -> dict[tuple[int, int], bytes]:
+    """BURST records into `topic`, each value unique: (partition, offset) -> value."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    placed: dict[tuple[int, int], bytes] = {}
+
+    def delivered(err: Any, message: Any) -> None:
+        assert err is None, err
+        placed[(message.partition(), message.offset())] = message.value()
+
+    for i in range(start, start + BURST):
+        producer.produce(
+            topic, f"{topic}-{i}".encode(), key=f"k{i}".encode(), on_delivery=delivered
+        )
     assert producer.flush(30) == 0
+    return placed
+
+
+def _consume_and_commit(
+    bootstrap: str, topic: str, group: str, placed: dict[tuple[int, int], bytes]
+) -> dict[int, int]:
+    """A group reads every record `placed` and commits where it stopped (the end of each
+    partition); the offsets it committed."""
+    ends = {p: 1 + max((o for q, o in placed if q == p), default=-1) for p in (0, 1)}
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    read: dict[int, int] = {0: 0, 1: 0}
+    deadline = time.monotonic() + 60
+    try:
+        while any(read[p] < ends[p] for p in read) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                read[message.partition()] = max(read[message.partition()], message.offset() + 1)
+        assert read == ends, f"{group} read up to {read} of {topic}, which ends at {ends}"
+        consumer.commit(
+            offsets=[TopicPartition(topic, p, ends[p]) for p in ends], asynchronous=False
+        )
+    finally:
+        consumer.close()
+    return ends
+
+
+def _translated(bootstrap: str, group: str, topic: str) -> dict[int, int] | None:
+    """The group's committed offsets for both partitions of `topic`, or None until both are."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(2)])
+    try:
+        (future,) = admin.list_consumer_group_offsets([request]).values()
+        answer = future.result(timeout=10)
+    except KafkaException:
+        return None
+    offsets = {tp.partition: tp.offset for tp in answer.topic_partitions if not tp.error}
+    return offsets if len(offsets) == 2 and all(o >= 0 for o in offsets.values()) else None
+
+
+def _resume(bootstrap: str, topic: str, group: str, count: int) -> list[bytes]:
+    """The values the group reads from where its committed offsets say, until `count`
+    (or a while longer, to catch records read again)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                got.append(message.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def test_mirror_maker_moves_topics_and_groups_both_ways(
+    sides: tuple[Side, Side], tmp_path: Path
+) -> None:
+    """MirrorMaker 2 (Kafka's own, dedicated mode) between the Kafka node and the kbroker
+    node, both ways at once. On each side a group reads a ``mig-*`` topic to its end and
+    commits; MirrorSourceConnector copies the topic to the other side,
+    MirrorHeartbeatConnector beats into each side, and MirrorCheckpointConnector translates
+    the group's offsets and (sync.group.offsets.enabled) commits them on the other side.
+    Then more records arrive at the source, and the group, moved to the other side, resumes
+    from the translated offsets: it reads every new record and none it had read before.
+    The Connect worker's config, offset and status topics live on both sides."""
+    kafka, kbroker = sides
+    clusters = {"kafka": kafka.bootstrap, "kbroker": kbroker.bootstrap}
+    placed: dict[str, dict[tuple[int, int], bytes]] = {}
+    for name, address in clusters.items():
+        admin = AdminClient({"bootstrap.servers": address})
+        admin.create_topics([NewTopic(f"mig-{name}", 2, 1)])[f"mig-{name}"].result(timeout=30)
+        placed[name] = _produce(address, f"mig-{name}", 0)
+    committed = {
+        name: _consume_and_commit(address, f"mig-{name}", f"mig-{name}-app", placed[name])
+        for name, address in clusters.items()
+    }
     settings = {
         "clusters": "kafka, kbroker",
         "kafka.bootstrap.servers": kafka.bootstrap,
         "kbroker.bootstrap.servers": kbroker.bootstrap,
         "kafka->kbroker.enabled": "true",
-        "kafka->kbroker.topics": "mm2-.*",
-        "kbroker->kafka.enabled": "false",
+        "kbroker->kafka.enabled": "true",
+        "topics": "mig-.*",
+        "groups": "mig-.*",
+        "sync.group.offsets.enabled": "true",
+        "sync.group.offsets.interval.seconds": "1",
+        "emit.checkpoints.interval.seconds": "1",
+        "emit.heartbeats.interval.seconds": "1",
+        "refresh.topics.interval.seconds": "1",
+        "refresh.groups.interval.seconds": "1",
         "replication.factor": "1",
         "checkpoints.topic.replication.factor": "1",
         "heartbeats.topic.replication.factor": "1",
@@ -710,21 +821,40 @@ def test_mirror_maker_kafka_to_kbroker(sides: tuple[Side, Side], tmp_path: Path)
         "status.storage.replication.factor": "1",
         "config.storage.replication.factor": "1",
         "sync.topic.acls.enabled": "false",
-        "refresh.topics.interval.seconds": "1",
-        "emit.checkpoints.interval.seconds": "1",
         "tasks.max": "1",
     }
     config = tmp_path / "mm2.properties"
     config.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
-    mirror = start_tool_process(
-        "org.apache.kafka.connect.mirror.MirrorMaker", str(config), log=tmp_path / "mm2.log"
-    )
+    log = tmp_path / "mm2.log"
+    other = {"kafka": "kbroker", "kbroker": "kafka"}
+    mirror = start_tool_process("org.apache.kafka.connect.mirror.MirrorMaker", str(config), log=log)
     try:
-        copied = _read_all(kbroker.bootstrap, f"kafka.{source}", len(sent), timeout=120)
+        for source, target in other.items():
+            group, remote = f"mig-{source}-app", f"{source}.mig-{source}"
+            eventually(
+                lambda t=target, g=group, r=remote, s=source: (
+                    _translated(clusters[t], g, r) == committed[s]
+                ),
+                timeout=120,
+                what=f"{group}'s offsets {committed[source]} committed in {target} for {remote}",
+                interval=0.5,
+            )
+        for source, target in other.items():
+            placed[source].update(_produce(clusters[source], f"mig-{source}", BURST))
+            assert _read_all(clusters[target], "heartbeats", 1, timeout=60), target
+            copied = _read_all(clusters[target], f"{source}.mig-{source}", 2 * BURST, timeout=60)
+            assert sorted(copied.values()) == sorted(placed[source].values())
     finally:
         mirror.kill()
         mirror.wait(timeout=10)
-    assert copied == sent, (tmp_path / "mm2.log").read_text(errors="replace")[-3000:]
+    for source, target in other.items():
+        before = {v for (p, o), v in placed[source].items() if o < committed[source][p]}
+        after = set(placed[source].values()) - before
+        resumed = _resume(clusters[target], f"{source}.mig-{source}", f"mig-{source}-app", BURST)
+        assert set(resumed) == after and len(resumed) == BURST, (
+            f"{source} -> {target}: read {sorted(resumed)}, expected {sorted(after)}",
+            log.read_text(errors="replace")[-3000:],
+        )
 
 
 def _read_all(bootstrap: str, topic: str, count: int, timeout: float) -> dict[bytes, bytes]:

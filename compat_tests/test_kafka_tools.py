@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from compat_tests.broker_process import FAST_GROUP_SETTINGS, running_broker
+from compat_tests.broker_process import FAST_GROUP_SETTINGS, kbroker_command, running_broker
 from compat_tests.cluster import KafkaCluster, running_cluster
 from compat_tests.kafka_reference import (
     ToolResult,
@@ -45,6 +45,7 @@ TOOLS = {
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
     "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "kafka-share-groups": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+    "kafka-streams-groups": "org.apache.kafka.tools.streams.StreamsGroupCommand",
     "kafka-reassign-partitions": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
     "kafka-leader-election": "org.apache.kafka.tools.LeaderElectionCommand",
     "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
@@ -686,6 +687,7 @@ def test_metadata_quorum_and_features(target: Target) -> None:
     assert re.fullmatch(r"\d+\.\d+-IV\d+", features["metadata.version"])
     assert features["group.version"] == "1"
     assert features["share.version"] == "1"
+    assert features["streams.version"] == "1"
 
 
 def test_feature_upgrade_dry_run(target: Target) -> None:
@@ -871,17 +873,42 @@ def test_verifiable_producer_and_consumer(target: Target) -> None:
     assert any(e["name"] == "partitions_assigned" for e in events)
 
 
+def _check_streams_group(target: Target, app: str, source: str) -> None:
+    """kafka-streams-groups lists the application's group as a streams group and describes
+    its one member holding all four tasks (two subtopologies of two partitions); `kbroker
+    groups describe` shows it as a streams group reading both source partitions."""
+    listed = target.ok("kafka-streams-groups", "--list")
+    assert app in listed.split(), listed
+    out = target.ok("kafka-streams-groups", "--describe", "--group", app, "--members")
+    rows = [line.split() for line in out.splitlines() if line.startswith(app)]
+    assert len(rows) == 1, out
+    text = " ".join(rows[0])
+    assert "ACTIVE:" in text and "0:[0,1]" in text and "1:[0,1]" in text, out
+    cli = subprocess.run(
+        [*kbroker_command(), "groups", "describe", app, "--bootstrap", target.bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert f"Group {app} (streams), state Stable" in cli.stdout, cli.stdout
+    assert f"{source}:0-1" in cli.stdout, cli.stdout
+
+
+@pytest.mark.parametrize("protocol", ["classic", "streams"])
 @pytest.mark.parametrize("target", ["cluster"], indirect=True)
-def test_streams_exactly_once_word_count(target: Target, tmp_path: Path) -> None:
+def test_streams_exactly_once_word_count(target: Target, tmp_path: Path, protocol: str) -> None:
     """Kafka Streams' word count under exactly_once_v2 on the 3-node cluster, its group
     coordinator killed -9 mid-run and restarted: every final count is exact, and no count
-    read (read_committed) ever passes it."""
+    read (read_committed) ever passes it. With the classic group protocol and with KIP-1071's
+    streams protocol, where the broker creates the repartition and changelog topics and
+    assigns the tasks; kafka-streams-groups then describes the streams group."""
     cluster = target.cluster
     assert cluster is not None
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta"]
     lines = [" ".join(words[(i + j) % len(words)] for j in range(i % 5 + 1)) for i in range(4000)]
     expected = Counter(word for line in lines for word in line.split())
-    source, sink, app = _name("wc-in"), _name("wc-out"), _name("wordcount")
+    source, sink, app = _name("wc-in"), _name("wc-out"), _name(f"wordcount-{protocol}")
     _create(target, source, 2)
     _create(target, sink, 2)
     producer = Producer({"bootstrap.servers": target.bootstrap, "enable.idempotence": True})
@@ -899,6 +926,7 @@ def test_streams_exactly_once_word_count(target: Target, tmp_path: Path) -> None
         source,
         sink,
         str(tmp_path / "state"),
+        protocol,
         log=tmp_path / "streams.log",
         classes=tool_runner_classes(),
     )
@@ -935,6 +963,8 @@ def test_streams_exactly_once_word_count(target: Target, tmp_path: Path) -> None
             "exact counts",
             timeout=180,
         )
+        if protocol == "streams":
+            _check_streams_group(target, app, source)
     except AssertionError as exc:
         text = (tmp_path / "streams.log").read_text(errors="replace").splitlines()
         log = "\n".join([line for line in text if " ERROR " in line or " WARN " in line][:40])

@@ -13,6 +13,8 @@ the metadata log. So the table claims only what kbroker does:
 - `share.version` 0-1: 1 is KIP-932 share groups, in force while `group.share.enable`.
   Both follow their settings, which every broker of a cluster shares; UpdateFeatures
   accepts for them only the level the settings give.
+- `streams.version` 0-1: 1 is the KIP-1071 streams rebalance protocol, in force unless
+  `group.coordinator.rebalance.protocols` leaves out `streams`.
 - `eligible.leader.replicas.version` 0-1: 1 keeps Eligible Leader Replicas (KIP-966).
   A new cluster starts at 1, as Kafka 4.1+ formats one; UpdateFeatures moves it (a
   downgrade needs the SAFE_DOWNGRADE or UNSAFE_DOWNGRADE upgrade type, as on Kafka).
@@ -57,11 +59,13 @@ SUPPORTED: tuple[FeatureRange, ...] = (
     FeatureRange("group.version", 0, 1),
     FeatureRange(ELR, 0, 1),
     FeatureRange("share.version", 0, 1),
+    FeatureRange("streams.version", 0, 1),
 )
 _BY_NAME = {f.name: f for f in SUPPORTED}
 _FROM_SETTINGS = {
     "group.version": "group.coordinator.rebalance.protocols",
     "share.version": "group.share.enable",
+    "streams.version": "group.coordinator.rebalance.protocols",
 }
 
 
@@ -78,6 +82,7 @@ def _from_settings(config: BrokerConfig) -> dict[str, int]:
         METADATA_VERSION: METADATA_VERSION_LEVEL,
         "group.version": 1 if "consumer" in protocols else 0,
         "share.version": 1 if config.group_share_enable else 0,
+        "streams.version": 1 if "streams" in protocols else 0,
     }
 
 

@@ -17,7 +17,7 @@ from kbroker.protocol.messages import build, build_response, encode, request_cla
 API_VERSIONS = 18
 
 
-def Settings(share: bool = True, protocols: str = "classic,consumer") -> BrokerConfig:
+def Settings(share: bool = True, protocols: str = "classic,consumer,streams") -> BrokerConfig:
     return BrokerConfig.from_settings(
         {
             "group.share.enable": str(share).lower(),
@@ -73,6 +73,7 @@ def test_v4_supports_each_feature_only_at_the_levels_kbroker_implements() -> Non
         "group.version": (0, 1),
         "eligible.leader.replicas.version": (0, 1),
         "share.version": (0, 1),
+        "streams.version": (0, 1),
     }
 
 
@@ -81,7 +82,13 @@ def test_consumer_and_share_groups_are_finalized_at_level_1_and_level_0_features
         "metadata.version": (29, 29),
         "group.version": (1, 1),
         "share.version": (1, 1),
+        "streams.version": (1, 1),
     }
+
+
+def test_streams_groups_are_finalized_only_while_the_streams_protocol_is_served() -> None:
+    settings = Settings(protocols="classic,consumer")
+    assert "streams.version" not in finalized(answer(4, settings))
 
 
 def test_disabled_share_and_consumer_groups_are_not_finalized() -> None:

@@ -13,7 +13,8 @@ import org.apache.kafka.streams.kstream.Produced;
 /**
  * Kafka Streams' word count under exactly_once_v2: lines from the input topic, the running
  * count of each word to the output topic. Arguments: bootstrap servers, application id,
- * input topic, output topic, state directory. Runs until SIGTERM, then closes.
+ * input topic, output topic, state directory and, optionally, the group protocol ("classic",
+ * the default, or "streams": KIP-1071's rebalance protocol). Runs until SIGTERM, then closes.
  */
 public final class WordCount {
     public static void main(String[] args) throws Exception {
@@ -27,7 +28,11 @@ public final class WordCount {
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
-        props.put(StreamsConfig.consumerPrefix("session.timeout.ms"), 10000);
+        String protocol = args.length > 5 ? args[5] : "classic";
+        props.put(StreamsConfig.GROUP_PROTOCOL_CONFIG, protocol);
+        if (protocol.equals("classic")) {
+            props.put(StreamsConfig.consumerPrefix("session.timeout.ms"), 10000);
+        }
         props.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
         props.put(StreamsConfig.producerPrefix("transaction.timeout.ms"), 20000);
         StreamsBuilder builder = new StreamsBuilder();

@@ -8,7 +8,9 @@ the group coordinator, log end offsets from each partition's leader. Share group
 described with ShareGroupDescribe and DescribeShareGroupOffsets, whose start offsets and
 lag the group's coordinator gathers from the share coordinators and the partitions'
 leaders, as kafka-share-groups shows them; the records in flight come from each
-partition's leader (`kbroker.admin.share_in_flight`).
+partition's leader (`kbroker.admin.share_in_flight`). Streams groups (KIP-1071) are
+described with StreamsGroupDescribe; a member's tasks are shown as the source partitions
+they read.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ DELETE_GROUPS = 42
 LIST_GROUPS = 16
 CONSUMER_GROUP_DESCRIBE = 69
 SHARE_GROUP_DESCRIBE = 77
+STREAMS_GROUP_DESCRIBE = 89
 DESCRIBE_SHARE_GROUP_OFFSETS = 90
 
 TopicPartition = tuple[str, int]
@@ -156,7 +159,9 @@ def describe_group(cluster: Cluster, group_id: str) -> GroupDescription:
     share = _describe_share_group(cluster, coordinator, group_id, node)
     if share is not None:
         return share
-    description = _describe_consumer_group(coordinator, group_id, node)
+    description = _describe_streams_group(coordinator, group_id, node)
+    if description is None:
+        description = _describe_consumer_group(coordinator, group_id, node)
     if description is None:
         description = _describe_classic_group(coordinator, group_id, node)
     committed = fetch_committed(coordinator, group_id)
@@ -211,6 +216,59 @@ def _describe_consumer_group(
         epoch=int(g.group_epoch),
         assignment_epoch=int(g.assignment_epoch),
         assignor=g.assignor_name,
+        members=sorted(members, key=lambda m: m.member_id),
+    )
+
+
+def _describe_streams_group(
+    conn: BrokerConnection, group_id: str, node: tuple[int, str, int]
+) -> GroupDescription | None:
+    """StreamsGroupDescribe; None when the group is not a streams group. A member's
+    active tasks are shown as the partitions of their subtopology's source topics."""
+    if STREAMS_GROUP_DESCRIBE not in conn.versions:
+        return None
+    response = conn.call(
+        STREAMS_GROUP_DESCRIBE,
+        {"group_ids": [group_id], "include_authorized_operations": False},
+        versions=(0, 0),
+    )
+    g = response.groups[0]
+    if _error(g.error_code) == ErrorCode.group_id_not_found:
+        return None
+    _check(g.error_code, f"StreamsGroupDescribe of {group_id}")
+    subtopologies = (g.topology.subtopologies if g.topology is not None else None) or ()
+    sources = {s.subtopology_id: tuple(s.source_topics) for s in subtopologies}
+
+    def partitions(assignment: Any) -> tuple[TopicPartition, ...]:
+        return tuple(
+            sorted(
+                (topic, int(p))
+                for task in assignment.active_tasks
+                for p in task.partitions
+                for topic in sources.get(task.subtopology_id, ())
+            )
+        )
+
+    members = [
+        MemberInfo(
+            member_id=m.member_id,
+            client_id=m.client_id,
+            host=m.client_host,
+            instance_id=m.instance_id,
+            epoch=int(m.member_epoch),
+            assignment=partitions(m.assignment),
+            target=partitions(m.target_assignment),
+        )
+        for m in g.members
+    ]
+    return GroupDescription(
+        group_id=group_id,
+        group_type="streams",
+        state=g.group_state,
+        coordinator=node,
+        epoch=int(g.group_epoch),
+        assignment_epoch=int(g.assignment_epoch),
+        assignor="sticky",
         members=sorted(members, key=lambda m: m.member_id),
     )
 
@@ -533,7 +591,7 @@ def render_description(d: GroupDescription) -> str:
         f"Group {d.group_id} ({d.group_type}), state {d.state}, "
         f"coordinator {node_id} ({host}:{port})",
     ]
-    if d.group_type in ("consumer", "share"):
+    if d.group_type in ("consumer", "share", "streams"):
         head.append(
             f"Group epoch {d.epoch}, assignment epoch {d.assignment_epoch}, "
             f"assignor {d.assignor}, {len(d.members)} members"

@@ -1146,8 +1146,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     _d(
         "group.coordinator.rebalance.protocols",
         LIST,
-        ["classic", "consumer"],
-        "Group protocols served: classic, consumer (KIP-848), share (KIP-932).",
+        ["classic", "consumer", "streams"],
+        "Group protocols served: classic, consumer (KIP-848), streams (KIP-1071), share (KIP-932).",
         each_of("classic", "consumer", "share", "streams", non_empty=True),
     ),
     _d(
@@ -1191,6 +1191,102 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         15000,
         "Longest consumer-protocol heartbeat interval.",
         at_least(1),
+    ),
+    _d(
+        "group.streams.session.timeout.ms",
+        INT,
+        45000,
+        "Session timeout of streams-protocol members.",
+        at_least(1),
+    ),
+    _d(
+        "group.streams.min.session.timeout.ms",
+        INT,
+        45000,
+        "Shortest streams-protocol session timeout.",
+        at_least(1),
+    ),
+    _d(
+        "group.streams.max.session.timeout.ms",
+        INT,
+        60000,
+        "Longest streams-protocol session timeout.",
+        at_least(1),
+    ),
+    _d(
+        "group.streams.heartbeat.interval.ms",
+        INT,
+        5000,
+        "Heartbeat interval given to streams-protocol members.",
+        at_least(1),
+    ),
+    _d(
+        "group.streams.min.heartbeat.interval.ms",
+        INT,
+        5000,
+        "Shortest streams-protocol heartbeat interval.",
+        at_least(1),
+    ),
+    _d(
+        "group.streams.max.heartbeat.interval.ms",
+        INT,
+        15000,
+        "Longest streams-protocol heartbeat interval.",
+        at_least(1),
+    ),
+    _d(
+        "group.streams.max.size",
+        INT,
+        INT_MAX,
+        "Most members of a streams group.",
+        at_least(1),
+    ),
+    _d(
+        "group.streams.num.standby.replicas",
+        INT,
+        0,
+        "Standby tasks the streams assignor gives each task, on processes other than the "
+        "active one's.",
+        at_least(0),
+    ),
+    _d(
+        "group.streams.max.standby.replicas",
+        INT,
+        2,
+        "Most standby tasks per task a streams group may ask for.",
+        at_least(0),
+    ),
+    _d(
+        "group.streams.initial.rebalance.delay.ms",
+        INT,
+        3000,
+        "Kafka: how long a new streams group waits for more members before its first "
+        "assignment; kbroker assigns at once and moves tasks as members join.",
+        role=INERT,
+    ),
+    _d(
+        "group.streams.assignment.interval.ms",
+        INT,
+        1000,
+        "Kafka: shortest time between two assignments of a streams group; kbroker assigns "
+        "on the heartbeat that finds the group epoch ahead.",
+        role=INERT,
+    ),
+    _d(
+        "group.streams.min.assignment.interval.ms",
+        INT,
+        0,
+        "Kafka: bound of the group-level streams.assignment.interval.ms; see "
+        "group.streams.assignment.interval.ms.",
+        role=INERT,
+    ),
+    _d(
+        "group.streams.max.assignment.interval.ms",
+        INT,
+        15000,
+        "Kafka: bound of the group-level streams.assignment.interval.ms; see "
+        "group.streams.assignment.interval.ms.",
+        role=INERT,
     ),
     _d(
         "group.consumer.max.size",

@@ -278,6 +278,58 @@ class TypedSettings:
         return self._effective["group.share.session.timeout.ms"]
 
     @property
+    def group_streams_assignment_interval_ms(self) -> int:
+        return self._effective["group.streams.assignment.interval.ms"]
+
+    @property
+    def group_streams_heartbeat_interval_ms(self) -> int:
+        return self._effective["group.streams.heartbeat.interval.ms"]
+
+    @property
+    def group_streams_initial_rebalance_delay_ms(self) -> int:
+        return self._effective["group.streams.initial.rebalance.delay.ms"]
+
+    @property
+    def group_streams_max_assignment_interval_ms(self) -> int:
+        return self._effective["group.streams.max.assignment.interval.ms"]
+
+    @property
+    def group_streams_max_heartbeat_interval_ms(self) -> int:
+        return self._effective["group.streams.max.heartbeat.interval.ms"]
+
+    @property
+    def group_streams_max_session_timeout_ms(self) -> int:
+        return self._effective["group.streams.max.session.timeout.ms"]
+
+    @property
+    def group_streams_max_size(self) -> int:
+        return self._effective["group.streams.max.size"]
+
+    @property
+    def group_streams_max_standby_replicas(self) -> int:
+        return self._effective["group.streams.max.standby.replicas"]
+
+    @property
+    def group_streams_min_assignment_interval_ms(self) -> int:
+        return self._effective["group.streams.min.assignment.interval.ms"]
+
+    @property
+    def group_streams_min_heartbeat_interval_ms(self) -> int:
+        return self._effective["group.streams.min.heartbeat.interval.ms"]
+
+    @property
+    def group_streams_min_session_timeout_ms(self) -> int:
+        return self._effective["group.streams.min.session.timeout.ms"]
+
+    @property
+    def group_streams_num_standby_replicas(self) -> int:
+        return self._effective["group.streams.num.standby.replicas"]
+
+    @property
+    def group_streams_session_timeout_ms(self) -> int:
+        return self._effective["group.streams.session.timeout.ms"]
+
+    @property
     def http_listeners(self) -> list[str]:
         return self._effective["http.listeners"]
 

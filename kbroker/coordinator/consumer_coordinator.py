@@ -498,6 +498,8 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None:
             return group
+        if self.host.is_streams_group(group_id):
+            raise HeartbeatError(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
         classic = self.host.groups.get(group_id)
         if classic is not None and not classic.is_in(GroupState.DEAD):
             if create and classic.is_in(GroupState.EMPTY) and not classic.members:
@@ -1106,7 +1108,9 @@ class ConsumerGroupCoordinator:
         if group is not None:
             return E.none, None, group
         classic = self.host.groups.get(group_id)
-        if classic is not None and not classic.is_in(GroupState.DEAD):
+        if (
+            classic is not None and not classic.is_in(GroupState.DEAD)
+        ) or self.host.is_streams_group(group_id):
             return E.group_id_not_found, f"Group {group_id} is not a consumer group.", None
         return E.group_id_not_found, f"Group {group_id} not found.", None
 

@@ -44,6 +44,8 @@ from kbroker.coordinator.records import (
 )
 from kbroker.coordinator.share_group_records import is_share_group_record
 from kbroker.coordinator.store import GroupStore, KeyValue
+from kbroker.coordinator.streams_coordinator import StreamsGroupConfig, StreamsGroupCoordinator
+from kbroker.coordinator.streams_group import StreamsGroup, is_streams_record
 from kbroker.internal_topics import write_error
 
 R = TypeVar("R")
@@ -78,6 +80,7 @@ class GroupCoordinator:
         store: GroupStore,
         new_id: Callable[[], str] | None = None,
         consumer_config: ConsumerGroupConfig | None = None,
+        streams_config: StreamsGroupConfig | None = None,
     ) -> None:
         self.config = config
         self.scheduler = scheduler
@@ -98,6 +101,7 @@ class GroupCoordinator:
         # The two protocols' groups share the id namespace, offsets and partitions.
         self.classic = ClassicGroupCoordinator(self, config, new_id)
         self.consumer = ConsumerGroupCoordinator(self, consumer_config)
+        self.streams = StreamsGroupCoordinator(self, streams_config)
 
     # -- ownership ------------------------------------------------------------------------
 
@@ -121,19 +125,40 @@ class GroupCoordinator:
         return self.scheduler.now_ms()
 
     def is_consumer_group(self, group_id: str) -> bool:
-        return group_id in self.consumer.groups
+        """Whether a heartbeat-driven group (consumer or streams protocol) holds the id."""
+        return group_id in self.consumer.groups or group_id in self.streams.groups
+
+    def is_streams_group(self, group_id: str) -> bool:
+        return group_id in self.streams.groups
 
     def release_consumer_group(
         self, group_id: str
     ) -> dict[TopicPartition, OffsetAndMetadata] | None:
+        if group_id in self.streams.groups:
+            return self.streams.release_to_classic(group_id)
         return self.consumer.release_to_classic(group_id)
+
+    def _protocol_group(
+        self, group_id: str
+    ) -> tuple[ConsumerGroupCoordinator | StreamsGroupCoordinator, ConsumerGroup | StreamsGroup]:
+        """The consumer or streams group of the id, with its coordinator; KeyError if none."""
+        consumer = self.consumer.groups.get(group_id)
+        if consumer is not None:
+            return self.consumer, consumer
+        return self.streams, self.streams.groups[group_id]
 
     def forget_classic_group(self, group: ClassicGroup) -> None:
         self.classic.forget_group(group)
 
-    def _holds(self, group: ClassicGroup | ConsumerGroup) -> bool:
-        """Whether the group (of either kind) is still the live one of its id."""
-        live = self.consumer.groups if isinstance(group, ConsumerGroup) else self.groups
+    def _holds(self, group: ClassicGroup | ConsumerGroup | StreamsGroup) -> bool:
+        """Whether the group (of any kind) is still the live one of its id."""
+        live: dict[str, ClassicGroup] | dict[str, ConsumerGroup] | dict[str, StreamsGroup]
+        if isinstance(group, ConsumerGroup):
+            live = self.consumer.groups
+        elif isinstance(group, StreamsGroup):
+            live = self.streams.groups
+        else:
+            live = self.groups
         return live.get(group.group_id) is group
 
     # -- offsets --------------------------------------------------------------------------
@@ -157,11 +182,11 @@ class GroupCoordinator:
         ILLEGAL_GENERATION before OffsetCommit v9, GROUP_ID_NOT_FOUND from v9 on.
         """
         error = self.status(group_id, allow_empty=True)
-        group: ClassicGroup | ConsumerGroup | None = None
-        consumer_group = self.consumer.groups.get(group_id) if error is None else None
-        if consumer_group is not None:
-            group = consumer_group
-            error = self.consumer.validate_offset_commit(consumer_group, member_id, generation_id)
+        group: ClassicGroup | ConsumerGroup | StreamsGroup | None = None
+        if error is None and self.is_consumer_group(group_id):
+            protocol, protocol_group = self._protocol_group(group_id)
+            group = protocol_group
+            error = protocol.validate_offset_commit(protocol_group, member_id, generation_id)  # type: ignore[arg-type]
         elif error is None:
             group = self.groups.get(group_id)
             if group is None:
@@ -225,13 +250,13 @@ class GroupCoordinator:
         error = self.status(group_id, allow_empty=True)
         if error is not None:
             return error, {}
-        group: ClassicGroup | ConsumerGroup | None = self.groups.get(group_id)
-        consumer_group = self.consumer.groups.get(group_id)
-        if consumer_group is not None:
-            error = self.consumer.validate_offset_fetch(consumer_group, member_id, member_epoch)
+        group: ClassicGroup | ConsumerGroup | StreamsGroup | None = self.groups.get(group_id)
+        if self.is_consumer_group(group_id):
+            protocol, protocol_group = self._protocol_group(group_id)
+            error = protocol.validate_offset_fetch(protocol_group, member_id, member_epoch)  # type: ignore[arg-type]
             if error is not None:
                 return error, {}
-            group = consumer_group
+            group = protocol_group
         offsets = group.offsets if group is not None else {}
         if partitions is None:
             return E.none, dict(offsets)
@@ -251,11 +276,14 @@ class GroupCoordinator:
         error = self.status(group_id)
         if error is not None:
             return error
-        consumer_group = self.consumer.groups.get(group_id)
-        if consumer_group is not None:
+        if self.is_consumer_group(group_id):
+            protocol, protocol_group = self._protocol_group(group_id)
             return (
-                self.consumer.validate_offset_commit(
-                    consumer_group, member_id, generation_id, transactional=True
+                protocol.validate_offset_commit(
+                    protocol_group,  # type: ignore[arg-type]
+                    member_id,
+                    generation_id,
+                    transactional=True,
                 )
                 or E.none
             )
@@ -281,9 +309,8 @@ class GroupCoordinator:
         self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]
     ) -> None:
         """Make offsets already in the log visible (a transaction's commit marker landed)."""
-        consumer_group = self.consumer.groups.get(group_id)
-        if consumer_group is not None:
-            consumer_group.offsets.update(offsets)
+        if self.is_consumer_group(group_id):
+            self._protocol_group(group_id)[1].offsets.update(offsets)
             return
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
@@ -296,9 +323,19 @@ class GroupCoordinator:
     ) -> None:
         error = self.status(group_id)
         consumer_group = self.consumer.groups.get(group_id) if error is None else None
+        streams_group = self.streams.groups.get(group_id) if error is None else None
+        in_use: Callable[[str], bool]
         if consumer_group is not None:
-            group: ClassicGroup | ConsumerGroup | None = consumer_group
+            group: ClassicGroup | ConsumerGroup | StreamsGroup | None = consumer_group
             in_use = consumer_group.is_subscribed_to
+        elif streams_group is not None:
+            group = streams_group
+            # A streams group with members reads its source topics: their offsets stay.
+            sources = streams_group.source_topics() if streams_group.members else set()
+
+            def in_use(topic: str) -> bool:
+                return topic in sources
+
         else:
             classic = self.groups.get(group_id) if error is None else None
             if error is None and (classic is None or classic.is_in(GroupState.DEAD)):
@@ -366,6 +403,11 @@ class GroupCoordinator:
                 ListedGroup(group_id, "consumer", state, "consumer")
                 for group_id, state in self.consumer.listed(wanted_states)
             )
+        if not wanted_types or "streams" in wanted_types:
+            listed.extend(
+                ListedGroup(group_id, "streams", state, "streams")
+                for group_id, state in self.streams.listed(wanted_states)
+            )
         error = E.coordinator_load_in_progress if self.loading else E.none
         if not self.active:
             error = E.coordinator_not_available
@@ -385,8 +427,9 @@ class GroupCoordinator:
         by_partition: dict[int, list[KeyValue]] = {}
         for group_id in group_ids:
             error = self.status(group_id, allow_empty=True)
-            if error is None and group_id in self.consumer.groups:
-                error, consumer_records = self.consumer.delete_group(group_id)
+            if error is None and self.is_consumer_group(group_id):
+                protocol = self._protocol_group(group_id)[0]
+                error, consumer_records = protocol.delete_group(group_id)
                 results[group_id] = error
                 if error == E.none:
                     by_partition.setdefault(self.partition_for(group_id), []).extend(
@@ -460,6 +503,10 @@ class GroupCoordinator:
         for partition, written in consumer_records.items():
             by_partition.setdefault(partition, []).extend(written)
         expired_count += consumer_expired
+        streams_records, streams_expired = self.streams.expire_offsets(now, retention, self.owned)
+        for partition, written in streams_records.items():
+            by_partition.setdefault(partition, []).extend(written)
+        expired_count += streams_expired
         for partition, written in by_partition.items():
             self.store.write(partition, written, lambda code: log_write_failure("expiry", code))
         if expired_count:
@@ -474,9 +521,10 @@ class GroupCoordinator:
         left with no offsets is deleted, as in Kafka's cleanup. Returns how many went."""
         by_partition: dict[int, list[KeyValue]] = {}
         count = 0
-        groups: list[ClassicGroup | ConsumerGroup] = [
+        groups: list[ClassicGroup | ConsumerGroup | StreamsGroup] = [
             *self.groups.values(),
             *self.consumer.groups.values(),
+            *self.streams.groups.values(),
         ]
         for group in groups:
             partition = self.partition_for(group.group_id)
@@ -526,15 +574,18 @@ class GroupCoordinator:
         shares = [r for r in records if is_share_group_record(r[0])]
         records = [r for r in records if not is_share_group_record(r[0])]
         consumer_loaded = self.consumer.load_records(partition, records)
-        metadata, offsets = replay((r for r in records if not is_consumer_record(r[0])), skip)
+        streams_loaded = self.streams.load_records(partition, records)
+        metadata, offsets = replay(
+            (r for r in records if not is_consumer_record(r[0]) and not is_streams_record(r[0])),
+            skip,
+        )
         now = self._now()
-        loaded = len(consumer_loaded)
+        loaded = len(consumer_loaded) + len(streams_loaded)
         for group_id in set(metadata) | set(offsets):
             stored = metadata.get(group_id)
             group_offsets = offsets.get(group_id, {})
-            consumer_group = self.consumer.groups.get(group_id)
-            if consumer_group is not None:
-                consumer_group.offsets = group_offsets
+            if self.is_consumer_group(group_id):
+                self._protocol_group(group_id)[1].offsets = group_offsets
                 continue
             if stored is None and not group_offsets:
                 continue
@@ -565,6 +616,7 @@ class GroupCoordinator:
         self.loading.discard(partition)
         self.owned.discard(partition)
         self.consumer.unload_partition(partition)
+        self.streams.unload_partition(partition)
         for group in [
             g for g in self.groups.values() if self.partition_for(g.group_id) == partition
         ]:

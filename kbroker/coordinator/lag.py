@@ -34,6 +34,10 @@ def groups_with_offsets(
         found.append(
             (group_id, "consumer", consumer.state.value, len(consumer.members), consumer.offsets)
         )
+    for group_id, streams in coordinator.streams.groups.items():
+        found.append(
+            (group_id, "streams", streams.state.value, len(streams.members), streams.offsets)
+        )
     yield from sorted(found, key=lambda g: g[0])
 
 

@@ -9,6 +9,7 @@ expiring old offsets periodically. What it shares with the transaction coordinat
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Collection
@@ -25,6 +26,8 @@ from kbroker.coordinator.coordinator import GroupCoordinator
 from kbroker.coordinator.host import CoordinatorConfig
 from kbroker.coordinator.lag import lag_metrics, replica_high_watermark
 from kbroker.coordinator.store import OFFSETS_TOPIC, LogGroupStore
+from kbroker.coordinator.streams_coordinator import streams_group_config
+from kbroker.coordinator.streams_topology import InternalTopic
 from kbroker.internal_topics import InternalTopicService, KeyValue, ServiceBroker, TopicLayout
 
 log = logging.getLogger("kbroker.coordinator")
@@ -56,8 +59,12 @@ class GroupCoordinatorService(InternalTopicService):
             self.scheduler,
             LogGroupStore(broker, self.scheduler.now_ms),
             consumer_config=consumer_group_config(broker.config),
+            streams_config=streams_group_config(broker.config),
         )
         self.coordinator.consumer.metadata = lambda: broker.controller.state
+        self.coordinator.streams.metadata = lambda: broker.controller.state
+        self.coordinator.streams.create_topics = self._create_internal_topics
+        self._creating_internal: set[str] = set()
 
     async def start(self) -> None:
         self.publish_metrics(self._lag_metrics)
@@ -74,6 +81,45 @@ class GroupCoordinatorService(InternalTopicService):
     async def find_group_coordinator(self, group_id: str) -> tuple[ErrorCode, BrokerInfo | None]:
         """The broker leading the group's offsets partition (creating the topic if new)."""
         return await self.find_coordinator(group_id)
+
+    # -- streams groups' internal topics ------------------------------------------------
+
+    def _create_internal_topics(self, topics: list[InternalTopic]) -> None:
+        """Create a streams topology's missing repartition and changelog topics, as
+        Kafka's coordinator does; each at most once at a time."""
+        for topic in topics:
+            if topic.name in self._creating_internal:
+                continue
+            self._creating_internal.add(topic.name)
+            task = asyncio.create_task(self._create_internal_topic(topic))
+            self._tasks.append(task)
+            task.add_done_callback(self._tasks.remove)
+
+    async def _create_internal_topic(self, topic: InternalTopic) -> None:
+        from kbroker.controller import ControllerError
+
+        replication = topic.replication_factor or -1
+        try:
+            if topic.name not in self.broker.controller.state.topics:
+                await self.broker.controller.create_topic(
+                    topic.name, topic.partitions, replication, dict(topic.configs)
+                )
+                log.info(
+                    "created streams internal topic %s (%d partitions)",
+                    topic.name,
+                    topic.partitions,
+                )
+            self.coordinator.streams.creation_errors.pop(topic.name, None)
+        except ControllerError as exc:
+            if topic.name not in self.broker.controller.state.topics:
+                errors = self.coordinator.streams.creation_errors
+                if errors.get(topic.name) != str(exc):
+                    log.warning("cannot create streams internal topic %s: %s", topic.name, exc)
+                errors[topic.name] = str(exc)
+        except Exception:
+            log.exception("creating streams internal topic %s failed", topic.name)
+        finally:
+            self._creating_internal.discard(topic.name)
 
     # -- the offsets topic ----------------------------------------------------------------
 
@@ -93,9 +139,11 @@ class GroupCoordinatorService(InternalTopicService):
         if isinstance(event, TopicCreated | PartitionsCreated):
             # Consumer-protocol groups reading the topic (or a regex it matches) assign again.
             self.coordinator.consumer.on_topics_changed([event.info.name])
+            self.coordinator.streams.on_topics_changed([event.info.name])
         elif isinstance(event, TopicDeleted):
             self.coordinator.forget_topic_offsets(event.name)
             self.coordinator.consumer.on_topics_changed([event.name])
+            self.coordinator.streams.on_topics_changed([event.name])
         super()._on_metadata_event(event)
 
     def held_partitions(self) -> Collection[int]:

@@ -28,6 +28,7 @@ from kbroker.handlers import (  # noqa: F401
     scram,
     share_groups,
     share_state,
+    streams_groups,
     telemetry,
     topics,
     transactions,

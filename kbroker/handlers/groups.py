@@ -704,7 +704,7 @@ def describe_groups(
         error, group = coordinator.describe_group(group_id)
         shares = _share_coordinator(ctx)
         if group is None and (
-            group_id in coordinator.consumer.groups
+            coordinator.is_consumer_group(group_id)
             or (shares is not None and group_id in shares.share_group_ids())
         ):
             message = f"Group {group_id} is not a classic group."  # as Kafka answers

@@ -1366,6 +1366,131 @@ class ReadShareGroupStateSummaryResponse(TypedDict, total=False):
     results: Sequence[ReadStateSummaryResult]
 
 
+class TopicPartition(TypedDict, total=False):
+    topic: str
+    partitions: Sequence[int]
+
+
+class StreamsGroupHeartbeatEndpoint(TypedDict, total=False):
+    host: str
+    port: int
+
+
+class EndpointToPartitions(TypedDict, total=False):
+    user_endpoint: StreamsGroupHeartbeatEndpoint
+    active_partitions: Sequence[TopicPartition]
+    standby_partitions: Sequence[TopicPartition]
+
+
+class StreamsGroupHeartbeatTaskIds(TypedDict, total=False):
+    subtopology_id: str
+    partitions: Sequence[int]
+
+
+class Status(TypedDict, total=False):
+    status_code: int
+    status_detail: str
+
+
+class StreamsGroupHeartbeatResponse(TypedDict, total=False):
+    throttle_time: datetime.timedelta | int
+    error_code: int
+    error_message: str | None
+    member_id: str
+    member_epoch: int
+    heartbeat_interval: datetime.timedelta | int
+    acceptable_recovery_lag: int
+    task_offset_interval: datetime.timedelta | int
+    status: Sequence[Status] | None
+    active_tasks: Sequence[StreamsGroupHeartbeatTaskIds] | None
+    standby_tasks: Sequence[StreamsGroupHeartbeatTaskIds] | None
+    warmup_tasks: Sequence[StreamsGroupHeartbeatTaskIds] | None
+    endpoint_information_epoch: int
+    partitions_by_user_endpoint: Sequence[EndpointToPartitions] | None
+
+
+class StreamsGroupDescribeTaskIds(TypedDict, total=False):
+    subtopology_id: str
+    partitions: Sequence[int]
+
+
+class StreamsGroupDescribeAssignment(TypedDict, total=False):
+    active_tasks: Sequence[StreamsGroupDescribeTaskIds]
+    standby_tasks: Sequence[StreamsGroupDescribeTaskIds]
+    warmup_tasks: Sequence[StreamsGroupDescribeTaskIds]
+
+
+class TaskOffset(TypedDict, total=False):
+    subtopology_id: str
+    partition: int
+    offset: int
+
+
+class StreamsGroupDescribeEndpoint(TypedDict, total=False):
+    host: str
+    port: int
+
+
+class StreamsGroupDescribeMember(TypedDict, total=False):
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    topology_epoch: int
+    process_id: str
+    user_endpoint: StreamsGroupDescribeEndpoint | None
+    client_tags: Sequence[KeyValue]
+    task_offsets: Sequence[TaskOffset]
+    task_end_offsets: Sequence[TaskOffset]
+    assignment: StreamsGroupDescribeAssignment
+    target_assignment: StreamsGroupDescribeAssignment
+    is_classic: bool
+
+
+class KeyValue(TypedDict, total=False):
+    key: str
+    value: str
+
+
+class TopicInfo(TypedDict, total=False):
+    name: str
+    partitions: int
+    replication_factor: int
+    topic_configs: Sequence[KeyValue]
+
+
+class Subtopology(TypedDict, total=False):
+    subtopology_id: str
+    source_topics: Sequence[str]
+    repartition_sink_topics: Sequence[str]
+    state_changelog_topics: Sequence[TopicInfo]
+    repartition_source_topics: Sequence[TopicInfo]
+
+
+class Topology(TypedDict, total=False):
+    epoch: int
+    subtopologies: Sequence[Subtopology] | None
+
+
+class StreamsGroupDescribeDescribedGroup(TypedDict, total=False):
+    error_code: int
+    error_message: str | None
+    group_id: str
+    group_state: str
+    group_epoch: int
+    assignment_epoch: int
+    topology: Topology | None
+    members: Sequence[StreamsGroupDescribeMember]
+    authorized_operations: int
+
+
+class StreamsGroupDescribeResponse(TypedDict, total=False):
+    throttle_time: datetime.timedelta | int
+    groups: Sequence[StreamsGroupDescribeDescribedGroup]
+
+
 class DescribeShareGroupOffsetsResponsePartition(TypedDict, total=False):
     partition_index: int
     start_offset: int
@@ -1500,6 +1625,8 @@ Response = (
     | WriteShareGroupStateResponse
     | DeleteShareGroupStateResponse
     | ReadShareGroupStateSummaryResponse
+    | StreamsGroupHeartbeatResponse
+    | StreamsGroupDescribeResponse
     | DescribeShareGroupOffsetsResponse
     | AlterShareGroupOffsetsResponse
     | DeleteShareGroupOffsetsResponse

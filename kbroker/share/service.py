@@ -400,9 +400,9 @@ class ShareService(InternalTopicService):
         super()._on_metadata_event(event)
 
     def _is_other_group(self, group_id: str) -> bool:
-        """Whether the id is taken by a classic or consumer-protocol group."""
+        """Whether the id is taken by a classic, consumer- or streams-protocol group."""
         coordinator = self.broker.group_coordinator.coordinator
-        return group_id in coordinator.groups or group_id in coordinator.consumer.groups
+        return group_id in coordinator.groups or coordinator.is_consumer_group(group_id)
 
     def _tick(self) -> None:
         self._drop_lost()

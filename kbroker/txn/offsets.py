@@ -214,7 +214,11 @@ class TxnOffsetStore:
                 coordinator.apply_committed_offsets(group_id, {tp: committed})
                 continue
             # Classic and consumer-protocol groups share the id space; either may hold it.
-            group = coordinator.groups.get(group_id) or coordinator.consumer.groups.get(group_id)
+            group = (
+                coordinator.groups.get(group_id)
+                or coordinator.consumer.groups.get(group_id)
+                or coordinator.streams.groups.get(group_id)
+            )
             if group is not None:
                 group.offsets.pop(tp, None)
         for pid, entry in pending.items():

@@ -7,6 +7,7 @@ ones; its answer comes through a callback once the records it wrote are stored.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -37,6 +38,7 @@ from kbroker.handlers.groups import (
 )
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
+from kbroker.protocol import responses as r
 from kbroker.protocol.messages import duration_ms
 from kbroker.security.acl import Operation, ResourceType
 
@@ -91,7 +93,7 @@ def _topology(topology: Any) -> Topology | None:
 @handles(STREAMS_GROUP_HEARTBEAT, 0)
 def streams_group_heartbeat(
     ctx: RequestContext, request: requests.StreamsGroupHeartbeatRequest
-) -> Any:
+) -> r.StreamsGroupHeartbeatResponse | Awaitable[r.StreamsGroupHeartbeatResponse]:
     if ctx.broker.authorizer is not None and not ctx.allowed(
         Operation.READ, ResourceType.GROUP, request.group_id
     ):
@@ -135,41 +137,45 @@ def streams_group_heartbeat(
     )
     future: asyncio.Future[StreamsHeartbeatResult] = asyncio.get_running_loop().create_future()
     _coordinator(ctx).streams.heartbeat(req, _resolver(future))
-    return _respond_when_done(future, _heartbeat_response)
+    answer: r.StreamsGroupHeartbeatResponse | Awaitable[r.StreamsGroupHeartbeatResponse]
+    answer = _respond_when_done(future, _heartbeat_response)
+    return answer
 
 
-def _task_ids(tasks: Tasks) -> list[dict[str, Any]]:
+def _task_ids(tasks: Tasks) -> list[r.StreamsGroupHeartbeatTaskIds]:
     return [
         {"subtopology_id": s, "partitions": sorted(tasks[s])} for s in sorted(tasks) if tasks[s]
     ]
 
 
-def _heartbeat_response(r: StreamsHeartbeatResult) -> dict[str, Any]:
-    a = r.assignment
+def _heartbeat_response(result: StreamsHeartbeatResult) -> r.StreamsGroupHeartbeatResponse:
+    a = result.assignment
     return {
         "throttle_time": 0,
-        "error_code": r.error,
-        "error_message": r.message,
-        "member_id": r.member_id,
-        "member_epoch": r.member_epoch,
-        "heartbeat_interval": r.heartbeat_interval_ms,
-        "acceptable_recovery_lag": r.acceptable_recovery_lag,
-        "task_offset_interval": r.task_offset_interval_ms,
-        "status": [{"status_code": code, "status_detail": detail} for code, detail in r.statuses]
-        if r.error == E.none
+        "error_code": result.error,
+        "error_message": result.message,
+        "member_id": result.member_id,
+        "member_epoch": result.member_epoch,
+        "heartbeat_interval": result.heartbeat_interval_ms,
+        "acceptable_recovery_lag": result.acceptable_recovery_lag,
+        "task_offset_interval": result.task_offset_interval_ms,
+        "status": [
+            {"status_code": code, "status_detail": detail} for code, detail in result.statuses
+        ]
+        if result.error == E.none
         else None,
         "active_tasks": None if a is None else _task_ids(a.active),
         "standby_tasks": None if a is None else _task_ids(a.standby),
         "warmup_tasks": None if a is None else _task_ids(a.warmup),
-        "endpoint_information_epoch": r.endpoint_information_epoch,
-        "partitions_by_user_endpoint": None if r.endpoints is None else [],
+        "endpoint_information_epoch": result.endpoint_information_epoch,
+        "partitions_by_user_endpoint": None if result.endpoints is None else [],
     }
 
 
 # -- StreamsGroupDescribe -------------------------------------------------------------------
 
 
-def _assignment(a: TaskAssignment) -> dict[str, Any]:
+def _assignment(a: TaskAssignment) -> r.StreamsGroupDescribeAssignment:
     return {
         "active_tasks": _task_ids(a.active),
         "standby_tasks": _task_ids(a.standby),
@@ -177,7 +183,7 @@ def _assignment(a: TaskAssignment) -> dict[str, Any]:
     }
 
 
-def _describe_topic(info: TopicInfo, partitions: int | None = None) -> dict[str, Any]:
+def _describe_topic(info: TopicInfo, partitions: int | None = None) -> r.TopicInfo:
     return {
         "name": info.name,
         "partitions": info.partitions if partitions is None else partitions,
@@ -186,11 +192,11 @@ def _describe_topic(info: TopicInfo, partitions: int | None = None) -> dict[str,
     }
 
 
-def _describe_topology(group: StreamsGroup, sizes: dict[str, int]) -> dict[str, Any] | None:
+def _describe_topology(group: StreamsGroup, sizes: dict[str, int]) -> r.Topology | None:
     topology = group.topology
     if topology is None:
         return None
-    subtopologies = None
+    subtopologies: list[r.Subtopology] | None = None
     if group.configured:
         subtopologies = [
             {
@@ -211,7 +217,7 @@ def _describe_topology(group: StreamsGroup, sizes: dict[str, int]) -> dict[str, 
     return {"epoch": topology.epoch, "subtopologies": subtopologies}
 
 
-def _describe_member(group: StreamsGroup, m: StreamsMember) -> dict[str, Any]:
+def _describe_member(group: StreamsGroup, m: StreamsMember) -> r.StreamsGroupDescribeMember:
     return {
         "member_id": m.member_id,
         "member_epoch": m.member_epoch,
@@ -236,7 +242,7 @@ def _describe_member(group: StreamsGroup, m: StreamsMember) -> dict[str, Any]:
 @handles(STREAMS_GROUP_DESCRIBE, 0)
 def streams_group_describe(
     ctx: RequestContext, request: requests.StreamsGroupDescribeRequest
-) -> Any:
+) -> r.StreamsGroupDescribeResponse:
     coordinator = _coordinator(ctx)
     operations = (
         GROUP_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
@@ -244,7 +250,7 @@ def streams_group_describe(
     sizes = {
         name: len(info.partitions) for name, info in ctx.broker.controller.state.topics.items()
     }
-    described: list[dict[str, Any]] = []
+    described: list[r.StreamsGroupDescribeDescribedGroup] = []
     for group_id in request.group_ids:
         error, message, group = coordinator.streams.describe(group_id)
         if ctx.broker.authorizer is not None and not ctx.allowed(

@@ -893,6 +893,16 @@ def _check_streams_group(target: Target, app: str, source: str) -> None:
     assert cli.returncode == 0, cli.stderr
     assert f"Group {app} (streams), state Stable" in cli.stdout, cli.stdout
     assert f"{source}:0-1" in cli.stdout, cli.stdout
+    entity = ("--entity-type", "groups", "--entity-name", app)
+    target.ok(
+        "kafka-configs", "--alter", *entity, "--add-config", "streams.session.timeout.ms=50000"
+    )
+    out = target.ok("kafka-configs", "--describe", *entity)
+    assert "streams.session.timeout.ms=50000" in out, out
+    refused = target.run(
+        "kafka-configs", "--alter", *entity, "--add-config", "streams.num.standby.replicas=9"
+    )
+    assert refused.code != 0 and "streams.num.standby.replicas" in refused.out + refused.err
 
 
 @pytest.mark.parametrize("protocol", ["classic", "streams"])

@@ -518,6 +518,21 @@ def test_raw_join_gets_its_tasks_and_describe_shows_them() -> None:
     assert missing.error_code == E.group_id_not_found
 
 
+def test_raw_join_with_an_endpoint_learns_the_partitions_behind_each_endpoint() -> None:
+    b = FakeBroker(_harness())
+    first = _raw_join(b, user_endpoint={"host": "h1", "port": 8080})
+    assert first.endpoint_information_epoch == 1
+    (endpoint,) = first.partitions_by_user_endpoint
+    assert (endpoint.user_endpoint.host, endpoint.user_endpoint.port) == ("h1", 8080)
+    assert [(t.topic, list(t.partitions)) for t in endpoint.active_partitions] == [
+        ("in", [0, 1, 2, 3])
+    ]
+    again = _raw_join(
+        b, member_epoch=1, topology=None, endpoint_information_epoch=1, rebalance_timeout=-1
+    )
+    assert again.error_code == E.none and again.partitions_by_user_endpoint is None
+
+
 def test_raw_errors() -> None:
     b = FakeBroker(_harness())
     bad = _raw_join(
@@ -550,3 +565,34 @@ def test_raw_errors() -> None:
     assert denied.error_code == E.group_authorization_failed
     described = b.call(DESCRIBE, group_ids=["g"], include_authorized_operations=False)
     assert described.groups[0].error_code == E.group_authorization_failed
+
+
+def test_group_config_overrides_standbys_and_session_of_one_group() -> None:
+    h = _harness()
+    configs: dict[str, str] = {}
+    h.sc.group_configs = lambda group_id: configs if group_id == "g" else {}
+    a, b = StreamsClient(h, "m1", "p1"), StreamsClient(h, "m2", "p2")
+    settle([a, b], 6)
+    assert not a.owned.standby and not b.owned.standby
+    configs["streams.num.standby.replicas"] = "1"
+    settle([a, b], 6)
+    for mine, other in ((a, b), (b, a)):
+        standby = {(s, p) for s, ps in mine.owned.standby.items() for p in ps}
+        assert standby == other.active(), "each process stands by for the other's tasks"
+    configs["streams.heartbeat.interval.ms"] = "7000"
+    assert a.beat().heartbeat_interval_ms == 7000
+
+
+def test_group_configs_are_checked_against_the_broker_bounds() -> None:
+    from kbroker.config import BrokerConfig
+    from kbroker.coordinator.streams_coordinator import validate_streams_group_config
+
+    config = BrokerConfig.from_settings({})
+    assert validate_streams_group_config(config, "streams.session.timeout.ms", "50000") is None
+    assert validate_streams_group_config(config, "streams.session.timeout.ms", "1000") == (
+        "Invalid value 1000 for configuration streams.session.timeout.ms"
+    )
+    assert validate_streams_group_config(config, "streams.num.standby.replicas", "3") is not None
+    assert validate_streams_group_config(config, "streams.nope", "1") == (
+        "Unknown group config name: streams.nope"
+    )

@@ -64,6 +64,9 @@ class GroupCoordinatorService(InternalTopicService):
         self.coordinator.consumer.metadata = lambda: broker.controller.state
         self.coordinator.streams.metadata = lambda: broker.controller.state
         self.coordinator.streams.create_topics = self._create_internal_topics
+        self.coordinator.streams.group_configs = lambda group_id: (
+            broker.controller.state.group_configs.get(group_id, {})
+        )
         self._creating_internal: set[str] = set()
 
     async def start(self) -> None:

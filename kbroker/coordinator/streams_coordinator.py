@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -173,7 +173,11 @@ class StreamsHeartbeatResult:
     statuses: tuple[tuple[int, str], ...] = ()
     assignment: TaskAssignment | None = None
     endpoint_information_epoch: int = 0
-    endpoints: tuple[tuple[tuple[str, int], TaskAssignment], ...] | None = None
+    # Per member endpoint (interactive queries): the topic partitions of its active and
+    # of its standby tasks; None when the member's endpoint information is current.
+    endpoints: (
+        tuple[tuple[tuple[str, int], dict[str, list[int]], dict[str, list[int]]], ...] | None
+    ) = None
 
 
 StreamsCallback = Callable[[StreamsHeartbeatResult], None]
@@ -231,6 +235,8 @@ class StreamsGroupCoordinator:
         self.create_topics: Callable[[list[InternalTopic]], None] = lambda _topics: None
         # Why the last attempt to create an internal topic failed, by topic name.
         self.creation_errors: dict[str, str] = {}
+        # A group's own configs (streams.*), set by IncrementalAlterConfigs.
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}
         self._queues: dict[str, deque[Operation]] = {}
 
     def _now(self) -> int:
@@ -457,7 +463,8 @@ class StreamsGroupCoordinator:
         return {name: len(info.partitions) for name, info in self.metadata().topics.items()}
 
     def _metadata_hash(self, group: StreamsGroup, sizes: dict[str, int]) -> int:
-        """A hash of the topics the topology names, as they are now."""
+        """A hash of the topics the topology names, as they are now, and of the number
+        of standby replicas (a changed group config assigns again, as Kafka does)."""
         if group.topology is None:
             return 0
         names: set[str] = set()
@@ -466,6 +473,7 @@ class StreamsGroupCoordinator:
             names.update(t.name for t in s.repartition_source_topics)
             names.update(t.name for t in s.state_changelog_topics)
         text = ";".join(f"{n}:{sizes.get(n, -1)}" for n in sorted(names))
+        text += f";standby={self.num_standby_replicas(group.group_id)}"
         digest = hashlib.sha256(text.encode()).digest()
         return int.from_bytes(digest[:8], "big", signed=True)
 
@@ -594,13 +602,13 @@ class StreamsGroupCoordinator:
             E.none,
             member_id=member_id,
             member_epoch=reconciled.member_epoch,
-            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms(gid),
             acceptable_recovery_lag=self.config.acceptable_recovery_lag,
             task_offset_interval_ms=self.config.task_offset_interval_ms,
             statuses=tuple(statuses),
             assignment=reconciled.assigned if send else None,
             endpoint_information_epoch=view.group_epoch,
-            endpoints=self._endpoints(view, configured)
+            endpoints=self._endpoints(change.view, configured)
             if req.endpoint_information_epoch != view.group_epoch
             else None,
         )
@@ -632,14 +640,37 @@ class StreamsGroupCoordinator:
 
     def _endpoints(
         self, group: StreamsGroup, configured: ConfiguredTopology
-    ) -> tuple[tuple[tuple[str, int], TaskAssignment], ...]:
-        """The tasks of each member with an endpoint (for interactive queries)."""
-        out = []
+    ) -> tuple[tuple[tuple[str, int], dict[str, list[int]], dict[str, list[int]]], ...]:
+        """Each member endpoint's partitions, as Kafka's EndpointToPartitionsManager: a
+        task stands for its partition of every source and repartition source topic of
+        its subtopology."""
+        topics: dict[str, tuple[str, ...]] = {}
+        if group.topology is not None:
+            for s in group.topology.subtopologies:
+                topics[s.subtopology_id] = (
+                    *s.source_topics,
+                    *(t.name for t in s.repartition_source_topics),
+                )
+
+        def partitions(tasks: Tasks) -> dict[str, list[int]]:
+            out: dict[str, set[int]] = {}
+            for subtopology, parts in tasks.items():
+                for topic in topics.get(subtopology, ()):
+                    out.setdefault(topic, set()).update(parts)
+            return {t: sorted(p) for t, p in sorted(out.items())}
+
+        found = []
         for member in sorted(group.members.values(), key=lambda m: m.member_id):
             if member.user_endpoint is None:
                 continue
-            out.append((member.user_endpoint, member.assigned))
-        return tuple(out)
+            found.append(
+                (
+                    member.user_endpoint,
+                    partitions(member.assigned.active),
+                    partitions(member.assigned.standby),
+                )
+            )
+        return tuple(found)
 
     def _member_for(self, change: _Change, req: StreamsHeartbeatRequest) -> StreamsMember:
         view = change.view
@@ -719,7 +750,7 @@ class StreamsGroupCoordinator:
             for m in view.members.values()
         }
         tasks = configured.tasks if configured.ready else {}
-        target = assign_tasks(members, tasks, self.config.num_standby_replicas)
+        target = assign_tasks(members, tasks, self.num_standby_replicas(gid))
         for member_id in sorted(view.members):
             assignment = target.get(member_id, EMPTY_ASSIGNMENT)
             if assignment != view.target.get(member_id):
@@ -882,8 +913,31 @@ class StreamsGroupCoordinator:
 
     # -- timers -------------------------------------------------------------------------
 
+    def _group_setting(self, group_id: str, name: str, default: int) -> int:
+        """A streams.* group config when the group has one, else the broker's setting."""
+        value = self.group_configs(group_id).get(name)
+        try:
+            return default if value is None else int(value)
+        except ValueError:
+            return default
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        return self._group_setting(
+            group_id, "streams.session.timeout.ms", self.config.session_timeout_ms
+        )
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self._group_setting(
+            group_id, "streams.heartbeat.interval.ms", self.config.heartbeat_interval_ms
+        )
+
+    def num_standby_replicas(self, group_id: str) -> int:
+        return self._group_setting(
+            group_id, "streams.num.standby.replicas", self.config.num_standby_replicas
+        )
+
     def _schedule_session_timeout(self, group: StreamsGroup, member_id: str) -> None:
-        timeout = self.config.session_timeout_ms
+        timeout = self.session_timeout_ms(group.group_id)
         deadline = self._now() + timeout
         group.session_deadlines[member_id] = deadline
         running = group.session_timers.get(member_id)
@@ -919,7 +973,7 @@ class StreamsGroupCoordinator:
         self._cancel_rebalance_timeout(group, member.member_id)
         timeout = member.rebalance_timeout_ms
         if timeout <= 0:
-            timeout = self.config.session_timeout_ms
+            timeout = self.session_timeout_ms(group.group_id)
         epoch = member.member_epoch
         member_id = member.member_id
 
@@ -1133,3 +1187,59 @@ def _ignore(_code: ErrorCode) -> None:
 def _log_failure(group_id: str, what: str, code: ErrorCode) -> None:
     if code != E.none:
         log.warning("group %s: %s failed: %s", group_id, what, code.name)
+
+
+# -- group configs (IncrementalAlterConfigs on a GROUP resource) ------------------------------
+
+# Kafka 4.3's streams group configs. The first three override the broker's settings for
+# one group; the others are accepted and, as their broker settings, inert.
+STREAMS_GROUP_CONFIGS = (
+    "streams.session.timeout.ms",
+    "streams.heartbeat.interval.ms",
+    "streams.num.standby.replicas",
+    "streams.initial.rebalance.delay.ms",
+    "streams.assignment.interval.ms",
+    "streams.assignor.offload.enable",
+)
+
+
+def streams_group_config_defaults(config: BrokerConfig) -> dict[str, str]:
+    return {
+        "streams.session.timeout.ms": str(config.group_streams_session_timeout_ms),
+        "streams.heartbeat.interval.ms": str(config.group_streams_heartbeat_interval_ms),
+        "streams.num.standby.replicas": str(config.group_streams_num_standby_replicas),
+        "streams.initial.rebalance.delay.ms": str(config.group_streams_initial_rebalance_delay_ms),
+        "streams.assignment.interval.ms": str(config.group_streams_assignment_interval_ms),
+        "streams.assignor.offload.enable": "false",
+    }
+
+
+def validate_streams_group_config(config: BrokerConfig, name: str, value: str | None) -> str | None:
+    """Why a streams group config is refused (Kafka's bounds: the broker's min/max
+    settings), or None when it is fine; None deletes it."""
+    if name not in STREAMS_GROUP_CONFIGS:
+        return f"Unknown group config name: {name}"
+    if value is None:
+        return None
+    if name == "streams.assignor.offload.enable":
+        ok = value.strip().lower() in ("true", "false")
+    else:
+        bounds = {
+            "streams.session.timeout.ms": (
+                config.group_streams_min_session_timeout_ms,
+                config.group_streams_max_session_timeout_ms,
+            ),
+            "streams.heartbeat.interval.ms": (
+                config.group_streams_min_heartbeat_interval_ms,
+                config.group_streams_max_heartbeat_interval_ms,
+            ),
+            "streams.num.standby.replicas": (0, config.group_streams_max_standby_replicas),
+            "streams.initial.rebalance.delay.ms": (0, 2**31 - 1),
+            "streams.assignment.interval.ms": (
+                config.group_streams_min_assignment_interval_ms,
+                config.group_streams_max_assignment_interval_ms,
+            ),
+        }
+        low, high = bounds[name]
+        ok = value.strip().lstrip("-").isdigit() and low <= int(value) <= high
+    return None if ok else f"Invalid value {value} for configuration {name}"

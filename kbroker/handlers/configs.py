@@ -31,6 +31,11 @@ from kbroker.config import validate_topic_configs as _validate_topic_configs
 from kbroker.controller import ControllerError
 from kbroker.controller.state import TopicInfo
 from kbroker.controller.validation import validate_topic_name
+from kbroker.coordinator.streams_coordinator import (
+    STREAMS_GROUP_CONFIGS,
+    streams_group_config_defaults,
+    validate_streams_group_config,
+)
 from kbroker.handlers.context import (
     BrokerParts,
     RequestContext,
@@ -575,7 +580,7 @@ async def incremental_alter_configs(
     return _alter_response(resources, errors)
 
 
-# -- GROUP: share-group configs (KIP-932, KIP-1191) ------------------------------------
+# -- GROUP: share-group configs (KIP-932, KIP-1191) and streams-group ones (KIP-1071) -----
 
 SOURCE_DYNAMIC_GROUP = 8  # ConfigSource.GROUP_CONFIG
 SOURCE_DEFAULT = 5
@@ -607,7 +612,10 @@ async def alter_group_configs(
                 "because its type is not LIST.",
             )
         value = op.value if op.config_operation == SET else None
-        problem = coordinator.validate_group_config(op.name, value)
+        if op.name.startswith("streams."):
+            problem = validate_streams_group_config(broker.config, op.name, value)
+        else:
+            problem = coordinator.validate_group_config(op.name, value)
         if problem is not None:
             raise ResourceError(ErrorCode.invalid_config, problem)
         changes[op.name] = value
@@ -625,7 +633,7 @@ def describe_group_configs(
     from kbroker.share.group_configs import GROUP_CONFIGS
 
     coordinator = _share_service(broker).coordinator
-    defaults = {
+    defaults: dict[str, str | None] = {
         "share.auto.offset.reset": "latest",
         "share.isolation.level": "read_uncommitted",
         "share.record.lock.duration.ms": str(coordinator.config.record_lock_ms),
@@ -635,9 +643,10 @@ def describe_group_configs(
         "errors.deadletterqueue.topic.name": None,
         "errors.deadletterqueue.copy.record.enable": "false",
     }
+    defaults.update(streams_group_config_defaults(broker.config))
     configs = broker.controller.state.group_configs.get(group_id, {})
     results: list[dict[str, Any]] = []
-    for name in GROUP_CONFIGS:
+    for name in (*GROUP_CONFIGS, *STREAMS_GROUP_CONFIGS):
         if keys is not None and name not in keys:
             continue
         explicit = name in configs

@@ -168,7 +168,16 @@ def _heartbeat_response(result: StreamsHeartbeatResult) -> r.StreamsGroupHeartbe
         "standby_tasks": None if a is None else _task_ids(a.standby),
         "warmup_tasks": None if a is None else _task_ids(a.warmup),
         "endpoint_information_epoch": result.endpoint_information_epoch,
-        "partitions_by_user_endpoint": None if result.endpoints is None else [],
+        "partitions_by_user_endpoint": None
+        if result.endpoints is None
+        else [
+            {
+                "user_endpoint": {"host": host, "port": port},
+                "active_partitions": [{"topic": t, "partitions": p} for t, p in active.items()],
+                "standby_partitions": [{"topic": t, "partitions": p} for t, p in standby.items()],
+            }
+            for (host, port), active, standby in result.endpoints
+        ],
     }
 
 

@@ -1208,8 +1208,9 @@ def streams_group_config_defaults(config: BrokerConfig) -> dict[str, str]:
         "streams.session.timeout.ms": str(config.group_streams_session_timeout_ms),
         "streams.heartbeat.interval.ms": str(config.group_streams_heartbeat_interval_ms),
         "streams.num.standby.replicas": str(config.group_streams_num_standby_replicas),
-        "streams.initial.rebalance.delay.ms": str(config.group_streams_initial_rebalance_delay_ms),
-        "streams.assignment.interval.ms": str(config.group_streams_assignment_interval_ms),
+        # Inert, as their broker settings: Kafka's defaults are shown.
+        "streams.initial.rebalance.delay.ms": "3000",
+        "streams.assignment.interval.ms": "1000",
         "streams.assignor.offload.enable": "false",
     }
 
@@ -1235,10 +1236,9 @@ def validate_streams_group_config(config: BrokerConfig, name: str, value: str | 
             ),
             "streams.num.standby.replicas": (0, config.group_streams_max_standby_replicas),
             "streams.initial.rebalance.delay.ms": (0, 2**31 - 1),
-            "streams.assignment.interval.ms": (
-                config.group_streams_min_assignment_interval_ms,
-                config.group_streams_max_assignment_interval_ms,
-            ),
+            # Kafka's default bounds (group.streams.{min,max}.assignment.interval.ms are
+            # inert here, so they bound nothing).
+            "streams.assignment.interval.ms": (0, 15_000),
         }
         low, high = bounds[name]
         ok = value.strip().lstrip("-").isdigit() and low <= int(value) <= high

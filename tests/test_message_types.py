@@ -170,7 +170,6 @@ STILL_UNTYPED = {
     "configs.py",
     "share_groups.py",
     "share_state.py",
-    "topics.py",
 }
 
 

@@ -43,7 +43,7 @@ from kbroker.handlers.context import (
     caught_up,
 )
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import AUTHORIZATION_FAILED, CLUSTER_NAME, Operation, ResourceType
 from kbroker.telemetry import (
     CLIENT_METRICS_CONFIGS,
@@ -122,7 +122,9 @@ def config_entry_result(
     }
 
 
-def created_topic_configs(broker: BrokerParts, overrides: dict[str, str]) -> list[dict[str, Any]]:
+def created_topic_configs(
+    broker: BrokerParts, overrides: dict[str, str]
+) -> list[responses.CreatableTopicConfigs]:
     """A new topic's effective configs, as CreateTopics v5+ returns them, sorted by name."""
     entries = describe_topic_config(
         overrides, broker.config, include_synonyms=False, include_documentation=False

@@ -13,7 +13,6 @@ import asyncio
 import datetime
 import functools
 import logging
-import sys
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -22,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller import ControllerError
+from kbroker.controller.state import TopicInfo
 from kbroker.controller.validation import check_topic_absent, validate_topic_name
 from kbroker.handlers.configs import (
     ConfigChange,
@@ -32,8 +32,7 @@ from kbroker.handlers.configs import (
 )
 from kbroker.handlers.context import BrokerParts, RequestContext, caught_up
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
-from kbroker.protocol.messages import build, response_type
+from kbroker.protocol import requests, responses
 from kbroker.security.acl import AUTHORIZATION_FAILED, CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger("kbroker.admin")
@@ -44,6 +43,7 @@ CREATE_PARTITIONS = 37
 
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 
 
 class _Assignment(Protocol):
@@ -94,7 +94,7 @@ def timeout_seconds(timeout: datetime.timedelta | int | None) -> float | None:
     return seconds if seconds > 0 else None
 
 
-async def run_bounded(work: Awaitable[Any], timeout: float | None) -> Any:
+async def run_bounded(work: Awaitable[T], timeout: float | None) -> T:
     """Await `work` for at most `timeout` seconds; on expiry it goes on in the background."""
     task = asyncio.ensure_future(work)
     if timeout is None:
@@ -111,7 +111,7 @@ def _consume_result(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-async def guarded(work: Callable[[], Awaitable[Any]], timeout: float | None) -> Any:
+async def guarded(work: Callable[[], Awaitable[T]], timeout: float | None) -> T | ResourceError:
     """Run one topic's change; returns its result or the ResourceError it failed with."""
     try:
         return await run_bounded(work(), timeout)
@@ -192,25 +192,9 @@ def _creation_configs(topic: _CreatableTopic) -> dict[str, str]:
     return configs
 
 
-FIRST_CONFIGS_ANSWERED = 5
-
-
-def _config_entities(version: int, configs: list[dict[str, Any]]) -> Any:
-    """CreateTopics v5+ configs as the version's kio entities.
-
-    The field is a nullable array of structs, which `messages.build` passes through
-    unconverted, so the entities are built here (build keeps ready-made entities as is).
-    """
-    if version < FIRST_CONFIGS_ANSWERED:
-        return configs  # dropped: the version has no configs in its answer
-    module = sys.modules[response_type(CREATE_TOPICS, version).__module__]
-    entity = getattr(module, "CreatableTopicConfigs", None)
-    return configs if entity is None else tuple(build(entity, c) for c in configs)
-
-
 def _created(
-    broker: BrokerParts, version: int, name: str, info: Any, configs: dict[str, str]
-) -> dict[str, Any]:
+    broker: BrokerParts, name: str, info: TopicInfo, configs: dict[str, str]
+) -> responses.CreatableTopicResult:
     partitions = list(info.partitions)
     return {
         "name": name,
@@ -219,11 +203,11 @@ def _created(
         "error_message": None,
         "num_partitions": len(partitions),
         "replication_factor": len(partitions[0].replicas) if partitions else -1,
-        "configs": _config_entities(version, created_topic_configs(broker, configs)),
+        "configs": created_topic_configs(broker, configs),
     }
 
 
-def _create_failed(name: str, err: ResourceError) -> dict[str, Any]:
+def _create_failed(name: str, err: ResourceError) -> responses.CreatableTopicResult:
     return {
         "name": name,
         "topic_id": None,
@@ -238,13 +222,13 @@ def _create_failed(name: str, err: ResourceError) -> dict[str, Any]:
 @handles(CREATE_TOPICS, 0)  # v0-1 through protocol.legacy_messages
 async def create_topics(
     ctx: RequestContext, request: requests.CreateTopicsRequest
-) -> dict[str, Any]:
+) -> responses.CreateTopicsResponse:
     broker = ctx.broker
     timeout = timeout_seconds(request.timeout)
     validate_only = request.validate_only
     repeated = duplicates([t.name for t in request.topics])
 
-    async def create(topic: _CreatableTopic) -> dict[str, Any]:
+    async def create(topic: _CreatableTopic) -> responses.CreatableTopicResult:
         if broker.authorizer is not None and not (
             ctx.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
             or ctx.allowed(Operation.CREATE, ResourceType.TOPIC, topic.name)
@@ -284,7 +268,7 @@ async def create_topics(
                     f"{len(failed)} partition log(s) could not be created, "
                     f"first partition {partition}: {why}",
                 )
-        return _created(broker, ctx.version, topic.name, info, configs)
+        return _created(broker, topic.name, info, configs)
 
     unique = [t for t in request.topics if t.name not in repeated]
     outcomes = await asyncio.gather(
@@ -316,7 +300,7 @@ def _deletion_enabled(broker: BrokerParts) -> bool:
 
 def _deleted(
     name: str | None, topic_id: uuid.UUID | None, err: ResourceError | None = None
-) -> dict:
+) -> responses.DeletableTopicResult:
     return {
         "name": name,
         "topic_id": topic_id,
@@ -341,7 +325,7 @@ def _requested_deletions(
 @handles(DELETE_TOPICS, 0)  # v0 through protocol.legacy_messages
 async def delete_topics(
     ctx: RequestContext, request: requests.DeleteTopicsRequest
-) -> dict[str, Any]:
+) -> responses.DeleteTopicsResponse:
     broker = ctx.broker
     state = broker.controller.state
     wanted = _requested_deletions(ctx, request)
@@ -359,15 +343,15 @@ async def delete_topics(
             "throttle_time": 0,
             "responses": [_deleted(name, topic_id, err) for name, topic_id in wanted],
         }
-    responses: list[dict[str, Any]] = []
+    results: list[responses.DeletableTopicResult] = []
     repeated_names = duplicates([n for n, i in wanted if n is not None and i is None])
     repeated_ids = duplicates([i for n, i in wanted if n is None and i is not None])
     for repeated_name in sorted(repeated_names):
         err = ResourceError(ErrorCode.invalid_request, "Duplicate topic name.")
-        responses.append(_deleted(repeated_name, None, err))
+        results.append(_deleted(repeated_name, None, err))
     for repeated_id in repeated_ids:
         err = ResourceError(ErrorCode.invalid_request, "Duplicate topic id.")
-        responses.append(_deleted(None, repeated_id, err))
+        results.append(_deleted(None, repeated_id, err))
     resolved: list[tuple[str | None, uuid.UUID]] = []  # (name as requested, topic id), known topics
     checking = broker.authorizer is not None
 
@@ -380,36 +364,34 @@ async def delete_topics(
             err = ResourceError(
                 ErrorCode.invalid_request, "Neither topic name nor id were specified."
             )
-            responses.append(_deleted(None, None, err))
+            results.append(_deleted(None, None, err))
         elif name is not None and topic_id is not None:
             err = ResourceError(
                 ErrorCode.invalid_request, "You may not specify both topic name and topic id."
             )
-            responses.append(_deleted(name, topic_id, err))
+            results.append(_deleted(name, topic_id, err))
         elif name in repeated_names or topic_id in repeated_ids:
             continue
         elif topic_id is not None:
             info = state.topics_by_id.get(topic_id)
             if info is None:
-                responses.append(
-                    _deleted(None, topic_id, ResourceError(ErrorCode.unknown_topic_id))
-                )
+                results.append(_deleted(None, topic_id, ResourceError(ErrorCode.unknown_topic_id)))
             elif not may_delete(info.name):
-                responses.append(_deleted(None, topic_id, denied))
+                results.append(_deleted(None, topic_id, denied))
             else:
                 resolved.append((None, info.topic_id))
         elif name is not None:
             info = state.topics.get(name)
             if not may_delete(name):
-                responses.append(_deleted(name, None, denied))
+                results.append(_deleted(name, None, denied))
             elif info is None:
                 err = ResourceError(ErrorCode.unknown_topic_or_partition)
-                responses.append(_deleted(name, None, err))
+                results.append(_deleted(name, None, err))
             else:
                 resolved.append((name, info.topic_id))
     # A name and an id may denote the same topic: both entries are refused.
     mentions = Counter(topic_id for _, topic_id in resolved)
-    targets: list[tuple[str, Any]] = []
+    targets: list[tuple[str, uuid.UUID]] = []
     for name, topic_id in resolved:
         info = state.topics_by_id[topic_id]
         if mentions[topic_id] > 1:
@@ -417,7 +399,7 @@ async def delete_topics(
                 ErrorCode.invalid_request,
                 "The provided topic name maps to an ID that was already supplied.",
             )
-            responses.append(_deleted(name, topic_id, err))
+            results.append(_deleted(name, topic_id, err))
         else:
             targets.append((info.name, topic_id))
 
@@ -429,8 +411,8 @@ async def delete_topics(
         )
     )
     for (name, topic_id), out in zip(targets, outcomes, strict=True):
-        responses.append(_deleted(name, topic_id, out if isinstance(out, ResourceError) else None))
-    return {"throttle_time": 0, "responses": responses}
+        results.append(_deleted(name, topic_id, out if isinstance(out, ResourceError) else None))
+    return {"throttle_time": 0, "responses": results}
 
 
 # -- CreatePartitions ----------------------------------------------------------------------
@@ -439,7 +421,7 @@ async def delete_topics(
 @handles(CREATE_PARTITIONS, 0)
 async def create_partitions(
     ctx: RequestContext, request: requests.CreatePartitionsRequest
-) -> dict[str, Any]:
+) -> responses.CreatePartitionsResponse:
     broker = ctx.broker
     timeout = timeout_seconds(request.timeout)
     validate_only = request.validate_only
@@ -486,7 +468,7 @@ async def create_partitions(
 
     unique = [t for t in request.topics if t.name not in repeated]
     outcomes = await asyncio.gather(*(guarded(functools.partial(grow, t), timeout) for t in unique))
-    results = [
+    results: list[responses.CreatePartitionsTopicResult] = [
         {
             "name": t.name,
             "error_code": out.code if isinstance(out, ResourceError) else ErrorCode.none,

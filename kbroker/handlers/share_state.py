@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeAlias, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import RequestContext, ShareCoordination
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.protocol.messages import ZERO_UUID
 from kbroker.share.partition_state import RecordState
 from kbroker.share.persister import (
@@ -32,7 +32,6 @@ from kbroker.share.records import StateKey
 from kbroker.share.state_store import (
     from_state_batches,
     leader_epoch_of,
-    state_batch_fields,
     to_state_batches,
 )
 
@@ -54,12 +53,12 @@ def _refused(ctx: RequestContext) -> bool:
 @handles(READ_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
 async def read_share_group_state(
     ctx: RequestContext, request: requests.ReadShareGroupStateRequest
-) -> dict[str, Any]:
+) -> responses.ReadShareGroupStateResponse:
     service = _service(ctx)
-    results = []
+    results: list[responses.ReadStateResult] = []
     for topic in request.topics:
         topic_id = topic.topic_id or ZERO_UUID
-        partitions = []
+        partitions: list[responses.ReadShareGroupStatePartitionResult] = []
         for p in topic.partitions:
             key = (request.group_id, topic_id, p.partition)
             # No leader epoch: not a share-partition leader but a summary (the admin
@@ -79,7 +78,15 @@ async def read_share_group_state(
                     "error_message": None if code == E.none else code.name,
                     "state_epoch": state_epoch,
                     "start_offset": start,
-                    "state_batches": state_batch_fields(batches),
+                    "state_batches": [
+                        {
+                            "first_offset": first,
+                            "last_offset": last,
+                            "delivery_state": state,
+                            "delivery_count": count,
+                        }
+                        for first, last, state, count in batches
+                    ],
                 }
             )
         results.append({"topic_id": topic_id, "partitions": partitions})
@@ -90,7 +97,7 @@ READ_SHARE_GROUP_STATE_SUMMARY = 87
 _COMPLETE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 
 
-def _summary_fields(stored: bytes | None) -> dict[str, int]:
+def _summary_fields(stored: bytes | None) -> responses.ReadShareGroupStateSummaryPartitionResult:
     """Start offset, leader epoch and, from v1, the offsets at or past the start whose
     delivery is complete (acknowledged or archived); Kafka's defaults for no state."""
     if stored is None:
@@ -111,17 +118,17 @@ def _summary_fields(stored: bytes | None) -> dict[str, int]:
 @handles(READ_SHARE_GROUP_STATE_SUMMARY, 0, 1, enabled_by=ENABLE)
 def read_share_group_state_summary(
     ctx: RequestContext, request: requests.ReadShareGroupStateSummaryRequest
-) -> dict[str, Any]:
+) -> responses.ReadShareGroupStateSummaryResponse:
     """The committed state of share-partitions, as DescribeShareGroupOffsets reads it from
     Kafka's share coordinator; only a broker may ask."""
     service = _service(ctx)
     refused = _refused(ctx)
     topics = ctx.broker.controller.state.topics_by_id
-    results = []
+    results: list[responses.ReadStateSummaryResult] = []
     for topic in request.topics:
         topic_id = topic.topic_id or ZERO_UUID
         info = topics.get(topic_id)
-        partitions = []
+        partitions: list[responses.ReadShareGroupStateSummaryPartitionResult] = []
         for p in topic.partitions:
             if refused:
                 code, stored, state_epoch = E.cluster_authorization_failed, None, 0
@@ -168,7 +175,7 @@ async def _by_state_partition(
     topics: Iterable[_StateTopic[P]],
     item: Callable[[StateKey, str | None, P], T | None],
     apply: Callable[[int, list[T]], Awaitable[dict[StateKey, ErrorCode]]],
-) -> dict[str, Any]:
+) -> StateAnswer:
     """Answer a write/initialize/delete: each requested state's item (None: its topic is
     unknown here) goes, grouped by the share-state partition holding its key, to `apply`;
     a caller that is not a broker is refused every state."""
@@ -198,7 +205,7 @@ async def _by_state_partition(
 @handles(WRITE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
 async def write_share_group_state(
     ctx: RequestContext, request: requests.WriteShareGroupStateRequest
-) -> dict[str, Any]:
+) -> responses.WriteShareGroupStateResponse:
     def written(
         key: StateKey, name: str | None, p: requests.WriteShareGroupStatePartitionData
     ) -> Written | None:
@@ -213,8 +220,13 @@ async def write_share_group_state(
     )
 
 
-def _answer(outcome: dict[StateKey, ErrorCode]) -> dict[str, Any]:
-    results: dict[Any, list[dict[str, Any]]] = {}
+StateAnswer: TypeAlias = "responses.WriteShareGroupStateResponse"
+"""Write, Initialize and DeleteShareGroupState answer in one shape (mypy checks the other
+two TypedDicts take it)."""
+
+
+def _answer(outcome: dict[StateKey, ErrorCode]) -> StateAnswer:
+    results: dict[uuid.UUID, list[responses.WriteShareGroupStatePartitionResult]] = {}
     for (_, topic_id, partition), code in outcome.items():
         results.setdefault(topic_id, []).append(
             {
@@ -229,7 +241,7 @@ def _answer(outcome: dict[StateKey, ErrorCode]) -> dict[str, Any]:
 @handles(INITIALIZE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
 async def initialize_share_group_state(
     ctx: RequestContext, request: requests.InitializeShareGroupStateRequest
-) -> dict[str, Any]:
+) -> responses.InitializeShareGroupStateResponse:
     """A group's coordinator starts share-partitions again (AlterShareGroupOffsets)."""
 
     def initialized(
@@ -245,7 +257,7 @@ async def initialize_share_group_state(
 @handles(DELETE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
 async def delete_share_group_state(
     ctx: RequestContext, request: requests.DeleteShareGroupStateRequest
-) -> dict[str, Any]:
+) -> responses.DeleteShareGroupStateResponse:
     """A group's coordinator deletes states (DeleteGroups, DeleteShareGroupOffsets): a
     state is deleted whether or not its topic still exists."""
 

@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.handlers.context import RequestContext, ShareCoordination
 from kbroker.handlers.groups import _client_host
 from kbroker.handlers.registry import handles
-from kbroker.protocol import requests
+from kbroker.protocol import requests, responses
 from kbroker.protocol.encoded import EncodedBody
 from kbroker.protocol.messages import ZERO_UUID, duration_ms
 from kbroker.protocol.share_fetch_response import (
@@ -84,7 +84,7 @@ def _unreadable_ids(ctx: RequestContext, topic_ids: set[uuid.UUID]) -> set[uuid.
 @handles(SHARE_GROUP_HEARTBEAT, 1, 1, enabled_by=ENABLE)
 async def share_group_heartbeat(
     ctx: RequestContext, request: requests.ShareGroupHeartbeatRequest
-) -> dict[str, Any]:
+) -> responses.ShareGroupHeartbeatResponse:
     """Kafka's checks first: group READ, then DESCRIBE on every subscribed topic."""
     service = _service(ctx)
     names = request.subscribed_topic_names
@@ -121,7 +121,7 @@ async def share_group_heartbeat(
     stored = service.persist()
     if changed:  # as on Kafka, a change of membership is answered once it is written
         await stored
-    assignment = None
+    assignment: responses.ShareGroupHeartbeatAssignment | None = None
     if result.assignment is not None:
         assignment = {
             "topic_partitions": [
@@ -148,10 +148,10 @@ async def share_group_heartbeat(
 @handles(SHARE_GROUP_DESCRIBE, 1, 1, enabled_by=ENABLE)
 def share_group_describe(
     ctx: RequestContext, request: requests.ShareGroupDescribeRequest
-) -> dict[str, Any]:
+) -> responses.ShareGroupDescribeResponse:
     coordinator = _service(ctx).coordinator
     topics = ctx.broker.controller.state.topics_by_id
-    groups: list[dict[str, Any]] = []
+    groups: list[responses.ShareGroupDescribeDescribedGroup] = []
     for group_id in request.group_ids:
         group = coordinator.groups.get(group_id)
         denied = _group_denied(ctx, Operation.DESCRIBE, group_id)
@@ -177,7 +177,7 @@ def share_group_describe(
                 }
             )
             continue
-        members = []
+        members: list[responses.ShareGroupDescribeMember] = []
         for m in group.members.values():
             members.append(
                 {
@@ -254,7 +254,9 @@ def _acks(topics: Iterable[_AckTopic]) -> PartitionAcks:
     return acks
 
 
-def _leader(ctx: RequestContext, topic_id: uuid.UUID, partition: int) -> dict[str, int]:
+def _leader(
+    ctx: RequestContext, topic_id: uuid.UUID, partition: int
+) -> responses.ShareAcknowledgeLeaderIdAndEpoch:
     """The partition's leader and epoch from the metadata (-1 when unknown)."""
     info = ctx.broker.controller.state.topics_by_id.get(topic_id)
     if info is None or not 0 <= partition < len(info.partitions):
@@ -263,8 +265,10 @@ def _leader(ctx: RequestContext, topic_id: uuid.UUID, partition: int) -> dict[st
     return {"leader_id": p.leader, "leader_epoch": p.leader_epoch}
 
 
-def _ack_partitions(ctx: RequestContext, answer: FetchAnswer) -> list[dict[str, Any]]:
-    by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+def _ack_partitions(
+    ctx: RequestContext, answer: FetchAnswer
+) -> list[responses.ShareAcknowledgeTopicResponse]:
+    by_topic: dict[uuid.UUID, list[responses.ShareAcknowledgePartitionData]] = {}
     for (topic_id, partition), part in sorted(
         answer.partitions.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])
     ):
@@ -293,9 +297,9 @@ def _unreadable_partitions(
 
 def _refused_acks(
     ctx: RequestContext, refused: list[tuple[uuid.UUID, _AckPartition]]
-) -> list[dict[str, Any]]:
+) -> list[responses.ShareAcknowledgeTopicResponse]:
     """ShareAcknowledge's TOPIC_AUTHORIZATION_FAILED partitions, one entry per topic."""
-    by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    by_topic: dict[uuid.UUID, list[responses.ShareAcknowledgePartitionData]] = {}
     for topic_id, p in refused:
         by_topic.setdefault(topic_id, []).append(
             {
@@ -358,7 +362,7 @@ def _encode_fetch(
 @handles(SHARE_FETCH, 1, 2, enabled_by=ENABLE)
 async def share_fetch(
     ctx: RequestContext, request: requests.ShareFetchRequest
-) -> dict[str, Any] | EncodedBody:
+) -> responses.ShareFetchResponse | EncodedBody:
     if _group_denied(ctx, Operation.READ, request.group_id or ""):
         return {
             "throttle_time": 0,
@@ -406,7 +410,7 @@ async def share_fetch(
 @handles(SHARE_ACKNOWLEDGE, 1, 2, enabled_by=ENABLE)
 async def share_acknowledge(
     ctx: RequestContext, request: requests.ShareAcknowledgeRequest
-) -> dict[str, Any]:
+) -> responses.ShareAcknowledgeResponse:
     if _group_denied(ctx, Operation.READ, request.group_id or ""):
         return {
             "throttle_time": 0,
@@ -446,7 +450,11 @@ async def _stored_states(
     ctx: RequestContext,
     service: ShareCoordination,
     group_id: str,
-    topics: Sequence[Any] | None,
+    topics: Sequence[
+        requests.DescribeShareGroupOffsetsRequestTopic
+        | requests.DeleteShareGroupOffsetsRequestTopic
+    ]
+    | None,
 ) -> dict[tuple[str, int], tuple[uuid.UUID, dict[str, Any]]]:
     """(topic, partition) -> (topic id, state snapshot) of the group's share-partitions,
     as committed at their share coordinators (on whichever brokers), as Kafka's group
@@ -474,11 +482,11 @@ async def _stored_states(
 @handles(DESCRIBE_SHARE_GROUP_OFFSETS, 0, enabled_by=ENABLE)
 async def describe_share_group_offsets(
     ctx: RequestContext, request: requests.DescribeShareGroupOffsetsRequest
-) -> dict[str, Any]:
+) -> responses.DescribeShareGroupOffsetsResponse:
     service = _service(ctx)
     coordinator = service.coordinator
     state = ctx.broker.controller.state
-    groups = []
+    groups: list[responses.DescribeShareGroupOffsetsResponseGroup] = []
     for g in request.groups:
         if _group_denied(ctx, Operation.DESCRIBE, g.group_id):
             groups.append(
@@ -521,10 +529,10 @@ async def describe_share_group_offsets(
         lags = await service.lags(
             g.group_id, {tp: data for tp, (_, data) in offsets.items() if tp in described}
         )
-        topics = []
+        topics: list[responses.DescribeShareGroupOffsetsResponseTopic] = []
         for name, partitions in wanted:
             info = state.topics.get(name)
-            parts: list[dict[str, Any]] = []
+            parts: list[responses.DescribeShareGroupOffsetsResponsePartition] = []
             denied = _topic_denied(ctx, Operation.DESCRIBE, name)
             for p in partitions:
                 found = offsets.get((name, p))
@@ -572,7 +580,7 @@ async def describe_share_group_offsets(
 @handles(ALTER_SHARE_GROUP_OFFSETS, 0, enabled_by=ENABLE)
 async def alter_share_group_offsets(
     ctx: RequestContext, request: requests.AlterShareGroupOffsetsRequest
-) -> dict[str, Any]:
+) -> responses.AlterShareGroupOffsetsResponse:
     service = _service(ctx)
     coordinator = service.coordinator
     state = ctx.broker.controller.state
@@ -598,17 +606,22 @@ async def alter_share_group_offsets(
             "error_message": "The group is not empty.",
             "responses": [],
         }
-    responses = []
+    topic_answers: list[responses.AlterShareGroupOffsetsResponseTopic] = []
     # Each share-partition starts again at its share coordinator (wherever that is),
     # fencing the state its leader holds.
     altered: list[tuple[tuple[str, uuid.UUID, int], str, int]] = []
-    answers: list[tuple[dict[str, Any], tuple[str, uuid.UUID, int]]] = []
+    answers: list[
+        tuple[responses.AlterShareGroupOffsetsResponsePartition, tuple[str, uuid.UUID, int]]
+    ] = []
     for t in request.topics:
         denied = _topic_denied(ctx, Operation.READ, t.topic_name)
         info = None if denied else state.topics.get(t.topic_name)
-        parts = []
+        parts: list[responses.AlterShareGroupOffsetsResponsePartition] = []
         for p in t.partitions:
-            part: dict[str, Any] = {"partition_index": p.partition_index, "error_code": E.none}
+            part: responses.AlterShareGroupOffsetsResponsePartition = {
+                "partition_index": p.partition_index,
+                "error_code": E.none,
+            }
             if denied:
                 part["error_code"] = E.topic_authorization_failed
             elif info is None or not 0 <= p.partition_index < len(info.partitions):
@@ -618,7 +631,7 @@ async def alter_share_group_offsets(
                 altered.append((key, t.topic_name, p.start_offset))
                 answers.append((part, key))
             parts.append(part)
-        responses.append(
+        topic_answers.append(
             {
                 "topic_name": t.topic_name,
                 "topic_id": info.topic_id if info else ZERO_UUID,
@@ -628,13 +641,13 @@ async def alter_share_group_offsets(
     outcome = await service.alter_start_offsets(altered)
     for part, key in answers:
         part["error_code"] = outcome.get(key, E.unknown_server_error)
-    return {"throttle_time": 0, "error_code": E.none, "responses": responses}
+    return {"throttle_time": 0, "error_code": E.none, "responses": topic_answers}
 
 
 @handles(DELETE_SHARE_GROUP_OFFSETS, 0, enabled_by=ENABLE)
 async def delete_share_group_offsets(
     ctx: RequestContext, request: requests.DeleteShareGroupOffsetsRequest
-) -> dict[str, Any]:
+) -> responses.DeleteShareGroupOffsetsResponse:
     service = _service(ctx)
     coordinator = service.coordinator
     state = ctx.broker.controller.state
@@ -661,7 +674,7 @@ async def delete_share_group_offsets(
             "error_message": f"Group {request.group_id} is not a share group.",
             "responses": [],
         }
-    responses: list[dict[str, Any]] = []
+    topic_answers: list[responses.DeleteShareGroupOffsetsResponseTopic] = []
     for t in request.topics:
         denied = _topic_denied(ctx, Operation.READ, t.topic_name)
         info = None if denied else state.topics.get(t.topic_name)
@@ -678,7 +691,7 @@ async def delete_share_group_offsets(
                 "error_message": "The group is not empty.",
                 "responses": [],
             }
-        responses.append(
+        topic_answers.append(
             {
                 "topic_name": t.topic_name,
                 "topic_id": info.topic_id if info else ZERO_UUID,
@@ -687,10 +700,10 @@ async def delete_share_group_offsets(
         )
     await service.persist()
     # States stored by share coordinators on other brokers go too.
-    for response in responses:
-        if response["error_code"] == E.none:
-            keys = service.state_keys(request.group_id, [response["topic_name"]])
+    for answer in topic_answers:
+        if answer["error_code"] == E.none:
+            keys = service.state_keys(request.group_id, [answer["topic_name"]])
             failed = [c for c in (await service.delete_states(keys)).values() if c != E.none]
             if failed:
-                response["error_code"] = failed[0]
-    return {"throttle_time": 0, "error_code": E.none, "responses": responses}
+                answer["error_code"] = failed[0]
+    return {"throttle_time": 0, "error_code": E.none, "responses": topic_answers}

@@ -18,8 +18,13 @@ the metadata log. So the table claims only what kbroker does:
 - `eligible.leader.replicas.version` 0-1: 1 keeps Eligible Leader Replicas (KIP-966).
   A new cluster starts at 1, as Kafka 4.1+ formats one; UpdateFeatures moves it (a
   downgrade needs the SAFE_DOWNGRADE or UNSAFE_DOWNGRADE upgrade type, as on Kafka).
-- `transaction.version` 0 only: EndTxn keeps the producer epoch (no KIP-890 part 2 bump,
-  level 2) and the transaction log is kbroker's own (level 1 is Kafka's flexible format).
+- `transaction.version` 0-2: 1 writes the transaction log's values in Kafka's flexible
+  format (value version 1); 2 is KIP-890 part 2, read by clients: a Java producer 4.x
+  then adds no partitions itself (the leader of a partition its Produce v12+ writes, and
+  the group coordinator its TxnOffsetCommit v5 reaches, add them) and each EndTxn v5
+  bumps its epoch. A new cluster starts at 2, as Kafka 4.x formats one; UpdateFeatures
+  moves it either way (a downgrade with SAFE_DOWNGRADE or UNSAFE_DOWNGRADE). Clients
+  already running keep the version they started with, as on Kafka.
 - `kraft.version` 0 only (a static `controller.quorum.voters`, no KIP-853 reconfiguration).
 
 As on Kafka, a finalized level 0 is left out, and features whose minimum is 0 are left out
@@ -40,6 +45,7 @@ METADATA_VERSION_LEVEL = 29  # 4.2-IV1
 FIRST_VERSION_SHOWING_LEVEL_0 = 4  # ApiVersions v4 (KAFKA-17011)
 ELR = "eligible.leader.replicas.version"
 KRAFT_VERSION = "kraft.version"
+TRANSACTION_VERSION = "transaction.version"
 
 # FeatureUpdateKey.upgrade_type (UpdateFeatures v1+)
 UNKNOWN_UPGRADE, UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 0, 1, 2, 3
@@ -55,7 +61,7 @@ class FeatureRange:
 SUPPORTED: tuple[FeatureRange, ...] = (
     FeatureRange(METADATA_VERSION, METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
     FeatureRange(KRAFT_VERSION, 0, 0),
-    FeatureRange("transaction.version", 0, 0),
+    FeatureRange(TRANSACTION_VERSION, 0, 2),
     FeatureRange("group.version", 0, 1),
     FeatureRange(ELR, 0, 1),
     FeatureRange("share.version", 0, 1),

@@ -69,7 +69,7 @@ def test_v4_supports_each_feature_only_at_the_levels_kbroker_implements() -> Non
     assert supported(answer(4)) == {
         "metadata.version": (29, 29),
         "kraft.version": (0, 0),
-        "transaction.version": (0, 0),
+        "transaction.version": (0, 2),
         "group.version": (0, 1),
         "eligible.leader.replicas.version": (0, 1),
         "share.version": (0, 1),

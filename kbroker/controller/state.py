@@ -120,8 +120,9 @@ class PartitionInfo:
 
 NO_LEADER = -1
 ELR_FEATURE = "eligible.leader.replicas.version"
-NEW_CLUSTER_FEATURES = {ELR_FEATURE: 1}
-"""Levels a new cluster is formatted with, as Kafka 4.1+ formats one (ELR on)."""
+NEW_CLUSTER_FEATURES = {ELR_FEATURE: 1, "transaction.version": 2}
+"""Levels a new cluster is formatted with, as Kafka 4.1+ formats one (ELR on,
+transactions version 2)."""
 
 
 @dataclass(frozen=True, slots=True)

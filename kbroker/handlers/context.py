@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from kbroker.storage.log_move import LogMove
     from kbroker.telemetry import ClientTelemetry
     from kbroker.txn.coordinator import TransactionCoordinator
+    from kbroker.txn.implicit import ImplicitPartitionAdder
     from kbroker.txn.markers import LocalMarkerWriter
     from kbroker.txn.offsets import TxnOffsetStore
 
@@ -214,6 +215,9 @@ class TxnCoordination(Protocol):
 
     @property
     def offsets(self) -> TxnOffsetStore: ...
+
+    @property
+    def adder(self) -> ImplicitPartitionAdder: ...
 
     async def find_coordinator(self, key: str) -> tuple[ErrorCode, BrokerInfo | None]: ...
 

@@ -6,9 +6,17 @@ records down: the required acks, authorization, unknown and internal topics, the
 quota and, after, naming the current leaders (KIP-951). The records go down as bytes;
 the replica manager applies the produce-path policies, appends, and answers per
 partition, with what the answer must wait for (fsyncs, acks=all) in its delayed produce.
+
+One step comes first for a transactions version 2 client (Produce v12+, KIP-890 part
+2), which sends no AddPartitionsToTxn: a partition whose producer state has no open
+transaction of the batch's producer and epoch is added to the transaction by its
+coordinator (kbroker.txn.implicit), which fences a write of an epoch an EndTxn ended.
 """
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
 
 from kio.schema.errors import ErrorCode
 
@@ -16,6 +24,7 @@ from kbroker.controller.state import INTERNAL_TOPICS, TopicInfo
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import current_leader, leader_endpoints
 from kbroker.handlers.registry import NO_RESPONSE, Later, NoResponse, handles
+from kbroker.protocol.batch import HEADER_SIZE, first_producer, starts_with_transactional_data
 from kbroker.protocol.fetch_response import NodeEndpoint
 from kbroker.protocol.produce_request import ProduceRequest
 from kbroker.protocol.produce_response import (
@@ -27,12 +36,104 @@ from kbroker.protocol.produce_response import (
 from kbroker.replica.append import AppendEntry, DelayedProduce
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.security.quotas import PRODUCER_BYTE_RATE
+from kbroker.txn.implicit import produce_error
 
 PRODUCE = 0
+FIRST_IMPLICIT_ADD_VERSION = 12  # KIP-890 part 2: no AddPartitionsToTxn from the client
 
 
 @handles(PRODUCE, 0)
-def produce(ctx: RequestContext, request: ProduceRequest) -> bytes | Later | NoResponse:
+def produce(
+    ctx: RequestContext, request: ProduceRequest
+) -> bytes | Later | NoResponse | Awaitable[bytes | NoResponse]:
+    if ctx.version >= FIRST_IMPLICIT_ADD_VERSION and request.transactional_id is not None:
+        adding = _partitions_to_add(ctx, request)
+        if adding is not None:
+            return _produce_after_adding(ctx, request, request.transactional_id, *adding)
+    return _produce(ctx, request)
+
+
+def _partitions_to_add(
+    ctx: RequestContext, request: ProduceRequest
+) -> tuple[int, int, set[tuple[str, int]]] | None:
+    """KIP-890 part 2: (producer id, epoch, partitions) when a transactional batch of
+    this Produce v12+ goes to a partition led here whose producer state has no open
+    transaction of that producer and epoch yet: its coordinator adds it first."""
+    broker = ctx.broker
+    state = broker.controller.state
+    found: tuple[int, int] | None = None
+    adding: set[tuple[str, int]] = set()
+    for topic_data in request.topic_data:
+        topic = (
+            state.topics_by_id.get(topic_data.topic_id)
+            if topic_data.topic_id is not None
+            else state.topics.get(topic_data.name or "")
+        )
+        if topic is None:
+            continue
+        for pdata in topic_data.partition_data:
+            records = pdata.records
+            if not records or len(records) < HEADER_SIZE:
+                continue
+            if not starts_with_transactional_data(records):
+                continue
+            partition, _ = broker.partitions.leader(topic.name, pdata.index)
+            if partition is None:
+                continue
+            producer = first_producer(records)
+            found = found or producer
+            producers = partition.log.producer_state
+            entry = producers.producers.get(producer[0])
+            if (
+                producer[0] in producers.ongoing
+                and entry is not None
+                and entry.epoch == producer[1]
+            ):
+                continue  # in the transaction already
+            adding.add((topic.name, pdata.index))
+    if not adding or found is None:
+        return None
+    return found[0], found[1], adding
+
+
+async def _produce_after_adding(
+    ctx: RequestContext,
+    request: ProduceRequest,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: set[tuple[str, int]],
+) -> bytes | NoResponse:
+    """The Produce once the coordinator added its partitions (those it refused answer
+    its error, as Kafka's ReplicaManager maps it)."""
+    refused: dict[tuple[str, int], ErrorCode] = {}
+    if ctx.broker.authorizer is None or ctx.allowed(
+        Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+    ):
+        added = await ctx.broker.transactions.adder.add(
+            transactional_id, producer_id, producer_epoch, partitions
+        )
+        refused = {tp: produce_error(code) for tp, code in added.items() if code != ErrorCode.none}
+    answer = _produce(ctx, request, refused)
+    if not isinstance(answer, Later):
+        return answer
+    done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    def settled(value: bytes, error: BaseException | None) -> None:
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(value)
+
+    answer.then(settled)
+    return await done
+
+
+def _produce(
+    ctx: RequestContext,
+    request: ProduceRequest,
+    refused: dict[tuple[str, int], ErrorCode] | None = None,
+) -> bytes | Later | NoResponse:
     broker = ctx.broker
     acks = request.acks
     state = broker.controller.state
@@ -82,6 +183,8 @@ def produce(ctx: RequestContext, request: ProduceRequest) -> bytes | Later | NoR
                 result = ProducedPartition(pdata.index, code)
             elif name in INTERNAL_TOPICS:  # written only by the coordinators that own them
                 result = ProducedPartition(pdata.index, ErrorCode.invalid_topic_exception)
+            elif refused and (topic.name, pdata.index) in refused:
+                result = ProducedPartition(pdata.index, refused[(topic.name, pdata.index)])
             else:
                 slots.append((partitions, len(partitions)))
                 partitions.append(_APPENDING)

@@ -25,12 +25,15 @@ from kbroker.internal_topics import Acknowledgement, write_error
 from kbroker.protocol import requests, responses
 from kbroker.protocol.messages import duration_ms
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from kbroker.txn.implicit import produce_error
 from kbroker.txn.metadata import TxnMetadata, TxnState
 
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
+FIRST_TV2_END_TXN = 5
+FIRST_TV2_TXN_OFFSET_COMMIT = 5
 WRITE_TXN_MARKERS = 27
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_TRANSACTIONS = 65
@@ -139,10 +142,11 @@ async def _add_partitions(
     producer_epoch: int,
     topics: Iterable[_TxnTopic],
     verify_only: bool = False,
+    from_broker: bool = False,
 ) -> dict[tuple[str, int], ErrorCode]:
     wanted, bad = _partition_errors(ctx, topics)
     service = _service(ctx)
-    if ctx.broker.authorizer is not None and not verify_only:
+    if ctx.broker.authorizer is not None and not verify_only and not from_broker:
         if _txn_denied(ctx, txn_id):
             return dict.fromkeys(wanted, E.transactional_id_authorization_failed)
         for topic, partition in wanted:
@@ -154,7 +158,11 @@ async def _add_partitions(
     coordinator = service.coordinator
     if verify_only:
         return coordinator.verify_partitions(txn_id, producer_id, producer_epoch, wanted)
-    error = await coordinator.add_partitions(txn_id, producer_id, producer_epoch, wanted)
+    # A broker adding partitions (v4+ without verify_only) does so for a transactions
+    # version 2 client, whose Produce v12+ or TxnOffsetCommit v5+ reached it.
+    error = await coordinator.add_partitions(
+        txn_id, producer_id, producer_epoch, wanted, 2 if from_broker else 0
+    )
     return dict.fromkeys(wanted, error)
 
 
@@ -184,11 +192,18 @@ async def add_partitions_to_txn(
             request.v3_and_below_topics,
         )
         return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(results)}
-    # v4+: batched, sent by brokers (verify_only) rather than clients.
+    # v4+: batched, sent by brokers rather than clients, which only a broker may send
+    # (CLUSTER_ACTION, as Kafka asks).
     if not request.transactions:
         # Kafka refuses such a request as it parses it, so the connection closes.
         ctx.connection.close(f"AddPartitionsToTxn v{ctx.version} names no transaction")
         return NO_RESPONSE
+    if ctx.broker.authorizer is not None and not ctx.is_broker():
+        return {
+            "throttle_time": 0,
+            "error_code": E.cluster_authorization_failed,
+            "results_by_transaction": [],
+        }
     out: list[responses.AddPartitionsToTxnResult] = []
     for txn in request.transactions:
         results = await _add_partitions(
@@ -198,6 +213,7 @@ async def add_partitions_to_txn(
             txn.producer_epoch,
             txn.topics,
             verify_only=txn.verify_only,
+            from_broker=True,
         )
         out.append(
             {"transactional_id": txn.transactional_id, "topic_results": _topic_results(results)}
@@ -252,6 +268,8 @@ async def end_txn(ctx: RequestContext, request: requests.EndTxnRequest) -> respo
         request.producer_id,
         request.producer_epoch,
         bool(request.committed),
+        # EndTxn v5+ comes from a transactions version 2 client (Kafka's rule).
+        client_version=2 if ctx.version >= FIRST_TV2_END_TXN else 0,
     )
     return {
         "throttle_time": 0,
@@ -370,6 +388,8 @@ async def txn_offset_commit(
             request.generation_id,
             request.group_instance_id,
         )
+        if error == E.none and ctx.version >= FIRST_TV2_TXN_OFFSET_COMMIT:
+            error = await _add_offsets_partition(ctx, request)
         if error == E.none:
             error, pending = service.offsets.write(
                 request.group_id, request.producer_id, request.producer_epoch, offsets
@@ -391,6 +411,24 @@ async def txn_offset_commit(
         "throttle_time": 0,
         "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
     }
+
+
+async def _add_offsets_partition(
+    ctx: RequestContext, request: requests.TxnOffsetCommitRequest
+) -> ErrorCode:
+    """TxnOffsetCommit v5+ (a transactions version 2 client, which sends no
+    AddOffsetsToTxn): the group's offsets partition joins the transaction first, so the
+    marker reaches it (KIP-890 part 2)."""
+    partition = ctx.broker.groups.coordinator.partition_for(request.group_id)
+    added = await _service(ctx).adder.add(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        {(OFFSETS_TOPIC, partition)},
+    )
+    error = produce_error(added[(OFFSETS_TOPIC, partition)])
+    # What a produce retries on is a coordinator still busy to an offset commit.
+    return E.coordinator_load_in_progress if error == E.not_enough_replicas else error
 
 
 async def _acknowledged(group_id: str, pending: Acknowledgement) -> ErrorCode:

@@ -1,8 +1,11 @@
 """The transaction coordinator: transactional ids, their producer ids and epochs, and the
 two-phase end of each transaction.
 
-It follows Kafka's TransactionCoordinator (transactions version 1: the client adds
-partitions with AddPartitionsToTxn and ends with EndTxn). Every state change is first
+It follows Kafka's TransactionCoordinator. A transactions version 1 client adds
+partitions with AddPartitionsToTxn and ends with EndTxn; a version 2 client (KIP-890
+part 2: EndTxn v5+) adds none itself: the leader its Produce v12+ reaches and the group
+coordinator its TxnOffsetCommit v5+ reaches add them, and each EndTxn bumps the epoch,
+answering the id and epoch the next transaction uses. Every state change is first
 written to the id's `__transaction_state` partition and only then applied, so a
 coordinator that restarts finds each transaction where it was; a transaction found in
 PrepareCommit or PrepareAbort is completed on load. While a write is in flight the id
@@ -31,6 +34,7 @@ from kbroker.coordinator.records import partition_for
 from kbroker.internal_topics import write_error
 from kbroker.txn.metadata import (
     COMPLETED,
+    MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     PREPARING,
@@ -105,8 +109,11 @@ class TransactionCoordinator:
         markers: MarkerWriter,
         next_producer_id: Callable[[], Awaitable[int]],
         now_ms: Callable[[], int],
+        transaction_version: Callable[[], int] = lambda: 0,
     ) -> None:
         self.config = config
+        # the finalized transaction.version level (kbroker.features)
+        self.transaction_version = transaction_version
         self.store = store
         self.markers = markers
         self.next_producer_id = next_producer_id
@@ -199,6 +206,13 @@ class TransactionCoordinator:
 
     # -- writing a state ------------------------------------------------------------------
 
+    def _value_version(self, nxt: TxnMetadata) -> int:
+        """Kafka writes value version 1 from transaction.version 1; a state that needs
+        version 1's tagged fields (a version 2 client's) is written so in any case."""
+        if self.transaction_version() >= 1 or nxt.client_transaction_version >= 1:
+            return 1
+        return 0 if nxt.next_producer_id == NO_PRODUCER_ID else 1
+
     async def _store(self, meta: TxnMetadata, nxt: TxnMetadata) -> ErrorCode:
         """Write `nxt` as the id's state and adopt it on success."""
         partition = self.partition_for(meta.transactional_id)
@@ -206,7 +220,9 @@ class TransactionCoordinator:
         meta.pending = True
         try:
             code = await self.store.write(
-                partition, encode_txn_key(meta.transactional_id), encode_txn_value(nxt)
+                partition,
+                encode_txn_key(meta.transactional_id),
+                encode_txn_value(nxt, self._value_version(nxt)),
             )
         finally:
             meta.pending = False
@@ -362,7 +378,10 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: set[TopicPartition],
+        client_version: int = 0,
     ) -> ErrorCode:
+        """AddPartitionsToTxn, AddOffsetsToTxn, and (`client_version` 2) the partitions a
+        leader or group coordinator adds for a transactions version 2 client."""
         error, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return error
@@ -378,6 +397,7 @@ class TransactionCoordinator:
             partitions=meta.partitions | partitions,
             start_ms=meta.start_ms if meta.state == TxnState.ONGOING else now,
             last_update_ms=now,
+            client_transaction_version=client_version,
         )
         return await self._store(meta, nxt)
 
@@ -407,18 +427,48 @@ class TransactionCoordinator:
         producer_epoch: int,
         commit: bool,
         from_client: bool = True,
+        client_version: int = 0,
     ) -> InitResult:
-        """EndTxn: the result carries the producer id and epoch for EndTxn v5+."""
+        """EndTxn: the result carries the producer id and epoch for EndTxn v5+.
+
+        `client_version` 2 (EndTxn v5+, KIP-890 part 2) bumps the epoch as the
+        transaction is prepared, so its markers fence every write of the epoch that ran
+        it; an epoch that would reach the last one moves to a new producer id once the
+        transaction completes. The answer carries the id and epoch for the next one."""
         error, meta = self._lookup(transactional_id)
         if error is not None:
             return InitResult(error)
-        if meta is None or meta.producer_id != producer_id:
+        if meta is None:
             return InitResult(E.invalid_producer_id_mapping)
-        if producer_epoch < meta.producer_epoch or (
-            from_client and producer_epoch != meta.producer_epoch
-        ):
-            return InitResult(E.producer_fenced)
         state = meta.state
+        v2 = meta.bumps_epoch_per_transaction and from_client
+        # A retried EndTxn of a version 2 client whose answer was lost: the epoch it
+        # sends is the one before the bump (or the last of an id the overflow replaced).
+        retry_bumped = (
+            v2 and meta.producer_id == producer_id and meta.producer_epoch == producer_epoch + 1
+        )
+        retry_overflow = (
+            v2
+            and meta.last_producer_id == producer_id
+            and producer_epoch == MAX_EPOCH - 1
+            and meta.producer_epoch == 0
+            and meta.producer_id != producer_id
+        )
+        if meta.producer_id != producer_id and not retry_overflow:
+            return InitResult(E.invalid_producer_id_mapping)
+        if v2:
+            if state in PREPARING:
+                valid = retry_bumped
+            elif state in COMPLETED:
+                valid = retry_bumped or retry_overflow
+            else:
+                valid = producer_epoch == meta.producer_epoch
+        else:
+            valid = producer_epoch >= meta.producer_epoch and (
+                not from_client or producer_epoch == meta.producer_epoch
+            )
+        if not valid:
+            return InitResult(E.producer_fenced)
         if meta.pending and state not in PREPARING:
             return InitResult(E.concurrent_transactions)
         done = InitResult(E.none, meta.producer_id, meta.producer_epoch)
@@ -434,15 +484,33 @@ class TransactionCoordinator:
             return InitResult(E.concurrent_transactions if not commit else E.invalid_txn_state)
         else:
             return InitResult(E.invalid_txn_state)
-        nxt = meta.copy(
-            state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
-            producer_epoch=producer_epoch,
-            last_update_ms=self.now_ms(),
-        )
+        changes: dict[str, object] = {
+            "state": TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+            "producer_epoch": producer_epoch,
+            "last_update_ms": self.now_ms(),
+        }
+        if client_version >= 2:
+            # Kafka's prepareAbortOrCommit under transactions version 2.
+            changes["client_transaction_version"] = client_version
+            if epoch_exhausted(producer_epoch):
+                try:
+                    changes["next_producer_id"] = await self.next_producer_id()
+                except Exception as exc:
+                    log.warning("cannot allocate a producer id: %s", exc)
+                    return InitResult(E.coordinator_not_available)
+                if meta.pending or meta.state != TxnState.ONGOING:
+                    return InitResult(E.concurrent_transactions)
+            changes["producer_epoch"] = producer_epoch + 1
+            changes["last_producer_epoch"] = producer_epoch
+        elif from_client:
+            changes["client_transaction_version"] = client_version
+        nxt = meta.copy(**changes)
         error = await self._store(meta, nxt)
         if error != E.none:
             return InitResult(error)
         self._complete_in_background(meta)
+        if meta.next_producer_id != NO_PRODUCER_ID:
+            return InitResult(E.none, meta.next_producer_id, 0)
         return InitResult(E.none, meta.producer_id, meta.producer_epoch)
 
     def _complete_in_background(self, meta: TxnMetadata) -> None:
@@ -499,10 +567,22 @@ class TransactionCoordinator:
         # not every marker again at each retry, as a broker whose transaction log had too
         # few replicas in sync after a restart did, dozens of times a second.
         meta.partitions = set()
+        rotation: dict[str, object] = {}
+        if meta.next_producer_id != NO_PRODUCER_ID:
+            # The epoch overflowed at this transaction's end (transactions version 2):
+            # the markers carried the old id at the last epoch; the next one starts anew.
+            rotation = {
+                "producer_id": meta.next_producer_id,
+                "producer_epoch": 0,
+                "last_producer_id": meta.producer_id,
+                "last_producer_epoch": MAX_EPOCH - 1,
+                "next_producer_id": NO_PRODUCER_ID,
+            }
         nxt = meta.copy(
             state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
             partitions=set(),
             last_update_ms=self.now_ms(),
+            **rotation,
         )
         error = await self._store(meta, nxt)
         if error != E.none:
@@ -527,8 +607,15 @@ class TransactionCoordinator:
         epoch = (
             meta.producer_epoch if epoch_exhausted(meta.producer_epoch) else meta.producer_epoch + 1
         )
+        # Under transactions version 2 the abort bumps once more, as Kafka's does, so
+        # that the fenced instance's retried EndTxn is not taken for a retry of this one.
         result = await self.end_txn(
-            meta.transactional_id, meta.producer_id, epoch, commit=False, from_client=False
+            meta.transactional_id,
+            meta.producer_id,
+            epoch,
+            commit=False,
+            from_client=False,
+            client_version=meta.client_transaction_version,
         )
         if result.error == E.none:
             meta.last_producer_epoch = NO_PRODUCER_EPOCH

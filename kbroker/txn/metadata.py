@@ -68,6 +68,11 @@ class TxnMetadata:
     last_producer_epoch: int = NO_PRODUCER_EPOCH
     # The producer id before a rotation (epoch exhausted), for the same reason.
     last_producer_id: int = NO_PRODUCER_ID
+    # KIP-890 part 2: the producer id an overflowing epoch bump moves to once the
+    # transaction completes (its markers carry the old id at the last epoch).
+    next_producer_id: int = NO_PRODUCER_ID
+    # The transaction version the client speaks (2: an epoch bump ends each transaction).
+    client_transaction_version: int = 0
     # A write of this id's next state is in flight: other requests must retry.
     pending: bool = False
 
@@ -90,3 +95,10 @@ class TxnMetadata:
         self.last_update_ms = other.last_update_ms
         self.last_producer_epoch = other.last_producer_epoch
         self.last_producer_id = other.last_producer_id
+        self.next_producer_id = other.next_producer_id
+        self.client_transaction_version = other.client_transaction_version
+
+    @property
+    def bumps_epoch_per_transaction(self) -> bool:
+        """Transactions version 2: EndTxn bumps the epoch (KIP-890 part 2)."""
+        return self.client_transaction_version >= 2

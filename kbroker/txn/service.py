@@ -28,6 +28,7 @@ from kbroker.internal_topics import (
     append_records,
 )
 from kbroker.txn.coordinator import TransactionCoordinator, TxnConfig
+from kbroker.txn.implicit import ImplicitPartitionAdder
 from kbroker.txn.markers import LocalMarkerWriter
 from kbroker.txn.metadata import PREPARING
 from kbroker.txn.offsets import TxnBroker, TxnOffsetStore
@@ -88,7 +89,9 @@ class TransactionCoordinatorService(InternalTopicService):
             self.markers,
             self.producer_ids.next_id,
             _now_ms,
+            lambda: broker.controller.state.features.get("transaction.version", 0),
         )
+        self.adder = ImplicitPartitionAdder(broker, self.coordinator)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -107,6 +110,10 @@ class TransactionCoordinatorService(InternalTopicService):
             self.coordinator.expire_ids,
         )
         self._every(config.producer_id_expiration_check_interval_ms, self._expire_producers)
+
+    async def stop(self) -> None:
+        self.adder.close()
+        await super().stop()
 
     def metrics(self) -> list[Metric]:
         """Transactional ids by state, and ended transactions whose markers are not all

@@ -1,0 +1,206 @@
+"""Transactions version 2 (KIP-890 part 2) over the wire, against an in-process broker:
+no AddPartitionsToTxn, partitions added by the leader a Produce v12 reaches and by the
+group coordinator a TxnOffsetCommit v5 reaches, an epoch bump at every EndTxn v5, and
+the old epoch's late writes fenced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from inprocess import RawClient, run_broker
+
+from compat_tests.waiting import eventually_async
+from kbroker.admin.client import fetch_fields, produce_fields
+from kbroker.protocol.batch import encode_batch
+
+PRODUCE = 0
+FETCH = 1
+FIND_COORDINATOR = 10
+API_VERSIONS = 18
+INIT_PRODUCER_ID = 22
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+DESCRIBE_TRANSACTIONS = 65
+OVERRIDES = ["transaction.state.log.num.partitions=2", "offsets.topic.num.partitions=2"]
+T0 = 1_700_000_000_000
+INVALID_PRODUCER_EPOCH = 47
+PRODUCER_FENCED = 90
+NOT_ENOUGH_REPLICAS = 19
+
+
+def _batch(pid: int, epoch: int, seq: int, value: bytes) -> bytes:
+    return bytes(
+        encode_batch(
+            [value],
+            T0,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            is_transactional=True,
+        )
+    )
+
+
+async def _produce(client: RawClient, pid: int, epoch: int, seq: int, value: bytes) -> int:
+    """Produce v12 as a transactions version 2 client sends it, retried while the
+    coordinator is still ending the previous transaction (NOT_ENOUGH_REPLICAS)."""
+
+    async def answered() -> tuple[int] | None:
+        response = await client.call(
+            PRODUCE,
+            12,
+            produce_fields(
+                "t", _batch(pid, epoch, seq, value), timeout_ms=5000, transactional_id="tx"
+            ),
+        )
+        code = response.responses[0].partition_responses[0].error_code
+        return None if code == NOT_ENOUGH_REPLICAS else (code,)
+
+    return (await eventually_async(answered, timeout=10, what="a produce answer"))[0]
+
+
+async def _end(client: RawClient, pid: int, epoch: int, commit: bool) -> Any:
+    return await client.call(
+        END_TXN,
+        5,
+        {
+            "transactional_id": "tx",
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "committed": commit,
+        },
+    )
+
+
+async def _describe(client: RawClient) -> Any:
+    response = await client.call(DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ["tx"]})
+    return response.transaction_states[0]
+
+
+async def _complete(client: RawClient) -> Any:
+    async def done() -> Any:
+        state = await _describe(client)
+        return state if state.transaction_state.startswith("Complete") else None
+
+    return await eventually_async(done, timeout=10, what="the transaction completed")
+
+
+async def _read_committed(client: RawClient) -> tuple[int, list[tuple[int, int]]]:
+    """(last stable offset, aborted transactions) a read_committed fetch is given."""
+    response = await client.call(
+        FETCH, 12, fetch_fields("t", max_wait=0, min_bytes=0, isolation_level=1)
+    )
+    partition = response.responses[0].partitions[0]
+    aborted = [(a.producer_id, a.first_offset) for a in partition.aborted_transactions or ()]
+    return partition.last_stable_offset, aborted
+
+
+def _run(tmp_path: Path, body) -> None:  # type: ignore[no-untyped-def]
+    async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        await broker.controller.create_topic("t", 1, 1, {})
+        client = await RawClient.connect(port)
+        try:
+            await body(broker, client)
+        finally:
+            client.close()
+
+    run_broker(tmp_path, check, OVERRIDES)
+
+
+def test_a_new_cluster_finalizes_transaction_version_2(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        response = await client.call(
+            API_VERSIONS, 4, {"client_software_name": "t", "client_software_version": "1"}
+        )
+        finalized = {f.name: f.max_version_level for f in response.finalized_features}
+        assert finalized["transaction.version"] == 2
+
+    _run(tmp_path, body)
+
+
+def test_end_txn_v5_bumps_the_epoch_and_fences_the_ended_epoch(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await client.call(
+            INIT_PRODUCER_ID, 5, {"transactional_id": "tx", "transaction_timeout": 60_000}
+        )
+        pid, epoch = init.producer_id, init.producer_epoch
+        # No AddPartitionsToTxn: the leader adds the partition.
+        assert await _produce(client, pid, epoch, 0, b"one") == 0
+        ongoing = await _describe(client)
+        assert ongoing.transaction_state == "Ongoing"
+        assert [(t.topic, list(t.partitions)) for t in ongoing.topics] == [("t", [0])]
+        ended = await _end(client, pid, epoch, commit=True)
+        assert (ended.error_code, ended.producer_id, ended.producer_epoch) == (0, pid, epoch + 1)
+        done = await _complete(client)
+        assert (done.transaction_state, done.producer_epoch) == ("CompleteCommit", epoch + 1)
+        # A retried EndTxn (its answer lost) gets the same answer.
+        again = await _end(client, pid, epoch, commit=True)
+        assert (again.error_code, again.producer_epoch) == (0, epoch + 1)
+        # The ended epoch's late write (a zombie) is fenced by the marker's epoch.
+        assert await _produce(client, pid, epoch, 1, b"zombie") == INVALID_PRODUCER_EPOCH
+        # The next transaction runs at the bumped epoch, from sequence 0, and aborts.
+        assert await _produce(client, pid, epoch + 1, 0, b"aborted") == 0
+        aborted = await _end(client, pid, epoch + 1, commit=False)
+        assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)
+        await _complete(client)
+        assert await _produce(client, pid, epoch + 1, 1, b"late") == INVALID_PRODUCER_EPOCH
+        # An EndTxn of an epoch two behind is no retry: fenced.
+        stale = await _end(client, pid, epoch, commit=True)
+        assert stale.error_code == PRODUCER_FENCED
+        # one (0), its marker (1), aborted (2), its marker (3): only "aborted" is hidden.
+        assert await _read_committed(client) == (4, [(pid, 2)])
+
+    _run(tmp_path, body)
+
+
+def test_txn_offset_commit_v5_adds_the_offsets_partition(tmp_path: Path) -> None:
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await client.call(
+            INIT_PRODUCER_ID, 5, {"transactional_id": "tx", "transaction_timeout": 60_000}
+        )
+        pid, epoch = init.producer_id, init.producer_epoch
+        # As a client does before it commits offsets: find (and so load) the group's
+        # coordinator.
+        await client.call(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["g"]})
+
+        async def commit() -> tuple[int] | None:
+            response = await client.call(
+                TXN_OFFSET_COMMIT,
+                5,
+                {
+                    "transactional_id": "tx",
+                    "group_id": "g",
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "generation_id": -1,
+                    "member_id": "",
+                    "group_instance_id": None,
+                    "topics": [
+                        {
+                            "name": "t",
+                            "partitions": [
+                                {
+                                    "partition_index": 0,
+                                    "committed_offset": 7,
+                                    "committed_leader_epoch": -1,
+                                    "committed_metadata": "",
+                                }
+                            ],
+                        }
+                    ],
+                },
+            )
+            code = response.topics[0].partitions[0].error_code
+            return None if code in (14, 15, 16) else (code,)  # coordinator loading or moving
+
+        assert await eventually_async(commit, timeout=10, what="the offset commit") == (0,)
+        ongoing = await _describe(client)
+        offsets = broker.group_coordinator.coordinator.partition_for("g")
+        assert [(t.topic, list(t.partitions)) for t in ongoing.topics] == [
+            ("__consumer_offsets", [offsets])
+        ]
+        ended = await _end(client, pid, epoch, commit=True)
+        assert (ended.error_code, ended.producer_epoch) == (0, epoch + 1)
+
+    _run(tmp_path, body)

@@ -618,11 +618,11 @@ def test_describe_features_shows_metadata_version_finalized(java):
     assert features["epoch"] >= 0
 
 
-def test_kafka_clients_4_describe_features_sees_every_supported_feature_and_no_transaction_v2(
+def test_kafka_clients_4_describe_features_sees_every_supported_feature_and_transaction_v2(
     java4_classpath: str, java_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """No `transaction.version` is finalized, so a kafka-clients 4.x producer keeps to
-    the transactions of KIP-890 part 1, the ones kbroker implements."""
+    """A new cluster finalizes `transaction.version` 2, so a kafka-clients 4.x producer
+    speaks the transactions of KIP-890 part 2 (compat_tests/test_transactions_v2.py)."""
     log = tmp_path_factory.mktemp("java4-features") / "driver.stderr.log"
     with JavaDriver(java4_classpath, java_broker.bootstrap, log) as java:
         features = java.call("describe-features")
@@ -631,8 +631,9 @@ def test_kafka_clients_4_describe_features_sees_every_supported_feature_and_no_t
         "group.version": [1, 1],
         "metadata.version": [29, 29],
         "share.version": [1, 1],
+        "transaction.version": [2, 2],
     }
-    assert features["supported"]["transaction.version"] == [0, 0]
+    assert features["supported"]["transaction.version"] == [0, 2]
     assert features["supported"]["group.version"] == [0, 1]
     assert features["supported"]["share.version"] == [0, 1]
 

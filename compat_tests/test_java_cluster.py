@@ -61,7 +61,27 @@ def test_java_transaction_open_when_its_coordinator_is_killed_commits_whole(
 ) -> None:
     """The Java producer finds the new transaction coordinator, adds the transaction's
     other partitions there and commits; read_committed sees all of it."""
-    java = java_on_cluster
+    _transaction_through_coordinator_kill(java_on_cluster, cluster)
+
+
+def test_kafka_clients_4_transaction_v2_open_when_its_coordinator_is_killed_commits_whole(
+    java4_classpath: str, cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """kafka-clients 4.x speaks transactions version 2: the leaders of the partitions
+    it writes after the kill add them at the new coordinator (AddPartitionsToTxn v5
+    between brokers), and its commit bumps the epoch there."""
+    log = tmp_path_factory.mktemp("java4-txn-cluster") / "driver.stderr.log"
+    with JavaDriver(java4_classpath, cluster.bootstrap, log) as java:
+        try:
+            txn_id = _transaction_through_coordinator_kill(java, cluster)
+            described = java.call("describe-transactions", ids=txn_id)["transactions"][txn_id]
+            # A new id starts at epoch 0; the commit bumped it (version 1 would keep it).
+            assert (described["state"], described["producerEpoch"]) == ("COMPLETE_COMMIT", 1)
+        finally:
+            print(java.log_since_mark())
+
+
+def _transaction_through_coordinator_kill(java: JavaDriver, cluster: KafkaCluster) -> str:
     topic = f"java-txn-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 3, 3, config={"min.insync.replicas": "2"})
     txn_id = cluster.key_with_full_isr("java-txn", key_type=1)
@@ -95,6 +115,7 @@ def test_java_transaction_open_when_its_coordinator_is_killed_commits_whole(
         cluster.heal()
     expected = [f"a{i}" for i in range(10)] + [f"p{p}-{i}" for p in (1, 2) for i in range(10)]
     assert Counter(committed.values()) == Counter(expected)
+    return txn_id
 
 
 def test_kafka_clients_4_producer_and_kip848_consumer_carry_on_through_coordinator_and_leader_kills(

@@ -688,6 +688,31 @@ def test_metadata_quorum_and_features(target: Target) -> None:
     assert features["group.version"] == "1"
     assert features["share.version"] == "1"
     assert features["streams.version"] == "1"
+    assert features["transaction.version"] == "2"
+
+
+def _finalized(target: Target, name: str) -> str:
+    out = target.ok("kafka-features", "describe")
+    found = re.search(rf"^Feature: {re.escape(name)}\s.*FinalizedVersionLevel: (\S+)", out, re.M)
+    assert found, out
+    return found.group(1)
+
+
+def test_transaction_version_moves_down_and_back_up(target: Target) -> None:
+    """A new cluster runs transactions version 2; kafka-features takes it down (a safe
+    downgrade) and back up, and refuses a level past the supported ones."""
+    try:
+        target.ok("kafka-features", "downgrade", "--feature", "transaction.version=1")
+        assert _finalized(target, "transaction.version") == "1"
+        refused = target.run("kafka-features", "upgrade", "--feature", "transaction.version=3")
+        assert refused.code != 0
+        assert "Invalid update version 3 for feature transaction.version" in (
+            refused.out + refused.err
+        )
+        assert _finalized(target, "transaction.version") == "1"
+    finally:
+        target.ok("kafka-features", "upgrade", "--feature", "transaction.version=2")
+    assert _finalized(target, "transaction.version") == "2"
 
 
 def test_feature_upgrade_dry_run(target: Target) -> None:

@@ -486,3 +486,129 @@ def test_transaction_log_value_round_trip():
     assert back.partitions == meta.partitions
     assert (back.start_ms, back.last_update_ms) == (10, 11)
     assert decode_txn_key(encode_txn_key("id")) == "id"
+
+
+# -- transactions version 2 (KIP-890 part 2) ------------------------------------------------
+
+
+async def ongoing_v2(c: TransactionCoordinator, epoch: int | None = None) -> tuple[int, int]:
+    """An id whose transaction a version 2 client's write opened (the leader added TP)."""
+    init = await c.init_producer_id("tx", 60_000)
+    pid = init.producer_id
+    if epoch is not None:
+        c.txns["tx"].producer_epoch = epoch
+    now = c.txns["tx"].producer_epoch
+    assert await c.add_partitions("tx", pid, now, {TP}, client_version=2) == E.none
+    return pid, now
+
+
+def test_v2_end_txn_bumps_the_epoch_and_writes_markers_with_it():
+    async def body() -> None:
+        c, store, markers, _ = make()
+        pid, epoch = await ongoing_v2(c)
+        ended = await c.end_txn("tx", pid, epoch, commit=True, client_version=2)
+        assert (ended.error, ended.producer_id, ended.producer_epoch) == (E.none, pid, epoch + 1)
+        await c.settled()
+        assert markers.written == [(pid, epoch + 1, True, [TP])]
+        stored = store.latest("tx")
+        assert stored is not None
+        assert (stored.state, stored.producer_epoch, stored.client_transaction_version) == (
+            TxnState.COMPLETE_COMMIT,
+            epoch + 1,
+            2,
+        )
+        # the retry of a lost answer, and then one of an epoch before it
+        again = await c.end_txn("tx", pid, epoch, commit=True, client_version=2)
+        assert (again.error, again.producer_epoch) == (E.none, epoch + 1)
+        assert (await c.end_txn("tx", pid, epoch - 1, True, client_version=2)).error == (
+            E.producer_fenced
+        )
+        # the ended epoch cannot open a transaction again
+        assert await c.add_partitions("tx", pid, epoch, {TP}, client_version=2) == (
+            E.producer_fenced
+        )
+
+    run(body())
+
+
+def test_v2_epoch_overflow_moves_to_a_new_producer_id():
+    async def body() -> None:
+        c, store, markers, _ = make()
+        pid, epoch = await ongoing_v2(c, epoch=MAX_EPOCH - 1)
+        ended = await c.end_txn("tx", pid, epoch, commit=False, client_version=2)
+        assert ended.error == E.none
+        assert ended.producer_id != pid and ended.producer_epoch == 0
+        await c.settled()
+        # the markers carry the old id at the last epoch
+        assert markers.written == [(pid, MAX_EPOCH, False, [TP])]
+        meta = c.txns["tx"]
+        assert (meta.producer_id, meta.producer_epoch, meta.state) == (
+            ended.producer_id,
+            0,
+            TxnState.COMPLETE_ABORT,
+        )
+        # a retry with the old id and epoch gets the new ones again
+        again = await c.end_txn("tx", pid, epoch, commit=False, client_version=2)
+        assert (again.error, again.producer_id, again.producer_epoch) == (
+            E.none,
+            ended.producer_id,
+            0,
+        )
+        # and the rotation survives a reload of the log (value version 1's tagged fields)
+        stored = store.latest("tx")
+        assert stored is not None
+        assert (stored.producer_id, stored.last_producer_id) == (ended.producer_id, pid)
+
+    run(body())
+
+
+def test_v2_timeout_abort_bumps_twice_so_the_fenced_client_is_not_taken_for_a_retry():
+    async def body() -> None:
+        c, _, markers, clock = make()
+        pid, epoch = await ongoing_v2(c)
+        clock.now += 120_000
+        assert await c.abort_timed_out() == ["tx"]
+        await c.settled()
+        assert markers.written == [(pid, epoch + 2, False, [TP])]
+        late = await c.end_txn("tx", pid, epoch, commit=True, client_version=2)
+        assert late.error == E.producer_fenced
+
+    run(body())
+
+
+def test_v1_end_txn_keeps_the_epoch_beside_v2():
+    async def body() -> None:
+        c, _, markers, _ = make()
+        pid, epoch = await ongoing(c)
+        ended = await c.end_txn("tx", pid, epoch, commit=True)
+        assert (ended.error, ended.producer_epoch) == (E.none, epoch)
+        await c.settled()
+        assert markers.written == [(pid, epoch, True, [TP])]
+
+    run(body())
+
+
+def test_transaction_log_value_version_1_round_trips_the_tagged_fields():
+    meta = TxnMetadata(
+        "tx",
+        7,
+        3,
+        1000,
+        TxnState.PREPARE_COMMIT,
+        {("a", 0), ("a", 2), ("b", 1)},
+        10,
+        20,
+        last_producer_id=6,
+        next_producer_id=8,
+        client_transaction_version=2,
+    )
+    back = decode_txn_value("tx", encode_txn_value(meta, 1))
+    assert back == meta
+    # version 0 has no place for them
+    old = decode_txn_value("tx", encode_txn_value(meta, 0))
+    assert (old.last_producer_id, old.next_producer_id, old.client_transaction_version) == (
+        -1,
+        -1,
+        0,
+    )
+    assert old.partitions == meta.partitions

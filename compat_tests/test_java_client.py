@@ -631,6 +631,7 @@ def test_kafka_clients_4_describe_features_sees_every_supported_feature_and_tran
         "group.version": [1, 1],
         "metadata.version": [29, 29],
         "share.version": [1, 1],
+        "streams.version": [1, 1],
         "transaction.version": [2, 2],
     }
     assert features["supported"]["transaction.version"] == [0, 2]

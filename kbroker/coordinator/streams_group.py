@@ -500,10 +500,13 @@ def encode_record(record: StreamsRecord) -> KeyValue:
         out.int32(m.rebalance_timeout_ms)
         out.int32(m.topology_epoch)
         out.string(m.process_id)
-        host, port = m.user_endpoint or ("", 0)
-        out.string(host)
-        out.out += struct.pack(">H", port)
-        out.no_tags()
+        if m.user_endpoint is None:  # a nullable struct: a presence byte first
+            out.int8(-1)
+        else:
+            out.int8(1)
+            out.string(m.user_endpoint[0])
+            out.out += struct.pack(">H", m.user_endpoint[1])
+            out.no_tags()
         out.array_length(len(m.client_tags))
         for k, v in m.client_tags:
             out.string(k)
@@ -630,9 +633,12 @@ def decode_record(key: bytes, value: bytes | None) -> StreamsRecord:
         client_id, client_host = v.string() or "", v.string() or ""
         rebalance_timeout, topology_epoch = v.int32(), v.int32()
         process_id = v.string() or ""
-        host = v.string() or ""
-        (port,) = struct.unpack(">H", v.take(2))
-        v.skip_tags()
+        endpoint = None
+        if v.int8() >= 0:
+            host = v.string() or ""
+            (port,) = struct.unpack(">H", v.take(2))
+            v.skip_tags()
+            endpoint = (host, port)
         tags = []
         for _ in range(v.array_length()):
             k, val = v.string() or "", v.string() or ""
@@ -647,7 +653,7 @@ def decode_record(key: bytes, value: bytes | None) -> StreamsRecord:
             rebalance_timeout_ms=rebalance_timeout,
             topology_epoch=topology_epoch,
             process_id=process_id,
-            user_endpoint=(host, port) if host or port else None,
+            user_endpoint=endpoint,
             client_tags=tuple(tags),
         )
         return MemberMetadataRecord(gid, member_id, member)

@@ -38,6 +38,16 @@ from kbroker.security.sasl import SaslFailure, SaslSession
 from kbroker.security.scram import ScramCredential
 from kbroker.security.tls_session import TlsSession
 from kbroker.server.connection_limits import ConnectionLimits
+from kbroker.server.connection_states import (
+    API_VERSIONS,
+    DISPATCH,
+    SESSION_EXPIRED_ACCEPTS,
+    TRANSITIONS,
+    Event,
+    State,
+    accepts,
+    initial_state,
+)
 from kbroker.server.request_memory import RequestMemory
 from kbroker.server.tls_transport import TlsTransport
 
@@ -49,10 +59,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.connection")
 request_log = logging.getLogger("kbroker.request")
 
-API_VERSIONS = 18
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
-_BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SASL_AUTHENTICATION_FAILED = 58
@@ -126,10 +132,11 @@ class KafkaConnection(asyncio.Protocol):
     """One client connection on one listener.
 
     On a TLS listener every byte passes through a TlsSession (kbroker.security) before
-    the frame decoder, so a failed handshake is this connection's to log and count. On a SASL listener
-    ``_dispatch`` is swapped for a gate that lets only ApiVersions, SaslHandshake and
-    SaslAuthenticate through until the client has authenticated: a PLAINTEXT or SSL
-    connection pays nothing per request for security it does not use.
+    the frame decoder, so a failed handshake is this connection's to log and count. Its
+    `state` (kbroker.server.connection_states) says which requests it serves: on a SASL
+    listener ``_dispatch`` is the state's gate, letting only ApiVersions, SaslHandshake
+    and SaslAuthenticate through until the client has authenticated, while a PLAINTEXT or
+    SSL connection pays nothing per request for security it does not use.
     """
 
     def __init__(self, broker: Host, security: ListenerSecurity | None = None) -> None:
@@ -141,7 +148,7 @@ class KafkaConnection(asyncio.Protocol):
         self._session_deadline = 0.0
         self._muted_until = 0.0  # quota throttling
         self._held: deque[bytes] = deque()  # requests read while muted
-        self._unmuted_dispatch: Any = None
+        self.state = State.SERVING
         self._tls: TlsSession | None = None
         self._raw: asyncio.Transport | None = None
         self._handshake_timer: asyncio.TimerHandle | None = None
@@ -256,6 +263,8 @@ class KafkaConnection(asyncio.Protocol):
             sock = transport.get_extra_info("socket")
             self._sock_fd = sock.fileno() if sock is not None else -1
         if security is not None:
+            self.state = initial_state(security.uses_sasl)
+            self._set_dispatch()
             if security.uses_sasl:
                 self._sasl = SaslSession(
                     security.mechanisms,
@@ -263,7 +272,6 @@ class KafkaConnection(asyncio.Protocol):
                     self.broker.scram_credential,
                     token_lookup=self.broker.token_credential,
                 )
-                self._dispatch = self._dispatch_unauthenticated  # type: ignore[method-assign]
             elif tls:
                 peercert = transport.get_extra_info("peercert")
                 if peercert:
@@ -353,21 +361,34 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- SASL authentication (Kafka's SaslServerAuthenticator) ------------------------
 
-    def _dispatch_unauthenticated(self, request: memoryview) -> None:
-        """Before authentication: ApiVersions and the SASL requests, or, after a v0
-        SaslHandshake, raw tokens in bare size-prefixed frames. Anything else ends the
-        connection, as Kafka's authenticator throws IllegalSaslStateException."""
-        sasl = self._sasl
-        assert sasl is not None
-        if sasl.raw_tokens:
-            self._raw_token(bytes(request))
+    def _enter(self, event: Event) -> None:
+        """Move to the state `event` leads to (TRANSITIONS) and serve frames as it says."""
+        state = TRANSITIONS.get((self.state, event))
+        if state is None:
+            self.close(f"{event.value} is not expected while {self.state.value}")
             return
+        self.state = state
+        self._set_dispatch()
+
+    def _set_dispatch(self) -> None:
+        if self._muted_until:
+            self._dispatch = self._hold  # type: ignore[method-assign]
+            return
+        name = DISPATCH[self.state]
+        if name is None:
+            self.__dict__.pop("_dispatch", None)  # the class's dispatch, with no gate
+        else:
+            self._dispatch = getattr(self, name)  # type: ignore[method-assign]
+
+    def _dispatch_unauthenticated(self, request: memoryview) -> None:
+        """Before authentication: ApiVersions and the SASL requests. Anything else ends
+        the connection, as Kafka's authenticator throws IllegalSaslStateException."""
         try:
             api_key, version, _correlation_id = peek_api(request)
         except MalformedRequest as exc:
             self.close(str(exc))
             return
-        if api_key not in _BEFORE_AUTHENTICATION:
+        if not accepts(State.AUTHENTICATING, api_key):
             name = messages.API_NAMES.get(api_key, api_key)
             self._authentication_failed(f"unexpected {name} request before SASL authentication")
             self.close("", quiet=True)
@@ -382,7 +403,7 @@ class KafkaConnection(asyncio.Protocol):
             except MalformedRequest as exc:
                 self.close(str(exc))
                 return
-            if api_key not in _BEFORE_AUTHENTICATION:
+            if api_key not in SESSION_EXPIRED_ACCEPTS:
                 self.close(
                     f"SASL session of {self.principal} expired without re-authentication "
                     "(connections.max.reauth.ms)"
@@ -410,8 +431,8 @@ class KafkaConnection(asyncio.Protocol):
     def throttle(self, ms: int) -> None:
         """Mute the channel for ``ms`` after the answer that carries the throttle time, as
         Kafka's quota managers do (KIP-219): nothing more is read or handled until it
-        ends. Requests already read wait, copied, in arrival order; ``_dispatch`` is
-        swapped while muted, so an unthrottled connection pays nothing for this."""
+        ends. Requests already read wait, copied, in arrival order; ``_dispatch`` holds
+        them while muted, so an unthrottled connection pays nothing for this."""
         if ms <= 0 or self._closed or self.transport is None:
             return
         until = time.monotonic() + ms / 1000
@@ -419,9 +440,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._muted_until = until
         self._pause_reading()
-        if "_dispatch" not in self.__dict__ or self.__dict__["_dispatch"] != self._hold:
-            self._unmuted_dispatch = self.__dict__.get("_dispatch")
-            self._dispatch = self._hold  # type: ignore[method-assign]
+        self._set_dispatch()
         asyncio.get_running_loop().call_later(ms / 1000, self._unmute)
 
     def _hold(self, request: memoryview) -> None:
@@ -435,13 +454,9 @@ class KafkaConnection(asyncio.Protocol):
             asyncio.get_running_loop().call_later(left, self._unmute)
             return
         self._muted_until = 0.0  # timers may fire a hair early: the mute is over now
-        if self._unmuted_dispatch is None:
-            self.__dict__.pop("_dispatch", None)
-        else:
-            self._dispatch = self._unmuted_dispatch  # type: ignore[method-assign]
-        self._unmuted_dispatch = None
+        self._set_dispatch()
         held = self._held
-        while held and not self._closed and self.__dict__.get("_dispatch") != self._hold:
+        while held and not self._closed and not self._muted_until:
             self._dispatch(memoryview(held.popleft()))
         self._maybe_resume_reading()
 
@@ -461,6 +476,8 @@ class KafkaConnection(asyncio.Protocol):
             self._authentication_failed(f"SASL mechanism {mechanism!r} is not enabled")
             self._close_after_answer()
             return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": list(sasl.mechanisms)}
+        if sasl.raw_tokens:
+            self._enter(Event.RAW_HANDSHAKE)
         return {"error_code": 0, "mechanisms": list(sasl.mechanisms)}
 
     def sasl_authenticate(self, token: bytes, version: int) -> responses.SaslAuthenticateResponse:
@@ -491,11 +508,13 @@ class KafkaConnection(asyncio.Protocol):
             "session_lifetime": lifetime if version >= 1 else 0,
         }
 
-    def _raw_token(self, token: bytes) -> None:
+    def _raw_token_frame(self, request: memoryview) -> None:
+        """After a v0 SaslHandshake: each frame is the next SASL token, answered in a bare
+        size-prefixed frame."""
         sasl = self._sasl
         assert sasl is not None
         try:
-            answer, finished = sasl.authenticate(token)
+            answer, finished = sasl.authenticate(bytes(request))
         except SaslFailure as exc:
             self._authentication_failed(str(exc))
             self.close("", quiet=True)
@@ -512,9 +531,9 @@ class KafkaConnection(asyncio.Protocol):
         self.broker.counters.successful_authentications += 1
         if security.reauth_ms > 0:
             self._session_deadline = time.monotonic() + security.reauth_ms / 1000
-            self._dispatch = self._dispatch_in_session  # type: ignore[method-assign]
+            self._enter(Event.AUTHENTICATED_FOR_A_SESSION)
             return security.reauth_ms
-        self.__dict__.pop("_dispatch", None)  # the class's dispatch, with no gate
+        self._enter(Event.AUTHENTICATED)
         return 0
 
     def _authentication_failed(self, reason: str) -> None:
@@ -526,7 +545,7 @@ class KafkaConnection(asyncio.Protocol):
             self.listener_name,
             reason,
         )
-        self._dispatch = self._drop_frames  # type: ignore[method-assign]
+        self._enter(Event.AUTHENTICATION_FAILED)
 
     def _close_after_answer(self) -> None:
         """Close once the answer being built now is written (the transport flushes it)."""

@@ -32,8 +32,8 @@ from kbroker.coordinator.share_group_records import (
     group_records,
     metadata_hash,
 )
+from kbroker.coordinator.share_membership import Assignment, ShareGroup, ShareMember, assign
 from kbroker.protocol.encoded import FileRegion
-from kbroker.share.group import Assignment, ShareGroup, ShareMember, assign
 from kbroker.share.group_configs import (
     ShareConfig,
     parse_duration_ms,

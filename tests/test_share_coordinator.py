@@ -15,7 +15,8 @@ from kbroker.coordinator.share_group_records import (
 )
 from kbroker.coordinator.store import KeyValue
 from kbroker.protocol.batch import encode_batch
-from kbroker.share.coordinator import (
+from kbroker.share.group_configs import ShareConfig, parse_duration_ms
+from kbroker.share.partition import (
     FENCED_MEMBER_EPOCH,
     INVALID_REQUEST,
     INVALID_SHARE_SESSION_EPOCH,
@@ -27,7 +28,6 @@ from kbroker.share.coordinator import (
     ShareCoordinator,
     TopicRef,
 )
-from kbroker.share.group_configs import ShareConfig, parse_duration_ms
 from kbroker.share.partition_state import INVALID_RECORD_STATE, AckBatch, AckType
 from kbroker.share.records import state_key
 

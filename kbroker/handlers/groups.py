@@ -34,7 +34,7 @@ from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
 from kbroker.protocol.messages import duration_ms, known_versions
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
-from kbroker.share.coordinator import ShareCoordinator
+from kbroker.share.partition import ShareCoordinator
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9

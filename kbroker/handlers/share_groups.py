@@ -28,7 +28,7 @@ from kbroker.protocol.share_fetch_response import (
     encode_share_fetch_response,
 )
 from kbroker.security.acl import Operation, ResourceType
-from kbroker.share.coordinator import FetchAnswer, PartitionAcks
+from kbroker.share.partition import FetchAnswer, PartitionAcks
 from kbroker.share.partition_state import AckBatch
 
 SHARE_GROUP_HEARTBEAT = 76

@@ -52,7 +52,9 @@ from kbroker.internal_topics import (
 from kbroker.protocol.batch import BatchHeader
 from kbroker.protocol.messages import build
 from kbroker.replica.broker_link import BrokerLinks
-from kbroker.share.coordinator import (
+from kbroker.share.dead_letters import DeadLetterWriter
+from kbroker.share.group_configs import ShareConfig
+from kbroker.share.partition import (
     INVALID_REQUEST,
     FetchAnswer,
     PartitionAcks,
@@ -60,8 +62,6 @@ from kbroker.share.coordinator import (
     ShareSession,
     TopicRef,
 )
-from kbroker.share.dead_letters import DeadLetterWriter
-from kbroker.share.group_configs import ShareConfig
 from kbroker.share.partition_state import SharePartitionState
 from kbroker.share.persister import Initialized, Persister, StoredRead, Written
 from kbroker.share.records import StateKey, state_key

@@ -15,6 +15,7 @@ from kbroker.coordinator.share_group_records import (
 )
 from kbroker.coordinator.store import KeyValue
 from kbroker.protocol.batch import encode_batch
+from kbroker.share.coordinator import ShareCoordinator
 from kbroker.share.group_configs import ShareConfig, parse_duration_ms
 from kbroker.share.partition import (
     FENCED_MEMBER_EPOCH,
@@ -25,7 +26,6 @@ from kbroker.share.partition import (
     SHARE_SESSION_NOT_FOUND,
     UNKNOWN_MEMBER_ID,
     FetchAnswer,
-    ShareCoordinator,
     TopicRef,
 )
 from kbroker.share.partition_state import INVALID_RECORD_STATE, AckBatch, AckType
@@ -78,31 +78,33 @@ def coordinator() -> ShareCoordinator:
 
 
 def join(c: ShareCoordinator, member: str, now: int = 0) -> int:
-    result = c.heartbeat("g", member, 0, None, (TOPIC.name,), "client", "/127.0.0.1", now)
+    result = c.membership.heartbeat(
+        "g", member, 0, None, (TOPIC.name,), "client", "/127.0.0.1", now
+    )
     assert result.error == 0
     return result.member_epoch
 
 
 def fetch(c: ShareCoordinator, member: str, max_records: int = 100, now: int = 0) -> FetchAnswer:
     answer = FetchAnswer()
-    session = c.sessions.get(("g", member))
+    session = c.leader.sessions.get(("g", member))
     epoch = 0 if session is None else session.epoch
-    session = c.open_session("g", member, epoch, [TP], [], False, answer)
+    session = c.leader.open_session("g", member, epoch, [TP], [], False, answer)
     assert session is not None, answer.message
-    c.acquire("g", member, session, max_records, 1 << 20, now, answer)
+    c.leader.acquire("g", member, session, max_records, 1 << 20, now, answer)
     return answer
 
 
 def ack(c: ShareCoordinator, member: str, *batches: AckBatch, now: int = 0) -> FetchAnswer:
     answer = FetchAnswer()
-    c.acknowledge("g", member, [(TOPIC.topic_id, 0, list(batches))], now, answer)
+    c.leader.acknowledge("g", member, [(TOPIC.topic_id, 0, list(batches))], now, answer)
     return answer
 
 
 def test_every_member_of_a_one_partition_topic_is_assigned_that_partition(coordinator) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
     join(coordinator, "b")
-    members = coordinator.groups["g"].members
+    members = coordinator.membership.groups["g"].members
     assert members["a"].assignment == {TOPIC.topic_id: frozenset({0})}
     assert members["b"].assignment == {TOPIC.topic_id: frozenset({0})}
 
@@ -110,14 +112,20 @@ def test_every_member_of_a_one_partition_topic_is_assigned_that_partition(coordi
 def test_a_stale_member_epoch_is_fenced(coordinator) -> None:  # type: ignore[no-untyped-def]
     first = join(coordinator, "a")
     join(coordinator, "b")
-    current = coordinator.heartbeat("g", "a", first, None, None, "c", "h", 0).member_epoch
+    current = coordinator.membership.heartbeat(
+        "g", "a", first, None, None, "c", "h", 0
+    ).member_epoch
     assert current > first
     join(coordinator, "c")
-    newest = coordinator.heartbeat("g", "a", current, None, None, "c", "h", 0).member_epoch
+    newest = coordinator.membership.heartbeat(
+        "g", "a", current, None, None, "c", "h", 0
+    ).member_epoch
     assert newest > current
-    stale = coordinator.heartbeat("g", "a", first, None, None, "c", "h", 0)  # older than both
+    stale = coordinator.membership.heartbeat(
+        "g", "a", first, None, None, "c", "h", 0
+    )  # older than both
     assert stale.error == FENCED_MEMBER_EPOCH
-    ahead = coordinator.heartbeat("g", "a", newest + 1, None, None, "c", "h", 0)
+    ahead = coordinator.membership.heartbeat("g", "a", newest + 1, None, None, "c", "h", 0)
     assert ahead.error == FENCED_MEMBER_EPOCH
 
 
@@ -126,17 +134,17 @@ def test_members_joining_together_do_not_fence_each_other(coordinator) -> None: 
     heartbeat (as on Kafka): the epoch of its last answer stays valid."""
     epochs = {m: join(coordinator, m) for m in "abcd"}
     for member, epoch in epochs.items():
-        result = coordinator.heartbeat("g", member, epoch, None, None, "c", "h", 0)
+        result = coordinator.membership.heartbeat("g", member, epoch, None, None, "c", "h", 0)
         assert result.error == 0
-        assert result.member_epoch == coordinator.groups["g"].group_epoch == 4
+        assert result.member_epoch == coordinator.membership.groups["g"].group_epoch == 4
 
 
 def test_a_batch_optimized_fetch_lists_its_records_by_the_requests_batch_size(coordinator) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
     answer = FetchAnswer()
-    session = coordinator.open_session("g", "a", 0, [TP], [], False, answer)
+    session = coordinator.leader.open_session("g", "a", 0, [TP], [], False, answer)
     assert session is not None
-    coordinator.acquire("g", "a", session, 10, 1 << 20, 0, answer, batch_size=4)
+    coordinator.leader.acquire("g", "a", session, 10, 1 << 20, 0, answer, batch_size=4)
     ranges = [(r.first_offset, r.last_offset) for r in answer.partitions[TP].acquired]
     assert ranges == [(0, 3), (4, 7), (8, 9)]  # one-record batches: cut every 4
 
@@ -144,15 +152,15 @@ def test_a_batch_optimized_fetch_lists_its_records_by_the_requests_batch_size(co
 def test_a_record_limit_fetch_lists_its_records_whole(coordinator) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
     answer = FetchAnswer()
-    session = coordinator.open_session("g", "a", 0, [TP], [], False, answer)
+    session = coordinator.leader.open_session("g", "a", 0, [TP], [], False, answer)
     assert session is not None
-    coordinator.acquire("g", "a", session, 10, 1 << 20, 0, answer, False, batch_size=4)
+    coordinator.leader.acquire("g", "a", session, 10, 1 << 20, 0, answer, False, batch_size=4)
     ranges = [(r.first_offset, r.last_offset) for r in answer.partitions[TP].acquired]
     assert ranges == [(0, 9)]
 
 
 def test_an_unknown_member_is_told_so(coordinator) -> None:  # type: ignore[no-untyped-def]
-    result = coordinator.heartbeat("g", "ghost", 3, None, None, "c", "h", 0)
+    result = coordinator.membership.heartbeat("g", "ghost", 3, None, None, "c", "h", 0)
     assert result.error == UNKNOWN_MEMBER_ID
 
 
@@ -163,7 +171,7 @@ def test_acknowledging_another_members_records_is_invalid_record_state(coordinat
     assert [(r.first_offset, r.last_offset) for r in got.partitions[TP].acquired] == [(0, 2)]
     answer = ack(coordinator, "b", AckBatch(0, 2, (int(AckType.ACCEPT),)))
     assert answer.partitions[TP].ack_error == INVALID_RECORD_STATE
-    assert coordinator.partitions[("g", *TP)].state.acquired_by("a") == [0, 1, 2]
+    assert coordinator.leader.partitions[("g", *TP)].state.acquired_by("a") == [0, 1, 2]
 
 
 def test_overlapping_acknowledgement_ranges_are_invalid_request(coordinator) -> None:  # type: ignore[no-untyped-def]
@@ -176,23 +184,23 @@ def test_overlapping_acknowledgement_ranges_are_invalid_request(coordinator) -> 
         AckBatch(3, 6, (int(AckType.ACCEPT),)),
     )
     assert answer.partitions[TP].ack_error == INVALID_REQUEST
-    assert coordinator.partitions[("g", *TP)].state.start_offset == 0
+    assert coordinator.leader.partitions[("g", *TP)].state.start_offset == 0
 
 
 def test_share_session_epochs_must_follow_in_sequence(coordinator) -> None:  # type: ignore[no-untyped-def]
     answer = FetchAnswer()
-    assert coordinator.open_session("g", "a", 5, [TP], [], False, answer) is None
+    assert coordinator.leader.open_session("g", "a", 5, [TP], [], False, answer) is None
     assert answer.error == SHARE_SESSION_NOT_FOUND
-    assert coordinator.open_session("g", "a", 0, [TP], [], False, FetchAnswer()) is not None
+    assert coordinator.leader.open_session("g", "a", 0, [TP], [], False, FetchAnswer()) is not None
     answer = FetchAnswer()
-    assert coordinator.open_session("g", "a", 7, [], [], False, answer) is None
+    assert coordinator.leader.open_session("g", "a", 7, [], [], False, answer) is None
     assert answer.error == INVALID_SHARE_SESSION_EPOCH
-    assert coordinator.open_session("g", "a", 1, [], [], False, FetchAnswer()) is not None
+    assert coordinator.leader.open_session("g", "a", 1, [], [], False, FetchAnswer()) is not None
 
 
 def test_opening_a_session_with_acknowledgements_is_invalid_request(coordinator) -> None:  # type: ignore[no-untyped-def]
     answer = FetchAnswer()
-    assert coordinator.open_session("g", "a", 0, [TP], [], True, answer) is None
+    assert coordinator.leader.open_session("g", "a", 0, [TP], [], True, answer) is None
     assert answer.error == INVALID_REQUEST
 
 
@@ -201,11 +209,18 @@ def test_an_expired_member_releases_its_records_to_the_others(coordinator) -> No
     join(coordinator, "b")
     fetch(coordinator, "a", max_records=RECORDS)
     assert fetch(coordinator, "b").partitions == {}
-    coordinator.heartbeat(
-        "g", "b", coordinator.groups["g"].members["b"].member_epoch, None, None, "c", "h", 4000
+    coordinator.membership.heartbeat(
+        "g",
+        "b",
+        coordinator.membership.groups["g"].members["b"].member_epoch,
+        None,
+        None,
+        "c",
+        "h",
+        4000,
     )
     coordinator.tick(5500)  # a last heard of at 0: past its 5 s session; locks also gone
-    assert "a" not in coordinator.groups["g"].members
+    assert "a" not in coordinator.membership.groups["g"].members
     again = fetch(coordinator, "b", now=5500)
     assert again.partitions[TP].acquired[0].delivery_count == 2
 
@@ -216,13 +231,13 @@ def test_final_acknowledgements_arriving_after_the_leave_heartbeat_are_applied(c
     acknowledgements apply, then what is still held goes back to the group."""
     join(coordinator, "a")
     fetch(coordinator, "a", max_records=6)
-    coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
-    state = coordinator.partitions[("g", *TP)].state
+    coordinator.membership.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    state = coordinator.leader.partitions[("g", *TP)].state
     assert state.acquired_by("a") == [0, 1, 2, 3, 4, 5]
     answer = FetchAnswer()
-    assert coordinator.open_session("g", "a", -1, [], [], True, answer) is not None
-    coordinator.acknowledge("g", "a", [(TP[0], 0, [AckBatch(0, 3, (1,))])], 0, answer)
-    coordinator.close_session("g", "a")
+    assert coordinator.leader.open_session("g", "a", -1, [], [], True, answer) is not None
+    coordinator.leader.acknowledge("g", "a", [(TP[0], 0, [AckBatch(0, 3, (1,))])], 0, answer)
+    coordinator.leader.close_session("g", "a")
     assert answer.partitions[TP].ack_error == 0
     assert state.start_offset == 4
     assert state.acquired_by("a") == []
@@ -234,11 +249,11 @@ def test_final_acknowledgements_arriving_after_the_leave_heartbeat_are_applied(c
 def test_a_member_leaving_without_a_share_session_releases_at_once(coordinator) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
     fetch(coordinator, "a", max_records=3)
-    coordinator.close_session("g", "a")  # records released, then acquired again below
+    coordinator.leader.close_session("g", "a")  # records released, then acquired again below
     fetch(coordinator, "a", max_records=3)
-    del coordinator.sessions[("g", "a")]  # its session evicted meanwhile
-    coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
-    assert coordinator.partitions[("g", *TP)].state.acquired_by("a") == []
+    del coordinator.leader.sessions[("g", "a")]  # its session evicted meanwhile
+    coordinator.membership.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    assert coordinator.leader.partitions[("g", *TP)].state.acquired_by("a") == []
 
 
 def test_a_left_members_unended_session_is_evicted_when_idle_and_its_records_released(
@@ -246,12 +261,12 @@ def test_a_left_members_unended_session_is_evicted_when_idle_and_its_records_rel
 ) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
     fetch(coordinator, "a", max_records=3)
-    coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
-    state = coordinator.partitions[("g", *TP)].state
+    coordinator.membership.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    state = coordinator.leader.partitions[("g", *TP)].state
     coordinator.tick(500)
     assert state.acquired_by("a") == [0, 1, 2]  # neither lock (1 s) nor session idle yet
     coordinator.tick(5001)
-    assert ("g", "a") not in coordinator.sessions
+    assert ("g", "a") not in coordinator.leader.sessions
     assert state.acquired_by("a") == []
 
 
@@ -259,10 +274,10 @@ def test_state_reloaded_from_its_records_keeps_acknowledgements(coordinator) -> 
     join(coordinator, "a")
     fetch(coordinator, "a", max_records=6)
     ack(coordinator, "a", AckBatch(0, 5, (1, 1, 2, 1, 1, 1)))  # offset 2 released
-    records = [(state_key(k), v) for k, (v, _) in coordinator.take_dirty().items()]
+    records = [(state_key(k), v) for k, (v, _) in coordinator.leader.take_dirty().items()]
     fake = FakeLog()
     reloaded = ShareCoordinator(ShareConfig(record_lock_ms=LOCK), fake, fake)
-    reloaded.load(records)
+    reloaded.leader.load(records)
     join(reloaded, "z")
     answer = fetch(reloaded, "z")
     offsets = [
@@ -286,36 +301,34 @@ def test_durations_are_read_as_iso_8601() -> None:
 
 
 def test_a_malformed_by_duration_reset_is_refused(coordinator) -> None:  # type: ignore[no-untyped-def]
-    assert coordinator.validate_group_config("share.auto.offset.reset", "by_duration:1h")
-    assert (
-        coordinator.validate_group_config("share.auto.offset.reset", "by_duration:PT") is not None
-    )
-    assert coordinator.validate_group_config("share.auto.offset.reset", "by_duration:PT5M") is None
+    assert coordinator.configs.validate("share.auto.offset.reset", "by_duration:1h")
+    assert coordinator.configs.validate("share.auto.offset.reset", "by_duration:PT") is not None
+    assert coordinator.configs.validate("share.auto.offset.reset", "by_duration:PT5M") is None
 
 
 def test_a_deleted_topics_share_state_is_dropped_with_a_tombstone(coordinator) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
     fetch(coordinator, "a")
-    coordinator.take_dirty()
+    coordinator.leader.take_dirty()
     coordinator.forget_topic(TOPIC.topic_id)
-    assert coordinator.partitions == {}
-    assert [value for value, _ in coordinator.take_dirty().values()] == [None]
+    assert coordinator.leader.partitions == {}
+    assert [value for value, _ in coordinator.leader.take_dirty().values()] == [None]
 
 
 def test_share_sessions_beyond_the_limit_are_refused_and_idle_ones_of_no_member_evicted() -> None:
     fake = FakeLog()
     c = ShareCoordinator(ShareConfig(max_share_sessions=2, session_timeout_ms=5000), fake, fake)
     for member in ("a", "b"):
-        assert c.open_session("g", member, 0, [TP], [], False, FetchAnswer(), now_ms=0)
+        assert c.leader.open_session("g", member, 0, [TP], [], False, FetchAnswer(), now_ms=0)
     refused = FetchAnswer()
-    assert c.open_session("g", "c", 0, [TP], [], False, refused, now_ms=0) is None
+    assert c.leader.open_session("g", "c", 0, [TP], [], False, refused, now_ms=0) is None
     assert refused.error == SHARE_SESSION_LIMIT_REACHED
     c.tick(6000)  # a and b never joined the group and have been idle past its timeout
-    assert c.open_session("g", "c", 0, [TP], [], False, FetchAnswer(), now_ms=6000)
+    assert c.leader.open_session("g", "c", 0, [TP], [], False, FetchAnswer(), now_ms=6000)
 
 
 def test_group_configs_stay_within_the_brokers_bounds(coordinator) -> None:  # type: ignore[no-untyped-def]
-    check = coordinator.validate_group_config
+    check = coordinator.configs.validate
     assert check("share.session.timeout.ms", "45000") is None
     assert check("share.session.timeout.ms", "1000") is not None  # below the 45 s minimum
     assert check("share.heartbeat.interval.ms", "60000") is not None  # above 15 s
@@ -330,22 +343,22 @@ def test_a_state_nobody_reads_with_nothing_in_flight_is_read_again_by_a_new_sess
     key = ("g", TOPIC.topic_id, 0)
     join(coordinator, "a")
     fetch(coordinator, "a", max_records=3)
-    coordinator.refresh_unshared("g", "b", [TP])
-    assert key in coordinator.partitions  # records 0-2 are in flight
+    coordinator.leader.refresh_unshared("g", "b", [TP])
+    assert key in coordinator.leader.partitions  # records 0-2 are in flight
     ack(coordinator, "a", AckBatch(0, 2, (1,)))
-    coordinator.take_dirty()
-    coordinator.refresh_unshared("g", "b", [TP])
-    assert key in coordinator.partitions  # a's session still reads it
-    coordinator.close_session("g", "a")
-    coordinator.take_dirty()
-    coordinator.refresh_unshared("g", "b", [TP])
-    assert key not in coordinator.partitions  # to be read again from its share coordinator
+    coordinator.leader.take_dirty()
+    coordinator.leader.refresh_unshared("g", "b", [TP])
+    assert key in coordinator.leader.partitions  # a's session still reads it
+    coordinator.leader.close_session("g", "a")
+    coordinator.leader.take_dirty()
+    coordinator.leader.refresh_unshared("g", "b", [TP])
+    assert key not in coordinator.leader.partitions  # to be read again from its share coordinator
 
 
 def _write(c: ShareCoordinator, log: list[KeyValue]) -> list[KeyValue]:
     """Append the coordinator's changed groups' records to `log`, stored: the records."""
-    written = c.take_group_records()
-    c.group_records_stored(written, True)
+    written = c.membership.take_group_records()
+    c.membership.group_records_stored(written, True)
     records = [r for group_records in written.values() for r in group_records]
     assert all(is_share_group_record(key) for key, _ in records)
     log += records
@@ -357,7 +370,7 @@ def _reloaded(c: ShareCoordinator, log: list[KeyValue], now: int = 0) -> ShareCo
     `c` appended its changed groups' records to it."""
     _write(c, log)
     fresh = ShareCoordinator(c.config, FakeLog(), FakeLog())
-    fresh.load_groups(fold_share_groups(log, lambda error: pytest.fail(str(error))), now)
+    fresh.membership.load_groups(fold_share_groups(log, lambda error: pytest.fail(str(error))), now)
     return fresh
 
 
@@ -365,22 +378,24 @@ def test_a_share_group_and_its_epoch_are_loaded_from_its_records_without_members
     coordinator,
 ) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
-    coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    coordinator.membership.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
     fresh = _reloaded(coordinator, [])
-    assert fresh.groups["g"].group_epoch == 2
-    assert fresh.groups["g"].state == "Empty"
+    assert fresh.membership.groups["g"].group_epoch == 2
+    assert fresh.membership.groups["g"].state == "Empty"
     assert fresh.share_group_ids() == {"g"}
-    assert fresh.heartbeat("g", "b", 0, None, (TOPIC.name,), "c", "/h", 0).member_epoch == 3
+    assert (
+        fresh.membership.heartbeat("g", "b", 0, None, (TOPIC.name,), "c", "/h", 0).member_epoch == 3
+    )
 
 
 def test_a_deleted_share_group_is_not_loaded_again(coordinator) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
-    coordinator.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    coordinator.membership.heartbeat("g", "a", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
     log: list[KeyValue] = []
     _write(coordinator, log)
     assert coordinator.delete_group("g") == 0
     fresh = _reloaded(coordinator, log)
-    assert fresh.groups == {}
+    assert fresh.membership.groups == {}
     assert fresh.share_group_ids() == set()
 
 
@@ -433,12 +448,12 @@ def test_a_loaded_member_heartbeats_on_at_its_epoch_without_joining_again(coordi
     join(coordinator, "a")
     epoch = join(coordinator, "b")
     fresh = _reloaded(coordinator, [])
-    group = fresh.groups["g"]
+    group = fresh.membership.groups["g"]
     assert (group.group_epoch, group.assignment_epoch, group.state) == (2, 2, "Stable")
     assert group.members["b"].assignment == {TOPIC.topic_id: frozenset({0})}
-    answer = fresh.heartbeat("g", "b", epoch, None, None, "client", "/127.0.0.1", 100)
+    answer = fresh.membership.heartbeat("g", "b", epoch, None, None, "client", "/127.0.0.1", 100)
     assert (answer.error, answer.member_epoch, answer.assignment) == (0, epoch, None)
-    assert fresh.groups["g"].group_epoch == 2
+    assert fresh.membership.groups["g"].group_epoch == 2
 
 
 def test_a_loaded_member_that_stays_silent_expires_and_its_records_get_tombstones(
@@ -448,29 +463,34 @@ def test_a_loaded_member_that_stays_silent_expires_and_its_records_get_tombstone
     log: list[KeyValue] = []
     fresh = _reloaded(coordinator, log, now=1000)
     fresh.tick(1000 + 5000)
-    assert "a" in fresh.groups["g"].members  # its session started when it was loaded
+    assert "a" in fresh.membership.groups["g"].members  # its session started when it was loaded
     fresh.tick(1000 + 5001)
-    assert fresh.groups["g"].members == {} and fresh.groups["g"].group_epoch == 2
+    assert (
+        fresh.membership.groups["g"].members == {} and fresh.membership.groups["g"].group_epoch == 2
+    )
     tombstones = {struct.unpack_from(">h", k)[0] for k, v in _write(fresh, log) if v is None}
     assert tombstones == {10, 13, 14}
-    assert _reloaded(fresh, log).groups["g"].members == {}
+    assert _reloaded(fresh, log).membership.groups["g"].members == {}
 
 
 def test_a_member_that_left_is_not_loaded_again(coordinator) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
     join(coordinator, "b")
-    coordinator.heartbeat("g", "b", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
-    assert coordinator.heartbeat("g", "a", 1, None, None, "client", "/h", 0).member_epoch == 3
+    coordinator.membership.heartbeat("g", "b", LEAVE_EPOCH, None, None, "client", "/127.0.0.1", 0)
+    assert (
+        coordinator.membership.heartbeat("g", "a", 1, None, None, "client", "/h", 0).member_epoch
+        == 3
+    )
     fresh = _reloaded(coordinator, [])
-    assert set(fresh.groups["g"].members) == {"a"}
-    assert fresh.groups["g"].members["a"].member_epoch == 3
+    assert set(fresh.membership.groups["g"].members) == {"a"}
+    assert fresh.membership.groups["g"].members["a"].member_epoch == 3
 
 
 def test_group_records_whose_write_failed_are_written_again(coordinator) -> None:  # type: ignore[no-untyped-def]
     join(coordinator, "a")
-    first = coordinator.take_group_records()
-    coordinator.group_records_stored(first, False)
-    again = coordinator.take_group_records()
+    first = coordinator.membership.take_group_records()
+    coordinator.membership.group_records_stored(first, False)
+    again = coordinator.membership.take_group_records()
     assert again == first
 
 
@@ -490,12 +510,14 @@ def test_a_group_whose_partition_is_unloaded_loses_its_members_and_releases_noth
     coordinator.set_group_configs("g", {"share.record.lock.duration.ms": "60000"})
     join(coordinator, "a")
     assert fetch(coordinator, "a", max_records=3).acquired_any
-    coordinator.unload_groups(lambda group_id: group_id == "g")
-    assert "g" not in coordinator.groups
-    session = coordinator.sessions[("g", "a")]  # the member goes on fetching here
-    assert coordinator.open_session("g", "a", session.epoch, [], [], False, FetchAnswer(), 9000)
+    coordinator.membership.unload_groups(lambda group_id: group_id == "g")
+    assert "g" not in coordinator.membership.groups
+    session = coordinator.leader.sessions[("g", "a")]  # the member goes on fetching here
+    assert coordinator.leader.open_session(
+        "g", "a", session.epoch, [], [], False, FetchAnswer(), 9000
+    )
     coordinator.tick(10_000)  # past its session timeout as a member, within the lock
-    held = coordinator.partitions[("g", TOPIC.topic_id, 0)]
+    held = coordinator.leader.partitions[("g", TOPIC.topic_id, 0)]
     assert held.state.holds("a")
 
 
@@ -509,9 +531,9 @@ def test_acknowledgements_dropped_with_their_partition_before_being_stored_are_l
     join(coordinator, "a")
     fetch(coordinator, "a", max_records=4)
     ack(coordinator, "a", AckBatch(0, 1, (1,)))
-    coordinator.take_dirty()  # stored in time: not lost when dropped later
+    coordinator.leader.take_dirty()  # stored in time: not lost when dropped later
     ack(coordinator, "a", AckBatch(2, 3, (1,)))
-    coordinator.drop(key)
-    assert coordinator.take_dirty() == {}
-    assert coordinator.lost_acknowledgements() == {key}
-    assert coordinator.lost_acknowledgements() == set()
+    coordinator.leader.drop(key)
+    assert coordinator.leader.take_dirty() == {}
+    assert coordinator.leader.lost_acknowledgements() == {key}
+    assert coordinator.leader.lost_acknowledgements() == set()

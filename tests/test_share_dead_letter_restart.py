@@ -144,7 +144,7 @@ def test_a_leader_that_loses_its_share_partition_mid_run_copies_no_more_of_its_l
 
         async def copy_then_lose_the_partition(*args: Any) -> bool:
             copied = await copy(*args)
-            service.coordinator.drop(key)
+            service.coordinator.leader.drop(key)
             return copied
 
         writer._copy = copy_then_lose_the_partition  # type: ignore[method-assign,assignment]

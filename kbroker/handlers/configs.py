@@ -617,7 +617,7 @@ async def alter_group_configs(
         if op.name.startswith("streams."):
             problem = validate_streams_group_config(broker.config, op.name, value)
         else:
-            problem = coordinator.validate_group_config(op.name, value)
+            problem = coordinator.configs.validate(op.name, value)
         if problem is not None:
             raise ResourceError(ErrorCode.invalid_config, problem)
         changes[op.name] = value

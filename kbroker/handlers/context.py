@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from kbroker.replica.delayed import DataWaiters
     from kbroker.replica.fetch_sessions import FetchSessionCache
     from kbroker.replica.partition import Partition
-    from kbroker.share.partition import FetchAnswer, PartitionAcks, ShareCoordinator
+    from kbroker.share.coordinator import ShareCoordinator
+    from kbroker.share.partition import FetchAnswer, PartitionAcks
     from kbroker.storage.dir_failures import LogDirFailureChannel
     from kbroker.storage.log import PartitionLog
     from kbroker.storage.log_move import LogMove

@@ -34,7 +34,7 @@ from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
 from kbroker.protocol.messages import duration_ms, known_versions
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
-from kbroker.share.partition import ShareCoordinator
+from kbroker.share.coordinator import ShareCoordinator
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -655,7 +655,7 @@ def list_groups(
     wanted_states = {s.strip().lower() for s in states}
     if shares is not None and (not types or "share" in {t.strip().lower() for t in types}):
         for group_id in sorted(shares.share_group_ids()):
-            group = shares.groups.get(group_id)
+            group = shares.membership.groups.get(group_id)
             state = group.state if group is not None else "Empty"
             if not wanted_states or state.lower() in wanted_states:
                 listed.append(

@@ -107,7 +107,7 @@ async def share_group_heartbeat(
             "heartbeat_interval": 0,
             "assignment": None,
         }
-    result = service.coordinator.heartbeat(
+    result = service.coordinator.membership.heartbeat(
         request.group_id,
         request.member_id,
         request.member_epoch,
@@ -117,7 +117,7 @@ async def share_group_heartbeat(
         _client_host(ctx),
         int(time.time() * 1000),
     )
-    changed = request.group_id in service.coordinator.changed_groups
+    changed = request.group_id in service.coordinator.membership.changed_groups
     stored = service.persist()
     if changed:  # as on Kafka, a change of membership is answered once it is written
         await stored
@@ -153,9 +153,9 @@ def share_group_describe(
     topics = ctx.broker.controller.state.topics_by_id
     groups: list[responses.ShareGroupDescribeDescribedGroup] = []
     for group_id in request.group_ids:
-        group = coordinator.groups.get(group_id)
+        group = coordinator.membership.groups.get(group_id)
         denied = _group_denied(ctx, Operation.DESCRIBE, group_id)
-        if not denied and not coordinator.owns_group(group_id):
+        if not denied and not coordinator.membership.owns_group(group_id):
             groups.append(
                 {
                     "error_code": E.not_coordinator,
@@ -498,7 +498,7 @@ async def describe_share_group_offsets(
                 }
             )
             continue
-        if not coordinator.owns_group(g.group_id):
+        if not coordinator.membership.owns_group(g.group_id):
             groups.append(
                 {
                     "group_id": g.group_id,
@@ -598,7 +598,7 @@ async def alter_share_group_offsets(
             "error_message": "The group id must not be empty.",
             "responses": [],
         }
-    group = coordinator.groups.get(request.group_id)
+    group = coordinator.membership.groups.get(request.group_id)
     if group is not None and group.members:
         return {
             "throttle_time": 0,

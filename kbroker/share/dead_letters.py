@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from kio.index import load_request_schema
@@ -48,7 +48,8 @@ from kbroker.share.partition_state import DeadLetter
 from kbroker.storage.log import PartitionLog
 
 if TYPE_CHECKING:
-    from kbroker.share.service import ShareService
+    from kbroker.share.group_configs import ShareGroupConfigs
+    from kbroker.share.partition import SharePartitionManager
 
 log = logging.getLogger("kbroker.share.dlq")
 
@@ -103,9 +104,19 @@ def topic_problem(
 
 
 class DeadLetterWriter:
-    def __init__(self, broker: ServiceBroker, service: ShareService) -> None:
+    def __init__(
+        self,
+        broker: ServiceBroker,
+        leader: SharePartitionManager,
+        configs: ShareGroupConfigs,
+        persist: Callable[[], Awaitable[ErrorCode]],
+    ) -> None:
+        """Copies the dead letters of the share-partitions `leader` holds to the topics the
+        groups' `configs` name; `persist` stores that they were written."""
         self._broker = broker
-        self._service = service
+        self._leader = leader
+        self._configs = configs
+        self._persist = persist
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._written: dict[str, set[Identity]] = {}  # copies found in DLQ topics at start
@@ -146,13 +157,13 @@ class DeadLetterWriter:
 
     async def _write_pending(self) -> bool:
         """Write the pending copies; whether all were written (or given up)."""
-        coordinator = self._service.coordinator
+        leader, configs = self._leader, self._configs
         complete = True
-        for key, topic, letters in coordinator.pending_dead_letters():
+        for key, topic, letters in leader.pending_dead_letters():
             group_id, _, partition = key
-            target = coordinator.dead_letter_topic(group_id)
+            target = configs.dead_letter_topic(group_id)
             if target is None or not self._allowed(group_id, target):
-                coordinator.dead_letters_written(key, {d.offset for d in letters})
+                leader.dead_letters_written(key, {d.offset for d in letters})
                 continue
             if not await self._ensure_topic(target):
                 complete = False
@@ -164,11 +175,11 @@ class DeadLetterWriter:
                     complete = False
                     continue  # not searched: no copy yet, tried again
                 self._written[target] = written
-            copy_record = coordinator.dead_letters_copy_records(group_id)
-            held = coordinator.partitions.get(key)
+            copy_record = configs.dead_letters_copy_records(group_id)
+            held = leader.partitions.get(key)
             done: set[int] = set()
             for letter in letters:
-                if coordinator.partitions.get(key) is not held:
+                if leader.partitions.get(key) is not held:
                     break  # its leadership moved on: the next leader writes the rest
                 # `written` is this search's: the copies may be forgotten (another
                 # share-partition held here) while a copy is under way.
@@ -183,8 +194,8 @@ class DeadLetterWriter:
                     break
                 written.add(identity)
                 done.add(letter.offset)
-            coordinator.dead_letters_written(key, done)
-        await self._service.persist()
+            leader.dead_letters_written(key, done)
+        await self._persist()
         return complete
 
     def _allowed(self, group_id: str, target: str) -> bool:

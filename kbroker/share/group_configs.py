@@ -45,6 +45,57 @@ class ShareConfig:
     max_share_sessions: int = 2000
 
 
+class ShareGroupConfigs:
+    """Each share group's own configs over the broker's defaults, as the group's
+    coordinator (heartbeat interval, session timeout) and the share-partition leader
+    (locks, delivery limit, isolation, offset reset, dead letters) read them."""
+
+    def __init__(self, config: ShareConfig) -> None:
+        self.config = config
+        self.values: dict[str, dict[str, str]] = {}  # group id -> its configs set
+
+    def get(self, group_id: str, name: str) -> str | None:
+        return self.values.get(group_id, {}).get(name)
+
+    def set(self, group_id: str, changes: dict[str, str | None]) -> None:
+        configs = self.values.setdefault(group_id, {})
+        for name, value in changes.items():
+            if value is None:
+                configs.pop(name, None)
+            else:
+                configs[name] = value
+
+    def validate(self, name: str, value: str | None) -> str | None:
+        """Why a group config is refused, or None when it is fine."""
+        return validate_group_config(self.config, name, value)
+
+    def lock_ms(self, group_id: str) -> int:
+        value = self.get(group_id, "share.record.lock.duration.ms")
+        return int(value) if value is not None else self.config.record_lock_ms
+
+    def delivery_limit(self, group_id: str) -> int:
+        value = self.get(group_id, "share.delivery.count.limit")
+        return int(value) if value is not None else self.config.delivery_count_limit
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        value = self.get(group_id, "share.heartbeat.interval.ms")
+        return int(value) if value is not None else self.config.heartbeat_interval_ms
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        value = self.get(group_id, "share.session.timeout.ms")
+        return int(value) if value is not None else self.config.session_timeout_ms
+
+    def dead_letter_topic(self, group_id: str) -> str | None:
+        name = (self.get(group_id, "errors.deadletterqueue.topic.name") or "").strip()
+        return name or None
+
+    def dead_letters_copy_records(self, group_id: str) -> bool:
+        """KIP-1191's `errors.deadletterqueue.copy.record.enable`: whether a dead-letter
+        record carries the original key, value and headers (off: only where from, why)."""
+        value = self.get(group_id, "errors.deadletterqueue.copy.record.enable")
+        return value is not None and value.strip().lower() == "true"
+
+
 def validate_group_config(c: ShareConfig, name: str, value: str | None) -> str | None:
     """Why a group config is refused, or None when it is fine (None deletes it)."""
     if name not in GROUP_CONFIGS:

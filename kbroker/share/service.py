@@ -52,13 +52,13 @@ from kbroker.internal_topics import (
 from kbroker.protocol.batch import BatchHeader
 from kbroker.protocol.messages import build
 from kbroker.replica.broker_link import BrokerLinks
+from kbroker.share.coordinator import ShareCoordinator
 from kbroker.share.dead_letters import DeadLetterWriter
 from kbroker.share.group_configs import ShareConfig
 from kbroker.share.partition import (
     INVALID_REQUEST,
     FetchAnswer,
     PartitionAcks,
-    ShareCoordinator,
     ShareSession,
     TopicRef,
 )
@@ -201,10 +201,12 @@ class ShareService(InternalTopicService):
         self.enabled: bool = broker.config.group_share_enable
         coordinates = _Coordinates(broker)
         self.coordinator = ShareCoordinator(share_config(broker.config), coordinates, coordinates)
-        self.coordinator.owns_group = self._owns_group
-        self.coordinator.may_initialize = lambda key: False  # `_hold` starts them
-        self.coordinator.leader_epoch = self._leader_epoch
-        self.dead_letters = DeadLetterWriter(broker, self)
+        self.coordinator.membership.owns_group = self._owns_group
+        self.coordinator.leader.may_initialize = lambda key: False  # `_hold` starts them
+        self.coordinator.leader.leader_epoch = self._leader_epoch
+        self.dead_letters = DeadLetterWriter(
+            broker, self.coordinator.leader, self.coordinator.configs, self.persist
+        )
         self.persister = Persister(broker, self, self.coordinator.store)
         self._offset_links = BrokerLinks(broker, "share-lag", "share lag", log)
         self._waiting: list[asyncio.Future[ErrorCode]] = []
@@ -220,7 +222,7 @@ class ShareService(InternalTopicService):
             groups = broker.group_coordinator.coordinator
             groups.share_loaders.append(self._load_groups)
             groups.share_unloaders.append(
-                lambda partition: self.coordinator.unload_groups(
+                lambda partition: self.coordinator.membership.unload_groups(
                     lambda group_id: groups.partition_for(group_id) == partition
                 )
             )
@@ -301,7 +303,7 @@ class ShareService(InternalTopicService):
     async def start(self) -> None:
         if not self.enabled:
             return
-        self.coordinator.is_other_group = self._is_other_group
+        self.coordinator.membership.is_other_group = self._is_other_group
         self._sync_group_configs(self.broker.controller.state.group_configs)
         self.publish_metrics(self._metrics_now)
         await super().start()
@@ -324,7 +326,7 @@ class ShareService(InternalTopicService):
         )
         coordinator = self.coordinator
         for (group_id, topic_id, partition), held in sorted(
-            coordinator.partitions.items(), key=lambda kv: (kv[0][0], kv[1].topic, kv[0][2])
+            coordinator.leader.partitions.items(), key=lambda kv: (kv[0][0], kv[1].topic, kv[0][2])
         ):
             labels = [group_id, held.topic, str(partition)]
             in_flight.add_metric(labels, held.state.in_flight())
@@ -336,7 +338,7 @@ class ShareService(InternalTopicService):
             "Share-partitions led here whose latest change is not yet stored by their "
             "share coordinator.",
         )
-        unstored.add_metric([], len(coordinator.dirty | self._writing))
+        unstored.add_metric([], len(coordinator.leader.dirty | self._writing))
         return [in_flight, lag, unstored]
 
     async def ready(self, group_id: str, wait_s: float = 1.0) -> ErrorCode:
@@ -369,17 +371,17 @@ class ShareService(InternalTopicService):
 
     def _sync_group_configs(self, every: dict[str, dict[str, str]]) -> None:
         """Group configs live in the cluster metadata; the coordinator keeps a copy."""
-        for group_id in set(self.coordinator.group_configs) | set(every):
+        for group_id in set(self.coordinator.configs.values) | set(every):
             self._group_configs_changed(group_id, every.get(group_id, {}))
 
     def _group_configs_changed(self, group_id: str, configs: dict[str, str]) -> None:
-        held = self.coordinator.group_configs.get(group_id, {})
+        held = self.coordinator.configs.values.get(group_id, {})
         changes: dict[str, str | None] = {k: None for k in held if k not in configs}
         changes.update({k: v for k, v in configs.items() if held.get(k) != v})
         if changes:
             self.coordinator.set_group_configs(group_id, changes)
-        if not self.coordinator.group_configs.get(group_id, True):
-            del self.coordinator.group_configs[group_id]
+        if not self.coordinator.configs.values.get(group_id, True):
+            del self.coordinator.configs.values[group_id]
 
     async def stop(self) -> None:
         if not self.enabled:
@@ -414,12 +416,12 @@ class ShareService(InternalTopicService):
     def _drop_lost(self) -> None:
         """Forget share-partitions whose data partition this node no longer leads (or
         leads at a newer epoch: another broker led it in between)."""
-        for key, held in list(self.coordinator.partitions.items()):
+        for key, held in list(self.coordinator.leader.partitions.items()):
             if self._leader_epoch(held.topic, key[2]) != held.leader_epoch:
                 log.info(
                     "no longer leading share-partition %s of %s-%d", key[0], held.topic, key[2]
                 )
-                self.coordinator.drop(key)
+                self.coordinator.leader.drop(key)
 
     def _peek_for_dead_letters(self) -> None:
         """On becoming a data partition's leader, read the stored states of the groups
@@ -435,7 +437,9 @@ class ShareService(InternalTopicService):
         gained = [(k, e) for k, e in led.items() if self._led.get(k) != e]
         self._led = led
         groups = [
-            g for g in self.coordinator.group_configs if self.coordinator.dead_letter_topic(g)
+            g
+            for g in self.coordinator.configs.values
+            if self.coordinator.configs.dead_letter_topic(g)
         ]
         if not gained or not groups or STATE_TOPIC not in self.broker.controller.state.topics:
             return
@@ -453,7 +457,7 @@ class ShareService(InternalTopicService):
         if previous is not None:
             await asyncio.wait([previous])
         for key, epoch in keys:
-            if key in self.coordinator.partitions:
+            if key in self.coordinator.leader.partitions:
                 continue
             try:
                 error, stored, _ = await self.persister.read(key, epoch)
@@ -473,7 +477,7 @@ class ShareService(InternalTopicService):
             ref = self.coordinator.topics.by_id(key[1])
             if (
                 ref is None
-                or key in self.coordinator.partitions
+                or key in self.coordinator.leader.partitions
                 or key not in self.coordinator.store.entries
             ):
                 self._unheld_dead_letters.discard(key)  # held (the writer takes them) or gone
@@ -519,12 +523,12 @@ class ShareService(InternalTopicService):
             )
 
         now = int(time.time() * 1000)
-        self.coordinator.load_groups(fold_share_groups(records, skip), now)
+        self.coordinator.membership.load_groups(fold_share_groups(records, skip), now)
 
     async def _write_groups(self) -> ErrorCode:
         """Write changed groups' records to their offsets partitions (Kafka's share group
         records), each partition's as one batch; wait until stored."""
-        changed = self.coordinator.take_group_records()
+        changed = self.coordinator.membership.take_group_records()
         if not changed:
             return ErrorCode.none
         groups = self.broker.group_coordinator.coordinator
@@ -544,19 +548,19 @@ class ShareService(InternalTopicService):
             if code != ErrorCode.none:
                 log.warning("storing share-group records failed: %s", code.name)
                 failed = code
-            self.coordinator.group_records_stored(group_ids, code == ErrorCode.none)
+            self.coordinator.membership.group_records_stored(group_ids, code == ErrorCode.none)
         return failed
 
     async def _write_dirty(self) -> ErrorCode:
         group_error = await self._write_groups()
-        writes = self.coordinator.take_dirty()
-        lost = self.coordinator.lost_acknowledgements()
+        writes = self.coordinator.leader.take_dirty()
+        lost = self.coordinator.leader.lost_acknowledgements()
         if lost:
             # Their leadership moved on before they were stored: answered as failed,
             # like a write the next leader fenced.
             log.info("acknowledgements of share-partitions %s not stored: leader moved", lost)
             group_error = ErrorCode.kafka_storage_error
-        if self.coordinator.pending_dead_letters():
+        if self.coordinator.leader.pending_dead_letters():
             self.dead_letters.kick()
         if not writes:
             return group_error
@@ -574,9 +578,9 @@ class ShareService(InternalTopicService):
                 # Another leader took it over, or its group's coordinator started it
                 # again elsewhere (AlterShareGroupOffsets): read again when next fetched.
                 log.info("share-partition %s is fenced: %s", key, code.name)
-                self.coordinator.drop(key)
-            elif key in self.coordinator.partitions:
-                self.coordinator.dirty.add(key)  # written again with the next round
+                self.coordinator.leader.drop(key)
+            elif key in self.coordinator.leader.partitions:
+                self.coordinator.leader.dirty.add(key)  # written again with the next round
         if failed != ErrorCode.none:
             return ErrorCode.kafka_storage_error
         return group_error
@@ -729,7 +733,9 @@ class ShareService(InternalTopicService):
                 lags[tp] = -1
                 continue
             state = SharePartitionState.from_snapshot(
-                data, coordinator.delivery_limit(group_id), coordinator.config.max_record_locks
+                data,
+                coordinator.configs.delivery_limit(group_id),
+                coordinator.config.max_record_locks,
             )
             lags[tp] = state.lag(end)
         return lags
@@ -826,7 +832,7 @@ class ShareService(InternalTopicService):
                 initialized.append((key, topic, next_epoch, offset))
         outcome.update(await self.persister.initialize(initialized))
         for key in outcome:
-            self.coordinator.drop(key)  # a state held here is read again when next fetched
+            self.coordinator.leader.drop(key)  # a state held here is read again when next fetched
         return outcome
 
     async def delete_states(self, keys: list[StateKey]) -> dict[StateKey, ErrorCode]:
@@ -836,7 +842,7 @@ class ShareService(InternalTopicService):
         outcome = {k: code for k, (code, _, _) in read.items()}
         outcome.update(await self.persister.delete(existing))
         for key in keys:
-            self.coordinator.drop(key)
+            self.coordinator.leader.drop(key)
         return outcome
 
     # -- share-partition leader: holding a share-partition --------------------------------
@@ -849,7 +855,7 @@ class ShareService(InternalTopicService):
         waits: dict[tuple[uuid.UUID, int], asyncio.Future[ErrorCode]] = {}
         for topic_id, partition in partitions:
             key = (group_id, topic_id, partition)
-            if key in self.coordinator.partitions:
+            if key in self.coordinator.leader.partitions:
                 continue
             waits[(topic_id, partition)] = self._start_holding(key)
         if not waits:
@@ -893,19 +899,19 @@ class ShareService(InternalTopicService):
         if error != ErrorCode.none:
             log.info("cannot read share state of %s: %s", key, error.name)
             return error
-        committed = self.coordinator.group_config(group_id, "share.isolation.level")
+        committed = self.coordinator.configs.get(group_id, "share.isolation.level")
         bounds = _Coordinates(self.broker).bounds(
             ref.name, partition, committed == "read_committed"
         )
         if (
             bounds is None
             or self._leader_epoch(ref.name, partition) != epoch
-            or key in self.coordinator.partitions
+            or key in self.coordinator.leader.partitions
         ):
             return ErrorCode.none  # leadership moved on meanwhile, or held already
         now = int(time.time() * 1000)
-        self.coordinator.hold(group_id, ref, partition, bounds, now, stored, state_epoch)
-        held = self.coordinator.partitions.get(key)
+        self.coordinator.leader.hold(group_id, ref, partition, bounds, now, stored, state_epoch)
+        held = self.coordinator.leader.partitions.get(key)
         if held is not None and held.state.pending_dead_letters:
             self.dead_letters.forget_copies()  # a former leader may have written some
         return ErrorCode.none
@@ -927,24 +933,24 @@ class ShareService(InternalTopicService):
         batch_size: int = 0,
     ) -> FetchAnswer:
         coordinator = self.coordinator
-        answer = FetchAnswer(lock_ms=coordinator.lock_ms(group_id))
+        answer = FetchAnswer(lock_ms=coordinator.configs.lock_ms(group_id))
         has_acks = any(batches for _, _, batches in acks)
         now = int(time.time() * 1000)
-        session = coordinator.open_session(
+        session = coordinator.leader.open_session(
             group_id, member_id, epoch, added, forgotten, has_acks, answer, now
         )
         if session is None:
             return answer
         if epoch == 0:
-            coordinator.refresh_unshared(group_id, member_id, session.partitions)
+            coordinator.leader.refresh_unshared(group_id, member_id, session.partitions)
         acks = self._led_here(acks, answer)
         wanted = set(session.partitions) | {(t, p) for t, p, _ in acks}
         await self._hold(group_id, wanted, max_wait_ms / 1000)
         now = int(time.time() * 1000)
-        coordinator.acknowledge(group_id, member_id, acks, now, answer)
-        coordinator.forget(group_id, member_id, forgotten)
+        coordinator.leader.acknowledge(group_id, member_id, acks, now, answer)
+        coordinator.leader.forget(group_id, member_id, forgotten)
         if epoch == -1:
-            coordinator.close_session(group_id, member_id)
+            coordinator.leader.close_session(group_id, member_id)
         elif max_records > 0:
             await self._acquire_or_wait(
                 group_id,
@@ -988,7 +994,7 @@ class ShareService(InternalTopicService):
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
             now = int(time.time() * 1000)
-            coordinator.acquire(
+            coordinator.leader.acquire(
                 group_id,
                 member_id,
                 session,
@@ -1005,7 +1011,7 @@ class ShareService(InternalTopicService):
             if left <= 0 or self.broker.stopping:
                 return
             await self._wait_for_records(session.partitions, left)
-            if coordinator.sessions.get((group_id, member_id)) is not session:
+            if coordinator.leader.sessions.get((group_id, member_id)) is not session:
                 return
 
     async def share_acknowledge(
@@ -1021,15 +1027,17 @@ class ShareService(InternalTopicService):
             answer.message = "ShareAcknowledge cannot open a share session."
             return answer
         now = int(time.time() * 1000)
-        session = coordinator.open_session(group_id, member_id, epoch, [], [], False, answer, now)
+        session = coordinator.leader.open_session(
+            group_id, member_id, epoch, [], [], False, answer, now
+        )
         if session is None:
             return answer
         acks = self._led_here(acks, answer)
         await self._hold(group_id, {(t, p) for t, p, _ in acks}, 5.0)
         now = int(time.time() * 1000)
-        coordinator.acknowledge(group_id, member_id, acks, now, answer)
+        coordinator.leader.acknowledge(group_id, member_id, acks, now, answer)
         if epoch == -1:
-            coordinator.close_session(group_id, member_id)
+            coordinator.leader.close_session(group_id, member_id)
         error = await self.persist()
         if error != ErrorCode.none:
             for part in answer.partitions.values():
@@ -1069,7 +1077,7 @@ class ShareService(InternalTopicService):
             if not released.done():
                 released.set_result(None)
 
-        self.coordinator.on_available.append(wake)
+        self.coordinator.leader.on_available.append(wake)
         try:
             await asyncio.wait([data, released], timeout=timeout, return_when="FIRST_COMPLETED")
         finally:

@@ -3,7 +3,8 @@
 Appends and reads cost constant Python work per batch (header checks, one write, a
 few index comparisons); the linear work (CRC, copy into the page cache, sendfile)
 runs in C or the kernel. A clean close leaves a checkpoint that lets the next open
-skip every scan; an unclean one recovers the segments after the last fsync.
+skip every scan; an unclean one recovers the segments after the last fsync (both in
+kbroker.storage.log_loader).
 """
 
 from __future__ import annotations
@@ -31,16 +32,15 @@ from kbroker.protocol.compression import DEFAULT_MAX_DECOMPRESSED_BYTES, decompr
 from kbroker.protocol.recompression import needs_recompression, recompress
 from kbroker.protocol.record_validation import validate_records
 from kbroker.storage.checkpoint import (
-    CHECKPOINT_FILE,
     CleanState,
     PartitionCheckpoint,
-    read_checkpoint,
     write_checkpoint,
 )
 from kbroker.storage.config import LogConfig
 from kbroker.storage.errors import LogClosedError, LogError, OffsetOutOfRangeError
 from kbroker.storage.file_slice import FileSlice
 from kbroker.storage.leader_epoch import LeaderEpochCache
+from kbroker.storage.log_loader import load_log
 from kbroker.storage.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
 from kbroker.storage.producer_state import (
     CLIENT,
@@ -48,8 +48,7 @@ from kbroker.storage.producer_state import (
     ProducerStateManager,
     UnknownProducerIdError,
 )
-from kbroker.storage.segment import MAX_RELATIVE_OFFSET, Segment, remove_file
-from kbroker.storage.segment_swap import complete_swaps
+from kbroker.storage.segment import MAX_RELATIVE_OFFSET, Segment
 from kbroker.storage.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 
 __all__ = [
@@ -64,8 +63,6 @@ __all__ = [
 ]
 
 _DIR_RE = re.compile(r"^(.+)-(\d+)$")
-_SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
-_STALE_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -197,120 +194,18 @@ class PartitionLog:
             raise LogError(f"{directory} is not named <topic>-<partition>")
         log = cls(directory, config, *parsed)
         directory.mkdir(parents=True, exist_ok=True)
-        log._load(now_ms)
+        loaded = load_log(log._dir, config.index_interval_bytes, lambda: log.epoch_cache, now_ms)
+        log.segments, log._bases = loaded.segments, loaded.bases
+        log.log_start_offset, log.log_end_offset = loaded.log_start_offset, loaded.log_end_offset
+        log._high_watermark, log.recovery_point = loaded.high_watermark, loaded.recovery_point
+        log._new_files, log._checkpoint_clean = loaded.new_files, loaded.checkpoint_clean
+        log.opened_cleanly, log.recovered_bytes = loaded.opened_cleanly, loaded.recovered_bytes
+        log._last_flush_ms = now_ms
+        if loaded.stale_checkpoint:
+            # A clean claim that no longer matches the files must not survive this open.
+            log._write_checkpoint()
         log.producer_state.load(log.segments, log.log_start_offset, log.log_end_offset)
         return log
-
-    def _load(self, now_ms: int) -> None:
-        d = self._dir
-        interval = self.config.index_interval_bytes
-        bases: list[int] = []
-        complete_swaps(d)  # a cleaner swap cut short by a crash: finish it before listing
-        names = os.listdir(d)
-        index_files: list[tuple[int, str]] = []
-        for name in names:
-            m = _SEGMENT_RE.match(name)
-            if m is None:
-                if name.endswith(_STALE_SUFFIXES) and name != CHECKPOINT_FILE:
-                    remove_file(os.path.join(d, name))
-                continue
-            if m.group(2) == "log":
-                bases.append(int(m.group(1)))
-            else:
-                index_files.append((int(m.group(1)), name))
-        bases.sort()
-        if index_files:
-            have = set(bases)
-            for base, name in index_files:
-                if base not in have:
-                    remove_file(os.path.join(d, name))
-        checkpoint = read_checkpoint(d)
-        self._last_flush_ms = now_ms
-        if not bases:
-            start = 0
-            if checkpoint is not None:
-                start = max(checkpoint.log_start_offset, 0)
-                if checkpoint.clean is not None:
-                    start = max(start, checkpoint.clean.log_end_offset)
-            seg = Segment.create(d, start, now_ms, interval)
-            self.segments = [seg]
-            self._bases = [start]
-            self._new_files = True
-            self.log_start_offset = self.log_end_offset = self._high_watermark = start
-            self.recovery_point = start
-            return
-        self.segments = [Segment(d, b, now_ms, interval) for b in bases]
-        self._bases = bases
-        clean = checkpoint.clean if checkpoint is not None else None
-        stale = False
-        active = self.segments[-1]
-        if clean is not None and clean.active_base_offset == active.base_offset:
-            try:
-                size = os.stat(active.log_path).st_size
-            except FileNotFoundError:
-                size = -1
-            if size != clean.active_size:
-                clean = None
-        else:
-            clean = None
-        if clean is not None:
-            active.size = clean.active_size
-            active.next_offset = clean.log_end_offset
-            self.log_end_offset = clean.log_end_offset
-            self.recovery_point = clean.log_end_offset
-            self._checkpoint_clean = True
-        else:
-            self.opened_cleanly = False
-            recovery_point = checkpoint.recovery_point if checkpoint is not None else 0
-            self._recover(recovery_point)
-            self.recovery_point = min(recovery_point, self.log_end_offset)
-            if checkpoint is not None and checkpoint.clean is not None:
-                stale = True
-        lso = checkpoint.log_start_offset if checkpoint is not None else 0
-        self.log_start_offset = min(max(lso, self._bases[0]), self.log_end_offset)
-        hw = checkpoint.high_watermark if checkpoint is not None else None
-        self._high_watermark = self.log_end_offset if hw is None else min(hw, self.log_end_offset)
-        if stale:
-            # A clean claim that no longer matches the files must not survive this open.
-            self._write_checkpoint()
-
-    def _recover(self, recovery_point: int) -> None:
-        """Scan and validate the segments that may hold unflushed data; truncate at the
-        first bad batch and drop every segment after it."""
-        first = max(bisect_right(self._bases, recovery_point) - 1, 0)
-        expected: int | None = None  # offsets before the recovery point are trusted
-        truncated = 0
-        epochs = self.epoch_cache
-        before = epochs.entries()
-
-        def note_epoch(h: BatchHeader) -> None:
-            if h.partition_leader_epoch > epochs.latest_epoch:
-                epochs.assign(h.partition_leader_epoch, h.base_offset)
-
-        i = first
-        while i < len(self.segments):
-            seg = self.segments[i]
-            result = seg.recover(expected, note_epoch)
-            truncated += result.truncated_bytes
-            if result.next_offset is not None:
-                expected = result.next_offset
-            if result.truncated_bytes and i + 1 < len(self.segments):
-                for later in self.segments[i + 1 :]:
-                    truncated += later.size
-                    later.delete()
-                del self.segments[i + 1 :]
-                del self._bases[i + 1 :]
-                break
-            i += 1
-        active = self.segments[-1]
-        if active.next_offset is None:
-            # Empty active segment: it was created at the log end offset.
-            active.next_offset = active.base_offset
-        self.log_end_offset = active.next_offset
-        self.recovered_bytes = truncated
-        epochs.truncate_from_end(self.log_end_offset)
-        if epochs.entries() != before:
-            epochs.persist()
 
     # -- offsets -------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from compat_tests.waiting import eventually_async
 from kbroker.broker import Broker
 from kbroker.coordinator.group import OffsetAndMetadata
 from kbroker.coordinator.store import OFFSETS_TOPIC
-from kbroker.internal_topics import append_records
+from kbroker.coordinator_runtime.internal_topics import append_records
 from kbroker.share.partition_state import DeadLetter
 from kbroker.storage.log import PartitionLog
 

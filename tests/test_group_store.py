@@ -13,7 +13,7 @@ from compat_tests.waiting import eventually_async
 from kbroker.config import BrokerConfig
 from kbroker.controller.state import PartitionInfo
 from kbroker.coordinator.store import OFFSETS_TOPIC, LogGroupStore
-from kbroker.internal_topics import read_log_records
+from kbroker.coordinator_runtime.internal_topics import read_log_records
 from kbroker.protocol.batch import COMPRESSION_MASK, Record, encode_batch, validate_batches
 from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.manager import ReplicaManager

@@ -10,7 +10,7 @@ from typing import Any
 
 from compat_tests.waiting import eventually_async
 from kbroker.controller.state import PartitionInfo
-from kbroker.internal_topics import InternalTopicService
+from kbroker.coordinator_runtime.internal_topics import InternalTopicService
 from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.manager import ReplicaManager
 from kbroker.storage import LogConfig, PartitionLog

@@ -63,7 +63,7 @@ from kbroker.coordinator.host import GroupHost
 from kbroker.coordinator.reconciliation import MemberFenced, OwnedPartitions, reconcile
 from kbroker.coordinator.records import RecordFormatError, encode_group_key, encode_offset_key
 from kbroker.coordinator.store import KeyValue
-from kbroker.internal_topics import write_error
+from kbroker.coordinator_runtime.internal_topics import write_error
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig

@@ -46,7 +46,7 @@ from kbroker.coordinator.share_group_records import is_share_group_record
 from kbroker.coordinator.store import GroupStore, KeyValue
 from kbroker.coordinator.streams_coordinator import StreamsGroupConfig, StreamsGroupCoordinator
 from kbroker.coordinator.streams_group import StreamsGroup, is_streams_record
-from kbroker.internal_topics import write_error
+from kbroker.coordinator_runtime.internal_topics import write_error
 
 R = TypeVar("R")
 log = logging.getLogger("kbroker.coordinator")

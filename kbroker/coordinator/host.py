@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.clock import Scheduler
 from kbroker.coordinator.store import GroupStore
-from kbroker.internal_topics import write_error
+from kbroker.coordinator_runtime.internal_topics import write_error
 
 if TYPE_CHECKING:
     from kbroker.coordinator.group import ClassicGroup, OffsetAndMetadata

@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kbroker.coordinator.coordinator import GroupCoordinator
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata
-from kbroker.internal_topics import ServiceBroker
+from kbroker.coordinator_runtime.internal_topics import ServiceBroker
 
 HighWatermark = Callable[[str, int], int | None]
 GroupOffsets = dict[tuple[str, int], OffsetAndMetadata]

@@ -4,7 +4,7 @@ Owns the `GroupCoordinator` state machine and does what it cannot: creating
 `__consumer_offsets` on first need, following which of its partitions this node leads
 (loading their groups from the log on gaining one, dropping them on losing one), and
 expiring old offsets periodically. What it shares with the transaction coordinator is
-`kbroker.internal_topics.InternalTopicService`.
+`kbroker.coordinator_runtime.internal_topics.InternalTopicService`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ from kbroker.coordinator.lag import lag_metrics, replica_high_watermark
 from kbroker.coordinator.store import OFFSETS_TOPIC, LogGroupStore
 from kbroker.coordinator.streams_coordinator import streams_group_config
 from kbroker.coordinator.streams_topology import InternalTopic
-from kbroker.internal_topics import InternalTopicService, KeyValue, ServiceBroker, TopicLayout
+from kbroker.coordinator_runtime.internal_topics import (
+    InternalTopicService,
+    KeyValue,
+    ServiceBroker,
+    TopicLayout,
+)
 
 log = logging.getLogger("kbroker.coordinator")
 

@@ -3,7 +3,7 @@
 The coordinator hands a list of (key, value) records for one partition to `write` and
 learns the outcome through a callback, so the state machine itself stays synchronous
 and testable with an in-memory store. The log-backed store appends the records as one v2
-batch through `kbroker.internal_topics`, like any produced batch.
+batch through `kbroker.coordinator_runtime.internal_topics`, like any produced batch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.internal_topics import KeyValue, ServiceBroker, append_records
+from kbroker.coordinator_runtime.internal_topics import KeyValue, ServiceBroker, append_records
 
 log = logging.getLogger("kbroker.coordinator.store")
 

@@ -68,7 +68,7 @@ from kbroker.coordinator.streams_topology import (
     configure,
     validate_topology,
 )
-from kbroker.internal_topics import write_error
+from kbroker.coordinator_runtime.internal_topics import write_error
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig

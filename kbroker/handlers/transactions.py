@@ -19,9 +19,9 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.group import OffsetAndMetadata
 from kbroker.coordinator.store import OFFSETS_TOPIC
+from kbroker.coordinator_runtime.internal_topics import Acknowledgement, write_error
 from kbroker.handlers.context import RequestContext, TxnCoordination
 from kbroker.handlers.registry import NO_RESPONSE, NoResponse, handles
-from kbroker.internal_topics import Acknowledgement, write_error
 from kbroker.protocol import requests, responses
 from kbroker.protocol.messages import duration_ms
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType

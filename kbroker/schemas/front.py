@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kbroker.config.listeners import parse_registry_listener
-from kbroker.internal_topics import ServiceBroker
+from kbroker.coordinator_runtime.internal_topics import ServiceBroker
 from kbroker.schemas.api import CONFIGURE, READ, WRITE, RegistryApi, Request
 from kbroker.schemas.http import RegistryHttpServer, password_checker
 from kbroker.schemas.service import SCHEMAS_TOPIC, SchemaRegistryService

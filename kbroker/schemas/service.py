@@ -40,7 +40,7 @@ from urllib.parse import urlencode, urlsplit
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.internal_topics import (
+from kbroker.coordinator_runtime.internal_topics import (
     InternalTopicService,
     KeyValue,
     ServiceBroker,

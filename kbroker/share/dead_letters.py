@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.internal_topics import ServiceBroker, append_batch
+from kbroker.coordinator_runtime.internal_topics import ServiceBroker, append_batch
 from kbroker.protocol.batch import HEADER_SIZE, Record, decode_records, encode_batch, read_header
 from kbroker.protocol.compression import decompress
 from kbroker.protocol.messages import build

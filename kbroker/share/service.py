@@ -39,7 +39,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from kbroker.controller.events import GroupConfigsChanged, TopicDeleted
 from kbroker.coordinator.records import RecordFormatError
 from kbroker.coordinator.share_group_records import fold_share_groups
-from kbroker.internal_topics import (
+from kbroker.coordinator_runtime.internal_topics import (
     InternalTopicService,
     KeyValue,
     ServiceBroker,

@@ -31,7 +31,7 @@ from typing import Protocol
 from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.records import partition_for
-from kbroker.internal_topics import write_error
+from kbroker.coordinator_runtime.internal_topics import write_error
 from kbroker.txn.metadata import (
     COMPLETED,
     MAX_EPOCH,

@@ -18,7 +18,7 @@ from collections.abc import Collection
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.internal_topics import ServiceBroker
+from kbroker.coordinator_runtime.internal_topics import ServiceBroker
 from kbroker.protocol.messages import build
 from kbroker.replica.broker_link import BrokerLinks
 from kbroker.txn.coordinator import TransactionCoordinator

@@ -21,7 +21,12 @@ from typing import Any
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.internal_topics import REFUSED_BATCH, Acknowledgement, ServiceBroker, append_batch
+from kbroker.coordinator_runtime.internal_topics import (
+    REFUSED_BATCH,
+    Acknowledgement,
+    ServiceBroker,
+    append_batch,
+)
 from kbroker.protocol.batch import Record, encode_batch
 from kbroker.protocol.messages import build
 from kbroker.replica.append import PRODUCER_STATE_CODES

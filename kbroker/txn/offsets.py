@@ -25,7 +25,7 @@ from kbroker.coordinator.records import (
     encode_offset_value,
 )
 from kbroker.coordinator.store import OFFSETS_TOPIC
-from kbroker.internal_topics import (
+from kbroker.coordinator_runtime.internal_topics import (
     REFUSED_BATCH,
     Acknowledgement,
     ServiceBroker,

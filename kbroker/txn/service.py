@@ -5,7 +5,7 @@ leads (loading their transactional ids on gaining one, completing transactions f
 half-ended), and runs the background duties: aborting transactions past their
 timeout, retrying markers that could not be written, forgetting idle transactional
 ids, and expiring idle producer ids from the partitions' producer state. What it
-shares with the group coordinator is `kbroker.internal_topics.InternalTopicService`.
+shares with the group coordinator is `kbroker.coordinator_runtime.internal_topics.InternalTopicService`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kbroker.config import BrokerConfig
-from kbroker.internal_topics import (
+from kbroker.coordinator_runtime.internal_topics import (
     InternalTopicService,
     KeyValue,
     ServiceBroker,

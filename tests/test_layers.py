@@ -40,3 +40,20 @@ def test_every_package_under_kbroker_has_an_init() -> None:
         and not (d / "__init__.py").exists()
     ]
     assert not missing, missing
+
+
+def test_the_coordinator_runtime_sits_between_the_coordinators_and_the_replicas() -> None:
+    # Every coordinator loads and writes its internal topic through the runtime, which
+    # appends through the replica manager: neither may reach the other way.
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in settings["contracts"] if c["type"] == "layers"]
+    depth = {
+        name: i
+        for i, layer in enumerate(contract["layers"])
+        for name in re.findall(r"kbroker\.[A-Za-z_]+", layer)
+    }
+    runtime = depth["kbroker.coordinator_runtime"]
+    for coordinator in ("coordinator", "txn", "share", "schemas"):
+        assert depth[f"kbroker.{coordinator}"] < runtime, coordinator
+    assert runtime < depth["kbroker.replica"]
+    assert settings["exclude_type_checking_imports"] is False  # types count too

@@ -596,3 +596,59 @@ def test_group_configs_are_checked_against_the_broker_bounds() -> None:
     assert validate_streams_group_config(config, "streams.nope", "1") == (
         "Unknown group config name: streams.nope"
     )
+
+
+def test_topology_epochs_behind_are_stale_and_ahead_are_refused() -> None:
+    h = _harness()
+    a = StreamsClient(h, "m1", "p1")
+    settle([a], 3)
+    newer = replace_epoch(_word_count(), 2)
+    ahead = h.heartbeat(
+        member_id="m2",
+        rebalance_timeout_ms=1000,
+        topology=newer,
+        process_id="p2",
+        active_tasks={},
+        standby_tasks={},
+        warmup_tasks={},
+    )
+    assert (ahead.error, ahead.message) == (
+        E.streams_invalid_topology_epoch,
+        "Topology updates are not supported yet.",
+    )
+    h.sc.groups["g"].topology = newer  # as if the group ran epoch 2 already
+    behind = StreamsClient(h, "m3", "p3").beat()
+    assert behind.error == E.none
+    assert [code for code, _ in behind.statuses] == [0]  # STALE_TOPOLOGY
+
+
+def replace_epoch(topology: StreamsTopology, epoch: int) -> StreamsTopology:
+    return StreamsTopology(epoch, topology.subtopologies)
+
+
+def test_offsets_of_a_streams_group_are_checked_against_member_epochs() -> None:
+    from kbroker.coordinator import OffsetAndMetadata
+
+    h = _harness()
+    a = StreamsClient(h, "m1", "p1")
+    settle([a], 3)
+    tp = ("in", 0)
+
+    def commit(member_id: str, epoch: int) -> E:
+        box = Box()
+        h.c.commit_offsets("g", member_id, epoch, {tp: OffsetAndMetadata(5)}, box)
+        return box.value[tp]  # type: ignore[no-any-return]
+
+    assert commit("m1", a.epoch) == E.none
+    assert commit("m1", a.epoch - 1) == E.stale_member_epoch
+    assert commit("ghost", a.epoch) == E.unknown_member_id
+    assert h.c.validate_txn_offset_commit("g", "m1", a.epoch + 1, None) == E.illegal_generation
+    assert h.c.validate_txn_offset_commit("g", "m1", a.epoch, None) == E.none
+    assert h.c.fetch_offsets("g", [tp], "m1", a.epoch)[1][tp] == OffsetAndMetadata(
+        5, commit_timestamp_ms=h.clock.now_ms()
+    )
+    assert h.c.fetch_offsets("g", [tp], "m1", a.epoch + 3)[0] == E.stale_member_epoch
+    error, listed = h.c.list_groups(types=["streams"])
+    assert [(g.group_id, g.group_type, g.protocol_type) for g in listed] == [
+        ("g", "streams", "streams")
+    ]

@@ -459,28 +459,36 @@ class StreamsGroupCoordinator:
         log.info("group %s: empty classic group becomes a streams group", group_id)
         return group
 
-    def _topic_sizes(self) -> dict[str, int]:
-        return {name: len(info.partitions) for name, info in self.metadata().topics.items()}
+    @staticmethod
+    def _named_topics(topology: Topology) -> set[str]:
+        names: set[str] = set()
+        for s in topology.subtopologies:
+            names.update(s.source_topics)
+            names.update(t.name for t in s.repartition_source_topics)
+            names.update(t.name for t in s.state_changelog_topics)
+        return names
+
+    def _topic_sizes(self, names: Iterable[str]) -> dict[str, int]:
+        """Partition counts of the named topics that exist (a heartbeat looks at its own
+        topology's topics only, however many the cluster has)."""
+        topics = self.metadata().topics
+        return {n: len(topics[n].partitions) for n in names if n in topics}
 
     def _metadata_hash(self, group: StreamsGroup, sizes: dict[str, int]) -> int:
         """A hash of the topics the topology names, as they are now, and of the number
         of standby replicas (a changed group config assigns again, as Kafka does)."""
         if group.topology is None:
             return 0
-        names: set[str] = set()
-        for s in group.topology.subtopologies:
-            names.update(s.source_topics)
-            names.update(t.name for t in s.repartition_source_topics)
-            names.update(t.name for t in s.state_changelog_topics)
+        names = self._named_topics(group.topology)
         text = ";".join(f"{n}:{sizes.get(n, -1)}" for n in sorted(names))
         text += f";standby={self.num_standby_replicas(group.group_id)}"
         digest = hashlib.sha256(text.encode()).digest()
         return int.from_bytes(digest[:8], "big", signed=True)
 
     def _configured(self, group: StreamsGroup) -> tuple[ConfiguredTopology, int]:
-        sizes = self._topic_sizes()
         if group.topology is None:
             return ConfiguredTopology(), 0
+        sizes = self._topic_sizes(self._named_topics(group.topology))
         return configure(group.topology, sizes, group.group_id), self._metadata_hash(group, sizes)
 
     def _compute_heartbeat(
@@ -509,15 +517,15 @@ class StreamsGroupCoordinator:
             current = view.topology
             others = [m for m in view.members.values() if m.member_id != member_id]
             if current is None or (not others and current != req.topology):
+                # The first member's topology is the group's; with nobody running the old
+                # one, a changed topology (a new version of the application) replaces it.
                 change.emit(TopologyRecord(gid, req.topology))
                 bump = True
-            elif current.epoch != req.topology.epoch:
+            elif req.topology.epoch > current.epoch:
                 raise StreamsError(
-                    E.streams_invalid_topology_epoch,
-                    f"Topology epoch {req.topology.epoch} of member {member_id} differs from "
-                    f"the group's topology epoch {current.epoch}; the topology cannot be "
-                    "updated while other members run the old one.",
+                    E.streams_invalid_topology_epoch, "Topology updates are not supported yet."
                 )
+            # A lower epoch joins and hears STALE_TOPOLOGY (below), as on Kafka.
         updated = replace(
             member,
             instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
@@ -1044,12 +1052,7 @@ class StreamsGroupCoordinator:
         for group in self.groups.values():
             if group.topology is None:
                 continue
-            named = group.source_topics() | {
-                t.name
-                for s in group.topology.subtopologies
-                for t in (*s.repartition_source_topics, *s.state_changelog_topics)
-            }
-            if changed & named:
+            if changed & self._named_topics(group.topology):
                 group.configured = self._configured(group)[0].ready
 
     # -- what the group coordinator asks ------------------------------------------------

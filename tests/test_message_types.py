@@ -164,12 +164,6 @@ def test_no_handler_probes_a_request_with_getattr() -> None:
 
 UNTYPED = re.compile(r"\bAny\b|\bdict\[")
 
-# The handler files whose handlers still answer with Any or dict[str, Any]: a file
-# leaves this list once each of its handlers returns its API's TypedDict.
-STILL_UNTYPED = {
-    "configs.py",
-}
-
 
 def untyped_handlers() -> list[str]:
     """Registered handlers declared to return Any or a plain dict."""
@@ -182,5 +176,4 @@ def untyped_handlers() -> list[str]:
 
 
 def test_handlers_answer_with_their_apis_typed_dict() -> None:
-    files = {entry.split(":")[0] for entry in untyped_handlers()}
-    assert files == STILL_UNTYPED
+    assert untyped_handlers() == []

@@ -12,9 +12,9 @@ with log4j's level names, as Kafka's KIP-412 does for its log4j loggers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -102,13 +102,13 @@ def controller_failure(exc: ControllerError) -> ResourceError:
 # -- describing config entries -------------------------------------------------------------
 
 
-def _synonym(synonym: ConfigSynonym) -> dict[str, Any]:
+def _synonym(synonym: ConfigSynonym) -> responses.DescribeConfigsSynonym:
     return {"name": synonym.name, "value": synonym.value, "source": int(synonym.source)}
 
 
 def config_entry_result(
     entry: ConfigEntry, include_synonyms: bool, include_documentation: bool
-) -> dict[str, Any]:
+) -> responses.DescribeConfigsResourceResult:
     """One ConfigEntry as a DescribeConfigs result (sensitive values are never sent)."""
     return {
         "name": entry.name,
@@ -181,7 +181,7 @@ class DescribedResource(Protocol):
 
 def _describe_resource(
     broker: BrokerParts, resource: DescribedResource, synonyms: bool, docs: bool
-) -> list[dict]:
+) -> list[responses.DescribeConfigsResourceResult]:
     kind, name = resource.resource_type, resource.resource_name
     flags = {"include_synonyms": synonyms, "include_documentation": docs}
     keys = resource.configuration_keys or None  # null or empty: every config
@@ -200,7 +200,7 @@ def _describe_resource(
         if not name:
             raise ResourceError(ErrorCode.invalid_request, "Broker id must not be empty")
         check_node_id(broker, name)
-        results: list[dict[str, Any]] = [
+        results: list[responses.DescribeConfigsResourceResult] = [
             {
                 "name": logger_name,
                 "value": level,
@@ -245,7 +245,7 @@ def _config_denial(
 @handles(DESCRIBE_CONFIGS, 0)  # v0 through protocol.legacy_messages
 async def describe_configs(
     ctx: RequestContext, request: requests.DescribeConfigsRequest
-) -> dict[str, Any]:
+) -> responses.DescribeConfigsResponse:
     broker = ctx.broker
     include_documentation = request.include_documentation
     topics = broker.controller.state.topics
@@ -253,9 +253,9 @@ async def describe_configs(
         # Perhaps created through another node a moment ago (DescribeConfigs right after
         # CreateTopics): answer from the fresh image rather than UNKNOWN_TOPIC_OR_PARTITION.
         await caught_up(broker.controller)
-    results: list[dict[str, Any]] = []
+    results: list[responses.DescribeConfigsResult] = []
     for resource in request.resources:
-        out: dict[str, Any] = {
+        out: responses.DescribeConfigsResult = {
             "resource_type": resource.resource_type,
             "resource_name": resource.resource_name,
             "error_code": ErrorCode.none,
@@ -328,10 +328,10 @@ R = TypeVar("R", bound=ConfigResource)
 
 def _alter_response(
     resources: Iterable[ConfigResource], errors: list[ResourceError | None]
-) -> dict:
-    responses = []
+) -> responses.AlterConfigsResponse:
+    results: list[responses.AlterConfigsResourceResponse] = []
     for resource, err in zip(resources, errors, strict=True):
-        responses.append(
+        results.append(
             {
                 "resource_type": resource.resource_type,
                 "resource_name": resource.resource_name,
@@ -339,7 +339,7 @@ def _alter_response(
                 "error_message": err.message if err else None,
             }
         )
-    return {"throttle_time": 0, "responses": responses}
+    return {"throttle_time": 0, "responses": results}
 
 
 def _preflight(
@@ -413,7 +413,7 @@ async def alter_broker_configs(
     await broker.controller.set_broker_configs(resource_name, changes)
 
 
-def _broker_entries(broker: BrokerParts, resource_name: str) -> dict[str, Any]:
+def _broker_entries(broker: BrokerParts, resource_name: str) -> dict[str, ConfigEntry]:
     """Described configs of a BROKER resource by name (the base an APPEND starts from)."""
     if resource_name:
         check_node_id(broker, resource_name)
@@ -441,7 +441,7 @@ async def _run_alters(
     return errors
 
 
-async def _catch_up_for(broker: BrokerParts, resources: Sequence[Any]) -> None:
+async def _catch_up_for(broker: BrokerParts, resources: Sequence[ConfigResource]) -> None:
     """Topic and broker configs are altered from the fresh metadata image, as Kafka's
     controller alters them from its own: an incremental change made on top of an image
     that lags a change made through another node would undo that change, and a topic
@@ -453,7 +453,7 @@ async def _catch_up_for(broker: BrokerParts, resources: Sequence[Any]) -> None:
 @handles(ALTER_CONFIGS, 0)
 async def alter_configs(
     ctx: RequestContext, request: requests.AlterConfigsRequest
-) -> dict[str, Any]:
+) -> responses.AlterConfigsResponse:
     """Legacy AlterConfigs: the given configs replace all of a topic's overrides."""
     broker = ctx.broker
     validate_only = request.validate_only
@@ -487,8 +487,17 @@ async def alter_configs(
     return _alter_response(resources, errors)
 
 
+class _ConfigBase(Protocol):
+    """What apply_incremental reads of a described config: its type and its value."""
+
+    @property
+    def config_type(self) -> int: ...
+    @property
+    def value(self) -> str | None: ...
+
+
 def apply_incremental(
-    current: dict[str, str], ops: Iterable[ConfigOperation], entries: dict[str, Any]
+    current: dict[str, str], ops: Iterable[ConfigOperation], entries: Mapping[str, _ConfigBase]
 ) -> dict[str, str]:
     """A topic's overrides after SET/DELETE/APPEND/SUBTRACT; `entries` are its described
     configs by name (their types say which keys are lists, their values are the base an
@@ -524,7 +533,7 @@ def apply_incremental(
 @handles(INCREMENTAL_ALTER_CONFIGS, 0)
 async def incremental_alter_configs(
     ctx: RequestContext, request: requests.IncrementalAlterConfigsRequest
-) -> dict[str, Any]:
+) -> responses.IncrementalAlterConfigsResponse:
     broker = ctx.broker
     validate_only = request.validate_only
     resources: list[IncrementalConfigResource] = list(request.resources)
@@ -630,8 +639,8 @@ async def alter_group_configs(
 
 
 def describe_group_configs(
-    broker: BrokerParts, group_id: str, keys: Any, docs: bool
-) -> list[dict[str, Any]]:
+    broker: BrokerParts, group_id: str, keys: Sequence[str] | None, docs: bool
+) -> list[responses.DescribeConfigsResourceResult]:
     from kbroker.share.group_configs import GROUP_CONFIGS
 
     coordinator = _share_service(broker).coordinator
@@ -647,7 +656,7 @@ def describe_group_configs(
     }
     defaults.update(streams_group_config_defaults(broker.config))
     configs = broker.controller.state.group_configs.get(group_id, {})
-    results: list[dict[str, Any]] = []
+    results: list[responses.DescribeConfigsResourceResult] = []
     for name in (*GROUP_CONFIGS, *STREAMS_GROUP_CONFIGS):
         if keys is not None and name not in keys:
             continue
@@ -716,12 +725,14 @@ async def alter_client_metrics(
     await broker.controller.set_client_metrics(name, changes)
 
 
-def describe_client_metrics(broker: BrokerParts, name: str, keys: Any) -> list[dict[str, Any]]:
+def describe_client_metrics(
+    broker: BrokerParts, name: str, keys: Sequence[str] | None
+) -> list[responses.DescribeConfigsResourceResult]:
     """The three configs of a subscription; those it does not set at their defaults."""
     if not name:
         raise ResourceError(ErrorCode.invalid_request, "Subscription name can't be empty")
     configs = broker.controller.state.client_metrics.get(name, {})
-    results: list[dict[str, Any]] = []
+    results: list[responses.DescribeConfigsResourceResult] = []
     for key, default in _client_metrics_defaults().items():
         if keys is not None and key not in keys:
             continue
@@ -830,7 +841,7 @@ LISTABLE_TYPES = {0: (CLIENT_METRICS,), 1: (TOPIC, BROKER, BROKER_LOGGER, CLIENT
 @handles(LIST_CONFIG_RESOURCES, 0)
 def list_config_resources(
     ctx: RequestContext, request: requests.ListConfigResourcesRequest
-) -> dict[str, Any]:
+) -> responses.ListConfigResourcesResponse:
     """The resources that can hold configs, of the types asked (all when none are).
 
     As Kafka lists them: every topic; every registered broker, as BROKER and as
@@ -848,7 +859,7 @@ def list_config_resources(
         }
     state = ctx.broker.controller.state
     brokers = sorted(state.brokers)
-    found: list[dict[str, Any]] = []
+    found: list[responses.ConfigResource] = []
     for kind in wanted:
         if kind in (BROKER, BROKER_LOGGER):
             found += [{"resource_name": str(b), "resource_type": kind} for b in brokers]

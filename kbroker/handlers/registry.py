@@ -114,11 +114,7 @@ class Later:
             listener(value, error)
 
 
-Untyped = dict[str, Any]
-"""An answer not yet described by its API's TypedDict: the handlers still returning it are
-listed in tests/test_handler_types.py, which counts them down to none."""
-
-Answer: TypeAlias = "Response | Untyped | bytes | EncodedBody"
+Answer: TypeAlias = "Response | bytes | EncodedBody"
 """A response as the API's TypedDict (protocol.responses), or encoded by the API's own
 encoder (Fetch, Produce and the other hot APIs)."""
 

@@ -264,7 +264,7 @@ class BrokerConfig(TypedSettings):
         scoped = f"{_SCOPED}{listener.lower()}.{mechanism.lower()}{_JAAS}"
         if scoped in self._scoped:
             return self._scoped[scoped]
-        return self.get("sasl.jaas.config")
+        return self.sasl_jaas_config
 
     def source(self, name: str) -> SettingSource:
         """Where ``raw(name)`` came from; ``.config_source`` is the DescribeConfigs source."""

@@ -29,8 +29,8 @@ from compat_tests.security_broker import SecureBroker, acl_broker, allow, grant,
 from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection, ClientError
 from kbroker.admin.security import ClientSecurity
-from kbroker.protocol.client_frames import decode_response, encode_request
-from kbroker.protocol.messages import build
+from kbroker.protocol.client_frames import decode_response, encode_request, request_frame
+from kbroker.protocol.messages import build, encode
 from kbroker.security.sasl_client import scram
 
 pytestmark = pytest.mark.timeout(180)
@@ -237,6 +237,52 @@ def test_a_token_authenticates_as_its_owner_and_can_be_renewed_and_expired(broke
         assert int(renew(alice, mac, 1000).error_code) == NOT_FOUND
         assert describe(alice).tokens == ()
     assert not token_works(broker, token_id, mac)
+
+
+def call_v0(conn: BrokerConnection, api_key: int, body: dict[str, Any]) -> Any:
+    """A version 0 request, as Kafka 3.9's clients sent it: the bytes of version 1
+    (Kafka's schemas: "version 1 is the same as version 0"), read back the same way."""
+    correlation = conn.next_correlation
+    conn.next_correlation += 1
+    entity = build(load_request_schema(api_key, 1), body)
+    conn.send(request_frame(api_key, 0, correlation, conn.client_id, encode(entity)))
+    frame = conn.read_frame()
+    (code,) = struct.unpack_from(">h", frame, 4)  # after the correlation id (header v0)
+    if code != 0:
+        return Refused(code)
+    answered, response = decode_response(api_key, 1, frame)
+    assert answered == correlation
+    return response
+
+
+def test_version_0_requests_are_served_as_kafka_3_9_served_them(broker):
+    with login(broker, "alice") as alice:
+        assert [alice.versions[k][0] for k in (CREATE, RENEW, EXPIRE, DESCRIBE)] == [0] * 4, (
+            alice.versions
+        )
+        made = call_v0(
+            alice,
+            CREATE,
+            {
+                "renewers": [{"principal_type": "User", "principal_name": "carol"}],
+                "max_lifetime": -1,
+            },
+        )
+        assert int(made.error_code) == 0
+        assert (made.principal_type, made.principal_name) == ("User", "alice")
+        mac = bytes(made.hmac)
+        described = call_v0(
+            alice, DESCRIBE, {"owners": [{"principal_type": "User", "principal_name": "alice"}]}
+        )
+        assert [t.token_id for t in described.tokens] == [made.token_id]
+        assert [r.principal_name for r in described.tokens[0].renewers] == ["carol"]
+        renewed = call_v0(alice, RENEW, {"hmac": mac, "renew_period": 3_600_000})
+        assert int(renewed.error_code) == 0
+        assert renewed.expiry_timestamp <= made.max_timestamp
+        assert int(call_v0(alice, EXPIRE, {"hmac": mac, "expiry_time_period": -1}).error_code) == 0
+        assert int(call_v0(alice, RENEW, {"hmac": mac, "renew_period": 1000}).error_code) == (
+            NOT_FOUND
+        )
 
 
 def test_tokens_for_others_and_describing_others_tokens_need_acls(broker):

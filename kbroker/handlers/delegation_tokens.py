@@ -81,7 +81,7 @@ def _controller_code(exc: ControllerError) -> ErrorCode:
         return E.unknown_server_error
 
 
-@handles(CREATE_DELEGATION_TOKEN, 1)
+@handles(CREATE_DELEGATION_TOKEN, 0)
 async def create_delegation_token(
     ctx: RequestContext, request: requests.CreateDelegationTokenRequest
 ) -> responses.CreateDelegationTokenResponse:
@@ -190,14 +190,14 @@ async def _change_expiry(
     return answer(E.none, expiry)
 
 
-@handles(RENEW_DELEGATION_TOKEN, 1)
+@handles(RENEW_DELEGATION_TOKEN, 0)
 async def renew_delegation_token(
     ctx: RequestContext, request: requests.RenewDelegationTokenRequest
 ) -> responses.RenewDelegationTokenResponse:
     return await _change_expiry(ctx, bytes(request.hmac), duration_ms(request.renew_period), True)
 
 
-@handles(EXPIRE_DELEGATION_TOKEN, 1)
+@handles(EXPIRE_DELEGATION_TOKEN, 0)
 async def expire_delegation_token(
     ctx: RequestContext, request: requests.ExpireDelegationTokenRequest
 ) -> responses.ExpireDelegationTokenResponse:
@@ -205,7 +205,7 @@ async def expire_delegation_token(
     return await _change_expiry(ctx, bytes(request.hmac), period, False)
 
 
-@handles(DESCRIBE_DELEGATION_TOKEN, 1)
+@handles(DESCRIBE_DELEGATION_TOKEN, 0)
 def describe_delegation_token(
     ctx: RequestContext, request: requests.DescribeDelegationTokenRequest
 ) -> responses.DescribeDelegationTokenResponse:

@@ -68,6 +68,25 @@ PRODUCE = 0
 LEGACY_PRODUCE_VERSIONS = range(0, 3)
 
 
+CREATE_DELEGATION_TOKEN, RENEW_DELEGATION_TOKEN = 38, 39
+EXPIRE_DELEGATION_TOKEN, DESCRIBE_DELEGATION_TOKEN = 40, 41
+# Versions Kafka 4 dropped (KIP-896) whose bytes are another version's, in request and
+# response: Kafka's message JSON says "version 1 is the same as version 0" (v1 only
+# changed when a throttled answer is sent). They are read and written with kio's
+# schema of that version.
+SAME_AS: dict[tuple[int, int], int] = {
+    (CREATE_DELEGATION_TOKEN, 0): 1,
+    (RENEW_DELEGATION_TOKEN, 0): 1,
+    (EXPIRE_DELEGATION_TOKEN, 0): 1,
+    (DESCRIBE_DELEGATION_TOKEN, 0): 1,
+}
+
+
+def wire_version(api_key: int, version: int) -> int:
+    """The version whose schema carries this one's bytes (itself, or its SAME_AS)."""
+    return SAME_AS.get((api_key, version), version)
+
+
 @functools.cache
 def is_flexible(api_key: int, version: int) -> bool:
     """Whether this API version uses compact encodings and tagged fields (header v2/v1)."""
@@ -75,7 +94,7 @@ def is_flexible(api_key: int, version: int) -> bool:
         return False
     if (api_key, version) in legacy_messages.LEGACY:
         return False
-    return bool(load_request_schema(api_key, version).__flexible__)
+    return bool(load_request_schema(api_key, wire_version(api_key, version)).__flexible__)
 
 
 @functools.cache
@@ -127,6 +146,7 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
         layout, _response, fix = legacy
         data = fix(legacy_messages.read(layout, version, frame, offset, MAX_REQUEST_ELEMENTS))
         return build(request_class(api_key, known_versions(api_key).start), data)
+    version = wire_version(api_key, version)
     if isinstance(frame, memoryview) and not frame.readonly:
         frame = frame.toreadonly()  # kio's native reader takes read-only buffers only
     edits = check_lengths(api_key, version, frame, offset)
@@ -597,7 +617,7 @@ def encode_response(api_key: int, version: int, data: Mapping[str, Any]) -> byte
     legacy = legacy_messages.LEGACY.get((api_key, version))
     if legacy is not None and legacy[1] is not None:
         return legacy_messages.write(legacy[1], version, data)
-    return encode(build_response(api_key, version, data))
+    return encode(build_response(api_key, wire_version(api_key, version), data))
 
 
 __all__ = [

@@ -47,6 +47,9 @@ def _parser(admin: bool = True) -> argparse.ArgumentParser:
         default="uvloop",
         help="uvloop (default, when installed) or the standard library's loop",
     )
+    from kbroker.format import add_parser as add_format_command
+
+    add_format_command(sub)
     if admin:
         from kbroker.admin.commands import add_admin_commands
         from kbroker.devcluster import add_parser as add_dev_command
@@ -164,6 +167,10 @@ def _main(argv: list[str] | None) -> int:
         from kbroker.schemas.cli import run_schemas_command
 
         return run_schemas_command(args)
+    if args.command == "format":
+        from kbroker.format import run as run_format
+
+        return run_format(args)
     if args.command == "dev":
         from kbroker.devcluster import run as run_dev_cluster
 

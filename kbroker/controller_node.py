@@ -19,6 +19,8 @@ from kbroker import __version__
 from kbroker.config import BrokerConfig
 from kbroker.config.listeners import format_address
 from kbroker.controller import Controller, ControllerConfig
+from kbroker.controller.errors import ControllerStartError
+from kbroker.storage.meta_properties import read_meta_properties
 from kbroker.tasks import cancel_and_wait
 
 log = logging.getLogger("kbroker.controller")
@@ -27,10 +29,26 @@ RESIGN_TIMEOUT_S = 5.0
 
 
 def controller_config(config: BrokerConfig) -> ControllerConfig:
-    """The controller's part of the broker settings (KRaft's quorum names)."""
+    """The controller's part of the broker settings (KRaft's quorum names). A controller
+    of a dynamic quorum needs its metadata directory formatted (`kbroker format`): its
+    cluster id and directory id come from the meta.properties written there."""
     quorum = config.quorum
     election_max = config.controller_quorum_election_timeout_ms / 1000
+    cluster_id: str | None = None
+    directory_id = ""
+    if quorum.dynamic:
+        meta = read_meta_properties(config.metadata_dir)
+        if meta is None:
+            raise ControllerStartError(
+                f"{config.metadata_dir} is not formatted: a controller of a dynamic quorum "
+                "(controller.quorum.bootstrap.servers) starts from kbroker format "
+                "(--standalone, --initial-controllers or --no-initial-controllers)"
+            )
+        cluster_id, directory_id = meta.cluster_id, meta.directory_id
     return ControllerConfig(
+        dynamic=quorum.dynamic,
+        directory_id=directory_id,
+        cluster_id=cluster_id,
         node_id=quorum.node_id,
         data_dir=config.metadata_dir,
         raft_bind=quorum.bind_address,

@@ -136,10 +136,35 @@ def test_kafka_4_shipped_server_properties_runs_as_a_standalone_single_node():
     assert [e.name for e in cfg.advertised_endpoints] == ["PLAINTEXT"]
 
 
-def test_several_bootstrap_controllers_without_voters_are_refused_for_a_controller():
-    with pytest.raises(ConfigError, match="controller.quorum.bootstrap.servers"):
+def test_bootstrap_controllers_without_voters_make_a_controller_join_a_dynamic_quorum():
+    quorum = kraft(
+        1,
+        controller_quorum_voters="",
+        controller_quorum_bootstrap_servers="127.0.0.1:19091,127.0.0.1:19092",
+    ).quorum
+    assert quorum.dynamic and quorum.is_voter and quorum.is_cluster
+    # Its Raft address is its CONTROLLER listener; the other bootstrap server is a peer.
+    assert quorum.self_address == "127.0.0.1:19091"
+    assert quorum.peer_addresses == ("127.0.0.1:19092",)
+
+
+def test_a_controller_only_node_of_a_dynamic_quorum_needs_no_voters():
+    quorum = kraft(
+        3,
+        process_roles="controller",
+        listeners="CONTROLLER://127.0.0.1:19093",
+        controller_quorum_voters="",
+        controller_quorum_bootstrap_servers="127.0.0.1:19091",
+    ).quorum
+    assert quorum.dynamic and not quorum.is_broker
+    assert quorum.peer_addresses == ("127.0.0.1:19091",)
+
+
+def test_a_dynamic_quorum_needs_the_cluster_secret():
+    with pytest.raises(ConfigError, match="cluster.secret"):
         kraft(
             1,
+            cluster_secret="",
             controller_quorum_voters="",
             controller_quorum_bootstrap_servers="127.0.0.1:19091,127.0.0.1:19092",
         )

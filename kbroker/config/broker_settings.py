@@ -281,10 +281,12 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "controller.quorum.bootstrap.servers",
         LIST,
         [],
-        "host:port of the controllers a broker-only node follows when "
-        "controller.quorum.voters is not given. kbroker's voters are static: a controller "
-        "given one address (Kafka 4's standalone quorum) is a single node, and a quorum "
-        "of several controllers needs controller.quorum.voters.",
+        "host:port of the controllers a node finds the quorum through when "
+        "controller.quorum.voters is not given. A controller given them (with "
+        "cluster.secret) joins a dynamic quorum (KIP-853) whose voters live in the "
+        "metadata log: format its metadata directory with kbroker format first. A "
+        "controller given one address and no cluster.secret (Kafka 4's shipped file) runs "
+        "as a single node.",
         _each_parsed_by(parse_address, "host:port"),
     ),
     _d(

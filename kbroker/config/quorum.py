@@ -15,6 +15,11 @@ are the controller's with ``controller.listener.names``. kbroker runs its Raft g
   to the leader. It needs the voters' addresses only, so
   ``controller.quorum.bootstrap.servers`` (host:port without ids) suffices for it.
 
+A controller given ``controller.quorum.bootstrap.servers`` (and ``cluster.secret``) but no
+voters joins a *dynamic* quorum (KIP-853): the voters live in the metadata log, the
+first controller is formatted as its only voter (``kbroker format --standalone``), and
+the others start as observers until ``AddRaftVoter`` makes them voters.
+
 With no voters configured the node is a single-node cluster, as kbroker has always
 been: a lone voter with no socket at all. kbroker's older spellings stay aliases:
 ``cluster.peers`` for the voters and ``controller.raft.listener`` for the Raft address.
@@ -47,10 +52,13 @@ class QuorumConfig:
     # Where the Raft server binds (the CONTROLLER listener, wildcard allowed).
     bind_address: str | None
     secret: str | None = field(repr=False)
+    # A dynamic quorum (KIP-853): the voters live in the log; peer_addresses are then the
+    # bootstrap servers this node finds the quorum through.
+    dynamic: bool = False
 
     @property
     def is_cluster(self) -> bool:
-        return bool(self.peer_addresses) or not self.is_voter
+        return bool(self.peer_addresses) or not self.is_voter or self.dynamic
 
     @property
     def controller_listener_unused(self) -> bool:
@@ -76,7 +84,7 @@ def resolve_quorum(
     names the setting at fault first (``name: reason``)."""
     is_voter = not roles or "controller" in roles
     is_broker = not roles or "broker" in roles
-    if not is_broker and not voters:
+    if not is_broker and not voters and not (bootstrap_servers and is_voter):
         raise ValueError(
             "controller.quorum.voters: a controller-only node (process.roles=controller) "
             "needs the quorum's voters"
@@ -101,15 +109,35 @@ def resolve_quorum(
             return QuorumConfig(
                 node_id, False, True, (), addresses, None, None, _need_secret(secret)
             )
+        if bootstrap_servers and (secret or len(bootstrap_servers) > 1):
+            # A dynamic quorum: this controller's Raft address is its CONTROLLER listener.
+            secret = _need_secret(secret)
+            if not controller_endpoints or bind is None:
+                raise ValueError(
+                    "controller.listener.names: a controller of a dynamic quorum needs a "
+                    "controller listener"
+                )
+            endpoint = controller_endpoints[0]
+            host = endpoint.host
+            if not host or host in ("0.0.0.0", "::"):
+                same_port = [a for a in bootstrap_servers if parse_address(a)[1] == endpoint.port]
+                if len(same_port) != 1:
+                    raise ValueError(
+                        "controller.listener.names: a controller of a dynamic quorum needs "
+                        "a host on its controller listener (the address the others dial)"
+                    )
+                host = parse_address(same_port[0])[0]
+            self_address = format_address(host, endpoint.port)
+            addresses = tuple(
+                a for a in (_address(s) for s in bootstrap_servers) if a != self_address
+            )
+            return QuorumConfig(
+                node_id, True, is_broker, (), addresses, self_address, bind, secret, dynamic=True
+            )
         if len(bootstrap_servers) == 1:
             # Kafka 4's shipped server.properties: a dynamic quorum formatted
             # --standalone, this node its only voter. kbroker runs it as a lone voter.
             return QuorumConfig(node_id, True, is_broker, (), (), None, None, secret)
-        if bootstrap_servers:
-            raise ValueError(
-                "controller.quorum.bootstrap.servers: kbroker's voters are static; a "
-                "quorum of several controllers needs controller.quorum.voters"
-            )
         # A single node; a configured Raft address still gets a socket (and a secret).
         if bind is not None and raft_listener is not None:
             return QuorumConfig(node_id, True, True, (), (), bind, bind, _need_secret(secret))

@@ -73,6 +73,7 @@ REMOVE_DELEGATION_TOKENS = "remove_delegation_tokens"
 ALTER_BROKER_CONFIGS = "alter_broker_configs"
 UPDATE_FEATURES = "update_features"
 UNREGISTER_BROKER = "unregister_broker"
+VOTER_CHANGE = "voter_change"
 ALLOCATE_PRODUCER_IDS = "allocate_producer_ids"
 BROKER_HEARTBEAT = "broker_heartbeat"
 FENCE_BROKER = "fence_broker"
@@ -175,7 +176,23 @@ def _init_cluster(state: MetadataState, p: dict[str, Any]) -> Applied:
     if state.cluster_id is not None:  # the first proposal wins; later ones learn its id
         return Applied(state, state.cluster_id)
     features = {**state.features, **p.get("features", {})}
-    return Applied(_bump(state, cluster_id=p["cluster_id"], features=features), p["cluster_id"])
+    # A dynamic quorum's bootstrap voters (its standalone or initial controllers).
+    voters = {int(i): (str(d), str(a)) for i, d, a in p.get("voters", ())} or state.voters
+    new = _bump(state, cluster_id=p["cluster_id"], features=features, voters=voters)
+    return Applied(new, p["cluster_id"])
+
+
+def _voter_change(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """A committed change of a dynamic quorum's voters (the Raft log's membership entry,
+    applied by every replica at the same position): add or remove one voter."""
+    voters = dict(state.voters)
+    if p["op"] == "add":
+        voters[int(p["node_id"])] = (str(p["directory_id"]), str(p["address"]))
+    else:
+        voters.pop(int(p["node_id"]), None)
+    if voters == state.voters:
+        return Applied(state, None)
+    return Applied(_bump(state, voters=voters), None)
 
 
 def _update_features(state: MetadataState, p: dict[str, Any]) -> Applied:
@@ -702,6 +719,7 @@ _HANDLERS = {
     BARRIER: _barrier,
     CONTROLLER_ELECTED: _controller_elected,
     INIT_CLUSTER: _init_cluster,
+    VOTER_CHANGE: _voter_change,
     REGISTER_BROKER: _register_broker,
     CREATE_TOPIC: _create_topic,
     DELETE_TOPIC: _delete_topic,

@@ -29,6 +29,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from kbroker.controller import commands as cmd
 from kbroker.controller import leadership
 from kbroker.controller.errors import (
+    DUPLICATE_VOTER,
     ELECTION_NOT_NEEDED,
     ELIGIBLE_LEADERS_NOT_AVAILABLE,
     INVALID_CONFIG,
@@ -44,6 +45,8 @@ from kbroker.controller.errors import (
     TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_VERSION,
+    VOTER_NOT_FOUND,
     ControllerError,
     ControllerStartError,
     NoQuorumError,
@@ -52,8 +55,17 @@ from kbroker.controller.events import MetadataEvent
 from kbroker.controller.liveness import Probes, listener_refuses, probe_after
 from kbroker.controller.machine import MetadataMachine
 from kbroker.controller.quorum import QuorumDescription
-from kbroker.controller.raft import FAIL_REASON_NAMES, RaftThread, RaftTimings
+from kbroker.controller.raft import (
+    FAIL_REASON,
+    FAIL_REASON_NAMES,
+    RaftThread,
+    RaftTimings,
+    VoterNode,
+    read_voters_file,
+    replica_key,
+)
 from kbroker.controller.state import (
+    KRAFT_VERSION,
     NEW_CLUSTER_FEATURES,
     BrokerInfo,
     DelegationToken,
@@ -78,6 +90,12 @@ ConfigValidator = Callable[[dict[str, str]], None]
 
 # How long DescribeQuorum waits for the active controller's answer.
 DESCRIBE_QUORUM_TIMEOUT_S = 5.0
+# A dynamic quorum's voters, as this node last learnt them (raft.py keeps it).
+VOTERS_FILE = "quorum-voters.json"
+# AddRaftVoter takes an observer that held everything the leader held this recently.
+VOTER_CAUGHT_UP_MS = 10_000
+FAIL_REASON_REQUEST_DENIED = FAIL_REASON.REQUEST_DENIED
+FAIL_REASON_NOT_LEADER = FAIL_REASON.NOT_LEADER
 # Between two tries of a client's change while the quorum elects a controller.
 ELECTION_RETRY_BACKOFF_S = 0.1
 # Refusals a metadata image that lags the active controller's can explain: given only
@@ -204,6 +222,20 @@ class ControllerConfig:
     leader_imbalance_check_interval_s: float | None = None
     # node id -> Raft address of every voter (itself included), for DescribeQuorum.
     voters: dict[int, str] = field(default_factory=dict)
+    # A dynamic quorum (KIP-853, controller.quorum.bootstrap.servers): the voters live in
+    # the log, and this node votes only while they name it with `directory_id` (its
+    # metadata directory's meta.properties). `peers` are then the bootstrap servers.
+    dynamic: bool = False
+    directory_id: str = ""
+
+
+def _settle_reason(fut: asyncio.Future[int], reason: int) -> None:
+    if not fut.done():
+        fut.set_result(reason)
+
+
+def _voter_keys(voters: Mapping[int, tuple[str, str]]) -> str:
+    return "[" + ", ".join(replica_key(i, d) for i, (d, _) in sorted(voters.items())) + "]"
 
 
 def _settle(fut: asyncio.Future[QuorumDescription | None], value: QuorumDescription | None) -> None:
@@ -252,6 +284,9 @@ class Controller:
         self._machine: MetadataMachine | None = None
         self._lock_fd: int | None = None
         self._raft_address: str | None = None
+        # A dynamic quorum's voters as this node knew them at start (its formatted voters
+        # on a new cluster): node id -> (directory id, Raft address).
+        self._bootstrap_voters: dict[int, tuple[str, str]] = {}
         self._pending: set[asyncio.Future[Any]] = set()
         # Raft thread -> loop hand-over of published state and events.
         self._publish_lock = threading.Lock()
@@ -349,6 +384,112 @@ class Controller:
             )
         return described
 
+    # -- a dynamic quorum's voters (KIP-853: AddRaftVoter, RemoveRaftVoter) ---------------
+
+    async def add_voter(self, node_id: int, directory_id: str, address: str) -> None:
+        """Make the observer `node_id` (with that metadata directory) a voter, once it has
+        caught up with the leader, with Kafka's checks and errors (ControllerError):
+        UNSUPPORTED_VERSION on a static quorum, DUPLICATE_VOTER, REQUEST_TIMED_OUT while
+        the new voter is not replicating or is behind, or another change is pending."""
+        key = replica_key(node_id, directory_id)
+        state = self._check_reconfigurable("adding")
+        if node_id in state.voters:
+            raise ControllerError(
+                DUPLICATE_VOTER,
+                f"The voter id for {key} is already part of the set of voters "
+                f"{_voter_keys(state.voters)}.",
+            )
+        quorum = await self.describe_quorum()
+        observer = next(
+            (
+                o
+                for o in quorum.observers
+                if o.replica_id == node_id and o.directory_id == directory_id
+            ),
+            None,
+        )
+        if observer is None:
+            raise ControllerError(
+                REQUEST_TIMED_OUT, f"New voter {key} is not ready to receive requests"
+            )
+        now_ms = int(time.time() * 1000)
+        if observer.last_caught_up_timestamp < now_ms - VOTER_CAUGHT_UP_MS:
+            raise ControllerError(
+                REQUEST_TIMED_OUT,
+                f"Aborted add voter operation for {key} since it is lagging behind",
+            )
+        await self._change_voters("add", VoterNode(address, node_id, directory_id))
+
+    async def remove_voter(self, node_id: int, directory_id: str) -> None:
+        """Take voter `node_id` (with that directory id) out of a dynamic quorum: Kafka's
+        VOTER_NOT_FOUND when it is not one, or is the last voter."""
+        key = replica_key(node_id, directory_id)
+        state = self._check_reconfigurable("removing")
+        voter = state.voters.get(node_id)
+        if voter is None or voter[0] != directory_id or len(state.voters) == 1:
+            raise ControllerError(
+                VOTER_NOT_FOUND,
+                f"Cannot remove voter {key} from the set of voters {_voter_keys(state.voters)}",
+            )
+        await self._change_voters("rem", VoterNode(voter[1], node_id, directory_id))
+
+    def _check_reconfigurable(self, verb: str) -> MetadataState:
+        state = self._state
+        level = state.features.get(KRAFT_VERSION, 0)
+        if level < 1 or not self.config.dynamic:
+            raise ControllerError(
+                UNSUPPORTED_VERSION,
+                f"Cluster doesn't support {verb} voter because the {KRAFT_VERSION} feature "
+                f"is {level if self.config.dynamic else 0}",
+            )
+        return state
+
+    async def _change_voters(self, op: str, voter: VoterNode) -> None:
+        raft, loop = self._raft, self._loop
+        if raft is None or loop is None:
+            raise ControllerError(NOT_LEADER_OR_FOLLOWER, "controller is not running")
+        fut: asyncio.Future[int] = loop.create_future()
+
+        def done(outcome: Any, fail_reason: int) -> None:  # on the Raft thread
+            self._call_soon(_settle_reason, fut, fail_reason)
+
+        raft.change_voters(op, voter, done)
+        try:
+            async with asyncio.timeout(self.config.commit_timeout_s):
+                reason = await fut
+        except TimeoutError:
+            raise ControllerError(
+                REQUEST_TIMED_OUT,
+                f"Request timed out waiting for the voter change of "
+                f"{replica_key(voter.node_id, voter.directory_id)} to commit",
+            ) from None
+        if reason == 0:
+            # Committed: the state learns it as this node applies the entry.
+            for _ in range(200):
+                if (voter.node_id in self._state.voters) == (op == "add"):
+                    break
+                await asyncio.sleep(0.01)
+            return
+        if reason == FAIL_REASON_REQUEST_DENIED:
+            if op == "rem" and self._state.controller_id == voter.node_id:
+                raise ControllerError(
+                    REQUEST_TIMED_OUT,
+                    f"Cannot remove {replica_key(voter.node_id, voter.directory_id)} while it "
+                    "is the active controller: move the leadership first (stop it, or "
+                    "transfer it) and retry",
+                )
+            raise ControllerError(
+                REQUEST_TIMED_OUT,
+                "Request timed out waiting for leader to handle previous add or remove voter "
+                "request",
+            )
+        if reason == FAIL_REASON_NOT_LEADER:
+            raise ControllerError(NOT_LEADER_OR_FOLLOWER, "no active controller to change voters")
+        raise ControllerError(
+            REQUEST_TIMED_OUT,
+            f"voter change not committed: {FAIL_REASON_NAMES.get(reason)}",
+        )
+
     def subscribe(self, callback: Callable[[MetadataEvent], None]) -> None:
         self._subscribers.append(callback)
 
@@ -379,7 +520,17 @@ class Controller:
                 address = f"{host}:{_free_loopback_port(host.strip('[]'))}"
         self._raft_address = address
         peers = [_voter_address(p) for p in cfg.peers]
-        if peers or cfg.observer:
+        voters_path = str(directory / VOTERS_FILE)
+        voter_set = read_voters_file(voters_path) if cfg.dynamic else {}
+        if cfg.dynamic:
+            own = voter_set.get(cfg.node_id)
+            if own is not None and own[0] == cfg.directory_id:
+                # A voter dials the voters it knows; the bootstrap servers are for finding
+                # the quorum as an observer.
+                peers = [a for i, (_, a) in sorted(voter_set.items()) if i != cfg.node_id]
+            else:
+                peers += [a for _, a in voter_set.values() if a not in peers]
+        if peers or cfg.observer or cfg.dynamic:
             timings = RaftTimings.cluster(*cfg.election_timeout_s)
         else:
             timings = RaftTimings.single_voter()
@@ -408,7 +559,12 @@ class Controller:
             on_fault=self.on_metadata_dir_failure,
             on_stuck=self.on_raft_stuck,
             voters=cfg.voters or _voters_of(cfg.node_id, cfg.raft_advertised or address, cfg),
+            dynamic=cfg.dynamic,
+            directory_id=cfg.directory_id,
+            voter_set=voter_set,
+            voters_path=voters_path if cfg.dynamic else None,
         )
+        self._bootstrap_voters = voter_set
         self._state = MetadataState()
         self._live = False
         self._live_token = uuid.uuid4().bytes
@@ -536,6 +692,22 @@ class Controller:
     async def _ensure_cluster_id(self) -> None:
         wanted = self.config.cluster_id
         current = self._state.cluster_id
+        if current is None and self.config.dynamic:
+            own = self._bootstrap_voters.get(self.config.node_id)
+            if own is None or own[0] != self.config.directory_id:
+                # Not one of the formatted voters: the cluster is theirs to create.
+                while self._state.cluster_id is None:
+                    await asyncio.sleep(0.05)
+                current = self._state.cluster_id
+            else:
+                current = await self._propose(
+                    cmd.INIT_CLUSTER,
+                    {
+                        "cluster_id": wanted or new_cluster_id(),
+                        "features": {**NEW_CLUSTER_FEATURES, KRAFT_VERSION: 1},
+                        "voters": [[i, d, a] for i, (d, a) in self._bootstrap_voters.items()],
+                    },
+                )
         if current is None:
             current = await self._propose(
                 cmd.INIT_CLUSTER,

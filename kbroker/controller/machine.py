@@ -64,7 +64,12 @@ class MetadataMachine:
         cluster nodes); pysyncobj renames `path` over the previous snapshot afterwards."""
         last_entry, prev_entry, cluster = raft_data
         blob = {
-            "raft": (last_entry, prev_entry, sorted(str(node) for node in cluster)),
+            "raft": (
+                last_entry,
+                prev_entry,
+                # A read-only node (an observer) is in its own cluster as None.
+                sorted(str(node) for node in cluster if node is not None),
+            ),
             "state": state_to_plain(self.state),
         }
         try:

@@ -34,6 +34,8 @@ class ReplicaState:
     log_end_offset: int
     last_fetch_timestamp: int
     last_caught_up_timestamp: int
+    # The replica's metadata directory id (KIP-853); "" where it has none (a static quorum).
+    directory_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,14 +75,25 @@ class QuorumDescription:
             leader_id=int(data["leader_id"]),
             leader_epoch=int(data["leader_epoch"]),
             high_watermark=int(data["high_watermark"]),
-            voters=tuple(ReplicaState(*map(int, r)) for r in data["voters"]),
-            observers=tuple(ReplicaState(*map(int, r)) for r in data["observers"]),
+            voters=tuple(_replica_state(r) for r in data["voters"]),
+            observers=tuple(_replica_state(r) for r in data["observers"]),
             endpoints=tuple(VoterEndpoint(int(i), str(h), int(p)) for i, h, p in data["endpoints"]),
         )
 
 
-def _replica_tuple(r: ReplicaState) -> tuple[int, int, int, int]:
-    return (r.replica_id, r.log_end_offset, r.last_fetch_timestamp, r.last_caught_up_timestamp)
+def _replica_tuple(r: ReplicaState) -> tuple[int, int, int, int, str]:
+    return (
+        r.replica_id,
+        r.log_end_offset,
+        r.last_fetch_timestamp,
+        r.last_caught_up_timestamp,
+        r.directory_id,
+    )
+
+
+def _replica_state(r: Any) -> ReplicaState:
+    replica_id, end, fetched, caught_up = (int(v) for v in r[:4])
+    return ReplicaState(replica_id, end, fetched, caught_up, str(r[4]) if len(r) > 4 else "")
 
 
 def voter_endpoint(node_id: int, address: str) -> VoterEndpoint | None:
@@ -109,8 +122,17 @@ class ReplicaTracker:
         self.node_id = node_id
         # A lone voter configured without addresses still counts itself.
         self.voters = dict(voters) or {node_id: ""}
+        # A dynamic quorum's voters' directory ids (node id -> id).
+        self.voter_directories: dict[int, str] = {}
         self._epoch = -1
-        self._replicas: dict[int, _Progress] = {}
+        # (node id, directory id) -> progress: a replica whose directory was replaced is
+        # another replica than the voter of that id.
+        self._replicas: dict[tuple[int, str], _Progress] = {}
+
+    def set_voters(self, voters: Mapping[int, tuple[str, str]]) -> None:
+        """A dynamic quorum's voters changed: node id -> (directory id, address)."""
+        self.voters = {i: a for i, (_, a) in voters.items()} or {self.node_id: ""}
+        self.voter_directories = {i: d for i, (d, _) in voters.items()}
 
     def _for_epoch(self, epoch: int) -> None:
         if epoch != self._epoch:
@@ -118,14 +140,20 @@ class ReplicaTracker:
             self._replicas = {}
 
     def on_response(
-        self, epoch: int, replica_id: int, match_index: int | None, leader_end: int, now_ms: int
+        self,
+        epoch: int,
+        replica_id: int,
+        match_index: int | None,
+        leader_end: int,
+        now_ms: int,
+        directory_id: str = "",
     ) -> None:
         """A replica answered an AppendEntries of this leader. `match_index` is what it is
         known to hold (None until it has acknowledged an append in this term)."""
         self._for_epoch(epoch)
         if replica_id == self.node_id:
             return
-        p = self._replicas.setdefault(replica_id, _Progress())
+        p = self._replicas.setdefault((replica_id, directory_id), _Progress())
         if match_index is not None:
             if match_index >= leader_end:
                 p.last_caught_up_ms = max(p.last_caught_up_ms, now_ms)
@@ -143,24 +171,30 @@ class ReplicaTracker:
         """The quorum as this leader sees it now; the leader itself is caught up now."""
         self._for_epoch(epoch)
 
-        def state(replica_id: int) -> ReplicaState:
+        def state(key: tuple[int, str]) -> ReplicaState:
+            replica_id, directory = key
             if replica_id == self.node_id:
-                return ReplicaState(replica_id, leader_end, now_ms, now_ms)
-            p = self._replicas.get(replica_id, _Progress())
-            return ReplicaState(replica_id, p.log_end_offset, p.last_fetch_ms, p.last_caught_up_ms)
+                directory = self.voter_directories.get(replica_id, "")
+                return ReplicaState(replica_id, leader_end, now_ms, now_ms, directory)
+            p = self._replicas.get(key, _Progress())
+            return ReplicaState(
+                replica_id, p.log_end_offset, p.last_fetch_ms, p.last_caught_up_ms, directory
+            )
 
+        voter_keys = {(v, self.voter_directories.get(v, "")) for v in self.voters}
         observers = sorted(
-            replica_id
-            for replica_id, p in self._replicas.items()
-            if replica_id not in self.voters
-            and now_ms - p.last_fetch_ms < OBSERVER_SESSION_TIMEOUT_MS
+            key
+            for key, p in self._replicas.items()
+            if key not in voter_keys and now_ms - p.last_fetch_ms < OBSERVER_SESSION_TIMEOUT_MS
         )
         endpoints = (voter_endpoint(v, a) for v, a in sorted(self.voters.items()))
         return QuorumDescription(
             leader_id=self.node_id,
             leader_epoch=epoch,
             high_watermark=high_watermark,
-            voters=tuple(state(v) for v in sorted(self.voters)),
+            voters=tuple(
+                state((v, self.voter_directories.get(v, ""))) for v in sorted(self.voters)
+            ),
             observers=tuple(state(o) for o in observers),
             endpoints=tuple(e for e in endpoints if e is not None),
         )

@@ -23,8 +23,10 @@ once its election timeout passes (a vote from itself is a majority of one).
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
+import pickle
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -36,11 +38,12 @@ from pysyncobj.config import FAIL_REASON
 from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import Node, TCPNode
 from pysyncobj.pipe_notifier import PipeNotifier
+from pysyncobj.syncobj import _COMMAND_TYPE
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport, Transport
 
 from kbroker.controller import pysyncobj_base
-from kbroker.controller.commands import CONTROLLER_ELECTED
+from kbroker.controller.commands import CONTROLLER_ELECTED, VOTER_CHANGE
 from kbroker.controller.machine import MetadataMachine
 from kbroker.controller.quorum import QuorumDescription, ReplicaTracker
 from kbroker.controller.raft_handshake import HandshakeConnection, RefusalLog
@@ -98,6 +101,58 @@ class _AllocatingJournalFile(journal.ResizableFile):
 journal.ResizableFile = _AllocatingJournalFile
 
 
+class VoterNode(TCPNode):
+    """A voter of a dynamic quorum (KIP-853): its Raft address (pysyncobj's node id), its
+    Kafka node id and the directory id of its metadata directory. pysyncobj pickles the
+    node into its membership entry, so the log says which replica each change is about."""
+
+    def __init__(self, address: str, node_id: int = -1, directory_id: str = "") -> None:
+        super().__init__(address, node_id=node_id, directory_id=directory_id)
+
+
+def replica_key(node_id: int, directory_id: str) -> str:
+    """A voter as Kafka's messages name it."""
+    return f"ReplicaKey(id={node_id}, directoryId=Optional[{directory_id}])"
+
+
+def read_voters_file(path: str) -> dict[int, tuple[str, str]]:
+    """The voters a node last knew (its own `quorum-voters.json`); empty when it has none."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    return {int(i): (str(d), str(a)) for i, d, a in data["voters"]}
+
+
+def write_voters_file(path: str, voters: Mapping[int, tuple[str, str]]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"voters": [[i, d, a] for i, (d, a) in sorted(voters.items())]}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+_MEMBERSHIP = bytes([_COMMAND_TYPE.MEMBERSHIP])  # pysyncobj's membership entries
+
+
+def _apply_voter_change(voters: dict[int, tuple[str, str]], request: Any, reverse: bool) -> None:
+    """One pysyncobj membership change (["add" or "rem", id, VoterNode]) on `voters`."""
+    if len(request) < 3 or not isinstance(request[2], VoterNode):
+        return
+    voter: VoterNode = request[2]
+    key = (voter.directory_id, voter.address)
+    if (request[0] == "add") != reverse:
+        voters[voter.node_id] = key
+    elif voters.get(voter.node_id) == key:
+        del voters[voter.node_id]
+
+
+def _voting(raft: Any) -> bool:
+    return not isinstance(raft, _RaftNode) or raft.voting
+
+
 class LocalTransport(Transport):
     """Transport of a voter without partners: nothing to bind, nobody to send to."""
 
@@ -126,6 +181,34 @@ class ReplicaIdTransport(TCPTransport):
         super()._onNewIncomingConnection(HandshakeConnection.adopt(conn, self._refusals))
 
     def _onIncomingMessageReceived(self, conn: TcpConnection, message: Any) -> None:  # noqa: N802
+        if (
+            self._selfNode is not None
+            and not _voting(self._syncObj)
+            and conn in self._unknownConnections
+            and isinstance(message, str)
+            and message in self._nodeAddrToNode
+            and (self._syncObj.encryptor is None or conn.sendRandKey)
+        ):
+            # A node of a dynamic quorum that is not a voter (not yet added, or its
+            # directory was replaced) takes no voter's connection: the leader must not
+            # count it toward a commit nor a candidate ask it for a vote.
+            conn.disconnect()
+            self._unknownConnections.discard(conn)
+            return
+        raft = self._syncObj
+        if (
+            isinstance(raft, _RaftNode)
+            and raft.dynamic
+            and conn in self._unknownConnections
+            and isinstance(message, str)
+            and message != "readonly"
+            and message not in self._nodeAddrToNode
+            and (raft.encryptor is None or conn.sendRandKey)
+        ):
+            # A controller that is no voter here (removed while it was down or cut off,
+            # so it never read its removal): follow it as an observer, so it reads the
+            # log, learns it, and stops claiming a vote.
+            message = "readonly"
         super()._onIncomingMessageReceived(conn, message)
         if isinstance(conn, HandshakeConnection) and conn not in self._unknownConnections:
             conn.in_handshake = False  # identified as a voter or an observer (or dropped)
@@ -143,6 +226,25 @@ class ReplicaIdTransport(TCPTransport):
         if isinstance(raft, _RaftNode):
             raft.forget_questions_to(node)
 
+    def _shouldConnect(self, node: Node) -> bool:  # noqa: N802
+        if self._selfNode is not None and not _voting(self._syncObj):
+            # Not a voter: dial every voter, as a read-only node does.
+            return isinstance(node, TCPNode) and node not in self._preventConnectNodes
+        return bool(super()._shouldConnect(node))
+
+    def _sendSelfAddress(self, conn: TcpConnection) -> None:  # noqa: N802
+        if self._selfNode is not None and not _voting(self._syncObj):
+            conn.send("readonly")  # followed as an observer, never counted as a voter
+            return
+        super()._sendSelfAddress(conn)
+
+    def redial(self) -> None:
+        """Drop every connection and set them up again: this node's identity changed
+        (it became a voter, or stopped being one)."""
+        for node in list(self._nodes):
+            self.dropNode(node)
+            self.addNode(node)
+
     def send(self, node: Node, message: Any) -> bool:
         raft = self._syncObj
         if (
@@ -151,6 +253,8 @@ class ReplicaIdTransport(TCPTransport):
             and message.get("type") == "next_node_idx"
         ):
             message = {**message, "replica_id": raft.node_id}
+            if raft.directory_id:
+                message["directory_id"] = raft.directory_id
         return bool(super().send(node, message))
 
 
@@ -201,11 +305,28 @@ class _RaftNode(SyncObj):
         *args: Any,
         node_id: int = 0,
         voters: Mapping[int, str] | None = None,
+        dynamic: bool = False,
+        directory_id: str = "",
+        voting: bool = True,
+        voter_set: Mapping[int, tuple[str, str]] | None = None,
+        voters_path: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.machine = machine
         self.peer_lost = peer_lost  # read by PeerWatchingTransport
         self.node_id = node_id  # read by ReplicaIdTransport
+        # A dynamic quorum (KIP-853): voters are added and removed through the log, and a
+        # node votes only while the voters name it with its own directory id.
+        self.dynamic = dynamic
+        self.directory_id = directory_id
+        self.voting = voting
+        # node id -> (directory id, Raft address) of every voter, as this node last
+        # learnt them (a change counts from the moment it is in the log, as in KRaft);
+        # kept in `voters_path` so a restart knows whether this node votes.
+        self.voter_set: dict[int, tuple[str, str]] = dict(voter_set or {})
+        self._voters_path = voters_path
+        self._redial = False
+        self._voters_marker: tuple[int, int] | None = None
         # On the leader: each replica's progress in this term (DescribeQuorum).
         self.replicas = ReplicaTracker(node_id, voters or {})
         # DescribeQuorum questions sent to the leader: request id -> (when, to, callback).
@@ -219,6 +340,8 @@ class _RaftNode(SyncObj):
         self._pre_vote_won_term = -1
         self.pre_votes_refused = 0  # answers refusing one of this node's rounds, ever
         super().__init__(*args, **kwargs)
+        if dynamic:
+            self.replicas.set_voters(self.voter_set)
 
     @replicated
     def apply_command(self, kind: str, payload: dict[str, Any]) -> Any:
@@ -233,6 +356,8 @@ class _RaftNode(SyncObj):
         if kind == _QUORUM_DESCRIBED:
             self._on_described(message)
             return
+        if not self.voting and kind in (PRE_VOTE, "request_vote", "timeout_now"):
+            return  # not a voter: grants nothing and never stands
         if kind == PRE_VOTE:
             self._answer_pre_vote(node, message)
             return
@@ -321,13 +446,103 @@ class _RaftNode(SyncObj):
             return  # a peer that does not name itself
         success = bool(message.get("success"))
         match = self._SyncObj__raftMatchIndex.get(node) if success else None
+        directory = message.get("directory_id")
         self.replicas.on_response(
             epoch=self.raftCurrentTerm,
             replica_id=replica_id,
             match_index=match,
             leader_end=int(self._SyncObj__getCurrentLogIndex()),
             now_ms=int(time.time() * 1000),
+            directory_id=directory if isinstance(directory, str) else "",
         )
+
+    # --- a dynamic quorum (KIP-853) ----------------------------------------------------------
+    # pysyncobj changes its voters one at a time through a membership entry, in force on
+    # every replica from the moment the entry is in its log (rolled back if the entry is
+    # cut). kbroker's entries carry a VoterNode, so each replica knows the voter's node id
+    # and directory id; when the entry is committed the metadata state learns the change
+    # too (VOTER_CHANGE), for DescribeQuorum and the checks of the next change.
+
+    def _SyncObj__doChangeCluster(self, request: Any, reverse: bool = False) -> bool:  # noqa: N802
+        changed = bool(SyncObj._SyncObj__doChangeCluster(self, request, reverse))
+        if self.dynamic:
+            if self._SyncObj__raftState == _LEADER:
+                # The leader's entry is not in its log yet (and is refused if unchanged).
+                if changed:
+                    self._refresh_voters((request, reverse))
+            else:
+                # A follower's entry is in its log; a rolled-back one is still there.
+                self._refresh_voters((request, True) if reverse else None)
+        return changed
+
+    def _refresh_voters(self, extra: tuple[Any, bool] | None = None) -> None:
+        """Work out the voters from the log (the committed state's, then every membership
+        entry not applied yet), keep them, and vote exactly while they name this node
+        with its own directory id."""
+        committed = self.machine.state.voters
+        if not committed:
+            return  # the cluster's first voters are not applied yet
+        voters = dict(committed)
+        applied = self._SyncObj__raftLastApplied
+        for entry in self._SyncObj__getEntries(applied + 1):
+            if entry[0][:1] == _MEMBERSHIP:
+                _apply_voter_change(voters, pickle.loads(entry[0][1:]), False)
+        if extra is not None:
+            _apply_voter_change(voters, *extra)
+        if voters != self.voter_set:
+            self.voter_set = voters
+            self.replicas.set_voters(voters)
+            self._save_voters()
+        own = voters.get(self.node_id)
+        voting = own is not None and own[0] == self.directory_id
+        if voting != self.voting:
+            self._set_voting(voting)
+        elif voting:
+            others = {a for i, (_, a) in voters.items() if i != self.node_id}
+            if others != {n.id for n in self._SyncObj__otherNodes}:
+                self._SyncObj__updateClusterConfiguration(
+                    [VoterNode(a, i, d) for i, (d, a) in voters.items() if i != self.node_id]
+                )
+
+    def _SyncObj__doApplyCommand(self, command: bytes) -> Any:  # noqa: N802
+        result = SyncObj._SyncObj__doApplyCommand(self, command)
+        if self.dynamic and command[:1] == _MEMBERSHIP:
+            request = pickle.loads(command[1:])
+            if len(request) >= 3 and isinstance(request[2], VoterNode):
+                voter: VoterNode = request[2]
+                self.machine.apply(
+                    VOTER_CHANGE,
+                    {
+                        "op": request[0],
+                        "node_id": voter.node_id,
+                        "directory_id": voter.directory_id,
+                        "address": voter.address,
+                    },
+                )
+        return result
+
+    def _set_voting(self, voting: bool) -> None:
+        if voting == self.voting:
+            return
+        self.voting = voting
+        if voting:
+            others = [
+                VoterNode(a, i, d) for i, (d, a) in self.voter_set.items() if i != self.node_id
+            ]
+            self._SyncObj__updateClusterConfiguration(others)
+        log.warning(
+            "controller %d (directory %s) %s",
+            self.node_id,
+            self.directory_id,
+            "is a voter of the metadata quorum now"
+            if voting
+            else "is no voter of the metadata quorum: it follows the log as an observer",
+        )
+        self._redial = True
+
+    def _save_voters(self) -> None:
+        if self._voters_path is not None:
+            write_voters_file(self._voters_path, self.voter_set)
 
     # -- pre-vote ----------------------------------------------------------------------------
     # pysyncobj starts an election, raising its term, as soon as its election timeout
@@ -342,6 +557,21 @@ class _RaftNode(SyncObj):
     # round: the leader itself asked for that election.
 
     def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802 (pysyncobj's name)
+        if self.dynamic:
+            marker = (self.machine.state.version, self._SyncObj__getCurrentLogIndex())
+            if marker != self._voters_marker:
+                self._voters_marker = marker
+                self._refresh_voters()
+            if self._redial:
+                self._redial = False
+                transport = self._SyncObj__transport
+                if isinstance(transport, ReplicaIdTransport):
+                    transport.redial()
+            if not self.voting:
+                # Not a voter: never stands for election.
+                self._SyncObj__raftElectionDeadline = (
+                    monotonic_time() + self._SyncObj__generateRaftTimeout()
+                )
         self._pre_vote_first()
         super()._onTick(timeToWait)
 
@@ -466,8 +696,18 @@ class RaftThread:
         on_fault: Callable[[OSError], None] | None = None,
         on_stuck: Callable[[Exception], None] | None = None,
         voters: Mapping[int, str] | None = None,
+        dynamic: bool = False,
+        directory_id: str = "",
+        voter_set: Mapping[int, tuple[str, str]] | None = None,
+        voters_path: str | None = None,
     ) -> None:
         self.node_id = node_id
+        # A dynamic quorum (KIP-853): this node votes only while `voter_set` names it
+        # with its own directory id; `voters_path` keeps the set across restarts.
+        self._dynamic = dynamic
+        self._directory_id = directory_id
+        self._voter_set = dict(voter_set or {})
+        self._voters_path = voters_path
         # node id -> Raft address of every voter, for the leader's DescribeQuorum answer.
         self._voters = dict(voters or {})
         self._peer_lost = peer_lost
@@ -583,6 +823,25 @@ class RaftThread:
         if self._wake is not None:
             self._wake.notify()
 
+    def change_voters(self, op: str, voter: VoterNode, callback: ResultCallback) -> None:
+        """Propose adding (`op` "add") or removing ("rem") one voter of a dynamic quorum;
+        `callback(None, fail_reason)` runs on the Raft thread once the change is
+        committed (fail_reason 0) or has failed. pysyncobj forwards it to the leader, which
+        refuses (REQUEST_DENIED) while another change is not committed yet."""
+        node = self._node
+        if node is None or self._stopping:
+            callback(None, FAIL_REASON.NOT_LEADER)
+            return
+        if op == "add":
+            node.addNodeToCluster(voter, callback=callback)
+        else:
+            node.removeNodeFromCluster(voter, callback=callback)
+
+    @property
+    def voting(self) -> bool:
+        node = self._node
+        return node is not None and node.voting
+
     def connected_peers(self) -> tuple[int, int] | None:
         """(other voters this node is connected to, other voters); None without a Raft
         node or partners. A racy read from another thread, for reports only."""
@@ -623,7 +882,9 @@ class RaftThread:
             bindAddress=self._bind_address,
             password=self._password,
             maxBindRetries=1,
-            dynamicMembershipChange=False,
+            # A dynamic quorum changes its voters through the log; an observer follows
+            # such changes to know whom to read from.
+            dynamicMembershipChange=self._dynamic or self._observer,
             onStateChanged=self._on_state_changed,
         )
 
@@ -641,6 +902,24 @@ class RaftThread:
                 transportClass=ReplicaIdTransport,
                 node_id=self.node_id,
                 voters=self._voters,
+            )
+        if self._dynamic and self._self_address is not None:
+            own = self._voter_set.get(self.node_id)
+            voting = own is not None and own[0] == self._directory_id
+            return _RaftNode(
+                self.machine,
+                self._peer_lost,
+                VoterNode(self._self_address, self.node_id, self._directory_id),
+                [TCPNode(p) for p in self._peers if p != self._self_address],
+                conf,
+                transportClass=PeerWatchingTransport,
+                node_id=self.node_id,
+                voters={i: a for i, (_, a) in self._voter_set.items()},
+                dynamic=True,
+                directory_id=self._directory_id,
+                voting=voting,
+                voter_set=self._voter_set,
+                voters_path=self._voters_path,
             )
         if self._self_address is None:
             return _RaftNode(
@@ -736,7 +1015,7 @@ class RaftThread:
             call(node)
 
     def _tick_timeout(self, node: _RaftNode) -> float:
-        if self._peers:
+        if self._peers or self._dynamic:
             return self._timings.idle_tick
         # A lone voter commits an appended entry on the next tick, and nothing but a
         # proposal would wake its poll(): tick again at once while one is in flight.

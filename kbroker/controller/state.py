@@ -120,6 +120,7 @@ class PartitionInfo:
 
 NO_LEADER = -1
 ELR_FEATURE = "eligible.leader.replicas.version"
+KRAFT_VERSION = "kraft.version"  # 1: the voters live in the log (KIP-853)
 NEW_CLUSTER_FEATURES = {ELR_FEATURE: 1, "transaction.version": 2}
 """Levels a new cluster is formatted with, as Kafka 4.1+ formats one (ELR on,
 transactions version 2)."""
@@ -178,6 +179,9 @@ class MetadataState:
     # IncrementalAlterConfigs on BROKER resources (KIP-226), as Kafka's ConfigRecords:
     # "" -> the cluster-wide defaults, "<node id>" -> one broker's own dynamic settings
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # A dynamic quorum's voters (KIP-853's VotersRecord): node id -> (directory id,
+    # "host:port" of its Raft listener). Empty for a static quorum (kraft.version 0).
+    voters: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         info = self.topics.get(topic)
@@ -265,6 +269,7 @@ def state_to_plain(state: MetadataState) -> dict[str, Any]:
         "delegation_tokens": [t.to_plain() for t in state.delegation_tokens.values()],
         "broker_configs": {b: dict(c) for b, c in state.broker_configs.items()},
         "features": dict(state.features),
+        "voters": [[i, d, a] for i, (d, a) in sorted(state.voters.items())],
     }
 
 
@@ -336,4 +341,5 @@ def state_from_plain(data: dict[str, Any]) -> MetadataState:
         },
         broker_configs={b: dict(c) for b, c in data.get("broker_configs", {}).items()},
         features=dict(data.get("features", {})),
+        voters={int(i): (str(d), str(a)) for i, d, a in data.get("voters", [])},
     )

@@ -11,13 +11,14 @@ partition, which clients retry, as from a KRaft controller that is not the leade
 
 from __future__ import annotations
 
+import base64
 import uuid
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.errors import NOT_LEADER_OR_FOLLOWER, ControllerError
 from kbroker.controller.quorum import ReplicaState
-from kbroker.features import KRAFT_VERSION, finalized_features
+from kbroker.config.listeners import format_address
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
@@ -28,15 +29,27 @@ METADATA_TOPIC = "__cluster_metadata"
 
 
 def _replica(state: ReplicaState) -> responses.ReplicaState:
-    # No directory ids: kbroker's voters are static (kraft.version 0), whose replicas
-    # Kafka names without one (Uuid.ZERO, its NO_DIRECTORY_ID).
+    # A static quorum's replicas (kraft.version 0) have no directory id, which Kafka
+    # sends as Uuid.ZERO (its NO_DIRECTORY_ID); a dynamic quorum's have theirs.
     return {
         "replica_id": state.replica_id,
-        "replica_directory_id": None,
+        "replica_directory_id": _uuid(state.directory_id),
         "log_end_offset": state.log_end_offset,
         "last_fetch_timestamp": state.last_fetch_timestamp,
         "last_caught_up_timestamp": state.last_caught_up_timestamp,
     }
+
+
+def _uuid(directory_id: str) -> uuid.UUID | None:
+    if not directory_id:
+        return None
+    padded = directory_id + "=" * (-len(directory_id) % 4)
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(padded))
+
+
+def _directory_id(value: uuid.UUID) -> str:
+    """A Kafka Uuid in its string form (URL-safe base64 without padding)."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
 
 
 def _partition_error(
@@ -119,12 +132,12 @@ NO_DIRECTORY = uuid.UUID(int=0)
 
 
 def _voter_change_refusal(
-    ctx: RequestContext, cluster_id: str | None, valid_voter: bool, verb: str, noun: str
-) -> tuple[ErrorCode, str | None]:
-    """Kafka's checks of a voter change, in its order: ALTER on the cluster, the cluster
-    id, a voter key with a directory id (and, to add one, a listener), then the
-    kraft.version feature. kbroker's quorum is static (`controller.quorum.voters`, level 0),
-    so a change that passes the checks is refused as Kafka refuses it at that level."""
+    ctx: RequestContext, cluster_id: str | None, valid_voter: bool, noun: str
+) -> tuple[ErrorCode, str | None] | None:
+    """Kafka's first checks of a voter change, in its order: ALTER on the cluster, the
+    cluster id, a voter key with a directory id (and, to add one, a listener). The
+    controller checks the rest (the kraft.version feature, the voter set, the new
+    voter's progress) and makes the change."""
     if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
         return ErrorCode.cluster_authorization_failed, None
     state = ctx.broker.controller.state
@@ -132,15 +145,19 @@ def _voter_change_refusal(
         return ErrorCode.inconsistent_cluster_id, None
     if not valid_voter:
         return ErrorCode.invalid_request, f"{noun} voter request didn't include a valid voter"
-    level = finalized_features(ctx.broker.config, state.features).get(KRAFT_VERSION, 0)
-    return (
-        ErrorCode.unsupported_version,
-        f"Cluster doesn't support {verb} voter because the {KRAFT_VERSION} feature is {level}",
-    )
+    return None
+
+
+def _added(code: ErrorCode, message: str | None) -> responses.AddRaftVoterResponse:
+    return {"throttle_time": 0, "error_code": code, "error_message": message}
+
+
+def _removed(code: ErrorCode, message: str | None) -> responses.RemoveRaftVoterResponse:
+    return {"throttle_time": 0, "error_code": code, "error_message": message}
 
 
 @handles(ADD_RAFT_VOTER, 0)
-def add_raft_voter(
+async def add_raft_voter(
     ctx: RequestContext, request: requests.AddRaftVoterRequest
 ) -> responses.AddRaftVoterResponse:
     directory = request.voter_directory_id
@@ -150,15 +167,32 @@ def add_raft_voter(
         and directory != NO_DIRECTORY
         and bool(request.listeners)
     )
-    code, message = _voter_change_refusal(ctx, request.cluster_id, valid, "adding", "Add")
-    return {"throttle_time": 0, "error_code": code, "error_message": message}
+    refusal = _voter_change_refusal(ctx, request.cluster_id, valid, "Add")
+    if refusal is not None:
+        return _added(*refusal)
+    assert directory is not None
+    names = ctx.broker.config.controller_listeners
+    listener = next((li for li in request.listeners if li.name in names), request.listeners[0])
+    address = format_address(listener.host, listener.port)
+    try:
+        await ctx.broker.controller.add_voter(request.voter_id, _directory_id(directory), address)
+    except ControllerError as exc:
+        return _added(ErrorCode(exc.error_code), exc.message)
+    return _added(ErrorCode.none, None)
 
 
 @handles(REMOVE_RAFT_VOTER, 0)
-def remove_raft_voter(
+async def remove_raft_voter(
     ctx: RequestContext, request: requests.RemoveRaftVoterRequest
 ) -> responses.RemoveRaftVoterResponse:
     directory = request.voter_directory_id
     valid = request.voter_id >= 0 and directory is not None and directory != NO_DIRECTORY
-    code, message = _voter_change_refusal(ctx, request.cluster_id, valid, "removing", "Remove")
-    return {"throttle_time": 0, "error_code": code, "error_message": message}
+    refusal = _voter_change_refusal(ctx, request.cluster_id, valid, "Remove")
+    if refusal is not None:
+        return _removed(*refusal)
+    assert directory is not None
+    try:
+        await ctx.broker.controller.remove_voter(request.voter_id, _directory_id(directory))
+    except ControllerError as exc:
+        return _removed(ErrorCode(exc.error_code), exc.message)
+    return _removed(ErrorCode.none, None)

@@ -12,6 +12,7 @@ acknowledged before is lost. Real processes, kill -9.
 from __future__ import annotations
 
 import base64
+import re
 import shutil
 import subprocess
 import uuid
@@ -21,12 +22,13 @@ from typing import Any
 
 import pytest
 
-from compat_tests.broker_process import broker_environment, free_port
+from compat_tests.broker_process import broker_environment, free_port, kbroker_command
 from compat_tests.cluster import (
     CLUSTER_SECRET,
     TEST_TIMINGS,
     ClusterNode,
 )
+from compat_tests.kafka_reference import kafka_unavailable, run_tool_process
 from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection
 
@@ -71,6 +73,24 @@ class DynamicQuorum:
             node.controller_only = node_id != 1
             self.nodes[node_id] = node
         return self.nodes[node_id]
+
+    def properties(self, node_id: int) -> Path:
+        """The node's settings as a server.properties, as the tools read a controller's."""
+        command = self.node(node_id).command()
+        pairs = [command[i + 1] for i, word in enumerate(command) if word == "--override"]
+        path = self.root / f"controller{node_id}.properties"
+        path.write_text("".join(f"{pair}\n" for pair in pairs))
+        return path
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`kbroker cluster quorum ...` against the broker."""
+        return subprocess.run(
+            [*kbroker_command(), "cluster", "quorum", *args, "--bootstrap", self.broker.bootstrap],
+            env=broker_environment(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     def format(self, node_id: int, how: str) -> str:
         """`kbroker format` the node's metadata directory; its new directory id."""
@@ -236,7 +256,12 @@ def test_a_dead_controller_is_replaced_while_the_quorum_keeps_committing(
         )
         # An observer whose directory id is not the one asked for is not the new voter.
         assert quorum.add_voter(node_id, from_uuid(uuid.uuid4()))[0] == REQUEST_TIMED_OUT
-        assert quorum.add_voter(node_id, directories[node_id]) == (0, None)
+        if node_id == 2:
+            assert quorum.add_voter(node_id, directories[node_id]) == (0, None)
+        else:  # the command line reads the controller's own settings and directory
+            added = quorum.cli("add-controller", "--controller-config", str(quorum.properties(3)))
+            assert added.returncode == 0, added.stderr
+            assert f"Added controller 3 with directory id {directories[3]}" in added.stdout
         quorum.create_topic(_topic())
     assert quorum.voters() == directories
     assert quorum.add_voter(2, directories[2])[0] == DUPLICATE_VOTER
@@ -258,8 +283,15 @@ def test_a_dead_controller_is_replaced_while_the_quorum_keeps_committing(
 
     # The dead one is removed: back to three voters, two of them needed.
     assert quorum.remove_voter(3, directories[2])[0] == VOTER_NOT_FOUND  # wrong directory
-    assert quorum.remove_voter(3, directories[3]) == (0, None)
+    removed = quorum.cli(
+        "remove-controller", "--controller-id=3", f"--controller-directory-id={directories[3]}"
+    )
+    assert removed.returncode == 0, removed.stderr
     del directories[3]
+    again = quorum.cli(
+        "remove-controller", "--controller-id=3", f"--controller-directory-id={directories[2]}"
+    )
+    assert again.returncode == 1 and "VOTER_NOT_FOUND" in again.stderr
     quorum.create_topic(_topic())
     assert quorum.voters() == directories
     quorum.node(2).kill()  # one of three voters down: the other two commit
@@ -298,8 +330,9 @@ def test_a_wiped_voter_comes_back_as_an_observer_and_loses_nothing(
     assert "is no voter of the metadata quorum" not in quorum.node(4).log_text()
 
     quorum.node(1).start()
-    quorum.node(4).wait_ready()
-    quorum.node(2).wait_ready()
+    # Their starts finish once node 1 is back (counted from their spawn, long before).
+    quorum.node(4).wait_ready(timeout=180.0)
+    quorum.node(2).wait_ready(timeout=180.0)
     assert acknowledged in quorum.topics()
     # Restarted, node 1 holds only what its log holds: a node that had to cut its log
     # would still show the topic from the state it applied before the cut.
@@ -319,4 +352,51 @@ def test_a_wiped_voter_comes_back_as_an_observer_and_loses_nothing(
     assert quorum.voters()[2] == new_directory
     quorum.create_topic(_topic())
     quorum.node(4).kill()  # 1 and the re-added 2 commit without 4
+    quorum.create_topic(_topic())
+
+
+KAFKA_QUORUM_TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
+
+
+@pytest.mark.skipif(kafka_unavailable() is not None, reason=str(kafka_unavailable()))
+def test_kafkas_metadata_quorum_tool_removes_and_adds_a_controller(
+    quorum: DynamicQuorum,
+) -> None:
+    """kafka-metadata-quorum.sh of Kafka 4.3: describe (directory ids and endpoints),
+    remove-controller, then add-controller reading the controller's own properties."""
+    voters = quorum.voters()
+    assert set(voters) == {1, 2, 4} and not quorum.node(4).running()
+    bootstrap = ("--bootstrap-server", quorum.broker.bootstrap)
+    removed = run_tool_process(
+        KAFKA_QUORUM_TOOL,
+        *bootstrap,
+        "remove-controller",
+        "--controller-id=4",
+        f"--controller-directory-id={voters[4]}",
+    )
+    removed.check()
+    # (Kafka 4.3 prints two spaces after "Removed".)
+    assert re.search(f"Removed +KRaft controller 4 with directory id {voters[4]}", removed.out)
+    # Back with its old idea that it votes: the voters take it as an observer, it reads its
+    # removal, and once caught up Kafka's tool adds it again.
+    quorum.node(4).start()
+    eventually(
+        lambda: quorum.caught_up_observer(4, voters[4]),
+        timeout=30.0,
+        what="the removed controller 4 replicating as an observer",
+    )
+    added = run_tool_process(
+        KAFKA_QUORUM_TOOL,
+        *bootstrap,
+        "--command-config",
+        str(quorum.properties(4)),
+        "add-controller",
+    )
+    added.check()
+    assert f"Added controller 4 with directory id {voters[4]}" in added.out
+    described = run_tool_process(KAFKA_QUORUM_TOOL, *bootstrap, "describe", "--status")
+    described.check()
+    for node_id in (1, 2, 4):
+        assert f'"id": {node_id}, "directoryId": "{voters[node_id]}"' in described.out
+    assert f"CONTROLLER://127.0.0.1:{quorum.controller_ports[4]}" in described.out
     quorum.create_topic(_topic())

@@ -130,6 +130,25 @@ def add_admin_commands(sub: argparse._SubParsersAction) -> None:
         help="the metadata quorum as its leader sees it (kafka-metadata-quorum describe "
         "--status and --replication)",
     )
+    quorum_cmd.add_argument(
+        "action",
+        nargs="?",
+        choices=("describe", "add-controller", "remove-controller"),
+        default="describe",
+        help="describe (default); add-controller makes the controller --controller-config "
+        "describes a voter; remove-controller takes --controller-id with "
+        "--controller-directory-id out (a dynamic quorum, KIP-853)",
+    )
+    quorum_cmd.add_argument(
+        "--controller-config",
+        metavar="FILE",
+        help="add-controller: the new controller's server.properties (its node.id, "
+        "CONTROLLER listener and formatted metadata directory)",
+    )
+    quorum_cmd.add_argument("--controller-id", type=int, help="remove-controller: its node id")
+    quorum_cmd.add_argument(
+        "--controller-directory-id", help="remove-controller: its metadata directory id"
+    )
     quorum_cmd.set_defaults(run=_cluster_quorum)
     operations.add_cluster_commands(cluster_sub, common)
 
@@ -1120,6 +1139,28 @@ def _cluster_status(c: Cluster, args: argparse.Namespace, out: Output) -> int:
 
 
 def _cluster_quorum(c: Cluster, args: argparse.Namespace, out: Output) -> int:
+    if args.action == "add-controller":
+        if not args.controller_config:
+            raise ClientError("add-controller needs --controller-config")
+        controller = quorum.controller_from_config(args.controller_config)
+        quorum.add_controller(c, controller)
+        out.text(
+            f"Added controller {controller.node_id} with directory id "
+            f"{controller.directory_id} and endpoints: "
+            + ", ".join(f"{n}://{h}:{p}" for n, h, p in controller.listeners)
+        )
+        return 0
+    if args.action == "remove-controller":
+        if args.controller_id is None or not args.controller_directory_id:
+            raise ClientError(
+                "remove-controller needs --controller-id and --controller-directory-id"
+            )
+        quorum.remove_controller(c, args.controller_id, args.controller_directory_id)
+        out.text(
+            f"Removed KRaft controller {args.controller_id} with directory id "
+            f"{args.controller_directory_id}"
+        )
+        return 0
     info = quorum.describe_quorum(c)
     lag, lag_ms = info.max_follower_lag()
     if out.json:

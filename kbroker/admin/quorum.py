@@ -5,6 +5,8 @@ controller's view, and the lags the Kafka tool derives from it.
 
 from __future__ import annotations
 
+import base64
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,3 +97,87 @@ def describe_quorum(cluster: Cluster) -> QuorumInfo:
         high_watermark=int(partition.high_watermark),
         replicas=(*voters, *observers),
     )
+
+
+# -- changing a dynamic quorum's voters (kafka-metadata-quorum add-controller and
+# remove-controller, KIP-853) -----------------------------------------------------------
+
+ADD_RAFT_VOTER = 80
+REMOVE_RAFT_VOTER = 81
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerKey:
+    """A controller as a voter: node id, metadata directory id, CONTROLLER listeners."""
+
+    node_id: int
+    directory_id: str
+    listeners: tuple[tuple[str, str, int], ...] = ()  # (name, host, port)
+
+
+def controller_from_config(path: str) -> ControllerKey:
+    """The controller a server.properties describes, as add-controller reads it from
+    --command-config: its node.id, the directory.id in its metadata directory's
+    meta.properties, and its CONTROLLER listener. ClientError says what is missing."""
+    from kbroker.admin.client import ClientError
+    from kbroker.config import ConfigError, load_broker_config
+    from kbroker.storage.meta_properties import MetaPropertiesError, read_meta_properties
+
+    try:
+        config = load_broker_config(path)
+    except ConfigError as exc:
+        raise ClientError(f"{path}: {exc}") from None
+    quorum = config.quorum
+    if not quorum.dynamic or quorum.self_address is None:
+        raise ClientError(
+            f"{path} is not a controller of a dynamic quorum "
+            "(controller.quorum.bootstrap.servers, cluster.secret, a CONTROLLER listener)"
+        )
+    try:
+        meta = read_meta_properties(config.metadata_dir)
+    except (MetaPropertiesError, OSError) as exc:
+        raise ClientError(str(exc)) from None
+    if meta is None:
+        raise ClientError(f"{config.metadata_dir} is not formatted (kbroker format)")
+    host, _, port = quorum.self_address.rpartition(":")
+    name = sorted(config.controller_listeners or {"CONTROLLER"})[0]
+    return ControllerKey(quorum.node_id, meta.directory_id, ((name, host.strip("[]"), int(port)),))
+
+
+def _uuid(directory_id: str) -> uuid.UUID:
+    from kbroker.admin.client import ClientError
+
+    try:
+        raw = base64.urlsafe_b64decode(directory_id + "=" * (-len(directory_id) % 4))
+        return uuid.UUID(bytes=raw)
+    except ValueError:
+        raise ClientError(f"{directory_id!r} is not a directory id (a Kafka Uuid)") from None
+
+
+def add_controller(cluster: Cluster, controller: ControllerKey) -> None:
+    """AddRaftVoter: make the controller (an observer that has caught up) a voter."""
+    response = cluster.any().call(
+        ADD_RAFT_VOTER,
+        {
+            "cluster_id": None,
+            "timeout": 30_000,
+            "voter_id": controller.node_id,
+            "voter_directory_id": _uuid(controller.directory_id),
+            "listeners": [
+                {"name": name, "host": host, "port": port}
+                for name, host, port in controller.listeners
+            ],
+        },
+        versions=(0, 0),
+    )
+    check(response.error_code, f"adding controller {controller.node_id}", response.error_message)
+
+
+def remove_controller(cluster: Cluster, node_id: int, directory_id: str) -> None:
+    """RemoveRaftVoter: take the voter (node id and directory id) out of the quorum."""
+    response = cluster.any().call(
+        REMOVE_RAFT_VOTER,
+        {"cluster_id": None, "voter_id": node_id, "voter_directory_id": _uuid(directory_id)},
+        versions=(0, 0),
+    )
+    check(response.error_code, f"removing controller {node_id}", response.error_message)

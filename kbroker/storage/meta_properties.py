@@ -35,11 +35,14 @@ class MetaProperties:
 
 
 def new_directory_id() -> str:
-    """A random Kafka Uuid in its string form (URL-safe base64 without padding)."""
+    """A random Kafka Uuid in its string form (URL-safe base64 without padding); never
+    one starting with "-", which Kafka's Uuid.randomUuid skips too (a command line would
+    take it for an option)."""
     while True:
         raw = uuid.uuid4()
-        if raw.int >= _RESERVED:
-            return base64.urlsafe_b64encode(raw.bytes).decode().rstrip("=")
+        text = base64.urlsafe_b64encode(raw.bytes).decode().rstrip("=")
+        if raw.int >= _RESERVED and not text.startswith("-"):
+            return text
 
 
 def _parse(text: str) -> dict[str, str]:

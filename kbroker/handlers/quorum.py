@@ -16,9 +16,9 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.config.listeners import format_address
 from kbroker.controller.errors import NOT_LEADER_OR_FOLLOWER, ControllerError
 from kbroker.controller.quorum import ReplicaState
-from kbroker.config.listeners import format_address
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses

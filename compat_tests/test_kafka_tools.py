@@ -61,6 +61,12 @@ TOOLS = {
     "kafka-verifiable-consumer": "org.apache.kafka.tools.VerifiableConsumer",
 }
 
+# Streams groups heartbeat every second, so the word count's group assigns its tasks soon
+# after the broker created its internal topics.
+FAST_STREAMS_GROUPS = {
+    "group.streams.min.heartbeat.interval.ms": "500",
+    "group.streams.heartbeat.interval.ms": "1000",
+}
 AUTHORIZER = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "super.users": "User:ANONYMOUS",
@@ -114,7 +120,7 @@ TARGETS = ["single", "cluster"] + (
 def target(
     request: pytest.FixtureRequest, tools: ToolRunner, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Target]:
-    settings = {**FAST_GROUP_SETTINGS, **AUTHORIZER}
+    settings = {**FAST_GROUP_SETTINGS, **AUTHORIZER, **FAST_STREAMS_GROUPS}
     if request.param == "kafka":
         with running_kafka(tmp_path_factory.mktemp("kafka"), 1, settings) as kafka:
             yield Target("kafka", kafka.bootstrap, [1], None, tools)

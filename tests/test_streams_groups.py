@@ -452,21 +452,24 @@ class FakeBroker:
     authorizer: Any = None
 
     def call(self, api: int, **request: Any) -> Any:
+        return self.call_version(api, 0, **request)
+
+    def call_version(self, api: int, version: int, **request: Any) -> Any:
         async def run() -> Any:
             ctx = handler_context(
                 api,
-                0,
+                version,
                 node_id=1,
                 config=ADVERTISED_LOCALHOST,
                 controller=FakeController(self.harness.state),
                 groups=FakeService(self.harness.c),
                 authorizer=self.authorizer,
             )
-            req = build(load_request_schema(api, 0), request)
+            req = build(load_request_schema(api, version), request)
             result = APIS[api].handler(ctx, req)  # type: ignore[arg-type]
             if inspect.isawaitable(result):
                 result = await asyncio.wait_for(result, 1)
-            return decode(api, 0, result)
+            return decode(api, version, result)
 
         return asyncio.run(run())
 
@@ -652,3 +655,20 @@ def test_offsets_of_a_streams_group_are_checked_against_member_epochs() -> None:
     assert [(g.group_id, g.group_type, g.protocol_type) for g in listed] == [
         ("g", "streams", "streams")
     ]
+
+
+def test_other_group_apis_see_a_streams_group_as_kafka_does() -> None:
+    b = FakeBroker(_harness())
+    assert _raw_join(b).error_code == E.none
+    listed = b.call_version(16, 5, states_filter=[], types_filter=["streams"])
+    assert [(g.group_id, g.group_type, g.group_state) for g in listed.groups] == [
+        ("g", "streams", "Stable")
+    ]
+    described = b.call_version(15, 6, groups=["g"], include_authorized_operations=False)
+    assert described.groups[0].error_code == E.group_id_not_found
+    assert described.groups[0].error_message == "Group g is not a classic group."
+    consumer = b.call_version(69, 1, group_ids=["g"], include_authorized_operations=False)
+    assert consumer.groups[0].error_code == E.group_id_not_found
+    assert consumer.groups[0].error_message == "Group g is not a consumer group."
+    deleted = b.call_version(42, 2, groups_names=["g"])
+    assert deleted.results[0].error_code == E.non_empty_group

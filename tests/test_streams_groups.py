@@ -672,3 +672,16 @@ def test_other_group_apis_see_a_streams_group_as_kafka_does() -> None:
     assert consumer.groups[0].error_message == "Group g is not a consumer group."
     deleted = b.call_version(42, 2, groups_names=["g"])
     assert deleted.results[0].error_code == E.non_empty_group
+
+
+def test_missing_source_topic_holds_the_group_until_it_exists() -> None:
+    h = StreamsHarness()
+    c = StreamsClient(h, "m1", "p1")
+    first = c.beat()
+    assert [code for code, _ in first.statuses] == [MISSING_SOURCE_TOPICS]
+    assert not c.active() and not h.created
+    assert h.sc.groups["g"].state == StreamsGroupState.NOT_READY
+    h.create_topic("in", 2)
+    settle([c], 3)
+    assert c.last is not None and not c.last.statuses
+    assert c.active() == {(s, p) for s in "01" for p in range(2)}

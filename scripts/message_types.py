@@ -180,7 +180,7 @@ def _names(apis: dict[int, dict[tuple[str, ...], EntityInfo]]) -> dict[tuple[int
             names[(key, info.name)] = name
     taken: dict[str, tuple[int, str]] = {}
     for ident, name in names.items():
-        assert taken.setdefault(name, ident) == ident or ident[1] == taken[name][1], name
+        assert taken.setdefault(name, ident) == ident, f"two entities named {name}"
     return names
 
 

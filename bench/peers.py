@@ -177,6 +177,9 @@ class KafkaPeer(Peer):
     overrides: dict[str, str] = field(default_factory=dict)
     start_timeout: float = 120.0
     node: object | None = None
+    # A SASL_SSL listener beside PLAINTEXT: its settings (keystore, mechanisms), on secure_port.
+    sasl_ssl: dict[str, str] | None = None
+    secure_port: int = 0
 
     def start(self) -> tuple[float, float | None]:
         """Formats (untimed: an operator's one-time step), launches, and waits for
@@ -188,6 +191,19 @@ class KafkaPeer(Peer):
             raise PeerUnavailable(missing)
         reference = KafkaReference(self.workdir / self.name, 1, self.overrides)
         node = reference.nodes[0]
+        if self.sasl_ssl is not None:
+            self.secure_port = free_port()
+            secure = f"SASL_SSL://{self.host}:{self.secure_port}"
+            node.overrides.update(
+                {
+                    "listeners": f"PLAINTEXT://{node.bootstrap},{secure},"
+                    f"CONTROLLER://{self.host}:{node.controller_port}",
+                    "advertised.listeners": f"PLAINTEXT://{node.bootstrap},{secure}",
+                    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,"
+                    "CONTROLLER:PLAINTEXT",
+                    **self.sasl_ssl,
+                }
+            )
         reference.format()
         self.port, self.log_path, self.node = node.port, node.log_path, node
         launched = time.perf_counter()

@@ -1,7 +1,12 @@
-"""Queue consumption: a share group (KIP-932) against a classic group and RabbitMQ.
+"""Queue consumption: a share group (KIP-932) against a classic group, RabbitMQ and
+Apache Kafka 4.3's own share groups.
 
     .venv/bin/python -m bench.share_groups [--records 200000] [--consumers 1,4,16]
-                                           [--peers kbroker,rabbitmq] [--rounds 3]
+                                           [--peers kbroker,kafka,rabbitmq] [--rounds 3]
+
+`kafka` (bench.peers.KafkaPeer: one KRaft node, share groups on by default in 4.3, where
+share.version is finalized at 1 on a new cluster) runs the same readers as kbroker on the
+same records, its rows labelled "Kafka ...", with the kbroker/Kafka ratio of each figure.
 
 kbroker: one topic of one partition holds `records` records of 100 bytes, written by one
 confluent-kafka Producer with librdkafka's default settings, as an application using it
@@ -56,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.peers import KbrokerPeer, Peer, PeerUnavailable, RabbitMQPeer
+from bench.peers import KafkaPeer, KbrokerPeer, Peer, PeerUnavailable, RabbitMQPeer
 from bench.procs import loadavg, self_cpu_seconds, wait_for_quiet
 
 TIMEOUT_S = 300.0
@@ -66,6 +71,7 @@ OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
 VALUE = b"x" * 100
 QUEUE = "share-bench"
 PROCESSES = " (processes)"  # label suffix of share consumers run one process each
+KAFKA = "Kafka "  # label prefix of the readers run against Kafka
 
 
 @dataclass(frozen=True)
@@ -388,6 +394,14 @@ class Reader:
     prepare: Callable[[], Runner]
 
 
+def kafka_readers(peer: Peer, args: argparse.Namespace, counts: list[int]) -> list[Reader]:
+    """kbroker's readers, run against Kafka, each labelled "Kafka ..."."""
+    readers = kbroker_readers(peer, args, counts)
+    for reader in readers:
+        reader.label = KAFKA + reader.label
+    return readers
+
+
 def kbroker_readers(peer: Peer, args: argparse.Namespace, counts: list[int]) -> list[Reader]:
     topic = prepare_topic(peer.bootstrap, args.records)
     boot, records = peer.bootstrap, args.records
@@ -445,11 +459,13 @@ def main(argv: list[str] | None = None) -> int:
     loads: list[float] = []
     with tempfile.TemporaryDirectory(prefix="kbroker-share-bench-") as tmp:
         kbroker = KbrokerPeer("kbroker", Path(tmp), overrides=OVERRIDES)
+        kafka = KafkaPeer("kafka", Path(tmp), overrides=OVERRIDES)
         rabbit = RabbitMQPeer("rabbitmq", Path(tmp))
         readers: list[Reader] = []
         try:
             for name, peer, make in (
                 ("kbroker", kbroker, kbroker_readers),
+                ("kafka", kafka, kafka_readers),
                 ("rabbitmq", rabbit, rabbit_readers),
             ):
                 if name in wanted:
@@ -473,9 +489,12 @@ def main(argv: list[str] | None = None) -> int:
                     )
         finally:
             kbroker.stop()
+            kafka.stop()
             rabbit.stop()
     rows = _rows(figures)
     _print(rows)
+    if loads:
+        print(f"load average {min(loads):.1f}-{max(loads):.1f} during the rounds")
     if args.json:
         settings = vars(args) | {"json": str(args.json), "loadavg": loads}
         args.json.write_text(json.dumps({"settings": settings, "rows": rows}, indent=1))
@@ -490,17 +509,22 @@ def _median(ms: list[Measure]) -> Measure:
 
 def _rows(figures: dict[str, list[Measure]]) -> list[dict[str, object]]:
     """Per reader its median round, and ratios of medians: to the classic group (kbroker
-    readers) and to RabbitMQ at the same consumer count (share groups), both for the
-    whole read and from the first record on."""
+    readers: the same broker's) and to RabbitMQ at the same consumer count (share groups),
+    both for the whole read and from the first record on; kbroker's to Kafka's."""
     medians = {label: _median(ms) for label, ms in figures.items()}
-    classic = medians.get("classic group, 1 consumer")
     rows: list[dict[str, object]] = []
     for label, m in medians.items():
+        own = KAFKA if label.startswith(KAFKA) else ""
+        classic = medians.get(own + "classic group, 1 consumer")
         row: dict[str, object] = {"reader": label, **asdict(m)}
         row["rounds_records_s"] = [round(x.records_s) for x in figures[label]]
         if classic is not None and not label.startswith("RabbitMQ"):
             row["vs_classic"] = m.records_s / classic.records_s
             row["steady_vs_classic"] = m.steady_records_s / classic.steady_records_s
+        kafka = medians.get(KAFKA + label)
+        if kafka is not None:
+            row["vs_kafka"] = m.records_s / kafka.records_s
+            row["broker_cpu_vs_kafka"] = m.broker_cpu_us / kafka.broker_cpu_us
         rabbit = medians.get(label.removesuffix(PROCESSES).replace("share group", "RabbitMQ"))
         if label.startswith("share group") and rabbit is not None:
             row["vs_rabbitmq"] = m.records_s / rabbit.records_s
@@ -518,7 +542,7 @@ def _print(rows: list[dict[str, object]]) -> None:
     print(
         f"{'reader':38} {'records/s':>10} {'vs classic':>10} {'vs RabbitMQ':>11} "
         f"{'1st rec ms':>10} {'steady/s':>10} {'vs classic':>10} {'vs RabbitMQ':>11} "
-        f"{'broker us/rec':>13} {'client us/rec':>13}"
+        f"{'broker us/rec':>13} {'client us/rec':>13} {'vs Kafka':>9} {'CPU vs Kafka':>12}"
     )
     for row in rows:
         print(
@@ -526,7 +550,8 @@ def _print(rows: list[dict[str, object]]) -> None:
             f"{ratio(row, 'vs_rabbitmq'):>11} {row['first_record_ms']:10.0f} "
             f"{row['steady_records_s']:10.0f} {ratio(row, 'steady_vs_classic'):>10} "
             f"{ratio(row, 'steady_vs_rabbitmq'):>11} "
-            f"{row['broker_cpu_us']:13.1f} {row['client_cpu_us']:13.1f}"
+            f"{row['broker_cpu_us']:13.1f} {row['client_cpu_us']:13.1f} "
+            f"{ratio(row, 'vs_kafka'):>9} {ratio(row, 'broker_cpu_vs_kafka'):>12}"
         )
 
 

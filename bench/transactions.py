@@ -1,6 +1,10 @@
-"""Idempotent and transactional produce against kbroker, in one run.
+"""Idempotent and transactional produce against kbroker, in one run; with
+`--peers kbroker,kafka` against Apache Kafka 4.3 too (one KRaft node, bench.peers.KafkaPeer),
+both brokers up and each round run on one then the other (the first alternating), with
+the broker's CPU per record and the kbroker/Kafka ratios.
 
     .venv/bin/python -m bench.transactions [--records 500000] [--transactions 500] [--rounds 3]
+                                           [--peers kbroker,kafka]
 
 Rows (medians over rounds, each on a fresh topic of 6 partitions, 100 B values,
 acks=all, linger.ms=5, batch.size=1000000, delivery reports only for errors):
@@ -24,7 +28,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.kafka_load import PRODUCER_BULK, produce_rate
-from bench.peers import KbrokerPeer
+from bench.peers import KafkaPeer, KbrokerPeer, Peer, PeerUnavailable
+from bench.procs import loadavg
 
 PARTITIONS = 6
 VALUE = b"x" * 100
@@ -67,43 +72,100 @@ def transactional(bootstrap: str, transactions: int) -> float:
     return transactions / (time.perf_counter() - started)
 
 
+ROWS = (("plain", "plain_rec_s"), ("idempotent", "idempotent_rec_s"), ("txn", "txn_s"))
+
+
+def one_round(peer: Peer, args: argparse.Namespace) -> dict[str, float]:
+    """Each row's rate, and the broker's CPU per record (microseconds) while it ran."""
+    row: dict[str, float] = {}
+    for label, key in ROWS:
+        cpu = peer.cpu_seconds()
+        if label == "txn":
+            row[key] = transactional(peer.bootstrap, args.transactions)
+            records = args.transactions * 100
+        else:
+            row[key] = bulk(peer.bootstrap, args.records, idempotent=label == "idempotent")
+            records = args.records
+        row[f"{label}_cpu_us"] = (peer.cpu_seconds() - cpu) / records * 1e6
+    row["idempotent_over_plain"] = row["idempotent_rec_s"] / row["plain_rec_s"]
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--transactions", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--peers", default="kbroker", help="kbroker, kafka, or both")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="uncounted rounds first: a JVM compiles its hot paths in its first seconds",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    rounds = []
+    rounds: dict[str, list[dict[str, float]]] = {}
+    loads: list[float] = []
     with tempfile.TemporaryDirectory(prefix="kbroker-txbench-") as tmp:
-        peer = KbrokerPeer("kbroker", Path(tmp))
-        peer.start()
+        peers: list[Peer] = []
         try:
-            for _ in range(args.rounds):
-                row = {
-                    "plain_rec_s": bulk(peer.bootstrap, args.records, idempotent=False),
-                    "idempotent_rec_s": bulk(peer.bootstrap, args.records, idempotent=True),
-                    "txn_s": transactional(peer.bootstrap, args.transactions),
-                }
-                row["idempotent_over_plain"] = row["idempotent_rec_s"] / row["plain_rec_s"]
-                rounds.append(row)
-                print(
-                    f"plain {row['plain_rec_s']:>10,.0f} rec/s   idempotent "
-                    f"{row['idempotent_rec_s']:>10,.0f} rec/s   ratio "
-                    f"{row['idempotent_over_plain']:.2f}   100-record transactions "
-                    f"{row['txn_s']:>6,.0f}/s",
-                    flush=True,
+            for name in args.peers.split(","):
+                peer: Peer = (
+                    KbrokerPeer(name, Path(tmp))
+                    if name == "kbroker"
+                    else KafkaPeer(name, Path(tmp))
                 )
+                try:
+                    peer.start()  # type: ignore[attr-defined]
+                except PeerUnavailable as exc:
+                    print(f"{name} skipped: {exc}")
+                    continue
+                peers.append(peer)
+            for round_no in range(-args.warmup, args.rounds):
+                for peer in peers if round_no % 2 == 0 else peers[::-1]:
+                    loads.append(loadavg())
+                    row = one_round(peer, args)
+                    if round_no >= 0:
+                        rounds.setdefault(peer.name, []).append(row)
+                    print(
+                        f"{'warm-up ' if round_no < 0 else ''}{peer.name:8} plain {row['plain_rec_s']:>10,.0f} rec/s   idempotent "
+                        f"{row['idempotent_rec_s']:>10,.0f} rec/s   ratio "
+                        f"{row['idempotent_over_plain']:.2f}   100-record transactions "
+                        f"{row['txn_s']:>6,.0f}/s   broker us/rec plain "
+                        f"{row['plain_cpu_us']:.1f} idempotent {row['idempotent_cpu_us']:.1f} "
+                        f"txn {row['txn_cpu_us']:.1f}",
+                        flush=True,
+                    )
         finally:
-            peer.stop()
-    summary = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-    print(
-        f"median: plain {summary['plain_rec_s']:,.0f} rec/s, idempotent "
-        f"{summary['idempotent_rec_s']:,.0f} rec/s (ratio {summary['idempotent_over_plain']:.2f}), "
-        f"{summary['txn_s']:,.0f} transactions/s = {summary['txn_s'] * 100:,.0f} rec/s"
-    )
+            for peer in peers:
+                peer.stop()
+    summary = {
+        name: {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+        for name, rows in rounds.items()
+    }
+    print(f"load average {min(loads):.1f}-{max(loads):.1f} during the rounds")
+    for name, med in summary.items():
+        print(
+            f"median {name}: plain {med['plain_rec_s']:,.0f} rec/s, idempotent "
+            f"{med['idempotent_rec_s']:,.0f} rec/s (ratio {med['idempotent_over_plain']:.2f}), "
+            f"{med['txn_s']:,.0f} transactions/s = {med['txn_s'] * 100:,.0f} rec/s; broker CPU "
+            f"us/record plain {med['plain_cpu_us']:.1f}, idempotent {med['idempotent_cpu_us']:.1f},"
+            f" transactional {med['txn_cpu_us']:.1f}"
+        )
+    if "kbroker" in summary and "kafka" in summary:
+        kb, ka = summary["kbroker"], summary["kafka"]
+        print("| row | kbroker/Kafka rate | kbroker/Kafka broker CPU per record |")
+        print("| --- | ---: | ---: |")
+        for label, key in ROWS:
+            print(
+                f"| {label} | {kb[key] / ka[key]:.2f}x "
+                f"| {kb[label + '_cpu_us'] / ka[label + '_cpu_us']:.2f}x |"
+            )
     if args.json:
-        args.json.write_text(json.dumps({"rounds": rounds, "median": summary}, indent=1))
+        args.json.write_text(
+            json.dumps({"rounds": rounds, "median": summary, "loadavg": loads}, indent=1)
+        )
     return 0
 
 

@@ -159,11 +159,12 @@ def _heartbeat_response(result: StreamsHeartbeatResult) -> r.StreamsGroupHeartbe
         "heartbeat_interval": result.heartbeat_interval_ms,
         "acceptable_recovery_lag": result.acceptable_recovery_lag,
         "task_offset_interval": result.task_offset_interval_ms,
+        # An error carries an empty status list, as Kafka's error answers do (not null).
         "status": [
             {"status_code": code, "status_detail": detail} for code, detail in result.statuses
         ]
         if result.error == E.none
-        else None,
+        else [],
         "active_tasks": None if a is None else _task_ids(a.active),
         "standby_tasks": None if a is None else _task_ids(a.standby),
         "warmup_tasks": None if a is None else _task_ids(a.warmup),

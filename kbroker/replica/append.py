@@ -161,8 +161,9 @@ class DelayedProduce:
         self.storage_failed = False
         self._entries = entries
         self._failed = failed
-        self._flushing: set[PartitionLog] = set()
-        self._pending: dict[int, tuple[PendingAck, ProducedPartition]] = {}
+        # Made only when there is something to wait for (most appends have nothing).
+        self._flushing: set[PartitionLog] | None = None
+        self._pending: dict[int, tuple[PendingAck, ProducedPartition]] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._callback: Completion | None = None
 
@@ -198,9 +199,10 @@ class DelayedProduce:
 
     def cancel(self) -> None:
         """Nobody waits for the answer any more: drop the pending acknowledgements."""
-        for ack, _ in self._pending.values():
-            ack.cancel()
-        self._pending.clear()
+        if self._pending:
+            for ack, _ in self._pending.values():
+                ack.cancel()
+            self._pending.clear()
         if self._timer is not None:
             self._timer.cancel()
         self._callback = None
@@ -212,8 +214,9 @@ class DelayedProduce:
         if self._pending and timeout_ms is not None:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(max(timeout_ms, 0) / 1000, self._expire)
-        for plog in list(self._flushing):
-            durable(plog, functools.partial(self._durable, plog))
+        if self._flushing:
+            for plog in list(self._flushing):
+                durable(plog, functools.partial(self._durable, plog))
         if not self._pending and not self._flushing:
             self.done = True
 
@@ -222,6 +225,8 @@ class DelayedProduce:
     ) -> None:
         outcome = partition.await_replication(required, functools.partial(self._acked, key, result))
         if isinstance(outcome, PendingAck):
+            if self._pending is None:
+                self._pending = {}
             self._pending[key] = (outcome, result)
         elif outcome:
             result.error_code = outcome
@@ -229,30 +234,33 @@ class DelayedProduce:
     # -- completions ----------------------------------------------------------------------
 
     def _acked(self, key: int, result: ProducedPartition, code: ErrorCode) -> None:
-        self._pending.pop(key, None)
+        if self._pending is not None:
+            self._pending.pop(key, None)
         if code:
             result.error_code = code
         self._finish()
 
     def _expire(self) -> None:
-        for ack, result in self._pending.values():
-            ack.cancel()
-            result.error_code = ErrorCode.request_timed_out
-        self._pending.clear()
+        if self._pending:
+            for ack, result in self._pending.values():
+                ack.cancel()
+                result.error_code = ErrorCode.request_timed_out
+            self._pending.clear()
         self._finish()
 
     def _durable(self, plog: PartitionLog, error: OSError | None) -> None:
         if self.done:
             return
         if error is None:
-            self._flushing.discard(plog)
+            if self._flushing:
+                self._flushing.discard(plog)
             if not self._flushing:
                 self._finish()
             return
         self.flush_error = error
         if self._mark_storage_failures():
             self.storage_failed = True
-            self._flushing.clear()
+            self._flushing = None
             self._finish()
         else:
             self.error = error
@@ -293,13 +301,24 @@ def append_records(
     entries: Sequence[AppendEntry],
     acks: int,
     timeout_ms: int | None,
+    *,
     origin: int = CLIENT,
     now_ms: int | None = None,
     request_version: int | None = None,
     transactional_id: str | None = None,
     stats: AppendStats | None = None,
 ) -> DelayedProduce:
-    """See `ReplicaManager.append_records`."""
+    """Append each entry's batches to this broker's leader replica of its partition:
+    the one way to append as leader (Kafka's appendRecords), `ReplicaManager.append_records`.
+
+    Every partition's outcome is a Kafka error code in the returned answer's `results`
+    (entries' order), never an exception; an I/O error takes the log directory offline.
+    `acks` (0, 1 or -1) and the logs' flush policy decide what the answer waits for, up
+    to `timeout_ms` for the followers (None: as long as this broker leads). A client's
+    Produce gives its `request_version`: its records then pass the produce-path policies
+    (legacy up-conversion, schema validation, transactional verification with
+    `transactional_id`) and count in `stats`. `origin` is storage.producer_state's
+    CLIENT or COORDINATOR."""
     if now_ms is None:
         now_ms = int(time.time() * 1000)
     results: list[ProducedPartition] = []
@@ -310,10 +329,15 @@ def append_records(
     issued = None
     if client and manager.metadata is not None:
         issued = manager.metadata().next_producer_id
-    flushing = delayed._flushing
+    validation = manager.record_validation if client else None
+    verifier = manager.transaction_verifier if client else None
+    hosted = manager.hosted
+    node_id = manager.node_id
     key = 0
     for topic, index, records in entries:
-        partition, code = manager.leader(topic, index)
+        partition = hosted.get((topic, index))
+        if partition is None or partition.leader_id != node_id:  # leader()'s fast path
+            partition, code = manager.leader(topic, index)
         if partition is None:
             why = failed.get((topic, index))
             if why is not None:  # its log could not be made or opened here
@@ -334,11 +358,30 @@ def append_records(
                 continue
             if stats is not None:
                 stats.produced_bytes += len(records)
-            checked = _client_policies(manager, topic, index, records, version, transactional_id)
-            if isinstance(checked, ProducedPartition):
-                results.append(checked)
-                continue
-            records = checked
+            if version < FIRST_V2_ONLY_VERSION and is_legacy(records):
+                converted = _up_convert(topic, index, records)
+                if isinstance(converted, ProducedPartition):
+                    results.append(converted)
+                    continue
+                records = converted
+            if validation is not None:
+                refused = validation.refuse(topic, records)
+                if refused is not None:
+                    message, errors = refused
+                    results.append(
+                        ProducedPartition(
+                            index,
+                            ErrorCode.invalid_record,
+                            error_message=message,
+                            record_errors=tuple(errors),
+                        )
+                    )
+                    continue
+            if verifier is not None and starts_with_transactional_data(records):
+                code = verifier(transactional_id, topic, index, records)
+                if code:
+                    results.append(ProducedPartition(index, code))
+                    continue
         try:
             appended = partition.append_as_leader(records, now_ms, origin, acks, issued)
         except PartitionError as exc:
@@ -365,7 +408,9 @@ def append_records(
             continue
         plog = partition.log
         if plog.config.fsyncs_every_append:
-            flushing.add(plog)
+            if delayed._flushing is None:
+                delayed._flushing = set()
+            delayed._flushing.add(plog)
         if acks == ALL_REPLICAS:
             required = appended.last_offset + 1
             decided = partition.replication_outcome(required)
@@ -374,7 +419,10 @@ def append_records(
                 key += 1
             elif decided:
                 result.error_code = decided
-    delayed._start(manager.logs.when_durable, timeout_ms)
+    if delayed._pending or delayed._flushing:
+        delayed._start(manager.logs.when_durable, timeout_ms)
+    else:
+        delayed.done = True
     return delayed
 
 
@@ -387,41 +435,16 @@ def _no_batch(index: int, version: int) -> ProducedPartition:
     )
 
 
-def _client_policies(
-    manager: ReplicaManager,
-    topic: str,
-    index: int,
-    records: Records,
-    version: int,
-    transactional_id: str | None,
-) -> Records | ProducedPartition:
-    """What a client's Produce passes before its records are appended: the batches (a
-    legacy message set up-converted), or the partition's refusal."""
-    if version < FIRST_V2_ONLY_VERSION and is_legacy(records):
-        # Message format v0/v1 (Produce v0-2): stored as one v2 batch, as Kafka 3.9 does.
-        try:
-            converted: Records = up_convert(records)
-        except InvalidLegacyRecordError as exc:
-            return ProducedPartition(index, ErrorCode.invalid_record, error_message=str(exc))
-        except InvalidBatchError as exc:
-            log.warning("rejecting corrupt messages for %s-%d: %s", topic, index, exc)
-            return ProducedPartition(index, ErrorCode.corrupt_message, error_message=str(exc))
-    else:
-        converted = records
-    validation = manager.record_validation
-    if validation is not None:
-        refused = validation.refuse(topic, converted)
-        if refused is not None:
-            message, errors = refused
-            return ProducedPartition(
-                index, ErrorCode.invalid_record, error_message=message, record_errors=tuple(errors)
-            )
-    verifier = manager.transaction_verifier
-    if verifier is not None and starts_with_transactional_data(converted):
-        code = verifier(transactional_id, topic, index, converted)
-        if code:
-            return ProducedPartition(index, code)
-    return converted
+def _up_convert(topic: str, index: int, records: Records) -> Records | ProducedPartition:
+    """Message format v0/v1 (Produce v0-2): stored as one v2 batch, as Kafka 3.9 does;
+    or the partition's refusal of messages that do not parse."""
+    try:
+        return up_convert(records)
+    except InvalidLegacyRecordError as exc:
+        return ProducedPartition(index, ErrorCode.invalid_record, error_message=str(exc))
+    except InvalidBatchError as exc:
+        log.warning("rejecting corrupt messages for %s-%d: %s", topic, index, exc)
+        return ProducedPartition(index, ErrorCode.corrupt_message, error_message=str(exc))
 
 
 def _refused(

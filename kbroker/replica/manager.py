@@ -10,26 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import MetadataState, PartitionInfo
-from kbroker.replica.append import (
-    AppendEntry,
-    AppendStats,
-    DelayedProduce,
-    RecordValidation,
-    TransactionVerifier,
-    append_records,
-)
+from kbroker.replica.append import RecordValidation, TransactionVerifier, append_records
 from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.fetcher import ReplicaFetchers
 from kbroker.replica.partition import Partition
 from kbroker.storage.log import LogConfig
 from kbroker.storage.manager import LogManager
-from kbroker.storage.producer_state import CLIENT
 
 log = logging.getLogger("kbroker.replica")
 
@@ -100,40 +92,8 @@ class ReplicaManager:
         code = found.check_leader(current_leader_epoch)
         return (None, code) if code else (found, code)
 
-    def append_records(
-        self,
-        entries: Sequence[AppendEntry],
-        acks: int,
-        timeout_ms: int | None,
-        *,
-        origin: int = CLIENT,
-        now_ms: int | None = None,
-        request_version: int | None = None,
-        transactional_id: str | None = None,
-        stats: AppendStats | None = None,
-    ) -> DelayedProduce:
-        """Append each entry's batches to this broker's leader replica of its partition:
-        the one way to append as leader (Kafka's appendRecords; kbroker.replica.append).
-
-        Every partition's outcome is a Kafka error code in the returned answer's
-        `results` (entries' order), never an exception; an I/O error takes the log
-        directory offline. `acks` (0, 1 or -1) and the logs' flush policy decide what
-        the answer waits for, up to `timeout_ms` for the followers (None: as long as
-        this broker leads). A client's Produce gives its `request_version`: its records
-        then pass the produce-path policies (legacy up-conversion, schema validation,
-        transactional verification with `transactional_id`) and count in `stats`.
-        `origin` is storage.producer_state's CLIENT or COORDINATOR."""
-        return append_records(
-            self,
-            entries,
-            acks,
-            timeout_ms,
-            origin,
-            now_ms,
-            request_version,
-            transactional_id,
-            stats,
-        )
+    # The one way to append as leader (Kafka's appendRecords): kbroker/replica/append.py.
+    append_records = append_records
 
     def ensure(
         self,

@@ -243,6 +243,8 @@ class Partition:
         issued_producer_ids: int | None = None,
     ) -> AppendResult:
         """Append a client's (or a coordinator's) batches with offsets from this log.
+        Requests reach it through `ReplicaManager.append_records` (replica/append.py),
+        which turns what this raises into Kafka error codes.
 
         Raises PartitionError with NOT_LEADER_OR_FOLLOWER on a follower and, for
         acks=all, NOT_ENOUGH_REPLICAS when the ISR is smaller than min.insync.replicas

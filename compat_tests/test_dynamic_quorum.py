@@ -298,6 +298,21 @@ def test_a_dead_controller_is_replaced_while_the_quorum_keeps_committing(
     quorum.create_topic(_topic())
     quorum.node(2).start()
 
+    # The active controller itself is removed: it hands its leadership over first, then
+    # follows as an observer, and is added back once caught up.
+    leader = quorum.quorum().leader_id
+    assert quorum.remove_voter(leader, directories[leader]) == (0, None)
+    assert set(quorum.voters()) == set(directories) - {leader}
+    quorum.create_topic(_topic())
+    eventually(
+        lambda: quorum.caught_up_observer(leader, directories[leader]),
+        timeout=30.0,
+        what=f"the removed controller {leader} replicating as an observer",
+    )
+    assert quorum.add_voter(leader, directories[leader]) == (0, None)
+    assert quorum.voters() == directories
+    quorum.create_topic(_topic())
+
 
 def test_a_wiped_voter_comes_back_as_an_observer_and_loses_nothing(
     quorum: DynamicQuorum,

@@ -94,6 +94,10 @@ DESCRIBE_QUORUM_TIMEOUT_S = 5.0
 VOTERS_FILE = "quorum-voters.json"
 # AddRaftVoter takes an observer that held everything the leader held this recently.
 VOTER_CAUGHT_UP_MS = 10_000
+# Removing the active controller: how often it is asked again, while it hands over.
+VOTER_CHANGE_RETRY_S = 0.3
+# How often a voter change's proposer looks whether it has applied the change itself.
+VOTER_CHANGE_POLL_S = 0.1
 FAIL_REASON_REQUEST_DENIED = FAIL_REASON.REQUEST_DENIED
 FAIL_REASON_NOT_LEADER = FAIL_REASON.NOT_LEADER
 # Between two tries of a client's change while the quorum elects a controller.
@@ -448,21 +452,36 @@ class Controller:
         raft, loop = self._raft, self._loop
         if raft is None or loop is None:
             raise ControllerError(NOT_LEADER_OR_FOLLOWER, "controller is not running")
-        fut: asyncio.Future[int] = loop.create_future()
+        key = replica_key(voter.node_id, voter.directory_id)
+        deadline = time.monotonic() + self.config.commit_timeout_s
+        while True:
+            fut: asyncio.Future[int] = loop.create_future()
 
-        def done(outcome: Any, fail_reason: int) -> None:  # on the Raft thread
-            self._call_soon(_settle_reason, fut, fail_reason)
+            def done(outcome: Any, fail_reason: int, fut: asyncio.Future[int] = fut) -> None:
+                self._call_soon(_settle_reason, fut, fail_reason)  # on the Raft thread
 
-        raft.change_voters(op, voter, done)
-        try:
-            async with asyncio.timeout(self.config.commit_timeout_s):
-                reason = await fut
-        except TimeoutError:
-            raise ControllerError(
-                REQUEST_TIMED_OUT,
-                f"Request timed out waiting for the voter change of "
-                f"{replica_key(voter.node_id, voter.directory_id)} to commit",
-            ) from None
+            raft.change_voters(op, voter, done)
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    reason = await self._voter_change_outcome(fut, op, voter)
+            except TimeoutError:
+                raise ControllerError(
+                    REQUEST_TIMED_OUT,
+                    f"Request timed out waiting for the voter change of {key} to commit",
+                ) from None
+            leader_goes = op == "rem" and self._state.controller_id == voter.node_id
+            if reason != FAIL_REASON_REQUEST_DENIED or not leader_goes:
+                break
+            # pysyncobj's leader cannot remove itself: it hands its leadership over first
+            # (Kafka's leader resigns once its removal is committed), then it is removed.
+            if time.monotonic() >= deadline:
+                raise ControllerError(
+                    REQUEST_TIMED_OUT,
+                    f"Request timed out waiting for the active controller {key} to hand its "
+                    "leadership over before its removal",
+                )
+            raft.resign_leader(voter.address)
+            await asyncio.sleep(VOTER_CHANGE_RETRY_S)
         if reason == 0:
             # Committed: the state learns it as this node applies the entry.
             for _ in range(200):
@@ -471,13 +490,6 @@ class Controller:
                 await asyncio.sleep(0.01)
             return
         if reason == FAIL_REASON_REQUEST_DENIED:
-            if op == "rem" and self._state.controller_id == voter.node_id:
-                raise ControllerError(
-                    REQUEST_TIMED_OUT,
-                    f"Cannot remove {replica_key(voter.node_id, voter.directory_id)} while it "
-                    "is the active controller: move the leadership first (stop it, or "
-                    "transfer it) and retry",
-                )
             raise ControllerError(
                 REQUEST_TIMED_OUT,
                 "Request timed out waiting for leader to handle previous add or remove voter "
@@ -489,6 +501,30 @@ class Controller:
             REQUEST_TIMED_OUT,
             f"voter change not committed: {FAIL_REASON_NAMES.get(reason)}",
         )
+
+    async def _voter_change_outcome(
+        self, fut: asyncio.Future[int], op: str, voter: VoterNode
+    ) -> int:
+        """pysyncobj's answer to the change, or success once this node has applied it: a
+        controller that removed itself stops following the leader as a voter before its
+        own proposal's answer can reach it."""
+        while True:
+            applied = self._state.voters.get(voter.node_id)
+            wanted = (voter.directory_id, voter.address) if op == "add" else None
+            if op == "add" and applied == wanted or op == "rem" and applied is None:
+                return 0
+            if fut.done():
+                reason = fut.result()
+                if reason in (0, FAIL_REASON_REQUEST_DENIED, FAIL_REASON_NOT_LEADER):
+                    return reason
+                # Lost with its connection (LEADER_CHANGED, DISCARDED...): it may still
+                # commit, which this node sees when it applies it.
+                await asyncio.sleep(VOTER_CHANGE_POLL_S)
+                continue
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), VOTER_CHANGE_POLL_S)
+            except TimeoutError:
+                continue
 
     def subscribe(self, callback: Callable[[MetadataEvent], None]) -> None:
         self._subscribers.append(callback)

@@ -22,6 +22,7 @@ once its election timeout passes (a vote from itself is a majority of one).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -39,7 +40,7 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import Node, TCPNode
 from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.syncobj import _COMMAND_TYPE
-from pysyncobj.tcp_connection import TcpConnection
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport, Transport
 
 from kbroker.controller import pysyncobj_base
@@ -74,6 +75,9 @@ TICK_FAILURES_TO_STOP = 100
 # kbroker's own Raft messages, beside pysyncobj's: a follower asks the leader for its view
 # of the quorum (DescribeQuorum is answered by the leader, as in KRaft) and gets it back.
 _DESCRIBE_QUORUM = "kbroker_describe_quorum"
+# A node asks the leader to hand its leadership over (a dynamic quorum's RemoveRaftVoter
+# of the active controller: pysyncobj's leader cannot remove itself).
+_RESIGN = "kbroker_resign"
 _QUORUM_DESCRIBED = "kbroker_quorum_described"
 # A question the leader has not answered in this long is forgotten (its asker gave up).
 _DESCRIBE_FORGET_S = 60.0
@@ -238,11 +242,37 @@ class ReplicaIdTransport(TCPTransport):
             return
         super()._sendSelfAddress(conn)
 
+    def dropNode(self, node: Node) -> None:  # noqa: N802
+        """A voter left a dynamic quorum: its connection, if up, is kept as an observer's,
+        so the leader goes on sending it the log and it reads its own removal (else a
+        removed voter that waits to be dialled would never learn it)."""
+        raft = self._syncObj
+        conn = self._connections.get(node)
+        if (
+            not isinstance(raft, _RaftNode)
+            or not raft.dynamic
+            or not isinstance(node, TCPNode)
+            or conn is None
+            or conn.state != CONNECTION_STATE.CONNECTED
+        ):
+            super().dropNode(node)
+            return
+        del self._connections[node]
+        self._nodes.discard(node)
+        self._nodeAddrToNode.pop(node.address, None)
+        self._lastConnectAttempt.pop(node, None)
+        observer = Node(str(self._readonlyNodesCounter))
+        self._readonlyNodesCounter += 1
+        self._readonlyNodes.add(observer)
+        self._connections[observer] = conn
+        conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, observer))
+        self._onReadonlyNodeConnected(observer)
+
     def redial(self) -> None:
         """Drop every connection and set them up again: this node's identity changed
         (it became a voter, or stopped being one)."""
         for node in list(self._nodes):
-            self.dropNode(node)
+            super().dropNode(node)
             self.addNode(node)
 
     def send(self, node: Node, message: Any) -> bool:
@@ -352,6 +382,10 @@ class _RaftNode(SyncObj):
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == _DESCRIBE_QUORUM:
             self._answer_describe(node, message)
+            return
+        if kind == _RESIGN:
+            if self._isLeader() and message.get("leader") == self._SyncObj__selfNode.id:
+                self.transferLeadership(callback=_log_transfer)
             return
         if kind == _QUORUM_DESCRIBED:
             self._on_described(message)
@@ -778,6 +812,25 @@ class RaftThread:
             callback(outcome, fail_reason)
 
         node.apply_command(kind, payload, callback=done)
+
+    def resign_leader(self, address: str) -> None:
+        """Have the leader hand its leadership to the most caught-up voter, if it is still
+        the voter at `address` (once another leads, nothing is asked). Best effort, as
+        transfer_leadership."""
+
+        def resign(node: _RaftNode) -> None:
+            leader = node._getLeader()
+            if leader is None or leader.id != address:
+                return
+            if node._isLeader():
+                node.transferLeadership(callback=_log_transfer)
+            else:
+                node._SyncObj__transport.send(leader, {"type": _RESIGN, "leader": address})
+
+        with self._calls_lock:
+            self._calls.append(resign)
+        if self._wake is not None:
+            self._wake.notify()
 
     def transfer_leadership(self) -> None:
         """Ask the most caught-up connected voter to take over leadership now (Raft's

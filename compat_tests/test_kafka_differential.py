@@ -813,6 +813,11 @@ def test_mirror_maker_moves_topics_and_groups_both_ways(
         "emit.heartbeats.interval.seconds": "1",
         "refresh.topics.interval.seconds": "1",
         "refresh.groups.interval.seconds": "1",
+        # Each target's Connect worker flushes its offsets, which is also when the source
+        # task sends the offset sync of the last record it copied, every second (60 s by
+        # default, most of this test's time otherwise).
+        "kafka.offset.flush.interval.ms": "1000",
+        "kbroker.offset.flush.interval.ms": "1000",
         "replication.factor": "1",
         "checkpoints.topic.replication.factor": "1",
         "heartbeats.topic.replication.factor": "1",

@@ -180,6 +180,7 @@ class Broker:
         self._tasks: list[asyncio.Task[Any]] = []
         self._heartbeat_task: asyncio.Task[None] | None = None
         self.registration: BrokerInfo | None = None
+        self._previous_epoch = -1
         self.started_at = 0.0
         self.ready = False
         self.stopping = False
@@ -284,6 +285,7 @@ class Broker:
         cluster_id = self.controller.state.cluster_id
         if cluster_id is not None:
             self.logs.check_directories(cluster_id, self.node_id)
+        self._previous_epoch = self.logs.take_clean_shutdown_marker()
         self.logs.load_all(self._log_config_for_partition, now_ms())
         self.registration = await self._register_at_start(started + timeout_s)
         self.last_heartbeat_ack = time.monotonic()
@@ -382,6 +384,8 @@ class Broker:
         await self.replicas.stop()
         self.waiters.wake_all()
         self.logs.close_all()
+        if self.registration is not None:
+            self.logs.write_clean_shutdown_marker(self.registration.epoch)
         await self.controller.stop()
         log.info("kbroker node %d stopped cleanly", self.node_id)
 
@@ -712,6 +716,9 @@ class Broker:
             self.config.broker_rack,
             [(e.name, e.host, e.port) for e in self.config.advertised_endpoints],
             self._offline_replicas(),
+            # this process's own incarnation when registering again, else what the
+            # last clean stop recorded (-1: unclean, see take_clean_shutdown_marker)
+            self.registration.epoch if self.registration else self._previous_epoch,
         )
 
     def _offline_replicas(self) -> list[tuple[uuid.UUID, int]]:

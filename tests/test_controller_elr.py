@@ -160,3 +160,108 @@ def test_an_unclean_election_empties_the_elr():
     p = PartitionInfo(0, -1, (1, 2, 3), (), 4, 9, elr=(1, 2), last_known_elr=(3,))
     elected = leadership.elect_unclean(p, lambda node: node == 3)
     assert (elected.leader, elected.isr, elected.elr, elected.last_known_elr) == (3, (3,), (), ())
+
+
+def register(state: MetadataState, node: int, previous_epoch: int | None) -> MetadataState:
+    payload: dict[str, Any] = {"node_id": node, "host": "h", "port": 9000 + node}
+    payload["timestamp_ms"] = 0
+    if previous_epoch is not None:
+        payload["previous_epoch"] = previous_epoch
+    return apply_command(state, cmd.REGISTER_BROKER, payload).state
+
+
+def test_a_broker_back_from_an_unclean_shutdown_leaves_every_elr_and_does_not_lead():
+    state = fence(fence(fence(cluster(elr=True), 3), 2), 1)
+    assert (part(state).leader, set(part(state).elr)) == (-1, {1, 2})
+    epoch_2 = state.brokers[2].epoch
+    killed = register(state, 2, None)  # no clean-shutdown marker: previous epoch -1
+    p = part(killed)
+    assert (p.leader, p.elr, p.last_known_elr) == (-1, (1,), (2,))
+    assert p.partition_epoch > part(state).partition_epoch
+    assert part(register(state, 2, epoch_2 - 1)).elr == (1,)  # another incarnation's marker
+    clean = register(state, 2, epoch_2)  # it stopped cleanly as the incarnation known
+    assert (part(clean).leader, part(clean).isr) == (2, (2,))
+    back = register(killed, 1, killed.brokers[1].epoch)
+    p = part(back)
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (1, (1,), (), (2,))
+
+
+def test_the_last_known_elr_remembers_former_members_until_the_isr_is_back_at_min_isr():
+    state = fence(fence(fence(cluster(elr=True), 3), 2), 1)
+    state = register(register(state, 1, None), 2, None)  # both killed: neither eligible
+    p = part(state)
+    assert (p.leader, p.isr, p.elr, set(p.last_known_elr)) == (-1, (), (), {1, 2})
+    again = state_from_plain(state_to_plain(state))
+    assert set(part(again).last_known_elr) == {1, 2}
+
+
+def test_an_unclean_election_prefers_an_eligible_replica_and_keeps_the_rest_eligible():
+    from kbroker.controller import leadership
+
+    rules = leadership.Rules(min_isr=2, elr=True)
+    p = PartitionInfo(0, -1, (1, 2, 3), (), 4, 9, elr=(1, 2), last_known_elr=(3,))
+    elected = leadership.elect_unclean(p, lambda node: node != 1, rules)
+    assert (elected.leader, elected.isr, elected.elr) == (2, (2,), (1,))
+    assert elected.last_known_elr == (3,)
+    # without a usable eligible replica it is unclean: any live replica, ELRs emptied
+    elected = leadership.elect_unclean(p, lambda node: node == 3, rules)
+    assert (elected.leader, elected.isr, elected.elr, elected.last_known_elr) == (3, (3,), (), ())
+
+
+def test_elect_leaders_unclean_with_no_eligible_replica_takes_a_live_one_and_forgets_the_rest():
+    state = fence(fence(fence(cluster(elr=True), 3), 2), 1)
+    state = register(state, 1, None)  # 1 killed: live but not eligible; 2 still eligible
+    state = unfence(register(state, 3, None), 3)
+    state = register(state, 2, None)  # 2 killed too: only the last known ELR has it
+    assert (part(state).leader, part(state).elr) == (-1, ())
+    # every ELR emptied: UNCLEAN takes the first live replica and clears the memory
+    applied = apply_command(
+        state, cmd.ELECT_LEADERS, {"election_type": 1, "partitions": [[TOPIC, 0]]}
+    )
+    assert applied.outcome == [[TOPIC, 0, 0, None]]
+    p = part(applied.state)
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (1, (1,), (), ())
+
+
+def test_a_replica_reassigned_away_leaves_the_elr():
+    state = fence(fence(cluster(elr=True), 3), 2)
+    assert (part(state).isr, part(state).elr) == ((1,), (2,))
+    applied = apply_command(
+        state,
+        cmd.ALTER_PARTITION_REASSIGNMENTS,
+        {"partitions": [[TOPIC, 0, [1, 3]]], "min_isr": 1},
+    )
+    assert applied.outcome == [[TOPIC, 0, 0, None]]
+    p = part(applied.state)  # 3 is being added; 2 still a replica, still eligible
+    assert (p.replicas, p.elr) == ((1, 3, 2), (2,))
+    applied = apply_command(
+        applied.state, cmd.ALTER_PARTITION_REASSIGNMENTS, {"partitions": [[TOPIC, 0, [1]]]}
+    )
+    p = part(applied.state)  # done at once: 2 and 3 are no replicas any more
+    assert (p.replicas, p.isr, p.elr, p.last_known_elr) == ((1,), (1,), (), ())
+
+
+def test_a_min_isr_change_clears_the_elrs_at_once():
+    state = fence(fence(cluster(elr=True), 3), 2)
+    assert part(state).elr == (2,)
+    topic_id = state.topics[TOPIC].topic_id.bytes
+    same = apply_command(
+        state, cmd.ALTER_TOPIC_CONFIGS, {"name": TOPIC, "topic_id": topic_id, "set": {}}
+    )
+    assert part(same.state).elr == (2,)  # no change of min.insync.replicas
+    applied = apply_command(
+        state,
+        cmd.ALTER_TOPIC_CONFIGS,
+        {"name": TOPIC, "topic_id": topic_id, "set": {"min.insync.replicas": "3"}},
+    )
+    p = part(applied.state)
+    assert (p.elr, p.last_known_elr, p.partition_epoch) == ((), (), part(state).partition_epoch + 1)
+    assert any(getattr(e, "info", None) == p for e in applied.events)
+    node_level = apply_command(
+        state, cmd.ALTER_BROKER_CONFIGS, {"resource": "1", "set": {"min.insync.replicas": "1"}}
+    )
+    assert part(node_level.state).elr == (2,)
+    cluster_default = apply_command(
+        state, cmd.ALTER_BROKER_CONFIGS, {"resource": "", "set": {"min.insync.replicas": "1"}}
+    )
+    assert part(cluster_default.state).elr == ()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -242,6 +242,16 @@ def _forget_elr(part: PartitionInfo, node_id: int) -> PartitionInfo:
     )
 
 
+def _after_unclean_shutdown(
+    part: PartitionInfo, node_id: int, rules: leadership.Rules
+) -> PartitionInfo:
+    """`part` without `node_id` in its ELR (kept in its last known ELR), the broker having
+    restarted after an unclean shutdown."""
+    if node_id not in part.elr:
+        return part
+    return leadership.with_elr(part, part, rules, False, unclean_shutdown=(node_id,))
+
+
 def _register_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
     """A broker (re)joins: a new incarnation with a new broker epoch, unfenced. A restart
     the controller had not noticed first ends the old incarnation's leaderships and ISR
@@ -253,13 +263,23 @@ def _register_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
     defaults = _defaults(state, p)
     changed: tuple[MetadataEvent, ...] = ()
     old = state.brokers.get(node_id)
+    if old is not None and p.get("previous_epoch", -1) != old.epoch:
+        # Not a clean shutdown of the incarnation the controller knows: its log may have
+        # lost acknowledged records, so it may not lead from an ELR (Kafka's
+        # handleBrokerUncleanShutdown).
+        state, changed = _update_partitions(
+            state,
+            lambda part, usable, rules: _after_unclean_shutdown(part, node_id, rules),
+            defaults,
+        )
     if old is not None and not old.fenced:
         state = _with_broker(state, replace(old, fenced=True))
-        state, changed = _update_partitions(
+        state, gone = _update_partitions(
             state,
             lambda part, usable, unclean: leadership.without_broker(part, node_id, usable, unclean),
             defaults,
         )
+        changed += gone
     info = BrokerInfo(
         node_id=node_id,
         host=p["host"],
@@ -472,7 +492,7 @@ def _alter_partition(state: MetadataState, p: dict[str, Any]) -> Applied:
     if changed is part:
         return Applied(state, part)
     if changed.is_reassigning:  # the ISR may now hold every target replica
-        done = reassignment.complete_if_ready(changed, usable)
+        done = reassignment.complete_if_ready(changed, usable, _rules(info, _defaults(state, p)))
         if done is not changed:
             changed = replace(done, partition_epoch=part.partition_epoch + 1)
     partitions = list(info.partitions)
@@ -554,9 +574,31 @@ def _alter_topic_configs(state: MetadataState, p: dict[str, Any]) -> Applied:
         configs.pop(key, None)
     configs.update(p.get("set", {}))
     new_info = replace(info, configs=configs)
-    return Applied(
-        _with_topic(state, new_info), configs, (TopicConfigsChanged(info.name, dict(configs)),)
-    )
+    new = _with_topic(state, new_info)
+    cleared: tuple[MetadataEvent, ...] = ()
+    if configs.get(MIN_ISR_CONFIG) != info.configs.get(MIN_ISR_CONFIG):
+        new, cleared = _clear_elrs(new, {info.name})
+    return Applied(new, configs, (TopicConfigsChanged(info.name, dict(configs)), *cleared))
+
+
+def _clear_elrs(
+    state: MetadataState, names: Iterable[str] | None = None
+) -> tuple[MetadataState, tuple[MetadataEvent, ...]]:
+    """A changed min.insync.replicas empties the ELR and last known ELR of the topic's
+    partitions at once (of every topic's for the cluster default), as Kafka's
+    ClearElrRecord does: who was eligible under the old minimum says nothing under the
+    new one, and the next ISR change below the minimum builds them again."""
+    changed: dict[str, list[PartitionInfo]] = {}
+    for name in state.topics if names is None else names:
+        info = state.topics[name]
+        if any(part.elr or part.last_known_elr for part in info.partitions):
+            changed[name] = [
+                replace(part, elr=(), last_known_elr=(), partition_epoch=part.partition_epoch + 1)
+                if part.elr or part.last_known_elr
+                else part
+                for part in info.partitions
+            ]
+    return _with_partitions(state, changed)
 
 
 def _alter_group_configs(state: MetadataState, p: dict[str, Any]) -> Applied:
@@ -616,11 +658,12 @@ def _alter_broker_configs(state: MetadataState, p: dict[str, Any]) -> Applied:
     every = {r: c for r, c in state.broker_configs.items() if r != resource}
     if configs:
         every[resource] = configs
-    return Applied(
-        _bump(state, broker_configs=every),
-        configs,
-        (BrokerConfigsChanged(resource, dict(configs)),),
-    )
+    new = _bump(state, broker_configs=every)
+    cleared: tuple[MetadataEvent, ...] = ()
+    before = state.broker_configs.get(resource, {}).get(MIN_ISR_CONFIG)
+    if resource == "" and configs.get(MIN_ISR_CONFIG) != before:
+        new, cleared = _clear_elrs(new)
+    return Applied(new, configs, (BrokerConfigsChanged(resource, dict(configs)), *cleared))
 
 
 def _allocate_producer_ids(state: MetadataState, p: dict[str, Any]) -> Applied:
@@ -631,11 +674,6 @@ def _allocate_producer_ids(state: MetadataState, p: dict[str, Any]) -> Applied:
 def _elect_leaders(state: MetadataState, p: dict[str, Any]) -> Applied:
     """ElectLeaders for the listed [topic, partition] pairs; the outcome lists
     [topic, partition, error code, message] per pair (0 where a leader was elected)."""
-    elect = (
-        leadership.elect_unclean
-        if p["election_type"] == leadership.UNCLEAN
-        else leadership.elect_preferred
-    )
     outcome: list[list[Any]] = []
     changed: dict[str, list[PartitionInfo]] = {}
     for name, index in p["partitions"]:
@@ -646,7 +684,11 @@ def _elect_leaders(state: MetadataState, p: dict[str, Any]) -> Applied:
         partitions = changed.setdefault(name, list(info.partitions))
         try:
             usable = leadership.usable_in(state, info.topic_id, index)
-            partitions[index] = elect(partitions[index], usable)
+            if p["election_type"] == leadership.UNCLEAN:
+                rules = _rules(info, _defaults(state, p))
+                partitions[index] = leadership.elect_unclean(partitions[index], usable, rules)
+            else:
+                partitions[index] = leadership.elect_preferred(partitions[index], usable)
         except ControllerError as e:
             outcome.append([name, index, e.error_code, e.message])
             continue
@@ -673,7 +715,7 @@ def _alter_partition_reassignments(state: MetadataState, p: dict[str, Any]) -> A
             outcome.append([name, index, UNKNOWN_TOPIC_OR_PARTITION, message])
             continue
         partitions = changed.setdefault(name, list(info.partitions))
-        unclean = _rules(info, _defaults(state, p)).unclean
+        unclean = _rules(info, _defaults(state, p))
         usable = leadership.usable_in(state, info.topic_id, index)
         try:
             if target is None:

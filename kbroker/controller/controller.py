@@ -776,10 +776,13 @@ class Controller:
         rack: str | None = None,
         endpoints: Sequence[tuple[str, str, int]] = (),
         offline: Sequence[tuple[uuid.UUID, int]] = (),
+        previous_epoch: int = -1,
     ) -> BrokerInfo:
         """Register this incarnation of a broker; its `epoch` names it in heartbeats.
         `endpoints` are its advertised listeners as (name, host, port); `offline` the
-        replicas it holds that it cannot serve (their log directory is offline)."""
+        replicas it holds that it cannot serve (their log directory is offline);
+        `previous_epoch` the epoch its clean-shutdown marker names, -1 after an unclean
+        shutdown (Kafka's BrokerRegistrationRequest.PreviousBrokerEpoch)."""
         info: BrokerInfo = await self._propose(
             cmd.REGISTER_BROKER,
             {
@@ -792,6 +795,7 @@ class Controller:
                 "min_isr": self._min_isr_default,
                 "endpoints": [list(e) for e in endpoints],
                 "offline": [(topic_id.bytes, index) for topic_id, index in offline],
+                "previous_epoch": previous_epoch,
             },
         )
         return info
@@ -883,7 +887,12 @@ class Controller:
             ]
         outcome = await self._propose(
             cmd.ELECT_LEADERS,
-            {"election_type": election_type, "partitions": [list(tp) for tp in partitions]},
+            {
+                "election_type": election_type,
+                "partitions": [list(tp) for tp in partitions],
+                "unclean": self._unclean_default,
+                "min_isr": self._min_isr_default,
+            },
         )
         results = [(str(t), int(i), int(code), msg) for t, i, code, msg in outcome]
         if every:

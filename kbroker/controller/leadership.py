@@ -19,14 +19,18 @@ ISR even as its last member; while the ISR is below min.insync.replicas the repl
 that leave it join the ELR (the high watermark does not move then, so they hold every
 record below it), and with no usable ISR member the first usable ELR member leads, as
 the whole ISR. An ISR back at min.insync.replicas, or an unclean election, empties the
-ELR. (Kafka also drops from the ELR a broker that restarted after an unclean shutdown;
-kbroker's brokers do not report how they stopped, so it keeps them.)
+ELR. The last known ELR remembers the replicas that were in the ISR or ELR while it was
+below min.insync.replicas and are in neither now (Kafka's PartitionChangeBuilder), so an
+operator recovering a partition whose ISR and ELR emptied knows where its data was. A
+broker that restarted after an unclean shutdown (its log may have lost acknowledged
+records) leaves every ELR it was in and is only remembered in the last known ELR; a
+replica that leaves the replica set (a reassignment) leaves both.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -60,11 +64,17 @@ def _unique(replicas: Iterable[int]) -> tuple[int, ...]:
 
 
 def with_elr(
-    before: PartitionInfo, after: PartitionInfo, rules: Rules, unclean: bool
+    before: PartitionInfo,
+    after: PartitionInfo,
+    rules: Rules,
+    unclean: bool,
+    unclean_shutdown: Collection[int] = (),
 ) -> PartitionInfo:
     """`after` with its ELR and last known ELR as KIP-966 keeps them (Kafka's
     PartitionChangeBuilder): cleared by an ISR at min.insync.replicas or an unclean
-    election, else the ELR gains the members that left the ISR."""
+    election, else the ELR gains the members that left the ISR, less the replicas of
+    brokers that shut down uncleanly (`unclean_shutdown`), which the last known ELR
+    keeps with every other former member. Neither names a replica no longer assigned."""
     if not rules.elr:
         return after
     if unclean or len(after.isr) >= rules.min_isr:
@@ -72,9 +82,13 @@ def with_elr(
         last_known: tuple[int, ...] = ()
     else:
         isr = set(after.isr)
-        elr = _unique(r for r in (*before.elr, *before.isr) if r not in isr)
+        assigned = set(after.replicas)
+        candidates = [r for r in (*before.elr, *before.isr) if r not in isr and r in assigned]
+        elr = _unique(r for r in candidates if r not in unclean_shutdown)
         last_known = _unique(
-            r for r in (*before.last_known_elr, *before.isr) if r not in isr and r not in elr
+            r
+            for r in (*before.last_known_elr, *candidates)
+            if r not in isr and r not in elr and r in assigned
         )
     if (elr, last_known) == (after.elr, after.last_known_elr):
         return after
@@ -223,21 +237,25 @@ def elect_preferred(p: PartitionInfo, usable: Usable) -> PartitionInfo:
     return change(p, preferred, p.isr)
 
 
-def elect_unclean(p: PartitionInfo, usable: Usable) -> PartitionInfo:
+def elect_unclean(p: PartitionInfo, usable: Usable, rules: Rules | None = None) -> PartitionInfo:
     """ElectLeaders(UNCLEAN): a partition without a leader takes one from the ISR, else
-    from any live replica (which then is the whole ISR)."""
+    (with ELRs kept) from the ELR, a clean election that keeps the rest of the ELR, else
+    from any live replica (which then is the whole ISR, and the ELR and last known ELR
+    empty), as Kafka's PartitionChangeBuilder elects for Election.UNCLEAN."""
     if p.has_leader:
         raise ControllerError(
             ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
         )
-    elected = elect(p, p.isr, usable, unclean=True)
+    rules = (rules or Rules())._replace(unclean=True)
+    elected = elect(p, p.isr, usable, rules)
     if not elected.has_leader:
         raise ControllerError(
             ELIGIBLE_LEADERS_NOT_AVAILABLE,
             "Failed to elect leader for partition: no live replica",
         )
-    if elected.elr or elected.last_known_elr:  # an unclean election empties the ELR
-        elected = replace(elected, elr=(), last_known_elr=())
+    clean = elected.leader in p.isr or (rules.elr and elected.leader in p.elr)
+    if not clean and (elected.elr or elected.last_known_elr):
+        elected = replace(elected, elr=(), last_known_elr=())  # an unclean election empties them
     return elected
 
 

@@ -31,7 +31,7 @@ from kbroker.controller.errors import (
     NO_REASSIGNMENT_IN_PROGRESS,
     ControllerError,
 )
-from kbroker.controller.leadership import Usable, elect
+from kbroker.controller.leadership import Rules, Usable, elect
 from kbroker.controller.state import PartitionInfo
 
 Shape = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
@@ -43,7 +43,7 @@ def reassign(
     target: Sequence[int],
     usable: Usable,
     *,
-    unclean: bool = False,
+    unclean: bool | Rules = False,
     allow_replication_factor_change: bool = True,
 ) -> PartitionInfo:
     """Start (or replace) a reassignment of `p` to `target`, already checked to be a
@@ -63,7 +63,7 @@ def reassign(
     return reshape(p, shape, usable, unclean)
 
 
-def cancel(p: PartitionInfo, usable: Usable, *, unclean: bool = False) -> PartitionInfo:
+def cancel(p: PartitionInfo, usable: Usable, *, unclean: bool | Rules = False) -> PartitionInfo:
     """Revert an ongoing reassignment (AlterPartitionReassignments with null replicas)."""
     if not p.is_reassigning:
         raise ControllerError(
@@ -72,7 +72,7 @@ def cancel(p: PartitionInfo, usable: Usable, *, unclean: bool = False) -> Partit
     replicas = original_replicas(p)
     isr = tuple(r for r in p.isr if r not in p.adding)
     if not isr:
-        if not unclean:
+        if not (unclean.unclean if isinstance(unclean, Rules) else unclean):
             raise ControllerError(
                 INVALID_REPLICA_ASSIGNMENT,
                 f"Unable to revert partition assignment for partition {p.partition} because "
@@ -82,11 +82,14 @@ def cancel(p: PartitionInfo, usable: Usable, *, unclean: bool = False) -> Partit
     return reshape(p, (replicas, isr, (), ()), usable, unclean)
 
 
-def complete_if_ready(p: PartitionInfo, usable: Usable) -> PartitionInfo:
+def complete_if_ready(
+    p: PartitionInfo, usable: Usable, rules: Rules | None = None
+) -> PartitionInfo:
     """`p` with its reassignment completed if every target replica is now in the ISR."""
     if not p.is_reassigning:
         return p
-    return reshape(p, _completed((p.replicas, p.isr, p.adding, p.removing)), usable, False)
+    rules = (rules or Rules())._replace(unclean=False)
+    return reshape(p, _completed((p.replicas, p.isr, p.adding, p.removing)), usable, rules)
 
 
 def original_replicas(p: PartitionInfo) -> tuple[int, ...]:
@@ -107,7 +110,7 @@ def _completed(shape: Shape) -> Shape:
     return kept, kept_isr, (), ()
 
 
-def reshape(p: PartitionInfo, shape: Shape, usable: Usable, unclean: bool) -> PartitionInfo:
+def reshape(p: PartitionInfo, shape: Shape, usable: Usable, unclean: bool | Rules) -> PartitionInfo:
     """`p` with a new replica set, reassignment state and ISR, its leader elected again
     if it left the ISR; the partition epoch rises with any change, the leader epoch with
     a new leader or a removed replica. `p` itself when nothing changes."""

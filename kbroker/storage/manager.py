@@ -37,6 +37,9 @@ from kbroker.storage.partition_metadata import read_topic_id, write_topic_id
 log = logging.getLogger("kbroker.storage")
 
 DELETE_SUFFIX = "-delete"
+CLEAN_SHUTDOWN_FILE = ".kbroker_cleanshutdown"
+"""Written into every log directory by a clean stop, naming the broker epoch that
+stopped (Kafka's .kafka_cleanshutdown); taken away at the next start."""
 _OPEN_SLICE = 64  # partitions a worker opens before the loop registers them
 _FLUSH_CHECKS_PER_SLICE = 200
 INLINE_FSYNC_LIMIT_S = 0.001
@@ -569,6 +572,41 @@ class LogManager:
             threading.Thread(
                 target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
             ).start()
+
+    def take_clean_shutdown_marker(self) -> int:
+        """The broker epoch the last clean stop recorded in every online log directory,
+        or -1 when one lacks it (the broker was killed or halted, so its logs may have
+        lost acknowledged records). The markers are removed: a crash from here on is
+        not clean."""
+        epochs: set[int] = set()
+        missing = False
+        for root in self.log_dirs:
+            if str(root) in self.offline_dirs:
+                continue
+            marker = root / CLEAN_SHUTDOWN_FILE
+            try:
+                epochs.add(int(marker.read_text().strip()))
+                marker.unlink()
+            except (OSError, ValueError):
+                missing = True
+        if missing or len(epochs) != 1:
+            return -1
+        return epochs.pop()
+
+    def write_clean_shutdown_marker(self, broker_epoch: int) -> None:
+        """After close_all: record in every online log directory that this stop was
+        clean, for the broker's next registration."""
+        for root in self.log_dirs:
+            if str(root) in self.offline_dirs:
+                continue
+            marker = root / CLEAN_SHUTDOWN_FILE
+            try:
+                with open(marker, "w") as f:
+                    f.write(f"{broker_epoch}\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                log.error("could not record a clean shutdown in %s: %s", root, exc)
 
     def close_all(self) -> None:
         """Flush and close every log, leaving clean-shutdown checkpoints. The fsyncs run

@@ -6,7 +6,10 @@ killing the replicas of the test topic never takes the metadata quorum's majorit
 topic has replicas 1, 4, 5 and min.insync.replicas=2: with 4 and 5 frozen (SIGSTOP) the
 ISR shrinks to [1] and the last replica to leave it is eligible; node 1 is then killed,
 and when the frozen nodes resume, the eligible one leads, with every acknowledged record.
-Without ELR the partition would wait for node 1.
+Without ELR the partition would wait for node 1. A second topic on nodes 4 and 5 shows
+how a broker's restart after kill -9 (no clean-shutdown marker) takes it out of the
+ELR, how ElectLeaders UNCLEAN then recovers the partition, and how a clean stop keeps a
+broker eligible.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster import KafkaCluster
@@ -66,9 +69,9 @@ class ElrCluster:
     def bootstrap(self) -> str:
         return self.cluster.bootstrap
 
-    def partition(self) -> dict[str, Any]:
+    def partition(self, topic: str = TOPIC) -> dict[str, Any]:
         assert self.java is not None
-        described = self.java.call("describe-topics", topics=TOPIC)["topics"][TOPIC]
+        described = self.java.call("describe-topics", topics=topic)["topics"][topic]
         result: dict[str, Any] = described["partitions"][0]
         return result
 
@@ -196,6 +199,55 @@ def test_an_eligible_replica_leads_when_the_last_isr_member_dies(elr: ElrCluster
     assert led["leader"] in eligible
     assert not cluster.node(1).running()
     assert _read_all(elr.bootstrap)[:RECORDS] == acked
+
+
+def test_a_broker_back_from_kill_9_is_not_eligible_and_a_cleanly_stopped_one_is(
+    elr: ElrCluster,
+) -> None:
+    cluster = elr.cluster
+    topic = "elr-unclean"
+    admin = AdminClient({"bootstrap.servers": elr.bootstrap})
+    new = NewTopic(
+        topic, num_partitions=1, replica_assignment=[[4, 5]], config={"min.insync.replicas": "2"}
+    )
+    admin.create_topics([new])[topic].result(30)
+    cluster.wait_for_full_isr(topic, timeout=30)
+
+    def seen() -> dict[str, Any]:
+        return elr.partition(topic)
+
+    def wait_for(what: str, **expected: Any) -> dict[str, Any]:
+        def matching() -> dict[str, Any] | None:
+            p = seen()
+            return p if all(p[k] == v for k, v in expected.items()) else None
+
+        found: dict[str, Any] = KafkaCluster.wait_until(matching, 30, what, seen=seen)
+        return found
+
+    cluster.kill(5)
+    wait_for("5 to leave the ISR into the ELR", isr=[4], elr=[5])
+    cluster.kill(4)
+    p = wait_for("the partition without a leader", leader=None, isr=[])
+    assert sorted(p["elr"]) == [4, 5]
+    cluster.node(5).start()  # killed: its log may lack acknowledged records
+    p = wait_for("5 to leave the ELR at its registration", elr=[4])
+    assert (p["leader"], p["isr"], p["lastKnownElr"]) == (None, [], [5])
+    outcome = admin.elect_leaders(ElectionType.UNCLEAN, [TopicPartition(topic, 0)]).result(30)
+    assert list(outcome.values()) == [None]
+    p = wait_for("an unclean election of 5", leader=5)
+    assert (p["isr"], p["elr"], p["lastKnownElr"]) == ([5], [], [])
+
+    cluster.node(4).start()
+    cluster.wait_for_full_isr(topic, timeout=30)
+    assert cluster.stop(5) == 0  # a clean stop: controlled shutdown and the marker
+    wait_for("5 to leave the ISR into the ELR", isr=[4], elr=[5])
+    assert cluster.stop(4) == 0
+    wait_for("the partition without a leader", leader=None, isr=[])
+    cluster.node(5).start()
+    p = wait_for("5, stopped cleanly, to lead from the ELR", leader=5)
+    assert (p["isr"], p["elr"]) == ([5], [4])
+    cluster.node(4).start()
+    cluster.wait_for_full_isr(topic, timeout=30)
 
 
 def test_unregister_broker_forgets_a_decommissioned_broker(elr: ElrCluster) -> None:

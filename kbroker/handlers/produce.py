@@ -69,8 +69,12 @@ def _partitions_to_add(
             if topic_data.topic_id is not None
             else state.topics.get(topic_data.name or "")
         )
-        if topic is None:
+        if topic is None or topic.name in INTERNAL_TOPICS:
             continue
+        if broker.authorizer is not None and not ctx.allowed(
+            Operation.WRITE, ResourceType.TOPIC, topic.name
+        ):
+            continue  # refused below, before anything is added
         for pdata in topic_data.partition_data:
             records = pdata.records
             if not records or len(records) < HEADER_SIZE:

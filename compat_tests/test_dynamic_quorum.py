@@ -12,6 +12,7 @@ acknowledged before is lost. Real processes, kill -9.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 import subprocess
@@ -240,6 +241,19 @@ def test_bad_voter_changes_get_kafkas_errors_and_change_nothing(quorum: DynamicQ
     assert message is not None and "is not ready to receive requests" in message
     assert quorum.voters() == {1: own}
     quorum.create_topic(_topic())
+    # The cluster was created with its voters in the log: kraft.version 1.
+    described = subprocess.run(
+        [*kbroker_command(), "cluster", "features", "-o", "json"]
+        + ["--bootstrap", quorum.broker.bootstrap],
+        env=broker_environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert described.returncode == 0, described.stderr
+    features = {f["feature"]: f for f in json.loads(described.stdout)["features"]}
+    kraft = features["kraft.version"]
+    assert (kraft["finalized"], kraft["supported_min"], kraft["supported_max"]) == (1, 0, 1)
 
 
 def test_a_dead_controller_is_replaced_while_the_quorum_keeps_committing(

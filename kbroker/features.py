@@ -60,7 +60,9 @@ class FeatureRange:
 
 SUPPORTED: tuple[FeatureRange, ...] = (
     FeatureRange(METADATA_VERSION, METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
-    FeatureRange(KRAFT_VERSION, 0, 0),
+    # 0: static voters (controller.quorum.voters); 1: voters kept in the metadata log
+    # (KIP-853), finalized when a dynamic quorum's cluster is created.
+    FeatureRange(KRAFT_VERSION, 0, 1),
     FeatureRange(TRANSACTION_VERSION, 0, 2),
     FeatureRange("group.version", 0, 1),
     FeatureRange(ELR, 0, 1),
@@ -138,6 +140,12 @@ def update_refusal(
         )
     if level > current and upgrade_type != UPGRADE:
         return invalid("Can't downgrade to a newer version.")
+    if name == KRAFT_VERSION and level != current:
+        return invalid(
+            f"Local controller {node_id} does not support this feature's change: kbroker "
+            "sets kraft.version when the cluster is created (1 for a dynamic quorum formatted "
+            "with kbroker format, else 0) and never changes it."
+        )
     setting = _FROM_SETTINGS.get(name)
     if setting is not None and level != current:
         return invalid(

@@ -68,7 +68,7 @@ def test_v4_finalizes_metadata_version_of_kafka_4_2_with_the_metadata_version_as
 def test_v4_supports_each_feature_only_at_the_levels_kbroker_implements() -> None:
     assert supported(answer(4)) == {
         "metadata.version": (29, 29),
-        "kraft.version": (0, 0),
+        "kraft.version": (0, 1),
         "transaction.version": (0, 2),
         "group.version": (0, 1),
         "eligible.leader.replicas.version": (0, 1),
@@ -139,8 +139,11 @@ def test_update_features_refusals_carry_kafkas_messages() -> None:
     )
     assert update_refusal(settings, {}, "kraft.version", 1, UPGRADE, 3) == (
         "Invalid update version 1 for feature kraft.version. Local controller 3 does not "
-        "support this feature."
+        "support this feature's change: kbroker sets kraft.version when the cluster is "
+        "created (1 for a dynamic quorum formatted with kbroker format, else 0) and never "
+        "changes it."
     )
+    assert update_refusal(settings, {"kraft.version": 1}, "kraft.version", 1, UPGRADE, 3) is None
     assert update_refusal(settings, {}, "no.such.feature", 1, UPGRADE, 1) == (
         "Invalid update version 1 for feature no.such.feature. Local controller 1 does not "
         "support this feature."

@@ -119,10 +119,10 @@ def _note(kafka: KafkaApi, ours: Api | None) -> str:
 
 
 STATIC_QUORUM_REFUSALS = {
-    80: "The quorum is static (kraft.version 0): refused with UNSUPPORTED_VERSION, as Kafka "
-    "refuses it at that level.",
-    81: "The quorum is static (kraft.version 0): refused with UNSUPPORTED_VERSION, as Kafka "
-    "refuses it at that level.",
+    80: "Adds a voter to a dynamic quorum (KIP-853, docs/cluster.md); a static quorum "
+    "(kraft.version 0) refuses it with UNSUPPORTED_VERSION, as Kafka does at that level.",
+    81: "Removes a voter from a dynamic quorum (KIP-853, docs/cluster.md); a static quorum "
+    "(kraft.version 0) refuses it with UNSUPPORTED_VERSION, as Kafka does at that level.",
 }
 
 

@@ -18,7 +18,7 @@ from kbroker.config import BROKER_CONFIGS, TOPIC_CONFIGS
 from kbroker.config.broker_settings import KBROKER_OWN
 from kbroker.config.types import ConfigType, SettingRole, valid_values
 from kbroker.docs import __main__ as docs_main
-from kbroker.docs import compatibility, metrics
+from kbroker.docs import compatibility, layers, metrics
 from kbroker.docs.kafka_apis import KAFKA_APIS
 from kbroker.handlers.registry import APIS
 
@@ -288,13 +288,13 @@ def test_architecture_layers_are_the_import_contract() -> None:
     import tomllib
 
     contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
-    [layers] = [c["layers"] for c in contract["contracts"] if c["type"] == "layers"]
+    [contract_layers] = [c["layers"] for c in contract["contracts"] if c["type"] == "layers"]
     expected = [
         sorted(part.strip(" ()").removeprefix("kbroker.") for part in layer.split(":"))
-        for layer in layers
+        for layer in contract_layers
     ]
     page = (DOCS / "architecture.md").read_text()
-    block = page.split("## Layers", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
+    block = page.split(layers.BEGIN, 1)[1].split(layers.END, 1)[0].strip("\n")
     rows: list[list[str]] = []
     for line in block.splitlines():
         indent = len(line) - len(line.lstrip())
@@ -306,3 +306,14 @@ def test_architecture_layers_are_the_import_contract() -> None:
         else:
             rows.append([n for n in names if n])
     assert [sorted(row) for row in rows] == expected
+
+
+def test_a_layer_the_page_says_nothing_of_stops_make_docs(tmp_path: Path) -> None:
+    text = (REPO / "pyproject.toml").read_text()
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        text.replace('"kbroker.security",', '"kbroker.security",\n    "kbroker.newlayer",')
+    )
+    assert ["newlayer"] in layers.contract_layers(pyproject)
+    with pytest.raises(ValueError, match="newlayer"):
+        layers.render_block(pyproject)

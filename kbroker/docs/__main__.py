@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from kbroker.docs import cli_reference, compatibility, configuration, metrics
+from kbroker.docs import cli_reference, compatibility, configuration, layers, metrics
 
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs"
 
@@ -20,6 +20,7 @@ def pages(docs: Path | None = None) -> dict[Path, Callable[[str], str]]:
         docs / "compatibility.md": compatibility.with_section,
         docs / "operations.md": metrics.with_section,
         docs / "cli.md": cli_reference.with_reference,
+        docs / "architecture.md": layers.with_section,
     }
 
 

@@ -22,6 +22,9 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -227,3 +230,56 @@ def test_a_wrong_inter_broker_password_keeps_the_follower_out_of_the_isr_with_on
     producer = Producer({**secure.client("alice"), "acks": "all"})
     producer.produce(topic, b"after the fix")
     assert producer.flush(20) == 0
+
+
+def test_a_certificate_rotated_dynamically_reaches_the_inter_broker_client_side(
+    secure: SecureCluster, tmp_path: Path
+) -> None:
+    """Kept last: it moves the whole cluster to a new CA. The new certificates and trust
+    stores are set per broker (IncrementalAlterConfigs, as kafka-configs.sh does), the
+    old CA is then dropped from every trust store, and a kill -9 of node 3 forces new
+    inter-broker connections both ways: replication only works if each broker's own
+    client side offers its new certificate and trusts the new CA."""
+    old, new = secure.tls, make_tls_material(tmp_path / "tls-new", "kbroker test CA 2")
+    both = tmp_path / "both-cas.pem"
+    both.write_text(old.ca.cert_text + new.ca.cert_text)
+    prefix = "listener.name.sasl_ssl.ssl."
+
+    def admin_with(material: TlsMaterial) -> AdminClient:
+        config = secure.client("admin")
+        config["ssl.ca.location"] = str(both)
+        config["ssl.certificate.location"] = str(material.client.cert)
+        config["ssl.key.location"] = str(material.client.key)
+        return AdminClient(config)
+
+    def set_on_every_broker(admin: AdminClient, name: str, value: str) -> None:
+        for node in secure.cluster.nodes:
+            entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+            resource = ConfigResource(
+                ResourceType.BROKER, str(node.node_id), incremental_configs=[entry]
+            )
+            for future in admin.incremental_alter_configs([resource]).values():
+                future.result(20)
+
+    set_on_every_broker(admin_with(old), prefix + "truststore.location", str(both))
+    set_on_every_broker(admin_with(old), prefix + "keystore.location", str(new.broker_keystore))
+    set_on_every_broker(admin_with(new), prefix + "truststore.location", str(new.ca.cert))
+    secure.tls = new  # clients now need the new CA and a certificate it signed
+    secure.cluster.restart(3)  # kill -9: every link to and from node 3 is new
+    led_by_3, led_by_1 = secure.new_topic([3, 1, 2]), secure.new_topic([1, 2, 3])
+    secure.wait_for_isr(led_by_3, [1, 2, 3])
+    secure.wait_for_isr(led_by_1, [1, 2, 3])
+    records = [{"value": f"rotated-{i}".encode()} for i in range(50)]
+    for topic in (led_by_3, led_by_1):
+        produce_all(secure.bootstrap, topic, records, **{**secure.client("alice"), "acks": "all"})
+        assert secure.isr(topic) == [1, 2, 3]
+    stale = ClientSecurity(
+        protocol="SSL", ca_file=new.ca.cert, cert_file=old.client.cert, key_file=old.client.key
+    )
+    try:  # the old CA is gone from the listener's trust store
+        with BrokerConnection("127.0.0.1", secure.sasl_ports[1], 5.0, security=stale) as conn:
+            conn.send(conn.request_bytes(18, 0, b"", 1))  # ApiVersions
+            refused = conn.closed_by_broker(5.0)
+    except OSError:  # ssl.SSLError included: the handshake itself failed
+        refused = True
+    assert refused

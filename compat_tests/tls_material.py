@@ -97,10 +97,12 @@ def _write(
     return Pem(cert_path, key_path)
 
 
-def make_tls_material(directory: Path) -> TlsMaterial:
+def make_tls_material(directory: Path, ca_cn: str = "kbroker test CA") -> TlsMaterial:
+    """`ca_cn` names the CA: two CAs trusted side by side (a rotation) need distinct
+    names, since the certificates carry no key identifiers to tell them apart."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name(CN="kbroker test CA")
+    ca_name = _name(CN=ca_cn)
     ca_cert = _issue(ca_name, ca_key, ca_name, ca_key, ca=True)
     ca = _write(directory, "ca", ca_cert, ca_key)
 

@@ -842,6 +842,11 @@ class Broker:
                 log.error(
                     "listener %s keeps its previous security settings: %s", endpoint.name, exc
                 )
+        if any(".ssl." in f".{n}" for n in changed):
+            try:
+                self.inter_broker.reload_tls(new)
+            except ConfigError as exc:
+                log.error("the inter-broker client keeps its previous TLS settings: %s", exc)
         cleaner = self.logs.cleaner
         if cleaner is not None and any(n.startswith("log.cleaner.") for n in changed):
             cleaner.reconfigure(CleanerConfig.from_settings(new))

@@ -24,11 +24,13 @@ from kbroker.security.sasl_client import Exchange, plain, scram
 from kbroker.security.tls import client_context
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class InterBrokerSecurity:
     """What a connection to another broker's inter-broker listener does before its first
     request: a TLS handshake when ``ssl_context`` is set, a SASL login when
-    ``mechanism`` is."""
+    ``mechanism`` is. One object is shared by every link to other brokers (replica
+    fetchers, coordinators' writers, transaction markers); each reads ``ssl_context``
+    when it connects, so `reload_tls` reaches every new connection at once."""
 
     listener: str
     protocol: str = "PLAINTEXT"
@@ -44,6 +46,16 @@ class InterBrokerSecurity:
             return plain(self.username, self.password)
         assert self.mechanism is not None
         return scram(self.mechanism, self.username, self.password)
+
+    def reload_tls(self, config: BrokerConfig) -> None:
+        """A dynamic change of the listener's key or trust store (listener.name.<l>.ssl.*):
+        the next connection to another broker offers the new certificate and trusts the
+        new store, as Kafka's broker reconfigures its inter-broker clients; connections
+        already open keep theirs. Raises ConfigError (the context is kept) for a store
+        that does not load."""
+        if self.ssl_context is None:
+            return
+        self.ssl_context = client_context(self.listener, config.listener_settings(self.listener))
 
 
 PLAINTEXT = InterBrokerSecurity("PLAINTEXT")

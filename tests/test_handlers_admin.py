@@ -29,7 +29,7 @@ from kbroker.controller import commands as cmd
 from kbroker.controller.commands import apply_command
 from kbroker.controller.errors import UNKNOWN_TOPIC_ID
 from kbroker.controller.state import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
-from kbroker.handlers.configs import BROKER, BROKER_LOGGER, TOPIC, apply_incremental
+from kbroker.handlers.configs import BROKER, BROKER_LOGGER, GROUP, TOPIC, apply_incremental
 from kbroker.handlers.registry import APIS
 from kbroker.protocol.batch import encode_batch
 from kbroker.protocol.messages import build, build_response, encode, response_type
@@ -114,6 +114,16 @@ class FakeController:
             )
         info = TopicInfo(name, uuid.uuid4(), parts, dict(configs))
         return info if validate_only else self._publish(info)
+
+    async def set_group_configs(self, group_id, configs):
+        """The real ALTER_GROUP_CONFIGS command applied to this fake's state."""
+        await self._work("set_group_configs", group_id, dict(configs))
+        body = {
+            "group": group_id,
+            "set": {k: v for k, v in configs.items() if v is not None},
+            "delete": [k for k, v in configs.items() if v is None],
+        }
+        self.state = apply_command(self.state, cmd.ALTER_GROUP_CONFIGS, body).state
 
     async def elect_leaders(self, election_type, partitions):
         """The real ELECT_LEADERS command applied to this fake's state."""
@@ -1210,3 +1220,36 @@ def test_a_malformed_quota_filter_is_an_invalid_request(broker, components):
     assert resp.error_code == ErrorCode.invalid_request
     assert resp.error_message
     assert resp.entries is None
+
+
+# -- GROUP configs -------------------------------------------------------------------------
+
+LIST_CONFIG_RESOURCES = 74
+
+
+def test_streams_group_configs_are_served_with_share_groups_off(tmp_path):
+    """A streams group's configs do not depend on `group.share.enable`, as in Kafka 4.3;
+    a share group's config still needs share groups on."""
+    broker = FakeBroker(tmp_path, {"group.share.enable": "false"})
+
+    def set_group(name: str, value: str) -> Any:
+        configs = [{"name": name, "config_operation": SET, "value": value}]
+        resource = {"resource_type": GROUP, "resource_name": "app", "configs": configs}
+        (result,) = alter(broker, [resource], key=INCREMENTAL_ALTER_CONFIGS, version=1)
+        return result
+
+    assert set_group("streams.session.timeout.ms", "50000").error_code == ErrorCode.none
+    assert set_group("streams.num.standby.replicas", "9").error_code == ErrorCode.invalid_config
+    share = set_group("share.record.lock.duration.ms", "20000")
+    assert share.error_code == ErrorCode.invalid_request
+    assert broker.controller.state.group_configs == {"app": {"streams.session.timeout.ms": "50000"}}
+
+    result = describe(broker, GROUP, "app")
+    assert result.error_code == ErrorCode.none
+    by_name = {c.name: c.value for c in result.configs}
+    assert by_name["streams.session.timeout.ms"] == "50000"
+    assert by_name["streams.num.standby.replicas"] == "0"
+    assert not any(name.startswith("share.") for name in by_name)
+
+    listed = call(broker, LIST_CONFIG_RESOURCES, 1, resource_types=[GROUP])
+    assert [(r.resource_name, r.resource_type) for r in listed.config_resources] == [("app", GROUP)]

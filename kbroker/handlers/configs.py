@@ -608,9 +608,9 @@ def _share_service(broker: BrokerParts) -> ShareCoordination:
 async def alter_group_configs(
     broker: BrokerParts, resource: IncrementalConfigResource, validate_only: bool
 ) -> None:
-    """SET and DELETE of a share group's configs, in the cluster metadata."""
-    service = _share_service(broker)
-    coordinator = service.coordinator
+    """SET and DELETE of a group's configs, in the cluster metadata. A streams group's
+    (`streams.*`) are served whatever `group.share.enable` says, as in Kafka; the others are
+    share groups' and need share groups on."""
     group_id = resource.resource_name
     if not group_id:
         raise ResourceError(ErrorCode.invalid_request, "Group name must not be empty")
@@ -626,7 +626,7 @@ async def alter_group_configs(
         if op.name.startswith("streams."):
             problem = validate_streams_group_config(broker.config, op.name, value)
         else:
-            problem = coordinator.configs.validate(op.name, value)
+            problem = _share_service(broker).coordinator.configs.validate(op.name, value)
         if problem is not None:
             raise ResourceError(ErrorCode.invalid_config, problem)
         changes[op.name] = value
@@ -643,21 +643,26 @@ def describe_group_configs(
 ) -> list[responses.DescribeConfigsResourceResult]:
     from kbroker.share.group_configs import GROUP_CONFIGS
 
-    coordinator = _share_service(broker).coordinator
-    defaults: dict[str, str | None] = {
-        "share.auto.offset.reset": "latest",
-        "share.isolation.level": "read_uncommitted",
-        "share.record.lock.duration.ms": str(coordinator.config.record_lock_ms),
-        "share.delivery.count.limit": str(coordinator.config.delivery_count_limit),
-        "share.session.timeout.ms": str(coordinator.config.session_timeout_ms),
-        "share.heartbeat.interval.ms": str(coordinator.config.heartbeat_interval_ms),
-        "errors.deadletterqueue.topic.name": None,
-        "errors.deadletterqueue.copy.record.enable": "false",
-    }
-    defaults.update(streams_group_config_defaults(broker.config))
+    defaults: dict[str, str | None] = dict(streams_group_config_defaults(broker.config))
+    names: tuple[str, ...] = STREAMS_GROUP_CONFIGS
+    service = broker.shares
+    if service is not None and broker.config.group_share_enable:
+        # share groups' configs only while share groups are served; streams groups' always
+        coordinator = service.coordinator
+        names = (*GROUP_CONFIGS, *STREAMS_GROUP_CONFIGS)
+        defaults |= {
+            "share.auto.offset.reset": "latest",
+            "share.isolation.level": "read_uncommitted",
+            "share.record.lock.duration.ms": str(coordinator.config.record_lock_ms),
+            "share.delivery.count.limit": str(coordinator.config.delivery_count_limit),
+            "share.session.timeout.ms": str(coordinator.config.session_timeout_ms),
+            "share.heartbeat.interval.ms": str(coordinator.config.heartbeat_interval_ms),
+            "errors.deadletterqueue.topic.name": None,
+            "errors.deadletterqueue.copy.record.enable": "false",
+        }
     configs = broker.controller.state.group_configs.get(group_id, {})
     results: list[responses.DescribeConfigsResourceResult] = []
-    for name in (*GROUP_CONFIGS, *STREAMS_GROUP_CONFIGS):
+    for name in names:
         if keys is not None and name not in keys:
             continue
         explicit = name in configs
@@ -865,7 +870,7 @@ def list_config_resources(
             found += [{"resource_name": str(b), "resource_type": kind} for b in brokers]
         elif kind == TOPIC:
             found += [{"resource_name": t, "resource_type": TOPIC} for t in sorted(state.topics)]
-        elif kind == GROUP and ctx.broker.shares is not None:
+        elif kind == GROUP:
             configured = state.group_configs
             found += [
                 {"resource_name": g, "resource_type": GROUP}

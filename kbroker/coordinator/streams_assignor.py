@@ -5,8 +5,10 @@ one), and a task stays with the member that had it in the previous target while 
 member is under its share. Standby tasks (`num_standby` per task) go to the least loaded
 member of a process that holds neither the task's active nor another standby of it;
 a previous standby owner is preferred. When there are fewer such processes than
-standbys asked for, the task gets fewer. Like Kafka's sticky assignor it assigns no
-warm-up tasks; the group carries warm-ups a client reports, nothing more.
+standbys asked for, the task gets fewer. Like Kafka 4.3's sticky assignor it assigns no
+warm-up tasks; the group carries warm-ups a client reports, nothing more. The task offsets
+and end offsets a member's heartbeat carries are read and dropped, as Kafka 4.3's
+coordinator drops them: no assignment there is lag-aware, so none here is either.
 """
 
 from __future__ import annotations

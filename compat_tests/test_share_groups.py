@@ -634,6 +634,14 @@ def test_a_parked_share_fetch_outlasts_acknowledgements_that_free_nothing_for_it
     on through a's acknowledgement (which gives b nothing) and answers when a releases
     records, with those records."""
     topic, group = new_queue(share_broker.bootstrap, 20)
+    # Neither a's locks nor the members may run out mid-test on a loaded machine: only
+    # the acknowledgements decide what b gets.
+    set_group_configs(
+        share_broker.bootstrap,
+        group,
+        share_record_lock_duration_ms="30000",
+        share_session_timeout_ms="30000",
+    )
     with _wire(share_broker) as a, _wire(share_broker) as b, ThreadPoolExecutor(1) as pool:
         joined = _heartbeat(a, group, "member-a", 0, [topic])
         topic_id = joined.assignment.topic_partitions[0].topic_id

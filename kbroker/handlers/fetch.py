@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.config.topic import topic_config_values
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.endpoints import current_leader, node_address
-from kbroker.handlers.registry import handles
+from kbroker.handlers.registry import Later, handles
 from kbroker.protocol import requests
 from kbroker.protocol.encoded import EncodedBody
 from kbroker.protocol.fetch_response import (
@@ -51,9 +50,7 @@ _LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch
 
 
 @handles(FETCH, 0)  # v0-3 through protocol.legacy_messages, records down-converted
-def fetch(
-    ctx: RequestContext, request: requests.FetchRequest
-) -> EncodedBody | Awaitable[EncodedBody]:
+def fetch(ctx: RequestContext, request: requests.FetchRequest) -> EncodedBody | Later:
     plan = _plan(ctx, request)
     if plan.error_code:
         return encode_fetch_response(ctx.version, [], error_code=plan.error_code)
@@ -79,39 +76,66 @@ def _min_bytes(ctx: RequestContext, request: requests.FetchRequest) -> int:
     return min(request.min_bytes, _max_bytes(ctx, request))
 
 
-async def _delayed_fetch(
+def _delayed_fetch(
     ctx: RequestContext, request: requests.FetchRequest, plan: FetchPlan, max_wait_s: float
-) -> EncodedBody:
+) -> Later:
     """Park until an append to one of the partitions (or the wait runs out), then read again."""
-    keys = [(t.topic, t.partition) for t in plan.targets if t.topic is not None]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + max_wait_s
-    while True:
-        if loop.time() >= deadline:
-            break
-        # The wait's end resolves the waiter as an append would and says so in `over`
-        # (the loop's timers may fire a hair before the deadline): cheaper than
-        # asyncio.wait_for's extra future, callbacks and cancellation.
-        waiter = ctx.broker.waiters.new_waiter(keys)
-        over: list[bool] = []
-        timer = loop.call_at(deadline, _wait_over, waiter, over)
+    answer = Later()
+    _ParkedFetch(ctx, request, plan, answer, max_wait_s)
+    return answer
+
+
+class _ParkedFetch:
+    """A fetch waiting for min_bytes, by plain callbacks: woken by an append to one of its
+    partitions (it reads again, and answers or parks again) or by its deadline (it reads
+    and answers what there is). No task, future or coroutine per parked request."""
+
+    __slots__ = ("ctx", "request", "plan", "answer", "keys", "parked", "timer")
+
+    def __init__(
+        self,
+        ctx: RequestContext,
+        request: requests.FetchRequest,
+        plan: FetchPlan,
+        answer: Later,
+        max_wait_s: float,
+    ) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.plan = plan
+        self.answer = answer
+        self.keys = [(t.topic, t.partition) for t in plan.targets if t.topic is not None]
+        waiters = ctx.broker.waiters
+        self.parked = waiters.park(self.keys, self._woken)
+        loop = asyncio.get_running_loop()
+        self.timer = loop.call_at(loop.time() + max_wait_s, self._expired)
+        answer.on_abandon = self._abandon
+
+    def _woken(self) -> None:
         try:
-            await waiter
-        finally:
-            timer.cancel()
-        if over:
-            break
-        results, total, errors = _read_all(ctx, request, plan)
-        if total >= _min_bytes(ctx, request) or errors or ctx.broker.lifecycle.stopping:
-            return _encode(ctx, request, plan, results)
-    results, _, _ = _read_all(ctx, request, plan)
-    return _encode(ctx, request, plan, results)
+            ctx, request, plan = self.ctx, self.request, self.plan
+            results, total, errors = _read_all(ctx, request, plan)
+            if total >= _min_bytes(ctx, request) or errors or ctx.broker.lifecycle.stopping:
+                self.timer.cancel()
+                self.answer.settle(_encode(ctx, request, plan, results))
+                return
+        except Exception as exc:
+            self.timer.cancel()
+            self.answer.fail(exc)
+            return
+        self.parked = ctx.broker.waiters.park(self.keys, self._woken)
 
+    def _expired(self) -> None:
+        self.parked.cancel()
+        try:
+            results, _, _ = _read_all(self.ctx, self.request, self.plan)
+            self.answer.settle(_encode(self.ctx, self.request, self.plan, results))
+        except Exception as exc:
+            self.answer.fail(exc)
 
-def _wait_over(waiter: asyncio.Future[None], over: list[bool]) -> None:
-    over.append(True)
-    if not waiter.done():
-        waiter.set_result(None)
+    def _abandon(self) -> None:
+        self.parked.cancel()
+        self.timer.cancel()
 
 
 def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:

@@ -82,11 +82,20 @@ class Later:
     follows an fsync; anything that has to await uses a coroutine instead.
     """
 
-    __slots__ = ("_listener", "_outcome")
+    __slots__ = ("_listener", "_outcome", "on_abandon")
 
     def __init__(self) -> None:
         self._listener: Callable[[Any, BaseException | None], None] | None = None
         self._outcome: tuple[Any, BaseException | None] | None = None
+        # Called when nobody will take the answer any more (its connection closed), so
+        # whatever was to settle it can stop; only for answers that may wait long.
+        self.on_abandon: Callable[[], None] | None = None
+
+    def abandon(self) -> None:
+        """The answer is no longer wanted: stop what would settle it, if it says how."""
+        stop, self.on_abandon = self.on_abandon, None
+        if stop is not None and self._outcome is None:
+            stop()
 
     @property
     def settled(self) -> bool:

@@ -21,28 +21,72 @@ AckCallback = Callable[[ErrorCode], None]
 DeletionCallback = Callable[[ErrorCode, int], None]
 
 
-class DataWaiters:
-    """Futures keyed by partition, woken when that partition's log grows.
+class Parked:
+    """One request parked on some partitions: `wake` is called once, on the loop's next
+    turn after the first of them grows (never inside the append that grew it), unless
+    the request gives up first (`cancel`)."""
 
-    A Fetch that found less than min_bytes parks one future per partition it reads;
-    an append wakes them. Nothing polls and nothing blocks the loop.
+    __slots__ = ("_keys", "_owner", "wake", "_waking")
+
+    def __init__(
+        self, owner: DataWaiters, keys: list[tuple[str, int]], wake: Callable[[], None]
+    ) -> None:
+        self._owner = owner
+        self._keys = keys
+        self.wake = wake
+        self._waking: asyncio.Handle | None = None
+
+    def cancel(self) -> None:
+        """Forget the request: `wake` is not called (any more)."""
+        self._owner._forget(self)
+        if self._waking is not None:
+            self._waking.cancel()
+            self._waking = None
+
+    def _woken(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._owner._forget(self)
+        self._waking = loop.call_soon(self._run)
+
+    def _run(self) -> None:
+        self._waking = None
+        self.wake()
+
+
+class DataWaiters:
+    """Requests keyed by partition, woken when that partition's log grows.
+
+    A Fetch that found less than min_bytes parks itself on every partition it reads,
+    as a plain callback (`park`) or a future (`new_waiter`); an append wakes them.
+    Nothing polls and nothing blocks the loop.
     """
 
     def __init__(self) -> None:
-        self._waiting: dict[tuple[str, int], set[asyncio.Future[None]]] = defaultdict(set)
+        self._waiting: dict[tuple[str, int], set[Parked]] = defaultdict(set)
+
+    def park(self, keys: list[tuple[str, int]], wake: Callable[[], None]) -> Parked:
+        """Call `wake()` soon after one of the partitions `keys` grows (once)."""
+        parked = Parked(self, keys, wake)
+        for key in keys:
+            self._waiting[key].add(parked)
+        return parked
 
     def new_waiter(self, keys: list[tuple[str, int]]) -> asyncio.Future[None]:
+        """A future done when one of the partitions `keys` grows; cancel it to give up."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        for key in keys:
-            self._waiting[key].add(future)
-        future.add_done_callback(lambda f: self._forget(f, keys))
+
+        def wake() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        parked = self.park(keys, wake)
+        future.add_done_callback(lambda _: parked.cancel())
         return future
 
-    def _forget(self, future: asyncio.Future[None], keys: list[tuple[str, int]]) -> None:
-        for key in keys:
+    def _forget(self, parked: Parked) -> None:
+        for key in parked._keys:
             waiting = self._waiting.get(key)
             if waiting is not None:
-                waiting.discard(future)
+                waiting.discard(parked)
                 if not waiting:
                     del self._waiting[key]
 
@@ -57,9 +101,9 @@ class DataWaiters:
     def wake(self, key: tuple[str, int]) -> None:
         waiting = self._waiting.get(key)
         if waiting:
-            for future in list(waiting):
-                if not future.done():
-                    future.set_result(None)
+            loop = asyncio.get_running_loop()
+            for parked in list(waiting):
+                parked._woken(loop)
 
     def wake_all(self) -> None:
         for key in list(self._waiting):

@@ -117,7 +117,7 @@ class _Slot:
         self.data: list[Any] | None = None
         self.done = False
         self.size = 0  # bytes of the request held (queued.max.request.bytes) until done
-        self.task: asyncio.Future[Any] | None = None  # set when it may be cancelled
+        self.task: asyncio.Future[Any] | Later | None = None  # set when it may be cancelled
         self.api_key = api_key
         self.version = version
         self.correlation_id = correlation_id
@@ -303,7 +303,9 @@ class KafkaConnection(asyncio.Protocol):
             self._idle_timer.cancel()
         self.broker.connections.discard(self)
         for slot in self._queue:
-            if slot.task is not None:
+            if isinstance(slot.task, Later):
+                slot.task.abandon()
+            elif slot.task is not None:
                 slot.task.cancel()
         self._queue.clear()
         self._memory.forget(self)
@@ -613,6 +615,8 @@ class KafkaConnection(asyncio.Protocol):
                 self._in_flight_bytes += slot.size
                 self._queue.append(slot)
                 if isinstance(result, Later):
+                    if result.on_abandon is not None:
+                        slot.task = result
                     result.then(lambda value, error: self._complete(slot, value, error))
                     return
                 task = asyncio.ensure_future(result)

@@ -14,6 +14,7 @@ from kbroker.protocol.produce_response import (
     ProducedPartition,
     ProducedTopic,
     encode_produce_response,
+    encode_produce_response_fields,
 )
 
 TOPIC_ID = uuid.uuid4()
@@ -77,3 +78,30 @@ def test_a_failed_partition_with_record_errors_is_encoded_as_kio_encodes_it(vers
         ],
     )
     assert ours == theirs
+
+
+_SHAPES = [
+    # (topic name, topic id, partitions, throttle): the usual answer first, then its
+    # neighbours that the cached skeleton must not serve wrongly.
+    ("orders", TOPIC_ID, [ProducedPartition(3, 0, 41, 1_700_000_000_000, 5)], 0),
+    ("orders", TOPIC_ID, [ProducedPartition(0, 0, 0)], 0),
+    ("orders", TOPIC_ID, [ProducedPartition(2**31 - 1, 0, 2**62, -1, 2**40)], 0),
+    ("o" * 300, uuid.UUID(int=1), [ProducedPartition(7, 0, 12, -1, 0)], 0),
+    ("", uuid.UUID(int=0), [ProducedPartition(1, 0, 5)], 0),
+    ("orders", TOPIC_ID, [ProducedPartition(3, 0, 41)], 250),
+    ("orders", TOPIC_ID, [ProducedPartition(3, 6)], 0),
+    ("orders", TOPIC_ID, [ProducedPartition(3, 0, 41, error_message="odd")], 0),
+    ("orders", TOPIC_ID, [ProducedPartition(3, 6, current_leader=(2, 9))], 0),
+    ("orders", TOPIC_ID, [ProducedPartition(3, 0, 41), ProducedPartition(4, 0, 42)], 0),
+]
+
+
+@pytest.mark.parametrize("version", range(14))
+def test_the_usual_answer_is_encoded_as_the_general_encoder_encodes_it(version: int) -> None:
+    for _ in range(2):  # once building the skeleton, once from it
+        for name, topic_id, partitions, throttle in _SHAPES:
+            topics = [ProducedTopic(name, topic_id, partitions)]
+            general = encode_produce_response_fields(version, topics, throttle)
+            assert encode_produce_response(version, topics, throttle) == general, (name, partitions)
+    two = [ProducedTopic("a", uuid.UUID(int=5), [ProducedPartition(0, 0, 1)])] * 2
+    assert encode_produce_response(version, two) == encode_produce_response_fields(version, two)

@@ -254,11 +254,13 @@ def _configs(resource_type: int, name: str, keys: list[str] | None) -> dict[str,
     }
 
 
-def _incremental(name: str, key: str, value: str | None, op: int = 0) -> dict[str, Any]:
+def _incremental(
+    name: str, key: str, value: str | None, op: int = 0, resource_type: int = 2
+) -> dict[str, Any]:
     return {
         "resources": [
             {
-                "resource_type": 2,
+                "resource_type": resource_type,
                 "resource_name": name,
                 "configs": [{"name": key, "config_operation": op, "value": value}],
             }
@@ -415,6 +417,16 @@ SCENARIOS = [
     ),
     Scenario(
         "IncrementalAlterConfigs missing topic", 44, _incremental(MISSING, "retention.ms", "1000")
+    ),
+    Scenario(
+        "IncrementalAlterConfigs unknown cluster-default broker config",
+        44,
+        _incremental("", "no.such.config", "1", resource_type=4),
+    ),
+    Scenario(
+        "IncrementalAlterConfigs unknown per-broker config",
+        44,
+        _incremental("1", "no.such.config", "1", resource_type=4),
     ),
     Scenario(
         "DeleteRecords beyond the end",

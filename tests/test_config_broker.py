@@ -480,11 +480,11 @@ def test_read_only_setting_cannot_be_updated_dynamically():
     assert str(refused.value) == "Cannot update these configs dynamically: Set(listeners, log.dirs)"
 
 
-def test_an_unknown_setting_is_refused_as_not_dynamic():
-    with pytest.raises(
-        ConfigError, match=r"^Cannot update these configs dynamically: Set\(no.such\)"
-    ):
-        validate_dynamic_broker_configs({"no.such": "1", "message.max.bytes": "100"})
+def test_an_unknown_setting_is_accepted_as_kafka_accepts_a_custom_one_and_not_applied():
+    parsed = validate_dynamic_broker_configs({"no.such": "1", "message.max.bytes": "100"})
+    assert parsed == {"message.max.bytes": 100}
+    cfg = load_broker_config(overrides=["node.id=1"]).with_dynamic({"no.such": "1"}, {"x.y": "2"})
+    assert cfg.dynamic_layers() == ({}, {})
 
 
 def test_security_settings_change_only_under_a_listener_prefix():

@@ -216,7 +216,8 @@ class BrokerConfig(TypedSettings):
             (per_broker or {}, SourceKind.DYNAMIC_BROKER, True),
         ):
             validate_dynamic_broker_configs(values, one_broker)
-            layers.append(parse_layer(settings_from_mapping(values, kind)))
+            known = {n: v for n, v in values.items() if dynamic_definition(n) is not None}
+            layers.append(parse_layer(settings_from_mapping(known, kind)))
         return BrokerConfig(self._static, layers[0], layers[1])
 
     # -- lookup ---------------------------------------------------------------------------
@@ -647,18 +648,17 @@ def validate_dynamic_broker_configs(
     setting on the cluster default (``per_broker`` False). Returns the parsed values.
 
     A None value means "delete the dynamic value" and is skipped. Raises ConfigError
-    with Kafka's message; a name kbroker does not know is refused as not dynamic (Kafka
-    would store it for a plugin to read; kbroker has none that would).
+    with Kafka's message. A name kbroker does not know is accepted and left out of the
+    result, as Kafka 4.3 stores a custom name for a plugin to read (its check refuses
+    only the names it knows to be read-only); kbroker has no plugin that reads one.
     """
-    names = [n for n, v in configs.items() if v is not None]
+    names = [n for n, v in configs.items() if v is not None and dynamic_definition(n)]
     not_dynamic = []
     unprefixed = []
     prefixed = []
     for name in names:
         definition = dynamic_definition(name)
-        if definition is None:
-            not_dynamic.append(name)
-        elif name.startswith(_SCOPED):
+        if name.startswith(_SCOPED):
             if definition.mode is not UpdateMode.PER_BROKER:
                 not_dynamic.append(name)
             prefixed.append(name)

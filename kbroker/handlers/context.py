@@ -97,7 +97,6 @@ class Partitions(Protocol):
         entries: Sequence[AppendEntry],
         acks: int,
         timeout_ms: int | None,
-        *,
         origin: int = ...,
         now_ms: int | None = ...,
         request_version: int | None = ...,

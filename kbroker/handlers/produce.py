@@ -36,6 +36,7 @@ from kbroker.protocol.produce_response import (
 from kbroker.replica.append import AppendEntry, DelayedProduce
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.security.quotas import PRODUCER_BYTE_RATE
+from kbroker.storage.producer_state import CLIENT
 from kbroker.txn.implicit import produce_error
 
 PRODUCE = 0
@@ -199,15 +200,18 @@ def _produce(
         topics_out.append(ProducedTopic(name, topic_data.topic_id, partitions))
     delayed = None
     if entries:
+        # Positional: the hottest call there is (keywords cost more to pass).
         delayed = broker.partitions.append_records(
             entries,
             acks,
             request.timeout_ms,
-            request_version=version,
-            transactional_id=request.transactional_id,
-            stats=broker.counters,
+            CLIENT,
+            None,
+            version,
+            request.transactional_id,
+            broker.counters,
         )
-        for (partitions, slot), result in zip(slots, delayed.results, strict=True):
+        for (partitions, slot), result in zip(slots, delayed.results):  # noqa: B905
             partitions[slot] = result
             if result.error_code:
                 failed = True

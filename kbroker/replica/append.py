@@ -301,7 +301,6 @@ def append_records(
     entries: Sequence[AppendEntry],
     acks: int,
     timeout_ms: int | None,
-    *,
     origin: int = CLIENT,
     now_ms: int | None = None,
     request_version: int | None = None,

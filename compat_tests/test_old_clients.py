@@ -220,7 +220,7 @@ def test_the_old_versions_of_admin_offset_and_epoch_apis_answer_as_kafka_3_9(
                     {
                         "name": topic,
                         "partitions": [
-                            {"partition_index": 0, "timestamp": -1, "max_num_offsets": 1},
+                            {"partition_index": 0, "timestamp": -1, "max_num_offsets": 5},
                             {"partition_index": 1, "timestamp": -2, "max_num_offsets": 1},
                         ],
                     }
@@ -229,7 +229,7 @@ def test_the_old_versions_of_admin_offset_and_epoch_apis_answer_as_kafka_3_9(
         )
         assert [
             (p["error_code"], p["old_style_offsets"]) for p in listed["topics"][0]["partitions"]
-        ] == [(0, [3]), (0, [0])]
+        ] == [(0, [3, 0]), (0, [0])]  # the log end, then the segment base offsets
 
         for version in (0, 1):
             epochs = _ask(

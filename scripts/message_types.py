@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker import handlers  # noqa: F401  (registers every API handler)
 from kbroker.handlers.registry import APIS
-from kbroker.protocol.legacy_messages import LEGACY
+from kbroker.protocol.legacy_messages import CARRIED, LEGACY
 from kbroker.protocol.messages import _default, _is_nullable, _nested_entity, known_versions
 
 ROOT = Path(__file__).resolve().parent.parent / "kbroker" / "protocol"
@@ -154,6 +154,14 @@ def _collect(
         for version in versions(key):
             cls = load(key, version)
             _walk(entities, cls, (), cls.__name__, version, render)
+        if load is load_request_schema:
+            for (api_key, version), carried in sorted(CARRIED.items()):
+                for path, names in carried.items() if api_key == key else ():
+                    for name, (_kafka_type, default) in names.items():
+                        slot = entities[path].fields.setdefault(name, FieldInfo())
+                        slot.versions.add(version)
+                        slot.types = slot.types or ["int"]
+                        slot.default = default
         if load is load_response_schema:
             for (api_key, version), (_request, layout, _fix) in sorted(LEGACY.items()):
                 if api_key == key and layout is not None and version not in versions(key):

@@ -532,3 +532,26 @@ def test_high_watermark_checkpointed_while_open_survives_a_crash(tmp_path):
     log.high_watermark = 4  # moved after the last checkpoint; no clean close follows
     log = open_log(tmp_path)
     assert (log.log_end_offset, log.high_watermark) == (5, 2)
+
+
+def test_legacy_offsets_before_answers_segment_bases_and_log_end_newest_first(tmp_path):
+    # ListOffsets v0 as Kafka 3.9's fetchOffsetsBefore: segment base offsets with their
+    # files' mtimes, plus the log end, newest first, at most max_num_offsets.
+    log = open_log(tmp_path, segment_bytes=1000)
+    for _ in range(12):
+        log.append(batch(2, size=200), 0, NOW)
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) >= 3
+    end = log.log_end_offset
+    assert log.legacy_offsets_before(-1, 100) == [end, *reversed(bases)]
+    assert log.legacy_offsets_before(-1, 2) == [end, bases[-1]]
+    assert log.legacy_offsets_before(-2, 100) == [0]
+    assert log.legacy_offsets_before(-1, 0) == []
+    # By time: the newest entry last modified at or before the timestamp, then older.
+    for i, seg in enumerate(log.segments):
+        os.utime(seg.log_path, (1000 + i, 1000 + i))
+    assert log.legacy_offsets_before(1_001_500, 2) == [bases[1], bases[0]]
+    assert log.legacy_offsets_before(999_000, 5) == []
+    log.high_watermark = end
+    log.delete_records_before(bases[1] + 1)
+    assert log.legacy_offsets_before(-2, 3) == [bases[1] + 1]

@@ -65,6 +65,26 @@ def _partition(
     return out
 
 
+def _partition_v0(
+    broker: BrokerParts, topic: str, p: requests.ListOffsetsPartition, replica_id: int
+) -> responses.ListOffsetsPartitionResponse:
+    """ListOffsets v0 as Kafka 3.9 answered it: up to `max_num_offsets` offsets, newest
+    first, from the segments' base offsets and the log end (`Log.legacy_offsets_before`);
+    a consumer's (replica id -1) capped at the high watermark."""
+    out = _error(p.partition_index, 0)
+    partition, code = broker.partitions.leader(topic, p.partition_index, -1)
+    if partition is None:
+        out["error_code"] = code
+        return out
+    offsets = partition.log.legacy_offsets_before(p.timestamp, p.max_num_offsets)
+    if replica_id == -1:
+        hw = partition.high_watermark
+        if any(o > hw for o in offsets):
+            offsets = [hw] + [o for o in offsets if o <= hw]
+    out["old_style_offsets"] = offsets
+    return out
+
+
 def _error(partition: int, code: int) -> responses.ListOffsetsPartitionResponse:
     return {"partition_index": partition, "error_code": code, "timestamp": -1, "offset": -1}
 
@@ -89,13 +109,12 @@ def list_offsets(
                 partitions.append(_error(p.partition_index, ErrorCode.invalid_request))
             elif not known:
                 partitions.append(_error(p.partition_index, ErrorCode.unknown_topic_or_partition))
+            elif ctx.version == 0:
+                partitions.append(_partition_v0(broker, t.name, p, request.replica_id))
             else:
                 partitions.append(_partition(broker, t.name, p, isolation))
         if ctx.version == 0:
-            # v0 answers a list of offsets (Kafka 3.9: the one asked for, with the base
-            # offsets of older segments after it); every client asks for one.
             for answer in partitions:
-                offset = answer.get("offset", -1)
-                answer["old_style_offsets"] = [offset] if offset >= 0 else []
+                answer.setdefault("old_style_offsets", [])
         topics.append({"name": t.name, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}

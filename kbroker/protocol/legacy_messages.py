@@ -207,8 +207,8 @@ _LIST_OFFSETS_REQUEST: Layout = (
                         (
                             ("partition_index", "i32"),
                             ("timestamp", "i64"),
-                            # Kafka 3.9 answers at most this many offsets; kbroker
-                            # answers the one offset v1 would (every client asks one).
+                            # Kafka 3.9 answers at most this many offsets (carried
+                            # to the handler: CARRIED below).
                             ("max_num_offsets", "i32"),
                         ),
                     ),
@@ -330,13 +330,6 @@ def _offset_commit(data: dict[str, Any]) -> dict[str, Any]:
 
 # (api key, version) -> (request layout, response layout or None when the API's own
 # encoder writes the old versions, a fix-up of the request dict before kio's class).
-def _list_offsets(data: dict[str, Any]) -> dict[str, Any]:
-    for topic in data["topics"]:
-        for p in topic["partitions"]:
-            p.pop("max_num_offsets", None)
-    return data
-
-
 _CREATE_TOPICS_REQUEST: Layout = (
     (
         "topics",
@@ -583,7 +576,7 @@ LEGACY: dict[
 ] = {}
 for _v in range(4):
     LEGACY[(FETCH, _v)] = (_FETCH_REQUEST, None, _without())
-LEGACY[(LIST_OFFSETS, 0)] = (_LIST_OFFSETS_REQUEST, _LIST_OFFSETS_RESPONSE, _list_offsets)
+LEGACY[(LIST_OFFSETS, 0)] = (_LIST_OFFSETS_REQUEST, _LIST_OFFSETS_RESPONSE, _without())
 for _v in range(2):
     LEGACY[(OFFSET_COMMIT, _v)] = (_OFFSET_COMMIT_REQUEST, _OFFSET_COMMIT_RESPONSE, _offset_commit)
 LEGACY[(OFFSET_FETCH, 0)] = (_OFFSET_FETCH_REQUEST, _OFFSET_FETCH_RESPONSE, _without())
@@ -617,6 +610,14 @@ LEGACY[(DESCRIBE_LOG_DIRS, 0)] = (
     _DESCRIBE_LOG_DIRS_RESPONSE,
     _without(),
 )
+
+# Fields of an old version that kio's oldest class lacks and the handler reads: (api
+# key, version) -> entity path -> {field name: (Kafka type, Kafka's default)}. The
+# request is read into a subclass of kio's class that carries them
+# (`messages.request_class_carrying`); other versions read the default.
+CARRIED: dict[tuple[int, int], dict[tuple[str, ...], dict[str, tuple[str, int]]]] = {
+    (LIST_OFFSETS, 0): {("topics", "partitions"): {"max_num_offsets": ("int32", 1)}},
+}
 
 
 def is_legacy_version(api_key: int, version: int) -> bool:

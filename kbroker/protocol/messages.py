@@ -18,7 +18,7 @@ import types
 import typing
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
@@ -110,6 +110,37 @@ def request_class(api_key: int, version: int) -> type:
     return cls
 
 
+@functools.cache
+def request_class_carrying(api_key: int, version: int) -> type:
+    """The class an old version's request is read into: kio's oldest class, or a
+    subclass of it (and of its entities on the way) with the fields kio lacks that
+    `legacy_messages.CARRIED` names for this version."""
+    cls = request_class(api_key, known_versions(api_key).start)
+    carried = legacy_messages.CARRIED.get((api_key, version))
+    return _carrying(cls, (), carried) if carried else cls
+
+
+def _carrying(
+    cls: type, path: tuple[str, ...], carried: dict[tuple[str, ...], dict[str, tuple[str, int]]]
+) -> type:
+    if not any(p[: len(path)] == path for p in carried):
+        return cls
+    new_fields: list[tuple[str, Any, Any]] = []
+    for name, _kafka_type, nested, is_array, _default in _plan(cls):
+        if nested is None:
+            continue
+        sub = _carrying(nested, (*path, name), carried)
+        if sub is not nested:
+            f = next(f for f in fields(cls) if f.name == name)
+            hint = tuple[sub, ...] if is_array else sub  # type: ignore[valid-type]
+            new_fields.append((name, hint, field(metadata=f.metadata)))
+    for name, (kafka_type, _default) in carried.get(path, {}).items():
+        new_fields.append((name, int, field(metadata={"kafka_type": kafka_type})))
+    return make_dataclass(
+        cls.__name__, new_fields, bases=(cls,), frozen=True, slots=True, kw_only=True
+    )
+
+
 def _give_defaults(
     cls: type, path: tuple[str, ...], absent: dict[tuple[str, ...], dict[str, Any]]
 ) -> None:
@@ -145,7 +176,7 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
     if legacy is not None:
         layout, _response, fix = legacy
         data = fix(legacy_messages.read(layout, version, frame, offset, MAX_REQUEST_ELEMENTS))
-        return build(request_class(api_key, known_versions(api_key).start), data)
+        return build(request_class_carrying(api_key, version), data)
     version = wire_version(api_key, version)
     if isinstance(frame, memoryview) and not frame.readonly:
         frame = frame.toreadonly()  # kio's native reader takes read-only buffers only

@@ -130,7 +130,7 @@ ABSENT: dict[int, dict[tuple[str, ...], dict[str, object]]] = {
     },
     2: {
         (): {"isolation_level": 0, "timeout": datetime.timedelta(milliseconds=0)},
-        ("topics", "partitions"): {"current_leader_epoch": -1},
+        ("topics", "partitions"): {"current_leader_epoch": -1, "max_num_offsets": 1},
     },
     3: {
         (): {
@@ -335,6 +335,8 @@ if TYPE_CHECKING:
         def timestamp(self) -> int: ...
         @property
         def current_leader_epoch(self) -> int: ...
+        @property
+        def max_num_offsets(self) -> int: ...
 
     class MetadataRequest(Protocol):
         @property

@@ -590,6 +590,33 @@ class PartitionLog:
             pass
         return best_ts, off
 
+    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0 as Kafka 3.9 answered it (fetchOffsetsBefore): each segment's
+        base offset (at least the log start) with its file's last-modified time, and the
+        log end at the present when the active segment holds data; from the latest
+        (-1), the earliest (-2) or the newest entry modified at or before `timestamp`,
+        up to `max_num_offsets` of them, newest first."""
+        self._check_open()
+        entries: list[tuple[int, int]] = []
+        for seg in self.segments:
+            try:
+                modified = int(os.stat(seg.log_path).st_mtime * 1000)
+            except FileNotFoundError:
+                modified = seg.created_ms
+            entries.append((max(seg.base_offset, self.log_start_offset), modified))
+        if self.segments and self.segments[-1].size > 0:
+            entries.append((self.log_end_offset, int(time.time() * 1000)))
+        if timestamp == -1:
+            start = len(entries) - 1
+        elif timestamp == -2:
+            start = 0
+        else:
+            start = len(entries) - 1
+            while start >= 0 and entries[start][1] > timestamp:
+                start -= 1
+        count = max(0, min(max_num_offsets, start + 1))
+        return sorted((entries[start - j][0] for j in range(count)), reverse=True)
+
     # -- deletion ------------------------------------------------------------------------------
 
     def delete_records_before(self, offset: int) -> int:

@@ -337,3 +337,24 @@ def test_pending_offset_check_is_consulted():
     h.c.pending_offset_check = lambda group, tp: (group, tp) == ("g", TP)
     assert h.c.has_pending_offset("g", TP)
     assert not h.c.has_pending_offset("g", ("t", 1))
+
+
+def test_commit_time_given_by_offset_commit_v1_is_stored_and_expires_the_offset():
+    # Kafka 3.9 stores OffsetCommit v1's commit timestamp; without an explicit expiry
+    # the offset expires offsets.retention.minutes after it.
+    h = Harness(offsets_retention_ms=DAY_MS)
+    box = Box()
+    given = h.clock.now_ms() - DAY_MS + 1000
+    offsets = {TP: OffsetAndMetadata(1), ("t", 1): OffsetAndMetadata(2)}
+    h.c.commit_offsets("g", "", -1, offsets, box, commit_timestamps={TP: given})
+    stored = h.c.groups["g"].offsets
+    assert (stored[TP].commit_timestamp_ms, stored[("t", 1)].commit_timestamp_ms) == (
+        given,
+        h.clock.now_ms(),
+    )
+    assert stored[TP].expire_timestamp_ms is None
+    h.clock.advance(999)
+    assert h.c.expire_offsets() == 0
+    h.clock.advance(1)
+    assert h.c.expire_offsets() == 1
+    assert set(stored) == {("t", 1)}

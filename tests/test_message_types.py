@@ -177,3 +177,27 @@ def untyped_handlers() -> list[str]:
 
 def test_handlers_answer_with_their_apis_typed_dict() -> None:
     assert untyped_handlers() == []
+
+
+def test_old_fields_kio_lacks_reach_the_handler() -> None:
+    # OffsetCommit v1's commit timestamp and ListOffsets v0's max_num_offsets are read
+    # into a subclass of kio's oldest class; other versions read Kafka's defaults.
+    import struct
+
+    from kbroker.protocol import messages
+
+    def s(text: str) -> bytes:
+        return struct.pack(">h", len(text)) + text.encode()
+
+    partition = struct.pack(">iqq", 0, 5, 1_234) + s("m")
+    body = s("g") + struct.pack(">i", 3) + s("m1") + struct.pack(">i", 1) + s("t")
+    body += struct.pack(">i", 1) + partition
+    v1 = messages.decode_request(8, 1, body, 0)
+    assert v1.topics[0].partitions[0].commit_timestamp == 1_234
+    v0_body = s("g") + struct.pack(">i", 1) + s("t") + struct.pack(">iiq", 1, 0, 5) + s("m")
+    v0 = messages.decode_request(8, 0, v0_body, 0)
+    assert v0.topics[0].partitions[0].commit_timestamp == -1
+    listed = (
+        struct.pack(">ii", -1, 1) + s("t") + struct.pack(">i", 1) + struct.pack(">iqi", 0, -1, 7)
+    )
+    assert messages.decode_request(2, 0, listed, 0).topics[0].partitions[0].max_num_offsets == 7

@@ -11,7 +11,7 @@ test drives it with a manual clock and an in-memory store.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -173,10 +173,13 @@ class GroupCoordinator:
         instance_id: str | None = None,
         unknown_group_error: ErrorCode = E.illegal_generation,
         retention_ms: int | None = None,
+        commit_timestamps: Mapping[TopicPartition, int] | None = None,
     ) -> None:
         """Validate and store committed offsets; the callback gets one code per partition.
 
-        Commit times are stamped here. `retention_ms` (OffsetCommit v2-v4's retention
+        Commit times are stamped here, but for those OffsetCommit v1 gives in
+        `commit_timestamps` (Kafka 3.9 stores them, and an offset without an explicit
+        expiry expires `offsets.retention.minutes` after its commit time). `retention_ms` (OffsetCommit v2-v4's retention
         time, when not -1) gives the offsets an explicit expiry, as in Kafka.
         `unknown_group_error` is what a member commit to a missing group gets:
         ILLEGAL_GENERATION before OffsetCommit v9, GROUP_ID_NOT_FOUND from v9 on.
@@ -218,7 +221,8 @@ class GroupCoordinator:
             if len(value.metadata.encode()) > self.config.offset_metadata_max_bytes:
                 results[tp] = E.offset_metadata_too_large
             else:
-                to_store[tp] = replace(value, commit_timestamp_ms=now, expire_timestamp_ms=expires)
+                at = now if commit_timestamps is None else commit_timestamps.get(tp, now)
+                to_store[tp] = replace(value, commit_timestamp_ms=at, expire_timestamp_ms=expires)
         if not to_store:
             callback(results)
             return

@@ -349,6 +349,7 @@ def offset_commit(
         tuple[str | None, uuid.UUID | None, list[tuple[int, OffsetAndMetadata | None, ErrorCode]]]
     ] = []
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    commit_timestamps: dict[tuple[str, int], int] = {}  # v1's, when not -1
     group_denied = _group_denied(ctx, Operation.READ, request.group_id)
     checking = ctx.broker.authorizer is not None
     for topic in request.topics:
@@ -384,6 +385,8 @@ def offset_commit(
                 metadata=p.committed_metadata or "",
             )
             offsets[(info.name, p.partition_index)] = value
+            if version == 1 and p.commit_timestamp != -1:
+                commit_timestamps[(info.name, p.partition_index)] = p.commit_timestamp
             entries.append((p.partition_index, value, E.none))
         layout.append((name, topic_id, entries))
 
@@ -415,6 +418,7 @@ def offset_commit(
         instance_id=request.group_instance_id,
         unknown_group_error=E.group_id_not_found if version >= 9 else E.illegal_generation,
         retention_ms=retention_ms,
+        commit_timestamps=commit_timestamps,
     )
     return _respond_when_done(future, render)
 

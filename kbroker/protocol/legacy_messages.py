@@ -318,11 +318,6 @@ def _without(*names: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 def _offset_commit(data: dict[str, Any]) -> dict[str, Any]:
-    # v1's per-partition commit timestamp set the offset's expiry in the ZooKeeper era;
-    # Kafka 3.9 ignores it as it ignores v2-4's retention time.
-    for topic in data["topics"]:
-        for p in topic["partitions"]:
-            p.pop("commit_timestamp", None)
     data.setdefault("generation_id_or_member_epoch", -1)
     data.setdefault("member_id", "")
     return data
@@ -617,6 +612,8 @@ LEGACY[(DESCRIBE_LOG_DIRS, 0)] = (
 # (`messages.request_class_carrying`); other versions read the default.
 CARRIED: dict[tuple[int, int], dict[tuple[str, ...], dict[str, tuple[str, int]]]] = {
     (LIST_OFFSETS, 0): {("topics", "partitions"): {"max_num_offsets": ("int32", 1)}},
+    # v1's commit timestamp, stored as the offset's commit time when not -1 (Kafka 3.9).
+    (OFFSET_COMMIT, 1): {("topics", "partitions"): {"commit_timestamp": ("int64", -1)}},
 }
 
 

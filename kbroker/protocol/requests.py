@@ -143,7 +143,7 @@ ABSENT: dict[int, dict[tuple[str, ...], dict[str, object]]] = {
     8: {
         (): {"retention_time": datetime.timedelta(milliseconds=-1), "group_instance_id": None},
         ("topics",): {"name": "", "topic_id": None},
-        ("topics", "partitions"): {"committed_leader_epoch": -1},
+        ("topics", "partitions"): {"committed_leader_epoch": -1, "commit_timestamp": -1},
     },
     9: {
         (): {"group_id": "", "topics": None, "require_stable": False, "groups": ()},
@@ -385,6 +385,8 @@ if TYPE_CHECKING:
         def committed_metadata(self) -> str | None: ...
         @property
         def committed_leader_epoch(self) -> int: ...
+        @property
+        def commit_timestamp(self) -> int: ...
 
     class OffsetFetchRequest(Protocol):
         @property

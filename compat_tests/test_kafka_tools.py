@@ -36,6 +36,8 @@ from compat_tests.kafka_reference import (
     start_tool_process,
     tool_runner_classes,
 )
+from kbroker.admin.client import ClientError, Cluster
+from kbroker.admin.groups import TopicPartition, describe_group
 
 pytestmark = pytest.mark.skipif(kafka_unavailable() is not None, reason=str(kafka_unavailable()))
 
@@ -936,6 +938,23 @@ def _check_streams_group(target: Target, app: str, source: str) -> None:
     assert refused.code != 0 and "streams.num.standby.replicas" in refused.out + refused.err
 
 
+def _streams_tasks(target: Target, app: str) -> list[tuple[TopicPartition, ...]] | None:
+    """The partitions behind each member's active tasks once every member holds its whole
+    target assignment, else None (a rebalance or a coordinator move under way). What it saw
+    is printed, so a test that times out shows it."""
+    cluster = Cluster(target.bootstrap)
+    try:
+        group = describe_group(cluster, app)
+    except (ClientError, OSError):
+        return None
+    finally:
+        cluster.close()
+    print("streams group", group.state, [(m.assignment, m.target) for m in group.members])
+    if group.state != "Stable" or any(m.assignment != m.target for m in group.members):
+        return None
+    return [m.assignment for m in group.members]
+
+
 @pytest.mark.parametrize("protocol", ["classic", "streams"])
 @pytest.mark.parametrize("target", ["cluster"], indirect=True)
 def test_streams_exactly_once_word_count(target: Target, tmp_path: Path, protocol: str) -> None:
@@ -943,7 +962,9 @@ def test_streams_exactly_once_word_count(target: Target, tmp_path: Path, protoco
     coordinator killed -9 mid-run and restarted: every final count is exact, and no count
     read (read_committed) ever passes it. With the classic group protocol and with KIP-1071's
     streams protocol, where the broker creates the repartition and changelog topics and
-    assigns the tasks; kafka-streams-groups then describes the streams group."""
+    assigns the tasks; kafka-streams-groups then describes the streams group. The streams
+    run has two instances (two processes of the group) that split the four tasks; after the
+    coordinator's kill one instance stops mid-run and the other takes its tasks over."""
     cluster = target.cluster
     assert cluster is not None
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta"]
@@ -968,6 +989,7 @@ def test_streams_exactly_once_word_count(target: Target, tmp_path: Path, protoco
         sink,
         str(tmp_path / "state"),
         protocol,
+        "2" if protocol == "streams" else "1",
         log=tmp_path / "streams.log",
         classes=tool_runner_classes(),
     )
@@ -994,11 +1016,30 @@ def test_streams_exactly_once_word_count(target: Target, tmp_path: Path, protoco
             if count > expected[word]:
                 over.append((word, count))
 
+    def members_with_tasks(members: int) -> bool:
+        """The group has `members` members, each running some of the four tasks (two
+        partitions each of the source and the repartition topic), every task run once."""
+        tasks = _streams_tasks(target, app)
+        return (
+            tasks is not None
+            and len(tasks) == members
+            and all(tasks)
+            and sorted(p for t in tasks for p in t) == sorted({p for t in tasks for p in t})
+            and len({p for t in tasks for p in t}) == 4
+        )
+
     try:
         _eventually(lambda: read(1.0) or latest, "the first committed counts", timeout=120)
+        if protocol == "streams":
+            _eventually(lambda: members_with_tasks(2), "the tasks split between the two instances")
         cluster.kill_coordinator(app)
         produce(lines[2000:])
         cluster.heal()
+        if protocol == "streams":
+            (tmp_path / "state" / "stop-1").touch()  # the second instance closes mid-run
+            _eventually(
+                lambda: members_with_tasks(1), "the other instance holding every task", timeout=90
+            )
         _eventually(
             lambda: read(1.0) or latest == dict(expected),
             "exact counts",

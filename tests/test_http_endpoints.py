@@ -130,7 +130,9 @@ def test_metrics_count_answers_followed_by_a_request_within_the_busy_poll_budget
 ) -> None:
     async def check(broker: Broker, port: int) -> None:
         client = await RawClient.connect(broker.listener.port)
-        for _ in range(3):
+        # Twenty answers, of which two must be followed within the 10 ms budget: on a
+        # loaded machine one pause of the test's own process can outlast the budget.
+        for _ in range(20):
             await client.call(
                 API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
             )

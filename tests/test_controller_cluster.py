@@ -25,7 +25,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def three_voters(base, secrets=("s", "s", "s"), **config):
+def three_voters(base, secrets=("s", "s", "s"), election_timeout_s=(0.3, 0.6), **config):
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
     return [
         Controller(
@@ -34,7 +34,7 @@ def three_voters(base, secrets=("s", "s", "s"), **config):
                 base / f"node{i + 1}",
                 raft_bind=address,
                 peers=[f"{j + 1}@{a}" for j, a in enumerate(addresses) if a != address],
-                election_timeout_s=(0.3, 0.6),
+                election_timeout_s=election_timeout_s,
                 secret=secrets[i],
                 **config,
             )

@@ -11,7 +11,10 @@ from tests.test_controller_cluster import eventually, three_voters
 
 def test_a_voter_timing_out_beside_a_live_leader_does_not_depose_it(tmp_path):
     async def main():
-        nodes = three_voters(tmp_path)
+        # Election timeouts of seconds, not the usual 0.3-0.6 s: the three voters share
+        # one process, and on a loaded machine a pause of it longer than the timeout
+        # would start a real election that the forced time-outs below did not cause.
+        nodes = three_voters(tmp_path, election_timeout_s=(3.0, 6.0))
         await asyncio.gather(*(n.start() for n in nodes))
         try:
             leader = next(n for n in nodes if n.is_leader)

@@ -27,6 +27,7 @@ from kbroker.protocol.errors import CorruptBatchError, InvalidBatchError
 from kbroker.protocol.legacy_records import (
     InvalidLegacyRecordError,
     ZstdDownConversionError,
+    _xxh32,
     down_convert,
     is_legacy,
     up_convert,
@@ -269,3 +270,38 @@ def test_mutated_message_sets_raise_only_the_formats_errors(
         # CORRUPT_MESSAGE or INVALID_RECORD; any other exception fails the test
         with contextlib.suppress(InvalidBatchError):
             up_convert(candidate)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4])
+def test_down_conversion_keeps_a_compressed_batch_in_one_wrapper_of_its_codec(
+    magic: int, codec: int
+) -> None:
+    # Kafka 3.9 (RecordsUtil.downConvert) builds each batch in its own codec: one wrapper
+    # message at the batch's last offset holding the records from the fetch offset on.
+    sent = [Record(f"k{i}".encode(), b"v" * i, 100 + i) for i in range(6)]
+    data = bytes(encode_batch(sent, 100, base_offset=50, compression=codec))
+    converted = down_convert(data, magic, 52)
+    wrapper_offset, size = struct.unpack_from(">qi", converted)
+    assert (wrapper_offset, len(converted)) == (55, 12 + size)  # one message, the wrapper
+    got_magic, attributes = struct.unpack_from(">bb", converted, 16)
+    assert (got_magic, attributes & 0x07) == (magic, codec)
+    if magic == 1:
+        assert struct.unpack_from(">q", converted, 18)[0] == 105  # the largest timestamp
+    got = read_old(converted)
+    assert [(o, k, v) for o, _t, k, v, _tt in got] == [
+        (50 + i, f"k{i}".encode(), b"v" * i) for i in range(2, 6)
+    ]
+    if magic == 1:
+        assert [t for _o, t, *_ in got] == [102, 103, 104, 105]
+    if codec == LZ4 and magic == 0:  # the header checksum v0 clients compute (KAFKA-3160)
+        import lz4.frame
+
+        key_end = 16 + 2 + 4
+        frame = converted[key_end + 4 :]
+        assert frame[6] == (_xxh32(frame[:6]) >> 8) & 0xFF
+        with pytest.raises(RuntimeError):
+            lz4.frame.decompress(frame)
+    # kbroker's own reader of old message sets takes it back with every CRC right
+    back = decode_records(up_convert(converted), 0, decompress)
+    assert [(r.key, r.value) for r in back] == [(r.key, r.value) for r in sent[2:]]

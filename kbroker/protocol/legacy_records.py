@@ -12,8 +12,10 @@ Up-conversion follows Kafka's LogValidator: every message's CRC is checked, offs
 are the broker's to assign, the records become one v2 batch (no producer id) in the
 wrappers' codec, v0 messages get no timestamp (-1) and LogAppendTime is applied by the
 log as for any batch. Down-conversion follows RecordsUtil.downConvert: control batches
-are dropped, records below the fetch offset too, headers are lost, and the messages
-are written uncompressed.
+are dropped, records below the fetch offset too, headers are lost, and a compressed
+batch keeps its codec: its messages go into one wrapper message, as Kafka's
+MemoryRecordsBuilder writes it (v1 inner offsets relative, the wrapper at the last
+offset; a v0 lz4 frame with the header checksum v0 clients expect, KAFKA-3160).
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ from kbroker.protocol.batch import (
 from kbroker.protocol.compression import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     LZ4,
+    NONE,
     ZSTD,
     CompressionError,
+    compress,
     decompress,
 )
 from kbroker.protocol.errors import CorruptBatchError, InvalidBatchError
@@ -221,9 +225,9 @@ def down_convert(
     fetch_offset: int,
     decompress_fn: Callable[[int, bytes], bytes] = decompress,
 ) -> bytes:
-    """The whole v2 batches of `data` as a message set of `magic` (0 or 1), uncompressed;
-    records below `fetch_offset` and control batches are left out, a trailing partial
-    batch too."""
+    """The whole v2 batches of `data` as a message set of `magic` (0 or 1), a compressed
+    batch as one wrapper message of its codec; records below `fetch_offset` and control
+    batches are left out, a trailing partial batch too."""
     view = memoryview(data)
     out = bytearray()
     pos = 0
@@ -238,13 +242,65 @@ def down_convert(
         if not h.attributes & CONTROL_MASK:
             log_append = v1 and h.attributes & TIMESTAMP_TYPE_MASK
             attributes = TIMESTAMP_TYPE_MASK if log_append else 0
-            for rec in decode_records(view, pos, decompress_fn):
-                offset = rec.offset if rec.offset is not None else 0
-                if offset < fetch_offset:
-                    continue
-                _write_message(out, offset, magic, attributes, rec)
+            records = [
+                r
+                for r in decode_records(view, pos, decompress_fn)
+                if (r.offset if r.offset is not None else 0) >= fetch_offset
+            ]
+            if h.compression == NONE:
+                for rec in records:
+                    _write_message(out, rec.offset or 0, magic, attributes, rec)
+            elif records:
+                _write_wrapper(out, magic, attributes, h.compression, records)
         pos += h.total_size
     return bytes(out)
+
+
+def _write_wrapper(
+    out: bytearray, magic: int, attributes: int, codec: int, records: list[Record]
+) -> None:
+    """`records` as one wrapper message of `codec`: inner offsets relative to the first
+    in v1 (absolute in v0), the wrapper at the last offset with the largest timestamp."""
+    inner = bytearray()
+    first = records[0].offset or 0
+    for rec in records:
+        offset = rec.offset or 0
+        _write_message(inner, offset - first if magic == 1 else offset, magic, attributes, rec)
+    value = compress(codec, inner)
+    if codec == LZ4 and magic == 0:
+        value = _lz4_kafka_0_8_header(value)
+    stamps = [r.timestamp for r in records if r.timestamp is not None]
+    wrapper = Record(None, value, max(stamps) if stamps else NO_TIMESTAMP)
+    _write_message(out, records[-1].offset or 0, magic, attributes | codec, wrapper)
+
+
+def _lz4_kafka_0_8_header(frame: bytes) -> bytes:
+    """An lz4 frame (no content size) with the header checksum v0 clients compute: over
+    the magic number too (KAFKA-3160), as Kafka writes v0 lz4 wrappers."""
+    return frame[:6] + bytes([(_xxh32(frame[:6]) >> 8) & 0xFF]) + frame[7:]
+
+
+def _xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32 of fewer than 16 bytes."""
+    p1, p2, p3, p4, p5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    assert len(data) < 16
+    h = (seed + p5 + len(data)) & mask
+    i = 0
+    while i + 4 <= len(data):
+        h = (rotl((h + int.from_bytes(data[i : i + 4], "little") * p3) & mask, 17) * p4) & mask
+        i += 4
+    for b in data[i:]:
+        h = (rotl((h + b * p5) & mask, 11) * p1) & mask
+    h ^= h >> 15
+    h = (h * p2) & mask
+    h ^= h >> 13
+    h = (h * p3) & mask
+    return h ^ (h >> 16)
 
 
 def _write_message(out: bytearray, offset: int, magic: int, attributes: int, rec: Record) -> None:
@@ -254,7 +310,7 @@ def _write_message(out: bytearray, offset: int, magic: int, attributes: int, rec
             ">bbq", 1, attributes, NO_TIMESTAMP if rec.timestamp is None else rec.timestamp
         )
     else:
-        body += b"\x00\x00"
+        body += struct.pack(">bb", 0, attributes)
     for part in (rec.key, rec.value):
         if part is None:
             body += b"\xff\xff\xff\xff"

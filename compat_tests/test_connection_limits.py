@@ -16,6 +16,13 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from compat_tests.broker_process import BrokerProcess, free_port, running_broker
 from compat_tests.metrics_scrape import scrape, value
@@ -136,3 +143,82 @@ def test_the_listener_backlog_is_socket_listen_backlog_size(limited: BrokerProce
             sock.close()
         gone(limited)
     assert len(socks) == 7 + 1
+
+
+@pytest.fixture(scope="module")
+def two_listeners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, int]]:
+    """PLAINTEXT (inter-broker) and CLIENT, with CLIENT capped at two connections; yields
+    the broker and CLIENT's port."""
+    port, client_port = free_port(), free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{port},CLIENT://127.0.0.1:{client_port}"
+    settings = {
+        "listeners": listeners,
+        "advertised.listeners": listeners,
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
+        "listener.name.client.max.connections": "2",
+        "http.listeners": f"http://127.0.0.1:{free_port()}",
+    }
+    node = BrokerProcess(tmp_path_factory.mktemp("listener-limits"), settings, port=port)
+    try:
+        node.start()
+        yield node, client_port
+    finally:
+        node.kill()
+
+
+def connect_to(broker: BrokerProcess, port: int) -> socket.socket:
+    return socket.create_connection((broker.host, port), timeout=5)
+
+
+def alter_own(broker: BrokerProcess, name: str, value: str) -> None:
+    """IncrementalAlterConfigs SET of one setting on the broker's own resource, then wait
+    until DescribeConfigs shows it applied."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    node_id = str(next(iter(admin.list_topics(timeout=10).brokers)))
+    entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.BROKER, node_id, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(20)
+
+    def applied() -> bool:
+        described = admin.describe_configs([ConfigResource(ResourceType.BROKER, node_id)])
+        return next(iter(described.values())).result(20)[name].value == value
+
+    eventually(applied, timeout=20, what=f"the broker to apply {name}={value}")
+
+
+@contextlib.contextmanager
+def opened_on(broker: BrokerProcess, port: int, count: int) -> Iterator[list[socket.socket]]:
+    before = open_connections(broker)
+    socks = [connect_to(broker, port) for _ in range(count)]
+    try:
+        yield socks
+    finally:
+        for sock in socks:
+            sock.close()
+        gone(broker, before)
+
+
+def test_a_listeners_max_connections_closes_the_extra_connection_on_that_listener_only(
+    two_listeners: tuple[BrokerProcess, int],
+) -> None:
+    broker, client_port = two_listeners
+    with opened_on(broker, client_port, 3) as socks:
+        assert [answers(s) for s in socks] == [True, True, False]
+        with opened_on(broker, broker.port, 3) as others:
+            assert all(answers(s) for s in others)
+    assert "listener.name.client.max.connections=2" in broker.log_text()
+
+
+def test_a_listeners_max_connections_changes_dynamically(
+    two_listeners: tuple[BrokerProcess, int],
+) -> None:
+    broker, client_port = two_listeners
+    alter_own(broker, "listener.name.client.max.connections", "3")
+    try:
+        with opened_on(broker, client_port, 4) as socks:
+            assert [answers(s) for s in socks] == [True, True, True, False]
+        alter_own(broker, "listener.name.client.max.connections", "1")
+        with opened_on(broker, client_port, 2) as socks:
+            assert [answers(s) for s in socks] == [True, False]
+    finally:
+        alter_own(broker, "listener.name.client.max.connections", "2")

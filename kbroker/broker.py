@@ -118,6 +118,16 @@ def _protected_listeners(config: BrokerConfig) -> frozenset[str]:
     return frozenset({config.inter_broker_endpoint.name})
 
 
+def _listener_connection_caps(config: BrokerConfig) -> dict[str, int]:
+    """Each broker listener's ``listener.name.<listener>.max.connections``, where set."""
+    caps: dict[str, int] = {}
+    for endpoint in config.broker_endpoints:
+        scoped = f"listener.name.{endpoint.name.lower()}.max.connections"
+        if scoped in config.scoped_names():
+            caps[endpoint.name] = config.raw(scoped)
+    return caps
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         # The settings of the file, environment and flags; `config` adds the dynamic
@@ -156,6 +166,7 @@ class Broker:
             config.max_connections_per_ip,
             resolve_overrides(parse_ip_overrides(config.max_connections_per_ip_overrides)),
             exempt_listeners=_protected_listeners(config),
+            per_listener=_listener_connection_caps(config),
         )
         # Topics whose partitions are being opened off the loop (see _open_partitions).
         self._opening: dict[str, list[asyncio.Future[dict[int, str]]]] = {}
@@ -835,6 +846,7 @@ class Broker:
         limits.per_ip_overrides = resolve_overrides(
             parse_ip_overrides(new.max_connections_per_ip_overrides)
         )
+        limits.per_listener = _listener_connection_caps(new)
         for endpoint in new.broker_endpoints:
             try:
                 self.security_by_listener[endpoint.name] = listener_security(new, endpoint)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kbroker.config.broker import LISTENER_SCOPED_PREFIXES
+from kbroker.config.broker import LISTENER_SCOPED_NAMES, LISTENER_SCOPED_PREFIXES
 from kbroker.config.broker_settings import BROKER_CONFIG_DEFS, SYNONYM_GROUPS
 from kbroker.config.types import ConfigDef, ConfigType
 
@@ -102,7 +102,7 @@ def render() -> str:
         f"\n    @property\n    def {d.python_name}(self) -> {annotation(d)}:\n"
         f'        return self._config.for_listener(self._listener, "{d.name}")\n'
         for d in rows
-        if d.name.startswith(LISTENER_SCOPED_PREFIXES)
+        if d.name.startswith(LISTENER_SCOPED_PREFIXES) or d.name in LISTENER_SCOPED_NAMES
     ]
     return HEADER + "".join(properties) + LISTENER_HEADER + "".join(scoped)
 

@@ -546,3 +546,27 @@ def test_replica_selector_class_takes_only_kafkas_two_selectors():
     assert BrokerConfig.from_settings({}).get("replica.selector.class") is None
     with pytest.raises(ConfigError, match="replica.selector.class.*must be one of"):
         BrokerConfig.from_settings({"replica.selector.class": "com.example.NearestSelector"})
+
+
+def test_a_listeners_max_connections_is_set_per_listener_and_changes_at_either_level():
+    cfg = load(
+        [
+            "listeners=PLAINTEXT://127.0.0.1:9092,CLIENT://127.0.0.1:9093",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
+            "listener.name.client.max.connections=3",
+        ]
+    )
+    assert cfg.listener_settings("CLIENT").max_connections == 3
+    assert cfg.listener_settings("PLAINTEXT").max_connections == cfg.max_connections
+    scoped = "listener.name.client.max.connections"
+    assert validate_dynamic_broker_configs({scoped: "5"}, per_broker=False) == {scoped: 5}
+    assert validate_dynamic_broker_configs({scoped: "5"}, per_broker=True) == {scoped: 5}
+    with pytest.raises(ConfigError) as refused:
+        validate_dynamic_broker_configs({scoped: "-1"})
+    assert str(refused.value).startswith(f"Invalid value -1 for configuration {scoped}:")
+    assert cfg.with_dynamic({}, {scoped: "7"}).listener_settings("CLIENT").max_connections == 7
+
+
+def test_max_connections_per_ip_has_no_listener_prefix():
+    with pytest.raises(ConfigError, match="unknown setting"):
+        load(["listener.name.plaintext.max.connections.per.ip=3"])

@@ -89,6 +89,11 @@ def _invalid(name: str, raw: Any, source: SettingSource, reason: str) -> ConfigE
 
 # Settings a listener may override as ``listener.name.<listener>.<setting>``.
 LISTENER_SCOPED_PREFIXES = ("ssl.", "sasl.enabled.mechanisms", "connections.max.reauth.ms")
+# Kafka's per-listener connection quota (``listener.name.<l>.max.connections``).
+LISTENER_SCOPED_NAMES = frozenset({"max.connections"})
+# Of those, the ones a cluster default may set under a listener prefix too (Kafka's
+# ClusterLevelListenerConfigs); every other listener-prefixed setting is per broker.
+CLUSTER_LEVEL_LISTENER_SETTINGS = frozenset({"max.connections"})
 _SCOPED = "listener.name."
 _JAAS = ".sasl.jaas.config"
 
@@ -104,9 +109,19 @@ def listener_scoped_definition(name: str) -> Any:
     if setting.endswith(_JAAS) and setting.count(".") == _JAAS.count("."):
         return BROKER_CONFIGS["sasl.jaas.config"]
     definition = BROKER_CONFIGS.get(setting)
-    if definition is not None and setting.startswith(LISTENER_SCOPED_PREFIXES):
+    if definition is not None and (
+        setting.startswith(LISTENER_SCOPED_PREFIXES) or setting in LISTENER_SCOPED_NAMES
+    ):
         return definition
     return None
+
+
+def listener_setting(name: str) -> tuple[str, str] | None:
+    """(listener, setting) of a ``listener.name.<listener>.<setting>`` name, else None."""
+    if not name.startswith(_SCOPED):
+        return None
+    listener, _, setting = name[len(_SCOPED) :].partition(".")
+    return (listener, setting) if listener and setting else None
 
 
 def parse_layer(settings: Iterable[RawSetting]) -> Layer:
@@ -659,6 +674,9 @@ def validate_dynamic_broker_configs(
     for name in names:
         definition = dynamic_definition(name)
         if name.startswith(_SCOPED):
+            scoped = listener_setting(name)
+            if scoped is not None and scoped[1] in CLUSTER_LEVEL_LISTENER_SETTINGS:
+                continue  # a listener's max.connections: per broker or cluster default
             if definition.mode is not UpdateMode.PER_BROKER:
                 not_dynamic.append(name)
             prefixed.append(name)

@@ -477,7 +477,9 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         INT,
         INT_MAX,
         "Most client connections open at once; one over it is closed when accepted. "
-        "Connections on the inter-broker listener are exempt (Kafka's KIP-402).",
+        "Connections on the inter-broker listener are exempt (Kafka's KIP-402). "
+        "listener.name.<listener>.max.connections caps one listener, the inter-broker one "
+        "included.",
         at_least(0),
     ),
     _d(

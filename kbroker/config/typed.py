@@ -910,6 +910,10 @@ class ListenerSettings:
         return self._config.for_listener(self._listener, "connections.max.reauth.ms")
 
     @property
+    def max_connections(self) -> int:
+        return self._config.for_listener(self._listener, "max.connections")
+
+    @property
     def sasl_enabled_mechanisms(self) -> list[str]:
         return self._config.for_listener(self._listener, "sasl.enabled.mechanisms")
 

@@ -292,7 +292,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._counted_ip is not None:
-            self.broker.connection_limits.release(self._counted_ip)
+            self.broker.connection_limits.release(self._counted_ip, self.listener_name)
             self._counted_ip = None
         if self.transport is None:
             if self._handshake_timer is not None:

@@ -8,6 +8,8 @@ backlog; asyncio cannot pause an acceptor, so here the connection over the limit
 closed at once instead - the client sees the same thing a full backlog ends in, and
 reconnects with backoff. As in Kafka (KIP-402) the inter-broker listener is exempt
 from the broker-wide limit, so replication is never locked out by clients.
+``listener.name.<listener>.max.connections`` caps one listener's connections as well,
+the inter-broker one included, as Kafka's per-listener quota does.
 """
 
 from __future__ import annotations
@@ -38,24 +40,37 @@ class ConnectionLimits:
     max_per_ip: int
     per_ip_overrides: dict[str, int] = field(default_factory=dict)
     exempt_listeners: frozenset[str] = frozenset()
+    # listener.name.<listener>.max.connections, keyed by the listener's name.
+    per_listener: dict[str, int] = field(default_factory=dict)
     total: int = 0
     by_ip: Counter[str] = field(default_factory=Counter)
+    by_listener: Counter[str] = field(default_factory=Counter)
 
     def admit(self, ip: str, listener: str) -> str | None:
         """Count a new connection and return None, or the reason it must be closed."""
         limit = self.per_ip_overrides.get(ip, self.max_per_ip)
         if self.by_ip[ip] >= limit:
             return f"{ip} already has {self.by_ip[ip]} connections (max.connections.per.ip={limit})"
+        own = self.per_listener.get(listener)
+        if own is not None and self.by_listener[listener] >= own:
+            return (
+                f"listener {listener} has {self.by_listener[listener]} connections "
+                f"(listener.name.{listener.lower()}.max.connections={own})"
+            )
         if self.total >= self.max_connections and listener not in self.exempt_listeners:
             return (
                 f"the broker has {self.total} connections (max.connections={self.max_connections})"
             )
         self.by_ip[ip] += 1
+        self.by_listener[listener] += 1
         self.total += 1
         return None
 
-    def release(self, ip: str) -> None:
+    def release(self, ip: str, listener: str) -> None:
         self.total -= 1
         self.by_ip[ip] -= 1
         if self.by_ip[ip] <= 0:
             del self.by_ip[ip]
+        self.by_listener[listener] -= 1
+        if self.by_listener[listener] <= 0:
+            del self.by_listener[listener]

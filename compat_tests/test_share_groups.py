@@ -790,6 +790,82 @@ def test_share_fetch_v2_record_limit_mode_and_renewals(share_broker):  # type: i
         assert acquired == [(5, 9)]
 
 
+def test_renew_acknowledgements_keep_the_acquisition_lock_past_its_duration(share_broker):  # type: ignore[no-untyped-def]
+    # KIP-1222: RENEW (type 4) by ShareAcknowledge v2 or a ShareFetch v2 renewal restarts
+    # the acquisition lock; while the holder renews, another member gets nothing, and
+    # once it stops, the records come back after the lock.
+    topic, group = new_queue(share_broker.bootstrap, 5, share_session_timeout_ms="60000")
+    renew = {"first_offset": 0, "last_offset": 4, "acknowledge_types": [4]}
+
+    def fetch(conn, member: str, epoch: int, acks=()):  # type: ignore[no-untyped-def]
+        partition = {"partition_index": 0, "acknowledgement_batches": list(acks)}
+        response = conn.request(
+            78,
+            2,
+            group_id=group,
+            member_id=member,
+            share_session_epoch=epoch,
+            max_wait=50,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            max_records=5,
+            batch_size=5,
+            share_acquire_mode=0,
+            is_renew_ack=bool(acks),
+            topics=[{"topic_id": topic_id, "partitions": [partition]}],
+            forgotten_topics_data=[],
+        )
+        assert int(response.error_code) == 0
+        (part,) = response.responses[0].partitions if response.responses else (None,)
+        if part is None:
+            return []
+        assert int(part.acknowledge_error_code) == 0
+        return [(r.first_offset, r.last_offset) for r in part.acquired_records]
+
+    def acknowledge(conn, member: str, epoch: int) -> None:  # type: ignore[no-untyped-def]
+        response = conn.request(
+            79,
+            2,
+            group_id=group,
+            member_id=member,
+            share_session_epoch=epoch,
+            is_renew_ack=True,
+            topics=[
+                {
+                    "topic_id": topic_id,
+                    "partitions": [{"partition_index": 0, "acknowledgement_batches": [renew]}],
+                }
+            ],
+        )
+        assert int(response.error_code) == 0
+        assert int(response.responses[0].partitions[0].error_code) == 0
+
+    with _wire(share_broker) as holder, _wire(share_broker) as other:
+        joined = _heartbeat(holder, group, "holder", 0, [topic])
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        _heartbeat(other, group, "other", 0, [topic])
+        assert fetch(holder, "holder", 0) == [(0, 4)]
+        holder_epoch, other_epoch = 1, 0
+        started = time.monotonic()
+        while time.monotonic() - started < 3 * LOCK_MS / 1000:
+            if holder_epoch % 2:
+                acknowledge(holder, "holder", holder_epoch)
+            else:
+                assert fetch(holder, "holder", holder_epoch, [renew]) == []
+            holder_epoch += 1
+            assert fetch(other, "other", other_epoch) == []  # still locked by the holder
+            other_epoch += 1
+            time.sleep(LOCK_MS / 4000)  # renew well within each lock
+
+        def handed_over():  # type: ignore[no-untyped-def]
+            nonlocal other_epoch
+            got = fetch(other, "other", other_epoch)
+            other_epoch += 1
+            return got or None
+
+        assert eventually(handed_over, timeout=15, what="records after the lock") == [(0, 4)]
+
+
 def _described_once_loaded(broker, group: str):  # type: ignore[no-untyped-def]
     """ShareGroupDescribe of one group, asked again while the broker, just started,
     is still loading the group's offsets partition (NOT_COORDINATOR)."""

@@ -25,6 +25,7 @@ import zlib
 from collections.abc import Callable
 
 import lz4.block
+import xxhash
 
 from kbroker.protocol.batch import (
     CONTROL_MASK,
@@ -277,30 +278,7 @@ def _write_wrapper(
 def _lz4_kafka_0_8_header(frame: bytes) -> bytes:
     """An lz4 frame (no content size) with the header checksum v0 clients compute: over
     the magic number too (KAFKA-3160), as Kafka writes v0 lz4 wrappers."""
-    return frame[:6] + bytes([(_xxh32(frame[:6]) >> 8) & 0xFF]) + frame[7:]
-
-
-def _xxh32(data: bytes, seed: int = 0) -> int:
-    """XXH32 of fewer than 16 bytes."""
-    p1, p2, p3, p4, p5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
-    mask = 0xFFFFFFFF
-
-    def rotl(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & mask
-
-    assert len(data) < 16
-    h = (seed + p5 + len(data)) & mask
-    i = 0
-    while i + 4 <= len(data):
-        h = (rotl((h + int.from_bytes(data[i : i + 4], "little") * p3) & mask, 17) * p4) & mask
-        i += 4
-    for b in data[i:]:
-        h = (rotl((h + b * p5) & mask, 11) * p1) & mask
-    h ^= h >> 15
-    h = (h * p2) & mask
-    h ^= h >> 13
-    h = (h * p3) & mask
-    return h ^ (h >> 16)
+    return frame[:6] + bytes([(xxhash.xxh32_intdigest(frame[:6]) >> 8) & 0xFF]) + frame[7:]
 
 
 def _write_message(out: bytearray, offset: int, magic: int, attributes: int, rec: Record) -> None:

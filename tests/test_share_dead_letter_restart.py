@@ -118,7 +118,7 @@ def test_copies_forgotten_while_a_copy_is_under_way_leave_the_writer_running(
             return await copy(*args)
 
         writer._copy = copy_while_another_is_held  # type: ignore[method-assign,assignment]
-        await service._start_holding(key)  # as a consumer's fetch there would
+        await service.fetch_path.start_holding(key)  # as a consumer's fetch there would
         assert await _until(
             lambda: [s["dlq"] for s in service.coordinator.store.of_group(GROUP).values()] == [[]],
             5,
@@ -148,7 +148,7 @@ def test_a_leader_that_loses_its_share_partition_mid_run_copies_no_more_of_its_l
             return copied
 
         writer._copy = copy_then_lose_the_partition  # type: ignore[method-assign,assignment]
-        await service._start_holding(key)  # as a consumer's fetch there would
+        await service.fetch_path.start_holding(key)  # as a consumer's fetch there would
         assert await _until(lambda: len(_copies(broker)) > 0, 5)
         # Absence: time enough for a second copy, were one to be made.
         await asyncio.sleep(0.5)

@@ -303,15 +303,8 @@ class Counters(Protocol):
     def topic(self, name: str) -> TopicCounts: ...
 
 
-class ShareCoordination(Protocol):
-    """The share-group coordinator of a running broker (kbroker.share.service)."""
-
-    @property
-    def coordinator(self) -> ShareCoordinator: ...
-
-    def persist(self) -> asyncio.Future[ErrorCode]: ...
-
-    async def ready(self, group_id: str, wait_s: float = ...) -> ErrorCode: ...
+class ShareFetching(Protocol):
+    """The share-partition leader's ShareFetch and ShareAcknowledge (kbroker.share.fetch_path)."""
 
     async def share_fetch(
         self,
@@ -331,6 +324,49 @@ class ShareCoordination(Protocol):
     async def share_acknowledge(
         self, group_id: str, member_id: str, epoch: int, acks: PartitionAcks
     ) -> FetchAnswer: ...
+
+
+class ShareStateAdmin(Protocol):
+    """The group coordinator's admin operations over share groups' stored states
+    (kbroker.share.admin)."""
+
+    def state_keys(
+        self, group_id: str, topics: Iterable[str] | None = ...
+    ) -> list[tuple[str, uuid.UUID, int]]: ...
+
+    async def stored_states(
+        self, keys: list[tuple[str, uuid.UUID, int]]
+    ) -> dict[tuple[str, uuid.UUID, int], tuple[ErrorCode, bytes | None, int]]: ...
+
+    async def lags(
+        self, group_id: str, states: dict[tuple[str, int], dict[str, Any]]
+    ) -> dict[tuple[str, int], int]: ...
+
+    async def alter_start_offsets(
+        self, items: list[tuple[tuple[str, uuid.UUID, int], str, int]]
+    ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...
+
+    async def delete_states(
+        self, keys: list[tuple[str, uuid.UUID, int]]
+    ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...
+
+
+class ShareCoordination(Protocol):
+    """The share-group coordinator of a running broker (kbroker.share.service): the
+    share coordinator's state service, with the fetch path and the admin paths."""
+
+    @property
+    def fetch_path(self) -> ShareFetching: ...
+
+    @property
+    def admin(self) -> ShareStateAdmin: ...
+
+    @property
+    def coordinator(self) -> ShareCoordinator: ...
+
+    def persist(self) -> asyncio.Future[ErrorCode]: ...
+
+    async def ready(self, group_id: str, wait_s: float = ...) -> ErrorCode: ...
 
     async def find_coordinator(self, key: str) -> tuple[ErrorCode, BrokerInfo | None]: ...
 
@@ -352,26 +388,6 @@ class ShareCoordination(Protocol):
 
     async def delete_here(
         self, partition: int, keys: list[tuple[str, uuid.UUID, int]]
-    ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...
-
-    def state_keys(
-        self, group_id: str, topics: Iterable[str] | None = ...
-    ) -> list[tuple[str, uuid.UUID, int]]: ...
-
-    async def stored_states(
-        self, keys: list[tuple[str, uuid.UUID, int]]
-    ) -> dict[tuple[str, uuid.UUID, int], tuple[ErrorCode, bytes | None, int]]: ...
-
-    async def lags(
-        self, group_id: str, states: dict[tuple[str, int], dict[str, Any]]
-    ) -> dict[tuple[str, int], int]: ...
-
-    async def alter_start_offsets(
-        self, items: list[tuple[tuple[str, uuid.UUID, int], str, int]]
-    ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...
-
-    async def delete_states(
-        self, keys: list[tuple[str, uuid.UUID, int]]
     ) -> dict[tuple[str, uuid.UUID, int], ErrorCode]: ...
 
 

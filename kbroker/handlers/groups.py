@@ -789,7 +789,7 @@ def delete_groups(
         for group_id, error in share_results.items():
             if error == E.none and stored == E.none:
                 # States stored by share coordinators on other brokers go too.
-                deleted = await shares.delete_states(shares.state_keys(group_id))
+                deleted = await shares.admin.delete_states(shares.admin.state_keys(group_id))
                 error = next((c for c in deleted.values() if c != E.none), E.none)
             results[group_id] = stored if error == E.none and stored != E.none else error
         return render(results)

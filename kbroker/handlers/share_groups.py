@@ -380,7 +380,7 @@ async def share_fetch(
     forgotten: list[tuple[uuid.UUID, int]] = [
         (t.topic_id or ZERO_UUID, p) for t in request.forgotten_topics_data for p in t.partitions
     ]
-    answer = await _service(ctx).share_fetch(
+    answer = await _service(ctx).fetch_path.share_fetch(
         request.group_id or "",
         request.member_id or "",
         request.share_session_epoch,
@@ -420,7 +420,7 @@ async def share_acknowledge(
             "node_endpoints": [],
         }
     unreadable = _unreadable_ids(ctx, {t.topic_id or ZERO_UUID for t in request.topics})
-    answer = await _service(ctx).share_acknowledge(
+    answer = await _service(ctx).fetch_path.share_acknowledge(
         request.group_id or "",
         request.member_id or "",
         request.share_session_epoch,
@@ -471,7 +471,7 @@ async def _stored_states(
         names = [t.topic_name for t in topics]
     found: dict[tuple[str, int], tuple[uuid.UUID, dict[str, Any]]] = {}
     for (_, topic_id, partition), (_, stored, _) in (
-        await service.stored_states(service.state_keys(group_id, names))
+        await service.admin.stored_states(service.admin.state_keys(group_id, names))
     ).items():
         info = state.topics_by_id.get(topic_id)
         if stored is not None and info is not None:
@@ -526,7 +526,7 @@ async def describe_share_group_offsets(
         else:
             wanted = [(t.topic_name, list(t.partitions)) for t in g.topics]
         described = {(t, p) for t, ps in wanted for p in ps}
-        lags = await service.lags(
+        lags = await service.admin.lags(
             g.group_id, {tp: data for tp, (_, data) in offsets.items() if tp in described}
         )
         topics: list[responses.DescribeShareGroupOffsetsResponseTopic] = []
@@ -638,7 +638,7 @@ async def alter_share_group_offsets(
                 "partitions": parts,
             }
         )
-    outcome = await service.alter_start_offsets(altered)
+    outcome = await service.admin.alter_start_offsets(altered)
     for part, key in answers:
         part["error_code"] = outcome.get(key, E.unknown_server_error)
     return {"throttle_time": 0, "error_code": E.none, "responses": topic_answers}
@@ -702,8 +702,8 @@ async def delete_share_group_offsets(
     # States stored by share coordinators on other brokers go too.
     for answer in topic_answers:
         if answer["error_code"] == E.none:
-            keys = service.state_keys(request.group_id, [answer["topic_name"]])
-            failed = [c for c in (await service.delete_states(keys)).values() if c != E.none]
+            keys = service.admin.state_keys(request.group_id, [answer["topic_name"]])
+            failed = [c for c in (await service.admin.delete_states(keys)).values() if c != E.none]
             if failed:
                 answer["error_code"] = failed[0]
     return {"throttle_time": 0, "error_code": E.none, "responses": topic_answers}

@@ -66,7 +66,7 @@ FINAL_SESSION_EPOCH = -1
 
 
 class ShareLog(Protocol):
-    """The data partitions as share-partitions read them (kbroker.share.service)."""
+    """The data partitions as share-partitions read them (kbroker.share.coordinates)."""
 
     def bounds(self, topic: str, partition: int, committed: bool) -> tuple[int, int] | None:
         """(log start, readable end: high watermark or last stable offset), or None when

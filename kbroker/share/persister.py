@@ -64,7 +64,7 @@ T = TypeVar("T", bound=tuple[Any, ...])
 
 
 class StateHost(Protocol):
-    """The share coordinator of this broker (kbroker.share.service.ShareService)."""
+    """The share coordinator of this broker (kbroker.share.state_service.ShareStateService)."""
 
     def read_here(self, key: StateKey, leader_epoch: int) -> Awaitable[StoredRead]: ...
 

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from confluent_kafka import AcknowledgeType, ShareConsumer
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareConsumer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 
 from compat_tests.broker_process import (
     api_versions_round_trip,
@@ -864,6 +864,102 @@ def test_renew_acknowledgements_keep_the_acquisition_lock_past_its_duration(shar
             return got or None
 
         assert eventually(handed_over, timeout=15, what="records after the lock") == [(0, 4)]
+
+
+def test_renew_acknowledgements_are_refused_when_the_group_disables_them(share_broker):  # type: ignore[no-untyped-def]
+    # KIP-1240: share.renew.acknowledge.enable=false, set by IncrementalAlterConfigs and
+    # described with its source, refuses RENEW by ShareAcknowledge v2 and by ShareFetch v2
+    # with INVALID_RECORD_STATE, as Kafka; the records stay acquired by their holder.
+    topic, group = new_queue(share_broker.bootstrap, 5, share_renew_acknowledge_enable="false")
+    renew = {"first_offset": 0, "last_offset": 4, "acknowledge_types": [4]}
+    admin = admin_client(share_broker.bootstrap)
+    (described,) = admin.describe_configs([ConfigResource("GROUP", group)]).values()
+    entry = described.result(timeout=15)["share.renew.acknowledge.enable"]
+    assert (entry.value, entry.source) == ("false", ConfigSource.GROUP_CONFIG.value)
+    bad = ConfigResource(
+        "GROUP",
+        group,
+        incremental_configs=[
+            ConfigEntry(
+                "share.delivery.count.limit", "99", incremental_operation=AlterConfigOpType.SET
+            )
+        ],
+    )
+    (future,) = admin.incremental_alter_configs([bad]).values()
+    with pytest.raises(KafkaException) as refused:
+        future.result(timeout=15)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "group.share.max.delivery.count.limit" in refused.value.args[0].str()
+
+    def fetch(conn, epoch: int, acks=()):  # type: ignore[no-untyped-def]
+        partition = {"partition_index": 0, "acknowledgement_batches": list(acks)}
+        response = conn.request(
+            78,
+            2,
+            group_id=group,
+            member_id="holder",
+            share_session_epoch=epoch,
+            max_wait=50,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            max_records=5,
+            batch_size=5,
+            share_acquire_mode=0,
+            is_renew_ack=bool(acks),
+            topics=[{"topic_id": topic_id, "partitions": [partition]}],
+            forgotten_topics_data=[],
+        )
+        assert int(response.error_code) == 0
+        return response.responses[0].partitions[0] if response.responses else None
+
+    with _wire(share_broker) as holder:
+        joined = _heartbeat(holder, group, "holder", 0, [topic])
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        first = fetch(holder, 0)
+        assert first is not None
+        assert [(r.first_offset, r.last_offset) for r in first.acquired_records] == [(0, 4)]
+        acked = holder.request(
+            79,
+            2,
+            group_id=group,
+            member_id="holder",
+            share_session_epoch=1,
+            is_renew_ack=True,
+            topics=[
+                {
+                    "topic_id": topic_id,
+                    "partitions": [{"partition_index": 0, "acknowledgement_batches": [renew]}],
+                }
+            ],
+        )
+        assert int(acked.error_code) == 0
+        assert int(acked.responses[0].partitions[0].error_code) == 121  # INVALID_RECORD_STATE
+        part = fetch(holder, 2, [renew])
+        assert part is not None
+        assert int(part.acknowledge_error_code) == 121  # INVALID_RECORD_STATE
+        # refused, not applied: the records are still the holder's to accept
+        accepted = holder.request(
+            79,
+            2,
+            group_id=group,
+            member_id="holder",
+            share_session_epoch=3,
+            is_renew_ack=False,
+            topics=[
+                {
+                    "topic_id": topic_id,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "acknowledgement_batches": [
+                                {"first_offset": 0, "last_offset": 4, "acknowledge_types": [1]}
+                            ],
+                        }
+                    ],
+                }
+            ],
+        )
+        assert int(accepted.responses[0].partitions[0].error_code) == 0
 
 
 def _described_once_loaded(broker, group: str):  # type: ignore[no-untyped-def]

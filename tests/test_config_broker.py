@@ -313,6 +313,16 @@ def test_group_session_timeout_bounds_are_checked():
         load(["group.min.session.timeout.ms=2000000"])
 
 
+def test_share_group_delivery_and_record_lock_bounds_are_checked():
+    with pytest.raises(ConfigError, match="group.share.max.delivery.count.limit"):
+        load(["group.share.delivery.count.limit=8", "group.share.max.delivery.count.limit=6"])
+    with pytest.raises(ConfigError, match="group.share.min.partition.max.record.locks"):
+        load(["group.share.min.partition.max.record.locks=3000"])
+    cfg = load(["group.share.max.partition.max.record.locks=5000"])
+    assert cfg.group_share_max_partition_max_record_locks == 5000
+    assert cfg.group_share_min_delivery_count_limit == 2
+
+
 # -- listeners ------------------------------------------------------------------------------
 
 

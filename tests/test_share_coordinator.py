@@ -537,3 +537,77 @@ def test_acknowledgements_dropped_with_their_partition_before_being_stored_are_l
     assert coordinator.leader.take_dirty() == {}
     assert coordinator.leader.lost_acknowledgements() == {key}
     assert coordinator.leader.lost_acknowledgements() == set()
+
+
+def test_kip_1240_group_configs_are_checked_against_the_brokers_bounds() -> None:
+    fake = FakeLog()
+    c = ShareCoordinator(
+        ShareConfig(max_delivery_count_limit=6, min_max_record_locks=200), fake, fake
+    )
+    check = c.configs.validate
+    assert check("share.delivery.count.limit", "6") is None
+    assert check("share.delivery.count.limit", "7") == (
+        "share.delivery.count.limit must be less than or equal to "
+        "group.share.max.delivery.count.limit"
+    )
+    assert check("share.delivery.count.limit", "1") == (
+        "Invalid value 1 for configuration share.delivery.count.limit: Value must be at least 2"
+    )
+    assert check("share.delivery.count.limit", "x") is not None
+    assert check("share.partition.max.record.locks", "2000") is None
+    assert check("share.partition.max.record.locks", "2001") == (
+        "share.partition.max.record.locks must be less than or equal to "
+        "group.share.max.partition.max.record.locks"
+    )
+    assert check("share.partition.max.record.locks", "150") == (
+        "share.partition.max.record.locks must be greater than or equal to "
+        "group.share.min.partition.max.record.locks"
+    )
+    assert check("share.renew.acknowledge.enable", "false") is None
+    assert check("share.renew.acknowledge.enable", "1") is not None
+
+
+def _released_twice(c: ShareCoordinator) -> FetchAnswer:
+    join(c, "a")
+    for _ in range(2):
+        got = fetch(c, "a", max_records=1)
+        assert [(r.first_offset, r.last_offset) for r in got.partitions[TP].acquired] == [(0, 0)]
+        assert ack(c, "a", AckBatch(0, 0, (int(AckType.RELEASE),))).partitions[TP].ack_error == 0
+    return fetch(c, "a", max_records=1)
+
+
+def test_a_groups_lower_delivery_count_limit_archives_records_sooner(coordinator) -> None:  # type: ignore[no-untyped-def]
+    coordinator.set_group_configs("g", {"share.delivery.count.limit": "2"})
+    third = _released_twice(coordinator)
+    # delivered twice, the limit: archived, so the next fetch starts at offset 1
+    assert [(r.first_offset, r.last_offset) for r in third.partitions[TP].acquired] == [(1, 1)]
+
+
+def test_the_brokers_delivery_count_limit_applies_without_a_group_config(coordinator) -> None:  # type: ignore[no-untyped-def]
+    third = _released_twice(coordinator)
+    assert [(r.first_offset, r.last_offset) for r in third.partitions[TP].acquired] == [(0, 0)]
+
+
+def test_a_groups_max_record_locks_caps_the_records_in_flight(coordinator) -> None:  # type: ignore[no-untyped-def]
+    # stored group configs are applied as they are (they were checked when set); a cap
+    # below the records the log holds shows it
+    coordinator.set_group_configs("g", {"share.partition.max.record.locks": "3"})
+    join(coordinator, "a")
+    got = fetch(coordinator, "a")
+    assert [(r.first_offset, r.last_offset) for r in got.partitions[TP].acquired] == [(0, 2)]
+    coordinator.set_group_configs("g", {"share.partition.max.record.locks": "5"})
+    more = fetch(coordinator, "a")  # the held share-partition follows the change
+    assert [(r.first_offset, r.last_offset) for r in more.partitions[TP].acquired] == [(3, 4)]
+
+
+@pytest.mark.parametrize("enabled", ["true", "false"])
+def test_renew_acknowledgements_are_refused_when_the_group_disables_them(
+    coordinator, enabled: str
+) -> None:  # type: ignore[no-untyped-def]
+    coordinator.set_group_configs("g", {"share.renew.acknowledge.enable": enabled})
+    join(coordinator, "a")
+    fetch(coordinator, "a", max_records=3)
+    answer = ack(coordinator, "a", AckBatch(0, 2, (int(AckType.RENEW),)))
+    expected = 0 if enabled == "true" else INVALID_RECORD_STATE
+    assert answer.partitions[TP].ack_error == expected
+    assert coordinator.leader.partitions[("g", *TP)].state.acquired_by("a") == [0, 1, 2]

@@ -477,6 +477,16 @@ class BrokerConfig(TypedSettings):
             ("group.share.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
             ("group.share.min.record.lock.duration.ms", "group.share.record.lock.duration.ms"),
             ("group.share.record.lock.duration.ms", "group.share.max.record.lock.duration.ms"),
+            ("group.share.min.delivery.count.limit", "group.share.delivery.count.limit"),
+            ("group.share.delivery.count.limit", "group.share.max.delivery.count.limit"),
+            (
+                "group.share.min.partition.max.record.locks",
+                "group.share.partition.max.record.locks",
+            ),
+            (
+                "group.share.partition.max.record.locks",
+                "group.share.max.partition.max.record.locks",
+            ),
             ("log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
             ("broker.heartbeat.interval.ms", "broker.session.timeout.ms"),
         ):

@@ -1424,6 +1424,20 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         between(2, 10),
     ),
     _d(
+        "group.share.min.delivery.count.limit",
+        INT,
+        2,
+        "Lowest share.delivery.count.limit a share group may configure (KIP-1240).",
+        between(2, 5),
+    ),
+    _d(
+        "group.share.max.delivery.count.limit",
+        INT,
+        10,
+        "Highest share.delivery.count.limit a share group may configure (KIP-1240).",
+        between(5, 25),
+    ),
+    _d(
         "group.share.max.share.sessions",
         INT,
         2000,
@@ -1448,6 +1462,20 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         INT,
         2000,
         "In-flight records per share partition.",
+        between(100, 10000),
+    ),
+    _d(
+        "group.share.min.partition.max.record.locks",
+        INT,
+        100,
+        "Lowest share.partition.max.record.locks a share group may configure (KIP-1240).",
+        between(100, 10000),
+    ),
+    _d(
+        "group.share.max.partition.max.record.locks",
+        INT,
+        2000,
+        "Highest share.partition.max.record.locks a share group may configure (KIP-1240).",
         between(100, 10000),
     ),
     _d(

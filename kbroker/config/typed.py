@@ -230,12 +230,20 @@ class TypedSettings:
         return self._effective["group.share.heartbeat.interval.ms"]
 
     @property
+    def group_share_max_delivery_count_limit(self) -> int:
+        return self._effective["group.share.max.delivery.count.limit"]
+
+    @property
     def group_share_max_groups(self) -> int:
         return self._effective["group.share.max.groups"]
 
     @property
     def group_share_max_heartbeat_interval_ms(self) -> int:
         return self._effective["group.share.max.heartbeat.interval.ms"]
+
+    @property
+    def group_share_max_partition_max_record_locks(self) -> int:
+        return self._effective["group.share.max.partition.max.record.locks"]
 
     @property
     def group_share_max_record_lock_duration_ms(self) -> int:
@@ -254,8 +262,16 @@ class TypedSettings:
         return self._effective["group.share.max.size"]
 
     @property
+    def group_share_min_delivery_count_limit(self) -> int:
+        return self._effective["group.share.min.delivery.count.limit"]
+
+    @property
     def group_share_min_heartbeat_interval_ms(self) -> int:
         return self._effective["group.share.min.heartbeat.interval.ms"]
+
+    @property
+    def group_share_min_partition_max_record_locks(self) -> int:
+        return self._effective["group.share.min.partition.max.record.locks"]
 
     @property
     def group_share_min_record_lock_duration_ms(self) -> int:

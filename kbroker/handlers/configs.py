@@ -655,6 +655,8 @@ def describe_group_configs(
             "share.isolation.level": "read_uncommitted",
             "share.record.lock.duration.ms": str(coordinator.config.record_lock_ms),
             "share.delivery.count.limit": str(coordinator.config.delivery_count_limit),
+            "share.partition.max.record.locks": str(coordinator.config.max_record_locks),
+            "share.renew.acknowledge.enable": "true",
             "share.session.timeout.ms": str(coordinator.config.session_timeout_ms),
             "share.heartbeat.interval.ms": str(coordinator.config.heartbeat_interval_ms),
             "errors.deadletterqueue.topic.name": None,

@@ -91,7 +91,7 @@ class ShareAdmin:
             state = SharePartitionState.from_snapshot(
                 data,
                 coordinator.configs.delivery_limit(group_id),
-                coordinator.config.max_record_locks,
+                coordinator.configs.max_record_locks(group_id),
             )
             lags[tp] = state.lag(end)
         return lags

@@ -101,7 +101,7 @@ class ShareCoordinator:
                 return -1
             topic = str(data["topic"])
             state = SharePartitionState.from_snapshot(
-                data, self.configs.delivery_limit(group_id), self.config.max_record_locks
+                data, self.configs.delivery_limit(group_id), self.configs.max_record_locks(group_id)
             )
         bounds = self.log.bounds(topic, partition, False)
         return -1 if bounds is None else state.lag(bounds[1])
@@ -114,7 +114,9 @@ class ShareCoordinator:
         held = leader.partitions.get(key)
         if held is None:
             state = SharePartitionState(
-                offset, self.configs.delivery_limit(group_id), self.config.max_record_locks
+                offset,
+                self.configs.delivery_limit(group_id),
+                self.configs.max_record_locks(group_id),
             )
             stored = self.store.entries.get(key)
             epoch = max(

@@ -1,4 +1,4 @@
-"""Share-group configs (KIP-932, KIP-1191): the broker's bounds and each group's own.
+"""Share-group configs (KIP-932, KIP-1191, KIP-1240): the broker's bounds and each group's own.
 
 A group config set by IncrementalAlterConfigs on a GROUP resource overrides the
 broker's default for that group, within the broker's minimum and maximum, as Kafka
@@ -11,12 +11,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# Group configs of share groups (KIP-932, KIP-1191) and their checks.
+# Group configs of share groups (KIP-932, KIP-1191, KIP-1240) and their checks.
 GROUP_CONFIGS = (
     "share.auto.offset.reset",
     "share.isolation.level",
     "share.record.lock.duration.ms",
     "share.delivery.count.limit",
+    "share.partition.max.record.locks",
+    "share.renew.acknowledge.enable",
     "share.session.timeout.ms",
     "share.heartbeat.interval.ms",
     "errors.deadletterqueue.topic.name",
@@ -38,7 +40,11 @@ class ShareConfig:
     min_record_lock_ms: int = 15_000
     max_record_lock_ms: int = 60_000
     delivery_count_limit: int = 5
+    min_delivery_count_limit: int = 2
+    max_delivery_count_limit: int = 10
     max_record_locks: int = 2000
+    min_max_record_locks: int = 100
+    max_max_record_locks: int = 2000
     max_size: int = 200
     max_groups: int = 10
     num_partitions: int = 50  # of __share_group_state, which places each group's state
@@ -77,6 +83,18 @@ class ShareGroupConfigs:
         value = self.get(group_id, "share.delivery.count.limit")
         return int(value) if value is not None else self.config.delivery_count_limit
 
+    def max_record_locks(self, group_id: str) -> int:
+        """KIP-1240's `share.partition.max.record.locks`: records in flight per share
+        partition of the group."""
+        value = self.get(group_id, "share.partition.max.record.locks")
+        return int(value) if value is not None else self.config.max_record_locks
+
+    def renew_enabled(self, group_id: str) -> bool:
+        """KIP-1240's `share.renew.acknowledge.enable` (default true): whether the group's
+        members may RENEW acquisition locks (KIP-1222)."""
+        value = self.get(group_id, "share.renew.acknowledge.enable")
+        return value is None or value.strip().lower() != "false"
+
     def heartbeat_interval_ms(self, group_id: str) -> int:
         value = self.get(group_id, "share.heartbeat.interval.ms")
         return int(value) if value is not None else self.config.heartbeat_interval_ms
@@ -102,6 +120,9 @@ def validate_group_config(c: ShareConfig, name: str, value: str | None) -> str |
         return f"Unknown group config name: {name}"
     if value is None:
         return None
+    bounds = _BOUNDS.get(name)
+    if bounds is not None:
+        return _check_bounds(c, name, value, *bounds)
     checks: dict[str, Callable[[str], bool]] = {
         "share.auto.offset.reset": lambda v: (
             v in ("latest", "earliest")
@@ -111,7 +132,7 @@ def validate_group_config(c: ShareConfig, name: str, value: str | None) -> str |
         "share.record.lock.duration.ms": lambda v: (
             v.isdigit() and c.min_record_lock_ms <= int(v) <= c.max_record_lock_ms
         ),
-        "share.delivery.count.limit": lambda v: v.isdigit() and 2 <= int(v) <= 10,
+        "share.renew.acknowledge.enable": lambda v: v.strip().lower() in ("true", "false"),
         "share.session.timeout.ms": lambda v: (
             v.isdigit() and c.min_session_timeout_ms <= int(v) <= c.max_session_timeout_ms
         ),
@@ -125,6 +146,54 @@ def validate_group_config(c: ShareConfig, name: str, value: str | None) -> str |
     }
     if not checks[name](value):
         return f"Invalid value {value} for configuration {name}"
+    return None
+
+
+# Integer group configs checked against the broker's bounds (KIP-1240): the least value
+# any group may have, and the ShareConfig fields and settings of the broker's bounds.
+_BOUNDS: dict[str, tuple[int, str, str, str, str]] = {
+    "share.delivery.count.limit": (
+        2,
+        "min_delivery_count_limit",
+        "group.share.min.delivery.count.limit",
+        "max_delivery_count_limit",
+        "group.share.max.delivery.count.limit",
+    ),
+    "share.partition.max.record.locks": (
+        100,
+        "min_max_record_locks",
+        "group.share.min.partition.max.record.locks",
+        "max_max_record_locks",
+        "group.share.max.partition.max.record.locks",
+    ),
+}
+
+
+def _check_bounds(
+    c: ShareConfig,
+    name: str,
+    value: str,
+    least: int,
+    low: str,
+    low_name: str,
+    high: str,
+    high_name: str,
+) -> str | None:
+    """Kafka's checks and messages: an INT at least `least`, then within the broker's
+    minimum and maximum settings."""
+    text = value.strip()
+    try:
+        number = int(text)
+    except ValueError:
+        return f"Invalid value {value} for configuration {name}: Not a number of type INT"
+    if not -(1 << 31) <= number < 1 << 31:
+        return f"Invalid value {value} for configuration {name}: Not a number of type INT"
+    if number < least:
+        return f"Invalid value {number} for configuration {name}: Value must be at least {least}"
+    if number < getattr(c, low):
+        return f"{name} must be greater than or equal to {low_name}"
+    if number > getattr(c, high):
+        return f"{name} must be less than or equal to {high_name}"
     return None
 
 

@@ -27,6 +27,7 @@ from kbroker.share.group_configs import ShareConfig, ShareGroupConfigs, parse_du
 from kbroker.share.partition_state import (
     AckBatch,
     AckError,
+    AckType,
     Acquired,
     DeadLetter,
     SharePartitionState,
@@ -225,6 +226,7 @@ class SharePartitionManager:
         for key, held in self.partitions.items():
             if key[0] == group_id:
                 held.state.delivery_limit = self.configs.delivery_limit(group_id)
+                held.state.max_in_flight = self.configs.max_record_locks(group_id)
                 held.state.dead_letters_enabled = (
                     self.configs.dead_letter_topic(group_id) is not None
                 )
@@ -381,10 +383,17 @@ class SharePartitionManager:
     ) -> None:
         """Apply each partition's acknowledgements; a partition's error goes to its answer."""
         lock_ms = self.configs.lock_ms(group_id)
+        renew_enabled = self.configs.renew_enabled(group_id)
         released = False
         for topic_id, partition, batches in acks:
             part = answer.part(topic_id, partition)
             if not batches:
+                continue
+            if not renew_enabled and any(AckType.RENEW in b.types for b in batches):
+                # share.renew.acknowledge.enable=false (KIP-1240): as Kafka, the partition's
+                # acknowledgements are refused with INVALID_RECORD_STATE
+                part.ack_error = INVALID_RECORD_STATE_CODE
+                part.ack_message = "Renew acknowledgements are disabled for this share group."
                 continue
             held = self.partitions.get((group_id, topic_id, partition))
             if held is None:
@@ -535,7 +544,9 @@ class SharePartitionManager:
                 if found is not None:
                     start = min(max(found, bounds[0]), bounds[1])
             state = SharePartitionState(
-                start, self.configs.delivery_limit(group_id), self.config.max_record_locks
+                start,
+                self.configs.delivery_limit(group_id),
+                self.configs.max_record_locks(group_id),
             )
             state.dead_letters_enabled = self.configs.dead_letter_topic(group_id) is not None
             held = self.partitions[key] = HeldPartition(
@@ -610,7 +621,7 @@ class SharePartitionManager:
                 continue
             group_id = key[0]
             state = SharePartitionState.from_snapshot(
-                data, self.configs.delivery_limit(group_id), self.config.max_record_locks
+                data, self.configs.delivery_limit(group_id), self.configs.max_record_locks(group_id)
             )
             state.dead_letters_enabled = self.configs.dead_letter_topic(group_id) is not None
             self.partitions[key] = HeldPartition(

@@ -106,8 +106,11 @@ class DynamicCluster:
         return str(failure)
 
     def describe_default(self) -> dict[str, Any]:
+        """The cluster default's entries but min.insync.replicas: once a test sets it
+        there it stays, since with ELR kept it cannot be removed (as in Kafka)."""
         assert self.java is not None
-        return self.java.call("describe-configs", broker="", synonyms=True)["configs"]
+        configs = self.java.call("describe-configs", broker="", synonyms=True)["configs"]
+        return {n: e for n, e in configs.items() if n != "min.insync.replicas"}
 
 
 @pytest.fixture(scope="module")
@@ -227,8 +230,21 @@ def test_min_insync_replicas_default_guards_every_leader(dyn: DynamicCluster) ->
             "every leader to refuse acks=all below min.insync.replicas=4",
         )
         assert produce_one(dyn, 0, 10, acks="1") is None
+        # With ELR kept (every new cluster) Kafka's controller refuses to remove the
+        # cluster default and to set a broker's own value: INVALID_CONFIG.
+        assert dyn.java is not None
+        failure = dyn.java.fails("alter-configs", broker="", delete=["min.insync.replicas"])
+        assert failure.error == "InvalidConfigurationException", failure
+        assert "Cluster-level min.insync.replicas cannot be removed while ELR is enabled." in (
+            str(failure)
+        )
+        error = refusal(dyn.admin(), "2", {"min.insync.replicas": "1"})
+        assert error.code() == KafkaError.INVALID_CONFIG
+        assert "Broker-level min.insync.replicas cannot be altered while ELR is enabled." in (
+            error.str()
+        )
     finally:
-        dyn.set_default(delete=("min.insync.replicas",))
+        dyn.set_default({"min.insync.replicas": "1"})
     wait_until(lambda: every_leader_accepts(dyn, 10), "acks=all to be accepted again")
 
 

@@ -243,6 +243,9 @@ class FakeBroker:
 
     stopping = False
 
+    def dynamic_config_for(self, cluster_default: dict[str, Any], own: dict[str, Any]) -> Any:
+        return self.config.with_dynamic(cluster_default, own)
+
     async def partitions_opened(self, topic: str) -> dict[int, str]:
         return {}  # the fake controller's topics need no logs
 
@@ -640,6 +643,73 @@ def test_alter_configs_refuses_broker_config_change(broker):
     configs = [{"name": "num.partitions", "value": "5"}]
     (result,) = alter(broker, [{"resource_type": BROKER, "resource_name": "1", "configs": configs}])
     assert result.error_code == ErrorCode.invalid_request
+
+
+def elr_broker(tmp_path: Path, cluster_default: dict[str, str]) -> FakeBroker:
+    """A broker whose cluster keeps ELRs, with a cluster default already stored; the
+    controller records a broker config change as it would apply it."""
+    fake = FakeBroker(tmp_path)
+    fake.controller.state = replace(
+        fake.controller.state,
+        features={"eligible.leader.replicas.version": 1},
+        broker_configs={"": dict(cluster_default)},
+    )
+
+    async def set_broker_configs(name: str, changes: dict[str, str | None]) -> None:
+        fake.controller.calls.append(("set_broker_configs", name, changes))
+
+    fake.controller.set_broker_configs = set_broker_configs  # type: ignore[attr-defined]
+    return fake
+
+
+@pytest.mark.parametrize("validate_only", [False, True])
+def test_with_elr_the_cluster_default_min_insync_replicas_cannot_be_removed(
+    tmp_path: Path, validate_only: bool
+) -> None:
+    fake = elr_broker(tmp_path, {"min.insync.replicas": "2", "log.retention.ms": "1000"})
+    configs = [{"name": "log.retention.ms", "value": "2000"}]
+    resource = {"resource_type": BROKER, "resource_name": "", "configs": configs}
+    (result,) = alter(fake, [resource], validate_only=validate_only)
+    assert result.error_code == ErrorCode.invalid_config
+    assert result.error_message == (
+        "Cluster-level min.insync.replicas cannot be removed while ELR is enabled."
+    )
+    delete = [{"name": "min.insync.replicas", "config_operation": DELETE, "value": None}]
+    resource = {"resource_type": BROKER, "resource_name": "", "configs": delete}
+    (result,) = alter(fake, [resource], key=INCREMENTAL_ALTER_CONFIGS, version=1)
+    assert result.error_code == ErrorCode.invalid_config
+    assert fake.controller.calls == []
+    # Changing it is allowed, and so is the legacy request that keeps it.
+    configs = [{"name": "min.insync.replicas", "value": "1"}]
+    resource = {"resource_type": BROKER, "resource_name": "", "configs": configs}
+    (result,) = alter(fake, [resource], validate_only=validate_only)
+    assert result.error_code == ErrorCode.none
+    expected = (
+        []
+        if validate_only
+        else [("set_broker_configs", "", {"min.insync.replicas": "1", "log.retention.ms": None})]
+    )
+    assert fake.controller.calls == expected
+
+
+def test_with_elr_a_brokers_own_min_insync_replicas_cannot_be_set(tmp_path: Path) -> None:
+    fake = elr_broker(tmp_path, {})
+    set_ = [{"name": "min.insync.replicas", "config_operation": SET, "value": "2"}]
+    resource = {"resource_type": BROKER, "resource_name": "1", "configs": set_}
+    (result,) = alter(fake, [resource], key=INCREMENTAL_ALTER_CONFIGS, version=1)
+    assert result.error_code == ErrorCode.invalid_config
+    assert result.error_message == (
+        "Broker-level min.insync.replicas cannot be altered while ELR is enabled."
+    )
+    # The cluster default may be set; without ELR so may a broker's own.
+    resource = {"resource_type": BROKER, "resource_name": "", "configs": set_}
+    (result,) = alter(fake, [resource], key=INCREMENTAL_ALTER_CONFIGS, version=1)
+    assert result.error_code == ErrorCode.none
+    fake.controller.state = replace(fake.controller.state, features={})
+    resource = {"resource_type": BROKER, "resource_name": "1", "configs": set_}
+    (result,) = alter(fake, [resource], key=INCREMENTAL_ALTER_CONFIGS, version=1)
+    assert result.error_code == ErrorCode.none
+    assert [c[1] for c in fake.controller.calls] == ["", "1"]
 
 
 # -- IncrementalAlterConfigs ---------------------------------------------------------------

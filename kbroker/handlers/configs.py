@@ -380,6 +380,9 @@ def _preflight(
     return errors
 
 
+MIN_ISR = "min.insync.replicas"
+
+
 async def alter_broker_configs(
     broker: BrokerParts, resource_name: str, wanted: dict[str, str], validate_only: bool
 ) -> None:
@@ -408,6 +411,19 @@ async def alter_broker_configs(
         for key in set(current) | set(wanted)
         if current.get(key) != wanted.get(key)
     }
+    if MIN_ISR in changes and broker.controller.state.elr_enabled:
+        # Kafka's controller (KIP-966): the ELR rests on one min.insync.replicas for the
+        # cluster, so no broker may have its own and the cluster default may not go.
+        if per_broker:
+            raise ResourceError(
+                ErrorCode.invalid_config,
+                "Broker-level min.insync.replicas cannot be altered while ELR is enabled.",
+            )
+        if changes[MIN_ISR] is None:
+            raise ResourceError(
+                ErrorCode.invalid_config,
+                "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.",
+            )
     if validate_only or not changes:
         return
     await broker.controller.set_broker_configs(resource_name, changes)

@@ -429,6 +429,11 @@ SCENARIOS = [
         _incremental("1", "no.such.config", "1", resource_type=4),
     ),
     Scenario(
+        "IncrementalAlterConfigs per-broker min.insync.replicas with ELR",
+        44,
+        _incremental("1", "min.insync.replicas", "2", resource_type=4),
+    ),
+    Scenario(
         "DeleteRecords beyond the end",
         21,
         {

@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -64,6 +63,7 @@ from kbroker.coordinator.reconciliation import MemberFenced, OwnedPartitions, re
 from kbroker.coordinator.records import RecordFormatError, encode_group_key, encode_offset_key
 from kbroker.coordinator.store import KeyValue
 from kbroker.coordinator_runtime.internal_topics import write_error
+from kbroker.coordinator_runtime.serial import Change, Finish, SerialWriter
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
@@ -176,31 +176,11 @@ class HeartbeatError(Exception):
         self.message = message
 
 
-class _Change:
-    """The records one operation produces, applied as they come to a working copy."""
-
-    __slots__ = ("group_id", "base", "work", "records")
+class _Change(Change[ConsumerGroup, GroupRecord]):
+    __slots__ = ()
 
     def __init__(self, group_id: str, base: ConsumerGroup | None) -> None:
-        self.group_id = group_id
-        self.base = base
-        self.work: ConsumerGroup | None = None if base is not None else ConsumerGroup(group_id)
-        self.records: list[GroupRecord] = []
-
-    @property
-    def view(self) -> ConsumerGroup:
-        return self.work if self.work is not None else self.base  # type: ignore[return-value]
-
-    def emit(self, record: GroupRecord) -> None:
-        if self.work is None:
-            assert self.base is not None
-            self.work = self.base.copy()
-        self.work.apply(record)
-        self.records.append(record)
-
-
-Finish = Callable[[ErrorCode], None]
-Operation = Callable[[], tuple[_Change | None, Finish]]
+        super().__init__(group_id, base, ConsumerGroup)
 
 
 def _new_member_id() -> str:
@@ -245,7 +225,17 @@ class ConsumerGroupCoordinator:
         # The latest cluster metadata, as the broker's controller holds it.
         self.metadata: Callable[[], MetadataState] = MetadataState
         self._new_member_id = new_member_id or _new_member_id
-        self._queues: dict[str, deque[Operation]] = {}
+        self._ops: SerialWriter[_Change, list[KeyValue]] = SerialWriter(
+            label="group",
+            logger=log,
+            encode=encode_records,
+            encode_errors=(RecordFormatError,),
+            write=lambda partition, records, done: self.host.store.write(partition, records, done),
+            apply=self._apply,
+            partition_for=lambda group_id: self.host.partition_for(group_id),
+            owned=lambda: self.host.owned,
+            callback_failed="consumer group callback failed",
+        )
         self._regexes: dict[str, Any] = {}
         self._regex_matches: dict[str, tuple[int, frozenset[str]]] = {}
 
@@ -255,7 +245,7 @@ class ConsumerGroupCoordinator:
         return self.host.scheduler.now_ms()
 
     def is_busy(self, group_id: str) -> bool:
-        return group_id in self._queues
+        return self._ops.busy(group_id)
 
     def _compiled(self, pattern: str) -> Any:
         if pattern not in self._regexes:
@@ -313,67 +303,10 @@ class ConsumerGroupCoordinator:
 
     # -- running operations one group at a time -------------------------------------------
 
-    def _submit(self, group_id: str, op: Operation) -> None:
-        queue = self._queues.get(group_id)
-        if queue is not None:
-            queue.append(op)
-            return
-        self._queues[group_id] = deque()
-        self._execute(group_id, op)
-
-    def _next_op(self, group_id: str) -> Operation | None:
-        queue = self._queues.get(group_id)
-        if queue is None:
-            return None
-        if queue:
-            return queue.popleft()
-        del self._queues[group_id]
-        return None
-
-    def _execute(self, group_id: str, op: Operation | None) -> None:
-        while op is not None:
-            try:
-                change, finish = op()
-            except Exception:
-                log.exception("group %s: operation failed", group_id)
-                op = self._next_op(group_id)
-                continue
-            if change is None or not change.records:
-                _call(finish, E.none)
-                op = self._next_op(group_id)
-                continue
-            try:
-                encoded = encode_records(change.records)
-            except RecordFormatError as exc:
-                log.error("group %s: cannot encode records: %s", group_id, exc)
-                _call(finish, E.unknown_server_error)
-                op = self._next_op(group_id)
-                continue
-            partition = self.host.partition_for(group_id)
-
-            def done(
-                code: ErrorCode,
-                change: _Change = change,
-                finish: Finish = finish,
-                partition: int = partition,
-            ) -> None:
-                if code == E.none and partition not in self.host.owned:
-                    code = E.not_coordinator
-                if code == E.none:
-                    for record in change.records:
-                        self._replay(record)
-                else:
-                    log.warning(
-                        "group %s: writing %d records failed: %s",
-                        group_id,
-                        len(change.records),
-                        code.name,
-                    )
-                _call(finish, code)
-                self._execute(group_id, self._next_op(group_id))
-
-            self.host.store.write(partition, encoded, done)
-            return
+    def _apply(self, group_id: str, change: _Change) -> None:
+        """Apply a change whose records were written to the live groups."""
+        for record in change.records:
+            self._replay(record)
 
     def _replay(self, record: GroupRecord) -> None:
         """Apply one record to the live groups (the write path and the loader both)."""
@@ -441,7 +374,7 @@ class ConsumerGroupCoordinator:
 
             return change, finish
 
-        self._submit(req.group_id, op)
+        self._ops.submit(req.group_id, op)
 
     def _validate(self, req: HeartbeatRequest) -> None:
         """Kafka's request checks, before anything is looked up."""
@@ -864,7 +797,7 @@ class ConsumerGroupCoordinator:
 
             return change, finish
 
-        self._submit(group_id, op)
+        self._ops.submit(group_id, op)
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -1133,13 +1066,6 @@ def _is_tombstone(record: GroupRecord) -> bool:
     if isinstance(record, TargetMemberRecord):
         return record.assignment is None
     return record.member is None
-
-
-def _call(finish: Finish, code: ErrorCode) -> None:
-    try:
-        finish(code)
-    except Exception:
-        log.exception("consumer group callback failed")
 
 
 def _ignore(_code: ErrorCode) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -69,6 +68,7 @@ from kbroker.coordinator.streams_topology import (
     validate_topology,
 )
 from kbroker.coordinator_runtime.internal_topics import write_error
+from kbroker.coordinator_runtime.serial import Change, Finish, SerialWriter
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
@@ -190,29 +190,11 @@ class StreamsError(Exception):
         self.message = message
 
 
-class _Change:
-    __slots__ = ("group_id", "base", "work", "records")
+class _Change(Change[StreamsGroup, StreamsRecord]):
+    __slots__ = ()
 
     def __init__(self, group_id: str, base: StreamsGroup | None) -> None:
-        self.group_id = group_id
-        self.base = base
-        self.work: StreamsGroup | None = None if base is not None else StreamsGroup(group_id)
-        self.records: list[StreamsRecord] = []
-
-    @property
-    def view(self) -> StreamsGroup:
-        return self.work if self.work is not None else self.base  # type: ignore[return-value]
-
-    def emit(self, record: StreamsRecord) -> None:
-        if self.work is None:
-            assert self.base is not None
-            self.work = self.base.copy()
-        self.work.apply(record)
-        self.records.append(record)
-
-
-Finish = Callable[[ErrorCode], None]
-Operation = Callable[[], tuple[_Change | None, Finish]]
+        super().__init__(group_id, base, StreamsGroup)
 
 
 def _subset(owned: TaskAssignment | None, assigned: TaskAssignment) -> bool:
@@ -237,80 +219,33 @@ class StreamsGroupCoordinator:
         self.creation_errors: dict[str, str] = {}
         # A group's own configs (streams.*), set by IncrementalAlterConfigs.
         self.group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}
-        self._queues: dict[str, deque[Operation]] = {}
+        self._ops: SerialWriter[_Change, list[KeyValue]] = SerialWriter(
+            label="streams group",
+            logger=log,
+            encode=encode_records,
+            encode_errors=(RecordFormatError,),
+            write=lambda partition, records, done: self.host.store.write(partition, records, done),
+            apply=self._apply,
+            partition_for=lambda group_id: self.host.partition_for(group_id),
+            owned=lambda: self.host.owned,
+            callback_failed="streams group callback failed",
+        )
 
     def _now(self) -> int:
         return self.host.scheduler.now_ms()
 
     def is_busy(self, group_id: str) -> bool:
-        return group_id in self._queues
+        return self._ops.busy(group_id)
 
     # -- one operation per group at a time --------------------------------------------
 
-    def _submit(self, group_id: str, op: Operation) -> None:
-        queue = self._queues.get(group_id)
-        if queue is not None:
-            queue.append(op)
-            return
-        self._queues[group_id] = deque()
-        self._execute(group_id, op)
-
-    def _next_op(self, group_id: str) -> Operation | None:
-        queue = self._queues.get(group_id)
-        if queue is None:
-            return None
-        if queue:
-            return queue.popleft()
-        del self._queues[group_id]
-        return None
-
-    def _execute(self, group_id: str, op: Operation | None) -> None:
-        while op is not None:
-            try:
-                change, finish = op()
-            except Exception:
-                log.exception("streams group %s: operation failed", group_id)
-                op = self._next_op(group_id)
-                continue
-            if change is None or not change.records:
-                _call(finish, E.none)
-                op = self._next_op(group_id)
-                continue
-            try:
-                encoded = encode_records(change.records)
-            except RecordFormatError as exc:
-                log.error("streams group %s: cannot encode records: %s", group_id, exc)
-                _call(finish, E.unknown_server_error)
-                op = self._next_op(group_id)
-                continue
-            partition = self.host.partition_for(group_id)
-
-            def done(
-                code: ErrorCode,
-                change: _Change = change,
-                finish: Finish = finish,
-                partition: int = partition,
-            ) -> None:
-                if code == E.none and partition not in self.host.owned:
-                    code = E.not_coordinator
-                if code == E.none:
-                    for record in change.records:
-                        self._replay(record)
-                    live = self.groups.get(group_id)
-                    if live is not None and change.work is not None:
-                        live.configured = change.work.configured
-                else:
-                    log.warning(
-                        "streams group %s: writing %d records failed: %s",
-                        group_id,
-                        len(change.records),
-                        code.name,
-                    )
-                _call(finish, code)
-                self._execute(group_id, self._next_op(group_id))
-
-            self.host.store.write(partition, encoded, done)
-            return
+    def _apply(self, group_id: str, change: _Change) -> None:
+        """Apply a change whose records were written to the live groups."""
+        for record in change.records:
+            self._replay(record)
+        live = self.groups.get(group_id)
+        if live is not None and change.work is not None:
+            live.configured = change.work.configured
 
     def _replay(self, record: StreamsRecord) -> None:
         gid = record.group_id
@@ -381,7 +316,7 @@ class StreamsGroupCoordinator:
 
             return change, finish
 
-        self._submit(req.group_id, op)
+        self._ops.submit(req.group_id, op)
 
     def _validate(self, req: StreamsHeartbeatRequest) -> None:
         def invalid(message: str) -> StreamsError:
@@ -917,7 +852,7 @@ class StreamsGroupCoordinator:
 
             return change, finish
 
-        self._submit(group_id, op)
+        self._ops.submit(group_id, op)
 
     # -- timers -------------------------------------------------------------------------
 
@@ -1174,13 +1109,6 @@ def _is_tombstone(record: StreamsRecord) -> bool:
     if isinstance(record, TargetMemberRecord):
         return record.assignment is None
     return record.member is None
-
-
-def _call(finish: Finish, code: ErrorCode) -> None:
-    try:
-        finish(code)
-    except Exception:
-        log.exception("streams group callback failed")
 
 
 def _ignore(_code: ErrorCode) -> None:

@@ -58,7 +58,7 @@ from kbroker.coordinator.consumer_records import (
     is_consumer_record,
 )
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata
-from kbroker.coordinator.host import GroupHost
+from kbroker.coordinator.host import GroupHost, check_offset_commit, check_offset_fetch
 from kbroker.coordinator.reconciliation import MemberFenced, OwnedPartitions, reconcile
 from kbroker.coordinator.records import RecordFormatError, encode_group_key, encode_offset_key
 from kbroker.coordinator.store import KeyValue
@@ -959,29 +959,12 @@ class ConsumerGroupCoordinator:
     def validate_offset_commit(
         self, group: ConsumerGroup, member_id: str, member_epoch: int, transactional: bool = False
     ) -> ErrorCode | None:
-        """Kafka's check of a commit against a consumer group: from outside the group only
-        while it is empty; from a member only at its current epoch."""
-        if member_epoch < 0 and not group.members:
-            return None
-        member = group.members.get(member_id)
-        if member is None:
-            return E.unknown_member_id
-        if member_epoch != member.member_epoch:
-            # TxnOffsetCommit has no STALE_MEMBER_EPOCH: old clients know this one.
-            return E.illegal_generation if transactional else E.stale_member_epoch
-        return None
+        return check_offset_commit(group.members, member_id, member_epoch, transactional)
 
     def validate_offset_fetch(
         self, group: ConsumerGroup, member_id: str | None, member_epoch: int
     ) -> ErrorCode | None:
-        if member_id is None and member_epoch < 0:
-            return None
-        member = group.members.get(member_id or "")
-        if member is None:
-            return E.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return E.stale_member_epoch
-        return None
+        return check_offset_fetch(group.members, member_id, member_epoch)
 
     def delete_group(self, group_id: str) -> tuple[ErrorCode, list[KeyValue]]:
         """DeleteGroups for a consumer group: tombstones for all it wrote, offsets too."""

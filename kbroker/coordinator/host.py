@@ -10,7 +10,7 @@ internals.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -94,3 +94,39 @@ def invoke(callback: Callable[[R], None], result: R) -> None:
 def log_write_failure(what: str, code: ErrorCode) -> None:
     if code != E.none:
         log.warning("writing coordinator records (%s) failed: %s", what, code.name)
+
+
+class _EpochMember(Protocol):
+    @property
+    def member_epoch(self) -> int: ...
+
+
+def check_offset_commit(
+    members: Mapping[str, _EpochMember], member_id: str, member_epoch: int, transactional: bool
+) -> ErrorCode | None:
+    """Kafka's check of a commit against a consumer or streams group: from outside the
+    group only while it is empty; from a member only at its current epoch."""
+    if member_epoch < 0 and not members:
+        return None
+    member = members.get(member_id)
+    if member is None:
+        return E.unknown_member_id
+    if member_epoch != member.member_epoch:
+        # TxnOffsetCommit has no STALE_MEMBER_EPOCH: old clients know this one.
+        return E.illegal_generation if transactional else E.stale_member_epoch
+    return None
+
+
+def check_offset_fetch(
+    members: Mapping[str, _EpochMember], member_id: str | None, member_epoch: int
+) -> ErrorCode | None:
+    """Kafka's check of an offset fetch against a consumer or streams group: anyone
+    without a member id, else a member at its current epoch."""
+    if member_id is None and member_epoch < 0:
+        return None
+    member = members.get(member_id or "")
+    if member is None:
+        return E.unknown_member_id
+    if member_epoch != member.member_epoch:
+        return E.stale_member_epoch
+    return None

@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import MetadataState
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata
-from kbroker.coordinator.host import GroupHost
+from kbroker.coordinator.host import GroupHost, check_offset_commit, check_offset_fetch
 from kbroker.coordinator.records import RecordFormatError, encode_offset_key
 from kbroker.coordinator.store import KeyValue
 from kbroker.coordinator.streams_assignor import AssignmentMember, assign_tasks
@@ -995,26 +995,12 @@ class StreamsGroupCoordinator:
     def validate_offset_commit(
         self, group: StreamsGroup, member_id: str, member_epoch: int, transactional: bool = False
     ) -> ErrorCode | None:
-        if member_epoch < 0 and not group.members:
-            return None
-        member = group.members.get(member_id)
-        if member is None:
-            return E.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return E.illegal_generation if transactional else E.stale_member_epoch
-        return None
+        return check_offset_commit(group.members, member_id, member_epoch, transactional)
 
     def validate_offset_fetch(
         self, group: StreamsGroup, member_id: str | None, member_epoch: int
     ) -> ErrorCode | None:
-        if member_id is None and member_epoch < 0:
-            return None
-        member = group.members.get(member_id or "")
-        if member is None:
-            return E.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return E.stale_member_epoch
-        return None
+        return check_offset_fetch(group.members, member_id, member_epoch)
 
     def delete_group(self, group_id: str) -> tuple[ErrorCode, list[KeyValue]]:
         group = self.groups.get(group_id)

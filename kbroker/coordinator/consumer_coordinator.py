@@ -59,6 +59,12 @@ from kbroker.coordinator.consumer_records import (
 )
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata
 from kbroker.coordinator.host import GroupHost, check_offset_commit, check_offset_fetch
+from kbroker.coordinator.member_timers import (
+    cancel_member_timers,
+    cancel_rebalance_timeout,
+    schedule_rebalance_timeout,
+    schedule_session_timeout,
+)
 from kbroker.coordinator.reconciliation import MemberFenced, OwnedPartitions, reconcile
 from kbroker.coordinator.records import RecordFormatError, encode_group_key, encode_offset_key
 from kbroker.coordinator.store import KeyValue
@@ -322,12 +328,12 @@ class ConsumerGroupCoordinator:
             group = ConsumerGroup(gid)
             self.groups[gid] = group
         if isinstance(record, MemberMetadataRecord) and record.member is None:
-            self._cancel_member_timers(group, record.member_id)
+            cancel_member_timers(group, record.member_id)
         group.apply(record, on_conflict=lambda msg: log.warning("group %s: %s", gid, msg))
 
     def _drop(self, group: ConsumerGroup) -> None:
         for member_id in list(group.session_timers) + list(group.rebalance_timers):
-            self._cancel_member_timers(group, member_id)
+            cancel_member_timers(group, member_id)
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
 
@@ -554,7 +560,7 @@ class ConsumerGroupCoordinator:
                 if live.state == MemberState.UNREVOKED_PARTITIONS:
                     self._schedule_rebalance_timeout(group, live)
                 else:
-                    self._cancel_rebalance_timeout(group, member_id)
+                    cancel_rebalance_timeout(group, member_id)
                 log.debug(
                     "group %s: member %s now %s at epoch %d (%d partitions, %d to revoke)",
                     gid,
@@ -758,7 +764,7 @@ class ConsumerGroupCoordinator:
             def after_static() -> None:
                 group = self.groups.get(gid)
                 if group is not None:
-                    self._cancel_rebalance_timeout(group, member_id)
+                    cancel_rebalance_timeout(group, member_id)
 
             return change, result, after_static
         self._fence(change, member)
@@ -802,75 +808,34 @@ class ConsumerGroupCoordinator:
     # -- timers ---------------------------------------------------------------------------
 
     def _schedule_session_timeout(self, group: ConsumerGroup, member_id: str) -> None:
-        """Push the session deadline out; the one timer per member only moves when it
-        would fire late, so a heartbeat costs a dict store rather than a timer."""
-        timeout = self.config.session_timeout_ms
-        deadline = self._now() + timeout
-        group.session_deadlines[member_id] = deadline
-        running = group.session_timers.get(member_id)
-        if running is not None and running[1] <= deadline:
-            return
-        if running is not None:
-            running[0].cancel()
-        self._arm_session_timer(group, member_id, timeout)
-
-    def _arm_session_timer(self, group: ConsumerGroup, member_id: str, delay: int) -> None:
-        due = self._now() + delay
-
-        def fire() -> None:
-            current = group.session_timers.get(member_id)
-            if current is None or current[0] is not timer:
-                return
-            del group.session_timers[member_id]
-            if self.groups.get(group.group_id) is not group or member_id not in group.members:
-                return
-            deadline = group.session_deadlines.get(member_id)
-            if deadline is None:
-                return
-            now = self._now()
-            if now < deadline:
-                self._arm_session_timer(group, member_id, deadline - now)
-                return
-            self._fence_later(group.group_id, member_id, "its session expired")
-
-        timer = self.host.scheduler.call_later(delay, fire)
-        group.session_timers[member_id] = (timer, due)
+        schedule_session_timeout(
+            self.host.scheduler,
+            group,
+            member_id,
+            self.config.session_timeout_ms,
+            live=lambda: self.groups.get(group.group_id) is group,
+            expire=lambda: self._fence_later(group.group_id, member_id, "its session expired"),
+        )
 
     def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         """A member asked to revoke must do so within its rebalance timeout."""
-        self._cancel_rebalance_timeout(group, member.member_id)
         timeout = member.rebalance_timeout_ms
         if timeout <= 0:
             timeout = self.config.session_timeout_ms
         epoch = member.member_epoch
         member_id = member.member_id
-
-        def fire() -> None:
-            if group.rebalance_timers.get(member_id) is not timer:
-                return
-            del group.rebalance_timers[member_id]
-            self._fence_later(
+        schedule_rebalance_timeout(
+            self.host.scheduler,
+            group,
+            member_id,
+            timeout,
+            lambda: self._fence_later(
                 group.group_id,
                 member_id,
                 f"it did not revoke its partitions of epoch {epoch} within {timeout}ms",
                 epoch=epoch,
-            )
-
-        timer = self.host.scheduler.call_later(timeout, fire)
-        group.rebalance_timers[member_id] = timer
-
-    @staticmethod
-    def _cancel_rebalance_timeout(group: ConsumerGroup, member_id: str) -> None:
-        timer = group.rebalance_timers.pop(member_id, None)
-        if timer is not None:
-            timer.cancel()
-
-    def _cancel_member_timers(self, group: ConsumerGroup, member_id: str) -> None:
-        running = group.session_timers.pop(member_id, None)
-        if running is not None:
-            running[0].cancel()
-        group.session_deadlines.pop(member_id, None)
-        self._cancel_rebalance_timeout(group, member_id)
+            ),
+        )
 
     # -- metadata changes -----------------------------------------------------------------
 

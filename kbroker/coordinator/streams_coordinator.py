@@ -29,6 +29,12 @@ from kio.schema.errors import ErrorCode
 from kbroker.controller.state import MetadataState
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata
 from kbroker.coordinator.host import GroupHost, check_offset_commit, check_offset_fetch
+from kbroker.coordinator.member_timers import (
+    cancel_member_timers,
+    cancel_rebalance_timeout,
+    schedule_rebalance_timeout,
+    schedule_session_timeout,
+)
 from kbroker.coordinator.records import RecordFormatError, encode_offset_key
 from kbroker.coordinator.store import KeyValue
 from kbroker.coordinator.streams_assignor import AssignmentMember, assign_tasks
@@ -260,12 +266,12 @@ class StreamsGroupCoordinator:
             group = StreamsGroup(gid)
             self.groups[gid] = group
         if isinstance(record, MemberMetadataRecord) and record.member is None:
-            self._cancel_member_timers(group, record.member_id)
+            cancel_member_timers(group, record.member_id)
         group.apply(record)
 
     def _drop(self, group: StreamsGroup) -> None:
         for member_id in list(group.session_timers) + list(group.rebalance_timers):
-            self._cancel_member_timers(group, member_id)
+            cancel_member_timers(group, member_id)
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
 
@@ -570,7 +576,7 @@ class StreamsGroupCoordinator:
                 if live.state == MemberState.UNREVOKED_TASKS:
                     self._schedule_rebalance_timeout(group, live)
                 else:
-                    self._cancel_rebalance_timeout(group, member_id)
+                    cancel_rebalance_timeout(group, member_id)
                 log.debug(
                     "streams group %s: member %s now %s at epoch %d",
                     gid,
@@ -880,72 +886,34 @@ class StreamsGroupCoordinator:
         )
 
     def _schedule_session_timeout(self, group: StreamsGroup, member_id: str) -> None:
-        timeout = self.session_timeout_ms(group.group_id)
-        deadline = self._now() + timeout
-        group.session_deadlines[member_id] = deadline
-        running = group.session_timers.get(member_id)
-        if running is not None and running[1] <= deadline:
-            return
-        if running is not None:
-            running[0].cancel()
-        self._arm_session_timer(group, member_id, timeout)
-
-    def _arm_session_timer(self, group: StreamsGroup, member_id: str, delay: int) -> None:
-        due = self._now() + delay
-
-        def fire() -> None:
-            current = group.session_timers.get(member_id)
-            if current is None or current[0] is not timer:
-                return
-            del group.session_timers[member_id]
-            if self.groups.get(group.group_id) is not group or member_id not in group.members:
-                return
-            deadline = group.session_deadlines.get(member_id)
-            if deadline is None:
-                return
-            now = self._now()
-            if now < deadline:
-                self._arm_session_timer(group, member_id, deadline - now)
-                return
-            self._fence_later(group.group_id, member_id, "its session expired")
-
-        timer = self.host.scheduler.call_later(delay, fire)
-        group.session_timers[member_id] = (timer, due)
+        schedule_session_timeout(
+            self.host.scheduler,
+            group,
+            member_id,
+            self.session_timeout_ms(group.group_id),
+            live=lambda: self.groups.get(group.group_id) is group,
+            expire=lambda: self._fence_later(group.group_id, member_id, "its session expired"),
+        )
 
     def _schedule_rebalance_timeout(self, group: StreamsGroup, member: StreamsMember) -> None:
-        self._cancel_rebalance_timeout(group, member.member_id)
+        """A member asked to revoke must do so within its rebalance timeout."""
         timeout = member.rebalance_timeout_ms
         if timeout <= 0:
             timeout = self.session_timeout_ms(group.group_id)
         epoch = member.member_epoch
         member_id = member.member_id
-
-        def fire() -> None:
-            if group.rebalance_timers.get(member_id) is not timer:
-                return
-            del group.rebalance_timers[member_id]
-            self._fence_later(
+        schedule_rebalance_timeout(
+            self.host.scheduler,
+            group,
+            member_id,
+            timeout,
+            lambda: self._fence_later(
                 group.group_id,
                 member_id,
                 f"it did not revoke its tasks of epoch {epoch} within {timeout}ms",
                 epoch=epoch,
-            )
-
-        timer = self.host.scheduler.call_later(timeout, fire)
-        group.rebalance_timers[member_id] = timer
-
-    @staticmethod
-    def _cancel_rebalance_timeout(group: StreamsGroup, member_id: str) -> None:
-        timer = group.rebalance_timers.pop(member_id, None)
-        if timer is not None:
-            timer.cancel()
-
-    def _cancel_member_timers(self, group: StreamsGroup, member_id: str) -> None:
-        running = group.session_timers.pop(member_id, None)
-        if running is not None:
-            running[0].cancel()
-        group.session_deadlines.pop(member_id, None)
-        self._cancel_rebalance_timeout(group, member_id)
+            ),
+        )
 
     # -- loading and unloading ----------------------------------------------------------
 

@@ -176,23 +176,30 @@ def test_a_broker_back_from_an_unclean_shutdown_leaves_every_elr_and_does_not_le
     epoch_2 = state.brokers[2].epoch
     killed = register(state, 2, None)  # no clean-shutdown marker: previous epoch -1
     p = part(killed)
-    assert (p.leader, p.elr, p.last_known_elr) == (-1, (1,), (2,))
+    assert (p.leader, p.elr, p.last_known_elr) == (-1, (1,), (1,))  # 1 led last
     assert p.partition_epoch > part(state).partition_epoch
     assert part(register(state, 2, epoch_2 - 1)).elr == (1,)  # another incarnation's marker
     clean = register(state, 2, epoch_2)  # it stopped cleanly as the incarnation known
     assert (part(clean).leader, part(clean).isr) == (2, (2,))
     back = register(killed, 1, killed.brokers[1].epoch)
     p = part(back)
-    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (1, (1,), (), (2,))
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (1, (1,), (), ())
 
 
-def test_the_last_known_elr_remembers_former_members_until_the_isr_is_back_at_min_isr():
-    state = fence(fence(fence(cluster(elr=True), 3), 2), 1)
-    state = register(register(state, 1, None), 2, None)  # both killed: neither eligible
+def test_the_last_leader_leads_again_uncleanly_once_the_isr_and_the_elr_are_empty():
+    """Kafka's balanced recovery (useLastKnownLeaderInBalancedRecovery): the leader a
+    partition had when its ISR emptied is remembered, and elected, as the whole ISR, when
+    it is back and no ISR or ELR member can lead; a topic of one replica comes back with
+    its broker, killed or not."""
+    state = fence(fence(fence(cluster(elr=True), 3), 2), 1)  # 1 led last
     p = part(state)
-    assert (p.leader, p.isr, p.elr, set(p.last_known_elr)) == (-1, (), (), {1, 2})
-    again = state_from_plain(state_to_plain(state))
-    assert set(part(again).last_known_elr) == {1, 2}
+    assert (p.leader, p.isr, set(p.elr), p.last_known_elr) == (-1, (), {1, 2}, (1,))
+    state = register(state, 2, None)  # killed: leaves the ELR, where 1 (still down) stays
+    assert (part(state).leader, part(state).elr, part(state).last_known_elr) == (-1, (1,), (1,))
+    assert part(state_from_plain(state_to_plain(state))).last_known_elr == (1,)
+    state = register(state, 1, None)  # killed too: the ISR and the ELR are empty now
+    p = part(state)
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (1, (1,), (), ())
 
 
 def test_an_unclean_election_prefers_an_eligible_replica_and_keeps_the_rest_eligible():
@@ -202,25 +209,25 @@ def test_an_unclean_election_prefers_an_eligible_replica_and_keeps_the_rest_elig
     p = PartitionInfo(0, -1, (1, 2, 3), (), 4, 9, elr=(1, 2), last_known_elr=(3,))
     elected = leadership.elect_unclean(p, lambda node: node != 1, rules)
     assert (elected.leader, elected.isr, elected.elr) == (2, (2,), (1,))
-    assert elected.last_known_elr == (3,)
+    assert elected.last_known_elr == ()  # forgotten once the partition has a leader
     # without a usable eligible replica it is unclean: any live replica, ELRs emptied
     elected = leadership.elect_unclean(p, lambda node: node == 3, rules)
     assert (elected.leader, elected.isr, elected.elr, elected.last_known_elr) == (3, (3,), (), ())
 
 
 def test_elect_leaders_unclean_with_no_eligible_replica_takes_a_live_one_and_forgets_the_rest():
-    state = fence(fence(fence(cluster(elr=True), 3), 2), 1)
-    state = register(state, 1, None)  # 1 killed: live but not eligible; 2 still eligible
-    state = unfence(register(state, 3, None), 3)
-    state = register(state, 2, None)  # 2 killed too: only the last known ELR has it
-    assert (part(state).leader, part(state).elr) == (-1, ())
-    # every ELR emptied: UNCLEAN takes the first live replica and clears the memory
+    state = fence(fence(fence(cluster(elr=True), 3), 2), 1)  # 1 led last
+    state = unfence(register(state, 3, None), 3)  # 3 back, but never eligible
+    state = register(state, 2, None)  # 2 killed: the ELR keeps only 1, which is down
+    p = part(state)
+    assert (p.leader, p.elr, p.last_known_elr) == (-1, (1,), (1,))
+    # no usable ISR or ELR member: UNCLEAN takes the first live replica and clears the memory
     applied = apply_command(
         state, cmd.ELECT_LEADERS, {"election_type": 1, "partitions": [[TOPIC, 0]]}
     )
     assert applied.outcome == [[TOPIC, 0, 0, None]]
     p = part(applied.state)
-    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (1, (1,), (), ())
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (2, (2,), (), ())
 
 
 def test_a_replica_reassigned_away_leaves_the_elr():

@@ -19,11 +19,13 @@ ISR even as its last member; while the ISR is below min.insync.replicas the repl
 that leave it join the ELR (the high watermark does not move then, so they hold every
 record below it), and with no usable ISR member the first usable ELR member leads, as
 the whole ISR. An ISR back at min.insync.replicas, or an unclean election, empties the
-ELR. The last known ELR remembers the replicas that were in the ISR or ELR while it was
-below min.insync.replicas and are in neither now (Kafka's PartitionChangeBuilder), so an
-operator recovering a partition whose ISR and ELR emptied knows where its data was. A
-broker that restarted after an unclean shutdown (its log may have lost acknowledged
-records) leaves every ELR it was in and is only remembered in the last known ELR; a
+ELR. The last known ELR holds the leader a partition had when its ISR emptied, as
+Kafka's controller keeps it (PartitionChangeBuilder with
+useLastKnownLeaderInBalancedRecovery, which it always runs with), until the partition
+has a leader again: when the ISR and the ELR are both empty and that broker is usable,
+it is elected, uncleanly, as the whole ISR (Kafka's "balanced" recovery), so a topic of
+one replica comes back with its broker. A broker that restarted after an unclean
+shutdown (its log may have lost acknowledged records) leaves every ELR it was in; a
 replica that leaves the replica set (a reassignment) leaves both.
 """
 
@@ -71,29 +73,44 @@ def with_elr(
     unclean_shutdown: Collection[int] = (),
 ) -> PartitionInfo:
     """`after` with its ELR and last known ELR as KIP-966 keeps them (Kafka's
-    PartitionChangeBuilder): cleared by an ISR at min.insync.replicas or an unclean
-    election, else the ELR gains the members that left the ISR, less the replicas of
-    brokers that shut down uncleanly (`unclean_shutdown`), which the last known ELR
-    keeps with every other former member. Neither names a replica no longer assigned."""
+    PartitionChangeBuilder): the ELR cleared by an ISR at min.insync.replicas or an
+    unclean election, else gaining the members that left the ISR, less the replicas of
+    brokers that shut down uncleanly (`unclean_shutdown`); the last known ELR as
+    `_last_known_leader` says. Neither names a replica no longer assigned."""
     if not rules.elr:
         return after
     if unclean or len(after.isr) >= rules.min_isr:
         elr: tuple[int, ...] = ()
-        last_known: tuple[int, ...] = ()
     else:
         isr = set(after.isr)
         assigned = set(after.replicas)
         candidates = [r for r in (*before.elr, *before.isr) if r not in isr and r in assigned]
         elr = _unique(r for r in candidates if r not in unclean_shutdown)
-        last_known = _unique(
-            r
-            for r in (*before.last_known_elr, *candidates)
-            if r not in isr and r not in elr and r in assigned
-        )
+    last_known = _last_known_leader(before, after)
     if (elr, last_known) == (after.elr, after.last_known_elr):
         return after
     epoch = after.partition_epoch if after is not before else before.partition_epoch + 1
     return replace(after, elr=elr, last_known_elr=last_known, partition_epoch=epoch)
+
+
+def _last_known_leader(before: PartitionInfo, after: PartitionInfo) -> tuple[int, ...]:
+    """Kafka's maybeUpdateLastKnownLeader: the leader is remembered the first time the
+    ISR empties, kept while the partition has no leader, and forgotten once it has one."""
+    if not after.isr and before.isr and before.leader >= 0:
+        return (before.leader,)
+    if after.leader >= 0:
+        return ()
+    return tuple(r for r in before.last_known_elr if r in after.replicas)
+
+
+def _last_known_leader_back(p: PartitionInfo, isr: Sequence[int], usable: Usable) -> int | None:
+    """The last known leader, when it may be elected: the ISR and the ELR are empty, it is
+    the one member remembered, still a replica, and usable (Kafka's
+    canElectLastKnownLeader)."""
+    if isr or p.isr or p.elr or len(p.last_known_elr) != 1:
+        return None
+    leader = p.last_known_elr[0]
+    return leader if leader in p.replicas and usable(leader) else None
 
 
 def usable_in(state: MetadataState, topic_id: uuid.UUID, partition: int) -> Usable:
@@ -143,6 +160,9 @@ def elect(
         for replica in p.replicas:
             if replica in p.elr and usable(replica):
                 return with_elr(p, change(p, replica, (replica,)), rules, False)
+        last = _last_known_leader_back(p, isr, usable)
+        if last is not None:  # an unclean election of the last leader
+            return with_elr(p, change(p, last, (last,)), rules, True)
     if rules.unclean:
         for replica in p.replicas:
             if usable(replica):

@@ -484,8 +484,9 @@ def test_sync_with_wrong_generation_is_illegal_generation(member):
         generation_id=joined.generation_id - 1,
         member_id=joined.member_id,
         group_instance_id=None,
-        protocol_type=None,
-        protocol_name=None,
+        # v5 requires both (Kafka answers INCONSISTENT_GROUP_PROTOCOL without them)
+        protocol_type="consumer",
+        protocol_name="range",
         assignments=(),
     )
     assert response.error_code == ILLEGAL_GENERATION

@@ -16,7 +16,10 @@ connection sending one request and waiting for its answer before the next:
 The figure is the broker process's own CPU time (utime + stime from /proc/<pid>/stat)
 over the N requests divided by N (and that less what the idle broker spends in the same
 wall time, its background loops, measured first), so it holds on a loaded machine where throughput does
-not; the load average is printed with it. With --profile, py-spy samples the broker
+not; the load average is printed with it. `--peer mock` (or `--peer kbroker,mock`, one run)
+measures librdkafka's mock cluster (bench.peers.MockPeer) the same way for produce and
+fetch, each at the newest version both the mock and the workload speak (printed: the
+mock serves Produce only up to v7 or so). With --profile, py-spy samples the broker
 (`py-spy record --native --format raw`) during a second pass of each workload and the
 collapsed stacks are reduced to the frames with the largest inclusive and self share.
 """
@@ -34,6 +37,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.peers import MockPeer, PeerUnavailable
 from kbroker.admin.client import cluster
 from kbroker.admin.group_consumer import GroupMember
 from kbroker.protocol.one_shot import fetch_fields, produce_fields
@@ -43,6 +47,9 @@ from kbroker.testing.records import Record, encode_batch
 PRODUCE, FETCH = 0, 1
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 WORKLOADS = ("produce", "fetch", "heartbeat", "commit")
+PEERS = ("kbroker", "mock")
+MOCK_WORKLOADS = ("produce", "fetch")  # the mock has no consumer-group protocol to ask
+PRODUCE_VERSIONS, FETCH_VERSIONS = (3, 9), (4, 11)  # the workloads' own versions: 9 and 11
 
 
 def cpu_seconds(pid: int) -> float:
@@ -63,27 +70,36 @@ def load() -> str:
 
 
 def workload(
-    name: str, bootstrap: str, topic: str
-) -> tuple[Callable[[], None], Callable[[], None]]:
-    """(one request, close) for the named workload, set up and warmed."""
+    name: str, bootstrap: str, topic: str, any_version: bool = False
+) -> tuple[Callable[[], None], Callable[[], None], str]:
+    """(one request, close, the version asked) for the named workload, set up and warmed.
+    With `any_version` (a peer that may not speak Produce v9 / Fetch v11), the newest
+    version both sides speak from the workload's range down."""
     c = cluster(bootstrap).__enter__()
     conn = c.any()
     conn.negotiate()
+    produce_versions = PRODUCE_VERSIONS if any_version else (9, 9)
+    fetch_versions = FETCH_VERSIONS if any_version else (11, 11)
+    asked = ""
     if name == "produce":
         batch = encode_batch([Record(None, b"x" * 100)], int(time.time() * 1000))
         body = produce_fields(topic, batch, acks=-1, timeout_ms=30_000)
+        version = conn.version_for(PRODUCE, produce_versions)
+        asked = f"Produce v{version}"
 
         def one() -> None:
-            conn.call(PRODUCE, body, versions=(9, 9))
+            conn.call(PRODUCE, body, versions=(version, version))
 
     elif name == "fetch":
         produce = produce_fields(topic, encode_batch([Record(None, b"y")], 0), acks=-1)
-        answer = conn.call(PRODUCE, produce, versions=(9, 9))
+        answer = conn.call(PRODUCE, produce, versions=produce_versions)
         end = int(answer.responses[0].partition_responses[0].base_offset) + 1
         body = fetch_fields(topic, max_wait=1, min_bytes=1, offset=end)
+        version = conn.version_for(FETCH, fetch_versions)
+        asked = f"Fetch v{version}"
 
         def one() -> None:
-            conn.call(FETCH, body, versions=(11, 11))
+            conn.call(FETCH, body, versions=(version, version))
 
     else:
         member = GroupMember(c, f"cost-{os.getpid()}-{name}", topic)
@@ -97,7 +113,7 @@ def workload(
 
     for _ in range(200):  # warm: first-use imports, caches, fetch sessions
         one()
-    return one, c.close
+    return one, c.close, asked
 
 
 def profile(pid: int, out: Path, seconds: float, one: Callable[[], None]) -> Path:
@@ -164,9 +180,42 @@ def summarize(raw: Path, top: int) -> list[str]:
     return lines
 
 
+def measure(
+    label: str, pid: int, bootstrap: str, topic: str, names: list[str], args: argparse.Namespace
+) -> None:
+    """The idle rate, then each workload's broker CPU per request, for one peer."""
+    print(f"{label}: load average {load()}; broker pid {pid}")
+    before = cpu_seconds(pid)
+    time.sleep(args.idle_seconds)  # the input: an idle broker's own background work
+    idle_rate = (cpu_seconds(pid) - before) / args.idle_seconds
+    print(f"idle       {1e3 * idle_rate:8.1f} ms broker CPU per second with no requests")
+    for name in names:
+        one, close, asked = workload(name, bootstrap, topic, any_version=label != "kbroker")
+        (user, system), wall = cpu_split(pid), time.perf_counter()
+        for _ in range(args.requests):
+            one()
+        user_after, system_after = cpu_split(pid)
+        user, system = user_after - user, system_after - system
+        cpu = user + system
+        wall = time.perf_counter() - wall
+        net = max(0.0, cpu - idle_rate * wall)
+        print(
+            f"{name:10} {1e6 * cpu / args.requests:8.1f} µs broker CPU/request, "
+            f"{1e6 * net / args.requests:.1f} net of idle, {100 * system / max(cpu, 1e-9):.0f}% "
+            f"in the kernel ({args.requests} requests of {asked or name}, "
+            f"{1e6 * wall / args.requests:.0f} µs wall each, load {load()})"
+        )
+        if args.profile is not None:
+            args.profile.mkdir(parents=True, exist_ok=True)
+            raw = profile(pid, args.profile / f"{label}-{name}", args.profile_seconds, one)
+            print("\n".join("    " + line for line in summarize(raw, args.top)))
+        close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--peer", default="kbroker", help="kbroker, mock, or both: kbroker,mock")
     parser.add_argument("-n", "--requests", type=int, default=5000)
     parser.add_argument("--profile", type=Path, help="directory for py-spy's collapsed stacks")
     parser.add_argument("--profile-seconds", type=float, default=10.0)
@@ -174,39 +223,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     args = parser.parse_args(argv)
     names = [w for w in args.workloads.split(",") if w]
-    with (
-        tempfile.TemporaryDirectory(prefix="kbroker-cost-") as tmp,
-        kafka_broker(Path(tmp) / "node") as server,
-    ):
-        proc = server.nodes[0].proc
-        assert proc is not None
-        topic = server.create_topic()
-        print(f"load average {load()}; broker pid {proc.pid}")
-        before = cpu_seconds(proc.pid)
-        time.sleep(args.idle_seconds)  # the input: an idle broker's own background work
-        idle_rate = (cpu_seconds(proc.pid) - before) / args.idle_seconds
-        print(f"idle       {1e3 * idle_rate:8.1f} ms broker CPU per second with no requests")
-        for name in names:
-            one, close = workload(name, server.bootstrap, topic)
-            (user, system), wall = cpu_split(proc.pid), time.perf_counter()
-            for _ in range(args.requests):
-                one()
-            user_after, system_after = cpu_split(proc.pid)
-            user, system = user_after - user, system_after - system
-            cpu = user + system
-            wall = time.perf_counter() - wall
-            net = max(0.0, cpu - idle_rate * wall)
-            print(
-                f"{name:10} {1e6 * cpu / args.requests:8.1f} µs broker CPU/request, "
-                f"{1e6 * net / args.requests:.1f} net of idle, {100 * system / max(cpu, 1e-9):.0f}% "
-                f"in the kernel ({args.requests} requests, "
-                f"{1e6 * wall / args.requests:.0f} µs wall each, load {load()})"
-            )
-            if args.profile is not None:
-                args.profile.mkdir(parents=True, exist_ok=True)
-                raw = profile(proc.pid, args.profile / name, args.profile_seconds, one)
-                print("\n".join("    " + line for line in summarize(raw, args.top)))
-            close()
+    peers = [p for p in args.peer.split(",") if p]
+    for unknown in [w for w in names if w not in WORKLOADS] + [p for p in peers if p not in PEERS]:
+        parser.error(f"unknown workload or peer {unknown!r}")
+    for peer in peers:
+        with tempfile.TemporaryDirectory(prefix="kbroker-cost-") as tmp:
+            if peer == "kbroker":
+                with kafka_broker(Path(tmp) / "node") as server:
+                    proc = server.nodes[0].proc
+                    assert proc is not None
+                    measure(peer, proc.pid, server.bootstrap, server.create_topic(), names, args)
+                continue
+            topic = "cost-mock"
+            mock = MockPeer("mock", Path(tmp), topics=[topic])
+            try:
+                mock.start()
+            except PeerUnavailable as exc:
+                print(f"mock: not measured: {exc}")
+                continue
+            try:
+                served = [w for w in names if w in MOCK_WORKLOADS]
+                measure(peer, mock.pid, mock.bootstrap, topic, served, args)
+            finally:
+                mock.stop()
     return 0
 
 

@@ -83,7 +83,7 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
 
 def test_dev_cluster_serves_a_stock_client_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     directory = tmp_path / "cluster"
-    dev = DevCluster(directory, "--port", "0")
+    dev = DevCluster(directory, "--port", "0", "--nodes", "3")  # the default is one per core
     try:
         bootstrap = dev.bootstrap()
         assert len(bootstrap.split(",")) == 3

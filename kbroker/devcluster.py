@@ -8,9 +8,11 @@ takes any free ports instead. The node ids (1..N), the ports and a random cluste
 are chosen on the first start and kept in `<dir>/cluster.json`, so running the command
 again on the same directory brings the same cluster back with its topics.
 
-How many nodes: `--nodes 3` by default, the smallest cluster that keeps serving when a
-node is lost. `--nodes cores` runs one node per core (at least 3): each node is one event
-loop on one core, so that is what uses a host that is the cluster's own.
+How many nodes: one per core by default (`--nodes cores`), and at least 3, the smallest
+cluster that keeps serving when a node is lost: each node is one event loop on one core,
+so that is what uses every core of the host. `--nodes N` runs N. The nodes share one
+host, so none is given a `broker.rack`: a rack label says which nodes fail together,
+and here they all do.
 
 Ctrl-C (or SIGTERM) stops every node cleanly and waits for each; a node that dies is
 reported and the others go on. The command exits 0 when every node stopped cleanly.
@@ -38,7 +40,8 @@ from kbroker.testing.nodes import (
     stop_all,
 )
 
-DEFAULT_NODES = 3
+MIN_NODES = 3
+MAX_NODES = 64
 DEFAULT_DIR = "data-cluster"
 DEFAULT_PORT = 9092
 CONTROLLER_PORT_OFFSET = 1000
@@ -52,13 +55,13 @@ class DevClusterError(Exception):
 
 def node_count(text: str) -> int:
     if text == "cores":
-        return max(DEFAULT_NODES, os.cpu_count() or 1)
+        return min(MAX_NODES, max(MIN_NODES, os.cpu_count() or 1))
     try:
         count = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number or 'cores', got {text!r}") from None
-    if not 1 <= count <= 64:
-        raise argparse.ArgumentTypeError(f"between 1 and 64 nodes, got {count}")
+    if not 1 <= count <= MAX_NODES:
+        raise argparse.ArgumentTypeError(f"between 1 and {MAX_NODES} nodes, got {count}")
     return count
 
 
@@ -85,7 +88,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=node_count,
         default=None,
         metavar="N|cores",
-        help=f"how many nodes (default {DEFAULT_NODES}; 'cores': one per core, at least 3)",
+        help=f"how many nodes (default 'cores': one per core, at least {MIN_NODES})",
     )
     dev.add_argument(
         "--dir",
@@ -152,7 +155,7 @@ def load_or_plan(directory: Path, nodes: int | None, base: int) -> dict[str, Any
                 "or another --dir for a new one"
             )
         return state
-    state = _plan(nodes or DEFAULT_NODES, base)
+    state = _plan(nodes or node_count("cores"), base)
     directory.mkdir(parents=True, exist_ok=True)
     fd = os.open(state_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:

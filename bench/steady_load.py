@@ -9,9 +9,14 @@ from one confluent-kafka producer (acks=all, enable.idempotence, linger.ms=5), p
 every 10 ms; a group of two consumers reads them. Each `--window` seconds it prints:
 
 - the producer's acknowledgement latency (produce() to delivery report) p50/p99/p999;
-- the end-to-end latency (produce() to a group member receiving it) p50/p99/p999;
+- the end-to-end latency (produce() to a group member receiving it) p50/p99/p999: each
+  member polls one record at a time (`poll(0.05)`), so a record's latency ends when it
+  is handed to the application, not when a batch of records or a timeout completes;
 - each node's RSS, its worst event loop lag in the window (kbroker_event_loop_lag_seconds
-  buckets: how many 100 ms probes ran over 50 ms late) and the last minute's max lag.
+  buckets: how many 100 ms probes ran over 50 ms late), the last minute's max lag, and the
+  steps that held its loop 50 ms or more in the window with the process's own CPU
+  (kbroker_event_loop_slow_steps_total, kbroker.metrics.loop_stalls); at the end, the
+  log lines that named those steps and the late ones that mostly waited.
 
 A p99 stall that lines up with a node's loop lag is the broker's; one without is the
 client's or the machine's. The load average is printed with every window.
@@ -44,14 +49,14 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def scrape(port: int) -> dict[str, float]:
-    """The unlabelled loop lag samples of one node's /metrics."""
+    """The unlabelled event loop samples (lag, slow steps) of one node's /metrics."""
     import urllib.request
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
         text = answer.read().decode()
     found = {}
     for line in text.splitlines():
-        if line.startswith("kbroker_event_loop_lag"):
+        if line.startswith("kbroker_event_loop_"):
             name, _, value = line.rpartition(" ")
             found[name] = float(value)
     return found
@@ -119,11 +124,14 @@ def consume(bootstrap: str, topic: str, group: str, stop: threading.Event, lat: 
     )
     consumer.subscribe([topic])
     while not stop.is_set():
-        for msg in consumer.consume(num_messages=1000, timeout=0.2):
-            if msg.error() is None:
-                e2e = time.time() - STAMP.unpack_from(msg.value())[0]
-                with lat.lock:
-                    lat.e2e.append(e2e)
+        # One record a call, taken as soon as librdkafka has it: consume(n, timeout)
+        # would return only once n records arrived or the timeout passed, and measure
+        # its own wait.
+        msg = consumer.poll(0.05)
+        if msg is not None and msg.error() is None:
+            e2e = time.time() - STAMP.unpack_from(msg.value())[0]
+            with lat.lock:
+                lat.e2e.append(e2e)
     consumer.close()
 
 
@@ -148,12 +156,14 @@ def run(server: KafkaServer, args: argparse.Namespace) -> None:
     producer.start()
     ports = [node.http_port for node in server.nodes]
     previous = {port: late_probes(scrape(port)) for port in ports if port}
+    slow = dict.fromkeys(ports, 0.0)
     print(
         f"{args.rate} records/s of 1 KiB, RF=3 acks=all idempotent linger 5 ms, "
         f"{args.partitions} partitions, a group of 2; windows of {args.window:.0f} s"
     )
     print(
-        "window  acks  ack p50/p99/p999 ms  e2e p50/p99/p999 ms  per node: RSS MiB, probes >50 ms late, max lag ms"
+        "window  acks  ack p50/p99/p999 ms  e2e p50/p99/p999 ms  "
+        "per node: RSS MiB, probes >50 ms late, max lag ms, slow steps"
     )
     deadline = time.monotonic() + args.seconds
     window = 0
@@ -167,11 +177,13 @@ def run(server: KafkaServer, args: argparse.Namespace) -> None:
             assert port is not None
             samples = scrape(port)
             late = late_probes(samples)
+            steps = samples.get("kbroker_event_loop_slow_steps_total", 0.0)
             nodes.append(
                 f"{node.rss_bytes() / 2**20:.0f} MiB, {late - previous[port]:.0f}, "
-                f"{1000 * samples.get('kbroker_event_loop_lag_max_seconds', 0.0):.0f}"
+                f"{1000 * samples.get('kbroker_event_loop_lag_max_seconds', 0.0):.0f}, "
+                f"{steps - slow[port]:.0f}"
             )
-            previous[port] = late
+            previous[port], slow[port] = late, steps
         print(
             f"{window:6}  {len(acks):5}  {ms(acks):>19}  {ms(e2e):>19}  "
             + " | ".join(nodes)
@@ -182,6 +194,15 @@ def run(server: KafkaServer, args: argparse.Namespace) -> None:
     producer.join()
     for t in threads:
         t.join()
+    for node in server.nodes:
+        lines = [
+            line.strip()
+            for line in node.log_path.read_text(errors="replace").splitlines()
+            if "slow step:" in line or "late step," in line
+        ]
+        print(f"node {node.node_id}: {len(lines)} slow or late steps logged")
+        for line in lines[-40:]:
+            print("  " + line)
 
 
 def main(argv: list[str] | None = None) -> int:

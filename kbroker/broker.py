@@ -63,6 +63,7 @@ from kbroker.long_lived import PARTITIONS_BETWEEN_FREEZES, freeze_survivors
 from kbroker.metrics.counters import RequestCounters
 from kbroker.metrics.http import HttpEndpoint
 from kbroker.metrics.loop_lag import LoopLag
+from kbroker.metrics.loop_stalls import StallWatch
 from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.fetch_sessions import FetchSessionCache
 from kbroker.replica.fetcher import FetcherSettings, ReplicaFetchers
@@ -227,6 +228,8 @@ class Broker:
         self.extra_metrics.append(self.telemetry.collect)
         self.loop_lag = LoopLag()
         self.extra_metrics.append(self.loop_lag.collect)
+        self.stall_watch = StallWatch()
+        self.extra_metrics.append(self.stall_watch.collect)
         self.parts = BrokerParts(
             node_id=self.node_id,
             config=config,
@@ -254,6 +257,7 @@ class Broker:
     async def start(self) -> None:
         started = time.monotonic()
         self.loop_lag.start(asyncio.get_running_loop())
+        self.stall_watch.start(asyncio.get_running_loop())
         for directory in self.log_dirs:
             with contextlib.suppress(OSError):  # one that fails is offline, see check_directories
                 directory.mkdir(parents=True, exist_ok=True)
@@ -265,6 +269,7 @@ class Broker:
         try:
             await self._start_serving(started)
         except BaseException:
+            self.stall_watch.stop()
             await self.http.stop()
             await self.controller.stop()  # started, then registration failed or cancelled
             raise
@@ -388,6 +393,7 @@ class Broker:
                 connection.transport.close()
         await cancel_and_wait(self._tasks, what="broker tasks")
         self.loop_lag.stop()
+        self.stall_watch.stop()
         await self.schemas.stop()
         await self.share_coordinator.stop()
         await self.txn_coordinator.stop()

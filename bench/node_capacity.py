@@ -4,8 +4,10 @@
     PYTHONPATH=$PWD .venv/bin/python -m bench.node_capacity --peers kbroker,kbroker-2,mock \\
         --connections 10,100,1000 --workloads produce,fetch --seconds 10
 
-Each connection of one client process (asyncio, requests encoded once, so the client
-spends a few µs a request) sends a request, waits for its answer and sends the next:
+Each connection of one client process (an asyncio Protocol per connection, each request
+encoded once; its own CPU per request is printed) sends a request, waits for its answer
+and sends the next. Connections open a few at a time and measuring starts once every one
+has had an answer:
 
 - produce: Produce, acks=1, one batch of one 100 B record, to partition i mod P;
 - fetch: Fetch at the log end with max_wait_ms 5 and min_bytes 1: every request waits
@@ -18,8 +20,10 @@ partitions, one replica each, on every peer. For each peer, connection count and
 workload: requests per second, the broker processes' CPU per request and requests per
 broker-CPU-second (utime + stime from /proc), client-side latency p50/p99/p999, and the
 brokers' resident memory per connection (RSS with the connections open, less RSS
-before they opened, over the connection count). The load average is printed with each
-row: on a shared machine the per-CPU figures hold where the rates do not.
+before they opened, over the connection count), and the client process's own CPU per
+request. The load average is printed with each row: on a shared machine the per-CPU
+figures hold where the rates do not. `--override NAME=VALUE` sets a broker property of
+the kbroker peers.
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ def _discover(name: str, bootstrap: str, pids: list[int]) -> Target:
 
 
 @contextlib.contextmanager
-def peer(name: str, workdir: Path) -> Iterator[Target]:
+def peer(name: str, workdir: Path, overrides: dict[str, str] | None = None) -> Iterator[Target]:
     if name == "mock":
         mock = MockPeer("mock", workdir, topics=[f"{TOPIC}:{PARTITIONS}"])
         mock.start()
@@ -107,7 +111,7 @@ def peer(name: str, workdir: Path) -> Iterator[Target]:
             mock.stop()
         return
     nodes = 2 if name == "kbroker-2" else 1
-    settings = {"log.flush.interval.messages": str(2**63 - 1)}
+    settings = {"log.flush.interval.messages": str(2**63 - 1), **(overrides or {})}
     running = (
         kafka_cluster(nodes, workdir / name, settings=settings)
         if nodes > 1
@@ -133,52 +137,115 @@ def request_bytes(target: Target, workload: str, partition: int, fetch_offset: i
     return encode_request(build(load_request_schema(key, version), fields), 1, "capacity")
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
-    (size,) = struct.unpack(">i", await reader.readexactly(4))
-    return await reader.readexactly(size)
+class _Client(asyncio.Protocol):
+    """One connection sending `request`, waiting for its answer and sending it again
+    until `until`: an asyncio Protocol (no streams, no per-request task or future), so
+    the client's own CPU per request stays small beside the broker's."""
 
+    def __init__(self, request: bytes, latencies: list[float]) -> None:
+        self.request = request
+        self.latencies = latencies
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.sent_at = 0.0
+        self.start = float("inf")  # answers before it are not counted
+        self.until = float("inf")
+        self.answered = self.loop.create_future()  # the first answer: the broker accepted us
+        self.done = self.loop.create_future()
 
-async def _connection(
-    address: tuple[str, int], request: bytes, until: float, start: float, out: list[float]
-) -> None:
-    reader, writer = await asyncio.open_connection(*address)
-    try:
-        loop = asyncio.get_running_loop()
-        while True:
-            now = loop.time()
-            if now >= until:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._send()
+
+    def _send(self) -> None:
+        assert self.transport is not None
+        self.sent_at = self.loop.time()
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        while len(buffer) >= 4:
+            (size,) = struct.unpack_from(">i", buffer)
+            if len(buffer) < 4 + size:
                 return
-            writer.write(request)
-            await _read_frame(reader)
-            if now >= start:
-                out.append(loop.time() - now)
-    finally:
-        writer.close()
+            del buffer[: 4 + size]
+            now = self.loop.time()
+            if not self.answered.done():
+                self.answered.set_result(None)
+            elif self.sent_at >= self.start:
+                self.latencies.append(now - self.sent_at)
+            if now >= self.until:
+                if not self.done.done():
+                    self.done.set_result(None)
+                return
+            self._send()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for future in (self.answered, self.done):
+            if not future.done():
+                future.set_exception(exc or ConnectionError("closed by the broker"))
+
+
+OPENING = 4  # connections opened at once: under the mock's listen backlog of 5
 
 
 async def _open_and_run(
     target: Target, workload: str, connections: int, seconds: float, warm: float
-) -> tuple[list[float], float, float, int]:
-    """Latencies, broker CPU seconds, wall seconds of the measured part, RSS growth."""
+) -> tuple[list[float], float, float, int, float]:
+    """Latencies, broker CPU seconds, wall seconds of the measured part, RSS growth and
+    this (client) process's CPU seconds over the measured part.
+
+    Connections open a few at a time, each counted open once its first request is
+    answered: a burst of 1,000 connects overflows a small listen backlog (the mock's is
+    5), and the connects the kernel drops are retried after 1, 3, 7... s, which left
+    whole runs waiting. Measuring starts `warm` seconds after the last one is open."""
     rss_before = target.rss_bytes()
     latencies: list[float] = []
     loop = asyncio.get_running_loop()
     requests = {p: request_bytes(target, workload, p, 10**12) for p in target.leaders}
     if workload == "fetch":
         requests = {p: request_bytes(target, workload, p, _log_end(target, p)) for p in requests}
-    start = loop.time() + warm + connections / 500  # every connection open before measuring
-    until = start + seconds
-    tasks = [
-        asyncio.create_task(
-            _connection(target.leaders[i % PARTITIONS], requests[i % PARTITIONS], until, start,
-                        latencies)
+    clients: list[_Client] = []
+    transports: list[asyncio.BaseTransport] = []
+    gate = asyncio.Semaphore(OPENING)
+
+    async def open_one(i: int) -> None:
+        partition = i % PARTITIONS
+        async with gate:
+            transport, client = await loop.create_connection(
+                lambda: _Client(requests[partition], latencies), *target.leaders[partition]
+            )
+            transports.append(transport)
+            clients.append(client)
+            await client.answered
+
+    try:
+        await asyncio.gather(*(open_one(i) for i in range(connections)))
+        start = loop.time() + warm
+        for client in clients:
+            client.start, client.until = start, start + seconds
+        await asyncio.sleep(max(0.0, start - loop.time()))
+        cpu, wall, rss = target.cpu_seconds(), time.perf_counter(), target.rss_bytes()
+        mine = _own_cpu()
+        await asyncio.gather(*(c.done for c in clients))
+        return (
+            latencies,
+            target.cpu_seconds() - cpu,
+            time.perf_counter() - wall,
+            rss - rss_before,
+            _own_cpu() - mine,
         )
-        for i in range(connections)
-    ]  # fmt: skip
-    await asyncio.sleep(max(0.0, start - loop.time()))
-    cpu, wall, rss = target.cpu_seconds(), time.perf_counter(), target.rss_bytes()
-    await asyncio.gather(*tasks)
-    return latencies, target.cpu_seconds() - cpu, time.perf_counter() - wall, rss - rss_before
+    finally:
+        for transport in transports:
+            transport.close()
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _log_end(target: Target, partition: int) -> int:
@@ -205,18 +272,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default="produce,fetch")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warm", type=float, default=2.0)
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a broker property for the kbroker peers (repeatable)",
+    )
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # brokers inherit it
     counts = [int(c) for c in args.connections.split(",")]
+    overrides = dict(item.split("=", 1) for item in args.override)
     print(
         "peer       workload conns     req/s   µs CPU/req  req/CPU-s   p50 ms   p99 ms  p999 ms"
-        "  KiB RSS/conn  load"
+        "  KiB RSS/conn  client µs/req  load"
     )
     with tempfile.TemporaryDirectory(prefix="kbroker-capacity-") as tmp:
         for name in args.peers.split(","):
             try:
-                context = peer(name, Path(tmp))
+                context = peer(name, Path(tmp), overrides)
                 target = context.__enter__()
             except PeerUnavailable as exc:
                 print(f"{name:10} unavailable: {exc}")
@@ -224,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for workload in args.workloads.split(","):
                     for connections in counts:
-                        lat, cpu, wall, rss = asyncio.run(
+                        lat, cpu, wall, rss, client = asyncio.run(
                             _open_and_run(target, workload, connections, args.seconds, args.warm)
                         )
                         n = len(lat)
@@ -233,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"{1e6 * cpu / max(n, 1):11.1f} {n / max(cpu, 1e-9):10.0f} "
                             f"{1e3 * statistics.median(lat):8.2f} {1e3 * percentile(lat, 0.99):8.2f} "
                             f"{1e3 * percentile(lat, 0.999):8.2f} {rss / 1024 / connections:12.1f}"
-                            f"  {load()}",
+                            f" {1e6 * client / max(n, 1):11.1f}  {load()}",
                             flush=True,
                         )
             finally:

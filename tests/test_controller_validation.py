@@ -1,5 +1,7 @@
 """Topic name, partition count and replica assignment rules, with Kafka's error codes."""
 
+from collections import Counter
+
 import pytest
 
 from kbroker.controller.errors import (
@@ -110,3 +112,35 @@ def test_without_racks_placement_is_round_robin():
     assert place_replicas([1, 2, 3], {}, 0, 2, 2, start=0) == round_robin_assignment(
         [1, 2, 3], 0, 2, 2, start=0
     )
+
+
+@pytest.mark.parametrize(
+    "racks",
+    [
+        {1: "a", 2: "a", 3: "b"},
+        {1: "a", 2: "b", 3: "a"},
+        {1: "a", 2: "a", 3: "b", 4: "b"},
+        {1: "a", 2: "b", 3: "a", 4: "b"},
+        {1: "a", 2: "a", 3: "a", 4: "b"},
+        {1: "h1", 2: "h1", 3: "h1", 4: "h2", 5: "h2", 6: "h2"},
+    ],
+)
+@pytest.mark.parametrize("replication_factor", [1, 2, 3])
+def test_preferred_leaders_of_each_topic_spread_within_one_per_node(
+    racks: dict[int, str], replication_factor: int
+) -> None:
+    brokers = sorted(racks)
+    rack_count = len(set(racks.values()))
+    for topic_index, partitions in enumerate(range(6, 13)):
+        placed = place_replicas(brokers, racks, 0, partitions, replication_factor, topic_index)
+        leaders = Counter(r[0] for r in placed)
+        assert max(leaders[b] for b in brokers) - min(leaders[b] for b in brokers) <= 1
+        for replicas in placed:
+            assert len(set(replicas)) == replication_factor
+            assert len({racks[r] for r in replicas}) == min(replication_factor, rack_count)
+
+
+def test_brokers_without_a_rack_count_as_one_rack_of_their_own() -> None:
+    racks: dict[int, str | None] = {1: "a", 2: "a", 3: None, 4: None}
+    for replicas in place_replicas([1, 2, 3, 4], racks, 0, 8, 2, start=0):
+        assert {racks[r] for r in replicas} == {"a", None}

@@ -5,11 +5,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
+import kbroker.storage.log as log_module
 from kbroker.metrics.loop_stalls import StallWatch
+from kbroker.storage.checkpoint import read_checkpoint
+from kbroker.storage.log import LogConfig, PartitionLog
+from kbroker.testing.records import Record, encode_batch
 
 
 def spin(cpu_seconds: float) -> None:
@@ -34,7 +40,7 @@ async def watch_one(step, *args) -> StallWatch:  # type: ignore[no-untyped-def]
         # Polls: the report is made by the first beat after the step.
         for _ in range(500):
             await asyncio.sleep(0.01)
-            if watch.reports:
+            if any(step.__name__ in r for r in watch.reports):
                 break
         await asyncio.sleep(0.05)
     finally:
@@ -51,31 +57,29 @@ def test_a_cpu_bound_step_is_named_with_its_cpu(loop_kind, caplog) -> None:  # t
         watch = uvloop.run(watch_one(spin, 0.12))
     else:
         watch = asyncio.run(watch_one(spin, 0.12))
-    assert watch.slow_steps == 1, watch.reports
-    assert watch.slow_cpu_s >= 0.1
-    (report,) = watch.reports
-    assert "test_loop_stalls.py" in report and "spin" in report, report
+    # A loaded machine may add a step of its own; the spin is one, with its CPU.
+    assert watch.slow_cpu_s >= 0.1, watch.reports
+    assert any("test_loop_stalls.py" in r and "spin" in r for r in watch.reports), watch.reports
     assert any("slow step" in r.message and r.levelno == logging.WARNING for r in caplog.records)
 
 
 def test_a_blocking_call_is_named_even_without_cpu() -> None:
     watch = asyncio.run(watch_one(block, 0.15))
-    assert watch.slow_steps == 1, watch.reports
-    (report,) = watch.reports
-    assert "block" in report and "blocked in a call" in report, report
+    assert any("block" in r and "blocked in a call" in r for r in watch.reports), watch.reports
 
 
 def test_a_long_collection_is_named() -> None:
     def collect_a_big_heap() -> None:
-        heap = [[i] for i in range(1_500_000)]  # tracked containers a full pass walks
+        gc.disable()  # built without collections of its own
+        heap = [[i] for i in range(400_000)]  # tracked containers a full pass walks
+        gc.enable()
         started = time.thread_time()
         while time.thread_time() - started < 0.06:
             gc.collect()
         del heap
 
     watch = asyncio.run(watch_one(collect_a_big_heap))
-    assert watch.reports, "no step reported"
-    assert "gc generation 2 in the loop thread" in watch.reports[0], watch.reports
+    assert any("gc generation 2 in the loop thread" in r for r in watch.reports), watch.reports
 
 
 def test_quiet_loop_reports_nothing() -> None:
@@ -91,3 +95,60 @@ def test_quiet_loop_reports_nothing() -> None:
 
     watch = asyncio.run(quiet())
     assert watch.slow_steps == 0, watch.reports
+
+
+# -- the high watermark checkpoint, written off the event loop -------------------------
+
+
+def _log_with_records(tmp_path: Path) -> PartitionLog:
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
+    plog.append(encode_batch([Record(b"k", b"v", 1)], 1), 0, 1)
+    plog.high_watermark = plog.log_end_offset
+    return plog
+
+
+def test_a_slow_checkpoint_write_does_not_hold_the_log(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The periodic checkpoint runs in a worker thread; while its file write waits for
+    the disk, a flush or a roll on the event loop (which take the log's lock) goes on."""
+    plog = _log_with_records(tmp_path)
+    writing, release = threading.Event(), threading.Event()
+    real = log_module.write_checkpoint
+
+    def slow_disk(directory, checkpoint):  # type: ignore[no-untyped-def]
+        writing.set()
+        assert release.wait(30)
+        real(directory, checkpoint)
+
+    monkeypatch.setattr(log_module, "write_checkpoint", slow_disk)
+    writer = threading.Thread(target=plog.checkpoint_high_watermark)
+    writer.start()
+    try:
+        assert writing.wait(30)
+        flushed = threading.Event()
+        flusher = threading.Thread(target=lambda: (plog.prepare_flush(), flushed.set()))
+        flusher.start()
+        assert flushed.wait(10), "a flush waited for the checkpoint file's write"
+        assert not release.is_set()
+    finally:
+        release.set()
+        writer.join()
+        monkeypatch.setattr(log_module, "write_checkpoint", real)
+        plog.close()
+    assert read_checkpoint(str(tmp_path / "t-0")) is not None
+
+
+def test_an_older_checkpoint_never_replaces_a_newer_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    plog = _log_with_records(tmp_path)
+    try:
+        with plog._lock:
+            older = plog._take_checkpoint_locked()
+        plog.append(encode_batch([Record(b"k", b"w", 2)], 2), 0, 2)
+        plog.high_watermark = plog.log_end_offset
+        with plog._lock:
+            newer = plog._take_checkpoint_locked()
+        plog._store_checkpoint(*newer)
+        plog._store_checkpoint(*older)  # the slower writer finishing last
+        stored = read_checkpoint(str(tmp_path / "t-0"))
+        assert stored is not None and stored.high_watermark == plog.log_end_offset == 2
+    finally:
+        plog.close()

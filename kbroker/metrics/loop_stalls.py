@@ -108,7 +108,7 @@ class StallWatch:
         self.slow_steps = 0
         self.slow_cpu_s = 0.0
         self.waited_steps = 0
-        self.reports: list[str] = []  # the last few reports, for tests and /debug
+        self.reports: list[str] = []  # the last few slow steps' reports (tests)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_ident = 0
         self._loop_wchan = ""  # where in the kernel the loop thread sleeps (/proc)
@@ -216,11 +216,11 @@ class StallWatch:
             self.slow_steps += 1
             self.slow_cpu_s += loop_cpu
             log.warning("slow step: %s", text)
+            self.reports.append(text)
+            del self.reports[:-20]
         else:
             self.waited_steps += 1
             log.info("late step, mostly waiting (machine load or the GIL): %s", text)
-        self.reports.append(text)
-        del self.reports[:-20]
 
     # -- the garbage collector's side ---------------------------------------------------
 
@@ -272,7 +272,11 @@ class StallWatch:
                 where = wchan.read()
         except OSError:
             return False
-        return where not in (b"", b"0") and not where.startswith(b"futex")
+        # Not blocked: running (0), waiting for the GIL (a futex), or idle in epoll
+        # (the loop between steps, when the process itself waited for a CPU).
+        return where not in (b"", b"0") and not where.startswith(
+            (b"futex", b"ep_poll", b"do_epoll")
+        )
 
     # -- metrics ---------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from kbroker.replica.append import RecordValidation, TransactionVerifier, append
 from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.fetcher import ReplicaFetchers
 from kbroker.replica.partition import Partition
-from kbroker.storage.log import LogConfig
+from kbroker.storage.log import LogConfig, PartitionLog
 from kbroker.storage.manager import LogManager
 
 log = logging.getLogger("kbroker.replica")
@@ -210,21 +210,34 @@ class ReplicaManager:
         """Kafka's replica.high.watermark.checkpoint.interval.ms task: each replicated
         partition whose high watermark moved writes it to its checkpoint, so a restarted
         broker neither exposes nor assumes records that were never committed. A single
-        replica needs none: as leader its high watermark is its log end."""
+        replica needs none: as leader its high watermark is its log end.
+
+        The files are written in a worker thread: replacing a file may wait for the disk
+        (ext4 writes the new file's data before the rename), tens of milliseconds on a
+        busy one, which on the event loop would hold every request behind it."""
         while True:
             await asyncio.sleep(interval_ms / 1000)
-            for partition in list(self.hosted.values()):
-                if len(partition.replicas) > 1:
-                    try:
-                        partition.log.checkpoint_high_watermark()
-                    except OSError as exc:
-                        log.warning("high watermark checkpoint of %s-%d: %s", *partition.key, exc)
+            logs = [p.log for p in list(self.hosted.values()) if len(p.replicas) > 1]
+            await asyncio.to_thread(_checkpoint_high_watermarks, logs)
 
     async def stop(self) -> None:
         if self.fetchers is not None:
             await self.fetchers.stop()
         for task in list(self._proposals):
             task.cancel()
+
+
+def _checkpoint_high_watermarks(logs: list[PartitionLog]) -> None:
+    for partition_log in logs:
+        try:
+            partition_log.checkpoint_high_watermark()
+        except OSError as exc:
+            log.warning(
+                "high watermark checkpoint of %s-%d: %s",
+                partition_log.topic,
+                partition_log.partition,
+                exc,
+            )
 
 
 def _now_ms() -> int:

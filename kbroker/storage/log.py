@@ -169,6 +169,13 @@ class PartitionLog:
         self._new_files = False  # directory entries not yet fsynced
         self._checkpoint_clean = False  # the checkpoint on disk still says "clean"
         self._lock = threading.Lock()
+        # The checkpoint file is written under its own lock, so that the periodic high
+        # watermark checkpoint can write it off the event loop without holding `_lock`
+        # (a roll or a flush takes it) across a rename that may wait for the disk; each
+        # checkpoint taken is numbered, and an older one never replaces a newer one.
+        self._checkpoint_file_lock = threading.Lock()
+        self._checkpoints_taken = 0
+        self._checkpoint_stored = 0
         self.closed = False
         self.recovered_bytes = 0  # bytes truncated by the last open's recovery (for logs)
         self.opened_cleanly = True  # False when the last open had to scan for torn data
@@ -942,27 +949,37 @@ class PartitionLog:
 
     def checkpoint_high_watermark(self) -> None:
         """Write the checkpoint if the high watermark moved since it was last written
-        (Kafka's periodic replication-offset-checkpoint)."""
+        (Kafka's periodic replication-offset-checkpoint). Safe from another thread: the
+        log's lock is held only to take the checkpoint, not to write it."""
         with self._lock:
-            if not self.closed and self._high_watermark != self._checkpointed_hw:
-                self._write_checkpoint_locked()
+            if self.closed or self._high_watermark == self._checkpointed_hw:
+                return
+            taken = self._take_checkpoint_locked()
+        self._store_checkpoint(*taken)
 
     def _write_checkpoint(self) -> None:
         with self._lock:
             self._write_checkpoint_locked()
 
     def _write_checkpoint_locked(self) -> None:
+        self._store_checkpoint(*self._take_checkpoint_locked())
+
+    def _take_checkpoint_locked(self) -> tuple[int, PartitionCheckpoint]:
         clean = None
         if self._checkpoint_clean:
             active = self.segments[-1]
             clean = CleanState(self.log_end_offset, active.base_offset, active.size)
         self._checkpointed_hw = self._high_watermark
-        write_checkpoint(
-            self._dir,
-            PartitionCheckpoint(
-                self.log_start_offset, self.recovery_point, clean, self._high_watermark
-            ),
+        self._checkpoints_taken += 1
+        return self._checkpoints_taken, PartitionCheckpoint(
+            self.log_start_offset, self.recovery_point, clean, self._high_watermark
         )
+
+    def _store_checkpoint(self, number: int, checkpoint: PartitionCheckpoint) -> None:
+        with self._checkpoint_file_lock:
+            if number > self._checkpoint_stored:
+                write_checkpoint(self._dir, checkpoint)
+                self._checkpoint_stored = number
 
     def __repr__(self) -> str:
         return (

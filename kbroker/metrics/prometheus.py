@@ -380,7 +380,8 @@ def render(registry: CollectorRegistry) -> str:
 
 
 def render_families(families: Iterable[Metric]) -> str:
-    """Families as exposition text (for tests and for sources checked on their own)."""
+    """Families as exposition text (for /metrics, which collects them on the event loop
+    and writes them out in a worker thread; for tests and for sources checked alone)."""
     registry = CollectorRegistry(auto_describe=False)
 
     class _Fixed:

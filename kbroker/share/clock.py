@@ -29,10 +29,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kbroker.share")
 
+TICK_S = 0.1
+
 
 class ShareClock:
     """The periodic work of the share-partition leader: dropping share-partitions
-    whose leadership moved on, expiry, storing changes, and the dead-letter catch-up."""
+    whose leadership moved on, expiry, storing changes, and the dead-letter catch-up.
+
+    It ticks every `TICK_S` (a loop timer, no task) only while there is something to
+    tick for (`busy`): share groups, share sessions or share-partitions held here,
+    changes not stored yet, dead letters to catch up on, or groups naming a dead-letter
+    topic (whose leadership changes it watches). Otherwise it sets no timer at all until
+    `wake` (a change to store, share groups or stored states loaded, a group config
+    changed)."""
 
     def __init__(
         self, broker: ShareBroker, state: ShareStateService, fetch_path: ShareFetchPath
@@ -44,13 +53,68 @@ class ShareClock:
         self._unheld_dead_letters: set[StateKey] = set()
         self._led: dict[tuple[str, int], int] = {}  # data partitions led here: epochs
         self._peeking: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # between `start` and `stop`
+        self._ticking = False
+        self._rested = False  # has ticked, then stopped for want of work
+        self.ticks = 0
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.wake()
+
+    def wake(self) -> None:
+        """Tick within `TICK_S` (and on while `busy`)."""
+        if self._timer is not None or self._ticking or self._loop is None:
+            return
+        if self._rested:
+            # Leadership gained while resting was not looked at, as no group named a
+            # dead-letter topic: it is not news to a group that names one from now on.
+            self._rested = False
+            self._led = self._led_now()
+        self._timer = self._loop.call_later(TICK_S, self._run)
+
+    def _run(self) -> None:
+        self._timer = None
+        self._ticking = True
+        try:
+            self.tick()
+        except Exception:
+            log.exception("share group clock failed")
+        finally:
+            self._ticking = False
+        if self.busy():
+            self.wake()
+        else:
+            self._rested = True
+
+    def busy(self) -> bool:
+        """Whether the clock has something to do on its next tick."""
+        coordinator = self.coordinator
+        leader = coordinator.leader
+        membership = coordinator.membership
+        return bool(
+            leader.partitions
+            or leader.sessions
+            or leader.dirty
+            or membership.groups
+            or membership.changed_groups
+            or self._unheld_dead_letters
+            or (self._peeking is not None and not self._peeking.done())
+            or any(coordinator.configs.dead_letter_topic(g) for g in coordinator.configs.values)
+        )
 
     def loaded(self, partition: int) -> None:
         """A `__share_group_state` partition was loaded here: its share-partitions with
         dead letters still to write are held where their data partition is led here."""
         self._unheld_dead_letters.update(self.coordinator.store.with_dead_letters(partition))
+        self.wake()
 
     def stop(self) -> None:
+        self._loop = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._peeking is not None:
             self._peeking.cancel()
 
@@ -58,11 +122,20 @@ class ShareClock:
         return leader_epoch(self.broker, topic, partition)
 
     def tick(self) -> None:
+        self.ticks += 1
         self._drop_lost()
         self._peek_for_dead_letters()
         self._hold_dead_letters()
         self.coordinator.tick(int(time.time() * 1000))
         self.state.persist()
+
+    def _led_now(self) -> dict[tuple[str, int], int]:
+        """The data partitions (not internal topics) led here, with their leader epochs."""
+        return {
+            p.key: p.leader_epoch
+            for p in self.broker.replicas.hosted.values()
+            if p.is_leader and not p.topic.startswith("__")
+        }
 
     def _drop_lost(self) -> None:
         """Forget share-partitions whose data partition this node no longer leads (or
@@ -80,11 +153,7 @@ class ShareClock:
         leader died before writing them) is then held and written, as after a restart,
         without waiting for a consumer to fetch here. A group without a stored state
         for the partition is left alone (nothing is created)."""
-        led = {
-            p.key: p.leader_epoch
-            for p in self.broker.replicas.hosted.values()
-            if p.is_leader and not p.topic.startswith("__")
-        }
+        led = self._led_now()
         gained = [(k, e) for k, e in led.items() if self._led.get(k) != e]
         self._led = led
         groups = [

@@ -33,8 +33,6 @@ from kbroker.share.fetch_path import ShareFetchPath
 from kbroker.share.group_configs import ShareConfig
 from kbroker.share.state_service import ShareStateService
 
-TICK_MS = 100
-
 
 def share_config(config: Any) -> ShareConfig:
     return ShareConfig(
@@ -92,8 +90,23 @@ class ShareService(ShareStateService):
         self._sync_group_configs(self.broker.controller.state.group_configs)
         self.publish_metrics(self._metrics_now)
         await super().start()
-        self.every(TICK_MS, self.clock.tick, "share group clock")
         self._tasks.append(asyncio.create_task(self._writer()))
+        self.clock.start()
+
+    def _load_groups(self, partition: int, records: list[Any]) -> None:
+        super()._load_groups(partition, records)
+        self.clock.wake()  # their members expire on its ticks
+
+    def persist(self) -> asyncio.Future[ErrorCode]:
+        self.clock.wake()  # a change: the clock ticks while share groups hold state here
+        return super().persist()
+
+    async def _write_dirty(self) -> ErrorCode:
+        try:
+            return await super()._write_dirty()
+        finally:
+            if self.clock.busy():
+                self.clock.wake()  # what failed to be stored is written again on its tick
 
     def _metrics_now(self) -> list[Metric]:
         """Per share-partition: records in flight (acquired, not yet acknowledged) and
@@ -166,6 +179,7 @@ class ShareService(ShareStateService):
             self.coordinator.set_group_configs(group_id, changes)
         if not self.coordinator.configs.values.get(group_id, True):
             del self.coordinator.configs.values[group_id]
+        self.clock.wake()  # a group naming a dead-letter topic keeps the clock ticking
 
     async def stop(self) -> None:
         if not self.enabled:

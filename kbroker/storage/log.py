@@ -87,6 +87,7 @@ class AppendResult:
 
 # Indirections so that tests of scale, not durability, can skip the disk's fsync cost.
 _fdatasync = getattr(os, "fdatasync", os.fsync)
+_NEVER_MS = 2**63 - 1  # a flush.ms deadline past Long.MAX_VALUE never comes
 _fsync = os.fsync
 
 
@@ -150,6 +151,10 @@ class PartitionLog:
     decompressor: Callable[[int, bytes], bytes] | None = staticmethod(decompress)
     # Draws the active segment's roll jitter in [0, bound) (Kafka's randomSegmentJitter).
     draw_jitter: Callable[[int], int] = staticmethod(random.randrange)
+    # Told (with the log) when the log may come to need a background fsync: its first
+    # unflushed append, flush.messages reached, a roll, a truncation, a config change
+    # (the log manager's flusher looks at such logs only; see `flush_pending`).
+    flush_watch: Callable[[PartitionLog], None] | None = None
 
     def __init__(self, directory: Path, config: LogConfig, topic: str, partition: int) -> None:
         self.directory = Path(directory)
@@ -422,7 +427,12 @@ class PartitionLog:
         writeback = config.fsyncs_every_append and self._unflushed_messages == 0
         seg.append(records, headers, config.preallocate_bytes, writeback)
         self.log_end_offset = next_offset
-        self._unflushed_messages += count
+        unflushed = self._unflushed_messages
+        self._unflushed_messages = unflushed + count
+        if (
+            unflushed == 0 or unflushed < config.flush_interval_messages <= unflushed + count
+        ) and self.flush_watch is not None:
+            self.flush_watch(self)
         return AppendResult(
             base,
             next_offset - 1,
@@ -461,6 +471,8 @@ class PartitionLog:
         self._roll_jitter_ms = self._new_roll_jitter()
         self._bases.append(base)
         self._new_files = True
+        if self.flush_watch is not None:
+            self.flush_watch(self)  # the rolled segment is fsynced in the background
         return seg
 
     def roll(self, now_ms: int) -> None:
@@ -743,6 +755,8 @@ class PartitionLog:
             self.recovery_point = min(self.recovery_point, new_end)
             self.log_start_offset = min(self.log_start_offset, new_end)
             self.producer_state.truncate(self.segments, self.log_start_offset, new_end)
+        if self.flush_watch is not None:
+            self.flush_watch(self)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Kafka's truncateFullyAndStartAt: a follower whose log ends below the leader's
@@ -763,6 +777,8 @@ class PartitionLog:
             self.epoch_cache.persist()
             self.producer_state.truncate(self.segments, offset, offset)
             self._write_checkpoint_locked()
+        if self.flush_watch is not None:
+            self.flush_watch(self)
 
     def _start_afresh_at(self, offset: int) -> None:
         """One empty segment at `offset` in place of the last one (the caller deleted
@@ -791,6 +807,24 @@ class PartitionLog:
                 return True
         segments = self.segments
         return len(segments) > 1 and segments[-2].dirty
+
+    def flush_pending(self) -> bool:
+        """Whether `needs_flush` is true now or can turn true with time alone: a rolled
+        segment not fsynced yet, or unflushed messages under a flush.ms that ends. A log
+        without (no unflushed data, or only under flush.ms's default of never and below
+        flush.messages) needs an append, a roll or a config change first, and each of
+        those tells `flush_watch`."""
+        if self.closed:
+            return False
+        segments = self.segments
+        if len(segments) > 1 and segments[-2].dirty:
+            return True
+        unflushed = self._unflushed_messages
+        config = self.config
+        return unflushed > 0 and (
+            unflushed >= config.flush_interval_messages
+            or self._last_flush_ms + config.flush_interval_ms < _NEVER_MS  # not flush.ms=never
+        )
 
     def prepare_flush(self, data_only: bool = False) -> FlushJob | None:
         """Persist pending index entries and list what an fsync must cover.
@@ -863,6 +897,8 @@ class PartitionLog:
         self.config = config
         self.segments[-1].index_interval_bytes = config.index_interval_bytes
         self._roll_jitter_ms = self._new_roll_jitter()
+        if self.flush_watch is not None:
+            self.flush_watch(self)  # flush.ms / flush.messages may ask for an fsync now
 
     def _new_roll_jitter(self) -> int:
         """segment.jitter.ms: the active segment rolls this much before segment.ms, so

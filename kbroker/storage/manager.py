@@ -112,6 +112,10 @@ class LogManager:
         self._durable_waiters: dict[PartitionLog, list[Any]] = {}
         self._commit_scheduled = False
         self._commit_tasks: set[asyncio.Task[None]] = set()
+        # Logs that need a background fsync or may come to (`PartitionLog.flush_pending`):
+        # the flusher looks at these only, and sleeps while there are none.
+        self._flush_due: set[PartitionLog] = set()
+        self._flush_wake = asyncio.Event()
         self._executor: ThreadPoolExecutor | None = None
         self._move_executor: ThreadPoolExecutor | None = None
         self._move_threads = move_threads or len(self.log_dirs)
@@ -365,6 +369,7 @@ class LogManager:
 
     def _add(self, key: tuple[str, int], plog: PartitionLog) -> None:
         self._logs[key] = plog
+        self._watch_flushes(plog)
         parent = os.path.dirname(plog._dir)
         if parent in self._placed:
             self._placed[parent] += 1
@@ -531,6 +536,8 @@ class LogManager:
         plog = self._logs.pop(key, None)
         self.topic_ids.pop(key, None)
         if plog is not None:
+            plog.flush_watch = None
+            self._flush_due.discard(plog)
             parent = os.path.dirname(plog._dir)
             if parent in self._placed:
                 self._placed[parent] -= 1
@@ -721,6 +728,7 @@ class LogManager:
                 if plog.closed and self._logs.get(key) is plog:
                     reopened = PartitionLog.open(plog.directory, plog.config, _now_ms())
                     self._logs[key] = reopened
+                    self._watch_flushes(reopened)
                     swapped(reopened)
                 raise
         except BaseException:
@@ -917,19 +925,37 @@ class LogManager:
             self._inline_fsync = job.seconds < INLINE_FSYNC_LIMIT_S
         plog.complete_flush(job)
 
+    def _watch_flushes(self, plog: PartitionLog) -> None:
+        plog.flush_watch = self._flush_soon
+        self._flush_soon(plog)  # a log recovered at open may have segments to fsync
+
+    def _flush_soon(self, plog: PartitionLog) -> None:
+        self._flush_due.add(plog)
+        if not self._flush_wake.is_set():
+            self._flush_wake.set()
+
     async def run_flusher(self, interval_s: float = 0.05) -> None:
         """Background task: fsync logs whose flush.messages / flush.ms policy asks for it,
-        and segments rolled since the last fsync, without blocking the loop."""
+        and segments rolled since the last fsync, without blocking the loop.
+
+        It looks every `interval_s` at the logs that need an fsync or may come to (their
+        appends, rolls and config changes tell it), not at every log, and sleeps while
+        there are none: an idle broker's flusher does not wake."""
+        due = self._flush_due
         while True:
+            if not due:
+                self._flush_wake.clear()
+                await self._flush_wake.wait()
+            await asyncio.sleep(interval_s)
             now = _now_ms()
-            for count, plog in enumerate(self.logs()):
+            for count, plog in enumerate(list(due)):
                 if count % _FLUSH_CHECKS_PER_SLICE == _FLUSH_CHECKS_PER_SLICE - 1:
                     await asyncio.sleep(0)  # thousands of logs: never one long step
-                if plog.closed or not plog.needs_flush(now):
-                    continue
-                try:
-                    await self._run_flush(plog)
-                except OSError as exc:
-                    log.error("fsync of %s-%d failed: %s", plog.topic, plog.partition, exc)
-                    self.dir_failures.report(plog, exc)
-            await asyncio.sleep(interval_s)
+                if not plog.closed and plog.needs_flush(now):
+                    try:
+                        await self._run_flush(plog)
+                    except OSError as exc:
+                        log.error("fsync of %s-%d failed: %s", plog.topic, plog.partition, exc)
+                        self.dir_failures.report(plog, exc)
+                if not plog.flush_pending():
+                    due.discard(plog)  # until an append, a roll or a config change

@@ -23,6 +23,7 @@ from kbroker.controller.state import BrokerInfo, MetadataState, PartitionInfo, T
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.registry import APIS
 from kbroker.protocol.messages import build, build_response, encode, response_type
+from kbroker.security.quotas import ClientQuotas
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
 HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS = 12, 13, 14, 15
@@ -79,6 +80,7 @@ def context(broker: FakeBroker, api: int, version: int) -> RequestContext:
         config=ADVERTISED_LOCALHOST,
         controller=broker.controller,
         groups=broker.group_coordinator,
+        quotas=ClientQuotas(dict),  # none configured: answers may come as encoded bytes
     )
 
 
@@ -89,7 +91,7 @@ def start(broker: FakeBroker, api: int, version: int, **request: Any) -> Any:
 
 
 def decode(key: int, version: int, result: Any) -> Any:
-    body = encode(build_response(key, version, result))
+    body = result if isinstance(result, bytes) else encode(build_response(key, version, result))
     decoded, size = entity_reader(response_type(key, version))(body, 0)
     assert size == len(body)
     return decoded

@@ -29,6 +29,7 @@ from kbroker.handlers.groups import (
 )
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
+from kbroker.protocol.group_answers import encode_heartbeat_answer
 from kbroker.protocol.messages import ZERO_UUID, duration_ms
 from kbroker.security.acl import Operation, ResourceType
 
@@ -42,7 +43,11 @@ E = ErrorCode
 @handles(CONSUMER_GROUP_HEARTBEAT, 0)
 def consumer_group_heartbeat(
     ctx: RequestContext, request: requests.ConsumerGroupHeartbeatRequest
-) -> responses.ConsumerGroupHeartbeatResponse | Awaitable[responses.ConsumerGroupHeartbeatResponse]:
+) -> (
+    responses.ConsumerGroupHeartbeatResponse
+    | bytes
+    | Awaitable[responses.ConsumerGroupHeartbeatResponse | bytes]
+):
     if ctx.broker.authorizer is not None and not ctx.allowed(
         Operation.READ, ResourceType.GROUP, request.group_id
     ):
@@ -84,7 +89,9 @@ def consumer_group_heartbeat(
     )
     future: asyncio.Future[HeartbeatResult] = asyncio.get_running_loop().create_future()
     coordinator.consumer.heartbeat(req, _resolver(future))
-    return _respond_when_done(future, _heartbeat_response)
+    # request_percentage quotas write their throttle into a dict answer; else the bytes.
+    render = _heartbeat_response if ctx.broker.quotas.active else _heartbeat_answer
+    return _respond_when_done(future, render)
 
 
 def _topic_partitions(
@@ -94,6 +101,13 @@ def _topic_partitions(
         {"topic_id": topic_id, "partitions": sorted(partitions)}
         for topic_id, partitions in sorted(assignment.items(), key=lambda kv: str(kv[0]))
     ]
+
+
+def _heartbeat_answer(r: HeartbeatResult) -> bytes:
+    """The answer encoded directly (kbroker.protocol.group_answers), the same bytes."""
+    return encode_heartbeat_answer(
+        r.error, r.message, r.member_id, r.member_epoch, r.heartbeat_interval_ms, r.assignment
+    )
 
 
 def _heartbeat_response(r: HeartbeatResult) -> responses.ConsumerGroupHeartbeatResponse:

@@ -32,6 +32,7 @@ from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
+from kbroker.protocol.group_answers import encode_offset_commit_answer
 from kbroker.protocol.messages import duration_ms, known_versions
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kbroker.share.coordinator import ShareCoordinator
@@ -341,7 +342,7 @@ def leave_group(
 @handles(OFFSET_COMMIT, 0)  # v0-1 through protocol.legacy_messages
 def offset_commit(
     ctx: RequestContext, request: requests.OffsetCommitRequest
-) -> responses.OffsetCommitResponse | Awaitable[responses.OffsetCommitResponse]:
+) -> responses.OffsetCommitResponse | bytes | Awaitable[responses.OffsetCommitResponse | bytes]:
     version = ctx.version
     state = ctx.broker.controller.state
     # (topic name or None, topic id or None, [(partition, committed)]) in request order
@@ -390,7 +391,33 @@ def offset_commit(
             entries.append((p.partition_index, value, E.none))
         layout.append((name, topic_id, entries))
 
-    def render(results: dict[tuple[str, int], ErrorCode]) -> responses.OffsetCommitResponse:
+    direct = not ctx.broker.quotas.active  # request quotas write into a dict answer
+
+    def render(
+        results: dict[tuple[str, int], ErrorCode],
+    ) -> responses.OffsetCommitResponse | bytes:
+        if direct:
+            encoded = encode_offset_commit_answer(
+                version,
+                (
+                    (
+                        name or "",
+                        topic_id,
+                        (
+                            (
+                                index,
+                                results.get((name, index), E.unknown_server_error)
+                                if value is not None and name is not None
+                                else error,
+                            )
+                            for index, value, error in entries
+                        ),
+                    )
+                    for name, topic_id, entries in layout
+                ),
+            )
+            if encoded is not None:
+                return encoded
         topics: list[responses.OffsetCommitResponseTopic] = []
         for name, topic_id, entries in layout:
             partitions: list[responses.OffsetCommitResponsePartition] = []

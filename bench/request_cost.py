@@ -19,7 +19,8 @@ wall time, its background loops, measured first), so it holds on a loaded machin
 not; the load average is printed with it. `--peer mock` (or `--peer kbroker,mock`, one run)
 measures librdkafka's mock cluster (bench.peers.MockPeer) the same way for produce and
 fetch, each at the newest version both the mock and the workload speak (printed: the
-mock serves Produce only up to v7 or so). With --profile, py-spy samples the broker
+mock serves Produce only up to v7 or so). `--pipeline K` sends K produce requests in one
+write and then reads their K answers (librdkafka keeps up to 5 in flight). With --profile, py-spy samples the broker
 (`py-spy record --native --format raw`) during a second pass of each workload and the
 collapsed stacks are reduced to the frames with the largest inclusive and self share.
 """
@@ -37,9 +38,13 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from kio.index import load_request_schema
+
 from bench.peers import MockPeer, PeerUnavailable
-from kbroker.admin.client import cluster
+from kbroker.admin.client import BrokerConnection, cluster
 from kbroker.admin.group_consumer import GroupMember
+from kbroker.protocol.client_frames import decode_response, encode_request
+from kbroker.protocol.messages import build
 from kbroker.protocol.one_shot import fetch_fields, produce_fields
 from kbroker.testing import kafka_broker
 from kbroker.testing.records import Record, encode_batch
@@ -69,11 +74,31 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def pipelined(
+    conn: BrokerConnection, api_key: int, version: int, body: dict, depth: int
+) -> Callable[[], None]:
+    """`depth` requests sent in one write (librdkafka keeps up to 5 in flight and writes
+    what is queued together), then their answers read, checked in order."""
+    entity = build(load_request_schema(api_key, version), body)
+
+    def some() -> None:
+        first = conn.next_correlation
+        conn.next_correlation += depth
+        conn.send(b"".join(encode_request(entity, first + i, conn.client_id) for i in range(depth)))
+        for i in range(depth):
+            got, _ = decode_response(api_key, version, conn.read_frame())
+            if got != first + i:
+                raise RuntimeError(f"answer {got} where {first + i} was due")
+
+    return some
+
+
 def workload(
-    name: str, bootstrap: str, topic: str, any_version: bool = False
+    name: str, bootstrap: str, topic: str, any_version: bool = False, depth: int = 1
 ) -> tuple[Callable[[], None], Callable[[], None], str]:
-    """(one request, close, the version asked) for the named workload, set up and warmed.
-    With `any_version` (a peer that may not speak Produce v9 / Fetch v11), the newest
+    """(one call, close, the version asked) for the named workload, set up and warmed:
+    one request, or for produce with `depth` > 1 that many pipelined. With
+    `any_version` (a peer that may not speak Produce v9 / Fetch v11), the newest
     version both sides speak from the workload's range down."""
     c = cluster(bootstrap).__enter__()
     conn = c.any()
@@ -89,6 +114,9 @@ def workload(
 
         def one() -> None:
             conn.call(PRODUCE, body, versions=(version, version))
+
+        if depth > 1:
+            one = pipelined(conn, PRODUCE, version, body, depth)
 
     elif name == "fetch":
         produce = produce_fields(topic, encode_batch([Record(None, b"y")], 0), acks=-1)
@@ -190,9 +218,13 @@ def measure(
     idle_rate = (cpu_seconds(pid) - before) / args.idle_seconds
     print(f"idle       {1e3 * idle_rate:8.1f} ms broker CPU per second with no requests")
     for name in names:
-        one, close, asked = workload(name, bootstrap, topic, any_version=label != "kbroker")
+        depth = args.pipeline if name == "produce" else 1
+        one, close, asked = workload(name, bootstrap, topic, label != "kbroker", depth)
+        if depth > 1:
+            asked += f", {depth} pipelined in one write"
         (user, system), wall = cpu_split(pid), time.perf_counter()
-        for _ in range(args.requests):
+        sent = max(1, args.requests // depth) * depth
+        for _ in range(sent // depth):
             one()
         user_after, system_after = cpu_split(pid)
         user, system = user_after - user, system_after - system
@@ -200,10 +232,10 @@ def measure(
         wall = time.perf_counter() - wall
         net = max(0.0, cpu - idle_rate * wall)
         print(
-            f"{name:10} {1e6 * cpu / args.requests:8.1f} µs broker CPU/request, "
-            f"{1e6 * net / args.requests:.1f} net of idle, {100 * system / max(cpu, 1e-9):.0f}% "
-            f"in the kernel ({args.requests} requests of {asked or name}, "
-            f"{1e6 * wall / args.requests:.0f} µs wall each, load {load()})"
+            f"{name:10} {1e6 * cpu / sent:8.1f} µs broker CPU/request, "
+            f"{1e6 * net / sent:.1f} net of idle, {100 * system / max(cpu, 1e-9):.0f}% "
+            f"in the kernel ({sent} requests of {asked or name}, "
+            f"{1e6 * wall / sent:.0f} µs wall each, load {load()})"
         )
         if args.profile is not None:
             args.profile.mkdir(parents=True, exist_ok=True)
@@ -221,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-seconds", type=float, default=10.0)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--idle-seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--pipeline", type=int, default=1, help="produce: this many requests sent in one write"
+    )
     args = parser.parse_args(argv)
     names = [w for w in args.workloads.split(",") if w]
     peers = [p for p in args.peer.split(",") if p]

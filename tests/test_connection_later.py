@@ -89,3 +89,35 @@ def test_a_later_settles_once() -> None:
     later.settle(2)
     later.fail(OSError())
     assert seen == [(1, None)]
+
+
+def counting_writes(transport) -> list[bytes]:
+    writes: list[bytes] = []
+    write = transport.write
+
+    def counted(data: bytes) -> None:
+        writes.append(bytes(data))
+        write(data)
+
+    transport.write = counted
+    return writes
+
+
+def test_answers_to_requests_read_together_go_out_in_one_write() -> None:
+    conn, transport = connect()
+    writes = counting_writes(transport)
+    conn.data_received(b"".join(request(API_VERSIONS, 0, i) for i in range(5)))
+    assert len(writes) == 1
+    assert correlations(transport.written) == [0, 1, 2, 3, 4]
+    conn.data_received(request(API_VERSIONS, 0, 5))  # one request: written as it is answered
+    assert len(writes) == 2
+
+
+def test_a_later_settled_after_the_read_is_written_on_its_own(pending: list[Later]) -> None:
+    conn, transport = connect()
+    writes = counting_writes(transport)
+    conn.data_received(request(API_VERSIONS, 0, 1) + request(API_VERSIONS, 0, 2))
+    pending[0].settle(b"first")
+    assert correlations(transport.written) == [1] and len(writes) == 1
+    pending[1].settle(b"second")
+    assert correlations(transport.written) == [1, 2] and len(writes) == 2

@@ -71,6 +71,7 @@ _MAX_IN_FLIGHT = 200
 # Handler results that are answers already (Produce's encoded bytes, most handlers'
 # dicts): no need to ask whether they are awaitable, an ABC check on every request.
 _IMMEDIATE = frozenset({bytes, dict})
+_CORK_PART_BYTES = 64 * 1024  # a larger answer part is written as it is, not copied
 
 
 class Host(Protocol):
@@ -175,6 +176,9 @@ class KafkaConnection(asyncio.Protocol):
         self._read_at = 0.0  # perf_counter() of the last read: the queue time's start
         self._idle_timer: asyncio.TimerHandle | None = None
         self._counted_ip: str | None = None  # held in broker.connection_limits
+        # While data_received handles several frames of one read: the answers' bytes,
+        # written together when it is done (None: every answer is written at once).
+        self._cork: list[bytes | bytearray | memoryview] | None = None
 
     @property
     def answering(self) -> bool:
@@ -330,10 +334,22 @@ class KafkaConnection(asyncio.Protocol):
         except FrameError as exc:
             self.close(f"bad frame: {exc}")
             return
-        for request in frames:
-            if self._closed:
-                return
-            self._dispatch(request)
+        if len(frames) > 1:
+            # Pipelined requests read together: their answers written now go out in one
+            # write (one syscall, one wake-up of the client) once every frame is handled.
+            self._cork = []
+            try:
+                for request in frames:
+                    if self._closed:
+                        return
+                    self._dispatch(request)
+            finally:
+                self._uncork()
+        else:
+            for request in frames:
+                if self._closed:
+                    return
+                self._dispatch(request)
         if len(self._queue) >= _MAX_IN_FLIGHT:
             self._pause_reading()
         # _account_memory and RequestMemory.exhausted, inline: this runs once per read.
@@ -784,11 +800,34 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._last_active = time.monotonic()
         self.broker.keep_awake.answered()
+        cork = self._cork
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
-                transport.write(part)
+                if cork is not None and len(part) <= _CORK_PART_BYTES:
+                    cork.append(part)
+                else:
+                    if cork:
+                        self._flush_cork()
+                    transport.write(part)
             else:
+                if cork:
+                    self._flush_cork()  # what was answered before goes out before the range
                 self._write_region(part)
+
+    def _flush_cork(self) -> None:
+        cork = self._cork
+        if cork and self.transport is not None:
+            self.transport.write(cork[0] if len(cork) == 1 else b"".join(cork))
+        if cork:
+            cork.clear()
+
+    def _uncork(self) -> None:
+        if self._cork:
+            if self._closed:
+                self._cork.clear()
+            else:
+                self._flush_cork()
+        self._cork = None
 
     def _write_region(self, region: Any) -> None:
         """Send a file range: by sendfile while nothing else is queued, else by a copy."""
@@ -860,6 +899,8 @@ class KafkaConnection(asyncio.Protocol):
             if not quiet:
                 log.warning("closing connection from %s: %s", self.peer, reason)
                 self.broker.counters.bad_requests += 1
+            if self._cork:
+                self._flush_cork()  # the answers before the close still go out, in order
             self._closed = True
             if self.transport is not None:
                 self.transport.close()

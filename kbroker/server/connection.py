@@ -13,6 +13,7 @@ import inspect
 import logging
 import os
 import ssl
+import struct
 import time
 import typing
 from collections import deque
@@ -29,7 +30,6 @@ from kbroker.protocol.header import (
     MalformedRequest,
     parse_request_header,
     peek_api,
-    response_header,
 )
 from kbroker.security.listener import ListenerSecurity
 from kbroker.security.principal import ANONYMOUS, KafkaPrincipal, distinguished_name, map_name, user
@@ -71,6 +71,8 @@ _MAX_IN_FLIGHT = 200
 # Handler results that are answers already (Produce's encoded bytes, most handlers'
 # dicts): no need to ask whether they are awaitable, an ABC check on every request.
 _IMMEDIATE = frozenset({bytes, dict})
+_HEAD = struct.Struct(">ii")  # frame size, correlation id: response header v0
+_FLEXIBLE_HEAD = struct.Struct(">iiB")  # and no tagged fields: response header v1
 _CORK_PART_BYTES = 64 * 1024  # a larger answer part is written as it is, not copied
 
 
@@ -787,12 +789,25 @@ class KafkaConnection(asyncio.Protocol):
         return messages.encode(result)
 
     def _frame(self, correlation_id: int, flexible: bool, body: bytes | EncodedBody) -> list[Any]:
-        head = response_header(correlation_id, flexible)
+        # The size prefix and the response header (v0: the correlation id; v1: and an
+        # empty tagged-field section) packed at once.
         if isinstance(body, bytes):
-            self.broker.counters.bytes_out += len(head) + len(body) + 4
-            return [frame(len(head) + len(body)) + head + body]
-        self.broker.counters.bytes_out += len(head) + body.size + 4
-        return [frame(len(head) + body.size) + head, *body.parts]
+            size = len(body) + 5 if flexible else len(body) + 4
+            self.broker.counters.bytes_out += size + 4
+            head = (
+                _FLEXIBLE_HEAD.pack(size, correlation_id, 0)
+                if flexible
+                else _HEAD.pack(size, correlation_id)
+            )
+            return [head + body]
+        size = body.size + 5 if flexible else body.size + 4
+        self.broker.counters.bytes_out += size + 4
+        head = (
+            _FLEXIBLE_HEAD.pack(size, correlation_id, 0)
+            if flexible
+            else _HEAD.pack(size, correlation_id)
+        )
+        return [head, *body.parts]
 
     def _write(self, parts: list[Any]) -> None:
         transport = self.transport

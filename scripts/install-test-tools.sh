@@ -211,16 +211,52 @@ fi
 if ! command -v debootstrap >/dev/null 2>&1; then
   apt_missing+=(debootstrap)
 fi
-if [ ${#apt_missing[@]} -eq 0 ]; then
-  exit 0
+# compat_tests/test_kafkajs.py runs KafkaJS, the JavaScript client, under node.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt_missing+=(nodejs npm)
 fi
-# A tool that cannot be installed only warns: the tests that drive it skip and say why.
-if [ "$(id -u)" != 0 ]; then
-  echo "warning: installing ${apt_missing[*]} needs root (apt-get install);" \
-    "the tests that drive them will skip" >&2
-  exit 0
-fi
-export DEBIAN_FRONTEND=noninteractive
-if ! { apt-get update -qq >/dev/null && apt-get install -y -qq "${apt_missing[@]}" >/dev/null; }; then
-  echo "warning: could not install ${apt_missing[*]}; the tests that drive them will skip" >&2
-fi
+install_apt_missing() {
+  if [ ${#apt_missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  # A tool that cannot be installed only warns: the tests that drive it skip and say why.
+  if [ "$(id -u)" != 0 ]; then
+    echo "warning: installing ${apt_missing[*]} needs root (apt-get install);" \
+      "the tests that drive them will skip" >&2
+    return 0
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if ! { apt-get update -qq >/dev/null && apt-get install -y -qq "${apt_missing[@]}" >/dev/null; }; then
+    echo "warning: could not install ${apt_missing[*]}; the tests that drive them will skip" >&2
+  fi
+}
+install_apt_missing
+# --- end Debian packages --------------------------------------------------------------------
+
+# --- KafkaJS (compat_tests/test_kafkajs.py) -----------------------------------------------
+# npm ci of compat_tests/kafkajs/package-lock.json into a cache folder named by the lock
+# file's hash, the folder the test looks in (and fills itself when it is missing).
+fetch_kafkajs() {
+  local root="$1" lock dir tmp
+  lock="$(dirname "$0")/../compat_tests/kafkajs/package-lock.json"
+  if ! command -v npm >/dev/null 2>&1; then
+    return 0
+  fi
+  dir="$root/$(sha256sum "$lock" | cut -c1-16)"
+  if [ -f "$dir/node_modules/kafkajs/package.json" ]; then
+    return 0
+  fi
+  tmp="$dir.$$.tmp"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  cp "$lock" "$(dirname "$lock")/package.json" "$tmp/"
+  if (cd "$tmp" && npm ci --no-audit --no-fund --ignore-scripts >npm.log 2>&1); then
+    rm -rf "$dir"
+    mv "$tmp" "$dir"
+  else
+    echo "warning: could not install KafkaJS into $dir; test_kafkajs.py will try again" >&2
+    tail -20 "$tmp/npm.log" >&2
+    rm -rf "$tmp"
+  fi
+}
+fetch_kafkajs "${KBROKER_KAFKAJS_CACHE:-$HOME/.cache/kbroker-test-tools/kafkajs}"

@@ -49,6 +49,7 @@ TESTED_CLIENTS: tuple[TestedClient, ...] = (
         ("test_java_client.py", "test_java_cluster.py"),
     ),
     TestedClient("Sarama (Go)", "Debian's golang-github-shopify-sarama-dev", ("test_sarama.py",)),
+    TestedClient("KafkaJS (Node.js)", "2.2.4 (npm)", ("test_kafkajs.py",)),
     TestedClient("kcat", "Debian's kcat", ("test_kcat.py",)),
     TestedClient(
         "Apache Kafka's command-line tools, and Kafka itself side by side",

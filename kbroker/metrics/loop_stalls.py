@@ -2,9 +2,9 @@
 
 `loop_lag` says that the loop ran a callback late; this says why. A beat callback runs
 on the loop every `BEAT_S` and notes the time and the loop thread's CPU time
-(`time.thread_time`). A watchdog thread wakes every `TICK_S`; once a beat is more than
+(`time.thread_time`). A watchdog thread looks every `WATCH_S`; once a beat is more than
 `SAMPLE_AFTER_S` overdue it takes the loop thread's Python stack (`sys._current_frames`)
-each tick, and the CPU time of every thread of the process, until the loop runs the beat
+every `TICK_S`, and the CPU time of every thread of the process, until the loop runs the beat
 again. A collector callback (`gc.callbacks`) times each garbage collection, in whichever
 thread it runs, since a collection holds every thread through the GIL.
 
@@ -29,8 +29,11 @@ logged as a WARNING and counted in
 one that mostly waited is logged at INFO and counted in
 `kbroker_event_loop_waited_steps_total`: on a loaded machine those are not the broker's.
 
-Its cost when nothing stalls is one beat callback on the loop each 20 ms, a watchdog
-wake-up each 10 ms and a few microseconds in each garbage collection.
+Its cost when nothing stalls is one beat callback on the loop each 25 ms (a wake-up of
+its own only when the loop is idle), a watchdog wake-up each 50 ms and a few
+microseconds in each garbage collection: each wake-up of an idle process costs some
+30-60 µs of CPU on a small VM, so they are kept few (about 2-3 ms of CPU a second idle,
+nothing measurable per request; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 log = logging.getLogger("kbroker.loop")
 
-BEAT_S = 0.02
+BEAT_S = 0.025
+WATCH_S = 0.05
 TICK_S = 0.01
 SAMPLE_AFTER_S = 0.02
 THRESHOLD_S = 0.05
@@ -98,11 +102,13 @@ class StallWatch:
         self,
         threshold: float = THRESHOLD_S,
         beat: float = BEAT_S,
+        watch: float = WATCH_S,
         tick: float = TICK_S,
         sample_after: float = SAMPLE_AFTER_S,
     ) -> None:
         self.threshold = threshold
         self.beat = beat
+        self.watch = watch
         self.tick = tick
         self.sample_after = sample_after
         self.slow_steps = 0
@@ -114,7 +120,7 @@ class StallWatch:
         self._loop_wchan = ""  # where in the kernel the loop thread sleeps (/proc)
         self._handle: asyncio.TimerHandle | None = None
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._stopping = False
         self._beat_wall = 0.0  # time.monotonic() at the last beat
         self._beat_cpu = 0.0  # the loop thread's CPU time at the last beat
         self._due = 0.0
@@ -136,7 +142,7 @@ class StallWatch:
         self._due = self._beat_wall + self.beat
         self._handle = loop.call_later(self.beat, self._on_beat)
         gc.callbacks.append(self._on_gc)
-        self._stop.clear()
+        self._stopping = False
         self._thread = threading.Thread(target=self._watch, name="loop-stall-watch", daemon=True)
         self._thread.start()
 
@@ -146,7 +152,7 @@ class StallWatch:
             self._handle = None
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
-        self._stop.set()
+        self._stopping = True
         if self._thread is not None:
             self._thread.join(timeout=1)
             self._thread = None
@@ -246,10 +252,14 @@ class StallWatch:
     # -- the watchdog thread --------------------------------------------------------------
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.tick):
+        wait = self.watch
+        while not self._stopping:
+            time.sleep(wait)  # pacing: the watchdog's look at the loop's beat
             overdue = time.monotonic() - self._due
             if overdue < self.sample_after:
+                wait = self.watch
                 continue
+            wait = self.tick
             if not self._cpu_at_detect:
                 snapshot = {}
                 for thread in threading.enumerate():

@@ -32,7 +32,7 @@ one that mostly waited is logged at INFO and counted in
 Its cost when nothing stalls is one beat callback on the loop each 25 ms (a wake-up of
 its own only when the loop is idle), a watchdog wake-up each 50 ms and a few
 microseconds in each garbage collection: each wake-up of an idle process costs some
-30-60 µs of CPU on a small VM, so they are kept few (about 2-3 ms of CPU a second idle,
+30-60 µs of CPU on a small VM, so they are kept few (about 4 ms of CPU a second idle,
 nothing measurable per request; docs/benchmarks.md).
 """
 

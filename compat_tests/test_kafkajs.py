@@ -315,15 +315,21 @@ def test_idempotent_producer_writes_each_record_once_in_sequence(kafkajs, shared
 def test_read_committed_consumer_sees_only_committed_transactions(kafkajs, shared_broker):
     bootstrap = shared_broker.bootstrap
     topic = create_topic(kafkajs, bootstrap, "txn", partitions=2)
+    group = unique_topic("kafkajs-tx-group")
     steps = [
-        {"commit": True, "messages": [message(i, i % 2) for i in range(0, 6)]},
-        {"commit": False, "messages": [message(i, i % 2) for i in range(6, 12)]},
-        {"commit": True, "messages": [message(i, i % 2) for i in range(12, 16)]},
+        {"commit": True, "messages": [message(i, i % 2) for i in range(0, 6)], "offsets": {0: 3}},
+        {
+            "commit": False,
+            "messages": [message(i, i % 2) for i in range(6, 12)],
+            "offsets": {0: 99, 1: 50},
+        },
+        {"commit": True, "messages": [message(i, i % 2) for i in range(12, 16)], "offsets": {0: 7}},
     ]
     done = kafkajs.ok(
         "transaction",
         bootstrap,
         topic=topic,
+        group=group,
         transactional_id=unique_topic("kafkajs-tx"),
         transactions=steps,
     )
@@ -334,8 +340,10 @@ def test_read_committed_consumer_sees_only_committed_transactions(kafkajs, share
     every = records(kafkajs.ok("consume", bootstrap, topic=topic, count=16, read_uncommitted=True))
     assert sorted(r["value"] for r in every) == sorted(f"value-{i}" for i in range(16))
     # The aborted records and both transactions' markers take offsets of their own.
-    offsets = kafkajs.ok("offsets", bootstrap, topic=topic)["topic"]
-    assert {p["partition"]: p["high"] for p in offsets} == {0: "11", 1: "11"}
+    offsets = kafkajs.ok("offsets", bootstrap, topic=topic, group=group)
+    assert {p["partition"]: p["high"] for p in offsets["topic"]} == {0: "11", 1: "11"}
+    # sendOffsets: the group's offsets commit with their transaction, or not at all.
+    assert {p["partition"]: p["offset"] for p in offsets["group"]} == {0: 7, 1: -1}
 
 
 # -- consuming -------------------------------------------------------------------------

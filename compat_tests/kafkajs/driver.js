@@ -186,13 +186,28 @@ const ops = {
   },
 
   async transaction() {
-    const p = producer({ transactionalId: spec.transactional_id, idempotent: true, maxInFlightRequests: 1 })
+    const p = producer({
+      transactionalId: spec.transactional_id,
+      idempotent: true,
+      maxInFlightRequests: 1,
+    })
     await p.connect()
     try {
       const results = []
       for (const step of spec.transactions) {
         const tx = await p.transaction()
         await tx.send(sendSpec(step.messages))
+        if (step.offsets) {
+          // consume-transform-produce: the group's offsets commit or abort with the records
+          const partitions = Object.entries(step.offsets).map(([partition, offset]) => ({
+            partition: Number(partition),
+            offset: String(offset),
+          }))
+          await tx.sendOffsets({
+            consumerGroupId: spec.group,
+            topics: [{ topic: spec.topic, partitions }],
+          })
+        }
         if (step.commit) await tx.commit()
         else await tx.abort()
         results.push(step.commit ? 'committed' : 'aborted')

@@ -6,8 +6,9 @@ returns to `kbroker consume`. Each has a libFuzzer target in fuzz/ that runs the
 source under AddressSanitizer and UndefinedBehaviorSanitizer from a corpus of valid
 sections; a crash, an out-of-bounds read, an allocation sized by a hostile count or a
 broken promise to the caller fails the run. A planted bounds bug shows the target finds
-what it is for. The TLS reader (_tlsread.c) passes ciphertext to OpenSSL and is not
-fuzzed here: its input is OpenSSL's to parse.
+what it is for. The TLS reader and writer (_tlsread.c) are not fuzzed here: the reader
+passes ciphertext to OpenSSL, whose input it is to parse, and the writer encrypts the
+broker's own answers and segment files (tests/test_security_tls.py checks its records).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -18,6 +19,7 @@ from kbroker.security import tls_session
 from kbroker.security.listener import ListenerSecurity, listener_security
 from kbroker.security.principal import distinguished_name, map_name
 from kbroker.security.tls_session import TlsSession
+from kbroker.server.tls_transport import TlsTransport
 
 
 @pytest.fixture(scope="module")
@@ -333,3 +335,116 @@ def test_an_encrypted_key_loads_with_ssl_key_password_and_not_without(
             "none",
             **{"ssl.keystore.location": str(store), "ssl.key.password": "wrong"},
         )
+
+
+class _Raw:
+    """The socket side of a TlsTransport: what it was given to send."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(bytes(data))
+
+
+class _Region:
+    def __init__(self, file: Any, position: int, length: int) -> None:
+        self.file, self.position, self.length = file, position, length
+
+
+def _records(ciphertext: bytes) -> list[int]:
+    """The lengths of the TLS records in ``ciphertext``."""
+    lengths, at = [], 0
+    while at < len(ciphertext):
+        size = int.from_bytes(ciphertext[at + 3 : at + 5], "big")
+        lengths.append(size)
+        at += 5 + size
+    assert at == len(ciphertext)
+    return lengths
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    layout=st.lists(
+        st.tuples(st.integers(0, 40_000), st.integers(0, 150_000), st.integers(0, 200_000)),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_an_answer_with_file_ranges_goes_out_as_full_records_in_order(
+    material: TlsMaterial, tmp_path_factory: pytest.TempPathFactory, layout: list
+) -> None:
+    server, client = connected(material)
+    assert server.writes_records_in_c
+    raw = _Raw()
+    transport = TlsTransport(raw, server)  # type: ignore[arg-type]
+    content = bytes(range(251)) * 1400  # 351,400 bytes, no period of a power of two
+    path = tmp_path_factory.mktemp("segment") / "00.log"
+    path.write_bytes(content)
+    parts: list[Any] = []
+    expected = b""
+    with open(path, "rb") as file:
+        for index, (head, position, length) in enumerate(layout):
+            length = min(length, len(content) - position)
+            if head:
+                parts.append(bytes([index]) * head)
+                expected += bytes([index]) * head
+            parts.append(_Region(file, position, length))
+            expected += content[position : position + length]
+        parts.append(b"tail")
+        expected += b"tail"
+        assert transport.write_parts(parts) is None
+    ciphertext = b"".join(raw.sent)
+    lengths = _records(ciphertext)
+    # Every record but the last carries 16 KiB, whatever the parts' sizes.
+    assert len(lengths) == -(-len(expected) // 16384)
+    client.incoming.write(ciphertext)
+    received = b""
+    with contextlib.suppress(ssl.SSLWantReadError):
+        while len(received) < len(expected):
+            received += client.ssl.read(1 << 20)
+    assert received == expected
+
+
+def test_a_file_range_past_the_end_of_its_file_closes_and_sends_nothing(
+    material: TlsMaterial, tmp_path: Any
+) -> None:
+    server, client = connected(material)
+    raw = _Raw()
+    transport = TlsTransport(raw, server)  # type: ignore[arg-type]
+    path = tmp_path / "00.log"
+    path.write_bytes(b"x" * 12_000)
+    with open(path, "rb") as file:
+        problem = transport.write_parts([b"head", _Region(file, 10_000, 45_000)])
+    assert problem is not None and "shorter than the region" in problem
+    assert raw.sent == []  # the frame's size is not sent for a body that cannot follow
+    transport.write_parts([b"after"])
+    client.incoming.write(b"".join(raw.sent))
+    assert client.ssl.read() == b"after"
+
+
+@pytest.mark.parametrize("cipher", ["ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-SHA384"])
+def test_file_ranges_go_out_over_tls12_gcm_and_cbc_suites(
+    material: TlsMaterial, tmp_path: Any, cipher: str
+) -> None:
+    # TLS 1.2's records carry more than TLS 1.3's (an explicit nonce; CBC's MAC and
+    # padding): the writer's room for them must hold.
+    server = TlsSession(server_context(material, "none"))
+    context = client_context(material, cert=False)
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(cipher)
+    client = handshake(server, context)
+    assert client.ssl.version() == "TLSv1.2" and client.ssl.cipher()[0] == cipher
+    raw = _Raw()
+    transport = TlsTransport(raw, server)  # type: ignore[arg-type]
+    content = bytes(range(256)) * 1000
+    path = tmp_path / "00.log"
+    path.write_bytes(content)
+    with open(path, "rb") as file:
+        assert transport.write_parts([b"a" * 100, _Region(file, 7, 250_000), b"z"]) is None
+    client.incoming.write(b"".join(raw.sent))
+    received = b""
+    with contextlib.suppress(ssl.SSLWantReadError):
+        while True:
+            received += client.ssl.read(1 << 20)
+    assert received == b"a" * 100 + content[7:250_007] + b"z"

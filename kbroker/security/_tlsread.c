@@ -1,4 +1,5 @@
-/* Decrypting every TLS record a read delivered, in one call (security/tls_session.py).
+/* Decrypting every TLS record a read delivered, in one call, and encrypting an answer
+ * with the file ranges it sends, in another (security/tls_session.py).
  *
  * OpenSSL's SSL_read hands out one TLS record per call, and librdkafka writes each
  * produced message's value and its header as TLS records of their own: a GiB produced
@@ -19,7 +20,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
@@ -129,6 +132,210 @@ static PyObject *read_records(PyObject *self, PyObject *sslsocket)
     return result;
 }
 
+/* write_records reads files this much at a time: four records, one pread. */
+#define CHUNK (4 * SSL3_RT_MAX_PLAIN_LENGTH)
+/* Room for the ciphertext of `plain` bytes: TLS 1.3's AES-GCM adds 22 bytes a record,
+ * TLS 1.2's 29 (CBC suites up to 85), and a post-handshake message may come first. */
+static size_t ciphertext_room(size_t plain)
+{
+    return plain + (plain / SSL3_RT_MAX_PLAIN_LENGTH + 1) * 96 + 1024;
+}
+
+/* Moves everything the write BIO holds to out + *pos; false if it would not fit. */
+static int drain_into(BIO *wbio, unsigned char *out, size_t room, size_t *pos)
+{
+    size_t pending = BIO_ctrl_pending(wbio);
+    if (pending > room - *pos)
+        return 0;
+    while (pending) {
+        int got = BIO_read(wbio, out + *pos, (int)pending);
+        if (got <= 0)
+            return 0;
+        *pos += (size_t)got;
+        pending -= (size_t)got;
+    }
+    return 1;
+}
+
+/* Where write_records has OpenSSL put the records: straight into the bytes object it
+ * returns. Python's memory BIO would clear its buffer as it grows, copy the records in,
+ * and copy them out again; this takes them in one copy. It stands in for the session's
+ * write BIO only during write_records, which leaves room for every record first. */
+typedef struct {
+    unsigned char *base;
+    size_t room;
+    size_t pos;
+} Sink;
+
+static BIO_METHOD *sink_method;
+
+static int sink_write(BIO *bio, const char *data, int len)
+{
+    Sink *sink = BIO_get_data(bio);
+    if (len < 0 || (size_t)len > sink->room - sink->pos)
+        return -1; /* cannot happen: the room is checked before each write */
+    memcpy(sink->base + sink->pos, data, (size_t)len);
+    sink->pos += (size_t)len;
+    return len;
+}
+
+static long sink_ctrl(BIO *bio, int cmd, long num, void *ptr)
+{
+    (void)bio, (void)num, (void)ptr;
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static int sink_create(BIO *bio)
+{
+    BIO_set_init(bio, 1);
+    return 1;
+}
+
+/* write_records(sslsocket, head, fd, position, length) -> (ciphertext, status, reason)
+ *
+ * Encrypts `head` (bytes-like) followed by `length` bytes of file `fd` from `position`
+ * (fd -1: head alone) as full TLS records of 16 KiB, into one new bytes object: the file
+ * is read with pread straight into the records' plaintext, so the fetched bytes never
+ * become a Python object, and the write BIO is drained after every four records, so it
+ * never grows past them. Status DRAINED: done; FAILED: OpenSSL refused (reason says why);
+ * CLOSED: the file ended before `length` bytes (no ciphertext is returned). */
+static PyObject *write_records(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *sslsocket;
+    Py_buffer head;
+    int fd;
+    long long position;
+    Py_ssize_t length;
+    if (!PyArg_ParseTuple(args, "Oy*iLn", &sslsocket, &head, &fd, &position, &length))
+        return NULL;
+    SSL *ssl = ssl_from(sslsocket);
+    if (ssl == NULL || length < 0 || position < 0 || (fd < 0 && length)) {
+        PyBuffer_Release(&head);
+        PyErr_SetString(PyExc_ValueError, "not an SSL object or file range this module can write");
+        return NULL;
+    }
+    BIO *wbio = SSL_get_wbio(ssl);
+    size_t total = (size_t)head.len + (size_t)length;
+    size_t room = BIO_ctrl_pending(wbio) + ciphertext_room(total);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)room);
+    unsigned char *plain = length ? PyMem_RawMalloc(CHUNK) : NULL;
+    if (out == NULL || (length && plain == NULL)) {
+        Py_XDECREF(out);
+        PyMem_RawFree(plain);
+        PyBuffer_Release(&head);
+        return PyErr_NoMemory();
+    }
+    const unsigned char *from = head.buf;
+    size_t head_left = (size_t)head.len, file_left = (size_t)length;
+    Sink sink = {(unsigned char *)PyBytes_AS_STRING(out), room, 0};
+    int status = DRAINED, read_errno = 0;
+    unsigned long error = 0;
+    /* What the memory BIO holds goes first (drained, it stays empty), then the sink
+     * stands in for it until the records are written. */
+    BIO *sink_bio = BIO_new(sink_method);
+    if (sink_bio == NULL || !drain_into(wbio, sink.base, sink.room, &sink.pos) ||
+        !BIO_up_ref(wbio)) {
+        BIO_free(sink_bio);
+        ERR_clear_error();
+        Py_DECREF(out);
+        PyMem_RawFree(plain);
+        PyBuffer_Release(&head);
+        PyErr_SetString(PyExc_RuntimeError, "could not set up the TLS record writer");
+        return NULL;
+    }
+    BIO_set_data(sink_bio, &sink);
+    SSL_set0_wbio(ssl, sink_bio); /* drops the session's reference to wbio: ours remains */
+    for (;;) {
+        int grow = 0;
+        Py_BEGIN_ALLOW_THREADS
+        ERR_clear_error();
+        while (status == DRAINED && head_left + file_left) {
+            size_t next = head_left + file_left < CHUNK ? head_left + file_left : CHUNK;
+            if (sink.room - sink.pos < ciphertext_room(next)) {
+                grow = 1;
+                break;
+            }
+            /* A chunk: CHUNK bytes of the head, or what is left of the head topped up
+             * from the file, so that every record but the very last is full. */
+            const unsigned char *chunk = from;
+            size_t fill;
+            if (head_left >= CHUNK || !file_left) {
+                fill = head_left < CHUNK ? head_left : CHUNK;
+                head_left -= fill;
+                from += fill;
+            } else {
+                memcpy(plain, from, head_left);
+                fill = head_left;
+                from += head_left;
+                head_left = 0;
+                size_t want = CHUNK - fill < file_left ? CHUNK - fill : file_left;
+                size_t have = 0;
+                while (have < want) {
+                    ssize_t got = pread(fd, plain + fill + have, want - have, (off_t)position);
+                    if (got < 0 && errno == EINTR)
+                        continue;
+                    if (got <= 0) {
+                        read_errno = got < 0 ? errno : 0;
+                        break;
+                    }
+                    have += (size_t)got;
+                    position += got;
+                }
+                if (have < want) {
+                    status = CLOSED;
+                    break;
+                }
+                file_left -= want;
+                fill += want;
+                chunk = plain;
+            }
+            /* One call for the chunk's records: OpenSSL cuts them at 16 KiB. */
+            size_t written = 0;
+            if (!SSL_write_ex(ssl, chunk, fill, &written) || written != fill) {
+                status = FAILED;
+                error = ERR_peek_last_error();
+                break;
+            }
+        }
+        ERR_clear_error();
+        Py_END_ALLOW_THREADS
+        if (!grow)
+            break;
+        if (_PyBytes_Resize(&out, (Py_ssize_t)(sink.room + ciphertext_room(CHUNK))) < 0)
+            break;
+        sink.base = (unsigned char *)PyBytes_AS_STRING(out);
+        sink.room += ciphertext_room(CHUNK);
+    }
+    SSL_set0_wbio(ssl, wbio); /* takes our reference back; frees the sink */
+    if (out == NULL) {
+        PyMem_RawFree(plain);
+        PyBuffer_Release(&head);
+        return NULL;
+    }
+    size_t pos = sink.pos;
+    PyMem_RawFree(plain);
+    PyBuffer_Release(&head);
+    if (read_errno) {
+        Py_DECREF(out);
+        errno = read_errno;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (status != DRAINED)
+        pos = 0;
+    if (_PyBytes_Resize(&out, (Py_ssize_t)pos) < 0)
+        return NULL;
+    const char *reason = NULL;
+    if (status == FAILED) {
+        reason = error ? ERR_reason_error_string(error) : NULL;
+        if (reason == NULL)
+            reason = "TLS failure";
+    }
+    PyObject *result = Py_BuildValue("(Oiz)", out, status, reason);
+    Py_DECREF(out);
+    return result;
+}
+
 /* set_ciphersuites(sslsocket, suites): the TLS 1.3 suites (OpenSSL's colon-separated
  * names) this session may negotiate, before its handshake. Python's ssl sets only TLS
  * 1.2's cipher list, which would leave a narrowed `ssl.cipher.suites` wider than asked. */
@@ -157,17 +364,28 @@ static PyMethodDef methods[] = {
     {"ssl_of", ssl_of, METH_O, "The checked address of an _SSLSocket's SSL object, or None."},
     {"read_records", read_records, METH_O,
      "Decrypt every complete TLS record: (plaintext, status, reason)."},
+    {"write_records", write_records, METH_VARARGS,
+     "Encrypt bytes and a file range as 16 KiB TLS records: (ciphertext, status, reason)."},
     {"set_ciphersuites", set_ciphersuites, METH_VARARGS,
      "Narrow the TLS 1.3 suites one session may negotiate."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_tlsread", "Reading many TLS records in one call.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_tlsread", "Reading and writing many TLS records in one call.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__tlsread(void)
 {
+    if (sink_method == NULL) {
+        sink_method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "kbroker records");
+        if (sink_method == NULL || !BIO_meth_set_write(sink_method, sink_write) ||
+            !BIO_meth_set_ctrl(sink_method, sink_ctrl) ||
+            !BIO_meth_set_create(sink_method, sink_create)) {
+            PyErr_SetString(PyExc_ImportError, "OpenSSL refused a BIO method");
+            return NULL;
+        }
+    }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

@@ -120,6 +120,28 @@ class TlsSession:
             filled += count
         return bytes(self._view[:filled])
 
+    @property
+    def writes_records_in_c(self) -> bool:
+        return self._sslsocket is not None
+
+    def encrypt_with_file(self, head: Any, fd: int, position: int, length: int) -> bytes | None:
+        """Records carrying ``head`` then ``length`` bytes of file ``fd`` from
+        ``position`` (fd -1: head alone), as full 16 KiB records, by one C call that
+        reads the file straight into the records (needs ``writes_records_in_c``). None
+        if the file ended first: nothing is encrypted then."""
+        assert _tlsread is not None and self._sslsocket is not None
+        ciphertext, status, reason = _tlsread.write_records(
+            self._sslsocket, head, fd, position, length
+        )
+        if status == _tlsread.CLOSED:
+            return None
+        if status == _tlsread.FAILED:
+            mnemonic = (reason or "TLS failure").upper().replace(" ", "_")
+            error = ssl.SSLError(1, f"[SSL: {mnemonic}] {reason}")
+            error.library, error.reason = "SSL", mnemonic
+            raise error
+        return cast(bytes, ciphertext)
+
     def encrypt(self, data: Any) -> bytes:
         """Records carrying ``data`` (bytes-like), ready for the socket."""
         self._ssl.write(data)

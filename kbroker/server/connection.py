@@ -172,6 +172,7 @@ class KafkaConnection(asyncio.Protocol):
         self._waiting_for_memory = False
         self._closed = False
         self._sock_fd = -1
+        self._tls_parts = False  # answers go through TlsTransport.write_parts
         self._max_idle_s = broker.config.connections_max_idle_ms / 1000
         self._log_requests = bool(broker.config.logging_requests_enable)
         self._last_active = 0.0
@@ -263,8 +264,10 @@ class KafkaConnection(asyncio.Protocol):
         self.transport = transport
         security = self.security
         if tls:
-            # sendfile would bypass the encryption: file regions go out as copies.
+            # sendfile would bypass the encryption: file regions are encrypted in one C
+            # call with the parts around them where it runs, else go out as copies.
             self._sock_fd = -1
+            self._tls_parts = self._tls is not None and self._tls.writes_records_in_c
         else:
             sock = transport.get_extra_info("socket")
             self._sock_fd = sock.fileno() if sock is not None else -1
@@ -816,6 +819,22 @@ class KafkaConnection(asyncio.Protocol):
         self._last_active = time.monotonic()
         self.broker.keep_awake.answered()
         cork = self._cork
+        if self._tls_parts:
+            # Over TLS an answer goes out as one C call's records (file ranges included);
+            # corked answers wait as on a plain socket and go first.
+            if cork is not None and all(
+                isinstance(part, bytes | bytearray | memoryview) and len(part) <= _CORK_PART_BYTES
+                for part in parts
+            ):
+                cork.extend(parts)
+                return
+            if cork:
+                parts = [*cork, *parts]
+                cork.clear()
+            problem = typing.cast(TlsTransport, transport).write_parts(parts)
+            if problem is not None:
+                self.close(problem)
+            return
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
                 if cork is not None and len(part) <= _CORK_PART_BYTES:

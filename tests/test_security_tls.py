@@ -448,3 +448,15 @@ def test_file_ranges_go_out_over_tls12_gcm_and_cbc_suites(
         while True:
             received += client.ssl.read(1 << 20)
     assert received == b"a" * 100 + content[7:250_007] + b"z"
+
+
+def test_a_c_module_built_without_the_writer_leaves_answers_to_python(
+    material: TlsMaterial, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tls_session, "_RECORD_WRITER", False)
+    server, client = connected(material)
+    assert server.reads_records_in_c and not server.writes_records_in_c
+    raw = _Raw()
+    TlsTransport(raw, server).write(b"answer")  # type: ignore[arg-type]
+    client.incoming.write(b"".join(raw.sent))
+    assert client.ssl.read() == b"answer"

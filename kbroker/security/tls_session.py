@@ -29,6 +29,9 @@ def _record_reader() -> ModuleType | None:
 
 _tlsread = _record_reader()
 _RECORD_READER = _tlsread is not None  # tests turn it off to check Python's loop
+# A module built before the record writer was added reads only: answers then go out
+# through Python's ssl, as where no C module is built.
+_RECORD_WRITER = _tlsread is not None and hasattr(_tlsread, "write_records")
 
 
 class TlsSession:
@@ -122,7 +125,7 @@ class TlsSession:
 
     @property
     def writes_records_in_c(self) -> bool:
-        return self._sslsocket is not None
+        return self._sslsocket is not None and _RECORD_WRITER
 
     def encrypt_with_file(self, head: Any, fd: int, position: int, length: int) -> bytes | None:
         """Records carrying ``head`` then ``length`` bytes of file ``fd`` from

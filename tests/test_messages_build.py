@@ -65,3 +65,13 @@ def test_a_description_of_only_this_versions_fields_loads_no_other_version() -> 
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["v5"]
+
+
+def test_produce_flexibility_known_by_hand_agrees_with_kio() -> None:
+    from kio.index import load_request_schema
+
+    from kbroker.protocol.messages import PRODUCE, is_flexible, known_versions
+
+    for version in range(0, known_versions(PRODUCE).stop):
+        expected = version >= 3 and bool(load_request_schema(PRODUCE, version).__flexible__)
+        assert is_flexible(PRODUCE, version) is expected, version

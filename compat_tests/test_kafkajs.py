@@ -236,6 +236,13 @@ def test_admin_creates_lists_describes_and_deletes_a_topic(kafkajs, shared_broke
     assert created["created"] is True
     again = kafkajs.ok("create-topic", bootstrap, topic=topic, partitions=3)
     assert again["created"] is False  # KafkaJS's answer to TOPIC_ALREADY_EXISTS
+    for bad, code in [
+        ({"replication": 3}, "INVALID_REPLICATION_FACTOR"),  # one node
+        ({"config": {"cleanup.policy": "nonsense"}}, "INVALID_CONFIG"),
+        ({"config": {"no.such.setting": "1"}}, "INVALID_CONFIG"),
+    ]:
+        refused = kafkajs.run("create-topic", bootstrap, topic=unique_topic("kafkajs-bad"), **bad)
+        assert refused["errors"] == [code], refused
     assert topic in kafkajs.ok("list-topics", bootstrap)["topics"]
 
     described = kafkajs.ok("describe-topic", bootstrap, topic=topic)

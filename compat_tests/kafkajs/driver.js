@@ -315,7 +315,13 @@ main().then(
     process.exit(0)
   },
   e => {
-    print({ error: String(e), type: e.name, code: e.type || null, retriable: e.retriable })
+    print({
+      error: String(e),
+      type: e.name,
+      code: e.type || null,
+      retriable: e.retriable,
+      errors: (e.errors || []).map(inner => inner.type || String(inner)),
+    })
     process.exit(1)
   },
 )

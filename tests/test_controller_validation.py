@@ -144,3 +144,15 @@ def test_brokers_without_a_rack_count_as_one_rack_of_their_own() -> None:
     racks: dict[int, str | None] = {1: "a", 2: "a", 3: None, 4: None}
     for replicas in place_replicas([1, 2, 3, 4], racks, 0, 8, 2, start=0):
         assert {racks[r] for r in replicas} == {"a", None}
+
+
+def test_followers_spread_over_the_brokers_of_a_rack_that_holds_more_of_them() -> None:
+    racks = {1: "h1", 2: "h1", 3: "h1", 4: "h2"}  # a 3-core host and a 1-core host
+    hosted: Counter[int] = Counter()
+    for topic_index, partitions in enumerate(range(6, 13)):
+        for replicas in place_replicas([1, 2, 3, 4], racks, 0, partitions, 2, topic_index):
+            assert {racks[r] for r in replicas} == {"h1", "h2"}
+            hosted.update(replicas)
+    assert hosted[4] == sum(range(6, 13))  # the lone h2 broker holds every partition
+    spread = [hosted[b] for b in (1, 2, 3)]
+    assert max(spread) - min(spread) <= 3, spread

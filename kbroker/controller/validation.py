@@ -179,23 +179,27 @@ def place_replicas(
     """Replicas for new partitions, leaders spread over the brokers in turn. With
     `broker.rack` set on the brokers, each partition's replicas go to as many different
     racks as there are (Kafka's rack-aware assignment): the leader walks a
-    rack-alternated broker list, and each follower is the next broker on a rack that
-    holds no replica of the partition yet, or once every rack has one, the next broker
-    holding none."""
+    rack-alternated broker list, and each follower is the next broker, from a shift
+    that grows by one every time the leaders have gone round the list (so followers
+    vary when racks hold unequal numbers of brokers), on a rack that holds no replica
+    of the partition yet, or once every rack has one, the next broker holding none."""
     if not any(racks.get(b) for b in brokers):
         return round_robin_assignment(brokers, first_partition, count, replication_factor, start)
     ordered = rack_alternated(brokers, racks)
     n = len(ordered)
     rack_count = len({racks.get(b) for b in ordered})
     result = []
+    shift = start + first_partition // n
     for p in range(first_partition, first_partition + count):
+        if p > first_partition and p % n == 0:
+            shift += 1
         first = (start + p) % n
         chosen = [ordered[first]]
         used_racks = {racks.get(ordered[first])}
-        k = first
+        k = 0
         while len(chosen) < replication_factor:
-            k = (k + 1) % n
-            candidate = ordered[k]
+            candidate = ordered[(first + 1 + (shift * rack_count + k) % (n - 1)) % n]
+            k += 1
             if candidate in chosen:
                 continue
             if racks.get(candidate) in used_racks and len(used_racks) < rack_count:

@@ -28,6 +28,8 @@ collapsed stacks are reduced to the frames with the largest inclusive and self s
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -35,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kio.index import load_request_schema
@@ -47,6 +49,7 @@ from kbroker.protocol.client_frames import decode_response, encode_request
 from kbroker.protocol.messages import build
 from kbroker.protocol.one_shot import fetch_fields, produce_fields
 from kbroker.testing import kafka_broker
+from kbroker.testing.nodes import Node
 from kbroker.testing.records import Record, encode_batch
 
 PRODUCE, FETCH = 0, 1
@@ -208,6 +211,24 @@ def summarize(raw: Path, top: int) -> list[str]:
     return lines
 
 
+@contextlib.contextmanager
+def event_loop(choice: str | None, tmp: Path) -> Iterator[None]:
+    """Nodes started inside run `kbroker serve --event-loop choice`: their interpreter is
+    a script that adds the option to the command line it is given."""
+    if choice is None:
+        yield
+        return
+    wrapper = tmp / "python-with-loop"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@" --event-loop {choice}\n')
+    wrapper.chmod(0o755)
+    spawn = Node.spawn
+    Node.spawn = functools.partialmethod(spawn, str(wrapper))  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Node.spawn = spawn  # type: ignore[method-assign]
+
+
 def measure(
     label: str, pid: int, bootstrap: str, topic: str, names: list[str], args: argparse.Namespace
 ) -> None:
@@ -254,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument(
+        "--event-loop",
+        choices=("uvloop", "asyncio"),
+        help="the loop kbroker serve runs (its --event-loop; default: the broker's default)",
+    )
+    parser.add_argument(
         "--pipeline", type=int, default=1, help="produce: this many requests sent in one write"
     )
     args = parser.parse_args(argv)
@@ -264,7 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     for peer in peers:
         with tempfile.TemporaryDirectory(prefix="kbroker-cost-") as tmp:
             if peer == "kbroker":
-                with kafka_broker(Path(tmp) / "node") as server:
+                with (
+                    event_loop(args.event_loop, Path(tmp)),
+                    kafka_broker(Path(tmp) / "node") as server,
+                ):
                     proc = server.nodes[0].proc
                     assert proc is not None
                     measure(peer, proc.pid, server.bootstrap, server.create_topic(), names, args)

@@ -281,9 +281,10 @@ const ops = {
     const seeks = Object.entries(spec.seek || {})
     await consumer.run({
       eachBatchAutoResolve: false,
-      eachBatch: async ({ batch, resolveOffset, heartbeat }) => {
+      eachBatch: async ({ batch, resolveOffset, heartbeat, isStale }) => {
         for (const message of batch.messages) {
-          if (spec.count && consumed >= spec.count) return
+          // A batch fetched before a seek took effect is stale: none of it is consumed.
+          if (isStale() || (spec.count && consumed >= spec.count)) return
           consumed++
           print(decodeMessage(batch.topic, batch.partition, message))
           resolveOffset(message.offset)

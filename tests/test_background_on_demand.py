@@ -1,15 +1,17 @@
-"""Background work on demand: an idle node's share-group clock sets no timers, and its
-log flusher looks only at logs that may need a background fsync, while flush.ms still
-has a log fsynced on time."""
+"""Background work on demand: an idle node's share-group clock sets no timers, its log
+flusher looks only at logs that may need a background fsync while flush.ms still has a
+log fsynced on time, and a coordinator's periodic jobs are loop timers."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 
 from compat_tests.waiting import eventually_async
 from kbroker.broker import Broker
+from kbroker.coordinator_runtime.internal_topics import _Periodic
 from tests.inprocess import RawClient, run_broker
 
 SHARE_GROUP_HEARTBEAT = 76
@@ -102,3 +104,37 @@ def test_flusher_fsyncs_by_flush_ms_and_rests_without_a_policy(tmp_path):
             client.close()
 
     run_broker(tmp_path, check)
+
+
+def test_periodic_jobs_are_loop_timers_that_skip_and_survive_failures():
+    async def scenario() -> None:
+        calls: list[str] = []
+        gate = [False]
+
+        def sync_job() -> None:
+            calls.append("sync")
+            if len(calls) == 1:
+                raise RuntimeError("the first run fails; the next ones go ahead")
+
+        async def coroutine_job() -> None:
+            await asyncio.sleep(0)
+            calls.append("async")
+
+        jobs = [
+            _Periodic(0.01, sync_job, "sync job", None, logging.getLogger("test")),
+            _Periodic(
+                0.01, coroutine_job, "coroutine job", lambda: gate[0], logging.getLogger("t")
+            ),
+        ]
+        await eventually_async(lambda: calls.count("sync") >= 3, timeout=10, what="sync runs")
+        assert "async" not in calls  # skipped while `when` says no
+        gate[0] = True
+        await eventually_async(lambda: calls.count("async") >= 2, timeout=10, what="async runs")
+        running = [task for job in jobs if (task := job.stop()) is not None]
+        for task in running:
+            task.cancel()
+        stopped = list(calls)
+        await asyncio.sleep(0.1)  # ten intervals
+        assert calls == stopped
+
+    asyncio.run(scenario())

@@ -91,6 +91,57 @@ class PartitionedCoordinator(Protocol):
     def shutdown(self) -> None: ...
 
 
+class _Periodic:
+    """`InternalTopicService.every`'s job: a chain of loop timers, and a task only while
+    a coroutine job runs."""
+
+    def __init__(
+        self,
+        delay_s: float,
+        job: Callable[[], Any],
+        what: str,
+        when: Callable[[], bool] | None,
+        log: logging.Logger,
+    ) -> None:
+        self.delay_s, self.job, self.what, self.when, self.log = delay_s, job, what, when, log
+        self.loop = asyncio.get_running_loop()
+        self.task: asyncio.Task[Any] | None = None
+        self.handle: asyncio.TimerHandle | None = self.loop.call_later(delay_s, self._fire)
+
+    def _fire(self) -> None:
+        self.handle = None
+        if self.when is None or self.when():
+            try:
+                result = self.job()
+            except Exception:
+                self.log.exception("%s failed", self.what)
+            else:
+                if inspect.isawaitable(result):
+                    self.task = asyncio.ensure_future(result)
+                    self.task.add_done_callback(self._ran)
+                    return
+        self.handle = self.loop.call_later(self.delay_s, self._fire)
+
+    def _ran(self, task: asyncio.Task[Any]) -> None:
+        self.task = None
+        if task.cancelled():
+            return  # stopped
+        error = task.exception()
+        if isinstance(error, Exception):
+            self.log.error("%s failed", self.what, exc_info=error)
+        self.handle = self.loop.call_later(self.delay_s, self._fire)
+
+    def stop(self) -> asyncio.Task[Any] | None:
+        """No more runs; the task of a run under way, if one is, for the caller to end."""
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        task, self.task = self.task, None
+        if task is not None:
+            task.remove_done_callback(self._ran)
+        return task
+
+
 class InternalTopicService:
     """A coordinator state machine inside a running broker, over its internal topic.
 
@@ -111,6 +162,7 @@ class InternalTopicService:
         self._metrics: list[Metrics] = []
         self._creating: asyncio.Future[ErrorCode] | None = None
         self._refresh_pending = False
+        self._periodic: list[_Periodic] = []
 
     # -- what a subclass says -------------------------------------------------------------
 
@@ -145,7 +197,11 @@ class InternalTopicService:
             if metrics in extra:
                 extra.remove(metrics)
         self._metrics.clear()
-        await cancel_and_wait([*self._tasks, *self._loads.values()], what=f"{self.topic} tasks")
+        running = [task for periodic in self._periodic if (task := periodic.stop()) is not None]
+        self._periodic.clear()
+        await cancel_and_wait(
+            [*self._tasks, *running, *self._loads.values()], what=f"{self.topic} tasks"
+        )
         self._tasks.clear()
         self._loads.clear()
         self.coordinator.shutdown()
@@ -155,23 +211,18 @@ class InternalTopicService:
         self.broker.extra_metrics.append(metrics)
         self._metrics.append(metrics)
 
-    def every(self, interval_ms: float, job: Callable[[], Any], what: str) -> None:
+    def every(
+        self,
+        interval_ms: float,
+        job: Callable[[], Any],
+        what: str,
+        when: Callable[[], bool] | None = None,
+    ) -> None:
         """Run `job` (a function or a coroutine function) every interval until `stop`; a
-        failure is logged as `what` failed, and the next run goes ahead."""
-
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval_ms / 1000)
-                try:
-                    result = job()
-                    if inspect.isawaitable(result):
-                        await result
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    self.log.exception("%s failed", what)
-
-        self._tasks.append(asyncio.create_task(loop()))
+        failure is logged as `what` failed, and the next run goes ahead. With `when`, a
+        run for which it says False is skipped (no coroutine, no task). The interval is
+        a loop timer between the end of one run and the start of the next."""
+        self._periodic.append(_Periodic(interval_ms / 1000, job, what, when, self.log))
 
     # -- leadership of the topic's partitions ---------------------------------------------
 

@@ -104,7 +104,11 @@ class TransactionCoordinatorService(InternalTopicService):
             config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
             self.coordinator.abort_timed_out,
         )
-        self._every(RETRY_INTERVAL_S * 1000, self.coordinator.retry_incomplete)
+        self._every(
+            RETRY_INTERVAL_S * 1000,
+            self.coordinator.retry_incomplete,
+            when=lambda: bool(self.coordinator.incomplete),
+        )
         self._every(
             config.transaction_remove_expired_transaction_cleanup_interval_ms,
             self.coordinator.expire_ids,
@@ -145,8 +149,10 @@ class TransactionCoordinatorService(InternalTopicService):
         coordinator.load_listeners.append(self.offsets.reconcile)
         coordinator.pending_offset_check = self.offsets.has_pending
 
-    def _every(self, interval_ms: float, job: Callable[[], Any]) -> None:
-        self.every(interval_ms, job, f"transaction coordinator task {job.__name__}")
+    def _every(
+        self, interval_ms: float, job: Callable[[], Any], when: Callable[[], bool] | None = None
+    ) -> None:
+        self.every(interval_ms, job, f"transaction coordinator task {job.__name__}", when)
 
     async def _expire_producers(self) -> None:
         max_age = self.broker.config.producer_id_expiration_ms

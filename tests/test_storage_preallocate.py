@@ -127,3 +127,38 @@ def test_truncation_inside_the_active_segment_drops_the_reservation(tmp_path):
     log.append(batch(1), 0, NOW)
     assert os.path.getsize(path) == 2 * len(batch(1)) + PREALLOCATE_CHUNK
     assert read_all(log) == [(0, 0), (1, 1), (2, 2)]
+
+
+def test_a_large_append_keeps_blocks_ahead_without_growing_the_file(tmp_path):
+    from kbroker.storage.segment import KEEP_AHEAD, KEEP_MIN_APPEND
+
+    log = open_log(tmp_path / "t-0")
+    log.append(batch(1), 0, NOW)
+    path = active_log_file(log)
+    small = os.stat(path).st_blocks * 512
+    assert small < KEEP_MIN_APPEND  # a small append keeps nothing ahead
+    log.append(batch(1, size=KEEP_MIN_APPEND), 0, NOW)
+    st = os.stat(path)
+    assert st.st_size == log.active_segment.size  # readers see the data's end only
+    if st.st_blocks * 512 < KEEP_AHEAD:  # the filesystem cannot keep blocks past the end
+        return
+    data = log.active_segment.size
+    log.close()
+    st = os.stat(path)
+    assert st.st_size == data
+    assert st.st_blocks * 512 < st.st_size + 64 * 1024  # given back when it closes
+    log = open_log(tmp_path / "t-0")
+    assert [offset for offset, _ in read_all(log)] == [0, 1]
+
+
+def test_a_rolled_segment_gives_its_kept_blocks_back(tmp_path):
+    from kbroker.storage.segment import KEEP_MIN_APPEND
+
+    log = open_log(tmp_path / "t-0", segment_bytes=3 * KEEP_MIN_APPEND)
+    for _ in range(4):
+        log.append(batch(1, size=KEEP_MIN_APPEND), 0, NOW)
+    assert log.num_segments > 1
+    for seg in log.segments[:-1]:
+        st = os.stat(seg.log_path)
+        assert st.st_size == seg.size
+        assert st.st_blocks * 512 < seg.size + 64 * 1024

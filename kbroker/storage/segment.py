@@ -24,6 +24,7 @@ from kbroker.protocol.batch import (
     BatchHeader,
     read_header,
 )
+from kbroker.storage.blocks import keep_blocks
 from kbroker.storage.file_slice import SegmentFile
 from kbroker.storage.offset_index import IndexCorruptError, OffsetIndex
 from kbroker.storage.time_index import TimeIndex
@@ -35,6 +36,11 @@ TIME_INDEX_SUFFIX = ".timeindex"
 MAX_RELATIVE_OFFSET = 2**31 - 1
 SCAN_CHUNK = 16 * 1024
 RECOVERY_CHUNK = 1 << 20
+# An append of at least KEEP_MIN_APPEND bytes past the blocks kept ahead of the active
+# segment's end keeps KEEP_AHEAD more (blocks.py); `trim` gives them back at roll/close.
+# Small appends never pay the extra system call.
+KEEP_MIN_APPEND = 64 * 1024
+KEEP_AHEAD = 8 << 20
 
 
 def segment_name(base_offset: int) -> str:
@@ -131,6 +137,7 @@ class Segment:
         "deleted",
         "index_interval_bytes",
         "_reserved_end",
+        "_kept_end",
     )
 
     def __init__(
@@ -156,6 +163,7 @@ class Segment:
         self.dirty = False  # bytes written since the last fsync
         self.deleted = False
         self._reserved_end = 0  # file allocated up to here, past the data (preallocation)
+        self._kept_end = 0  # blocks allocated up to here past the file's end (KEEP_AHEAD)
 
     @classmethod
     def create(
@@ -323,8 +331,14 @@ class Segment:
         view = memoryview(buf)
         written = 0
         total = len(buf)
-        if preallocate and start + total > self._reserved_end:
-            self._reserve(fd, start, max(total, preallocate))
+        if preallocate:
+            if start + total > self._reserved_end:
+                self._reserve(fd, start, max(total, preallocate))
+        elif total >= KEEP_MIN_APPEND and start + total > self._kept_end:
+            # Large appends (batched produce, replication) go into blocks allocated ahead
+            # of the file's end, which costs the kernel less than growing it (blocks.py).
+            keep_blocks(fd, start, max(total, KEEP_AHEAD))
+            self._kept_end = start + max(total, KEEP_AHEAD)  # after a failure too
         while written < total:
             written += os.pwrite(fd, view[written:], start + written)
         if writeback:
@@ -362,9 +376,10 @@ class Segment:
 
     def trim(self) -> None:
         """Give back the space reserved past the data, so the file ends where it does."""
-        if self._reserved_end > self.size:
-            os.ftruncate(self.file.fd, self.size)
+        if self._reserved_end > self.size or self._kept_end > self.size:
+            os.ftruncate(self.file.fd, self.size)  # frees blocks kept past the end too
         self._reserved_end = 0
+        self._kept_end = 0
 
     def finalize(self) -> None:
         """The segment stops being active: give back reserved space, record its max
@@ -474,6 +489,7 @@ class Segment:
         if valid < size:
             os.ftruncate(fd, valid)
         self._reserved_end = 0
+        self._kept_end = 0
         if max_ts >= 0:
             time_index.maybe_append(max_ts, max_off)
         index.rewrite()
@@ -532,6 +548,7 @@ class Segment:
         os.ftruncate(self.file.fd, h.position)
         self._size = h.position
         self._reserved_end = 0
+        self._kept_end = 0
         self.rebuild_indexes()
         self._first_timestamp = None
         self.next_offset = h.base_offset

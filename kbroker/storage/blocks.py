@@ -6,8 +6,9 @@ this machine's ext4, pwrite of 200 KB and 1 MB appends: 380-430 and 260-300 us o
 per MB growing the file, 300-310 and 205-220 us per MB into blocks reserved 8 MiB ahead.
 Linux's fallocate(FALLOC_FL_KEEP_SIZE) reserves them past the end: the file's size, and
 so what readers, recovery and Kafka's tools see, stays where the data ends, and a
-truncate to that size gives the blocks back. Elsewhere, or where the filesystem cannot,
-this does nothing.
+truncate to that size gives the blocks back (Segment.trim, at roll and close; after a
+crash they stay with the segment, at most KEEP_AHEAD, until it is deleted). Elsewhere, or
+where the filesystem cannot, this does nothing.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ class MetricFamily:
     @property
     def exposed(self) -> str:
         """The name a scrape shows (prometheus-client's suffixes)."""
-        if self.kind == "counter":
-            return f"{self.name}_total"
+        if self.kind == "counter":  # the client strips a "_total" of the name, then adds one
+            return self.name if self.name.endswith("_total") else f"{self.name}_total"
         if self.kind == "histogram":
             return f"{self.name}_bucket"
         return self.name

@@ -29,11 +29,14 @@ logged as a WARNING and counted in
 one that mostly waited is logged at INFO and counted in
 `kbroker_event_loop_waited_steps_total`: on a loaded machine those are not the broker's.
 
-Its cost when nothing stalls is one beat callback on the loop each 25 ms (a wake-up of
-its own only when the loop is idle), a watchdog wake-up each 50 ms and a few
+Its cost when nothing stalls is one beat callback on the loop each 50 ms (a wake-up of
+its own only when the loop is idle), a watchdog wake-up each 100 ms and a few
 microseconds in each garbage collection: each wake-up of an idle process costs some
-30-60 µs of CPU on a small VM, so they are kept few (about 4 ms of CPU a second idle,
-nothing measurable per request; docs/benchmarks.md).
+30-60 µs of CPU on a small VM, so they are kept few (under 2 ms of CPU a second idle,
+nothing measurable per request; docs/benchmarks.md). A step is measured by how late it
+made the next beat (as `loop_lag` measures its probe), so one of 100 ms or more is
+always reported; the watchdog's look every 100 ms samples a step's frames while it
+runs, unless it ends first.
 """
 
 from __future__ import annotations
@@ -53,8 +56,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 log = logging.getLogger("kbroker.loop")
 
-BEAT_S = 0.025
-WATCH_S = 0.05
+BEAT_S = 0.05
+WATCH_S = 0.1
 TICK_S = 0.01
 SAMPLE_AFTER_S = 0.02
 THRESHOLD_S = 0.05

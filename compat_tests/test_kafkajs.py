@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from compat_tests.broker_process import (
 )
 from compat_tests.cluster import running_cluster
 from compat_tests.confluent_helpers import unique_topic
+from compat_tests.json_lines import JsonLines
 from compat_tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -57,30 +57,9 @@ def _cache_dir() -> Path:
 # -- the driver ------------------------------------------------------------------------
 
 
-@dataclass
-class Running:
+class Running(JsonLines):
     """A driver operation still running (a consumer or a streaming producer) whose JSON
     lines are collected as they come."""
-
-    proc: subprocess.Popen[str]
-    events: list[dict[str, Any]] = field(default_factory=list)
-    changed: threading.Condition = field(default_factory=threading.Condition)
-
-    def __post_init__(self) -> None:
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self.changed:
-                self.events.append(json.loads(line))
-                self.changed.notify_all()
-        with self.changed:
-            self.changed.notify_all()
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        with self.changed:
-            return [e for e in self.events if e.get("event") == kind]
 
     def wait_for(self, ready: Callable[[Running], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

@@ -21,7 +21,6 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ import pytest
 
 from compat_tests.broker_process import stored_batches
 from compat_tests.confluent_helpers import unique_topic
+from compat_tests.json_lines import JsonLines
 from compat_tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -121,25 +121,8 @@ class SaramaDriver:
         self.members.clear()
 
 
-@dataclass
-class GroupMember:
+class GroupMember(JsonLines):
     """A running ``group`` subcommand whose JSON-line events are collected as they come."""
-
-    proc: subprocess.Popen[str]
-    events: list[dict[str, Any]] = field(default_factory=list)
-    changed: threading.Condition = field(default_factory=threading.Condition)
-
-    def __post_init__(self) -> None:
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self.changed:
-                self.events.append(json.loads(line))
-                self.changed.notify_all()
-        with self.changed:
-            self.changed.notify_all()
 
     def wait_for(
         self, ready: Callable[[list[dict[str, Any]]], bool], timeout: float, what: str

@@ -74,6 +74,23 @@ static size_t plaintext_bound(SSL *ssl)
            SSL3_RT_MAX_PLAIN_LENGTH + SSL3_RT_MAX_ENCRYPTED_OVERHEAD;
 }
 
+/* (out cut to its first `pos` bytes, status, reason): what read_records and
+ * write_records return; the reason is OpenSSL's for a FAILED status. Steals `out`. */
+static PyObject *outcome(PyObject *out, size_t pos, int status, unsigned long error)
+{
+    if (_PyBytes_Resize(&out, (Py_ssize_t)pos) < 0)
+        return NULL;
+    const char *reason = NULL;
+    if (status == FAILED) {
+        reason = error ? ERR_reason_error_string(error) : NULL;
+        if (reason == NULL)
+            reason = "TLS failure";
+    }
+    PyObject *result = Py_BuildValue("(Oiz)", out, status, reason);
+    Py_DECREF(out);
+    return result;
+}
+
 /* read_records(sslsocket) -> (plaintext, status, reason)
  *
  * Decrypts every complete record waiting into one new bytes object (no buffer to copy
@@ -119,17 +136,7 @@ static PyObject *read_records(PyObject *self, PyObject *sslsocket)
     }
     ERR_clear_error();
     Py_END_ALLOW_THREADS
-    if (_PyBytes_Resize(&out, (Py_ssize_t)pos) < 0)
-        return NULL;
-    const char *reason = NULL;
-    if (status == FAILED) {
-        reason = error ? ERR_reason_error_string(error) : NULL;
-        if (reason == NULL)
-            reason = "TLS failure";
-    }
-    PyObject *result = Py_BuildValue("(Oiz)", out, status, reason);
-    Py_DECREF(out);
-    return result;
+    return outcome(out, pos, status, error);
 }
 
 /* write_records reads files this much at a time: four records, one pread. */
@@ -323,17 +330,7 @@ static PyObject *write_records(PyObject *self, PyObject *args)
     }
     if (status != DRAINED)
         pos = 0;
-    if (_PyBytes_Resize(&out, (Py_ssize_t)pos) < 0)
-        return NULL;
-    const char *reason = NULL;
-    if (status == FAILED) {
-        reason = error ? ERR_reason_error_string(error) : NULL;
-        if (reason == NULL)
-            reason = "TLS failure";
-    }
-    PyObject *result = Py_BuildValue("(Oiz)", out, status, reason);
-    Py_DECREF(out);
-    return result;
+    return outcome(out, pos, status, error);
 }
 
 /* set_ciphersuites(sslsocket, suites): the TLS 1.3 suites (OpenSSL's colon-separated

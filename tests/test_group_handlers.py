@@ -29,6 +29,7 @@ OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
 HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS = 12, 13, 14, 15
 LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 16, 42, 47
 TOPIC_ID = uuid.UUID(int=7)
+OTHER_TOPIC_ID = uuid.UUID(int=8)
 
 
 @dataclass
@@ -60,8 +61,13 @@ class FakeBroker:
     def __post_init__(self) -> None:
         node = BrokerInfo(1, "localhost", 9092)
         topic = TopicInfo("t", TOPIC_ID, tuple(PartitionInfo(p, 1, (1,), (1,)) for p in range(2)))
+        other = TopicInfo("u", OTHER_TOPIC_ID, (PartitionInfo(0, 1, (1,), (1,)),))
         self.controller = FakeController(
-            MetadataState(brokers={1: node}, topics={"t": topic}, topics_by_id={TOPIC_ID: topic})
+            MetadataState(
+                brokers={1: node},
+                topics={"t": topic, "u": other},
+                topics_by_id={TOPIC_ID: topic, OTHER_TOPIC_ID: other},
+            )
         )
         self.group_coordinator = FakeService(self.harness, node)
 
@@ -282,6 +288,40 @@ def test_commit_then_fetch_v7_returns_offset_epoch_and_metadata():
     p0, p1 = resp.topics[0].partitions
     assert (p0.committed_offset, p0.committed_leader_epoch, p0.metadata) == (5, 2, "m")
     assert (p1.committed_offset, p1.metadata) == (-1, "")
+
+
+def test_a_commit_of_several_topics_answers_each_partition_for_its_own_topic():
+    """Each partition's answer is its own topic's outcome: partition 1 of the first topic
+    committed, partition 5 of it unknown, the second topic's partition 0 committed."""
+    for version in (8, 9):
+        resp = call(
+            broker(),
+            OFFSET_COMMIT,
+            version,
+            group_id="g",
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=[
+                {
+                    "name": name,
+                    "partitions": [
+                        {"partition_index": p, "committed_offset": 7, "committed_metadata": ""}
+                        for p in partitions
+                    ],
+                }
+                for name, partitions in (("t", [0, 1, 5]), ("u", [0]))
+            ],
+        )
+        answered = {
+            (t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions
+        }
+        assert answered == {
+            ("t", 0): E.none,
+            ("t", 1): E.none,
+            ("t", 5): E.unknown_topic_or_partition,
+            ("u", 0): E.none,
+        }, version
 
 
 def test_commit_to_unknown_topic_or_partition_is_refused():

@@ -396,36 +396,40 @@ def offset_commit(
     def render(
         results: dict[tuple[str, int], ErrorCode],
     ) -> responses.OffsetCommitResponse | bytes:
+        # Each partition's outcome, worked out here once: the direct encoder and the
+        # dict answer read the same lists.
+        answered = [
+            (
+                name,
+                topic_id,
+                [
+                    (
+                        index,
+                        results.get((name, index), E.unknown_server_error)
+                        if value is not None and name is not None
+                        else error,
+                    )
+                    for index, value, error in entries
+                ],
+            )
+            for name, topic_id, entries in layout
+        ]
         if direct:
             encoded = encode_offset_commit_answer(
-                version,
-                (
-                    (
-                        name or "",
-                        topic_id,
-                        (
-                            (
-                                index,
-                                results.get((name, index), E.unknown_server_error)
-                                if value is not None and name is not None
-                                else error,
-                            )
-                            for index, value, error in entries
-                        ),
-                    )
-                    for name, topic_id, entries in layout
-                ),
+                version, ((name or "", topic_id, outcomes) for name, topic_id, outcomes in answered)
             )
             if encoded is not None:
                 return encoded
-        topics: list[responses.OffsetCommitResponseTopic] = []
-        for name, topic_id, entries in layout:
-            partitions: list[responses.OffsetCommitResponsePartition] = []
-            for index, value, error in entries:
-                if value is not None and name is not None:
-                    error = results.get((name, index), E.unknown_server_error)
-                partitions.append({"partition_index": index, "error_code": error})
-            topics.append({"name": name or "", "topic_id": topic_id, "partitions": partitions})
+        topics: list[responses.OffsetCommitResponseTopic] = [
+            {
+                "name": name or "",
+                "topic_id": topic_id,
+                "partitions": [
+                    {"partition_index": index, "error_code": error} for index, error in outcomes
+                ],
+            }
+            for name, topic_id, outcomes in answered
+        ]
         return {"throttle_time": 0, "topics": topics}
 
     coordinator = _coordinator(ctx)

@@ -175,6 +175,12 @@ class ReplicaIdTransport(TCPTransport):
 
     def __init__(self, syncObj: SyncObj, selfNode: Node | None, otherNodes: Any) -> None:  # noqa: N803
         self._refusals = RefusalLog()
+        # A voter of a dynamic quorum dials only the partners whose address sorts below
+        # its own (pysyncobj's rule) and waits for the others to dial it; the others never
+        # do if they removed it while it was down. Alone that long, it dials them all
+        # (they take it as an observer), reads its removal, and stops claiming a vote.
+        self._alone_since: float | None = None
+        self._dial_all = False
         super().__init__(syncObj, selfNode, otherNodes)
 
     def _createServer(self) -> None:  # noqa: N802
@@ -223,6 +229,33 @@ class ReplicaIdTransport(TCPTransport):
         for conn in list(self._unknownConnections):
             if isinstance(conn, HandshakeConnection) and conn.overdue(timeout):
                 conn.refuse(f"it did not authenticate within {timeout:g} s")
+        self._dial_all_when_alone(timeout)
+
+    def _dial_all_when_alone(self, timeout: float) -> None:
+        raft = self._syncObj
+        if not isinstance(raft, _RaftNode) or not raft.dynamic or not raft.voting:
+            self._alone_since = None
+            return
+        if any(
+            conn.state == CONNECTION_STATE.CONNECTED
+            for node, conn in self._connections.items()
+            if node in self._nodes
+        ):
+            self._alone_since = None
+            if self._dial_all:
+                self._dial_all = False  # connected: pysyncobj's rule again from here on
+            return
+        now = monotonic_time()
+        if self._alone_since is None:
+            self._alone_since = now
+        elif not self._dial_all and now - self._alone_since >= timeout and self._nodes:
+            log.info(
+                "controller %d has heard from no voter in %.0f s: dialling every voter",
+                raft.node_id,
+                now - self._alone_since,
+            )
+            self._dial_all = True
+            self.redial()
 
     def _onNodeDisconnected(self, node: Node) -> None:
         super()._onNodeDisconnected(node)
@@ -231,8 +264,9 @@ class ReplicaIdTransport(TCPTransport):
             raft.forget_questions_to(node)
 
     def _shouldConnect(self, node: Node) -> bool:  # noqa: N802
-        if self._selfNode is not None and not _voting(self._syncObj):
-            # Not a voter: dial every voter, as a read-only node does.
+        if self._selfNode is not None and (self._dial_all or not _voting(self._syncObj)):
+            # Not a voter (or a voter nobody dials): dial every voter, as a read-only
+            # node does.
             return isinstance(node, TCPNode) and node not in self._preventConnectNodes
         return bool(super()._shouldConnect(node))
 

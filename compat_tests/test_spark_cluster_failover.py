@@ -253,7 +253,7 @@ def test_records_deleted_before_a_failover_stay_deleted_on_every_replica(
     """DeleteRecords answers once every live replica has moved its log start, so the next
     leader does not serve the deleted records again; a replica that was down meanwhile,
     its log ending below the new log start, starts again there when it comes back."""
-    from confluent_kafka import ElectionType, TopicPartition
+    from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
 
     topic = unique_topic("failover-deleted")
     _create(cluster, topic, 1)
@@ -266,10 +266,17 @@ def test_records_deleted_before_a_failover_stay_deleted_on_every_replica(
 
     def delete_before(offset: int) -> None:
         # A new client each time: librdkafka's admin sends DeleteRecords to the leader its
-        # cached metadata names, even a killed one.
-        admin = cluster.admin()
-        for deleted in admin.delete_records([TopicPartition(topic, 0, offset)]).values():
-            deleted.result(15)
+        # cached metadata names, even a killed one. Right after a failover on a loaded
+        # machine its look-up of the leader may time out; an operator asks again.
+        for attempt in range(3):
+            admin = cluster.admin()
+            try:
+                for deleted in admin.delete_records([TopicPartition(topic, 0, offset)]).values():
+                    deleted.result(15)
+                return
+            except KafkaException as exc:
+                if attempt == 2 or exc.args[0].code() != KafkaError._TIMED_OUT:
+                    raise
 
     try:
         delete_before(12)

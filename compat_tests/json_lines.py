@@ -8,8 +8,11 @@ thread, so a test can wait for an event while the program runs on.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,3 +41,29 @@ class JsonLines:
         """The events of one kind (their "event" field) seen so far."""
         with self.changed:
             return [e for e in self.events if e.get("event") == kind]
+
+    def wait_until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
+        """Wait (on each new line) until `ready()`; fail once `timeout` passes or the
+        process exits without it."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not ready():
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    if ready():
+                        return
+                    raise AssertionError(f"never saw {what}; events: {self.events[-20:]}")
+                self.changed.wait(min(left, 0.2))
+
+    def finish(self, timeout: float = 30.0) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 30.0) -> dict[str, Any]:
+        """SIGTERM, then what `finish` returns."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.finish(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)

@@ -17,9 +17,7 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,14 +60,7 @@ class Running(JsonLines):
     lines are collected as they come."""
 
     def wait_for(self, ready: Callable[[Running], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not ready(self):
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    if ready(self):
-                        return
-                    raise AssertionError(f"never saw {what}; events: {self.events[-20:]}")
-                self.changed.wait(0.2)
+        self.wait_until(lambda: ready(self), timeout, what)
 
     def finish(self, timeout: float = 30.0) -> dict[str, Any]:
         """Wait for exit; return the last line, the operation's result."""
@@ -84,15 +75,6 @@ class Running(JsonLines):
     def _last_is_result(self) -> bool:
         with self.changed:
             return bool(self.events) and self.events[-1].get("event") in (None, "closed")
-
-    def stop(self, timeout: float = 30.0) -> dict[str, Any]:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.finish(timeout)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 @dataclass

@@ -19,9 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,15 +125,7 @@ class GroupMember(JsonLines):
     def wait_for(
         self, ready: Callable[[list[dict[str, Any]]], bool], timeout: float, what: str
     ) -> None:
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not ready(self.events):
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.proc.poll() is not None and not ready(self.events)):
-                    if self.proc.poll() is not None:
-                        self.proc.wait()
-                    raise AssertionError(f"member never saw {what}; events: {self.events}")
-                self.changed.wait(min(left, 0.2))
+        self.wait_until(lambda: ready(self.events), timeout, what)
 
     def latest_assignment(self) -> dict[str, Any] | None:
         with self.changed:
@@ -152,15 +142,6 @@ class GroupMember(JsonLines):
         self.wait_for(lambda ev: any(e.get("event") == "closed" for e in ev), 5, "close")
         (closed,) = [e for e in self.events if e.get("event") == "closed"]
         return closed
-
-    def stop(self, timeout: float = 30.0) -> dict[str, Any]:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.finish(timeout)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")

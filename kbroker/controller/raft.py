@@ -177,8 +177,9 @@ class ReplicaIdTransport(TCPTransport):
         self._refusals = RefusalLog()
         # A voter of a dynamic quorum dials only the partners whose address sorts below
         # its own (pysyncobj's rule) and waits for the others to dial it; the others never
-        # do if they removed it while it was down. Alone that long, it dials them all
-        # (they take it as an observer), reads its removal, and stops claiming a vote.
+        # do if they removed it while it was down. Without a leader for the connection
+        # timeout, it dials them all until one leads it (they take it as an observer, the
+        # leader sends it the log), reads its removal, and stops claiming a vote.
         self._alone_since: float | None = None
         self._dial_all = False
         super().__init__(syncObj, selfNode, otherNodes)
@@ -236,21 +237,19 @@ class ReplicaIdTransport(TCPTransport):
         if not isinstance(raft, _RaftNode) or not raft.dynamic or not raft.voting:
             self._alone_since = None
             return
-        if any(
-            conn.state == CONNECTION_STATE.CONNECTED
-            for node, conn in self._connections.items()
-            if node in self._nodes
-        ):
+        if raft._getLeader() is not None:
+            # A leader is known (this node, or one whose log reaches it): pysyncobj's
+            # rule again from here on. A connection alone is not enough: a removed voter
+            # that reached only a follower would hear nothing, and never dial the leader.
             self._alone_since = None
-            if self._dial_all:
-                self._dial_all = False  # connected: pysyncobj's rule again from here on
+            self._dial_all = False
             return
         now = monotonic_time()
         if self._alone_since is None:
             self._alone_since = now
         elif not self._dial_all and now - self._alone_since >= timeout and self._nodes:
             log.info(
-                "controller %d has heard from no voter in %.0f s: dialling every voter",
+                "controller %d has heard from no leader in %.0f s: dialling every voter",
                 raft.node_id,
                 now - self._alone_since,
             )

@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         peer = KbrokerPeer("kbroker", work, source=args.source)
         peer.start()
         kafka_load.create_topics(peer.bootstrap, {t: 1 for t in SIZES.values()})
+    if not args.cold_offsets:
+        warm_group_coordinator(peer.bootstrap, SIZES[100])
     out: dict[str, object] = {
         "peer": args.peer,
         "source": str(args.source or ""),

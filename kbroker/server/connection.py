@@ -835,25 +835,37 @@ class KafkaConnection(asyncio.Protocol):
             if problem is not None:
                 self.close(problem)
             return
+        if cork is None:
+            # Outside a read's cork (an answer settled by a timer or an append), the small
+            # parts of one answer still go out in one write, not a syscall each.
+            if len(parts) == 1 and isinstance(parts[0], bytes):
+                transport.write(parts[0])
+                return
+            cork = []
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
-                if cork is not None and len(part) <= _CORK_PART_BYTES:
+                if len(part) <= _CORK_PART_BYTES:
                     cork.append(part)
-                else:
-                    if cork:
-                        self._flush_cork()
-                    transport.write(part)
+                    continue
+                if cork:
+                    self._flush(cork)
+                transport.write(part)
             else:
                 if cork:
-                    self._flush_cork()  # what was answered before goes out before the range
+                    self._flush(cork)  # what was answered before goes out before the range
                 self._write_region(part)
+        if cork and cork is not self._cork:
+            self._flush(cork)
 
     def _flush_cork(self) -> None:
-        cork = self._cork
-        if cork and self.transport is not None:
-            self.transport.write(cork[0] if len(cork) == 1 else b"".join(cork))
-        if cork:
-            cork.clear()
+        if self._cork:
+            self._flush(self._cork)
+
+    def _flush(self, parts: list[Any]) -> None:
+        """Write small parts as one (and empty the list)."""
+        if self.transport is not None:
+            self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+        parts.clear()
 
     def _uncork(self) -> None:
         if self._cork:

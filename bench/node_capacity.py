@@ -1,7 +1,7 @@
 """Node capacity: many connections, each sending one small request at a time.
 
     PYTHONPATH=$PWD .venv/bin/python -m bench.node_capacity
-    PYTHONPATH=$PWD .venv/bin/python -m bench.node_capacity --peers kbroker,kbroker-2,mock \\
+    PYTHONPATH=$PWD .venv/bin/python -m bench.node_capacity --peers kbroker,kbroker-2,mock,kafka \\
         --connections 10,100,1000 --workloads produce,fetch --seconds 10
 
 Each connection of one client process (an asyncio Protocol per connection, each request
@@ -15,7 +15,8 @@ has had an answer:
 
 Peers: `kbroker` (one node), `kbroker-2` (two nodes of one cluster, one partition
 leader each: the "a host with N cores runs N nodes" layout) and `mock` (librdkafka's
-in-memory mock cluster, C, one broker; bench/build/mock_cluster). The topic has two
+in-memory mock cluster, C, one broker; bench/build/mock_cluster) and `kafka` (Apache Kafka
+4.3, one KRaft node, bench.peers.KafkaPeer: its JVM's every thread counts). The topic has two
 partitions, one replica each, on every peer. For each peer, connection count and
 workload: requests per second, the broker processes' CPU per request and requests per
 broker-CPU-second (utime + stime from /proc), client-side latency p50/p99/p999, and the
@@ -43,7 +44,8 @@ from pathlib import Path
 
 from kio.index import load_request_schema
 
-from bench.peers import MockPeer, PeerUnavailable
+from bench import kafka_load
+from bench.peers import KafkaPeer, MockPeer, PeerUnavailable
 from bench.request_cost import cpu_seconds, load
 from kbroker.admin.client import cluster
 from kbroker.protocol.client_frames import encode_request
@@ -109,6 +111,15 @@ def peer(name: str, workdir: Path, overrides: dict[str, str] | None = None) -> I
             yield _discover(name, mock.bootstrap, [mock.pid])
         finally:
             mock.stop()
+        return
+    if name == "kafka":
+        kafka = KafkaPeer("kafka", workdir)
+        kafka.start()
+        try:
+            kafka_load.create_topics(kafka.bootstrap, {TOPIC: PARTITIONS})
+            yield _discover(name, kafka.bootstrap, [kafka.pid])
+        finally:
+            kafka.stop()
         return
     nodes = 2 if name == "kbroker-2" else 1
     settings = {"log.flush.interval.messages": str(2**63 - 1), **(overrides or {})}
@@ -267,7 +278,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--peers", default="kbroker,kbroker-2,mock")
+    parser.add_argument("--peers", default="kbroker,kbroker-2,mock,kafka")
     parser.add_argument("--connections", default="10,100,1000")
     parser.add_argument("--workloads", default="produce,fetch")
     parser.add_argument("--seconds", type=float, default=10.0)

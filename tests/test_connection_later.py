@@ -10,6 +10,7 @@ import pytest
 from test_fuzz_connection import API_VERSIONS, closed_with, connect, request, responses
 
 from kbroker.handlers.registry import APIS, Api, Later
+from kbroker.protocol.encoded import EncodedBody
 
 
 @pytest.fixture
@@ -121,3 +122,17 @@ def test_a_later_settled_after_the_read_is_written_on_its_own(pending: list[Late
     assert correlations(transport.written) == [1] and len(writes) == 1
     pending[1].settle(b"second")
     assert correlations(transport.written) == [1, 2] and len(writes) == 2
+
+
+def test_an_answer_of_several_parts_settled_later_goes_out_in_one_write(
+    pending: list[Later],
+) -> None:
+    """A parked fetch's answer (header, then its body's parts) settles from a timer,
+    outside any read: one write, not a syscall and a packet for each part."""
+    conn, transport = connect()
+    writes = counting_writes(transport)
+    conn.data_received(request(API_VERSIONS, 0, 7))
+    pending[0].settle(EncodedBody([b"head-", b"middle-", b"tail"], 16))
+    (answer,) = responses(transport.written)
+    assert answer == struct.pack(">i", 7) + b"head-middle-tail"
+    assert len(writes) == 1

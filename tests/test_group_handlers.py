@@ -253,16 +253,25 @@ def test_batched_leave_answers_per_member():
 # -- OffsetCommit / OffsetFetch --------------------------------------------------------------
 
 
-def commit_v8(b: FakeBroker, topic: str = "t", partition: int = 0, offset: int = 5) -> Any:
+def standalone_commit(b: FakeBroker, version: int, topics: list[dict[str, Any]]) -> Any:
+    """OffsetCommit of group "g" by no member (generation -1), as an admin client commits."""
     return call(
         b,
         OFFSET_COMMIT,
-        8,
+        version,
         group_id="g",
         generation_id_or_member_epoch=-1,
         member_id="",
         group_instance_id=None,
-        topics=[
+        topics=topics,
+    )
+
+
+def commit_v8(b: FakeBroker, topic: str = "t", partition: int = 0, offset: int = 5) -> Any:
+    return standalone_commit(
+        b,
+        8,
+        [
             {
                 "name": topic,
                 "partitions": [
@@ -294,15 +303,10 @@ def test_a_commit_of_several_topics_answers_each_partition_for_its_own_topic():
     """Each partition's answer is its own topic's outcome: partition 1 of the first topic
     committed, partition 5 of it unknown, the second topic's partition 0 committed."""
     for version in (8, 9):
-        resp = call(
+        resp = standalone_commit(
             broker(),
-            OFFSET_COMMIT,
             version,
-            group_id="g",
-            generation_id_or_member_epoch=-1,
-            member_id="",
-            group_instance_id=None,
-            topics=[
+            [
                 {
                     "name": name,
                     "partitions": [

@@ -400,7 +400,7 @@ def offset_commit(
         # dict answer read the same lists.
         answered = [
             (
-                name,
+                name or "",
                 topic_id,
                 [
                     (
@@ -415,14 +415,12 @@ def offset_commit(
             for name, topic_id, entries in layout
         ]
         if direct:
-            encoded = encode_offset_commit_answer(
-                version, ((name or "", topic_id, outcomes) for name, topic_id, outcomes in answered)
-            )
+            encoded = encode_offset_commit_answer(version, answered)
             if encoded is not None:
                 return encoded
         topics: list[responses.OffsetCommitResponseTopic] = [
             {
-                "name": name or "",
+                "name": name,
                 "topic_id": topic_id,
                 "partitions": [
                     {"partition_index": index, "error_code": error} for index, error in outcomes

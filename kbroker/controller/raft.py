@@ -264,8 +264,8 @@ class ReplicaIdTransport(TCPTransport):
 
     def _shouldConnect(self, node: Node) -> bool:  # noqa: N802
         if self._selfNode is not None and (self._dial_all or not _voting(self._syncObj)):
-            # Not a voter (or a voter nobody dials): dial every voter, as a read-only
-            # node does.
+            # Not a voter (or a voter that has known no leader for a while): dial every
+            # voter, as a read-only node does.
             return isinstance(node, TCPNode) and node not in self._preventConnectNodes
         return bool(super()._shouldConnect(node))
 

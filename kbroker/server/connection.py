@@ -835,6 +835,7 @@ class KafkaConnection(asyncio.Protocol):
             if problem is not None:
                 self.close(problem)
             return
+        own_cork = cork is None
         if cork is None:
             # Outside a read's cork (an answer settled by a timer or an append), the small
             # parts of one answer still go out in one write, not a syscall each.
@@ -854,8 +855,8 @@ class KafkaConnection(asyncio.Protocol):
                 if cork:
                     self._flush(cork)  # what was answered before goes out before the range
                 self._write_region(part)
-        if cork and cork is not self._cork:
-            self._flush(cork)
+        if own_cork and cork:
+            self._flush(cork)  # the read's cork, if any, is flushed once its frames are handled
 
     def _flush_cork(self) -> None:
         if self._cork:

@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster import KafkaCluster
@@ -129,6 +137,23 @@ def _produce_acked(bootstrap: str, count: int) -> list[bytes]:
     return acked
 
 
+def _watermarks(consumer: Consumer) -> tuple[int, int]:
+    """The partition's watermarks, asked again (as an operator would) while librdkafka
+    reports a transient local error: right after a leader change it may drop the handle
+    of a fenced broker with the question still on it (_DESTROY_BROKER)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=15)
+            return int(low), int(high)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code not in (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT):
+                raise
+            if time.monotonic() > deadline:
+                raise
+
+
 def _read_all(bootstrap: str) -> list[bytes]:
     consumer = Consumer(
         {
@@ -138,7 +163,7 @@ def _read_all(bootstrap: str) -> list[bytes]:
         }
     )
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=15)
+        low, high = _watermarks(consumer)
         consumer.assign([TopicPartition(TOPIC, 0, low)])
         values: list[bytes] = []
         while len(values) < high - low:

@@ -246,7 +246,16 @@ def test_a_broker_back_from_kill_9_is_not_eligible_and_a_cleanly_stopped_one_is(
             p = seen()
             return p if all(p[k] == v for k, v in expected.items()) else None
 
-        found: dict[str, Any] = KafkaCluster.wait_until(matching, 30, what, seen=seen)
+        def seen_with_fences() -> dict[str, Any]:
+            # On a miss, whether the controller fenced the brokers the test killed.
+            tails = cluster.log_tails(400).splitlines()
+            marks = ("fenced broker", "fencing broker")
+            return {
+                **seen(),
+                "controller": [line for line in tails if any(m in line for m in marks)],
+            }
+
+        found: dict[str, Any] = KafkaCluster.wait_until(matching, 30, what, seen=seen_with_fences)
         return found
 
     cluster.kill(5)

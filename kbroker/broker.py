@@ -49,7 +49,6 @@ from kbroker.controller.events import (
     TopicDeleted,
 )
 from kbroker.controller.state import (
-    INTERNAL_TOPICS,
     BrokerInfo,
     MetadataState,
     PartitionInfo,
@@ -468,12 +467,12 @@ class Broker:
                 self.logs.delete_log(topic.name, p.partition)
         unopened = (p for p in mine if self.logs.get(topic.name, p.partition) is None)
         few = next(itertools.islice(unopened, _OPEN_ON_LOOP, None), None) is None
-        # The coordinators' topics are opened at once: their services look for the
-        # replicas as soon as the topic appears (and have few partitions).
+        # The coordinators' topics (50 partitions each by default) are opened by workers
+        # too: their services look again once `partitions_opened` says they are there.
         at_once = bool(self.logs.offline_dirs) and topic.topic_id in {
             topic_id for topic_id, _ in self._held_at_start
         }
-        if few or topic.name in INTERNAL_TOPICS or at_once:
+        if few or at_once:
             for p in mine:
                 # An OSError is recorded by the log manager: the partition is offline here.
                 with contextlib.suppress(OSError):
@@ -541,6 +540,10 @@ class Broker:
             self._opening.pop(topic, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("opening the partitions of %s failed", topic, exc_info=task.exception())
+
+    def opening(self, topic: str) -> bool:
+        """Whether workers are still opening partitions of `topic` assigned here."""
+        return bool(self._opening.get(topic))
 
     async def partitions_opened(self, topic: str) -> dict[int, str]:
         """Wait until every partition of `topic` assigned here has a log (or failed to

@@ -78,6 +78,10 @@ class ServiceBroker(Protocol):
     extra_metrics: list[Metrics]
     inter_broker: InterBrokerSecurity  # how to reach the other brokers
 
+    def opening(self, topic: str, /) -> bool: ...
+
+    async def partitions_opened(self, topic: str, /) -> dict[int, str]: ...
+
 
 class PartitionedCoordinator(Protocol):
     """What the service needs of the coordinator state machine it hosts."""
@@ -162,6 +166,7 @@ class InternalTopicService:
         self._metrics: list[Metrics] = []
         self._creating: asyncio.Future[ErrorCode] | None = None
         self._refresh_pending = False
+        self._awaiting_logs: asyncio.Task[None] | None = None
         self._periodic: list[_Periodic] = []
 
     # -- what a subclass says -------------------------------------------------------------
@@ -199,8 +204,10 @@ class InternalTopicService:
         self._metrics.clear()
         running = [task for periodic in self._periodic if (task := periodic.stop()) is not None]
         self._periodic.clear()
+        awaiting = [self._awaiting_logs] if self._awaiting_logs is not None else []
         await cancel_and_wait(
-            [*self._tasks, *running, *self._loads.values()], what=f"{self.topic} tasks"
+            [*self._tasks, *running, *awaiting, *self._loads.values()],
+            what=f"{self.topic} tasks",
         )
         self._tasks.clear()
         self._loads.clear()
@@ -238,15 +245,22 @@ class InternalTopicService:
         coordinator = self.coordinator
         topic = self.broker.controller.state.topics.get(self.topic)
         led: dict[int, int] = {}  # partition -> leader epoch
+        unopened = False  # led here, but its log is still being made
         if topic is not None:
             count = len(topic.partitions)
             if count != coordinator.config.num_partitions and not self.held_partitions():
                 # The topic's real partition count decides placement, whatever the setting.
                 coordinator.config = replace(coordinator.config, num_partitions=count)
             for p in topic.partitions:
+                if p.leader != self.broker.node_id:
+                    continue
                 replica, _ = self.broker.replicas.leader(self.topic, p.partition)
-                if p.leader == self.broker.node_id and replica is not None:
+                if replica is not None:
                     led[p.partition] = replica.leader_epoch
+                else:
+                    unopened = True
+        if unopened and self._awaiting_logs is None and self.broker.opening(self.topic):
+            self._awaiting_logs = asyncio.create_task(self._refresh_when_opened())
         for partition in sorted(set(self.held_partitions()) - set(led)):
             task = self._loads.pop(partition, None)
             if task is not None:
@@ -260,6 +274,15 @@ class InternalTopicService:
                     stale.cancel()
                 self.begin_loading(partition, epoch)
                 self._loads[partition] = asyncio.create_task(self._load(partition))
+
+    async def _refresh_when_opened(self) -> None:
+        """Look again once the broker's workers have made the topic's new logs (a new
+        topic's partitions are opened off the loop; no metadata change follows)."""
+        try:
+            await self.broker.partitions_opened(self.topic)
+        finally:
+            self._awaiting_logs = None
+        self.refresh()
 
     async def _load(self, partition: int) -> None:
         started = time.monotonic()
@@ -325,6 +348,10 @@ class InternalTopicService:
                 return E.none  # created concurrently (another broker, or a retry)
             self.log.warning("cannot create %s: %s", self.topic, exc)
             return E.coordinator_not_available
+        # Answer once this node's replicas are open and their coordinator loads begun,
+        # so that the asking client's next request finds its coordinator here.
+        await self.broker.partitions_opened(self.topic)
+        self.refresh()
         self.log.info("created %s", self.topic)
         return E.none
 

@@ -11,6 +11,7 @@ a produce would get; and reading a partition's records back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -279,10 +280,17 @@ class InternalTopicService:
         """Look again once the broker's workers have made the topic's new logs (a new
         topic's partitions are opened off the loop; no metadata change follows)."""
         try:
-            await self.broker.partitions_opened(self.topic)
+            await self._logs_made()
         finally:
             self._awaiting_logs = None
         self.refresh()
+
+    async def _logs_made(self) -> None:
+        """Wait until the broker's workers have made this node's logs of the topic. A
+        worker that failed is the broker's to log (it already has, and the partitions
+        without a log stay offline here); this service goes on with those it has."""
+        with contextlib.suppress(Exception):
+            await self.broker.partitions_opened(self.topic)
 
     async def _load(self, partition: int) -> None:
         started = time.monotonic()
@@ -350,7 +358,7 @@ class InternalTopicService:
             return E.coordinator_not_available
         # Answer once this node's replicas are open and their coordinator loads begun,
         # so that the asking client's next request finds its coordinator here.
-        await self.broker.partitions_opened(self.topic)
+        await self._logs_made()
         self.refresh()
         self.log.info("created %s", self.topic)
         return E.none

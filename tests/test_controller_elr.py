@@ -3,9 +3,14 @@ metadata state machine: pure functions of state and command."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
+from inprocess import free_port
+
+from compat_tests.waiting import eventually_async
+from kbroker.controller import Controller, ControllerConfig
 from kbroker.controller import commands as cmd
 from kbroker.controller.commands import apply_command
 from kbroker.controller.errors import BROKER_ID_NOT_REGISTERED, ControllerError
@@ -272,3 +277,45 @@ def test_a_min_isr_change_clears_the_elrs_at_once():
         state, cmd.ALTER_BROKER_CONFIGS, {"resource": "", "set": {"min.insync.replicas": "1"}}
     )
     assert part(cluster_default.state).elr == ()
+
+
+def test_a_heartbeat_that_brings_an_eligible_replica_back_keeps_the_cluster_min_isr(tmp_path):
+    """The brokers of a topic that does not set min.insync.replicas are fenced one by one
+    (they are silent and nothing listens at their addresses), so the last two to leave
+    the ISR are eligible. One of them heartbeats again: it leads, as the whole ISR, and
+    since one replica is below the cluster's min.insync.replicas of 2, the other stays
+    eligible. (The heartbeat's election once took min.insync.replicas as 1 and emptied
+    the ELR.)"""
+
+    async def main() -> None:
+        controller = Controller(
+            ControllerConfig(
+                1,
+                tmp_path,
+                broker_session_timeout_s=0.5,
+                broker_heartbeat_interval_s=0.05,
+                min_insync_replicas=2,
+            )
+        )
+        await controller.start()
+        try:
+            assert controller.state.elr_enabled
+            brokers = {
+                n: await controller.register_broker(n, "127.0.0.1", free_port()) for n in (1, 2, 3)
+            }
+            await controller.create_topic(TOPIC, -1, -1, assignments={0: [1, 2, 3]})
+            await eventually_async(
+                lambda: all(b.fenced for b in controller.state.brokers.values()),
+                timeout=10,
+                what="every silent broker fenced",
+            )
+            fenced = part(controller.state)
+            assert (fenced.leader, fenced.isr, len(fenced.elr)) == (-1, (), 2)
+            back, other = fenced.elr
+            await controller.broker_heartbeat(back, brokers[back].epoch, timeout=5)
+            p = part(controller.state)
+            assert (p.leader, p.isr, p.elr) == (back, (back,), (other,))
+        finally:
+            await controller.stop()
+
+    asyncio.run(main())

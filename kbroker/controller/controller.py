@@ -805,7 +805,12 @@ class Controller:
         STALE_BROKER_EPOCH means the broker must register again."""
         info: BrokerInfo = await self._propose(
             cmd.BROKER_HEARTBEAT,
-            {"node_id": node_id, "epoch": epoch, "unclean": self._unclean_default},
+            {
+                "node_id": node_id,
+                "epoch": epoch,
+                "unclean": self._unclean_default,
+                "min_isr": self._min_isr_default,
+            },
             timeout=timeout,
         )
         return info
@@ -866,6 +871,7 @@ class Controller:
                 "leader_epoch": leader_epoch,
                 "partition_epoch": partition_epoch,
                 "isr": list(new_isr),
+                "unclean": self._unclean_default,
                 "min_isr": self._min_isr_default,
             },
         )

@@ -871,7 +871,6 @@ class Controller:
                 "leader_epoch": leader_epoch,
                 "partition_epoch": partition_epoch,
                 "isr": list(new_isr),
-                "unclean": self._unclean_default,
                 "min_isr": self._min_isr_default,
             },
         )

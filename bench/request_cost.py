@@ -166,7 +166,7 @@ def profile(pid: int, out: Path, seconds: float, one: Callable[[], None]) -> Pat
 
 IDLE_LEAVES = {"poll", "epoll_pwait", "epoll_wait", "select"}
 IDLE_FRAMES = ("PyThread_acquire_lock", "pthread_cond_", "take_gil", "select_poll_poll")
-OTHER_THREADS = ("RaftThread._run", "_worker (concurrent")
+OTHER_THREADS = ("RaftThread._run", "_worker (concurrent", "StallWatch._watch")
 
 
 def frame_name(frame: str) -> str:
@@ -282,17 +282,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pipeline", type=int, default=1, help="produce: this many requests sent in one write"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a kbroker broker property (repeatable), e.g. socket.busy.poll.us=0",
+    )
     args = parser.parse_args(argv)
     names = [w for w in args.workloads.split(",") if w]
     peers = [p for p in args.peer.split(",") if p]
     for unknown in [w for w in names if w not in WORKLOADS] + [p for p in peers if p not in PEERS]:
         parser.error(f"unknown workload or peer {unknown!r}")
+    settings = dict(item.split("=", 1) for item in args.set)
     for peer in peers:
         with tempfile.TemporaryDirectory(prefix="kbroker-cost-") as tmp:
             if peer == "kbroker":
                 with (
                     event_loop(args.event_loop, Path(tmp)),
-                    kafka_broker(Path(tmp) / "node") as server,
+                    kafka_broker(Path(tmp) / "node", settings=settings) as server,
                 ):
                     proc = server.nodes[0].proc
                     assert proc is not None

@@ -4,10 +4,14 @@
     PYTHONPATH=$PWD .venv/bin/python -m bench.node_capacity --peers kbroker,kbroker-2,mock,kafka \\
         --connections 10,100,1000 --workloads produce,fetch --seconds 10
 
-Each connection of one client process (an asyncio Protocol per connection, each request
-encoded once; its own CPU per request is printed) sends a request, waits for its answer
-and sends the next. Connections open a few at a time and measuring starts once every one
-has had an answer:
+Each connection of one client process sends a request, waits for its answer and sends
+the next; the client's own CPU per request is printed. The client is bench/load_client.c
+(`--client c`, the default: one epoll loop, a few microseconds a request, built with
+`make -C bench`) or Python's asyncio (`--client python`, an asyncio Protocol per
+connection, 30-60 us a request). On a machine whose cores the brokers share with the
+client, a client that takes less leaves more to the brokers, which is what a
+two-nodes-against-one comparison needs. Connections open a few at a time and measuring
+starts once every one has had an answer:
 
 - produce: Produce, acks=1, one batch of one 100 B record, to partition i mod P;
 - fetch: Fetch at the log end with max_wait_ms 5 and min_bytes 1: every request waits
@@ -33,8 +37,11 @@ import argparse
 import asyncio
 import contextlib
 import resource
+import shutil
+import socket
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,6 +64,23 @@ from kbroker.testing.records import Record, encode_batch
 PRODUCE, FETCH, METADATA = 0, 1, 3
 PARTITIONS = 2
 TOPIC = "capacity"
+BENCH_DIR = Path(__file__).resolve().parent
+LOAD_CLIENT = BENCH_DIR / "build" / "load_client"
+
+
+@dataclass
+class Run:
+    """One measured part: answers, its wall and broker CPU seconds, client latency
+    percentiles (seconds), the brokers' RSS growth and the client's own CPU seconds."""
+
+    answers: int
+    wall: float
+    cpu: float
+    p50: float
+    p99: float
+    p999: float
+    rss: int
+    client_cpu: float
 
 
 @dataclass
@@ -203,11 +227,69 @@ class _Client(asyncio.Protocol):
 OPENING = 4  # connections opened at once: under the mock's listen backlog of 5
 
 
+def ensure_load_client() -> Path:
+    """bench/build/load_client, built with make if it is missing or older than its source."""
+    source = BENCH_DIR / "load_client.c"
+    if LOAD_CLIENT.exists() and LOAD_CLIENT.stat().st_mtime >= source.stat().st_mtime:
+        return LOAD_CLIENT
+    if shutil.which("make") is None or shutil.which("cc") is None:
+        raise SystemExit("cannot build bench/build/load_client: make/cc missing (--client python)")
+    done = subprocess.run(
+        ["make", "-C", str(BENCH_DIR), "build/load_client"], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit("building bench/build/load_client failed:\n" + done.stderr)
+    return LOAD_CLIENT
+
+
+def _run_c(
+    target: Target, workload: str, connections: int, seconds: float, warm: float, workdir: Path
+) -> Run:
+    """The same workload driven by bench/load_client.c; the brokers' CPU and RSS are
+    sampled when it says its measured part starts and stops."""
+    rss_before = target.rss_bytes()
+    arguments = [str(ensure_load_client()), str(seconds), str(warm), str(connections)]
+    for partition, (host, port) in sorted(target.leaders.items()):
+        offset = _log_end(target, partition) if workload == "fetch" else 10**12
+        request = workdir / f"request-{workload}-{partition}"
+        request.write_bytes(request_bytes(target, workload, partition, offset))
+        arguments += [socket.gethostbyname(host), str(port), str(request)]
+    client = subprocess.Popen(
+        arguments, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+    )
+    assert client.stdout is not None and client.stderr is not None
+    figures: dict[str, float] = {}
+    try:
+        line = client.stdout.readline()
+        if line != "start\n":
+            raise RuntimeError(f"load_client: {client.stderr.read().strip() or line!r}")
+        cpu, rss = target.cpu_seconds(), target.rss_bytes()
+        line = client.stdout.readline()
+        cpu = target.cpu_seconds() - cpu
+        if line != "stop\n":
+            raise RuntimeError(f"load_client: {client.stderr.read().strip() or line!r}")
+        for line in client.stdout:
+            name, value = line.split()
+            figures[name] = float(value)
+    finally:
+        if client.wait(timeout=60) != 0:
+            raise RuntimeError(f"load_client failed: {client.stderr.read().strip()}")
+    return Run(
+        int(figures["answers"]),
+        figures["wall_s"],
+        cpu,
+        figures["p50_ms"] / 1e3,
+        figures["p99_ms"] / 1e3,
+        figures["p999_ms"] / 1e3,
+        rss - rss_before,
+        figures["cpu_s"],
+    )
+
+
 async def _open_and_run(
     target: Target, workload: str, connections: int, seconds: float, warm: float
-) -> tuple[list[float], float, float, int, float]:
-    """Latencies, broker CPU seconds, wall seconds of the measured part, RSS growth and
-    this (client) process's CPU seconds over the measured part.
+) -> Run:
+    """The workload driven by this process's asyncio loop.
 
     Connections open a few at a time, each counted open once its first request is
     answered: a burst of 1,000 connects overflows a small listen backlog (the mock's is
@@ -242,12 +324,17 @@ async def _open_and_run(
         cpu, wall, rss = target.cpu_seconds(), time.perf_counter(), target.rss_bytes()
         mine = _own_cpu()
         await asyncio.gather(*(c.done for c in clients))
-        return (
-            latencies,
-            target.cpu_seconds() - cpu,
-            time.perf_counter() - wall,
+        cpu, wall = target.cpu_seconds() - cpu, time.perf_counter() - wall
+        mine = _own_cpu() - mine
+        return Run(
+            len(latencies),
+            wall,
+            cpu,
+            statistics.median(latencies),
+            percentile(latencies, 0.99),
+            percentile(latencies, 0.999),
             rss - rss_before,
-            _own_cpu() - mine,
+            mine,
         )
     finally:
         for transport in transports:
@@ -284,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warm", type=float, default=2.0)
     parser.add_argument(
+        "--client",
+        choices=("c", "python"),
+        default="c",
+        help="bench/load_client.c (default) or this process's asyncio loop",
+    )
+    parser.add_argument(
         "--override",
         action="append",
         default=[],
@@ -310,16 +403,23 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for workload in args.workloads.split(","):
                     for connections in counts:
-                        lat, cpu, wall, rss, client = asyncio.run(
-                            _open_and_run(target, workload, connections, args.seconds, args.warm)
-                        )
-                        n = len(lat)
+                        if args.client == "c":
+                            run = _run_c(
+                                target, workload, connections, args.seconds, args.warm, Path(tmp)
+                            )
+                        else:
+                            run = asyncio.run(
+                                _open_and_run(
+                                    target, workload, connections, args.seconds, args.warm
+                                )
+                            )
+                        n = run.answers
                         print(
-                            f"{name:10} {workload:8} {connections:5} {n / wall:9.0f} "
-                            f"{1e6 * cpu / max(n, 1):11.1f} {n / max(cpu, 1e-9):10.0f} "
-                            f"{1e3 * statistics.median(lat):8.2f} {1e3 * percentile(lat, 0.99):8.2f} "
-                            f"{1e3 * percentile(lat, 0.999):8.2f} {rss / 1024 / connections:12.1f}"
-                            f" {1e6 * client / max(n, 1):11.1f}  {load()}",
+                            f"{name:10} {workload:8} {connections:5} {n / run.wall:9.0f} "
+                            f"{1e6 * run.cpu / max(n, 1):11.1f} {n / max(run.cpu, 1e-9):10.0f} "
+                            f"{1e3 * run.p50:8.2f} {1e3 * run.p99:8.2f} {1e3 * run.p999:8.2f} "
+                            f"{run.rss / 1024 / connections:12.1f}"
+                            f" {1e6 * run.client_cpu / max(n, 1):11.1f}  {load()}",
                             flush=True,
                         )
             finally:

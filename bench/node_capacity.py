@@ -6,12 +6,12 @@
 
 Each connection of one client process sends a request, waits for its answer and sends
 the next; the client's own CPU per request is printed. The client is bench/load_client.c
-(`--client c`, the default: one epoll loop, a few microseconds a request, built with
-`make -C bench`) or Python's asyncio (`--client python`, an asyncio Protocol per
-connection, 30-60 us a request). On a machine whose cores the brokers share with the
-client, a client that takes less leaves more to the brokers, which is what a
-two-nodes-against-one comparison needs. Connections open a few at a time and measuring
-starts once every one has had an answer:
+(`--client c`, the default: one epoll loop, 23-41 us a request here, most of it the
+kernel's loopback send; built with `make -C bench`) or Python's asyncio (`--client
+python`, an asyncio Protocol per connection, 32-60 us a request). On a machine whose
+cores the brokers share with the client, a client that takes less leaves more to the
+brokers, which is what a two-nodes-against-one comparison needs. Connections open one
+(C) or a few (asyncio) at a time and measuring starts once every one has had an answer:
 
 - produce: Produce, acks=1, one batch of one 100 B record, to partition i mod P;
 - fetch: Fetch at the log end with max_wait_ms 5 and min_bytes 1: every request waits

@@ -32,6 +32,7 @@ REQUIRED: Mapping[tuple[str, str], tuple[str, ...]] = {
         "_SyncObj__getCurrentLogIndex",
         "_SyncObj__getCurrentLogTerm",
         "_SyncObj__getEntries",
+        "_SyncObj__onLeaderChanged",
         "_SyncObj__onMessageReceived",
         "_SyncObj__otherNodes",
         "_SyncObj__raftCommitIndex",

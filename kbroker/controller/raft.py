@@ -58,6 +58,7 @@ log = logging.getLogger("kbroker.controller")
 
 _FOLLOWER, _LEADER = 0, 2  # pysyncobj's _RAFT_STATE.FOLLOWER and LEADER
 PRE_VOTE, PRE_VOTE_RESPONSE = "pre_vote", "pre_vote_response"
+TERM_AHEAD = "term_ahead"  # a voter's answer to an append of an earlier term: its own
 
 FAIL_REASON_NAMES = {
     value: name for name, value in vars(FAIL_REASON).items() if not name.startswith("_")
@@ -431,9 +432,16 @@ class _RaftNode(SyncObj):
         if kind == PRE_VOTE_RESPONSE:
             self._count_pre_vote(node, message)
             return
+        if kind == TERM_AHEAD:
+            self._step_down_for(message)
+            return
         if kind == "append_entries":
             if message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
                 self._leader_contact = monotonic_time()
+                # A round won before this leader was heard from has served its moment.
+                self._pre_vote_won_term = -1
+            elif self.voting and self._SyncObj__raftState != _LEADER:
+                self._tell_term(node)
             message = self._without_held_entries(message)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
         if kind == "next_node_idx" and self._isLeader():
@@ -697,6 +705,34 @@ class _RaftNode(SyncObj):
             return
         self._pre_votes.add(node.id)
         self._check_pre_vote_won()
+
+    # A voter can be at a later term than the leader without the others knowing: it raised
+    # its term in an election whose vote requests were lost (killed right after a SIGCONT,
+    # cut off as it stood), and kept it on disk. pysyncobj drops the leader's appends as
+    # stale without a word, and the pre-vote keeps the others from ever raising theirs, so
+    # that voter would never follow again. As etcd's raft and KRaft do, it answers such an
+    # append with its term; the leader steps down, and the election at the next term
+    # brings it back.
+
+    def _tell_term(self, leader: Node) -> None:
+        self._SyncObj__transport.send(
+            leader, {"type": TERM_AHEAD, "term": self._SyncObj__raftCurrentTerm}
+        )
+
+    def _step_down_for(self, message: dict[str, Any]) -> None:
+        term = message.get("term", -1)
+        if self._SyncObj__raftState != _LEADER or term <= self._SyncObj__raftCurrentTerm:
+            return  # already a follower, or told of a term this node has reached
+        log.warning(
+            "controller %d steps down: a voter is at raft term %d, past this leader's %d",
+            self.node_id,
+            term,
+            self._SyncObj__raftCurrentTerm,
+        )
+        self._SyncObj__setCurrentTerm(term, None)
+        self._SyncObj__raftLeader = None
+        self._SyncObj__setState(_FOLLOWER)
+        self._SyncObj__onLeaderChanged()
 
     def _check_pre_vote_won(self) -> None:
         if len(self._pre_votes) > (len(self._SyncObj__otherNodes) + 1) / 2:

@@ -1,33 +1,53 @@
-"""A voter whose election timeout passes while the leader is alive (a restarted or
-SIGCONTed controller, one cut off from the leader alone) asks for a pre-vote first, as
-KRaft does (KIP-996): the others have heard from the leader, refuse, and the leader
-keeps its term. Without it, the voter's election at a higher term deposed the leader."""
+"""Elections beside a live leader. A voter whose election timeout passes while the
+leader is alive (a restarted or SIGCONTed controller, one cut off from the leader alone)
+asks for a pre-vote first, as KRaft does (KIP-996): the others have heard from the
+leader, refuse, and the leader keeps its term. Without it, the voter's election at a
+higher term deposed the leader. A voter whose term went ahead anyway is taken back."""
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 from kbroker.controller.raft import _RaftNode
 from tests.test_controller_cluster import eventually, three_voters
 
 
+@contextlib.asynccontextmanager
+async def started(tmp_path, election_timeout_s) -> AsyncIterator[list]:
+    """Three controllers of one quorum, started; stopped after."""
+    nodes = three_voters(tmp_path, election_timeout_s=election_timeout_s)
+    await asyncio.gather(*(n.start() for n in nodes))
+    try:
+        yield nodes
+    finally:
+        await asyncio.gather(*(n.stop() for n in nodes))
+
+
+def _on_raft_thread(node, call) -> None:
+    """Run `call(raft node)` on the controller's raft thread, between its ticks."""
+    with node._raft._calls_lock:
+        node._raft._calls.append(call)
+    node._raft._wake.notify()
+
+
+def time_out_now(node: _RaftNode) -> None:
+    node._SyncObj__raftElectionDeadline = 0.0
+
+
+# Election timeouts of seconds, not the usual 0.3-0.6 s, where a test forces time-outs:
+# the three voters share one process, and on a loaded machine a pause of it longer than
+# the timeout would start a real election that the forced ones did not cause.
+SLOW_ELECTIONS = (3.0, 6.0)
+
+
 def test_a_voter_timing_out_beside_a_live_leader_does_not_depose_it(tmp_path):
     async def main():
-        # Election timeouts of seconds, not the usual 0.3-0.6 s: the three voters share
-        # one process, and on a loaded machine a pause of it longer than the timeout
-        # would start a real election that the forced time-outs below did not cause.
-        nodes = three_voters(tmp_path, election_timeout_s=(3.0, 6.0))
-        await asyncio.gather(*(n.start() for n in nodes))
-        try:
+        async with started(tmp_path, SLOW_ELECTIONS) as nodes:
             leader = next(n for n in nodes if n.is_leader)
             term = leader._raft.term
             follower = next(n for n in nodes if not n.is_leader)
-
-            def time_out_now(node: _RaftNode) -> None:
-                node._SyncObj__raftElectionDeadline = 0.0
-
             for round_ in range(1, 4):
-                with follower._raft._calls_lock:
-                    follower._raft._calls.append(time_out_now)
-                follower._raft._wake.notify()
+                _on_raft_thread(follower, time_out_now)
                 await eventually(
                     lambda wanted=2 * round_: follower._raft._node.pre_votes_refused >= wanted,
                     f"both voters to refuse pre-vote round {round_}",
@@ -36,17 +56,8 @@ def test_a_voter_timing_out_beside_a_live_leader_does_not_depose_it(tmp_path):
             assert {n._raft.term for n in nodes} == {term}
             await leader.register_broker(1, "127.0.0.1", 9091)
             await eventually(lambda: all(1 in n.state.brokers for n in nodes), "the broker")
-        finally:
-            await asyncio.gather(*(n.stop() for n in nodes))
 
     asyncio.run(main())
-
-
-def _on_raft_thread(node, call) -> None:
-    """Run `call(raft node)` on the controller's raft thread, between its ticks."""
-    with node._raft._calls_lock:
-        node._raft._calls.append(call)
-    node._raft._wake.notify()
 
 
 def test_a_voter_whose_term_went_ahead_unheard_is_taken_back(tmp_path):
@@ -57,9 +68,7 @@ def test_a_voter_whose_term_went_ahead_unheard_is_taken_back(tmp_path):
     append; the leader steps down, and the election at a higher term takes it back."""
 
     async def main():
-        nodes = three_voters(tmp_path, election_timeout_s=(0.5, 1.0))
-        await asyncio.gather(*(n.start() for n in nodes))
-        try:
+        async with started(tmp_path, (0.5, 1.0)) as nodes:
             leader = next(n for n in nodes if n.is_leader)
             term = leader._raft.term
             ahead = next(n for n in nodes if not n.is_leader)
@@ -80,8 +89,6 @@ def test_a_voter_whose_term_went_ahead_unheard_is_taken_back(tmp_path):
             now_leading = next(n for n in nodes if n.is_leader)
             await now_leading.register_broker(7, "127.0.0.1", 9097)
             await eventually(lambda: all(7 in n.state.brokers for n in nodes), "the broker")
-        finally:
-            await asyncio.gather(*(n.stop() for n in nodes))
 
     asyncio.run(main())
 
@@ -93,9 +100,7 @@ def test_a_pre_vote_won_before_the_leader_was_heard_does_not_start_a_later_elect
     the same term, beside a live leader, it must ask again, not depose the leader."""
 
     async def main():
-        nodes = three_voters(tmp_path, election_timeout_s=(3.0, 6.0))
-        await asyncio.gather(*(n.start() for n in nodes))
-        try:
+        async with started(tmp_path, SLOW_ELECTIONS) as nodes:
             leader = next(n for n in nodes if n.is_leader)
             term = leader._raft.term
             follower = next(n for n in nodes if not n.is_leader)
@@ -112,10 +117,6 @@ def test_a_pre_vote_won_before_the_leader_was_heard_does_not_start_a_later_elect
                 "an append from the leader after the won round",
             )
             refused = raft.pre_votes_refused
-
-            def time_out_now(node: _RaftNode) -> None:
-                node._SyncObj__raftElectionDeadline = 0.0
-
             _on_raft_thread(follower, time_out_now)
             await eventually(
                 lambda: raft.pre_votes_refused >= refused + 2,
@@ -123,7 +124,5 @@ def test_a_pre_vote_won_before_the_leader_was_heard_does_not_start_a_later_elect
             )
             assert leader.is_leader
             assert {n._raft.term for n in nodes} == {term}
-        finally:
-            await asyncio.gather(*(n.stop() for n in nodes))
 
     asyncio.run(main())

@@ -433,7 +433,7 @@ class _RaftNode(SyncObj):
             self._count_pre_vote(node, message)
             return
         if kind == TERM_AHEAD:
-            self._step_down_for(message)
+            self._step_down_for(node, message)
             return
         if kind == "append_entries":
             if message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
@@ -719,8 +719,10 @@ class _RaftNode(SyncObj):
             leader, {"type": TERM_AHEAD, "term": self._SyncObj__raftCurrentTerm}
         )
 
-    def _step_down_for(self, message: dict[str, Any]) -> None:
-        term = message.get("term", -1)
+    def _step_down_for(self, voter: Node, message: dict[str, Any]) -> None:
+        term = message.get("term")
+        if not isinstance(term, int) or voter not in self._SyncObj__otherNodes:
+            return  # only a voter's term counts (an observer never stands)
         if self._SyncObj__raftState != _LEADER or term <= self._SyncObj__raftCurrentTerm:
             return  # already a follower, or told of a term this node has reached
         log.warning(

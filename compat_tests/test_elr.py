@@ -57,6 +57,7 @@ class ElrCluster:
         self.root = root
         self.classpath = classpath
         self.java: JavaDriver | None = None
+        self.frozen: set[int] = set()
 
     def start(self) -> None:
         self.cluster.start()
@@ -77,10 +78,27 @@ class ElrCluster:
     def bootstrap(self) -> str:
         return self.cluster.bootstrap
 
+    def freeze(self, *node_ids: int) -> None:
+        for node_id in node_ids:
+            os.kill(self.cluster.node(node_id).pid, signal.SIGSTOP)
+            self.frozen.add(node_id)
+
+    def thaw(self) -> None:
+        for node_id in sorted(self.frozen):
+            os.kill(self.cluster.node(node_id).pid, signal.SIGCONT)
+        self.frozen.clear()
+
     def partition(self, topic: str = TOPIC) -> dict[str, Any]:
+        """The partition as the Java AdminClient describes it, asked of the nodes that
+        answer: an admin client bootstrapped from every node may spend its whole call
+        timeout on a frozen one (whose kernel still accepts the connection) or a killed
+        one, and time out without asking a live node."""
         assert self.java is not None
-        described = self.java.call("describe-topics", topics=topic)["topics"][topic]
-        result: dict[str, Any] = described["partitions"][0]
+        answering = ",".join(
+            n.bootstrap for n in self.cluster.live_nodes if n.node_id not in self.frozen
+        )
+        described = self.java.call("describe-topics", topics=topic, bootstrap=answering)
+        result: dict[str, Any] = described["topics"][topic]["partitions"][0]
         return result
 
 
@@ -190,9 +208,7 @@ def test_an_eligible_replica_leads_when_the_last_isr_member_dies(elr: ElrCluster
     acked = _produce_acked(elr.bootstrap, RECORDS)
     assert len(acked) == RECORDS
 
-    frozen = [cluster.node(4), cluster.node(5)]
-    for node in frozen:
-        os.kill(node.pid, signal.SIGSTOP)
+    elr.freeze(4, 5)
     try:
         # Both followers may leave together (one AlterPartition) or one by one (fenced
         # in turn): either way those that left an ISR below 2 are eligible.
@@ -213,8 +229,7 @@ def test_an_eligible_replica_leads_when_the_last_isr_member_dies(elr: ElrCluster
         )
         assert set(elr.partition()["elr"]) == {1, *eligible}
     finally:
-        for node in frozen:
-            os.kill(node.pid, signal.SIGCONT)
+        elr.thaw()
     led = KafkaCluster.wait_until(
         lambda: (p := elr.partition())["leader"] is not None and p,
         30,

@@ -26,6 +26,7 @@ OVERRIDES = ["transaction.state.log.num.partitions=2", "offsets.topic.num.partit
 T0 = 1_700_000_000_000
 INVALID_PRODUCER_EPOCH = 47
 PRODUCER_FENCED = 90
+INVALID_TXN_STATE = 48
 NOT_ENOUGH_REPLICAS = 19
 
 
@@ -202,5 +203,49 @@ def test_txn_offset_commit_v5_adds_the_offsets_partition(tmp_path: Path) -> None
         ]
         ended = await _end(client, pid, epoch, commit=True)
         assert (ended.error_code, ended.producer_epoch) == (0, epoch + 1)
+
+    _run(tmp_path, body)
+
+
+def test_end_txn_v5_aborts_a_transaction_that_added_no_partition(tmp_path: Path) -> None:
+    """A version 2 client whose every produce failed before reaching a leader aborts a
+    transaction the coordinator never saw start (franz-go does); Kafka's coordinator
+    takes it from Empty or from a completed transaction, bumping the epoch, and refuses
+    only a commit of nothing."""
+
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await client.call(
+            INIT_PRODUCER_ID, 5, {"transactional_id": "tx", "transaction_timeout": 60_000}
+        )
+        pid, epoch = init.producer_id, init.producer_epoch
+        nothing = await _end(client, pid, epoch, commit=True)
+        assert nothing.error_code == INVALID_TXN_STATE
+        # From Empty: an abort of nothing bumps the epoch and completes.
+        aborted = await _end(client, pid, epoch, commit=False)
+        assert (aborted.error_code, aborted.producer_id, aborted.producer_epoch) == (
+            0,
+            pid,
+            epoch + 1,
+        )
+        done = await _complete(client)
+        assert (done.transaction_state, done.producer_epoch) == ("CompleteAbort", epoch + 1)
+        # Its retry is answered again; a commit claiming that epoch is refused.
+        again = await _end(client, pid, epoch, commit=False)
+        assert (again.error_code, again.producer_epoch) == (0, epoch + 1)
+        assert (await _end(client, pid, epoch, commit=True)).error_code == INVALID_TXN_STATE
+        # From CompleteAbort at the current epoch: another abort of nothing.
+        assert (await _end(client, pid, epoch + 1, commit=False)).producer_epoch == epoch + 2
+        await _complete(client)
+        # A committed transaction, then an abort of nothing at its new epoch.
+        assert await _produce(client, pid, epoch + 2, 0, b"one") == 0
+        assert (await _end(client, pid, epoch + 2, commit=True)).producer_epoch == epoch + 3
+        await _complete(client)
+        assert (await _end(client, pid, epoch + 3, commit=True)).error_code == INVALID_TXN_STATE
+        after_commit = await _end(client, pid, epoch + 3, commit=False)
+        assert (after_commit.error_code, after_commit.producer_epoch) == (0, epoch + 4)
+        done = await _complete(client)
+        assert (done.transaction_state, list(done.topics)) == ("CompleteAbort", [])
+        # The committed record stays visible: the abort of nothing wrote no marker.
+        assert await _read_committed(client) == (2, [])
 
     _run(tmp_path, body)

@@ -434,14 +434,21 @@ class TransactionCoordinator:
         `client_version` 2 (EndTxn v5+, KIP-890 part 2) bumps the epoch as the
         transaction is prepared, so its markers fence every write of the epoch that ran
         it; an epoch that would reach the last one moves to a new producer id once the
-        transaction completes. The answer carries the id and epoch for the next one."""
+        transaction completes. The answer carries the id and epoch for the next one.
+
+        Such a client may also abort a transaction it never added a partition to (every
+        produce of it failed before reaching a leader): as Kafka's coordinator does under
+        transactions version 2, an abort from Empty, or from a completed transaction that
+        is not a retry of its EndTxn, bumps the epoch through a Prepare with no markers."""
         error, meta = self._lookup(transactional_id)
         if error is not None:
             return InitResult(error)
         if meta is None:
             return InitResult(E.invalid_producer_id_mapping)
         state = meta.state
-        v2 = meta.bumps_epoch_per_transaction and from_client
+        # The request's version decides, as in Kafka: the stored one is that of the last
+        # transaction, and an Empty id has none yet.
+        v2 = from_client and client_version >= 2
         # A retried EndTxn of a version 2 client whose answer was lost: the epoch it
         # sends is the one before the bump (or the last of an id the overflow replaced).
         retry_bumped = (
@@ -460,7 +467,7 @@ class TransactionCoordinator:
             if state in PREPARING:
                 valid = retry_bumped
             elif state in COMPLETED:
-                valid = retry_bumped or retry_overflow
+                valid = retry_bumped or retry_overflow or producer_epoch == meta.producer_epoch
             else:
                 valid = producer_epoch == meta.producer_epoch
         else:
@@ -472,23 +479,36 @@ class TransactionCoordinator:
         if meta.pending and state not in PREPARING:
             return InitResult(E.concurrent_transactions)
         done = InitResult(E.none, meta.producer_id, meta.producer_epoch)
+        invalid = InitResult(E.invalid_txn_state)
         if state == TxnState.ONGOING:
             pass
+        elif v2 and state in COMPLETED:
+            if retry_bumped or retry_overflow:
+                # A retry of the EndTxn that completed it: the same outcome is answered
+                # again, the other one is refused.
+                return done if commit == (state == TxnState.COMPLETE_COMMIT) else invalid
+            if commit:
+                return invalid
+        elif v2 and state == TxnState.EMPTY and not commit:
+            pass
         elif state == TxnState.COMPLETE_COMMIT:
-            return done if commit else InitResult(E.invalid_txn_state)
+            return done if commit else invalid
         elif state == TxnState.COMPLETE_ABORT:
-            return done if not commit else InitResult(E.invalid_txn_state)
+            return done if not commit else invalid
         elif state == TxnState.PREPARE_COMMIT:
             return InitResult(E.concurrent_transactions if commit else E.invalid_txn_state)
         elif state == TxnState.PREPARE_ABORT:
             return InitResult(E.concurrent_transactions if not commit else E.invalid_txn_state)
         else:
-            return InitResult(E.invalid_txn_state)
+            return invalid
         changes: dict[str, object] = {
             "state": TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
             "producer_epoch": producer_epoch,
             "last_update_ms": self.now_ms(),
         }
+        if state != TxnState.ONGOING:
+            # An abort of nothing: it starts and ends now (Kafka's noPartitionAdded).
+            changes["start_ms"] = changes["last_update_ms"]
         if client_version >= 2:
             # Kafka's prepareAbortOrCommit under transactions version 2.
             changes["client_transaction_version"] = client_version
@@ -498,7 +518,7 @@ class TransactionCoordinator:
                 except Exception as exc:
                     log.warning("cannot allocate a producer id: %s", exc)
                     return InitResult(E.coordinator_not_available)
-                if meta.pending or meta.state != TxnState.ONGOING:
+                if meta.pending or meta.state != state:
                     return InitResult(E.concurrent_transactions)
             changes["producer_epoch"] = producer_epoch + 1
             changes["last_producer_epoch"] = producer_epoch

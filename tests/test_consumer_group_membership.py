@@ -308,6 +308,19 @@ def test_regex_subscription_picks_up_topics_created_later(h):
     assert len(a.partitions()) == 5
 
 
+def test_regex_matches_internal_topics_as_kafkas_coordinator_does(h):
+    """Kafka resolves a member's regex against every topic of the metadata image, the
+    internal ones included (franz-go's Test848RegexBrokerResolves relies on it)."""
+    h.create_topic("__consumer_offsets", 2)
+    h.create_topic("orders", 1)
+    a = h.member(topics=(), regex="orders|__consumer_offsets")
+    settle([a], rounds=2)
+    assert {t for t, _ in a.partitions()} == {
+        h.topic_id("orders"),
+        h.topic_id("__consumer_offsets"),
+    }
+
+
 def test_added_partitions_are_assigned(h):
     a, b = h.member(), h.member()
     settle([a, b])

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import re2
 from kio.schema.errors import ErrorCode
 
-from kbroker.controller.state import INTERNAL_TOPICS, MetadataState
+from kbroker.controller.state import MetadataState
 from kbroker.coordinator.assignors import ASSIGNORS, AssignorError, MemberSubscription
 from kbroker.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -265,7 +265,10 @@ class ConsumerGroupCoordinator:
         return self._regexes[pattern]
 
     def _regex_topics(self, pattern: str) -> frozenset[str]:
-        """Topics (not internal ones) the whole pattern matches, as Kafka's matches()."""
+        """Topics the whole pattern matches, as Kafka's matches(). Internal topics too:
+        Kafka's coordinator resolves a regex against every topic of its metadata image
+        (a client that wants them left out, as the classic protocol's clients did, says
+        so in its pattern)."""
         metadata = self.metadata()
         version = metadata.version
         cached = self._regex_matches.get(pattern)
@@ -273,9 +276,7 @@ class ConsumerGroupCoordinator:
             return cached[1]
         compiled = self._compiled(pattern)
         found = frozenset(
-            name
-            for name in metadata.topics
-            if compiled is not None and name not in INTERNAL_TOPICS and compiled.fullmatch(name)
+            name for name in metadata.topics if compiled is not None and compiled.fullmatch(name)
         )
         self._regex_matches[pattern] = (version, found)
         return found

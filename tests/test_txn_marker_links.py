@@ -156,7 +156,7 @@ def test_a_connection_the_broker_closed_since_its_last_use_is_replaced_at_once()
             first = await send(writer)
             link = writer._links[LEADER]
             await eventually_async(  # the peer's close reaches this side
-                lambda: link._reader is not None and link._reader.at_eof(),
+                lambda: not link.connected,
                 timeout=5,
                 what="the end of the connection",
             )

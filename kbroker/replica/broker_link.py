@@ -54,7 +54,13 @@ class AuthenticationFailed(ConnectionError):
 
 
 class BrokerLink:
-    """One connection to another broker: a request out, its answer back, in order.
+    """One connection to another broker, shared by the requests of its service.
+
+    Requests go out as they come; one reader task hands each answer to the request of
+    its correlation id, so callers may overlap (as Kafka's NetworkClient keeps several
+    requests in flight on one connection) without reading each other's answers. A
+    caller that gives up leaves its answer to be read and dropped. When the connection
+    ends, every request still waiting fails with a ConnectionError.
 
     It speaks the inter-broker listener's protocol: a TLS handshake first when
     ``security`` has a context, then a SASL login (SaslHandshake v1 and SaslAuthenticate
@@ -75,16 +81,27 @@ class BrokerLink:
         self.client_id = client_id
         self.security = security
         self._correlation = itertools.count(1)
-        self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._reading: asyncio.Task[None] | None = None
+        # correlation id -> (its answer, api key, version)
+        self._waiting: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
+        self._opening = asyncio.Lock()
         self._session_ends = math.inf
+
+    @property
+    def connected(self) -> bool:
+        """False once the connection ended (the other broker closed it, or restarted):
+        the next call opens a new one."""
+        return self._writer is not None
 
     async def call(self, entity: Any, timeout: float) -> Any:
         if self._writer is not None and time.monotonic() >= self._session_ends:
             self.close()
         try:
             if self._writer is None:
-                await self._open(timeout)
+                async with self._opening:  # one connection for callers that overlap
+                    if self._writer is None:
+                        await self._open(timeout)
             return await self._ask(entity, timeout)
         except ssl.SSLError as exc:  # a certificate refused either way, or a broken session
             self.close()
@@ -94,20 +111,58 @@ class BrokerLink:
             ) from None
 
     async def _ask(self, entity: Any, timeout: float) -> Any:
-        assert self._reader is not None and self._writer is not None
+        writer = self._writer
+        if writer is None:
+            raise ConnectionError(f"connection to {self.host}:{self.port} closed")
         correlation = next(self._correlation)
-        self._writer.write(encode_request(entity, correlation, self.client_id))
-        head = await asyncio.wait_for(self._reader.readexactly(4), timeout)
-        (size,) = _LENGTH.unpack(head)
-        frame = await asyncio.wait_for(self._reader.readexactly(size), timeout)
-        got, response = decode_response(int(entity.__api_key__), int(entity.__version__), frame)
-        if got != correlation:
-            raise ConnectionError(f"answer {got} to request {correlation}")
-        return response
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[correlation] = (answer, int(entity.__api_key__), int(entity.__version__))
+        try:
+            writer.write(encode_request(entity, correlation, self.client_id))
+            return await asyncio.wait_for(answer, timeout)
+        finally:
+            self._waiting.pop(correlation, None)
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        """Hand each answer to its request until the connection ends."""
+        why = "closed"
+        try:
+            while True:
+                (size,) = _LENGTH.unpack(await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                (correlation,) = _LENGTH.unpack_from(frame, 0)
+                waiting = self._waiting.pop(correlation, None)
+                if waiting is None or waiting[0].done():
+                    continue  # its caller gave up waiting
+                answer, api_key, version = waiting
+                try:
+                    answer.set_result(decode_response(api_key, version, frame)[1])
+                except Exception as exc:  # a frame that is not its request's answer
+                    answer.set_exception(
+                        ConnectionError(f"undecodable answer from {self.host}:{self.port}: {exc}")
+                    )
+        except (OSError, EOFError, ValueError, struct.error) as exc:  # ended, or no frame
+            why = f"lost: {exc or type(exc).__name__}"
+        finally:
+            if self._reading is asyncio.current_task():
+                self._reading = None
+                self._shut(why)
+
+    def _shut(self, why: str) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = None
+        self._session_ends = math.inf
+        waiting, self._waiting = self._waiting, {}
+        for answer, _, _ in waiting.values():
+            if not answer.done():
+                answer.set_exception(
+                    ConnectionError(f"connection to {self.host}:{self.port} {why}")
+                )
 
     async def _open(self, timeout: float) -> None:
         context = self.security.ssl_context
-        self._reader, self._writer = await asyncio.wait_for(
+        reader, self._writer = await asyncio.wait_for(
             asyncio.open_connection(
                 self.host,
                 self.port,
@@ -116,6 +171,7 @@ class BrokerLink:
             ),
             timeout,
         )
+        self._reading = asyncio.create_task(self._read(reader))
         if self.security.mechanism is not None:
             try:
                 await self._login(timeout)
@@ -159,10 +215,10 @@ class BrokerLink:
             self._session_ends = time.monotonic() + lifetime_s * 0.9
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
-        self._session_ends = math.inf
+        reading, self._reading = self._reading, None
+        if reading is not None and reading is not asyncio.current_task():
+            reading.cancel()
+        self._shut("closed")
 
 
 class BrokerLinks:
@@ -215,7 +271,8 @@ class BrokerLinks:
         except (OSError, EOFError, TimeoutError) as exc:
             self._log.info("%s call to broker %d failed: %s", self._what, node_id, exc)
             link.close()
-            self._links.pop(node_id, None)
+            if self._links.get(node_id) is link:  # not one another caller opened since
+                del self._links[node_id]
             return None
 
     def close(self) -> None:

@@ -576,6 +576,53 @@ def test_v2_timeout_abort_bumps_twice_so_the_fenced_client_is_not_taken_for_a_re
     run(body())
 
 
+def test_v2_abort_of_nothing_while_the_last_commit_ends_waits_rather_than_being_fenced():
+    """KAFKA-18464: right after a commit's answer, the next transaction's EndTxn (an abort
+    of nothing, at the bumped epoch) finds the commit's markers still going out. It is
+    told to retry (CONCURRENT_TRANSACTIONS), not fenced as a zombie, and its retry once
+    the commit completed goes through."""
+
+    async def body() -> None:
+        c, _, markers, _ = make()
+        pid, epoch = await ongoing_v2(c)
+        markers.gate = asyncio.Event()
+        committed = await c.end_txn("tx", pid, epoch, commit=True, client_version=2)
+        assert committed.producer_epoch == epoch + 1
+        await eventually_async(lambda: markers.at_gate, timeout=5, what="the markers pending")
+        early = await c.end_txn("tx", pid, epoch + 1, commit=False, client_version=2)
+        assert early.error == E.concurrent_transactions
+        markers.gate.set()
+        await c.settled()
+        aborted = await c.end_txn("tx", pid, epoch + 1, commit=False, client_version=2)
+        assert (aborted.error, aborted.producer_epoch) == (E.none, epoch + 2)
+        await c.settled()
+        assert c.txns["tx"].state == TxnState.COMPLETE_ABORT
+        assert markers.written == [(pid, epoch + 1, True, [TP])]  # none for the abort
+
+    run(body())
+
+
+def test_v2_commit_racing_the_coordinators_own_abort_is_fenced_not_invalid():
+    """KAFKA-20785: a commit in flight when the coordinator aborted the transaction itself
+    arrives at an epoch that looks like a retry of the abort; it is fenced (recoverable),
+    not INVALID_TXN_STATE (fatal to a client)."""
+
+    async def body() -> None:
+        c, _, _, _ = make()
+        pid, epoch = await ongoing_v2(c)
+        aborted = await c.end_txn("tx", pid, epoch, commit=False, client_version=2)
+        await c.settled()
+        late_commit = await c.end_txn("tx", pid, epoch, commit=True, client_version=2)
+        assert late_commit.error == E.producer_fenced
+        retried_abort = await c.end_txn("tx", pid, epoch, commit=False, client_version=2)
+        assert (retried_abort.error, retried_abort.producer_epoch) == (
+            E.none,
+            aborted.producer_epoch,
+        )
+
+    run(body())
+
+
 def test_v1_end_txn_keeps_the_epoch_beside_v2():
     async def body() -> None:
         c, _, markers, _ = make()

@@ -229,10 +229,10 @@ def test_end_txn_v5_aborts_a_transaction_that_added_no_partition(tmp_path: Path)
         )
         done = await _complete(client)
         assert (done.transaction_state, done.producer_epoch) == ("CompleteAbort", epoch + 1)
-        # Its retry is answered again; a commit claiming that epoch is refused.
+        # Its retry is answered again; a commit claiming that epoch is fenced.
         again = await _end(client, pid, epoch, commit=False)
         assert (again.error_code, again.producer_epoch) == (0, epoch + 1)
-        assert (await _end(client, pid, epoch, commit=True)).error_code == INVALID_TXN_STATE
+        assert (await _end(client, pid, epoch, commit=True)).error_code == PRODUCER_FENCED
         # From CompleteAbort at the current epoch: another abort of nothing.
         assert (await _end(client, pid, epoch + 1, commit=False)).producer_epoch == epoch + 2
         await _complete(client)

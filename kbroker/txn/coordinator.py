@@ -463,10 +463,14 @@ class TransactionCoordinator:
         )
         if meta.producer_id != producer_id and not retry_overflow:
             return InitResult(E.invalid_producer_id_mapping)
+        if v2 and (meta.pending or state in PREPARING):
+            # The last transaction is still ending (its markers are going out): the
+            # client waits and retries. Before the epoch check, as Kafka does since
+            # KAFKA-18464: the next EndTxn at the bumped epoch (an abort of nothing, say)
+            # is no zombie to fence.
+            return InitResult(E.concurrent_transactions)
         if v2:
-            if state in PREPARING:
-                valid = retry_bumped
-            elif state in COMPLETED:
+            if state in COMPLETED:
                 valid = retry_bumped or retry_overflow or producer_epoch == meta.producer_epoch
             else:
                 valid = producer_epoch == meta.producer_epoch
@@ -485,8 +489,12 @@ class TransactionCoordinator:
         elif v2 and state in COMPLETED:
             if retry_bumped or retry_overflow:
                 # A retry of the EndTxn that completed it: the same outcome is answered
-                # again, the other one is refused.
-                return done if commit == (state == TxnState.COMPLETE_COMMIT) else invalid
+                # again. A commit at that epoch of what ended aborted raced the
+                # coordinator's own abort (a timeout): fenced, which clients recover
+                # from, as Kafka answers since KAFKA-20785.
+                if commit == (state == TxnState.COMPLETE_COMMIT):
+                    return done
+                return InitResult(E.producer_fenced) if commit else invalid
             if commit:
                 return invalid
         elif v2 and state == TxnState.EMPTY and not commit:

@@ -10,6 +10,7 @@ from typing import Any
 
 from inprocess import RawClient, run_broker
 
+from compat_tests.waiting import eventually_async
 from kbroker.admin.client import fetch_fields, produce_fields
 from kbroker.metrics.prometheus import render_families
 from kbroker.protocol.batch import encode_batch
@@ -303,10 +304,14 @@ def test_an_abort_at_the_end_of_a_preallocated_segment_is_listed_to_read_committ
         plog = broker.replicas.get("t", 0).log
         assert plog.num_segments == 1
         assert os.path.getsize(plog.active_segment.log_path) > plog.active_segment.size
-        committed = await _fetch(client, "t", 1)
-        assert [(a.producer_id, a.first_offset) for a in committed.aborted_transactions] == [
-            (pid, 1)
-        ]
+
+        async def aborted() -> list[tuple[int, int]] | None:
+            # The abort's marker is written after EndTxn's answer.
+            committed = await _fetch(client, "t", 1)
+            listed = [(a.producer_id, a.first_offset) for a in committed.aborted_transactions]
+            return listed or None
+
+        assert await eventually_async(aborted, timeout=10, what="the abort listed") == [(pid, 1)]
 
     _run(tmp_path, body, ("log.flush.interval.messages=1",))
 

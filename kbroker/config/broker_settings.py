@@ -1637,6 +1637,21 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         at_least(1),
     ),
     _d(
+        "add.partitions.to.txn.retry.backoff.max.ms",
+        INT,
+        100,
+        "How long a leader keeps adding a partition to a transaction (transactions version "
+        "2) while the coordinator answers CONCURRENT_TRANSACTIONS, before the write gets it.",
+        at_least(0),
+    ),
+    _d(
+        "add.partitions.to.txn.retry.backoff.ms",
+        INT,
+        20,
+        "The wait between those tries.",
+        at_least(1),
+    ),
+    _d(
         "transaction.partition.verification.enable",
         BOOLEAN,
         True,

@@ -26,6 +26,14 @@ class TypedSettings:
     _effective: dict[str, Any]
 
     @property
+    def add_partitions_to_txn_retry_backoff_max_ms(self) -> int:
+        return self._effective["add.partitions.to.txn.retry.backoff.max.ms"]
+
+    @property
+    def add_partitions_to_txn_retry_backoff_ms(self) -> int:
+        return self._effective["add.partitions.to.txn.retry.backoff.ms"]
+
+    @property
     def advertised_listeners(self) -> str:
         return self._effective["advertised.listeners"]
 

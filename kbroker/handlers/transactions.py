@@ -428,7 +428,8 @@ async def _add_offsets_partition(
     )
     error = produce_error(added[(OFFSETS_TOPIC, partition)])
     # What a produce retries on is a coordinator still busy to an offset commit.
-    return E.coordinator_load_in_progress if error == E.not_enough_replicas else error
+    busy = (E.not_enough_replicas, E.concurrent_transactions)
+    return E.coordinator_load_in_progress if error in busy else error
 
 
 async def _acknowledged(group_id: str, pending: Acknowledgement) -> ErrorCode:

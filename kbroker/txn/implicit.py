@@ -8,11 +8,20 @@ When this node coordinates the transactional id that is a call on its coordinato
 otherwise an AddPartitionsToTxn v5 (verify_only false) to the node that does, as
 Kafka's AddPartitionsToTxnManager sends. The coordinator answers PRODUCER_FENCED to a
 write from an epoch an EndTxn has moved past, which fences a zombie's late write.
+
+The coordinator answers CONCURRENT_TRANSACTIONS while another write of the same id is in
+flight: the leaders of a transaction's other partitions adding theirs, or the last
+transaction's markers still going out right after its EndTxn. That lasts milliseconds,
+so the leader tries again itself (every `add.partitions.to.txn.retry.backoff.ms`, for
+up to `add.partitions.to.txn.retry.backoff.max.ms`, as Kafka 4's ReplicaManager does,
+KAFKA-18654) rather than sending the client into its own, longer, retry backoff.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Collection
 
 from kio.index import load_request_schema
@@ -34,9 +43,10 @@ CALL_TIMEOUT_S = 30.0
 TRANSACTIONS_VERSION_2 = 2
 
 # Kafka's ReplicaManager answers these coordinator errors to a producer as the retriable
-# NOT_ENOUGH_REPLICAS, and a fenced epoch as INVALID_PRODUCER_EPOCH.
+# NOT_ENOUGH_REPLICAS, and a fenced epoch as INVALID_PRODUCER_EPOCH. CONCURRENT_TRANSACTIONS
+# it answers as itself, which Produce v12 (the first version of a transactions version 2
+# client, the only one whose partitions a leader adds) may carry (KAFKA-18662).
 _RETRIABLE = {
-    E.concurrent_transactions,
     E.coordinator_load_in_progress,
     E.coordinator_not_available,
     E.not_coordinator,
@@ -55,9 +65,17 @@ def produce_error(code: ErrorCode) -> ErrorCode:
 
 
 class ImplicitPartitionAdder:
-    def __init__(self, broker: ServiceBroker, coordinator: TransactionCoordinator) -> None:
+    def __init__(
+        self,
+        broker: ServiceBroker,
+        coordinator: TransactionCoordinator,
+        retry_backoff_ms: int = 20,
+        retry_backoff_max_ms: int = 100,
+    ) -> None:
         self.broker = broker
         self.coordinator = coordinator
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.retry_backoff_max_s = retry_backoff_max_ms / 1000
         self._links = BrokerLinks(broker, "txn-add-partitions", "AddPartitionsToTxn", log)
 
     async def add(
@@ -67,8 +85,25 @@ class ImplicitPartitionAdder:
         producer_epoch: int,
         partitions: Collection[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]:
-        """Add `partitions` to the ongoing transaction; the coordinator's answer each."""
+        """Add `partitions` to the ongoing transaction; the coordinator's answer each,
+        tried again while it answers CONCURRENT_TRANSACTIONS (for a while)."""
         wanted = set(partitions)
+        gives_up = time.monotonic() + self.retry_backoff_max_s
+        answers: dict[TopicPartition, ErrorCode] = {}
+        while True:
+            answers.update(await self._add(transactional_id, producer_id, producer_epoch, wanted))
+            wanted = {tp for tp in wanted if answers[tp] == E.concurrent_transactions}
+            if not wanted or time.monotonic() + self.retry_backoff_s > gives_up:
+                return answers
+            await asyncio.sleep(self.retry_backoff_s)
+
+    async def _add(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        wanted: set[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
         status = self.coordinator.status(transactional_id)
         if status is None:
             error = await self.coordinator.add_partitions(

@@ -91,7 +91,12 @@ class TransactionCoordinatorService(InternalTopicService):
             _now_ms,
             lambda: broker.controller.state.features.get("transaction.version", 0),
         )
-        self.adder = ImplicitPartitionAdder(broker, self.coordinator)
+        self.adder = ImplicitPartitionAdder(
+            broker,
+            self.coordinator,
+            broker.config.add_partitions_to_txn_retry_backoff_ms,
+            broker.config.add_partitions_to_txn_retry_backoff_max_ms,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -233,6 +233,36 @@ install_apt_missing() {
 install_apt_missing
 # --- end Debian packages --------------------------------------------------------------------
 
+# --- franz-go's integration suite (compat_tests/test_franz_go.py) --------------------------
+# The module at a pinned version from the Go module proxy, and its kgo test binary, into a
+# cache folder named by the version (the test builds it itself when it is missing).
+fetch_franz_go() {
+  local root="$1" version="$2" dir
+  if ! command -v go >/dev/null 2>&1; then
+    return 0
+  fi
+  root="$root/$version"
+  [ -x "$root/kgo.test" ] && return 0
+  mkdir -p "$root"
+  if ! dir="$(cd "$root" && GOPATH="$root/gopath" GOFLAGS=-modcacherw \
+      go mod download -json "github.com/twmb/franz-go@$version" 2>"$root/go.log" \
+      | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')" || [ -z "$dir" ]; then
+    echo "warning: could not download franz-go $version; test_franz_go.py will try again" >&2
+    tail -5 "$root/go.log" >&2
+    return 0
+  fi
+  if ! (cd "$dir/pkg/kgo" && GOPATH="$root/gopath" GOFLAGS=-modcacherw \
+      go test -c -o "$root/kgo.test.$$.tmp" . >"$root/go.log" 2>&1); then
+    echo "warning: could not build franz-go's kgo tests; test_franz_go.py will try again" >&2
+    tail -5 "$root/go.log" >&2
+    rm -f "$root/kgo.test.$$.tmp"
+    return 0
+  fi
+  mv "$root/kgo.test.$$.tmp" "$root/kgo.test"
+}
+fetch_franz_go "${KBROKER_FRANZ_GO_CACHE:-$HOME/.cache/kbroker-test-tools/franz-go}" v1.22.3
+# --- end franz-go ---------------------------------------------------------------------------
+
 # --- KafkaJS (compat_tests/test_kafkajs.py) -----------------------------------------------
 # npm ci of compat_tests/kafkajs/package-lock.json into a cache folder named by the lock
 # file's hash, the folder the test looks in (and fills itself when it is missing).

@@ -49,6 +49,12 @@ TESTED_CLIENTS: tuple[TestedClient, ...] = (
         ("test_java_client.py", "test_java_cluster.py"),
     ),
     TestedClient("Sarama (Go)", "Debian's golang-github-shopify-sarama-dev", ("test_sarama.py",)),
+    TestedClient(
+        "franz-go (Go): its own integration suite, pkg/kgo's tests (group and transactional"
+        " ETLs under the classic and KIP-848 protocols, share groups, regex subscriptions)",
+        "v1.22.3 (Go module proxy)",
+        ("test_franz_go.py",),
+    ),
     TestedClient("KafkaJS (Node.js)", "2.2.4 (npm)", ("test_kafkajs.py",)),
     TestedClient("kcat", "Debian's kcat", ("test_kcat.py",)),
     TestedClient(

@@ -2,67 +2,20 @@
 (implicit AddPartitionsToTxn, the share-group persister and dead letters, schema reads):
 requests that overlap each get their own answer, a caller that gives up does not hand
 its answer to the next one, and a connection that ends fails every waiting request at
-once. The other broker here is a loopback peer that answers WriteTxnMarkers in order,
-one request at a time, as a Kafka broker answers a connection."""
+once. The other broker is tests/marker_peer.py's, which answers in order, one request at
+a time, as a Kafka broker answers a connection."""
 
 from __future__ import annotations
 
 import asyncio
-import struct
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
+from marker_peer import WRITE_TXN_MARKERS, MarkerPeer
 
-from kbroker.protocol.messages import build, decode_request, encode
+from kbroker.protocol.messages import build
 from kbroker.replica.broker_link import BrokerLink
 from kbroker.security.inter_broker import PLAINTEXT
-
-WRITE_TXN_MARKERS = 27
-
-
-class EchoPeer:
-    """Answers each WriteTxnMarkers with its producer ids, after `delays[producer id]`
-    seconds; closes the connection, unanswered, at the request of producer id `close_at`."""
-
-    def __init__(self, delays: dict[int, float] | None = None, close_at: int | None = None):
-        self.delays = delays or {}
-        self.close_at = close_at
-        self.connections = 0
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-    async def stop(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        await self.server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                frame = await reader.readexactly(size)
-                correlation, client_id_size = struct.unpack_from(">ih", frame, 4)
-                request = decode_request(WRITE_TXN_MARKERS, 1, frame, 10 + client_id_size + 1)
-                pid = int(request.markers[0].producer_id)
-                if pid == self.close_at:
-                    break
-                await asyncio.sleep(self.delays.get(pid, 0.0))
-                body = encode(
-                    build(
-                        load_response_schema(WRITE_TXN_MARKERS, 1),
-                        {"markers": [{"producer_id": pid, "topics": []}]},
-                    )
-                )
-                writer.write(struct.pack(">ii", len(body) + 5, correlation) + b"\x00" + body)
-                await writer.drain()
-        except asyncio.IncompleteReadError:
-            pass
-        finally:
-            writer.close()
 
 
 def markers_of(producer_id: int) -> object:
@@ -87,7 +40,7 @@ async def answered_pid(link: BrokerLink, producer_id: int, timeout: float = 5.0)
     return int(response.markers[0].producer_id)
 
 
-def run_with_peer(peer: EchoPeer, body) -> object:  # type: ignore[no-untyped-def]
+def run_with_peer(peer: MarkerPeer, body) -> object:  # type: ignore[no-untyped-def]
     async def scenario() -> object:
         port = await peer.start()
         link = BrokerLink("127.0.0.1", port, "test", PLAINTEXT)
@@ -101,7 +54,7 @@ def run_with_peer(peer: EchoPeer, body) -> object:  # type: ignore[no-untyped-de
 
 
 def test_overlapping_requests_each_get_their_own_answer_on_one_connection() -> None:
-    peer = EchoPeer(delays={1: 0.05, 4: 0.02})
+    peer = MarkerPeer(delays={1: 0.05, 4: 0.02})
 
     async def body(link: BrokerLink) -> list[int]:
         return await asyncio.gather(*(answered_pid(link, pid) for pid in range(1, 21)))
@@ -111,7 +64,7 @@ def test_overlapping_requests_each_get_their_own_answer_on_one_connection() -> N
 
 
 def test_a_caller_that_gave_up_leaves_its_late_answer_unread_by_the_next() -> None:
-    peer = EchoPeer(delays={1: 0.3})
+    peer = MarkerPeer(delays={1: 0.3})
 
     async def body(link: BrokerLink) -> tuple[int, bool]:
         with pytest.raises(TimeoutError):
@@ -124,7 +77,7 @@ def test_a_caller_that_gave_up_leaves_its_late_answer_unread_by_the_next() -> No
 
 
 def test_a_connection_that_ends_fails_every_waiting_request_and_the_next_call_reconnects() -> None:
-    peer = EchoPeer(delays={1: 0.1}, close_at=2)
+    peer = MarkerPeer(delays={1: 0.1}, close_at=2)
 
     async def body(link: BrokerLink) -> tuple[list[object], int]:
         waiting = await asyncio.wait_for(

@@ -6,92 +6,16 @@ last use (it restarted) replaced at once rather than at the next retry."""
 from __future__ import annotations
 
 import asyncio
-import struct
 from types import SimpleNamespace
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
+from marker_peer import MarkerPeer
 
 from compat_tests.waiting import eventually_async
-from kbroker.protocol.messages import build, decode_request, encode
 from kbroker.security.inter_broker import PLAINTEXT
 from kbroker.txn.markers import LocalMarkerWriter
 
 LEADER = 2
-
-
-class PeerBroker:
-    """A broker's WriteTxnMarkers on loopback: answers every marker's partitions with no
-    error, after `delay` seconds; with `one_answer_per_connection` it closes each
-    connection after its first answer, as a broker that restarts between two requests.
-    It counts the transactions each request carries and the requests in flight at once."""
-
-    def __init__(self, delay: float = 0.0, one_answer_per_connection: bool = False) -> None:
-        self.delay = delay
-        self.one_answer = one_answer_per_connection
-        self.connections = 0
-        self.requests = 0
-        self.markers_per_request: list[int] = []
-        self.in_flight = 0
-        self.most_in_flight = 0
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-    async def stop(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        await self.server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                frame = await reader.readexactly(size)
-                self.requests += 1
-                self.in_flight += 1
-                self.most_in_flight = max(self.most_in_flight, self.in_flight)
-                (correlation, client_id_size) = struct.unpack_from(">ih", frame, 4)
-                # Request header v2: key, version, correlation id, client id, tagged fields.
-                request = decode_request(27, 1, frame, 10 + client_id_size + 1)
-                self.markers_per_request.append(len(request.markers))
-                await asyncio.sleep(self.delay)  # a slow broker, on purpose
-                self.in_flight -= 1
-                body = encode(
-                    build(
-                        load_response_schema(27, 1),
-                        {
-                            "markers": [
-                                {
-                                    "producer_id": m.producer_id,
-                                    "topics": [
-                                        {
-                                            "name": t.name,
-                                            "partitions": [
-                                                {"partition_index": i, "error_code": 0}
-                                                for i in t.partition_indexes
-                                            ],
-                                        }
-                                        for t in m.topics
-                                    ],
-                                }
-                                for m in request.markers
-                            ]
-                        },
-                    )
-                )
-                # Response header v1 (flexible): correlation id, no tagged fields.
-                writer.write(struct.pack(">ii", len(body) + 5, correlation) + b"\x00" + body)
-                await writer.drain()
-                if self.one_answer:
-                    break
-        except asyncio.IncompleteReadError:
-            pass
-        finally:
-            writer.close()
 
 
 def writer_towards(port: int) -> LocalMarkerWriter:
@@ -111,8 +35,8 @@ async def send(
 
 
 def test_markers_go_to_a_broker_one_request_at_a_time() -> None:
-    async def scenario() -> tuple[list[dict[tuple[str, int], ErrorCode]], PeerBroker]:
-        peer = PeerBroker(delay=0.05)
+    async def scenario() -> tuple[list[dict[tuple[str, int], ErrorCode]], MarkerPeer]:
+        peer = MarkerPeer(delay=0.05)
         writer = writer_towards(await peer.start())
         try:
             # The same producer's markers cannot share a request (answers are keyed by it).
@@ -127,8 +51,8 @@ def test_markers_go_to_a_broker_one_request_at_a_time() -> None:
 
 
 def test_markers_of_transactions_ending_while_a_request_is_in_flight_share_the_next() -> None:
-    async def scenario() -> tuple[list[dict[tuple[str, int], ErrorCode]], PeerBroker]:
-        peer = PeerBroker(delay=0.1)
+    async def scenario() -> tuple[list[dict[tuple[str, int], ErrorCode]], MarkerPeer]:
+        peer = MarkerPeer(delay=0.1)
         writer = writer_towards(await peer.start())
         try:
             first = asyncio.create_task(send(writer, 7, (0,)))
@@ -150,7 +74,7 @@ def test_markers_of_transactions_ending_while_a_request_is_in_flight_share_the_n
 
 def test_a_connection_the_broker_closed_since_its_last_use_is_replaced_at_once() -> None:
     async def scenario() -> tuple[list[dict[tuple[str, int], ErrorCode]], int]:
-        peer = PeerBroker(one_answer_per_connection=True)
+        peer = MarkerPeer(one_answer_per_connection=True)
         writer = writer_towards(await peer.start())
         try:
             first = await send(writer)
@@ -172,7 +96,7 @@ def test_a_connection_the_broker_closed_since_its_last_use_is_replaced_at_once()
 
 def test_markers_to_a_broker_that_cannot_be_reached_are_left_for_the_retry() -> None:
     async def scenario() -> dict[tuple[str, int], ErrorCode]:
-        peer = PeerBroker()
+        peer = MarkerPeer()
         port = await peer.start()
         await peer.stop()  # nothing listens there any more
         return await send(writer_towards(port))

@@ -5,14 +5,19 @@ the old epoch's late writes fenced."""
 
 from __future__ import annotations
 
+import asyncio
+import struct
 from pathlib import Path
 from typing import Any
 
 from inprocess import RawClient, run_broker
+from kio.index import load_request_schema
 
 from compat_tests.waiting import eventually_async
 from kbroker.admin.client import fetch_fields, produce_fields
 from kbroker.protocol.batch import encode_batch
+from kbroker.protocol.client_frames import decode_response, encode_request
+from kbroker.protocol.messages import build
 
 PRODUCE = 0
 FETCH = 1
@@ -247,5 +252,51 @@ def test_end_txn_v5_aborts_a_transaction_that_added_no_partition(tmp_path: Path)
         assert (done.transaction_state, list(done.topics)) == ("CompleteAbort", [])
         # The committed record stays visible: the abort of nothing wrote no marker.
         assert await _read_committed(client) == (2, [])
+
+    _run(tmp_path, body)
+
+
+def test_pipelined_produces_of_a_transaction_append_in_order_while_the_first_is_added(
+    tmp_path: Path,
+) -> None:
+    """A client keeps several Produce requests in flight. When the first waits for the
+    coordinator to add its partition (busy, say, with the last transaction's markers),
+    the second, at the next sequence, waits for the first's append rather than being
+    added at once and refused as out of sequence (Kafka Streams' exactly-once producer
+    met that, as a fenced task)."""
+
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await client.call(
+            INIT_PRODUCER_ID, 5, {"transactional_id": "tx", "transaction_timeout": 60_000}
+        )
+        pid, epoch = init.producer_id, init.producer_epoch
+        adder = broker.txn_coordinator.adder
+        add = adder.add
+        calls = 0
+
+        async def first_one_slow(*args: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                await asyncio.sleep(0.3)
+            return await add(*args)
+
+        adder.add = first_one_slow
+        for seq, value in ((0, b"first"), (1, b"second")):  # both sent before any answer
+            request = build(
+                load_request_schema(PRODUCE, 12),
+                produce_fields(
+                    "t", _batch(pid, epoch, seq, value), timeout_ms=5000, transactional_id="tx"
+                ),
+            )
+            client.correlation += 1
+            client.writer.write(encode_request(request, client.correlation, "test"))
+        codes = []
+        for _ in range(2):
+            (size,) = struct.unpack(">i", await client.reader.readexactly(4))
+            _, response = decode_response(PRODUCE, 12, await client.reader.readexactly(size))
+            codes.append(response.responses[0].partition_responses[0].error_code)
+        assert codes == [0, 0]
+        assert calls == 1  # the second found its partition added by the first
 
     _run(tmp_path, body)

@@ -48,9 +48,13 @@ def produce(
     ctx: RequestContext, request: ProduceRequest
 ) -> bytes | Later | NoResponse | Awaitable[bytes | NoResponse]:
     if ctx.version >= FIRST_IMPLICIT_ADD_VERSION and request.transactional_id is not None:
-        adding = _partitions_to_add(ctx, request)
-        if adding is not None:
-            return _produce_after_adding(ctx, request, request.transactional_id, *adding)
+        appending = ctx.broker.transactions.adder.appending
+        earlier = appending.get(request.transactional_id)
+        if earlier is not None or _partitions_to_add(ctx, request) is not None:
+            # Taken now, as the request comes, so the next one of this id waits for it.
+            mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            appending[request.transactional_id] = mine
+            return _produce_after_adding(ctx, request, request.transactional_id, earlier, mine)
     return _produce(ctx, request)
 
 
@@ -105,21 +109,37 @@ async def _produce_after_adding(
     ctx: RequestContext,
     request: ProduceRequest,
     transactional_id: str,
-    producer_id: int,
-    producer_epoch: int,
-    partitions: set[tuple[str, int]],
+    earlier: asyncio.Future[None] | None,
+    mine: asyncio.Future[None],
 ) -> bytes | NoResponse:
     """The Produce once the coordinator added its partitions (those it refused answer
-    its error, as Kafka's ReplicaManager maps it)."""
-    refused: dict[tuple[str, int], ErrorCode] = {}
-    if ctx.broker.authorizer is None or ctx.allowed(
-        Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
-    ):
-        added = await ctx.broker.transactions.adder.add(
-            transactional_id, producer_id, producer_epoch, partitions
-        )
-        refused = {tp: produce_error(code) for tp, code in added.items() if code != ErrorCode.none}
-    answer = _produce(ctx, request, refused)
+    its error, as Kafka's ReplicaManager maps it).
+
+    The produces of one transactional id append in the order they came, as Kafka's
+    muted connection processes them: one that comes while an earlier one waits for the
+    coordinator waits for that one's append, or a pipelined batch (a client keeps
+    several in flight) would overtake the earlier one and be refused as out of
+    sequence."""
+    adder = ctx.broker.transactions.adder
+    try:
+        if earlier is not None:
+            await asyncio.shield(earlier)  # a closed connection cancels this one, not it
+        refused: dict[tuple[str, int], ErrorCode] = {}
+        adding = _partitions_to_add(ctx, request)  # the earlier one may have added them
+        if adding is not None and (
+            ctx.broker.authorizer is None
+            or ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+        ):
+            added = await adder.add(transactional_id, *adding)
+            refused = {
+                tp: produce_error(code) for tp, code in added.items() if code != ErrorCode.none
+            }
+        answer = _produce(ctx, request, refused)
+    finally:
+        if not mine.done():
+            mine.set_result(None)
+        if adder.appending.get(transactional_id) is mine:
+            del adder.appending[transactional_id]
     if not isinstance(answer, Later):
         return answer
     done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()

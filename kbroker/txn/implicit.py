@@ -76,6 +76,9 @@ class ImplicitPartitionAdder:
         self.coordinator = coordinator
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.retry_backoff_max_s = retry_backoff_max_ms / 1000
+        # The last produce of each transactional id still adding its partitions: done
+        # once it appended (the produce handler orders that id's writes by it).
+        self.appending: dict[str, asyncio.Future[None]] = {}
         self._links = BrokerLinks(broker, "txn-add-partitions", "AddPartitionsToTxn", log)
 
     async def add(

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
+from inprocess import run_broker
 from kio.schema.errors import ErrorCode
 
 from kbroker.txn.implicit import ImplicitPartitionAdder, produce_error
@@ -72,3 +74,23 @@ def test_what_a_produce_answers_for_the_coordinators_errors() -> None:
     assert produce_error(E.coordinator_load_in_progress) == E.not_enough_replicas
     assert produce_error(E.producer_fenced) == E.invalid_producer_epoch
     assert produce_error(E.none) == E.none
+
+
+def test_the_brokers_settings_reach_its_adder(tmp_path: Path) -> None:
+    """add.partitions.to.txn.retry.backoff.ms and .max.ms, set on a broker, are what its
+    leader's adds wait and retry by (their defaults would be 20 and 100 ms)."""
+    seen: list[tuple[float, float]] = []
+
+    async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        adder = broker.txn_coordinator.adder
+        seen.append((adder.retry_backoff_s, adder.retry_backoff_max_s))
+
+    run_broker(
+        tmp_path,
+        check,
+        [
+            "add.partitions.to.txn.retry.backoff.ms=7",
+            "add.partitions.to.txn.retry.backoff.max.ms=0",
+        ],
+    )
+    assert seen == [(0.007, 0.0)]

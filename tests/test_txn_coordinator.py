@@ -27,8 +27,14 @@ class MemoryStore:
     def __init__(self) -> None:
         self.records: dict[int, list[tuple[bytes, bytes | None]]] = {}
         self.fail: ErrorCode = E.none
+        # when set, writes wait for it: a replicated write not yet acknowledged
+        self.gate: asyncio.Event | None = None
+        self.at_gate = 0
 
     async def write(self, partition: int, key: bytes, value: bytes | None) -> ErrorCode:
+        if self.gate is not None:
+            self.at_gate += 1
+            await self.gate.wait()
         if self.fail != E.none:
             return self.fail
         self.records.setdefault(partition, []).append((key, value))
@@ -353,6 +359,76 @@ def test_end_txn_on_unknown_id_or_empty_transaction():
     assert empty.error == E.invalid_txn_state
     wrong_epoch = run(c.end_txn("tx", init.producer_id, init.producer_epoch + 3, True))
     assert wrong_epoch.error == E.producer_fenced
+
+
+def test_partitions_added_while_an_add_is_written_go_out_together_in_the_next_write():
+    """The leaders of a version 2 transaction's partitions add theirs at once."""
+    c, store, *_ = make()
+    others = {("topic", 1), ("topic", 2), ("other", 0)}
+
+    async def scenario() -> list[ErrorCode]:
+        init = await c.init_producer_id("tx", 60_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        store.gate = asyncio.Event()
+        first = asyncio.create_task(c.add_partitions("tx", pid, epoch, {TP}, 2))
+        await eventually_async(lambda: store.at_gate == 1, timeout=5, what="the add at the log")
+        rest = [asyncio.create_task(c.add_partitions("tx", pid, epoch, {tp}, 2)) for tp in others]
+        again = asyncio.create_task(c.add_partitions("tx", pid, epoch, {TP}, 2))
+        await asyncio.sleep(0)
+        assert not any(t.done() for t in [first, again, *rest])
+        store.gate.set()
+        return list(await asyncio.gather(first, again, *rest))
+
+    assert run(scenario()) == [E.none] * 5
+    assert store.at_gate == 2  # the first add, then one write for the three others
+    assert c.txns["tx"].partitions == {TP} | others
+    assert store.latest("tx").partitions == {TP} | others
+
+
+def test_adds_waiting_for_a_failed_add_are_tried_in_their_own_write():
+    c, store, *_ = make()
+    failures: list[ErrorCode] = []
+    write = store.write
+
+    async def write_failing_once(partition: int, key: bytes, value: bytes | None) -> ErrorCode:
+        code = await write(partition, key, value)
+        return failures.pop() if failures else code
+
+    store.write = write_failing_once  # type: ignore[method-assign]
+
+    async def scenario() -> tuple[ErrorCode, ErrorCode]:
+        init = await c.init_producer_id("tx", 60_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        store.gate = asyncio.Event()
+        failures.append(E.not_enough_replicas)  # the first add's write is not acknowledged
+        first = asyncio.create_task(c.add_partitions("tx", pid, epoch, {TP}, 2))
+        await eventually_async(lambda: store.at_gate == 1, timeout=5, what="the add at the log")
+        second = asyncio.create_task(c.add_partitions("tx", pid, epoch, {("topic", 1)}, 2))
+        await asyncio.sleep(0)
+        store.gate.set()
+        return await first, await second
+
+    failed, added = run(scenario())
+    assert failed == E.coordinator_not_available  # as Kafka reports a failed log write
+    assert added == E.none
+    assert c.txns["tx"].partitions == {("topic", 1)}
+
+
+def test_an_end_txn_while_an_add_is_written_still_gets_concurrent_transactions():
+    c, store, *_ = make()
+
+    async def scenario() -> tuple[ErrorCode, ErrorCode, ErrorCode]:
+        init = await c.init_producer_id("tx", 60_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        store.gate = asyncio.Event()
+        add = asyncio.create_task(c.add_partitions("tx", pid, epoch, {TP}))
+        await eventually_async(lambda: store.at_gate == 1, timeout=5, what="the add at the log")
+        early = (await c.end_txn("tx", pid, epoch, commit=True)).error
+        store.gate.set()
+        added = await add
+        return early, added, (await c.end_txn("tx", pid, epoch, commit=True)).error
+
+    assert run(scenario()) == (E.concurrent_transactions, E.none, E.none)
 
 
 def test_markers_that_cannot_be_written_are_retried_later():

@@ -9,7 +9,11 @@ answering the id and epoch the next transaction uses. Every state change is firs
 written to the id's `__transaction_state` partition and only then applied, so a
 coordinator that restarts finds each transaction where it was; a transaction found in
 PrepareCommit or PrepareAbort is completed on load. While a write is in flight the id
-is `pending` and other requests for it get CONCURRENT_TRANSACTIONS, as in Kafka.
+is `pending` and other requests for it get CONCURRENT_TRANSACTIONS, as in Kafka, with
+one exception: partitions added while an add of the same producer is being written wait
+for it and go out together as the next write. A version 2 client's produces reach
+every leader of the transaction at once, and each leader adds its partition: answered
+CONCURRENT_TRANSACTIONS, all but one would retry after a backoff, one write at a time.
 
 EndTxn answers, as Kafka's handleEndTransaction does, once the PrepareCommit or
 PrepareAbort state is durable in the transaction log: from then on the outcome is
@@ -96,6 +100,17 @@ class _Partition:
     ids: set[str] = field(default_factory=set)
 
 
+@dataclass(slots=True)
+class _AddBatch:
+    """Partitions of one producer's transaction written to the log in one state change."""
+
+    producer_id: int
+    producer_epoch: int
+    client_version: int
+    partitions: set[TopicPartition]
+    done: asyncio.Future[ErrorCode]
+
+
 def _write_error(code: ErrorCode) -> ErrorCode:
     """How a failed transaction-log write is reported (Kafka's appendTransactionToLog)."""
     return write_error(code, timed_out=E.coordinator_not_available)
@@ -125,6 +140,10 @@ class TransactionCoordinator:
         self.incomplete: set[str] = set()
         # markers being written after EndTxn answered (held so they are not collected)
         self.completing: set[asyncio.Task[bool]] = set()
+        # per id: the add being written, and the adds that came meanwhile, written next
+        self._adding: dict[str, _AddBatch] = {}
+        self._next_adds: dict[str, _AddBatch] = {}
+        self._add_tasks: set[asyncio.Task[None]] = set()
 
     # -- ownership ------------------------------------------------------------------------
 
@@ -385,11 +404,19 @@ class TransactionCoordinator:
         error, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return error
+        already = meta.state == TxnState.ONGOING and partitions <= meta.partitions
+        writing = self._adding.get(transactional_id)
+        if meta.pending and writing is not None:
+            if already:
+                return E.none
+            return await self._add_after(
+                transactional_id, writing, producer_id, producer_epoch, partitions, client_version
+            )
         if meta.pending or meta.state in PREPARING:
             return E.concurrent_transactions
         if meta.state in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
             return E.concurrent_transactions
-        if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
+        if already:
             return E.none
         now = self.now_ms()
         nxt = meta.copy(
@@ -399,7 +426,71 @@ class TransactionCoordinator:
             last_update_ms=now,
             client_transaction_version=client_version,
         )
-        return await self._store(meta, nxt)
+        batch = _AddBatch(
+            producer_id,
+            producer_epoch,
+            client_version,
+            set(partitions),
+            asyncio.get_running_loop().create_future(),
+        )
+        self._adding[transactional_id] = batch
+        code = E.coordinator_not_available
+        try:
+            code = await self._store(meta, nxt)
+        finally:
+            if self._adding.get(transactional_id) is batch:
+                del self._adding[transactional_id]
+            batch.done.set_result(code)
+            following = self._next_adds.pop(transactional_id, None)
+            if following is not None:
+                task = asyncio.ensure_future(self._add_batch(transactional_id, following))
+                self._add_tasks.add(task)
+                task.add_done_callback(self._add_tasks.discard)
+        return code
+
+    async def _add_after(
+        self,
+        transactional_id: str,
+        writing: _AddBatch,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: set[TopicPartition],
+        client_version: int,
+    ) -> ErrorCode:
+        """Answer an add that came while the same producer's add is being written: with
+        that write's outcome when it covers the partitions, else with the next write's."""
+        if (producer_id, producer_epoch) != (writing.producer_id, writing.producer_epoch):
+            return E.concurrent_transactions
+        if partitions <= writing.partitions:
+            return await asyncio.shield(writing.done)
+        following = self._next_adds.get(transactional_id)
+        if following is None:
+            following = _AddBatch(
+                producer_id,
+                producer_epoch,
+                client_version,
+                set(),
+                asyncio.get_running_loop().create_future(),
+            )
+            self._next_adds[transactional_id] = following
+        following.partitions |= partitions
+        following.client_version = max(following.client_version, client_version)
+        return await asyncio.shield(following.done)
+
+    async def _add_batch(self, transactional_id: str, batch: _AddBatch) -> None:
+        """Write the adds that waited for the last one (checked afresh: an EndTxn or a
+        new epoch may have come between)."""
+        code = E.coordinator_not_available
+        try:
+            code = await self.add_partitions(
+                transactional_id,
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.partitions,
+                batch.client_version,
+            )
+        finally:
+            batch.done.set_result(code)
 
     def verify_partitions(
         self,

@@ -9,9 +9,10 @@ otherwise an AddPartitionsToTxn v5 (verify_only false) to the node that does, as
 Kafka's AddPartitionsToTxnManager sends. The coordinator answers PRODUCER_FENCED to a
 write from an epoch an EndTxn has moved past, which fences a zombie's late write.
 
-The coordinator answers CONCURRENT_TRANSACTIONS while another write of the same id is in
-flight: the leaders of a transaction's other partitions adding theirs, or the last
-transaction's markers still going out right after its EndTxn. That lasts milliseconds,
+The coordinator answers CONCURRENT_TRANSACTIONS while another change of the same id is in
+flight (the adds of the transaction's other leaders it folds into its next write
+instead): the last transaction's markers still going out right after its EndTxn, or the
+end itself being written. That lasts milliseconds,
 so the leader tries again itself (every `add.partitions.to.txn.retry.backoff.ms`, for
 up to `add.partitions.to.txn.retry.backoff.max.ms`, as Kafka 4's ReplicaManager does,
 KAFKA-18654) rather than sending the client into its own, longer, retry backoff.

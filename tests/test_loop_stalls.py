@@ -107,6 +107,66 @@ def _log_with_records(tmp_path: Path) -> PartitionLog:
     return plog
 
 
+# Run in a child process: the failure this guards against is the process dying (SIGSEGV).
+THREADS_ENDING_DURING_A_STALL = """
+import asyncio, threading, time
+from kbroker.metrics.loop_stalls import StallWatch, thread_cpu
+
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+async def main():
+    watch = StallWatch()
+    loop = asyncio.get_running_loop()
+    watch.start(loop)
+    go = threading.Event()
+    # More threads than glibc keeps stacks of: an ended one's memory is unmapped.
+    threads = [threading.Thread(target=go.wait) for _ in range(48)]
+    for t in threads:
+        t.start()
+    ids = [t.native_id for t in threads]
+    await asyncio.sleep(0.1)
+
+    def stall():
+        deadline = time.monotonic() + 2
+        while not watch._cpu_at_detect and time.monotonic() < deadline:
+            spin(0.01)  # until the watchdog has taken every thread's CPU
+        go.set()  # every thread in the watchdog's snapshot ends while the loop is held
+        for t in threads:
+            t.join()
+        spin(0.1)
+
+    loop.call_soon(stall)
+    for _ in range(300):
+        await asyncio.sleep(0.01)
+        if watch.reports:
+            break
+    watch.stop()
+    assert watch.reports, "the stall was not reported"
+    assert all(thread_cpu(i) is None for i in ids)
+    assert thread_cpu(threading.get_native_id()) > 0
+    print("reported")
+
+asyncio.run(main())
+"""
+
+
+def test_threads_that_end_while_the_loop_is_held_do_not_crash_the_report() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", THREADS_ENDING_DURING_A_STALL],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "reported" in done.stdout
+
+
 def test_a_slow_checkpoint_write_does_not_hold_the_log(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The periodic checkpoint runs in a worker thread; while its file write waits for
     the disk, a flush or a roll on the event loop (which take the log's lock) goes on."""

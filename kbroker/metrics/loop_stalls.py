@@ -91,9 +91,17 @@ def _where(frame: FrameType) -> str:
     return f"{short}:{frame.f_lineno} {frame.f_code.co_qualname}"
 
 
-def thread_cpu(ident: int) -> float | None:
+def thread_cpu(native_id: int) -> float | None:
+    """The CPU time of a thread of this process, by its kernel thread id; None once the
+    thread has ended.
+
+    The clock is named from the kernel's id (Linux's per-thread CPU clock id,
+    `~tid << 3 | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED`), not through
+    `pthread_getcpuclockid`: that reads the thread's pthread structure, which is freed
+    once the thread ends, and crashed the process when a thread listed a moment before
+    had ended since. The kernel refuses a thread id that is gone, or not of this process."""
     try:
-        return time.clock_gettime(time.pthread_getcpuclockid(ident))
+        return time.clock_gettime((~native_id << 3) | 6)
     except (OSError, OverflowError, ValueError):
         return None  # the thread ended
 
@@ -120,6 +128,7 @@ class StallWatch:
         self.reports: list[str] = []  # the last few slow steps' reports (tests)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_ident = 0
+        self._loop_native_id = 0
         self._loop_wchan = ""  # where in the kernel the loop thread sleeps (/proc)
         self._handle: asyncio.TimerHandle | None = None
         self._thread: threading.Thread | None = None
@@ -130,7 +139,7 @@ class StallWatch:
         # Filled by the watchdog during a late beat, read and reset by the next beat.
         self._samples: Counter[str] = Counter()
         self._blocked = 0  # samples that found the loop thread blocked in a call
-        self._cpu_at_detect: dict[int, tuple[str, float]] = {}
+        self._cpu_at_detect: dict[int, tuple[str, float]] = {}  # by kernel thread id
         self._gc_start: tuple[float, float] | None = None
         self._gcs: list[tuple[float, float, float, int, str]] = []
 
@@ -139,7 +148,8 @@ class StallWatch:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._loop_ident = threading.get_ident()
-        self._loop_wchan = f"/proc/self/task/{threading.get_native_id()}/wchan"
+        self._loop_native_id = threading.get_native_id()
+        self._loop_wchan = f"/proc/self/task/{self._loop_native_id}/wchan"
         self._beat_wall = time.monotonic()
         self._beat_cpu = time.thread_time()
         self._due = self._beat_wall + self.beat
@@ -187,10 +197,10 @@ class StallWatch:
         since = self._beat_wall
         gcs = [g for g in self._gcs if g[0] >= since]
         others = []
-        for ident, (name, before) in at_detect.items():
-            if ident == self._loop_ident:
+        for native_id, (name, before) in at_detect.items():
+            if native_id == self._loop_native_id:
                 continue
-            after = thread_cpu(ident)
+            after = thread_cpu(native_id)
             if after is not None and after - before >= 0.005:
                 others.append((after - before, name))
         others.sort(reverse=True)
@@ -266,11 +276,12 @@ class StallWatch:
             if not self._cpu_at_detect:
                 snapshot = {}
                 for thread in threading.enumerate():
-                    if thread.ident is None or thread is threading.current_thread():
+                    native_id = thread.native_id
+                    if native_id is None or thread is threading.current_thread():
                         continue
-                    cpu = thread_cpu(thread.ident)
+                    cpu = thread_cpu(native_id)
                     if cpu is not None:
-                        snapshot[thread.ident] = (thread.name, cpu)
+                        snapshot[native_id] = (thread.name, cpu)
                 self._cpu_at_detect = snapshot
             frame = sys._current_frames().get(self._loop_ident)
             self._samples[describe_frame(frame)] += 1

@@ -588,7 +588,9 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "auto.create.topics.enable",
         BOOLEAN,
         True,
-        "Create a topic when a client asks for metadata or produces to one that does not exist.",
+        "Create a topic with the defaults when a client's Metadata request names one that does "
+        "not exist; as on Kafka 4 that request is answered UNKNOWN_TOPIC_OR_PARTITION while the "
+        "controller creates it, and the client's next one finds it.",
     ),
     _d("delete.topic.enable", BOOLEAN, True, "Allow DeleteTopics."),
     _d(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Mapping
+import weakref
+from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
@@ -125,9 +127,7 @@ def _response(
 
 
 @handles(METADATA, 0)
-def metadata(
-    ctx: RequestContext, request: requests.MetadataRequest
-) -> responses.MetadataResponse | Awaitable[responses.MetadataResponse]:
+def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> responses.MetadataResponse:
     broker = ctx.broker
     state = broker.controller.state
     checking = broker.authorizer is not None
@@ -205,41 +205,57 @@ def _valid_name(name: str) -> bool:
     return True
 
 
-async def _create_then_respond(
+def _create_then_respond(
     ctx: RequestContext,
     results: list[responses.MetadataResponseTopic | None],
     to_create: list[tuple[int, str]],
 ) -> responses.MetadataResponse:
-    """Auto-create topics (Kafka's auto.create.topics.enable) and describe them at once."""
+    """Auto-create topics (Kafka's auto.create.topics.enable) as Kafka 4's
+    AutoTopicCreationManager does: the creation is handed to the controller and goes on
+    in the background, and this answer says UNKNOWN_TOPIC_OR_PARTITION (retriable); the
+    client's next Metadata finds the topic. Answering with a topic created on the spot
+    would show a topic a moment after it was deleted, created again by the very
+    request that asked whether it exists."""
     for index, name in to_create:
-        results[index] = await auto_create_topic(ctx.broker, name)
+        start_auto_create(ctx.broker, name)
+        results[index] = missing_topic(name, None, ErrorCode.unknown_topic_or_partition)
     return _response(ctx, [r for r in results if r is not None])
 
 
-async def auto_create_topic(broker: BrokerParts, name: str) -> responses.MetadataResponseTopic:
-    """Create `name` as Kafka's auto.create.topics.enable does and describe it.
+# Per controller: the topics whose auto-creation is in flight (a client asking again
+# meanwhile starts no second one), with the tasks held so they are not collected.
+_auto_creating: weakref.WeakKeyDictionary[object, dict[str, asyncio.Task[None]]] = (
+    weakref.WeakKeyDictionary()
+)
 
-    A refusal never reaches the client as such: Kafka's broker hands the creation to the
-    controller and answers LEADER_NOT_AVAILABLE (retriable) whatever the controller then
-    says, and never TOPIC_ALREADY_EXISTS. Here the topic is described when it exists by the
-    time the refusal arrives (another node created it first: this node applies that
-    change before its own refused one, so the image read after the answer holds it), and
-    is LEADER_NOT_AVAILABLE otherwise, the controller's reason logged."""
+
+def start_auto_create(broker: BrokerParts, name: str) -> None:
+    """Start creating `name` with the broker's defaults, unless that is under way."""
+    in_flight = _auto_creating.setdefault(broker.controller, {})
+    if name in in_flight:
+        return
+    task = asyncio.get_running_loop().create_task(auto_create_topic(broker, name))
+    in_flight[name] = task
+    task.add_done_callback(lambda _: in_flight.pop(name, None))
+
+
+async def auto_create_topic(broker: BrokerParts, name: str) -> None:
+    """Create `name` as Kafka's auto.create.topics.enable does. A refusal is logged (once
+    a minute per topic), never answered: the client was told UNKNOWN_TOPIC_OR_PARTITION
+    already. One the controller refuses because the topic exists (another node created
+    it first) is not worth a line."""
     try:
-        topic = await broker.controller.create_topic(
+        await broker.controller.create_topic(
             name,
             broker.config.num_partitions,
             broker.config.default_replication_factor,
             {},
         )
     except ControllerError as exc:
-        # The image of now, not of before the await: it may have gained the topic since.
-        existing = broker.controller.state.topics.get(name)
-        if existing is None:
+        if broker.controller.state.topics.get(name) is None:
             _log_refusal(name, exc)
-            return missing_topic(name, None, ErrorCode.leader_not_available)
-        topic = existing
-    return describe_topic(topic, broker.controller.state.brokers)
+    except Exception:
+        log.exception("auto-creation of topic %r failed", name)
 
 
 # Topic name -> time.monotonic() its auto-creation's refusal was last logged: a client
@@ -256,7 +272,7 @@ def _log_refusal(name: str, exc: ControllerError) -> None:
         _refusals_logged.clear()
     _refusals_logged[name] = now
     log.warning(
-        "topic %r not auto-created (answered LEADER_NOT_AVAILABLE): %s %s",
+        "topic %r not auto-created: %s %s",
         name,
         ErrorCode(exc.error_code).name.upper(),
         exc.message,

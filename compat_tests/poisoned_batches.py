@@ -26,7 +26,6 @@ from kbroker.protocol.compression import GZIP, LZ4, SNAPPY, ZSTD, compress
 
 CORRUPT_MESSAGE = 2
 INVALID_TIMESTAMP = 32
-UNKNOWN_PRODUCER_ID = 59
 INVALID_RECORD = 87
 
 _I16 = struct.Struct(">h")
@@ -161,14 +160,6 @@ def poisoned(now_ms: int) -> dict[str, tuple[bytes, int]]:
         INVALID_TIMESTAMP,
     )
     cases["timestamp 2^62"] = (bytes(encode_batch([b"far"], 2**62)), INVALID_TIMESTAMP)
-    cases["producer id never issued"] = (
-        bytes(
-            encode_batch(
-                [b"idempotent"], now_ms, producer_id=2**40, producer_epoch=0, base_sequence=0
-            )
-        ),
-        UNKNOWN_PRODUCER_ID,
-    )
     return cases
 
 

@@ -33,6 +33,7 @@ from compat_tests.poisoned_batches import (
     poisoned,
 )
 from kbroker.admin.client import BrokerConnection, produce_fields
+from kbroker.protocol.batch import encode_batch
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -141,3 +142,15 @@ def test_poisoned_old_format_message_set_gets_kafkas_code_and_nothing_is_appende
     assert produce_v2_raw(topics, topics.plain, records)[0] == code
     assert watermarks(topics.broker.bootstrap, topics.plain) == before
     produce_good(topics, topics.plain)
+
+
+def test_a_producer_id_this_node_never_handed_out_is_appended(topics: Topics) -> None:
+    """Not poison: ids come in blocks each node's coordinator reserves through the
+    controller, and a leader may take an id's first batch before it has applied that
+    block. Kafka checks the sequence (0 for a new id), not where the id came from."""
+    topic = unique_topic("foreign-id")
+    create_topic(topics.broker.bootstrap, topic)
+    batch = bytes(encode_batch([b"v"], NOW, producer_id=2**40, producer_epoch=0, base_sequence=0))
+    assert produce_raw(topics, topic, batch).error_code == 0
+    assert produce_raw(topics, topic, batch).error_code == 0  # the retry: a duplicate
+    assert watermarks(topics.broker.bootstrap, topic) == (0, 1)

@@ -16,7 +16,6 @@ from compat_tests.poisoned_batches import (
     CORRUPT_MESSAGE,
     INVALID_RECORD,
     INVALID_TIMESTAMP,
-    UNKNOWN_PRODUCER_ID,
     keyless,
     long_ago,
     poisoned,
@@ -42,7 +41,6 @@ from kbroker.protocol.record_validation import (
     walk_py,
 )
 from kbroker.storage.log import LogConfig, PartitionLog
-from kbroker.storage.producer_state import UnknownProducerIdError
 
 NOW = int(time.time() * 1000)
 
@@ -63,7 +61,7 @@ def code_of(records: bytes, policy: RecordPolicy | None = None) -> int:
 
 @pytest.mark.parametrize(
     ("name", "records", "code"),
-    [(name, r, c) for name, (r, c) in poisoned(NOW).items() if c != UNKNOWN_PRODUCER_ID],
+    [(name, r, c) for name, (r, c) in poisoned(NOW).items()],
     ids=lambda v: v if isinstance(v, str) else "",
 )
 def test_poisoned_batch_gets_kafkas_code(name: str, records: bytes, code: int) -> None:
@@ -208,14 +206,16 @@ def test_no_two_stored_records_share_an_offset(tmp_path_factory, batches: list[b
         plog.close()
 
 
-def test_producer_id_never_issued_is_unknown_producer_id(tmp_path) -> None:
+def test_a_producer_id_from_a_block_the_leader_has_not_seen_is_appended(tmp_path) -> None:
+    """Ids come in blocks each coordinator reserves through the controller; a leader that
+    has not applied the block yet takes the id's first batch, as Kafka does (it checks
+    sequences, not where an id came from)."""
     plog = PartitionLog.open(tmp_path / "t-0", LogConfig(), NOW)
     try:
-        batch = encode_batch([b"x"], NOW, producer_id=7, producer_epoch=0, base_sequence=0)
-        with pytest.raises(UnknownProducerIdError):
-            plog.append(batch, 0, NOW, issued_producer_ids=7)
-        assert plog.log_end_offset == 0
-        plog.append(batch, 0, NOW, issued_producer_ids=8)
+        batch = encode_batch([b"x"], NOW, producer_id=2**40, producer_epoch=0, base_sequence=0)
+        plog.append(batch, 0, NOW)
+        assert plog.log_end_offset == 1
+        plog.append(batch, 0, NOW)  # a retry is the duplicate, not a second record
         assert plog.log_end_offset == 1
     finally:
         plog.close()

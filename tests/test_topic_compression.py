@@ -67,8 +67,8 @@ def test_a_recompressed_idempotent_batch_keeps_its_producer_fields(tmp_path: Pat
     config = LogConfig(compression_type="gzip")
     plog = PartitionLog.open(tmp_path / "t-0", config, NOW)
     try:
-        first = plog.append(batch, 0, NOW, issued_producer_ids=1)
-        again = plog.append(batch, 0, NOW, issued_producer_ids=1)  # a retried send
+        first = plog.append(batch, 0, NOW)
+        again = plog.append(batch, 0, NOW)  # a retried send
         (h,) = validate_batches(stored(plog), 1 << 30)
     finally:
         plog.close()

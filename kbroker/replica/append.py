@@ -325,9 +325,6 @@ def append_records(
     delayed = DelayedProduce(entries, results, failed)
     client = request_version is not None
     version = LATEST_VERSION if request_version is None else request_version
-    issued = None
-    if client and manager.metadata is not None:
-        issued = manager.metadata().next_producer_id
     validation = manager.record_validation if client else None
     verifier = manager.transaction_verifier if client else None
     hosted = manager.hosted
@@ -382,7 +379,7 @@ def append_records(
                     results.append(ProducedPartition(index, code))
                     continue
         try:
-            appended = partition.append_as_leader(records, now_ms, origin, acks, issued)
+            appended = partition.append_as_leader(records, now_ms, origin, acks)
         except PartitionError as exc:
             results.append(ProducedPartition(index, exc.code, error_message=str(exc)))
             continue

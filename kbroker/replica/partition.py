@@ -240,7 +240,6 @@ class Partition:
         now_ms: int,
         origin: int = CLIENT,
         required_acks: int = 1,
-        issued_producer_ids: int | None = None,
     ) -> AppendResult:
         """Append a client's (or a coordinator's) batches with offsets from this log.
         Requests reach it through `ReplicaManager.append_records` (replica/append.py),
@@ -250,7 +249,7 @@ class Partition:
         acks=all, NOT_ENOUGH_REPLICAS when the ISR is smaller than min.insync.replicas
         (nothing is written then). Storage's errors (corrupt or oversized batches,
         producer state) pass through. `origin` is storage.producer_state's CLIENT or
-        COORDINATOR; `issued_producer_ids` is the first producer id never handed out."""
+        COORDINATOR."""
         if self.leader_id != self.node_id:
             raise PartitionError(
                 ErrorCode.not_leader_or_follower, f"{self.topic}-{self.index} is led elsewhere"
@@ -265,7 +264,7 @@ class Partition:
                 f"{self.topic}-{self.index} has {len(self.isr)} in-sync replicas, "
                 f"fewer than min.insync.replicas={self.min_insync_replicas}",
             )
-        result = self.log.append(records, self.leader_epoch, now_ms, origin, issued_producer_ids)
+        result = self.log.append(records, self.leader_epoch, now_ms, origin)
         if not self._advance_high_watermark():
             self.waiters.wake(self.key)  # followers' parked fetches
         return result

@@ -46,7 +46,6 @@ from kbroker.storage.producer_state import (
     CLIENT,
     AbortedTxn,
     ProducerStateManager,
-    UnknownProducerIdError,
 )
 from kbroker.storage.segment import MAX_RELATIVE_OFFSET, Segment
 from kbroker.storage.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
@@ -295,7 +294,6 @@ class PartitionLog:
         leader_epoch: int,
         now_ms: int,
         origin: int = CLIENT,
-        issued_producer_ids: int | None = None,
     ) -> AppendResult:
         """Validate, assign offsets from the log end offset and write a records blob.
 
@@ -304,8 +302,9 @@ class PartitionLog:
         ProducerStateError without writing anything when any batch of the blob is bad. A
         duplicate of a recent idempotent batch is answered with its original offsets and
         not written again. `origin` (producer_state.CLIENT / COORDINATOR) says how much
-        of the producer state is checked. A producer id at or above `issued_producer_ids`
-        (the first id never handed out) is UnknownProducerIdError.
+        of the producer state is checked. Where a producer id came from is not: a
+        leader may not have applied the block of ids another node's coordinator handed
+        out yet, and Kafka takes a new id at sequence 0 as it comes.
         """
         self._check_open()
         if isinstance(records, bytes) or (isinstance(records, memoryview) and records.readonly):
@@ -326,16 +325,9 @@ class PartitionLog:
                         DEFAULT_MAX_DECOMPRESSED_BYTES,
                     )
                     headers = validate_batches(records, config.max_message_bytes)
-        producers = False
-        for h in headers:
-            if h.producer_id >= 0 or h.attributes & TRANSACTIONAL_OR_CONTROL:
-                producers = True
-                if (
-                    issued_producer_ids is not None
-                    and h.producer_id >= issued_producer_ids
-                    and not h.attributes & 0x20  # a client's marker is INVALID_RECORD first
-                ):
-                    raise UnknownProducerIdError(f"producer id {h.producer_id} was never issued")
+        producers = any(
+            h.producer_id >= 0 or h.attributes & TRANSACTIONAL_OR_CONTROL for h in headers
+        )
         if producers:
             duplicate = self.producer_state.check(records, headers, origin)
             if duplicate is not None:

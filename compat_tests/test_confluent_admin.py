@@ -172,6 +172,30 @@ def test_incremental_alter_configs_rejects_invalid_value_and_keeps_old_one(share
     )
 
 
+def test_a_consumer_groups_session_timeout_is_set_on_the_group_as_librdkafka_sets_it(
+    shared_broker,
+):
+    """librdkafka's own admin test (0081) sets consumer.session.timeout.ms on a GROUP."""
+    group = unique_topic("group-config")
+    admin = admin_client(shared_broker.bootstrap)
+
+    def set_group(value: str) -> None:
+        entry = ConfigEntry(
+            "consumer.session.timeout.ms", value, incremental_operation=AlterConfigOpType.SET
+        )
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+        admin.incremental_alter_configs([resource], request_timeout=10)[resource].result(15)
+
+    set_group("50000")
+    resource = ConfigResource(ResourceType.GROUP, group)
+    entries = admin.describe_configs([resource], request_timeout=10)[resource].result(15)
+    assert entries["consumer.session.timeout.ms"].value == "50000"
+    assert entries["consumer.heartbeat.interval.ms"].value == "5000"
+    with pytest.raises(KafkaException) as raised:
+        set_group("5000")  # not above the heartbeat interval, nor within the broker's bounds
+    assert raised.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+
 def test_create_topic_with_invalid_config_fails_with_invalid_config(shared_broker):
     from confluent_kafka.admin import NewTopic
 

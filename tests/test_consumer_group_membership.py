@@ -176,6 +176,25 @@ def test_silent_member_is_fenced_after_the_session_timeout(h):
     assert b.beat().error == E.unknown_member_id
 
 
+def test_a_groups_own_session_timeout_and_heartbeat_interval_apply_to_its_members(h):
+    """consumer.session.timeout.ms and consumer.heartbeat.interval.ms set on the group
+    (IncrementalAlterConfigs) beat the broker's settings for that group alone."""
+    own = {"g": {"consumer.session.timeout.ms": str(3 * SESSION_MS)}}
+    own["g"]["consumer.heartbeat.interval.ms"] = str(2 * HEARTBEAT_MS)
+    h.cc.group_configs = lambda group_id: own.get(group_id, {})
+    a, b = h.member(), h.member()
+    assert a.beat().heartbeat_interval_ms == 2 * HEARTBEAT_MS
+    settle([a, b])
+    for _ in range(2 * SESSION_MS // HEARTBEAT_MS):  # past the broker's session timeout
+        a.beat()
+        h.clock.advance(HEARTBEAT_MS)
+    assert set(h.group().members) == {a.member_id, b.member_id}
+    for _ in range(2 * SESSION_MS // HEARTBEAT_MS):  # and past the group's
+        a.beat()
+        h.clock.advance(HEARTBEAT_MS)
+    assert list(h.group().members) == [a.member_id]
+
+
 def test_heartbeats_keep_a_member_alive_past_the_session_timeout(h):
     a = h.member()
     for _ in range(3 * SESSION_MS // HEARTBEAT_MS):

@@ -1323,3 +1323,46 @@ def test_streams_group_configs_are_served_with_share_groups_off(tmp_path):
 
     listed = call(broker, LIST_CONFIG_RESOURCES, 1, resource_types=[GROUP])
     assert [(r.resource_name, r.resource_type) for r in listed.config_resources] == [("app", GROUP)]
+
+
+def test_consumer_group_configs_are_served_and_checked_as_kafka_checks_them(tmp_path):
+    """librdkafka's 0081_admin sets consumer.session.timeout.ms on a GROUP resource;
+    Kafka takes a consumer group's two configs within the broker's group.consumer.*
+    bounds, the session timeout above the heartbeat interval, share groups on or off."""
+    broker = FakeBroker(tmp_path, {"group.share.enable": "false"})
+
+    def change(*ops: tuple[str, str | None]) -> Any:
+        configs = [
+            {"name": n, "config_operation": SET if v is not None else DELETE, "value": v}
+            for n, v in ops
+        ]
+        resource = {"resource_type": GROUP, "resource_name": "orders", "configs": configs}
+        (result,) = alter(broker, [resource], key=INCREMENTAL_ALTER_CONFIGS, version=1)
+        return result
+
+    assert change(("consumer.session.timeout.ms", "50000")).error_code == ErrorCode.none
+    assert change(("consumer.heartbeat.interval.ms", "6000")).error_code == ErrorCode.none
+    refusals = {
+        ("consumer.session.timeout.ms", "10000"): "must be greater than or equal to "
+        "group.consumer.min.session.timeout.ms",
+        ("consumer.session.timeout.ms", "70000"): "must be less than or equal to "
+        "group.consumer.max.session.timeout.ms",
+        ("consumer.heartbeat.interval.ms", "1000"): "must be greater than or equal to "
+        "group.consumer.min.heartbeat.interval.ms",
+        ("consumer.heartbeat.interval.ms", "ten"): "Not a number of type INT",
+    }
+    for op, why in refusals.items():
+        refused = change(op)
+        assert refused.error_code == ErrorCode.invalid_config, op
+        assert why in refused.error_message, (op, refused.error_message)
+    assert broker.controller.state.group_configs == {
+        "orders": {"consumer.session.timeout.ms": "50000", "consumer.heartbeat.interval.ms": "6000"}
+    }
+
+    result = describe(broker, GROUP, "orders")
+    by_name = {c.name: (c.value, c.config_source) for c in result.configs}
+    assert by_name["consumer.session.timeout.ms"] == ("50000", 8)  # DYNAMIC_GROUP_CONFIG
+    assert change(("consumer.heartbeat.interval.ms", None)).error_code == ErrorCode.none
+    result = describe(broker, GROUP, "orders")
+    by_name = {c.name: (c.value, c.config_source) for c in result.configs}
+    assert by_name["consumer.heartbeat.interval.ms"] == ("5000", 5)  # the broker's, DEFAULT

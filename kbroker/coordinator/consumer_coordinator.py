@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +94,62 @@ class ConsumerGroupConfig:
     @property
     def default_assignor(self) -> str:
         return self.assignors[0] if self.assignors else "uniform"
+
+
+# Kafka's consumer group configs (GroupConfig): one group's own session timeout and
+# heartbeat interval, over the broker's group.consumer.* settings.
+CONSUMER_GROUP_CONFIGS = ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms")
+# What Kafka checks a group's values against where the group sets only one of them.
+_CONSUMER_CONFIG_DEFAULTS = {
+    "consumer.session.timeout.ms": 45_000,
+    "consumer.heartbeat.interval.ms": 5_000,
+}
+
+
+def consumer_group_config_defaults(config: BrokerConfig) -> dict[str, str]:
+    """What a group without its own consumer.* configs runs with: the broker's."""
+    return {
+        "consumer.session.timeout.ms": str(config.group_consumer_session_timeout_ms),
+        "consumer.heartbeat.interval.ms": str(config.group_consumer_heartbeat_interval_ms),
+    }
+
+
+def consumer_group_config_problem(config: BrokerConfig, configs: Mapping[str, str]) -> str | None:
+    """Why a group's consumer.* configs, as they would be after a change, are refused
+    (Kafka's GroupConfig.validate: each within the broker's group.consumer.min/max
+    settings, and the session timeout above the heartbeat interval), or None."""
+    values: dict[str, int] = {}
+    for name, default in _CONSUMER_CONFIG_DEFAULTS.items():
+        raw = configs.get(name)
+        if raw is None:
+            values[name] = default
+            continue
+        text = raw.strip()
+        if not text.lstrip("-").isdigit() or not -(2**31) <= int(text) < 2**31:
+            return f"Invalid value {raw} for configuration {name}: Not a number of type INT"
+        values[name] = int(text)
+    bounds = {
+        "consumer.session.timeout.ms": (
+            "group.consumer.min.session.timeout.ms",
+            config.group_consumer_min_session_timeout_ms,
+            "group.consumer.max.session.timeout.ms",
+            config.group_consumer_max_session_timeout_ms,
+        ),
+        "consumer.heartbeat.interval.ms": (
+            "group.consumer.min.heartbeat.interval.ms",
+            config.group_consumer_min_heartbeat_interval_ms,
+            "group.consumer.max.heartbeat.interval.ms",
+            config.group_consumer_max_heartbeat_interval_ms,
+        ),
+    }
+    for name, (low_name, low, high_name, high) in bounds.items():
+        if values[name] < low:
+            return f"{name} must be greater than or equal to {low_name}"
+        if values[name] > high:
+            return f"{name} must be less than or equal to {high_name}"
+    if values["consumer.heartbeat.interval.ms"] >= values["consumer.session.timeout.ms"]:
+        return "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms"
+    return None
 
 
 def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
@@ -230,6 +286,8 @@ class ConsumerGroupCoordinator:
         self.groups: dict[str, ConsumerGroup] = {}
         # The latest cluster metadata, as the broker's controller holds it.
         self.metadata: Callable[[], MetadataState] = MetadataState
+        # A group's own configs (IncrementalAlterConfigs on the GROUP resource).
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}
         self._new_member_id = new_member_id or _new_member_id
         self._ops: SerialWriter[_Change, list[KeyValue]] = SerialWriter(
             label="group",
@@ -543,7 +601,7 @@ class ConsumerGroupCoordinator:
             E.none,
             member_id=member_id,
             member_epoch=reconciled.member_epoch,
-            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms(gid),
             assignment=reconciled.assigned if send_assignment else None,
         )
 
@@ -808,12 +866,31 @@ class ConsumerGroupCoordinator:
 
     # -- timers ---------------------------------------------------------------------------
 
+    def _group_setting(self, group_id: str, name: str, default: int) -> int:
+        """A consumer.* group config when the group has one, else the broker's setting
+        (Kafka's GroupMetadataManager.consumerGroupSessionTimeoutMs and the like)."""
+        value = self.group_configs(group_id).get(name)
+        try:
+            return default if value is None else int(value)
+        except ValueError:
+            return default
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        return self._group_setting(
+            group_id, "consumer.session.timeout.ms", self.config.session_timeout_ms
+        )
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self._group_setting(
+            group_id, "consumer.heartbeat.interval.ms", self.config.heartbeat_interval_ms
+        )
+
     def _schedule_session_timeout(self, group: ConsumerGroup, member_id: str) -> None:
         schedule_session_timeout(
             self.host.scheduler,
             group,
             member_id,
-            self.config.session_timeout_ms,
+            self.session_timeout_ms(group.group_id),
             live=lambda: self.groups.get(group.group_id) is group,
             expire=lambda: self._fence_later(group.group_id, member_id, "its session expired"),
         )
@@ -822,7 +899,7 @@ class ConsumerGroupCoordinator:
         """A member asked to revoke must do so within its rebalance timeout."""
         timeout = member.rebalance_timeout_ms
         if timeout <= 0:
-            timeout = self.config.session_timeout_ms
+            timeout = self.session_timeout_ms(group.group_id)
         epoch = member.member_epoch
         member_id = member.member_id
         schedule_rebalance_timeout(

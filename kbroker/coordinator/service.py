@@ -72,6 +72,7 @@ class GroupCoordinatorService(InternalTopicService):
         self.coordinator.streams.group_configs = lambda group_id: (
             broker.controller.state.group_configs.get(group_id, {})
         )
+        self.coordinator.consumer.group_configs = self.coordinator.streams.group_configs
         self._creating_internal: set[str] = set()
 
     async def start(self) -> None:

@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from kbroker.config.broker_settings import BROKER_CONFIG_DEFS, KBROKER_OWN
 from kbroker.config.topic import TOPIC_BROKER_SYNONYMS, TOPIC_CONFIG_DEFS
 from kbroker.config.types import ConfigDef, SettingRole, valid_values
+from kbroker.coordinator.consumer_coordinator import CONSUMER_GROUP_CONFIGS
+from kbroker.coordinator.streams_coordinator import STREAMS_GROUP_CONFIGS
 from kbroker.share.group_configs import GROUP_CONFIGS
 
 READ_ONLY = "read-only"
@@ -130,13 +132,25 @@ def render() -> str:
         *HEADER,
         *_rows(topic_defs, PER_TOPIC),
         "",
-        f"## Group configs ({len(GROUP_CONFIGS)})",
+        "## Group configs "
+        f"({len(CONSUMER_GROUP_CONFIGS) + len(GROUP_CONFIGS) + len(STREAMS_GROUP_CONFIGS)})",
         "",
         "Set on a GROUP resource with IncrementalAlterConfigs, kept in the cluster "
-        "metadata, for share groups (KIP-932, KIP-1191); each overrides the broker's "
-        "`group.share.*` default for one group, within the broker's minimum and maximum:",
+        "metadata; each overrides the broker's default for one group, within the "
+        "broker's minimum and maximum.",
+        "",
+        "Consumer groups (KIP-848), over `group.consumer.*`; the session timeout must stay "
+        "above the heartbeat interval:",
+        "",
+        *(f"- `{name}`" for name in CONSUMER_GROUP_CONFIGS),
+        "",
+        "Share groups (KIP-932, KIP-1191), over `group.share.*`, served while share groups are on:",
         "",
         *(f"- `{name}`" for name in GROUP_CONFIGS),
+        "",
+        "Streams groups (KIP-1071), over `group.streams.*`:",
+        "",
+        *(f"- `{name}`" for name in STREAMS_GROUP_CONFIGS),
         "",
     ]
     return "\n".join(lines)

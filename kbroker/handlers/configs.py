@@ -31,6 +31,11 @@ from kbroker.config import validate_topic_configs as _validate_topic_configs
 from kbroker.controller import ControllerError
 from kbroker.controller.state import TopicInfo
 from kbroker.controller.validation import validate_topic_name
+from kbroker.coordinator.consumer_coordinator import (
+    CONSUMER_GROUP_CONFIGS,
+    consumer_group_config_defaults,
+    consumer_group_config_problem,
+)
 from kbroker.coordinator.streams_coordinator import (
     STREAMS_GROUP_CONFIGS,
     streams_group_config_defaults,
@@ -624,9 +629,10 @@ def _share_service(broker: BrokerParts) -> ShareCoordination:
 async def alter_group_configs(
     broker: BrokerParts, resource: IncrementalConfigResource, validate_only: bool
 ) -> None:
-    """SET and DELETE of a group's configs, in the cluster metadata. A streams group's
-    (`streams.*`) are served whatever `group.share.enable` says, as in Kafka; the others are
-    share groups' and need share groups on."""
+    """SET and DELETE of a group's configs, in the cluster metadata. A consumer group's
+    (`consumer.*`) and a streams group's (`streams.*`) are served whatever
+    `group.share.enable` says, as in Kafka; the others are share groups' and need share
+    groups on."""
     group_id = resource.resource_name
     if not group_id:
         raise ResourceError(ErrorCode.invalid_request, "Group name must not be empty")
@@ -639,13 +645,25 @@ async def alter_group_configs(
                 "because its type is not LIST.",
             )
         value = op.value if op.config_operation == SET else None
-        if op.name.startswith("streams."):
+        if op.name in CONSUMER_GROUP_CONFIGS:
+            problem = None  # checked together below: one bounds the other
+        elif op.name.startswith("streams."):
             problem = validate_streams_group_config(broker.config, op.name, value)
         else:
             problem = _share_service(broker).coordinator.configs.validate(op.name, value)
         if problem is not None:
             raise ResourceError(ErrorCode.invalid_config, problem)
         changes[op.name] = value
+    if any(name in CONSUMER_GROUP_CONFIGS for name in changes):
+        after = dict(broker.controller.state.group_configs.get(group_id, {}))
+        for name, value in changes.items():
+            if value is None:
+                after.pop(name, None)
+            else:
+                after[name] = value
+        problem = consumer_group_config_problem(broker.config, after)
+        if problem is not None:
+            raise ResourceError(ErrorCode.invalid_config, problem)
     if validate_only or not changes:
         return
     try:  # in the cluster metadata, as Kafka's ConfigRecords: every broker has them
@@ -659,13 +677,16 @@ def describe_group_configs(
 ) -> list[responses.DescribeConfigsResourceResult]:
     from kbroker.share.group_configs import GROUP_CONFIGS
 
-    defaults: dict[str, str | None] = dict(streams_group_config_defaults(broker.config))
-    names: tuple[str, ...] = STREAMS_GROUP_CONFIGS
+    defaults: dict[str, str | None] = {
+        **consumer_group_config_defaults(broker.config),
+        **streams_group_config_defaults(broker.config),
+    }
+    names: tuple[str, ...] = (*CONSUMER_GROUP_CONFIGS, *STREAMS_GROUP_CONFIGS)
     service = broker.shares
     if service is not None and broker.config.group_share_enable:
         # share groups' configs only while share groups are served; streams groups' always
         coordinator = service.coordinator
-        names = (*GROUP_CONFIGS, *STREAMS_GROUP_CONFIGS)
+        names = (*CONSUMER_GROUP_CONFIGS, *GROUP_CONFIGS, *STREAMS_GROUP_CONFIGS)
         defaults |= {
             "share.auto.offset.reset": "latest",
             "share.isolation.level": "read_uncommitted",

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from compat_tests.broker_process import BrokerProcess, running_broker
+from compat_tests.confluent_helpers import create_topic
 from compat_tests.waiting import eventually
 from kbroker.admin.client import BrokerConnection
 
 METADATA = 3
-CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 UNKNOWN_TOPIC_OR_PARTITION = 3
 PARTITIONS = 3
@@ -67,17 +67,11 @@ def test_a_deleted_topic_is_not_described_by_the_request_that_creates_it_again(
     Kafka answers UNKNOWN_TOPIC_OR_PARTITION (and creates the topic anew), not a topic a
     moment after its deletion."""
     name = unique("deleted")
+    create_topic(node.bootstrap, name)
+    first_id = eventually(
+        lambda: metadata(node, name, create=False).topic_id, timeout=10, what=f"{name} created"
+    )
     with BrokerConnection(node.host, node.port, 10.0, "auto-create-admin") as conn:
-        topic = {
-            "name": name,
-            "num_partitions": 1,
-            "replication_factor": 1,
-            "assignments": [],
-            "configs": [],
-        }
-        made = conn.request(CREATE_TOPICS, 7, topics=[topic], timeout=15000, validate_only=False)
-        assert made.topics[0].error_code == 0
-        first_id = made.topics[0].topic_id
         gone = conn.request(
             DELETE_TOPICS, 6, topics=[{"name": name, "topic_id": None}], timeout=15000
         )
@@ -85,14 +79,12 @@ def test_a_deleted_topic_is_not_described_by_the_request_that_creates_it_again(
     again = metadata(node, name, create=True)
     assert again.error_code == UNKNOWN_TOPIC_OR_PARTITION
     assert list(again.partitions) == []
-    recreated = eventually(
-        lambda: (
-            metadata(node, name, create=False).topic_id != first_id
-            and metadata(node, name, create=False)
-        ),
-        timeout=10,
-        what=f"{name} created anew",
-    )
+
+    def created_anew() -> Any:
+        topic = metadata(node, name, create=False)
+        return topic if topic.partitions and topic.topic_id != first_id else None
+
+    recreated = eventually(created_anew, timeout=10, what=f"{name} created anew")
     assert len(recreated.partitions) == PARTITIONS
 
 

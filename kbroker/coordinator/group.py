@@ -8,7 +8,7 @@ to the coordinator; keeping them out of here makes the group easy to reason abou
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -354,3 +354,13 @@ def describe_members(group: ClassicGroup) -> list[responses.DescribedGroupMember
         }
         for m in group.members.values()
     ]
+
+
+def int_group_config(configs: Mapping[str, str], name: str, default: int) -> int:
+    """A group's own integer config (IncrementalAlterConfigs on its GROUP resource) when
+    it has one, else `default`, the broker's setting."""
+    value = configs.get(name)
+    try:
+        return default if value is None else int(value)
+    except ValueError:
+        return default

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import MetadataState
-from kbroker.coordinator.group import GroupState, OffsetAndMetadata
+from kbroker.coordinator.group import GroupState, OffsetAndMetadata, int_group_config
 from kbroker.coordinator.host import GroupHost, check_offset_commit, check_offset_fetch
 from kbroker.coordinator.member_timers import (
     cancel_member_timers,
@@ -863,12 +863,7 @@ class StreamsGroupCoordinator:
     # -- timers -------------------------------------------------------------------------
 
     def _group_setting(self, group_id: str, name: str, default: int) -> int:
-        """A streams.* group config when the group has one, else the broker's setting."""
-        value = self.group_configs(group_id).get(name)
-        try:
-            return default if value is None else int(value)
-        except ValueError:
-            return default
+        return int_group_config(self.group_configs(group_id), name, default)
 
     def session_timeout_ms(self, group_id: str) -> int:
         return self._group_setting(

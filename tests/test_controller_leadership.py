@@ -2,6 +2,7 @@
 who is in sync, and which epochs move (Kafka's rules, applied without Raft)."""
 
 import asyncio
+import uuid
 
 import pytest
 
@@ -338,3 +339,18 @@ def test_a_broker_registering_with_an_offline_replica_leaves_its_isr_and_does_no
     assert (part(state).leader, part(state).isr) == (-1, (1,))
     state = ok(state, cmd.BROKER_HEARTBEAT, {"node_id": 2, "epoch": epochs[2]}).state
     assert part(state).leader == -1
+
+
+def test_a_created_partition_leaves_a_fenced_replica_out_unless_the_command_predates_the_rule():
+    """Replaying a log written before new partitions took only active replicas into the
+    ISR must rebuild the state those commands first built."""
+    state, epochs = cluster([2], brokers=[1, 2])
+    state = fence(state, epochs, 1).state
+
+    def created(name, **extra):
+        payload = {"name": name, "topic_id": uuid.uuid4().bytes, "assignment": [[1, 2]]}
+        p = ok(state, cmd.CREATE_TOPIC, {**payload, "configs": {}, **extra}).outcome.partitions[0]
+        return p.leader, p.isr
+
+    assert created("now", active_isr=True) == (2, (2,))
+    assert created("before") == (1, (1, 2))

@@ -207,6 +207,39 @@ def test_manual_assignment_is_used(tmp_path):
     assert [p.leader for p in info.partitions] == [3, 2]
 
 
+def test_a_new_partition_leaves_replicas_on_inactive_brokers_out_of_its_isr(tmp_path):
+    """As Kafka's createTopic and createPartitions: the ISR holds the replicas on active
+    brokers, the first of them leads, and a partition with none is refused."""
+
+    async def main():
+        async with running(tmp_path, brokers=()) as c:
+            one = await c.register_broker(1, "127.0.0.1", 9091)
+            await c.register_broker(2, "127.0.0.1", 9092)
+            await c.controlled_shutdown(1, one.epoch, timeout=5)
+            assert c.state.brokers[1].fenced
+            info = await c.create_topic("t", -1, -1, {}, assignments={0: [1, 2], 1: [2, 1]})
+            checked = await c.create_topic(
+                "u", -1, -1, {}, assignments={0: [1, 2]}, validate_only=True
+            )
+            grown = await c.create_partitions("t", 3, assignments={2: [1, 2]})
+            await c.create_topic("w", -1, -1, {}, assignments={0: [2]})
+            refusals = (
+                await error_code(c.create_topic("v", -1, -1, {}, assignments={0: [1]})),
+                await error_code(c.create_partitions("w", 2, assignments={1: [1]})),
+            )
+            return info, checked, grown, refusals, set(c.state.topics)
+
+    info, checked, grown, refusals, topics = run(main())
+    assert [(p.leader, p.replicas, p.isr) for p in info.partitions] == [
+        (2, (1, 2), (2,)),
+        (2, (2, 1), (2,)),
+    ]
+    assert (checked.partitions[0].leader, checked.partitions[0].isr) == (2, (2,))
+    assert (grown.partitions[2].leader, grown.partitions[2].isr) == (2, (2,))
+    assert refusals == (INVALID_REPLICA_ASSIGNMENT, INVALID_REPLICA_ASSIGNMENT)
+    assert topics == {"t", "w"}
+
+
 @pytest.mark.parametrize(
     "args, kwargs, expected",
     [

@@ -52,7 +52,7 @@ from kbroker.controller.state import (
     TopicInfo,
     collision_key,
 )
-from kbroker.controller.validation import check_replica_list, check_topic_absent
+from kbroker.controller.validation import check_replica_list, check_topic_absent, initial_isr
 from kbroker.security.acl import AclBinding
 from kbroker.security.scram import ScramCredential
 
@@ -503,9 +503,15 @@ def _alter_partition(state: MetadataState, p: dict[str, Any]) -> Applied:
     )
 
 
-def _partition(partition: int, replicas: list[int] | tuple[int, ...]) -> PartitionInfo:
-    replicas = tuple(replicas)
-    return PartitionInfo(partition, replicas[0], replicas, replicas, 0, 0)
+def _new_partition(
+    state: MetadataState, p: dict[str, Any], partition: int, replicas: list[int]
+) -> PartitionInfo:
+    """A created partition: led by the first of its replicas on an active broker, with
+    those in its ISR. Commands written before the ISR was chosen this way
+    (no "active_isr") keep every replica in it, as they did when first applied."""
+    assigned = tuple(replicas)
+    isr = initial_isr(assigned, state.brokers, partition) if p.get("active_isr") else assigned
+    return PartitionInfo(partition, isr[0], assigned, isr, 0, 0)
 
 
 def _with_topic(state: MetadataState, info: TopicInfo) -> MetadataState:
@@ -522,7 +528,7 @@ def _create_topic(state: MetadataState, p: dict[str, Any]) -> Applied:
     topic_id = uuid.UUID(bytes=p["topic_id"])
     if topic_id in state.topics_by_id:
         raise ControllerError(INVALID_REQUEST, f"topic id {topic_id} is already in use")
-    partitions = tuple(_partition(i, r) for i, r in enumerate(p["assignment"]))
+    partitions = tuple(_new_partition(state, p, i, r) for i, r in enumerate(p["assignment"]))
     info = TopicInfo(name, topic_id, partitions, dict(p["configs"]))
     new = _with_topic(state, info)
     collisions = dict(state.topic_collisions)
@@ -562,7 +568,7 @@ def _create_partitions(state: MetadataState, p: dict[str, Any]) -> Applied:
             f"Topic {info.name} now has {len(info.partitions)} partitions; the request "
             f"expected {first}.",
         )
-    added = tuple(_partition(first + i, r) for i, r in enumerate(p["assignment"]))
+    added = tuple(_new_partition(state, p, first + i, r) for i, r in enumerate(p["assignment"]))
     new_info = replace(info, partitions=info.partitions + added)
     return Applied(_with_topic(state, new_info), new_info, (PartitionsCreated(new_info, added),))
 

@@ -78,6 +78,7 @@ from kbroker.controller.validation import (
     check_partition_count,
     check_replication_factor,
     check_topic_absent,
+    initial_isr,
     place_replicas,
     validate_topic_name,
 )
@@ -1118,8 +1119,12 @@ class Controller:
         topic_configs = dict(configs or {})
         self._validate_configs(topic_configs)
         topic_id = uuid.uuid4()
+        isrs = [initial_isr(r, state.brokers, i) for i, r in enumerate(replicas)]
         if validate_only:
-            partitions = tuple(PartitionInfo(i, r[0], r, r, 0, 0) for i, r in enumerate(replicas))
+            partitions = tuple(
+                PartitionInfo(i, isr[0], r, isr, 0, 0)
+                for i, (r, isr) in enumerate(zip(replicas, isrs, strict=True))
+            )
             return TopicInfo(name, topic_id, partitions, topic_configs)
         return await self._propose(
             cmd.CREATE_TOPIC,
@@ -1128,6 +1133,7 @@ class Controller:
                 "topic_id": topic_id.bytes,
                 "assignment": [list(r) for r in replicas],
                 "configs": topic_configs,
+                "active_isr": True,
             },
         )
 
@@ -1190,8 +1196,12 @@ class Controller:
             replicas = place_replicas(
                 live, _racks(state), current, count, replication_factor, start
             )
+        isrs = [initial_isr(r, state.brokers, current + i) for i, r in enumerate(replicas)]
         if validate_only:
-            added = tuple(PartitionInfo(current + i, r[0], r, r) for i, r in enumerate(replicas))
+            added = tuple(
+                PartitionInfo(current + i, isr[0], r, isr)
+                for i, (r, isr) in enumerate(zip(replicas, isrs, strict=True))
+            )
             return TopicInfo(info.name, info.topic_id, info.partitions + added, info.configs)
         return await self._propose(
             cmd.CREATE_PARTITIONS,
@@ -1200,6 +1210,7 @@ class Controller:
                 "topic_id": info.topic_id.bytes,
                 "first": current,
                 "assignment": [list(r) for r in replicas],
+                "active_isr": True,
             },
         )
 

@@ -17,7 +17,7 @@ from kbroker.controller.errors import (
     TOPIC_ALREADY_EXISTS,
     ControllerError,
 )
-from kbroker.controller.state import MetadataState, collision_key
+from kbroker.controller.state import BrokerInfo, MetadataState, collision_key
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -140,6 +140,23 @@ def check_manual_assignment(
             )
         result.append(replicas)
     return result
+
+
+def initial_isr(
+    replicas: Sequence[int], brokers: Mapping[int, BrokerInfo], partition: int
+) -> tuple[int, ...]:
+    """A new partition's ISR: its replicas on active brokers, in the listed order, the
+    first of which leads (Kafka's createTopic and createPartitions). A replica on a fenced
+    broker, or one in controlled shutdown, joins once it has caught up, through the
+    leader's AlterPartition; a partition none of whose brokers is active is refused."""
+    isr = tuple(r for r in replicas if r in brokers and not brokers[r].fenced)
+    if not isr:
+        raise ControllerError(
+            INVALID_REPLICA_ASSIGNMENT,
+            f"All brokers specified in the manual partition assignment for partition "
+            f"{partition} are fenced or in controlled shutdown.",
+        )
+    return isr
 
 
 def round_robin_assignment(

@@ -30,6 +30,7 @@ from kbroker.config import (
 from kbroker.config.connection_overrides import parse_ip_overrides
 from kbroker.config.logger_levels import parse_levels
 from kbroker.controller import Controller, ControllerError
+from kbroker.controller.auto_creation import TopicAutoCreation
 from kbroker.controller.errors import (
     NOT_CONTROLLER,
     REQUEST_TIMED_OUT,
@@ -229,6 +230,7 @@ class Broker:
         self.extra_metrics.append(self.loop_lag.collect)
         self.stall_watch = StallWatch()
         self.extra_metrics.append(self.stall_watch.collect)
+        self.auto_topics = TopicAutoCreation(self.controller)
         self.parts = BrokerParts(
             node_id=self.node_id,
             config=config,
@@ -246,6 +248,7 @@ class Broker:
             security=self.controller,
             authorizer=self.authorizer,
             quotas=self.quotas,
+            auto_topics=self.auto_topics,
             shares=self.share_coordinator,
             schemas=self.schemas.service,
             telemetry=self.telemetry,
@@ -391,6 +394,7 @@ class Broker:
             if connection.transport is not None:
                 connection.transport.close()
         await cancel_and_wait(self._tasks, what="broker tasks")
+        await self.auto_topics.stop()
         self.loop_lag.stop()
         self.stall_watch.stop()
         await self.schemas.stop()

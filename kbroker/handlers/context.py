@@ -34,6 +34,7 @@ from kbroker.security.quotas import ClientQuotas
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
+    from kbroker.controller.auto_creation import TopicAutoCreation
     from kbroker.controller.quorum import QuorumDescription
     from kbroker.controller.state import BrokerInfo, DelegationToken, MetadataState, TopicInfo
     from kbroker.coordinator.coordinator import GroupCoordinator
@@ -421,6 +422,7 @@ class BrokerParts:
     security: SecurityAdmin
     authorizer: StandardAuthorizer | None
     quotas: ClientQuotas
+    auto_topics: TopicAutoCreation
     shares: ShareCoordination | None = None
     schemas: SchemaValidation | None = None
     telemetry: ClientTelemetry | None = None

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
 import uuid
-import weakref
 from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
@@ -14,15 +10,13 @@ from kio.schema.errors import ErrorCode
 from kbroker.controller import ControllerError
 from kbroker.controller.state import INTERNAL_TOPICS, BrokerInfo, TopicInfo
 from kbroker.controller.validation import validate_topic_name
-from kbroker.handlers.context import BrokerParts, RequestContext
+from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
 from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 METADATA = 3
-
-log = logging.getLogger("kbroker.metadata")
 
 
 def describe_brokers(ctx: RequestContext) -> list[responses.MetadataResponseBroker]:
@@ -216,64 +210,10 @@ def _create_then_respond(
     client's next Metadata finds the topic. Answering with a topic created on the spot
     would show a topic a moment after it was deleted, created again by the very
     request that asked whether it exists."""
+    broker = ctx.broker
     for index, name in to_create:
-        start_auto_create(ctx.broker, name)
+        broker.auto_topics.start(
+            name, broker.config.num_partitions, broker.config.default_replication_factor
+        )
         results[index] = missing_topic(name, None, ErrorCode.unknown_topic_or_partition)
     return _response(ctx, [r for r in results if r is not None])
-
-
-# Per controller: the topics whose auto-creation is in flight (a client asking again
-# meanwhile starts no second one), with the tasks held so they are not collected.
-_auto_creating: weakref.WeakKeyDictionary[object, dict[str, asyncio.Task[None]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def start_auto_create(broker: BrokerParts, name: str) -> None:
-    """Start creating `name` with the broker's defaults, unless that is under way."""
-    in_flight = _auto_creating.setdefault(broker.controller, {})
-    if name in in_flight:
-        return
-    task = asyncio.get_running_loop().create_task(auto_create_topic(broker, name))
-    in_flight[name] = task
-    task.add_done_callback(lambda _: in_flight.pop(name, None))
-
-
-async def auto_create_topic(broker: BrokerParts, name: str) -> None:
-    """Create `name` as Kafka's auto.create.topics.enable does. A refusal is logged (once
-    a minute per topic), never answered: the client was told UNKNOWN_TOPIC_OR_PARTITION
-    already. One the controller refuses because the topic exists (another node created
-    it first) is not worth a line."""
-    try:
-        await broker.controller.create_topic(
-            name,
-            broker.config.num_partitions,
-            broker.config.default_replication_factor,
-            {},
-        )
-    except ControllerError as exc:
-        if broker.controller.state.topics.get(name) is None:
-            _log_refusal(name, exc)
-    except Exception:
-        log.exception("auto-creation of topic %r failed", name)
-
-
-# Topic name -> time.monotonic() its auto-creation's refusal was last logged: a client
-# asks again every retry backoff, the log says it once a minute.
-_refusals_logged: dict[str, float] = {}
-REFUSAL_LOG_INTERVAL_S = 60.0
-
-
-def _log_refusal(name: str, exc: ControllerError) -> None:
-    now = time.monotonic()
-    if now - _refusals_logged.get(name, -REFUSAL_LOG_INTERVAL_S) < REFUSAL_LOG_INTERVAL_S:
-        return
-    if len(_refusals_logged) >= 1000:
-        _refusals_logged.clear()
-    _refusals_logged[name] = now
-    log.warning(
-        "topic %r not auto-created: %s %s",
-        name,
-        ErrorCode(exc.error_code).name.upper(),
-        exc.message,
-    )

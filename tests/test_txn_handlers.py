@@ -21,6 +21,7 @@ LIST_OFFSETS = 2
 FIND_COORDINATOR = 10
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 WRITE_TXN_MARKERS = 27
 DESCRIBE_PRODUCERS = 61
@@ -402,5 +403,57 @@ def test_metrics_count_a_transaction_whose_markers_are_still_being_written(tmp_p
         done = render_families(broker.txn_coordinator.metrics()).splitlines()
         assert "kbroker_transactions_awaiting_markers 1.0" in held
         assert "kbroker_transactions_awaiting_markers 0.0" in done
+
+    _run(tmp_path, body)
+
+
+def test_a_client_older_than_producer_fenced_is_told_invalid_producer_epoch(
+    tmp_path: Path,
+) -> None:
+    """KIP-588: PRODUCER_FENCED (90) came with InitProducerId v4 and AddPartitionsToTxn,
+    AddOffsetsToTxn and EndTxn v2; an older client is told INVALID_PRODUCER_EPOCH (47), a
+    code it handles as fencing, as Kafka tells it."""
+
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        first = await _init(client, "tx")
+        await _init(client, "tx")  # fences `first`
+        pid, stale = first.producer_id, first.producer_epoch
+        fields = {"transactional_id": "tx", "producer_id": pid, "producer_epoch": stale}
+
+        async def end(version: int) -> int:
+            answer = await client.call(END_TXN, version, {**fields, "committed": True})
+            return int(answer.error_code)
+
+        async def add(version: int) -> int:
+            answer = await client.call(
+                ADD_PARTITIONS_TO_TXN,
+                version,
+                {
+                    "v3_and_below_transactional_id": "tx",
+                    "v3_and_below_producer_id": pid,
+                    "v3_and_below_producer_epoch": stale,
+                    "v3_and_below_topics": [{"name": "t", "partitions": [0]}],
+                },
+            )
+            return int(
+                answer.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+            )
+
+        async def add_offsets(version: int) -> int:
+            answer = await client.call(ADD_OFFSETS_TO_TXN, version, {**fields, "group_id": "g"})
+            return int(answer.error_code)
+
+        async def init(version: int) -> int:
+            answer = await client.call(
+                INIT_PRODUCER_ID,
+                version,
+                {**fields, "transaction_timeout": 60_000},
+            )
+            return int(answer.error_code)
+
+        assert (await end(1), await end(2)) == (47, 90)
+        assert (await add(1), await add(2)) == (47, 90)
+        assert (await add_offsets(1), await add_offsets(2)) == (47, 90)
+        assert (await init(3), await init(4)) == (47, 90)
 
     _run(tmp_path, body)

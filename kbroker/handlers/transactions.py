@@ -48,6 +48,24 @@ def _service(ctx: RequestContext) -> TxnCoordination:
     return ctx.broker.transactions
 
 
+# KIP-588: the first version of each API whose client knows PRODUCER_FENCED. An older
+# one is told INVALID_PRODUCER_EPOCH instead, which it handles as a fencing, as Kafka's
+# KafkaApis answers it; the code it does not know would be a fatal unknown error.
+FIRST_PRODUCER_FENCED = {
+    INIT_PRODUCER_ID: 4,
+    ADD_PARTITIONS_TO_TXN: 2,
+    ADD_OFFSETS_TO_TXN: 2,
+    END_TXN: 2,
+}
+
+
+def _for_client(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
+    """`error` as the request's version may name it."""
+    if error == E.producer_fenced and ctx.version < FIRST_PRODUCER_FENCED[ctx.header.api_key]:
+        return E.invalid_producer_epoch
+    return error
+
+
 # -- InitProducerId ------------------------------------------------------------------------
 
 
@@ -100,7 +118,7 @@ async def init_producer_id(
     )
     return {
         "throttle_time": 0,
-        "error_code": result.error,
+        "error_code": _for_client(ctx, result.error),
         "producer_id": result.producer_id,
         "producer_epoch": result.producer_epoch,
     }
@@ -191,6 +209,7 @@ async def add_partitions_to_txn(
             request.v3_and_below_producer_epoch,
             request.v3_and_below_topics,
         )
+        results = {tp: _for_client(ctx, error) for tp, error in results.items()}
         return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(results)}
     # v4+: batched, sent by brokers rather than clients, which only a broker may send
     # (CLUSTER_ACTION, as Kafka asks).
@@ -247,7 +266,7 @@ async def add_offsets_to_txn(
         request.producer_epoch,
         {(OFFSETS_TOPIC, partition)},
     )
-    return {"throttle_time": 0, "error_code": error}
+    return {"throttle_time": 0, "error_code": _for_client(ctx, error)}
 
 
 # -- EndTxn ---------------------------------------------------------------------------------
@@ -273,7 +292,7 @@ async def end_txn(ctx: RequestContext, request: requests.EndTxnRequest) -> respo
     )
     return {
         "throttle_time": 0,
-        "error_code": result.error,
+        "error_code": _for_client(ctx, result.error),
         "producer_id": result.producer_id,
         "producer_epoch": result.producer_epoch,
     }

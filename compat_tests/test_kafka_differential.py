@@ -244,12 +244,14 @@ def _create(
     }
 
 
-def _configs(resource_type: int, name: str, keys: list[str] | None) -> dict[str, Any]:
+def _configs(
+    resource_type: int, name: str, keys: list[str] | None, synonyms: bool = False
+) -> dict[str, Any]:
     return {
         "resources": [
             {"resource_type": resource_type, "resource_name": name, "configuration_keys": keys}
         ],
-        "include_synonyms": False,
+        "include_synonyms": synonyms,
         "include_documentation": False,
     }
 
@@ -407,6 +409,11 @@ SCENARIOS = [
         "DescribeConfigs topic keys",
         32,
         _configs(2, TOPIC, ["cleanup.policy", "retention.ms", "max.message.bytes"]),
+    ),
+    Scenario(
+        "DescribeConfigs topic keys with synonyms",
+        32,
+        _configs(2, TOPIC, ["cleanup.policy", "retention.ms", "segment.bytes"], synonyms=True),
     ),
     Scenario("DescribeConfigs missing topic", 32, _configs(2, MISSING, None)),
     Scenario(

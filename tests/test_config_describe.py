@@ -41,15 +41,30 @@ def test_topic_default_entry_has_default_source_and_broker_default_synonym():
 
 
 def test_topic_override_comes_first_then_static_then_default():
-    broker = BrokerConfig.from_settings({"log.retention.hours": "24"})
+    broker = BrokerConfig.from_settings({"log.retention.ms": "86400000"})
     entry = by_name(describe_topic_config({"retention.ms": "1000"}, broker))["retention.ms"]
     assert (entry.value, entry.source, entry.is_default) == ("1000", TOPIC, False)
     assert entry.synonyms == [
         ConfigSynonym("retention.ms", "1000", TOPIC),
-        ConfigSynonym("log.retention.hours", "24", STATIC),
+        ConfigSynonym("log.retention.ms", "86400000", STATIC),
         ConfigSynonym("log.retention.hours", "168", DEFAULT),
     ]
     assert entry.config_type == ConfigType.LONG
+
+
+def test_broker_synonyms_before_the_primary_server_property_are_dropped_as_kafka_drops_them():
+    """Kafka lists a topic config's broker synonyms from the first value of its primary
+    property (log.retention.ms for retention.ms) on; log.retention.ms has no default, so
+    while only the hours are set, none is listed and the source is DEFAULT_CONFIG."""
+    for settings in ({}, {"log.retention.hours": "24"}):
+        entries = by_name(describe_topic_config({}, BrokerConfig.from_settings(settings)))
+        entry = entries["retention.ms"]
+        hours = int(settings.get("log.retention.hours", "168"))
+        assert (entry.value, entry.source, entry.synonyms) == (str(hours * 3_600_000), DEFAULT, [])
+    overridden = describe_topic_config({"retention.ms": "5"}, BrokerConfig.from_settings())
+    assert by_name(overridden)["retention.ms"].synonyms == [
+        ConfigSynonym("retention.ms", "5", TOPIC)
+    ]
 
 
 def test_topic_value_from_static_broker_setting_reports_static_source():
@@ -112,7 +127,7 @@ def test_broker_describe_reports_raw_values_and_sources():
     assert entries["log.retention.ms"].read_only is False
 
 
-def test_broker_describe_synonyms_are_the_setting_and_lower_priority_names():
+def test_broker_describe_synonyms_start_at_the_settings_own_first_value():
     broker = BrokerConfig.from_settings({"log.retention.minutes": "5"})
     entries = by_name(describe_broker_config(broker))
     assert entries["log.retention.minutes"].synonyms == [
@@ -121,6 +136,15 @@ def test_broker_describe_synonyms_are_the_setting_and_lower_priority_names():
     ]
     assert entries["log.retention.hours"].synonyms == [
         ConfigSynonym("log.retention.hours", "168", DEFAULT)
+    ]
+    # A higher-priority name in a later layer stays, as in Kafka's list.
+    layered = BrokerConfig.from_settings({"log.retention.ms": "7"}).with_dynamic(
+        cluster_default={"log.retention.hours": "6"}, per_broker={}
+    )
+    assert by_name(describe_broker_config(layered))["log.retention.hours"].synonyms == [
+        ConfigSynonym("log.retention.hours", "6", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ConfigSynonym("log.retention.ms", "7", STATIC),
+        ConfigSynonym("log.retention.hours", "168", DEFAULT),
     ]
 
 

@@ -6,10 +6,11 @@ static (file, environment, flags), default - each layer's broker settings in the
 synonym group's priority order. An entry's source is that of its first synonym,
 DEFAULT_CONFIG when it has none.
 
-One deliberate difference from Kafka: for a topic config Kafka drops the broker
-synonyms that precede its primary server property, so a topic's ``retention.ms`` shows
-no synonyms while only ``log.retention.hours`` is set. Here they are kept, which tells
-the reader where the value actually comes from.
+Then, as Kafka's ConfigHelper does, the broker synonyms before the first one named
+for the described setting (a topic config's primary server property) are dropped: a
+topic's ``retention.ms`` shows no broker synonym, and the source DEFAULT_CONFIG, while
+only ``log.retention.hours`` is set, since ``log.retention.ms`` has no default. Clients'
+own test suites compare these lists with Kafka's.
 """
 
 from __future__ import annotations
@@ -50,7 +51,11 @@ class ConfigEntry:
     documentation: str | None = None
 
 
-def _broker_synonyms(names: tuple[str, ...], broker: BrokerConfig) -> list[ConfigSynonym]:
+def _broker_synonyms(
+    described: str, names: tuple[str, ...], broker: BrokerConfig
+) -> list[ConfigSynonym]:
+    """The values `names` (a synonym group) have, layer by layer, from the first one
+    named `described` on."""
     by_source: dict[ConfigSource, list[ConfigSynonym]] = {}
     for name in names:
         definition = dynamic_definition(name)
@@ -58,7 +63,9 @@ def _broker_synonyms(names: tuple[str, ...], broker: BrokerConfig) -> list[Confi
             text = None if definition.is_sensitive else definition.format(value)
             by_source.setdefault(source, []).append(ConfigSynonym(name, text, int(source)))
     ordered = sorted(by_source.items(), key=lambda item: _LAYER_ORDER.index(item[0]))
-    return [synonym for _, synonyms in ordered for synonym in synonyms]
+    synonyms = [synonym for _, synonyms in ordered for synonym in synonyms]
+    first = next((i for i, s in enumerate(synonyms) if s.name == described), len(synonyms))
+    return synonyms[first:]
 
 
 _LAYER_ORDER = (
@@ -117,7 +124,7 @@ def describe_topic_config(
             synonyms.append(ConfigSynonym(name, text, int(ConfigSource.DYNAMIC_TOPIC_CONFIG)))
         broker_name = TOPIC_BROKER_SYNONYMS.get(name)
         if broker_name is not None:
-            synonyms.extend(_broker_synonyms(broker_synonyms(broker_name), broker))
+            synonyms.extend(_broker_synonyms(broker_name, broker_synonyms(broker_name), broker))
         entries.append(
             _entry(definition, text, synonyms, False, include_synonyms, include_documentation)
         )
@@ -135,7 +142,7 @@ def describe_broker_config(
 
     Values are the settings as given (``raw``), as Kafka reports them: an unset
     ``log.retention.ms`` shows null even though retention comes from the hours. A
-    setting's synonyms are itself and the lower-priority members of its group.
+    setting's synonyms are its group's, from the first value of the setting itself on.
     """
     entries = []
     for name in sorted([*BROKER_CONFIGS, *broker.scoped_names()]):
@@ -143,7 +150,7 @@ def describe_broker_config(
             continue
         definition = dynamic_definition(name)
         if name not in BROKER_CONFIGS:  # listener.name.<listener>.<setting>: itself only
-            synonyms = _broker_synonyms((name,), broker)
+            synonyms = _broker_synonyms(name, (name,), broker)
             entries.append(
                 _entry(
                     definition,
@@ -156,10 +163,7 @@ def describe_broker_config(
                 )
             )
             continue
-        group = broker_synonyms(name)
-        synonyms = _broker_synonyms(group[group.index(name) :], broker)
-        while synonyms and synonyms[0].name != name:
-            synonyms.pop(0)
+        synonyms = _broker_synonyms(name, broker_synonyms(name), broker)
         entries.append(
             _entry(
                 definition,

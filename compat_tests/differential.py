@@ -50,7 +50,6 @@ ALLOWED: dict[str, str] = {
     "finalized_features_epoch": "the metadata offset at which features were last changed",
     "zk_migration_ready": "always false on KRaft; absent from some versions",
     "cluster_authorized_operations": "-2147483648 (not asked) on both; kept out of the diff",
-    "*.topic_authorized_operations": "authorizer-specific bit sets",
     "*.timestamp": "record and log append times are the wall clock at each broker",
     "*.log_append_time_ms": "log append times are the wall clock at each broker",
     "*.log_start_offset": "compared where a scenario sets it; otherwise storage detail",

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AclBindingFilter,
     AclOperation,
@@ -218,6 +218,19 @@ def test_metadata_lists_only_topics_the_user_may_describe(secure: SecureBroker) 
             include_topic_authorized_operations=False,
         )
         assert answer.topics[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        # DescribeTopicPartitions (the Java admin's describeTopics) the same way: a named
+        # topic one may not describe answers TOPIC_AUTHORIZATION_FAILED, after the others
+        # and without its id; a listing of all leaves it out.
+        named = conn.request(75, 0, topics=[{"name": hidden}, {"name": visible}])
+        assert [(t.name, t.error_code, t.topic_id) for t in named.topics][1] == (
+            hidden,
+            KafkaError.TOPIC_AUTHORIZATION_FAILED,
+            None,  # the zero id, as kio reads it
+        )
+        assert named.topics[0].name == visible and named.topics[0].partitions
+        listing = conn.request(75, 0, topics=[], response_partition_limit=2000)
+        assert visible in {t.name for t in listing.topics}
+        assert hidden not in {t.name for t in listing.topics}
 
 
 def test_acls_are_described_and_deleted_by_filter(secure: SecureBroker) -> None:
@@ -345,6 +358,78 @@ def test_groups_are_listed_and_described_only_where_the_user_may_describe(
         listed = conn.request(16, 4, states_filter=[])
         assert group not in {g.group_id for g in listed.groups}
     consumer.close()
+
+
+def _operations(bits: int) -> set[AclOperation]:
+    return {op for op in AclOperation if op.value > 2 and bits & (1 << op.value)}
+
+
+def test_described_topics_groups_and_the_cluster_carry_what_the_acls_allow(
+    secure: SecureBroker,
+) -> None:
+    """KIP-430's authorized operations, worked out for the principal that asks, as the
+    admin clients' describeTopics, describeCluster and describeConsumerGroups show them
+    (every operation the resource type has for a super user)."""
+    topic, group = new_topic(secure), f"ops-{uuid.uuid4().hex[:6]}"
+    with login(secure, "admin") as conn:  # an offset commit makes an empty classic group
+        eventually(
+            lambda: conn.request(10, 2, key=group, key_type=0).error_code == 0,
+            timeout=30,
+            what="the group's coordinator",
+            interval=0.2,
+        )
+        committed = conn.request(
+            8,
+            2,
+            group_id=group,
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            retention_time=-1,
+            topics=[{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 0}]}],
+        )
+        assert committed.topics[0].partitions[0].error_code == 0
+    grant(
+        secure,
+        allow(ResourceType.TOPIC, topic, AclOperation.READ, principal="User:carol"),
+        allow(ResourceType.GROUP, group, AclOperation.READ, principal="User:carol"),
+        allow(ResourceType.BROKER, "kafka-cluster", AclOperation.ALTER, principal="User:carol"),
+    )
+    read, describe = AclOperation.READ, AclOperation.DESCRIBE
+    for user, topic_ops, cluster_ops, group_ops in (
+        ("carol", {read, describe}, {AclOperation.ALTER, describe}, {read, describe}),
+        (
+            "admin",
+            {read, describe, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE}
+            | {AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS},
+            {AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS}
+            | {AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER}
+            | {describe},
+            {read, describe, AclOperation.DELETE, AclOperation.DESCRIBE_CONFIGS}
+            | {AclOperation.ALTER_CONFIGS},
+        ),
+        ("alice", None, set(), None),  # may describe neither the topic, the group nor the cluster
+    ):
+        client = AdminClient(plain_login(secure, user))
+        cluster = client.describe_cluster(include_authorized_operations=True).result(20)
+        assert set(cluster.authorized_operations or ()) == cluster_ops, user
+        described = client.describe_topics(
+            TopicCollection([topic]), include_authorized_operations=True
+        )[topic]
+        if topic_ops is None:
+            with pytest.raises(KafkaException) as refused:
+                described.result(20)
+            assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        else:
+            assert set(described.result(20).authorized_operations) == topic_ops, user
+        with login(secure, user) as conn:
+            (answer,) = conn.request(
+                15, 5, groups=[group], include_authorized_operations=True
+            ).groups
+        if group_ops is None:
+            assert answer.error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
+            assert answer.authorized_operations == -(2**31)
+        else:
+            assert (answer.error_code, _operations(answer.authorized_operations)) == (0, group_ops)
 
 
 def test_configs_need_describe_configs_and_alter_configs(secure: SecureBroker) -> None:

@@ -20,6 +20,7 @@ from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.metadata import visible_controller_id
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
+from kbroker.security.acl import CLUSTER_NAME, OPERATIONS_OMITTED, Operation, ResourceType
 
 DESCRIBE_CLUSTER = 60
 DESCRIBE_TOPIC_PARTITIONS = 75
@@ -28,23 +29,15 @@ ENDPOINT_BROKERS = 1
 ENDPOINT_CONTROLLERS = 2
 NO_LEADER = -1
 MAX_PARTITIONS_PER_RESPONSE = 2000  # Kafka's max.request.partition.size.limit default
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
-# AclOperation codes. With no authorizer every operation a resource supports is allowed.
-_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
-_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
-CLUSTER_OPERATIONS = sum(
-    1 << op
-    for op in (_CREATE, _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE)
-    + (_ALTER, _DESCRIBE)
-)
-TOPIC_OPERATIONS = sum(
-    1 << op
-    for op in (_READ, _WRITE, _CREATE, _DESCRIBE, _DELETE, _ALTER, _DESCRIBE_CONFIGS)
-    + (_ALTER_CONFIGS,)
-)
-
-
 # -- DescribeCluster -----------------------------------------------------------------------
+
+
+def _cluster_operations(ctx: RequestContext) -> int:
+    """KIP-430: what the principal may do on the cluster; none (0) for one that may not
+    describe it, as Kafka answers."""
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return 0
+    return ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 @handles(DESCRIBE_CLUSTER, 0)
@@ -61,9 +54,9 @@ def describe_cluster(
         "cluster_id": state.cluster_id or "",
         "controller_id": visible_controller_id(ctx),
         "brokers": [],
-        "cluster_authorized_operations": CLUSTER_OPERATIONS
+        "cluster_authorized_operations": _cluster_operations(ctx)
         if request.include_cluster_authorized_operations
-        else AUTHORIZED_OPERATIONS_OMITTED,
+        else OPERATIONS_OMITTED,
     }
     if endpoint_type not in (ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS):
         response["error_code"] = (
@@ -119,7 +112,9 @@ def _partition(
     }
 
 
-def _missing_topic(name: str) -> responses.DescribeTopicPartitionsResponseTopic:
+def _missing_topic(
+    ctx: RequestContext, name: str
+) -> responses.DescribeTopicPartitionsResponseTopic:
     try:
         validate_topic_name(name)
         code = ErrorCode.unknown_topic_or_partition
@@ -131,7 +126,19 @@ def _missing_topic(name: str) -> responses.DescribeTopicPartitionsResponseTopic:
         "topic_id": None,
         "is_internal": name in INTERNAL_TOPICS,
         "partitions": [],
-        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "topic_authorized_operations": ctx.authorized_operations(ResourceType.TOPIC, name),
+    }
+
+
+def _denied_topic(name: str) -> responses.DescribeTopicPartitionsResponseTopic:
+    """A named topic the principal may not describe: whether it exists is not told."""
+    return {
+        "error_code": ErrorCode.topic_authorization_failed,
+        "name": name,
+        "topic_id": None,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": OPERATIONS_OMITTED,
     }
 
 
@@ -172,6 +179,15 @@ def describe_topic_partitions(
             return _refused(
                 request, "DescribeTopicPartitionsRequest cursor partition must be valid"
             )
+    denied: list[responses.DescribeTopicPartitionsResponseTopic] = []
+    if ctx.broker.authorizer is not None:
+        # Topics the principal may not describe: named ones answer
+        # TOPIC_AUTHORIZATION_FAILED after the others, the rest are left out (as Kafka).
+        allowed = [n for n in names if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n)]
+        if not all_topics:
+            refused = set(names).difference(allowed)
+            denied = [_denied_topic(n) for n in names if n in refused]
+        names = allowed
     live = {b.node_id for b in state.brokers.values() if not b.fenced}
     remaining = max(min(MAX_PARTITIONS_PER_RESPONSE, request.response_partition_limit), 1)
     topics: list[responses.DescribeTopicPartitionsResponseTopic] = []
@@ -184,7 +200,7 @@ def describe_topic_partitions(
         info = state.topics.get(name)
         if info is None:
             if not all_topics:
-                topics.append(_missing_topic(name))
+                topics.append(_missing_topic(ctx, name))
             continue
         first = cursor.partition_index if cursor is not None and name == start_topic else 0
         partitions = sorted(info.partitions, key=lambda p: p.partition)[first:]
@@ -197,10 +213,10 @@ def describe_topic_partitions(
                 "topic_id": info.topic_id,
                 "is_internal": name in INTERNAL_TOPICS,
                 "partitions": [_partition(p, live, info.topic_id, state.brokers) for p in taken],
-                "topic_authorized_operations": TOPIC_OPERATIONS,
+                "topic_authorized_operations": ctx.authorized_operations(ResourceType.TOPIC, name),
             }
         )
         if len(taken) < len(partitions):
             next_cursor = {"topic_name": name, "partition_index": partitions[len(taken)].partition}
             break
-    return {"throttle_time": 0, "topics": topics, "next_cursor": next_cursor}
+    return {"throttle_time": 0, "topics": [*topics, *denied], "next_cursor": next_cursor}

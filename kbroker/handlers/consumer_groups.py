@@ -20,18 +20,17 @@ from kbroker.coordinator.consumer_coordinator import (
 from kbroker.coordinator.consumer_group import Assignment, ConsumerGroup, ConsumerMember
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.groups import (
-    GROUP_OPERATIONS,
-    NO_AUTHORIZED_OPERATIONS,
     _client_host,
     _coordinator,
     _resolver,
     _respond_when_done,
+    group_operations,
 )
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
 from kbroker.protocol.group_answers import encode_heartbeat_answer
 from kbroker.protocol.messages import ZERO_UUID, duration_ms
-from kbroker.security.acl import Operation, ResourceType
+from kbroker.security.acl import OPERATIONS_OMITTED, Operation, ResourceType
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
@@ -129,9 +128,6 @@ def consumer_group_describe(
     ctx: RequestContext, request: requests.ConsumerGroupDescribeRequest
 ) -> responses.ConsumerGroupDescribeResponse:
     coordinator = _coordinator(ctx)
-    operations = (
-        GROUP_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
-    )
     described: list[responses.ConsumerGroupDescribeDescribedGroup] = []
     for group_id in request.group_ids:
         error, message, group = coordinator.consumer.describe(group_id)
@@ -150,7 +146,7 @@ def consumer_group_describe(
                     "assignment_epoch": 0,
                     "assignor_name": "",
                     "members": [],
-                    "authorized_operations": operations,
+                    "authorized_operations": OPERATIONS_OMITTED,
                 }
             )
             continue
@@ -165,7 +161,9 @@ def consumer_group_describe(
                 "assignment_epoch": group.assignment_epoch,
                 "assignor_name": consumer.preferred_assignor(group),
                 "members": [_describe_member(consumer, group, m) for m in group.members.values()],
-                "authorized_operations": operations,
+                "authorized_operations": group_operations(
+                    ctx, request.include_authorized_operations, group_id
+                ),
             }
         )
     return {"throttle_time": 0, "groups": described}

@@ -24,10 +24,12 @@ from kbroker.protocol import responses
 from kbroker.protocol.header import RequestHeader
 from kbroker.security.acl import (
     CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
     AclBinding,
     Operation,
     ResourceType,
     StandardAuthorizer,
+    operations_field,
 )
 from kbroker.security.principal import KafkaPrincipal
 from kbroker.security.quotas import ClientQuotas
@@ -459,6 +461,13 @@ class RequestContext:
         return authorizer is None or authorizer.authorize(
             self.connection.principal, self.client_host, operation, rtype, name
         )
+
+    def authorized_operations(self, rtype: ResourceType, name: str) -> int:
+        """KIP-430: the operations on the resource the authorizer allows this principal,
+        as a bit field (every one the resource type supports without an authorizer), as
+        Kafka's authorizedOperations works them out."""
+        supported = SUPPORTED_OPERATIONS[rtype]
+        return operations_field(op for op in supported if self.allowed(op, rtype, name))
 
     def allowed_on_some(self, operation: Operation, rtype: ResourceType) -> bool:
         """Whether the ACLs allow ``operation`` on at least one resource of ``rtype``, existing

@@ -34,7 +34,7 @@ from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
 from kbroker.protocol.group_answers import encode_offset_commit_answer
 from kbroker.protocol.messages import duration_ms, known_versions
-from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from kbroker.security.acl import CLUSTER_NAME, OPERATIONS_OMITTED, Operation, ResourceType
 from kbroker.share.coordinator import ShareCoordinator
 
 OFFSET_COMMIT = 8
@@ -53,9 +53,6 @@ E = ErrorCode
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 KEY_TYPE_SHARE = 2  # KIP-932: "group:topicId:partition", answered by the share coordinator
-NO_AUTHORIZED_OPERATIONS = -2147483648
-# READ (3), DELETE (6), DESCRIBE (8): every group operation, as nothing is restricted.
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
 def _lowest(key: int) -> int:
@@ -707,6 +704,15 @@ def list_groups(
     return {"throttle_time": 0, "error_code": error, "groups": listed}
 
 
+def group_operations(ctx: RequestContext, asked: bool, group_id: str) -> int:
+    """KIP-430: what the principal may do on a group described without error, when the
+    request asked (DescribeGroups v3+ and the consumer, share and streams groups'
+    Describe); a group described with an error carries none, as on Kafka."""
+    if not asked:
+        return OPERATIONS_OMITTED
+    return ctx.authorized_operations(ResourceType.GROUP, group_id)
+
+
 def _share_coordinator(ctx: RequestContext) -> ShareCoordinator | None:
     """The share-group coordinator while share groups are served, else None."""
     service = ctx.broker.shares
@@ -720,15 +726,13 @@ def describe_groups(
     ctx: RequestContext, request: requests.DescribeGroupsRequest
 ) -> responses.DescribeGroupsResponse:
     coordinator = _coordinator(ctx)
-    operations = (
-        GROUP_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
-    )
+    asked = request.include_authorized_operations
     described: list[responses.DescribeGroupsDescribedGroup] = []
     for group_id in request.groups:
         message = None
         if _group_denied(ctx, Operation.DESCRIBE, group_id):
             denied = _describe(
-                group_id, E.group_authorization_failed, None, ctx.version, operations
+                group_id, E.group_authorization_failed, None, ctx.version, OPERATIONS_OMITTED
             )
             described.append(
                 {**denied, "group_state": "", "error_code": E.group_authorization_failed}
@@ -741,6 +745,7 @@ def describe_groups(
             or (shares is not None and group_id in shares.share_group_ids())
         ):
             message = f"Group {group_id} is not a classic group."  # as Kafka answers
+        operations = group_operations(ctx, asked, group_id)
         described.append(_describe(group_id, error, group, ctx.version, operations, message))
     return {"throttle_time": 0, "groups": described}
 
@@ -765,6 +770,8 @@ def _describe(
         if error == E.group_id_not_found and version < 6:
             error = E.none  # before v6 a missing group is described as Dead, no error
         dead["error_code"] = error
+        if error != E.none:  # a group described with an error carries no operations
+            dead["authorized_operations"] = OPERATIONS_OMITTED
         if error == E.group_id_not_found:
             dead["error_message"] = message or f"Group {group_id} not found."
         return dead

@@ -14,7 +14,7 @@ from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
-from kbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from kbroker.security.acl import CLUSTER_NAME, OPERATIONS_OMITTED, Operation, ResourceType
 
 METADATA = 3
 
@@ -82,7 +82,7 @@ def describe_topic(
         "topic_id": topic.topic_id,
         "is_internal": name in INTERNAL_TOPICS,
         "partitions": partitions,
-        "topic_authorized_operations": -2147483648,
+        "topic_authorized_operations": OPERATIONS_OMITTED,
     }
 
 
@@ -105,19 +105,45 @@ def visible_controller_id(ctx: RequestContext) -> int:
 
 
 def _response(
-    ctx: RequestContext, topics: list[responses.MetadataResponseTopic]
+    ctx: RequestContext,
+    request: requests.MetadataRequest,
+    topics: list[responses.MetadataResponseTopic],
 ) -> responses.MetadataResponse:
     state = ctx.broker.controller.state
-    return {
+    response: responses.MetadataResponse = {
         "throttle_time": 0,
         "brokers": describe_brokers(ctx),
         "cluster_id": state.cluster_id,
         "controller_id": visible_controller_id(ctx),
         "topics": topics,
-        # cluster_authorized_operations (v8-v10) is left at kio's default, -2**31 (not
-        # asked for): naming it would make every v11+ answer a description with a
-        # field of other versions, which loads all Metadata schemas on first use.
     }
+    if ctx.version < FIRST_AUTHORIZED_OPERATIONS:
+        return response
+    if request.include_topic_authorized_operations:
+        for topic in topics:
+            name = topic.get("name")
+            if name and topic["error_code"] not in _NO_OPERATIONS:
+                topic["topic_authorized_operations"] = ctx.authorized_operations(
+                    ResourceType.TOPIC, name
+                )
+    # Named only when asked for (v8-v10): otherwise left at kio's default, -2**31, since
+    # naming it would make every v11+ answer a description with a field of other
+    # versions, which loads all Metadata schemas on first use.
+    if ctx.version <= LAST_CLUSTER_OPERATIONS and request.include_cluster_authorized_operations:
+        response["cluster_authorized_operations"] = (
+            ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+            if ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+            else 0
+        )
+    return response
+
+
+# KIP-430: from v8 a Metadata request may ask for the operations the principal may do on
+# each topic and (v8-v10; DescribeCluster later) on the cluster. A topic it may not
+# describe, or an unknown topic id, carries none, as on Kafka.
+FIRST_AUTHORIZED_OPERATIONS = 8
+LAST_CLUSTER_OPERATIONS = 10
+_NO_OPERATIONS = (ErrorCode.topic_authorization_failed, ErrorCode.unknown_topic_id)
 
 
 @handles(METADATA, 0)
@@ -135,6 +161,7 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> response
         # Topics the principal may not describe are left out, as Kafka leaves them out.
         return _response(
             ctx,
+            request,
             [
                 describe_topic(t, state.brokers, storage_failed=failed)
                 for t in state.topics.values()
@@ -180,8 +207,8 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> response
         else:
             results.append(missing_topic(name, None, ErrorCode.unknown_topic_or_partition))
     if not to_create:
-        return _response(ctx, [r for r in results if r is not None])
-    return _create_then_respond(ctx, results, to_create)
+        return _response(ctx, request, [r for r in results if r is not None])
+    return _create_then_respond(ctx, request, results, to_create)
 
 
 def _may_create(ctx: RequestContext, name: str) -> bool:
@@ -201,6 +228,7 @@ def _valid_name(name: str) -> bool:
 
 def _create_then_respond(
     ctx: RequestContext,
+    request: requests.MetadataRequest,
     results: list[responses.MetadataResponseTopic | None],
     to_create: list[tuple[int, str]],
 ) -> responses.MetadataResponse:
@@ -216,4 +244,4 @@ def _create_then_respond(
             name, broker.config.num_partitions, broker.config.default_replication_factor
         )
         results[index] = missing_topic(name, None, ErrorCode.unknown_topic_or_partition)
-    return _response(ctx, [r for r in results if r is not None])
+    return _response(ctx, request, [r for r in results if r is not None])

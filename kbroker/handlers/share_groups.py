@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from kbroker.handlers.context import RequestContext, ShareCoordination
-from kbroker.handlers.groups import _client_host
+from kbroker.handlers.groups import _client_host, group_operations
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
 from kbroker.protocol.encoded import EncodedBody
@@ -27,7 +27,7 @@ from kbroker.protocol.share_fetch_response import (
     SharePartitionData,
     encode_share_fetch_response,
 )
-from kbroker.security.acl import Operation, ResourceType
+from kbroker.security.acl import OPERATIONS_OMITTED, Operation, ResourceType
 from kbroker.share.partition import FetchAnswer, PartitionAcks
 from kbroker.share.partition_state import AckBatch
 
@@ -162,7 +162,7 @@ def share_group_describe(
                     "error_message": None,
                     "group_id": group_id,
                     "group_state": "",  # Kafka's answer names no state
-                    "authorized_operations": -2147483648,
+                    "authorized_operations": OPERATIONS_OMITTED,
                 }
             )
             continue
@@ -173,7 +173,7 @@ def share_group_describe(
                     "error_message": None if denied else f"Group {group_id} not found.",
                     "group_id": group_id,
                     "group_state": "",  # Kafka's answer names no state
-                    "authorized_operations": -2147483648,
+                    "authorized_operations": OPERATIONS_OMITTED,
                 }
             )
             continue
@@ -208,7 +208,9 @@ def share_group_describe(
                 "assignment_epoch": group.assignment_epoch,
                 "assignor_name": "simple",
                 "members": members,
-                "authorized_operations": -2147483648,
+                "authorized_operations": group_operations(
+                    ctx, request.include_authorized_operations, group_id
+                ),
             }
         )
     return {"throttle_time": 0, "groups": groups}

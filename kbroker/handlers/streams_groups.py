@@ -29,18 +29,17 @@ from kbroker.coordinator.streams_group import (
 )
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.groups import (
-    GROUP_OPERATIONS,
-    NO_AUTHORIZED_OPERATIONS,
     _client_host,
     _coordinator,
     _resolver,
     _respond_when_done,
+    group_operations,
 )
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests
 from kbroker.protocol import responses as r
 from kbroker.protocol.messages import duration_ms
-from kbroker.security.acl import Operation, ResourceType
+from kbroker.security.acl import OPERATIONS_OMITTED, Operation, ResourceType
 
 STREAMS_GROUP_HEARTBEAT = 88
 STREAMS_GROUP_DESCRIBE = 89
@@ -254,9 +253,6 @@ def streams_group_describe(
     ctx: RequestContext, request: requests.StreamsGroupDescribeRequest
 ) -> r.StreamsGroupDescribeResponse:
     coordinator = _coordinator(ctx)
-    operations = (
-        GROUP_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
-    )
     sizes = {
         name: len(info.partitions) for name, info in ctx.broker.controller.state.topics.items()
     }
@@ -278,7 +274,7 @@ def streams_group_describe(
                     "assignment_epoch": 0,
                     "topology": None,
                     "members": [],
-                    "authorized_operations": operations,
+                    "authorized_operations": OPERATIONS_OMITTED,
                 }
             )
             continue
@@ -295,7 +291,9 @@ def streams_group_describe(
                     _describe_member(group, m)
                     for m in sorted(group.members.values(), key=lambda m: m.member_id)
                 ],
-                "authorized_operations": operations,
+                "authorized_operations": group_operations(
+                    ctx, request.include_authorized_operations, group_id
+                ),
             }
         )
     return {"throttle_time": 0, "groups": described}

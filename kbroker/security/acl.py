@@ -72,6 +72,48 @@ _IMPLIES = {
 }
 
 
+# What an ACL on each resource type can grant (Kafka's AclEntry.supportedOperations):
+# the operations KIP-430's authorized-operations fields are made of.
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    ResourceType.TOPIC: (
+        Operation.READ,
+        Operation.WRITE,
+        Operation.CREATE,
+        Operation.DESCRIBE,
+        Operation.DELETE,
+        Operation.ALTER,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (
+        Operation.READ,
+        Operation.DESCRIBE,
+        Operation.DELETE,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+    ),
+    ResourceType.CLUSTER: (
+        Operation.CREATE,
+        Operation.CLUSTER_ACTION,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+        Operation.IDEMPOTENT_WRITE,
+        Operation.ALTER,
+        Operation.DESCRIBE,
+    ),
+    ResourceType.TRANSACTIONAL_ID: (Operation.DESCRIBE, Operation.WRITE),
+    ResourceType.DELEGATION_TOKEN: (Operation.DESCRIBE,),
+    ResourceType.USER: (Operation.CREATE_TOKENS, Operation.DESCRIBE_TOKENS),
+}
+# An authorized-operations field a request did not ask for (Integer.MIN_VALUE).
+OPERATIONS_OMITTED = -2147483648
+
+
+def operations_field(operations: Iterable[Operation]) -> int:
+    """The bit field KIP-430's responses carry: bit n set for operation code n."""
+    return sum(1 << op for op in set(operations))
+
+
 @dataclass(frozen=True, slots=True)
 class AclBinding:
     resource_type: ResourceType

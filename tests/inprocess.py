@@ -110,6 +110,26 @@ class RawClient:
         assert correlation == self.correlation
         return response
 
+    async def pipeline(self, *calls: tuple[int, int, dict[str, Any]]) -> list[Any]:
+        """Send every request in one write, before reading any answer (as a client with
+        several in flight does), and return the answers in the order they came."""
+        first = self.correlation + 1
+        frames = []
+        for api_key, version, body in calls:
+            self.correlation += 1
+            request = build(load_request_schema(api_key, version), body)
+            frames.append(encode_request(request, self.correlation, "test"))
+        self.writer.write(b"".join(frames))
+        answers = []
+        for offset, (api_key, version, _body) in enumerate(calls):
+            size = struct.unpack(">i", await self.reader.readexactly(4))[0]
+            correlation, response = decode_response(
+                api_key, version, await self.reader.readexactly(size)
+            )
+            assert correlation == first + offset
+            answers.append(response)
+        return answers
+
     async def create_topic(self, name: str, configs: dict[str, str]) -> None:
         """Create a one-partition, one-replica topic with these configs, or fail the test."""
         topic = {

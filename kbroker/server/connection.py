@@ -68,6 +68,15 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 # long after its client left. Other handlers may hold shared state while they wait.
 _CANCEL_WHEN_CLOSED = frozenset({1})
 _MAX_IN_FLIGHT = 200
+# Requests held behind a handler still running, or a mute, before reading pauses.
+_MAX_HELD = 64
+# Coroutine handlers of requests only brokers send (WriteTxnMarkers, the share-group
+# state RPCs), whose senders overlap independent requests on one link and rely on no
+# order between them: they hold nothing back. AddPartitionsToTxn joins them from v4, the
+# version a partition leader sends.
+_UNORDERED = frozenset({27, 83, 84, 85, 86, 87})
+_ADD_PARTITIONS_TO_TXN = 24
+_FIRST_BROKER_ADD_PARTITIONS = 4
 # Handler results that are answers already (Produce's encoded bytes, most handlers'
 # dicts): no need to ask whether they are awaitable, an ABC check on every request.
 _IMMEDIATE = frozenset({bytes, dict})
@@ -150,7 +159,8 @@ class KafkaConnection(asyncio.Protocol):
         self._sasl: SaslSession | None = None
         self._session_deadline = 0.0
         self._muted_until = 0.0  # quota throttling
-        self._held: deque[bytes] = deque()  # requests read while muted
+        self._held: deque[bytes] = deque()  # requests read while muted or ordering
+        self._ordering = False  # a coroutine handler's effects are not done yet
         self.state = State.SERVING
         self._tls: TlsSession | None = None
         self._raw: asyncio.Transport | None = None
@@ -394,7 +404,7 @@ class KafkaConnection(asyncio.Protocol):
         self._set_dispatch()
 
     def _set_dispatch(self) -> None:
-        if self._muted_until:
+        if self._muted_until or self._ordering:
             self._dispatch = self._hold  # type: ignore[method-assign]
             return
         name = DISPATCH[self.state]
@@ -468,6 +478,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def _hold(self, request: memoryview) -> None:
         self._held.append(bytes(request))
+        if len(self._held) >= _MAX_HELD:
+            self._pause_reading()
 
     def _unmute(self) -> None:
         if self._closed:
@@ -478,8 +490,30 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._muted_until = 0.0  # timers may fire a hair early: the mute is over now
         self._set_dispatch()
+        self._dispatch_held()
+
+    def _order_after(self, task: asyncio.Future[Any]) -> None:
+        """Kafka handles a connection's requests one at a time, in the order sent: a
+        request whose handler has yet to do its work (a coroutine: DeleteRecords,
+        CreateTopics, EndTxn...) holds the ones after it until that work is done, so a
+        ListOffsets pipelined behind a DeleteRecords sees the records deleted. Handlers
+        that answer later (Produce waiting for acks=all, a parked Fetch) did their work
+        when they returned, and hold nothing."""
+        self._ordering = True
+        self._set_dispatch()
+        task.add_done_callback(self._ordered)
+
+    def _ordered(self, _task: asyncio.Future[Any]) -> None:
+        if self._closed:
+            return
+        self._ordering = False
+        self._set_dispatch()
+        self._dispatch_held()
+
+    def _dispatch_held(self) -> None:
+        """Handle the requests held back, in order, until one holds the rest again."""
         held = self._held
-        while held and not self._closed and not self._muted_until:
+        while held and not self._closed and not self._muted_until and not self._ordering:
             self._dispatch(memoryview(held.popleft()))
         self._maybe_resume_reading()
 
@@ -644,6 +678,10 @@ class KafkaConnection(asyncio.Protocol):
                 if api_key in _CANCEL_WHEN_CLOSED:
                     slot.task = task
                 task.add_done_callback(lambda t: self._finish(slot, t))
+                if api_key not in _UNORDERED and not (
+                    api_key == _ADD_PARTITIONS_TO_TXN and version >= _FIRST_BROKER_ADD_PARTITIONS
+                ):
+                    self._order_after(task)  # after _finish: its answer is queued first
                 return
             if isinstance(result, NoResponse):
                 self._answered(
@@ -916,6 +954,7 @@ class KafkaConnection(asyncio.Protocol):
             and not self._paused_writing
             and not self._waiting_for_memory
             and len(self._queue) < _MAX_IN_FLIGHT // 2
+            and len(self._held) < _MAX_HELD // 2
             and self.transport is not None
             and not self._closed
             and time.monotonic() >= self._muted_until

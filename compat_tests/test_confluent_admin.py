@@ -159,6 +159,27 @@ def test_incremental_alter_configs_delete_reverts_to_default(shared_broker):
     assert _source(entries["retention.ms"]) is ConfigSource.DEFAULT_CONFIG
 
 
+def test_subtracting_the_last_cleanup_policy_leaves_it_empty_as_kafka_4_does(shared_broker):
+    """confluent-kafka-python's own test_incremental_alter_configs: an empty
+    cleanup.policy is valid since Kafka 4 (neither retention nor compaction)."""
+    topic = unique_topic()
+    create_topic(shared_broker.bootstrap, topic, config={"cleanup.policy": "compact,delete"})
+    subtract = AlterConfigOpType.SUBTRACT
+    _incremental(shared_broker.bootstrap, topic, ("cleanup.policy", "delete", subtract))
+    assert _describe_topic_configs(shared_broker.bootstrap, topic)["cleanup.policy"].value == (
+        "compact"
+    )
+    _incremental(shared_broker.bootstrap, topic, ("cleanup.policy", "compact", subtract))
+    emptied = _describe_topic_configs(shared_broker.bootstrap, topic)["cleanup.policy"]
+    assert (emptied.value, _source(emptied)) == ("", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    _incremental(
+        shared_broker.bootstrap, topic, ("cleanup.policy", "delete", AlterConfigOpType.SET)
+    )
+    assert _describe_topic_configs(shared_broker.bootstrap, topic)["cleanup.policy"].value == (
+        "delete"
+    )
+
+
 def test_incremental_alter_configs_rejects_invalid_value_and_keeps_old_one(shared_broker):
     topic = unique_topic()
     create_topic(shared_broker.bootstrap, topic, config={"retention.ms": "3600000"})

@@ -224,7 +224,6 @@ def test_bad_value_fails_even_if_overridden_later(tmp_path):
     [
         ("message.max.bytes", "2147483648"),  # beyond a Java int
         ("log.cleanup.policy", "remove"),
-        ("log.cleanup.policy", ""),
         ("log.message.timestamp.type", "createtime"),
         ("compression.type", "brotli"),
         ("log.cleaner.min.cleanable.ratio", "1.5"),

@@ -347,12 +347,18 @@ def test_retention_by_bytes_keeps_log_within_limit(tmp_path):
     assert log.size_bytes() - log.segments[0].size < 1000
 
 
-def test_compact_only_policy_skips_time_retention(tmp_path):
-    log = open_log(tmp_path, segment_bytes=400, retention_ms=10, cleanup_policy="compact")
+@pytest.mark.parametrize("policy", ["compact", ""])
+def test_a_policy_without_delete_skips_time_and_size_retention(tmp_path, policy):
+    """compact alone, or an empty cleanup.policy (Kafka 4: neither retention nor
+    compaction), keeps every segment however old or large the log."""
+    log = open_log(
+        tmp_path, segment_bytes=400, retention_ms=10, retention_bytes=100, cleanup_policy=policy
+    )
     for _ in range(10):
         log.append(batch(1, size=150, key=b"k"), 0, NOW)
     log.high_watermark = log.log_end_offset
     assert log.apply_retention(NOW + 10**9) == 0
+    assert (log.config.deletes, log.config.compacts) == (False, policy == "compact")
 
 
 def test_slice_of_deleted_segment_stays_readable_until_released(tmp_path):

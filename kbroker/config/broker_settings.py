@@ -113,7 +113,8 @@ def _non_empty_items(value: list[str]) -> None:
         raise ValueError("must not contain empty entries")
 
 
-cleanup_policy_validator = each_of(*CLEANUP_POLICIES, non_empty=True)
+# Empty is allowed, as on Kafka 4: no retention and no compaction, the log kept whole.
+cleanup_policy_validator = each_of(*CLEANUP_POLICIES)
 compression_validator = one_of(*COMPRESSION_TYPES)
 timestamp_type_validator = one_of(*TIMESTAMP_TYPES)
 gzip_level_validator = described(_gzip_level, "[-1, 1,...,9]")
@@ -688,7 +689,8 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "log.cleanup.policy",
         LIST,
         ["delete"],
-        "What happens to old segments: delete, compact, or both. Default of cleanup.policy.",
+        "What happens to old segments: delete, compact, both, or neither (empty: every "
+        "segment kept). Default of cleanup.policy.",
         cleanup_policy_validator,
         dynamic=True,
     ),

@@ -104,7 +104,7 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         ["delete"],
         "What happens to old segments: 'delete' removes "
         "them by retention time or size, 'compact' keeps the latest record of each key; "
-        "'compact,delete' does both.",
+        "'compact,delete' does both; empty does neither, and the log is kept whole.",
         cleanup_policy_validator,
     ),
     _t(

@@ -26,7 +26,7 @@ from compat_tests.schema_registry_helpers import (
     protobuf_message_class,
     wait_serving,
 )
-from kbroker.schemas.formats import parse
+from kbroker.schemas.formats import Reference, parse
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -484,6 +484,53 @@ def test_references_and_normalize(registry):
     assert call(url, "GET", f"/subjects/{norm}/versions")[1] == [1]
 
 
+def test_a_schema_refers_to_a_schema_that_itself_refers_to_another(registry):
+    """C -> B -> A, as confluent-kafka's test_avro_reference registers them: B is stored
+    with A by name, not inlined, so C, resolving A and B, defines A once."""
+    url = registry.registry_url
+    subjects = {n: unique_topic(f"nested-{n.lower()}") for n in "ABC"}
+
+    def record(name: str, fields: list[dict[str, str]]) -> str:
+        return json.dumps({"type": "record", "name": name, "namespace": "ns", "fields": fields})
+
+    a = record("A", [{"name": "x", "type": "int"}])
+    b = record("B", [{"name": "a", "type": "ns.A"}])
+    c = record("C", [{"name": "b", "type": "ns.B"}, {"name": "also", "type": "ns.A"}])
+    ref_a = {"name": "ns.A", "subject": subjects["A"], "version": 1}
+    ref_b = {"name": "ns.B", "subject": subjects["B"], "version": 1}
+    for name, schema, refs in (("A", a, []), ("B", b, [ref_a]), ("C", c, [ref_b, ref_a])):
+        status, body = call(
+            url,
+            "POST",
+            f"/subjects/{subjects[name]}/versions",
+            {"schema": schema, "references": refs},
+        )
+        assert status == 200, (name, body)
+    stored_b = call(url, "GET", f"/subjects/{subjects['B']}/versions/1/schema")[1]
+    assert stored_b["fields"] == [{"name": "a", "type": "ns.A"}]
+
+
+def test_a_protobuf_file_of_imports_alone_registers_to_be_referenced(registry):
+    """A .proto with `import public` and no type of its own is valid (protoc compiles
+    it); confluent-kafka's test_protobuf_reference_registration registers one."""
+    url = registry.registry_url
+    inner, outer = unique_topic("proto-inner"), unique_topic("proto-public")
+    message = 'syntax = "proto3";\npackage test;\nmessage Inner { int32 x = 1; }\n'
+    status, body = call(
+        url, "POST", f"/subjects/{inner}/versions", {"schema": message, "schemaType": "PROTOBUF"}
+    )
+    assert status == 200, body
+    public = 'syntax = "proto3";\npackage test;\nimport public "inner.proto";\n'
+    refs = [{"name": "inner.proto", "subject": inner, "version": 1}]
+    status, body = call(
+        url,
+        "POST",
+        f"/subjects/{outer}/versions",
+        {"schema": public, "schemaType": "PROTOBUF", "references": refs},
+    )
+    assert status == 200, body
+
+
 # -- bad input ----------------------------------------------------------------------------
 
 
@@ -543,13 +590,33 @@ def test_bad_input_gets_confluent_errors_and_the_registry_keeps_serving(registry
             assert time.monotonic() - began < 10
     # garbage request line
     assert _raw_exchange(port, b"\x00\x01garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
-    # nothing of the above reached _schemas: every stored schema parses
+    # nothing of the above reached _schemas: every stored schema parses, with the
+    # schemas it refers to
     for name in call(url, "GET", "/subjects?deleted=true")[1]:
         for version in call(url, "GET", f"/subjects/{name}/versions?deleted=true")[1]:
             stored = call(url, "GET", f"/subjects/{name}/versions/{version}?deleted=true")[1]
-            parse(stored.get("schemaType", "AVRO"), stored["schema"])
+            parse(stored.get("schemaType", "AVRO"), stored["schema"], _references(url, stored))
     assert subject not in call(url, "GET", "/subjects?deleted=true")[1]
     assert call(url, "POST", versions, {"schema": AVRO_V1})[0] == 200
+
+
+def _references(url: str, stored: dict[str, Any]) -> list[Reference]:
+    """The schemas `stored` refers to, those they refer to first, each once."""
+    found: dict[tuple[str, int], Reference] = {}
+
+    def visit(schema: dict[str, Any]) -> None:
+        for ref in schema.get("references") or []:
+            key = (ref["subject"], ref["version"])
+            if key in found:
+                continue
+            path = f"/subjects/{ref['subject']}/versions/{ref['version']}?deleted=true"
+            target = call(url, "GET", path)[1]
+            visit(target)
+            kind = target.get("schemaType", "AVRO")
+            found[key] = Reference(ref["name"], *key, target["schema"], kind)
+
+    visit(stored)
+    return list(found.values())
 
 
 # -- broker-side validation ---------------------------------------------------------------

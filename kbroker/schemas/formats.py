@@ -76,22 +76,33 @@ def parse(schema_type: str, text: str, references: Sequence[Reference] = ()) -> 
 class AvroSchema:
     schema_type = AVRO
 
-    def __init__(self, schema: Any, names: Any) -> None:
+    def __init__(self, schema: Any, names: Any, referenced: dict[str, Any] | None = None) -> None:
         self.schema = schema
         self.names = names
+        # The named types the references define (full name -> schema): written by name in
+        # the stored text, not inlined, as Confluent's registry stores them, so that a
+        # schema referring to this one and to its references defines each type once.
+        self._referenced = referenced or {}
         self._canonical: str | None = None
         self._normalized: str | None = None
 
+    def _json(self) -> Any:
+        import avro.schema
+
+        known = avro.schema.Names()
+        known.names = dict(self._referenced)
+        return self.schema.to_json(known)
+
     def canonical(self) -> str:
         if self._canonical is None:
-            self._canonical = json.dumps(self.schema.to_json(), separators=(",", ":"))
+            self._canonical = json.dumps(self._json(), separators=(",", ":"))
         return self._canonical
 
     def normalized(self) -> str:
         # Avro's parsing canonical form drops doc/defaults/aliases, which Confluent's
         # normalization keeps; keep them, with a stable field order.
         if self._normalized is None:
-            self._normalized = json.dumps(_ordered(self.schema.to_json()), separators=(",", ":"))
+            self._normalized = json.dumps(_ordered(self._json()), separators=(",", ":"))
         return self._normalized
 
     def read_problems(self, writer: ParsedSchema) -> list[str]:
@@ -135,6 +146,7 @@ def _parse_avro(text: str, references: Sequence[Reference]) -> AvroSchema:
             if ref.schema_type != AVRO:
                 raise invalid_schema(f"Invalid schema: reference {ref.name!r} is not AVRO")
             avro.schema.make_avsc_object(json.loads(ref.text), names)
+        referenced = dict(names.names)
         data = json.loads(text)
         schema = avro.schema.make_avsc_object(data, names)
     except RegistryError:
@@ -143,7 +155,7 @@ def _parse_avro(text: str, references: Sequence[Reference]) -> AvroSchema:
         raise invalid_schema(f"Invalid schema {text[:200]!r}: {exc}") from None
     except RecursionError:
         raise invalid_schema("Invalid schema: nested too deeply") from None
-    return AvroSchema(schema, names)
+    return AvroSchema(schema, names, referenced)
 
 
 # -- JSON Schema --------------------------------------------------------------------------

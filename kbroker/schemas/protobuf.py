@@ -193,8 +193,8 @@ def _from_text(text: str) -> tuple[ProtoModel, str]:
             model.package = element.name
         elif isinstance(element, ast.Import):
             model.imports.append(element.name)
-    if not any(isinstance(e, ast.Message | ast.Enum | ast.Service) for e in tree.file_elements):
-        raise invalid_schema("Invalid schema: no message, enum or service")
+    # A file of imports alone (`import public "a.proto";`) is a valid schema, registered
+    # to be referenced, as Confluent's registry registers it.
     declared: set[str] = set()
     pending: list[tuple[str, Any]] = []
 

@@ -119,6 +119,7 @@ def test_consumer_heartbeat_to_a_live_classic_group_is_group_id_not_found(h):
     h.stable_group(1, group="classic-g")
     result = h.heartbeat(group_id="classic-g", member_id="m")
     assert result.error == E.group_id_not_found
+    assert "Cannot upgrade classic group classic-g to consumer group" in (result.message or "")
 
 
 def test_consumer_heartbeat_adopts_an_offsets_only_group_and_its_offsets(h):

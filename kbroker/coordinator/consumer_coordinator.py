@@ -492,7 +492,10 @@ class ConsumerGroupCoordinator:
 
     def _existing_group(self, group_id: str, create: bool) -> ConsumerGroup | None:
         """The consumer group, None for a new one; a classic group of the same id is
-        taken over only when it has no members (as Kafka converts an empty group)."""
+        taken over only when it has no members (as Kafka converts an empty group). The
+        online upgrade of a classic group with live members (KIP-848's migration policy)
+        is not served: its first consumer-protocol member is told GROUP_ID_NOT_FOUND, as
+        Kafka tells it with the upgrade disabled."""
         group = self.groups.get(group_id)
         if group is not None:
             return group
@@ -502,6 +505,13 @@ class ConsumerGroupCoordinator:
         if classic is not None and not classic.is_in(GroupState.DEAD):
             if create and classic.is_in(GroupState.EMPTY) and not classic.members:
                 return self._adopt_classic(classic)
+            if create:
+                raise HeartbeatError(
+                    E.group_id_not_found,
+                    f"Cannot upgrade classic group {group_id} to consumer group because the "
+                    "online upgrade is disabled: kbroker converts a classic group only once "
+                    "it has no members.",
+                )
             raise HeartbeatError(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
         if not create:
             raise HeartbeatError(E.group_id_not_found, f"Consumer group {group_id} not found.")

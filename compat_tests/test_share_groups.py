@@ -57,7 +57,7 @@ SHORT_LOCKS = {
     "group.share.min.heartbeat.interval.ms": "1000",
 }
 # Each test makes its own groups on the shared broker.
-BROKER = {**SHORT_LOCKS, "group.share.max.groups": "100"}
+BROKER = dict(SHORT_LOCKS)
 
 
 @pytest.fixture(scope="module")

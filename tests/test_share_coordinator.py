@@ -109,6 +109,17 @@ def test_every_member_of_a_one_partition_topic_is_assigned_that_partition(coordi
     assert members["b"].assignment == {TOPIC.topic_id: frozenset({0})}
 
 
+def test_share_groups_are_as_many_as_are_made(coordinator) -> None:  # type: ignore[no-untyped-def]
+    """Kafka 4.3 has no cap on share groups (Kafka 4.0's group.share.max.groups, 10 by
+    default, is gone): a long-lived cluster keeps making new ones."""
+    for n in range(150):
+        result = coordinator.membership.heartbeat(
+            f"g{n}", "a", 0, None, (TOPIC.name,), "client", "/127.0.0.1", 0
+        )
+        assert result.error == 0, (n, result.message)
+    assert len(coordinator.membership.groups) >= 150
+
+
 def test_a_stale_member_epoch_is_fenced(coordinator) -> None:  # type: ignore[no-untyped-def]
     first = join(coordinator, "a")
     join(coordinator, "b")

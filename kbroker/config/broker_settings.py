@@ -1398,7 +1398,15 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         at_least(1),
     ),
     _d("group.share.max.size", INT, 200, "Most members of a share group.", between(10, 1000)),
-    _d("group.share.max.groups", SHORT, 10, "Most share groups.", between(1, 100)),
+    _d(
+        "group.share.max.groups",
+        SHORT,
+        10,
+        "Kafka 4.0's cap on share groups, which later Kafka dropped: share groups are "
+        "as many as are made, as on Kafka 4.3.",
+        between(1, 100),
+        role=INERT,
+    ),
     _d(
         "group.share.record.lock.duration.ms",
         INT,

@@ -183,9 +183,7 @@ class ShareGroupMembership:
         if member_epoch == 0:
             if subscribed is None:
                 return HeartbeatResult(INVALID_REQUEST, "SubscribedTopicNames must be set.")
-            if group is None:
-                if len(self.groups) >= self.config.max_groups:
-                    return HeartbeatResult(GROUP_MAX_SIZE_REACHED, "Too many share groups.")
+            if group is None:  # as many share groups as are made, as on Kafka 4.3
                 group = self.groups[group_id] = ShareGroup(group_id)
             member = group.members.get(member_id)
             if member is None:

@@ -46,7 +46,6 @@ class ShareConfig:
     min_max_record_locks: int = 100
     max_max_record_locks: int = 2000
     max_size: int = 200
-    max_groups: int = 10
     num_partitions: int = 50  # of __share_group_state, which places each group's state
     max_share_sessions: int = 2000
 

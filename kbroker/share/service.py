@@ -52,7 +52,6 @@ def share_config(config: Any) -> ShareConfig:
         min_max_record_locks=config.group_share_min_partition_max_record_locks,
         max_max_record_locks=config.group_share_max_partition_max_record_locks,
         max_size=config.group_share_max_size,
-        max_groups=config.group_share_max_groups,
         max_share_sessions=config.group_share_max_share_sessions,
         num_partitions=config.share_coordinator_state_topic_num_partitions,
     )

@@ -555,6 +555,21 @@ def test_bad_acknowledgements_and_stale_epochs_get_kafkas_error_codes(share_brok
         assert int(_heartbeat(a, group, "member-a", 1, None).error_code) == 110
 
 
+def test_acknowledging_records_of_a_topic_deleted_since_is_unknown_topic_id(share_broker):  # type: ignore[no-untyped-def]
+    """librdkafka's test 0181: records acquired, the topic deleted, then acknowledged:
+    the partition answers UNKNOWN_TOPIC_ID, not a share-state error."""
+    topic, group = new_queue(share_broker.bootstrap, 5)
+    with _wire(share_broker) as conn:
+        joined = _heartbeat(conn, group, "member-a", 0, [topic])
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        fetched = _share_fetch(conn, group, "member-a", 0, topic_id)
+        assert fetched.responses[0].partitions[0].acquired_records
+        admin = admin_client(share_broker.bootstrap)
+        admin.delete_topics([topic])[topic].result(15)
+        accept = {"first_offset": 0, "last_offset": 4, "acknowledge_types": [1]}
+        assert _ack(conn, group, "member-a", 1, topic_id, accept) == 100  # UNKNOWN_TOPIC_ID
+
+
 def test_final_acknowledgements_sent_after_the_leave_heartbeat_are_applied(share_broker):  # type: ignore[no-untyped-def]
     """librdkafka's close sends the leave heartbeat and the final ShareAcknowledge
     (epoch -1) at once, on two connections; the leave arriving first must not release

@@ -246,11 +246,19 @@ class ShareFetchPath:
 
     def _led_here(self, acks: PartitionAcks, answer: FetchAnswer) -> PartitionAcks:
         """The acknowledgements for partitions led here; the others are answered
-        NOT_LEADER_OR_FOLLOWER (the response names the current leader)."""
+        NOT_LEADER_OR_FOLLOWER (the response names the current leader), and those of a
+        topic that is gone (deleted since its records were acquired) UNKNOWN_TOPIC_ID, as
+        Kafka answers them, before any share state is looked at."""
         kept: PartitionAcks = []
         for topic_id, partition, batches in acks:
             ref = self.coordinator.topics.by_id(topic_id)
-            if ref is not None and self._leader_epoch(ref.name, partition) < 0:
+            if ref is None:
+                part = answer.part(topic_id, partition)
+                part.error = int(ErrorCode.unknown_topic_id)
+                if batches:
+                    part.ack_error = part.error
+                continue
+            if self._leader_epoch(ref.name, partition) < 0:
                 part = answer.part(topic_id, partition)
                 part.error = int(ErrorCode.not_leader_or_follower)
                 if batches:

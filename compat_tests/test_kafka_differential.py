@@ -41,6 +41,7 @@ from compat_tests.waiting import eventually
 from kbroker.admin.client import produce_fields
 from kbroker.protocol.batch import encode_batch
 from kbroker.protocol.messages import API_NAMES
+from kbroker.protocol.one_shot import list_offsets_fields
 
 pytestmark = pytest.mark.skipif(kafka_unavailable() is not None, reason=str(kafka_unavailable()))
 
@@ -204,22 +205,7 @@ def _fetch(offset: int, topic: str = TOPIC, partition: int = 0) -> Any:
 
 
 def _list_offsets(topic: str, partition: int, timestamp: int) -> dict[str, Any]:
-    return {
-        "replica_id": -1,
-        "isolation_level": 0,
-        "topics": [
-            {
-                "name": topic,
-                "partitions": [
-                    {
-                        "partition_index": partition,
-                        "timestamp": timestamp,
-                        "current_leader_epoch": -1,
-                    }
-                ],
-            }
-        ],
-    }
+    return list_offsets_fields(topic, timestamp, partition=partition)
 
 
 def _create(

@@ -9,27 +9,13 @@ from pathlib import Path
 from inprocess import RawClient, run_broker
 
 from kbroker.broker import Broker
+from kbroker.protocol.one_shot import list_offsets_fields
 
 DELETE_RECORDS = 21
 LIST_OFFSETS = 2
 CREATE_TOPICS = 19
 METADATA = 3
 EARLIEST = -2
-
-
-def _earliest(topic: str) -> dict[str, object]:
-    return {
-        "replica_id": -1,
-        "isolation_level": 0,
-        "topics": [
-            {
-                "name": topic,
-                "partitions": [
-                    {"partition_index": 0, "timestamp": EARLIEST, "current_leader_epoch": -1}
-                ],
-            }
-        ],
-    }
 
 
 def test_a_list_offsets_behind_a_delete_records_sees_the_new_log_start(tmp_path: Path) -> None:
@@ -53,7 +39,7 @@ def test_a_list_offsets_behind_a_delete_records_sees_the_new_log_start(tmp_path:
                         "timeout": 1000,
                     },
                 ),
-                (LIST_OFFSETS, 7, _earliest("trimmed")),
+                (LIST_OFFSETS, 7, list_offsets_fields("trimmed", EARLIEST)),
             )
             assert deleted.topics[0].partitions[0].low_watermark == cut
             assert listed.topics[0].partitions[0].offset == cut

@@ -1,5 +1,5 @@
-"""The fields of one-shot Produce and Fetch requests: one partition, no session, no
-retries. What an operator's command, the dead-letter writer and tests send to see the
+"""The fields of one-shot Produce, Fetch and ListOffsets requests: one partition, no
+session, no retries. What an operator's command, the dead-letter writer and tests send to see the
 broker's own answer, as plain dicts for `messages.build`."""
 
 from __future__ import annotations
@@ -68,3 +68,26 @@ def fetch_fields(
         max_bytes=max_bytes,
         isolation_level=isolation_level,
     )
+
+
+def list_offsets_fields(
+    topic: str, timestamp: int, *, partition: int = 0, isolation_level: int = 0
+) -> dict[str, Any]:
+    """ListOffsets fields asking one partition of `topic` for the offset at `timestamp`
+    (-2 the log start, -1 the end), as a consumer asks, for any leader epoch."""
+    return {
+        "replica_id": -1,
+        "isolation_level": isolation_level,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [
+                    {
+                        "partition_index": partition,
+                        "timestamp": timestamp,
+                        "current_leader_epoch": -1,
+                    }
+                ],
+            }
+        ],
+    }

@@ -17,10 +17,10 @@ from kbroker.controller.state import INTERNAL_TOPICS, BrokerInfo, PartitionInfo
 from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
-from kbroker.handlers.metadata import visible_controller_id
+from kbroker.handlers.metadata import cluster_operations, visible_controller_id
 from kbroker.handlers.registry import handles
 from kbroker.protocol import requests, responses
-from kbroker.security.acl import CLUSTER_NAME, OPERATIONS_OMITTED, Operation, ResourceType
+from kbroker.security.acl import OPERATIONS_OMITTED, Operation, ResourceType
 
 DESCRIBE_CLUSTER = 60
 DESCRIBE_TOPIC_PARTITIONS = 75
@@ -30,14 +30,6 @@ ENDPOINT_CONTROLLERS = 2
 NO_LEADER = -1
 MAX_PARTITIONS_PER_RESPONSE = 2000  # Kafka's max.request.partition.size.limit default
 # -- DescribeCluster -----------------------------------------------------------------------
-
-
-def _cluster_operations(ctx: RequestContext) -> int:
-    """KIP-430: what the principal may do on the cluster; none (0) for one that may not
-    describe it, as Kafka answers."""
-    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return 0
-    return ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 @handles(DESCRIBE_CLUSTER, 0)
@@ -54,7 +46,7 @@ def describe_cluster(
         "cluster_id": state.cluster_id or "",
         "controller_id": visible_controller_id(ctx),
         "brokers": [],
-        "cluster_authorized_operations": _cluster_operations(ctx)
+        "cluster_authorized_operations": cluster_operations(ctx)
         if request.include_cluster_authorized_operations
         else OPERATIONS_OMITTED,
     }

@@ -130,12 +130,16 @@ def _response(
     # naming it would make every v11+ answer a description with a field of other
     # versions, which loads all Metadata schemas on first use.
     if ctx.version <= LAST_CLUSTER_OPERATIONS and request.include_cluster_authorized_operations:
-        response["cluster_authorized_operations"] = (
-            ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
-            if ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
-            else 0
-        )
+        response["cluster_authorized_operations"] = cluster_operations(ctx)
     return response
+
+
+def cluster_operations(ctx: RequestContext) -> int:
+    """KIP-430: what the principal may do on the cluster (Metadata v8-v10 and
+    DescribeCluster); none (0) for one that may not describe it, as Kafka answers."""
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return 0
+    return ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 # KIP-430: from v8 a Metadata request may ask for the operations the principal may do on

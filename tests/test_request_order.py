@@ -76,3 +76,17 @@ def test_a_metadata_request_behind_create_topics_finds_the_topic(tmp_path: Path)
         client.close()
 
     run_broker(tmp_path, check)
+
+
+def test_only_requests_that_brokers_alone_send_leave_the_order() -> None:
+    """WriteTxnMarkers, the share-group state RPCs and AddPartitionsToTxn from v4 (the
+    version partition leaders send) come from brokers that overlap independent requests
+    on one link; every API a client sends keeps its connection's order."""
+    import kbroker.handlers  # noqa: F401  (registers every handler)
+    from kbroker.handlers.registry import APIS
+
+    unordered = {
+        key: api.unordered_from for key, api in APIS.items() if api.unordered_from is not None
+    }
+    assert unordered == {24: 4, 27: 0, 83: 0, 84: 0, 85: 0, 86: 0, 87: 0}
+    assert APIS[24].ordered(3) and not APIS[24].ordered(4)

@@ -29,9 +29,17 @@ class Api:
     max_version: int
     handler: Handler
     enabled_by: str | None = None  # a boolean broker setting the API is served only under
+    # From this version on the API is one only brokers send, overlapping independent
+    # requests on one link: its later answer holds back no later request of the
+    # connection (others answer in the order they were sent, as Kafka's do).
+    unordered_from: int | None = None
 
     def serves(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
+
+    def ordered(self, version: int) -> bool:
+        """Whether later requests of the connection wait for this one's answer."""
+        return self.unordered_from is None or version < self.unordered_from
 
     def enabled(self, config: SettingSource) -> bool:
         return self.enabled_by is None or bool(config.get(self.enabled_by))
@@ -45,17 +53,23 @@ APIS: dict[int, Api] = {}
 
 
 def handles(
-    key: int, min_version: int, max_version: int | None = None, enabled_by: str | None = None
+    key: int,
+    min_version: int,
+    max_version: int | None = None,
+    enabled_by: str | None = None,
+    unordered_from: int | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register a handler for API `key`, versions min..max (max defaults to kio's newest);
     with `enabled_by`, only while that boolean broker setting is on (neither advertised
-    nor answered otherwise, as Kafka leaves out the APIs of a disabled feature)."""
+    nor answered otherwise, as Kafka leaves out the APIs of a disabled feature); with
+    `unordered_from`, its answers from that version on do not order the connection's
+    later requests (`Api.ordered`)."""
 
     def register(fn: Handler) -> Handler:
         top = known_versions(key).stop - 1 if max_version is None else max_version
         if key in APIS:
             raise RuntimeError(f"API {key} registered twice")
-        APIS[key] = Api(key, min_version, top, fn, enabled_by)
+        APIS[key] = Api(key, min_version, top, fn, enabled_by, unordered_from)
         return fn
 
     return register

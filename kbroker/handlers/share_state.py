@@ -50,7 +50,7 @@ def _refused(ctx: RequestContext) -> bool:
     return ctx.broker.authorizer is not None and not ctx.is_broker()
 
 
-@handles(READ_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
+@handles(READ_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE, unordered_from=0)
 async def read_share_group_state(
     ctx: RequestContext, request: requests.ReadShareGroupStateRequest
 ) -> responses.ReadShareGroupStateResponse:
@@ -115,7 +115,7 @@ def _summary_fields(stored: bytes | None) -> responses.ReadShareGroupStateSummar
     }
 
 
-@handles(READ_SHARE_GROUP_STATE_SUMMARY, 0, 1, enabled_by=ENABLE)
+@handles(READ_SHARE_GROUP_STATE_SUMMARY, 0, 1, enabled_by=ENABLE, unordered_from=0)
 def read_share_group_state_summary(
     ctx: RequestContext, request: requests.ReadShareGroupStateSummaryRequest
 ) -> responses.ReadShareGroupStateSummaryResponse:
@@ -202,7 +202,7 @@ async def _by_state_partition(
     return _answer(outcome)
 
 
-@handles(WRITE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
+@handles(WRITE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE, unordered_from=0)
 async def write_share_group_state(
     ctx: RequestContext, request: requests.WriteShareGroupStateRequest
 ) -> responses.WriteShareGroupStateResponse:
@@ -238,7 +238,7 @@ def _answer(outcome: dict[StateKey, ErrorCode]) -> StateAnswer:
     return {"results": [{"topic_id": t, "partitions": ps} for t, ps in results.items()]}
 
 
-@handles(INITIALIZE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
+@handles(INITIALIZE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE, unordered_from=0)
 async def initialize_share_group_state(
     ctx: RequestContext, request: requests.InitializeShareGroupStateRequest
 ) -> responses.InitializeShareGroupStateResponse:
@@ -254,7 +254,7 @@ async def initialize_share_group_state(
     )
 
 
-@handles(DELETE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE)
+@handles(DELETE_SHARE_GROUP_STATE, 0, 0, enabled_by=ENABLE, unordered_from=0)
 async def delete_share_group_state(
     ctx: RequestContext, request: requests.DeleteShareGroupStateRequest
 ) -> responses.DeleteShareGroupStateResponse:

@@ -195,7 +195,7 @@ def _topic_results(
     return [{"name": name, "results_by_partition": parts} for name, parts in by_topic.items()]
 
 
-@handles(ADD_PARTITIONS_TO_TXN, 0)
+@handles(ADD_PARTITIONS_TO_TXN, 0, unordered_from=4)  # v4+: sent by partition leaders
 async def add_partitions_to_txn(
     ctx: RequestContext, request: requests.AddPartitionsToTxnRequest
 ) -> responses.AddPartitionsToTxnResponse | NoResponse:
@@ -301,7 +301,7 @@ async def end_txn(ctx: RequestContext, request: requests.EndTxnRequest) -> respo
 # -- WriteTxnMarkers -------------------------------------------------------------------------
 
 
-@handles(WRITE_TXN_MARKERS, 0)  # v0 through protocol.legacy_messages
+@handles(WRITE_TXN_MARKERS, 0, unordered_from=0)  # v0 through protocol.legacy_messages
 async def write_txn_markers(
     ctx: RequestContext, request: requests.WriteTxnMarkersRequest
 ) -> responses.WriteTxnMarkersResponse:

@@ -70,13 +70,6 @@ _CANCEL_WHEN_CLOSED = frozenset({1})
 _MAX_IN_FLIGHT = 200
 # Requests held behind a handler still running, or a mute, before reading pauses.
 _MAX_HELD = 64
-# Coroutine handlers of requests only brokers send (WriteTxnMarkers, the share-group
-# state RPCs), whose senders overlap independent requests on one link and rely on no
-# order between them: they hold nothing back. AddPartitionsToTxn joins them from v4, the
-# version a partition leader sends.
-_UNORDERED = frozenset({27, 83, 84, 85, 86, 87})
-_ADD_PARTITIONS_TO_TXN = 24
-_FIRST_BROKER_ADD_PARTITIONS = 4
 # Handler results that are answers already (Produce's encoded bytes, most handlers'
 # dicts): no need to ask whether they are awaitable, an ABC check on every request.
 _IMMEDIATE = frozenset({bytes, dict})
@@ -678,9 +671,7 @@ class KafkaConnection(asyncio.Protocol):
                 if api_key in _CANCEL_WHEN_CLOSED:
                     slot.task = task
                 task.add_done_callback(lambda t: self._finish(slot, t))
-                if api_key not in _UNORDERED and not (
-                    api_key == _ADD_PARTITIONS_TO_TXN and version >= _FIRST_BROKER_ADD_PARTITIONS
-                ):
+                if api.ordered(version):
                     self._order_after(task)  # after _finish: its answer is queued first
                 return
             if isinstance(result, NoResponse):

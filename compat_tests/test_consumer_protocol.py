@@ -271,3 +271,103 @@ def _group_epoch(bootstrap: str, group: str) -> int:
         description = describe_group(c, group)
     assert description.group_type == "consumer"
     return int(description.epoch or 0)
+
+
+# -- KIP-848's online migration: classic consumers and consumer-protocol ones in one group
+
+
+def classic_member(bootstrap: str, group: str, name: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "classic",
+            "client.id": name,
+            "heartbeat.interval.ms": 300,
+            "session.timeout.ms": 6000,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+
+
+def _group_type(bootstrap: str, group: str) -> Any:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = {g.group_id: g for g in admin.list_consumer_groups().result(15).valid}
+    return listed[group].type
+
+
+def test_a_rolling_upgrade_from_classic_consumers_keeps_each_partition_owned_once(
+    kip848_broker: BrokerProcess,
+):
+    """Classic consumers are replaced one at a time by consumer-protocol ones, as a
+    deployment rolls: the first new member turns the group into a consumer group, the
+    classic members still running follow the server-side assignment, and at every step
+    each partition has exactly one owner."""
+    from confluent_kafka import ConsumerGroupType
+
+    bootstrap = kip848_broker.bootstrap
+    topic, group = unique_topic(), unique_group("roll")
+    create_topic(bootstrap, topic, 6)
+    running = [classic_member(bootstrap, group, f"classic-{i}") for i in range(2)]
+    try:
+        for c in running:
+            c.subscribe([topic])
+        poll_until(running, lambda: exclusive_cover(running, 6))
+        assert _group_type(bootstrap, group) == ConsumerGroupType.CLASSIC
+        for step in range(2):
+            newer = member(bootstrap, group, **{"client.id": f"consumer-{step}"})
+            newer.subscribe([topic])
+            running.append(newer)
+            poll_until(running, lambda n=newer: exclusive_cover(running, 6) and bool(owned(n)))
+            assert _group_type(bootstrap, group) == ConsumerGroupType.CONSUMER
+            running.pop(0).close()  # the classic member it replaces leaves
+            poll_until(running, lambda: exclusive_cover(running, 6))
+        assert sorted(len(owned(c)) for c in running) == [3, 3]
+        types = {m.client_id: m.member_type for m in _members(bootstrap, group)}
+        assert types == {"consumer-0": 1, "consumer-1": 1}
+    finally:
+        for c in running:
+            c.close()
+
+
+def test_classic_members_of_a_consumer_group_commit_and_the_last_new_member_leaving_turns_it_classic(
+    kip848_broker: BrokerProcess,
+):
+    """A classic member inside a consumer group commits its offsets with the generation
+    it was given; when the only consumer-protocol member leaves, the group turns classic
+    again and its classic members take every partition back."""
+    from confluent_kafka import ConsumerGroupType
+
+    bootstrap = kip848_broker.bootstrap
+    topic, group = unique_topic(), unique_group("back")
+    create_topic(bootstrap, topic, 4)
+    classic = [classic_member(bootstrap, group, f"classic-{i}") for i in range(2)]
+    newer = member(bootstrap, group, **{"client.id": "consumer-0"})
+    try:
+        for c in classic:
+            c.subscribe([topic])
+        poll_until(classic, lambda: exclusive_cover(classic, 4))
+        newer.subscribe([topic])
+        everyone = [*classic, newer]
+        poll_until(everyone, lambda: exclusive_cover(everyone, 4) and bool(owned(newer)))
+        types = {m.client_id: m.member_type for m in _members(bootstrap, group)}
+        assert types == {"classic-0": 0, "classic-1": 0, "consumer-0": 1}
+        mine = owned(classic[0])
+        committed = classic[0].commit(
+            offsets=[TopicPartition(topic, p, 1) for p in sorted(mine)], asynchronous=False
+        )
+        assert all(tp.error is None for tp in committed)
+        newer.close()
+        poll_until(
+            classic,
+            lambda: (
+                exclusive_cover(classic, 4)
+                and _group_type(bootstrap, group) == ConsumerGroupType.CLASSIC
+            ),
+        )
+        stored = classic[1].committed([TopicPartition(topic, p) for p in sorted(mine)], timeout=10)
+        assert [tp.offset for tp in stored] == [1] * len(mine)
+    finally:
+        for c in classic:
+            c.close()

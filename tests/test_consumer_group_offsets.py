@@ -115,23 +115,11 @@ def test_delete_groups_refuses_a_live_group_and_deletes_an_empty_one(h):
     assert any(not is_consumer_record(key) for key, _ in last)  # the offsets went too
 
 
-def test_consumer_heartbeat_to_a_live_classic_group_is_group_id_not_found(h):
-    h.stable_group(1, group="classic-g")
-    result = h.heartbeat(group_id="classic-g", member_id="m")
-    assert result.error == E.group_id_not_found
-    assert "Cannot upgrade classic group classic-g to consumer group" in (result.message or "")
-
-
 def test_consumer_heartbeat_adopts_an_offsets_only_group_and_its_offsets(h):
     assert commit(h, "", -1, offset=9, group="simple") == E.none
     assert h.heartbeat(group_id="simple", member_id="m").error == E.none
     assert "simple" not in h.c.groups
     assert h.cc.groups["simple"].offsets[("t", 0)].offset == 9
-
-
-def test_classic_join_to_a_live_consumer_group_is_inconsistent(h):
-    settle([h.member()], rounds=2)
-    assert h.join("g").value.error == E.inconsistent_group_protocol
 
 
 def test_classic_join_to_an_empty_consumer_group_takes_it_over(h):

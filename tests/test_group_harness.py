@@ -118,7 +118,7 @@ class Harness:
         supports_skip_assignment: bool = True,
     ) -> Box:
         box = Box()
-        self.coordinator.classic.join_group(
+        self.coordinator.join_group(
             JoinRequest(
                 group_id=group,
                 member_id=member_id,
@@ -152,7 +152,7 @@ class Harness:
         protocol_name: str | None = None,
     ) -> Box:
         box = Box()
-        self.coordinator.classic.sync_group(
+        self.coordinator.sync_group(
             SyncRequest(
                 group_id=group,
                 generation_id=generation,

@@ -1304,6 +1304,16 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         at_least(1),
     ),
     _d(
+        "group.consumer.migration.policy",
+        STRING,
+        "bidirectional",
+        "Whether a group with members moves between the classic and consumer protocols "
+        "(KIP-848): upgrade (a consumer-protocol member joins a classic group), downgrade "
+        "(the last consumer-protocol member leaves a group of classic members), "
+        "bidirectional or disabled. Empty groups always move.",
+        one_of("disabled", "upgrade", "downgrade", "bidirectional", ignore_case=True),
+    ),
+    _d(
         "group.consumer.assignors",
         LIST,
         ["uniform", "range"],

@@ -194,6 +194,10 @@ class TypedSettings:
         return self._effective["group.consumer.max.size"]
 
     @property
+    def group_consumer_migration_policy(self) -> str:
+        return self._effective["group.consumer.migration.policy"]
+
+    @property
     def group_consumer_min_heartbeat_interval_ms(self) -> int:
         return self._effective["group.consumer.min.heartbeat.interval.ms"]
 

@@ -34,6 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import MetadataState
 from kbroker.coordinator.assignors import ASSIGNORS, AssignorError, MemberSubscription
+from kbroker.coordinator.classic_members import ClassicMembers, UpgradeRefused
 from kbroker.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -90,10 +91,23 @@ class ConsumerGroupConfig:
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")
     enabled: bool = True
+    # group.consumer.migration.policy: whether a group with members may turn from
+    # classic to consumer (upgrade) and back (downgrade).
+    migration_policy: str = "bidirectional"
+    # group.max.size: a group downgraded to classic must fit the classic limit.
+    classic_max_size: int = 2**31 - 1
 
     @property
     def default_assignor(self) -> str:
         return self.assignors[0] if self.assignors else "uniform"
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self.migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self.migration_policy in ("downgrade", "bidirectional")
 
 
 # Kafka's consumer group configs (GroupConfig): one group's own session timeout and
@@ -196,6 +210,8 @@ def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
         max_size=int(config.group_consumer_max_size),
         assignors=assignors or ("uniform",),
         enabled="consumer" in protocols,
+        migration_policy=config.group_consumer_migration_policy.strip().lower(),
+        classic_max_size=int(config.group_max_size),
     )
 
 
@@ -302,6 +318,9 @@ class ConsumerGroupCoordinator:
         )
         self._regexes: dict[str, Any] = {}
         self._regex_matches: dict[str, tuple[int, frozenset[str]]] = {}
+        # JoinGroup, SyncGroup, Heartbeat and LeaveGroup of classic members in these
+        # groups, and groups moving between the protocols (KIP-848's migration).
+        self.classic_members = ClassicMembers(self)
 
     # -- small helpers --------------------------------------------------------------------
 
@@ -310,6 +329,18 @@ class ConsumerGroupCoordinator:
 
     def is_busy(self, group_id: str) -> bool:
         return self._ops.busy(group_id)
+
+    def holds(self, group_id: str) -> bool:
+        """Whether the id is a consumer group's, or an operation on it is queued (its
+        outcome decides which protocol serves the id next)."""
+        return group_id in self.groups or self._ops.busy(group_id)
+
+    def new_change(self, group_id: str, group: ConsumerGroup | None) -> _Change:
+        return _Change(group_id, group)
+
+    def submit(self, group_id: str, op: Callable[[], tuple[_Change | None, Finish]]) -> None:
+        """Queue an operation on the group behind those already queued."""
+        self._ops.submit(group_id, op)
 
     def _compiled(self, pattern: str) -> Any:
         if pattern not in self._regexes:
@@ -358,7 +389,7 @@ class ConsumerGroupCoordinator:
                 found[name] = TopicMetadata(info.topic_id, name, len(info.partitions))
         return found
 
-    def _subscribed_ids(self, member: ConsumerMember) -> set[uuid.UUID]:
+    def subscribed_ids(self, member: ConsumerMember) -> set[uuid.UUID]:
         topics = self.metadata().topics
         return {topics[name].topic_id for name in self._member_topics(member) if name in topics}
 
@@ -371,15 +402,15 @@ class ConsumerGroupCoordinator:
     def _apply(self, group_id: str, change: _Change) -> None:
         """Apply a change whose records were written to the live groups."""
         for record in change.records:
-            self._replay(record)
+            self.replay(record)
 
-    def _replay(self, record: GroupRecord) -> None:
+    def replay(self, record: GroupRecord) -> None:
         """Apply one record to the live groups (the write path and the loader both)."""
         gid = record.group_id
         group = self.groups.get(gid)
         if isinstance(record, GroupEpochRecord) and record.epoch is None:
             if group is not None:
-                self._drop(group)
+                self.drop(group)
             return
         if group is None:
             if _is_tombstone(record):
@@ -388,11 +419,14 @@ class ConsumerGroupCoordinator:
             self.groups[gid] = group
         if isinstance(record, MemberMetadataRecord) and record.member is None:
             cancel_member_timers(group, record.member_id)
+            _cancel_sync_timer(group, record.member_id)
         group.apply(record, on_conflict=lambda msg: log.warning("group %s: %s", gid, msg))
 
-    def _drop(self, group: ConsumerGroup) -> None:
+    def drop(self, group: ConsumerGroup) -> None:
         for member_id in list(group.session_timers) + list(group.rebalance_timers):
             cancel_member_timers(group, member_id)
+        for member_id in list(group.classic_sync_timers):
+            _cancel_sync_timer(group, member_id)
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
 
@@ -491,11 +525,10 @@ class ConsumerGroupCoordinator:
             )
 
     def _existing_group(self, group_id: str, create: bool) -> ConsumerGroup | None:
-        """The consumer group, None for a new one; a classic group of the same id is
-        taken over only when it has no members (as Kafka converts an empty group). The
-        online upgrade of a classic group with live members (KIP-848's migration policy)
-        is not served: its first consumer-protocol member is told GROUP_ID_NOT_FOUND, as
-        Kafka tells it with the upgrade disabled."""
+        """The consumer group, None for a new one. A classic group of the same id becomes
+        a consumer group when a member joins it with ConsumerGroupHeartbeat: an empty one
+        always, one with members as group.consumer.migration.policy allows (KIP-848's
+        online upgrade, `classic_members.ClassicMembers.upgrade`)."""
         group = self.groups.get(group_id)
         if group is not None:
             return group
@@ -506,12 +539,10 @@ class ConsumerGroupCoordinator:
             if create and classic.is_in(GroupState.EMPTY) and not classic.members:
                 return self._adopt_classic(classic)
             if create:
-                raise HeartbeatError(
-                    E.group_id_not_found,
-                    f"Cannot upgrade classic group {group_id} to consumer group because the "
-                    "online upgrade is disabled: kbroker converts a classic group only once "
-                    "it has no members.",
-                )
+                try:
+                    return self.classic_members.upgrade(classic)
+                except UpgradeRefused as exc:
+                    raise HeartbeatError(E.group_id_not_found, str(exc)) from None
             raise HeartbeatError(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
         if not create:
             raise HeartbeatError(E.group_id_not_found, f"Consumer group {group_id} not found.")
@@ -554,6 +585,7 @@ class ConsumerGroupCoordinator:
             else member.subscribed_topic_regex,
             client_id=req.client_id,
             client_host=req.client_host,
+            classic=None,  # a classic member that heartbeats speaks the consumer protocol now
         )
         bump = False
         if member_id not in change.view.members or updated.subscription() != member.subscription():
@@ -564,21 +596,11 @@ class ConsumerGroupCoordinator:
             )
         base = change.base
         refreshed = base.metadata_changes if base is not None else None
-        if bump or (base is not None and base.needs_metadata_refresh):
-            bump = self._refresh_subscription_metadata(change) or bump
-            if bump:
-                change.emit(GroupEpochRecord(gid, change.view.group_epoch + 1))
-                log.info(
-                    "group %s: epoch %d after member %s's heartbeat (subscriptions or topics "
-                    "changed)",
-                    gid,
-                    change.view.group_epoch,
-                    member_id,
-                )
+        self.bump_if_needed(change, member_id, bump)
 
         # 2. A new target assignment when the group epoch moved past it.
         if change.view.group_epoch > change.view.assignment_epoch:
-            self._compute_target(change)
+            self.compute_target(change)
 
         # 3. One step of this member towards its target.
         view = change.view
@@ -593,7 +615,7 @@ class ConsumerGroupCoordinator:
                     view.target.get(member_id, {}),
                     view.partition_epoch,
                     req.owned,
-                    self._subscribed_ids(current),
+                    self.subscribed_ids(current),
                 )
             except MemberFenced as exc:
                 raise HeartbeatError(E.fenced_member_epoch, str(exc)) from None
@@ -624,7 +646,7 @@ class ConsumerGroupCoordinator:
             live = group.members.get(member_id)
             if live is None:
                 return
-            self._schedule_session_timeout(group, member_id)
+            self.schedule_session_timeout(group, member_id)
             if moved:
                 if live.state == MemberState.UNREVOKED_PARTITIONS:
                     self._schedule_rebalance_timeout(group, live)
@@ -670,7 +692,10 @@ class ConsumerGroupCoordinator:
                     req.instance_id,
                 )
                 return view.members.get(member_id) or ConsumerMember(member_id)
-            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if (
+                existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+                and existing.classic is None
+            ):
                 raise HeartbeatError(
                     E.unreleased_instance_id,
                     f"Static member {member_id} with instance id {req.instance_id} cannot join "
@@ -679,7 +704,7 @@ class ConsumerGroupCoordinator:
             replacement = replace(
                 existing, member_id=member_id, member_epoch=0, previous_member_epoch=0
             )
-            self._replace_member(change, existing, replacement)
+            self.replace_member(change, existing, replacement)
             log.info(
                 "group %s: static member with instance id %s rejoins as %s, replacing %s",
                 change.group_id,
@@ -720,7 +745,23 @@ class ConsumerGroupCoordinator:
                 "abandon all its partitions and rejoin.",
             )
 
-    def _replace_member(self, change: _Change, old: ConsumerMember, new: ConsumerMember) -> None:
+    def bump_if_needed(self, change: _Change, member_id: str, bump: bool) -> None:
+        """Bump the group epoch when the member's subscribed topics changed (`bump`) or
+        topics changed under the group since it last looked, and they change what it
+        assigns from."""
+        base = change.base
+        if bump or (base is not None and base.needs_metadata_refresh):
+            bump = self._refresh_subscription_metadata(change) or bump
+            if bump:
+                change.emit(GroupEpochRecord(change.group_id, change.view.group_epoch + 1))
+                log.info(
+                    "group %s: epoch %d after member %s (subscriptions or topics changed)",
+                    change.group_id,
+                    change.view.group_epoch,
+                    member_id,
+                )
+
+    def replace_member(self, change: _Change, old: ConsumerMember, new: ConsumerMember) -> None:
         gid = change.group_id
         target = change.view.target.get(old.member_id, {})
         change.emit(CurrentAssignmentRecord(gid, old.member_id, None))
@@ -750,7 +791,7 @@ class ConsumerGroupCoordinator:
         order = {name: i for i, name in enumerate(self.config.assignors)}
         return max(counts, key=lambda name: (counts[name], -order[name]))
 
-    def _compute_target(self, change: _Change) -> None:
+    def compute_target(self, change: _Change) -> None:
         view = change.view
         gid = change.group_id
         by_name = view.subscription_metadata
@@ -836,22 +877,38 @@ class ConsumerGroupCoordinator:
                     cancel_rebalance_timeout(group, member_id)
 
             return change, result, after_static
-        self._fence(change, member)
+        self.fence(change, [member])
         log.info("group %s: member %s left", gid, member_id)
         return change, result, lambda: None
 
-    def _fence(self, change: _Change, member: ConsumerMember) -> None:
-        """Remove a member and bump the group epoch so the rest take over its partitions."""
+    def fence(self, change: _Change, members: list[ConsumerMember]) -> None:
+        """Remove members and bump the group epoch so the rest take over their partitions;
+        or, when only classic members would remain, turn the group classic (at once: the
+        change then holds no records)."""
         gid = change.group_id
-        change.emit(CurrentAssignmentRecord(gid, member.member_id, None))
-        change.emit(TargetMemberRecord(gid, member.member_id, None))
-        change.emit(MemberMetadataRecord(gid, member.member_id, None))
+        ids = [m.member_id for m in members]
+        base = change.base
+        if change.work is None and base is not None and self.classic_members.downgrades(base, ids):
+            self.classic_members.downgrade(base, ids)
+            return
+        for member in members:
+            change.emit(CurrentAssignmentRecord(gid, member.member_id, None))
+            change.emit(TargetMemberRecord(gid, member.member_id, None))
+            change.emit(MemberMetadataRecord(gid, member.member_id, None))
         self._refresh_subscription_metadata(change)
         change.emit(GroupEpochRecord(gid, change.view.group_epoch + 1))
 
-    def _fence_later(
-        self, group_id: str, member_id: str, reason: str, epoch: int | None = None
+    def fence_later(
+        self,
+        group_id: str,
+        member_id: str,
+        reason: str,
+        epoch: int | None = None,
+        session: bool = False,
     ) -> None:
+        """Fence the member when its turn in the group's queue comes: unless its epoch
+        moved past `epoch` meanwhile or, for a session expiry, it heartbeated."""
+
         def op() -> tuple[_Change | None, Finish]:
             group = self.groups.get(group_id)
             member = None if group is None else group.members.get(member_id)
@@ -859,12 +916,12 @@ class ConsumerGroupCoordinator:
                 return None, _ignore
             if epoch is not None and member.member_epoch != epoch:
                 return None, _ignore
-            if epoch is None:
+            if session:
                 deadline = group.session_deadlines.get(member_id)
                 if deadline is not None and self._now() < deadline:
                     return None, _ignore  # it heartbeated while this waited in line
             change = _Change(group_id, group)
-            self._fence(change, member)
+            self.fence(change, [member])
 
             def finish(code: ErrorCode) -> None:
                 if code == E.none:
@@ -889,14 +946,23 @@ class ConsumerGroupCoordinator:
             group_id, "consumer.heartbeat.interval.ms", self.config.heartbeat_interval_ms
         )
 
-    def _schedule_session_timeout(self, group: ConsumerGroup, member_id: str) -> None:
+    def schedule_session_timeout(self, group: ConsumerGroup, member_id: str) -> None:
+        """A classic member's session is the timeout of its JoinGroup, others' the
+        group's consumer.session.timeout.ms."""
+        member = group.members.get(member_id)
+        if member is not None and member.classic is not None:
+            timeout = member.classic.session_timeout_ms
+        else:
+            timeout = self.session_timeout_ms(group.group_id)
         schedule_session_timeout(
             self.host.scheduler,
             group,
             member_id,
-            self.session_timeout_ms(group.group_id),
+            timeout,
             live=lambda: self.groups.get(group.group_id) is group,
-            expire=lambda: self._fence_later(group.group_id, member_id, "its session expired"),
+            expire=lambda: self.fence_later(
+                group.group_id, member_id, "its session expired", session=True
+            ),
         )
 
     def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
@@ -911,7 +977,7 @@ class ConsumerGroupCoordinator:
             group,
             member_id,
             timeout,
-            lambda: self._fence_later(
+            lambda: self.fence_later(
                 group.group_id,
                 member_id,
                 f"it did not revoke its partitions of epoch {epoch} within {timeout}ms",
@@ -947,7 +1013,7 @@ class ConsumerGroupCoordinator:
                 log.warning("skipping unreadable record in partition %d: %s", partition, exc)
                 continue
             touched.add(record.group_id)
-            self._replay(record)
+            self.replay(record)
         loaded = set()
         for group_id in touched:
             group = self.groups.get(group_id)
@@ -956,7 +1022,7 @@ class ConsumerGroupCoordinator:
             loaded.add(group_id)
             group.metadata_changes += 1  # topics may have changed while nobody watched
             for member_id, member in group.members.items():
-                self._schedule_session_timeout(group, member_id)
+                self.schedule_session_timeout(group, member_id)
                 if member.state == MemberState.UNREVOKED_PARTITIONS:
                     self._schedule_rebalance_timeout(group, member)
         return loaded
@@ -965,7 +1031,7 @@ class ConsumerGroupCoordinator:
         for group in [
             g for g in self.groups.values() if self.host.partition_for(g.group_id) == partition
         ]:
-            self._drop(group)
+            self.drop(group)
         # Operations still queued for these groups answer NOT_COORDINATOR when they run.
 
     # -- what the classic coordinator asks ------------------------------------------------
@@ -993,8 +1059,14 @@ class ConsumerGroupCoordinator:
             return {}
         if group.members or self.is_busy(group_id):
             return None
+        return self.release(group)
+
+    def release(self, group: ConsumerGroup) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Delete an empty group's records and return its offsets (for a classic group
+        taking the id)."""
+        group_id = group.group_id
         records = encode_records(group.tombstones())
-        self._drop(group)
+        self.drop(group)
         self.host.store.write(
             self.host.partition_for(group_id),
             records,
@@ -1006,7 +1078,13 @@ class ConsumerGroupCoordinator:
     def validate_offset_commit(
         self, group: ConsumerGroup, member_id: str, member_epoch: int, transactional: bool = False
     ) -> ErrorCode | None:
-        return check_offset_commit(group.members, member_id, member_epoch, transactional)
+        """A classic member commits with its member epoch as generation, and a wrong one
+        is ILLEGAL_GENERATION, the error its client knows."""
+        error = check_offset_commit(group.members, member_id, member_epoch, transactional)
+        member = group.members.get(member_id)
+        if error == E.stale_member_epoch and member is not None and member.classic is not None:
+            return E.illegal_generation
+        return error
 
     def validate_offset_fetch(
         self, group: ConsumerGroup, member_id: str | None, member_epoch: int
@@ -1024,7 +1102,7 @@ class ConsumerGroupCoordinator:
             (encode_offset_key(group_id, t, p), None) for t, p in group.offsets
         ]
         records.extend(encode_records(group.tombstones()))
-        self._drop(group)
+        self.drop(group)
         return E.none, records
 
     def expire_offsets(
@@ -1055,7 +1133,7 @@ class ConsumerGroupCoordinator:
             count += len(expired)
             if not group.members and not group.offsets and not self.is_busy(group.group_id):
                 records.extend(encode_records(group.tombstones()))
-                self._drop(group)
+                self.drop(group)
             if records:
                 by_partition.setdefault(partition, []).extend(records)
         return by_partition, count
@@ -1100,6 +1178,12 @@ def _is_tombstone(record: GroupRecord) -> bool:
 
 def _ignore(_code: ErrorCode) -> None:
     return None
+
+
+def _cancel_sync_timer(group: ConsumerGroup, member_id: str) -> None:
+    timer = group.classic_sync_timers.pop(member_id, None)
+    if timer is not None:
+        timer.cancel()
 
 
 def _log_failure(group_id: str, what: str, code: ErrorCode) -> None:

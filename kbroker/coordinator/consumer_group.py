@@ -69,9 +69,31 @@ class TopicMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member that speaks the classic protocol inside a consumer group joined with
+    (KIP-848's migration): its session timeout and every (protocol name, metadata) of its
+    JoinGroup, kept so that the group can turn classic again with its members intact."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def first_protocol(self) -> str:
+        return self.protocols[0][0] if self.protocols else ""
+
+    def metadata(self, name: str | None = None) -> bytes:
+        """The metadata of protocol `name` (the first one by default)."""
+        for protocol, metadata in self.protocols:
+            if name is None or protocol == name:
+                return metadata
+        return b""
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerMember:
     """One member. The first fields are its subscription (the member metadata record),
-    the rest its current assignment (the current member assignment record)."""
+    the rest its current assignment (the current member assignment record). `classic` is
+    set for a member that joined with JoinGroup rather than ConsumerGroupHeartbeat."""
 
     member_id: str
     instance_id: str | None = None
@@ -82,6 +104,7 @@ class ConsumerMember:
     subscribed_topic_regex: str | None = None
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
+    classic: ClassicMemberMetadata | None = None
     member_epoch: int = 0
     previous_member_epoch: int = 0
     state: MemberState = MemberState.STABLE
@@ -101,6 +124,7 @@ class ConsumerMember:
             self.subscribed_topic_regex,
             self.rebalance_timeout_ms,
             self.server_assignor,
+            self.classic,
         )
 
     def with_subscription_of(self, other: ConsumerMember) -> ConsumerMember:
@@ -114,6 +138,7 @@ class ConsumerMember:
             subscribed_topic_regex=other.subscribed_topic_regex,
             rebalance_timeout_ms=other.rebalance_timeout_ms,
             server_assignor=other.server_assignor,
+            classic=other.classic,
         )
 
     def with_assignment_of(self, other: ConsumerMember) -> ConsumerMember:
@@ -222,6 +247,8 @@ class ConsumerGroup:
     session_deadlines: dict[str, int] = field(default_factory=dict)
     session_timers: dict[str, tuple[Timer, int]] = field(default_factory=dict)
     rebalance_timers: dict[str, Timer] = field(default_factory=dict)
+    # A classic member must send SyncGroup within its rebalance timeout of its JoinGroup.
+    classic_sync_timers: dict[str, Timer] = field(default_factory=dict)
 
     # -- derived --------------------------------------------------------------------------
 
@@ -251,6 +278,18 @@ class ConsumerGroup:
         for member in self.members.values():
             names.update(member.subscribed_topic_names)
         return names
+
+    def classic_members(self) -> int:
+        return sum(1 for m in self.members.values() if m.classic is not None)
+
+    def classic_protocols_fit(self, names: Iterable[str]) -> bool:
+        """Whether a joining classic member's protocols fit the group: one of `names` is
+        supported by every classic member already in it (Kafka's check, by counts)."""
+        classic = [m.classic for m in self.members.values() if m.classic is not None]
+        wanted = set(names)
+        for metadata in classic:
+            wanted &= {name for name, _ in metadata.protocols}
+        return bool(wanted)
 
     def is_subscribed_to(self, topic: str) -> bool:
         """Whether a live member reads the topic: its committed offsets are in use."""

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 
 from kbroker.coordinator.consumer_group import (
     Assignment,
+    ClassicMemberMetadata,
     ConsumerMember,
     CurrentAssignmentRecord,
     GroupEpochRecord,
@@ -45,6 +46,7 @@ TARGET_MEMBER_KEY = 7
 CURRENT_ASSIGNMENT_KEY = 8
 CONSUMER_KEY_VERSIONS = frozenset(range(GROUP_EPOCH_KEY, CURRENT_ASSIGNMENT_KEY + 1))
 VALUE_VERSION = 0
+CLASSIC_MEMBER_METADATA_TAG = 0  # in the member metadata value: a classic member's JoinGroup
 _MEMBER_KEYS = (MEMBER_METADATA_KEY, TARGET_MEMBER_KEY, CURRENT_ASSIGNMENT_KEY)
 
 
@@ -135,7 +137,14 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out.string(m.subscribed_topic_regex)
         out.int32(m.rebalance_timeout_ms)
         out.string(m.server_assignor)
-        out.no_tags()
+        if m.classic is None:
+            out.no_tags()
+        else:
+            classic = _classic_member_metadata(m.classic)
+            out.uvarint(1)  # one tagged field: ClassicMemberMetadata, tag 0
+            out.uvarint(CLASSIC_MEMBER_METADATA_TAG)
+            out.uvarint(len(classic))
+            out.out += classic
         return key, bytes(out.out)
     if isinstance(record, TargetMemberRecord):
         key = group_record_key(TARGET_MEMBER_KEY, gid, record.member_id)
@@ -159,6 +168,45 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out.no_tags()
         return key, bytes(out.out)
     raise TypeError(f"not a consumer group record: {record!r}")
+
+
+def _classic_member_metadata(metadata: ClassicMemberMetadata) -> bytes:
+    out = Writer(flexible=True)
+    out.int8(1)  # a nullable struct: present
+    out.int32(metadata.session_timeout_ms)
+    out.array_length(len(metadata.protocols))
+    for name, data in metadata.protocols:
+        out.string(name)
+        out.bytes_(data)
+        out.no_tags()
+    out.no_tags()
+    return bytes(out.out)
+
+
+def _read_classic_member_metadata(data: bytes) -> ClassicMemberMetadata | None:
+    r = Reader(data, flexible=True)
+    if r.int8() < 0:
+        return None
+    session_timeout = r.int32()
+    protocols = []
+    for _ in range(max(r.array_length(), 0)):
+        name = r.string() or ""
+        protocols.append((name, r.bytes_() or b""))
+        r.skip_tags()
+    r.skip_tags()
+    return ClassicMemberMetadata(session_timeout, tuple(protocols))
+
+
+def _read_member_tags(r: Reader) -> ClassicMemberMetadata | None:
+    """The member metadata value's tagged fields: ClassicMemberMetadata (tag 0), the
+    rest skipped."""
+    classic = None
+    for _ in range(r.uvarint()):
+        tag = r.uvarint()
+        data = r.take(r.uvarint())
+        if tag == CLASSIC_MEMBER_METADATA_TAG:
+            classic = _read_classic_member_metadata(data)
+    return classic
 
 
 def encode_records(records: Iterable[GroupRecord]) -> list[KeyValue]:
@@ -235,7 +283,7 @@ def decode_record(key: bytes, value: bytes | None) -> GroupRecord:
         regex = r.string()
         rebalance_timeout = r.int32()
         assignor = r.string()
-        r.skip_tags()  # ClassicMemberMetadata (tag 0) is for classic members we do not host
+        classic = _read_member_tags(r)
         member = ConsumerMember(
             member_id,
             instance_id=instance_id,
@@ -246,6 +294,7 @@ def decode_record(key: bytes, value: bytes | None) -> GroupRecord:
             subscribed_topic_regex=regex or None,
             rebalance_timeout_ms=rebalance_timeout,
             server_assignor=assignor,
+            classic=classic,
         )
         return MemberMetadataRecord(gid, member_id, member)
     if kind == TARGET_MEMBER_KEY:

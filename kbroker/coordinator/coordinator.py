@@ -17,7 +17,13 @@ from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.coordinator.classic_coordinator import ClassicGroupCoordinator
+from kbroker.coordinator.classic_coordinator import (
+    ClassicGroupCoordinator,
+    JoinRequest,
+    LeaveResult,
+    LeavingMember,
+    SyncRequest,
+)
 from kbroker.coordinator.clock import Scheduler
 from kbroker.coordinator.consumer_coordinator import ConsumerGroupConfig, ConsumerGroupCoordinator
 from kbroker.coordinator.consumer_group import ConsumerGroup
@@ -25,7 +31,9 @@ from kbroker.coordinator.consumer_records import is_consumer_record
 from kbroker.coordinator.group import (
     ClassicGroup,
     GroupState,
+    JoinCallback,
     OffsetAndMetadata,
+    SyncCallback,
 )
 from kbroker.coordinator.host import CoordinatorConfig, group_write_error, log_write_failure
 from kbroker.coordinator.persistence import (
@@ -149,6 +157,83 @@ class GroupCoordinator:
 
     def forget_classic_group(self, group: ClassicGroup) -> None:
         self.classic.forget_group(group)
+
+    def take_over_classic_group(self, group: ClassicGroup) -> None:
+        self.classic.fail_waiters(group, E.rebalance_in_progress)
+        self.classic.forget_group(group)
+
+    def adopt_downgraded_group(self, group: ClassicGroup, reason: str) -> None:
+        self.classic.adopt(group, reason)
+
+    # -- the classic protocol's APIs ------------------------------------------------------
+    # A classic consumer may be a member of a consumer group (KIP-848's migration): an id
+    # a consumer group holds goes to its coordinator, which falls back to the classic
+    # protocol when, by the request's turn, the id is no longer a consumer group's.
+
+    def join_group(self, req: JoinRequest, callback: JoinCallback) -> None:
+        gid = req.group_id
+        error = self.status(gid)
+        if error is None and not (
+            self.config.min_session_timeout_ms
+            <= req.session_timeout_ms
+            <= self.config.max_session_timeout_ms
+        ):
+            error = E.invalid_session_timeout
+        if error is not None or not self.consumer.holds(gid):
+            self.classic.join_group(req, callback)
+            return
+
+        def fallback(offsets: dict[TopicPartition, OffsetAndMetadata] | None) -> None:
+            if offsets is not None and gid not in self.groups:
+                self.groups[gid] = ClassicGroup(
+                    gid, state_timestamp_ms=self._now(), offsets=offsets
+                )
+            self.classic.join_group(req, callback)
+
+        self.consumer.classic_members.join(req, callback, fallback)
+
+    def sync_group(self, req: SyncRequest, callback: SyncCallback) -> None:
+        if self.status(req.group_id) is not None or not self.consumer.holds(req.group_id):
+            self.classic.sync_group(req, callback)
+            return
+        self.consumer.classic_members.sync(
+            req.group_id,
+            req.member_id,
+            req.generation_id,
+            req.group_instance_id,
+            (req.protocol_type, req.protocol_name),
+            callback,
+            lambda: self.classic.sync_group(req, callback),
+        )
+
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        instance_id: str | None,
+        callback: Callable[[ErrorCode], None],
+    ) -> None:
+        def classic() -> None:
+            callback(self.classic.heartbeat(group_id, member_id, generation_id, instance_id))
+
+        if self.status(group_id) is not None or not self.consumer.holds(group_id):
+            classic()
+            return
+        self.consumer.classic_members.heartbeat(
+            group_id, member_id, generation_id, instance_id, callback, classic
+        )
+
+    def leave_group(
+        self, group_id: str, members: list[LeavingMember], callback: Callable[[LeaveResult], None]
+    ) -> None:
+        def classic() -> None:
+            callback(self.classic.leave_group(group_id, members))
+
+        if self.status(group_id) is not None or not self.consumer.holds(group_id):
+            classic()
+            return
+        self.consumer.classic_members.leave(group_id, members, callback, classic)
 
     def _holds(self, group: ClassicGroup | ConsumerGroup | StreamsGroup) -> bool:
         """Whether the group (of any kind) is still the live one of its id."""

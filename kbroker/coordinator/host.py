@@ -61,6 +61,16 @@ class GroupHost(Protocol):
         """Drop a classic group (its timers stopped) that a consumer group replaces."""
         ...
 
+    def take_over_classic_group(self, group: ClassicGroup) -> None:
+        """Drop a classic group with members that a consumer group replaces: its parked
+        JoinGroups and SyncGroups are answered REBALANCE_IN_PROGRESS."""
+        ...
+
+    def adopt_downgraded_group(self, group: ClassicGroup, reason: str) -> None:
+        """Serve a classic group made from a consumer group's classic members: sessions
+        start, and a rebalance so that every member rejoins."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:

@@ -34,7 +34,9 @@ from kbroker.security.acl import OPERATIONS_OMITTED, Operation, ResourceType
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
-CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1: 0 classic member, 1 consumer member
+# ConsumerGroupDescribe v1's member type: how the member joined (KIP-848's migration).
+CLASSIC_MEMBER_TYPE = 0
+CONSUMER_MEMBER_TYPE = 1
 
 E = ErrorCode
 
@@ -197,5 +199,5 @@ def _describe_member(
         "subscribed_topic_regex": m.subscribed_topic_regex,
         "assignment": _named(consumer, m.assigned),
         "target_assignment": _named(consumer, group.target.get(m.member_id, {})),
-        "member_type": CONSUMER_MEMBER_TYPE,
+        "member_type": CLASSIC_MEMBER_TYPE if m.classic is not None else CONSUMER_MEMBER_TYPE,
     }

@@ -21,6 +21,7 @@ from kbroker.coordinator import (
     GroupState,
     JoinRequest,
     JoinResult,
+    LeaveResult,
     LeavingMember,
     OffsetAndMetadata,
     SyncRequest,
@@ -205,7 +206,7 @@ def join_group(
     session = duration_ms(request.session_timeout)
     rebalance = duration_ms(request.rebalance_timeout)  # v1+; Kafka's default -1 before
     future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
-    coordinator.classic.join_group(
+    coordinator.join_group(
         JoinRequest(
             group_id=request.group_id,
             member_id=request.member_id,
@@ -258,7 +259,7 @@ def sync_group(
         return _sync_response(SyncResult(E.group_authorization_failed))
     coordinator = _coordinator(ctx)
     future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
-    coordinator.classic.sync_group(
+    coordinator.sync_group(
         SyncRequest(
             group_id=request.group_id,
             generation_id=request.generation_id,
@@ -289,23 +290,28 @@ def _sync_response(r: SyncResult) -> responses.SyncGroupResponse:
 @handles(HEARTBEAT, _lowest(HEARTBEAT))
 def heartbeat(
     ctx: RequestContext, request: requests.HeartbeatRequest
-) -> responses.HeartbeatResponse:
+) -> responses.HeartbeatResponse | Awaitable[responses.HeartbeatResponse]:
     if _group_denied(ctx, Operation.READ, request.group_id):
         return {"throttle_time": 0, "error_code": E.group_authorization_failed}
-    coordinator = _coordinator(ctx)
-    error = coordinator.classic.heartbeat(
+    future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+    _coordinator(ctx).heartbeat(
         request.group_id,
         request.member_id,
         request.generation_id,
         request.group_instance_id,
+        _resolver(future),
     )
+    return _respond_when_done(future, _heartbeat_response)
+
+
+def _heartbeat_response(error: ErrorCode) -> responses.HeartbeatResponse:
     return {"throttle_time": 0, "error_code": error}
 
 
 @handles(LEAVE_GROUP, _lowest(LEAVE_GROUP))
 def leave_group(
     ctx: RequestContext, request: requests.LeaveGroupRequest
-) -> responses.LeaveGroupResponse:
+) -> responses.LeaveGroupResponse | Awaitable[responses.LeaveGroupResponse]:
     # From v3 (KIP-345) one request removes a list of members, static ones by instance id.
     if batched := ctx.version >= 3:
         leaving = [
@@ -315,8 +321,12 @@ def leave_group(
         leaving = [LeavingMember(request.member_id)]
     if _group_denied(ctx, Operation.READ, request.group_id):
         return {"throttle_time": 0, "error_code": E.group_authorization_failed, "members": []}
-    coordinator = _coordinator(ctx)
-    result = coordinator.classic.leave_group(request.group_id, leaving)
+    future: asyncio.Future[LeaveResult] = asyncio.get_running_loop().create_future()
+    _coordinator(ctx).leave_group(request.group_id, leaving, _resolver(future))
+    return _respond_when_done(future, lambda result: _leave_response(batched, result))
+
+
+def _leave_response(batched: bool, result: LeaveResult) -> responses.LeaveGroupResponse:
     if not batched:
         # One member, one error: before v3 the member's error is the response's error.
         error = result.error

@@ -471,3 +471,18 @@ def test_classic_member_metadata_is_stored_byte_for_byte_as_kafka_stores_it():
     decoded = decode_record(key, kafka)
     assert isinstance(decoded, MemberMetadataRecord) and decoded.member is not None
     assert decoded.member.classic == member.classic
+
+
+def test_the_downgraded_group_is_rebuilt_from_its_records(h):
+    classic = classic_group(h, 2)
+    modern = h.member()
+    modern.beat()
+    settle_all(classic, [modern])
+    modern.leave()
+    partition = h.c.partition_for("g")
+    fresh = ConsumerHarness()
+    fresh.c.load_partition(partition, h.store.records(partition))
+    assert "g" not in fresh.cc.groups
+    rebuilt = fresh.c.groups["g"]
+    assert set(rebuilt.members) == {c.member_id for c in classic}
+    assert rebuilt.generation_id == h.c.groups["g"].generation_id

@@ -486,3 +486,27 @@ def test_the_downgraded_group_is_rebuilt_from_its_records(h):
     rebuilt = fresh.c.groups["g"]
     assert set(rebuilt.members) == {c.member_id for c in classic}
     assert rebuilt.generation_id == h.c.groups["g"].generation_id
+
+
+def test_a_classic_join_taking_the_last_static_consumer_members_place_turns_the_group_classic(h):
+    """A deployment rolling back: the static consumer-protocol member restarts as a
+    classic consumer with the same group.instance.id, and its group, classic otherwise,
+    turns classic with the new member in its place and its partitions."""
+    classic = classic_group(h, 1)
+    modern = h.member(instance_id="instance-a")
+    modern.beat()
+    settle_all(classic, [modern])
+    held = {p for _, p in modern.partitions()}
+    assert held and modern.leave(static=True).error == E.none
+    back = ClassicConsumer(h, instance_id="instance-a")
+    result = back.join_box().value
+    assert result.error == E.none
+    assert "g" not in h.cc.groups
+    group = h.c.groups["g"]
+    assert group.is_in(GroupState.STABLE)  # the same topics: no rebalance
+    assert result.generation_id == group.generation_id
+    back.member_id, back.generation = result.member_id, result.generation_id
+    box = Box()
+    h.c.sync_group(SyncRequest("g", back.generation, back.member_id, {}, "instance-a"), box)
+    partitions, _ = decode_assignment(box.value.assignment)
+    assert {p for _, ps in partitions for p in ps} == held

@@ -912,13 +912,15 @@ class ClassicGroupCoordinator:
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
 
-    def adopt(self, group: ClassicGroup, reason: str) -> None:
+    def adopt(self, group: ClassicGroup, reason: str | None) -> None:
         """Serve a group that was a consumer group (KIP-848's downgrade): stored Stable at
-        the consumer group's epoch, it rebalances at once so that members rejoin."""
+        the consumer group's epoch, it rebalances at once (with a `reason`) so that
+        members rejoin."""
         self.groups[group.group_id] = group
         for member in group.members.values():
             self.schedule_heartbeat(group, member)
-        self._prepare_rebalance(group, reason)
+        if reason is not None:
+            self._prepare_rebalance(group, reason)
 
     def fail_waiters(self, group: ClassicGroup, error: ErrorCode) -> None:
         for member in group.members.values():

@@ -217,11 +217,16 @@ class ClassicMembers:
 
     # -- the downgrade --------------------------------------------------------------------
 
-    def downgrades(self, group: ConsumerGroup, leaving: Iterable[str]) -> bool:
-        """Whether removing `leaving` leaves a group of classic members only that should
-        turn classic (Kafka's validateOnlineDowngradeWithFencedMembers)."""
+    def downgrades(
+        self, group: ConsumerGroup, leaving: Iterable[str], joiner: ConsumerMember | None = None
+    ) -> bool:
+        """Whether removing `leaving` (and adding `joiner`, a classic member taking a
+        static member's place) leaves a group of classic members only that should turn
+        classic (Kafka's validateOnlineDowngradeWith{FencedMembers,ReplacedMember})."""
         gone = set(leaving)
         remaining = [m.classic for mid, m in group.members.items() if mid not in gone]
+        if joiner is not None:
+            remaining.append(joiner.classic)
         config = self.coordinator.config
         if not remaining or not config.downgrade_enabled:
             return False
@@ -235,10 +240,18 @@ class ClassicMembers:
             common = names if common is None else common & names
         return bool(common)  # a classic group must have a protocol all its members speak
 
-    def downgrade(self, group: ConsumerGroup, leaving: Iterable[str]) -> None:
+    def downgrade(
+        self,
+        group: ConsumerGroup,
+        leaving: Iterable[str],
+        joiner: ConsumerMember | None = None,
+        rebalance: bool = True,
+    ) -> ClassicGroup:
         """Turn the group, without `leaving`, into a classic group (Kafka's
         ClassicGroup.fromConsumerGroup): generation = group epoch, each member's
-        assignment its target, then a classic rebalance so that members rejoin."""
+        assignment its target, then (with `rebalance`) a classic rebalance so that
+        members rejoin. `joiner` is a classic member that takes the place, and the
+        target, of the static member it replaces (one of `leaving`)."""
         c = self.coordinator
         gid = group.group_id
         gone = set(leaving)
@@ -251,8 +264,15 @@ class ClassicMembers:
             protocol_type=CONSUMER_PROTOCOL_TYPE,
             offsets=dict(group.offsets),
         )
-        for member_id, member in group.members.items():
-            if member_id in gone or member.classic is None:
+        targets = dict(group.target)
+        members = [m for mid, m in group.members.items() if mid not in gone]
+        if joiner is not None:
+            replaced = group.static_member(joiner.instance_id or "")
+            targets[joiner.member_id] = targets.get(replaced.member_id, {}) if replaced else {}
+            members.append(joiner)
+        for member in members:
+            member_id = member.member_id
+            if member.classic is None:
                 continue
             classic.add_member(
                 Member(
@@ -267,9 +287,10 @@ class ClassicMembers:
                 )
             )
         classic.protocol_name = classic.select_protocol()
+        by_id = {m.member_id: m for m in members}
         for member_id, m in classic.members.items():
             m.assignment = self._assignment_bytes(
-                group.members[member_id], group.target.get(member_id, {}), classic.protocol_name
+                by_id[member_id], targets.get(member_id, {}), classic.protocol_name
             )
         classic.update_subscriptions()
         records = encode_records(group.tombstones())
@@ -286,9 +307,12 @@ class ClassicMembers:
             len(classic.members),
             classic.generation_id,
         )
-        c.host.adopt_downgraded_group(
-            classic, f"Downgrade group {gid} from consumer to classic for member leaving."
-        )
+        if rebalance:
+            reason = f"Downgrade group {gid} from consumer to classic for member leaving."
+            c.host.adopt_downgraded_group(classic, reason)
+        else:
+            c.host.adopt_downgraded_group(classic, None)
+        return classic
 
     # -- JoinGroup ------------------------------------------------------------------------
 
@@ -356,6 +380,14 @@ class ClassicMembers:
             existing = view.static_member(req.group_instance_id)
             if existing is None:
                 member = ConsumerMember(member_id)
+            elif existing.classic is None:
+                downgraded = self._downgrade_replacing(group, existing, req, member_id)
+                if downgraded is not None:
+                    return None, downgraded, lambda: None
+                member = replace(
+                    existing, member_id=member_id, member_epoch=0, previous_member_epoch=0
+                )
+                c.replace_member(change, existing, member)
             else:
                 member = replace(
                     existing, member_id=member_id, member_epoch=0, previous_member_epoch=0
@@ -438,6 +470,46 @@ class ClassicMembers:
             self._schedule_sync_timeout(live, member_id, req.rebalance_timeout_ms)
 
         return change, result, after
+
+    def _downgrade_replacing(
+        self, group: ConsumerGroup, existing: ConsumerMember, req: JoinRequest, member_id: str
+    ) -> JoinResult | None:
+        """A classic JoinGroup taking the instance id of a consumer-protocol static member
+        whose group is otherwise classic: the group turns classic with the new member in
+        the old one's place (Kafka's downgrade on static member replacement); it
+        rebalances only if the new member subscribes to other topics. None if the group
+        does not turn classic."""
+        try:
+            subscription = decode_subscription(req.protocols[0][1])
+        except (ConsumerProtocolError, IndexError):
+            return None
+        joiner = replace(
+            existing,
+            member_id=member_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            subscribed_topic_names=frozenset(subscription.topics),
+            subscribed_topic_regex=None,
+            classic=ClassicMemberMetadata(req.session_timeout_ms, tuple(req.protocols)),
+        )
+        if not self.downgrades(group, [existing.member_id], joiner):
+            return None
+        changed = joiner.subscribed_topic_names != existing.subscribed_topic_names
+        classic = self.downgrade(group, [existing.member_id], joiner, rebalance=changed)
+        log.info(
+            "group %s: static member %s rejoins with JoinGroup as %s; the group is classic now",
+            group.group_id,
+            req.group_instance_id,
+            member_id,
+        )
+        return JoinResult(
+            E.none,
+            member_id,
+            generation_id=classic.generation_id,
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
+            protocol_name=req.protocols[0][0],
+        )
 
     # -- SyncGroup and Heartbeat ----------------------------------------------------------
 

@@ -162,7 +162,7 @@ class GroupCoordinator:
         self.classic.fail_waiters(group, E.rebalance_in_progress)
         self.classic.forget_group(group)
 
-    def adopt_downgraded_group(self, group: ClassicGroup, reason: str) -> None:
+    def adopt_downgraded_group(self, group: ClassicGroup, reason: str | None) -> None:
         self.classic.adopt(group, reason)
 
     # -- the classic protocol's APIs ------------------------------------------------------

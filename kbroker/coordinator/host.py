@@ -66,9 +66,9 @@ class GroupHost(Protocol):
         JoinGroups and SyncGroups are answered REBALANCE_IN_PROGRESS."""
         ...
 
-    def adopt_downgraded_group(self, group: ClassicGroup, reason: str) -> None:
+    def adopt_downgraded_group(self, group: ClassicGroup, reason: str | None) -> None:
         """Serve a classic group made from a consumer group's classic members: sessions
-        start, and a rebalance so that every member rejoins."""
+        start, and (with a `reason`) a rebalance so that every member rejoins."""
         ...
 
 

@@ -220,6 +220,15 @@ def classic_group(h: ConsumerHarness, n: int, **kwargs: object) -> list[ClassicC
     return members
 
 
+def mixed_group(h: ConsumerHarness, n: int) -> tuple[list[ClassicConsumer], Member]:
+    """n classic consumers and one consumer-protocol member, settled in a consumer group."""
+    classic = classic_group(h, n)
+    modern = h.member()
+    modern.beat()
+    settle_all(classic, [modern])
+    return classic, modern
+
+
 def owners(classic: list[ClassicConsumer], modern: list[Member]) -> list[object]:
     return [*classic, *modern]
 
@@ -289,10 +298,7 @@ def test_parked_classic_joins_are_answered_rebalance_in_progress_on_upgrade(h):
 
 
 def test_a_classic_member_commits_with_its_member_epoch_as_generation(h):
-    classic = classic_group(h, 1)
-    modern = h.member()
-    modern.beat()
-    settle_all(classic, [modern])
+    classic, modern = mixed_group(h, 1)
     epoch = h.group().members[classic[0].member_id].member_epoch
 
     def commit(generation: int) -> E:
@@ -332,10 +338,7 @@ def test_a_group_of_another_embedded_protocol_is_not_upgraded(h):
 
 
 def test_the_upgraded_group_is_rebuilt_from_its_records(h):
-    classic = classic_group(h, 2)
-    modern = h.member()
-    modern.beat()
-    settle_all(classic, [modern])
+    classic, modern = mixed_group(h, 2)
     before = h.group()
     partition = h.c.partition_for("g")
     fresh = ConsumerHarness()
@@ -352,10 +355,7 @@ def test_the_upgraded_group_is_rebuilt_from_its_records(h):
 
 
 def test_the_last_consumer_protocol_member_leaving_turns_the_group_classic(h):
-    classic = classic_group(h, 2)
-    modern = h.member()
-    modern.beat()
-    settle_all(classic, [modern])
+    classic, modern = mixed_group(h, 2)
     epoch = h.group().group_epoch
     assert modern.leave().error == E.none
     assert "g" not in h.cc.groups
@@ -370,10 +370,7 @@ def test_the_last_consumer_protocol_member_leaving_turns_the_group_classic(h):
 def test_with_the_upgrade_only_policy_the_group_stays_a_consumer_group():
     h = ConsumerHarness(migration_policy="upgrade")
     h.create_topic("t", PARTITIONS)
-    classic = classic_group(h, 2)
-    modern = h.member()
-    modern.beat()
-    settle_all(classic, [modern])
+    classic, modern = mixed_group(h, 2)
     modern.leave()
     settle_all(classic, [])
     assert "g" in h.cc.groups and "g" not in h.c.groups
@@ -381,10 +378,7 @@ def test_with_the_upgrade_only_policy_the_group_stays_a_consumer_group():
 
 
 def test_a_classic_member_whose_session_expires_is_fenced(h):
-    classic = classic_group(h, 2)
-    modern = h.member()
-    modern.beat()
-    settle_all(classic, [modern])
+    classic, modern = mixed_group(h, 2)
     classic[1].left = True  # stops heartbeating
     for _ in range(15):
         classic[0].beat()
@@ -396,10 +390,7 @@ def test_a_classic_member_whose_session_expires_is_fenced(h):
 
 
 def test_classic_leave_group_removes_the_member_from_the_consumer_group(h):
-    classic = classic_group(h, 2)
-    modern = h.member()
-    modern.beat()
-    settle_all(classic, [modern])
+    classic, modern = mixed_group(h, 2)
     assert classic[1].leave() == E.none
     assert classic[1].member_id not in h.group().members
     settle_all([classic[0]], [modern])
@@ -410,10 +401,7 @@ def test_classic_leave_group_removes_the_member_from_the_consumer_group(h):
 
 
 def test_sync_and_heartbeat_check_member_generation_and_protocol(h):
-    classic = classic_group(h, 1)
-    modern = h.member()
-    modern.beat()
-    settle_all(classic, [modern])
+    classic, modern = mixed_group(h, 1)
     c = classic[0]
 
     def sync(generation: int, name: str | None = "range", member: str | None = None) -> E:
@@ -474,10 +462,7 @@ def test_classic_member_metadata_is_stored_byte_for_byte_as_kafka_stores_it():
 
 
 def test_the_downgraded_group_is_rebuilt_from_its_records(h):
-    classic = classic_group(h, 2)
-    modern = h.member()
-    modern.beat()
-    settle_all(classic, [modern])
+    classic, modern = mixed_group(h, 2)
     modern.leave()
     partition = h.c.partition_for("g")
     fresh = ConsumerHarness()

@@ -26,7 +26,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.coordinator.consumer")
 
 E = ErrorCode
+T = TypeVar("T")
 Fallback = Callable[[], None]
 
 
@@ -542,13 +543,29 @@ class ClassicMembers:
         callback: SyncCallback,
         fallback: Fallback,
     ) -> None:
+        self._answer(
+            group_id,
+            lambda group: self._compute_sync(group, member_id, generation, instance_id, protocol),
+            callback,
+            fallback,
+        )
+
+    def _answer(
+        self,
+        group_id: str,
+        compute: Callable[[ConsumerGroup], T],
+        callback: Callable[[T], None],
+        fallback: Fallback,
+    ) -> None:
+        """Queue a request that writes nothing: answered from the group as its turn
+        finds it, or by the classic protocol if the id is no longer a consumer group's."""
         c = self.coordinator
 
         def op() -> tuple[_Change | None, Finish]:
             group = c.groups.get(group_id)
             if group is None:
                 return None, lambda _code: fallback()
-            result = self._compute_sync(group, member_id, generation, instance_id, protocol)
+            result = compute(group)
             return None, lambda _code: callback(result)
 
         c.submit(group_id, op)
@@ -599,16 +616,12 @@ class ClassicMembers:
         callback: Callable[[ErrorCode], None],
         fallback: Fallback,
     ) -> None:
-        c = self.coordinator
-
-        def op() -> tuple[_Change | None, Finish]:
-            group = c.groups.get(group_id)
-            if group is None:
-                return None, lambda _code: fallback()
-            code = self._compute_heartbeat(group, member_id, generation, instance_id)
-            return None, lambda _code: callback(code)
-
-        c.submit(group_id, op)
+        self._answer(
+            group_id,
+            lambda group: self._compute_heartbeat(group, member_id, generation, instance_id),
+            callback,
+            fallback,
+        )
 
     def _compute_heartbeat(
         self, group: ConsumerGroup, member_id: str, generation: int, instance_id: str | None

@@ -190,7 +190,7 @@ def test_unknown_setting_in_file_names_setting_file_and_line(tmp_path):
 
 def test_invalid_value_in_file_names_setting_and_line(tmp_path):
     path = write(tmp_path, "num.partitions=many\n")
-    with pytest.raises(ConfigError, match=rf"num.partitions.*{path}:1.*integer"):
+    with pytest.raises(ConfigError, match=rf"num.partitions.*{path}:1.*Not a number of type INT"):
         load(config_file=path)
 
 
@@ -473,12 +473,11 @@ def test_duplicate_peer_ids_fail():
 
 def test_dynamic_values_override_static_and_report_their_source():
     cfg = load(["log.retention.hours=5"]).with_dynamic(
-        cluster_default={"log.retention.hours": "6"}, per_broker={"message.max.bytes": "100"}
+        cluster_default={"log.retention.ms": "6000"}, per_broker={"message.max.bytes": "100"}
     )
-    assert cfg.log_retention_ms == 6 * 3_600_000
+    assert cfg.log_retention_ms == 6000
     assert (
-        cfg.source("log.retention.hours").config_source
-        == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        cfg.source("log.retention.ms").config_source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
     )
     assert cfg.source("message.max.bytes").config_source == ConfigSource.DYNAMIC_BROKER_CONFIG
 
@@ -487,6 +486,23 @@ def test_read_only_setting_cannot_be_updated_dynamically():
     with pytest.raises(ConfigError) as refused:
         validate_dynamic_broker_configs({"listeners": "PLAINTEXT://a:1", "log.dirs": "/x"})
     assert str(refused.value) == "Cannot update these configs dynamically: Set(listeners, log.dirs)"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "log.retention.hours",
+        "log.retention.minutes",
+        "log.roll.hours",
+        "log.roll.jitter.hours",
+        "log.flush.scheduler.interval.ms",
+    ],
+)
+def test_the_coarse_synonyms_are_static_as_in_kafka(name):
+    """Kafka updates only the primary name of a log setting dynamically (log.retention.ms,
+    not its hours or minutes), and describes the others read-only."""
+    with pytest.raises(ConfigError, match="Cannot update these configs dynamically"):
+        validate_dynamic_broker_configs({name: "1"})
 
 
 def test_an_unknown_setting_is_accepted_as_kafka_accepts_a_custom_one_and_not_applied():

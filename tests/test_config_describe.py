@@ -137,13 +137,19 @@ def test_broker_describe_synonyms_start_at_the_settings_own_first_value():
     assert entries["log.retention.hours"].synonyms == [
         ConfigSynonym("log.retention.hours", "168", DEFAULT)
     ]
-    # A higher-priority name in a later layer stays, as in Kafka's list.
-    layered = BrokerConfig.from_settings({"log.retention.ms": "7"}).with_dynamic(
-        cluster_default={"log.retention.hours": "6"}, per_broker={}
+    # The synonyms of other names, in every layer, follow the described name's first
+    # value, as in Kafka's list (log.retention.hours is not dynamic; log.retention.ms is).
+    layered = BrokerConfig.from_settings({"log.retention.hours": "6"}).with_dynamic(
+        cluster_default={"log.retention.ms": "7"}, per_broker={}
     )
-    assert by_name(describe_broker_config(layered))["log.retention.hours"].synonyms == [
-        ConfigSynonym("log.retention.hours", "6", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
-        ConfigSynonym("log.retention.ms", "7", STATIC),
+    described = by_name(describe_broker_config(layered))
+    assert described["log.retention.ms"].synonyms == [
+        ConfigSynonym("log.retention.ms", "7", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ConfigSynonym("log.retention.hours", "6", STATIC),
+        ConfigSynonym("log.retention.hours", "168", DEFAULT),
+    ]
+    assert described["log.retention.hours"].synonyms == [
+        ConfigSynonym("log.retention.hours", "6", STATIC),
         ConfigSynonym("log.retention.hours", "168", DEFAULT),
     ]
 

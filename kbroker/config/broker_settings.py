@@ -625,7 +625,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         168,
         "Age in hours at which a segment is rolled when log.roll.ms is not set.",
         at_least(1),
-        dynamic=True,
         role=SYNONYM,
     ),
     _d(
@@ -643,7 +642,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         0,
         "Roll jitter in hours when log.roll.jitter.ms is not set.",
         at_least(0),
-        dynamic=True,
         role=SYNONYM,
     ),
     _d(
@@ -659,7 +657,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         INT,
         None,
         "Retention in minutes when log.retention.ms is not set; wins over log.retention.hours.",
-        dynamic=True,
         role=SYNONYM,
     ),
     _d(
@@ -667,7 +664,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         INT,
         168,
         "Retention in hours when neither log.retention.ms nor log.retention.minutes is set.",
-        dynamic=True,
         role=SYNONYM,
     ),
     _d(
@@ -733,7 +729,6 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         LONG_MAX,
         "How often the flusher checks for "
         "partitions due a flush, and the flush interval when log.flush.interval.ms is unset.",
-        dynamic=True,
         role=SYNONYM,
     ),
     _d(

@@ -59,28 +59,20 @@ _RANGES = {
     ConfigType.SHORT: (SHORT_MIN, SHORT_MAX),
     ConfigType.LONG: (LONG_MIN, LONG_MAX),
 }
-_TYPE_WORDS = {
-    ConfigType.INT: "a 32-bit integer",
-    ConfigType.SHORT: "a 16-bit integer",
-    ConfigType.LONG: "a 64-bit integer",
-}
-
-
 def parse_value(config_type: ConfigType, raw: str) -> Any:
-    """Parse one textual value; raise ValueError with a reason a person can act on."""
+    """Parse one textual value; raise ValueError with Kafka's reason (ConfigDef's
+    parseType: a value out of its type's range is "not a number" of it, as Java's
+    parsers say)."""
     text = raw.strip()
     if config_type in _RANGES:
         low, high = _RANGES[config_type]
-        if not _INTEGER.fullmatch(text):
-            raise ValueError(f"expected {_TYPE_WORDS[config_type]}, got {raw!r}")
-        number = int(text)
-        if not low <= number <= high:
-            raise ValueError(f"{number} does not fit in {_TYPE_WORDS[config_type]}")
-        return number
+        if not _INTEGER.fullmatch(text) or not low <= int(text) <= high:
+            raise ValueError(f"Not a number of type {config_type.name}")
+        return int(text)
     if config_type is ConfigType.BOOLEAN:
         lowered = text.lower()
         if lowered not in ("true", "false"):
-            raise ValueError(f"expected true or false, got {raw!r}")
+            raise ValueError("Expected value to be either true or false")
         return lowered == "true"
     if config_type is ConfigType.DOUBLE:
         try:
@@ -88,7 +80,7 @@ def parse_value(config_type: ConfigType, raw: str) -> Any:
         except ValueError:
             real = math.nan
         if not math.isfinite(real):
-            raise ValueError(f"expected a finite number, got {raw!r}")
+            raise ValueError("Not a number of type DOUBLE")
         return real
     if config_type is ConfigType.LIST:
         return [] if not text else [item.strip() for item in text.split(",")]

@@ -59,6 +59,8 @@ _RANGES = {
     ConfigType.SHORT: (SHORT_MIN, SHORT_MAX),
     ConfigType.LONG: (LONG_MIN, LONG_MAX),
 }
+
+
 def parse_value(config_type: ConfigType, raw: str) -> Any:
     """Parse one textual value; raise ValueError with Kafka's reason (ConfigDef's
     parseType: a value out of its type's range is "not a number" of it, as Java's

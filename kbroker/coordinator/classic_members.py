@@ -381,15 +381,11 @@ class ClassicMembers:
             existing = view.static_member(req.group_instance_id)
             if existing is None:
                 member = ConsumerMember(member_id)
-            elif existing.classic is None:
-                downgraded = self._downgrade_replacing(group, existing, req, member_id)
-                if downgraded is not None:
-                    return None, downgraded, lambda: None
-                member = replace(
-                    existing, member_id=member_id, member_epoch=0, previous_member_epoch=0
-                )
-                c.replace_member(change, existing, member)
             else:
+                if existing.classic is None:
+                    downgraded = self._downgrade_replacing(group, existing, req, member_id)
+                    if downgraded is not None:
+                        return None, downgraded, lambda: None
                 member = replace(
                     existing, member_id=member_id, member_epoch=0, previous_member_epoch=0
                 )

@@ -34,10 +34,41 @@ def test_member_commits_at_its_current_epoch(h):
     assert h.group().offsets[("t", 0)].offset == 5
 
 
-def test_commit_at_an_old_epoch_is_stale(h):
+def test_commit_at_an_old_epoch_is_stale_for_a_partition_got_since(h):
     a = h.member()
     settle([a], rounds=2)
     assert commit(h, a.member_id, a.epoch - 1) == E.stale_member_epoch
+    assert commit(h, a.member_id, a.epoch + 1) == E.stale_member_epoch
+
+
+def test_commit_at_an_old_epoch_stands_for_a_partition_held_since_then(h):
+    """KIP-1251: a heartbeat moved the member's epoch while its commit, made at the
+    epoch before, was on its way: the commit stands for the partitions it held then."""
+    a = h.member()
+    settle([a], rounds=2)
+    first = a.epoch
+    h.grow_topic("t", 4)  # new partitions: a new epoch, t-2 and t-3 assigned at it
+    settle([a], rounds=2)
+    assert a.epoch > first
+    assert commit(h, a.member_id, first) == E.none  # t-0, held since the first epoch
+    box = Box()
+    h.c.commit_offsets("g", a.member_id, first, {("t", 3): OffsetAndMetadata(1)}, box)
+    assert box.value[("t", 3)] == E.stale_member_epoch
+    assert h.group().offsets[("t", 0)].offset == 5 and ("t", 3) not in h.group().offsets
+
+
+def test_assignment_epochs_survive_a_reload(h):
+    a = h.member()
+    settle([a], rounds=2)
+    h.grow_topic("t", 4)
+    settle([a], rounds=2)
+    before = h.group().members[a.member_id]
+    partition = h.c.partition_for("g")
+    fresh = GroupCoordinator(h.config, h.clock, h.store)
+    fresh.consumer.metadata = lambda: h.state
+    fresh.load_partition(partition, h.store.records(partition))
+    after = fresh.consumer.groups["g"].members[a.member_id]
+    assert after.assignment_epochs == before.assignment_epochs != {}
 
 
 def test_commit_from_an_unknown_member_is_refused(h):

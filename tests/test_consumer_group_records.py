@@ -76,15 +76,40 @@ def test_current_assignment_value_has_kafkas_layout():
         + T.bytes
         + b"\x03"
         + struct.pack(">ii", 0, 2)
-        + b"\x00"  # assigned
+        + b"\x01\x00\x09\x03"  # assigned, then tag 0: each partition's assignment epoch
+        + struct.pack(">ii", 7, 7)
         + b"\x02"
         + T.bytes
         + b"\x02"
         + struct.pack(">i", 1)
-        + b"\x00"  # revoking
+        + b"\x01\x00\x05\x02"  # revoking, and its assignment epoch
+        + struct.pack(">i", 7)
         + b"\x00"
     )
     assert value == expected
+
+
+def test_assignment_epochs_are_stored_byte_for_byte_as_kafka_stores_them():
+    """The value Kafka 4.3.1's newConsumerGroupCurrentAssignmentRecord writes for a member
+    at epoch 7 holding p0 (assigned at 7) and p2 (at 5), revoking p1 (assigned at 3)."""
+    kafka = bytes.fromhex(
+        "00000000000700000006010200000000000000000000000000000001030000000000000002010009"
+        "03000000070000000502000000000000000000000000000000010200000001010005020000000300"
+    )
+    topic = uuid.UUID(int=1)
+    member = ConsumerMember(
+        "m",
+        member_epoch=7,
+        previous_member_epoch=6,
+        state=MemberState.UNREVOKED_PARTITIONS,
+        assigned={topic: frozenset({0, 2})},
+        pending_revocation={topic: frozenset({1})},
+        assignment_epochs={(topic, 2): 5, (topic, 1): 3},
+    )
+    key, value = encode_record(CurrentAssignmentRecord("g", "m", member))
+    assert value == kafka
+    decoded = decode_record(key, kafka)
+    assert isinstance(decoded, CurrentAssignmentRecord) and decoded.member == member
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)

@@ -299,17 +299,23 @@ def test_parked_classic_joins_are_answered_rebalance_in_progress_on_upgrade(h):
 
 def test_a_classic_member_commits_with_its_member_epoch_as_generation(h):
     classic, modern = mixed_group(h, 1)
-    epoch = h.group().members[classic[0].member_id].member_epoch
+    member = h.group().members[classic[0].member_id]
+    epoch = member.member_epoch
+    held = sorted(p for _, ps in member.assigned.items() for p in ps)
+    other = next(p for p in range(PARTITIONS) if p not in held)
 
-    def commit(generation: int) -> E:
+    def commit(generation: int, partition: int = held[0]) -> E:
         box = Box()
         h.c.commit_offsets(
-            "g", classic[0].member_id, generation, {("t", 0): OffsetAndMetadata(5)}, box
+            "g", classic[0].member_id, generation, {("t", partition): OffsetAndMetadata(5)}, box
         )
-        return box.value[("t", 0)]
+        return box.value[("t", partition)]
 
     assert commit(epoch) == E.none
-    assert commit(epoch - 1) == E.illegal_generation
+    assert commit(epoch + 1) == E.illegal_generation
+    # An older generation only for a partition it held since then (KIP-1251).
+    assert commit(epoch - 1, other) == E.illegal_generation
+    assert commit(0) == E.illegal_generation
 
 
 def test_upgrade_refused_by_policy_is_group_id_not_found_with_kafkas_message():

@@ -587,7 +587,7 @@ class ClassicMembers:
         ):
             return SyncResult(E.inconsistent_group_protocol)
         if (
-            group.group_epoch > member.member_epoch
+            group.assignment_epoch > member.member_epoch
             and member.state != MemberState.UNREVOKED_PARTITIONS
         ):
             self._schedule_join_timeout(group, member)
@@ -628,7 +628,7 @@ class ClassicMembers:
             return exc.code
         self.coordinator.schedule_session_timeout(group, member_id)
         rejoin = (
-            member.member_epoch < group.group_epoch
+            member.member_epoch < group.assignment_epoch
             or member.state == MemberState.UNREVOKED_PARTITIONS
             or (
                 member.state == MemberState.UNRELEASED_PARTITIONS

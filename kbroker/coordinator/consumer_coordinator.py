@@ -59,7 +59,7 @@ from kbroker.coordinator.consumer_records import (
     is_consumer_record,
 )
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata, int_group_config
-from kbroker.coordinator.host import GroupHost, check_offset_commit, check_offset_fetch
+from kbroker.coordinator.host import GroupHost, check_offset_fetch
 from kbroker.coordinator.member_timers import (
     cancel_member_timers,
     cancel_rebalance_timeout,
@@ -865,8 +865,15 @@ class ConsumerGroupCoordinator:
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             # The static member will be back: it keeps its partitions until its session
             # expires, marked by the epoch -2 that lets its next incarnation take over.
+            # Its partitions' assignment epochs drop to 0, as Kafka resets them, so that
+            # the next incarnation, joining at epoch 0, commits for them.
             away = replace(
-                member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={}
+                member,
+                member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                pending_revocation={},
+                assignment_epochs={
+                    (topic_id, p): 0 for topic_id, ps in member.assigned.items() for p in ps
+                },
             )
             change.emit(CurrentAssignmentRecord(gid, member_id, away))
             log.info("group %s: static member %s left for now", gid, member_id)
@@ -897,6 +904,12 @@ class ConsumerGroupCoordinator:
             change.emit(MemberMetadataRecord(gid, member.member_id, None))
         self._refresh_subscription_metadata(change)
         change.emit(GroupEpochRecord(gid, change.view.group_epoch + 1))
+        if change.view.classic_members():
+            # Classic members learn of a new target only once it exists (their heartbeat
+            # compares with the assignment epoch, as Kafka's), and they make none
+            # themselves but by rejoining: make it now, not at the next heartbeat of a
+            # consumer-protocol member that may not come.
+            self.compute_target(change)
 
     def fence_later(
         self,
@@ -1078,13 +1091,42 @@ class ConsumerGroupCoordinator:
     def validate_offset_commit(
         self, group: ConsumerGroup, member_id: str, member_epoch: int, transactional: bool = False
     ) -> ErrorCode | None:
-        """A classic member commits with its member epoch as generation, and a wrong one
-        is ILLEGAL_GENERATION, the error its client knows."""
-        error = check_offset_commit(group.members, member_id, member_epoch, transactional)
+        """Kafka's check of a commit against the group as a whole: from outside it only
+        while it is empty; from a member at its epoch, or at an older one for the
+        partitions it has held since (KIP-1251: `stale_partitions` checks each); a newer
+        epoch is refused. A classic member (whose generation is its member epoch) and a
+        transactional commit are told ILLEGAL_GENERATION, the error their clients know."""
+        if member_epoch < 0 and not group.members:
+            return None
         member = group.members.get(member_id)
-        if error == E.stale_member_epoch and member is not None and member.classic is not None:
-            return E.illegal_generation
-        return error
+        if member is None:
+            return E.unknown_member_id
+        if member_epoch > member.member_epoch:
+            legacy = transactional or member.classic is not None
+            return E.illegal_generation if legacy else E.stale_member_epoch
+        return None
+
+    def stale_partitions(
+        self,
+        group: ConsumerGroup,
+        member_id: str,
+        member_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """The partitions a member's commit at an epoch older than its own may not write
+        (KIP-1251): those it does not hold, or got after that epoch."""
+        member = group.members.get(member_id)
+        if member is None or member_epoch >= member.member_epoch:
+            return {}
+        error = E.illegal_generation if member.classic is not None else E.stale_member_epoch
+        topics = self.metadata().topics
+        stale = {}
+        for tp in partitions:
+            info = topics.get(tp[0])
+            epoch = None if info is None else member.assignment_epoch(info.topic_id, tp[1])
+            if epoch is None or member_epoch < epoch:
+                stale[tp] = error
+        return stale
 
     def validate_offset_fetch(
         self, group: ConsumerGroup, member_id: str | None, member_epoch: int

@@ -110,6 +110,19 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # KIP-1251: the member epoch at which each partition it holds was assigned to it; a
+    # partition not listed was assigned at its current epoch. A commit at an epoch older
+    # than the member's is accepted for the partitions it held since that epoch.
+    assignment_epochs: Mapping[tuple[uuid.UUID, int], int] = field(default_factory=dict)
+
+    def assignment_epoch(self, topic_id: uuid.UUID, partition: int) -> int | None:
+        """The epoch at which the member got the partition, None if it does not hold it
+        (assigned or pending revocation)."""
+        if partition in self.assigned.get(topic_id, ()) or partition in (
+            self.pending_revocation.get(topic_id, ())
+        ):
+            return self.assignment_epochs.get((topic_id, partition), self.member_epoch)
+        return None
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state == MemberState.STABLE and self.member_epoch == epoch
@@ -149,6 +162,7 @@ class ConsumerMember:
             state=other.state,
             assigned=other.assigned,
             pending_revocation=other.pending_revocation,
+            assignment_epochs=other.assignment_epochs,
         )
 
     def without_assignment(self) -> ConsumerMember:
@@ -159,6 +173,7 @@ class ConsumerMember:
             state=MemberState.STABLE,
             assigned={},
             pending_revocation={},
+            assignment_epochs={},
         )
 
 

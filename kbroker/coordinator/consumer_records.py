@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from kbroker.coordinator.consumer_group import (
     Assignment,
@@ -46,6 +46,7 @@ TARGET_MEMBER_KEY = 7
 CURRENT_ASSIGNMENT_KEY = 8
 CONSUMER_KEY_VERSIONS = frozenset(range(GROUP_EPOCH_KEY, CURRENT_ASSIGNMENT_KEY + 1))
 VALUE_VERSION = 0
+ASSIGNMENT_EPOCHS_TAG = 0  # in a current assignment's topic: each partition's assignment epoch
 CLASSIC_MEMBER_METADATA_TAG = 0  # in the member metadata value: a classic member's JoinGroup
 _MEMBER_KEYS = (MEMBER_METADATA_KEY, TARGET_MEMBER_KEY, CURRENT_ASSIGNMENT_KEY)
 
@@ -74,9 +75,14 @@ def group_record_key(version: int, group_id: str, member_id: str | None = None) 
     return bytes(out.out)
 
 
-def write_topic_partitions(out: Writer, assignment: Assignment) -> None:
+def write_topic_partitions(
+    out: Writer,
+    assignment: Assignment,
+    epochs: Callable[[uuid.UUID, int], int | None] | None = None,
+) -> None:
     """The [TopicId, [Partition]] array the consumer and share groups' assignment records
-    share, topics and partitions in order."""
+    share, topics and partitions in order; with `epochs`, each topic's AssignmentEpochs
+    (a current member assignment's tagged field 0, KIP-1251), one a partition."""
     out.array_length(len(assignment))
     for topic_id in sorted(assignment, key=str):
         partitions = sorted(assignment[topic_id])
@@ -84,7 +90,18 @@ def write_topic_partitions(out: Writer, assignment: Assignment) -> None:
         out.array_length(len(partitions))
         for p in partitions:
             out.int32(p)
-        out.no_tags()
+        if epochs is None or not partitions:
+            out.no_tags()
+            continue
+        tag = Writer(flexible=True)
+        tag.array_length(len(partitions))
+        for p in partitions:
+            epoch = epochs(topic_id, p)
+            tag.int32(-1 if epoch is None else epoch)
+        out.uvarint(1)
+        out.uvarint(ASSIGNMENT_EPOCHS_TAG)
+        out.uvarint(len(tag.out))
+        out.out += tag.out
 
 
 def _value() -> Writer:
@@ -163,8 +180,8 @@ def encode_record(record: GroupRecord) -> KeyValue:
         out.int32(m.member_epoch)
         out.int32(m.previous_member_epoch)
         out.int8(int(m.state))
-        write_topic_partitions(out, m.assigned)
-        write_topic_partitions(out, m.pending_revocation)
+        write_topic_partitions(out, m.assigned, m.assignment_epoch)
+        write_topic_partitions(out, m.pending_revocation, m.assignment_epoch)
         out.no_tags()
         return key, bytes(out.out)
     raise TypeError(f"not a consumer group record: {record!r}")
@@ -216,15 +233,25 @@ def encode_records(records: Iterable[GroupRecord]) -> list[KeyValue]:
 # -- reading ------------------------------------------------------------------------------
 
 
-def read_topic_partitions(r: Reader) -> dict[uuid.UUID, frozenset[int]]:
-    """What `write_topic_partitions` writes; topics without partitions are left out."""
+def read_topic_partitions(
+    r: Reader, epochs: dict[tuple[uuid.UUID, int], int] | None = None
+) -> dict[uuid.UUID, frozenset[int]]:
+    """What `write_topic_partitions` writes; topics without partitions are left out.
+    Assignment epochs, where the record has them, go into `epochs`."""
     out: dict[uuid.UUID, frozenset[int]] = {}
     for _ in range(max(r.array_length(), 0)):
         topic_id = r.uuid()
-        partitions = frozenset(r.int32() for _ in range(max(r.array_length(), 0)))
-        r.skip_tags()
-        if partitions:
-            out[topic_id] = partitions
+        listed = [r.int32() for _ in range(max(r.array_length(), 0))]
+        for _ in range(r.uvarint() if r.flexible else 0):
+            tag = r.uvarint()
+            data = r.take(r.uvarint())
+            if tag == ASSIGNMENT_EPOCHS_TAG and epochs is not None:
+                t = Reader(data, flexible=True)
+                values = [t.int32() for _ in range(max(t.array_length(), 0))]
+                if len(values) == len(listed):
+                    epochs.update(((topic_id, p), e) for p, e in zip(listed, values, strict=True))
+        if listed:
+            out[topic_id] = frozenset(listed)
     return out
 
 
@@ -311,8 +338,9 @@ def decode_record(key: bytes, value: bytes | None) -> GroupRecord:
     epoch = r.int32()
     previous = r.int32()
     state = MemberState.of(r.int8())
-    assigned = read_topic_partitions(r)
-    revoking = read_topic_partitions(r)
+    epochs: dict[tuple[uuid.UUID, int], int] = {}
+    assigned = read_topic_partitions(r, epochs)
+    revoking = read_topic_partitions(r, epochs)
     r.skip_tags()
     member = ConsumerMember(
         member_id,
@@ -321,5 +349,6 @@ def decode_record(key: bytes, value: bytes | None) -> GroupRecord:
         state=state,
         assigned=assigned,
         pending_revocation=revoking,
+        assignment_epochs={k: e for k, e in epochs.items() if e != epoch},
     )
     return CurrentAssignmentRecord(gid, member_id, member)

@@ -292,17 +292,21 @@ class GroupCoordinator:
             callback({tp: error for tp in offsets})
             return
         assert group is not None
+        results: dict[TopicPartition, ErrorCode] = {}
+        if isinstance(group, ConsumerGroup):
+            results = self.consumer.stale_partitions(group, member_id, generation_id, offsets)
         if isinstance(group, ClassicGroup) and group.is_in(
             GroupState.STABLE, GroupState.PREPARING_REBALANCE
         ):
             member = group.members.get(member_id)
             if member is not None:
                 self.classic.schedule_heartbeat(group, member)
-        results: dict[TopicPartition, ErrorCode] = {}
         to_store: dict[TopicPartition, OffsetAndMetadata] = {}
         now = self._now()
         expires = None if retention_ms is None else now + retention_ms
         for tp, value in offsets.items():
+            if tp in results:
+                continue
             if len(value.metadata.encode()) > self.config.offset_metadata_max_bytes:
                 results[tp] = E.offset_metadata_too_large
             else:
@@ -357,25 +361,35 @@ class GroupCoordinator:
         return check is not None and check(group_id, tp)
 
     def validate_txn_offset_commit(
-        self, group_id: str, member_id: str, generation_id: int, instance_id: str | None
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        instance_id: str | None,
+        partitions: Iterable[TopicPartition] = (),
     ) -> ErrorCode:
         """Kafka's checks of a TxnOffsetCommit against the group. Unlike a plain commit it
         is not refused during a rebalance, nor from outside a live group; a missing group
-        is created (simple) for a request from no member, else ILLEGAL_GENERATION."""
+        is created (simple) for a request from no member, else ILLEGAL_GENERATION. A
+        member of a consumer group at an older epoch commits only partitions it has held
+        since (KIP-1251), else the whole request is ILLEGAL_GENERATION."""
         error = self.status(group_id)
         if error is not None:
             return error
         if self.is_consumer_group(group_id):
             protocol, protocol_group = self._protocol_group(group_id)
-            return (
-                protocol.validate_offset_commit(
-                    protocol_group,  # type: ignore[arg-type]
-                    member_id,
-                    generation_id,
-                    transactional=True,
-                )
-                or E.none
+            error = protocol.validate_offset_commit(
+                protocol_group,  # type: ignore[arg-type]
+                member_id,
+                generation_id,
+                transactional=True,
             )
+            if error is None and isinstance(protocol_group, ConsumerGroup):
+                stale = self.consumer.stale_partitions(
+                    protocol_group, member_id, generation_id, partitions
+                )
+                error = E.illegal_generation if stale else None
+            return error or E.none
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:

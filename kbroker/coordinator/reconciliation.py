@@ -129,6 +129,14 @@ def _transition(
     revoking: Assignment,
 ) -> ConsumerMember:
     # As Kafka: the epoch the member had becomes the previous one, even when unchanged.
+    # A partition it held keeps the epoch it was assigned at; a new one gets `epoch`.
+    epochs: dict[tuple[uuid.UUID, int], int] = {}
+    for held in (assigned, revoking):
+        for topic_id, partitions in held.items():
+            for p in partitions:
+                before = member.assignment_epoch(topic_id, p)
+                if before is not None and before != epoch:
+                    epochs[(topic_id, p)] = before
     return replace(
         member,
         state=state,
@@ -136,4 +144,5 @@ def _transition(
         previous_member_epoch=member.member_epoch,
         assigned=assigned,
         pending_revocation=revoking,
+        assignment_epochs=epochs,
     )

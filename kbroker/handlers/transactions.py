@@ -406,6 +406,7 @@ async def txn_offset_commit(
             request.member_id,
             request.generation_id,
             request.group_instance_id,
+            offsets,
         )
         if error == E.none and ctx.version >= FIRST_TV2_TXN_OFFSET_COMMIT:
             error = await _add_offsets_partition(ctx, request)

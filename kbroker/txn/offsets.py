@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -71,12 +72,17 @@ class TxnOffsetStore:
         return self.broker.group_coordinator.coordinator
 
     def validate(
-        self, group_id: str, member_id: str, generation_id: int, instance_id: str | None
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        instance_id: str | None,
+        partitions: Iterable[TopicPartition] = (),
     ) -> ErrorCode:
         """Kafka's checks of a TxnOffsetCommit against the group (the group coordinator's)."""
         coordinator = self._coordinator()
         return coordinator.validate_txn_offset_commit(
-            group_id, member_id, generation_id, instance_id
+            group_id, member_id, generation_id, instance_id, partitions
         )
 
     def write(

@@ -118,3 +118,20 @@ def test_final_epoch_fetches_without_a_session(tmp_path: Path) -> None:
         assert again.error_code == 70
 
     _session(tmp_path, steps)
+
+
+def test_a_fetch_naming_no_partition_is_answered_at_once_whatever_its_wait(tmp_path: Path) -> None:
+    """A consumer closing its session sends a final-epoch Fetch of no partitions with its
+    usual max wait (500 ms for Java's): as Kafka, the broker has nothing to wait for."""
+
+    async def steps(broker, client) -> None:  # type: ignore[no-untyped-def]
+        import time
+
+        first = await client.call(FETCH, VERSION, _fetch(0, 0, [(0, 0)]))
+        closing = {**_fetch(first.session_id, -1, []), "max_wait": 30_000, "min_bytes": 1}
+        started = time.monotonic()
+        answer = await client.call(FETCH, VERSION, closing)
+        assert answer.error_code == 0
+        assert time.monotonic() - started < 10
+
+    _session(tmp_path, steps)

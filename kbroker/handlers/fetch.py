@@ -60,6 +60,7 @@ def fetch(ctx: RequestContext, request: requests.FetchRequest) -> EncodedBody | 
         total >= _min_bytes(ctx, request)
         or errors
         or max_wait_ms <= 0
+        or not plan.targets  # nothing to wait for: a consumer closing its session, say
         or ctx.broker.lifecycle.stopping
     ):
         return _encode(ctx, request, plan, results)

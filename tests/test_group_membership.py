@@ -578,3 +578,18 @@ def test_unloading_answers_parked_joins_with_not_coordinator():
     h.c.unload_partition(h.c.partition_for("g"))
     assert box.value.error == E.not_coordinator
     assert "g" not in h.c.groups
+
+
+def test_a_rebalancing_group_is_described_with_each_members_last_assignment():
+    """DescribeGroups during a rebalance shows what members hold (as Kafka's
+    describeNoMetadata); their metadata only once Stable."""
+    from kbroker.coordinator.group import describe_members
+
+    h = Harness()
+    first, _ = h.stable_group(2)
+    group = h.c.groups["g"]
+    h.join("g", member_id=first.member_id)  # a rejoin: the group prepares a rebalance
+    assert group.is_in(GroupState.PREPARING_REBALANCE)
+    described = {m["member_id"]: m for m in describe_members(group)}
+    assert described[first.member_id]["member_assignment"] == first.member_id.encode()
+    assert described[first.member_id]["member_metadata"] == b""

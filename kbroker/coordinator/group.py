@@ -341,7 +341,8 @@ def parse_subscription_topics(metadata: bytes) -> list[str] | None:
 
 
 def describe_members(group: ClassicGroup) -> list[responses.DescribedGroupMember]:
-    """DescribeGroups member entries: metadata and assignment only once Stable."""
+    """DescribeGroups member entries: each member's last assignment, and its metadata
+    only once Stable (Kafka's describe and describeNoMetadata)."""
     stable = group.is_in(GroupState.STABLE)
     return [
         {
@@ -350,7 +351,7 @@ def describe_members(group: ClassicGroup) -> list[responses.DescribedGroupMember
             "client_id": m.client_id,
             "client_host": m.client_host,
             "member_metadata": m.metadata_for(group.protocol_name) if stable else b"",
-            "member_assignment": m.assignment if stable else b"",
+            "member_assignment": m.assignment,
         }
         for m in group.members.values()
     ]

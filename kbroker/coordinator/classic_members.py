@@ -10,9 +10,10 @@ SyncGroup and Heartbeat, and get their partitions from the server-side assignor:
   generation, no leader and no member list: every classic member acts as a follower;
 - its SyncGroup returns the partitions it holds now, in the consumer protocol's layout;
 - its Heartbeat answers REBALANCE_IN_PROGRESS whenever it has something to give up or to
-  take (its epoch is behind the group's, it must revoke, or what it waits for is free),
-  so it rejoins, and each JoinGroup moves it one reconciliation step;
-- it commits offsets with its member epoch as generation (ILLEGAL_GENERATION otherwise).
+  take (its epoch is behind the group's target assignment, it must revoke, or what it
+  waits for is free), so it rejoins, and each JoinGroup moves it one reconciliation step;
+- it commits offsets with its member epoch as generation (or an older one, for the
+  partitions it held since, KIP-1251; ILLEGAL_GENERATION otherwise).
 
 When the last consumer-protocol member leaves a group whose other members are all
 classic, the group turns classic again (the *downgrade*) and rebalances the classic way.
@@ -91,10 +92,6 @@ class ClassicJoinError(Exception):
 class UpgradeRefused(Exception):
     """Why a classic group with members cannot become a consumer group (Kafka's
     messages; the heartbeat answers GROUP_ID_NOT_FOUND with it)."""
-
-
-def _ignore(_code: ErrorCode) -> None:
-    return None
 
 
 class ClassicMembers:

@@ -134,7 +134,8 @@ class ClassicGroupCoordinator:
         if self.host.is_consumer_group(req.group_id):
             offsets = self.host.release_consumer_group(req.group_id)
             if offsets is None:
-                # A consumer-protocol group with members: classic members cannot join it.
+                # A streams group with members: classic members cannot join it. (The
+                # group coordinator hands a consumer group's id to `classic_members`.)
                 callback(JoinResult(E.inconsistent_group_protocol, req.member_id))
                 return
             self.groups[req.group_id] = ClassicGroup(

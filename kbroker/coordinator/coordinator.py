@@ -292,21 +292,25 @@ class GroupCoordinator:
             callback({tp: error for tp in offsets})
             return
         assert group is not None
-        results: dict[TopicPartition, ErrorCode] = {}
         if isinstance(group, ConsumerGroup):
-            results = self.consumer.stale_partitions(group, member_id, generation_id, offsets)
+            # As Kafka 4.3: one partition the member may not write at its older epoch
+            # fails the whole request (the validator's error escapes the commit).
+            stale = self.consumer.stale_partitions(group, member_id, generation_id, offsets)
+            if stale:
+                error = next(iter(stale.values()))
+                callback({tp: error for tp in offsets})
+                return
         if isinstance(group, ClassicGroup) and group.is_in(
             GroupState.STABLE, GroupState.PREPARING_REBALANCE
         ):
             member = group.members.get(member_id)
             if member is not None:
                 self.classic.schedule_heartbeat(group, member)
+        results: dict[TopicPartition, ErrorCode] = {}
         to_store: dict[TopicPartition, OffsetAndMetadata] = {}
         now = self._now()
         expires = None if retention_ms is None else now + retention_ms
         for tp, value in offsets.items():
-            if tp in results:
-                continue
             if len(value.metadata.encode()) > self.config.offset_metadata_max_bytes:
                 results[tp] = E.offset_metadata_too_large
             else:

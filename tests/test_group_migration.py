@@ -501,3 +501,21 @@ def test_a_classic_join_taking_the_last_static_consumer_members_place_turns_the_
     h.c.sync_group(SyncRequest("g", back.generation, back.member_id, {}, "instance-a"), box)
     partitions, _ = decode_assignment(box.value.assignment)
     assert {p for _, ps in partitions for p in ps} == held
+
+
+def test_a_classic_member_that_joins_and_never_syncs_is_fenced_after_its_rebalance_timeout(h):
+    classic, modern = mixed_group(h, 2)
+    quiet = classic[1]
+    rejoined = quiet.join_box().value  # joined again, but no SyncGroup follows
+    assert rejoined.error == E.none
+    quiet.generation = rejoined.generation_id
+    for _ in range(29):  # heartbeats keep its session; only the sync timeout runs out
+        quiet.heartbeat_error()
+        modern.beat()
+        h.clock.advance(1_000)
+    assert quiet.member_id in h.group().members
+    for _ in range(3):
+        quiet.heartbeat_error()
+        modern.beat()
+        h.clock.advance(1_000)
+    assert quiet.member_id not in h.group().members

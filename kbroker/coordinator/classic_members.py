@@ -65,7 +65,13 @@ from kbroker.coordinator.group import (
     SyncCallback,
     SyncResult,
 )
-from kbroker.coordinator.member_timers import cancel_rebalance_timeout, schedule_rebalance_timeout
+from kbroker.coordinator.host import log_write_failure
+from kbroker.coordinator.member_timers import (
+    cancel_member_timer,
+    cancel_rebalance_timeout,
+    schedule_member_timer,
+    schedule_rebalance_timeout,
+)
 from kbroker.coordinator.persistence import group_record
 from kbroker.coordinator.reconciliation import MemberFenced, reconcile
 from kbroker.coordinator.records import encode_group_key
@@ -201,7 +207,7 @@ class ClassicMembers:
         c.host.store.write(
             c.host.partition_for(gid),
             [(encode_group_key(gid), None), *encode_records(records)],
-            lambda code: _log_failure(gid, "upgrading the classic group", code),
+            lambda code: log_write_failure(f"group {gid} upgraded to consumer", code),
         )
         for member in members:
             c.schedule_session_timeout(group, member.member_id)
@@ -297,7 +303,7 @@ class ClassicMembers:
         c.host.store.write(
             c.host.partition_for(gid),
             records,
-            lambda code: _log_failure(gid, "downgrading the consumer group", code),
+            lambda code: log_write_failure(f"group {gid} downgraded to classic", code),
         )
         log.info(
             "group %s: consumer group of %d classic members at epoch %d becomes a classic group",
@@ -589,9 +595,7 @@ class ClassicMembers:
         ):
             self._schedule_join_timeout(group, member)
             return SyncResult(E.rebalance_in_progress)
-        group_sync = group.classic_sync_timers.pop(member_id, None)
-        if group_sync is not None:
-            group_sync.cancel()
+        cancel_member_timer(group.classic_sync_timers, member_id)
         self.coordinator.schedule_session_timeout(group, member_id)
         return SyncResult(
             E.none,
@@ -718,21 +722,13 @@ class ClassicMembers:
         )
 
     def _schedule_sync_timeout(self, group: ConsumerGroup, member_id: str, timeout: int) -> None:
-        old = group.classic_sync_timers.pop(member_id, None)
-        if old is not None:
-            old.cancel()
         c = self.coordinator
-
-        def fire() -> None:
-            if group.classic_sync_timers.get(member_id) is not timer:
-                return
-            del group.classic_sync_timers[member_id]
-            c.fence_later(group.group_id, member_id, "the member failed to sync within timeout")
-
-        timer = c.host.scheduler.call_later(max(timeout, 1), fire)
-        group.classic_sync_timers[member_id] = timer
-
-
-def _log_failure(group_id: str, what: str, code: ErrorCode) -> None:
-    if code != E.none:
-        log.warning("group %s: %s failed: %s", group_id, what, code.name)
+        schedule_member_timer(
+            c.host.scheduler,
+            group.classic_sync_timers,
+            member_id,
+            max(timeout, 1),
+            lambda: c.fence_later(
+                group.group_id, member_id, "the member failed to sync within timeout"
+            ),
+        )

@@ -61,6 +61,7 @@ from kbroker.coordinator.consumer_records import (
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata, int_group_config
 from kbroker.coordinator.host import GroupHost, check_offset_fetch
 from kbroker.coordinator.member_timers import (
+    cancel_member_timer,
     cancel_member_timers,
     cancel_rebalance_timeout,
     schedule_rebalance_timeout,
@@ -419,14 +420,14 @@ class ConsumerGroupCoordinator:
             self.groups[gid] = group
         if isinstance(record, MemberMetadataRecord) and record.member is None:
             cancel_member_timers(group, record.member_id)
-            _cancel_sync_timer(group, record.member_id)
+            cancel_member_timer(group.classic_sync_timers, record.member_id)
         group.apply(record, on_conflict=lambda msg: log.warning("group %s: %s", gid, msg))
 
     def drop(self, group: ConsumerGroup) -> None:
         for member_id in list(group.session_timers) + list(group.rebalance_timers):
             cancel_member_timers(group, member_id)
         for member_id in list(group.classic_sync_timers):
-            _cancel_sync_timer(group, member_id)
+            cancel_member_timer(group.classic_sync_timers, member_id)
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
 
@@ -1220,12 +1221,6 @@ def _is_tombstone(record: GroupRecord) -> bool:
 
 def _ignore(_code: ErrorCode) -> None:
     return None
-
-
-def _cancel_sync_timer(group: ConsumerGroup, member_id: str) -> None:
-    timer = group.classic_sync_timers.pop(member_id, None)
-    if timer is not None:
-        timer.cancel()
 
 
 def _log_failure(group_id: str, what: str, code: ErrorCode) -> None:

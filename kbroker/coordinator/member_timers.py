@@ -73,6 +73,33 @@ def _arm_session_timer(
     group.session_timers[member_id] = (timer, due)
 
 
+def schedule_member_timer(
+    scheduler: Scheduler,
+    timers: dict[str, Timer],
+    member_id: str,
+    timeout: int,
+    expire: Callable[[], None],
+) -> None:
+    """(Re)start the member's timer in `timers` (one a member); `expire` is called if it
+    fires before it is cancelled or restarted."""
+    cancel_member_timer(timers, member_id)
+
+    def fire() -> None:
+        if timers.get(member_id) is not timer:
+            return
+        del timers[member_id]
+        expire()
+
+    timer = scheduler.call_later(timeout, fire)
+    timers[member_id] = timer
+
+
+def cancel_member_timer(timers: dict[str, Timer], member_id: str) -> None:
+    timer = timers.pop(member_id, None)
+    if timer is not None:
+        timer.cancel()
+
+
 def schedule_rebalance_timeout(
     scheduler: Scheduler,
     group: TimedGroup,
@@ -81,22 +108,11 @@ def schedule_rebalance_timeout(
     expire: Callable[[], None],
 ) -> None:
     """(Re)start the member's rebalance timer; `expire` is called if it fires."""
-    cancel_rebalance_timeout(group, member_id)
-
-    def fire() -> None:
-        if group.rebalance_timers.get(member_id) is not timer:
-            return
-        del group.rebalance_timers[member_id]
-        expire()
-
-    timer = scheduler.call_later(timeout, fire)
-    group.rebalance_timers[member_id] = timer
+    schedule_member_timer(scheduler, group.rebalance_timers, member_id, timeout, expire)
 
 
 def cancel_rebalance_timeout(group: TimedGroup, member_id: str) -> None:
-    timer = group.rebalance_timers.pop(member_id, None)
-    if timer is not None:
-        timer.cancel()
+    cancel_member_timer(group.rebalance_timers, member_id)
 
 
 def cancel_member_timers(group: TimedGroup, member_id: str) -> None:

@@ -519,3 +519,22 @@ def test_a_classic_member_that_joins_and_never_syncs_is_fenced_after_its_rebalan
         modern.beat()
         h.clock.advance(1_000)
     assert quiet.member_id not in h.group().members
+
+
+def test_the_migration_policy_and_group_max_size_come_from_the_broker_settings():
+    from kbroker.config import BrokerConfig
+    from kbroker.coordinator.consumer_coordinator import consumer_group_config
+
+    default = consumer_group_config(BrokerConfig.from_settings({}))
+    assert (default.upgrade_enabled, default.downgrade_enabled) == (True, True)
+    upgrade_only = consumer_group_config(
+        BrokerConfig.from_settings(
+            {"group.consumer.migration.policy": "UPGRADE", "group.max.size": "7"}
+        )
+    )
+    assert (upgrade_only.upgrade_enabled, upgrade_only.downgrade_enabled) == (True, False)
+    assert upgrade_only.classic_max_size == 7
+    disabled = consumer_group_config(
+        BrokerConfig.from_settings({"group.consumer.migration.policy": "disabled"})
+    )
+    assert (disabled.upgrade_enabled, disabled.downgrade_enabled) == (False, False)

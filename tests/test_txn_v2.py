@@ -27,6 +27,8 @@ INIT_PRODUCER_ID = 22
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_TRANSACTIONS = 65
+INCREMENTAL_ALTER_CONFIGS = 44
+TOPIC_RESOURCE = 2
 OVERRIDES = ["transaction.state.log.num.partitions=2", "offsets.topic.num.partitions=2"]
 T0 = 1_700_000_000_000
 INVALID_PRODUCER_EPOCH = 47
@@ -298,5 +300,64 @@ def test_pipelined_produces_of_a_transaction_append_in_order_while_the_first_is_
             codes.append(response.responses[0].partition_responses[0].error_code)
         assert codes == [0, 0]
         assert calls == 1  # the second found its partition added by the first
+
+    _run(tmp_path, body)
+
+
+def test_a_marker_refused_for_too_few_in_sync_replicas_is_written_once_they_are_back(
+    tmp_path: Path,
+) -> None:
+    """As Kafka's coordinator retries a marker a partition answers NOT_ENOUGH_REPLICAS:
+    the transaction stays PrepareCommit (its records hidden from read_committed) until
+    the partition takes the marker, and never completes with the marker missing, which
+    would leave the partition's last stable offset behind that transaction for good."""
+
+    async def min_isr(client: RawClient, value: str) -> None:
+        answer = await client.call(
+            INCREMENTAL_ALTER_CONFIGS,
+            1,
+            {
+                "resources": [
+                    {
+                        "resource_type": TOPIC_RESOURCE,
+                        "resource_name": "t",
+                        "configs": [
+                            {"name": "min.insync.replicas", "config_operation": 0, "value": value}
+                        ],
+                    }
+                ],
+                "validate_only": False,
+            },
+        )
+        assert answer.responses[0].error_code == 0
+
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await client.call(
+            INIT_PRODUCER_ID, 5, {"transactional_id": "tx", "transaction_timeout": 60_000}
+        )
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert await _produce(client, pid, epoch, 0, b"one") == 0
+        # One replica, and now two must be in sync to take an acks=all write.
+        await min_isr(client, "2")
+        await eventually_async(
+            lambda: broker.replicas.get("t", 0).min_insync_replicas == 2,
+            timeout=10,
+            what="min.insync.replicas=2 in force on t-0",
+        )
+        ended = await _end(client, pid, epoch, commit=True)
+        assert ended.error_code == 0
+        coordinator = broker.txn_coordinator.coordinator
+        await eventually_async(
+            lambda: "tx" in coordinator.incomplete,
+            timeout=10,
+            what="the refused marker left for a retry",
+        )
+        assert (await _describe(client)).transaction_state == "PrepareCommit"
+        assert await _read_committed(client) == (0, [])
+        await min_isr(client, "1")
+        done = await _complete(client)
+        assert done.transaction_state == "CompleteCommit"
+        # "one" (0) and its marker (1): the committed record is readable.
+        assert await _read_committed(client) == (2, [])
 
     _run(tmp_path, body)

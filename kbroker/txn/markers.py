@@ -59,7 +59,21 @@ def encode_marker(
 WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1
 MARKER_TIMEOUT_S = 30.0
-_RETRY = (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error)
+_RETRY = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.not_enough_replicas,
+        ErrorCode.not_enough_replicas_after_append,
+        ErrorCode.request_timed_out,
+        ErrorCode.kafka_storage_error,
+    }
+)
+"""What a partition answers for a marker that must be written again later, as Kafka's
+TransactionMarkerRequestCompletionHandler retries them: the leader moved, too few
+replicas are in sync to take it (or to acknowledge it once written: a marker written
+twice changes nothing), a timeout, a failed log directory. Until then the transaction
+stays prepared, so its partitions' last stable offset waits for the marker rather than
+staying behind a transaction its coordinator thinks complete."""
 
 
 @dataclass(slots=True)
@@ -94,8 +108,8 @@ class LocalMarkerWriter:
     """Writes markers to partitions led by this broker, and sends those led by another
     broker there with WriteTxnMarkers (as Kafka's coordinator does for every partition).
 
-    `write` returns the partitions that must be tried again later (not led here right
-    now, or a storage failure); a partition whose topic is gone counts as done, as do
+    `write` returns the partitions that must be tried again later (`_RETRY`: not led
+    here right now, too few replicas in sync, a storage failure); a partition whose topic is gone counts as done, as do
     markers the partition refuses for a newer epoch (a later marker supersedes them).
     """
 
@@ -120,7 +134,7 @@ class LocalMarkerWriter:
         """Append the markers, then wait as Kafka's WriteTxnMarkers does (acks=all): until
         each is fsynced where the topic asks for it and below its partition's high
         watermark, so that a leader failover cannot lose a completed transaction's
-        marker. Returns the partitions to try again (their leadership moved)."""
+        marker. Returns the partitions to try again (`_RETRY`)."""
         outcomes = await self.write_here(
             producer_id, producer_epoch, coordinator_epoch, commit, partitions
         )
@@ -135,8 +149,16 @@ class LocalMarkerWriter:
             sent = await self._send(
                 leader, producer_id, producer_epoch, coordinator_epoch, commit, tps
             )
-            retry -= {tp for tp, code in sent.items() if code not in _RETRY}
+            retry -= {tp for tp, code in sent.items() if not self._again(tp, code)}
         return retry
+
+    def _again(self, tp: TopicPartition, code: ErrorCode) -> bool:
+        """Whether a leader's answer leaves the marker to be written again: a retriable
+        code, or an unknown partition of a topic that still exists (that broker has not
+        learnt of it yet; a deleted topic's markers are done)."""
+        if code == ErrorCode.unknown_topic_or_partition:
+            return tp[0] in self.broker.controller.state.topics
+        return code in _RETRY
 
     async def write_here(
         self,
@@ -166,7 +188,7 @@ class LocalMarkerWriter:
                 continue
             if code != ErrorCode.none:
                 log.warning("marker on %s-%d not replicated: %s", tp[0], tp[1], code.name)
-                if code == ErrorCode.not_leader_or_follower:
+                if code in _RETRY:
                     outcomes[tp] = code
         return outcomes
 

@@ -3,6 +3,7 @@ incremental revocation, leaving, fencing, static members, topic changes, persist
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -376,10 +377,15 @@ def test_static_member_keeps_its_partitions_across_a_restart(h):
     assert a.member_id not in h.group().members
 
 
-def test_static_instance_in_use_cannot_be_taken(h):
+def test_static_instance_in_use_cannot_be_taken(h, caplog):
+    """Refused, and said once in the log, as Kafka says it: the usual cause is a member
+    killed without leaving, whose instance id is held until its session times out."""
     a = h.member(instance_id="i-a")
     a.beat()
-    assert h.member(instance_id="i-a").beat().error == E.unreleased_instance_id
+    with caplog.at_level(logging.INFO, logger="kbroker"):
+        assert h.member(instance_id="i-a").beat().error == E.unreleased_instance_id
+    refusals = [r.getMessage() for r in caplog.records if "cannot join" in r.getMessage()]
+    assert len(refusals) == 1 and a.member_id in refusals[0] and "i-a" in refusals[0]
 
 
 def test_replaced_static_member_is_fenced_by_its_instance_id(h):

@@ -697,6 +697,16 @@ class ConsumerGroupCoordinator:
                 existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
                 and existing.classic is None
             ):
+                # Kafka says it at INFO too: the usual cause is a member killed without
+                # leaving, whose replacement waits for the session timeout to free the id.
+                log.info(
+                    "group %s: static member %s with instance id %s cannot join: the "
+                    "instance id is owned by member %s",
+                    change.group_id,
+                    member_id,
+                    req.instance_id,
+                    existing.member_id,
+                )
                 raise HeartbeatError(
                     E.unreleased_instance_id,
                     f"Static member {member_id} with instance id {req.instance_id} cannot join "

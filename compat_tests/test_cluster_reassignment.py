@@ -17,7 +17,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import (
@@ -45,6 +51,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     started = KafkaCluster(tmp_path_factory.mktemp("reassign-cluster"))
     for node in started.nodes:
         node.overrides["http.listeners"] = f"http://127.0.0.1:{free_port()}"
+        # Replication throttles measured over two 1 s samples, so a throttled move of a
+        # few MB shows its bound in seconds rather than in the ten the default pads to.
+        node.overrides["replication.quota.window.num"] = "2"
     try:
         started.start()
         yield started
@@ -371,3 +380,101 @@ def test_the_java_admin_client_starts_a_move_that_completes_when_the_new_broker_
                 )
             finally:
                 print(java.log_since_mark())
+
+
+def _set_configs(
+    cluster: KafkaCluster, kind: str, name: str, configs: dict[str, str | None]
+) -> None:
+    """IncrementalAlterConfigs: set each value, or delete it (None)."""
+    entries = [
+        ConfigEntry(
+            key,
+            value or "",
+            incremental_operation=AlterConfigOpType.DELETE
+            if value is None
+            else AlterConfigOpType.SET,
+        )
+        for key, value in configs.items()
+    ]
+    resource = ConfigResource(kind, name, incremental_configs=entries)
+    client = cluster.admin()  # kept alive until the answer arrives
+    for future in client.incremental_alter_configs([resource]).values():
+        future.result(timeout=15)
+
+
+def _dynamic_value(cluster: KafkaCluster, broker: str, name: str) -> str | None:
+    """A broker's config as DescribeConfigs gives it."""
+    resource = ConfigResource(ConfigResource.Type.BROKER, broker)
+    client = cluster.admin()  # kept alive until the answer arrives
+    (described,) = client.describe_configs([resource]).values()
+    entry = described.result(timeout=15).get(name)
+    return None if entry is None else entry.value
+
+
+def _timed_move(
+    cluster: KafkaCluster, admin: KafkaAdminClient, topic: str, config: dict[str, str]
+) -> float:
+    """Fill partition 0 of a new topic (these configs) on broker 1 with 3 MB, add a
+    replica on broker 2, and return the seconds until that replica is in sync."""
+    client = cluster.admin()
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[[1]], config=config)
+    client.create_topics([new], operation_timeout=10)[topic].result(timeout=15)
+    cluster.wait_until(
+        lambda: cluster.partition(topic, 0).leader == 1, 10.0, f"{topic} led by broker 1"
+    )
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1", "linger.ms": 5})
+    for _ in range(300):
+        producer.produce(topic, b"x" * 10_000)
+    assert producer.flush(30) == 0
+    tp = TopicPartition(topic, 0)
+    started = time.monotonic()
+    assert admin.alter_partition_reassignments({tp: [1, 2]}) == {tp: None}
+    cluster.wait_until(
+        lambda: replicas_and_isr(cluster, topic, 0) == ([1, 2], [1, 2]),
+        60.0,
+        f"broker 2's new replica of {topic} in sync",
+    )
+    return time.monotonic() - started
+
+
+def test_replication_throttles_bound_a_move_on_the_leader_and_on_the_follower(
+    cluster: KafkaCluster, admin: KafkaAdminClient
+) -> None:
+    """KIP-73, as `kafka-reassign-partitions --throttle` sets it: a broker's
+    leader.replication.throttled.rate bounds what it sends for the replicas a topic lists
+    in leader.replication.throttled.replicas, follower.replication.throttled.rate what a
+    broker fetches for those in follower.replication.throttled.replicas. At 100 KB/s, 3 MB
+    that a fetch of up to 1 MB moves unthrottled in well under a second takes at least
+    four: each 1 MB answer holds the next back until it leaves the 2 s window."""
+    rate = str(100_000)
+    leader_rate, follower_rate = (
+        "leader.replication.throttled.rate",
+        "follower.replication.throttled.rate",
+    )
+    broker = ConfigResource.Type.BROKER
+    _set_configs(cluster, broker, "1", {leader_rate: rate})
+    try:
+        cluster.wait_until(
+            lambda: _dynamic_value(cluster, "1", leader_rate) == rate,
+            10.0,
+            "broker 1 to describe its leader throttle",
+        )
+        listed = {"leader.replication.throttled.replicas": "0:1"}
+        assert _timed_move(cluster, admin, "throttled-by-leader", listed) >= 3.0
+    finally:
+        _set_configs(cluster, broker, "1", {leader_rate: None})
+    _set_configs(cluster, broker, "2", {follower_rate: rate})
+    try:
+        cluster.wait_until(
+            lambda: _dynamic_value(cluster, "2", follower_rate) == rate,
+            10.0,
+            "broker 2 to describe its follower throttle",
+        )
+        listed = {"follower.replication.throttled.replicas": "0:2"}
+        assert _timed_move(cluster, admin, "throttled-by-follower", listed) >= 3.0
+    finally:
+        _set_configs(cluster, broker, "2", {follower_rate: None})
+    # The same move with the replicas listed but no rate set is quick: the bound is what
+    # slowed the two above.
+    listed = {"leader.replication.throttled.replicas": "*"}
+    assert _timed_move(cluster, admin, "not-throttled", listed) < 3.0

@@ -789,10 +789,22 @@ def test_reassign_partitions_and_leader_election(target: Target, tmp_path: Path)
     )
     try:
         out = target.ok(
-            "kafka-reassign-partitions", "--reassignment-json-file", str(plan), "--execute"
+            "kafka-reassign-partitions",
+            "--reassignment-json-file",
+            str(plan),
+            "--execute",
+            "--throttle",
+            "50000000",
         )
         assert "Current partition replica assignment" in out
+        assert "The inter-broker throttle limit was set to 50000000 B/s" in out
         assert "Successfully started partition reassignment for" in out
+        # The tool throttles the move (KIP-73) on the brokers it touches until --verify.
+        described = target.ok(
+            "kafka-configs", "--describe", "--entity-type", "brokers", "--entity-name", "3"
+        )
+        assert "leader.replication.throttled.rate=50000000" in described
+        assert "follower.replication.throttled.rate=50000000" in described
         target.cluster.wait_until(
             lambda: (
                 "is completed"
@@ -808,6 +820,10 @@ def test_reassign_partitions_and_leader_election(target: Target, tmp_path: Path)
         )
     finally:
         plan.unlink()
+    described = target.ok(
+        "kafka-configs", "--describe", "--entity-type", "brokers", "--entity-name", "3"
+    )
+    assert "throttled.rate" not in described  # --verify cleared it once the move completed
     partitions = _describe_partitions(target.ok("kafka-topics", "--describe", "--topic", topic))
     assert partitions[0]["Replicas"] == "3,2"
     # The preferred leader (first replica) leads after an election.

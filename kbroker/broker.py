@@ -154,6 +154,7 @@ class Broker:
         )
         self.logs.metadata_dir_failed = self._metadata_log_dir_failed
         self.replicas = ReplicaManager(self.node_id, self.logs, self.waiters, self.metadata)
+        self._configure_replication_quotas()
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.group_coordinator = GroupCoordinatorService(self)
         self.txn_coordinator = TransactionCoordinatorService(self)
@@ -315,6 +316,7 @@ class Broker:
                 FetcherSettings.from_settings(self.config),
                 self.inter_broker,
                 storage_error=self.logs.dir_failures.report,
+                quota=self.replicas.follower_quota,
             )
             self.replicas.isr_changes = self._alter_isr
             self.logs.dir_failure_listeners.append(self._report_offline_replicas)
@@ -872,12 +874,25 @@ class Broker:
                 self.inter_broker.reload_tls(new)
             except ConfigError as exc:
                 log.error("the inter-broker client keeps its previous TLS settings: %s", exc)
+        self._configure_replication_quotas()
         cleaner = self.logs.cleaner
         if cleaner is not None and any(n.startswith("log.cleaner.") for n in changed):
             cleaner.reconfigure(CleanerConfig.from_settings(new))
         if {"logging.level", "logging.levels"} & set(changed):
             apply_log_levels(new.logging_level, parse_levels(new.logging_levels))
         log.info("dynamic broker configs applied: %s", ", ".join(changed) or "none changed")
+
+    def _configure_replication_quotas(self) -> None:
+        """leader/follower.replication.throttled.rate, as this broker's config has them."""
+        config = self.config
+        samples = config.replication_quota_window_num
+        window = float(config.replication_quota_window_size_seconds)
+        self.replicas.leader_quota.configure(
+            config.leader_replication_throttled_rate, samples, window
+        )
+        self.replicas.follower_quota.configure(
+            config.follower_replication_throttled_rate, samples, window
+        )
 
     def metadata(self) -> MetadataState:
         """The cluster metadata as this broker last applied it."""

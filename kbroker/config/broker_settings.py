@@ -986,6 +986,39 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ),
     # -- replication and leadership ------------------------------------------------------
     _d(
+        "leader.replication.throttled.rate",
+        LONG,
+        LONG_MAX,
+        "Bytes a second this broker sends to followers out of the ISR for the replicas "
+        "topics list in leader.replication.throttled.replicas (KIP-73; set by "
+        "kafka-reassign-partitions --throttle).",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "follower.replication.throttled.rate",
+        LONG,
+        LONG_MAX,
+        "Bytes a second this broker fetches, while out of the ISR, for the replicas topics "
+        "list in follower.replication.throttled.replicas (KIP-73).",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
+        "replication.quota.window.num",
+        INT,
+        11,
+        "Samples the replication throttles' rates are measured over.",
+        at_least(1),
+    ),
+    _d(
+        "replication.quota.window.size.seconds",
+        INT,
+        1,
+        "Length of each replication throttle sample.",
+        at_least(1),
+    ),
+    _d(
         "replica.lag.time.max.ms",
         LONG,
         30000,

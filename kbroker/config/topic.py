@@ -165,9 +165,9 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "follower.replication.throttled.replicas",
         LIST,
         [],
-        "Replicas whose follower fetches are throttled, as partitionId:brokerId pairs or *.",
+        "Replicas whose follower fetches are throttled by follower.replication.throttled.rate "
+        "while out of the ISR, as partitionId:brokerId pairs or *.",
         throttled_replicas_validator,
-        role=INERT,
     ),
     _t(
         "index.interval.bytes",
@@ -180,9 +180,10 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "leader.replication.throttled.replicas",
         LIST,
         [],
-        "Replicas whose leader-side replication is throttled, as partitionId:brokerId pairs or *.",
+        "Replicas whose leader-side replication is throttled by "
+        "leader.replication.throttled.rate while the follower is out of the ISR, as "
+        "partitionId:brokerId pairs or *.",
         throttled_replicas_validator,
-        role=INERT,
     ),
     _t(
         "local.retention.bytes",

@@ -174,6 +174,10 @@ class TypedSettings:
         return self._effective["fetch.purgatory.purge.interval.requests"]
 
     @property
+    def follower_replication_throttled_rate(self) -> int:
+        return self._effective["follower.replication.throttled.rate"]
+
+    @property
     def group_consumer_assignors(self) -> list[str]:
         return self._effective["group.consumer.assignors"]
 
@@ -376,6 +380,10 @@ class TypedSettings:
     @property
     def leader_imbalance_per_broker_percentage(self) -> int:
         return self._effective["leader.imbalance.per.broker.percentage"]
+
+    @property
+    def leader_replication_throttled_rate(self) -> int:
+        return self._effective["leader.replication.throttled.rate"]
 
     @property
     def listener_security_protocol_map(self) -> str:
@@ -732,6 +740,14 @@ class TypedSettings:
     @property
     def replica_socket_timeout_ms(self) -> int:
         return self._effective["replica.socket.timeout.ms"]
+
+    @property
+    def replication_quota_window_num(self) -> int:
+        return self._effective["replication.quota.window.num"]
+
+    @property
+    def replication_quota_window_size_seconds(self) -> int:
+        return self._effective["replication.quota.window.size.seconds"]
 
     @property
     def sasl_enabled_mechanisms(self) -> list[str]:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from kbroker.replica.delayed import DataWaiters
     from kbroker.replica.fetch_sessions import FetchSessionCache
     from kbroker.replica.partition import Partition
+    from kbroker.replica.replication_quota import ReplicationQuota
     from kbroker.share.coordinator import ShareCoordinator
     from kbroker.share.partition import FetchAnswer, PartitionAcks
     from kbroker.storage.dir_failures import LogDirFailureChannel
@@ -88,6 +89,9 @@ class Partitions(Protocol):
 
     @property
     def hosted(self) -> Mapping[tuple[str, int], Partition]: ...
+
+    @property
+    def leader_quota(self) -> ReplicationQuota: ...
 
     def get(self, topic: str, partition: int) -> Partition | None: ...
 

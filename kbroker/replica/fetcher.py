@@ -33,6 +33,7 @@ from kbroker.protocol.fetch_request import fetch_partition, sessionless_fetch
 from kbroker.protocol.messages import build
 from kbroker.replica.broker_link import AuthenticationFailed, BrokerLink
 from kbroker.replica.partition import Partition
+from kbroker.replica.replication_quota import ReplicationQuota
 from kbroker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
 from kbroker.storage.errors import LogError
 from kbroker.storage.log import PartitionLog
@@ -120,6 +121,7 @@ class ReplicaFetcher:
         settings: FetcherSettings,
         security: InterBrokerSecurity = PLAINTEXT,
         storage_error: StorageErrors | None = None,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.node_id = node_id
         self.leader_id = leader_id
@@ -127,6 +129,7 @@ class ReplicaFetcher:
         self.settings = settings
         self.security = security
         self.storage_error = storage_error
+        self.quota = quota
         # The last refusal logged, so that one that repeats every retry is said once.
         self._refusal: str | None = None
         self.partitions: dict[tuple[str, int], FetchState] = {}
@@ -293,6 +296,13 @@ class ReplicaFetcher:
         now = time.monotonic()
         state = self.metadata()
         ready = [s for s in self.partitions.values() if not s.truncating and s.resting_until <= now]
+        throttled: set[tuple[str, int]] = set()
+        quota = self.quota
+        if quota is not None and quota.active:
+            throttled = {s.partition.key for s in ready if self._throttled(quota, s.partition)}
+            if throttled and quota.exceeded(now):
+                # Kafka's shouldFollowerThrottle: left out of this fetch while over the bound.
+                ready = [s for s in ready if s.partition.key not in throttled]
         by_topic: dict[str, list[FetchState]] = {}
         for s in ready:
             if s.partition.topic in state.topics:
@@ -341,8 +351,15 @@ class ReplicaFetcher:
                     continue  # stopped following meanwhile
                 if got.partition.log_end_offset != fetch_offsets[got.partition.key]:
                     continue  # truncated meanwhile
+                if throttled and got.partition.key in throttled and r.records:
+                    assert quota is not None
+                    quota.record(len(r.records))
                 self._apply(got, r, now_ms)
         return True
+
+    def _throttled(self, quota: ReplicationQuota, p: Partition) -> bool:
+        """A replica out of the ISR that its topic lists for follower throttling."""
+        return self.node_id not in p.isr and quota.is_throttled(p.topic, p.index)
 
     def _guarded(self, p: Partition, change: Callable[[], None], s: FetchState) -> None:
         """Run a change to the follower's log; an I/O error takes its directory offline,
@@ -430,6 +447,8 @@ class ReplicaFetchers:
     storage_error: StorageErrors | None = None
     # Set by stop(): the broker is shutting down and its logs are about to close.
     stopped: bool = False
+    # follower.replication.throttled.rate and the replicas it holds (replication_quota).
+    quota: ReplicationQuota | None = None
 
     def follow(self, partition: Partition) -> None:
         """(Re)start fetching `partition` from its leader (from its log end, naming its
@@ -449,6 +468,7 @@ class ReplicaFetchers:
                 self.settings,
                 self.security,
                 self.storage_error,
+                self.quota,
             )
             self.fetchers[partition.leader_id] = fetcher
         fetcher.add(partition)

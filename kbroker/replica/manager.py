@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -20,6 +20,11 @@ from kbroker.replica.append import RecordValidation, TransactionVerifier, append
 from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.fetcher import ReplicaFetchers
 from kbroker.replica.partition import Partition
+from kbroker.replica.replication_quota import (
+    FOLLOWER_REPLICAS,
+    LEADER_REPLICAS,
+    ReplicationQuota,
+)
 from kbroker.storage.log import LogConfig, PartitionLog
 from kbroker.storage.manager import LogManager
 
@@ -72,6 +77,14 @@ class ReplicaManager:
         # schema validation and KIP-890's verification of transactional batches.
         self.record_validation: RecordValidation | None = None
         self.transaction_verifier: TransactionVerifier | None = None
+        # Replication throttling (KIP-73): what this broker sends to followers, and what
+        # its fetchers take, for the replicas its topics list; bounds set by the broker.
+        self.leader_quota = ReplicationQuota(node_id, LEADER_REPLICAS, self._topic_configs)
+        self.follower_quota = ReplicationQuota(node_id, FOLLOWER_REPLICAS, self._topic_configs)
+
+    def _topic_configs(self, topic: str) -> Mapping[str, str]:
+        info = self.metadata().topics.get(topic) if self.metadata is not None else None
+        return info.configs if info is not None else {}
 
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.hosted.get((topic, partition))

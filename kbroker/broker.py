@@ -883,8 +883,10 @@ class Broker:
         log.info("dynamic broker configs applied: %s", ", ".join(changed) or "none changed")
 
     def _configure_replication_quotas(self) -> None:
-        """leader/follower.replication.throttled.rate, as this broker's config has them."""
+        """leader/follower.replication.throttled.rate and the bound on moves between log
+        directories, as this broker's config has them."""
         config = self.config
+        self.logs.move_throttle.bound = config.replica_alter_log_dirs_io_max_bytes_per_second
         samples = config.replication_quota_window_num
         window = float(config.replication_quota_window_size_seconds)
         self.replicas.leader_quota.configure(

@@ -269,3 +269,41 @@ def test_two_directories_with_one_directory_id_are_refused(tmp_path):
     (dirs[1] / "meta.properties").write_text((dirs[0] / "meta.properties").read_text())
     with pytest.raises(MetaPropertiesError, match="same directory.id"):
         LogManager(dirs).check_directories("cluster-1", 1)
+
+
+def test_a_move_copies_no_faster_than_the_alter_log_dirs_bound(tmp_path):
+    """replica.alter.log.dirs.io.max.bytes.per.second: the worker rounds of a move copy at
+    most the bound's bytes a second (the last, small step is not held), and every record
+    arrives. 2.5 MB at 1 MB/s takes over 1.5 s; the same move unbounded takes a fraction."""
+
+    def timed_move(directory: Path, bound: int | None) -> tuple[float, list[int]]:
+        manager = LogManager([directory / "a", directory / "b"])
+        manager.check_directories("cluster-1", 1)
+        if bound is not None:
+            manager.move_throttle.bound = bound
+        config = LogConfig(segment_bytes=256 * 1024)
+        plog = manager.create("t", 0, config, NOW)
+        for i in range(250):
+            plog.append(encode_batch([f"r{i:06d}".encode() + b"x" * 10_000], NOW), 0, NOW)
+        plog.high_watermark = plog.log_end_offset
+
+        async def move() -> float:
+            started = asyncio.get_running_loop().time()
+            manager.start_move("t", 0, directory / "b", lambda _: None)
+            await manager._move_tasks[("t", 0)]
+            return asyncio.get_running_loop().time() - started
+
+        elapsed = asyncio.run(move())
+        moved = manager.get("t", 0)
+        assert moved.directory == directory / "b" / "t-0"
+        numbers = values(moved)
+        manager.close_all()
+        return elapsed, numbers
+
+    (tmp_path / "bounded").mkdir()
+    (tmp_path / "free").mkdir()
+    bounded, numbers = timed_move(tmp_path / "bounded", 1_000_000)
+    assert numbers == list(range(250))
+    free, _ = timed_move(tmp_path / "free", None)
+    assert bounded >= 1.5
+    assert free < bounded / 2

@@ -1005,6 +1005,15 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         dynamic=True,
     ),
     _d(
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        LONG,
+        LONG_MAX,
+        "Bytes a second this broker's moves of replicas between its log directories "
+        "(AlterReplicaLogDirs) copy together, before the last step of each.",
+        at_least(0),
+        dynamic=True,
+    ),
+    _d(
         "replication.quota.window.num",
         INT,
         11,

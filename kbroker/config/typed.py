@@ -702,6 +702,10 @@ class TypedSettings:
         return self._effective["remote.log.storage.system.enable"]
 
     @property
+    def replica_alter_log_dirs_io_max_bytes_per_second(self) -> int:
+        return self._effective["replica.alter.log.dirs.io.max.bytes.per.second"]
+
+    @property
     def replica_fetch_backoff_ms(self) -> int:
         return self._effective["replica.fetch.backoff.ms"]
 

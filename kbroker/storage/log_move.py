@@ -58,9 +58,48 @@ def marker_time(directory: Path) -> int:
         return -1
 
 
-def copy_range(src: str, dst: str, start: int, end: int, cancelled: threading.Event) -> int:
+UNLIMITED = 2**63 - 1  # Kafka's default rate: Long.MAX_VALUE bytes a second, no bound
+_THROTTLE_NAP_S = 0.1
+
+
+class IoThrottle:
+    """`replica.alter.log.dirs.io.max.bytes.per.second`: the bytes a second every move of
+    this broker copies in its worker rounds together (Kafka's alter-log-dirs replication
+    quota), so that a move does not take the disk from the producers. Each chunk waits
+    for the time the chunks before it take at the bound; the bound may change (dynamic
+    config) while moves run, and a move called off stops waiting."""
+
+    def __init__(self, bound: int = UNLIMITED) -> None:
+        self.bound = bound
+        self._lock = threading.Lock()
+        self._next = 0.0
+
+    def take(self, size: int, cancelled: threading.Event) -> None:
+        while self.bound <= 0:  # a bound of 0 lets nothing through until it is raised
+            if cancelled.wait(_THROTTLE_NAP_S):
+                raise MoveCancelled("move called off while throttled")
+        bound = self.bound
+        if bound >= UNLIMITED:
+            return
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + size / bound
+        if start > now and cancelled.wait(start - now):
+            raise MoveCancelled("move called off while throttled")
+
+
+def copy_range(
+    src: str,
+    dst: str,
+    start: int,
+    end: int,
+    cancelled: threading.Event,
+    throttle: IoThrottle | None = None,
+) -> int:
     """Copy bytes [start, end) of `src` to the same place in `dst` (created, and cut to
-    `start` first when it is longer); returns the bytes copied."""
+    `start` first when it is longer), each chunk taken from `throttle` first when one is
+    given; returns the bytes copied."""
     sfd = os.open(src, os.O_RDONLY)
     try:
         dfd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644)
@@ -71,7 +110,10 @@ def copy_range(src: str, dst: str, start: int, end: int, cancelled: threading.Ev
             while position < end:
                 if cancelled.is_set():
                     raise MoveCancelled(src)
-                data = os.pread(sfd, min(_CHUNK, end - position), position)
+                size = min(_CHUNK, end - position)
+                if throttle is not None:
+                    throttle.take(size, cancelled)
+                data = os.pread(sfd, size, position)
                 if not data:
                     raise OSError(errno.EIO, f"{src} ended at {position}, short of {end}")
                 view = memoryview(data)
@@ -119,9 +161,12 @@ class _Step:
 class LogMove:
     """The copy of one log into `dest_root`, driven by `LogManager.move`."""
 
-    def __init__(self, source: PartitionLog, dest_root: Path) -> None:
+    def __init__(
+        self, source: PartitionLog, dest_root: Path, throttle: IoThrottle | None = None
+    ) -> None:
         self.source = source
         self.dest_root = Path(dest_root)
+        self.throttle = throttle  # the worker rounds' bound; the last round is not held
         self.id = uuid.uuid4().hex
         self.future = self.dest_root / f"{source.directory.name}.{self.id}{FUTURE_SUFFIX}"
         self.cancelled = threading.Event()
@@ -187,6 +232,7 @@ class LogMove:
                         step.entry.log_bytes,
                         step.log_end,
                         self.cancelled,
+                        self.throttle,
                     )
                     step.entry.log_bytes = step.log_end
                 if step.indexes:

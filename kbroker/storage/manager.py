@@ -30,7 +30,13 @@ from kbroker.storage.config import LogConfig
 from kbroker.storage.dir_failures import RESOURCE_ERRNOS, LogDirFailureChannel
 from kbroker.storage.errors import LogClosedError
 from kbroker.storage.log import PartitionLog, parse_partition_dir
-from kbroker.storage.log_move import FUTURE_SUFFIX, LogMove, MoveCancelled, marker_time
+from kbroker.storage.log_move import (
+    FUTURE_SUFFIX,
+    IoThrottle,
+    LogMove,
+    MoveCancelled,
+    marker_time,
+)
 from kbroker.storage.meta_properties import MetaPropertiesError, ensure_meta_properties
 from kbroker.storage.partition_metadata import read_topic_id, write_topic_id
 
@@ -119,6 +125,9 @@ class LogManager:
         self._executor: ThreadPoolExecutor | None = None
         self._move_executor: ThreadPoolExecutor | None = None
         self._move_threads = move_threads or len(self.log_dirs)
+        # replica.alter.log.dirs.io.max.bytes.per.second, shared by every move (the
+        # broker sets its bound, and changes it with the dynamic config).
+        self.move_throttle = IoThrottle()
         self._flush_threads = flush_threads
         self._inline_fsync = True  # acknowledgement fsyncs on the loop while they are quick
         self.cleaner: LogCleaner | None = None
@@ -671,7 +680,7 @@ class LogManager:
             self._move_tasks[key].cancel()
         if self.log_dir_of(plog) == dest_root:
             return
-        move = LogMove(plog, dest_root)
+        move = LogMove(plog, dest_root, self.move_throttle)
         self.moves[key] = move
         task = asyncio.get_running_loop().create_task(self._move(key, move, swapped))
         self._move_tasks[key] = task

@@ -467,6 +467,21 @@ def test_refusals_carry_kafkas_error_and_change_nothing(dyn: DynamicCluster) -> 
         "Cannot update these configs at default cluster level, broker id must be specified: "
         "Set(listener.name.ssl.ssl.keystore.location)" in message
     )
+    # A setting of Kafka's own that kbroker does not have would be stored and do
+    # nothing: refused, with Kafka's message when Kafka refuses it too.
+    error = refusal(admin, "1", {"max.connection.creation.rate": "10"})
+    assert error.code() == KafkaError.INVALID_REQUEST
+    assert "kbroker does not apply these Kafka configs: Set(max.connection.creation.rate)" in (
+        error.str()
+    )
+    error = refusal(admin, "1", {"listener.name.ssl.ssl.keystore.password": "secret"})
+    assert error.code() == KafkaError.INVALID_REQUEST
+    assert "secret" not in error.str()
+    error = refusal(admin, "1", {"metadata.log.segment.bytes": "1048576"})
+    assert error.code() == KafkaError.INVALID_REQUEST
+    assert "Cannot update these configs dynamically: Set(metadata.log.segment.bytes)" in (
+        error.str()
+    )
     # A name no broker setting has is stored, as Kafka 4.3 stores a custom config for a
     # plugin, and changes nothing a broker runs with; deleting it works too.
     alter(admin, "1", {"no.such.setting": "/x"})

@@ -9,6 +9,7 @@
 from kbroker.config.broker import (
     BrokerConfig,
     load_broker_config,
+    refuse_unapplied_kafka_names,
     validate_dynamic_broker_configs,
 )
 from kbroker.config.broker_settings import BROKER_CONFIGS
@@ -57,6 +58,7 @@ __all__ = [
     "parse_listeners",
     "parse_topic_configs",
     "topic_config_values",
+    "refuse_unapplied_kafka_names",
     "validate_dynamic_broker_configs",
     "validate_topic_configs",
 ]

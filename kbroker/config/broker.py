@@ -22,6 +22,7 @@ from kbroker.config.broker_settings import (
     SYNONYM_GROUPS,
 )
 from kbroker.config.errors import ConfigError
+from kbroker.config.kafka_names import KAFKA_DYNAMIC_NOT_APPLIED, KAFKA_READ_ONLY_UNKNOWN
 from kbroker.config.listeners import (
     Endpoint,
     Peer,
@@ -723,6 +724,37 @@ def validate_dynamic_broker_configs(
             setting=prefixed[0],
         )
     return parsed
+
+
+def refuse_unapplied_kafka_names(configs: Mapping[str, str | None]) -> None:
+    """Refuse setting a name of Kafka's own that kbroker does not have (kafka_names):
+    stored, it would do nothing. A read-only one gets Kafka's own message. Checked on
+    AlterConfigs only, so that such a name stored before cannot stop a broker applying
+    the dynamic configs it holds. Raises ConfigError."""
+    read_only: list[str] = []
+    unapplied: list[str] = []
+    for name, value in configs.items():
+        if value is None or dynamic_definition(name) is not None:
+            continue
+        scoped = listener_setting(name)
+        base = scoped[1] if scoped is not None else name
+        # A SASL setting may carry the mechanism too: listener.name.l.plain.sasl.jaas.config
+        bases = {base, base.partition(".")[2]} if scoped is not None else {base}
+        if bases & KAFKA_READ_ONLY_UNKNOWN:
+            read_only.append(name)
+        elif bases & KAFKA_DYNAMIC_NOT_APPLIED:
+            unapplied.append(name)
+    if read_only:
+        raise ConfigError(
+            f"Cannot update these configs dynamically: {_scala_set(read_only)}",
+            setting=read_only[0],
+        )
+    if unapplied:
+        raise ConfigError(
+            f"kbroker does not apply these Kafka configs: {_scala_set(unapplied)} "
+            "(docs/configuration.md lists what it does)",
+            setting=unapplied[0],
+        )
 
 
 def load_broker_config(

@@ -25,6 +25,7 @@ from kbroker.config import (
     describe_broker_config,
     describe_dynamic_default_config,
     describe_topic_config,
+    refuse_unapplied_kafka_names,
     validate_dynamic_broker_configs,
 )
 from kbroker.config import validate_topic_configs as _validate_topic_configs
@@ -405,6 +406,7 @@ async def alter_broker_configs(
     dynamic = broker.controller.state.broker_configs
     current = dynamic.get(resource_name, {})
     try:
+        refuse_unapplied_kafka_names({k: v for k, v in wanted.items() if k not in current})
         validate_dynamic_broker_configs(wanted, per_broker)
         cluster_default = dict(wanted) if not per_broker else dynamic.get("", {})
         own = dict(wanted) if per_broker else dynamic.get(str(broker.node_id), {})

@@ -446,35 +446,29 @@ def test_replication_throttles_bound_a_move_on_the_leader_and_on_the_follower(
     broker fetches for those in follower.replication.throttled.replicas. At 100 KB/s, 3 MB
     that a fetch of up to 1 MB moves unthrottled in well under a second takes at least
     four: each 1 MB answer holds the next back until it leaves the 2 s window."""
-    rate = str(100_000)
-    leader_rate, follower_rate = (
-        "leader.replication.throttled.rate",
-        "follower.replication.throttled.rate",
-    )
-    broker = ConfigResource.Type.BROKER
-    _set_configs(cluster, broker, "1", {leader_rate: rate})
-    try:
-        cluster.wait_until(
-            lambda: _dynamic_value(cluster, "1", leader_rate) == rate,
-            10.0,
-            "broker 1 to describe its leader throttle",
-        )
-        listed = {"leader.replication.throttled.replicas": "0:1"}
-        assert _timed_move(cluster, admin, "throttled-by-leader", listed) >= 3.0
-    finally:
-        _set_configs(cluster, broker, "1", {leader_rate: None})
-    _set_configs(cluster, broker, "2", {follower_rate: rate})
-    try:
-        cluster.wait_until(
-            lambda: _dynamic_value(cluster, "2", follower_rate) == rate,
-            10.0,
-            "broker 2 to describe its follower throttle",
-        )
-        listed = {"follower.replication.throttled.replicas": "0:2"}
-        assert _timed_move(cluster, admin, "throttled-by-follower", listed) >= 3.0
-    finally:
-        _set_configs(cluster, broker, "2", {follower_rate: None})
+    assert _throttled_move(cluster, admin, "leader", "1", "throttled-by-leader") >= 3.0
+    assert _throttled_move(cluster, admin, "follower", "2", "throttled-by-follower") >= 3.0
     # The same move with the replicas listed but no rate set is quick: the bound is what
     # slowed the two above.
     listed = {"leader.replication.throttled.replicas": "*"}
     assert _timed_move(cluster, admin, "not-throttled", listed) < 3.0
+
+
+def _throttled_move(
+    cluster: KafkaCluster, admin: KafkaAdminClient, side: str, node: str, topic: str
+) -> float:
+    """`_timed_move` with `side`.replication.throttled.rate at 100 KB/s on broker `node`
+    and the topic listing that broker's replica in `side`.replication.throttled.replicas."""
+    rate_name, rate = f"{side}.replication.throttled.rate", str(100_000)
+    broker = ConfigResource.Type.BROKER
+    _set_configs(cluster, broker, node, {rate_name: rate})
+    try:
+        cluster.wait_until(
+            lambda: _dynamic_value(cluster, node, rate_name) == rate,
+            10.0,
+            f"broker {node} to describe its {side} throttle",
+        )
+        listed = {f"{side}.replication.throttled.replicas": f"0:{node}"}
+        return _timed_move(cluster, admin, topic, listed)
+    finally:
+        _set_configs(cluster, broker, node, {rate_name: None})

@@ -95,6 +95,28 @@ def test_unknown_producer_may_start_at_any_sequence(tmp_path):
     assert plog.log_end_offset == 2
 
 
+def test_no_batch_above_the_lowest_sequence_waiting_for_its_partition_is_taken(tmp_path):
+    """Kafka's VerificationStateEntry: batches 0 and 5 of a transaction both waited for
+    the partition to join it; until 0 is written, 5 is out of order (the client sends 0
+    again, then 5). A lower sequence lowers the bar, a higher epoch starts afresh."""
+    plog = open_log(tmp_path)
+    state = plog.producer_state
+    state.start_verification(9, 5, 0)
+    state.start_verification(9, 0, 0)
+    state.start_verification(9, 3, 0)  # the lowest stays 0
+    with pytest.raises(OutOfOrderSequenceError, match="waits for the partition"):
+        append(plog, batch(pid=9, seq=5, n=2, txn=True))
+    assert plog.log_end_offset == 0
+    append(plog, batch(pid=9, seq=0, n=5, txn=True))
+    assert 9 not in state.verifying  # written: the transaction holds the partition
+    append(plog, batch(pid=9, seq=5, n=2, txn=True))
+    assert plog.log_end_offset == 7
+    state.start_verification(11, 8, 0)
+    state.start_verification(11, 2, 1)  # the next epoch's sequences start again
+    assert state.verifying[11][:2] == (1, 2)
+    assert state.expire(T0, max_age_ms=0) == 0 and 11 not in state.verifying
+
+
 def test_sequence_wraps_after_int32_max(tmp_path):
     plog = open_log(tmp_path)
     append(plog, batch(seq=2**31 - 2, n=2))

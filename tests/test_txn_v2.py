@@ -35,6 +35,8 @@ INVALID_PRODUCER_EPOCH = 47
 PRODUCER_FENCED = 90
 INVALID_TXN_STATE = 48
 NOT_ENOUGH_REPLICAS = 19
+CONCURRENT_TRANSACTIONS = 51
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 
 
 def _batch(pid: int, epoch: int, seq: int, value: bytes) -> bytes:
@@ -359,5 +361,58 @@ def test_a_marker_refused_for_too_few_in_sync_replicas_is_written_once_they_are_
         assert done.transaction_state == "CompleteCommit"
         # "one" (0) and its marker (1): the committed record is readable.
         assert await _read_committed(client) == (2, [])
+
+    _run(tmp_path, body)
+
+
+def test_a_batch_behind_one_whose_partition_could_not_be_added_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """Kafka's lowest verifying sequence (KIP-890): when the first Produce of a
+    transaction cannot have its partition added (the coordinator still ending the last
+    transaction answers CONCURRENT_TRANSACTIONS) and the one pipelined behind it can, the
+    later batch is refused OUT_OF_ORDER_SEQUENCE_NUMBER rather than written first, which
+    would leave the first unable ever to follow (the producer stalled until its
+    transaction timed out, as Kafka Streams met at rebalances)."""
+
+    async def body(broker, client) -> None:  # type: ignore[no-untyped-def]
+        init = await client.call(
+            INIT_PRODUCER_ID, 5, {"transactional_id": "tx", "transaction_timeout": 60_000}
+        )
+        pid, epoch = init.producer_id, init.producer_epoch
+        adder = broker.txn_coordinator.adder
+        add = adder.add
+        calls = 0
+
+        async def first_one_refused(*args: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                return dict.fromkeys(args[3], CONCURRENT_TRANSACTIONS)
+            return await add(*args)
+
+        adder.add = first_one_refused
+        for seq, value in ((0, b"first"), (1, b"second")):  # both sent before any answer
+            request = build(
+                load_request_schema(PRODUCE, 12),
+                produce_fields(
+                    "t", _batch(pid, epoch, seq, value), timeout_ms=5000, transactional_id="tx"
+                ),
+            )
+            client.correlation += 1
+            client.writer.write(encode_request(request, client.correlation, "test"))
+        codes = []
+        for _ in range(2):
+            (size,) = struct.unpack(">i", await client.reader.readexactly(4))
+            _, response = decode_response(PRODUCE, 12, await client.reader.readexactly(size))
+            codes.append(response.responses[0].partition_responses[0].error_code)
+        assert codes[0] != 0  # refused: the client retries it
+        assert codes[1] == OUT_OF_ORDER_SEQUENCE_NUMBER
+        # The client's retries, in order, now go through.
+        assert await _produce(client, pid, epoch, 0, b"first") == 0
+        assert await _produce(client, pid, epoch, 1, b"second") == 0
+        assert (await _end(client, pid, epoch, commit=True)).error_code == 0
+        await _complete(client)
+        assert await _read_committed(client) == (3, [])
 
     _run(tmp_path, body)

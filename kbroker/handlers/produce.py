@@ -24,7 +24,12 @@ from kbroker.controller.state import INTERNAL_TOPICS, TopicInfo
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import current_leader, leader_endpoints
 from kbroker.handlers.registry import NO_RESPONSE, Later, NoResponse, handles
-from kbroker.protocol.batch import HEADER_SIZE, first_producer, starts_with_transactional_data
+from kbroker.protocol.batch import (
+    HEADER_SIZE,
+    first_producer,
+    first_sequence,
+    starts_with_transactional_data,
+)
 from kbroker.protocol.fetch_response import NodeEndpoint
 from kbroker.protocol.produce_request import ProduceRequest
 from kbroker.protocol.produce_response import (
@@ -99,6 +104,7 @@ def _partitions_to_add(
                 and entry.epoch == producer[1]
             ):
                 continue  # in the transaction already
+            producers.start_verification(producer[0], first_sequence(records), producer[1])
             adding.add((topic.name, pdata.index))
     if not adding or found is None:
         return None

@@ -159,6 +159,12 @@ def first_producer(records: bytes | bytearray | memoryview) -> tuple[int, int]:
     return producer_id, epoch
 
 
+def first_sequence(records: bytes | bytearray | memoryview) -> int:
+    """The base sequence of the first batch; HEADER_SIZE bytes must be there."""
+    (sequence,) = _I32.unpack_from(records, BASE_SEQUENCE_OFFSET)
+    return int(sequence)
+
+
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at `pos`; the caller guarantees HEADER_SIZE bytes are there."""
     return BatchHeader(*_HEADER.unpack_from(buf, pos), position=pos)

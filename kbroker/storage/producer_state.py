@@ -22,6 +22,7 @@ import contextlib
 import os
 import re
 import struct
+import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -195,6 +196,22 @@ class ProducerStateManager:
         self._aborted_last: list[int] = []
         self._max_span = 0  # the longest aborted transaction, for bounded lookups
         self._index_fd: int | None = None
+        # Kafka's VerificationStateEntry (KIP-890): per producer, the epoch and lowest
+        # sequence of the transactional batches waiting for this partition to join their
+        # transaction, and when the first came.
+        self.verifying: dict[int, tuple[int, int, float]] = {}
+
+    def start_verification(self, pid: int, sequence: int, epoch: int) -> None:
+        """A transactional batch of `pid` waits for its partition to be added to the
+        transaction. Should that fail (the coordinator busy ending the last one) while a
+        later batch of the producer is added and written, the first could never follow
+        it: so no batch above the lowest sequence waiting is taken (OUT_OF_ORDER, which
+        the client retries after the lower one). A higher epoch starts afresh."""
+        found = self.verifying.get(pid)
+        if found is None:
+            self.verifying[pid] = (epoch, sequence, time.monotonic())
+        elif epoch > found[0] or (epoch == found[0] and sequence < found[1]):
+            self.verifying[pid] = (epoch, sequence, found[2])
 
     # -- checks before an append ----------------------------------------------------------
 
@@ -273,6 +290,12 @@ class ProducerStateManager:
                     if duplicate is not None:
                         return duplicate
                 first_seq = h.base_sequence
+                verifying = self.verifying.get(pid)
+                if verifying is not None and first_seq > verifying[1]:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid} sent sequence {first_seq} while its sequence "
+                        f"{verifying[1]} waits for the partition to join its transaction"
+                    )
                 if h.producer_epoch != epoch:
                     if first_seq != 0 and epoch != NO_EPOCH:
                         raise OutOfOrderSequenceError(
@@ -328,9 +351,12 @@ class ProducerStateManager:
             if len(batches) > MAX_BATCHES:
                 del batches[0]
         entry.last_timestamp = h.max_timestamp
-        if h.attributes & TRANSACTIONAL_MASK and entry.txn_first_offset < 0:
-            entry.txn_first_offset = h.base_offset
-            self.ongoing[pid] = h.base_offset
+        if h.attributes & TRANSACTIONAL_MASK:
+            # Written, so the transaction holds this partition: nothing waits any more.
+            self.verifying.pop(pid, None)
+            if entry.txn_first_offset < 0:
+                entry.txn_first_offset = h.base_offset
+                self.ongoing[pid] = h.base_offset
 
     def apply_marker(self, h: BatchHeader, ctype: int, coordinator_epoch: int) -> None:
         pid = h.producer_id
@@ -409,6 +435,9 @@ class ProducerStateManager:
         ]
         for pid in doomed:
             del self.producers[pid]
+        horizon = time.monotonic() - max_age_ms / 1000
+        for pid in [p for p, v in self.verifying.items() if v[2] < horizon]:
+            del self.verifying[pid]  # never written: left behind by a failed producer
         return len(doomed)
 
     # -- snapshots ---------------------------------------------------------------------------

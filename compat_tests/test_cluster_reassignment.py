@@ -472,3 +472,33 @@ def _throttled_move(
         return _timed_move(cluster, admin, topic, listed)
     finally:
         _set_configs(cluster, broker, node, {rate_name: None})
+
+
+def test_a_default_client_quota_does_not_slow_replication(cluster: KafkaCluster) -> None:
+    """Followers fetch with client ids of their own (replica-N), which a default
+    client-id quota matches; as on Kafka their fetches are exempt from client quotas,
+    so a 1 kB/s consumer_byte_rate for every client does not starve acks=all producers
+    or shrink the ISR (the replication throttles are what bounds replication)."""
+    node = cluster.live_nodes[0]
+    default_client = [{"entity_type": "client-id", "entity_name": None}]
+
+    def set_default(remove: bool) -> None:
+        with BrokerConnection.to(node.bootstrap) as conn:
+            op = {"key": "consumer_byte_rate", "value": 1000.0, "remove": remove}
+            answer = conn.request(
+                49, 1, entries=[{"entity": default_client, "ops": [op]}], validate_only=False
+            )
+        assert int(answer.entries[0].error_code) == 0
+
+    set_default(remove=False)
+    try:
+        topic = "replicated-under-a-client-quota"
+        create_topic(cluster, topic, [[1, 2, 3]])
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        for _ in range(5):
+            for _ in range(20):
+                producer.produce(topic, b"x" * 10_000)
+            assert producer.flush(15) == 0
+        assert replicas_and_isr(cluster, topic, 0) == ([1, 2, 3], [1, 2, 3])
+    finally:
+        set_default(remove=True)

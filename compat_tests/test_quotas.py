@@ -148,22 +148,40 @@ def test_a_producer_over_its_byte_rate_is_held_to_it_and_another_is_not_slowed(
 def test_a_consumer_over_its_byte_rate_gets_an_empty_throttled_fetch_and_a_muted_channel(
     node: BrokerProcess,
 ) -> None:
+    """As Kafka's fetch path: a consumer with a consumer_byte_rate quota is asked no more
+    than the quota lets through in one window (10 kB here), so its first fetch passes;
+    the second, over the rate, gets no data, Kafka's throttle time and a muted channel;
+    then the consumer reads on (tests/test_security_quotas.py: its bytes were not
+    counted)."""
     reader = f"reader-{uuid.uuid4().hex[:6]}"
     assert alter(node, [("client-id", reader)], [set_quota("consumer_byte_rate", 10_000)]) == 0
     topic = f"quota-read-{uuid.uuid4().hex[:8]}"
-    producer = Producer({"bootstrap.servers": node.bootstrap})
-    for _ in range(30):
-        producer.produce(topic, RECORD)
-    assert producer.flush(30) == 0
+    producer = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 0})
+    for _ in range(30):  # one batch of about 1 kB each
+        producer.produce(topic, RECORD[:1000])
+        assert producer.flush(30) == 0
     fetch = fetch_fields(topic, max_wait=datetime.timedelta(milliseconds=10), min_bytes=1)
+
+    def fetched_bytes(answer: object) -> int:
+        return sum(len(p.records or b"") for t in answer.responses for p in t.partitions)  # type: ignore[attr-defined]
+
     with BrokerConnection.to(node.bootstrap, client_id=reader) as conn:
-        answer = conn.request(1, 12, **fetch)
-        throttle_ms = answer.throttle_time.total_seconds() * 1000
-        # 300 kB against 10 kB/s over a 2 s window: (150 000 - 10 000) / 10 000 * 2 s.
-        assert throttle_ms > 10_000
-        assert answer.responses == ()  # Kafka's throttled fetch carries no data
+        first = conn.request(1, 12, **fetch)
+        assert first.throttle_time.total_seconds() == 0
+        assert 5_000 < fetched_bytes(first) <= 10_000  # of the topic's 30 kB
+        second = conn.request(1, 12, **fetch)
+        throttle_ms = second.throttle_time.total_seconds() * 1000
+        # About 20 kB against 10 kB/s over a window padded to 1 s: (20 - 10) / 10 * 1 s.
+        assert 500 < throttle_ms < 2_000
+        assert second.responses == ()  # Kafka's throttled fetch carries no data
         began = time.monotonic()
-        conn.sock.settimeout(1.0)
+        conn.sock.settimeout(0.4)
         with pytest.raises(ClientError, match="timed out"):
             conn.request(18, 0)  # muted: not even read for the throttle time
-    assert time.monotonic() - began >= 0.9
+    assert time.monotonic() - began >= 0.4
+    time.sleep(max(0.0, throttle_ms / 1000 - (time.monotonic() - began)) + 1.1)
+    with BrokerConnection.to(node.bootstrap, client_id=reader) as conn:
+        third = conn.request(1, 12, **fetch)
+        # Once the throttle and the window have passed, the consumer reads on.
+        assert third.throttle_time.total_seconds() == 0
+        assert fetched_bytes(third) > 5_000

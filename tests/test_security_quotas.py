@@ -93,6 +93,22 @@ def test_a_burst_is_throttled_by_kafkas_formula_until_it_leaves_the_window() -> 
     assert q.record(PRODUCER_BYTE_RATE, "u", "app", 0) == 0
 
 
+def test_a_fetch_asks_no_more_than_a_window_passes_and_a_throttled_one_is_taken_back() -> None:
+    """Kafka's getMaxValueInQuotaWindow and unrecordQuotaSensor: a consumer's fetch is
+    bounded by quota x (samples - 1) x window, and the bytes of a fetch answered empty
+    because it was throttled do not count."""
+    clock = Clock()
+    q = quotas({entity_key({"client-id": "app"}): {CONSUMER_BYTE_RATE: 1000.0}}, clock)
+    assert q.max_value_in_window(CONSUMER_BYTE_RATE, "u", "app") == 10_000
+    assert q.max_value_in_window(CONSUMER_BYTE_RATE, "u", "other") is None
+    assert q.record(CONSUMER_BYTE_RATE, "u", "app", 9_000) == 0
+    throttle = q.record(CONSUMER_BYTE_RATE, "u", "app", 9_000)
+    assert throttle > 0
+    q.unrecord(CONSUMER_BYTE_RATE, "u", "app", 9_000)
+    # Only the first fetch's 9 000 bytes count: 100 more are within the quota.
+    assert q.record(CONSUMER_BYTE_RATE, "u", "app", 100) == 0
+
+
 def test_quotas_are_per_key() -> None:
     q = quotas({entity_key({"client-id": "app"}): {CONSUMER_BYTE_RATE: 10.0}})
     assert q.record(PRODUCER_BYTE_RATE, "u", "app", 10**6) == 0

@@ -69,8 +69,16 @@ def fetch(ctx: RequestContext, request: requests.FetchRequest) -> EncodedBody | 
 
 
 def _max_bytes(ctx: RequestContext, request: requests.FetchRequest) -> int:
-    """Kafka's response bound: the request's max_bytes, at most the broker's fetch.max.bytes."""
-    return min(request.max_bytes, ctx.broker.config.fetch_max_bytes)
+    """Kafka's response bound: the request's max_bytes, at most the broker's
+    fetch.max.bytes and, for a consumer with a consumer_byte_rate quota, at most what the
+    quota lets through in one window (else one answer could never pass)."""
+    bound = min(request.max_bytes, ctx.broker.config.fetch_max_bytes)
+    quotas = ctx.broker.quotas
+    if quotas.active and replica_id_of(ctx, request) < 0:
+        window = quotas.max_value_in_window(CONSUMER_BYTE_RATE, ctx.principal.name, ctx.client_id)
+        if window is not None:
+            bound = min(bound, max(1, int(window)))
+    return bound
 
 
 def _min_bytes(ctx: RequestContext, request: requests.FetchRequest) -> int:
@@ -187,14 +195,17 @@ def _encode(
 ) -> EncodedBody:
     if plan.incremental:
         results = [(t, r) for t, r in results if worth_sending(t, r)]
-    if ctx.broker.quotas.active:
+    quotas = ctx.broker.quotas
+    if quotas.active and replica_id_of(ctx, request) < 0:
+        # A follower's fetch is replication: exempt from client quotas, as on Kafka (the
+        # replication throttles bound it instead).
         size = sum(r.records_size for _, r in results)
-        throttle = ctx.broker.quotas.record(
-            CONSUMER_BYTE_RATE, ctx.principal.name, ctx.client_id, size
-        )
+        throttle = quotas.record(CONSUMER_BYTE_RATE, ctx.principal.name, ctx.client_id, size)
         if throttle > 0:
-            # Kafka's throttled fetch: no data now (nothing marked sent), the throttle
-            # time, and a muted channel; the client fetches the same offsets again.
+            # Kafka's throttled fetch: no data now (nothing marked sent, and its bytes not
+            # counted), the throttle time, and a muted channel; the client fetches the
+            # same offsets again.
+            quotas.unrecord(CONSUMER_BYTE_RATE, ctx.principal.name, ctx.client_id, size)
             ctx.connection.throttle(throttle)
             return encode_fetch_response(
                 ctx.version, [], session_id=plan.session_id, throttle_time_ms=throttle

@@ -113,6 +113,26 @@ class ClientQuotas:
                 return values[key], user_tag, client_tag
         return None
 
+    def max_value_in_window(self, key: str, user: str, client_id: str) -> float | None:
+        """Kafka's getMaxValueInQuotaWindow: the most a client's quota lets through in
+        one window (quota x (samples - 1) x window), None without a quota. A fetch is
+        bounded by it, so that a large max_bytes cannot ask for more than could ever
+        pass and be throttled for good."""
+        found = self.bound(key, user, client_id)
+        if found is None:
+            return None
+        return found[0] * (self.samples - 1) * self.window_s
+
+    def unrecord(self, key: str, user: str, client_id: str, value: float) -> None:
+        """Take back usage just recorded (Kafka's unrecordQuotaSensor): a throttled fetch
+        answers without its records, so they do not count."""
+        found = self.bound(key, user, client_id)
+        if found is None:
+            return
+        sensor = self._sensors.get((key, found[1], found[2]))
+        if sensor is not None:
+            sensor.record(-value, self.clock())
+
     def record(self, key: str, user: str, client_id: str, value: float) -> int:
         """Count usage; return the throttle time in ms (0 when within the quota)."""
         found = self.bound(key, user, client_id)

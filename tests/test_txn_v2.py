@@ -70,6 +70,26 @@ async def _produce(client: RawClient, pid: int, epoch: int, seq: int, value: byt
     return (await eventually_async(answered, timeout=10, what="a produce answer"))[0]
 
 
+async def _pipelined_pair(client: RawClient, pid: int, epoch: int) -> list[int]:
+    """Produce v12 of sequences 0 and 1, both sent before any answer (as a client keeps
+    several in flight); their error codes, in order."""
+    for seq, value in ((0, b"first"), (1, b"second")):
+        request = build(
+            load_request_schema(PRODUCE, 12),
+            produce_fields(
+                "t", _batch(pid, epoch, seq, value), timeout_ms=5000, transactional_id="tx"
+            ),
+        )
+        client.correlation += 1
+        client.writer.write(encode_request(request, client.correlation, "test"))
+    codes = []
+    for _ in range(2):
+        (size,) = struct.unpack(">i", await client.reader.readexactly(4))
+        _, response = decode_response(PRODUCE, 12, await client.reader.readexactly(size))
+        codes.append(response.responses[0].partition_responses[0].error_code)
+    return codes
+
+
 async def _end(client: RawClient, pid: int, epoch: int, commit: bool) -> Any:
     return await client.call(
         END_TXN,
@@ -286,20 +306,7 @@ def test_pipelined_produces_of_a_transaction_append_in_order_while_the_first_is_
             return await add(*args)
 
         adder.add = first_one_slow
-        for seq, value in ((0, b"first"), (1, b"second")):  # both sent before any answer
-            request = build(
-                load_request_schema(PRODUCE, 12),
-                produce_fields(
-                    "t", _batch(pid, epoch, seq, value), timeout_ms=5000, transactional_id="tx"
-                ),
-            )
-            client.correlation += 1
-            client.writer.write(encode_request(request, client.correlation, "test"))
-        codes = []
-        for _ in range(2):
-            (size,) = struct.unpack(">i", await client.reader.readexactly(4))
-            _, response = decode_response(PRODUCE, 12, await client.reader.readexactly(size))
-            codes.append(response.responses[0].partition_responses[0].error_code)
+        codes = await _pipelined_pair(client, pid, epoch)
         assert codes == [0, 0]
         assert calls == 1  # the second found its partition added by the first
 
@@ -392,20 +399,7 @@ def test_a_batch_behind_one_whose_partition_could_not_be_added_waits_for_it(
             return await add(*args)
 
         adder.add = first_one_refused
-        for seq, value in ((0, b"first"), (1, b"second")):  # both sent before any answer
-            request = build(
-                load_request_schema(PRODUCE, 12),
-                produce_fields(
-                    "t", _batch(pid, epoch, seq, value), timeout_ms=5000, transactional_id="tx"
-                ),
-            )
-            client.correlation += 1
-            client.writer.write(encode_request(request, client.correlation, "test"))
-        codes = []
-        for _ in range(2):
-            (size,) = struct.unpack(">i", await client.reader.readexactly(4))
-            _, response = decode_response(PRODUCE, 12, await client.reader.readexactly(size))
-            codes.append(response.responses[0].partition_responses[0].error_code)
+        codes = await _pipelined_pair(client, pid, epoch)
         assert codes[0] != 0  # refused: the client retries it
         assert codes[1] == OUT_OF_ORDER_SEQUENCE_NUMBER
         # The client's retries, in order, now go through.

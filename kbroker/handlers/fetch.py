@@ -34,7 +34,6 @@ from kbroker.replica.fetch_sessions import (
     remember_sent,
     worth_sending,
 )
-from kbroker.replica.replication_quota import ReplicationQuota
 from kbroker.replica.selector import RACK_AWARE_SELECTOR, preferred_read_replica
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.security.quotas import CONSUMER_BYTE_RATE
@@ -302,10 +301,9 @@ def _read_all(
     now = int(time.time() * 1000) if replica >= 0 or client_rack else 0
     # KIP-73: a follower out of the ISR gets nothing of a throttled replica while this
     # broker's leader.replication.throttled.rate is exceeded (Kafka's shouldLeaderThrottle).
-    quota = broker.partitions.leader_quota if replica >= 0 else None
-    if quota is not None and not quota.active:
-        quota = None
-    over = quota is not None and quota.exceeded()
+    quota = broker.partitions.leader_quota
+    throttling = replica >= 0 and quota.active
+    over = throttling and quota.exceeded()
     for target in plan.targets:
         if target.topic is None:
             results.append((target, _refused(target.partition, unknown)))
@@ -316,23 +314,23 @@ def _read_all(
             results.append((target, refused))
             errors = True
             continue
-        throttled = quota is not None and _leader_throttled(
-            broker, quota, target.topic, target.partition, replica
+        throttled = throttling and broker.partitions.leader_throttled(
+            target.topic, target.partition, replica
         )
+        held = throttled and over
         result = _read_partition(
             broker,
             target.topic,
             target,
-            0 if throttled and over else budget,
+            0 if held else budget,
             committed_only,
-            total == 0 and not (throttled and over),
+            total == 0 and not held,
             replica,
             now,
             ctx.version >= FIRST_RACK_ID_VERSION,
             client_rack,
         )
         if throttled and result.records_size:
-            assert quota is not None
             quota.record(result.records_size)
         results.append((target, result))
         if result.error_code:
@@ -344,17 +342,6 @@ def _read_all(
         total += size
         budget = max(0, budget - size)
     return results, total, errors
-
-
-def _leader_throttled(
-    broker: BrokerParts, quota: ReplicationQuota, topic: str, index: int, replica: int
-) -> bool:
-    """A follower out of this partition's ISR, fetching a replica the topic lists for
-    leader throttling."""
-    partition = broker.partitions.get(topic, index)
-    return (
-        partition is not None and replica not in partition.isr and quota.is_throttled(topic, index)
-    )
 
 
 def _refused(partition: int, code: ErrorCode) -> FetchedPartition:

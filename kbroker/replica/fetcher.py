@@ -351,11 +351,14 @@ class ReplicaFetcher:
                     continue  # stopped following meanwhile
                 if got.partition.log_end_offset != fetch_offsets[got.partition.key]:
                     continue  # truncated meanwhile
-                if throttled and got.partition.key in throttled and r.records:
-                    assert quota is not None
-                    quota.record(len(r.records))
+                if r.records and got.partition.key in throttled:
+                    self._count_throttled(len(r.records))
                 self._apply(got, r, now_ms)
         return True
+
+    def _count_throttled(self, size: int) -> None:
+        if self.quota is not None:
+            self.quota.record(size)
 
     def _throttled(self, quota: ReplicationQuota, p: Partition) -> bool:
         """A replica out of the ISR that its topic lists for follower throttling."""

@@ -82,6 +82,16 @@ class ReplicaManager:
         self.leader_quota = ReplicationQuota(node_id, LEADER_REPLICAS, self._topic_configs)
         self.follower_quota = ReplicationQuota(node_id, FOLLOWER_REPLICAS, self._topic_configs)
 
+    def leader_throttled(self, topic: str, index: int, replica_id: int) -> bool:
+        """Kafka's shouldLeaderThrottle but the rate: a follower out of the partition's
+        ISR fetching a replica its topic lists for leader throttling."""
+        partition = self.hosted.get((topic, index))
+        return (
+            partition is not None
+            and replica_id not in partition.isr
+            and self.leader_quota.is_throttled(topic, index)
+        )
+
     def _topic_configs(self, topic: str) -> Mapping[str, str]:
         info = self.metadata().topics.get(topic) if self.metadata is not None else None
         return info.configs if info is not None else {}

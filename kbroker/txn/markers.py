@@ -109,7 +109,8 @@ class LocalMarkerWriter:
     broker there with WriteTxnMarkers (as Kafka's coordinator does for every partition).
 
     `write` returns the partitions that must be tried again later (`_RETRY`: not led
-    here right now, too few replicas in sync, a storage failure); a partition whose topic is gone counts as done, as do
+    here right now, too few replicas in sync, a storage failure); a partition whose
+    topic is gone counts as done, as do
     markers the partition refuses for a newer epoch (a later marker supersedes them).
     """
 

@@ -660,6 +660,11 @@ def _scala_set(names: Iterable[str]) -> str:
     return "Set(" + ", ".join(sorted(names)) + ")"
 
 
+def _names_refused(message: str, names: list[str]) -> ConfigError:
+    """Kafka's refusal of several names at once: ``<message>: Set(a, b)``."""
+    return ConfigError(f"{message}: {_scala_set(names)}", setting=names[0])
+
+
 def dynamic_definition(name: str) -> Any:
     """The definition behind a dynamic name, plain or listener-prefixed; None if unknown."""
     return BROKER_CONFIGS.get(name) or listener_scoped_definition(name)
@@ -696,15 +701,12 @@ def validate_dynamic_broker_configs(
         elif name in LISTENER_ONLY_DYNAMIC:
             unprefixed.append(name)
     if not_dynamic:
-        raise ConfigError(
-            f"Cannot update these configs dynamically: {_scala_set(not_dynamic)}",
-            setting=not_dynamic[0],
-        )
+        raise _names_refused("Cannot update these configs dynamically", not_dynamic)
     if unprefixed:
-        raise ConfigError(
+        raise _names_refused(
             "These security configs can be dynamically updated only per-listener using the "
-            f"listener prefix: {_scala_set(unprefixed)}",
-            setting=unprefixed[0],
+            "listener prefix",
+            unprefixed,
         )
     parsed: dict[str, Any] = {}
     for name in names:
@@ -718,10 +720,9 @@ def validate_dynamic_broker_configs(
                 f"Invalid value {shown} for configuration {name}: {exc}", setting=name
             ) from None
     if not per_broker and prefixed:
-        raise ConfigError(
-            "Cannot update these configs at default cluster level, broker id must be "
-            f"specified: {_scala_set(prefixed)}",
-            setting=prefixed[0],
+        raise _names_refused(
+            "Cannot update these configs at default cluster level, broker id must be specified",
+            prefixed,
         )
     return parsed
 
@@ -745,16 +746,9 @@ def refuse_unapplied_kafka_names(configs: Mapping[str, str | None]) -> None:
         elif bases & KAFKA_DYNAMIC_NOT_APPLIED:
             unapplied.append(name)
     if read_only:
-        raise ConfigError(
-            f"Cannot update these configs dynamically: {_scala_set(read_only)}",
-            setting=read_only[0],
-        )
+        raise _names_refused("Cannot update these configs dynamically", read_only)
     if unapplied:
-        raise ConfigError(
-            f"kbroker does not apply these Kafka configs: {_scala_set(unapplied)} "
-            "(docs/configuration.md lists what it does)",
-            setting=unapplied[0],
-        )
+        raise _names_refused("kbroker does not apply these Kafka configs", unapplied)
 
 
 def load_broker_config(

@@ -90,6 +90,21 @@ async def _pipelined_pair(client: RawClient, pid: int, epoch: int) -> list[int]:
     return codes
 
 
+def _first_add_through(broker: Any, first: Any) -> list[int]:
+    """The broker's first implicit add of a partition to a transaction goes through
+    `first(add, *args)` instead of the coordinator (`add`); the list counts the adds."""
+    adder = broker.txn_coordinator.adder
+    add = adder.add
+    calls = [0]
+
+    async def wrapped(*args: Any) -> Any:
+        calls[0] += 1
+        return await (first(add, *args) if calls[0] == 1 else add(*args))
+
+    adder.add = wrapped
+    return calls
+
+
 async def _end(client: RawClient, pid: int, epoch: int, commit: bool) -> Any:
     return await client.call(
         END_TXN,
@@ -294,21 +309,15 @@ def test_pipelined_produces_of_a_transaction_append_in_order_while_the_first_is_
             INIT_PRODUCER_ID, 5, {"transactional_id": "tx", "transaction_timeout": 60_000}
         )
         pid, epoch = init.producer_id, init.producer_epoch
-        adder = broker.txn_coordinator.adder
-        add = adder.add
-        calls = 0
 
-        async def first_one_slow(*args: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            if calls == 1:
-                await asyncio.sleep(0.3)
+        async def slowly(add: Any, *args: Any) -> Any:
+            await asyncio.sleep(0.3)
             return await add(*args)
 
-        adder.add = first_one_slow
+        calls = _first_add_through(broker, slowly)
         codes = await _pipelined_pair(client, pid, epoch)
         assert codes == [0, 0]
-        assert calls == 1  # the second found its partition added by the first
+        assert calls == [1]  # the second found its partition added by the first
 
     _run(tmp_path, body)
 
@@ -387,18 +396,11 @@ def test_a_batch_behind_one_whose_partition_could_not_be_added_waits_for_it(
             INIT_PRODUCER_ID, 5, {"transactional_id": "tx", "transaction_timeout": 60_000}
         )
         pid, epoch = init.producer_id, init.producer_epoch
-        adder = broker.txn_coordinator.adder
-        add = adder.add
-        calls = 0
 
-        async def first_one_refused(*args: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            if calls == 1:
-                return dict.fromkeys(args[3], CONCURRENT_TRANSACTIONS)
-            return await add(*args)
+        async def refused(add: Any, *args: Any) -> Any:
+            return dict.fromkeys(args[3], CONCURRENT_TRANSACTIONS)
 
-        adder.add = first_one_refused
+        _first_add_through(broker, refused)
         codes = await _pipelined_pair(client, pid, epoch)
         assert codes[0] != 0  # refused: the client retries it
         assert codes[1] == OUT_OF_ORDER_SEQUENCE_NUMBER

@@ -88,18 +88,30 @@ class ElrCluster:
             os.kill(self.cluster.node(node_id).pid, signal.SIGCONT)
         self.frozen.clear()
 
+    # Once bootstrapped, the admin client asks any node of the metadata, frozen ones too
+    # (their kernel still accepts the connection, nothing answers): give up on a silent
+    # node well inside the call's timeout, and leave it alone long enough afterwards that
+    # the retry goes to a live node rather than to the other frozen one.
+    ADMIN_PATIENCE = {
+        "request.timeout.ms": 3000,
+        "reconnect.backoff.ms": 10000,
+        "reconnect.backoff.max.ms": 10000,
+    }
+
     def partition(self, topic: str = TOPIC, among: set[int] | None = None) -> dict[str, Any]:
         """The partition as the Java AdminClient describes it, asked of the nodes that
         answer (of `among` only, when given): an admin client bootstrapped from every
-        node may spend its whole call timeout on a frozen one (whose kernel still accepts
-        the connection) or a killed one, and time out without asking a live node."""
+        node may spend its whole call timeout on a frozen one or a killed one, and time
+        out without asking a live node."""
         assert self.java is not None
         answering = ",".join(
             n.bootstrap
             for n in self.cluster.live_nodes
             if n.node_id not in self.frozen and (among is None or n.node_id in among)
         )
-        described = self.java.call("describe-topics", topics=topic, bootstrap=answering)
+        described = self.java.call(
+            "describe-topics", topics=topic, bootstrap=answering, admin=self.ADMIN_PATIENCE
+        )
         result: dict[str, Any] = described["topics"][topic]["partitions"][0]
         return result
 

@@ -3,12 +3,14 @@ order their requests arrived."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 
 import pytest
 from test_fuzz_connection import API_VERSIONS, closed_with, connect, request, responses
 
+from compat_tests.waiting import eventually_async
 from kbroker.handlers.registry import APIS, Api, Later
 from kbroker.protocol.encoded import EncodedBody
 
@@ -136,3 +138,43 @@ def test_an_answer_of_several_parts_settled_later_goes_out_in_one_write(
     (answer,) = responses(transport.written)
     assert answer == struct.pack(">i", 7) + b"head-middle-tail"
     assert len(writes) == 1
+
+
+def test_a_coroutine_ending_in_a_later_answer_holds_the_next_request_only_until_it_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A handler with work to await first (a Produce adding its partitions to a
+    transaction) holds the connection's later requests until that work is done, and no
+    longer: when it returns a Later (its answer waits for acks=all, as any Produce's
+    may) the next request is handled at once, and the answers still go out in order."""
+    made: list[Later] = []
+    handled: list[int] = []
+
+    def handler(ctx, _body):
+        handled.append(ctx.header.correlation_id)
+        later = Later()
+        made.append(later)
+        if len(made) > 1:
+            return later
+
+        async def work() -> Later:
+            await asyncio.sleep(0)
+            return later
+
+        return work()
+
+    monkeypatch.setitem(APIS, API_VERSIONS, Api(API_VERSIONS, 0, 4, handler))
+
+    async def body() -> None:
+        conn, transport = connect()
+        conn.data_received(request(API_VERSIONS, 0, 1) + request(API_VERSIONS, 0, 2))
+        assert handled == [1]  # the second waits for the first's work
+        await eventually_async(
+            lambda: handled == [1, 2], timeout=5, what="the second handled before any answer"
+        )
+        made[1].settle(b"second")
+        assert transport.written == b""
+        made[0].settle(b"first")
+        assert correlations(transport.written) == [1, 2]
+
+    asyncio.run(body())

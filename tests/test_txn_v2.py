@@ -412,3 +412,64 @@ def test_a_batch_behind_one_whose_partition_could_not_be_added_waits_for_it(
         assert await _read_committed(client) == (3, [])
 
     _run(tmp_path, body)
+
+
+def test_a_produce_that_added_its_partition_frees_the_connection_once_it_appended(
+    tmp_path: Path,
+) -> None:
+    """A Produce v12 whose partition is first added to the transaction holds the
+    connection's later requests until it has appended, not until its answer may go
+    (acks=all, here an fsync of a flush.messages=1 topic), as after any Produce. Held
+    until the answer, a client's pipelined Produce requests each waited for the last
+    one's add and acknowledgement in turn, and the retry of a transaction's first batch
+    (refused while the coordinator ended the last transaction) reached the leader
+    seconds late while every batch after it was refused OUT_OF_ORDER_SEQUENCE_NUMBER
+    (Kafka Streams' exactly-once producer, at commits and rebalances)."""
+
+    async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        await broker.controller.create_topic("t", 1, 1, {"flush.messages": "1"})
+        logs = broker.replicas.logs
+        fsync_of = logs.when_durable
+        held: list[Any] = []
+
+        def when_durable(plog: Any, done: Any) -> None:
+            if plog.topic == "t":
+                held.append((plog, done))  # the acknowledgement waits for the test
+            else:
+                fsync_of(plog, done)
+
+        logs.when_durable = when_durable
+        client = await RawClient.connect(port)
+        try:
+            init = await client.call(
+                INIT_PRODUCER_ID, 5, {"transactional_id": "tx", "transaction_timeout": 60_000}
+            )
+            pid, epoch = init.producer_id, init.producer_epoch
+            for seq, value in ((0, b"first"), (1, b"second")):
+                request = build(
+                    load_request_schema(PRODUCE, 12),
+                    produce_fields(
+                        "t", _batch(pid, epoch, seq, value), timeout_ms=5000, transactional_id="tx"
+                    ),
+                )
+                client.correlation += 1
+                client.writer.write(encode_request(request, client.correlation, "test"))
+            # The second is appended while the first's answer still waits.
+            await eventually_async(
+                lambda: broker.replicas.get("t", 0).log_end_offset == 2 and len(held) == 2,
+                timeout=10,
+                what="both batches appended before the first is acknowledged",
+            )
+            for plog, done in held:
+                fsync_of(plog, done)
+            codes = []
+            for _ in range(2):
+                (size,) = struct.unpack(">i", await client.reader.readexactly(4))
+                _, response = decode_response(PRODUCE, 12, await client.reader.readexactly(size))
+                codes.append(response.responses[0].partition_responses[0].error_code)
+            assert codes == [0, 0]
+        finally:
+            logs.when_durable = fsync_of
+            client.close()
+
+    run_broker(tmp_path, check, OVERRIDES)

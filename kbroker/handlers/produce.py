@@ -51,7 +51,7 @@ FIRST_IMPLICIT_ADD_VERSION = 12  # KIP-890 part 2: no AddPartitionsToTxn from th
 @handles(PRODUCE, 0)
 def produce(
     ctx: RequestContext, request: ProduceRequest
-) -> bytes | Later | NoResponse | Awaitable[bytes | NoResponse]:
+) -> bytes | Later | NoResponse | Awaitable[bytes | Later | NoResponse]:
     if ctx.version >= FIRST_IMPLICIT_ADD_VERSION and request.transactional_id is not None:
         appending = ctx.broker.transactions.adder.appending
         earlier = appending.get(request.transactional_id)
@@ -117,7 +117,7 @@ async def _produce_after_adding(
     transactional_id: str,
     earlier: asyncio.Future[None] | None,
     mine: asyncio.Future[None],
-) -> bytes | NoResponse:
+) -> bytes | Later | NoResponse:
     """The Produce once the coordinator added its partitions (those it refused answer
     its error, as Kafka's ReplicaManager maps it).
 
@@ -146,18 +146,13 @@ async def _produce_after_adding(
             mine.set_result(None)
         if adder.appending.get(transactional_id) is mine:
             del adder.appending[transactional_id]
-    if not isinstance(answer, Later):
-        return answer
-    done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-
-    def settled(value: bytes, error: BaseException | None) -> None:
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(value)
-
-    answer.then(settled)
-    return await done
+    # Appended: an answer that waits for acks=all comes as a Later, which frees the
+    # connection's next request now (as after any Produce) instead of after replication.
+    # Held until then, a client's pipelined requests queued behind each add and each
+    # acks=all wait in turn, and the retry of a transaction's first batch that the
+    # coordinator had refused waited seconds behind them while the batches after it
+    # were refused OUT_OF_ORDER_SEQUENCE_NUMBER.
+    return answer
 
 
 def _produce(

@@ -141,5 +141,6 @@ Answer: TypeAlias = "Response | bytes | EncodedBody"
 """A response as the API's TypedDict (protocol.responses), or encoded by the API's own
 encoder (Fetch, Produce and the other hot APIs)."""
 
-HandlerResult: TypeAlias = "Answer | NoResponse | Later | Awaitable[Answer | NoResponse]"
-"""What a handler returns: its answer now, none, or one to come."""
+HandlerResult: TypeAlias = "Answer | NoResponse | Later | Awaitable[Answer | NoResponse | Later]"
+"""What a handler returns: its answer now, none, or one to come (a coroutine may end in a
+Later: its work is done, its answer is not)."""

@@ -491,7 +491,8 @@ class KafkaConnection(asyncio.Protocol):
         CreateTopics, EndTxn...) holds the ones after it until that work is done, so a
         ListOffsets pipelined behind a DeleteRecords sees the records deleted. Handlers
         that answer later (Produce waiting for acks=all, a parked Fetch) did their work
-        when they returned, and hold nothing."""
+        when they returned, and hold nothing; nor does a coroutine once it returns such
+        an answer (a Produce whose partitions were added to a transaction first)."""
         self._ordering = True
         self._set_dispatch()
         task.add_done_callback(self._ordered)
@@ -751,6 +752,14 @@ class KafkaConnection(asyncio.Protocol):
             error = task.exception()
             if error is None:
                 result = task.result()
+        if isinstance(result, Later):
+            # The handler's work is done and its answer comes later (a Produce that had
+            # its partitions added, now waiting for acks=all): the requests after it go
+            # on now, as after any Produce, and the answer keeps its place in the queue.
+            if result.on_abandon is not None:
+                slot.task = result
+            result.then(lambda value, error: self._complete(slot, value, error))
+            return
         self._complete(slot, result, error)
 
     def _complete(self, slot: _Slot, result: Any, error: BaseException | None) -> None:

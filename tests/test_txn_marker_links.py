@@ -1,7 +1,8 @@
 """How the transaction coordinator sends markers to the brokers leading other partitions:
 one WriteTxnMarkers at a time per broker, carrying the markers of every transaction that
-ended while the previous one was in flight, and a connection the broker closed since its
-last use (it restarted) replaced at once rather than at the next retry."""
+ended while the previous one was in flight, to every broker at once, and a connection the
+broker closed since its last use (it restarted) replaced at once rather than at the next
+retry."""
 
 from __future__ import annotations
 
@@ -18,12 +19,25 @@ from kbroker.txn.markers import LocalMarkerWriter
 LEADER = 2
 
 
-def writer_towards(port: int) -> LocalMarkerWriter:
-    node = SimpleNamespace(fenced=False, endpoint=lambda listener: ("127.0.0.1", port))
+def writer_towards(port: int, **others: int) -> LocalMarkerWriter:
+    """A writer on node 1 whose metadata has broker LEADER at `port`, and each topic of
+    `others` led by a broker at the port given (topic "t" by LEADER)."""
+    ports = {LEADER: port}
+    leaders = {"t": LEADER}
+    for topic, at in others.items():
+        node_id = LEADER + len(ports)
+        ports[node_id] = at
+        leaders[topic] = node_id
+
+    def node(at: int) -> SimpleNamespace:
+        return SimpleNamespace(fenced=False, endpoint=lambda listener: ("127.0.0.1", at))
+
+    state = SimpleNamespace(
+        brokers={node_id: node(at) for node_id, at in ports.items()},
+        partition=lambda topic, _index: SimpleNamespace(leader=leaders[topic]),
+    )
     broker = SimpleNamespace(
-        node_id=1,
-        inter_broker=PLAINTEXT,
-        controller=SimpleNamespace(state=SimpleNamespace(brokers={LEADER: node})),
+        node_id=1, inter_broker=PLAINTEXT, controller=SimpleNamespace(state=state)
     )
     return LocalMarkerWriter(broker)  # type: ignore[arg-type]
 
@@ -102,3 +116,28 @@ def test_markers_to_a_broker_that_cannot_be_reached_are_left_for_the_retry() -> 
         return await send(writer_towards(port))
 
     assert asyncio.run(scenario()) == {}
+
+
+def test_markers_go_to_every_leading_broker_at_once() -> None:
+    """A transaction over partitions of two other leaders is complete when the slower
+    answers, not when each has answered in turn: its producer's next transaction waits
+    (CONCURRENT_TRANSACTIONS) only that long."""
+
+    async def scenario() -> tuple[set[tuple[str, int]], MarkerPeer, MarkerPeer]:
+        first, second = MarkerPeer(delay=0.3), MarkerPeer(delay=0.3)
+        writer = writer_towards(await first.start(), other=await second.start())
+        try:
+            writing = asyncio.create_task(writer.write(7, 0, 3, True, [("t", 0), ("other", 0)]))
+            await eventually_async(
+                lambda: first.in_flight and second.in_flight,
+                timeout=5,
+                what="both brokers' WriteTxnMarkers in flight together",
+            )
+            return await writing, first, second
+        finally:
+            await first.stop()
+            await second.stop()
+
+    retry, first, second = asyncio.run(scenario())
+    assert retry == set()
+    assert (first.requests, second.requests) == (1, 1)

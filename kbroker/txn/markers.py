@@ -135,23 +135,52 @@ class LocalMarkerWriter:
         """Append the markers, then wait as Kafka's WriteTxnMarkers does (acks=all): until
         each is fsynced where the topic asks for it and below its partition's high
         watermark, so that a leader failover cannot lose a completed transaction's
-        marker. Returns the partitions to try again (`_RETRY`)."""
-        outcomes = await self.write_here(
-            producer_id, producer_epoch, coordinator_epoch, commit, partitions
-        )
-        retry = {tp for tp, code in outcomes.items() if code in _RETRY}
+        marker. Returns the partitions to try again (`_RETRY`).
+
+        Markers for partitions led elsewhere go to their leaders while this broker writes
+        its own, every leader at once (as Kafka's TransactionMarkerChannelManager sends
+        to each broker): the transaction stays prepared, and its producer's next
+        transaction refused CONCURRENT_TRANSACTIONS, only as long as the slowest leader
+        takes, not as long as all of them one after another."""
+        here: list[TopicPartition] = []
         elsewhere: dict[int, list[TopicPartition]] = {}
-        state = self.broker.controller.state
-        for tp in list(retry):
-            info = state.partition(*tp)
-            if info is not None and info.leader not in (-1, self.broker.node_id):
-                elsewhere.setdefault(info.leader, []).append(tp)
-        for leader, tps in elsewhere.items():
-            sent = await self._send(
-                leader, producer_id, producer_epoch, coordinator_epoch, commit, tps
+        self._route(partitions, here, elsewhere)
+        args = (producer_id, producer_epoch, coordinator_epoch, commit)
+        sends = [self._send(leader, *args, tps) for leader, tps in elsewhere.items()]
+        outcomes, *answers = await asyncio.gather(self.write_here(*args, here), *sends)
+        sent = list(zip(elsewhere.values(), answers, strict=True))
+        retry = {tp for tp, code in outcomes.items() if code in _RETRY}
+        # A partition this broker no longer leads (its metadata moved during the write):
+        # to its new leader now rather than at the next retry.
+        moved: dict[int, list[TopicPartition]] = {}
+        self._route(retry, [], moved)
+        if moved:
+            answers = await asyncio.gather(
+                *(self._send(leader, *args, tps) for leader, tps in moved.items())
             )
-            retry -= {tp for tp, code in sent.items() if not self._again(tp, code)}
+            sent += zip(moved.values(), answers, strict=True)
+            retry.difference_update(*moved.values())
+        for tps, answered in sent:
+            retry.update(tp for tp in tps if tp not in answered or self._again(tp, answered[tp]))
         return retry
+
+    def _route(
+        self,
+        partitions: Iterable[TopicPartition],
+        here: list[TopicPartition],
+        elsewhere: dict[int, list[TopicPartition]],
+    ) -> None:
+        """Split `partitions` by the leader this broker's metadata knows: another broker
+        (into `elsewhere`, by leader) or this one or none (into `here`, whose write
+        answers NOT_LEADER_OR_FOLLOWER until one leads)."""
+        state = self.broker.controller.state
+        me = self.broker.node_id
+        for tp in partitions:
+            info = state.partition(*tp)
+            if info is not None and info.leader not in (-1, me):
+                elsewhere.setdefault(info.leader, []).append(tp)
+            else:
+                here.append(tp)
 
     def _again(self, tp: TopicPartition, code: ErrorCode) -> bool:
         """Whether a leader's answer leaves the marker to be written again: a retriable

@@ -75,6 +75,9 @@ def controller_config(config: BrokerConfig) -> ControllerConfig:
             if quorum.is_cluster and config.auto_leader_rebalance_enable
             else None
         ),
+        unclean_leader_election_interval_s=(
+            config.unclean_leader_election_interval_ms / 1000 if quorum.is_cluster else None
+        ),
     )
 
 

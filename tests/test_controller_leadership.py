@@ -245,6 +245,87 @@ def test_stop_ends_when_it_cancels_the_leader_rebalance_in_the_turn_its_election
     asyncio.run(main())
 
 
+async def _offline_with_an_out_of_sync_replica_back(controller):
+    """Partition t-0 (replicas [1, 2]): 2 left the ISR at its controlled shutdown and
+    registered again, then 1, the last in-sync replica, shut down too: the partition has
+    no leader while 2 is live but out of sync."""
+    await controller.register_broker(1, "h", 1)
+    b2 = await controller.register_broker(2, "h", 2)
+    await controller.create_topic("t", -1, -1, assignments={0: [1, 2]})
+    await controller.controlled_shutdown(2, b2.epoch, timeout=5)
+    await controller.register_broker(2, "h", 2)
+    b1 = controller.state.brokers[1]
+    await controller.controlled_shutdown(1, b1.epoch, timeout=5)
+    p = controller.state.topics["t"].partitions[0]
+    assert (p.leader, controller.state.brokers[2].fenced) == (-1, False)
+    return p
+
+
+@pytest.mark.parametrize("where", ["topic", "cluster default"])
+def test_the_active_controller_elects_a_live_replica_once_unclean_election_is_enabled(
+    tmp_path, where
+):
+    """Kafka's periodic unclean election (unclean.leader.election.interval.ms): a partition
+    already offline when its topic, or the cluster, comes to allow unclean election gets
+    its live out-of-sync replica as leader without any broker coming or going."""
+
+    async def main():
+        controller = Controller(
+            ControllerConfig(1, tmp_path, unclean_leader_election_interval_s=0.05)
+        )
+        await controller.start()
+        try:
+            before = await _offline_with_an_out_of_sync_replica_back(controller)
+            enable = {"unclean.leader.election.enable": "true"}
+            if where == "topic":
+                await controller.set_topic_configs("t", enable)
+            else:
+                await controller.set_broker_configs("", enable)
+            await eventually_async(
+                lambda: controller.state.topics["t"].partitions[0].leader == 2,
+                timeout=5,
+                what="the out-of-sync replica elected",
+            )
+            after = controller.state.topics["t"].partitions[0]
+            assert (after.isr, after.leader_epoch) == ((2,), before.leader_epoch + 1)
+        finally:
+            await controller.stop()
+
+    asyncio.run(main())
+
+
+def test_the_periodic_unclean_election_leaves_an_offline_partition_whose_topic_refuses_it(
+    tmp_path, monkeypatch
+):
+    """Unclean election disabled (the default): the periodic check elects nothing, however
+    many times it runs, and the partition waits for its last in-sync replica."""
+    checked = []
+    allowed = cmd.unclean_allowed
+
+    def counted(info, default):
+        checked.append(info.name)
+        return allowed(info, default)
+
+    monkeypatch.setattr(cmd, "unclean_allowed", counted)
+
+    async def main():
+        controller = Controller(
+            ControllerConfig(1, tmp_path, unclean_leader_election_interval_s=0.01)
+        )
+        await controller.start()
+        try:
+            await _offline_with_an_out_of_sync_replica_back(controller)
+            checked.clear()
+            await eventually_async(
+                lambda: checked.count("t") >= 3, timeout=5, what="three periodic checks of t"
+            )
+            assert controller.state.topics["t"].partitions[0].leader == -1
+        finally:
+            await controller.stop()
+
+    asyncio.run(main())
+
+
 def offline(state, epochs, node):
     topic_id = state.topics["t"].topic_id.bytes
     payload = {"node_id": node, "epoch": epochs[node], "partitions": [(topic_id, 0)]}

@@ -874,6 +874,15 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         dynamic=True,
     ),
     _d(
+        "unclean.leader.election.interval.ms",
+        LONG,
+        300000,
+        "How often the active controller checks for partitions with no leader whose topic "
+        "allows unclean election (unclean.leader.election.enable, the topic's or the "
+        "cluster's, set at any time), and elects one of their live replicas.",
+        at_least(1),
+    ),
+    _d(
         "compression.type",
         STRING,
         "producer",

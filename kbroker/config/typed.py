@@ -934,6 +934,10 @@ class TypedSettings:
         return self._effective["unclean.leader.election.enable"]
 
     @property
+    def unclean_leader_election_interval_ms(self) -> int:
+        return self._effective["unclean.leader.election.interval.ms"]
+
+    @property
     def zookeeper_connect(self) -> str | None:
         return self._effective["zookeeper.connect"]
 

@@ -455,10 +455,15 @@ def _defaults(state: MetadataState, p: dict[str, Any]) -> Defaults:
     return Defaults(p.get("unclean", False), p.get("min_isr", 1), state.elr_enabled)
 
 
+def unclean_allowed(info: TopicInfo, default: bool) -> bool:
+    """unclean.leader.election.enable of one topic: its override, else `default`."""
+    value = info.configs.get(UNCLEAN_CONFIG)
+    return default if value is None else value.strip().lower() == "true"
+
+
 def _rules(info: TopicInfo, defaults: Defaults) -> leadership.Rules:
     """The election rules of one topic: its overrides over the defaults."""
-    value = info.configs.get(UNCLEAN_CONFIG)
-    unclean = defaults.unclean if value is None else value.strip().lower() == "true"
+    unclean = unclean_allowed(info, defaults.unclean)
     min_isr = info.configs.get(MIN_ISR_CONFIG)
     try:
         min_isr_value = defaults.min_isr if min_isr is None else int(min_isr)

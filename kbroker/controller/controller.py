@@ -225,6 +225,10 @@ class ControllerConfig:
     # auto.leader.rebalance.enable: how often the active controller gives partitions back
     # to their preferred leaders; None never does (a single node has nothing to move).
     leader_imbalance_check_interval_s: float | None = None
+    # unclean.leader.election.interval.ms: how often the active controller elects a leader
+    # for partitions left without one whose topic allows unclean election; None never
+    # does (a single node has no other replica to elect).
+    unclean_leader_election_interval_s: float | None = None
     # node id -> Raft address of every voter (itself included), for DescribeQuorum.
     voters: dict[int, str] = field(default_factory=dict)
     # A dynamic quorum (KIP-853, controller.quorum.bootstrap.servers): the voters live in
@@ -640,6 +644,12 @@ class Controller:
             self._watchers.append(
                 asyncio.create_task(self._rebalance_leaders(cfg.leader_imbalance_check_interval_s))
             )
+        if cfg.unclean_leader_election_interval_s is not None:
+            self._watchers.append(
+                asyncio.create_task(
+                    self._elect_unclean_leaders(cfg.unclean_leader_election_interval_s)
+                )
+            )
         s = self._state
         log.info(
             "controller %d started in %.0f ms: cluster %s, metadata version %d, %d topics, "
@@ -950,6 +960,46 @@ class Controller:
                 log.info("leader rebalance: %d partitions back on their preferred leader", moved)
             except ControllerError as exc:
                 log.info("leader rebalance not committed: %s", exc)
+
+    async def _elect_unclean_leaders(self, interval: float) -> None:
+        """KRaft's periodic unclean election (unclean.leader.election.interval.ms, the
+        controller's maybeElectUncleanLeaders): every interval the active controller gives
+        each partition without a leader whose topic allows unclean election (its
+        unclean.leader.election.enable, else the cluster's) a leader from its live
+        replicas. Elections otherwise run only when a broker comes or goes, so a topic
+        that allows it only once its partition is offline gets a leader this way, as on
+        Kafka."""
+        while True:
+            await asyncio.sleep(interval)
+            if not self.is_leader:
+                continue
+            state = self._state
+            default = self._unclean_default
+            leaderless = []
+            for topic in state.topics.values():
+                if not cmd.unclean_allowed(topic, default):
+                    continue
+                for p in topic.partitions:
+                    usable = leadership.usable_in(state, topic.topic_id, p.partition)
+                    if not p.has_leader and any(usable(r) for r in p.replicas):
+                        leaderless.append((topic.name, p.partition))
+            if not leaderless:
+                continue
+            try:
+                results = await self.elect_leaders(leadership.UNCLEAN, leaderless)
+            except ControllerError as exc:
+                log.info("unclean leader election not committed: %s", exc)
+                continue
+            for name, index, code, _ in results:
+                if code == 0:
+                    log.error("unclean leader election for offline partition %s-%d", name, index)
+                else:
+                    log.warning(
+                        "cannot elect a leader for offline partition %s-%d: error %d",
+                        name,
+                        index,
+                        code,
+                    )
 
     async def catch_up(self) -> None:
         """Return once this node has applied every change committed before the call: a

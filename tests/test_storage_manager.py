@@ -326,6 +326,54 @@ def test_a_replica_is_offline_while_its_directory_failed_or_may_hold_its_data(tm
     assert not m.replica_offline("t", 7, held_before=False)
 
 
+def _full_disk_under(monkeypatch, root):
+    """Writing a file under `root` fails with ENOSPC, as on a full disk."""
+    from kbroker.storage import entry_file
+
+    real = entry_file.write_file
+
+    def write(path, data):
+        if str(path).startswith(str(root)):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(entry_file, "write_file", write)
+
+
+def test_a_directory_whose_logs_cannot_be_opened_at_start_is_offline_and_the_rest_load(
+    tmp_path, monkeypatch
+):
+    """Kafka's LogManager marks a log directory offline when loading its logs meets an
+    I/O error and starts on the others; opening a log after an unclean stop writes (a
+    producer-state snapshot), which a full disk refuses."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = LogManager(dirs)
+    logs = {p: m.create("t", p, LogConfig(), NOW) for p in range(4)}
+    for plog in logs.values():
+        plog.append(batch(), 0, NOW)
+    in_b = sorted(p for p, plog in logs.items() if plog.directory.parent == dirs[1])
+    m.dir_failures.report(logs[in_b[0]], OSError(errno.ENOSPC, "No space left on device"))
+    m.close_all()
+    _full_disk_under(monkeypatch, dirs[1])
+
+    m2 = LogManager(dirs)
+    m2.load_all(lambda topic, partition: LogConfig(), NOW)
+
+    assert list(m2.offline_dirs) == [str(dirs[1])]
+    assert "No space left" in m2.offline_dirs[str(dirs[1])]
+    assert sorted(plog.partition for plog in m2.logs()) == [p for p in range(4) if p not in in_b]
+    assert all(m2.replica_offline("t", p, held_before=True) for p in in_b)
+
+
+def test_a_start_whose_every_log_directory_fails_to_open_its_logs_is_refused(tmp_path, monkeypatch):
+    m = LogManager([tmp_path / "a"])
+    m.create("t", 0, LogConfig(), NOW).append(batch(), 0, NOW)
+    m.dir_failures.report(m.get("t", 0), OSError(errno.ENOSPC, "No space left on device"))
+    _full_disk_under(monkeypatch, tmp_path / "a")
+    with pytest.raises(OSError, match="none of the log directories"):
+        LogManager([tmp_path / "a"]).load_all(lambda topic, partition: LogConfig(), NOW)
+
+
 def test_running_out_of_descriptors_fails_the_operation_not_the_directory(tmp_path):
     m = LogManager([tmp_path / "a"])
     plog = m.create("t", 0, LogConfig(), NOW)

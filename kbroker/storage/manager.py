@@ -218,7 +218,16 @@ class LogManager:
                 for stale in paths[1:]:
                     log.warning("%s is also in %s: removing the older copy", stale, paths[0])
                     shutil.rmtree(stale, ignore_errors=True)
-            plog = PartitionLog.open(paths[0], config_for(*parsed), now_ms)
+            parent = str(paths[0].parent)
+            if parent in self.offline_dirs:
+                continue
+            try:
+                plog = PartitionLog.open(paths[0], config_for(*parsed), now_ms)
+            except OSError as exc:
+                if exc.errno in RESOURCE_ERRNOS:
+                    raise
+                self._offline_at_start(parent, exc)
+                continue
             topic_id = read_topic_id(paths[0])
             if topic_id is not None:
                 self.topic_ids[parsed] = topic_id
@@ -239,6 +248,22 @@ class LogManager:
                 len(self._logs) - recovered,
                 recovered,
             )
+
+    def _offline_at_start(self, root: str, exc: OSError) -> None:
+        """An I/O error opening a log of directory `root` at start (a full disk meets the
+        producer-state snapshot or index rebuild that recovery writes): the directory
+        is offline from the start, as one check_directories finds unusable, and the
+        broker starts on the rest, as Kafka's LogManager does when a directory's logs
+        fail to load. Logs already opened from it are closed without a write."""
+        self.offline_dirs[root] = f"{type(exc).__name__}: {exc}"
+        log.error("log directory %s is offline: %s", root, exc)
+        for key in [k for k, plog in self._logs.items() if os.path.dirname(plog._dir) == root]:
+            plog = self._withdraw(key)
+            if plog is not None:
+                plog.delete(remove_files=False)
+        self._check_metadata_dir_at_start()
+        if len(self.offline_dirs) == len(self.log_dirs):
+            raise OSError(errno.EIO, "none of the log directories can be used")
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))

@@ -430,6 +430,29 @@ def test_a_controller_only_node_votes_but_serves_no_kafka_api(cluster_factory: A
         cluster.heal()
 
 
+def test_a_lone_controller_only_voter_leads_brokers_that_observe_it(
+    cluster_factory: Any,
+) -> None:
+    """kafkatest's isolated KRaft with one controller: node 1 is controller-only and the
+    only voter, nodes 2-4 are brokers (process.roles=broker) reaching it through
+    controller.quorum.voters. It used to open no Raft socket (a lone voter), so the
+    brokers never joined."""
+    cluster = cluster_factory.start(size=1, controller_only=(1,))
+    brokers = [cluster.add_broker() for _ in range(3)]
+    assert sorted(cluster.metadata(brokers[0]).brokers) == [2, 3, 4]
+    topic = f"lone-{_uid()}"
+    cluster.create_topic(topic, partitions=3, replication_factor=3)
+    cluster.wait_for_full_isr(topic, timeout=30)
+    cluster.kill(4)  # the controller fences it, as any controller does
+    cluster.wait_until(
+        lambda: all(4 not in cluster.partition(topic, p).isrs for p in range(3)),
+        20.0,
+        "the killed broker out of every ISR",
+    )
+    brokers[2].start()
+    cluster.wait_for_full_isr(topic, timeout=30)
+
+
 def _create(cluster: KafkaCluster, node: Any, topic: str) -> bool:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic

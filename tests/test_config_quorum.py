@@ -38,6 +38,33 @@ def test_kafka_quickstart_single_voter_opens_no_raft_socket():
     assert not cfg.quorum.is_cluster and cfg.quorum.controller_listener_unused
 
 
+LONE = {
+    "process_roles": "controller",
+    "listeners": "CONTROLLER://127.0.0.1:19091",
+    "controller_quorum_voters": "1@127.0.0.1:19091",
+}
+
+
+def test_a_lone_controller_only_voter_serves_its_raft_socket_for_brokers_to_observe():
+    """kafkatest's isolated KRaft with one controller: brokers (process.roles=broker)
+    name it in controller.quorum.voters and must reach it."""
+    quorum = kraft(1, **LONE).quorum
+    assert quorum.is_voter and not quorum.is_broker and quorum.is_cluster
+    assert quorum.self_address == quorum.bind_address == "127.0.0.1:19091"
+    assert quorum.peer_addresses == ()
+
+
+def test_a_lone_combined_voter_given_a_cluster_secret_serves_its_raft_socket():
+    quorum = kraft(1, controller_quorum_voters="1@127.0.0.1:19091").quorum
+    assert quorum.is_cluster and quorum.self_address == "127.0.0.1:19091"
+    assert not quorum.controller_listener_unused
+
+
+def test_without_the_cluster_secret_a_lone_voter_opens_no_raft_socket():
+    quorum = kraft(1, cluster_secret="", **LONE).quorum
+    assert not quorum.is_cluster and quorum.controller_listener_unused
+
+
 def test_voter_binds_its_controller_listener_and_dials_the_others():
     quorum = kraft(2).quorum
     assert quorum.is_voter and quorum.is_broker

@@ -58,7 +58,10 @@ class QuorumConfig:
 
     @property
     def is_cluster(self) -> bool:
-        return bool(self.peer_addresses) or not self.is_voter or self.dynamic
+        # A lone voter of controller.quorum.voters with its Raft socket (a controller-only
+        # node, or one given cluster.secret) is the quorum of brokers that observe it.
+        lone_voter_serving = bool(self.voters) and self.self_address is not None
+        return bool(self.peer_addresses) or not self.is_voter or self.dynamic or lone_voter_serving
 
     @property
     def controller_listener_unused(self) -> bool:
@@ -153,9 +156,10 @@ def resolve_quorum(
                 f"controller.quorum.voters: node.id {node_id} has the controller role but "
                 "is not among the voters"
             )
-        if len(voters) == 1:
-            # Kafka's quick-start file: a quorum of this node alone. Nobody could talk to
-            # its Raft port, so it runs as kbroker's socketless lone voter.
+        if len(voters) == 1 and not secret:
+            # Kafka's quick-start file: a quorum of this node alone, no cluster.secret.
+            # Nobody could talk to its Raft port, so it runs as kbroker's socketless lone
+            # voter. Given cluster.secret it serves its socket, for brokers to observe it.
             return QuorumConfig(node_id, True, is_broker, voters, (), None, None, secret)
         self_address = format_address(own.host, own.port)
         if bind is None:

@@ -571,7 +571,9 @@ class Controller:
                 peers = [a for i, (_, a) in sorted(voter_set.items()) if i != cfg.node_id]
             else:
                 peers += [a for _, a in voter_set.values() if a not in peers]
-        if peers or cfg.observer or cfg.dynamic:
+        # A lone voter of the voters list that serves its Raft socket has brokers
+        # observing it: they get a cluster's heartbeats, not a lone node's.
+        if peers or cfg.observer or cfg.dynamic or (address is not None and cfg.voters):
             timings = RaftTimings.cluster(*cfg.election_timeout_s)
         else:
             timings = RaftTimings.single_voter()

@@ -494,6 +494,28 @@ def test_refusals_carry_kafkas_error_and_change_nothing(dyn: DynamicCluster) -> 
     assert every_leader_accepts(dyn, 4000)
 
 
+def test_kerberos_settings_are_stored_per_broker_and_logged_inert(dyn: DynamicCluster) -> None:
+    """Kafka changes its Kerberos settings on one broker at run time, and clients' test
+    suites set one as a valid broker config; kbroker, serving no GSSAPI, stores it,
+    describes it, and says in its log that it changes nothing. (On the cluster default it
+    is refused, as Kafka refuses a per-broker setting there: tests/test_config_broker.py.)"""
+    admin = dyn.admin()
+    name = "sasl.kerberos.min.time.before.relogin"
+    alter(admin, "2", {name: "58000"})
+    entry = wait_until(
+        lambda: (
+            (e := describe(admin, ConfigResource(ResourceType.BROKER, "2"))[name]).value == "58000"
+            and e
+        ),
+        "the value described",
+    )
+    assert entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    wait_until(
+        lambda: f"{name} inert in kbroker" in dyn.cluster.node(2).log_text(), "the inert note"
+    )
+    alter(admin, "2", delete=(name,))
+
+
 def test_java_admin_client_round_trip(dyn: DynamicCluster) -> None:
     java = dyn.java
     assert java is not None

@@ -29,6 +29,7 @@ from kbroker.config import (
 )
 from kbroker.config.connection_overrides import parse_ip_overrides
 from kbroker.config.logger_levels import parse_levels
+from kbroker.config.types import SettingRole
 from kbroker.controller import Controller, ControllerError
 from kbroker.controller.auto_creation import TopicAutoCreation
 from kbroker.controller.errors import (
@@ -880,7 +881,16 @@ class Broker:
             cleaner.reconfigure(CleanerConfig.from_settings(new))
         if {"logging.level", "logging.levels"} & set(changed):
             apply_log_levels(new.logging_level, parse_levels(new.logging_levels))
-        log.info("dynamic broker configs applied: %s", ", ".join(changed) or "none changed")
+        inert = [
+            n
+            for n in changed
+            if n in BROKER_CONFIGS and BROKER_CONFIGS[n].role is SettingRole.INERT
+        ]
+        log.info(
+            "dynamic broker configs applied: %s%s",
+            ", ".join(changed) or "none changed",
+            f" ({', '.join(inert)} inert in kbroker: stored, changing nothing)" if inert else "",
+        )
 
     def _configure_replication_quotas(self) -> None:
         """leader/follower.replication.throttled.rate and the bound on moves between log

@@ -512,6 +512,26 @@ def test_an_unknown_setting_is_accepted_as_kafka_accepts_a_custom_one_and_not_ap
     assert cfg.dynamic_layers() == ({}, {})
 
 
+def test_kerberos_and_login_refresh_settings_are_accepted_per_broker_and_inert():
+    """Kafka changes them on one broker at run time (librdkafka's AlterConfigs test sets
+    sasl.kerberos.min.time.before.relogin as a valid broker config); kbroker serves neither
+    GSSAPI nor OAUTHBEARER, where they act, so they are stored, described, named inert at
+    start, and refused on the cluster default as Kafka refuses a per-broker setting."""
+    name = "sasl.kerberos.min.time.before.relogin"
+    assert validate_dynamic_broker_configs({name: "58000"}) == {name: 58000}
+    with pytest.raises(ConfigError) as refused:
+        validate_dynamic_broker_configs({name: "58000"}, per_broker=False)
+    assert str(refused.value) == (
+        "Cannot update these configs at default cluster level, broker id must be "
+        f"specified: Set({name})"
+    )
+    with pytest.raises(ConfigError, match="sasl.login.refresh.window.factor"):
+        validate_dynamic_broker_configs({"sasl.login.refresh.window.factor": "0.2"})
+    cfg = load([f"{name}=58000"])
+    assert cfg.inert_settings() == [name]
+    assert cfg.with_dynamic({}, {name: "59000"}).dynamic_layers() == ({}, {name: 59000})
+
+
 def test_security_settings_change_only_under_a_listener_prefix():
     with pytest.raises(ConfigError) as refused:
         validate_dynamic_broker_configs({"ssl.keystore.location": "/k.pem"})

@@ -686,7 +686,7 @@ def validate_dynamic_broker_configs(
     names = [n for n, v in configs.items() if v is not None and dynamic_definition(n)]
     not_dynamic = []
     unprefixed = []
-    prefixed = []
+    one_broker = []  # listener-prefixed and other per-broker names
     for name in names:
         definition = dynamic_definition(name)
         if name.startswith(_SCOPED):
@@ -695,11 +695,13 @@ def validate_dynamic_broker_configs(
                 continue  # a listener's max.connections: per broker or cluster default
             if definition.mode is not UpdateMode.PER_BROKER:
                 not_dynamic.append(name)
-            prefixed.append(name)
+            one_broker.append(name)
         elif definition.mode is UpdateMode.READ_ONLY:
             not_dynamic.append(name)
         elif name in LISTENER_ONLY_DYNAMIC:
             unprefixed.append(name)
+        elif definition.mode is UpdateMode.PER_BROKER:
+            one_broker.append(name)
     if not_dynamic:
         raise _names_refused("Cannot update these configs dynamically", not_dynamic)
     if unprefixed:
@@ -719,10 +721,10 @@ def validate_dynamic_broker_configs(
             raise ConfigError(
                 f"Invalid value {shown} for configuration {name}: {exc}", setting=name
             ) from None
-    if not per_broker and prefixed:
+    if not per_broker and one_broker:
         raise _names_refused(
             "Cannot update these configs at default cluster level, broker id must be specified",
-            prefixed,
+            one_broker,
         )
     return parsed
 

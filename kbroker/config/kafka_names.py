@@ -32,16 +32,6 @@ KAFKA_DYNAMIC_NOT_APPLIED: frozenset[str] = frozenset(
         "remote.log.manager.fetch.max.bytes.per.second",
         "remote.log.manager.follower.thread.pool.size",
         "remote.log.reader.threads",
-        "sasl.kerberos.kinit.cmd",
-        "sasl.kerberos.min.time.before.relogin",
-        "sasl.kerberos.principal.to.local.rules",
-        "sasl.kerberos.service.name",
-        "sasl.kerberos.ticket.renew.jitter",
-        "sasl.kerberos.ticket.renew.window.factor",
-        "sasl.login.refresh.buffer.seconds",
-        "sasl.login.refresh.min.period.seconds",
-        "sasl.login.refresh.window.factor",
-        "sasl.login.refresh.window.jitter",
         "share.coordinator.cached.buffer.max.bytes",
         "ssl.engine.factory.class",
         "ssl.keymanager.algorithm",
@@ -52,8 +42,10 @@ KAFKA_DYNAMIC_NOT_APPLIED: frozenset[str] = frozenset(
         "ssl.truststore.password",
     }
 )
-"""Dynamic on Kafka 4.3; kbroker has no such behaviour (no plugin, no Kerberos, no tiered
-storage...), so setting one would promise what nothing does."""
+"""Dynamic on Kafka 4.3; kbroker has no such behaviour (no plugin, no tiered storage, no
+SSL provider of Java's...), so setting one would promise what nothing does. (Kerberos and
+login-refresh settings are in kbroker's table, inert: they do nothing on a Kafka broker
+without GSSAPI or OAUTHBEARER either.)"""
 
 KAFKA_READ_ONLY_UNKNOWN: frozenset[str] = frozenset(
     {

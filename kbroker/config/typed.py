@@ -762,6 +762,46 @@ class TypedSettings:
         return self._effective["sasl.jaas.config"]
 
     @property
+    def sasl_kerberos_kinit_cmd(self) -> str:
+        return self._effective["sasl.kerberos.kinit.cmd"]
+
+    @property
+    def sasl_kerberos_min_time_before_relogin(self) -> int:
+        return self._effective["sasl.kerberos.min.time.before.relogin"]
+
+    @property
+    def sasl_kerberos_principal_to_local_rules(self) -> list[str]:
+        return self._effective["sasl.kerberos.principal.to.local.rules"]
+
+    @property
+    def sasl_kerberos_service_name(self) -> str | None:
+        return self._effective["sasl.kerberos.service.name"]
+
+    @property
+    def sasl_kerberos_ticket_renew_jitter(self) -> float:
+        return self._effective["sasl.kerberos.ticket.renew.jitter"]
+
+    @property
+    def sasl_kerberos_ticket_renew_window_factor(self) -> float:
+        return self._effective["sasl.kerberos.ticket.renew.window.factor"]
+
+    @property
+    def sasl_login_refresh_buffer_seconds(self) -> int:
+        return self._effective["sasl.login.refresh.buffer.seconds"]
+
+    @property
+    def sasl_login_refresh_min_period_seconds(self) -> int:
+        return self._effective["sasl.login.refresh.min.period.seconds"]
+
+    @property
+    def sasl_login_refresh_window_factor(self) -> float:
+        return self._effective["sasl.login.refresh.window.factor"]
+
+    @property
+    def sasl_login_refresh_window_jitter(self) -> float:
+        return self._effective["sasl.login.refresh.window.jitter"]
+
+    @property
     def sasl_mechanism_inter_broker_protocol(self) -> str:
         return self._effective["sasl.mechanism.inter.broker.protocol"]
 

@@ -70,9 +70,9 @@ async def _produce(client: RawClient, pid: int, epoch: int, seq: int, value: byt
     return (await eventually_async(answered, timeout=10, what="a produce answer"))[0]
 
 
-async def _pipelined_pair(client: RawClient, pid: int, epoch: int) -> list[int]:
+def _send_pipelined_pair(client: RawClient, pid: int, epoch: int) -> None:
     """Produce v12 of sequences 0 and 1, both sent before any answer (as a client keeps
-    several in flight); their error codes, in order."""
+    several in flight)."""
     for seq, value in ((0, b"first"), (1, b"second")):
         request = build(
             load_request_schema(PRODUCE, 12),
@@ -82,6 +82,11 @@ async def _pipelined_pair(client: RawClient, pid: int, epoch: int) -> list[int]:
         )
         client.correlation += 1
         client.writer.write(encode_request(request, client.correlation, "test"))
+
+
+async def _pipelined_pair(client: RawClient, pid: int, epoch: int) -> list[int]:
+    """The pipelined pair's error codes, in order."""
+    _send_pipelined_pair(client, pid, epoch)
     codes = []
     for _ in range(2):
         (size,) = struct.unpack(">i", await client.reader.readexactly(4))
@@ -445,15 +450,7 @@ def test_a_produce_that_added_its_partition_frees_the_connection_once_it_appende
                 INIT_PRODUCER_ID, 5, {"transactional_id": "tx", "transaction_timeout": 60_000}
             )
             pid, epoch = init.producer_id, init.producer_epoch
-            for seq, value in ((0, b"first"), (1, b"second")):
-                request = build(
-                    load_request_schema(PRODUCE, 12),
-                    produce_fields(
-                        "t", _batch(pid, epoch, seq, value), timeout_ms=5000, transactional_id="tx"
-                    ),
-                )
-                client.correlation += 1
-                client.writer.write(encode_request(request, client.correlation, "test"))
+            _send_pipelined_pair(client, pid, epoch)
             # The second is appended while the first's answer still waits.
             await eventually_async(
                 lambda: broker.replicas.get("t", 0).log_end_offset == 2 and len(held) == 2,

@@ -257,7 +257,7 @@ class LogManager:
         fail to load. Logs already opened from it are closed without a write."""
         self.offline_dirs[root] = f"{type(exc).__name__}: {exc}"
         log.error("log directory %s is offline: %s", root, exc)
-        for key in [k for k, plog in self._logs.items() if os.path.dirname(plog._dir) == root]:
+        for key in self._keys_in(root):
             plog = self._withdraw(key)
             if plog is not None:
                 plog.delete(remove_files=False)
@@ -305,7 +305,7 @@ class LogManager:
             log.error(
                 "log directory %s is offline: %s; its partitions are offline here", root, reason
             )
-        lost = [key for key, plog in self._logs.items() if os.path.dirname(plog._dir) == root]
+        lost = self._keys_in(root)
         for key in lost:
             plog = self._withdraw(key)
             self.failed[key] = reason
@@ -392,6 +392,10 @@ class LogManager:
             return preferred / f"{topic}-{partition}"
         root = min(self.online_dirs(), key=lambda d: self._placed[str(d)])
         return root / f"{topic}-{partition}"
+
+    def _keys_in(self, root: str) -> list[tuple[str, int]]:
+        """The partitions whose logs are open in log directory `root`."""
+        return [key for key, plog in self._logs.items() if os.path.dirname(plog._dir) == root]
 
     def log_dir_of(self, plog: PartitionLog) -> Path | None:
         """The configured log directory holding `plog`."""

@@ -26,6 +26,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -185,6 +186,15 @@ def read_control_record(buf: bytes | bytearray | memoryview, pos: int) -> tuple[
         return -1, -1
 
 
+class Verifying(NamedTuple):
+    """The transactional batches of one producer waiting for a partition to join their
+    transaction: their epoch, their lowest sequence, and when the first came."""
+
+    epoch: int
+    sequence: int
+    since: float
+
+
 class ProducerStateManager:
     """The producer state of one partition log, and its files in the log's directory."""
 
@@ -196,10 +206,8 @@ class ProducerStateManager:
         self._aborted_last: list[int] = []
         self._max_span = 0  # the longest aborted transaction, for bounded lookups
         self._index_fd: int | None = None
-        # Kafka's VerificationStateEntry (KIP-890): per producer, the epoch and lowest
-        # sequence of the transactional batches waiting for this partition to join their
-        # transaction, and when the first came.
-        self.verifying: dict[int, tuple[int, int, float]] = {}
+        # Kafka's VerificationStateEntry (KIP-890), per producer id.
+        self.verifying: dict[int, Verifying] = {}
 
     def start_verification(self, pid: int, sequence: int, epoch: int) -> None:
         """A transactional batch of `pid` waits for its partition to be added to the
@@ -209,9 +217,9 @@ class ProducerStateManager:
         the client retries after the lower one). A higher epoch starts afresh."""
         found = self.verifying.get(pid)
         if found is None:
-            self.verifying[pid] = (epoch, sequence, time.monotonic())
-        elif epoch > found[0] or (epoch == found[0] and sequence < found[1]):
-            self.verifying[pid] = (epoch, sequence, found[2])
+            self.verifying[pid] = Verifying(epoch, sequence, time.monotonic())
+        elif epoch > found.epoch or (epoch == found.epoch and sequence < found.sequence):
+            self.verifying[pid] = Verifying(epoch, sequence, found.since)
 
     # -- checks before an append ----------------------------------------------------------
 
@@ -291,10 +299,10 @@ class ProducerStateManager:
                         return duplicate
                 first_seq = h.base_sequence
                 verifying = self.verifying.get(pid)
-                if verifying is not None and first_seq > verifying[1]:
+                if verifying is not None and first_seq > verifying.sequence:
                     raise OutOfOrderSequenceError(
                         f"producer {pid} sent sequence {first_seq} while its sequence "
-                        f"{verifying[1]} waits for the partition to join its transaction"
+                        f"{verifying.sequence} waits for the partition to join its transaction"
                     )
                 if h.producer_epoch != epoch:
                     if first_seq != 0 and epoch != NO_EPOCH:
@@ -436,7 +444,7 @@ class ProducerStateManager:
         for pid in doomed:
             del self.producers[pid]
         horizon = time.monotonic() - max_age_ms / 1000
-        for pid in [p for p, v in self.verifying.items() if v[2] < horizon]:
+        for pid in [p for p, v in self.verifying.items() if v.since < horizon]:
             del self.verifying[pid]  # never written: left behind by a failed producer
         return len(doomed)
 

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from compat_tests.waiting import eventually_async
+from kbroker.config import BrokerConfig
 from kbroker.controller import Controller, ControllerConfig
 from kbroker.controller import commands as cmd
 from kbroker.controller.commands import apply_command
@@ -20,6 +21,7 @@ from kbroker.controller.errors import (
 )
 from kbroker.controller.events import BrokerChanged, PartitionChanged
 from kbroker.controller.state import state_from_plain, state_to_plain
+from kbroker.controller_node import controller_config
 from tests.metadata_commands import cluster, ok, part
 
 
@@ -435,3 +437,24 @@ def test_a_created_partition_leaves_a_fenced_replica_out_unless_the_command_pred
 
     assert created("now", active_isr=True) == (2, (2,))
     assert created("before") == (1, (1, 2))
+
+
+def test_unclean_leader_election_interval_ms_sets_the_controllers_check():
+    """The setting reaches the controller of a cluster (Kafka's default, 5 minutes, when
+    unset); a single node, with no other replica to elect, runs no check."""
+    cluster = {
+        "node.id": "1",
+        "process.roles": "broker,controller",
+        "listeners": "PLAINTEXT://127.0.0.1:9091,CONTROLLER://127.0.0.1:19091",
+        "controller.listener.names": "CONTROLLER",
+        "controller.quorum.voters": "1@127.0.0.1:19091,2@127.0.0.1:19092,3@127.0.0.1:19093",
+        "cluster.secret": "s3cret",
+    }
+    default = controller_config(BrokerConfig.from_settings(cluster))
+    assert default.unclean_leader_election_interval_s == 300.0
+    shortened = BrokerConfig.from_settings(
+        {**cluster, "unclean.leader.election.interval.ms": "250"}
+    )
+    assert controller_config(shortened).unclean_leader_election_interval_s == 0.25
+    single = controller_config(BrokerConfig.from_settings({}))
+    assert single.unclean_leader_election_interval_s is None

@@ -142,9 +142,7 @@ class LocalMarkerWriter:
         to each broker): the transaction stays prepared, and its producer's next
         transaction refused CONCURRENT_TRANSACTIONS, only as long as the slowest leader
         takes, not as long as all of them one after another."""
-        here: list[TopicPartition] = []
-        elsewhere: dict[int, list[TopicPartition]] = {}
-        self._route(partitions, here, elsewhere)
+        here, elsewhere = self._route(partitions)
         args = (producer_id, producer_epoch, coordinator_epoch, commit)
         sends = [self._send(leader, *args, tps) for leader, tps in elsewhere.items()]
         outcomes, *answers = await asyncio.gather(self.write_here(*args, here), *sends)
@@ -152,8 +150,7 @@ class LocalMarkerWriter:
         retry = {tp for tp, code in outcomes.items() if code in _RETRY}
         # A partition this broker no longer leads (its metadata moved during the write):
         # to its new leader now rather than at the next retry.
-        moved: dict[int, list[TopicPartition]] = {}
-        self._route(retry, [], moved)
+        _, moved = self._route(retry)
         if moved:
             answers = await asyncio.gather(
                 *(self._send(leader, *args, tps) for leader, tps in moved.items())
@@ -165,14 +162,13 @@ class LocalMarkerWriter:
         return retry
 
     def _route(
-        self,
-        partitions: Iterable[TopicPartition],
-        here: list[TopicPartition],
-        elsewhere: dict[int, list[TopicPartition]],
-    ) -> None:
-        """Split `partitions` by the leader this broker's metadata knows: another broker
-        (into `elsewhere`, by leader) or this one or none (into `here`, whose write
-        answers NOT_LEADER_OR_FOLLOWER until one leads)."""
+        self, partitions: Iterable[TopicPartition]
+    ) -> tuple[list[TopicPartition], dict[int, list[TopicPartition]]]:
+        """Split `partitions` by the leader this broker's metadata knows: this one or none
+        (here; the write answers NOT_LEADER_OR_FOLLOWER until one leads), or another
+        broker (elsewhere, by leader)."""
+        here: list[TopicPartition] = []
+        elsewhere: dict[int, list[TopicPartition]] = {}
         state = self.broker.controller.state
         me = self.broker.node_id
         for tp in partitions:
@@ -181,6 +177,7 @@ class LocalMarkerWriter:
                 elsewhere.setdefault(info.leader, []).append(tp)
             else:
                 here.append(tp)
+        return here, elsewhere
 
     def _again(self, tp: TopicPartition, code: ErrorCode) -> bool:
         """Whether a leader's answer leaves the marker to be written again: a retriable

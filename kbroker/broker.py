@@ -74,7 +74,9 @@ from kbroker.schemas.front import RegistryFront
 from kbroker.security.acl import StandardAuthorizer, parse_super_users
 from kbroker.security.inter_broker import PLAINTEXT as PLAINTEXT_LINK
 from kbroker.security.inter_broker import inter_broker_security
+from kbroker.security.jwks import JwksSource
 from kbroker.security.listener import ListenerSecurity, listener_security
+from kbroker.security.oauthbearer import Validate
 from kbroker.security.quotas import ClientQuotas
 from kbroker.security.scram import ScramCredential
 from kbroker.security.tokens import TokenCredentials, token_hmac
@@ -186,6 +188,15 @@ class Broker:
         self.security_by_listener: dict[str, ListenerSecurity] = {
             endpoint.name: security for endpoint, security in self.listener_security
         }
+        # The identity providers' signing keys OAUTHBEARER listeners verify tokens with,
+        # one source per JWKS URL, fetched from start on.
+        self.jwks_sources: dict[str, JwksSource] = {}
+        for _endpoint, security in self.listener_security:
+            bearer = security.bearer
+            if bearer is not None and bearer.jwks_url and bearer.jwks_url not in self.jwks_sources:
+                self.jwks_sources[bearer.jwks_url] = JwksSource(
+                    bearer.jwks_url, bearer.refresh_ms, bearer.backoff_ms, bearer.backoff_max_ms
+                )
         # How this broker reaches the others (replica fetches, transaction markers).
         self.inter_broker = (
             inter_broker_security(config) if config.quorum.is_cluster else PLAINTEXT_LINK
@@ -336,6 +347,8 @@ class Broker:
         await self.share_coordinator.start()
         await self.schemas.start_service()
         loop = asyncio.get_running_loop()
+        for source in self.jwks_sources.values():
+            self._tasks.append(asyncio.create_task(source.run()))
         for endpoint, _security in self.listener_security:
             server = await loop.create_server(
                 lambda name=endpoint.name: KafkaConnection(  # type: ignore[misc]
@@ -425,6 +438,13 @@ class Broker:
             return None
         mac = token_hmac(secret, token_id)
         return self.token_credentials.credential(token_id, mechanism, mac), token.owner
+
+    def bearer_validator(self, security: ListenerSecurity) -> Validate | None:
+        """How a new connection on this listener checks an OAUTHBEARER token."""
+        bearer = security.bearer
+        if bearer is None:
+            return None
+        return bearer.validator(self.jwks_sources.get(bearer.jwks_url or ""))
 
     # -- metadata events ----------------------------------------------------------------
 

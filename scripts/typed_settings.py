@@ -91,6 +91,18 @@ class ListenerSettings:
 '''
 
 
+def _listener_read(name: str) -> str:
+    """The accessor's body, wrapped as ruff format wraps a line over 100 characters."""
+    line = f'        return self._config.for_listener(self._listener, "{name}")\n'
+    if len(line) <= 101:
+        return line
+    return (
+        "        return self._config.for_listener(\n"
+        f'            self._listener, "{name}"\n'
+        "        )\n"
+    )
+
+
 def render() -> str:
     rows = sorted(BROKER_CONFIG_DEFS, key=lambda d: d.name)
     properties = [
@@ -100,7 +112,7 @@ def render() -> str:
     ]
     scoped = [
         f"\n    @property\n    def {d.python_name}(self) -> {annotation(d)}:\n"
-        f'        return self._config.for_listener(self._listener, "{d.name}")\n'
+        + _listener_read(d.name)
         for d in rows
         if d.name.startswith(LISTENER_SCOPED_PREFIXES) or d.name in LISTENER_SCOPED_NAMES
     ]

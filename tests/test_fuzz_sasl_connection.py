@@ -9,13 +9,16 @@ import asyncio
 import logging
 import os
 import struct
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz_connection import FakeBroker, FakeTransport, request, responses
 
+from kbroker.security.jwt import UnsecuredOptions, unsigned_token
 from kbroker.security.listener import ListenerSecurity
+from kbroker.security.oauthbearer import BearerSettings, Validate
 from kbroker.security.scram import ScramCredential, credential_from_salted, salted_password
 from kbroker.server.connection import KafkaConnection
 
@@ -37,12 +40,16 @@ class SaslBroker(FakeBroker):
     def token_credential(self, token_id: str, mechanism: str) -> tuple[ScramCredential, str] | None:
         return None  # no delegation tokens
 
+    def bearer_validator(self, security: ListenerSecurity) -> Validate | None:
+        return security.bearer.validator(None) if security.bearer is not None else None
+
 
 SECURITY = ListenerSecurity(
     name="SASL_PLAINTEXT",
     protocol="SASL_PLAINTEXT",
-    mechanisms=("PLAIN", "SCRAM-SHA-256"),
+    mechanisms=("PLAIN", "SCRAM-SHA-256", "OAUTHBEARER"),
     plain_users={"alice": PASSWORD},
+    bearer=BearerSettings(unsecured=UnsecuredOptions()),
 )
 
 
@@ -135,11 +142,16 @@ def test_an_unknown_mechanism_is_answered_with_the_enabled_ones_then_closed() ->
 FRAMES = st.one_of(
     st.builds(
         handshake,
-        st.sampled_from(["PLAIN", "SCRAM-SHA-256", "GSSAPI", "", "x" * 40]),
+        st.sampled_from(["PLAIN", "SCRAM-SHA-256", "OAUTHBEARER", "GSSAPI", "", "x" * 40]),
         st.sampled_from([0, 1]),
     ),
     st.builds(authenticate, st.binary(max_size=120)),
     st.builds(lambda t: authenticate(b"n,,n=bob,r=" + t), st.binary(min_size=1, max_size=30)),
+    st.builds(
+        lambda t: authenticate(b"n,,\x01auth=Bearer " + t + b"\x01\x01"),
+        st.binary(min_size=1, max_size=60),
+    ),
+    st.just(authenticate(b"\x01")),
     st.just(request(API_VERSIONS, 0, 9)),
     st.just(request(METADATA, 1, METADATA_CORRELATION, b"\xff\xff\xff\xff")),
     st.binary(min_size=4, max_size=60).map(lambda b: struct.pack(">i", len(b)) + b),
@@ -178,3 +190,41 @@ def test_a_v0_handshake_with_a_wrong_token_closes_without_an_answer(caplog) -> N
     _, transport, _ = run([handshake("PLAIN", version=0), struct.pack(">i", len(token)) + token])
     assert len(responses(transport.written)) == 1  # the handshake's answer only
     assert transport.closed and len(warnings(caplog)) == 1
+
+
+def bearer_message(token: str) -> bytes:
+    return f"n,,\x01auth=Bearer {token}\x01\x01".encode()
+
+
+def test_an_oauthbearer_token_logs_in_its_principal_until_it_expires() -> None:
+    token = unsigned_token({"sub": "carol", "exp": 4_000_000_000})
+    conn, transport, _ = run(
+        [handshake("OAUTHBEARER"), authenticate(bearer_message(token)), request(18, 0, 3)]
+    )
+    assert not transport.closed
+    assert str(conn.principal) == "User:carol"
+    answers = responses(transport.written)
+    assert len(answers) == 3
+    error, size = struct.unpack_from(">hh", answers[1], 4)  # error code, then a null message
+    assert (error, size) == (0, -1)
+    lifetime = struct.unpack_from(">q", answers[1], 4 + 2 + 2 + 4)[0]  # after empty auth bytes
+    assert abs(lifetime - (4_000_000_000_000 - time.time() * 1000)) < 60_000  # the token's life
+
+
+def test_an_expired_oauthbearer_token_is_answered_with_its_status_then_refused(caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    token = unsigned_token({"sub": "carol", "exp": 1_000_000})
+    _, transport, broker = run(
+        [
+            handshake("OAUTHBEARER"),
+            authenticate(bearer_message(token)),
+            authenticate(b"\x01", correlation=3),
+        ]
+    )
+    handshake_answer, challenge, refusal = responses(transport.written)
+    assert struct.unpack_from(">h", challenge, 4)[0] == 0
+    assert b'{"status":"invalid_token"}' in challenge
+    assert struct.unpack_from(">h", refusal, 4)[0] == 58
+    assert transport.closed and broker.counters.failed_authentications == 1
+    assert len(warnings(caplog)) == 1 and "expired" in warnings(caplog)[0]
+    assert token not in caplog.text

@@ -89,7 +89,20 @@ def _invalid(name: str, raw: Any, source: SettingSource, reason: str) -> ConfigE
 
 
 # Settings a listener may override as ``listener.name.<listener>.<setting>``.
-LISTENER_SCOPED_PREFIXES = ("ssl.", "sasl.enabled.mechanisms", "connections.max.reauth.ms")
+LISTENER_SCOPED_PREFIXES = (
+    "ssl.",
+    "sasl.enabled.mechanisms",
+    "connections.max.reauth.ms",
+    "sasl.server.callback.handler.class",
+    "sasl.oauthbearer.",
+)
+# Of those, the ones Kafka also reads per SASL mechanism of a listener, as
+# ``listener.name.<listener>.<mechanism>.<setting>`` (its saslMechanismConfigPrefix).
+MECHANISM_SCOPED_PREFIXES = (
+    "sasl.jaas.config",
+    "sasl.server.callback.handler.class",
+    "sasl.oauthbearer.",
+)
 # Kafka's per-listener connection quota (``listener.name.<l>.max.connections``).
 LISTENER_SCOPED_NAMES = frozenset({"max.connections"})
 # Of those, the ones a cluster default may set under a listener prefix too (Kafka's
@@ -107,8 +120,9 @@ def listener_scoped_definition(name: str) -> Any:
     _listener, _, setting = name[len(_SCOPED) :].partition(".")
     if not _listener or not setting:
         return None
-    if setting.endswith(_JAAS) and setting.count(".") == _JAAS.count("."):
-        return BROKER_CONFIGS["sasl.jaas.config"]
+    _mechanism, _, under_mechanism = setting.partition(".")
+    if under_mechanism.startswith(MECHANISM_SCOPED_PREFIXES) and under_mechanism in BROKER_CONFIGS:
+        return BROKER_CONFIGS[under_mechanism]
     definition = BROKER_CONFIGS.get(setting)
     if definition is not None and (
         setting.startswith(LISTENER_SCOPED_PREFIXES) or setting in LISTENER_SCOPED_NAMES
@@ -282,6 +296,14 @@ class BrokerConfig(TypedSettings):
         if scoped in self._scoped:
             return self._scoped[scoped]
         return self.sasl_jaas_config
+
+    def for_mechanism(self, listener: str, mechanism: str, name: str) -> Any:
+        """``listener.name.<listener>.<mechanism>.<name>`` when set, else
+        ``listener.name.<listener>.<name>``, else the broker-wide ``name``."""
+        scoped = f"{_SCOPED}{listener.lower()}.{mechanism.lower()}.{name}"
+        if scoped in self._scoped:
+            return self._scoped[scoped]
+        return self.for_listener(listener, name)
 
     def source(self, name: str) -> SettingSource:
         """Where ``raw(name)`` came from; ``.config_source`` is the DescribeConfigs source."""

@@ -46,7 +46,7 @@ from kbroker.config.types import (
     valid_values,
 )
 
-BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, PASSWORD = (
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD = (
     ConfigType.BOOLEAN,
     ConfigType.STRING,
     ConfigType.INT,
@@ -54,6 +54,7 @@ BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, PASSWORD = (
     ConfigType.LONG,
     ConfigType.DOUBLE,
     ConfigType.LIST,
+    ConfigType.CLASS,
     ConfigType.PASSWORD,
 )
 
@@ -1926,6 +1927,80 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         between(0, 3600),
         dynamic=UpdateMode.PER_BROKER,
         role=INERT,
+    ),
+    # -- SASL/OAUTHBEARER (kbroker.security.oauthbearer) -------------------------------
+    _d(
+        "sasl.server.callback.handler.class",
+        CLASS,
+        None,
+        "How a listener checks OAUTHBEARER tokens (set as listener.name.<l>.oauthbearer."
+        "sasl.server.callback.handler.class): unset or Kafka's "
+        "OAuthBearerUnsecuredValidatorCallbackHandler takes unsigned tokens (development), "
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler "
+        "verifies signed tokens with sasl.oauthbearer.jwks.endpoint.url's keys. Any other "
+        "class is refused at start.",
+    ),
+    _d(
+        "sasl.oauthbearer.jwks.endpoint.url",
+        STRING,
+        None,
+        "The identity provider's JWKS (https://, http:// or file://): the keys signed "
+        "OAUTHBEARER tokens are verified with. A URL is fetched at start and every "
+        "sasl.oauthbearer.jwks.endpoint.refresh.ms, and at once (at most once a minute a "
+        "key id) when a token names a key it does not hold; a file is read at start.",
+    ),
+    _d(
+        "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+        LONG,
+        3_600_000,
+        "Time between two fetches of the JWKS URL.",
+        at_least(0),
+    ),
+    _d(
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
+        LONG,
+        100,
+        "First wait before fetching the JWKS URL again after a failed fetch; it doubles.",
+        at_least(0),
+    ),
+    _d(
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
+        LONG,
+        10_000,
+        "Longest wait between two failed fetches of the JWKS URL.",
+        at_least(0),
+    ),
+    _d(
+        "sasl.oauthbearer.expected.audience",
+        LIST,
+        [],
+        "Audiences a signed token's aud claim must name one of. Unset: a token with an "
+        "aud claim is refused (as Kafka's jose4j consumer does).",
+    ),
+    _d(
+        "sasl.oauthbearer.expected.issuer",
+        STRING,
+        None,
+        "The iss claim a signed token must carry; unset: not checked.",
+    ),
+    _d(
+        "sasl.oauthbearer.clock.skew.seconds",
+        INT,
+        30,
+        "Clock difference with the identity provider allowed on exp and nbf.",
+        at_least(0),
+    ),
+    _d(
+        "sasl.oauthbearer.scope.claim.name",
+        STRING,
+        "scope",
+        "Claim of a signed token that holds its scope.",
+    ),
+    _d(
+        "sasl.oauthbearer.sub.claim.name",
+        STRING,
+        "sub",
+        "Claim of a signed token that names its principal (User:<value>).",
     ),
     _d(
         "connections.max.reauth.ms",

@@ -806,6 +806,46 @@ class TypedSettings:
         return self._effective["sasl.mechanism.inter.broker.protocol"]
 
     @property
+    def sasl_oauthbearer_clock_skew_seconds(self) -> int:
+        return self._effective["sasl.oauthbearer.clock.skew.seconds"]
+
+    @property
+    def sasl_oauthbearer_expected_audience(self) -> list[str]:
+        return self._effective["sasl.oauthbearer.expected.audience"]
+
+    @property
+    def sasl_oauthbearer_expected_issuer(self) -> str | None:
+        return self._effective["sasl.oauthbearer.expected.issuer"]
+
+    @property
+    def sasl_oauthbearer_jwks_endpoint_refresh_ms(self) -> int:
+        return self._effective["sasl.oauthbearer.jwks.endpoint.refresh.ms"]
+
+    @property
+    def sasl_oauthbearer_jwks_endpoint_retry_backoff_max_ms(self) -> int:
+        return self._effective["sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms"]
+
+    @property
+    def sasl_oauthbearer_jwks_endpoint_retry_backoff_ms(self) -> int:
+        return self._effective["sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"]
+
+    @property
+    def sasl_oauthbearer_jwks_endpoint_url(self) -> str | None:
+        return self._effective["sasl.oauthbearer.jwks.endpoint.url"]
+
+    @property
+    def sasl_oauthbearer_scope_claim_name(self) -> str:
+        return self._effective["sasl.oauthbearer.scope.claim.name"]
+
+    @property
+    def sasl_oauthbearer_sub_claim_name(self) -> str:
+        return self._effective["sasl.oauthbearer.sub.claim.name"]
+
+    @property
+    def sasl_server_callback_handler_class(self) -> str | None:
+        return self._effective["sasl.server.callback.handler.class"]
+
+    @property
     def schema_registry_advertised_listener(self) -> str | None:
         return self._effective["schema.registry.advertised.listener"]
 
@@ -1008,6 +1048,52 @@ class ListenerSettings:
     @property
     def sasl_enabled_mechanisms(self) -> list[str]:
         return self._config.for_listener(self._listener, "sasl.enabled.mechanisms")
+
+    @property
+    def sasl_oauthbearer_clock_skew_seconds(self) -> int:
+        return self._config.for_listener(self._listener, "sasl.oauthbearer.clock.skew.seconds")
+
+    @property
+    def sasl_oauthbearer_expected_audience(self) -> list[str]:
+        return self._config.for_listener(self._listener, "sasl.oauthbearer.expected.audience")
+
+    @property
+    def sasl_oauthbearer_expected_issuer(self) -> str | None:
+        return self._config.for_listener(self._listener, "sasl.oauthbearer.expected.issuer")
+
+    @property
+    def sasl_oauthbearer_jwks_endpoint_refresh_ms(self) -> int:
+        return self._config.for_listener(
+            self._listener, "sasl.oauthbearer.jwks.endpoint.refresh.ms"
+        )
+
+    @property
+    def sasl_oauthbearer_jwks_endpoint_retry_backoff_max_ms(self) -> int:
+        return self._config.for_listener(
+            self._listener, "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms"
+        )
+
+    @property
+    def sasl_oauthbearer_jwks_endpoint_retry_backoff_ms(self) -> int:
+        return self._config.for_listener(
+            self._listener, "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"
+        )
+
+    @property
+    def sasl_oauthbearer_jwks_endpoint_url(self) -> str | None:
+        return self._config.for_listener(self._listener, "sasl.oauthbearer.jwks.endpoint.url")
+
+    @property
+    def sasl_oauthbearer_scope_claim_name(self) -> str:
+        return self._config.for_listener(self._listener, "sasl.oauthbearer.scope.claim.name")
+
+    @property
+    def sasl_oauthbearer_sub_claim_name(self) -> str:
+        return self._config.for_listener(self._listener, "sasl.oauthbearer.sub.claim.name")
+
+    @property
+    def sasl_server_callback_handler_class(self) -> str | None:
+        return self._config.for_listener(self._listener, "sasl.server.callback.handler.class")
 
     @property
     def ssl_cipher_suites(self) -> list[str]:

@@ -7,20 +7,23 @@ broker with the listener's trust store and offers its key store as its certifica
 SASL it logs in with ``sasl.mechanism.inter.broker.protocol`` and the ``username`` /
 ``password`` options of the listener's JAAS line for that mechanism
 (``listener.name.<l>.<mechanism>.sasl.jaas.config``, else ``sasl.jaas.config``), the
-same line whose ``user_<name>`` options list PLAIN users. Whatever cannot work is
+same line whose ``user_<name>`` options list PLAIN users; with OAUTHBEARER, an unsigned
+token of the line's ``unsecuredLogin*`` options (Kafka's unsecured login module). Whatever cannot work is
 refused at start, naming the setting, never showing the password.
 """
 
 from __future__ import annotations
 
 import ssl
+import time
 from dataclasses import dataclass, field
 
 from kbroker.config.broker import BrokerConfig
 from kbroker.config.errors import ConfigError
 from kbroker.security.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, parse_jaas
+from kbroker.security.oauthbearer import OAUTHBEARER, SIGNED_HANDLERS, UnsecuredLogin
 from kbroker.security.sasl import PLAIN, SUPPORTED_MECHANISMS
-from kbroker.security.sasl_client import Exchange, plain, scram
+from kbroker.security.sasl_client import Exchange, oauthbearer, plain, scram
 from kbroker.security.tls import client_context
 
 
@@ -38,12 +41,15 @@ class InterBrokerSecurity:
     mechanism: str | None = None
     username: str = ""
     password: str = field(default="", repr=False)
+    bearer: UnsecuredLogin | None = field(default=None, repr=False)  # OAUTHBEARER's token
 
     def login(self) -> Exchange:
         """The client side of the SASL exchange (sans-IO): yields each message, is sent
         each answer."""
         if self.mechanism == PLAIN:
             return plain(self.username, self.password)
+        if self.bearer is not None:
+            return oauthbearer(self.bearer.token(time.time()), self.bearer.extensions)
         assert self.mechanism is not None
         return scram(self.mechanism, self.username, self.password)
 
@@ -99,6 +105,22 @@ def inter_broker_security(config: BrokerConfig) -> InterBrokerSecurity:
         entry = parse_jaas(jaas)
     except ValueError as exc:
         raise ConfigError(f"{scoped}: {exc}", setting="sasl.jaas.config") from None
+    if mechanism == OAUTHBEARER:
+        handler = config.for_mechanism(listener, OAUTHBEARER, "sasl.server.callback.handler.class")
+        if handler in SIGNED_HANDLERS:
+            raise ConfigError(
+                f"{name} OAUTHBEARER: a broker logs in with an unsigned token (Kafka's "
+                f"unsecured login module), which listener {listener}'s {handler} refuses; "
+                "use another mechanism or listener between brokers",
+                setting=name,
+            )
+        try:
+            bearer = UnsecuredLogin.from_jaas(entry.options)
+        except ValueError as exc:
+            raise ConfigError(f"{scoped}: {exc}", setting="sasl.jaas.config") from None
+        return InterBrokerSecurity(
+            listener, protocol, context, mechanism, bearer.principal, bearer=bearer
+        )
     module = PLAIN_LOGIN_MODULE if mechanism == PLAIN else SCRAM_LOGIN_MODULE
     if entry.module != module:
         raise ConfigError(

@@ -3,7 +3,8 @@
 ``listener.security.protocol.map`` gives each listener PLAINTEXT, SSL, SASL_PLAINTEXT or
 SASL_SSL; its ``ssl.*`` and SASL settings come from ``listener.name.<listener>.*`` with
 the broker-wide names as fallback. Anything a listener cannot serve (a non-PEM key
-store, a mechanism kbroker does not speak, PLAIN without users) stops the start here.
+store, a mechanism kbroker does not speak, PLAIN without users, an OAUTHBEARER check
+kbroker does not have) stops the start here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from kbroker.config.errors import ConfigError
 from kbroker.config.listeners import Endpoint
 from kbroker.config.principal_rules import MappingRule, parse_mapping_rules
 from kbroker.security.jaas import parse_jaas, plain_users
+from kbroker.security.oauthbearer import OAUTHBEARER, BearerSettings, bearer_settings
 from kbroker.security.sasl import PLAIN, SUPPORTED_MECHANISMS
 from kbroker.security.tls import server_context, tls13_suites
 from kbroker.security.tls_session import TlsSession
@@ -31,6 +33,7 @@ class ListenerSecurity:
     plain_users: dict[str, str] = field(default_factory=dict)
     principal_rules: tuple[MappingRule, ...] = ()
     reauth_ms: int = 0
+    bearer: BearerSettings | None = None  # how OAUTHBEARER tokens are checked
 
     @property
     def uses_sasl(self) -> bool:
@@ -56,6 +59,7 @@ def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecur
             )
     mechanisms: tuple[str, ...] = ()
     users: dict[str, str] = {}
+    bearer = None
     if protocol.startswith("SASL_"):
         mechanisms = tuple(m.strip().upper() for m in listener_config.sasl_enabled_mechanisms)
         unknown = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
@@ -79,6 +83,8 @@ def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecur
                 raise ConfigError(
                     f"listener {name}: sasl.jaas.config: {exc}", setting="sasl.jaas.config"
                 ) from None
+        if OAUTHBEARER in mechanisms:
+            bearer = bearer_settings(config, name)
     return ListenerSecurity(
         name=name,
         protocol=protocol,
@@ -88,4 +94,5 @@ def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecur
         plain_users=users,
         principal_rules=parse_mapping_rules(listener_config.ssl_principal_mapping_rules),
         reauth_ms=listener_config.connections_max_reauth_ms,
+        bearer=bearer,
     )

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kbroker.security.jwt import BearerToken, TokenRefused
+from kbroker.security.oauthbearer import OAUTHBEARER, InitialResponse, Validate, error_challenge
 from kbroker.security.principal import KafkaPrincipal, user
 from kbroker.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from kbroker.security.scram import ScramCredential, ScramError, ScramServer
 
 PLAIN = "PLAIN"
-SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)
+SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS, OAUTHBEARER)
 
 ScramLookup = Callable[[str, str], ScramCredential | None]  # (user, mechanism)
 # (token id, mechanism) -> the token's credential (its HMAC as password) and its owner
@@ -26,7 +28,12 @@ TokenLookup = Callable[[str, str], tuple[ScramCredential, str] | None]
 
 
 class SaslFailure(Exception):
-    """Authentication failed; the message goes to the client and the log as it is."""
+    """Authentication failed; the message goes to the client, and to the log unless a
+    ``reason`` says more (both are free of secrets)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 class SaslServer(Protocol):
@@ -129,6 +136,59 @@ class ScramSaslServer:
             raise SaslFailure(str(exc)) from None
 
 
+class OAuthBearerServer:
+    """RFC 7628 as Kafka's ``OAuthBearerSaslServer``: the client's first message carries
+    the token; a token the validator refuses is answered with the JSON error status, the
+    client acknowledges with a lone 0x01, and the exchange then fails with that status
+    as the message."""
+
+    mechanism = OAUTHBEARER
+
+    def __init__(self, validate: Validate) -> None:
+        self._validate = validate
+        self._token: BearerToken | None = None
+        self._error: str | None = None
+        self._reason = ""
+
+    @property
+    def complete(self) -> bool:
+        return self._token is not None
+
+    @property
+    def authorized_id(self) -> str:
+        return self._token.principal if self._token is not None else ""
+
+    @property
+    def expires_ms(self) -> int | None:
+        """When the token expires (ms since the epoch): the session ends then (KIP-368)."""
+        return self._token.expires_ms if self._token is not None else None
+
+    def evaluate(self, token: bytes) -> bytes:
+        if token == b"\x01" and self._error is not None:
+            raise SaslFailure(self._error, f"token refused: {self._reason}")
+        self._error = None
+        if self._token is not None:
+            raise SaslFailure("Unexpected OAUTHBEARER message after authentication")
+        try:
+            response = InitialResponse.parse(token)
+        except ValueError as exc:
+            raise SaslFailure(str(exc)) from None
+        try:
+            accepted = self._validate(response.token)
+        except TokenRefused as exc:
+            status = "insufficient_scope" if exc.scope is not None else "invalid_token"
+            challenge = error_challenge(status, exc.scope)
+            self._error, self._reason = challenge.decode(), str(exc)
+            return challenge
+        if response.authorization_id and response.authorization_id != accepted.principal:
+            raise SaslFailure(
+                "Authentication failed: Client requested an authorization id that is "
+                "different from the token's principal name"
+            )
+        self._token = accepted
+        return b""
+
+
 @dataclass
 class SaslSession:
     """What one connection has proved so far, and with which mechanism."""
@@ -142,6 +202,8 @@ class SaslSession:
     authenticated_mechanism: str | None = None
     failures: list[str] = field(default_factory=list)
     token_lookup: TokenLookup | None = None
+    bearer: Validate | None = None  # the listener's OAUTHBEARER token check
+    credential_expires_ms: int | None = None  # an OAUTHBEARER token's exp: the session's end
 
     def handshake(self, mechanism: str, version: int) -> bool:
         """Start an exchange; False when the mechanism is not enabled (Kafka answers
@@ -152,6 +214,10 @@ class SaslSession:
             return False  # KIP-368: re-authentication keeps the mechanism
         if mechanism == PLAIN:
             self.server = PlainServer(self.plain_users)
+        elif mechanism == OAUTHBEARER:
+            if self.bearer is None:
+                return False
+            self.server = OAuthBearerServer(self.bearer)
         else:
             self.server = ScramSaslServer(mechanism, self.scram_lookup, self.token_lookup)
         self.raw_tokens = version == 0
@@ -183,5 +249,18 @@ class SaslSession:
                 f"{self.principal} to {principal}"
             )
         self.principal, self.authenticated_mechanism = principal, server.mechanism
+        self.credential_expires_ms = getattr(server, "expires_ms", None)
         self.server, self.raw_tokens = None, False
         return answer, True
+
+
+def session_lifetime_ms(
+    max_reauth_ms: int, credential_expires_ms: int | None, now_ms: int
+) -> int | None:
+    """A session's lifetime (KIP-368) as Kafka's SaslServerAuthenticator sets it: the
+    shorter of ``connections.max.reauth.ms`` (when above 0) and what is left of the
+    credential (an OAUTHBEARER token's ``exp``); None when neither bounds it."""
+    if credential_expires_ms is None:
+        return max_reauth_ms if max_reauth_ms > 0 else None
+    left = max(0, credential_expires_ms - now_ms)
+    return min(left, max_reauth_ms) if max_reauth_ms > 0 else left

@@ -1,7 +1,8 @@
-"""A SASL client's side of PLAIN and SCRAM (RFC 5802/7677), as plain functions of the
-server's answers (no I/O): each exchange yields the client's messages and is sent the
-server's; the connection carries them in SaslAuthenticate requests. The admin client
-and a broker logging in to another broker (inter-broker listener) both use them.
+"""A SASL client's side of PLAIN, SCRAM (RFC 5802/7677) and OAUTHBEARER (RFC 7628), as
+plain functions of the server's answers (no I/O): each exchange yields the client's
+messages and is sent the server's; the connection carries them in SaslAuthenticate
+requests. The admin client and a broker logging in to another broker (inter-broker
+listener) both use them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ class SaslFailure(Exception):
 
 def plain(username: str, password: str) -> Exchange:
     yield b"\0" + username.encode() + b"\0" + password.encode()
+
+
+def oauthbearer(token: str, extensions: dict[str, str] | None = None) -> Exchange:
+    """The token in the client's first message; a refusal (the server's JSON status) is
+    acknowledged with 0x01, after which the server fails the exchange."""
+    pairs = "".join(f"{key}={value}\x01" for key, value in (extensions or {}).items())
+    answer = yield f"n,,\x01auth=Bearer {token}\x01{pairs}\x01".encode()
+    if answer:
+        yield b"\x01"
 
 
 def scram(

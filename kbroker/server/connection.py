@@ -32,9 +32,10 @@ from kbroker.protocol.header import (
     peek_api,
 )
 from kbroker.security.listener import ListenerSecurity
+from kbroker.security.oauthbearer import Validate
 from kbroker.security.principal import ANONYMOUS, KafkaPrincipal, distinguished_name, map_name, user
 from kbroker.security.quotas import REQUEST_PERCENTAGE, ClientQuotas
-from kbroker.security.sasl import SaslFailure, SaslSession
+from kbroker.security.sasl import SaslFailure, SaslSession, session_lifetime_ms
 from kbroker.security.scram import ScramCredential
 from kbroker.security.tls_session import TlsSession
 from kbroker.server.connection_limits import ConnectionLimits
@@ -95,6 +96,8 @@ class Host(Protocol):
     def token_credential(
         self, token_id: str, mechanism: str
     ) -> tuple[ScramCredential, str] | None: ...
+
+    def bearer_validator(self, security: ListenerSecurity) -> Validate | None: ...
 
 
 class _Slot:
@@ -283,6 +286,7 @@ class KafkaConnection(asyncio.Protocol):
                     security.plain_users,
                     self.broker.scram_credential,
                     token_lookup=self.broker.token_credential,
+                    bearer=self.broker.bearer_validator(security),
                 )
             elif tls:
                 peercert = transport.get_extra_info("peercert")
@@ -432,7 +436,7 @@ class KafkaConnection(asyncio.Protocol):
             if api_key not in SESSION_EXPIRED_ACCEPTS:
                 self.close(
                     f"SASL session of {self.principal} expired without re-authentication "
-                    "(connections.max.reauth.ms)"
+                    "(connections.max.reauth.ms or the token's expiry)"
                 )
                 return
         KafkaConnection._dispatch(self, request)
@@ -548,7 +552,7 @@ class KafkaConnection(asyncio.Protocol):
         try:
             answer, finished = sasl.authenticate(token)
         except SaslFailure as exc:
-            self._authentication_failed(str(exc))
+            self._authentication_failed(exc.reason)
             self._close_after_answer()
             return {**refused, "error_code": SASL_AUTHENTICATION_FAILED, "error_message": str(exc)}
         lifetime = self._authenticated() if finished else 0
@@ -567,7 +571,7 @@ class KafkaConnection(asyncio.Protocol):
         try:
             answer, finished = sasl.authenticate(bytes(request))
         except SaslFailure as exc:
-            self._authentication_failed(str(exc))
+            self._authentication_failed(exc.reason)
             self.close("", quiet=True)
             return
         self._respond_raw(answer)
@@ -580,12 +584,15 @@ class KafkaConnection(asyncio.Protocol):
         assert sasl is not None and sasl.principal is not None and security is not None
         self.principal = sasl.principal
         self.broker.counters.successful_authentications += 1
-        if security.reauth_ms > 0:
-            self._session_deadline = time.monotonic() + security.reauth_ms / 1000
-            self._enter(Event.AUTHENTICATED_FOR_A_SESSION)
-            return security.reauth_ms
-        self._enter(Event.AUTHENTICATED)
-        return 0
+        lifetime = session_lifetime_ms(
+            security.reauth_ms, sasl.credential_expires_ms, int(time.time() * 1000)
+        )
+        if lifetime is None:
+            self._enter(Event.AUTHENTICATED)
+            return 0
+        self._session_deadline = time.monotonic() + lifetime / 1000
+        self._enter(Event.AUTHENTICATED_FOR_A_SESSION)
+        return lifetime
 
     def _authentication_failed(self, reason: str) -> None:
         """Count it and say it once; the reason never holds a password."""

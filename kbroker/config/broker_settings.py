@@ -1824,25 +1824,26 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "sasl.enabled.mechanisms",
         LIST,
         ["GSSAPI"],
-        "SASL mechanisms SASL listeners accept. kbroker serves PLAIN, SCRAM-SHA-256 and "
-        "SCRAM-SHA-512; a SASL listener enabling another is refused at start.",
+        "SASL mechanisms SASL listeners accept. kbroker serves PLAIN, SCRAM-SHA-256, "
+        "SCRAM-SHA-512 and OAUTHBEARER; a SASL listener enabling another is refused at start.",
     ),
     _d(
         "sasl.mechanism.inter.broker.protocol",
         STRING,
         "GSSAPI",
         "SASL mechanism a broker logs in to another broker's SASL inter-broker listener "
-        "with (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; Kafka's default GSSAPI is refused "
-        "at start when the inter-broker listener uses SASL).",
+        "with (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER with an unsigned token; "
+        "Kafka's default GSSAPI is refused at start when the inter-broker listener uses "
+        "SASL).",
     ),
     _p(
         "sasl.jaas.config",
         "JAAS line used when a listener has no listener.name.<l>.<mechanism>.sasl.jaas.config; "
         'PLAIN users are its user_<name>="<password>" options.',
     ),
-    # Kafka's Kerberos (GSSAPI) and login-refresh (GSSAPI, OAUTHBEARER) settings: kbroker
-    # serves neither mechanism, so they change nothing, as on a Kafka broker whose
-    # listeners enable neither. Kafka changes them per broker at run time; accepted
+    # Kafka's Kerberos (GSSAPI) and login-refresh settings: kbroker serves no GSSAPI, and
+    # its own OAUTHBEARER login mints a fresh token for every login, so nothing is left to
+    # refresh: they change nothing, as on a Kafka broker whose listeners use neither. Kafka changes them per broker at run time; accepted
     # there too, and named inert when set, so tools that set them work unchanged.
     _d(
         "sasl.kerberos.service.name",

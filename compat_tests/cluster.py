@@ -157,7 +157,17 @@ class KafkaCluster:
         return "127.0.0.1"
 
     def _port(self, node_id: int) -> int:
-        return free_port()
+        return self.unused_port()
+
+    def unused_port(self) -> int:
+        """A free loopback port none of this cluster's nodes was given: the kernel may
+        hand a released port out again at once."""
+        taken: set[int] = self.__dict__.setdefault("_ports_given", set())
+        port = free_port()
+        while port in taken:
+            port = free_port()
+        taken.add(port)
+        return port
 
     def _node(self, node_id: int, base: Path, settings: dict[str, str], port: int) -> ClusterNode:
         return ClusterNode(base, settings, port=port)

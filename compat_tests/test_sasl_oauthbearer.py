@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from compat_tests.broker_process import BrokerProcess, free_ports
+from compat_tests.broker_process import BrokerProcess, free_ports, kbroker_command
 from compat_tests.confluent_helpers import read_records
 from compat_tests.identity_provider import AUDIENCE, ISSUER, IdentityProvider
 from compat_tests.kafka_reference import kafka_unavailable, run_tool_process
@@ -348,3 +349,65 @@ def test_kafkas_java_client_logs_in_with_a_token_from_the_providers_endpoint(
     ]
     assert java_round_trip(broker, tmp_path, "SIGNED", settings) == ["one", "two"]
     assert idp.tokens_issued > issued
+
+
+# -- the kbroker admin CLI ----------------------------------------------------------------------
+
+
+def cli(
+    broker: OAuthBroker, listener: str, config: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            *kbroker_command(),
+            *args,
+            "--bootstrap",
+            broker.address(listener),
+            "--command-config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_cli_fetches_a_token_from_the_providers_endpoint(broker, tmp_path):
+    topic = new_topic(broker, "svc-alice")
+    config = tmp_path / "oidc.properties"
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\n"
+        f"sasl.oauthbearer.token.endpoint.url={broker.idp.token_url}\n"
+        f'sasl.jaas.config={MODULE} required clientId="svc-alice" clientSecret="alice-client-secret";\n'
+    )
+    listed = cli(broker, "SIGNED", config, "topics", "list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert topic in [t["name"] for t in json.loads(listed.stdout)]
+    # Only its own topics: the broker took the token's principal, svc-alice.
+    assert all(t["name"].startswith("svc-alice") for t in json.loads(listed.stdout))
+
+
+def test_the_cli_logs_in_with_an_unsigned_token_of_librdkafkas_settings(broker, tmp_path):
+    topic = new_topic(broker, "alice")
+    config = tmp_path / "unsigned.properties"
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\n"
+        "sasl.oauthbearer.config=principal=alice scope=kafka\n"
+    )
+    listed = cli(broker, "UNSIGNED", config, "topics", "list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert topic in [t["name"] for t in json.loads(listed.stdout)]
+
+
+def test_the_cli_says_in_one_line_that_the_provider_refused_its_credentials(broker, tmp_path):
+    config = tmp_path / "wrong.properties"
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\n"
+        f"sasl.oauthbearer.token.endpoint.url={broker.idp.token_url}\n"
+        f'sasl.jaas.config={MODULE} required clientId="svc-alice" clientSecret="not-the-secret";\n'
+    )
+    listed = cli(broker, "SIGNED", config, "topics", "list")
+    assert listed.returncode != 0
+    lines = listed.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused the client credentials: HTTP 401" in lines[0], lines
+    assert "not-the-secret" not in listed.stderr

@@ -94,3 +94,65 @@ def test_librdkafka_names_are_read_too():
 def test_settings_this_client_cannot_honour_are_refused(values, message):
     with pytest.raises(SecurityConfigError, match=message):
         from_properties(values)
+
+
+OAUTH = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}
+LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+
+
+def test_oauthbearer_takes_kafkas_client_credentials_or_librdkafkas():
+    kafka = from_properties(
+        {
+            **OAUTH,
+            "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+            "sasl.jaas.config": f'{LOGIN_MODULE} required clientId="svc" clientSecret="s" scope="kafka";',
+        }
+    )
+    assert kafka.bearer is not None
+    assert (kafka.bearer.token_url, kafka.bearer.client_id, kafka.bearer.scope) == (
+        "https://idp/token",
+        "svc",
+        "kafka",
+    )
+    rdkafka = from_properties(
+        {
+            **OAUTH,
+            "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+            "sasl.oauthbearer.client.id": "svc2",
+            "sasl.oauthbearer.client.secret": "s2",
+        }
+    )
+    assert rdkafka.bearer is not None and rdkafka.bearer.client_id == "svc2"
+
+
+def test_oauthbearer_reads_a_token_file_or_mints_an_unsigned_token(tmp_path: Path):
+    token_file = tmp_path / "token"
+    token_file.write_text("header.payload.signature\n")
+    from_file = from_properties(
+        {**OAUTH, "sasl.oauthbearer.token.endpoint.url": token_file.as_uri()}
+    )
+    assert from_file.bearer is not None and from_file.bearer.token() == "header.payload.signature"
+    unsigned = from_properties(
+        {
+            **OAUTH,
+            "sasl.jaas.config": f'{LOGIN_MODULE} required unsecuredLoginStringClaim_sub="bob";',
+        }
+    )
+    assert unsigned.bearer is not None
+    assert unsigned.bearer.token().startswith("eyJhbGciOiJub25lIn0.")  # {"alg":"none"}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (OAUTH, "unsecuredLoginStringClaim_sub"),
+        ({**OAUTH, "sasl.oauthbearer.token.endpoint.url": "https://idp/token"}, "clientId"),
+        (
+            {**OAUTH, "sasl.oauthbearer.token.endpoint.url": "file:///nonexistent/token"},
+            "cannot read the token file",
+        ),
+    ],
+)
+def test_oauthbearer_without_a_way_to_a_token_says_what_is_missing(values, message):
+    with pytest.raises(SecurityConfigError, match=message):
+        from_properties(values).bearer.token()  # type: ignore[union-attr]

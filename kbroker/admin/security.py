@@ -1,4 +1,4 @@
-"""How the admin client reaches a secured listener: TLS, SASL PLAIN and SCRAM.
+"""How the admin client reaches a secured listener: TLS, SASL PLAIN, SCRAM and OAUTHBEARER.
 
 Settings come from a Kafka client properties file, as the `--command-config` of Kafka's
 tools: `security.protocol`, `sasl.mechanism`, the credentials in `sasl.jaas.config`
@@ -8,6 +8,13 @@ librdkafka's `ssl.ca.location`; a client certificate from `ssl.keystore.location
 `ssl.certificate.location` + `ssl.key.location`). `ssl.endpoint.identification.algorithm=`
 (empty) turns host name checking off, as in Kafka.
 
+OAUTHBEARER takes its token as Kafka's clients do: from the identity provider's
+`sasl.oauthbearer.token.endpoint.url` with the client credentials of the JAAS line
+(`clientId="..." clientSecret="..."`, optional `scope`), or librdkafka's
+`sasl.oauthbearer.client.id` / `sasl.oauthbearer.client.secret` / `sasl.oauthbearer.scope`
+(a `file://` URL names a file holding the token); or, for a development listener, an
+unsigned token of the unsecured login module's `unsecuredLogin*` options.
+
 The SASL exchanges (kbroker.security.sasl_client, shared with the broker's own
 inter-broker login) are plain functions of the server's answers (no I/O): the
 connection carries their messages in SaslAuthenticate requests.
@@ -15,15 +22,23 @@ connection carries their messages in SaslAuthenticate requests.
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.security.sasl_client import Exchange, plain, scram
+from kbroker.security.oauthbearer import UnsecuredLogin
+from kbroker.security.sasl_client import Exchange, oauthbearer, plain, scram
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+TOKEN_TIMEOUT_S = 10.0
 
 
 class SecurityConfigError(ValueError):
@@ -40,6 +55,7 @@ class ClientSecurity:
     cert_file: Path | None = None
     key_file: Path | None = None
     check_hostname: bool = True
+    bearer: BearerSource | None = None  # OAUTHBEARER: where the token comes from
 
     @property
     def tls(self) -> bool:
@@ -85,10 +101,13 @@ def from_properties(values: dict[str, str]) -> ClientSecurity:
         options = dict(_JAAS_OPTION.findall(jaas))
         username = options.get("username", username)
         password = options.get("password", password)
+    bearer = None
     if protocol.startswith("SASL"):
         if mechanism not in MECHANISMS:
             raise SecurityConfigError(f"sasl.mechanism {mechanism} is not one of {MECHANISMS}")
-        if username is None or password is None:
+        if mechanism == "OAUTHBEARER":
+            bearer = bearer_source(values, dict(_JAAS_OPTION.findall(jaas or "")))
+        elif username is None or password is None:
             raise SecurityConfigError("SASL needs a username and a password")
     ca = values.get("ssl.ca.location")
     if ca is None and values.get("ssl.truststore.location"):
@@ -110,6 +129,7 @@ def from_properties(values: dict[str, str]) -> ClientSecurity:
         cert_file=Path(cert) if cert else None,
         key_file=Path(key) if key else None,
         check_hostname=values.get("ssl.endpoint.identification.algorithm", "https") != "",
+        bearer=bearer,
     )
 
 
@@ -125,7 +145,103 @@ def load_command_config(path: Path) -> ClientSecurity:
 
 
 def exchange(security: ClientSecurity) -> Exchange:
+    if security.mechanism == "OAUTHBEARER":
+        assert security.bearer is not None
+        return oauthbearer(security.bearer.token())
     assert security.mechanism and security.username is not None and security.password is not None
     if security.mechanism == "PLAIN":
         return plain(security.username, security.password)
     return scram(security.mechanism, security.username, security.password)
+
+
+# -- OAUTHBEARER tokens ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BearerSource:
+    """Where an OAUTHBEARER token comes from: the provider's token endpoint (client
+    credentials), a file, or an unsigned token minted here."""
+
+    token_url: str | None = None
+    client_id: str = ""
+    client_secret: str = ""
+    scope: str = ""
+    unsigned: UnsecuredLogin | None = None
+
+    def token(self) -> str:
+        """Raises SecurityConfigError (one line, no secret) when none can be had."""
+        if self.unsigned is not None:
+            return self.unsigned.token(time.time())
+        assert self.token_url is not None
+        parsed = urllib.parse.urlparse(self.token_url)
+        if parsed.scheme == "file":
+            try:
+                return Path(urllib.parse.unquote(parsed.path)).read_text().strip()
+            except OSError as exc:
+                raise SecurityConfigError(
+                    f"cannot read the token file {parsed.path}: {exc.strerror}"
+                ) from None
+        return self._client_credentials()
+
+    def _client_credentials(self) -> str:
+        """RFC 6749 section 4.4, as Kafka's HttpAccessTokenRetriever asks: the id and secret
+        URL-encoded in a Basic header."""
+        assert self.token_url is not None
+        pair = f"{urllib.parse.quote(self.client_id)}:{urllib.parse.quote(self.client_secret)}"
+        form = {"grant_type": "client_credentials"}
+        if self.scope:
+            form["scope"] = self.scope
+        request = urllib.request.Request(
+            self.token_url,
+            data=urllib.parse.urlencode(form).encode(),
+            headers={
+                "Authorization": "Basic " + base64.b64encode(pair.encode()).decode(),
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Accept": "application/json",
+            },
+        )
+        where = f"the token endpoint {self.token_url}"
+        try:
+            with urllib.request.urlopen(request, timeout=TOKEN_TIMEOUT_S) as answer:
+                body = json.loads(answer.read(1 << 20))
+        except urllib.error.HTTPError as exc:
+            raise SecurityConfigError(
+                f"{where} refused the client credentials: HTTP {exc.code}"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise SecurityConfigError(f"{where} did not answer with a token: {exc}") from None
+        token = body.get("access_token") if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token:
+            raise SecurityConfigError(f"{where} answered without an access_token")
+        return token
+
+
+def bearer_source(values: dict[str, str], jaas: dict[str, str]) -> BearerSource:
+    """The token source Kafka's (or librdkafka's) client settings describe."""
+    url = values.get("sasl.oauthbearer.token.endpoint.url")
+    if url:
+        client_id = jaas.get("clientId") or values.get("sasl.oauthbearer.client.id")
+        secret = jaas.get("clientSecret") or values.get("sasl.oauthbearer.client.secret")
+        if not url.startswith("file:") and (not client_id or secret is None):
+            raise SecurityConfigError(
+                "OAUTHBEARER with sasl.oauthbearer.token.endpoint.url needs clientId and "
+                "clientSecret in sasl.jaas.config (or sasl.oauthbearer.client.id and "
+                "sasl.oauthbearer.client.secret)"
+            )
+        scope = jaas.get("scope") or values.get("sasl.oauthbearer.scope", "")
+        return BearerSource(url, client_id or "", secret or "", scope)
+    options = dict(jaas)
+    config = values.get("sasl.oauthbearer.config", "")
+    if not options and config:  # librdkafka's unsecured JWT: principal=alice scope=a,b
+        pairs = dict(item.split("=", 1) for item in config.split() if "=" in item)
+        if "principal" in pairs:
+            options["unsecuredLoginStringClaim_sub"] = pairs["principal"]
+        if "scope" in pairs:
+            options["unsecuredLoginListClaim_scope"] = "," + pairs["scope"]
+    try:
+        return BearerSource(unsigned=UnsecuredLogin.from_jaas(options))
+    except ValueError as exc:
+        raise SecurityConfigError(
+            f"OAUTHBEARER needs sasl.oauthbearer.token.endpoint.url, or an unsigned "
+            f"token's claims: {exc}"
+        ) from None

@@ -515,6 +515,26 @@ def test_a_jwks_url_is_fetched_again_when_a_token_names_a_key_it_lacks_but_not_e
     asyncio.run(scenario())
 
 
+def test_tokens_naming_ever_new_key_ids_fetch_at_most_once_a_second():
+    def fetch(_url: str):
+        return KEYS
+
+    async def scenario() -> int:
+        source = JwksSource("https://idp/jwks", 3_600_000, 10, 100, fetch=fetch)
+        task = asyncio.create_task(source.run())
+        await asyncio.wait_for(source.fetched.wait(), 5)
+        started = time.monotonic()
+        for i in range(200):  # the input: made-up key ids for half a second
+            source.missed(f"made-up-{i}")
+            await asyncio.sleep(0.0025)
+        while time.monotonic() - started < 0.5:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        return source.fetches
+
+    assert asyncio.run(scenario()) <= 2  # the start's fetch and at most one more
+
+
 def test_a_failed_fetch_keeps_the_keys_and_retries():
     answers: list[Any] = [KEYS[:1], OSError("connection refused"), OSError("refused"), KEYS[:2]]
 

@@ -29,6 +29,7 @@ MAX_JWKS_BYTES = 1 << 20
 MISSING_KEY_ID_PAUSE_S = 60.0
 MISSING_KEY_IDS_KEPT = 16
 FETCH_TIMEOUT_S = 10.0
+EXPEDITED_GAP_S = 1.0
 
 
 def fetch_jwks(url: str) -> tuple[Jwk, ...]:
@@ -63,6 +64,7 @@ class JwksSource:
         self._wake = asyncio.Event()
         self._missed: dict[str | None, float] = {}
         self.fetched = asyncio.Event()  # set once a fetch has succeeded
+        self._fetched_at = 0.0
 
     def missed(self, kid: str | None) -> None:
         """A token named a key the set lacks: fetch again now, unless that key id was
@@ -78,8 +80,11 @@ class JwksSource:
         self._wake.set()
 
     async def _pause(self, seconds: float) -> None:
+        """Until the next refresh, or a missed key id's wake-up (at most one a second:
+        tokens naming ever new key ids cannot make the broker hammer the provider)."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), seconds)
+            await asyncio.sleep(max(0.0, self._fetched_at + EXPEDITED_GAP_S - time.monotonic()))
         self._wake.clear()
 
     async def run(self) -> None:
@@ -103,6 +108,7 @@ class JwksSource:
                 log.info("JWKS %s: %d keys (%s)", self.url, len(keys), _kids(keys))
             self.keys = keys
             self.fetches += 1
+            self._fetched_at = time.monotonic()
             self.fetched.set()
             await self._pause(self.refresh_s)
 

@@ -274,6 +274,88 @@ def test_the_session_ends_when_the_token_expires(broker):
     assert broker.log_lines("expired without re-authentication")
 
 
+# -- kafka-python and aiokafka ------------------------------------------------------------------
+
+
+def test_kafka_python_with_a_token_provider_produces_and_consumes(broker):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class Provider(AbstractTokenProvider):
+        def token(self) -> str:
+            return broker.idp.mint()
+
+    topic = new_topic(broker)
+    settings: dict[str, Any] = {
+        "bootstrap_servers": broker.address("SIGNED"),
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "OAUTHBEARER",
+        "sasl_oauth_token_provider": Provider(),
+    }
+    producer = KafkaProducer(**settings, acks="all")
+    for value in (b"k1", b"k2"):
+        producer.send(topic, value).get(timeout=20)
+    producer.close()
+    consumer = KafkaConsumer(
+        topic,
+        **settings,
+        group_id=f"{topic}-group",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=20000,
+    )
+    got = []
+    for message in consumer:
+        got.append(message.value)
+        if len(got) == 2:
+            break
+    consumer.close()
+    assert got == [b"k1", b"k2"]
+
+
+def test_aiokafka_with_a_token_provider_produces_and_consumes(broker):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.abc import AbstractTokenProvider
+
+    class Provider(AbstractTokenProvider):
+        async def token(self) -> str:
+            return broker.idp.mint()
+
+    topic = new_topic(broker)
+
+    async def round_trip() -> list[bytes]:
+        settings: dict[str, Any] = {
+            "bootstrap_servers": broker.address("SIGNED"),
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "OAUTHBEARER",
+            "sasl_oauth_token_provider": Provider(),
+        }
+        producer = AIOKafkaProducer(**settings, acks="all")
+        await producer.start()
+        try:
+            for value in (b"a1", b"a2"):
+                await producer.send_and_wait(topic, value)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            topic, **settings, group_id=f"{topic}-group", auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            got = []
+            async with asyncio.timeout(30):
+                async for message in consumer:
+                    got.append(message.value)
+                    if len(got) == 2:
+                        return got
+            return got
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(round_trip()) == [b"a1", b"a2"]
+
+
 # -- Kafka's own Java client ---------------------------------------------------------------
 
 

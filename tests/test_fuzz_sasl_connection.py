@@ -53,9 +53,11 @@ SECURITY = ListenerSecurity(
 )
 
 
-def run(frames: list[bytes]) -> tuple[KafkaConnection, FakeTransport, SaslBroker]:
+def run(
+    frames: list[bytes], broker: SaslBroker | None = None
+) -> tuple[KafkaConnection, FakeTransport, SaslBroker]:
     """Feed the frames to a fresh connection inside a loop (closes are scheduled)."""
-    broker = SaslBroker()
+    broker = broker or SaslBroker()
     conn = KafkaConnection(broker, SECURITY)  # type: ignore[arg-type]
     transport = FakeTransport()
 
@@ -228,3 +230,28 @@ def test_an_expired_oauthbearer_token_is_answered_with_its_status_then_refused(c
     assert transport.closed and broker.counters.failed_authentications == 1
     assert len(warnings(caplog)) == 1 and "expired" in warnings(caplog)[0]
     assert token not in caplog.text
+
+
+def test_a_frame_larger_than_sasl_server_max_receive_size_before_login_closes(caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    limit = SaslBroker().config.sasl_server_max_receive_size
+    assert limit == 524288  # Kafka's default
+    broker = SaslBroker()
+    broker.max_request_bytes = 4 * limit  # socket.request.max.bytes would allow the frame
+    _, transport, _ = run([handshake("PLAIN"), struct.pack(">i", limit + 1)], broker)
+    assert transport.closed
+    assert "sasl.server.max.receive.size" in caplog.text
+
+
+def test_after_login_a_frame_may_be_as_large_as_socket_request_max_bytes() -> None:
+    limit = SaslBroker().config.sasl_server_max_receive_size
+    body = b"\x00" * (limit + 100)
+    big = request(API_VERSIONS, 0, 9, body)  # ApiVersions v0 ignores the bytes after it
+    broker = SaslBroker()
+    broker.max_request_bytes = 4 * limit  # socket.request.max.bytes
+    conn, transport, _ = run(
+        [handshake("PLAIN"), authenticate(f"\0alice\0{PASSWORD}".encode()), big], broker
+    )
+    assert not transport.closed
+    assert str(conn.principal) == "User:alice"
+    assert len(responses(transport.written)) == 3

@@ -2004,6 +2004,15 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Claim of a signed token that names its principal (User:<value>).",
     ),
     _d(
+        "sasl.server.max.receive.size",
+        INT,
+        524288,
+        "Largest frame a SASL listener reads from a connection before it has "
+        "authenticated; a larger size prefix closes the connection (a client that has "
+        "not logged in cannot make the broker hold socket.request.max.bytes).",
+        at_least(1),
+    ),
+    _d(
         "connections.max.reauth.ms",
         LONG,
         0,

@@ -130,7 +130,6 @@ KAFKA_READ_ONLY_UNKNOWN: frozenset[str] = frozenset(
         "sasl.oauthbearer.jwt.validator.class",
         "sasl.oauthbearer.scope",
         "sasl.oauthbearer.token.endpoint.url",
-        "sasl.server.max.receive.size",
         "security.providers",
         "share.coordinator.append.linger.ms",
         "share.coordinator.load.buffer.size",

@@ -846,6 +846,10 @@ class TypedSettings:
         return self._effective["sasl.server.callback.handler.class"]
 
     @property
+    def sasl_server_max_receive_size(self) -> int:
+        return self._effective["sasl.server.max.receive.size"]
+
+    @property
     def schema_registry_advertised_listener(self) -> str | None:
         return self._effective["schema.registry.advertised.listener"]
 

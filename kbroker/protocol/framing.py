@@ -27,13 +27,19 @@ class FrameDecoder:
     copying them once more.
     """
 
-    __slots__ = ("_chunks", "_held", "_need", "_max_frame")
+    __slots__ = ("_chunks", "_held", "_need", "_max_frame", "_limit_name")
 
-    def __init__(self, max_frame_bytes: int) -> None:
+    def __init__(self, max_frame_bytes: int, limit_name: str = "socket.request.max.bytes") -> None:
         self._chunks: list[bytes | bytearray] = []
         self._held = 0  # bytes in _chunks
         self._need = 4  # bytes that must be held before parsing can make progress
         self._max_frame = max_frame_bytes
+        self._limit_name = limit_name
+
+    def limit(self, max_frame_bytes: int, limit_name: str) -> None:
+        """Frames from now on may be this large (a SASL listener's connection reads
+        small ones until it has authenticated)."""
+        self._max_frame, self._limit_name = max_frame_bytes, limit_name
 
     def feed(self, data: bytes | bytearray) -> list[memoryview]:
         """Add received bytes; return every frame now complete, in order."""
@@ -54,7 +60,7 @@ class FrameDecoder:
             (size,) = _SIZE.unpack_from(data, pos)
             if size < 0 or size > self._max_frame:
                 raise FrameError(
-                    f"frame size {size} outside 0..{self._max_frame} (socket.request.max.bytes)"
+                    f"frame size {size} outside 0..{self._max_frame} ({self._limit_name})"
                 )
             if end - pos - 4 < size:
                 need = 4 + size

@@ -281,6 +281,12 @@ class KafkaConnection(asyncio.Protocol):
             self.state = initial_state(security.uses_sasl)
             self._set_dispatch()
             if security.uses_sasl:
+                # Kafka's SaslServerAuthenticator reads at most this much a frame until
+                # the client has logged in.
+                limit = min(
+                    self.broker.config.sasl_server_max_receive_size, self.broker.max_request_bytes
+                )
+                self.decoder.limit(limit, "sasl.server.max.receive.size")
                 self._sasl = SaslSession(
                     security.mechanisms,
                     security.plain_users,
@@ -584,6 +590,7 @@ class KafkaConnection(asyncio.Protocol):
         assert sasl is not None and sasl.principal is not None and security is not None
         self.principal = sasl.principal
         self.broker.counters.successful_authentications += 1
+        self.decoder.limit(self.broker.max_request_bytes, "socket.request.max.bytes")
         lifetime = session_lifetime_ms(
             security.reauth_ms, sasl.credential_expires_ms, int(time.time() * 1000)
         )

@@ -437,6 +437,19 @@ def test_a_listener_with_kafkas_validator_reads_a_file_jwks_and_the_expected_cla
     assert validate(token).principal == "alice"
 
 
+def test_connections_max_reauth_ms_is_read_per_mechanism_then_per_listener():
+    scoped = listener_config(
+        **{
+            "listener.name.auth.oauthbearer.connections.max.reauth.ms": "5000",
+            "listener.name.auth.connections.max.reauth.ms": "9000",
+        }
+    )
+    assert listener_security(scoped, auth_endpoint(scoped)).max_reauth_ms("OAUTHBEARER") == 5000
+    listener_wide = listener_config(**{"listener.name.auth.connections.max.reauth.ms": "9000"})
+    security = listener_security(listener_wide, auth_endpoint(listener_wide))
+    assert security.max_reauth_ms("OAUTHBEARER") == 9000
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -99,6 +99,7 @@ LISTENER_SCOPED_PREFIXES = (
 # Of those, the ones Kafka also reads per SASL mechanism of a listener, as
 # ``listener.name.<listener>.<mechanism>.<setting>`` (its saslMechanismConfigPrefix).
 MECHANISM_SCOPED_PREFIXES = (
+    "connections.max.reauth.ms",
     "sasl.jaas.config",
     "sasl.server.callback.handler.class",
     "sasl.oauthbearer.",

@@ -33,11 +33,17 @@ class ListenerSecurity:
     plain_users: dict[str, str] = field(default_factory=dict)
     principal_rules: tuple[MappingRule, ...] = ()
     reauth_ms: int = 0
+    # connections.max.reauth.ms of a mechanism (listener.name.<l>.<mechanism>.*), where set
+    reauth_ms_by_mechanism: dict[str, int] = field(default_factory=dict)
     bearer: BearerSettings | None = None  # how OAUTHBEARER tokens are checked
 
     @property
     def uses_sasl(self) -> bool:
         return self.protocol.startswith("SASL_")
+
+    def max_reauth_ms(self, mechanism: str | None) -> int:
+        """connections.max.reauth.ms for a session of this mechanism."""
+        return self.reauth_ms_by_mechanism.get(mechanism or "", self.reauth_ms)
 
 
 def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecurity:
@@ -94,5 +100,9 @@ def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecur
         plain_users=users,
         principal_rules=parse_mapping_rules(listener_config.ssl_principal_mapping_rules),
         reauth_ms=listener_config.connections_max_reauth_ms,
+        reauth_ms_by_mechanism={
+            mechanism: config.for_mechanism(name, mechanism, "connections.max.reauth.ms")
+            for mechanism in mechanisms
+        },
         bearer=bearer,
     )

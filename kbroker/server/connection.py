@@ -592,7 +592,9 @@ class KafkaConnection(asyncio.Protocol):
         self.broker.counters.successful_authentications += 1
         self.decoder.limit(self.broker.max_request_bytes, "socket.request.max.bytes")
         lifetime = session_lifetime_ms(
-            security.reauth_ms, sasl.credential_expires_ms, int(time.time() * 1000)
+            security.max_reauth_ms(sasl.authenticated_mechanism),
+            sasl.credential_expires_ms,
+            int(time.time() * 1000),
         )
         if lifetime is None:
             self._enter(Event.AUTHENTICATED)

@@ -29,6 +29,8 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from compat_tests.broker_process import BrokerProcess, free_ports, kbroker_command
 from compat_tests.confluent_helpers import read_records
@@ -63,10 +65,21 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthBroker]:
     base = tmp_path_factory.mktemp("oauthbearer")
     with IdentityProvider().serving() as idp:
         node = BrokerProcess(base / "node")
-        ports = free_ports(("UNSIGNED", "SIGNED"), node.port)
+        ports = free_ports(("UNSIGNED", "SIGNED", "REGISTRY"), node.port)
         node.overrides = {
             "listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
-            + ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
+            + ",".join(
+                f"{name}://127.0.0.1:{port}" for name, port in ports.items() if name != "REGISTRY"
+            ),
+            "schema.registry.listeners": f"http://127.0.0.1:{ports['REGISTRY']}",
+            "schema.registry.authentication.method": "BEARER",
+            # The registry checks tokens as a listener named SCHEMA_REGISTRY would.
+            "listener.name.schema_registry.oauthbearer.sasl.server.callback.handler.class": (
+                SIGNED_HANDLER
+            ),
+            "listener.name.schema_registry.oauthbearer.sasl.oauthbearer.jwks.endpoint.url": (
+                idp.jwks_url
+            ),
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,UNSIGNED:SASL_PLAINTEXT,"
             "SIGNED:SASL_PLAINTEXT",
             "sasl.enabled.mechanisms": "OAUTHBEARER",
@@ -98,6 +111,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthBroker]:
                 (ResourceType.GROUP, AclOperation.ALL),
             )
         ]
+        grants.append(allow(ResourceType.TOPIC, "_schemas", AclOperation.ALL, "User:svc-alice"))
         for future in admin.create_acls(grants).values():
             future.result(20)
         try:
@@ -466,7 +480,8 @@ def test_the_cli_fetches_a_token_from_the_providers_endpoint(broker, tmp_path):
     assert listed.returncode == 0, listed.stderr
     assert topic in [t["name"] for t in json.loads(listed.stdout)]
     # Only its own topics: the broker took the token's principal, svc-alice.
-    assert all(t["name"].startswith("svc-alice") for t in json.loads(listed.stdout))
+    names = [t["name"] for t in json.loads(listed.stdout)]
+    assert all(n.startswith("svc-alice") or n == "_schemas" for n in names), names
 
 
 def test_the_cli_logs_in_with_an_unsigned_token_of_librdkafkas_settings(broker, tmp_path):
@@ -493,3 +508,54 @@ def test_the_cli_says_in_one_line_that_the_provider_refused_its_credentials(brok
     lines = listed.stderr.strip().splitlines()
     assert len(lines) == 1 and "refused the client credentials: HTTP 401" in lines[0], lines
     assert "not-the-secret" not in listed.stderr
+
+
+# -- the schema registry with bearer tokens ------------------------------------------------------
+
+
+def registry(broker: OAuthBroker, **bearer: str) -> SchemaRegistryClient:
+    return SchemaRegistryClient(
+        {"url": f"http://127.0.0.1:{broker.ports['REGISTRY']}", "max.retries": 0, **bearer}
+    )
+
+
+def test_the_schema_registry_takes_a_token_confluents_client_fetched_from_the_provider(broker):
+    client = registry(
+        broker,
+        **{
+            "bearer.auth.credentials.source": "OAUTHBEARER",
+            "bearer.auth.client.id": "svc-alice",
+            "bearer.auth.client.secret": "alice-client-secret",
+            "bearer.auth.scope": "kafka",
+            "bearer.auth.issuer.endpoint.url": broker.idp.token_url,
+            "bearer.auth.logical.cluster": "kbroker",
+        },
+    )
+    subject = f"svc-alice-{uuid.uuid4().hex[:6]}-value"
+    schema = Schema(
+        '{"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}', "AVRO"
+    )
+    schema_id = client.register_schema(subject, schema)
+    stored = json.loads(client.get_schema(schema_id).schema_str)
+    assert stored == json.loads(schema.schema_str)
+
+
+@pytest.mark.parametrize("token", ["none", "expired", "unsigned"])
+def test_the_schema_registry_refuses_a_request_without_a_valid_token(broker, token):
+    bearer = {
+        "none": {},
+        "expired": {"bearer.auth.token": broker.idp.mint(sub="svc-alice", lifetime_s=-120)},
+        "unsigned": {
+            "bearer.auth.token": unsigned_token({"sub": "svc-alice", "exp": time.time() + 60})
+        },
+    }[token]
+    if bearer:
+        bearer.update(
+            {
+                "bearer.auth.credentials.source": "STATIC_TOKEN",
+                "bearer.auth.logical.cluster": "kbroker",
+            }
+        )
+    with pytest.raises(SchemaRegistryError) as refused:
+        registry(broker, **bearer).get_subjects()
+    assert refused.value.http_status_code == 401

@@ -76,7 +76,7 @@ from kbroker.security.inter_broker import PLAINTEXT as PLAINTEXT_LINK
 from kbroker.security.inter_broker import inter_broker_security
 from kbroker.security.jwks import JwksSource
 from kbroker.security.listener import ListenerSecurity, listener_security
-from kbroker.security.oauthbearer import Validate
+from kbroker.security.oauthbearer import BearerSettings, Validate
 from kbroker.security.quotas import ClientQuotas
 from kbroker.security.scram import ScramCredential
 from kbroker.security.tokens import TokenCredentials, token_hmac
@@ -188,15 +188,14 @@ class Broker:
         self.security_by_listener: dict[str, ListenerSecurity] = {
             endpoint.name: security for endpoint, security in self.listener_security
         }
-        # The identity providers' signing keys OAUTHBEARER listeners verify tokens with,
-        # one source per JWKS URL, fetched from start on.
+        # The identity providers' signing keys OAUTHBEARER listeners (and the schema
+        # registry's bearer tokens) are verified with, one source per JWKS URL, fetched
+        # from start on.
         self.jwks_sources: dict[str, JwksSource] = {}
+        self._jwks_fetching = False  # set once start() runs every source
         for _endpoint, security in self.listener_security:
-            bearer = security.bearer
-            if bearer is not None and bearer.jwks_url and bearer.jwks_url not in self.jwks_sources:
-                self.jwks_sources[bearer.jwks_url] = JwksSource(
-                    bearer.jwks_url, bearer.refresh_ms, bearer.backoff_ms, bearer.backoff_max_ms
-                )
+            if security.bearer is not None:
+                self._jwks_source(security.bearer)
         # How this broker reaches the others (replica fetches, transaction markers).
         self.inter_broker = (
             inter_broker_security(config) if config.quorum.is_cluster else PLAINTEXT_LINK
@@ -349,6 +348,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         for source in self.jwks_sources.values():
             self._tasks.append(asyncio.create_task(source.run()))
+        self._jwks_fetching = True
         for endpoint, _security in self.listener_security:
             server = await loop.create_server(
                 lambda name=endpoint.name: KafkaConnection(  # type: ignore[misc]
@@ -442,9 +442,24 @@ class Broker:
     def bearer_validator(self, security: ListenerSecurity) -> Validate | None:
         """How a new connection on this listener checks an OAUTHBEARER token."""
         bearer = security.bearer
-        if bearer is None:
+        return None if bearer is None else self.bearer_check(bearer)
+
+    def bearer_check(self, bearer: BearerSettings) -> Validate:
+        """A token check of these settings, with the keys of their JWKS URL."""
+        return bearer.validator(self._jwks_source(bearer))
+
+    def _jwks_source(self, bearer: BearerSettings) -> JwksSource | None:
+        url = bearer.jwks_url
+        if not url:
             return None
-        return bearer.validator(self.jwks_sources.get(bearer.jwks_url or ""))
+        source = self.jwks_sources.get(url)
+        if source is None:
+            source = self.jwks_sources[url] = JwksSource(
+                url, bearer.refresh_ms, bearer.backoff_ms, bearer.backoff_max_ms
+            )
+            if self._jwks_fetching:  # asked for after start: fetch from now on
+                self._tasks.append(asyncio.create_task(source.run()))
+        return source
 
     # -- metadata events ----------------------------------------------------------------
 

@@ -615,3 +615,23 @@ def test_a_listeners_max_connections_is_set_per_listener_and_changes_at_either_l
 def test_max_connections_per_ip_has_no_listener_prefix():
     with pytest.raises(ConfigError, match="unknown setting"):
         load(["listener.name.plaintext.max.connections.per.ip=3"])
+
+
+def test_the_schema_registrys_listener_name_takes_listener_prefixed_settings_when_it_serves():
+    settings = {
+        "node.id": "1",
+        "listener.name.schema_registry.ssl.keystore.type": "PEM",
+        "listener.name.schema_registry.oauthbearer.sasl.oauthbearer.jwks.endpoint.url": "file:///k",
+    }
+    with pytest.raises(ConfigError, match="names listener SCHEMA_REGISTRY"):
+        BrokerConfig.from_settings(settings)
+    serving = BrokerConfig.from_settings(
+        {**settings, "schema.registry.listeners": "https://127.0.0.1:8081"}
+    )
+    assert serving.listener_settings("SCHEMA_REGISTRY").ssl_keystore_type == "PEM"
+    assert (
+        serving.for_mechanism(
+            "SCHEMA_REGISTRY", "OAUTHBEARER", "sasl.oauthbearer.jwks.endpoint.url"
+        )
+        == "file:///k"
+    )

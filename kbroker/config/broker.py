@@ -664,6 +664,8 @@ class BrokerConfig(TypedSettings):
             effective["inter.broker.listener.name"] = inter_name.upper()
 
         names = {e.name.lower() for e in endpoints}
+        if effective.get("schema.registry.listeners"):
+            names.add("schema_registry")  # the registry's ssl.* and OAUTHBEARER settings
         for scoped in self._scoped:
             listener = scoped[len(_SCOPED) :].partition(".")[0]
             if listener not in names:

@@ -427,9 +427,11 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "schema.registry.authentication.method",
         STRING,
         "NONE",
-        "kbroker: NONE, or BASIC for HTTP basic authentication of registry requests "
-        "against the broker's SASL/PLAIN users (listener JAAS lines) and SCRAM users.",
-        one_of("NONE", "BASIC", ignore_case=True),
+        "kbroker: NONE; BASIC for HTTP basic authentication of registry requests "
+        "against the broker's SASL/PLAIN users (listener JAAS lines) and SCRAM users; or "
+        "BEARER for OAuth bearer tokens, checked as an OAUTHBEARER listener named "
+        "SCHEMA_REGISTRY would check them (listener.name.schema_registry.oauthbearer.*).",
+        one_of("NONE", "BASIC", "BEARER", ignore_case=True),
     ),
     _d(
         "socket.send.buffer.bytes",

@@ -10,12 +10,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kbroker.config.listeners import parse_registry_listener
 from kbroker.coordinator_runtime.internal_topics import ServiceBroker
 from kbroker.schemas.api import CONFIGURE, READ, WRITE, RegistryApi, Request
-from kbroker.schemas.http import RegistryHttpServer, password_checker
+from kbroker.schemas.http import (
+    BearerCheck,
+    RegistryHttpServer,
+    Unauthenticated,
+    password_checker,
+)
 from kbroker.schemas.service import SCHEMAS_TOPIC, SchemaRegistryService
 from kbroker.security.acl import Operation, ResourceType, StandardAuthorizer
+from kbroker.security.jwt import TokenRefused
+from kbroker.security.oauthbearer import BearerSettings, bearer_settings
 from kbroker.security.principal import KafkaPrincipal
 
 if TYPE_CHECKING:
+    from kbroker.security.oauthbearer import Validate
     from kbroker.security.scram import ScramCredential
 
 log = logging.getLogger("kbroker.schemas")
@@ -32,6 +40,8 @@ class RegistryBroker(ServiceBroker, Protocol):
     def authorizer(self) -> StandardAuthorizer | None: ...
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
+
+    def bearer_check(self, bearer: BearerSettings) -> Validate: ...
 
 
 REGISTRY_LISTENER = "SCHEMA_REGISTRY"  # whose ssl.* settings https listeners use
@@ -72,15 +82,38 @@ class RegistryFront:
             self.context = server_context(REGISTRY_LISTENER, listener_config)
             self.service.ssl_context = client_context(REGISTRY_LISTENER, listener_config)
         authenticate = None
-        if str(config.schema_registry_authentication_method).upper() == "BASIC":
+        bearer = None
+        method = str(config.schema_registry_authentication_method).upper()
+        if method == "BASIC":
             plain: dict[str, str] = {}
             for _, security in broker.listener_security:
                 plain.update(getattr(security, "plain_users", None) or {})
             authenticate = password_checker(plain, broker.scram_credential)
+        elif method == "BEARER":
+            bearer = self._bearer_check()
         self.api = RegistryApi(self.service, self._authorize if broker.authorizer else None)
         self.http = RegistryHttpServer(
-            self.api, authenticate, config.schema_registry_request_timeout_ms / 1000
+            self.api, authenticate, config.schema_registry_request_timeout_ms / 1000, bearer
         )
+
+    def _bearer_check(self) -> BearerCheck:
+        """Tokens are checked as an OAUTHBEARER listener named SCHEMA_REGISTRY would check
+        them: ``listener.name.schema_registry.oauthbearer.*`` settings, else the
+        broker-wide ``sasl.server.callback.handler.class`` and ``sasl.oauthbearer.*``."""
+        settings = bearer_settings(self.broker.config, REGISTRY_LISTENER, require_jaas=False)
+        validate = self.broker.bearer_check(settings)
+
+        def check(token: str) -> str:
+            try:
+                return validate(token).principal
+            except TokenRefused as exc:
+                raise Unauthenticated(str(exc)) from None
+
+        log.info(
+            "schema registry requests authenticate with %s bearer tokens",
+            "unsigned (development)" if settings.signed is None else "signed",
+        )
+        return check
 
     def _authorize(self, request: Request, action: str) -> bool:
         authorizer = self.broker.authorizer

@@ -44,6 +44,12 @@ _REASONS = {
 
 # (user, password) -> whether they match a known user
 Authenticator = Callable[[str, str], bool]
+# a bearer token -> the principal it names; raises Unauthenticated with the reason
+BearerCheck = Callable[[str], str]
+
+
+class Unauthenticated(Exception):
+    """A bearer token that does not authenticate; the message is safe to log."""
 
 
 class _Close(Exception):
@@ -63,9 +69,11 @@ class RegistryHttpServer:
         api: RegistryApi,
         authenticate: Authenticator | None = None,
         request_timeout_s: float = HEAD_TIMEOUT_S,
+        bearer: BearerCheck | None = None,
     ) -> None:
         self.api = api
         self.authenticate = authenticate
+        self.bearer = bearer
         self.request_timeout_s = request_timeout_s
         self.servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task[Any]] = set()
@@ -179,11 +187,12 @@ class RegistryHttpServer:
         raise ValueError("too many headers")
 
     async def _answer(self, request: Request) -> Response:
-        if self.authenticate is not None:
-            user = self._user(request)
+        if self.authenticate is not None or self.bearer is not None:
+            user = self._user(request) if self.bearer is None else self._bearer_user(request)
             if user is None:
                 response = _error(401, 40101, "Unauthorized")
-                response.headers["WWW-Authenticate"] = 'Basic realm="kbroker"'
+                scheme = "Basic" if self.bearer is None else "Bearer"
+                response.headers["WWW-Authenticate"] = f'{scheme} realm="kbroker"'
                 return response
             request.principal = user
         try:
@@ -191,6 +200,19 @@ class RegistryHttpServer:
         except Exception:
             log.exception("schema registry request %s %s failed", request.method, request.path)
             return _error(500, 50001, "Internal error; see the broker's log")
+
+    def _bearer_user(self, request: Request) -> str | None:
+        """RFC 6750's ``Authorization: Bearer <token>``, checked as an OAUTHBEARER
+        listener checks tokens; a refusal is logged with its reason, never the token."""
+        assert self.bearer is not None
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        try:
+            return self.bearer(token.strip())
+        except Unauthenticated as exc:
+            log.warning("schema registry bearer token from %s refused: %s", request.peer, exc)
+            return None
 
     def _user(self, request: Request) -> str | None:
         auth = request.headers.get("authorization", "")

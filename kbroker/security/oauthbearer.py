@@ -166,15 +166,20 @@ class BearerSettings:
         return check
 
 
-def bearer_settings(config: BrokerConfig, listener: str) -> BearerSettings:
+def bearer_settings(
+    config: BrokerConfig, listener: str, require_jaas: bool = True
+) -> BearerSettings:
     """The listener's OAUTHBEARER check; ConfigError for what Kafka would refuse at start
-    or kbroker cannot do."""
+    or kbroker cannot do. The schema registry's check (``require_jaas`` False) needs no
+    JAAS line: without one, unsigned tokens are checked with the default options."""
 
     def setting(name: str) -> Any:
         return config.for_mechanism(listener, OAUTHBEARER, name)
 
     scoped = f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config"
     jaas = config.jaas_config(listener, OAUTHBEARER)
+    if not jaas and not require_jaas:
+        jaas = f"{_PACKAGE}.OAuthBearerLoginModule required;"
     if not jaas:
         raise ConfigError(
             f"listener {listener}: OAUTHBEARER needs {scoped} (or sasl.jaas.config), e.g. "

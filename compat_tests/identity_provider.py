@@ -57,6 +57,7 @@ class IdentityProvider:
     clients: dict[str, str] = field(default_factory=lambda: {"svc-alice": "alice-client-secret"})
     jwks_fetches: int = 0
     tokens_issued: int = 0
+    token_lifetime_s: float = 3600  # of the tokens the endpoint issues
 
     @property
     def jwks_url(self) -> str:
@@ -127,9 +128,11 @@ class IdentityProvider:
                     self._answer(401, {"error": "invalid_client"})
                     return
                 provider.tokens_issued += 1
-                token = provider.mint(sub=client)
+                lifetime = provider.token_lifetime_s
+                token = provider.mint(sub=client, lifetime_s=lifetime)
                 self._answer(
-                    200, {"access_token": token, "token_type": "Bearer", "expires_in": 3600}
+                    200,
+                    {"access_token": token, "token_type": "Bearer", "expires_in": int(lifetime)},
                 )
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002

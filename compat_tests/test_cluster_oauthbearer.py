@@ -1,11 +1,15 @@
-"""Brokers logging in to each other over SASL/OAUTHBEARER (a 3-node cluster, real
-processes, kill -9).
+"""Brokers logging in to each other over SASL/OAUTHBEARER (3-node clusters, real
+processes, kill -9), both ways Kafka's brokers do:
 
-The inter-broker listener (SASL_PLAINTEXT) checks unsigned tokens, and each
-broker logs in with one it mints from its JAAS line's unsecuredLogin* options, as Kafka's
-unsecured login module does. Tokens live 4 s, so each follower's session ends every 4 s
-(KIP-368: the token's expiry bounds it) and the follower must log in again with a fresh
-token to stay in the ISR.
+- ``unsigned``: the inter-broker listener (SASL_PLAINTEXT) checks unsigned tokens and
+  each broker mints one from its JAAS line's unsecuredLogin* options (Kafka's unsecured
+  login module);
+- ``provider``: the listener checks tokens signed by an identity provider
+  (compat_tests.identity_provider, its JWKS), and each broker fetches its own from the
+  provider's token endpoint with its client credentials (OAuthBearerLoginCallbackHandler).
+
+Tokens live 4 s, so each follower's session ends every 4 s (KIP-368: the token's expiry
+bounds it) and the follower must log in again, with a fresh token, to stay in the ISR.
 """
 
 from __future__ import annotations
@@ -21,46 +25,80 @@ from confluent_kafka.admin import NewTopic
 
 from compat_tests.cluster import KafkaCluster
 from compat_tests.confluent_helpers import consume_from_beginning
+from compat_tests.identity_provider import AUDIENCE, ISSUER, IdentityProvider
 from compat_tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(240)
 
 MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+PACKAGE = "org.apache.kafka.common.security.oauthbearer"
 TOKEN_LIFETIME_S = 4
+PREFIX = "listener.name.sasl_plaintext.oauthbearer."
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    root: Path = tmp_path_factory.mktemp("oauth-cluster")
-    started = KafkaCluster(
-        root,
-        3,
-        {
-            "inter.broker.listener.name": "SASL_PLAINTEXT",
-            "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER",
-            "sasl.enabled.mechanisms": "OAUTHBEARER",
-            "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": (
-                f'{MODULE} required unsecuredLoginStringClaim_sub="broker" '
-                f'unsecuredLoginLifetimeSeconds="{TOKEN_LIFETIME_S}" '
-                'unsecuredValidatorRequiredScope="replication" '
-                'unsecuredLoginListClaim_scope=" replication";'
-            ),
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            # The PLAINTEXT listener's tests and the brokers' own principal.
-            "super.users": "User:ANONYMOUS;User:broker",
-            "replica.lag.time.max.ms": "3000",
-        },
+def unsigned_logins() -> dict[str, str]:
+    return {
+        f"{PREFIX}sasl.jaas.config": (
+            f'{MODULE} required unsecuredLoginStringClaim_sub="broker" '
+            f'unsecuredLoginLifetimeSeconds="{TOKEN_LIFETIME_S}" '
+            'unsecuredValidatorRequiredScope="replication" '
+            'unsecuredLoginListClaim_scope=" replication";'
+        ),
+    }
+
+
+def provider_logins(idp: IdentityProvider) -> dict[str, str]:
+    return {
+        f"{PREFIX}sasl.jaas.config": (
+            f'{MODULE} required clientId="broker" clientSecret="broker-client-secret";'
+        ),
+        f"{PREFIX}sasl.server.callback.handler.class": (
+            f"{PACKAGE}.OAuthBearerValidatorCallbackHandler"
+        ),
+        f"{PREFIX}sasl.oauthbearer.jwks.endpoint.url": idp.jwks_url,
+        "sasl.oauthbearer.expected.audience": AUDIENCE,
+        "sasl.oauthbearer.expected.issuer": ISSUER,
+        f"{PREFIX}sasl.login.callback.handler.class": f"{PACKAGE}.OAuthBearerLoginCallbackHandler",
+        f"{PREFIX}sasl.oauthbearer.token.endpoint.url": idp.token_url,
+    }
+
+
+@pytest.fixture(scope="module", params=["unsigned", "provider"])
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KafkaCluster]:
+    root: Path = tmp_path_factory.mktemp(f"oauth-cluster-{request.param}")
+    idp = IdentityProvider(
+        clients={"broker": "broker-client-secret"}, token_lifetime_s=TOKEN_LIFETIME_S
     )
-    for node in started.nodes:
-        port = started.unused_port()
-        node.overrides["listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{port}"
-        node.overrides["advertised.listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{port}"
-    try:
-        started.start()
-        started.wait_for_controller()
-        yield started
-    finally:
-        started.kill_all()
+    with idp.serving():
+        logins = unsigned_logins() if request.param == "unsigned" else provider_logins(idp)
+        started = KafkaCluster(
+            root,
+            3,
+            {
+                "inter.broker.listener.name": "SASL_PLAINTEXT",
+                "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER",
+                "sasl.enabled.mechanisms": "OAUTHBEARER",
+                **logins,
+                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                # The PLAINTEXT listener's tests and the brokers' own principal.
+                "super.users": "User:ANONYMOUS;User:broker",
+                "replica.lag.time.max.ms": "3000",
+            },
+        )
+        for node in started.nodes:
+            port = started.unused_port()
+            node.overrides["listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{port}"
+            node.overrides["advertised.listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{port}"
+        try:
+            started.start()
+            started.wait_for_controller()
+            if request.param == "provider":
+                started.idp = idp  # type: ignore[attr-defined]
+            yield started
+        finally:
+            started.kill_all()
 
 
 def isr(cluster: KafkaCluster, topic: str) -> list[int]:
@@ -90,6 +128,9 @@ def test_followers_log_in_with_fresh_tokens_and_stay_in_the_isr_across_sessions(
         log = node.log_text()
         assert "expired without re-authentication" not in log, node.node_id
         assert "authentication failed" not in log, node.node_id
+    idp = getattr(cluster, "idp", None)
+    if idp is not None:  # each broker fetched tokens anew as the old ones aged
+        assert idp.tokens_issued >= 3 * 3, idp.tokens_issued
 
 
 def test_a_killed_leaders_replica_logs_in_again_and_rejoins(cluster):

@@ -454,10 +454,6 @@ def test_connections_max_reauth_ms_is_read_per_mechanism_then_per_listener():
     ("extra", "message"),
     [
         (
-            {"listener.name.auth.oauthbearer.sasl.server.callback.handler.class": "com.x.Mine"},
-            "not one kbroker has",
-        ),
-        (
             {"listener.name.auth.oauthbearer.sasl.server.callback.handler.class": SIGNED},
             "needs sasl.oauthbearer.jwks.endpoint.url",
         ),
@@ -492,9 +488,15 @@ def test_an_oauthbearer_check_kbroker_cannot_run_stops_the_start(
         listener_security(config, auth_endpoint(config))
 
 
-def test_a_plugin_class_of_kafkas_oauth_client_side_is_refused_at_start():
-    for name in ("sasl.oauthbearer.jwt.validator.class", "sasl.login.callback.handler.class"):
-        with pytest.raises(ConfigError, match="unknown setting"):
+def test_a_plugin_class_kbroker_does_not_have_is_refused_at_start():
+    with pytest.raises(ConfigError, match="unknown setting"):
+        listener_config(**{"sasl.oauthbearer.jwt.validator.class": "com.x.Plugin"})
+    for name in (
+        "sasl.login.callback.handler.class",
+        "listener.name.auth.oauthbearer.sasl.login.callback.handler.class",
+        "sasl.server.callback.handler.class",
+    ):
+        with pytest.raises(ConfigError, match=name):
             listener_config(**{name: "com.x.Plugin"})
 
 
@@ -613,6 +615,49 @@ def test_a_broker_logs_in_to_another_with_a_fresh_unsigned_token_its_listener_ac
     assert sasl.principal == user("broker")
     assert sasl.credential_expires_ms is not None
     assert before + 599 <= sasl.credential_expires_ms / 1000 <= time.time() + 601
+
+
+def provider_login_config(tmp_path: Path, **extra: str) -> BrokerConfig:
+    jwks_file = tmp_path / "jwks.json"
+    jwks_file.write_text(JWKS)
+    token_file = tmp_path / "token"
+    token_file.write_text(signed_token({"sub": "broker", "exp": time.time() + 600}) + "\n")
+    prefix = "listener.name.internal.oauthbearer."
+    return inter_broker_config(
+        **{
+            f"{prefix}sasl.jaas.config": f'{MODULE} required clientId="broker" clientSecret="s";',
+            f"{prefix}sasl.server.callback.handler.class": SIGNED,
+            f"{prefix}sasl.oauthbearer.jwks.endpoint.url": jwks_file.as_uri(),
+            f"{prefix}sasl.login.callback.handler.class": (
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+            ),
+            "sasl.oauthbearer.token.endpoint.url": token_file.as_uri(),
+            **extra,
+        }
+    )
+
+
+def test_a_broker_logs_in_with_the_providers_token_which_its_listener_verifies(tmp_path):
+    config = provider_login_config(tmp_path)
+    security = inter_broker_security(config)
+    assert security.oidc is not None and security.username == "broker"
+    asyncio.run(security.prepare())
+    internal = next(e for e in config.broker_endpoints if e.name == "INTERNAL")
+    listener = listener_security(config, internal)
+    assert listener.bearer is not None and listener.bearer.signed is not None
+    sasl = session(listener.bearer.validator(None))
+    assert sasl.authenticate(next(security.login())) == (b"", True)
+    assert sasl.principal == user("broker")
+
+
+def test_a_provider_login_needs_its_endpoint_and_a_check_of_signed_tokens(tmp_path):
+    with pytest.raises(ConfigError, match="token.endpoint.url"):
+        inter_broker_security(
+            provider_login_config(tmp_path, **{"sasl.oauthbearer.token.endpoint.url": ""})
+        )
+    unsigned_check = "listener.name.internal.oauthbearer.sasl.server.callback.handler.class"
+    with pytest.raises(ConfigError, match="check of unsigned tokens refuses"):
+        inter_broker_security(provider_login_config(tmp_path, **{unsigned_check: ""}))
 
 
 def test_a_broker_login_without_a_principal_or_against_a_signed_check_is_refused_at_start():

@@ -22,18 +22,17 @@ connection carries their messages in SaslAuthenticate requests.
 
 from __future__ import annotations
 
-import base64
-import json
 import re
 import ssl
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.security.oauthbearer import UnsecuredLogin
+from kbroker.security.oauthbearer import (
+    TokenEndpointError,
+    UnsecuredLogin,
+    fetch_client_credentials_token,
+)
 from kbroker.security.sasl_client import Exchange, oauthbearer, plain, scram
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -173,46 +172,12 @@ class BearerSource:
         if self.unsigned is not None:
             return self.unsigned.token(time.time())
         assert self.token_url is not None
-        parsed = urllib.parse.urlparse(self.token_url)
-        if parsed.scheme == "file":
-            try:
-                return Path(urllib.parse.unquote(parsed.path)).read_text().strip()
-            except OSError as exc:
-                raise SecurityConfigError(
-                    f"cannot read the token file {parsed.path}: {exc.strerror}"
-                ) from None
-        return self._client_credentials()
-
-    def _client_credentials(self) -> str:
-        """RFC 6749 section 4.4, as Kafka's HttpAccessTokenRetriever asks: the id and secret
-        URL-encoded in a Basic header."""
-        assert self.token_url is not None
-        pair = f"{urllib.parse.quote(self.client_id)}:{urllib.parse.quote(self.client_secret)}"
-        form = {"grant_type": "client_credentials"}
-        if self.scope:
-            form["scope"] = self.scope
-        request = urllib.request.Request(
-            self.token_url,
-            data=urllib.parse.urlencode(form).encode(),
-            headers={
-                "Authorization": "Basic " + base64.b64encode(pair.encode()).decode(),
-                "Content-Type": "application/x-www-form-urlencoded",
-                "Accept": "application/json",
-            },
-        )
-        where = f"the token endpoint {self.token_url}"
         try:
-            with urllib.request.urlopen(request, timeout=TOKEN_TIMEOUT_S) as answer:
-                body = json.loads(answer.read(1 << 20))
-        except urllib.error.HTTPError as exc:
-            raise SecurityConfigError(
-                f"{where} refused the client credentials: HTTP {exc.code}"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise SecurityConfigError(f"{where} did not answer with a token: {exc}") from None
-        token = body.get("access_token") if isinstance(body, dict) else None
-        if not isinstance(token, str) or not token:
-            raise SecurityConfigError(f"{where} answered without an access_token")
+            token, _expires_in = fetch_client_credentials_token(
+                self.token_url, self.client_id, self.client_secret, self.scope, TOKEN_TIMEOUT_S
+            )
+        except TokenEndpointError as exc:
+            raise SecurityConfigError(str(exc)) from None
         return token
 
 

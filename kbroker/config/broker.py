@@ -95,6 +95,10 @@ LISTENER_SCOPED_PREFIXES = (
     "connections.max.reauth.ms",
     "sasl.server.callback.handler.class",
     "sasl.oauthbearer.",
+    "sasl.login.callback.handler.class",
+    "sasl.login.connect.timeout.ms",
+    "sasl.login.read.timeout.ms",
+    "sasl.login.retry.backoff.",
 )
 # Of those, the ones Kafka also reads per SASL mechanism of a listener, as
 # ``listener.name.<listener>.<mechanism>.<setting>`` (its saslMechanismConfigPrefix).
@@ -103,6 +107,10 @@ MECHANISM_SCOPED_PREFIXES = (
     "sasl.jaas.config",
     "sasl.server.callback.handler.class",
     "sasl.oauthbearer.",
+    "sasl.login.callback.handler.class",
+    "sasl.login.connect.timeout.ms",
+    "sasl.login.read.timeout.ms",
+    "sasl.login.retry.backoff.",
 )
 # Kafka's per-listener connection quota (``listener.name.<l>.max.connections``).
 LISTENER_SCOPED_NAMES = frozenset({"max.connections"})

@@ -1844,9 +1844,11 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         'PLAIN users are its user_<name>="<password>" options.',
     ),
     # Kafka's Kerberos (GSSAPI) and login-refresh settings: kbroker serves no GSSAPI, and
-    # its own OAUTHBEARER login mints a fresh token for every login, so nothing is left to
-    # refresh: they change nothing, as on a Kafka broker whose listeners use neither. Kafka changes them per broker at run time; accepted
-    # there too, and named inert when set, so tools that set them work unchanged.
+    # its own OAUTHBEARER login mints an unsigned token for every login or fetches the
+    # provider's anew for a login once it has lived 80% of its life (Kafka's default
+    # window), with no background refresh to tune: they change nothing. Kafka changes
+    # them per broker at run time; accepted there too, and named inert when set, so
+    # tools that set them work unchanged.
     _d(
         "sasl.kerberos.service.name",
         STRING,
@@ -1942,6 +1944,13 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler "
         "verifies signed tokens with sasl.oauthbearer.jwks.endpoint.url's keys. Any other "
         "class is refused at start.",
+        one_of(
+            "org.apache.kafka.common.security.oauthbearer.internals.unsecured."
+            "OAuthBearerUnsecuredValidatorCallbackHandler",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+            "org.apache.kafka.common.security.oauthbearer.secured."
+            "OAuthBearerValidatorCallbackHandler",
+        ),
     ),
     _d(
         "sasl.oauthbearer.jwks.endpoint.url",
@@ -2004,6 +2013,72 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         STRING,
         "sub",
         "Claim of a signed token that names its principal (User:<value>).",
+    ),
+    # A broker's own OAUTHBEARER login to another (sasl.mechanism.inter.broker.protocol)
+    _d(
+        "sasl.login.callback.handler.class",
+        CLASS,
+        None,
+        "How a broker gets the OAUTHBEARER token it logs in to other brokers with (set as "
+        "listener.name.<inter-broker listener>.oauthbearer.sasl.login.callback.handler."
+        "class): unset, an unsigned token of the JAAS line's unsecuredLogin* options; "
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler, a "
+        "token from sasl.oauthbearer.token.endpoint.url for the JAAS line's clientId and "
+        "clientSecret. Another class is refused at start.",
+        one_of(
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+            "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+        ),
+    ),
+    _d(
+        "sasl.oauthbearer.token.endpoint.url",
+        STRING,
+        None,
+        "The identity provider's token endpoint (https://, http://, or file:// naming a "
+        "file holding the token) a broker's own OAUTHBEARER login takes its token from.",
+    ),
+    _d(
+        "sasl.oauthbearer.scope",
+        STRING,
+        None,
+        "Scope a broker's own login asks the token endpoint for (else the JAAS line's scope).",
+    ),
+    _d(
+        "sasl.oauthbearer.client.credentials.client.id",
+        STRING,
+        None,
+        "Client id of a broker's own login at the token endpoint (else the JAAS line's clientId).",
+    ),
+    _p(
+        "sasl.oauthbearer.client.credentials.client.secret",
+        "Client secret of a broker's own login at the token endpoint (else the JAAS line's "
+        "clientSecret).",
+    ),
+    _d(
+        "sasl.login.connect.timeout.ms",
+        INT,
+        None,
+        "Longest wait to connect to the token endpoint and have its answer (unset: 10 s); "
+        "kbroker bounds the whole request by the larger of this and "
+        "sasl.login.read.timeout.ms.",
+    ),
+    _d(
+        "sasl.login.read.timeout.ms",
+        INT,
+        None,
+        "Longest wait for the token endpoint's answer (unset: 10 s).",
+    ),
+    _d(
+        "sasl.login.retry.backoff.ms",
+        LONG,
+        100,
+        "First wait before asking the token endpoint again after a failure; it doubles.",
+    ),
+    _d(
+        "sasl.login.retry.backoff.max.ms",
+        LONG,
+        10000,
+        "Longest wait between two failed requests to the token endpoint.",
     ),
     _d(
         "sasl.server.max.receive.size",

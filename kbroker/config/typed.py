@@ -786,6 +786,18 @@ class TypedSettings:
         return self._effective["sasl.kerberos.ticket.renew.window.factor"]
 
     @property
+    def sasl_login_callback_handler_class(self) -> str | None:
+        return self._effective["sasl.login.callback.handler.class"]
+
+    @property
+    def sasl_login_connect_timeout_ms(self) -> int | None:
+        return self._effective["sasl.login.connect.timeout.ms"]
+
+    @property
+    def sasl_login_read_timeout_ms(self) -> int | None:
+        return self._effective["sasl.login.read.timeout.ms"]
+
+    @property
     def sasl_login_refresh_buffer_seconds(self) -> int:
         return self._effective["sasl.login.refresh.buffer.seconds"]
 
@@ -802,8 +814,24 @@ class TypedSettings:
         return self._effective["sasl.login.refresh.window.jitter"]
 
     @property
+    def sasl_login_retry_backoff_max_ms(self) -> int:
+        return self._effective["sasl.login.retry.backoff.max.ms"]
+
+    @property
+    def sasl_login_retry_backoff_ms(self) -> int:
+        return self._effective["sasl.login.retry.backoff.ms"]
+
+    @property
     def sasl_mechanism_inter_broker_protocol(self) -> str:
         return self._effective["sasl.mechanism.inter.broker.protocol"]
+
+    @property
+    def sasl_oauthbearer_client_credentials_client_id(self) -> str | None:
+        return self._effective["sasl.oauthbearer.client.credentials.client.id"]
+
+    @property
+    def sasl_oauthbearer_client_credentials_client_secret(self) -> str | None:
+        return self._effective["sasl.oauthbearer.client.credentials.client.secret"]
 
     @property
     def sasl_oauthbearer_clock_skew_seconds(self) -> int:
@@ -834,12 +862,20 @@ class TypedSettings:
         return self._effective["sasl.oauthbearer.jwks.endpoint.url"]
 
     @property
+    def sasl_oauthbearer_scope(self) -> str | None:
+        return self._effective["sasl.oauthbearer.scope"]
+
+    @property
     def sasl_oauthbearer_scope_claim_name(self) -> str:
         return self._effective["sasl.oauthbearer.scope.claim.name"]
 
     @property
     def sasl_oauthbearer_sub_claim_name(self) -> str:
         return self._effective["sasl.oauthbearer.sub.claim.name"]
+
+    @property
+    def sasl_oauthbearer_token_endpoint_url(self) -> str | None:
+        return self._effective["sasl.oauthbearer.token.endpoint.url"]
 
     @property
     def sasl_server_callback_handler_class(self) -> str | None:
@@ -1054,6 +1090,38 @@ class ListenerSettings:
         return self._config.for_listener(self._listener, "sasl.enabled.mechanisms")
 
     @property
+    def sasl_login_callback_handler_class(self) -> str | None:
+        return self._config.for_listener(self._listener, "sasl.login.callback.handler.class")
+
+    @property
+    def sasl_login_connect_timeout_ms(self) -> int | None:
+        return self._config.for_listener(self._listener, "sasl.login.connect.timeout.ms")
+
+    @property
+    def sasl_login_read_timeout_ms(self) -> int | None:
+        return self._config.for_listener(self._listener, "sasl.login.read.timeout.ms")
+
+    @property
+    def sasl_login_retry_backoff_max_ms(self) -> int:
+        return self._config.for_listener(self._listener, "sasl.login.retry.backoff.max.ms")
+
+    @property
+    def sasl_login_retry_backoff_ms(self) -> int:
+        return self._config.for_listener(self._listener, "sasl.login.retry.backoff.ms")
+
+    @property
+    def sasl_oauthbearer_client_credentials_client_id(self) -> str | None:
+        return self._config.for_listener(
+            self._listener, "sasl.oauthbearer.client.credentials.client.id"
+        )
+
+    @property
+    def sasl_oauthbearer_client_credentials_client_secret(self) -> str | None:
+        return self._config.for_listener(
+            self._listener, "sasl.oauthbearer.client.credentials.client.secret"
+        )
+
+    @property
     def sasl_oauthbearer_clock_skew_seconds(self) -> int:
         return self._config.for_listener(self._listener, "sasl.oauthbearer.clock.skew.seconds")
 
@@ -1088,12 +1156,20 @@ class ListenerSettings:
         return self._config.for_listener(self._listener, "sasl.oauthbearer.jwks.endpoint.url")
 
     @property
+    def sasl_oauthbearer_scope(self) -> str | None:
+        return self._config.for_listener(self._listener, "sasl.oauthbearer.scope")
+
+    @property
     def sasl_oauthbearer_scope_claim_name(self) -> str:
         return self._config.for_listener(self._listener, "sasl.oauthbearer.scope.claim.name")
 
     @property
     def sasl_oauthbearer_sub_claim_name(self) -> str:
         return self._config.for_listener(self._listener, "sasl.oauthbearer.sub.claim.name")
+
+    @property
+    def sasl_oauthbearer_token_endpoint_url(self) -> str | None:
+        return self._config.for_listener(self._listener, "sasl.oauthbearer.token.endpoint.url")
 
     @property
     def sasl_server_callback_handler_class(self) -> str | None:

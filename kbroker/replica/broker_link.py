@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.protocol.client_frames import decode_response, encode_request
 from kbroker.protocol.messages import build
 from kbroker.security.inter_broker import InterBrokerSecurity
+from kbroker.security.oauthbearer import TokenEndpointError
 from kbroker.security.sasl_client import SaslFailure
 
 if TYPE_CHECKING:
@@ -191,6 +192,10 @@ class BrokerLink:
                 f"{where} does not enable SASL {security.mechanism} "
                 f"(enabled: {', '.join(shake.mechanisms) or 'none'})"
             )
+        try:
+            await security.prepare()
+        except TokenEndpointError as exc:
+            raise AuthenticationFailed(f"no token to log in to {where} with: {exc}") from None
         steps = security.login()
         message = next(steps)
         while True:

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ import pytest
 from compat_tests.broker_process import (
     FAST_GROUP_SETTINGS,
     BrokerProcess,
+    free_ports,
     running_broker,
     stored_batches,
 )
@@ -35,6 +37,7 @@ from compat_tests.cluster import running_cluster
 from compat_tests.confluent_helpers import unique_topic
 from compat_tests.json_lines import JsonLines
 from compat_tests.waiting import eventually
+from kbroker.security.jwt import unsigned_token
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -424,3 +427,48 @@ def test_producer_and_consumer_carry_on_when_the_leader_is_killed(kafkajs, tmp_p
         assert end["high"] == str(len(acked))
         log = records(kafkajs.ok("consume", bootstrap, topic=topic, count=len(acked)))
         assert [r["value"] for r in log] == acked
+
+
+# -- SASL/OAUTHBEARER --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def oauth_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
+    """A node whose SASL_PLAINTEXT listener takes unsigned OAUTHBEARER tokens (Kafka's
+    default check) that carry the scope ``kafka``."""
+    node = BrokerProcess(tmp_path_factory.mktemp("kafkajs-oauth"))
+    (sasl_port,) = free_ports(("SASL_PLAINTEXT",), node.port).values()
+    node.overrides = {
+        **FAST_GROUP_SETTINGS,
+        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            'unsecuredValidatorRequiredScope="kafka";'
+        ),
+    }
+    node.start()
+    try:
+        yield node, f"127.0.0.1:{sasl_port}"
+    finally:
+        node.kill()
+
+
+def test_kafkajs_logs_in_with_an_oauthbearer_token_and_produces_and_consumes(kafkajs, oauth_broker):
+    node, sasl = oauth_broker
+    topic = unique_topic("kafkajs-oauth")
+    token = unsigned_token({"sub": "alice", "exp": time.time() + 600, "scope": "kafka"})
+    kafkajs.ok("create-topic", sasl, topic=topic, partitions=1, oauth_token=token)
+    kafkajs.ok(
+        "produce", sasl, topic=topic, messages=[message(i) for i in range(3)], oauth_token=token
+    )
+    got = records(kafkajs.ok("consume", sasl, topic=topic, count=3, oauth_token=token))
+    assert [r["value"] for r in got] == [f"value-{i}" for i in range(3)]
+    refused = kafkajs.run(
+        "list-topics",
+        sasl,
+        retries=0,
+        oauth_token=unsigned_token({"sub": "alice", "exp": time.time() + 600}),  # no scope
+    )
+    assert "error" in refused, refused
+    assert "missing a required scope" in node.log_path.read_text()

@@ -255,3 +255,19 @@ def test_after_login_a_frame_may_be_as_large_as_socket_request_max_bytes() -> No
     assert not transport.closed
     assert str(conn.principal) == "User:alice"
     assert len(responses(transport.written)) == 3
+
+
+def test_a_request_after_a_refused_token_closes_with_the_refusals_reason(caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    token = unsigned_token({"sub": "carol", "exp": 1_000_000})
+    _, transport, _ = run(
+        [
+            handshake("OAUTHBEARER"),
+            authenticate(bearer_message(token)),
+            request(METADATA, 1, METADATA_CORRELATION, b"\xff\xff\xff\xff"),  # no 0x01 first
+        ]
+    )
+    assert transport.closed
+    (line,) = warnings(caplog)
+    assert "unexpected metadata request" in line and "token was refused" in line
+    assert "expired" in line and token not in caplog.text

@@ -25,6 +25,10 @@ const kafka = new Kafka({
   connectionTimeout: 3000,
   requestTimeout: 10000,
   retry: { retries: spec.retries === undefined ? 5 : spec.retries, initialRetryTime: 100 },
+  // SASL/OAUTHBEARER with a token the test made (KafkaJS asks its provider at each login)
+  sasl: spec.oauth_token
+    ? { mechanism: 'oauthbearer', oauthBearerProvider: async () => ({ value: spec.oauth_token }) }
+    : undefined,
 })
 
 function encodeMessage(m) {

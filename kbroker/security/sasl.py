@@ -159,6 +159,12 @@ class OAuthBearerServer:
         return self._token.principal if self._token is not None else ""
 
     @property
+    def refusal(self) -> str | None:
+        """Why the token answered with an error status was refused, until the client
+        acknowledges (or sends something else, as some clients do)."""
+        return self._reason if self._error is not None else None
+
+    @property
     def expires_ms(self) -> int | None:
         """When the token expires (ms since the epoch): the session ends then (KIP-368)."""
         return self._token.expires_ms if self._token is not None else None
@@ -226,6 +232,12 @@ class SaslSession:
     @property
     def in_exchange(self) -> bool:
         return self.server is not None
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the exchange's last credential was refused while the client has yet to
+        hear it fail (OAUTHBEARER's error status), for the log."""
+        return getattr(self.server, "refusal", None)
 
     def authenticate(self, token: bytes) -> tuple[bytes, bool]:
         """Feed one client token; returns (answer, finished). Raises SaslFailure."""

@@ -426,7 +426,11 @@ class KafkaConnection(asyncio.Protocol):
             return
         if not accepts(State.AUTHENTICATING, api_key):
             name = messages.API_NAMES.get(api_key, api_key)
-            self._authentication_failed(f"unexpected {name} request before SASL authentication")
+            reason = f"unexpected {name} request before SASL authentication"
+            refusal = self._sasl.refusal if self._sasl is not None else None
+            if refusal is not None:  # a client that took the error status for success
+                reason += f", after its token was refused: {refusal}"
+            self._authentication_failed(reason)
             self.close("", quiet=True)
             return
         KafkaConnection._dispatch(self, request)

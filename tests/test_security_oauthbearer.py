@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from hypothesis import given
 from hypothesis import strategies as st
+from test_inter_broker_security import node
 
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.config.listeners import Endpoint
@@ -577,27 +578,20 @@ def test_a_failed_fetch_keeps_the_keys_and_retries():
 
 
 def inter_broker_config(**extra: str) -> BrokerConfig:
-    settings = {
-        "node.id": "1",
-        "process.roles": "broker,controller",
-        "listeners": "PLAINTEXT://127.0.0.1:9091,INTERNAL://127.0.0.1:9191,"
-        "CONTROLLER://127.0.0.1:19091",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT,"
-        "CONTROLLER:PLAINTEXT",
-        "inter.broker.listener.name": "INTERNAL",
-        "controller.listener.names": "CONTROLLER",
-        "controller.quorum.voters": "1@127.0.0.1:19091,2@127.0.0.1:19092,3@127.0.0.1:19093",
-        "cluster.secret": "s3cret",
-        "sasl.enabled.mechanisms": "OAUTHBEARER",
-        "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER",
-        "listener.name.internal.oauthbearer.sasl.jaas.config": (
-            f'{MODULE} required unsecuredLoginStringClaim_sub="broker" '
-            'unsecuredLoginListClaim_scope=",kafka,internal" unsecuredLoginLifetimeSeconds="600" '
-            'unsecuredLoginExtension_traceId="t1";'
-        ),
-        **extra,
-    }
-    return BrokerConfig.from_settings({k: v for k, v in settings.items() if v})
+    """test_inter_broker_security's node, its INTERNAL listener on OAUTHBEARER."""
+    return node(
+        **{
+            "sasl.enabled.mechanisms": "OAUTHBEARER",
+            "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER",
+            "listener.name.internal.plain.sasl.jaas.config": "",
+            "listener.name.internal.oauthbearer.sasl.jaas.config": (
+                f'{MODULE} required unsecuredLoginStringClaim_sub="broker" '
+                'unsecuredLoginListClaim_scope=",kafka,internal" '
+                'unsecuredLoginLifetimeSeconds="600" unsecuredLoginExtension_traceId="t1";'
+            ),
+            **extra,
+        }
+    )
 
 
 def test_a_broker_logs_in_to_another_with_a_fresh_unsigned_token_its_listener_accepts():

@@ -88,19 +88,7 @@ def _invalid(name: str, raw: Any, source: SettingSource, reason: str) -> ConfigE
     )
 
 
-# Settings a listener may override as ``listener.name.<listener>.<setting>``.
-LISTENER_SCOPED_PREFIXES = (
-    "ssl.",
-    "sasl.enabled.mechanisms",
-    "connections.max.reauth.ms",
-    "sasl.server.callback.handler.class",
-    "sasl.oauthbearer.",
-    "sasl.login.callback.handler.class",
-    "sasl.login.connect.timeout.ms",
-    "sasl.login.read.timeout.ms",
-    "sasl.login.retry.backoff.",
-)
-# Of those, the ones Kafka also reads per SASL mechanism of a listener, as
+# Settings Kafka reads per SASL mechanism of a listener, as
 # ``listener.name.<listener>.<mechanism>.<setting>`` (its saslMechanismConfigPrefix).
 MECHANISM_SCOPED_PREFIXES = (
     "connections.max.reauth.ms",
@@ -111,6 +99,13 @@ MECHANISM_SCOPED_PREFIXES = (
     "sasl.login.connect.timeout.ms",
     "sasl.login.read.timeout.ms",
     "sasl.login.retry.backoff.",
+)
+# Settings a listener may override as ``listener.name.<listener>.<setting>``: those, but
+# a JAAS line, which belongs to a mechanism.
+LISTENER_SCOPED_PREFIXES = (
+    "ssl.",
+    "sasl.enabled.mechanisms",
+    *(p for p in MECHANISM_SCOPED_PREFIXES if p != "sasl.jaas.config"),
 )
 # Kafka's per-listener connection quota (``listener.name.<l>.max.connections``).
 LISTENER_SCOPED_NAMES = frozenset({"max.connections"})

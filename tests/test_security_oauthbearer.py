@@ -36,7 +36,8 @@ from kbroker.security.jwt import (
     unsigned_token,
 )
 from kbroker.security.listener import listener_security
-from kbroker.security.oauthbearer import InitialResponse, UnsecuredLogin
+from kbroker.security.oauth_login import UnsecuredLogin
+from kbroker.security.oauthbearer import InitialResponse
 from kbroker.security.principal import user
 from kbroker.security.sasl import SaslFailure, SaslSession, session_lifetime_ms
 from kbroker.security.sasl_client import oauthbearer

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.security.oauthbearer import (
+from kbroker.security.oauth_login import (
     TokenEndpointError,
     UnsecuredLogin,
     fetch_client_credentials_token,

@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.protocol.client_frames import decode_response, encode_request
 from kbroker.protocol.messages import build
 from kbroker.security.inter_broker import InterBrokerSecurity
-from kbroker.security.oauthbearer import TokenEndpointError
+from kbroker.security.oauth_login import TokenEndpointError
 from kbroker.security.sasl_client import SaslFailure
 
 if TYPE_CHECKING:

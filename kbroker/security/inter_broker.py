@@ -24,13 +24,8 @@ from typing import Any
 from kbroker.config.broker import BrokerConfig
 from kbroker.config.errors import ConfigError
 from kbroker.security.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, parse_jaas
-from kbroker.security.oauthbearer import (
-    LOGIN_HANDLERS,
-    OAUTHBEARER,
-    SIGNED_HANDLERS,
-    ClientCredentialsLogin,
-    UnsecuredLogin,
-)
+from kbroker.security.oauth_login import LOGIN_HANDLERS, ClientCredentialsLogin, UnsecuredLogin
+from kbroker.security.oauthbearer import OAUTHBEARER, SIGNED_HANDLERS
 from kbroker.security.sasl import PLAIN, SUPPORTED_MECHANISMS
 from kbroker.security.sasl_client import Exchange, oauthbearer, plain, scram
 from kbroker.security.tls import client_context

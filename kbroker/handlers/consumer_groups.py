@@ -7,7 +7,6 @@ write parks only this request.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 
 from kio.schema.errors import ErrorCode
@@ -22,8 +21,7 @@ from kbroker.handlers.context import RequestContext
 from kbroker.handlers.groups import (
     _client_host,
     _coordinator,
-    _resolver,
-    _respond_when_done,
+    _Reply,
     group_operations,
 )
 from kbroker.handlers.registry import handles
@@ -88,11 +86,11 @@ def consumer_group_heartbeat(
         client_host=_client_host(ctx),
         version=ctx.version,
     )
-    future: asyncio.Future[HeartbeatResult] = asyncio.get_running_loop().create_future()
-    coordinator.consumer.heartbeat(req, _resolver(future))
+    reply: _Reply[HeartbeatResult] = _Reply()
+    coordinator.consumer.heartbeat(req, reply)
     # request_percentage quotas write their throttle into a dict answer; else the bytes.
     render = _heartbeat_response if ctx.broker.quotas.active else _heartbeat_answer
-    return _respond_when_done(future, render)
+    return reply.respond(render)
 
 
 def _topic_partitions(

@@ -3,8 +3,8 @@
 Each handler turns the request of whatever version into a call on the broker's
 GroupCoordinator and the answer back into the version's fields. JoinGroup and
 SyncGroup (and every write) are delayed operations: the coordinator answers through
-a callback, which resolves the future the connection waits on, so a parked join
-never blocks the loop or other connections.
+a callback (`_Reply`), rendered at once when it came before the handler returned, else
+awaited by the connection, so a parked join never blocks the loop or other connections.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import base64
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -73,23 +73,53 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def _resolver(future: asyncio.Future[T]) -> Callable[[T], None]:
-    def resolve(value: T) -> None:
-        if not future.done():
+class _Reply(Generic[T]):
+    """A coordinator's answer to one request, through the callback it is given (the
+    reply itself); only the first answer counts. Most come before the handler returns
+    (nothing to write, or a write acknowledged at once) and are rendered then, with no
+    future; for the others `respond` gives a coroutine that waits."""
+
+    __slots__ = ("_value", "_future")
+
+    def __init__(self) -> None:
+        self._value: T | _Pending = _PENDING
+        self._future: asyncio.Future[T] | None = None
+
+    def __call__(self, value: T) -> None:
+        if self._value is not _PENDING:
+            return
+        self._value = value
+        future = self._future
+        if future is not None and not future.done():
             future.set_result(value)
 
-    return resolve
+    async def wait(self) -> T:
+        value = self._value
+        if isinstance(value, _Pending):
+            if self._future is None:
+                self._future = asyncio.get_running_loop().create_future()
+            return await self._future
+        return value
+
+    def respond(self, render: Callable[[T], R]) -> R | Awaitable[R]:
+        """The rendered answer now if it came already, else an awaitable of it."""
+        value = self._value
+        if not isinstance(value, _Pending):
+            return render(value)
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._future = future
+
+        async def later() -> R:
+            return render(await future)
+
+        return later()
 
 
-def _respond_when_done(future: asyncio.Future[T], render: Callable[[T], R]) -> R | Awaitable[R]:
-    """The rendered answer now if the coordinator answered at once, else an awaitable."""
-    if future.done():
-        return render(future.result())
+class _Pending:
+    """No answer yet."""
 
-    async def later() -> R:
-        return render(await future)
 
-    return later()
+_PENDING = _Pending()
 
 
 # -- FindCoordinator ---------------------------------------------------------------------
@@ -205,7 +235,7 @@ def join_group(
     coordinator = _coordinator(ctx)
     session = duration_ms(request.session_timeout)
     rebalance = duration_ms(request.rebalance_timeout)  # v1+; Kafka's default -1 before
-    future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+    reply: _Reply[JoinResult] = _Reply()
     coordinator.join_group(
         JoinRequest(
             group_id=request.group_id,
@@ -221,9 +251,9 @@ def join_group(
             supports_skip_assignment=version >= 9,
             reason=request.reason,
         ),
-        _resolver(future),
+        reply,
     )
-    return _respond_when_done(future, lambda r: _join_response(version, r))
+    return reply.respond(lambda r: _join_response(version, r))
 
 
 def _join_response(version: int, r: JoinResult) -> responses.JoinGroupResponse:
@@ -258,7 +288,7 @@ def sync_group(
     if _group_denied(ctx, Operation.READ, request.group_id):
         return _sync_response(SyncResult(E.group_authorization_failed))
     coordinator = _coordinator(ctx)
-    future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+    reply: _Reply[SyncResult] = _Reply()
     coordinator.sync_group(
         SyncRequest(
             group_id=request.group_id,
@@ -269,9 +299,9 @@ def sync_group(
             protocol_type=request.protocol_type,
             protocol_name=request.protocol_name,
         ),
-        _resolver(future),
+        reply,
     )
-    return _respond_when_done(future, _sync_response)
+    return reply.respond(_sync_response)
 
 
 def _sync_response(r: SyncResult) -> responses.SyncGroupResponse:
@@ -293,15 +323,15 @@ def heartbeat(
 ) -> responses.HeartbeatResponse | Awaitable[responses.HeartbeatResponse]:
     if _group_denied(ctx, Operation.READ, request.group_id):
         return {"throttle_time": 0, "error_code": E.group_authorization_failed}
-    future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+    reply: _Reply[ErrorCode] = _Reply()
     _coordinator(ctx).heartbeat(
         request.group_id,
         request.member_id,
         request.generation_id,
         request.group_instance_id,
-        _resolver(future),
+        reply,
     )
-    return _respond_when_done(future, _heartbeat_response)
+    return reply.respond(_heartbeat_response)
 
 
 def _heartbeat_response(error: ErrorCode) -> responses.HeartbeatResponse:
@@ -321,9 +351,9 @@ def leave_group(
         leaving = [LeavingMember(request.member_id)]
     if _group_denied(ctx, Operation.READ, request.group_id):
         return {"throttle_time": 0, "error_code": E.group_authorization_failed, "members": []}
-    future: asyncio.Future[LeaveResult] = asyncio.get_running_loop().create_future()
-    _coordinator(ctx).leave_group(request.group_id, leaving, _resolver(future))
-    return _respond_when_done(future, lambda result: _leave_response(batched, result))
+    reply: _Reply[LeaveResult] = _Reply()
+    _coordinator(ctx).leave_group(request.group_id, leaving, reply)
+    return reply.respond(lambda result: _leave_response(batched, result))
 
 
 def _leave_response(batched: bool, result: LeaveResult) -> responses.LeaveGroupResponse:
@@ -442,21 +472,19 @@ def offset_commit(
         return render({})
     retention = duration_ms(request.retention_time)  # v2-4; Kafka's default -1 elsewhere
     retention_ms = None if retention < 0 else retention
-    future: asyncio.Future[dict[tuple[str, int], ErrorCode]] = (
-        asyncio.get_running_loop().create_future()
-    )
+    reply: _Reply[dict[tuple[str, int], ErrorCode]] = _Reply()
     coordinator.commit_offsets(
         request.group_id,
         request.member_id,
         request.generation_id_or_member_epoch,
         offsets,
-        _resolver(future),
+        reply,
         instance_id=request.group_instance_id,
         unknown_group_error=E.group_id_not_found if version >= 9 else E.illegal_generation,
         retention_ms=retention_ms,
         commit_timestamps=commit_timestamps,
     )
-    return _respond_when_done(future, render)
+    return reply.respond(render)
 
 
 # -- OffsetFetch -------------------------------------------------------------------------
@@ -665,11 +693,9 @@ def offset_delete(
         }
 
     coordinator = _coordinator(ctx)
-    future: asyncio.Future[tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]] = (
-        asyncio.get_running_loop().create_future()
-    )
-    coordinator.delete_offsets(request.group_id, partitions, _resolver(future))
-    return _respond_when_done(future, render)
+    reply: _Reply[tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]] = _Reply()
+    coordinator.delete_offsets(request.group_id, partitions, reply)
+    return reply.respond(render)
 
 
 # -- ListGroups / DescribeGroups / DeleteGroups ------------------------------------------
@@ -822,16 +848,16 @@ def delete_groups(
         g: ErrorCode(shares.delete_group(g)) for g in names if shares is not None and g in share_ids
     }
     coordinator = _coordinator(ctx)
-    future: asyncio.Future[dict[str, ErrorCode]] = asyncio.get_running_loop().create_future()
-    coordinator.delete_groups([g for g in names if g not in share_ids], _resolver(future))
+    reply: _Reply[dict[str, ErrorCode]] = _Reply()
+    coordinator.delete_groups([g for g in names if g not in share_ids], reply)
     if not share_results:
-        return _respond_when_done(future, render)
+        return reply.respond(render)
 
     async def with_share_groups() -> responses.DeleteGroupsResponse:
         assert ctx.broker.shares is not None  # share groups were found through it
         shares = ctx.broker.shares
         stored = await shares.persist()
-        results = dict(await future)
+        results = dict(await reply.wait())
         for group_id, error in share_results.items():
             if error == E.none and stored == E.none:
                 # States stored by share coordinators on other brokers go too.

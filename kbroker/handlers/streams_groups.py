@@ -6,7 +6,6 @@ ones; its answer comes through a callback once the records it wrote are stored.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
@@ -31,8 +30,7 @@ from kbroker.handlers.context import RequestContext
 from kbroker.handlers.groups import (
     _client_host,
     _coordinator,
-    _resolver,
-    _respond_when_done,
+    _Reply,
     group_operations,
 )
 from kbroker.handlers.registry import handles
@@ -134,10 +132,10 @@ def streams_group_heartbeat(
         client_id=ctx.client_id,
         client_host=_client_host(ctx),
     )
-    future: asyncio.Future[StreamsHeartbeatResult] = asyncio.get_running_loop().create_future()
-    _coordinator(ctx).streams.heartbeat(req, _resolver(future))
+    reply: _Reply[StreamsHeartbeatResult] = _Reply()
+    _coordinator(ctx).streams.heartbeat(req, reply)
     answer: r.StreamsGroupHeartbeatResponse | Awaitable[r.StreamsGroupHeartbeatResponse]
-    answer = _respond_when_done(future, _heartbeat_response)
+    answer = reply.respond(_heartbeat_response)
     return answer
 
 

@@ -49,10 +49,13 @@ _UTC = datetime.UTC
 ZERO_UUID = uuid.UUID(int=0)
 
 
+_ONE_MS = datetime.timedelta(milliseconds=1)
+
+
 def duration_ms(value: datetime.timedelta | int) -> int:
     """A duration field in milliseconds: kio reads most of them as timedelta, some as int."""
     if isinstance(value, datetime.timedelta):
-        return int(value / datetime.timedelta(milliseconds=1))
+        return int(value / _ONE_MS)
     return int(value)
 
 

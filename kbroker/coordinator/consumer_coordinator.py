@@ -277,6 +277,53 @@ def topic_regex(pattern: str) -> Any:
     return re2.compile(pattern, _RE2_OPTIONS)
 
 
+def _updated_member(member: ConsumerMember, req: HeartbeatRequest) -> ConsumerMember:
+    """The member with what the heartbeat says of it (a None field: unchanged). The
+    member itself when the heartbeat changes nothing, as nearly every one of a stable
+    member does."""
+    if (
+        (req.instance_id is None or req.instance_id == member.instance_id)
+        and (req.rack_id is None or req.rack_id == member.rack_id)
+        and (
+            req.rebalance_timeout_ms == -1
+            or req.rebalance_timeout_ms == member.rebalance_timeout_ms
+        )
+        and (req.server_assignor is None or req.server_assignor == member.server_assignor)
+        and (
+            req.subscribed_topic_names is None
+            or frozenset(req.subscribed_topic_names) == member.subscribed_topic_names
+        )
+        and (
+            req.subscribed_topic_regex is None
+            or (req.subscribed_topic_regex or None) == member.subscribed_topic_regex
+        )
+        and req.client_id == member.client_id
+        and req.client_host == member.client_host
+        and member.classic is None
+    ):
+        return member
+    return replace(
+        member,
+        instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
+        rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+        rebalance_timeout_ms=req.rebalance_timeout_ms
+        if req.rebalance_timeout_ms != -1
+        else member.rebalance_timeout_ms,
+        server_assignor=req.server_assignor
+        if req.server_assignor is not None
+        else member.server_assignor,
+        subscribed_topic_names=frozenset(req.subscribed_topic_names)
+        if req.subscribed_topic_names is not None
+        else member.subscribed_topic_names,
+        subscribed_topic_regex=(req.subscribed_topic_regex or None)
+        if req.subscribed_topic_regex is not None
+        else member.subscribed_topic_regex,
+        client_id=req.client_id,
+        client_host=req.client_host,
+        classic=None,  # a classic member that heartbeats speaks the consumer protocol now
+    )
+
+
 def _is_subset(owned: OwnedPartitions, assignment: Assignment) -> bool:
     if owned is None:
         return False
@@ -568,26 +615,7 @@ class ConsumerGroupCoordinator:
         member = self._member_for(change, req, member_id)
 
         # 1. The member's subscription; a changed subscription bumps the group epoch.
-        updated = replace(
-            member,
-            instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
-            rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
-            rebalance_timeout_ms=req.rebalance_timeout_ms
-            if req.rebalance_timeout_ms != -1
-            else member.rebalance_timeout_ms,
-            server_assignor=req.server_assignor
-            if req.server_assignor is not None
-            else member.server_assignor,
-            subscribed_topic_names=frozenset(req.subscribed_topic_names)
-            if req.subscribed_topic_names is not None
-            else member.subscribed_topic_names,
-            subscribed_topic_regex=(req.subscribed_topic_regex or None)
-            if req.subscribed_topic_regex is not None
-            else member.subscribed_topic_regex,
-            client_id=req.client_id,
-            client_host=req.client_host,
-            classic=None,  # a classic member that heartbeats speaks the consumer protocol now
-        )
+        updated = _updated_member(member, req)
         bump = False
         if member_id not in change.view.members or updated.subscription() != member.subscription():
             change.emit(MemberMetadataRecord(gid, member_id, updated))

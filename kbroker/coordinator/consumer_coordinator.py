@@ -617,7 +617,9 @@ class ConsumerGroupCoordinator:
         # 1. The member's subscription; a changed subscription bumps the group epoch.
         updated = _updated_member(member, req)
         bump = False
-        if member_id not in change.view.members or updated.subscription() != member.subscription():
+        if member_id not in change.view.members or (
+            updated is not member and updated.subscription() != member.subscription()
+        ):
             change.emit(MemberMetadataRecord(gid, member_id, updated))
             bump = (
                 updated.subscribed_topic_names != member.subscribed_topic_names
@@ -636,6 +638,7 @@ class ConsumerGroupCoordinator:
         target_epoch = view.assignment_epoch
         current = view.members[member_id]
         reconciled = current
+        moved = False
         if not current.is_reconciled_to(target_epoch):
             try:
                 reconciled = reconcile(
@@ -648,9 +651,9 @@ class ConsumerGroupCoordinator:
                 )
             except MemberFenced as exc:
                 raise HeartbeatError(E.fenced_member_epoch, str(exc)) from None
-            if reconciled != current:
+            moved = reconciled != current
+            if moved:
                 change.emit(CurrentAssignmentRecord(gid, member_id, reconciled))
-        moved = reconciled != current
 
         full_request = req.member_epoch == 0 or (
             req.rebalance_timeout_ms != -1

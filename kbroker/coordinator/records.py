@@ -136,12 +136,9 @@ def fits_in_key(group_id: str) -> bool:
 
 
 def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:
-    w = Writer()
-    w.int16(OFFSET_KEY_VERSION)
-    w.string(group_id)
-    w.string(topic)
-    w.int32(partition)
-    return bytes(w.out)
+    return b"".join(
+        (_OFFSET_KEY_PREFIX, _short_string(group_id), _short_string(topic), _INT32.pack(partition))
+    )
 
 
 def encode_group_key(group_id: str) -> bytes:
@@ -152,21 +149,45 @@ def encode_group_key(group_id: str) -> bytes:
 
 
 def encode_offset_value(value: OffsetAndMetadata) -> bytes:
-    w = Writer()
+    """The value of one commit, packed directly (the same bytes as `Writer` writes): the
+    first record of every OffsetCommit."""
+    metadata = _short_string(value.metadata)
     if value.expire_timestamp_ms is not None:
         # Only version 1 can carry an explicit expiry; keep it rather than lose it.
-        w.int16(1)
-        w.int64(value.offset)
-        w.string(value.metadata)
-        w.int64(value.commit_timestamp_ms)
-        w.int64(value.expire_timestamp_ms)
-        return bytes(w.out)
-    w.int16(OFFSET_VALUE_VERSION)
-    w.int64(value.offset)
-    w.int32(value.leader_epoch)
-    w.string(value.metadata)
-    w.int64(value.commit_timestamp_ms)
-    return bytes(w.out)
+        return b"".join(
+            (
+                _VALUE_V1_HEAD.pack(1, value.offset),
+                metadata,
+                _VALUE_V1_TAIL.pack(value.commit_timestamp_ms, value.expire_timestamp_ms),
+            )
+        )
+    return b"".join(
+        (
+            _VALUE_HEAD.pack(OFFSET_VALUE_VERSION, value.offset, value.leader_epoch),
+            metadata,
+            _INT64.pack(value.commit_timestamp_ms),
+        )
+    )
+
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_OFFSET_KEY_PREFIX = _INT16.pack(OFFSET_KEY_VERSION)
+_VALUE_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch
+_VALUE_V1_HEAD = struct.Struct(">hq")  # version, offset
+_VALUE_V1_TAIL = struct.Struct(">qq")  # commit time, expiry
+_NULL_STRING = _INT16.pack(-1)
+
+
+def _short_string(v: str | None) -> bytes:
+    """A classic string (int16 length), as `Writer.string` writes it."""
+    if v is None:
+        return _NULL_STRING
+    data = v.encode()
+    if len(data) > MAX_STRING_BYTES:
+        raise RecordFormatError(f"string of {len(data)} bytes does not fit an int16 length")
+    return _INT16.pack(len(data)) + data
 
 
 def encode_group_value(group: StoredGroup) -> bytes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -315,7 +315,7 @@ class GroupCoordinator:
                 results[tp] = E.offset_metadata_too_large
             else:
                 at = now if commit_timestamps is None else commit_timestamps.get(tp, now)
-                to_store[tp] = replace(value, commit_timestamp_ms=at, expire_timestamp_ms=expires)
+                to_store[tp] = value.stamped(at, expires)
         if not to_store:
             callback(results)
             return

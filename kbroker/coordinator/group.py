@@ -135,6 +135,14 @@ class OffsetAndMetadata:
     # written by them replays with the same meaning.
     expire_timestamp_ms: int | None = None
 
+    def stamped(
+        self, commit_timestamp_ms: int, expire_timestamp_ms: int | None
+    ) -> OffsetAndMetadata:
+        """The commit as stored: with its commit time and explicit expiry, if any."""
+        return OffsetAndMetadata(
+            self.offset, self.leader_epoch, self.metadata, commit_timestamp_ms, expire_timestamp_ms
+        )
+
 
 @dataclass(slots=True)
 class ClassicGroup:

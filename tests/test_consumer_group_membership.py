@@ -443,6 +443,32 @@ def test_heartbeats_wait_in_line_behind_a_pending_write(h):
     assert boxes[1].value.member_epoch == 2
 
 
+def test_a_heartbeat_waiting_in_line_sees_the_partition_it_lost_meanwhile(h):
+    h.store.hold = True
+    boxes = []
+    for member_id in ("a", "b"):
+        box = Box()
+        h.cc.heartbeat(
+            HeartbeatRequest(
+                group_id="g",
+                member_id=member_id,
+                member_epoch=0,
+                rebalance_timeout_ms=30_000,
+                subscribed_topic_names=("t",),
+                owned=(),
+            ),
+            box,
+        )
+        boxes.append(box)
+    partition = h.c.partition_for("g")
+    h.c.unload_partition(partition)
+    h.store.hold = False
+    h.store.release()
+    assert boxes[0].value.error == E.not_coordinator  # its write ended after the move
+    assert boxes[1].value.error == E.not_coordinator  # it ran after the move
+    assert len(h.store.batches[partition]) == 1  # and wrote nothing
+
+
 def test_a_reloaded_group_is_the_group_that_was_running(h):
     members = [h.member() for _ in range(3)]
     settle(members)

@@ -494,8 +494,12 @@ class ConsumerGroupCoordinator:
             callback(HeartbeatResult(status))
             return
 
+        # An operation submitted to an idle group runs within submit, where the status
+        # just read still holds; one that waits in line reads it again when it runs.
+        waits = self._ops.busy(req.group_id)
+
         def op() -> tuple[_Change | None, Finish]:
-            status = self.host.status(req.group_id)
+            status = self.host.status(req.group_id) if waits else None
             if status is not None:  # the partition moved while this waited in line
                 lost = HeartbeatResult(status)
                 return None, lambda _code: callback(lost)

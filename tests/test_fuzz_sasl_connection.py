@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz_connection import FakeBroker, FakeTransport, request, responses
 
+from kbroker.config import BrokerConfig
 from kbroker.security.jwt import UnsecuredOptions, unsigned_token
 from kbroker.security.listener import ListenerSecurity
 from kbroker.security.oauthbearer import BearerSettings, Validate
@@ -34,6 +35,18 @@ CREDENTIAL = credential_from_salted(
 
 
 class SaslBroker(FakeBroker):
+    """Refusals answered at once (connection.failed.authentication.delay.ms=0) unless
+    built with a delay."""
+
+    def __init__(self, failed_login_delay_ms: int = 0) -> None:
+        super().__init__()
+        self.config = BrokerConfig.from_settings(
+            {
+                "logging.requests.enable": "false",
+                "connection.failed.authentication.delay.ms": str(failed_login_delay_ms),
+            }
+        )
+
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return CREDENTIAL if (user, mechanism) == ("bob", "SCRAM-SHA-256") else None
 
@@ -271,3 +284,27 @@ def test_a_request_after_a_refused_token_closes_with_the_refusals_reason(caplog)
     (line,) = warnings(caplog)
     assert "unexpected metadata request" in line and "token was refused" in line
     assert "expired" in line and token not in caplog.text
+
+
+def test_a_refused_login_is_answered_and_closed_after_the_failed_authentication_delay() -> None:
+    broker = SaslBroker(failed_login_delay_ms=150)
+    conn = KafkaConnection(broker, SECURITY)  # type: ignore[arg-type]
+    transport = FakeTransport()
+
+    async def scenario() -> tuple[float, float]:
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.data_received(handshake("PLAIN"))
+        started = time.monotonic()
+        conn.data_received(authenticate(b"\0alice\0wrong"))
+        answered = closed = 0.0
+        while not transport.closed and time.monotonic() - started < 5:
+            if not answered and len(responses(transport.written)) == 2:
+                answered = time.monotonic() - started
+            await asyncio.sleep(0.005)
+        closed = time.monotonic() - started
+        return answered or closed, closed
+
+    answered, closed = asyncio.run(scenario())
+    assert transport.closed
+    assert 0.15 <= answered <= closed < 2  # held back the delay, then answered and closed
+    assert struct.unpack_from(">h", responses(transport.written)[1], 4)[0] == 58

@@ -2081,6 +2081,15 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "Longest wait between two failed requests to the token endpoint.",
     ),
     _d(
+        "connection.failed.authentication.delay.ms",
+        INT,
+        100,
+        "Time a failed login's answer, and the close after it, are held back (KIP-306): "
+        "a client that reconnects at once, or guesses passwords, waits this long a try. "
+        "Keep it below connections.max.idle.ms.",
+        at_least(0),
+    ),
+    _d(
         "sasl.server.max.receive.size",
         INT,
         524288,

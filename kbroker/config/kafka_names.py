@@ -53,7 +53,6 @@ KAFKA_READ_ONLY_UNKNOWN: frozenset[str] = frozenset(
         "alter.log.dirs.replication.quota.window.num",
         "alter.log.dirs.replication.quota.window.size.seconds",
         "client.quota.callback.class",
-        "connection.failed.authentication.delay.ms",
         "controller.quorum.append.linger.ms",
         "controller.quorum.auto.join.enable",
         "controller.quorum.election.backoff.max.ms",

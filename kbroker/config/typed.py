@@ -98,6 +98,10 @@ class TypedSettings:
         return self._effective["compression.zstd.level"]
 
     @property
+    def connection_failed_authentication_delay_ms(self) -> int:
+        return self._effective["connection.failed.authentication.delay.ms"]
+
+    @property
     def connections_max_idle_ms(self) -> int:
         return self._effective["connections.max.idle.ms"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -76,11 +76,13 @@ class Client(Protocol):
 
     def throttle(self, ms: int) -> None: ...
 
-    def sasl_handshake(self, mechanism: str, version: int) -> responses.SaslHandshakeResponse: ...
+    def sasl_handshake(
+        self, mechanism: str, version: int
+    ) -> responses.SaslHandshakeResponse | Awaitable[responses.SaslHandshakeResponse]: ...
 
     def sasl_authenticate(
         self, token: bytes, version: int
-    ) -> responses.SaslAuthenticateResponse: ...
+    ) -> responses.SaslAuthenticateResponse | Awaitable[responses.SaslAuthenticateResponse]: ...
 
 
 class Partitions(Protocol):

@@ -17,8 +17,8 @@ import struct
 import time
 import typing
 from collections import deque
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kbroker.handlers.api_versions import unsupported_api_versions
 from kbroker.handlers.context import BrokerParts, RequestContext
@@ -77,6 +77,7 @@ _IMMEDIATE = frozenset({bytes, dict})
 _HEAD = struct.Struct(">ii")  # frame size, correlation id: response header v0
 _FLEXIBLE_HEAD = struct.Struct(">iiB")  # and no tagged fields: response header v1
 _CORK_PART_BYTES = 64 * 1024  # a larger answer part is written as it is, not copied
+T = TypeVar("T")
 
 
 class Host(Protocol):
@@ -154,6 +155,7 @@ class KafkaConnection(asyncio.Protocol):
         self.principal: KafkaPrincipal = ANONYMOUS
         self._sasl: SaslSession | None = None
         self._session_deadline = 0.0
+        self._close_once_answered = False  # a delayed login refusal: close once it is out
         self._muted_until = 0.0  # quota throttling
         self._held: deque[bytes] = deque()  # requests read while muted or ordering
         self._ordering = False  # a coroutine handler's effects are not done yet
@@ -528,7 +530,9 @@ class KafkaConnection(asyncio.Protocol):
     def _drop_frames(self, request: memoryview) -> None:
         """After a failed login: the answer is out, the close follows; nothing else runs."""
 
-    def sasl_handshake(self, mechanism: str, version: int) -> responses.SaslHandshakeResponse:
+    def sasl_handshake(
+        self, mechanism: str, version: int
+    ) -> responses.SaslHandshakeResponse | Awaitable[responses.SaslHandshakeResponse]:
         sasl = self._sasl
         if sasl is None:
             return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": []}
@@ -539,13 +543,18 @@ class KafkaConnection(asyncio.Protocol):
             return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": list(sasl.mechanisms)}
         if not sasl.handshake(mechanism, version):
             self._authentication_failed(f"SASL mechanism {mechanism!r} is not enabled")
-            self._close_after_answer()
-            return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": list(sasl.mechanisms)}
+            refusal: responses.SaslHandshakeResponse = {
+                "error_code": UNSUPPORTED_SASL_MECHANISM,
+                "mechanisms": list(sasl.mechanisms),
+            }
+            return self._refuse(refusal)
         if sasl.raw_tokens:
             self._enter(Event.RAW_HANDSHAKE)
         return {"error_code": 0, "mechanisms": list(sasl.mechanisms)}
 
-    def sasl_authenticate(self, token: bytes, version: int) -> responses.SaslAuthenticateResponse:
+    def sasl_authenticate(
+        self, token: bytes, version: int
+    ) -> responses.SaslAuthenticateResponse | Awaitable[responses.SaslAuthenticateResponse]:
         sasl = self._sasl
         refused: responses.SaslAuthenticateResponse = {
             "error_code": ILLEGAL_SASL_STATE,
@@ -563,8 +572,12 @@ class KafkaConnection(asyncio.Protocol):
             answer, finished = sasl.authenticate(token)
         except SaslFailure as exc:
             self._authentication_failed(exc.reason)
-            self._close_after_answer()
-            return {**refused, "error_code": SASL_AUTHENTICATION_FAILED, "error_message": str(exc)}
+            failed: responses.SaslAuthenticateResponse = {
+                **refused,
+                "error_code": SASL_AUTHENTICATION_FAILED,
+                "error_message": str(exc),
+            }
+            return self._refuse(failed)
         lifetime = self._authenticated() if finished else 0
         return {
             "error_code": 0,
@@ -582,7 +595,8 @@ class KafkaConnection(asyncio.Protocol):
             answer, finished = sasl.authenticate(bytes(request))
         except SaslFailure as exc:
             self._authentication_failed(exc.reason)
-            self.close("", quiet=True)
+            delay_s = self.broker.config.connection_failed_authentication_delay_ms / 1000
+            asyncio.get_running_loop().call_later(delay_s, self.close, "", True)
             return
         self._respond_raw(answer)
         if finished:
@@ -621,6 +635,22 @@ class KafkaConnection(asyncio.Protocol):
     def _close_after_answer(self) -> None:
         """Close once the answer being built now is written (the transport flushes it)."""
         asyncio.get_running_loop().call_soon(self.close, "", True)
+
+    def _refuse(self, answer: T) -> T | Awaitable[T]:
+        """A failed login's answer, then the close, held back
+        connection.failed.authentication.delay.ms as Kafka holds them (KIP-306): a client
+        that reconnects at once on a refusal, or guesses passwords, waits that long a try."""
+        delay_s = self.broker.config.connection_failed_authentication_delay_ms / 1000
+        if delay_s <= 0:
+            self._close_after_answer()
+            return answer
+
+        async def later() -> T:
+            await asyncio.sleep(delay_s)
+            self._close_once_answered = True
+            return answer
+
+        return later()
 
     def _respond_raw(self, token: bytes) -> None:
         """A SASL token in a bare size-prefixed frame (after a v0 SaslHandshake)."""
@@ -837,6 +867,8 @@ class KafkaConnection(asyncio.Protocol):
             slot = queue.popleft()
             if slot.data is not None:
                 self._write(slot.data)
+        if self._close_once_answered and not queue:
+            self._close_after_answer()
         self._maybe_resume_reading()
 
     # -- encoding and writing ---------------------------------------------------------

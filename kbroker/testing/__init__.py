@@ -146,10 +146,12 @@ class KafkaServer:
 
 
 @contextmanager
-def _running(nodes: list[Node], directory: Path, keep: bool) -> Iterator[KafkaServer]:
+def _running(
+    nodes: list[Node], directory: Path, keep: bool, python: str | None = None
+) -> Iterator[KafkaServer]:
     server = KafkaServer(nodes, directory)
     try:
-        start_all(nodes)
+        start_all(nodes, python=python)
         yield server
     finally:
         stop_all(nodes)
@@ -162,17 +164,19 @@ def kafka_broker(
     directory: Path | str | None = None,
     settings: Mapping[str, str] | None = None,
     http: bool = False,
+    python: str | None = None,
 ) -> Iterator[KafkaServer]:
     """One kbroker node on a free loopback port. `settings` are broker properties with
     Kafka's names; `http=True` also serves /metrics, /health and /ready (the port is
-    `server.nodes[0].http_port`)."""
+    `server.nodes[0].http_port`); `python` runs it with another interpreter (or a
+    wrapper that runs another kbroker tree, as bench/paired_cost.py does)."""
     keep = directory is not None
     root = Path(tempfile.mkdtemp(prefix="kbroker-") if directory is None else directory)
     port, *more = free_ports(2 if http else 1)
     node = single_node(
         root, port, more[0] if http else None, **{**TEST_SETTINGS, **(settings or {})}
     )
-    with _running([node], root, keep) as server:
+    with _running([node], root, keep, python) as server:
         yield server
 
 

@@ -246,13 +246,16 @@ def cluster_nodes(
     return nodes
 
 
-def start_all(nodes: list[Node], timeout: float = START_TIMEOUT_S) -> None:
-    """Spawn every node, then wait until each answers Metadata naming all of them; on
-    failure every node is killed and the error carries the failing node's log."""
+def start_all(
+    nodes: list[Node], timeout: float = START_TIMEOUT_S, python: str | None = None
+) -> None:
+    """Spawn every node (with `python`, else this interpreter), then wait until each
+    answers Metadata naming all of them; on failure every node is killed and the error
+    carries the failing node's log."""
     deadline = time.monotonic() + timeout
     try:
         for node in nodes:
-            node.spawn()
+            node.spawn(python)
         for node in nodes:
             node.wait_started(len(nodes), deadline)
     except BaseException:

@@ -20,6 +20,7 @@ from kbroker.config import BrokerConfig
 from kbroker.security.jwt import UnsecuredOptions, unsigned_token
 from kbroker.security.listener import ListenerSecurity
 from kbroker.security.oauthbearer import BearerSettings, Validate
+from kbroker.security.sasl import LONGEST_MS
 from kbroker.security.scram import ScramCredential, credential_from_salted, salted_password
 from kbroker.server.connection import KafkaConnection
 
@@ -308,3 +309,13 @@ def test_a_refused_login_is_answered_and_closed_after_the_failed_authentication_
     assert transport.closed
     assert 0.15 <= answered <= closed < 2  # held back the delay, then answered and closed
     assert struct.unpack_from(">h", responses(transport.written)[1], 4)[0] == 58
+
+
+def test_a_token_expiring_in_millions_of_years_still_logs_in() -> None:
+    token = unsigned_token({"sub": "carol", "exp": 1e300})
+    conn, transport, _ = run(
+        [handshake("OAUTHBEARER"), authenticate(bearer_message(token)), request(18, 0, 3)]
+    )
+    assert not transport.closed and str(conn.principal) == "User:carol"
+    answer = responses(transport.written)[1]
+    assert struct.unpack_from(">q", answer, 4 + 2 + 2 + 4)[0] == LONGEST_MS

@@ -39,7 +39,7 @@ from kbroker.security.listener import listener_security
 from kbroker.security.oauth_login import UnsecuredLogin
 from kbroker.security.oauthbearer import InitialResponse
 from kbroker.security.principal import user
-from kbroker.security.sasl import SaslFailure, SaslSession, session_lifetime_ms
+from kbroker.security.sasl import LONGEST_MS, SaslFailure, SaslSession, session_lifetime_ms
 from kbroker.security.sasl_client import oauthbearer
 
 MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -384,6 +384,7 @@ def test_a_listener_without_oauthbearer_refuses_the_mechanism():
         (0, 12_000, 2000),
         (1000, 12_000, 1000),
         (5000, 9_000, 0),
+        (0, 10**303, LONGEST_MS),  # a token of any expiry fits the answer
     ],
 )
 def test_a_session_ends_at_the_earlier_of_the_token_expiry_and_max_reauth(

@@ -8,6 +8,7 @@ writes back what it returns. It decides nothing about sockets; a failure is a
 
 from __future__ import annotations
 
+import datetime
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,9 @@ from kbroker.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from kbroker.security.scram import ScramCredential, ScramError, ScramServer
 
 PLAIN = "PLAIN"
+# The longest session lifetime an answer carries (a duration field is a timedelta): some
+# 2.7 million years, past any token's expiry that matters.
+LONGEST_MS = (datetime.timedelta.max.days - 1) * 86_400_000
 SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS, OAUTHBEARER)
 
 ScramLookup = Callable[[str, str], ScramCredential | None]  # (user, mechanism)
@@ -274,5 +278,6 @@ def session_lifetime_ms(
     credential (an OAUTHBEARER token's ``exp``); None when neither bounds it."""
     if credential_expires_ms is None:
         return max_reauth_ms if max_reauth_ms > 0 else None
-    left = max(0, credential_expires_ms - now_ms)
+    # A token may name any expiry; the answer's duration field holds up to LONGEST_MS.
+    left = min(max(0, credential_expires_ms - now_ms), LONGEST_MS)
     return min(left, max_reauth_ms) if max_reauth_ms > 0 else left

@@ -196,6 +196,7 @@ def test_an_unsigned_token_names_its_principal_scope_and_expiry():
         ({"sub": "alice", "exp": NOW - 1}, "expired"),
         ({"sub": "alice", "exp": NOW + 60, "iat": NOW + 30}, "in the future"),
         ({"sub": "alice", "exp": "soon"}, "not a number"),
+        ({"sub": "alice", "exp": NOW + 60, "iat": 1e308}, "in the future"),
     ],
 )
 def test_an_unsigned_token_without_what_kafka_requires_is_refused(
@@ -208,6 +209,13 @@ def test_an_unsigned_token_without_what_kafka_requires_is_refused(
 def test_an_unsigned_check_refuses_a_signed_token():
     with pytest.raises(TokenRefused, match="'none'"):
         check_unsecured(signed_token(), UnsecuredOptions(), int(NOW * 1000))
+
+
+def test_a_token_expiring_as_late_as_a_float_goes_is_accepted():
+    token = unsigned({"sub": "alice", "exp": 1.7e308})
+    assert check_unsecured(token, UnsecuredOptions(), int(NOW * 1000)).expires_ms > 10**308
+    signed = check_signed(signed_token({"exp": 1.7e308}), SignedOptions(), KEYS, NOW)
+    assert signed.expires_ms > 10**308
 
 
 def test_the_jaas_options_set_the_claims_the_clock_skew_and_the_required_scope():
@@ -689,3 +697,35 @@ def test_unsecured_login_options_make_the_claims_kafka_makes():
         UnsecuredLogin.from_jaas(
             {"unsecuredLoginStringClaim_sub": "x", "unsecuredLoginNumberClaim_exp": "1"}
         )
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+CLAIMS = st.fixed_dictionaries(
+    {}, optional={"sub": JSON, "exp": JSON, "iat": JSON, "scope": JSON, "aud": JSON, "nbf": JSON}
+)
+
+
+@given(CLAIMS)
+def test_any_claims_are_accepted_or_refused_never_raising_else(claims: dict[str, Any]):
+    """Hostile claims end in TokenRefused or a token whose session lifetime the answer
+    can carry, in both checks."""
+    try:
+        accepted = check_unsecured(unsigned(claims), UnsecuredOptions(), int(NOW * 1000))
+    except TokenRefused:
+        accepted = None
+    if accepted is not None:
+        assert accepted.principal and accepted.principal == accepted.principal.strip()
+        assert 0 <= session_lifetime_ms(0, accepted.expires_ms, int(NOW * 1000)) <= LONGEST_MS
+    head = f"{b64(json.dumps({'alg': 'HS256', 'kid': 'hs-1'}).encode())}.{b64(json.dumps(claims).encode())}"
+    token = f"{head}.{b64(sign('HS256', head.encode()))}"
+    try:
+        signed = check_signed(token, SignedOptions(), KEYS, NOW)
+    except TokenRefused:
+        return
+    assert signed.principal == claims["sub"].strip() and signed.expires_ms >= 0

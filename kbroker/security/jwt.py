@@ -108,6 +108,13 @@ def _number(claims: Mapping[str, Any], name: str) -> float | None:
     return float(value)
 
 
+def _ms(seconds: float) -> int:
+    """A claim's seconds in milliseconds, as Java's Math.round does, even for a time so
+    far off that its milliseconds overflow a float."""
+    millis = seconds * 1000
+    return round(millis) if math.isfinite(millis) else int(seconds) * 1000
+
+
 def _scope(claims: Mapping[str, Any], name: str) -> frozenset[str]:
     """A space-delimited string counts as one scope (as Kafka reads it), a list as many."""
     value = claims.get(name)
@@ -189,8 +196,8 @@ def check_unsecured(token: str, options: UnsecuredOptions, now_ms: int) -> Beare
     return BearerToken(
         principal=principal,
         scope=scope,
-        expires_ms=round(expires * 1000),
-        issued_ms=round(issued * 1000) if issued is not None else None,
+        expires_ms=_ms(expires),
+        issued_ms=_ms(issued) if issued is not None else None,
     )
 
 
@@ -381,7 +388,7 @@ def check_signed(
     principal = _principal(claims, options.sub_claim)
     if expires < 0 or issued < 0:
         raise TokenRefused("the exp and iat claims must not be negative")
-    return BearerToken(principal, scope, round(expires * 1000), round(issued * 1000))
+    return BearerToken(principal, scope, _ms(expires), _ms(issued))
 
 
 class KeyMissing(TokenRefused):

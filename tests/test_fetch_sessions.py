@@ -7,6 +7,7 @@ from pathlib import Path
 from inprocess import RawClient, run_broker
 
 from kbroker.protocol.batch import encode_batch
+from kbroker.replica.fetch_sessions import EVICTION_S, FetchSessionCache, FetchTarget
 
 FETCH = 1
 VERSION = 12
@@ -135,3 +136,59 @@ def test_a_fetch_naming_no_partition_is_answered_at_once_whatever_its_wait(tmp_p
         assert time.monotonic() - started < 10
 
     _session(tmp_path, steps)
+
+
+# -- the cache's slots (max.incremental.fetch.session.cache.slots) -----------------------
+
+
+def _targets(count: int) -> list[FetchTarget]:
+    return [FetchTarget(("t", p), "t", None, p, 0, 1 << 20) for p in range(count)]
+
+
+def _open(cache: FetchSessionCache, size: int, now: float, *, privileged: bool = False) -> int:
+    return cache.plan(0, 0, _targets(size), [], privileged=privileged, now=now).session_id
+
+
+def test_a_full_cache_makes_no_session_for_a_consumer_while_the_others_are_young() -> None:
+    cache = FetchSessionCache(2)
+    assert _open(cache, 3, 0.0) and _open(cache, 3, 1.0)
+    plan = cache.plan(0, 0, _targets(5), [], now=2.0)
+    assert plan.session_id == 0 and len(plan.targets) == 5  # answered in full, no session
+    assert len(cache) == 2
+
+
+def test_a_follower_takes_the_slot_of_a_young_consumer_session() -> None:
+    cache = FetchSessionCache(2)
+    small, big = _open(cache, 2, 0.0), _open(cache, 9, 1.0)
+    follower = _open(cache, 1, 2.0, privileged=True)
+    assert follower
+    # The smaller consumer session went; the larger one is still there.
+    assert cache.plan(small, 1, [], [], now=3.0).error_code == 70
+    assert cache.plan(big, 1, [], [], now=3.0).error_code == 0
+    # A follower's young session is no consumer's to take, nor another follower's.
+    assert _open(cache, 50, 4.0) == 0
+    assert _open(cache, 50, 4.0, privileged=True)  # takes the consumer's
+    assert _open(cache, 50, 4.0, privileged=True) == 0
+    assert cache.plan(follower, 1, [], [], now=5.0).error_code == 0
+
+
+def test_a_stale_session_gives_its_slot_to_anyone() -> None:
+    cache = FetchSessionCache(1)
+    follower = _open(cache, 9, 0.0, privileged=True)
+    assert _open(cache, 1, EVICTION_S - 1) == 0
+    assert _open(cache, 1, EVICTION_S + 1)
+    assert cache.plan(follower, 1, [], [], now=EVICTION_S + 2).error_code == 70
+
+
+def test_an_old_session_is_taken_by_a_larger_one_only() -> None:
+    cache = FetchSessionCache(1)
+    first = _open(cache, 5, 0.0)
+    cache.plan(first, 1, [], [], now=EVICTION_S)  # used lately, but made long ago
+    assert _open(cache, 5, EVICTION_S + 1) == 0  # a tie keeps it
+    assert _open(cache, 6, EVICTION_S + 1)
+
+
+def test_no_slots_means_no_sessions() -> None:
+    cache = FetchSessionCache(0)
+    plan = cache.plan(0, 0, _targets(2), [], privileged=True, now=0.0)
+    assert plan.session_id == 0 and len(plan.targets) == 2

@@ -182,7 +182,11 @@ def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:
         for partition in t.partitions
     ]
     return ctx.broker.fetch_sessions.plan(
-        request.session_id, request.session_epoch, requested, forgotten
+        request.session_id,
+        request.session_epoch,
+        requested,
+        forgotten,
+        privileged=replica_id_of(ctx, request) >= 0,
     )
 
 

@@ -3,7 +3,17 @@
 With a session a client sends only the partitions whose fetch position changed, and
 the broker answers only for partitions with something new — records, or a moved
 high watermark, last stable offset or log start offset — instead of restating
-hundreds of idle partitions every few hundred milliseconds.
+hundreds of idle partitions every few hundred milliseconds. An incremental fetch still
+reads every partition of its session, at the position last named: a follower's fetch
+offsets count on every round (its place in the ISR, the high watermark) though its
+request names only the partitions that moved.
+
+The cache holds `max.incremental.fetch.session.cache.slots` sessions. When it is full,
+a new session takes the place of one unused for two minutes, or else of a less
+valuable one as Kafka weighs them: a follower's session (privileged) before a
+consumer's, then more partitions before fewer, and a session younger than two minutes
+is evictable only by a follower's, and only if it is a consumer's. A session that
+finds no place is not made: the fetch is answered in full with session id 0.
 """
 
 from __future__ import annotations
@@ -20,6 +30,8 @@ FINAL_EPOCH = -1
 NO_SESSION = 0
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
+
+EVICTION_S = 120.0  # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 
 Key = tuple[Any, int]  # (topic name or topic id, partition)
 
@@ -56,6 +68,13 @@ class FetchSession:
     next_epoch: int
     targets: OrderedDict[Key, FetchTarget] = field(default_factory=OrderedDict)
     last_used: float = 0.0
+    created: float = 0.0
+    privileged: bool = False  # a follower's
+
+    def worth(self) -> tuple[bool, int]:
+        """How much keeping this session is worth against another (Kafka's
+        EvictableKey, less its id): a follower's first, then the larger."""
+        return self.privileged, len(self.targets)
 
 
 @dataclass(slots=True)
@@ -86,16 +105,24 @@ class FetchSessionCache:
         epoch: int,
         requested: list[FetchTarget],
         forgotten: list[Key],
+        *,
+        privileged: bool = False,
+        now: float | None = None,
     ) -> FetchPlan:
-        """Resolve a request's session fields into the partitions to read (KIP-227 rules)."""
+        """Resolve a request's session fields into the partitions to read (KIP-227 rules);
+        `privileged` for a follower's fetch."""
+        now = time.monotonic() if now is None else now
         if epoch == FINAL_EPOCH:
             self._sessions.pop(session_id, None)
             return FetchPlan(requested)
         if epoch == INITIAL_EPOCH:
             self._sessions.pop(session_id, None)
-            created = self._create()
-            for target in requested:
-                created.targets[target.key] = target
+            targets: OrderedDict[Key, FetchTarget] = OrderedDict(
+                (target.key, target) for target in requested
+            )
+            created = self._create(targets, privileged, now)
+            if created is None:
+                return FetchPlan(list(targets.values()))
             return FetchPlan(list(created.targets.values()), created)
         session = self._sessions.get(session_id)
         if session is None:
@@ -110,24 +137,51 @@ class FetchSessionCache:
                 known.update_from(target)
         for key in forgotten:
             session.targets.pop(key, None)
-        session.next_epoch = _next_epoch(epoch)
-        session.last_used = time.monotonic()
+        session.next_epoch = next_epoch(epoch)
+        session.last_used = now
         return FetchPlan(list(session.targets.values()), session, incremental=True)
 
-    def _create(self) -> FetchSession:
-        if len(self._sessions) >= self.max_sessions:
-            oldest = min(self._sessions.values(), key=lambda s: s.last_used)
-            del self._sessions[oldest.session_id]
+    def _create(
+        self, targets: OrderedDict[Key, FetchTarget], privileged: bool, now: float
+    ) -> FetchSession | None:
+        """A new session for `targets`, if the cache has or can make room for it."""
+        if len(self._sessions) >= self.max_sessions and not self._evict_for(
+            (privileged, len(targets)), privileged, now
+        ):
+            return None
         while True:
             session_id = random.randint(1, 2**31 - 1)
             if session_id not in self._sessions:
                 break
-        session = FetchSession(session_id, 1, last_used=time.monotonic())
+        session = FetchSession(session_id, 1, targets, now, now, privileged)
         self._sessions[session_id] = session
         return session
 
+    def _evict_for(self, worth: tuple[bool, int], privileged: bool, now: float) -> bool:
+        """Kafka's FetchSessionCache.tryEvict: drop a stale session, or else the least
+        valuable evictable one if it is worth less than the new one."""
+        if not self._sessions:
+            return False
+        oldest = min(self._sessions.values(), key=lambda s: s.last_used)
+        if now - oldest.last_used > EVICTION_S:
+            del self._sessions[oldest.session_id]
+            return True
+        evictable = [
+            s
+            for s in self._sessions.values()
+            if now - s.created > EVICTION_S or (privileged and not s.privileged)
+        ]
+        if not evictable:
+            return False
+        least = min(evictable, key=lambda s: (s.worth(), s.session_id))
+        if worth <= least.worth():  # a tie keeps the session there is
+            return False
+        del self._sessions[least.session_id]
+        return True
 
-def _next_epoch(epoch: int) -> int:
+
+def next_epoch(epoch: int) -> int:
+    """The epoch after `epoch`: after 2**31-1 comes 1 (0 asks for a new session)."""
     return 1 if epoch >= 2**31 - 1 else epoch + 1
 
 

@@ -242,6 +242,7 @@ class Broker:
         self.extra_metrics.append(self.loop_lag.collect)
         self.stall_watch = StallWatch()
         self.extra_metrics.append(self.stall_watch.collect)
+        self.extra_metrics.append(self.fetch_sessions.collect)
         self.auto_topics = TopicAutoCreation(self.controller)
         self.parts = BrokerParts(
             node_id=self.node_id,

@@ -170,6 +170,11 @@ def test_a_follower_takes_the_slot_of_a_young_consumer_session() -> None:
     assert _open(cache, 50, 4.0, privileged=True)  # takes the consumer's
     assert _open(cache, 50, 4.0, privileged=True) == 0
     assert cache.plan(follower, 1, [], [], now=5.0).error_code == 0
+    assert cache.evictions == 2
+    gauges = {m.name: m.samples[0].value for m in cache.collect()}
+    assert gauges["kafka_server_fetchsessioncache_numincrementalfetchsessions"] == 2
+    assert gauges["kafka_server_fetchsessioncache_numincrementalfetchpartitionscached"] == 51
+    assert gauges["kafka_server_fetchsessioncache_incrementalfetchsessionevictions"] == 2
 
 
 def test_a_stale_session_gives_its_slot_to_anyone() -> None:

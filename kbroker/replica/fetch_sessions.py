@@ -22,8 +22,11 @@ import random
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
@@ -95,6 +98,7 @@ class FetchSessionCache:
     def __init__(self, max_sessions: int = 1000) -> None:
         self.max_sessions = max_sessions
         self._sessions: dict[int, FetchSession] = {}
+        self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -165,6 +169,7 @@ class FetchSessionCache:
         oldest = min(self._sessions.values(), key=lambda s: s.last_used)
         if now - oldest.last_used > EVICTION_S:
             del self._sessions[oldest.session_id]
+            self.evictions += 1
             return True
         evictable = [
             s
@@ -177,7 +182,27 @@ class FetchSessionCache:
         if worth <= least.worth():  # a tie keeps the session there is
             return False
         del self._sessions[least.session_id]
+        self.evictions += 1
         return True
+
+    def collect(self) -> Iterator[Metric]:
+        """Kafka's FetchSessionCache metrics."""
+        yield GaugeMetricFamily(
+            "kafka_server_fetchsessioncache_numincrementalfetchsessions",
+            "Incremental fetch sessions this broker keeps, of consumers and followers "
+            "(NumIncrementalFetchSessions).",
+            value=len(self._sessions),
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+            "Partitions in all of them (NumIncrementalFetchPartitionsCached).",
+            value=sum(len(s.targets) for s in self._sessions.values()),
+        )
+        yield CounterMetricFamily(
+            "kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+            "Sessions dropped to make room for a new one (IncrementalFetchSessionEvictionsPerSec).",
+            value=self.evictions,
+        )
 
 
 def next_epoch(epoch: int) -> int:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from inprocess import RawClient, run_broker
 
+from kbroker.controller.state import MetadataState, TopicInfo
+from kbroker.handlers.fetch import resolve_unknown_topics
 from kbroker.protocol.batch import encode_batch
 from kbroker.replica.fetch_sessions import EVICTION_S, FetchSessionCache, FetchTarget
 
@@ -136,6 +139,44 @@ def test_a_fetch_naming_no_partition_is_answered_at_once_whatever_its_wait(tmp_p
         assert time.monotonic() - started < 10
 
     _session(tmp_path, steps)
+
+
+def test_a_session_partition_of_a_topic_unknown_when_it_came_is_read_once_the_topic_is_known(
+    tmp_path: Path,
+) -> None:
+    """A client whose metadata is ahead of this broker's names a partition in its first
+    Fetch only: the session keeps it and names its topic on a later fetch (Kafka's
+    maybeResolveUnknownName), rather than answering UNKNOWN_TOPIC for ever."""
+
+    async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        client = await RawClient.connect(port)
+        try:
+            first = {
+                **_fetch(0, 0, [(0, 0)]),
+                "topics": [{**_fetch(0, 0, [(0, 0)])["topics"][0], "topic": "later"}],
+            }
+            answer = await client.call(FETCH, VERSION, first)
+            assert [p.error_code for t in answer.responses for p in t.partitions] == [3]
+            await broker.controller.create_topic("later", 1, 1, {})
+            again = await client.call(FETCH, VERSION, _fetch(answer.session_id, 1, []))
+            [(topic, partition)] = [(t, p) for t in again.responses for p in t.partitions]
+            assert (topic.topic, partition.error_code, partition.high_watermark) == ("later", 0, 0)
+        finally:
+            client.close()
+
+    run_broker(tmp_path, check)
+
+
+def test_a_session_partition_named_by_an_unknown_topic_id_is_resolved_when_it_is_known() -> None:
+    topic_id = uuid.uuid4()
+    target = FetchTarget((topic_id, 0), None, topic_id, 0, 0, 1 << 20)
+    resolve_unknown_topics(MetadataState(), [target])
+    assert target.topic is None
+    info = TopicInfo("later", topic_id, ())
+    resolve_unknown_topics(
+        MetadataState(topics={"later": info}, topics_by_id={topic_id: info}), [target]
+    )
+    assert (target.topic, target.topic_id) == ("later", topic_id)
 
 
 # -- the cache's slots (max.incremental.fetch.session.cache.slots) -----------------------

@@ -15,6 +15,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from kbroker.config.topic import topic_config_values
+from kbroker.controller.state import MetadataState
 from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.endpoints import current_leader, node_address
 from kbroker.handlers.registry import Later, handles
@@ -181,13 +182,31 @@ def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:
         for t in request.forgotten_topics_data
         for partition in t.partitions
     ]
-    return ctx.broker.fetch_sessions.plan(
+    plan = ctx.broker.fetch_sessions.plan(
         request.session_id,
         request.session_epoch,
         requested,
         forgotten,
         privileged=replica_id_of(ctx, request) >= 0,
     )
+    if plan.incremental:
+        resolve_unknown_topics(state, plan.targets)
+    return plan
+
+
+def resolve_unknown_topics(state: MetadataState, targets: list[FetchTarget]) -> None:
+    """Name the topic of each session partition that came while this broker did not know
+    it (its metadata a moment behind the client's, which named the partition once and
+    will not again), as Kafka's CachedPartition.maybeResolveUnknownName on every
+    incremental fetch; until then it is answered UNKNOWN_TOPIC_ID."""
+    for target in targets:
+        if target.topic is None:
+            if target.topic_id is not None:
+                info = state.topics_by_id.get(target.topic_id)
+            else:
+                info = state.topics.get(target.key[0])
+            if info is not None:
+                target.topic, target.topic_id = info.name, info.topic_id
 
 
 def _encode(

@@ -4,13 +4,22 @@ and where a follower truncates after a leader change."""
 from __future__ import annotations
 
 import asyncio
+import datetime
+import uuid
+from dataclasses import replace
 from pathlib import Path
 
-from kio.schema.fetch.v15.response import EpochEndOffset, PartitionData
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v15.response import (
+    EpochEndOffset,
+    FetchableTopicResponse,
+    FetchResponse,
+    PartitionData,
+)
 from kio.schema.types import BrokerId
 from kio.static.primitive import i32, i64
 
-from kbroker.controller.state import MetadataState
+from kbroker.controller.state import MetadataState, PartitionInfo, TopicInfo
 from kbroker.protocol.batch import encode_batch
 from kbroker.replica.delayed import DataWaiters
 from kbroker.replica.fetcher import (
@@ -150,3 +159,96 @@ def test_a_role_change_applied_during_shutdown_starts_no_fetcher(tmp_path: Path)
         assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
 
     asyncio.run(shut_down())
+
+
+class RecordingLink:
+    """A leader that answers each Fetch with the next of `answers` and keeps the requests."""
+
+    connected = True
+
+    def __init__(self, answers: list[FetchResponse]) -> None:
+        self.answers = answers
+        self.requests: list = []  # type: ignore[type-arg]
+
+    async def call(self, request, timeout: float) -> FetchResponse:  # type: ignore[no-untyped-def]
+        self.requests.append(request)
+        return self.answers.pop(0)
+
+
+def answer(
+    session_id: int, topic_id: uuid.UUID, *parts: PartitionData, error: int = 0
+) -> FetchResponse:
+    return FetchResponse(
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode(error),
+        session_id=i32(session_id),
+        responses=(FetchableTopicResponse(topic_id=topic_id, partitions=parts),) if parts else (),
+    )
+
+
+def nothing_new(index: int, high_watermark: int) -> PartitionData:
+    return PartitionData(
+        partition_index=i32(index),
+        error_code=ErrorCode.none,
+        high_watermark=i64(high_watermark),
+        last_stable_offset=i64(high_watermark),
+        log_start_offset=i64(0),
+        aborted_transactions=(),
+        preferred_read_replica=BrokerId(-1),
+        records=None,
+    )
+
+
+def named(request) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """(partition, fetch offset) of each partition a Fetch names."""
+    return [(int(p.partition), int(p.fetch_offset)) for t in request.topics for p in t.partitions]
+
+
+def test_a_fetcher_names_only_what_moved_within_its_fetch_session(tmp_path: Path) -> None:
+    topic_id = uuid.uuid4()
+    followed = []
+    for index in range(3):
+        log = PartitionLog.open(tmp_path / f"t-{index}", LogConfig(), NOW)
+        p = Partition("t", index, log, 2, DataWaiters())
+        p.become_follower(1, 1, 0, (1, 2), (1, 2))
+        followed.append(p)
+    partitions = tuple(PartitionInfo(i, 1, (1, 2), (1, 2), 1) for i in range(3))
+    metadata = MetadataState(topics={"t": TopicInfo("t", topic_id, partitions)})
+    fetcher = ReplicaFetcher(2, 1, lambda: metadata, FetcherSettings())
+    for p in followed:
+        fetcher.partitions[p.key] = FetchState(p)
+    records = bytes(encode_batch([(None, b"a"), (None, b"b")], NOW, partition_leader_epoch=1))
+    link = RecordingLink(
+        [
+            answer(42, topic_id, *(nothing_new(i, 0) for i in range(3))),  # a session begins
+            answer(42, topic_id),  # nothing new anywhere
+            answer(42, topic_id, replace(nothing_new(1, 2), records=records)),
+            answer(42, topic_id),
+            answer(0, topic_id, error=70),  # FETCH_SESSION_ID_NOT_FOUND: the leader restarted
+            answer(43, topic_id, *(nothing_new(i, 2 if i == 1 else 0) for i in range(3))),
+        ]
+    )
+
+    async def rounds() -> None:
+        for _ in range(6):
+            assert await fetcher._fetch(link)  # type: ignore[arg-type]
+
+    asyncio.run(rounds())
+    sessions = [(int(r.session_id), int(r.session_epoch)) for r in link.requests]
+    assert sessions == [(0, 0), (42, 1), (42, 2), (42, 3), (42, 4), (0, 0)]
+    assert named(link.requests[0]) == [(0, 0), (1, 0), (2, 0)]
+    assert named(link.requests[1]) == named(link.requests[2]) == []
+    assert followed[1].log_end_offset == 2
+    assert named(link.requests[3]) == [(1, 2)]  # only the partition that moved
+    assert named(link.requests[4]) == []
+    assert named(link.requests[5]) == [(0, 0), (1, 2), (2, 0)]  # in full again
+    assert all(not r.forgotten_topics_data for r in link.requests)
+    # A partition no longer followed is forgotten by the session.
+    del fetcher.partitions[followed[2].key]
+    link.answers.append(answer(43, topic_id))
+    asyncio.run(fetcher._fetch(link))  # type: ignore[arg-type]
+    last = link.requests[-1]
+    assert (int(last.session_id), int(last.session_epoch), named(last)) == (43, 1, [])
+    assert [(t.topic_id, list(t.partitions)) for t in last.forgotten_topics_data] == [
+        (topic_id, [2])
+    ]

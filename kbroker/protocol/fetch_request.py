@@ -1,6 +1,6 @@
-"""The fields of a Fetch request sent outside any fetch session (KIP-227 session 0,
-epoch -1): what a follower's replica fetcher and the admin client's one-shot reads
-both send, as plain dicts for `messages.build`.
+"""The fields of a Fetch request, as plain dicts for `messages.build`: outside any
+fetch session (KIP-227 session 0, epoch -1), as the admin client's one-shot reads
+send it, or within one (`in_session`), as a follower's replica fetcher does.
 
 A fetcher of Fetch v15+ names itself in `replica_state` (KIP-903), older versions in
 `replica_id`; only the field of the version being built is set, so `build` stays on
@@ -63,4 +63,18 @@ def sessionless_fetch(
         fields["replica_state"] = {"replica_id": replica_id, "replica_epoch": -1}
     else:
         fields["replica_id"] = replica_id
+    return fields
+
+
+def in_session(
+    fields: dict[str, Any],
+    session_id: int,
+    session_epoch: int,
+    forgotten: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """`fields` (from `sessionless_fetch`) as a Fetch of session `session_id` at
+    `session_epoch`, forgetting `forgotten` ({topic or topic_id, partitions})."""
+    fields["session_id"] = session_id
+    fields["session_epoch"] = session_epoch
+    fields["forgotten_topics_data"] = forgotten
     return fields

@@ -4,12 +4,17 @@
 A fetcher keeps one connection to its leader (a `broker_link.BrokerLink`) and fetches
 with the Fetch API as a replica (`replica_state.replica_id` set, its
 `current_leader_epoch`, and the `last_fetched_epoch` of its log's last batch), appends
-the leader's batches as they are and takes the leader's high watermark. The leader learns each follower's log end offset
-from these fetches. A follower whose log diverged from the leader's (a tail written
-under an epoch the new leader never had) learns it from the Fetch answer itself, as
-Kafka's followers do since 2.7: the leader answers `diverging_epoch` (where that epoch
-ends on the leader) and the follower truncates there before fetching again. Only after
-OFFSET_OUT_OF_RANGE does it ask OffsetForLeaderEpoch where its latest epoch ended.
+the leader's batches as they are and takes the leader's high watermark. The leader
+learns each follower's log end offset from these fetches. They go within an
+incremental fetch session (KIP-227, `fetch_session_handler`), as Kafka's followers
+fetch: after the first, a Fetch names only the partitions whose position moved and
+the answer only those with news, while the leader counts every partition of the
+session as fetched again. A follower whose log diverged from the leader's (a tail
+written under an epoch the new leader never had) learns it from the Fetch answer
+itself, as Kafka's followers do since 2.7: the leader answers `diverging_epoch` (where
+that epoch ends on the leader) and the follower truncates there before fetching again.
+Only after OFFSET_OUT_OF_RANGE does it ask OffsetForLeaderEpoch where its latest epoch
+ended.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ import contextlib
 import logging
 import struct
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
@@ -29,9 +35,14 @@ from kio.schema.errors import ErrorCode
 from kbroker.config import BrokerConfig
 from kbroker.controller.state import MetadataState
 from kbroker.protocol.batch import HEADER_SIZE, InvalidBatchError
-from kbroker.protocol.fetch_request import fetch_partition, sessionless_fetch
+from kbroker.protocol.fetch_request import fetch_partition, in_session, sessionless_fetch
 from kbroker.protocol.messages import build
 from kbroker.replica.broker_link import AuthenticationFailed, BrokerLink
+from kbroker.replica.fetch_session_handler import (
+    FetchSessionHandler,
+    SessionKey,
+    SessionPartition,
+)
 from kbroker.replica.partition import Partition
 from kbroker.replica.replication_quota import ReplicationQuota
 from kbroker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
@@ -40,6 +51,7 @@ from kbroker.storage.log import PartitionLog
 from kbroker.tasks import cancel_and_wait
 
 log = logging.getLogger("kbroker.replica.fetcher")
+T = TypeVar("T")
 
 FETCH = 1
 FETCH_VERSION = 15  # replica_state (KIP-903) and topic ids
@@ -98,6 +110,17 @@ class FetchState:
     lag: int = 0
 
 
+def _by_topic(
+    partitions: dict[SessionKey, T], entry: Callable[[int, T], Any]
+) -> list[dict[str, Any]]:
+    """Partitions named by (topic id, index) as a Fetch's topics: {topic_id, partitions}
+    with one `entry` per partition, topics in the order they first come."""
+    topics: dict[uuid.UUID, list[Any]] = {}
+    for (topic_id, index), data in partitions.items():
+        topics.setdefault(topic_id, []).append(entry(index, data))
+    return [{"topic_id": topic_id, "partitions": ps} for topic_id, ps in topics.items()]
+
+
 def whole_batches(records: bytes) -> int:
     """How many leading bytes of a records field are whole batches (a leader may send a
     partial batch at the end, which the next fetch asks for again)."""
@@ -136,6 +159,7 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
         self._link: BrokerLink | None = None
         self._task: asyncio.Task[None] | None = None
+        self.session = FetchSessionHandler()
 
     def add(self, partition: Partition) -> None:
         self.partitions[partition.key] = FetchState(partition)
@@ -167,6 +191,8 @@ class ReplicaFetcher:
                 if link is None:
                     await asyncio.sleep(backoff)
                     continue
+                if not link.connected:  # a new connection: the leader may have restarted
+                    self.session.handle_error()
                 if any(s.truncating for s in self.partitions.values()):
                     await self._truncate(link)
                 fetched = await self._fetch(link)
@@ -209,6 +235,7 @@ class ReplicaFetcher:
         return link
 
     def _drop_link(self) -> None:
+        self.session.handle_error()
         if self._link is not None:
             self._link.close()
             self._link = None
@@ -292,7 +319,8 @@ class ReplicaFetcher:
     # -- fetching -----------------------------------------------------------------------
 
     async def _fetch(self, link: BrokerLink) -> bool:
-        """One Fetch for every partition ready to fetch; False when none was."""
+        """One Fetch for every partition ready to fetch, within the fetch session: the
+        request names only what changed since the last one; False when none was ready."""
         now = time.monotonic()
         state = self.metadata()
         ready = [s for s in self.partitions.values() if not s.truncating and s.resting_until <= now]
@@ -303,57 +331,85 @@ class ReplicaFetcher:
             if throttled and quota.exceeded(now):
                 # Kafka's shouldFollowerThrottle: left out of this fetch while over the bound.
                 ready = [s for s in ready if s.partition.key not in throttled]
-        by_topic: dict[str, list[FetchState]] = {}
-        for s in ready:
-            if s.partition.topic in state.topics:
-                by_topic.setdefault(s.partition.topic, []).append(s)
-        if not by_topic:
-            return False
-        ids = {name: state.topics[name].topic_id for name in by_topic}
         settings = self.settings
+        topics = state.topics
+        wanted: dict[SessionKey, SessionPartition] = {}
+        sent: dict[SessionKey, FetchState] = {}
+        for s in ready:
+            p = s.partition
+            info = topics.get(p.topic)
+            if info is None:
+                continue
+            plog = p.log
+            key = (info.topic_id, p.index)
+            wanted[key] = SessionPartition(
+                plog.log_end_offset,
+                plog.log_start_offset,
+                p.leader_epoch,
+                plog.latest_epoch,
+                settings.partition_max_bytes,
+            )
+            sent[key] = s
+        if not wanted:
+            return False
+        session = self.session
+        ask = session.build(wanted)
         request = build(
             load_request_schema(FETCH, FETCH_VERSION),
-            sessionless_fetch(
-                [
-                    {
-                        "topic_id": ids[name],
-                        "partitions": [
-                            fetch_partition(
-                                s.partition.index,
-                                s.partition.log_end_offset,
-                                settings.partition_max_bytes,
-                                current_leader_epoch=s.partition.leader_epoch,
-                                last_fetched_epoch=s.partition.log.latest_epoch,
-                                log_start_offset=s.partition.log.log_start_offset,
-                            )
-                            for s in states
-                        ],
-                    }
-                    for name, states in by_topic.items()
-                ],
-                max_wait=settings.max_wait_ms,
-                min_bytes=settings.min_bytes,
-                max_bytes=settings.response_max_bytes,
-                replica_id=self.node_id,
-                replica_state=True,
+            in_session(
+                sessionless_fetch(
+                    _by_topic(
+                        ask.send,
+                        lambda index, d: fetch_partition(
+                            index,
+                            d.fetch_offset,
+                            d.max_bytes,
+                            current_leader_epoch=d.current_leader_epoch,
+                            last_fetched_epoch=d.last_fetched_epoch,
+                            log_start_offset=d.log_start_offset,
+                        ),
+                    ),
+                    max_wait=settings.max_wait_ms,
+                    min_bytes=settings.min_bytes,
+                    max_bytes=settings.response_max_bytes,
+                    replica_id=self.node_id,
+                    replica_state=True,
+                ),
+                ask.session_id,
+                ask.epoch,
+                _by_topic(dict.fromkeys(ask.forget), lambda index, _: index),
             ),
         )
-        sent = {(name, s.partition.index): s for name, states in by_topic.items() for s in states}
-        fetch_offsets = {key: s.partition.log_end_offset for key, s in sent.items()}
-        response = await link.call(request, self._timeout)
-        names = {v: k for k, v in ids.items()}
+        try:
+            response = await link.call(request, self._timeout)
+        except BaseException:
+            session.handle_error()
+            raise
+        answered = [
+            ((t.topic_id, int(r.partition_index)), r)
+            for t in response.responses
+            for r in t.partitions
+        ]
+        if not session.handle_response(
+            int(response.error_code), int(response.session_id), (key for key, _ in answered)
+        ):
+            if response.error_code:
+                log.info(
+                    "fetch session with broker %d ended (%s): fetching in full",
+                    self.leader_id,
+                    ErrorCode(response.error_code).name,
+                )
+            return True
         now_ms = int(time.time() * 1000)
-        for t in response.responses:
-            name = names.get(t.topic_id)
-            for r in t.partitions:
-                got = sent.get((name or "", int(r.partition_index)))
-                if got is None or self.partitions.get(got.partition.key) is not got:
-                    continue  # stopped following meanwhile
-                if got.partition.log_end_offset != fetch_offsets[got.partition.key]:
-                    continue  # truncated meanwhile
-                if r.records and got.partition.key in throttled:
-                    self._count_throttled(len(r.records))
-                self._apply(got, r, now_ms)
+        for key, r in answered:
+            got = sent[key]
+            if self.partitions.get(got.partition.key) is not got:
+                continue  # stopped following meanwhile
+            if got.partition.log_end_offset != wanted[key].fetch_offset:
+                continue  # truncated meanwhile
+            if r.records and got.partition.key in throttled:
+                self._count_throttled(len(r.records))
+            self._apply(got, r, now_ms)
         return True
 
     def _count_throttled(self, size: int) -> None:

@@ -418,7 +418,8 @@ def test_failed_write_changes_nothing(h):
     assert "g" not in h.cc.groups
 
 
-def test_heartbeats_wait_in_line_behind_a_pending_write(h):
+def joins_behind_a_held_write(h) -> list[Box]:
+    """Members a and b join while the group's writes are held: their answers wait."""
     h.store.hold = True
     boxes = []
     for member_id in ("a", "b"):
@@ -435,6 +436,11 @@ def test_heartbeats_wait_in_line_behind_a_pending_write(h):
             box,
         )
         boxes.append(box)
+    return boxes
+
+
+def test_heartbeats_wait_in_line_behind_a_pending_write(h):
+    boxes = joins_behind_a_held_write(h)
     assert not boxes[0].done and not boxes[1].done
     h.store.hold = False
     h.store.release()
@@ -444,22 +450,7 @@ def test_heartbeats_wait_in_line_behind_a_pending_write(h):
 
 
 def test_a_heartbeat_waiting_in_line_sees_the_partition_it_lost_meanwhile(h):
-    h.store.hold = True
-    boxes = []
-    for member_id in ("a", "b"):
-        box = Box()
-        h.cc.heartbeat(
-            HeartbeatRequest(
-                group_id="g",
-                member_id=member_id,
-                member_epoch=0,
-                rebalance_timeout_ms=30_000,
-                subscribed_topic_names=("t",),
-                owned=(),
-            ),
-            box,
-        )
-        boxes.append(box)
+    boxes = joins_behind_a_held_write(h)
     partition = h.c.partition_for("g")
     h.c.unload_partition(partition)
     h.store.hold = False

@@ -51,12 +51,27 @@ class SaslServer(Protocol):
     @property
     def authorized_id(self) -> str: ...
 
+    @property
+    def token_authenticated(self) -> bool:
+        """Logged in with a delegation token (KIP-48)."""
+
+    @property
+    def expires_ms(self) -> int | None:
+        """When the credential expires (ms since the epoch), if it does."""
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the last credential was refused while the client has yet to hear it."""
+
 
 class PlainServer:
     """RFC 4616: one message ``authzid NUL authcid NUL passwd``, checked against the
     listener's JAAS users in constant time."""
 
     mechanism = PLAIN
+    token_authenticated = False
+    expires_ms = None
+    refusal = None
 
     def __init__(self, users: dict[str, str]) -> None:
         self._users = users
@@ -100,6 +115,9 @@ class PlainServer:
 
 
 class ScramSaslServer:
+    expires_ms = None
+    refusal = None
+
     def __init__(
         self, mechanism: str, lookup: ScramLookup, token_lookup: TokenLookup | None = None
     ) -> None:
@@ -147,6 +165,7 @@ class OAuthBearerServer:
     as the message."""
 
     mechanism = OAUTHBEARER
+    token_authenticated = False
 
     def __init__(self, validate: Validate) -> None:
         self._validate = validate
@@ -241,7 +260,7 @@ class SaslSession:
     def refusal(self) -> str | None:
         """Why the exchange's last credential was refused while the client has yet to
         hear it fail (OAUTHBEARER's error status), for the log."""
-        return getattr(self.server, "refusal", None)
+        return self.server.refusal if self.server is not None else None
 
     def authenticate(self, token: bytes) -> tuple[bytes, bool]:
         """Feed one client token; returns (answer, finished). Raises SaslFailure."""
@@ -256,7 +275,7 @@ class SaslSession:
         if not server.complete:
             return answer, False
         principal = user(server.authorized_id)
-        if getattr(server, "token_authenticated", False):
+        if server.token_authenticated:
             principal = KafkaPrincipal("User", principal.name, token_authenticated=True)
         if self.principal is not None and principal != self.principal:
             self.server = None
@@ -265,7 +284,7 @@ class SaslSession:
                 f"{self.principal} to {principal}"
             )
         self.principal, self.authenticated_mechanism = principal, server.mechanism
-        self.credential_expires_ms = getattr(server, "expires_ms", None)
+        self.credential_expires_ms = server.expires_ms
         self.server, self.raw_tokens = None, False
         return answer, True
 

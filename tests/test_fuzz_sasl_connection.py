@@ -39,12 +39,13 @@ class SaslBroker(FakeBroker):
     """Refusals answered at once (connection.failed.authentication.delay.ms=0) unless
     built with a delay."""
 
-    def __init__(self, failed_login_delay_ms: int = 0) -> None:
+    def __init__(self, failed_login_delay_ms: int = 0, **settings: str) -> None:
         super().__init__()
         self.config = BrokerConfig.from_settings(
             {
                 "logging.requests.enable": "false",
                 "connection.failed.authentication.delay.ms": str(failed_login_delay_ms),
+                **settings,
             }
         )
 
@@ -255,6 +256,19 @@ def test_a_frame_larger_than_sasl_server_max_receive_size_before_login_closes(ca
     _, transport, _ = run([handshake("PLAIN"), struct.pack(">i", limit + 1)], broker)
     assert transport.closed
     assert "sasl.server.max.receive.size" in caplog.text
+
+
+def test_sasl_server_max_receive_size_sets_the_cap_before_login() -> None:
+    broker = SaslBroker(**{"sasl.server.max.receive.size": "1000"})
+    _, transport, _ = run([handshake("PLAIN"), struct.pack(">i", 1001)], broker)
+    assert transport.closed
+    token = b"\0alice\0" + b"x" * 900  # a frame under the cap is read (and refused)
+    _, transport, broker = run(
+        [handshake("PLAIN"), authenticate(token)],
+        SaslBroker(**{"sasl.server.max.receive.size": "1000"}),
+    )
+    assert len(responses(transport.written)) == 2
+    assert struct.unpack_from(">h", responses(transport.written)[1], 4)[0] == 58
 
 
 def test_after_login_a_frame_may_be_as_large_as_socket_request_max_bytes() -> None:

@@ -36,7 +36,7 @@ from kbroker.security.jwt import (
     unsigned_token,
 )
 from kbroker.security.listener import listener_security
-from kbroker.security.oauth_login import UnsecuredLogin
+from kbroker.security.oauth_login import TokenEndpointError, UnsecuredLogin
 from kbroker.security.oauthbearer import InitialResponse
 from kbroker.security.principal import user
 from kbroker.security.sasl import LONGEST_MS, SaslFailure, SaslSession, session_lifetime_ms
@@ -652,6 +652,78 @@ def test_a_broker_logs_in_with_the_providers_token_which_its_listener_verifies(t
     sasl = session(listener.bearer.validator(None))
     assert sasl.authenticate(next(security.login())) == (b"", True)
     assert sasl.principal == user("broker")
+
+
+def test_a_provider_login_takes_its_client_scope_timeouts_and_backoff_from_the_settings(
+    tmp_path,
+):
+    prefix = "listener.name.internal.oauthbearer."
+    config = provider_login_config(
+        tmp_path,
+        **{
+            f"{prefix}sasl.jaas.config": f"{MODULE} required;",  # no clientId in the line
+            "sasl.oauthbearer.client.credentials.client.id": "svc-broker",
+            "sasl.oauthbearer.client.credentials.client.secret": "s3",
+            "sasl.oauthbearer.scope": "replication",
+            "sasl.login.connect.timeout.ms": "2000",
+            f"{prefix}sasl.login.read.timeout.ms": "7000",
+            "sasl.login.retry.backoff.ms": "250",
+            "sasl.login.retry.backoff.max.ms": "4000",
+        },
+    )
+    oidc = inter_broker_security(config).oidc
+    assert oidc is not None
+    assert (oidc.client_id, oidc.client_secret, oidc.scope) == ("svc-broker", "s3", "replication")
+    assert (oidc.timeout_s, oidc.backoff_s, oidc.backoff_max_s) == (7.0, 0.25, 4.0)
+
+
+def test_a_provider_login_retries_a_failed_fetch_after_its_backoff(tmp_path):
+    config = provider_login_config(
+        tmp_path,
+        **{
+            "sasl.oauthbearer.token.endpoint.url": (tmp_path / "no-token-yet").as_uri(),
+            "sasl.login.retry.backoff.ms": "100",
+            "sasl.login.retry.backoff.max.ms": "150",
+        },
+    )
+    oidc = inter_broker_security(config).oidc
+    assert oidc is not None
+    started = time.monotonic()
+    with pytest.raises(TokenEndpointError, match="cannot read the token file"):
+        asyncio.run(oidc.refresh(attempts=3))
+    assert time.monotonic() - started >= 0.1 + 0.15  # waited 100 ms, then at most 150 ms
+
+
+def test_a_listeners_signed_check_takes_the_jwks_and_claim_settings(tmp_path):
+    config = listener_config(
+        **{
+            "listener.name.auth.oauthbearer.sasl.server.callback.handler.class": SIGNED,
+            "sasl.oauthbearer.jwks.endpoint.url": "https://idp.test/jwks",
+            "sasl.oauthbearer.jwks.endpoint.refresh.ms": "60000",
+            "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms": "50",
+            "listener.name.auth.sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "900",
+            "sasl.oauthbearer.clock.skew.seconds": "5",
+            "sasl.oauthbearer.scope.claim.name": "scp",
+            "listener.name.auth.oauthbearer.sasl.oauthbearer.sub.claim.name": "client_id",
+        }
+    )
+    bearer = listener_security(config, auth_endpoint(config)).bearer
+    assert bearer is not None and bearer.signed is not None
+    assert (bearer.jwks_url, bearer.refresh_ms, bearer.backoff_ms, bearer.backoff_max_ms) == (
+        "https://idp.test/jwks",
+        60000,
+        50,
+        900,
+    )
+    assert (bearer.signed.clock_skew_s, bearer.signed.scope_claim, bearer.signed.sub_claim) == (
+        5,
+        "scp",
+        "client_id",
+    )
+    source = JwksSource(
+        bearer.jwks_url, bearer.refresh_ms, bearer.backoff_ms, bearer.backoff_max_ms
+    )
+    assert (source.refresh_s, source.backoff_s, source.backoff_max_s) == (60.0, 0.05, 0.9)
 
 
 def test_a_provider_login_needs_its_endpoint_and_a_check_of_signed_tokens(tmp_path):

@@ -140,6 +140,24 @@ def kbroker_command() -> list[str]:
     return [sys.executable, "-m", "kbroker"]
 
 
+def run_admin(bootstrap: str, command_config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A `kbroker` admin command against `bootstrap` with Kafka's client properties
+    file (`--command-config`), its output captured."""
+    return subprocess.run(
+        [
+            *kbroker_command(),
+            *args,
+            "--bootstrap",
+            bootstrap,
+            "--command-config",
+            str(command_config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def broker_environment() -> dict[str, str]:
     """This process's environment for a broker, without KBROKER_* settings.
 

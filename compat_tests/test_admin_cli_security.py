@@ -7,12 +7,11 @@ users in the JAAS line, SCRAM users created by the `secure` fixture of test_secu
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from compat_tests.broker_process import kbroker_command
+from compat_tests.broker_process import run_admin
 from compat_tests.security_broker import PLAIN_USERS, SCRAM_PASSWORD, SCRAM_USER, SecureBroker
 from compat_tests.test_security import secure as secure  # noqa: F401  (the module's broker)
 
@@ -46,19 +45,7 @@ def properties(
 
 
 def kbroker(secure: SecureBroker, listener: str, config: Path, *args: str):
-    return subprocess.run(
-        [
-            *kbroker_command(),
-            *args,
-            "--bootstrap",
-            secure.address(listener),
-            "--command-config",
-            str(config),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_admin(secure.address(listener), config, *args)
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from confluent_kafka.admin import (
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from compat_tests.broker_process import BrokerProcess, free_ports, kbroker_command
+from compat_tests.broker_process import BrokerProcess, free_ports, run_admin
 from compat_tests.confluent_helpers import read_records
 from compat_tests.identity_provider import AUDIENCE, ISSUER, IdentityProvider
 from compat_tests.kafka_reference import kafka_unavailable, run_tool_process
@@ -291,6 +291,16 @@ def test_the_session_ends_when_the_token_expires(broker):
 # -- kafka-python and aiokafka ------------------------------------------------------------------
 
 
+def python_client_settings(broker: OAuthBroker, provider: Any) -> dict[str, Any]:
+    """kafka-python's and aiokafka's settings (the same names) for the SIGNED listener."""
+    return {
+        "bootstrap_servers": broker.address("SIGNED"),
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "OAUTHBEARER",
+        "sasl_oauth_token_provider": provider,
+    }
+
+
 def test_kafka_python_with_a_token_provider_produces_and_consumes(broker):
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.net.sasl.oauth import AbstractTokenProvider
@@ -300,12 +310,7 @@ def test_kafka_python_with_a_token_provider_produces_and_consumes(broker):
             return broker.idp.mint()
 
     topic = new_topic(broker)
-    settings: dict[str, Any] = {
-        "bootstrap_servers": broker.address("SIGNED"),
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": "OAUTHBEARER",
-        "sasl_oauth_token_provider": Provider(),
-    }
+    settings = python_client_settings(broker, Provider())
     producer = KafkaProducer(**settings, acks="all")
     for value in (b"k1", b"k2"):
         producer.send(topic, value).get(timeout=20)
@@ -339,12 +344,7 @@ def test_aiokafka_with_a_token_provider_produces_and_consumes(broker):
     topic = new_topic(broker)
 
     async def round_trip() -> list[bytes]:
-        settings: dict[str, Any] = {
-            "bootstrap_servers": broker.address("SIGNED"),
-            "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": "OAUTHBEARER",
-            "sasl_oauth_token_provider": Provider(),
-        }
+        settings = python_client_settings(broker, Provider())
         producer = AIOKafkaProducer(**settings, acks="all")
         await producer.start()
         try:
@@ -453,19 +453,7 @@ def test_kafkas_java_client_logs_in_with_a_token_from_the_providers_endpoint(
 def cli(
     broker: OAuthBroker, listener: str, config: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            *kbroker_command(),
-            *args,
-            "--bootstrap",
-            broker.address(listener),
-            "--command-config",
-            str(config),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_admin(broker.address(listener), config, *args)
 
 
 def test_the_cli_fetches_a_token_from_the_providers_endpoint(broker, tmp_path):

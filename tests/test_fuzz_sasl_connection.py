@@ -209,6 +209,9 @@ def test_a_v0_handshake_with_a_wrong_token_closes_without_an_answer(caplog) -> N
     assert transport.closed and len(warnings(caplog)) == 1
 
 
+EXPIRED_TOKEN = unsigned_token({"sub": "carol", "exp": 1_000_000})  # long expired
+
+
 def bearer_message(token: str) -> bytes:
     return f"n,,\x01auth=Bearer {token}\x01\x01".encode()
 
@@ -230,7 +233,7 @@ def test_an_oauthbearer_token_logs_in_its_principal_until_it_expires() -> None:
 
 def test_an_expired_oauthbearer_token_is_answered_with_its_status_then_refused(caplog) -> None:
     caplog.set_level(logging.WARNING)
-    token = unsigned_token({"sub": "carol", "exp": 1_000_000})
+    token = EXPIRED_TOKEN
     _, transport, broker = run(
         [
             handshake("OAUTHBEARER"),
@@ -287,7 +290,7 @@ def test_after_login_a_frame_may_be_as_large_as_socket_request_max_bytes() -> No
 
 def test_a_request_after_a_refused_token_closes_with_the_refusals_reason(caplog) -> None:
     caplog.set_level(logging.WARNING)
-    token = unsigned_token({"sub": "carol", "exp": 1_000_000})
+    token = EXPIRED_TOKEN
     _, transport, _ = run(
         [
             handshake("OAUTHBEARER"),

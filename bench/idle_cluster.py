@@ -11,22 +11,28 @@ CPU (utime + stime from /proc/<pid>/stat) over `--window` seconds idle, then aga
 one confluent-kafka producer sends 100 B records to `load` at `--rate` a second
 (acks=all). Each sample prints the node's bytes received and sent a second and the
 Fetch requests it answered a second (from its /metrics). What the followers' Fetches
-cost a leader, and the fetch sessions (KIP-227) that keep them small, show here.
+cost a leader, and the fetch sessions (KIP-227) that keep them small, show here. With
+`--profile DIR`, py-spy (`pip install py-spy`) then samples node 1 idle for a window
+and the busiest frames of its event loop are printed (bench.request_cost's reduction).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.request_cost import cpu_split, load
+from bench.request_cost import cpu_split, load, summarize
 from kbroker.testing import KafkaServer, kafka_cluster
 from kbroker.testing.nodes import Node
 
@@ -72,6 +78,22 @@ def sample(server: KafkaServer, seconds: float) -> list[float]:
     return [100 * (b - a) / elapsed for a, b in zip(cpu_before, cpu_after, strict=True)]
 
 
+def profile_idle(node: Node, out: Path, seconds: float, top: int) -> None:
+    """Sample an idle node with py-spy for `seconds`; print its event loop's busiest frames."""
+    assert node.proc is not None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out.mkdir(parents=True, exist_ok=True)
+    raw = out / f"idle-node-{node.node_id}.txt"
+    subprocess.run(
+        [spy, "record", "--pid", str(node.proc.pid), "--native", "--rate", "500", "--format",
+         "raw", "--output", str(raw), "--duration", str(int(seconds))],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=seconds + 60,
+    )  # fmt: skip
+    print(f"profile of idle node {node.node_id} ({raw}):")
+    for line in summarize(raw, top):
+        print(f"    {line}")
+
+
 def produce_at(bootstrap: str, rate: int, stop: threading.Event) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     payload, sent, due = b"x" * 100, 0, time.monotonic()
@@ -105,6 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--window", type=float, default=20.0, help="seconds a sample")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rate", type=int, default=5, help="records a second under load")
+    parser.add_argument(
+        "--profile", type=Path, help="directory for a py-spy profile of node 1 idle, at the end"
+    )
+    parser.add_argument("--top", type=int, default=30, help="frames shown of the profile")
     args = parser.parse_args(argv)
     with kafka_cluster(3, settings=TIMINGS, http=True) as server:
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
@@ -138,6 +164,8 @@ def main(argv: list[str] | None = None) -> None:
         for label, rows in (("idle", idle), (f"{args.rate} records/s", loaded)):
             means = [statistics.mean(row[i] for row in rows) for i in range(3)]
             print(f"{label}: CPU % of a core, mean by node {' '.join(f'{m:.1f}' for m in means)}")
+        if args.profile is not None:
+            profile_idle(server.nodes[0], args.profile, args.window, args.top)
         print(f"load {load()}")
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
 from inprocess import RawClient, run_broker
 
+from compat_tests.waiting import eventually_async
 from kbroker.controller.state import MetadataState, TopicInfo
 from kbroker.handlers.fetch import resolve_unknown_topics
 from kbroker.protocol.batch import encode_batch
@@ -51,9 +53,13 @@ def _partitions(response) -> list[int]:  # type: ignore[no-untyped-def]
 
 
 def _session(tmp_path: Path, steps) -> None:  # type: ignore[no-untyped-def]
+    """Run `steps(broker, client)` against a broker holding topic "sessions" of three
+    partitions; the client's `port` leads to the broker for other connections."""
+
     async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
         await broker.controller.create_topic("sessions", 3, 1, {})
         client = await RawClient.connect(port)
+        client.port = port
         try:
             await steps(broker, client)
         finally:
@@ -80,6 +86,40 @@ def test_incremental_fetch_answers_only_partitions_with_news(tmp_path: Path) -> 
         news = await client.call(FETCH, VERSION, _fetch(first.session_id, 2, []))
         assert _partitions(news) == [1]
         assert news.responses[0].partitions[0].high_watermark == 1
+
+    _session(tmp_path, steps)
+
+
+def test_a_parked_incremental_fetch_sends_a_quiet_partition_whose_log_start_moved(
+    tmp_path: Path,
+) -> None:
+    """A session's read leaves out partitions with nothing new; if DeleteRecords moves
+    one's log start while the fetch is parked (nothing wakes it for that), the answer
+    at its deadline carries that partition with its new log start."""
+
+    async def steps(broker, client) -> None:  # type: ignore[no-untyped-def]
+        for _ in range(3):
+            _append(broker, 0)
+        first = await client.call(FETCH, VERSION, _fetch(0, 0, [(0, 0), (1, 0)]))
+        assert sorted(_partitions(first)) == [0, 1]
+        parked = {**_fetch(first.session_id, 1, [(0, 3)]), "max_wait": 1_500, "min_bytes": 1}
+        fetch = asyncio.create_task(client.call(FETCH, VERSION, parked))
+        await eventually_async(
+            lambda: broker.waiters.parked(("sessions", 0)) == 1, timeout=10, what="parked"
+        )
+        deleter = await RawClient.connect(client.port)
+        deletion = {
+            "topics": [{"name": "sessions", "partitions": [{"partition_index": 0, "offset": 2}]}],
+            "timeout": 5_000,
+        }
+        assert (await deleter.call(21, 2, deletion)).topics[0].partitions[0].low_watermark == 2
+        deleter.close()
+        assert not fetch.done()
+        answer = await asyncio.wait_for(fetch, 10)
+        assert _partitions(answer) == [0]
+        assert answer.responses[0].partitions[0].log_start_offset == 2
+        quiet = await client.call(FETCH, VERSION, _fetch(first.session_id, 2, []))
+        assert _partitions(quiet) == []
 
     _session(tmp_path, steps)
 

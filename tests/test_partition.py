@@ -6,6 +6,7 @@ follower: the follower's fetches are what the leader learns its log end offset f
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.protocol.batch import encode_batch, read_header
 from kbroker.replica.delayed import DataWaiters, PendingAck, PendingDeletion
-from kbroker.replica.partition import Partition, PartitionError
+from kbroker.replica.partition import UNCHANGED, Partition, PartitionError
 from kbroker.storage import LogConfig, PartitionLog
 
 NOW = 1_700_000_000_000
@@ -341,6 +342,59 @@ def test_a_fetch_whose_epoch_matches_the_leaders_log_reads_on(pair):
     assert read.diverging_epoch is None
     assert read.records is not None
     assert leader.followers[2].log_end_offset == 2
+
+
+def test_a_fetch_at_the_latest_epoch_but_past_the_log_end_gets_its_diverging_epoch(pair):
+    leader, _ = pair
+    leader.append_as_leader(batch(b"a", b"b"), NOW)  # epoch 1, the latest, ends at 2
+    read = leader.read(5, 1 << 20, replica_id=2, now_ms=NOW, last_fetched_epoch=1)
+    assert read.diverging_epoch == (1, 2)
+    assert leader.followers[2].log_end_offset == -1
+
+
+def test_only_a_fetchs_first_read_moves_the_followers_state(pair):
+    """A parked fetch reading again (woken, or at its deadline) does not count as the
+    follower fetching again, as Kafka's DelayedFetch reads without updating it."""
+    leader, follower = pair
+    leader.append_as_leader(batch(b"a", b"b"), NOW)
+    replicate(leader, follower)
+    leader.read(2, 1 << 20, replica_id=2, now_ms=NOW + 100, last_fetched_epoch=1, record=False)
+    state = leader.followers[2]
+    assert (state.log_end_offset, state.last_fetch_ms, leader.high_watermark) == (0, NOW, 0)
+    leader.read(2, 1 << 20, replica_id=2, now_ms=NOW + 200, last_fetched_epoch=1)
+    assert (state.log_end_offset, state.last_fetch_ms, leader.high_watermark) == (2, NOW + 200, 2)
+
+
+@dataclass
+class Sent:
+    sent_high_watermark: int
+    sent_last_stable_offset: int
+    sent_log_start_offset: int
+
+
+def test_a_session_read_with_nothing_new_is_unchanged_and_any_news_is_read(pair):
+    leader, follower = pair
+    leader.append_as_leader(batch(b"a", b"b"), NOW)
+    replicate(leader, follower)
+    replicate(leader, follower)  # the high watermark is 2 and the follower knows it
+    told = Sent(2, 2, 0)
+    at_end = {"replica_id": 2, "now_ms": NOW, "last_fetched_epoch": 1, "sent": told}
+    assert leader.read(2, 1 << 20, **at_end) is UNCHANGED
+    assert leader.read(2, 1 << 20, sent=told) is UNCHANGED  # a consumer at the high watermark
+    # A moved high watermark, log start, or records to read are news.
+    moved = leader.read(2, 1 << 20, **{**at_end, "sent": Sent(1, 1, 0)})
+    assert moved is not UNCHANGED and moved.high_watermark == 2 and moved.records is None
+    assert leader.read(2, 1 << 20, **{**at_end, "sent": Sent(2, 2, 1)}) is not UNCHANGED
+    leader.append_as_leader(batch(b"c"), NOW)
+    news = leader.read(2, 1 << 20, **at_end)
+    assert news is not UNCHANGED and news.records is not None
+    # A consumer still has nothing new below the unmoved high watermark.
+    assert leader.read(2, 1 << 20, sent=told) is UNCHANGED
+    # A divergence or an error is news, whatever the fetcher was told.
+    assert leader.read(9, 1 << 20, **at_end).diverging_epoch == (1, 3)
+    beyond = leader.read(9, 1 << 20, replica_id=2, now_ms=NOW, sent=told)
+    assert beyond.error == ErrorCode.offset_out_of_range
+    assert UNCHANGED.records is None and UNCHANGED.high_watermark == -1
 
 
 def test_a_fetch_naming_an_epoch_newer_than_any_here_is_out_of_range(pair):

@@ -35,6 +35,7 @@ from kbroker.replica.fetch_sessions import (
     remember_sent,
     worth_sending,
 )
+from kbroker.replica.partition import UNCHANGED
 from kbroker.replica.selector import RACK_AWARE_SELECTOR, preferred_read_replica
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.security.quotas import CONSUMER_BYTE_RATE
@@ -55,17 +56,17 @@ def fetch(ctx: RequestContext, request: requests.FetchRequest) -> EncodedBody | 
     plan = _plan(ctx, request)
     if plan.error_code:
         return encode_fetch_response(ctx.version, [], error_code=plan.error_code)
-    results, total, errors = _read_all(ctx, request, plan)
+    results, total, urgent = _read_all(ctx, request, plan, record=True)
     max_wait_ms = request.max_wait.total_seconds() * 1000
     if (
         total >= _min_bytes(ctx, request)
-        or errors
+        or urgent
         or max_wait_ms <= 0
         or not plan.targets  # nothing to wait for: a consumer closing its session, say
         or ctx.broker.lifecycle.stopping
     ):
         return _encode(ctx, request, plan, results)
-    return _delayed_fetch(ctx, request, plan, max_wait_ms / 1000)
+    return _delayed_fetch(ctx, request, plan, results, total, max_wait_ms / 1000)
 
 
 def _max_bytes(ctx: RequestContext, request: requests.FetchRequest) -> int:
@@ -87,20 +88,32 @@ def _min_bytes(ctx: RequestContext, request: requests.FetchRequest) -> int:
 
 
 def _delayed_fetch(
-    ctx: RequestContext, request: requests.FetchRequest, plan: FetchPlan, max_wait_s: float
+    ctx: RequestContext,
+    request: requests.FetchRequest,
+    plan: FetchPlan,
+    results: list[tuple[FetchTarget, FetchedPartition]],
+    total: int,
+    max_wait_s: float,
 ) -> Later:
     """Park until an append to one of the partitions (or the wait runs out), then read again."""
     answer = Later()
-    _ParkedFetch(ctx, request, plan, answer, max_wait_s)
+    _ParkedFetch(ctx, request, plan, answer, results, total, max_wait_s)
     return answer
 
 
 class _ParkedFetch:
     """A fetch waiting for min_bytes, by plain callbacks: woken by an append to one of its
-    partitions (it reads again, and answers or parks again) or by its deadline (it reads
-    and answers what there is). No task, future or coroutine per parked request."""
+    partitions (it reads again, and answers or parks again) or by its deadline (it
+    answers what there is). No task, future or coroutine per parked request.
 
-    __slots__ = ("ctx", "request", "plan", "answer", "keys", "parked", "timer")
+    Only the first read records a follower's fetch position (as Kafka's fetchMessages;
+    its DelayedFetch reads without). What wakes a parked fetch (an append, a moved high
+    watermark, a change of leader, the partition stopping) is everything that changes a
+    read but the log start offset, so a fetch that found no bytes and was not woken
+    since its last read answers that read at its deadline, each log start offset looked
+    up again, rather than reading every partition of its session a second time."""
+
+    __slots__ = ("ctx", "request", "plan", "answer", "keys", "parked", "timer", "results")
 
     def __init__(
         self,
@@ -108,12 +121,15 @@ class _ParkedFetch:
         request: requests.FetchRequest,
         plan: FetchPlan,
         answer: Later,
+        results: list[tuple[FetchTarget, FetchedPartition]],
+        total: int,
         max_wait_s: float,
     ) -> None:
         self.ctx = ctx
         self.request = request
         self.plan = plan
         self.answer = answer
+        self.results = results if total == 0 else None
         self.keys = [(t.topic, t.partition) for t in plan.targets if t.topic is not None]
         waiters = ctx.broker.waiters
         self.parked = waiters.park(self.keys, self._woken)
@@ -124,8 +140,8 @@ class _ParkedFetch:
     def _woken(self) -> None:
         try:
             ctx, request, plan = self.ctx, self.request, self.plan
-            results, total, errors = _read_all(ctx, request, plan)
-            if total >= _min_bytes(ctx, request) or errors or ctx.broker.lifecycle.stopping:
+            results, total, urgent = _read_all(ctx, request, plan, record=False)
+            if total >= _min_bytes(ctx, request) or urgent or ctx.broker.lifecycle.stopping:
                 self.timer.cancel()
                 self.answer.settle(_encode(ctx, request, plan, results))
                 return
@@ -133,12 +149,15 @@ class _ParkedFetch:
             self.timer.cancel()
             self.answer.fail(exc)
             return
+        self.results = results if total == 0 else None
         self.parked = ctx.broker.waiters.park(self.keys, self._woken)
 
     def _expired(self) -> None:
         self.parked.cancel()
         try:
-            results, _, _ = _read_all(self.ctx, self.request, self.plan)
+            results = self.results
+            if results is None or not _refresh_log_starts(self.ctx.broker, self.plan, results):
+                results = _read_all(self.ctx, self.request, self.plan, record=False)[0]
             self.answer.settle(_encode(self.ctx, self.request, self.plan, results))
         except Exception as exc:
             self.answer.fail(exc)
@@ -146,6 +165,42 @@ class _ParkedFetch:
     def _abandon(self) -> None:
         self.parked.cancel()
         self.timer.cancel()
+
+
+def _refresh_log_starts(
+    broker: BrokerParts, plan: FetchPlan, results: list[tuple[FetchTarget, FetchedPartition]]
+) -> bool:
+    """Bring a read that found no bytes up to its partitions' log start offsets, the one
+    thing that moves without waking a parked fetch (retention, DeleteRecords). False
+    when that is not enough: a partition now gone or throttled, a log start past the
+    fetch position (its answer is OFFSET_OUT_OF_RANGE, which only a read gives), or
+    one that a session's read left out whose log start moved (it must be sent now).
+    `results` follow `plan.targets`' order, less the partitions left out."""
+    if broker.partitions.leader_quota.active:
+        return False  # a throttled partition read nothing and may read now
+    get = broker.partitions.get
+    answered = iter(results)
+    following = next(answered, None)
+    for target in plan.targets:
+        result = None
+        if following is not None and following[0] is target:
+            result = following[1]
+            following = next(answered, None)
+            if result.error_code:
+                continue
+        if target.topic is None:
+            continue
+        partition = get(target.topic, target.partition)
+        if partition is None:
+            return False
+        log_start = partition.log.log_start_offset
+        if log_start > target.fetch_offset:
+            return False
+        if result is not None:
+            result.log_start_offset = log_start
+        elif log_start != target.sent_log_start_offset:
+            return False
+    return True
 
 
 def _plan(ctx: RequestContext, request: requests.FetchRequest) -> FetchPlan:
@@ -300,13 +355,17 @@ def _down_convert(
 
 
 def _read_all(
-    ctx: RequestContext, request: requests.FetchRequest, plan: FetchPlan
+    ctx: RequestContext, request: requests.FetchRequest, plan: FetchPlan, *, record: bool
 ) -> tuple[list[tuple[FetchTarget, FetchedPartition]], int, bool]:
-    """Read every partition of the plan within max_bytes; (results, bytes found, any error)."""
+    """Read every partition of the plan within max_bytes: (results, bytes found, whether
+    to answer now whatever min_bytes says). Kafka answers at once a read with an error,
+    a diverging epoch (the fetcher must truncate) or a preferred read replica (the
+    consumer must go there). `record`: a follower's fetch positions count (the request's
+    first read)."""
     broker = ctx.broker
     budget = _max_bytes(ctx, request)
     total = 0
-    errors = False
+    urgent = False
     committed_only = request.isolation_level == READ_COMMITTED
     unknown = (
         ErrorCode.unknown_topic_id if ctx.version >= 13 else ErrorCode.unknown_topic_or_partition
@@ -330,12 +389,12 @@ def _read_all(
     for target in plan.targets:
         if target.topic is None:
             results.append((target, _refused(target.partition, unknown)))
-            errors = True
+            urgent = True
             continue
         if denied and target.topic in denied:
             refused = _refused(target.partition, ErrorCode.topic_authorization_failed)
             results.append((target, refused))
-            errors = True
+            urgent = True
             continue
         throttled = throttling and broker.partitions.leader_throttled(
             target.topic, target.partition, replica
@@ -352,19 +411,25 @@ def _read_all(
             now,
             ctx.version >= FIRST_RACK_ID_VERSION,
             client_rack,
+            record,
+            plan.incremental,
         )
+        if result is None:
+            continue
         if throttled and result.records_size:
             quota.record(result.records_size)
         results.append((target, result))
+        if result.diverging_epoch is not None or result.preferred_read_replica >= 0:
+            urgent = True
         if result.error_code:
-            errors = True
+            urgent = True
             if result.error_code in _LEADER_MOVED and ctx.version >= FIRST_CURRENT_LEADER:
                 # KIP-951: name the leader, so the client goes there without Metadata.
                 result.current_leader = current_leader(ctx, target.topic, target.partition)
         size = result.records_size
         total += size
         budget = max(0, budget - size)
-    return results, total, errors
+    return results, total, urgent
 
 
 def _refused(partition: int, code: ErrorCode) -> FetchedPartition:
@@ -385,7 +450,11 @@ def _read_partition(
     now_ms: int,
     from_follower_ok: bool,
     client_rack: str = "",
-) -> FetchedPartition:
+    record: bool = True,
+    incremental: bool = False,
+) -> FetchedPartition | None:
+    """One partition's answer; None, in an incremental session, for one with nothing
+    its fetcher does not know (the answer leaves it out)."""
     partition = broker.partitions.get(topic, p.partition)
     if partition is None:
         if (topic, p.partition) in broker.durability.failed:  # its log directory failed
@@ -428,7 +497,11 @@ def _read_partition(
                 from_follower_ok=from_follower_ok,
                 last_fetched_epoch=p.last_fetched_epoch,
                 follower_log_start=p.log_start_offset,
+                record=record,
+                sent=p if incremental else None,
             )
+            if read is UNCHANGED:
+                return None
         except OSError as exc:  # a disk error: the log directory goes offline
             broker.durability.dir_failures.report(partition.log, exc)
             return FetchedPartition(p.partition, ErrorCode.kafka_storage_error)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -72,6 +73,23 @@ class PartitionRead:
     aborted: list[AbortedTxn] | None = None
     # KIP-320: (epoch, end offset) when the fetcher's log diverged from this one.
     diverging_epoch: tuple[int, int] | None = None
+
+
+class SentOffsets(Protocol):
+    """What a fetcher in a fetch session (KIP-227) was last told of a partition."""
+
+    @property
+    def sent_high_watermark(self) -> int: ...
+    @property
+    def sent_last_stable_offset(self) -> int: ...
+    @property
+    def sent_log_start_offset(self) -> int: ...
+
+
+UNCHANGED: Final = PartitionRead(ErrorCode.none)
+"""A session's read that found nothing its fetcher does not know (`Partition.read`'s
+`sent`): no records and the offsets it was last sent. One shared object, never filled
+in, so that a fetch session of thousands of idle partitions allocates nothing for them."""
 
 
 @dataclass(slots=True, eq=False)
@@ -378,6 +396,8 @@ class Partition:
         from_follower_ok: bool = False,
         last_fetched_epoch: int = -1,
         follower_log_start: int = -1,
+        record: bool = True,
+        sent: SentOffsets | None = None,
     ) -> PartitionRead:
         """A Fetch's read: a consumer's up to the high watermark (the last stable offset
         for read_committed), a follower's (`replica_id` set) up to the log end; the
@@ -387,7 +407,12 @@ class Partition:
         the high watermark the leader last sent it. A fetcher that names the epoch of
         the last batch it holds (`last_fetched_epoch`, Fetch v12+) is first checked for
         a divergent log (`diverging`). A follower also says where its log starts
-        (`follower_log_start`), which a DeleteRecords may be waiting for."""
+        (`follower_log_start`), which a DeleteRecords may be waiting for. A parked
+        fetch reading again passes `record=False`: only a request's first read moves
+        the follower's state, as Kafka's DelayedFetch reads without. Within a fetch
+        session, `sent` is what the fetcher was last told; a read with nothing beyond it
+        (no records, the same offsets) is the shared UNCHANGED, which the session leaves
+        out of its answer."""
         if from_follower_ok and replica_id < 0 and self.leader_id not in (NO_REPLICA, self.node_id):
             code = self.check_epoch(current_leader_epoch)
         else:
@@ -397,7 +422,12 @@ class Partition:
         plog = self.log
         if replica_id >= 0 and replica_id not in self.followers:
             return PartitionRead(ErrorCode.not_leader_or_follower)
-        if last_fetched_epoch >= 0:
+        if last_fetched_epoch >= 0 and not (
+            # The common case, a fetcher holding this leader's latest epoch within the log:
+            # that epoch ends at the log end, so nothing diverges (no epoch lookup).
+            last_fetched_epoch == plog.epoch_cache.latest_epoch
+            and plog.log_start_offset <= fetch_offset <= plog.log_end_offset
+        ):
             diverged = self.diverging(fetch_offset, last_fetched_epoch)
             if diverged is not None:
                 return diverged
@@ -411,15 +441,25 @@ class Partition:
                     plog.last_stable_offset,
                     plog.log_start_offset,
                 )
-            self.record_follower_fetch(replica_id, fetch_offset, now_ms, follower_log_start)
+            if record:
+                self.record_follower_fetch(replica_id, fetch_offset, now_ms, follower_log_start)
             upper = plog.log_end_offset
         high_watermark = plog.high_watermark
         stable = plog.last_stable_offset
-        out = PartitionRead(ErrorCode.none, high_watermark, stable, plog.log_start_offset)
         if replica_id < 0:
             upper = stable if committed_only else high_watermark
-            if committed_only:
-                out.aborted = []
+        if (
+            sent is not None
+            and upper <= fetch_offset <= plog.log_end_offset
+            and high_watermark == sent.sent_high_watermark
+            and stable == sent.sent_last_stable_offset
+            and plog.log_start_offset == sent.sent_log_start_offset
+            and fetch_offset >= plog.log_start_offset
+        ):
+            return UNCHANGED
+        out = PartitionRead(ErrorCode.none, high_watermark, stable, plog.log_start_offset)
+        if committed_only and replica_id < 0:
+            out.aborted = []
         try:
             out.records = plog.read(fetch_offset, max(max_bytes, 1), upper)
         except OffsetOutOfRangeError:
@@ -490,17 +530,22 @@ class Partition:
             state.log_start_offset = log_start_offset
             if self._deletions:
                 self._complete_deletions()
-        leader_end = self.log.log_end_offset
+        plog = self.log
+        leader_end = plog.log_end_offset
         if fetch_offset >= leader_end:
             state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
         elif fetch_offset >= state.last_fetch_leader_end >= 0:
             state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        moved = fetch_offset != state.log_end_offset
         state.log_end_offset = fetch_offset
         state.last_fetch_leader_end = leader_end
         state.last_fetch_ms = now_ms
         if replica_id not in self.isr and self._may_join_isr(state):
             self._propose_isr(self.isr + (replica_id,))
-        self._advance_high_watermark()
+        if moved or plog.high_watermark < leader_end:
+            # (A high watermark at the log end has nowhere to go: a caught-up follower's
+            # every idle fetch skips the ISR walk.)
+            self._advance_high_watermark()
 
     # -- DeleteRecords ---------------------------------------------------------------------
 

@@ -252,3 +252,25 @@ def test_a_fetcher_names_only_what_moved_within_its_fetch_session(tmp_path: Path
     assert [(t.topic_id, list(t.partitions)) for t in last.forgotten_topics_data] == [
         (topic_id, [2])
     ]
+    # A new leader epoch names the partition again, with the epoch.
+    followed[0].become_follower(1, 2, 0, (1, 2), (1, 2))
+    link.answers.append(answer(43, topic_id))
+    asyncio.run(fetcher._fetch(link))  # type: ignore[arg-type]
+    last = link.requests[-1]
+    assert named(last) == [(0, 0)]
+    assert [int(p.current_leader_epoch) for t in last.topics for p in t.partitions] == [2]
+    # The topic made again under a new id: its partitions come under the new id, and the
+    # session forgets them under the old one.
+    new_id = uuid.uuid4()
+    metadata = MetadataState(topics={"t": TopicInfo("t", new_id, partitions)})
+    link.answers.append(answer(43, new_id))
+    asyncio.run(fetcher._fetch(link))  # type: ignore[arg-type]
+    last = link.requests[-1]
+    assert [(t.topic_id, named_in(t)) for t in last.topics] == [(new_id, [(0, 0), (1, 2)])]
+    assert [(t.topic_id, list(t.partitions)) for t in last.forgotten_topics_data] == [
+        (topic_id, [0, 1])
+    ]
+
+
+def named_in(topic) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    return [(int(p.partition), int(p.fetch_offset)) for p in topic.partitions]

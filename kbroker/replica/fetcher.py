@@ -108,6 +108,11 @@ class FetchState:
     # Kafka's FetcherLagMetrics: the leader's high watermark less this log's end, as of
     # the last answer.
     lag: int = 0
+    # This partition's session key and entry as the last Fetch named them, kept while
+    # they hold: a follower idle on thousands of partitions then builds no new objects
+    # for them each round (nor leaves the garbage collector any to walk).
+    session_key: SessionKey | None = None
+    asked: SessionPartition | None = None
 
 
 def _by_topic(
@@ -341,14 +346,26 @@ class ReplicaFetcher:
             if info is None:
                 continue
             plog = p.log
-            key = (info.topic_id, p.index)
-            wanted[key] = SessionPartition(
-                plog.log_end_offset,
-                plog.log_start_offset,
-                p.leader_epoch,
-                plog.latest_epoch,
-                settings.partition_max_bytes,
-            )
+            key = s.session_key
+            if key is None or key[0] is not info.topic_id:
+                key = s.session_key = (info.topic_id, p.index)
+            asked = s.asked
+            if (
+                asked is None
+                or asked.fetch_offset != plog.log_end_offset
+                or asked.log_start_offset != plog.log_start_offset
+                or asked.current_leader_epoch != p.leader_epoch
+                or asked.last_fetched_epoch != plog.latest_epoch
+                or asked.max_bytes != settings.partition_max_bytes
+            ):
+                asked = s.asked = SessionPartition(
+                    plog.log_end_offset,
+                    plog.log_start_offset,
+                    p.leader_epoch,
+                    plog.latest_epoch,
+                    settings.partition_max_bytes,
+                )
+            wanted[key] = asked
             sent[key] = s
         if not wanted:
             return False

@@ -271,7 +271,10 @@ class PartitionLog:
     def last_stable_offset(self) -> int:
         """Below the first offset of any open transaction and the high watermark: how far
         a read_committed consumer may read."""
-        return self.producer_state.last_stable_offset(self._high_watermark)
+        state = self.producer_state
+        if not state.ongoing:  # no open transaction: every fetch of every partition asks
+            return self._high_watermark
+        return state.last_stable_offset(self._high_watermark)
 
     def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
         """Aborted transactions with data in [fetch_offset, upper_offset)."""

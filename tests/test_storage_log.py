@@ -14,6 +14,7 @@ from kbroker.protocol.batch import (
     validate_batches,
 )
 from kbroker.storage import LogConfig, OffsetOutOfRangeError, PartitionLog
+from kbroker.storage.log import LogStartMoves
 
 NOW = 1_700_000_000_000
 
@@ -561,3 +562,26 @@ def test_legacy_offsets_before_answers_segment_bases_and_log_end_newest_first(tm
     log.high_watermark = end
     log.delete_records_before(bases[1] + 1)
     assert log.legacy_offsets_before(-2, 3) == [bases[1] + 1]
+
+
+def test_every_move_of_a_log_start_is_counted(tmp_path):
+    """LogStartMoves lets a parked Fetch know that no log start moved since its read."""
+    log = open_log(tmp_path, segment_bytes=400, retention_ms=1000)
+    for i in range(10):
+        log.append(batch(1, ts=NOW + 100 * i, size=150), 0, NOW)
+    log.high_watermark = log.log_end_offset
+
+    def moves(change) -> int:  # type: ignore[no-untyped-def]
+        before, start = LogStartMoves.count, log.log_start_offset
+        change()
+        assert log.log_start_offset != start
+        return LogStartMoves.count - before
+
+    assert moves(lambda: log.apply_retention(NOW + 1550)) >= 1
+    assert moves(lambda: log.delete_records_before(log.log_start_offset + 1)) >= 1
+    assert moves(lambda: log.truncate_to(log.log_start_offset - 1)) >= 1
+    assert moves(lambda: log.truncate_fully_and_start_at(100)) == 1
+    unmoved = LogStartMoves.count
+    log.append(batch(1, ts=NOW + 2000), 0, NOW)
+    log.read(100, 1 << 20)
+    assert LogStartMoves.count == unmoved

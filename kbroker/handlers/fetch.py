@@ -39,6 +39,7 @@ from kbroker.replica.partition import UNCHANGED
 from kbroker.replica.selector import RACK_AWARE_SELECTOR, preferred_read_replica
 from kbroker.security.acl import Operation, ResourceType
 from kbroker.security.quotas import CONSUMER_BYTE_RATE
+from kbroker.storage.log import LogStartMoves
 
 FETCH = 1
 READ_COMMITTED = 1
@@ -110,10 +111,21 @@ class _ParkedFetch:
     its DelayedFetch reads without). What wakes a parked fetch (an append, a moved high
     watermark, a change of leader, the partition stopping) is everything that changes a
     read but the log start offset, so a fetch that found no bytes and was not woken
-    since its last read answers that read at its deadline, each log start offset looked
-    up again, rather than reading every partition of its session a second time."""
+    since its last read answers that read at its deadline (each log start offset looked
+    up again if any log's moved meanwhile), rather than reading every partition of its
+    session a second time."""
 
-    __slots__ = ("ctx", "request", "plan", "answer", "keys", "parked", "timer", "results")
+    __slots__ = (
+        "ctx",
+        "request",
+        "plan",
+        "answer",
+        "keys",
+        "parked",
+        "timer",
+        "results",
+        "log_starts",
+    )
 
     def __init__(
         self,
@@ -130,6 +142,7 @@ class _ParkedFetch:
         self.plan = plan
         self.answer = answer
         self.results = results if total == 0 else None
+        self.log_starts = LogStartMoves.count
         self.keys = [(t.topic, t.partition) for t in plan.targets if t.topic is not None]
         waiters = ctx.broker.waiters
         self.parked = waiters.park(self.keys, self._woken)
@@ -150,13 +163,17 @@ class _ParkedFetch:
             self.answer.fail(exc)
             return
         self.results = results if total == 0 else None
+        self.log_starts = LogStartMoves.count
         self.parked = ctx.broker.waiters.park(self.keys, self._woken)
 
     def _expired(self) -> None:
         self.parked.cancel()
         try:
             results = self.results
-            if results is None or not _refresh_log_starts(self.ctx.broker, self.plan, results):
+            if results is None or (
+                LogStartMoves.count != self.log_starts
+                and not _refresh_log_starts(self.ctx.broker, self.plan, results)
+            ):
                 results = _read_all(self.ctx, self.request, self.plan, record=False)[0]
             self.answer.settle(_encode(self.ctx, self.request, self.plan, results))
         except Exception as exc:

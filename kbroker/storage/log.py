@@ -141,6 +141,15 @@ class FlushJob:
                 os.close(fd)
 
 
+class LogStartMoves:
+    """How many times a log's start offset has moved in this process (DeleteRecords,
+    retention, a truncation below it, a log emptied and started elsewhere), any log's.
+    A reader holding offsets it read earlier (a parked Fetch) learns from an unchanged
+    count that no log start moved since, without looking at each of its logs."""
+
+    count = 0
+
+
 class PartitionLog:
     """One partition's log. Use `PartitionLog.open`; all methods run on one thread
     (the event loop) except `flush` and `FlushJob.run`, which may run in a worker."""
@@ -646,6 +655,7 @@ class PartitionLog:
         if offset > self.log_start_offset:
             self._mark_unclean()
             self.log_start_offset = offset
+            LogStartMoves.count += 1
             self._write_checkpoint()
             self._delete_below_log_start()
             self._epochs_from_start()
@@ -712,6 +722,7 @@ class PartitionLog:
                 freed += seg.size
                 seg.delete()
         self.log_start_offset = max(self.log_start_offset, self._bases[0])
+        LogStartMoves.count += 1
         self._epochs_from_start()
         return freed
 
@@ -749,6 +760,7 @@ class PartitionLog:
             self._high_watermark = min(self._high_watermark, new_end)
             self.recovery_point = min(self.recovery_point, new_end)
             self.log_start_offset = min(self.log_start_offset, new_end)
+            LogStartMoves.count += 1
             self.producer_state.truncate(self.segments, self.log_start_offset, new_end)
         if self.flush_watch is not None:
             self.flush_watch(self)
@@ -786,6 +798,7 @@ class PartitionLog:
         self._bases.append(offset)
         self._new_files = True
         self.log_start_offset = offset
+        LogStartMoves.count += 1
 
     # -- flushing -------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ follower: the follower's fetches are what the leader learns its log end offset f
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -403,3 +404,22 @@ def test_a_fetch_naming_an_epoch_newer_than_any_here_is_out_of_range(pair):
     read = leader.read(1, 1 << 20, last_fetched_epoch=7)
     assert read.error == ErrorCode.offset_out_of_range
     assert read.diverging_epoch is None
+
+
+def test_a_partitions_waiters_stay_while_it_is_hosted_and_go_when_it_stops(pair):
+    """A follower's session parks on the same partitions every round: their sets of
+    waiters are kept, empty, between rounds; a stopped partition leaves none behind."""
+    leader, _ = pair
+    waiters = leader.waiters
+
+    async def rounds() -> list[int]:
+        woken: list[int] = []
+        waiters.park([leader.key], lambda: woken.append(1)).cancel()
+        assert waiters.parked(leader.key) == 0 and leader.key in waiters._waiting
+        waiters.park([leader.key], lambda: woken.append(2))
+        leader.stop()
+        await asyncio.sleep(0)  # wake runs on the loop's next turn
+        return woken
+
+    assert asyncio.run(rounds()) == [2]
+    assert leader.key not in waiters._waiting

@@ -249,6 +249,7 @@ class Partition:
         self._acks.fail_all(ErrorCode.not_leader_or_follower)
         self._fail_deletions()
         self.waiters.wake(self.key)
+        self.waiters.release(self.key)
 
     # -- appends --------------------------------------------------------------------------
 

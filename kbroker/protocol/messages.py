@@ -38,6 +38,9 @@ from kio.static.protocol import Entity
 
 from kbroker.protocol import legacy_messages, requests
 from kbroker.protocol.errors import MalformedRequest
+from kbroker.protocol.fetch_request_decode import FIRST_FLEXIBLE as FETCH_FIRST_FLEXIBLE
+from kbroker.protocol.fetch_request_decode import FIRST_VERSION as FETCH_FIRST_DECODED
+from kbroker.protocol.fetch_request_decode import decode_fetch_request
 from kbroker.protocol.produce_request import FIRST_FLEXIBLE as PRODUCE_FIRST_FLEXIBLE
 from kbroker.protocol.produce_request import decode_produce_request
 from kbroker.protocol.varint import read_uvarint, uvarint
@@ -65,10 +68,11 @@ def known_versions(api_key: int) -> range:
     return range(versions[0], versions[-1] + 1)
 
 
-PRODUCE = 0
+PRODUCE, FETCH = 0, 1
 # Produce v0-2 predate Kafka 4's floor and are served as Kafka 3.9 served them, their
 # message formats v0/v1 up-converted (legacy_records.py). kio has no schema for them;
-# produce_request.py decodes every Produce version by hand.
+# produce_request.py decodes every Produce version by hand. Fetch v4 and above is
+# decoded by hand too (fetch_request_decode.py), v0-3 through legacy_messages.
 LEGACY_PRODUCE_VERSIONS = range(0, 3)
 
 
@@ -98,6 +102,8 @@ def is_flexible(api_key: int, version: int) -> bool:
         # Known without kio's schema, whose import (~10 ms) the first Produce would pay:
         # Produce is decoded and answered by hand (produce_request.py).
         return version >= PRODUCE_FIRST_FLEXIBLE
+    if api_key == FETCH:  # decoded by hand too (fetch_request_decode.py)
+        return version >= FETCH_FIRST_FLEXIBLE
     if (api_key, version) in legacy_messages.LEGACY:
         return False
     return bool(load_request_schema(api_key, wire_version(api_key, version)).__flexible__)
@@ -178,6 +184,8 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
     """
     if api_key == PRODUCE:
         return decode_produce_request(version, frame, offset, MAX_REQUEST_ELEMENTS)
+    if api_key == FETCH and version >= FETCH_FIRST_DECODED:
+        return decode_fetch_request(version, frame, offset, MAX_REQUEST_ELEMENTS)
     legacy = legacy_messages.LEGACY.get((api_key, version))
     if legacy is not None:
         layout, _response, fix = legacy

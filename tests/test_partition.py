@@ -423,3 +423,21 @@ def test_a_partitions_waiters_stay_while_it_is_hosted_and_go_when_it_stops(pair)
 
     assert asyncio.run(rounds()) == [2]
     assert leader.key not in waiters._waiting
+
+
+def test_a_follower_that_truncates_wakes_the_fetches_parked_on_it(pair):
+    """A consumer fetching from a follower (KIP-392) reads again when the follower
+    truncates: its high watermark may have moved back."""
+    leader, follower = pair
+    leader.append_as_leader(batch(b"a", b"b"), NOW)
+    replicate(leader, follower)
+
+    async def truncated(change) -> list[str]:  # type: ignore[no-untyped-def]
+        woken: list[str] = []
+        follower.waiters.park([follower.key], lambda: woken.append("woken"))
+        change()
+        await asyncio.sleep(0)
+        return woken
+
+    assert asyncio.run(truncated(lambda: follower.truncate_to(1))) == ["woken"]
+    assert asyncio.run(truncated(lambda: follower.truncate_fully_and_start_at(5))) == ["woken"]

@@ -313,13 +313,16 @@ class Partition:
             self.log.delete_records_before(target)
 
     def truncate_to(self, offset: int) -> None:
-        """Drop this follower's records from `offset` on (a tail the leader does not have)."""
+        """Drop this follower's records from `offset` on (a tail the leader does not have).
+        Consumers parked here (KIP-392) read again: the high watermark may have moved back."""
         self.log.truncate_to(offset)
+        self.waiters.wake(self.key)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty this follower's log and continue from `offset`, the leader's log start,
         when the records between its log end and there are gone on the leader."""
         self.log.truncate_fully_and_start_at(offset)
+        self.waiters.wake(self.key)
 
     # -- acks=all --------------------------------------------------------------------------
 

@@ -132,6 +132,10 @@ class Later:
         if self._outcome is not None:
             return
         self._outcome = (value, error)
+        # Settled, it drops both callbacks: each is usually a method or closure of what
+        # holds this Later (a parked Fetch's `_abandon`, the connection's slot), a cycle
+        # that would otherwise outlive the request until the cyclic collector ran.
+        self.on_abandon = None
         listener, self._listener = self._listener, None
         if listener is not None:
             listener(value, error)

@@ -1,6 +1,7 @@
 """A request's objects are freed by reference counting alone: none is left in a cycle for
 the cyclic garbage collector, which otherwise runs a generation-0 collection every few
-hundred requests on the event loop.
+hundred requests on the event loop. Nor does a connection closed while its fetch is
+parked.
 
 One broker in the test's loop (tests/inprocess.py), a KafkaConnection on a transport
 that collects what is written, and request frames handed to its `data_received`; each
@@ -169,6 +170,13 @@ async def measure(broker: Broker) -> dict[str, tuple[int, str]]:
         answer = await client.answer(FETCH, 11, written)
         assert len(answer.responses[0].partitions[0].records) > 0
 
+    async def closed_while_parked() -> None:
+        closing = Client(broker)
+        closing.send(FETCH, 11, fetch_fields(None, 60_000))
+        assert broker.waiters.parked_requests() == 1
+        closing.connection.connection_lost(None)
+        assert broker.waiters.parked_requests() == 0
+
     async def metadata() -> None:
         topics = [{"topic_id": None, "name": TOPIC}]
         fields = {
@@ -236,6 +244,7 @@ async def measure(broker: Broker) -> dict[str, tuple[int, str]]:
         "fetch answered at once": lambda: fetch(0, 0),
         "fetch parked until it expires": lambda: fetch(None, 1),
         "fetch parked until a produce wakes it": fetch_woken,
+        "connection closed with a fetch parked": closed_while_parked,
         "metadata": metadata,
         "api versions": api_versions,
         "consumer group heartbeat": heartbeat,
@@ -278,6 +287,12 @@ def test_a_parked_fetch_woken_by_a_produce_leaves_nothing_for_the_cyclic_collect
 
 def test_a_fetch_answered_at_once_leaves_nothing_for_the_cyclic_collector(unreachable):
     leaves_nothing(unreachable, "fetch answered at once")
+
+
+def test_a_connection_closed_with_a_fetch_parked_leaves_nothing_for_the_cyclic_collector(
+    unreachable,
+):
+    leaves_nothing(unreachable, "connection closed with a fetch parked")
 
 
 @pytest.mark.parametrize(

@@ -327,10 +327,14 @@ class KafkaConnection(asyncio.Protocol):
             self._idle_timer.cancel()
         self.broker.connections.discard(self)
         for slot in self._queue:
-            if isinstance(slot.task, Later):
-                slot.task.abandon()
-            elif slot.task is not None:
-                slot.task.cancel()
+            # Dropped as well: an abandoned Later is never settled, so its listener (a
+            # closure over the slot) would keep the slot, the Later and this connection
+            # in a cycle for the cyclic collector.
+            task, slot.task = slot.task, None
+            if isinstance(task, Later):
+                task.abandon()
+            elif task is not None:
+                task.cancel()
         self._queue.clear()
         self._memory.forget(self)
         self._memory.adjust(-self._memory_held)

@@ -44,43 +44,10 @@ from kbroker.protocol.one_shot import produce_fields
 from kbroker.server.connection import KafkaConnection
 from kbroker.testing.nodes import free_ports
 from kbroker.testing.records import Record, encode_batch
+from kbroker.testing.transport import CollectingTransport
 
 PRODUCE, FETCH, CREATE_TOPICS = 0, 1, 19
 TOPIC = "inprocess"
-
-
-class CollectingTransport:
-    """What a KafkaConnection needs of a transport; `written` wakes a waiter."""
-
-    def __init__(self) -> None:
-        self.written = 0
-        self.waiter: asyncio.Future[None] | None = None
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def write(self, data: bytes) -> None:
-        self.written += len(data)
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return False
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
 
 
 def frames(api_key: int, version: int, fields: dict[str, Any], count: int) -> list[bytes]:

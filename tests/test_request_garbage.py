@@ -32,6 +32,7 @@ from kbroker.protocol.messages import build
 from kbroker.protocol.one_shot import produce_fields
 from kbroker.server.connection import KafkaConnection
 from kbroker.testing.records import Record, encode_batch
+from kbroker.testing.transport import CollectingTransport
 
 PRODUCE, FETCH, METADATA, OFFSET_COMMIT, FIND_COORDINATOR = 0, 1, 3, 8, 10
 API_VERSIONS, CREATE_TOPICS, CONSUMER_GROUP_HEARTBEAT = 18, 19, 68
@@ -40,46 +41,12 @@ REQUESTS = 300
 WARM = 30  # first-use imports and caches, before the collector's count starts
 
 
-class Transport:
-    """What a KafkaConnection needs of a transport: it collects what is written."""
-
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.waiter: asyncio.Future[None] | None = None
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def write(self, data: bytes) -> None:
-        self.written.append(bytes(data))
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return False
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-
 class Client:
     """Requests handed to one in-process connection, one at a time."""
 
     def __init__(self, broker: Broker) -> None:
         self.connection = KafkaConnection(broker)
-        self.transport = Transport()
+        self.transport = CollectingTransport(keep=True)
         self.connection.connection_made(self.transport)  # type: ignore[arg-type]
         self.correlation = 0
 
@@ -87,7 +54,7 @@ class Client:
         """Hand the request to the connection; how many writes there were before it."""
         self.correlation += 1
         request = build(load_request_schema(api_key, version), fields)
-        written = len(self.transport.written)
+        written = len(self.transport.frames)
         self.transport.waiter = asyncio.get_running_loop().create_future()
         self.connection.data_received(encode_request(request, self.correlation, "garbage"))
         return written
@@ -95,12 +62,12 @@ class Client:
     async def answer(self, api_key: int, version: int, written: int) -> Any:
         """The answer to the request sent when there were `written` writes, once there."""
         transport = self.transport
-        while len(transport.written) == written:
+        while len(transport.frames) == written:
             assert transport.waiter is not None
             await asyncio.wait_for(transport.waiter, 10)
             transport.waiter = asyncio.get_running_loop().create_future()
-        data = b"".join(transport.written[written:])
-        transport.written.clear()
+        data = b"".join(transport.frames[written:])
+        transport.frames.clear()
         (size,) = struct.unpack_from(">i", data)
         correlation, response = decode_response(api_key, version, data[4 : 4 + size])
         assert correlation == self.correlation
@@ -165,7 +132,7 @@ async def measure(broker: Broker) -> dict[str, tuple[int, str]]:
 
     async def fetch_woken() -> None:
         written = client.send(FETCH, 11, fetch_fields(None, 60_000))
-        assert len(client.transport.written) == written, "parked, not answered"
+        assert len(client.transport.frames) == written, "parked, not answered"
         await producer.call(PRODUCE, 9, produce_fields(TOPIC, batch, acks=1))
         answer = await client.answer(FETCH, 11, written)
         assert len(answer.responses[0].partitions[0].records) > 0

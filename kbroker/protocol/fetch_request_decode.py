@@ -230,21 +230,8 @@ def _decode(version: int, buf: bytes | memoryview, pos: int, max_elements: int) 
     with_high_watermark = version >= FIRST_HIGH_WATERMARK
 
     # -- topics
-    if flexible:
-        count = buf[pos]
-        if count < 0x80:
-            pos += 1
-        else:
-            count, pos = read_uvarint(buf, pos)
-        count -= 1
-    else:
-        (count,) = _I32.unpack_from(buf, pos)
-        pos += 4
-    if count < 0:
-        raise _null_in("FetchRequest.topics")
-    if count * topic_size > end - pos:
-        raise _too_many(count, end - pos)
-    budget -= count
+    count, pos = _count(buf, pos, flexible)
+    budget = _within(count, topic_size, end - pos, budget, max_elements, "FetchRequest.topics")
     topics: list[FetchTopic] = []
     for _ in range(count):
         name = ""
@@ -272,23 +259,10 @@ def _decode(version: int, buf: bytes | memoryview, pos: int, max_elements: int) 
             name = str(buf[pos : pos + size], "utf-8")
             pos += size
 
-        if flexible:
-            count = buf[pos]
-            if count < 0x80:
-                pos += 1
-            else:
-                count, pos = read_uvarint(buf, pos)
-            count -= 1
-        else:
-            (count,) = _I32.unpack_from(buf, pos)
-            pos += 4
-        if count < 0:
-            raise _null_in("FetchTopic.partitions")
-        if count * partition_size > end - pos:
-            raise _too_many(count, end - pos)
-        budget -= count
-        if budget < 0:
-            raise _over_budget(max_elements)
+        count, pos = _count(buf, pos, flexible)
+        budget = _within(
+            count, partition_size, end - pos, budget, max_elements, "FetchTopic.partitions"
+        )
         if flexible:
             partitions = []
             for _ in range(count):
@@ -346,23 +320,10 @@ def _decode(version: int, buf: bytes | memoryview, pos: int, max_elements: int) 
     # -- forgotten topics
     forgotten: list[ForgottenTopic] = []
     if version >= FIRST_SESSION:
-        if flexible:
-            count = buf[pos]
-            if count < 0x80:
-                pos += 1
-            else:
-                count, pos = read_uvarint(buf, pos)
-            count -= 1
-        else:
-            (count,) = _I32.unpack_from(buf, pos)
-            pos += 4
-        if count < 0:
-            raise _null_in("FetchRequest.forgotten_topics_data")
-        if count * topic_size > end - pos:
-            raise _too_many(count, end - pos)
-        budget -= count
-        if budget < 0:
-            raise _over_budget(max_elements)
+        count, pos = _count(buf, pos, flexible)
+        budget = _within(
+            count, topic_size, end - pos, budget, max_elements, "FetchRequest.forgotten_topics_data"
+        )
         for _ in range(count):
             name = ""
             topic_id = None
@@ -376,19 +337,8 @@ def _decode(version: int, buf: bytes | memoryview, pos: int, max_elements: int) 
                 if forgotten_name is None:
                     raise _null_in("ForgottenTopic.topic")
                 name = forgotten_name
-            if flexible:
-                count, pos = read_uvarint(buf, pos)
-                count -= 1
-            else:
-                (count,) = _I32.unpack_from(buf, pos)
-                pos += 4
-            if count < 0:
-                raise _null_in("ForgottenTopic.partitions")
-            if count * 4 > end - pos:
-                raise _too_many(count, end - pos)
-            budget -= count
-            if budget < 0:
-                raise _over_budget(max_elements)
+            count, pos = _count(buf, pos, flexible)
+            budget = _within(count, 4, end - pos, budget, max_elements, "ForgottenTopic.partitions")
             indexes = struct.unpack_from(f">{count}i", buf, pos)
             pos += 4 * count
             forgotten.append(ForgottenTopic(name, topic_id, indexes))
@@ -433,6 +383,31 @@ def _decode(version: int, buf: bytes | memoryview, pos: int, max_elements: int) 
         cluster_id,
         replica_state,
     )
+
+
+def _count(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[int, int]:
+    """An array's element count (-1: null) and the position after it."""
+    if flexible:
+        count = buf[pos]
+        if count < 0x80:
+            return count - 1, pos + 1
+        count, pos = read_uvarint(buf, pos)
+        return count - 1, pos
+    return _I32.unpack_from(buf, pos)[0], pos + 4
+
+
+def _within(count: int, least: int, left: int, budget: int, max_elements: int, name: str) -> int:
+    """Check an array's count before anything is built: not null, no more elements of at
+    least `least` bytes than the `left` bytes hold, within the request's element budget;
+    the budget that remains."""
+    if count < 0:
+        raise _null_in(name)
+    if count * least > left:
+        raise _too_many(count, left)
+    budget -= count
+    if budget < 0:
+        raise _over_budget(max_elements)
+    return budget
 
 
 def _string(

@@ -13,7 +13,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from typing import Any
 from kbroker.admin.client import BrokerConnection, ClientError, produce_fields
 from kbroker.protocol.batch import BatchHeader, encode_batch
 from kbroker.storage.segment import scan_batches
+from kbroker.testing.nodes import free_ports as loopback_ports
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 20.0
@@ -174,9 +174,8 @@ def broker_environment() -> dict[str, str]:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port free a moment ago, below the kernel's ephemeral range."""
+    return loopback_ports(1)[0]
 
 
 def free_ports(names: Iterable[str], *taken: int) -> dict[str, int]:

@@ -7,7 +7,6 @@ request objects, send them over a real socket, and read kio response objects bac
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
@@ -22,14 +21,14 @@ from kbroker.config import BrokerConfig, load_broker_config
 from kbroker.protocol.batch import encode_batch
 from kbroker.protocol.client_frames import decode_response, encode_request
 from kbroker.protocol.messages import build
+from kbroker.testing.nodes import free_ports as loopback_ports
 
 PRODUCE, CREATE_TOPICS = 0, 19
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free a moment ago, below the kernel's ephemeral range."""
+    return loopback_ports(1)[0]
 
 
 def controller_only_config(metadata_dir: Path) -> BrokerConfig:

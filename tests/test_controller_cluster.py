@@ -15,14 +15,14 @@ from compat_tests.waiting import eventually_async
 from kbroker.controller import Controller, ControllerConfig, ControllerStartError
 from kbroker.controller.errors import NOT_LEADER_OR_FOLLOWER, ControllerError
 from kbroker.controller.raft_handshake import RefusalLog
+from kbroker.testing.nodes import free_ports as loopback_ports
 
 pytestmark = pytest.mark.slow  # make test-fast leaves these out
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port() -> int:
+    """A loopback port free a moment ago, below the kernel's ephemeral range."""
+    return loopback_ports(1)[0]
 
 
 def three_voters(base, secrets=("s", "s", "s"), election_timeout_s=(0.3, 0.6), **config):

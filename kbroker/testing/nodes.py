@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import secrets
 import signal
 import socket
@@ -31,13 +32,32 @@ class NodeStartError(RuntimeError):
     """A node exited or did not answer Metadata in time; the message ends with its log."""
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out to outgoing connections (Linux's default if unread)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_ports(count: int, taken: Iterable[int] = ()) -> list[int]:
-    """`count` distinct loopback ports that were free a moment ago (none of `taken`)."""
+    """`count` distinct loopback ports that were free a moment ago (none of `taken`).
+
+    Chosen outside the kernel's ephemeral range where there is room below it: a port the
+    kernel handed out for a listen probe can go to any outgoing connection before the
+    node binds it (a broker's client, another test's), one below that range cannot."""
     ports: list[int] = []
     avoid = set(taken)
+    low, _high = _ephemeral_range()
+    below = range(10000, low) if low > 11000 else None
     while len(ports) < count:
+        port = random.choice(below) if below is not None else 0
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use: another pick
             port = int(sock.getsockname()[1])
         if port not in avoid and port not in ports:
             ports.append(port)

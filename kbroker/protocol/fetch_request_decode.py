@@ -234,31 +234,7 @@ def _decode(version: int, buf: bytes | memoryview, pos: int, max_elements: int) 
     budget = _within(count, topic_size, end - pos, budget, max_elements, "FetchRequest.topics")
     topics: list[FetchTopic] = []
     for _ in range(count):
-        name = ""
-        topic_id = None
-        if by_id:
-            if pos + 16 > end:
-                raise MalformedRequest("fetch request ends inside a topic id")
-            topic_id = _uuid(*_UUID.unpack_from(buf, pos))
-            pos += 16
-        else:
-            if flexible:
-                size = buf[pos]
-                if size < 0x80:
-                    pos += 1
-                else:
-                    size, pos = read_uvarint(buf, pos)
-                size -= 1
-            else:
-                (size,) = _I16.unpack_from(buf, pos)
-                pos += 2
-            if size < 0:
-                raise _null_in("FetchTopic.topic")
-            if pos + size > end:
-                raise MalformedRequest(f"topic name of {size} bytes in {end - pos}")
-            name = str(buf[pos : pos + size], "utf-8")
-            pos += size
-
+        name, topic_id, pos = _topic(buf, pos, end, by_id, flexible, "FetchTopic.topic")
         count, pos = _count(buf, pos, flexible)
         budget = _within(
             count, partition_size, end - pos, budget, max_elements, "FetchTopic.partitions"
@@ -325,18 +301,7 @@ def _decode(version: int, buf: bytes | memoryview, pos: int, max_elements: int) 
             count, topic_size, end - pos, budget, max_elements, "FetchRequest.forgotten_topics_data"
         )
         for _ in range(count):
-            name = ""
-            topic_id = None
-            if by_id:
-                if pos + 16 > end:
-                    raise MalformedRequest("fetch request ends inside a topic id")
-                topic_id = _uuid(*_UUID.unpack_from(buf, pos))
-                pos += 16
-            else:
-                forgotten_name, pos = _string(buf, pos, end, flexible, "ForgottenTopic.topic")
-                if forgotten_name is None:
-                    raise _null_in("ForgottenTopic.topic")
-                name = forgotten_name
+            name, topic_id, pos = _topic(buf, pos, end, by_id, flexible, "ForgottenTopic.topic")
             count, pos = _count(buf, pos, flexible)
             budget = _within(count, 4, end - pos, budget, max_elements, "ForgottenTopic.partitions")
             indexes = struct.unpack_from(f">{count}i", buf, pos)
@@ -408,6 +373,21 @@ def _within(count: int, least: int, left: int, budget: int, max_elements: int, n
     if budget < 0:
         raise _over_budget(max_elements)
     return budget
+
+
+def _topic(
+    buf: bytes | memoryview, pos: int, end: int, by_id: bool, flexible: bool, field: str
+) -> tuple[str, uuid.UUID | None, int]:
+    """A topic as a request names it: by id from v13 (its name ""), else by a name that
+    may not be null; and the position after it."""
+    if by_id:
+        if pos + 16 > end:
+            raise MalformedRequest("fetch request ends inside a topic id")
+        return "", _uuid(*_UUID.unpack_from(buf, pos)), pos + 16
+    name, pos = _string(buf, pos, end, flexible, field)
+    if name is None:
+        raise _null_in(field)
+    return name, None, pos
 
 
 def _string(

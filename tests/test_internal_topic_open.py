@@ -10,7 +10,9 @@ client's next request finds its coordinator ready."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 from inprocess import RawClient, run_broker
 
@@ -18,6 +20,7 @@ from kbroker.broker import Broker
 from kbroker.controller.events import MetadataEvent, TopicCreated
 
 FIND_COORDINATOR, OFFSET_FETCH = 10, 9
+NONE, COORDINATOR_LOAD_IN_PROGRESS = 0, 14
 GROUP, TRANSACTION = 0, 1
 
 
@@ -51,6 +54,48 @@ def test_the_offsets_topic_is_made_by_workers_and_its_coordinator_answers_at_onc
         )
         assert [g.error_code for g in fetched.groups] == [0]  # not NOT_COORDINATOR (16)
         client.close()
+
+    run_broker(tmp_path, check)
+
+
+def test_a_coordinator_whose_log_is_still_being_made_says_it_is_loading(
+    tmp_path: Path,
+) -> None:
+    """FindCoordinator names the partition's leader as soon as the topic is in the
+    metadata, so a client may come while this node's workers still make the logs (a
+    second client, or the same one's retry). Its group is then loading: the answer is
+    COORDINATOR_LOAD_IN_PROGRESS, which clients retry, and once the logs are made, the
+    group's offsets; never NOT_COORDINATOR, which librdkafka's committed() reports as
+    final."""
+
+    async def check(broker: Broker, port: int) -> None:
+        topic = "__consumer_offsets"
+        gate = asyncio.Event()
+        create_many = broker.logs.create_many
+
+        async def held_create_many(*args: Any, **kwargs: Any) -> Any:
+            await gate.wait()  # the workers are slow today
+            return await create_many(*args, **kwargs)
+
+        broker.logs.create_many = held_create_many  # type: ignore[method-assign]
+        finder, fetcher = await RawClient.connect(port), await RawClient.connect(port)
+        finding = asyncio.ensure_future(
+            finder.call(FIND_COORDINATOR, 4, {"key_type": GROUP, "coordinator_keys": ["g"]})
+        )
+        while not broker.opening(topic):
+            await asyncio.sleep(0.005)
+        offset_fetch = {"groups": [{"group_id": "g", "topics": None}], "require_stable": False}
+        early = await fetcher.call(OFFSET_FETCH, 8, offset_fetch)
+        assert [g.error_code for g in early.groups] == [COORDINATOR_LOAD_IN_PROGRESS]
+        assert not finding.done()  # FindCoordinator still waits for the logs
+
+        gate.set()
+        found = await finding
+        assert [(c.error_code, c.node_id) for c in found.coordinators] == [(0, broker.node_id)]
+        later = await fetcher.call(OFFSET_FETCH, 8, offset_fetch)
+        assert [g.error_code for g in later.groups] == [NONE]
+        finder.close()
+        fetcher.close()
 
     run_broker(tmp_path, check)
 

@@ -168,6 +168,8 @@ class InternalTopicService:
         self._creating: asyncio.Future[ErrorCode] | None = None
         self._refresh_pending = False
         self._awaiting_logs: asyncio.Task[None] | None = None
+        # Partitions loading since their log began to be made, their load not started.
+        self._begun: set[int] = set()
         self._periodic: list[_Periodic] = []
 
     # -- what a subclass says -------------------------------------------------------------
@@ -212,6 +214,7 @@ class InternalTopicService:
         )
         self._tasks.clear()
         self._loads.clear()
+        self._begun.clear()
         self.coordinator.shutdown()
 
     def publish_metrics(self, metrics: Metrics) -> None:
@@ -241,12 +244,18 @@ class InternalTopicService:
             asyncio.get_running_loop().call_soon(self.refresh)
 
     def refresh(self) -> None:
-        """Load partitions this node now leads, unload those it no longer leads."""
+        """Load partitions this node now leads, unload those it no longer leads.
+
+        A partition the metadata has this node lead while the broker's workers still
+        make its log is loading from that moment, its load started once the log is
+        there: a client that FindCoordinator sent here (the topic is in the metadata)
+        hears "loading, try again" (COORDINATOR_LOAD_IN_PROGRESS), not "not the
+        coordinator", which some clients take as final (librdkafka's committed())."""
         self._refresh_pending = False
         coordinator = self.coordinator
         topic = self.broker.controller.state.topics.get(self.topic)
         led: dict[int, int] = {}  # partition -> leader epoch
-        unopened = False  # led here, but its log is still being made
+        opening: dict[int, int] = {}  # led here, but its log is still being made
         if topic is not None:
             count = len(topic.partitions)
             if count != coordinator.config.num_partitions and not self.held_partitions():
@@ -258,18 +267,24 @@ class InternalTopicService:
                 replica, _ = self.broker.replicas.leader(self.topic, p.partition)
                 if replica is not None:
                     led[p.partition] = replica.leader_epoch
-                else:
-                    unopened = True
-        if unopened and self._awaiting_logs is None and self.broker.opening(self.topic):
+                elif self.broker.opening(self.topic):
+                    opening[p.partition] = p.leader_epoch
+        if opening and self._awaiting_logs is None:
             self._awaiting_logs = asyncio.create_task(self._refresh_when_opened())
-        for partition in sorted(set(self.held_partitions()) - set(led)):
+        for partition in sorted(set(self.held_partitions()) - set(led) - set(opening)):
             task = self._loads.pop(partition, None)
             if task is not None:
                 task.cancel()
+            self._begun.discard(partition)
             coordinator.unload_partition(partition)
             self.log.info("no longer coordinating %s-%d", self.topic, partition)
+        for partition, epoch in sorted(opening.items()):
+            if partition not in self._begun and self.needs_load(partition, epoch):
+                self.begin_loading(partition, epoch)
+                self._begun.add(partition)
         for partition, epoch in sorted(led.items()):
-            if self.needs_load(partition, epoch):
+            if partition in self._begun or self.needs_load(partition, epoch):
+                self._begun.discard(partition)
                 stale = self._loads.pop(partition, None)
                 if stale is not None:  # a load for an older leader epoch must not finish
                     stale.cancel()

@@ -43,6 +43,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from bench.kafka_load import PRODUCER_BULK, produce_rate
+from bench.procs import tree_cpu_seconds
 from compat_tests.cluster import KafkaCluster
 
 VALUE = b"x" * 100
@@ -60,11 +61,21 @@ def new_topic(cluster: KafkaCluster, replication_factor: int) -> str:
     return topic
 
 
-def batched(cluster: KafkaCluster, replication_factor: int, records: int) -> float:
-    """Records per second produced and acknowledged by acks=all."""
+def cluster_cpu_seconds(cluster: KafkaCluster) -> float:
+    """The CPU time (user and system) of the cluster's running node processes."""
+    return sum(tree_cpu_seconds(node.pid) for node in cluster.nodes if node.running())
+
+
+def batched(cluster: KafkaCluster, replication_factor: int, records: int) -> tuple[float, float]:
+    """Records per second produced and acknowledged by acks=all, and the microseconds
+    of CPU the cluster's nodes spent a record meanwhile (every replica's work: on one
+    core each the rate is the clients' and the scheduler's as much as the brokers', the
+    CPU a record is the brokers' own)."""
     topic = new_topic(cluster, replication_factor)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, **PRODUCER_BULK})
-    return produce_rate(producer, topic, records, VALUE)
+    before = cluster_cpu_seconds(cluster)
+    rate = produce_rate(producer, topic, records, VALUE)
+    return rate, (cluster_cpu_seconds(cluster) - before) / records * 1e6
 
 
 def one_at_a_time(cluster: KafkaCluster, records: int) -> dict[str, float]:
@@ -285,15 +296,20 @@ def throughput(
 ) -> None:
     """The batched rounds (interleaved) and the one-at-a-time latency, into `result`."""
     for _ in range(args.rounds):
+        single_rate, single_cpu = batched(single, 1, args.records)
+        rf3_rate, rf3_cpu = batched(three, 3, args.records)
         row = {
-            "single_rec_s": batched(single, 1, args.records),
-            "rf3_rec_s": batched(three, 3, args.records),
+            "single_rec_s": single_rate,
+            "rf3_rec_s": rf3_rate,
+            "rf3_over_single": rf3_rate / single_rate,
+            "single_cpu_us_per_record": single_cpu,
+            "rf3_cpu_us_per_record": rf3_cpu,
         }
-        row["rf3_over_single"] = row["rf3_rec_s"] / row["single_rec_s"]
         result["rounds"].append(row)
         print(
-            f"single node {row['single_rec_s']:>10,.0f} rec/s   RF=3 "
-            f"{row['rf3_rec_s']:>10,.0f} rec/s   ratio {row['rf3_over_single']:.2f}",
+            f"single node {single_rate:>10,.0f} rec/s, {single_cpu:.2f} µs CPU/record   "
+            f"RF=3 {rf3_rate:>10,.0f} rec/s, {rf3_cpu:.2f} µs CPU/record (3 nodes)   "
+            f"ratio {row['rf3_over_single']:.2f}",
             flush=True,
         )
     result["one_at_a_time"] = one_at_a_time(three, args.latency_records)
@@ -365,8 +381,10 @@ def main(argv: list[str] | None = None) -> int:
         result["median"] = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
         median = result["median"]
         summary = (
-            f"median: single node {median['single_rec_s']:,.0f} rec/s, RF=3 "
-            f"{median['rf3_rec_s']:,.0f} rec/s, ratio {median['rf3_over_single']:.2f}; " + summary
+            f"median: single node {median['single_rec_s']:,.0f} rec/s "
+            f"({median['single_cpu_us_per_record']:.2f} µs CPU/record), RF=3 "
+            f"{median['rf3_rec_s']:,.0f} rec/s ({median['rf3_cpu_us_per_record']:.2f} µs "
+            f"CPU/record), ratio {median['rf3_over_single']:.2f}; " + summary
         )
     print(summary)
     if args.json:

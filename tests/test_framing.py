@@ -1,19 +1,28 @@
 """FrameDecoder: how the broker cuts a TCP byte stream into Kafka requests.
 
-Whatever the chunking, the same frames come out; a size prefix the broker will not
-accept fails as soon as its four bytes are in, before any of the body is held; and no
-byte sequence makes the decoder raise anything but FrameError.
+Whatever the chunking, the same frames come out, whether the bytes are fed or read
+into the buffers the decoder gives; a size prefix the broker will not accept fails as
+soon as its four bytes are in, before any of the body is held; a frame too big for
+the scratch buffer is read into one of its own; and no byte sequence makes the decoder
+raise anything but FrameError.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbroker.protocol.framing import FrameDecoder, FrameError, frame
+from kbroker.protocol.framing import (
+    MAPPED_FROM,
+    SCRATCH_BYTES,
+    FrameDecoder,
+    FrameError,
+    frame,
+)
 
 MAX_FRAME = 4096
 
@@ -113,7 +122,7 @@ def test_thousands_of_tiny_frames_in_one_read() -> None:
     count = 20_000
     frames = FrameDecoder(MAX_FRAME).feed((frame(1) + b"z") * count)
     assert len(frames) == count
-    assert set(frames) == {b"z"}
+    assert {bytes(f) for f in frames} == {b"z"}
 
 
 def test_a_frame_joined_from_several_reads_is_writable() -> None:
@@ -125,8 +134,92 @@ def test_a_frame_joined_from_several_reads_is_writable() -> None:
     assert bytes(joined) == b"abcdef"
 
 
-def test_a_frame_from_one_read_is_a_view_of_that_read() -> None:
+def test_every_frame_is_writable_and_its_own() -> None:
+    """Storage patches offsets into a produce request's batches, and a request may wait
+    for its answer while later reads land: no frame shares memory with the buffer the
+    next read lands in, or with another frame."""
     decoder = FrameDecoder(1 << 20)
-    (whole,) = decoder.feed(frame(3) + b"xyz")
-    assert whole.readonly
-    assert bytes(whole) == b"xyz"
+    first, second = decoder.feed(frame(3) + b"xyz" + frame(3) + b"abc")
+    assert not first.readonly and not second.readonly
+    first[0:1] = b"X"
+    decoder.feed(frame(3) + b"123")  # lands where the first two did
+    assert (bytes(first), bytes(second)) == (b"Xyz", b"abc")
+
+
+def read_through_buffers(decoder: FrameDecoder, data: bytes, most: list[int]) -> list[bytes]:
+    """Read `data` as a socket would: into each buffer the decoder gives, at most the
+    next of `most` bytes at a time (cycled)."""
+    out: list[bytes] = []
+    pos = 0
+    turn = 0
+    while pos < len(data):
+        target = decoder.get_buffer()
+        assert len(target) > 0
+        n = min(len(target), len(data) - pos, most[turn % len(most)] if most else len(data))
+        target[:n] = data[pos : pos + n]
+        pos += n
+        turn += 1
+        out.extend(bytes(f) for f in decoder.buffer_updated(n))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=300),
+            st.integers(min_value=SCRATCH_BYTES - 8, max_value=3 * SCRATCH_BYTES).map(
+                lambda n: bytes([n % 251]) * n
+            ),
+        ),
+        max_size=8,
+    ),
+    st.lists(st.integers(min_value=1, max_value=2 * SCRATCH_BYTES), max_size=6),
+)
+def test_reads_into_the_decoders_buffers_yield_the_same_frames(
+    frames: list[bytes], most: list[int]
+) -> None:
+    decoder = FrameDecoder(4 * SCRATCH_BYTES)
+    # Small reads go with a larger one now and then, so that big frames stay quick.
+    assert read_through_buffers(decoder, encode_stream(frames), [*most, 4096]) == frames
+    assert decoder.buffered == 0 and decoder.reading == 0 and not decoder.inside_frame
+
+
+def test_a_big_frame_is_read_into_a_buffer_of_its_own() -> None:
+    """Once its size is in, the rest of a frame bigger than the scratch buffer lands
+    straight in the frame's own buffer, and never past its end."""
+    size = 3 * SCRATCH_BYTES
+    body = bytes(range(256)) * (size // 256)
+    data = frame(size) + body + frame(2) + b"ok"
+    decoder = FrameDecoder(1 << 20)
+    first = decoder.get_buffer()
+    first[:100] = data[:100]
+    assert decoder.buffer_updated(100) == []
+    assert decoder.inside_frame and decoder.reading == 4 + size and decoder.buffered == 100
+    rest = decoder.get_buffer()
+    assert len(rest) == size - 96  # exactly what the frame lacks
+    rest[:] = data[100 : 4 + size]
+    (whole,) = decoder.buffer_updated(len(rest))
+    assert bytes(whole) == body and not whole.readonly
+    assert decoder.reading == 0
+    assert [bytes(f) for f in decoder.feed(data[4 + size :])] == [b"ok"]
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_huge_declared_frame_holds_only_what_arrived() -> None:
+    """A frame of MAPPED_FROM bytes or more is read into an anonymous mapping: the size
+    a client declares costs no memory until its bytes come."""
+    declared = 48 << 20
+    assert declared >= MAPPED_FROM
+    decoder = FrameDecoder(64 << 20)
+    before = resident_bytes()
+    decoder.feed(frame(declared) + b"x" * 10)
+    grown = resident_bytes() - before
+    assert grown < 4 << 20, f"declaring {declared} bytes made the decoder hold {grown}"
+    assert decoder.reading == 4 + declared
+    assert decoder.buffered == 14
+    assert len(decoder.get_buffer()) == declared - 10

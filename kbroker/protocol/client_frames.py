@@ -37,7 +37,7 @@ def encode_request(entity: Any, correlation: int, client_id: str) -> bytes:
     return request_frame(key, version, correlation, client_id, encode(entity))
 
 
-def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
     """(correlation id, kio response entity) of one response frame (without its size)."""
     (correlation,) = struct.unpack_from(">i", frame, 0)
     # ApiVersions answers with a v0 header even in its flexible versions.

@@ -1,16 +1,38 @@
 """Length-prefixed framing of the Kafka protocol, without I/O.
 
 Every Kafka request and response is a 4-byte big-endian size followed by that many
-bytes. The decoder buffers whatever the socket delivered and hands out complete
-frames; it refuses a size prefix above the configured maximum before buffering the
-body, so a hostile client cannot make the broker allocate it.
+bytes. The decoder says where the next read should land (`get_buffer`, as asyncio's
+BufferedProtocol asks) and hands out the frames complete once it landed
+(`buffer_updated`); `feed` does both for bytes that arrived some other way (TLS's
+plaintext, tests). It refuses a size prefix above the configured maximum before
+holding the body, so a hostile client cannot make the broker allocate it.
+
+Where the bytes go is what saves the copies. Reads land in a reused scratch buffer,
+and a frame complete there is copied out once, into a bytearray of its own. A frame
+too big for the scratch buffer gets a buffer of its exact size as soon as its size is
+known, and the rest of it is read straight into that: a 1 MB produce request is copied
+by the kernel and by no one else (before, the event loop copied each read into a bytes
+object and the decoder joined the pieces). Every frame is writable and shares no memory
+with any other, so storage patches offsets into its record batches in place, and a
+request may be held as long as its answer waits.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 
 _SIZE = struct.Struct(">i")
+
+SCRATCH_BYTES = 64 * 1024
+"""The reused read buffer (libuv's own read size): frames that fit are copied out of
+it; bigger ones are read into a buffer of their own."""
+
+MAPPED_FROM = 1 << 20
+"""Frames of this many bytes or more are read into an anonymous mapping, whose pages
+cost memory only as the body arrives: a client that declares a 100 MB request and
+sends four bytes makes the broker hold four bytes (a bytearray is zeroed, all of it,
+when made)."""
 
 
 class FrameError(Exception):
@@ -18,21 +40,35 @@ class FrameError(Exception):
 
 
 class FrameDecoder:
-    """Splits a byte stream into Kafka frames (sans-IO: feed bytes in, get frames out).
+    """Splits a byte stream into Kafka frames (sans-IO: the caller reads into the buffer
+    the decoder gives, then says how many bytes landed; frames come out).
 
-    Frames come out as memoryviews of the received bytes, not copies: a 1 MB produce
-    request that arrived in one read is never copied here, and one that arrived in many
-    is joined once, when its last piece is in, into a bytearray. Such a frame is
-    writable, so storage can patch offsets into its record batches in place instead of
-    copying them once more.
+    Between frames and for small ones, reads land in `_scratch[_end:]`, and
+    `_scratch[_start:_end]` holds what has not been handed out yet. Once a frame is
+    known to be bigger than the scratch buffer, `_big` is its own buffer, `_filled` of it
+    read, and reads land in the rest of it until it is whole.
     """
 
-    __slots__ = ("_chunks", "_held", "_need", "_max_frame", "_limit_name")
+    __slots__ = (
+        "_scratch",
+        "_view",
+        "_start",
+        "_end",
+        "_big",
+        "_big_view",
+        "_filled",
+        "_max_frame",
+        "_limit_name",
+    )
 
     def __init__(self, max_frame_bytes: int, limit_name: str = "socket.request.max.bytes") -> None:
-        self._chunks: list[bytes | bytearray] = []
-        self._held = 0  # bytes in _chunks
-        self._need = 4  # bytes that must be held before parsing can make progress
+        self._scratch = bytearray(SCRATCH_BYTES)
+        self._view = memoryview(self._scratch)
+        self._start = 0
+        self._end = 0
+        self._big: bytearray | mmap.mmap | None = None
+        self._big_view = self._view  # of _big while there is one
+        self._filled = 0
         self._max_frame = max_frame_bytes
         self._limit_name = limit_name
 
@@ -41,54 +77,100 @@ class FrameDecoder:
         small ones until it has authenticated)."""
         self._max_frame, self._limit_name = max_frame_bytes, limit_name
 
-    def feed(self, data: bytes | bytearray) -> list[memoryview]:
-        """Add received bytes; return every frame now complete, in order."""
-        if self._chunks:
-            self._chunks.append(data)
-            self._held += len(data)
-            if self._held < self._need:
+    def get_buffer(self) -> memoryview:
+        """Where the next read lands: never empty, never past the frame being read."""
+        if self._big is not None:
+            return self._big_view[self._filled :]
+        return self._view[self._end :]
+
+    def buffer_updated(self, count: int) -> list[memoryview]:
+        """`count` bytes landed in the buffer `get_buffer` gave; return every frame now
+        complete, in order."""
+        if self._big is not None:
+            self._filled += count
+            if self._filled < len(self._big_view):
                 return []
-            data = bytearray().join(self._chunks)  # writable: see the class docstring
-            self._chunks = []
-            self._held = 0
-        view = memoryview(data)
+            whole = self._big_view
+            self._big = None
+            self._big_view = self._view
+            return [whole]
+        self._end += count
+        return self._frames()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
+        """Bytes that arrived some other way than into `get_buffer`; every frame now
+        complete, in order."""
+        source = memoryview(data)
         frames: list[memoryview] = []
-        pos = 0
-        end = len(data)
-        need = 4
+        while source:
+            target = self.get_buffer()
+            n = min(len(target), len(source))
+            target[:n] = source[:n]
+            source = source[n:]
+            frames.extend(self.buffer_updated(n))
+        return frames
+
+    def _frames(self) -> list[memoryview]:
+        scratch = self._scratch
+        pos, end = self._start, self._end
+        frames: list[memoryview] = []
         while end - pos >= 4:
-            (size,) = _SIZE.unpack_from(data, pos)
+            (size,) = _SIZE.unpack_from(scratch, pos)
             if size < 0 or size > self._max_frame:
+                self._start = end  # nothing more comes out of this stream
                 raise FrameError(
                     f"frame size {size} outside 0..{self._max_frame} ({self._limit_name})"
                 )
-            if end - pos - 4 < size:
-                need = 4 + size
-                break
-            frames.append(view[pos + 4 : pos + 4 + size])
-            pos += 4 + size
-        if pos < end:
-            rest = data[pos:] if pos else data
-            self._chunks = [rest]
-            self._held = len(rest)
-            self._need = need
+            if end - pos - 4 >= size:
+                frames.append(memoryview(scratch[pos + 4 : pos + 4 + size]))
+                pos += 4 + size
+                continue
+            if 4 + size > SCRATCH_BYTES:
+                # Too big for the scratch buffer: the rest is read into its own.
+                big: bytearray | mmap.mmap = (
+                    mmap.mmap(-1, size) if size >= MAPPED_FROM else bytearray(size)
+                )
+                have = end - pos - 4
+                view = memoryview(big)
+                view[:have] = self._view[pos + 4 : end]
+                self._big, self._big_view, self._filled = big, view, have
+                pos = end
+            break
+        if pos == end:
+            self._start = self._end = 0
+        elif end == SCRATCH_BYTES or (
+            end - pos >= 4 and pos + 4 + _SIZE.unpack_from(scratch, pos)[0] > SCRATCH_BYTES
+        ):
+            # The frame begun does not fit in what is left: it moves to the front.
+            held = end - pos
+            self._view[:held] = self._view[pos:end]  # memmove: the two may overlap
+            self._start, self._end = 0, held
+        else:
+            self._start = pos
         return frames
 
     @property
     def buffered(self) -> int:
         """Bytes held for a frame not yet complete."""
-        return self._held
+        if self._big is not None:
+            return 4 + self._filled
+        return self._end - self._start
 
     @property
     def reading(self) -> int:
         """What the frame being read will hold once complete: its declared size (with its
         prefix) once the prefix is in, the bytes held before that, 0 between frames."""
-        return self._need if self._chunks else 0
+        if self._big is not None:
+            return 4 + len(self._big_view)
+        held = self._end - self._start
+        if held >= 4:
+            return 4 + _SIZE.unpack_from(self._scratch, self._start)[0]
+        return held
 
     @property
     def inside_frame(self) -> bool:
         """Whether a frame's size prefix has been read but not yet all of its body."""
-        return bool(self._chunks) and self._held >= 4
+        return self._big is not None or self._end - self._start >= 4
 
 
 def frame(payload_size: int) -> bytes:

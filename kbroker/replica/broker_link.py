@@ -15,12 +15,14 @@ import math
 import ssl
 import struct
 import time
+import typing
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from kbroker.protocol.client_frames import decode_response, encode_request
+from kbroker.protocol.framing import FrameDecoder, FrameError
 from kbroker.protocol.messages import build
 from kbroker.security.inter_broker import InterBrokerSecurity
 from kbroker.security.oauth_login import TokenEndpointError
@@ -47,6 +49,39 @@ class LinkedBroker(Protocol):
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 _LENGTH = struct.Struct(">i")
+MAX_ANSWER_BYTES = 2**31 - 1  # an answer is as big as the request asked for
+
+
+class _Answers(asyncio.BufferedProtocol):
+    """A link's reading side: the answers' bytes are read into the frame decoder's
+    buffers, so a follower's Fetch answer lands, once, in the buffer its records are
+    appended from (the stream reader this replaces copied every byte three times)."""
+
+    def __init__(self, link: BrokerLink) -> None:
+        self.link = link
+        self.decoder = FrameDecoder(MAX_ANSWER_BYTES, "answer size")
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = typing.cast(asyncio.Transport, transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self.decoder.buffer_updated(nbytes)
+        except FrameError as exc:
+            self.link._lost(self, f"lost: {exc}")
+            return
+        for answer in frames:
+            self.link._answer(answer)
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.link._lost(self, f"lost: {exc}" if exc is not None else "closed")
 
 
 class AuthenticationFailed(ConnectionError):
@@ -82,8 +117,7 @@ class BrokerLink:
         self.client_id = client_id
         self.security = security
         self._correlation = itertools.count(1)
-        self._writer: asyncio.StreamWriter | None = None
-        self._reading: asyncio.Task[None] | None = None
+        self._answers: _Answers | None = None  # the open connection's, None when closed
         # correlation id -> (its answer, api key, version)
         self._waiting: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
         self._opening = asyncio.Lock()
@@ -93,15 +127,15 @@ class BrokerLink:
     def connected(self) -> bool:
         """False once the connection ended (the other broker closed it, or restarted):
         the next call opens a new one."""
-        return self._writer is not None
+        return self._answers is not None
 
     async def call(self, entity: Any, timeout: float) -> Any:
-        if self._writer is not None and time.monotonic() >= self._session_ends:
+        if self._answers is not None and time.monotonic() >= self._session_ends:
             self.close()
         try:
-            if self._writer is None:
+            if self._answers is None:
                 async with self._opening:  # one connection for callers that overlap
-                    if self._writer is None:
+                    if self._answers is None:
                         await self._open(timeout)
             return await self._ask(entity, timeout)
         except ssl.SSLError as exc:  # a certificate refused either way, or a broken session
@@ -112,47 +146,46 @@ class BrokerLink:
             ) from None
 
     async def _ask(self, entity: Any, timeout: float) -> Any:
-        writer = self._writer
-        if writer is None:
+        answers = self._answers
+        if answers is None or answers.transport is None:
             raise ConnectionError(f"connection to {self.host}:{self.port} closed")
         correlation = next(self._correlation)
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[correlation] = (answer, int(entity.__api_key__), int(entity.__version__))
         try:
-            writer.write(encode_request(entity, correlation, self.client_id))
+            answers.transport.write(encode_request(entity, correlation, self.client_id))
             return await asyncio.wait_for(answer, timeout)
         finally:
             self._waiting.pop(correlation, None)
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        """Hand each answer to its request until the connection ends."""
-        why = "closed"
+    def _answer(self, frame: memoryview) -> None:
+        """Hand an answer to the request of its correlation id."""
+        if len(frame) < 4:
+            self._lost(self._answers, "lost: an answer without a correlation id")
+            return
+        (correlation,) = _LENGTH.unpack_from(frame, 0)
+        waiting = self._waiting.pop(correlation, None)
+        if waiting is None or waiting[0].done():
+            return  # its caller gave up waiting
+        answer, api_key, version = waiting
         try:
-            while True:
-                (size,) = _LENGTH.unpack(await reader.readexactly(4))
-                frame = await reader.readexactly(size)
-                (correlation,) = _LENGTH.unpack_from(frame, 0)
-                waiting = self._waiting.pop(correlation, None)
-                if waiting is None or waiting[0].done():
-                    continue  # its caller gave up waiting
-                answer, api_key, version = waiting
-                try:
-                    answer.set_result(decode_response(api_key, version, frame)[1])
-                except Exception as exc:  # a frame that is not its request's answer
-                    answer.set_exception(
-                        ConnectionError(f"undecodable answer from {self.host}:{self.port}: {exc}")
-                    )
-        except (OSError, EOFError, ValueError, struct.error) as exc:  # ended, or no frame
-            why = f"lost: {exc or type(exc).__name__}"
-        finally:
-            if self._reading is asyncio.current_task():
-                self._reading = None
-                self._shut(why)
+            # kio's reader takes read-only buffers only.
+            answer.set_result(decode_response(api_key, version, frame.toreadonly())[1])
+        except Exception as exc:  # a frame that is not its request's answer
+            answer.set_exception(
+                ConnectionError(f"undecodable answer from {self.host}:{self.port}: {exc}")
+            )
+
+    def _lost(self, answers: _Answers | None, why: str) -> None:
+        """The connection `answers` reads ended: fail what waits on it, if it is still
+        this link's."""
+        if answers is not None and answers is self._answers:
+            self._shut(why)
 
     def _shut(self, why: str) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._writer = None
+        answers, self._answers = self._answers, None
+        if answers is not None and answers.transport is not None:
+            answers.transport.close()
         self._session_ends = math.inf
         waiting, self._waiting = self._waiting, {}
         for answer, _, _ in waiting.values():
@@ -163,8 +196,9 @@ class BrokerLink:
 
     async def _open(self, timeout: float) -> None:
         context = self.security.ssl_context
-        reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(
+        _, self._answers = await asyncio.wait_for(
+            asyncio.get_running_loop().create_connection(
+                lambda: _Answers(self),
                 self.host,
                 self.port,
                 ssl=context,
@@ -172,7 +206,6 @@ class BrokerLink:
             ),
             timeout,
         )
-        self._reading = asyncio.create_task(self._read(reader))
         if self.security.mechanism is not None:
             try:
                 await self._login(timeout)
@@ -220,9 +253,6 @@ class BrokerLink:
             self._session_ends = time.monotonic() + lifetime_s * 0.9
 
     def close(self) -> None:
-        reading, self._reading = self._reading, None
-        if reading is not None and reading is not asyncio.current_task():
-            reading.cancel()
         self._shut("closed")
 
 

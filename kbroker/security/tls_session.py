@@ -61,7 +61,7 @@ class TlsSession:
     def reads_records_in_c(self) -> bool:
         return self._sslsocket is not None
 
-    def receive(self, data: bytes) -> bytes:
+    def receive(self, data: bytes | bytearray | memoryview) -> bytes:
         """Feed ciphertext; return the plaintext it completes (maybe none). Raises
         ssl.SSLError for a failed handshake or a corrupt record. Call ``outgoing()``
         afterwards: the handshake has answers to send."""

@@ -25,7 +25,7 @@ from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import APIS, Later, NoResponse
 from kbroker.protocol import messages, responses
 from kbroker.protocol.encoded import EncodedBody
-from kbroker.protocol.framing import FrameDecoder, FrameError, frame
+from kbroker.protocol.framing import SCRATCH_BYTES, FrameDecoder, FrameError, frame
 from kbroker.protocol.header import (
     MalformedRequest,
     parse_request_header,
@@ -137,7 +137,7 @@ class _Slot:
         self.client_id: str | None = None
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     """One client connection on one listener.
 
     On a TLS listener every byte passes through a TlsSession (kbroker.security) before
@@ -165,7 +165,10 @@ class KafkaConnection(asyncio.Protocol):
         self._handshake_timer: asyncio.TimerHandle | None = None
         if security is not None and security.ssl_context is not None:
             self._tls = TlsSession(security.ssl_context, security.tls13_suites)
-            # Set before the transport exists: uvloop binds data_received when it does.
+            # Set before the transport exists: uvloop binds its callbacks when it does.
+            self._ciphertext = memoryview(bytearray(SCRATCH_BYTES))
+            self.get_buffer = self._tls_get_buffer  # type: ignore[method-assign]
+            self.buffer_updated = self._tls_buffer_updated  # type: ignore[method-assign]
             self.data_received = self._tls_data_received  # type: ignore[method-assign]
         self.decoder = FrameDecoder(broker.max_request_bytes)
         self.transport: asyncio.Transport | None = None
@@ -219,7 +222,13 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._attach(raw, tls=False)
 
-    def _tls_data_received(self, data: bytes) -> None:
+    def _tls_get_buffer(self, sizehint: int) -> memoryview:
+        return self._ciphertext
+
+    def _tls_buffer_updated(self, nbytes: int) -> None:
+        self._tls_data_received(self._ciphertext[:nbytes])  # the TLS session copies it
+
+    def _tls_data_received(self, data: bytes | bytearray | memoryview) -> None:
         """A TLS listener's data_received: decrypt, then handle as on a plain socket."""
         tls, raw = self._tls, self._raw
         assert tls is not None and raw is not None
@@ -348,16 +357,33 @@ class KafkaConnection(asyncio.Protocol):
         self._paused_writing = False
         self._maybe_resume_reading()
 
-    def data_received(self, data: bytes) -> None:
-        self._read_at = time.perf_counter()
-        self.broker.keep_awake.request_read()
-        self.broker.counters.bytes_in += len(data)
-        self._last_active = time.monotonic()
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the socket's next read lands: the frame decoder's buffer, so a large
+        request is read straight into the bytes it is handled from."""
+        return self.decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self.decoder.buffer_updated(nbytes)
+        except FrameError as exc:
+            self.close(f"bad frame: {exc}")
+            return
+        self._received(nbytes, frames)
+
+    def data_received(self, data: bytes | bytearray | memoryview) -> None:
+        """Bytes that came other than into `get_buffer`: a TLS connection's plaintext."""
         try:
             frames = self.decoder.feed(data)
         except FrameError as exc:
             self.close(f"bad frame: {exc}")
             return
+        self._received(len(data), frames)
+
+    def _received(self, nbytes: int, frames: list[memoryview]) -> None:
+        self._read_at = time.perf_counter()
+        self.broker.keep_awake.request_read()
+        self.broker.counters.bytes_in += nbytes
+        self._last_active = time.monotonic()
         if len(frames) > 1:
             # Pipelined requests read together: their answers written now go out in one
             # write (one syscall, one wake-up of the client) once every frame is handled.

@@ -371,10 +371,9 @@ class PartitionLog:
         self, records: bytearray | bytes | memoryview, now_ms: int
     ) -> AppendResult:
         """Append batches that already carry offsets (replication): no offset assignment,
-        no timestamp rewrite; offsets must start at or after the log end offset."""
+        no timestamp rewrite, so nothing in `records` changes and it is written as it
+        came; offsets must start at or after the log end offset."""
         self._check_open()
-        if not isinstance(records, bytearray):
-            records = bytearray(records)
         headers = validate_batches(records, 2**31 - 1, check_record_count=False)
         first = headers[0]
         last_of_first = first.base_offset + first.last_offset_delta
@@ -404,7 +403,7 @@ class PartitionLog:
 
     def _write(
         self,
-        records: bytearray | memoryview,
+        records: bytes | bytearray | memoryview,
         headers: list[BatchHeader],
         base: int,
         next_offset: int,

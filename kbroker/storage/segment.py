@@ -316,7 +316,7 @@ class Segment:
 
     def append(
         self,
-        buf: bytearray | memoryview,
+        buf: bytes | bytearray | memoryview,
         headers: list[BatchHeader],
         preallocate: int = 0,
         writeback: bool = False,

@@ -9,6 +9,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v15.response import (
     EpochEndOffset,
@@ -17,6 +18,7 @@ from kio.schema.fetch.v15.response import (
     PartitionData,
 )
 from kio.schema.types import BrokerId
+from kio.serial import entity_reader
 from kio.static.primitive import i32, i64
 
 from kbroker.controller.state import MetadataState, PartitionInfo, TopicInfo
@@ -173,6 +175,13 @@ class RecordingLink:
     async def call(self, request, timeout: float) -> FetchResponse:  # type: ignore[no-untyped-def]
         self.requests.append(request)
         return self.answers.pop(0)
+
+    async def call_body(
+        self, api_key: int, version: int, body: bytes, timeout: float
+    ) -> FetchResponse:
+        """A request written by hand, kept as kio reads it (what the leader would read)."""
+        request, _ = entity_reader(load_request_schema(api_key, version))(body, 0)
+        return await self.call(request, timeout)
 
 
 def answer(

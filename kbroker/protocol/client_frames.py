@@ -7,6 +7,7 @@ are theirs.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Any
 
@@ -40,7 +41,15 @@ def encode_request(entity: Any, correlation: int, client_id: str) -> bytes:
 def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
     """(correlation id, kio response entity) of one response frame (without its size)."""
     (correlation,) = struct.unpack_from(">i", frame, 0)
+    offset, read = _response_reader(api_key, version)
+    response, _ = read(frame, offset)
+    return correlation, response
+
+
+@functools.cache
+def _response_reader(api_key: int, version: int) -> tuple[int, Any]:
+    """Where a response's body starts and kio's reader of it: looked up once, not per
+    answer (a follower reads one Fetch answer after another)."""
     # ApiVersions answers with a v0 header even in its flexible versions.
     offset = 5 if is_flexible(api_key, version) and api_key != API_VERSIONS else 4
-    response, _ = entity_reader(load_response_schema(api_key, version))(frame, offset)
-    return correlation, response
+    return offset, entity_reader(load_response_schema(api_key, version))

@@ -4,13 +4,21 @@ send it, or within one (`in_session`), as a follower's replica fetcher does.
 
 A fetcher of Fetch v15+ names itself in `replica_state` (KIP-903), older versions in
 `replica_id`; only the field of the version being built is set, so `build` stays on
-its fast path (no gathering of other versions' fields) for the follower's every fetch.
+its fast path (no gathering of other versions' fields).
+
+A follower sends one Fetch after another all day: `encode_replica_fetch` writes its
+body (v15) straight to bytes instead, with no entity built and no generic writer run.
 """
 
 from __future__ import annotations
 
 import datetime
+import struct
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from kbroker.protocol.varint import uvarint
 
 CONSUMER = -1  # replica_id of a consumer's (or an operator's) fetch
 
@@ -78,3 +86,56 @@ def in_session(
     fields["session_epoch"] = session_epoch
     fields["forgotten_topics_data"] = forgotten
     return fields
+
+
+REPLICA_FETCH_VERSION = 15
+"""The version `encode_replica_fetch` writes: topic ids (v13), replica_state (v15)."""
+
+ReplicaFetchPartition = tuple[int, int, int, int, int, int]
+"""(partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset,
+partition_max_bytes): one partition's entry, in the order it goes on the wire."""
+
+_HEAD = struct.Struct(">iiibii")
+_PARTITION = struct.Struct(">iiqiqib")  # the last byte: no tagged fields
+# The body's tagged fields when replica_state is set: one field, tag 1, 13 bytes long:
+# replica_id, replica_epoch (unknown: -1) and its own empty tagged fields.
+_REPLICA_STATE = struct.Struct(">bbbiqb")
+
+
+def encode_replica_fetch(
+    replica_id: int,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    session_id: int,
+    session_epoch: int,
+    topics: Mapping[uuid.UUID, Sequence[ReplicaFetchPartition]],
+    forgotten: Mapping[uuid.UUID, Sequence[int]],
+) -> bytes:
+    """A follower's Fetch v15 body (read uncommitted, no rack): what
+    `messages.encode` makes of the same request built from `sessionless_fetch` with
+    `replica_state`, `in_session`, and these topics and forgotten partitions."""
+    parts = [
+        _HEAD.pack(max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch),
+        uvarint(len(topics) + 1),
+    ]
+    append = parts.append
+    pack = _PARTITION.pack
+    for topic_id, partitions in topics.items():
+        append(topic_id.bytes)
+        append(uvarint(len(partitions) + 1))
+        for entry in partitions:
+            append(pack(*entry, 0))
+        append(b"\x00")
+    append(uvarint(len(forgotten) + 1))
+    for topic_id, indexes in forgotten.items():
+        append(topic_id.bytes)
+        append(uvarint(len(indexes) + 1))
+        append(struct.pack(f">{len(indexes)}i", *indexes))
+        append(b"\x00")
+    append(b"\x01")  # rack_id: the empty compact string
+    if replica_id == CONSUMER:
+        append(b"\x00")  # replica_state at its default is not written
+    else:
+        append(_REPLICA_STATE.pack(1, 1, 13, replica_id, -1, 0))
+    return b"".join(parts)

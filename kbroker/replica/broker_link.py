@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from kbroker.protocol.client_frames import decode_response, encode_request
+from kbroker.protocol.client_frames import decode_response, request_frame
 from kbroker.protocol.framing import FrameDecoder, FrameError
-from kbroker.protocol.messages import build
+from kbroker.protocol.messages import build, encode
 from kbroker.security.inter_broker import InterBrokerSecurity
 from kbroker.security.oauth_login import TokenEndpointError
 from kbroker.security.sasl_client import SaslFailure
@@ -130,6 +130,14 @@ class BrokerLink:
         return self._answers is not None
 
     async def call(self, entity: Any, timeout: float) -> Any:
+        """Send a kio request entity; its answer, decoded."""
+        return await self.call_body(
+            int(entity.__api_key__), int(entity.__version__), encode(entity), timeout
+        )
+
+    async def call_body(self, api_key: int, version: int, body: bytes, timeout: float) -> Any:
+        """Send a request whose body is already written (a follower's Fetch); its answer,
+        decoded."""
         if self._answers is not None and time.monotonic() >= self._session_ends:
             self.close()
         try:
@@ -137,7 +145,7 @@ class BrokerLink:
                 async with self._opening:  # one connection for callers that overlap
                     if self._answers is None:
                         await self._open(timeout)
-            return await self._ask(entity, timeout)
+            return await self._ask(api_key, version, body, timeout)
         except ssl.SSLError as exc:  # a certificate refused either way, or a broken session
             self.close()
             raise AuthenticationFailed(
@@ -145,18 +153,25 @@ class BrokerLink:
                 f"failed: {exc.reason or exc}"
             ) from None
 
-    async def _ask(self, entity: Any, timeout: float) -> Any:
+    async def _ask(self, api_key: int, version: int, body: bytes, timeout: float) -> Any:
         answers = self._answers
         if answers is None or answers.transport is None:
             raise ConnectionError(f"connection to {self.host}:{self.port} closed")
         correlation = next(self._correlation)
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[correlation] = (answer, int(entity.__api_key__), int(entity.__version__))
+        self._waiting[correlation] = (answer, api_key, version)
         try:
-            answers.transport.write(encode_request(entity, correlation, self.client_id))
+            answers.transport.write(
+                request_frame(api_key, version, correlation, self.client_id, body)
+            )
             return await asyncio.wait_for(answer, timeout)
         finally:
             self._waiting.pop(correlation, None)
+
+    async def _ask_entity(self, entity: Any, timeout: float) -> Any:
+        return await self._ask(
+            int(entity.__api_key__), int(entity.__version__), encode(entity), timeout
+        )
 
     def _answer(self, frame: memoryview) -> None:
         """Hand an answer to the request of its correlation id."""
@@ -216,7 +231,7 @@ class BrokerLink:
     async def _login(self, timeout: float) -> None:
         security = self.security
         where = f"{self.host}:{self.port} (listener {security.listener})"
-        shake = await self._ask(
+        shake = await self._ask_entity(
             build(load_request_schema(SASL_HANDSHAKE, 1), {"mechanism": security.mechanism}),
             timeout,
         )
@@ -232,7 +247,7 @@ class BrokerLink:
         steps = security.login()
         message = next(steps)
         while True:
-            answer = await self._ask(
+            answer = await self._ask_entity(
                 build(load_request_schema(SASL_AUTHENTICATE, 2), {"auth_bytes": message}),
                 timeout,
             )

@@ -35,7 +35,7 @@ from kio.schema.errors import ErrorCode
 from kbroker.config import BrokerConfig
 from kbroker.controller.state import MetadataState
 from kbroker.protocol.batch import HEADER_SIZE, InvalidBatchError
-from kbroker.protocol.fetch_request import fetch_partition, in_session, sessionless_fetch
+from kbroker.protocol.fetch_request import REPLICA_FETCH_VERSION, encode_replica_fetch
 from kbroker.protocol.messages import build
 from kbroker.replica.broker_link import AuthenticationFailed, BrokerLink
 from kbroker.replica.fetch_session_handler import (
@@ -52,9 +52,10 @@ from kbroker.tasks import cancel_and_wait
 
 log = logging.getLogger("kbroker.replica.fetcher")
 T = TypeVar("T")
+E = TypeVar("E")
 
 FETCH = 1
-FETCH_VERSION = 15  # replica_state (KIP-903) and topic ids
+FETCH_VERSION = REPLICA_FETCH_VERSION  # replica_state (KIP-903) and topic ids
 OFFSET_FOR_LEADER_EPOCH = 23
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 _LENGTH = struct.Struct(">i")
@@ -116,14 +117,14 @@ class FetchState:
 
 
 def _by_topic(
-    partitions: dict[SessionKey, T], entry: Callable[[int, T], Any]
-) -> list[dict[str, Any]]:
-    """Partitions named by (topic id, index) as a Fetch's topics: {topic_id, partitions}
-    with one `entry` per partition, topics in the order they first come."""
-    topics: dict[uuid.UUID, list[Any]] = {}
+    partitions: dict[SessionKey, T], entry: Callable[[int, T], E]
+) -> dict[uuid.UUID, list[E]]:
+    """Partitions named by (topic id, index) as a Fetch's topics: one `entry` per
+    partition under its topic id, topics in the order they first come."""
+    topics: dict[uuid.UUID, list[E]] = {}
     for (topic_id, index), data in partitions.items():
         topics.setdefault(topic_id, []).append(entry(index, data))
-    return [{"topic_id": topic_id, "partitions": ps} for topic_id, ps in topics.items()]
+    return topics
 
 
 def whole_batches(records: bytes) -> int:
@@ -371,34 +372,28 @@ class ReplicaFetcher:
             return False
         session = self.session
         ask = session.build(wanted)
-        request = build(
-            load_request_schema(FETCH, FETCH_VERSION),
-            in_session(
-                sessionless_fetch(
-                    _by_topic(
-                        ask.send,
-                        lambda index, d: fetch_partition(
-                            index,
-                            d.fetch_offset,
-                            d.max_bytes,
-                            current_leader_epoch=d.current_leader_epoch,
-                            last_fetched_epoch=d.last_fetched_epoch,
-                            log_start_offset=d.log_start_offset,
-                        ),
-                    ),
-                    max_wait=settings.max_wait_ms,
-                    min_bytes=settings.min_bytes,
-                    max_bytes=settings.response_max_bytes,
-                    replica_id=self.node_id,
-                    replica_state=True,
+        request = encode_replica_fetch(
+            self.node_id,
+            settings.max_wait_ms,
+            settings.min_bytes,
+            settings.response_max_bytes,
+            ask.session_id,
+            ask.epoch,
+            _by_topic(
+                ask.send,
+                lambda index, d: (
+                    index,
+                    d.current_leader_epoch,
+                    d.fetch_offset,
+                    d.last_fetched_epoch,
+                    d.log_start_offset,
+                    d.max_bytes,
                 ),
-                ask.session_id,
-                ask.epoch,
-                _by_topic(dict.fromkeys(ask.forget), lambda index, _: index),
             ),
+            _by_topic(dict.fromkeys(ask.forget), lambda index, _: index),
         )
         try:
-            response = await link.call(request, self._timeout)
+            response = await link.call_body(FETCH, FETCH_VERSION, request, self._timeout)
         except BaseException:
             session.handle_error()
             raise

@@ -52,6 +52,7 @@ class FrameDecoder:
     __slots__ = (
         "_scratch",
         "_view",
+        "_free",
         "_start",
         "_end",
         "_big",
@@ -64,6 +65,7 @@ class FrameDecoder:
     def __init__(self, max_frame_bytes: int, limit_name: str = "socket.request.max.bytes") -> None:
         self._scratch = bytearray(SCRATCH_BYTES)
         self._view = memoryview(self._scratch)
+        self._free = self._view  # _view[_end:], kept as _end moves
         self._start = 0
         self._end = 0
         self._big: bytearray | mmap.mmap | None = None
@@ -77,11 +79,12 @@ class FrameDecoder:
         small ones until it has authenticated)."""
         self._max_frame, self._limit_name = max_frame_bytes, limit_name
 
-    def get_buffer(self) -> memoryview:
-        """Where the next read lands: never empty, never past the frame being read."""
-        if self._big is not None:
-            return self._big_view[self._filled :]
-        return self._view[self._end :]
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next read lands: never empty, never past the frame being read.
+        (`sizehint`, asyncio's, is not needed: the decoder knows what it waits for.)"""
+        if self._big is None:
+            return self._free
+        return self._big_view[self._filled :]
 
     def buffer_updated(self, count: int) -> list[memoryview]:
         """`count` bytes landed in the buffer `get_buffer` gave; return every frame now
@@ -136,9 +139,11 @@ class FrameDecoder:
                 self._big, self._big_view, self._filled = big, view, have
                 pos = end
             break
-        if pos == end:
+        if pos == end:  # the common case: every byte read is handed out
             self._start = self._end = 0
-        elif end == SCRATCH_BYTES or (
+            self._free = self._view
+            return frames
+        if end == SCRATCH_BYTES or (
             end - pos >= 4 and pos + 4 + _SIZE.unpack_from(scratch, pos)[0] > SCRATCH_BYTES
         ):
             # The frame begun does not fit in what is left: it moves to the front.
@@ -147,6 +152,7 @@ class FrameDecoder:
             self._start, self._end = 0, held
         else:
             self._start = pos
+        self._free = self._view[self._end :]
         return frames
 
     @property

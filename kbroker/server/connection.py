@@ -171,6 +171,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.buffer_updated = self._tls_buffer_updated  # type: ignore[method-assign]
             self.data_received = self._tls_data_received  # type: ignore[method-assign]
         self.decoder = FrameDecoder(broker.max_request_bytes)
+        if self._tls is None:
+            # The loop asks for a buffer before every read: the decoder's own answers,
+            # without a call of ours in between.
+            self.get_buffer = self.decoder.get_buffer  # type: ignore[method-assign]
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.software = ("", "")  # ApiVersions v3+: client software name and version

@@ -9,9 +9,11 @@ connection's queue and everything behind it waits too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
+import socket
 import ssl
 import struct
 import time
@@ -187,6 +189,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._waiting_for_memory = False
         self._closed = False
         self._sock_fd = -1
+        self._sock: Any = None  # the transport's socket (uvloop's stand-in), plain TCP only
         self._tls_parts = False  # answers go through TlsTransport.write_parts
         self._max_idle_s = broker.config.connections_max_idle_ms / 1000
         self._log_requests = bool(broker.config.logging_requests_enable)
@@ -292,6 +295,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         else:
             sock = transport.get_extra_info("socket")
             self._sock_fd = sock.fileno() if sock is not None else -1
+            self._sock = sock
         if security is not None:
             self.state = initial_state(security.uses_sasl)
             self._set_dispatch()
@@ -967,6 +971,37 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 transport.write(parts[0])
                 return
             cork = []
+            sock = self._sock
+            if sock is not None and not all(
+                isinstance(part, bytes | bytearray | memoryview) for part in parts
+            ):
+                # An answer with file ranges (a fetch's records): TCP_CORK holds partial
+                # segments until it is cleared, so its head and records leave together
+                # and the client wakes once for them, not for the head and again for
+                # the records.
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+                except OSError:  # closing: written as it is
+                    sock = None
+                try:
+                    self._write_parts(parts, cork)
+                    if cork:
+                        self._flush(cork)
+                finally:
+                    if sock is not None:
+                        with contextlib.suppress(OSError):
+                            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+                return
+        self._write_parts(parts, cork)
+        if not own_cork:
+            return
+        if cork:
+            self._flush(cork)  # the read's cork, if any, is flushed once its frames are handled
+
+    def _write_parts(self, parts: list[Any], cork: list[Any]) -> None:
+        """Small parts into `cork`, flushed before a large one or a file range goes."""
+        transport = self.transport
+        assert transport is not None
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
                 if len(part) <= _CORK_PART_BYTES:
@@ -979,8 +1014,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if cork:
                     self._flush(cork)  # what was answered before goes out before the range
                 self._write_region(part)
-        if own_cork and cork:
-            self._flush(cork)  # the read's cork, if any, is flushed once its frames are handled
 
     def _flush_cork(self) -> None:
         if self._cork:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import struct
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
@@ -22,6 +23,7 @@ from kbroker.protocol.framing import (
     FrameDecoder,
     FrameError,
     frame,
+    scratch_buffer,
 )
 
 MAX_FRAME = 4096
@@ -223,3 +225,51 @@ def test_a_huge_declared_frame_holds_only_what_arrived() -> None:
     assert decoder.reading == 4 + declared
     assert decoder.buffered == 14
     assert len(decoder.get_buffer()) == declared - 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payloads,
+    payloads,
+    st.lists(st.tuples(st.booleans(), st.integers(min_value=1, max_value=700)), max_size=60),
+)
+def test_connections_of_one_thread_interleave_reads_and_keep_their_own_frames(
+    first: list[bytes], second: list[bytes], turns: list[tuple[bool, int]]
+) -> None:
+    """The connections of a thread read into one scratch buffer, one read at a time; a
+    frame one read left unfinished is its connection's, whatever the other read since."""
+    streams = [encode_stream(first), encode_stream(second)]
+    decoders = [FrameDecoder(MAX_FRAME), FrameDecoder(MAX_FRAME)]
+    positions = [0, 0]
+    out: list[list[bytes]] = [[], []]
+
+    def read(which: int, most: int) -> None:
+        data, pos = streams[which], positions[which]
+        target = decoders[which].get_buffer()
+        n = min(len(target), len(data) - pos, most)
+        target[:n] = data[pos : pos + n]
+        positions[which] = pos + n
+        out[which].extend(bytes(f) for f in decoders[which].buffer_updated(n))
+
+    for which_second, most in turns:
+        which = int(which_second)
+        if positions[which] < len(streams[which]):
+            read(which, most)
+    for which in (0, 1):  # the rest, in reads of 97 bytes
+        while positions[which] < len(streams[which]):
+            read(which, 97)
+    assert out == [first, second]
+
+
+def test_an_idle_connection_holds_no_read_buffer() -> None:
+    """Thousands of connections cost their frame decoders next to nothing: the 64 KiB
+    scratch buffer is the thread's, not each connection's."""
+    scratch_buffer()  # this thread's, made once
+    tracemalloc.start()
+    try:
+        decoders = [FrameDecoder(MAX_FRAME) for _ in range(1000)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(decoders) == 1000
+    assert held < 1000 * 1024, f"1000 decoders hold {held} bytes"

@@ -7,25 +7,28 @@ BufferedProtocol asks) and hands out the frames complete once it landed
 plaintext, tests). It refuses a size prefix above the configured maximum before
 holding the body, so a hostile client cannot make the broker allocate it.
 
-Where the bytes go is what saves the copies. Reads land in a reused scratch buffer,
-and a frame complete there is copied out once, into a bytearray of its own. A frame
-too big for the scratch buffer gets a buffer of its exact size as soon as its size is
+Where the bytes go is what saves the copies. Reads land in a scratch buffer that the
+connections of a thread share (they read one at a time), and a frame complete there is
+copied out once, into a bytearray of its own; the start of a frame the read did not
+finish is kept by its connection and put back in front of the next read. A frame too
+big for the scratch buffer gets a buffer of its exact size as soon as its size is
 known, and the rest of it is read straight into that: a 1 MB produce request is copied
 by the kernel and by no one else (before, the event loop copied each read into a bytes
 object and the decoder joined the pieces). Every frame is writable and shares no memory
 with any other, so storage patches offsets into its record batches in place, and a
-request may be held as long as its answer waits.
+request may be held as long as its answer waits. An idle connection holds no buffer.
 """
 
 from __future__ import annotations
 
 import mmap
 import struct
+import threading
 
 _SIZE = struct.Struct(">i")
 
 SCRATCH_BYTES = 64 * 1024
-"""The reused read buffer (libuv's own read size): frames that fit are copied out of
+"""The shared read buffer (libuv's own read size): frames that fit are copied out of
 it; bigger ones are read into a buffer of their own."""
 
 MAPPED_FROM = 1 << 20
@@ -33,6 +36,21 @@ MAPPED_FROM = 1 << 20
 cost memory only as the body arrives: a client that declares a 100 MB request and
 sends four bytes makes the broker hold four bytes (a bytearray is zeroed, all of it,
 when made)."""
+
+_threads = threading.local()
+
+
+def scratch_buffer(use: str = "frames") -> memoryview:
+    """This thread's scratch buffer for `use`. A read lands in it and is done with
+    before the next read of any connection begins (an event loop reads one socket at a
+    time), so the connections of a thread share one instead of holding 64 KiB each.
+    A TLS connection's ciphertext has its own ("ciphertext"), since its plaintext is
+    fed to the frame decoder while the ciphertext's buffer is still in use."""
+    view: memoryview | None = getattr(_threads, use, None)
+    if view is None:
+        view = memoryview(bytearray(SCRATCH_BYTES))
+        setattr(_threads, use, view)
+    return view
 
 
 class FrameError(Exception):
@@ -43,18 +61,15 @@ class FrameDecoder:
     """Splits a byte stream into Kafka frames (sans-IO: the caller reads into the buffer
     the decoder gives, then says how many bytes landed; frames come out).
 
-    Between frames and for small ones, reads land in `_scratch[_end:]`, and
-    `_scratch[_start:_end]` holds what has not been handed out yet. Once a frame is
-    known to be bigger than the scratch buffer, `_big` is its own buffer, `_filled` of it
-    read, and reads land in the rest of it until it is whole.
+    Between frames and for small ones, reads land in the thread's scratch buffer after
+    the `_pending` bytes of a frame begun in an earlier read, put back in front of
+    them. Once a frame is known to be bigger than the scratch buffer, `_big` is its own
+    buffer, `_filled` of it read, and reads land in the rest of it until it is whole.
     """
 
     __slots__ = (
         "_scratch",
-        "_view",
-        "_free",
-        "_start",
-        "_end",
+        "_pending",
         "_big",
         "_big_view",
         "_filled",
@@ -63,13 +78,10 @@ class FrameDecoder:
     )
 
     def __init__(self, max_frame_bytes: int, limit_name: str = "socket.request.max.bytes") -> None:
-        self._scratch = bytearray(SCRATCH_BYTES)
-        self._view = memoryview(self._scratch)
-        self._free = self._view  # _view[_end:], kept as _end moves
-        self._start = 0
-        self._end = 0
+        self._scratch = scratch_buffer()  # made in the thread that reads
+        self._pending = b""  # the start of a frame not yet whole (short of SCRATCH_BYTES)
         self._big: bytearray | mmap.mmap | None = None
-        self._big_view = self._view  # of _big while there is one
+        self._big_view = self._scratch  # of _big while there is one
         self._filled = 0
         self._max_frame = max_frame_bytes
         self._limit_name = limit_name
@@ -82,9 +94,14 @@ class FrameDecoder:
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Where the next read lands: never empty, never past the frame being read.
         (`sizehint`, asyncio's, is not needed: the decoder knows what it waits for.)"""
-        if self._big is None:
-            return self._free
-        return self._big_view[self._filled :]
+        if self._big is not None:
+            return self._big_view[self._filled :]
+        pending = self._pending
+        if not pending:
+            return self._scratch
+        held = len(pending)
+        self._scratch[:held] = pending
+        return self._scratch[held:]
 
     def buffer_updated(self, count: int) -> list[memoryview]:
         """`count` bytes landed in the buffer `get_buffer` gave; return every frame now
@@ -95,10 +112,9 @@ class FrameDecoder:
                 return []
             whole = self._big_view
             self._big = None
-            self._big_view = self._view
+            self._big_view = self._scratch
             return [whole]
-        self._end += count
-        return self._frames()
+        return self._frames(len(self._pending) + count)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         """Bytes that arrived some other way than into `get_buffer`; every frame now
@@ -113,19 +129,20 @@ class FrameDecoder:
             frames.extend(self.buffer_updated(n))
         return frames
 
-    def _frames(self) -> list[memoryview]:
+    def _frames(self, end: int) -> list[memoryview]:
+        """Cut the frames out of the scratch buffer's first `end` bytes."""
         scratch = self._scratch
-        pos, end = self._start, self._end
+        pos = 0
         frames: list[memoryview] = []
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(scratch, pos)
             if size < 0 or size > self._max_frame:
-                self._start = end  # nothing more comes out of this stream
+                self._pending = b""  # nothing more comes out of this stream
                 raise FrameError(
                     f"frame size {size} outside 0..{self._max_frame} ({self._limit_name})"
                 )
             if end - pos - 4 >= size:
-                frames.append(memoryview(scratch[pos + 4 : pos + 4 + size]))
+                frames.append(memoryview(bytearray(scratch[pos + 4 : pos + 4 + size])))
                 pos += 4 + size
                 continue
             if 4 + size > SCRATCH_BYTES:
@@ -135,24 +152,13 @@ class FrameDecoder:
                 )
                 have = end - pos - 4
                 view = memoryview(big)
-                view[:have] = self._view[pos + 4 : end]
+                view[:have] = scratch[pos + 4 : end]
                 self._big, self._big_view, self._filled = big, view, have
                 pos = end
             break
-        if pos == end:  # the common case: every byte read is handed out
-            self._start = self._end = 0
-            self._free = self._view
-            return frames
-        if end == SCRATCH_BYTES or (
-            end - pos >= 4 and pos + 4 + _SIZE.unpack_from(scratch, pos)[0] > SCRATCH_BYTES
-        ):
-            # The frame begun does not fit in what is left: it moves to the front.
-            held = end - pos
-            self._view[:held] = self._view[pos:end]  # memmove: the two may overlap
-            self._start, self._end = 0, held
-        else:
-            self._start = pos
-        self._free = self._view[self._end :]
+        # The start of a frame not yet whole stays with this connection (the next
+        # read of another may land in the scratch buffer first).
+        self._pending = bytes(scratch[pos:end]) if pos < end else b""
         return frames
 
     @property
@@ -160,7 +166,7 @@ class FrameDecoder:
         """Bytes held for a frame not yet complete."""
         if self._big is not None:
             return 4 + self._filled
-        return self._end - self._start
+        return len(self._pending)
 
     @property
     def reading(self) -> int:
@@ -168,15 +174,15 @@ class FrameDecoder:
         prefix) once the prefix is in, the bytes held before that, 0 between frames."""
         if self._big is not None:
             return 4 + len(self._big_view)
-        held = self._end - self._start
-        if held >= 4:
-            return 4 + _SIZE.unpack_from(self._scratch, self._start)[0]
-        return held
+        pending = self._pending
+        if len(pending) >= 4:
+            return 4 + _SIZE.unpack_from(pending, 0)[0]
+        return len(pending)
 
     @property
     def inside_frame(self) -> bool:
         """Whether a frame's size prefix has been read but not yet all of its body."""
-        return self._big is not None or self._end - self._start >= 4
+        return self._big is not None or len(self._pending) >= 4
 
 
 def frame(payload_size: int) -> bytes:

@@ -27,7 +27,7 @@ from kbroker.handlers.context import BrokerParts, RequestContext
 from kbroker.handlers.registry import APIS, Later, NoResponse
 from kbroker.protocol import messages, responses
 from kbroker.protocol.encoded import EncodedBody
-from kbroker.protocol.framing import SCRATCH_BYTES, FrameDecoder, FrameError, frame
+from kbroker.protocol.framing import FrameDecoder, FrameError, frame, scratch_buffer
 from kbroker.protocol.header import (
     MalformedRequest,
     parse_request_header,
@@ -168,7 +168,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if security is not None and security.ssl_context is not None:
             self._tls = TlsSession(security.ssl_context, security.tls13_suites)
             # Set before the transport exists: uvloop binds its callbacks when it does.
-            self._ciphertext = memoryview(bytearray(SCRATCH_BYTES))
+            self._ciphertext = scratch_buffer("ciphertext")
             self.get_buffer = self._tls_get_buffer  # type: ignore[method-assign]
             self.buffer_updated = self._tls_buffer_updated  # type: ignore[method-assign]
             self.data_received = self._tls_data_received  # type: ignore[method-assign]

@@ -80,10 +80,21 @@ UNKNOWN_TOPIC_ID = 100
 # -- a raw Kafka client ------------------------------------------------------------------
 
 
+# How long the broker's log was when each open raw connection was made: the lines about
+# a connection are looked for after that, since its local port may be one an earlier
+# connection of the module had, and that one's lines name the same address.
+_LOG_AT_OPEN: dict[int, int] = {}
+
+
 @contextmanager
 def raw(broker: BrokerProcess) -> Iterator[BrokerConnection]:
+    log_at_open = len(broker.log_text())
     with BrokerConnection(broker.host, broker.port, SOCKET_TIMEOUT_S, "bad-input") as conn:
-        yield conn
+        _LOG_AT_OPEN[id(conn)] = log_at_open
+        try:
+            yield conn
+        finally:
+            del _LOG_AT_OPEN[id(conn)]
 
 
 def request(api_key: int, version: int, **fields: Any) -> Any:
@@ -91,9 +102,14 @@ def request(api_key: int, version: int, **fields: Any) -> Any:
     return messages.build(load_request_schema(api_key, version), fields)
 
 
-def wait_for_log(broker: BrokerProcess, text: str, timeout: float = LOG_WAIT_S) -> str:
+def wait_for_log(
+    broker: BrokerProcess, text: str, timeout: float = LOG_WAIT_S, since: int = 0
+) -> str:
+    """The first line containing `text` from character `since` of the log on."""
+
     def found() -> str | None:
-        return next((line for line in broker.log_text().splitlines() if text in line), None)
+        lines = broker.log_text()[since:].splitlines()
+        return next((line for line in lines if text in line), None)
 
     try:
         return eventually(found, timeout=timeout, what=f"a log line containing {text!r}")
@@ -103,8 +119,14 @@ def wait_for_log(broker: BrokerProcess, text: str, timeout: float = LOG_WAIT_S) 
 
 def assert_closed_with_log(broker: BrokerProcess, conn: BrokerConnection, reason: str) -> None:
     assert conn.closed_by_broker(), "the broker kept the connection open"
-    line = wait_for_log(broker, f"closing connection from {conn.local}: ")
+    line = closing_line(broker, conn)
     assert reason in line, line
+
+
+def closing_line(broker: BrokerProcess, conn: BrokerConnection) -> str:
+    """The broker's log line closing this raw connection."""
+    since = _LOG_AT_OPEN.get(id(conn), 0)
+    return wait_for_log(broker, f"closing connection from {conn.local}: ", since=since)
 
 
 def assert_serving(broker: BrokerProcess) -> None:
@@ -226,7 +248,7 @@ def test_random_streams_leave_the_broker_serving(seeded: Seeded) -> None:
         with raw(seeded.broker) as conn:
             conn.send(rng.randbytes(rng.randint(1, 3000)))
             if conn.closed_by_broker(timeout=0.3):
-                wait_for_log(seeded.broker, f"closing connection from {conn.local}: ")
+                closing_line(seeded.broker, conn)
     assert_serving(seeded.broker)
 
 
@@ -243,7 +265,7 @@ def test_random_bodies_in_valid_frames_are_answered_or_closed_with_a_log_line(
             body = rng.randbytes(rng.randint(0, 200))
             conn.send(conn.request_bytes(key, version, body, 77))
             if conn.closed_by_broker(timeout=2.0):
-                wait_for_log(seeded.broker, f"closing connection from {conn.local}: ")
+                closing_line(seeded.broker, conn)
     assert_serving(seeded.broker)
 
 
@@ -851,7 +873,7 @@ def fuzz_version(broker: BrokerProcess, key: int, version: int) -> list[str]:
                     problems.append(f"{name} neither answered nor closed: {entity!r}")
                 return
             except ConnectionError:
-                line = wait_for_log(broker, f"closing connection from {conn.local}: ")
+                line = closing_line(broker, conn)
                 if "internal error" in line:
                     problems.append(f"{name} failed in its handler: {entity!r}")
                 return

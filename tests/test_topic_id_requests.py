@@ -69,3 +69,47 @@ def test_produce_v13_and_fetch_v13_by_topic_id(tmp_path: Path) -> None:
             client.close()
 
     run_broker(tmp_path, check)
+
+
+METADATA = 3
+INVALID_REQUEST = 42
+
+
+def test_metadata_v10_and_v11_refuse_topic_ids_and_null_names_as_kafka_does(
+    tmp_path: Path,
+) -> None:
+    """Metadata v10 and v11 carry a topic id and a nullable name for each topic, but Kafka
+    looks topics up by name only before v12 and refuses a request naming an id or no
+    name (InvalidRequestException): every topic answers INVALID_REQUEST, a null name
+    shown as "" (those answers cannot carry null). A v12 request looks the id up."""
+
+    async def check(broker, port: int) -> None:  # type: ignore[no-untyped-def]
+        await broker.controller.create_topic("known", 1, 1, {})
+        topic_id = broker.controller.state.topics["known"].topic_id
+        client = await RawClient.connect(port)
+        try:
+            for version in (10, 11):
+                for topics in (
+                    [{"topic_id": uuid.uuid4(), "name": "other"}, {"name": "known"}],
+                    [{"topic_id": None, "name": None}, {"name": "known"}],
+                ):
+                    answer = await client.call(
+                        METADATA, version, {"topics": topics, "allow_auto_topic_creation": False}
+                    )
+                    assert [(t.name, t.error_code) for t in answer.topics] == [
+                        (topics[0]["name"] or "", INVALID_REQUEST),
+                        ("known", INVALID_REQUEST),
+                    ]
+            by_id = await client.call(
+                METADATA,
+                12,
+                {
+                    "topics": [{"topic_id": topic_id, "name": None}],
+                    "allow_auto_topic_creation": False,
+                },
+            )
+            assert [(t.name, t.error_code) for t in by_id.topics] == [("known", 0)]
+        finally:
+            client.close()
+
+    run_broker(tmp_path, check)

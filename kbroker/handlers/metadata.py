@@ -146,6 +146,7 @@ def cluster_operations(ctx: RequestContext) -> int:
 # each topic and (v8-v10; DescribeCluster later) on the cluster. A topic it may not
 # describe, or an unknown topic id, carries none, as on Kafka.
 FIRST_AUTHORIZED_OPERATIONS = 8
+FIRST_TOPIC_ID_LOOKUP = 12  # v10 and v11 carry topic ids in requests, but Kafka refuses them
 LAST_CLUSTER_OPERATIONS = 10
 _NO_OPERATIONS = (ErrorCode.topic_authorization_failed, ErrorCode.unknown_topic_id)
 
@@ -172,6 +173,20 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> response
                 if may(Operation.DESCRIBE, t.name)
             ],
         )
+    if ctx.version < FIRST_TOPIC_ID_LOOKUP and any(
+        t.name is None or t.topic_id is not None for t in request.topics
+    ):
+        # Kafka refuses the request (InvalidRequestException): v10 and v11 carry topic
+        # ids but look topics up by name only. Every topic answers INVALID_REQUEST, its
+        # name shown as "" where null (those versions' answers cannot say null).
+        return _response(
+            ctx,
+            request,
+            [
+                missing_topic(t.name or "", t.topic_id, ErrorCode.invalid_request)
+                for t in request.topics
+            ],
+        )
     # Before v4 the request cannot say, and auto-creation is the broker's to decide.
     may_create = request.allow_auto_topic_creation and broker.config.auto_create_topics_enable
     results: list[responses.MetadataResponseTopic | None] = []
@@ -192,9 +207,7 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> response
             )
             continue
         if name is None:
-            # Names are non-nullable in responses before v12: answer with an empty one.
-            shown = None if ctx.version >= 12 else ""
-            results.append(missing_topic(shown, None, ErrorCode.invalid_request))
+            results.append(missing_topic(None, None, ErrorCode.invalid_request))
             continue
         topic = state.topics.get(name)
         if checking and not may(Operation.DESCRIBE, name):

@@ -367,7 +367,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         """Where the socket's next read lands: the frame decoder's buffer, so a large
-        request is read straight into the bytes it is handled from."""
+        request is read straight into the bytes it is handled from. (`__init__` binds
+        the decoder's own method over this one, or TLS's: the loop calls it per read.)"""
         return self.decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -971,49 +972,41 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 transport.write(parts[0])
                 return
             cork = []
-            sock = self._sock
-            if sock is not None and not all(
-                isinstance(part, bytes | bytearray | memoryview) for part in parts
-            ):
-                # An answer with file ranges (a fetch's records): TCP_CORK holds partial
-                # segments until it is cleared, so its head and records leave together
-                # and the client wakes once for them, not for the head and again for
-                # the records.
-                try:
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-                except OSError:  # closing: written as it is
-                    sock = None
-                try:
-                    self._write_parts(parts, cork)
+        # An answer with file ranges (a fetch's records) is written with TCP_CORK set:
+        # partial segments wait until it is cleared, so its head and records leave
+        # together and the client wakes once for them, not for the head and again for
+        # the records.
+        sock = self._sock
+        if (
+            sock is not None
+            and own_cork
+            and not all(isinstance(part, bytes | bytearray | memoryview) for part in parts)
+        ):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            except OSError:  # closing: written as it is
+                sock = None
+        else:
+            sock = None
+        try:
+            for part in parts:
+                if isinstance(part, bytes | bytearray | memoryview):
+                    if len(part) <= _CORK_PART_BYTES:
+                        cork.append(part)
+                        continue
                     if cork:
                         self._flush(cork)
-                finally:
-                    if sock is not None:
-                        with contextlib.suppress(OSError):
-                            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
-                return
-        self._write_parts(parts, cork)
-        if not own_cork:
-            return
-        if cork:
-            self._flush(cork)  # the read's cork, if any, is flushed once its frames are handled
-
-    def _write_parts(self, parts: list[Any], cork: list[Any]) -> None:
-        """Small parts into `cork`, flushed before a large one or a file range goes."""
-        transport = self.transport
-        assert transport is not None
-        for part in parts:
-            if isinstance(part, bytes | bytearray | memoryview):
-                if len(part) <= _CORK_PART_BYTES:
-                    cork.append(part)
-                    continue
-                if cork:
-                    self._flush(cork)
-                transport.write(part)
-            else:
-                if cork:
-                    self._flush(cork)  # what was answered before goes out before the range
-                self._write_region(part)
+                    transport.write(part)
+                else:
+                    if cork:
+                        self._flush(cork)  # what was answered before goes out first
+                    self._write_region(part)
+            if own_cork and cork:
+                self._flush(cork)  # a read's cork is flushed once its frames are handled
+        finally:
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
 
     def _flush_cork(self) -> None:
         if self._cork:

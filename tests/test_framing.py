@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kbroker.protocol import framing
 from kbroker.protocol.framing import (
     MAPPED_FROM,
     SCRATCH_BYTES,
@@ -187,7 +188,41 @@ def test_reads_into_the_decoders_buffers_yield_the_same_frames(
     assert decoder.buffered == 0 and decoder.reading == 0 and not decoder.inside_frame
 
 
-def test_a_big_frame_is_read_into_a_buffer_of_its_own() -> None:
+@pytest.fixture(params=["c", "python"])
+def big_buffers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Frames bigger than the scratch buffer get the extension's buffer, whose bytes are
+    not zeroed first (what an earlier frame left there is overwritten), or, without the
+    extension, a zeroed bytearray."""
+    if request.param == "python":
+        monkeypatch.setattr(framing, "_frame_buffer", bytearray)
+    return str(request.param)
+
+
+def test_the_extension_gives_big_frames_a_buffer_it_does_not_zero() -> None:
+    from kbroker.protocol._recordwalk import frame_buffer
+
+    assert framing._frame_buffer is frame_buffer
+    buffer = frame_buffer(5 * SCRATCH_BYTES)
+    assert type(buffer) is bytearray and len(buffer) == 5 * SCRATCH_BYTES
+    assert len(frame_buffer(0)) == 0
+    with pytest.raises(ValueError, match="negative"):
+        frame_buffer(-1)
+
+
+def test_big_frames_hold_only_their_own_bytes(big_buffers: str) -> None:
+    """A buffer made from memory an earlier frame used holds this frame's bytes and
+    nothing of the earlier one's, however its reads are cut."""
+    size = 4 * SCRATCH_BYTES
+    decoder = FrameDecoder(1 << 20)
+    for fill in (b"\xaa", b"\x55", b"\x00"):
+        body = fill * size
+        cuts = [1, 3, 5000, SCRATCH_BYTES, 7, 100_000]
+        (whole,) = read_through_buffers(decoder, frame(size) + body, cuts)
+        assert whole == body
+        del whole
+
+
+def test_a_big_frame_is_read_into_a_buffer_of_its_own(big_buffers: str) -> None:
     """Once its size is in, the rest of a frame bigger than the scratch buffer lands
     straight in the frame's own buffer, and never past its end."""
     size = 3 * SCRATCH_BYTES

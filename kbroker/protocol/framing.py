@@ -34,10 +34,16 @@ it; bigger ones are read into a buffer of their own."""
 MAPPED_FROM = 1 << 20
 """Frames of this many bytes or more are read into an anonymous mapping, whose pages
 cost memory only as the body arrives: a client that declares a 100 MB request and
-sends four bytes makes the broker hold four bytes (a bytearray is zeroed, all of it,
-when made)."""
+sends four bytes makes the broker hold four bytes. Smaller ones get a bytearray that
+is not zeroed first (`_recordwalk.frame_buffer`): the socket overwrites every byte of
+it before the frame is handed out, and a frame never complete is dropped unread."""
 
 _threads = threading.local()
+
+try:
+    from kbroker.protocol._recordwalk import frame_buffer as _frame_buffer
+except ImportError:  # the extension is not built: a zeroed one, the same bytes once read
+    _frame_buffer = bytearray
 
 
 def scratch_buffer(use: str = "frames") -> memoryview:
@@ -148,7 +154,7 @@ class FrameDecoder:
             if 4 + size > SCRATCH_BYTES:
                 # Too big for the scratch buffer: the rest is read into its own.
                 big: bytearray | mmap.mmap = (
-                    mmap.mmap(-1, size) if size >= MAPPED_FROM else bytearray(size)
+                    mmap.mmap(-1, size) if size >= MAPPED_FROM else _frame_buffer(size)
                 )
                 have = end - pos - 4
                 view = memoryview(big)

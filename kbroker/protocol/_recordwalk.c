@@ -4,7 +4,8 @@
  * costs about a microsecond a record, several times what the rest of the produce path
  * costs. This module does the same walk with the same rules and the same messages
  * (record_validation.py holds the reference implementation and its documentation; a test
- * checks that both agree over random input).
+ * checks that both agree over random input). It also makes the buffers that frames too
+ * big for protocol/framing.py's scratch buffer are read into (frame_buffer, below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

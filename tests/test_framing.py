@@ -219,7 +219,6 @@ def test_big_frames_hold_only_their_own_bytes(big_buffers: str) -> None:
         cuts = [1, 3, 5000, SCRATCH_BYTES, 7, 100_000]
         (whole,) = read_through_buffers(decoder, frame(size) + body, cuts)
         assert whole == body
-        del whole
 
 
 def test_a_big_frame_is_read_into_a_buffer_of_its_own(big_buffers: str) -> None:

@@ -14,9 +14,10 @@ finish is kept by its connection and put back in front of the next read. A frame
 big for the scratch buffer gets a buffer of its exact size as soon as its size is
 known, and the rest of it is read straight into that: a 1 MB produce request is copied
 by the kernel and by no one else (a loop that hands each read over as a bytes object
-copies it once more, and joining a frame's reads once again). Every frame is writable and shares no memory
-with any other, so storage patches offsets into its record batches in place, and a
-request may be held as long as its answer waits. An idle connection holds no buffer.
+copies it once more, and joining a frame's reads copies it again). Every frame is
+writable and shares no memory with any other, so storage patches offsets into its
+record batches in place, and a request may be held as long as its answer waits. An
+idle connection holds no buffer.
 """
 
 from __future__ import annotations

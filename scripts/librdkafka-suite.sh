@@ -14,8 +14,9 @@
 # where no ACL says otherwise, share groups allowed record locks from 1 s as the share
 # consumer tests set them), points the tests that shell out to Kafka's tools at a
 # KAFKA_PATH made of Kafka 4.3's jars (scripts/install-test-tools.sh caches them), runs
-# run-test.sh with the arguments given, and stops the cluster. docs/compatibility.md
-# records what the last run found.
+# run-test.sh with the arguments given, and stops the cluster. Its scratch directory
+# (the nodes' data and logs) is kept for a look after the run, and named at the start.
+# docs/compatibility.md records what the last run found.
 set -euo pipefail
 
 src="${1:?usage: scripts/librdkafka-suite.sh LIBRDKAFKA_SOURCE [run-test.sh arguments...]}"
@@ -24,6 +25,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 jars="${KBROKER_KAFKA_DIST:-$HOME/.cache/kbroker-test-tools/kafka-4.3}"
 port="${KBROKER_SUITE_PORT:-29092}"
 work="$(mktemp -d)"
+echo "cluster and logs in $work"
 [ -s "$jars/kafka-tools-4.3.1.jar" ] || bash "$root/scripts/install-test-tools.sh"
 
 if [ ! -x "$src/tests/test-runner" ]; then

@@ -8,7 +8,8 @@ PY := $(VENV)/bin/python
 # Separate stamps: `make serve` never pulls the test extra's hundreds of MB.
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed
-SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/security/_tlsread.c \
+SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/protocol/_requestread.c \
+	kbroker/security/_tlsread.c \
 	kbroker/admin/_recordcodec.c
 
 .PHONY: serve test test-fast lint bench pyz docs fuzz
@@ -66,6 +67,7 @@ fuzz: $(STAMP)
 	bash scripts/install-test-tools.sh
 	PYTHON=$(PY) bash fuzz/run.sh recordwalk
 	PYTHON=$(PY) bash fuzz/run.sh recordcodec
+	PYTHON=$(PY) bash fuzz/run.sh requestread
 
 # docs/configuration.md, docs/compatibility.md, docs/cli.md's reference and the metric table
 # of docs/operations.md, generated from the code (tests/test_docs.py fails when they are stale)

@@ -1,10 +1,11 @@
 """Builds the optional C extensions: the record walk (kbroker/protocol/_recordwalk.c),
-the TLS record reader (kbroker/security/_tlsread.c) and the admin commands' record codec
+the request header and Produce reader (kbroker/protocol/_requestread.c), the TLS record
+reader (kbroker/security/_tlsread.c) and the admin commands' record codec
 (kbroker/admin/_recordcodec.c).
 
 Everything else is in pyproject.toml. All are optional: without a compiler (or without
 OpenSSL's headers, for the reader) the package installs and does the same work in
-Python, only slower (see kbroker/protocol/record_validation.py,
+Python, only slower (see kbroker/protocol/record_validation.py, kbroker/protocol/header.py,
 kbroker/security/tls_session.py and kbroker/admin/codec.py).
 """
 
@@ -15,6 +16,11 @@ setup(
         Extension(
             "kbroker.protocol._recordwalk",
             ["kbroker/protocol/_recordwalk.c"],
+            optional=True,
+        ),
+        Extension(
+            "kbroker.protocol._requestread",
+            ["kbroker/protocol/_requestread.c"],
             optional=True,
         ),
         Extension(

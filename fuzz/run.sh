@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds a libFuzzer target for one of the C extensions and runs it.
 #
-#   fuzz/run.sh recordwalk|recordcodec [libFuzzer arguments...]
+#   fuzz/run.sh recordwalk|recordcodec|requestread [libFuzzer arguments...]
 #
 # With no arguments after the target it fuzzes for 60 s from the seed corpus in
 # build/fuzz/<target>-seeds (tests/test_c_fuzz.py writes one) into build/fuzz/<target>-corpus.
@@ -9,11 +9,11 @@
 # tool installer adds them) and the Python the project runs on ($PYTHON, default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=${1:?usage: fuzz/run.sh recordwalk|recordcodec [libFuzzer arguments...]}
+target=${1:?usage: fuzz/run.sh recordwalk|recordcodec|requestread [libFuzzer arguments...]}
 shift
 case "$target" in
-  recordwalk | recordcodec) ;;
-  *) echo "fuzz/run.sh: no target '$target' (recordwalk, recordcodec)" >&2; exit 2 ;;
+  recordwalk | recordcodec | requestread) ;;
+  *) echo "fuzz/run.sh: no target '$target' (recordwalk, recordcodec, requestread)" >&2; exit 2 ;;
 esac
 python=${PYTHON:-python3}
 read -r include libdir ldlibrary < <("$python" -c 'import sysconfig as s; print(s.get_paths()["include"], s.get_config_var("LIBDIR"), s.get_config_var("LDLIBRARY"))')

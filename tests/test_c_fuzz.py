@@ -1,8 +1,9 @@
 """The C extensions that read hostile bytes survive coverage-guided fuzzing.
 
 The record walk (kbroker/protocol/_recordwalk.c) reads every produced batch before it
-is stored, and the admin codec (kbroker/admin/_recordcodec.c) reads whatever a broker
-returns to `kbroker consume`. Each has a libFuzzer target in fuzz/ that runs the shipped
+is stored, the request reader (kbroker/protocol/_requestread.c) every request's header
+and every Produce body as they come off the socket, and the admin codec
+(kbroker/admin/_recordcodec.c) whatever a broker returns to `kbroker consume`. Each has a libFuzzer target in fuzz/ that runs the shipped
 source under AddressSanitizer and UndefinedBehaviorSanitizer from a corpus of valid
 sections; a crash, an out-of-bounds read, an allocation sized by a hostile count or a
 broken promise to the caller fails the run. A planted bounds bug shows the target finds
@@ -17,11 +18,15 @@ import shutil
 import struct
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+from kio.index import load_request_schema
 
 from kbroker.admin.codec import encode_pairs_py, headers_blob
+from kbroker.protocol.client_frames import encode_request
+from kbroker.protocol.messages import build
 
 pytestmark = pytest.mark.slow
 
@@ -43,9 +48,38 @@ def _sections() -> list[tuple[int, bytes]]:
     return out
 
 
+def _produce_frames() -> list[bytes]:
+    """Produce requests (header and body) of several versions, as clients send them."""
+    out = []
+    for version in (3, 8, 9, 12, 13):
+        body = {
+            "transactional_id": "txn",
+            "acks": -1,
+            "timeout": 1500,
+            "topic_data": [
+                {
+                    "name": "orders",
+                    "topic_id": uuid.UUID(int=7),
+                    "partition_data": [
+                        {"index": 0, "records": _sections()[1][1]},
+                        {"index": 1, "records": None},
+                    ],
+                }
+            ],
+        }
+        request = build(load_request_schema(0, version), body)
+        frame = encode_request(request, version, "fuzz")[4:]
+        out.append(bytes([version | (0x80 if version >= 9 else 0), 8]) + frame)
+    return out
+
+
 def _write_seeds(root: Path, target: str) -> None:
     seeds = root / "build" / "fuzz" / f"{target}-seeds"
     seeds.mkdir(parents=True, exist_ok=True)
+    if target == "requestread":
+        for i, data in enumerate(_produce_frames()):
+            (seeds / f"seed-{i}").write_bytes(data)
+        return
     for i, (count, section) in enumerate(_sections()):
         if target == "recordwalk":
             data = bytes([count, 1, i & 1]) + section
@@ -73,25 +107,35 @@ def clang() -> None:
         )
 
 
-@pytest.mark.parametrize("target", ["recordwalk", "recordcodec"])
+@pytest.mark.parametrize("target", ["recordwalk", "recordcodec", "requestread"])
 def test_target_survives_fuzzing(target: str) -> None:
     run = _fuzz(ROOT, target, "-runs=150000", "-seed=1")
     assert run.returncode == 0, run.stderr[-4000:]
     assert "Done 150000 runs" in run.stderr
 
 
-def test_planted_bounds_bug_is_found(tmp_path: Path) -> None:
-    """The record walk with its record-length bound removed reads past the section: the
-    target must report it, or the fuzzing above proves nothing."""
+@pytest.mark.parametrize(
+    ("target", "source", "bound", "removed"),
+    [
+        # The record walk with its record-length bound removed reads past the section.
+        ("recordwalk", "_recordwalk.c", "if (length > end - pos) {", "if (0) {"),
+        # The request reader taking any length a client claims reads past the frame.
+        ("requestread", "_requestread.c", "if (n < 0 || n > r->end - pos)", "if (n < 0)"),
+    ],
+)
+def test_planted_bounds_bug_is_found(
+    tmp_path: Path, target: str, source: str, bound: str, removed: str
+) -> None:
+    """A target run on its module with a bound removed must report the read past the
+    input, or the fuzzing above proves nothing."""
     (tmp_path / "fuzz").mkdir()
     shutil.copy(ROOT / "fuzz" / "run.sh", tmp_path / "fuzz" / "run.sh")
-    shutil.copy(ROOT / "fuzz" / "recordwalk.c", tmp_path / "fuzz" / "recordwalk.c")
-    source = (ROOT / "kbroker" / "protocol" / "_recordwalk.c").read_text()
-    bound = "if (length > end - pos) {"
-    assert bound in source
-    broken = tmp_path / "kbroker" / "protocol" / "_recordwalk.c"
+    shutil.copy(ROOT / "fuzz" / f"{target}.c", tmp_path / "fuzz" / f"{target}.c")
+    text = (ROOT / "kbroker" / "protocol" / source).read_text()
+    assert bound in text
+    broken = tmp_path / "kbroker" / "protocol" / source
     broken.parent.mkdir(parents=True)
-    broken.write_text(source.replace(bound, "if (0) {"))
-    run = _fuzz(tmp_path, "recordwalk", "-runs=2000000", "-seed=1")
+    broken.write_text(text.replace(bound, removed))
+    run = _fuzz(tmp_path, target, "-runs=2000000", "-seed=1")
     assert run.returncode != 0
     assert "ERROR: AddressSanitizer" in run.stderr, run.stderr[-4000:]

@@ -1,8 +1,14 @@
-"""Request and response headers (Kafka header versions 0-2), without I/O."""
+"""Request and response headers (Kafka header versions 0-2), without I/O.
+
+Every request's header is parsed, so the parse runs in C where the extension is built
+(`_requestread.parse_header`, some 0.3 us against 3 us here); `parse_request_header_py`
+is the reference both follow, and the tests run both.
+"""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kbroker.protocol.errors import MalformedRequest
@@ -42,7 +48,7 @@ def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
     return pos
 
 
-def parse_request_header(frame: bytes | memoryview, flexible: bool) -> tuple[RequestHeader, int]:
+def parse_request_header_py(frame: bytes | memoryview, flexible: bool) -> tuple[RequestHeader, int]:
     """Parse header v1 (or v2 when the request body is flexible); return it and the body offset.
 
     The client id stays a legacy (int16-length) string even in header v2, as Kafka
@@ -64,6 +70,16 @@ def parse_request_header(frame: bytes | memoryview, flexible: bool) -> tuple[Req
     if flexible:
         pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+parse_request_header: Callable[[bytes | memoryview, bool], tuple[RequestHeader, int]]
+try:
+    from kbroker.protocol import _requestread
+except ImportError:  # the extension is not built: the same rules, in Python
+    parse_request_header = parse_request_header_py
+else:
+    _requestread.bind_header(RequestHeader, MalformedRequest)
+    parse_request_header = _requestread.parse_header
 
 
 def response_header(correlation_id: int, flexible: bool) -> bytes:

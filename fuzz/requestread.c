@@ -1,0 +1,178 @@
+/* libFuzzer target for the request header and Produce reader (kbroker/protocol/_requestread.c).
+ *
+ * Both functions read bytes straight off a client's socket, before anything else looks at
+ * them. This target includes the module's source as it ships and calls it as header.py
+ * and produce_request.py do, with an embedded Python for the objects it takes and returns
+ * (stand-ins for the dataclasses, with the same slots). The frame is handed over as a
+ * memoryview of libFuzzer's own buffer, exactly as long as the input: AddressSanitizer
+ * reports a read one byte past it.
+ *
+ * Input: byte 0 picks the Produce version (0-13) and, with its top bit, a flexible
+ * header; byte 1 is the element budget; the rest is the frame. Besides memory errors it
+ * checks what callers rely on: the only errors are MalformedRequest and, for a topic
+ * name, UnicodeDecodeError; a header ends inside the frame; a request holds no more
+ * partitions than the budget, each partition's records inside the frame.
+ * Build and run: fuzz/run.sh requestread.
+ */
+#include "../kbroker/protocol/_requestread.c"
+
+#include <stdlib.h>
+
+static const char classes[] =
+    "import uuid\n"
+    "from dataclasses import dataclass\n"
+    "class MalformedRequest(ValueError):\n"
+    "    pass\n"
+    "@dataclass(slots=True, frozen=True)\n"
+    "class RequestHeader:\n"
+    "    api_key: int\n"
+    "    api_version: int\n"
+    "    correlation_id: int\n"
+    "    client_id: object\n"
+    "@dataclass(slots=True)\n"
+    "class PartitionData:\n"
+    "    index: int\n"
+    "    records: object\n"
+    "@dataclass(slots=True)\n"
+    "class TopicData:\n"
+    "    name: object\n"
+    "    topic_id: object\n"
+    "    partition_data: list\n"
+    "@dataclass(slots=True)\n"
+    "class ProduceRequest:\n"
+    "    transactional_id: object\n"
+    "    acks: int\n"
+    "    timeout_ms: int\n"
+    "    topic_data: list\n"
+    "UUID = uuid.UUID\n";
+
+static PyObject *globals;
+
+static PyObject *named(const char *name)
+{
+    PyObject *value = PyDict_GetItemString(globals, name);
+    if (value == NULL)
+        abort();
+    return value;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    setenv("PYTHONMALLOC", "malloc", 1); /* every object its own allocation, seen by ASan */
+    Py_InitializeEx(0);
+    PyObject *module = PyInit__requestread();
+    globals = PyDict_New();
+    if (module == NULL || globals == NULL ||
+        PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins()) < 0)
+        abort();
+    PyObject *ran = PyRun_String(classes, Py_file_input, globals, globals);
+    if (ran == NULL) {
+        PyErr_Print();
+        abort();
+    }
+    Py_DECREF(ran);
+    PyObject *header_args[] = {named("RequestHeader"), named("MalformedRequest")};
+    PyObject *produce_args[] = {named("PartitionData"), named("TopicData"),
+                                named("ProduceRequest"), named("MalformedRequest"),
+                                named("UUID")};
+    PyObject *a = bind_header(NULL, header_args, 2), *b = bind_produce(NULL, produce_args, 5);
+    if (a == NULL || b == NULL)
+        abort();
+    Py_DECREF(a);
+    Py_DECREF(b);
+    return 0;
+}
+
+/* The only errors a caller expects; anything else aborts. */
+static void expected_error(int unicode_allowed)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == NULL)
+        abort();
+    int ok = PyErr_GivenExceptionMatches(type, malformed) ||
+             (unicode_allowed && PyErr_GivenExceptionMatches(type, PyExc_UnicodeDecodeError));
+    if (!ok) {
+        PyErr_Restore(type, value, tb);
+        PyErr_Print();
+        abort();
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+static PyObject *attr(PyObject *obj, const char *name)
+{
+    PyObject *value = PyObject_GetAttrString(obj, name);
+    if (value == NULL)
+        abort();
+    return value;
+}
+
+static void check_header(PyObject *frame, Py_ssize_t size, int flexible)
+{
+    PyObject *args[] = {frame, flexible ? Py_True : Py_False};
+    PyObject *r = parse_header(NULL, args, 2);
+    if (r == NULL) {
+        expected_error(0);
+        return;
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 1));
+    PyObject *client_id = attr(PyTuple_GET_ITEM(r, 0), "client_id");
+    if (offset < 10 || offset > size || (client_id != Py_None && !PyUnicode_Check(client_id)))
+        abort();
+    Py_DECREF(client_id);
+    Py_DECREF(r);
+}
+
+static void check_produce(PyObject *frame, Py_ssize_t size, long version, long budget)
+{
+    PyObject *args[] = {PyLong_FromLong(version), frame, PyLong_FromLong(0),
+                        PyLong_FromLong(budget)};
+    PyObject *request = decode_produce(NULL, args, 4);
+    Py_DECREF(args[0]);
+    Py_DECREF(args[2]);
+    Py_DECREF(args[3]);
+    if (request == NULL) {
+        expected_error(1);
+        return;
+    }
+    PyObject *topics = attr(request, "topic_data");
+    Py_ssize_t elements = PyList_GET_SIZE(topics);
+    for (Py_ssize_t t = 0; t < PyList_GET_SIZE(topics); t++) {
+        PyObject *partitions = attr(PyList_GET_ITEM(topics, t), "partition_data");
+        elements += PyList_GET_SIZE(partitions);
+        for (Py_ssize_t p = 0; p < PyList_GET_SIZE(partitions); p++) {
+            PyObject *records = attr(PyList_GET_ITEM(partitions, p), "records");
+            if (records != Py_None && (!PyMemoryView_Check(records) ||
+                                       PyMemoryView_GET_BUFFER(records)->len > size))
+                abort();
+            Py_DECREF(records);
+        }
+        Py_DECREF(partitions);
+    }
+    if (elements > budget)
+        abort();
+    Py_DECREF(topics);
+    Py_DECREF(request);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 2)
+        return 0;
+    long version = (data[0] & 0x7f) % 14;
+    int flexible = data[0] >> 7;
+    long budget = data[1];
+    Py_ssize_t length = (Py_ssize_t)size - 2;
+    PyObject *frame = PyMemoryView_FromMemory((char *)data + 2, length, PyBUF_READ);
+    if (frame == NULL)
+        abort();
+    check_header(frame, length, flexible);
+    check_produce(frame, length, version, budget);
+    Py_DECREF(frame);
+    return 0;
+}

@@ -1,17 +1,21 @@
-/* libFuzzer target for the request header and Produce reader (kbroker/protocol/_requestread.c).
+/* libFuzzer target for the request reader (kbroker/protocol/_requestread.c).
  *
- * Both functions read bytes straight off a client's socket, before anything else looks at
- * them. This target includes the module's source as it ships and calls it as header.py
+ * Its functions read bytes straight off a client's socket (a request's header, a Produce
+ * body, the batch headers of its records) before anything else looks at them. This target includes the module's source as it ships and calls it as header.py
  * and produce_request.py do, with an embedded Python for the objects it takes and returns
  * (stand-ins for the dataclasses, with the same slots). The frame is handed over as a
  * memoryview of libFuzzer's own buffer, exactly as long as the input: AddressSanitizer
  * reports a read one byte past it.
  *
  * Input: byte 0 picks the Produce version (0-13) and, with its top bit, a flexible
- * header; byte 1 is the element budget; the rest is the frame. Besides memory errors it
- * checks what callers rely on: the only errors are MalformedRequest and, for a topic
- * name, UnicodeDecodeError; a header ends inside the frame; a request holds no more
- * partitions than the budget, each partition's records inside the frame.
+ * header; byte 1 is the element budget, and its low bit asks the batch walk to check
+ * record counts; the rest is the frame, read as a request and as a records blob. The
+ * stand-in checksum is 0 for every batch, so a batch whose CRC field is 0 passes it and
+ * the checks after it are reached. Besides memory errors it checks what callers rely on:
+ * the only errors are MalformedRequest and, for a topic name, UnicodeDecodeError, and the
+ * batch errors; a header ends inside the frame; a request holds no more partitions than
+ * the budget, each partition's records inside the frame; batches follow each other inside
+ * the blob.
  * Build and run: fuzz/run.sh requestread.
  */
 #include "../kbroker/protocol/_requestread.c"
@@ -44,7 +48,35 @@ static const char classes[] =
     "    acks: int\n"
     "    timeout_ms: int\n"
     "    topic_data: list\n"
-    "UUID = uuid.UUID\n";
+    "UUID = uuid.UUID\n"
+    "class InvalidBatchError(Exception):\n"
+    "    pass\n"
+    "class CorruptBatchError(InvalidBatchError):\n"
+    "    pass\n"
+    "class UnsupportedMagicError(CorruptBatchError):\n"
+    "    pass\n"
+    "class BatchTooLargeError(InvalidBatchError):\n"
+    "    pass\n"
+    "class InvalidRecordsError(InvalidBatchError):\n"
+    "    pass\n"
+    "@dataclass(slots=True)\n"
+    "class BatchHeader:\n"
+    "    base_offset: int\n"
+    "    batch_length: int\n"
+    "    partition_leader_epoch: int\n"
+    "    magic: int\n"
+    "    crc: int\n"
+    "    attributes: int\n"
+    "    last_offset_delta: int\n"
+    "    base_timestamp: int\n"
+    "    max_timestamp: int\n"
+    "    producer_id: int\n"
+    "    producer_epoch: int\n"
+    "    base_sequence: int\n"
+    "    record_count: int\n"
+    "    position: int = 0\n"
+    "def crc32c(view):\n"
+    "    return len(bytes(view)) * 0\n";
 
 static PyObject *globals;
 
@@ -77,22 +109,28 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     PyObject *produce_args[] = {named("PartitionData"), named("TopicData"),
                                 named("ProduceRequest"), named("MalformedRequest"),
                                 named("UUID")};
+    PyObject *batch_args[] = {named("BatchHeader"),       named("CorruptBatchError"),
+                              named("UnsupportedMagicError"), named("BatchTooLargeError"),
+                              named("InvalidRecordsError"), named("crc32c")};
     PyObject *a = bind_header(NULL, header_args, 2), *b = bind_produce(NULL, produce_args, 5);
-    if (a == NULL || b == NULL)
+    PyObject *c = bind_batches(NULL, batch_args, 6);
+    if (a == NULL || b == NULL || c == NULL)
         abort();
     Py_DECREF(a);
     Py_DECREF(b);
+    Py_DECREF(c);
     return 0;
 }
 
-/* The only errors a caller expects; anything else aborts. */
-static void expected_error(int unicode_allowed)
+/* The only errors a caller expects (`allowed`, and UnicodeDecodeError where a name is
+ * decoded); anything else aborts. */
+static void expected_error(PyObject *allowed, int unicode_allowed)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (type == NULL)
         abort();
-    int ok = PyErr_GivenExceptionMatches(type, malformed) ||
+    int ok = PyErr_GivenExceptionMatches(type, allowed) ||
              (unicode_allowed && PyErr_GivenExceptionMatches(type, PyExc_UnicodeDecodeError));
     if (!ok) {
         PyErr_Restore(type, value, tb);
@@ -117,7 +155,7 @@ static void check_header(PyObject *frame, Py_ssize_t size, int flexible)
     PyObject *args[] = {frame, flexible ? Py_True : Py_False};
     PyObject *r = parse_header(NULL, args, 2);
     if (r == NULL) {
-        expected_error(0);
+        expected_error(malformed, 0);
         return;
     }
     Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 1));
@@ -137,7 +175,7 @@ static void check_produce(PyObject *frame, Py_ssize_t size, long version, long b
     Py_DECREF(args[2]);
     Py_DECREF(args[3]);
     if (request == NULL) {
-        expected_error(1);
+        expected_error(malformed, 1);
         return;
     }
     PyObject *topics = attr(request, "topic_data");
@@ -160,6 +198,37 @@ static void check_produce(PyObject *frame, Py_ssize_t size, long version, long b
     Py_DECREF(request);
 }
 
+static int64_t field(PyObject *header, const char *name)
+{
+    PyObject *value = attr(header, name);
+    int64_t n = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    return n;
+}
+
+static void check_batches(PyObject *blob, Py_ssize_t size, long max_bytes, int check_count)
+{
+    PyObject *args[] = {blob, PyLong_FromLong(max_bytes), check_count ? Py_True : Py_False};
+    PyObject *headers = batch_headers(NULL, args, 3);
+    Py_DECREF(args[1]);
+    if (headers == NULL) {
+        expected_error(named("InvalidBatchError"), 0);
+        return;
+    }
+    int64_t next = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(headers); i++) {
+        PyObject *h = PyList_GET_ITEM(headers, i);
+        int64_t length = field(h, "batch_length") + 12;
+        if (field(h, "position") != next || length < 61 || length > max_bytes ||
+            field(h, "magic") != 2 || field(h, "crc") != 0 || field(h, "last_offset_delta") < 0)
+            abort();
+        next += length;
+    }
+    if (next != size || (size > 0 && PyList_GET_SIZE(headers) == 0))
+        abort();
+    Py_DECREF(headers);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
@@ -173,6 +242,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     check_header(frame, length, flexible);
     check_produce(frame, length, version, budget);
+    check_batches(frame, length, budget * 16 + 61, data[1] & 1);
     Py_DECREF(frame);
     return 0;
 }

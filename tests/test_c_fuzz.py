@@ -25,6 +25,7 @@ import pytest
 from kio.index import load_request_schema
 
 from kbroker.admin.codec import encode_pairs_py, headers_blob
+from kbroker.protocol.batch import CRC_OFFSET, encode_batch
 from kbroker.protocol.client_frames import encode_request
 from kbroker.protocol.messages import build
 
@@ -79,6 +80,11 @@ def _write_seeds(root: Path, target: str) -> None:
     if target == "requestread":
         for i, data in enumerate(_produce_frames()):
             (seeds / f"seed-{i}").write_bytes(data)
+        for i, (_count, section) in enumerate(_sections()):
+            # The records of a batch whose CRC field is 0: the target's stand-in checksum.
+            batch = bytearray(encode_batch([(b"k", section)], 1))
+            batch[CRC_OFFSET : CRC_OFFSET + 4] = bytes(4)
+            (seeds / f"batch-{i}").write_bytes(bytes([0, 0xFF]) + batch * 2)
         return
     for i, (count, section) in enumerate(_sections()):
         if target == "recordwalk":

@@ -18,6 +18,9 @@
 #include <string.h>
 
 static PyObject *header_cls, *partition_cls, *topic_cls, *request_cls, *malformed, *uuid_cls;
+static PyObject *batch_header_cls, *corrupt_batch, *unsupported_magic, *batch_too_large,
+    *invalid_records, *crc32c;
+static PyObject *batch_fields[14];
 static PyObject *empty_tuple, *bytes_kw;
 static PyObject *s_api_key, *s_api_version, *s_correlation_id, *s_client_id;
 static PyObject *s_index, *s_records, *s_name, *s_topic_id, *s_partition_data;
@@ -454,6 +457,180 @@ done:
     return result;
 }
 
+/* An error of class `cls` (message formatted as printf does): NULL. */
+static PyObject *batch_error(PyObject *cls, const char *format, ...)
+{
+    va_list va;
+    va_start(va, format);
+    PyObject *message = PyUnicode_FromFormatV(format, va);
+    va_end(va);
+    if (message != NULL) {
+        PyErr_SetObject(cls, message);
+        Py_DECREF(message);
+    }
+    return NULL;
+}
+
+static int64_t be(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return (int64_t)v;
+}
+
+/* batch.py's _looks_like_old_message: magic 0 or 1 where v2 has it, and a size that fits. */
+static int old_message(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end)
+{
+    static const int32_t min_size[2] = {14, 22};
+    if (end - pos <= 16)
+        return 0;
+    unsigned char magic = p[pos + 16];
+    if (magic > 1)
+        return 0;
+    int32_t size = (int32_t)be(p + pos + 8, 4);
+    return min_size[magic] <= size && size <= end - pos - 12;
+}
+
+/* batch_headers(buf, max_batch_bytes, check_record_count) -> [BatchHeader];
+ * batch.py's validate_batches_py, same checks in the same order, same errors. */
+static PyObject *batch_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "batch_headers(buf, max_batch_bytes, check_record_count)");
+        return NULL;
+    }
+    if (unbound(batch_header_cls))
+        return NULL;
+    long long max_batch_bytes = PyLong_AsLongLong(args[1]);
+    if (max_batch_bytes == -1 && PyErr_Occurred())
+        return NULL;
+    int check_count = PyObject_IsTrue(args[2]);
+    if (check_count < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *p = view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    PyObject *headers = NULL;
+    if (end == 0) {
+        batch_error(corrupt_batch, "empty records");
+        goto done;
+    }
+    headers = PyList_New(0);
+    if (headers == NULL)
+        goto done;
+    while (pos < end) {
+        const unsigned char *h = p + pos;
+        if (old_message(p, pos, end)) {
+            batch_error(unsupported_magic, "magic %d (message format v%d) at byte %zd", h[16],
+                        h[16], pos);
+            goto fail;
+        }
+        if (end - pos < 61) {
+            batch_error(corrupt_batch, "partial batch header at byte %zd", pos);
+            goto fail;
+        }
+        int magic = (int8_t)h[16];
+        int64_t batch_length = (int32_t)be(h + 8, 4);
+        if (magic != 2) {
+            batch_error(corrupt_batch, "unsupported magic %d at byte %zd", magic, pos);
+            goto fail;
+        }
+        if (batch_length < 49) {
+            batch_error(corrupt_batch, "batch length %lld below minimum at byte %zd",
+                        (long long)batch_length, pos);
+            goto fail;
+        }
+        int64_t size = batch_length + 12;
+        if (size > end - pos) {
+            batch_error(corrupt_batch, "partial batch at byte %zd: %lld bytes, %zd left", pos,
+                        (long long)size, end - pos);
+            goto fail;
+        }
+        if (size > max_batch_bytes) {
+            batch_error(batch_too_large, "batch of %lld bytes exceeds limit %lld",
+                        (long long)size, max_batch_bytes);
+            goto fail;
+        }
+        PyObject *covered =
+            PyMemoryView_FromMemory((char *)h + 21, (Py_ssize_t)size - 21, PyBUF_READ);
+        PyObject *crc = covered ? PyObject_CallOneArg(crc32c, covered) : NULL;
+        Py_XDECREF(covered);
+        if (crc == NULL)
+            goto fail;
+        unsigned long long computed = PyLong_AsUnsignedLongLong(crc);
+        Py_DECREF(crc);
+        if (computed == (unsigned long long)-1 && PyErr_Occurred())
+            goto fail;
+        if (computed != (uint32_t)be(h + 17, 4)) {
+            batch_error(corrupt_batch, "CRC mismatch in batch at byte %zd", pos);
+            goto fail;
+        }
+        int64_t last_offset_delta = (int32_t)be(h + 23, 4);
+        int64_t count = (int32_t)be(h + 57, 4);
+        if (check_count) {
+            if (count <= 0 || last_offset_delta + 1 != count) {
+                PyObject *message = PyUnicode_FromFormat(
+                    "record count %lld does not match lastOffsetDelta %lld", (long long)count,
+                    (long long)last_offset_delta);
+                if (message != NULL) {
+                    PyObject *exc = PyObject_CallOneArg(invalid_records, message);
+                    Py_DECREF(message);
+                    if (exc != NULL) {
+                        PyErr_SetObject(invalid_records, exc);
+                        Py_DECREF(exc);
+                    }
+                }
+                goto fail;
+            }
+        }
+        else if (last_offset_delta < 0) {
+            batch_error(corrupt_batch, "negative lastOffsetDelta at byte %zd", pos);
+            goto fail;
+        }
+        PyObject *values[14] = {
+            PyLong_FromLongLong(be(h, 8)),
+            PyLong_FromLongLong(batch_length),
+            PyLong_FromLongLong((int32_t)be(h + 12, 4)),
+            PyLong_FromLong(magic),
+            PyLong_FromUnsignedLong((uint32_t)be(h + 17, 4)),
+            PyLong_FromLong((int16_t)be(h + 21, 2)),
+            PyLong_FromLongLong(last_offset_delta),
+            PyLong_FromLongLong(be(h + 27, 8)),
+            PyLong_FromLongLong(be(h + 35, 8)),
+            PyLong_FromLongLong(be(h + 43, 8)),
+            PyLong_FromLong((int16_t)be(h + 51, 2)),
+            PyLong_FromLongLong((int32_t)be(h + 53, 4)),
+            PyLong_FromLongLong(count),
+            PyLong_FromSsize_t(pos),
+        };
+        int made = 1;
+        for (int i = 0; i < 14; i++)
+            made = made && values[i] != NULL;
+        if (!made) {
+            for (int i = 0; i < 14; i++)
+                Py_XDECREF(values[i]);
+            goto fail;
+        }
+        PyObject *header = make(batch_header_cls, 14, batch_fields, values);
+        if (header == NULL)
+            goto fail;
+        int appended = PyList_Append(headers, header);
+        Py_DECREF(header);
+        if (appended < 0)
+            goto fail;
+        pos += (Py_ssize_t)size;
+    }
+    goto done;
+fail:
+    Py_CLEAR(headers);
+done:
+    PyBuffer_Release(&view);
+    return headers;
+}
+
 /* Keep `n` classes (each checked to be one) in `slots`. */
 static PyObject *keep(PyObject *const *args, Py_ssize_t nargs, PyObject **slots[], int n)
 {
@@ -486,12 +663,33 @@ static PyObject *bind_produce(PyObject *self, PyObject *const *args, Py_ssize_t 
     return keep(args, nargs, slots, 5);
 }
 
+/* bind_batches(BatchHeader, CorruptBatchError, UnsupportedMagicError, BatchTooLargeError,
+ * InvalidRecordsError, crc32c), from batch.py. */
+static PyObject *bind_batches(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyCallable_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "bind_batches takes five classes and crc32c");
+        return NULL;
+    }
+    PyObject **slots[] = {&batch_header_cls, &corrupt_batch, &unsupported_magic,
+                          &batch_too_large, &invalid_records};
+    PyObject *kept = keep(args, 5, slots, 5);
+    if (kept != NULL)
+        Py_XSETREF(crc32c, Py_NewRef(args[5]));
+    return kept;
+}
+
 static PyMethodDef methods[] = {
     {"bind_header", (PyCFunction)(void (*)(void))bind_header, METH_FASTCALL,
      "bind_header(RequestHeader, MalformedRequest): what parse_header returns and raises"},
     {"bind_produce", (PyCFunction)(void (*)(void))bind_produce, METH_FASTCALL,
      "bind_produce(PartitionData, TopicData, ProduceRequest, MalformedRequest, UUID): what "
      "decode_produce returns and raises"},
+    {"bind_batches", (PyCFunction)(void (*)(void))bind_batches, METH_FASTCALL,
+     "bind_batches(BatchHeader, CorruptBatchError, UnsupportedMagicError, BatchTooLargeError, "
+     "InvalidRecordsError, crc32c): what batch_headers returns and raises, and its checksum"},
+    {"batch_headers", (PyCFunction)(void (*)(void))batch_headers, METH_FASTCALL,
+     "batch_headers(buf, max_batch_bytes, check_record_count) -> [BatchHeader]"},
     {"parse_header", (PyCFunction)(void (*)(void))parse_header, METH_FASTCALL,
      "parse_header(frame, flexible) -> (RequestHeader, body offset)"},
     {"decode_produce", (PyCFunction)(void (*)(void))decode_produce, METH_FASTCALL,
@@ -528,6 +726,17 @@ PyMODINIT_FUNC PyInit__requestread(void)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         *names[i].slot = PyUnicode_InternFromString(names[i].text);
         if (*names[i].slot == NULL)
+            return NULL;
+    }
+    static const char *const batch_names[14] = {
+        "base_offset",    "batch_length",  "partition_leader_epoch", "magic",
+        "crc",            "attributes",    "last_offset_delta",      "base_timestamp",
+        "max_timestamp",  "producer_id",   "producer_epoch",         "base_sequence",
+        "record_count",   "position",
+    };
+    for (int i = 0; i < 14; i++) {
+        batch_fields[i] = PyUnicode_InternFromString(batch_names[i]);
+        if (batch_fields[i] == NULL)
             return NULL;
     }
     empty_tuple = PyTuple_New(0);

@@ -1,6 +1,13 @@
 import uuid
+from collections.abc import Callable
 
-from kbroker.protocol.errors import MalformedRequest
+from kbroker.protocol.batch import (
+    BatchHeader,
+    BatchTooLargeError,
+    InvalidRecordsError,
+    UnsupportedMagicError,
+)
+from kbroker.protocol.errors import CorruptBatchError, MalformedRequest
 from kbroker.protocol.header import RequestHeader
 from kbroker.protocol.produce_request import PartitionData, ProduceRequest, TopicData
 
@@ -17,3 +24,15 @@ def parse_header(frame: bytes | memoryview, flexible: bool, /) -> tuple[RequestH
 def decode_produce(
     version: int, frame: bytes | memoryview, offset: int, max_elements: int, /
 ) -> ProduceRequest: ...
+def bind_batches(
+    header: type[BatchHeader],
+    corrupt: type[CorruptBatchError],
+    unsupported_magic: type[UnsupportedMagicError],
+    too_large: type[BatchTooLargeError],
+    invalid_records: type[InvalidRecordsError],
+    crc32c: Callable[..., int],
+    /,
+) -> None: ...
+def batch_headers(
+    buf: bytes | bytearray | memoryview, max_batch_bytes: int, check_record_count: bool, /
+) -> list[BatchHeader]: ...

@@ -1,20 +1,24 @@
 /* libFuzzer target for the request reader (kbroker/protocol/_requestread.c).
  *
  * Its functions read bytes straight off a client's socket (a request's header, a Produce
- * body, the batch headers of its records) before anything else looks at them. This target includes the module's source as it ships and calls it as header.py
+ * or Fetch body, the batch headers of produced records) before anything else looks at
+ * them. This target includes the module's source as it ships and calls it as header.py
  * and produce_request.py do, with an embedded Python for the objects it takes and returns
  * (stand-ins for the dataclasses, with the same slots). The frame is handed over as a
  * memoryview of libFuzzer's own buffer, exactly as long as the input: AddressSanitizer
  * reports a read one byte past it.
  *
- * Input: byte 0 picks the Produce version (0-13) and, with its top bit, a flexible
- * header; byte 1 is the element budget, and its low bit asks the batch walk to check
- * record counts; the rest is the frame, read as a request and as a records blob. The
+ * Input: byte 0 picks the Produce version (0-13), the Fetch version (4-18) and, with its
+ * top bit, a flexible header; byte 1 is the element budget, and its low bit asks the
+ * batch walk to check record counts; the rest is the frame, read as a header and, after
+ * the header where one parses (else from its start), as a Produce body and as a Fetch
+ * body; and read whole as a records blob. The
  * stand-in checksum is 0 for every batch, so a batch whose CRC field is 0 passes it and
  * the checks after it are reached. Besides memory errors it checks what callers rely on:
  * the only errors are MalformedRequest and, for a topic name, UnicodeDecodeError, and the
  * batch errors; a header ends inside the frame; a request holds no more partitions than
- * the budget, each partition's records inside the frame; batches follow each other inside
+ * the budget, each partition's records inside the frame; a Fetch no more topics,
+ * partitions and forgotten partitions than the budget; batches follow each other inside
  * the blob.
  * Build and run: fuzz/run.sh requestread.
  */
@@ -75,6 +79,50 @@ static const char classes[] =
     "    base_sequence: int\n"
     "    record_count: int\n"
     "    position: int = 0\n"
+    "@dataclass(slots=True)\n"
+    "class FetchPartition:\n"
+    "    partition: int\n"
+    "    fetch_offset: int\n"
+    "    partition_max_bytes: int\n"
+    "    current_leader_epoch: int\n"
+    "    last_fetched_epoch: int\n"
+    "    log_start_offset: int\n"
+    "    replica_directory_id: object\n"
+    "    high_watermark: int\n"
+    "@dataclass(slots=True)\n"
+    "class FetchTopic:\n"
+    "    topic: str\n"
+    "    topic_id: object\n"
+    "    partitions: tuple\n"
+    "@dataclass(slots=True)\n"
+    "class ForgottenTopic:\n"
+    "    topic: str\n"
+    "    topic_id: object\n"
+    "    partitions: tuple\n"
+    "@dataclass(frozen=True, slots=True)\n"
+    "class ReplicaState:\n"
+    "    replica_id: int\n"
+    "    replica_epoch: int\n"
+    "@dataclass(slots=True)\n"
+    "class FetchRequest:\n"
+    "    replica_id: int\n"
+    "    max_wait: object\n"
+    "    min_bytes: int\n"
+    "    max_bytes: int\n"
+    "    isolation_level: int\n"
+    "    session_id: int\n"
+    "    session_epoch: int\n"
+    "    topics: tuple\n"
+    "    forgotten_topics_data: tuple\n"
+    "    rack_id: str\n"
+    "    cluster_id: object\n"
+    "    replica_state: object\n"
+    "NO_REPLICA_STATE = ReplicaState(-1, -1)\n"
+    "def wait(ms):\n"
+    "    return ms\n"
+    "def uuid_of(high, low):\n"
+    "    return (high, low) if high or low else None\n"
+    "NO_HIGH_WATERMARK = 2**63 - 1\n"
     "def crc32c(view):\n"
     "    return len(bytes(view)) * 0\n";
 
@@ -114,8 +162,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                               named("InvalidRecordsError"), named("crc32c")};
     PyObject *a = bind_header(NULL, header_args, 2), *b = bind_produce(NULL, produce_args, 5);
     PyObject *c = bind_batches(NULL, batch_args, 6);
-    if (a == NULL || b == NULL || c == NULL)
+    PyObject *fetch_args[] = {named("FetchPartition"),   named("FetchTopic"),
+                              named("ForgottenTopic"),   named("ReplicaState"),
+                              named("FetchRequest"),     named("MalformedRequest"),
+                              named("NO_REPLICA_STATE"), named("wait"),
+                              named("uuid_of"),          named("NO_HIGH_WATERMARK")};
+    PyObject *d = bind_fetch(NULL, fetch_args, 10);
+    if (a == NULL || b == NULL || c == NULL || d == NULL)
         abort();
+    Py_DECREF(d);
     Py_DECREF(a);
     Py_DECREF(b);
     Py_DECREF(c);
@@ -150,13 +205,14 @@ static PyObject *attr(PyObject *obj, const char *name)
     return value;
 }
 
-static void check_header(PyObject *frame, Py_ssize_t size, int flexible)
+/* The body's offset after a header that parses, else 0 (the body is then the frame). */
+static Py_ssize_t check_header(PyObject *frame, Py_ssize_t size, int flexible)
 {
     PyObject *args[] = {frame, flexible ? Py_True : Py_False};
     PyObject *r = parse_header(NULL, args, 2);
     if (r == NULL) {
         expected_error(malformed, 0);
-        return;
+        return 0;
     }
     Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 1));
     PyObject *client_id = attr(PyTuple_GET_ITEM(r, 0), "client_id");
@@ -164,11 +220,13 @@ static void check_header(PyObject *frame, Py_ssize_t size, int flexible)
         abort();
     Py_DECREF(client_id);
     Py_DECREF(r);
+    return offset;
 }
 
-static void check_produce(PyObject *frame, Py_ssize_t size, long version, long budget)
+static void check_produce(PyObject *frame, Py_ssize_t size, Py_ssize_t offset, long version,
+                          long budget)
 {
-    PyObject *args[] = {PyLong_FromLong(version), frame, PyLong_FromLong(0),
+    PyObject *args[] = {PyLong_FromLong(version), frame, PyLong_FromSsize_t(offset),
                         PyLong_FromLong(budget)};
     PyObject *request = decode_produce(NULL, args, 4);
     Py_DECREF(args[0]);
@@ -195,6 +253,45 @@ static void check_produce(PyObject *frame, Py_ssize_t size, long version, long b
     if (elements > budget)
         abort();
     Py_DECREF(topics);
+    Py_DECREF(request);
+}
+
+/* The length of a tuple attribute. */
+static Py_ssize_t tuple_size(PyObject *obj, const char *name)
+{
+    PyObject *value = attr(obj, name);
+    if (!PyTuple_Check(value))
+        abort();
+    Py_ssize_t n = PyTuple_GET_SIZE(value);
+    Py_DECREF(value);
+    return n;
+}
+
+static void check_fetch(PyObject *frame, Py_ssize_t offset, long version, long budget)
+{
+    PyObject *args[] = {PyLong_FromLong(version), frame, PyLong_FromSsize_t(offset),
+                        PyLong_FromLong(budget)};
+    PyObject *request = decode_fetch(NULL, args, 4);
+    Py_DECREF(args[0]);
+    Py_DECREF(args[2]);
+    Py_DECREF(args[3]);
+    if (request == NULL) {
+        expected_error(malformed, 0);
+        return;
+    }
+    Py_ssize_t elements = 0;
+    const char *arrays[] = {"topics", "forgotten_topics_data"};
+    for (int a = 0; a < 2; a++) {
+        PyObject *topics = attr(request, arrays[a]);
+        if (!PyTuple_Check(topics))
+            abort();
+        elements += PyTuple_GET_SIZE(topics);
+        for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(topics); t++)
+            elements += tuple_size(PyTuple_GET_ITEM(topics, t), "partitions");
+        Py_DECREF(topics);
+    }
+    if (elements > budget)
+        abort();
     Py_DECREF(request);
 }
 
@@ -240,8 +337,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     PyObject *frame = PyMemoryView_FromMemory((char *)data + 2, length, PyBUF_READ);
     if (frame == NULL)
         abort();
-    check_header(frame, length, flexible);
-    check_produce(frame, length, version, budget);
+    Py_ssize_t body = check_header(frame, length, flexible);
+    check_produce(frame, length, body, version, budget);
+    check_fetch(frame, body, 4 + (data[0] & 0x7f) % 15, budget);
     check_batches(frame, length, budget * 16 + 61, data[1] & 1);
     Py_DECREF(frame);
     return 0;

@@ -27,6 +27,7 @@ from kio.index import load_request_schema
 from kbroker.admin.codec import encode_pairs_py, headers_blob
 from kbroker.protocol.batch import CRC_OFFSET, encode_batch
 from kbroker.protocol.client_frames import encode_request
+from kbroker.protocol.fetch_request import fetch_partition, sessionless_fetch
 from kbroker.protocol.messages import build
 
 pytestmark = pytest.mark.slow
@@ -80,6 +81,24 @@ def _write_seeds(root: Path, target: str) -> None:
     if target == "requestread":
         for i, data in enumerate(_produce_frames()):
             (seeds / f"seed-{i}").write_bytes(data)
+        for version in (4, 7, 11, 12, 13, 15, 17, 18):
+            fields = sessionless_fetch(
+                [
+                    {
+                        "topic": "orders",
+                        "topic_id": uuid.UUID(int=7),
+                        "partitions": [fetch_partition(0, 5, 1 << 20)],
+                    }
+                ],
+                max_wait=500,
+                min_bytes=1,
+                max_bytes=1 << 20,
+            )
+            frame = encode_request(build(load_request_schema(1, version), fields), 1, "fuzz")[4:]
+            # Byte 0 as the target reads it: Fetch version 4 + (byte & 0x7f) % 15, and a
+            # flexible header from v12.
+            first = version - 4 | (0x80 if version >= 12 else 0)
+            (seeds / f"fetch-{version}").write_bytes(bytes([first, 8]) + frame)
         for i, (_count, section) in enumerate(_sections()):
             # The records of a batch whose CRC field is 0: the target's stand-in checksum.
             batch = bytearray(encode_batch([(b"k", section)], 1))

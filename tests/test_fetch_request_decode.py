@@ -6,6 +6,10 @@ edits that take out unknown tagged fields, then kio's reader. Requests come from
 writer (messages.build, as the replica fetcher and the admin client build theirs) and
 from `encoded` below, which writes any field, any tagged field (unknown ones too) and
 any count, true or lying.
+
+Every test runs twice: through the C walk the broker uses and through
+decode_fetch_request_py, the Python it follows (test_fetch_request_walks.py checks that
+the two agree on cut and flipped bytes).
 """
 
 from __future__ import annotations
@@ -25,15 +29,25 @@ from kio.index import load_request_schema
 from test_header import uvarint
 
 from kbroker.handlers.registry import APIS
-from kbroker.protocol import fetch_request_decode, messages
+from kbroker.protocol import _requestread, fetch_request_decode, messages
 from kbroker.protocol.fetch_request import fetch_partition, in_session, sessionless_fetch
-from kbroker.protocol.fetch_request_decode import decode_fetch_request
+from kbroker.protocol.fetch_request_decode import decode_fetch_request, decode_fetch_request_py
 from kbroker.protocol.header import MalformedRequest
 
 FETCH = 1
 VERSIONS = range(fetch_request_decode.FIRST_VERSION, APIS[FETCH].max_version + 1)
 TOPIC_ID, OTHER_ID, DIRECTORY_ID = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
 ZERO_ID = uuid.UUID(int=0)
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """decode_fetch_request through the C walk, or through decode_fetch_request_py."""
+    if request.param == "python":
+        monkeypatch.setattr(fetch_request_decode, "_decode_body", decode_fetch_request_py)
+    else:
+        assert fetch_request_decode._decode_body is _requestread.decode_fetch
+    return str(request.param)
 
 
 def kio_decode(version: int, data: bytes) -> Any:

@@ -1,11 +1,15 @@
-/* The request header and the Produce body, read in C.
+/* What a request brings, read in C: its header, a Produce or Fetch body, and the batch
+ * headers of produced records.
  *
- * Every request's header is parsed, and Produce is most of what a broker is sent; in
- * Python the two cost some 12 us of a one-record produce (header.py's and
- * produce_request.py's readers are method calls a field), a sixth of its CPU. These
- * functions read the same bytes by the same rules, raise the same MalformedRequest with
- * the same messages, and return the same dataclasses (header.py and produce_request.py
- * hold the reference implementations and their documentation; the tests run both).
+ * Every request's header is parsed, Produce and Fetch are most of what a broker is sent,
+ * and every append walks its batch headers; in Python these cost some 15 us of a
+ * one-record produce (readers that make a method call a field) and 5-7 us of a consumer's
+ * fetch. The functions here read the same bytes by the same rules, raise the same errors
+ * with the same messages, and return the same dataclasses: header.py,
+ * produce_request.py, batch.py and fetch_request_decode.py hold the reference
+ * implementations (the *_py functions) and their documentation; the tests run both and
+ * check they agree on cut, flipped and random bytes. Each module hands over its classes
+ * once at import (the bind_* functions).
  *
  * The dataclasses are made without running their Python __init__: the object is
  * allocated by the class and each slot set through its descriptor, as object.__setattr__
@@ -21,6 +25,10 @@ static PyObject *header_cls, *partition_cls, *topic_cls, *request_cls, *malforme
 static PyObject *batch_header_cls, *corrupt_batch, *unsupported_magic, *batch_too_large,
     *invalid_records, *crc32c;
 static PyObject *batch_fields[14];
+static PyObject *fetch_partition_cls, *fetch_topic_cls, *forgotten_cls, *replica_state_cls,
+    *fetch_request_cls, *no_replica_state, *wait_of, *uuid_of, *no_high_watermark;
+static PyObject *fetch_partition_fields[8], *fetch_topic_fields[3], *forgotten_fields[3],
+    *replica_state_fields[2], *fetch_request_fields[12];
 static PyObject *empty_tuple, *bytes_kw;
 static PyObject *s_api_key, *s_api_version, *s_correlation_id, *s_client_id;
 static PyObject *s_index, *s_records, *s_name, *s_topic_id, *s_partition_data;
@@ -631,6 +639,530 @@ done:
     return headers;
 }
 
+/* -- Fetch (fetch_request_decode.py's decode_fetch_request_py) -------------------------- */
+
+/* Where the Python walk meets the end of the bytes inside a fixed-size field (an
+ * IndexError or struct.error there): MalformedRequest, -1. */
+static int ends_inside(Py_ssize_t pos, Py_ssize_t end)
+{
+    return refuse("fetch request ends inside a field (%zd bytes left at byte %zd)", end - pos,
+                  pos);
+}
+
+/* The start of `n` fixed bytes at r->pos, advanced past them; -1 where they run out. */
+static Py_ssize_t fixed(reader *r, Py_ssize_t n)
+{
+    Py_ssize_t pos = r->pos;
+    if (n > r->end - pos)
+        return ends_inside(pos, r->end);
+    r->pos = pos + n;
+    return pos;
+}
+
+/* _count: an array's count, -1 for null. */
+static int fetch_count(reader *r, int64_t *out)
+{
+    if (r->flexible) {
+        if (r->pos >= r->end)
+            return ends_inside(r->pos, r->end);
+        if (uvarint(r, out) < 0)
+            return -1;
+        *out -= 1;
+        return 0;
+    }
+    Py_ssize_t at = fixed(r, 4);
+    if (at < 0)
+        return -1;
+    *out = (int32_t)be(r->p + at, 4);
+    return 0;
+}
+
+/* _within: not null, no more elements of `least` bytes than remain, within the budget. */
+static int within(reader *r, int64_t count, int64_t least, int64_t *budget,
+                  long long max_elements, const char *name)
+{
+    if (count < 0)
+        return refuse("non-nullable field %s was serialized as null", name);
+    if (count * least > r->end - r->pos)
+        return refuse("array of %lld elements in the %zd bytes left of the request",
+                      (long long)count, r->end - r->pos);
+    *budget -= count;
+    if (*budget < 0)
+        return refuse("more than %lld array elements in one request", max_elements);
+    return 0;
+}
+
+/* _string: a new reference (Py_None for null) or NULL; reads up to r->end. */
+static PyObject *fetch_string(reader *r, const char *name)
+{
+    int64_t size = 0;
+    if (r->flexible) {
+        if (uvarint(r, &size) < 0)
+            return NULL;
+        size -= 1;
+    }
+    else {
+        Py_ssize_t at = fixed(r, 2);
+        if (at < 0)
+            return NULL;
+        size = (int16_t)be(r->p + at, 2);
+    }
+    if (size < 0)
+        Py_RETURN_NONE;
+    if (size > r->end - r->pos) {
+        refuse("%s of %lld bytes in %zd", name, (long long)size, r->end - r->pos);
+        return NULL;
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)r->p + r->pos, (Py_ssize_t)size, NULL);
+    if (text == NULL) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyObject *message = value ? PyUnicode_FromFormat(
+                                        "fetch request ends inside a field (%S)", value)
+                                  : NULL;
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        if (message != NULL) {
+            PyErr_SetObject(malformed, message);
+            Py_DECREF(message);
+        }
+        return NULL;
+    }
+    r->pos += (Py_ssize_t)size;
+    return text;
+}
+
+/* A 16-byte id as _uuid makes it (None for the zero id). */
+static PyObject *fetch_uuid(const unsigned char *at)
+{
+    PyObject *high = PyLong_FromUnsignedLongLong((uint64_t)be(at, 8));
+    PyObject *low = high ? PyLong_FromUnsignedLongLong((uint64_t)be(at + 8, 8)) : NULL;
+    PyObject *id = low ? PyObject_CallFunctionObjArgs(uuid_of, high, low, NULL) : NULL;
+    Py_XDECREF(high);
+    Py_XDECREF(low);
+    return id;
+}
+
+/* _topic: the name ("" from v13) and the id (None before v13) of a topic; -1 on error. */
+static int fetch_topic_name(reader *r, int by_id, const char *field, PyObject **name,
+                            PyObject **id)
+{
+    if (by_id) {
+        if (16 > r->end - r->pos)
+            return refuse("fetch request ends inside a topic id");
+        *id = fetch_uuid(r->p + r->pos);
+        if (*id == NULL)
+            return -1;
+        r->pos += 16;
+        *name = PyUnicode_FromStringAndSize("", 0);
+        if (*name == NULL) {
+            Py_CLEAR(*id);
+            return -1;
+        }
+        return 0;
+    }
+    *name = fetch_string(r, field);
+    if (*name == NULL)
+        return -1;
+    if (*name == Py_None) {
+        Py_CLEAR(*name);
+        return refuse("non-nullable field %s was serialized as null", field);
+    }
+    *id = Py_NewRef(Py_None);
+    return 0;
+}
+
+/* One tagged field's tag, start and size (the section's count read by the caller), each
+ * size checked against the bytes left, as _tags does. */
+static int fetch_tag(reader *r, int64_t *tag, Py_ssize_t *start, int64_t *size)
+{
+    if (uvarint(r, tag) < 0 || uvarint(r, size) < 0)
+        return -1;
+    if (*size > r->end - r->pos)
+        return refuse("tagged fields run past the end of the request");
+    *start = r->pos;
+    r->pos += (Py_ssize_t)*size;
+    return 0;
+}
+
+/* _tags' count: read, and checked against the bytes left. */
+static int fetch_tag_count(reader *r, int64_t *count)
+{
+    if (uvarint(r, count) < 0)
+        return -1;
+    if (*count * 2 > r->end - r->pos)
+        return refuse("%lld tagged fields in %zd bytes", (long long)*count, r->end - r->pos);
+    return 0;
+}
+
+/* _skip_tags: past a tagged-field section none of whose tags is known. */
+static int fetch_skip_tags(reader *r)
+{
+    if (r->pos >= r->end)
+        return ends_inside(r->pos, r->end);
+    if (r->p[r->pos] == 0) {
+        r->pos += 1;
+        return 0;
+    }
+    int64_t count = 0, tag = 0, size = 0;
+    Py_ssize_t start = 0;
+    if (fetch_tag_count(r, &count) < 0)
+        return -1;
+    for (int64_t i = 0; i < count; i++)
+        if (fetch_tag(r, &tag, &start, &size) < 0)
+            return -1;
+    return 0;
+}
+
+static PyObject *unfilled(int64_t tag, int64_t size)
+{
+    refuse("tagged field %lld does not fill its %lld bytes", (long long)tag, (long long)size);
+    return NULL;
+}
+
+/* A FetchPartition from its eight values (references stolen). */
+static PyObject *fetch_partition(int64_t partition, int64_t fetch_offset, int64_t most,
+                                 int64_t leader_epoch, int64_t fetched_epoch, int64_t log_start,
+                                 PyObject *directory_id, PyObject *high_watermark)
+{
+    PyObject *values[8] = {
+        PyLong_FromLongLong(partition),    PyLong_FromLongLong(fetch_offset),
+        PyLong_FromLongLong(most),         PyLong_FromLongLong(leader_epoch),
+        PyLong_FromLongLong(fetched_epoch), PyLong_FromLongLong(log_start),
+        directory_id,                      high_watermark,
+    };
+    for (int i = 0; i < 8; i++)
+        if (values[i] == NULL) {
+            for (int j = 0; j < 8; j++)
+                Py_XDECREF(values[j]);
+            return NULL;
+        }
+    return make(fetch_partition_cls, 8, fetch_partition_fields, values);
+}
+
+/* One topic's partitions, as a tuple. */
+static PyObject *fetch_partitions(reader *r, long version, int64_t count)
+{
+    PyObject *out = PyTuple_New((Py_ssize_t)count);
+    if (out == NULL)
+        return NULL;
+    for (int64_t i = 0; i < count; i++) {
+        PyObject *partition = NULL;
+        if (r->flexible) {
+            Py_ssize_t at = fixed(r, 33);
+            if (at < 0)
+                goto fail;
+            const unsigned char *q = r->p + at;
+            PyObject *directory_id = Py_NewRef(Py_None);
+            PyObject *high_watermark = Py_NewRef(no_high_watermark);
+            if (q[32]) {
+                r->pos -= 1;
+                int64_t count = 0, tag = 0, size = 0;
+                Py_ssize_t start = 0, section = r->pos;
+                /* As _tags: every size is checked before any field is read. */
+                int failed = fetch_skip_tags(r) < 0;
+                if (!failed) {
+                    r->pos = section;
+                    failed = fetch_tag_count(r, &count) < 0;
+                }
+                for (int64_t t = 0; !failed && t < count; t++) {
+                    failed = fetch_tag(r, &tag, &start, &size) < 0;
+                    if (failed)
+                        break;
+                    if (tag == 0 && version >= 17) {
+                        if (size != 16) {
+                            failed = 1;
+                            unfilled(tag, size);
+                            break;
+                        }
+                        PyObject *id = fetch_uuid(r->p + start);
+                        failed = id == NULL;
+                        if (!failed)
+                            Py_SETREF(directory_id, id);
+                    }
+                    else if (tag == 1 && version >= 18) {
+                        if (size != 8) {
+                            failed = 1;
+                            unfilled(tag, size);
+                            break;
+                        }
+                        PyObject *hw = PyLong_FromLongLong(be(r->p + start, 8));
+                        failed = hw == NULL;
+                        if (!failed)
+                            Py_SETREF(high_watermark, hw);
+                    }
+                }
+                if (failed) {
+                    Py_DECREF(directory_id);
+                    Py_DECREF(high_watermark);
+                    goto fail;
+                }
+            }
+            partition = fetch_partition(
+                (int32_t)be(q, 4), be(q + 8, 8), (int32_t)be(q + 28, 4), (int32_t)be(q + 4, 4),
+                (int32_t)be(q + 16, 4), be(q + 20, 8), directory_id, high_watermark);
+        }
+        else {
+            /* Fixed-size partitions: `within` checked that all of them are there. */
+            const unsigned char *q = r->p + r->pos;
+            if (version >= 9) {
+                partition = fetch_partition(
+                    (int32_t)be(q, 4), be(q + 8, 8), (int32_t)be(q + 24, 4),
+                    (int32_t)be(q + 4, 4), -1, be(q + 16, 8), Py_NewRef(Py_None),
+                    Py_NewRef(no_high_watermark));
+                r->pos += 28;
+            }
+            else if (version >= 5) {
+                partition = fetch_partition((int32_t)be(q, 4), be(q + 4, 8),
+                                            (int32_t)be(q + 20, 4), -1, -1, be(q + 12, 8),
+                                            Py_NewRef(Py_None), Py_NewRef(no_high_watermark));
+                r->pos += 24;
+            }
+            else {
+                partition = fetch_partition((int32_t)be(q, 4), be(q + 4, 8),
+                                            (int32_t)be(q + 12, 4), -1, -1, -1,
+                                            Py_NewRef(Py_None), Py_NewRef(no_high_watermark));
+                r->pos += 16;
+            }
+        }
+        if (partition == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(out, (Py_ssize_t)i, partition);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* decode_fetch(version, frame, offset, max_elements) -> FetchRequest; the Python walk's
+ * checks in its order, with its messages (a field cut short says where, not Python's
+ * exception text). */
+static PyObject *decode_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "decode_fetch(version, frame, offset, max_elements)");
+        return NULL;
+    }
+    if (unbound(fetch_request_cls))
+        return NULL;
+    long version = PyLong_AsLong(args[0]);
+    Py_ssize_t offset = PyLong_AsSsize_t(args[2]);
+    long long max_elements = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (version < 4 || version > 18) {
+        refuse("Fetch v%ld is not read here", version);
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    reader r = {view.buf, offset, view.len, version >= 12};
+    PyObject *topics = NULL, *forgotten = NULL, *rack_id = NULL, *cluster_id = NULL;
+    PyObject *replica_state = NULL, *result = NULL;
+    int64_t budget = max_elements, count = 0;
+    int by_id = version >= 13;
+    int64_t topic_size = r.flexible ? (by_id ? 18 : 3) : 6;
+    int64_t partition_size = r.flexible ? 33 : version >= 9 ? 28 : version >= 5 ? 24 : 16;
+    if (offset < 0 || offset > view.len) {
+        refuse("request body offset %zd outside a frame of %zd bytes", offset, view.len);
+        goto done;
+    }
+    /* the head: (replica_id,) max_wait, min_bytes, max_bytes, isolation (, session) */
+    int64_t replica_id = -1, session_id = 0, session_epoch = -1;
+    Py_ssize_t at = fixed(&r, version >= 15 ? 21 : version >= 7 ? 25 : 17);
+    if (at < 0)
+        goto done;
+    const unsigned char *h = r.p + at;
+    if (version < 15) {
+        replica_id = (int32_t)be(h, 4);
+        h += 4;
+    }
+    int64_t max_wait = (int32_t)be(h, 4), min_bytes = (int32_t)be(h + 4, 4);
+    int64_t max_bytes = (int32_t)be(h + 8, 4), isolation = (int8_t)h[12];
+    if (version >= 7) {
+        session_id = (int32_t)be(h + 13, 4);
+        session_epoch = (int32_t)be(h + 17, 4);
+    }
+
+    if (fetch_count(&r, &count) < 0 ||
+        within(&r, count, topic_size, &budget, max_elements, "FetchRequest.topics") < 0)
+        goto done;
+    topics = PyTuple_New((Py_ssize_t)count);
+    if (topics == NULL)
+        goto done;
+    for (int64_t t = 0; t < PyTuple_GET_SIZE(topics); t++) {
+        PyObject *name = NULL, *id = NULL, *partitions = NULL;
+        if (fetch_topic_name(&r, by_id, "FetchTopic.topic", &name, &id) < 0)
+            goto done;
+        int64_t n = 0;
+        if (fetch_count(&r, &n) < 0 ||
+            within(&r, n, partition_size, &budget, max_elements, "FetchTopic.partitions") < 0 ||
+            (partitions = fetch_partitions(&r, version, n)) == NULL) {
+            Py_DECREF(name);
+            Py_DECREF(id);
+            goto done;
+        }
+        PyObject *values[3] = {name, id, partitions};
+        PyObject *topic = make(fetch_topic_cls, 3, fetch_topic_fields, values);
+        if (topic == NULL)
+            goto done;
+        PyTuple_SET_ITEM(topics, (Py_ssize_t)t, topic);
+        if (r.flexible && fetch_skip_tags(&r) < 0)
+            goto done;
+    }
+
+    if (version >= 7) {
+        if (fetch_count(&r, &count) < 0 ||
+            within(&r, count, topic_size, &budget, max_elements,
+                   "FetchRequest.forgotten_topics_data") < 0)
+            goto done;
+    }
+    else
+        count = 0;
+    forgotten = PyTuple_New((Py_ssize_t)count);
+    if (forgotten == NULL)
+        goto done;
+    for (int64_t t = 0; t < count; t++) {
+        PyObject *name = NULL, *id = NULL, *indexes = NULL;
+        if (fetch_topic_name(&r, by_id, "ForgottenTopic.topic", &name, &id) < 0)
+            goto done;
+        int64_t n = 0;
+        if (fetch_count(&r, &n) < 0 ||
+            within(&r, n, 4, &budget, max_elements, "ForgottenTopic.partitions") < 0 ||
+            (indexes = PyTuple_New((Py_ssize_t)n)) == NULL) {
+            Py_DECREF(name);
+            Py_DECREF(id);
+            goto done;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            PyObject *index = PyLong_FromLong((int32_t)be(r.p + r.pos + 4 * i, 4));
+            if (index == NULL) {
+                Py_DECREF(name);
+                Py_DECREF(id);
+                Py_DECREF(indexes);
+                goto done;
+            }
+            PyTuple_SET_ITEM(indexes, (Py_ssize_t)i, index);
+        }
+        r.pos += (Py_ssize_t)(4 * n);
+        PyObject *values[3] = {name, id, indexes};
+        PyObject *topic = make(forgotten_cls, 3, forgotten_fields, values);
+        if (topic == NULL)
+            goto done;
+        PyTuple_SET_ITEM(forgotten, (Py_ssize_t)t, topic);
+        if (r.flexible && fetch_skip_tags(&r) < 0)
+            goto done;
+    }
+
+    if (version >= 11) {
+        rack_id = fetch_string(&r, "FetchRequest.rack_id");
+        if (rack_id == NULL)
+            goto done;
+        if (rack_id == Py_None) {
+            refuse("non-nullable field FetchRequest.rack_id was serialized as null");
+            goto done;
+        }
+    }
+    else {
+        rack_id = PyUnicode_FromStringAndSize("", 0);
+        if (rack_id == NULL)
+            goto done;
+    }
+
+    cluster_id = Py_NewRef(Py_None);
+    replica_state = Py_NewRef(no_replica_state);
+    if (r.flexible) {
+        if (r.pos >= r.end) {
+            ends_inside(r.pos, r.end);
+            goto done;
+        }
+        if (r.p[r.pos] != 0) {
+            int64_t tags = 0, tag = 0, size = 0;
+            Py_ssize_t start = 0, section = r.pos;
+            /* As _tags: every size is checked before any field is read. */
+            if (fetch_skip_tags(&r) < 0)
+                goto done;
+            r.pos = section;
+            if (fetch_tag_count(&r, &tags) < 0)
+                goto done;
+            for (int64_t i = 0; i < tags; i++) {
+                if (fetch_tag(&r, &tag, &start, &size) < 0)
+                    goto done;
+                reader inner = {r.p, start, r.end, 1};
+                Py_ssize_t stop = start + (Py_ssize_t)size;
+                if (tag == 0) {
+                    PyObject *text = fetch_string(&inner, "FetchRequest.cluster_id");
+                    if (text == NULL)
+                        goto done;
+                    Py_SETREF(cluster_id, text);
+                    stop = inner.pos;
+                }
+                else if (tag == 1 && version >= 15) {
+                    if (12 > r.end - start) {
+                        refuse("fetch request ends inside its replica state");
+                        goto done;
+                    }
+                    PyObject *values[2] = {PyLong_FromLong((int32_t)be(r.p + start, 4)),
+                                           PyLong_FromLongLong(be(r.p + start + 4, 8))};
+                    if (values[0] == NULL || values[1] == NULL) {
+                        Py_XDECREF(values[0]);
+                        Py_XDECREF(values[1]);
+                        goto done;
+                    }
+                    PyObject *state = make(replica_state_cls, 2, replica_state_fields, values);
+                    if (state == NULL)
+                        goto done;
+                    Py_SETREF(replica_state, state);
+                    inner.pos = start + 12;
+                    if (fetch_skip_tags(&inner) < 0)
+                        goto done;
+                    stop = inner.pos;
+                }
+                if (stop != start + (Py_ssize_t)size) {
+                    unfilled(tag, size);
+                    goto done;
+                }
+            }
+        }
+    }
+
+    PyObject *wait_ms = PyLong_FromLongLong(max_wait);
+    PyObject *wait = wait_ms ? PyObject_CallOneArg(wait_of, wait_ms) : NULL;
+    Py_XDECREF(wait_ms);
+    if (wait == NULL)
+        goto done;
+    PyObject *values[12] = {
+        PyLong_FromLongLong(replica_id), wait,
+        PyLong_FromLongLong(min_bytes),  PyLong_FromLongLong(max_bytes),
+        PyLong_FromLongLong(isolation),  PyLong_FromLongLong(session_id),
+        PyLong_FromLongLong(session_epoch), topics,
+        forgotten,                       rack_id,
+        cluster_id,                      replica_state,
+    };
+    topics = forgotten = rack_id = cluster_id = replica_state = NULL;
+    int made = 1;
+    for (int i = 0; i < 12; i++)
+        made = made && values[i] != NULL;
+    if (!made) {
+        for (int i = 0; i < 12; i++)
+            Py_XDECREF(values[i]);
+        goto done;
+    }
+    result = make(fetch_request_cls, 12, fetch_request_fields, values);
+done:
+    Py_XDECREF(topics);
+    Py_XDECREF(forgotten);
+    Py_XDECREF(rack_id);
+    Py_XDECREF(cluster_id);
+    Py_XDECREF(replica_state);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* Keep `n` classes (each checked to be one) in `slots`. */
 static PyObject *keep(PyObject *const *args, Py_ssize_t nargs, PyObject **slots[], int n)
 {
@@ -679,6 +1211,30 @@ static PyObject *bind_batches(PyObject *self, PyObject *const *args, Py_ssize_t 
     return kept;
 }
 
+/* bind_fetch(FetchPartition, FetchTopic, ForgottenTopic, ReplicaState, FetchRequest,
+ * MalformedRequest, NO_REPLICA_STATE, wait, uuid_of, NO_HIGH_WATERMARK), from
+ * fetch_request_decode.py: its classes, its constants and its two caches (a fetcher
+ * sends the same wait and names the same topic ids in every request). */
+static PyObject *bind_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10 || !PyCallable_Check(args[7]) || !PyCallable_Check(args[8]) ||
+        !PyLong_Check(args[9])) {
+        PyErr_SetString(PyExc_TypeError, "bind_fetch takes six classes, a ReplicaState, two "
+                                         "functions and an int");
+        return NULL;
+    }
+    PyObject **slots[] = {&fetch_partition_cls, &fetch_topic_cls,   &forgotten_cls,
+                          &replica_state_cls,   &fetch_request_cls, &malformed};
+    PyObject *kept = keep(args, 6, slots, 6);
+    if (kept != NULL) {
+        Py_XSETREF(no_replica_state, Py_NewRef(args[6]));
+        Py_XSETREF(wait_of, Py_NewRef(args[7]));
+        Py_XSETREF(uuid_of, Py_NewRef(args[8]));
+        Py_XSETREF(no_high_watermark, Py_NewRef(args[9]));
+    }
+    return kept;
+}
+
 static PyMethodDef methods[] = {
     {"bind_header", (PyCFunction)(void (*)(void))bind_header, METH_FASTCALL,
      "bind_header(RequestHeader, MalformedRequest): what parse_header returns and raises"},
@@ -688,6 +1244,11 @@ static PyMethodDef methods[] = {
     {"bind_batches", (PyCFunction)(void (*)(void))bind_batches, METH_FASTCALL,
      "bind_batches(BatchHeader, CorruptBatchError, UnsupportedMagicError, BatchTooLargeError, "
      "InvalidRecordsError, crc32c): what batch_headers returns and raises, and its checksum"},
+    {"bind_fetch", (PyCFunction)(void (*)(void))bind_fetch, METH_FASTCALL,
+     "bind_fetch(FetchPartition, FetchTopic, ForgottenTopic, ReplicaState, FetchRequest, "
+     "MalformedRequest, NO_REPLICA_STATE, wait, uuid_of, NO_HIGH_WATERMARK)"},
+    {"decode_fetch", (PyCFunction)(void (*)(void))decode_fetch, METH_FASTCALL,
+     "decode_fetch(version, frame, offset, max_elements) -> FetchRequest"},
     {"batch_headers", (PyCFunction)(void (*)(void))batch_headers, METH_FASTCALL,
      "batch_headers(buf, max_batch_bytes, check_record_count) -> [BatchHeader]"},
     {"parse_header", (PyCFunction)(void (*)(void))parse_header, METH_FASTCALL,
@@ -739,6 +1300,30 @@ PyMODINIT_FUNC PyInit__requestread(void)
         if (batch_fields[i] == NULL)
             return NULL;
     }
+    struct {
+        PyObject **slots;
+        int n;
+        const char *const names[12];
+    } fetch_names[] = {
+        {fetch_partition_fields,
+         8,
+         {"partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch",
+          "last_fetched_epoch", "log_start_offset", "replica_directory_id", "high_watermark"}},
+        {fetch_topic_fields, 3, {"topic", "topic_id", "partitions"}},
+        {forgotten_fields, 3, {"topic", "topic_id", "partitions"}},
+        {replica_state_fields, 2, {"replica_id", "replica_epoch"}},
+        {fetch_request_fields,
+         12,
+         {"replica_id", "max_wait", "min_bytes", "max_bytes", "isolation_level", "session_id",
+          "session_epoch", "topics", "forgotten_topics_data", "rack_id", "cluster_id",
+          "replica_state"}},
+    };
+    for (size_t c = 0; c < sizeof fetch_names / sizeof fetch_names[0]; c++)
+        for (int i = 0; i < fetch_names[c].n; i++) {
+            fetch_names[c].slots[i] = PyUnicode_InternFromString(fetch_names[c].names[i]);
+            if (fetch_names[c].slots[i] == NULL)
+                return NULL;
+        }
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL)
         return NULL;

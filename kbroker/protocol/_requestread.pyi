@@ -1,3 +1,4 @@
+import datetime
 import uuid
 from collections.abc import Callable
 
@@ -8,6 +9,13 @@ from kbroker.protocol.batch import (
     UnsupportedMagicError,
 )
 from kbroker.protocol.errors import CorruptBatchError, MalformedRequest
+from kbroker.protocol.fetch_request_decode import (
+    FetchPartition,
+    FetchRequest,
+    FetchTopic,
+    ForgottenTopic,
+    ReplicaState,
+)
 from kbroker.protocol.header import RequestHeader
 from kbroker.protocol.produce_request import PartitionData, ProduceRequest, TopicData
 
@@ -36,3 +44,19 @@ def bind_batches(
 def batch_headers(
     buf: bytes | bytearray | memoryview, max_batch_bytes: int, check_record_count: bool, /
 ) -> list[BatchHeader]: ...
+def bind_fetch(
+    partition: type[FetchPartition],
+    topic: type[FetchTopic],
+    forgotten: type[ForgottenTopic],
+    replica_state: type[ReplicaState],
+    request: type[FetchRequest],
+    malformed: type[MalformedRequest],
+    no_replica_state: ReplicaState,
+    wait: Callable[[int], datetime.timedelta],
+    uuid_of: Callable[[int, int], uuid.UUID | None],
+    no_high_watermark: int,
+    /,
+) -> None: ...
+def decode_fetch(
+    version: int, frame: bytes | memoryview, offset: int, max_elements: int, /
+) -> FetchRequest: ...

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -194,7 +195,16 @@ def decode_fetch_request(
     version: int, buf: bytes | memoryview, offset: int, max_elements: int = 1_000_000
 ) -> FetchRequest:
     """Decode a Fetch body of version 4 or above; at most `max_elements` topics,
-    partitions and forgotten partitions in all."""
+    partitions and forgotten partitions in all. The walk is decode_fetch_request_py's,
+    in C where the extension is built (about 1 us for a consumer's one-partition
+    request, against 5-7 us in Python)."""
+    return _decode_body(version, buf, offset, max_elements)
+
+
+def decode_fetch_request_py(
+    version: int, buf: bytes | memoryview, offset: int, max_elements: int = 1_000_000
+) -> FetchRequest:
+    """decode_fetch_request in Python: the reference the C walk follows."""
     try:
         return _decode(version, buf, offset, max_elements)
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
@@ -433,3 +443,24 @@ def _skip_tags(buf: bytes | memoryview, pos: int, end: int) -> int:
 
 def _unfilled(tag: int, size: int) -> MalformedRequest:
     return MalformedRequest(f"tagged field {tag} does not fill its {size} bytes")
+
+
+_decode_body: Callable[[int, bytes | memoryview, int, int], FetchRequest]
+try:
+    from kbroker.protocol import _requestread
+except ImportError:  # the extension is not built: the same walk, in Python
+    _decode_body = decode_fetch_request_py
+else:
+    _requestread.bind_fetch(
+        FetchPartition,
+        FetchTopic,
+        ForgottenTopic,
+        ReplicaState,
+        FetchRequest,
+        MalformedRequest,
+        NO_REPLICA_STATE,
+        _wait,
+        _uuid,
+        NO_HIGH_WATERMARK,
+    )
+    _decode_body = _requestread.decode_fetch

@@ -43,32 +43,70 @@ static int unbound(PyObject *cls)
     return 1;
 }
 
-/* MalformedRequest(message), formatted as printf does. */
+/* Raise `cls` with a message formatted as printf does. */
+static void raise_formatted(PyObject *cls, const char *format, va_list va)
+{
+    PyObject *message = PyUnicode_FromFormatV(format, va);
+    if (message != NULL) {
+        PyErr_SetObject(cls, message);
+        Py_DECREF(message);
+    }
+}
+
+/* MalformedRequest(message): -1. */
 static int refuse(const char *format, ...)
 {
     va_list va;
     va_start(va, format);
-    PyObject *message = PyUnicode_FromFormatV(format, va);
+    raise_formatted(malformed, format, va);
     va_end(va);
-    if (message != NULL) {
-        PyErr_SetObject(malformed, message);
-        Py_DECREF(message);
-    }
     return -1;
 }
 
 /* An instance of `cls` with slots `names` set to `values` (references stolen, even on
- * failure). */
+ * failure). A NULL among the values is a constructor that failed with its error set:
+ * NULL, and the other values released. */
 static PyObject *make(PyObject *cls, int n, PyObject **names, PyObject **values)
 {
-    PyTypeObject *type = (PyTypeObject *)cls;
-    PyObject *obj = type->tp_new(type, empty_tuple, NULL);
+    PyObject *obj = NULL;
+    int complete = 1;
+    for (int i = 0; i < n; i++)
+        complete = complete && values[i] != NULL;
+    if (complete) {
+        PyTypeObject *type = (PyTypeObject *)cls;
+        obj = type->tp_new(type, empty_tuple, NULL);
+    }
     for (int i = 0; i < n; i++) {
         if (obj != NULL && PyObject_GenericSetAttr(obj, names[i], values[i]) < 0)
             Py_CLEAR(obj);
-        Py_DECREF(values[i]);
+        Py_XDECREF(values[i]);
     }
     return obj;
+}
+
+/* The arguments every body decoder takes: (version, frame, offset, max_elements), the
+ * frame's buffer taken (to be released by the caller); -1 with an error set. */
+static int body_args(PyObject *const *args, Py_ssize_t nargs, PyObject *cls, const char *usage,
+                     long *version, Py_buffer *view, Py_ssize_t *offset,
+                     long long *max_elements)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    if (unbound(cls))
+        return -1;
+    *version = PyLong_AsLong(args[0]);
+    *offset = PyLong_AsSsize_t(args[2]);
+    *max_elements = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred() || PyObject_GetBuffer(args[1], view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (*offset < 0 || *offset > view->len) {
+        PyBuffer_Release(view);
+        return refuse("request body offset %zd outside a frame of %zd bytes", *offset,
+                      view->len);
+    }
+    return 0;
 }
 
 typedef struct {
@@ -260,11 +298,6 @@ static PyObject *parse_header(PyObject *self, PyObject *const *args, Py_ssize_t 
         client_id,
     };
     client_id = NULL;
-    if (values[0] == NULL || values[1] == NULL || values[2] == NULL) {
-        for (int i = 0; i < 4; i++)
-            Py_XDECREF(values[i]);
-        goto done;
-    }
     PyObject *header = make(header_cls, 4, names, values);
     if (header != NULL) {
         result = Py_BuildValue("(Nn)", header, pos);
@@ -330,13 +363,8 @@ static PyObject *partitions(reader *r, PyObject *frame, PyObject **records_view,
             if (records == NULL)
                 goto fail;
         }
-        PyObject *index_obj = PyLong_FromLongLong(index);
-        if (index_obj == NULL) {
-            Py_DECREF(records);
-            goto fail;
-        }
         PyObject *names[] = {s_index, s_records};
-        PyObject *values[] = {index_obj, records};
+        PyObject *values[] = {PyLong_FromLongLong(index), records};
         PyObject *partition = make(partition_cls, 2, names, values);
         if (partition == NULL)
             goto fail;
@@ -355,26 +383,15 @@ fail:
  * produce_request.py's decode_produce_request_py. */
 static PyObject *decode_produce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "decode_produce(version, frame, offset, max_elements)");
-        return NULL;
-    }
-    if (unbound(request_cls))
-        return NULL;
-    long version = PyLong_AsLong(args[0]);
-    Py_ssize_t offset = PyLong_AsSsize_t(args[2]);
-    long long max_elements = PyLong_AsLongLong(args[3]);
-    if (PyErr_Occurred())
-        return NULL;
+    long version;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+    Py_ssize_t offset;
+    long long max_elements;
+    if (body_args(args, nargs, request_cls, "decode_produce(version, frame, offset, max_elements)",
+                  &version, &view, &offset, &max_elements) < 0)
         return NULL;
     reader r = {view.buf, offset, view.len, version >= 9};
     PyObject *transactional_id = NULL, *topics = NULL, *records_view = NULL, *result = NULL;
-    if (offset < 0 || offset > view.len) {
-        refuse("request body offset %zd outside a frame of %zd bytes", offset, view.len);
-        goto done;
-    }
     int64_t budget = max_elements, acks = 0, timeout_ms = 0, topic_count = 0;
     if (version >= 3) {
         transactional_id = string(&r);
@@ -447,14 +464,9 @@ static PyObject *decode_produce(PyObject *self, PyObject *const *args, Py_ssize_
     }
     if (tagged_fields(&r) < 0)
         goto done;
-    PyObject *acks_obj = PyLong_FromLongLong(acks), *timeout_obj = PyLong_FromLongLong(timeout_ms);
-    if (acks_obj == NULL || timeout_obj == NULL) {
-        Py_XDECREF(acks_obj);
-        Py_XDECREF(timeout_obj);
-        goto done;
-    }
     PyObject *names[] = {s_transactional_id, s_acks, s_timeout_ms, s_topic_data};
-    PyObject *values[] = {transactional_id, acks_obj, timeout_obj, topics};
+    PyObject *values[] = {transactional_id, PyLong_FromLongLong(acks),
+                          PyLong_FromLongLong(timeout_ms), topics};
     transactional_id = topics = NULL;
     result = make(request_cls, 4, names, values);
 done:
@@ -470,12 +482,8 @@ static PyObject *batch_error(PyObject *cls, const char *format, ...)
 {
     va_list va;
     va_start(va, format);
-    PyObject *message = PyUnicode_FromFormatV(format, va);
+    raise_formatted(cls, format, va);
     va_end(va);
-    if (message != NULL) {
-        PyErr_SetObject(cls, message);
-        Py_DECREF(message);
-    }
     return NULL;
 }
 
@@ -614,14 +622,6 @@ static PyObject *batch_headers(PyObject *self, PyObject *const *args, Py_ssize_t
             PyLong_FromLongLong(count),
             PyLong_FromSsize_t(pos),
         };
-        int made = 1;
-        for (int i = 0; i < 14; i++)
-            made = made && values[i] != NULL;
-        if (!made) {
-            for (int i = 0; i < 14; i++)
-                Py_XDECREF(values[i]);
-            goto fail;
-        }
         PyObject *header = make(batch_header_cls, 14, batch_fields, values);
         if (header == NULL)
             goto fail;
@@ -833,12 +833,6 @@ static PyObject *fetch_partition(int64_t partition, int64_t fetch_offset, int64_
         PyLong_FromLongLong(fetched_epoch), PyLong_FromLongLong(log_start),
         directory_id,                      high_watermark,
     };
-    for (int i = 0; i < 8; i++)
-        if (values[i] == NULL) {
-            for (int j = 0; j < 8; j++)
-                Py_XDECREF(values[j]);
-            return NULL;
-        }
     return make(fetch_partition_cls, 8, fetch_partition_fields, values);
 }
 
@@ -942,24 +936,19 @@ fail:
  * exception text). */
 static PyObject *decode_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "decode_fetch(version, frame, offset, max_elements)");
-        return NULL;
-    }
-    if (unbound(fetch_request_cls))
-        return NULL;
-    long version = PyLong_AsLong(args[0]);
-    Py_ssize_t offset = PyLong_AsSsize_t(args[2]);
-    long long max_elements = PyLong_AsLongLong(args[3]);
-    if (PyErr_Occurred())
+    long version;
+    Py_buffer view;
+    Py_ssize_t offset;
+    long long max_elements;
+    if (body_args(args, nargs, fetch_request_cls,
+                  "decode_fetch(version, frame, offset, max_elements)", &version, &view, &offset,
+                  &max_elements) < 0)
         return NULL;
     if (version < 4 || version > 18) {
+        PyBuffer_Release(&view);
         refuse("Fetch v%ld is not read here", version);
         return NULL;
     }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
-        return NULL;
     reader r = {view.buf, offset, view.len, version >= 12};
     PyObject *topics = NULL, *forgotten = NULL, *rack_id = NULL, *cluster_id = NULL;
     PyObject *replica_state = NULL, *result = NULL;
@@ -967,10 +956,6 @@ static PyObject *decode_fetch(PyObject *self, PyObject *const *args, Py_ssize_t 
     int by_id = version >= 13;
     int64_t topic_size = r.flexible ? (by_id ? 18 : 3) : 6;
     int64_t partition_size = r.flexible ? 33 : version >= 9 ? 28 : version >= 5 ? 24 : 16;
-    if (offset < 0 || offset > view.len) {
-        refuse("request body offset %zd outside a frame of %zd bytes", offset, view.len);
-        goto done;
-    }
     /* the head: (replica_id,) max_wait, min_bytes, max_bytes, isolation (, session) */
     int64_t replica_id = -1, session_id = 0, session_epoch = -1;
     Py_ssize_t at = fixed(&r, version >= 15 ? 21 : version >= 7 ? 25 : 17);
@@ -1108,11 +1093,6 @@ static PyObject *decode_fetch(PyObject *self, PyObject *const *args, Py_ssize_t 
                     }
                     PyObject *values[2] = {PyLong_FromLong((int32_t)be(r.p + start, 4)),
                                            PyLong_FromLongLong(be(r.p + start + 4, 8))};
-                    if (values[0] == NULL || values[1] == NULL) {
-                        Py_XDECREF(values[0]);
-                        Py_XDECREF(values[1]);
-                        goto done;
-                    }
                     PyObject *state = make(replica_state_cls, 2, replica_state_fields, values);
                     if (state == NULL)
                         goto done;
@@ -1144,14 +1124,6 @@ static PyObject *decode_fetch(PyObject *self, PyObject *const *args, Py_ssize_t 
         cluster_id,                      replica_state,
     };
     topics = forgotten = rack_id = cluster_id = replica_state = NULL;
-    int made = 1;
-    for (int i = 0; i < 12; i++)
-        made = made && values[i] != NULL;
-    if (!made) {
-        for (int i = 0; i < 12; i++)
-            Py_XDECREF(values[i]);
-        goto done;
-    }
     result = make(fetch_request_cls, 12, fetch_request_fields, values);
 done:
     Py_XDECREF(topics);

@@ -202,8 +202,8 @@ def validate_batches(
     check_record_count: bool = True,
 ) -> list[BatchHeader]:
     """Walk every batch of a records blob and return their headers: validate_batches_py's
-    checks, in C where the extension is built (some 0.6 us a one-batch produce, against
-    3.4 us in Python)."""
+    checks, in C where the extension is built (1.5 us a one-batch produce, most of it the
+    CRC, against 3.4 us in Python)."""
     return _batch_headers(buf, max_batch_bytes, check_record_count)
 
 

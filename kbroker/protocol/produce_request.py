@@ -5,8 +5,8 @@ more than walk the structure: each partition's records stay a memoryview of the
 request frame until storage copies them once into the log. Every length is checked
 against the bytes that remain, so a lying count is refused before anything is built.
 
-The walk runs in C where the extension is built (`_requestread.decode_produce`, about a
-microsecond for a one-record request against 9 us here); `decode_produce_request_py`
+The walk runs in C where the extension is built (`_requestread.decode_produce`, 1.5 us
+for a one-record request against 9 us here); `decode_produce_request_py`
 is the reference both follow, and the tests run both.
 """
 
@@ -168,8 +168,7 @@ def decode_produce_request_py(
     return ProduceRequest(transactional_id, acks, timeout_ms, topics)
 
 
-_Decode = Callable[[int, bytes | memoryview, int, int], ProduceRequest]
-_decode: _Decode
+_decode: Callable[[int, bytes | memoryview, int, int], ProduceRequest]
 try:
     from kbroker.protocol import _requestread
 except ImportError:  # the extension is not built: the same rules, in Python

@@ -2,16 +2,18 @@
  *
  * The walk reads every produced batch's records before anything is stored, so its input
  * is whatever a client sends. This target includes the module's source as it ships and
- * calls its two functions the way record_validation.py does, with an embedded Python for
+ * calls its functions the way record_validation.py does, with an embedded Python for
  * the objects they take and return. The section is handed over as a memoryview of
  * libFuzzer's own buffer, which is exactly as long as the input: AddressSanitizer reports
  * a read one byte past the section.
  *
  * Input: byte 0 picks the record count, byte 1 skews the last offset delta, byte 2 picks
- * the field (key or value) for the schema-id walk; the rest is the records section.
- * Besides memory errors it checks what callers rely on: an error is ValueError(index,
- * message) with index -1 or a record of the batch, a success keeps min <= max and a
- * first key-less record inside the batch, and invalid indexes rise strictly.
+ * the field (key or value) for the schema-id walk (and whether all_clear requires keys);
+ * the rest is the records section, and the whole input is also a records blob for
+ * all_clear. Besides memory errors it checks what callers rely on: an error is
+ * ValueError(index, message) with index -1 or a record of the batch, a success keeps
+ * min <= max and a first key-less record inside the batch, invalid indexes rise
+ * strictly, and all_clear answers a bool whatever the blob.
  * Build and run: fuzz/run.sh recordwalk.
  */
 #include "../kbroker/protocol/_recordwalk.c"
@@ -82,6 +84,19 @@ static void check_schema_ids(PyObject *section, Py_ssize_t count, int field)
     Py_DECREF(bad);
 }
 
+/* all_clear over the whole input as a records blob: a bool, or a clean error. */
+static void check_all_clear(PyObject *blob, int field)
+{
+    PyObject *args = Py_BuildValue("(OLLii)", blob, -1000LL, 1000LL, field, 1);
+    if (args == NULL)
+        abort();
+    PyObject *r = all_clear(NULL, args);
+    Py_DECREF(args);
+    if (r == NULL || !PyBool_Check(r))
+        abort();
+    Py_DECREF(r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 3)
@@ -94,6 +109,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     check_walk(section, count, last_delta);
     check_schema_ids(section, (Py_ssize_t)count, field);
+    PyObject *blob = PyMemoryView_FromMemory((char *)data, (Py_ssize_t)size, PyBUF_READ);
+    if (blob == NULL)
+        abort();
+    check_all_clear(blob, field);
+    Py_DECREF(blob);
     Py_DECREF(section);
     return 0;
 }

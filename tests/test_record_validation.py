@@ -119,6 +119,92 @@ def test_max_timestamp_below_the_records_is_set_to_their_largest() -> None:
     validate_batches(buf, 1 << 30)  # the CRC was recomputed
 
 
+# -- the blobs known clear in one C call ---------------------------------------------------
+
+
+def _clear(records: bytes, policy: RecordPolicy | None = None) -> bool:
+    """What validate_records' C check says of `records` with `policy`'s bounds."""
+    from kbroker.protocol._recordwalk import all_clear
+
+    policy = policy or RecordPolicy()
+    before, after = policy.timestamp_before_max_ms, policy.timestamp_after_max_ms
+    earliest = NOW - before if before < 2**63 - 1 else -(2**63)
+    latest = min(NOW + after, 2**63 - 1)
+    return all_clear(
+        bytearray(records), earliest, latest, policy.require_keys, not policy.log_append_time
+    )
+
+
+def test_the_usual_blob_is_known_clear_and_everything_else_takes_the_loop() -> None:
+    assert record_validation.all_clear is not record_validation._not_known_clear
+    records = [Record(b"k", b"v" * i, NOW - i, [("h", b"x")]) for i in range(50)]
+    two = bytes(encode_batch(records, NOW - 49) + encode_batch([b"x"], NOW))
+    assert _clear(two)
+    assert not _clear(bytes(encode_batch(records, NOW - 49, compression=1)))
+    assert not _clear(keyless(NOW), RecordPolicy(require_keys=True))
+    assert _clear(keyless(NOW))
+    future = bytes(encode_batch([b"x"], NOW + 10**12))
+    assert not _clear(future)
+    assert _clear(future, RecordPolicy(log_append_time=True))
+    stale_max = bytearray(
+        encode_batch([Record(None, b"a", NOW - 5), Record(None, b"b", NOW)], NOW - 5)
+    )
+    stale_max[35:43] = (NOW - 10).to_bytes(8, "big", signed=True)
+    assert not _clear(refresh_crc(stale_max))
+
+
+@pytest.mark.parametrize(
+    ("name", "records", "code"),
+    [(name, r, c) for name, (r, c) in poisoned(NOW).items() if c],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_no_poisoned_batch_is_known_clear(name: str, records: bytes, code: int) -> None:
+    try:
+        validate_batches(records, 1 << 30)
+    except (CorruptBatchError, InvalidRecordsError):
+        return  # refused before the records are walked
+    assert not _clear(records), name
+
+
+def test_a_blob_known_clear_is_one_the_loop_leaves_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of batches with bytes changed: wherever the C check says clear,
+    validate_records' own loop refuses nothing and changes nothing."""
+    monkeypatch.setattr(record_validation, "all_clear", record_validation._not_known_clear)
+    rng = random.Random(5)
+    records = [Record(b"k%d" % i, b"v" * i, NOW - i) for i in range(4)]
+    whole = bytes(encode_batch(records, NOW - 3) + encode_batch([Record(None, b"z", NOW)], NOW))
+    cleared = 0
+    for _ in range(3000):
+        data = bytearray(whole)
+        for _ in range(rng.randint(1, 2)):
+            data[rng.randrange(27, len(data))] = rng.randrange(256)
+        buf = bytearray(refresh_crc_all(bytes(data)))
+        try:
+            headers = validate_batches(buf, 1 << 30)
+        except (CorruptBatchError, InvalidRecordsError):
+            continue
+        policy = RecordPolicy(require_keys=rng.random() < 0.3)
+        if not _clear(bytes(buf), policy):
+            continue
+        cleared += 1
+        before = bytes(buf)
+        validate_records(buf, headers, NOW, policy)
+        assert bytes(buf) == before
+    assert cleared > 100
+
+
+def refresh_crc_all(blob: bytes) -> bytes:
+    """Each batch of `blob` with its CRC made right again (its length field as it says)."""
+    out, pos = b"", 0
+    while pos + 61 <= len(blob):
+        size = int.from_bytes(blob[pos + 8 : pos + 12], "big", signed=True) + 12
+        if size < 61 or pos + size > len(blob):
+            return blob
+        out += refresh_crc(bytearray(blob[pos : pos + size]))
+        pos += size
+    return out + blob[pos:]
+
+
 # -- the C walk and the Python reference agree ---------------------------------------------
 
 

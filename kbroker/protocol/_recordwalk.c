@@ -55,73 +55,74 @@ static PyObject *fail(Py_ssize_t index, const char *what)
     return NULL;
 }
 
-/* walk(section, count, last_offset_delta) -> (min_ts_delta, max_ts_delta, first_keyless)
- *
- * Raises ValueError(record index or -1, message) at the first broken rule. */
-static PyObject *walk(PyObject *self, PyObject *args)
+/* What a walk found: the timestamp deltas' range and the first record without a key,
+ * or the first broken rule (the record's index, -1 for the batch, and the message). */
+typedef struct {
+    int64_t min_ts, max_ts;
+    Py_ssize_t first_keyless;
+    Py_ssize_t bad;
+    char message[96];
+} walked;
+
+static int broken(walked *w, Py_ssize_t index, const char *message)
 {
-    Py_buffer view;
-    long long count_ll, last_delta_ll;
-    if (!PyArg_ParseTuple(args, "y*LL", &view, &count_ll, &last_delta_ll))
-        return NULL;
-    const unsigned char *p = (const unsigned char *)view.buf;
-    const Py_ssize_t end = view.len;
+    w->bad = index;
+    snprintf(w->message, sizeof w->message, "%s", message);
+    return -1;
+}
+
+/* The walk's rules over the records section p[0, end) of `count_ll` records: 0, or -1 at
+ * the first broken rule (in `w`). */
+static int walk_section(const unsigned char *p, const Py_ssize_t end, long long count_ll,
+                        long long last_delta_ll, walked *w)
+{
     Py_ssize_t pos = 0;
     Py_ssize_t i = 0;
     int64_t min_ts = INT64_MAX, max_ts = INT64_MIN;
     Py_ssize_t first_keyless = -1;
-    PyObject *result = NULL;
 
     if (count_ll <= 0 || last_delta_ll != count_ll - 1) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "record count %lld does not match last offset delta %lld",
-                 count_ll, last_delta_ll);
-        result = fail(-1, msg);
-        goto done;
+        w->bad = -1;
+        snprintf(w->message, sizeof w->message,
+                 "record count %lld does not match last offset delta %lld", count_ll,
+                 last_delta_ll);
+        return -1;
     }
     for (; i < count_ll; i++) {
         int64_t length, ts_delta, offset_delta, key_len, value_len, n_headers, hk, hv;
         if (pos >= end) {
-            result = fail(i, "missing: the batch holds fewer records than its count");
-            goto done;
+            return broken(w, i, "missing: the batch holds fewer records than its count");
         }
         int rc = read_varint(p, &pos, end, 5, &length);
         if (rc != VARINT_OK || length < 0 || length > INT32_MAX) {
-            result = fail(i, "invalid record length");
-            goto done;
+            return broken(w, i, "invalid record length");
         }
         if (length > end - pos) {
-            result = fail(i, "length runs past the batch");
-            goto done;
+            return broken(w, i, "length runs past the batch");
         }
         Py_ssize_t rec_end = pos + (Py_ssize_t)length;
         if (pos >= rec_end) {
-            result = fail(i, "empty record");
-            goto done;
+            return broken(w, i, "empty record");
         }
         pos++; /* attributes */
         rc = read_varint(p, &pos, rec_end, 10, &ts_delta);
         if (rc != VARINT_OK) {
-            result = fail(i, "timestamp delta runs past the record");
-            goto done;
+            return broken(w, i, "timestamp delta runs past the record");
         }
 #define CHECKED(dst, what)                                                                   \
     do {                                                                                     \
         rc = read_varint(p, &pos, rec_end, 5, &(dst));                                       \
         if (rc != VARINT_OK || (dst) < INT32_MIN || (dst) > INT32_MAX) {                    \
-            result = fail(i, what " runs past the record");                                  \
-            goto done;                                                                       \
+            return broken(w, i, what " runs past the record");                          \
         }                                                                                    \
     } while (0)
         CHECKED(offset_delta, "offset delta");
         if (offset_delta != i) {
-            result = fail(i, "offset delta out of sequence");
-            goto done;
+            return broken(w, i, "offset delta out of sequence");
         }
         CHECKED(key_len, "key length");
         if (key_len < -1 || key_len > rec_end - pos) {
-            result = fail(i, "key length runs past the record");
-            goto done;
+            return broken(w, i, "key length runs past the record");
         }
         if (key_len < 0) {
             if (first_keyless < 0)
@@ -131,35 +132,30 @@ static PyObject *walk(PyObject *self, PyObject *args)
         }
         CHECKED(value_len, "value length");
         if (value_len < -1 || value_len > rec_end - pos) {
-            result = fail(i, "value length runs past the record");
-            goto done;
+            return broken(w, i, "value length runs past the record");
         }
         if (value_len > 0)
             pos += (Py_ssize_t)value_len;
         CHECKED(n_headers, "header count");
         if (n_headers < 0 || n_headers > (rec_end - pos) / 2) {
-            result = fail(i, "header count exceeds the bytes present");
-            goto done;
+            return broken(w, i, "header count exceeds the bytes present");
         }
         for (int64_t h = 0; h < n_headers; h++) {
             CHECKED(hk, "header key length");
             if (hk < 0 || hk > rec_end - pos) {
-                result = fail(i, "header key length runs past the record");
-                goto done;
+                return broken(w, i, "header key length runs past the record");
             }
             pos += (Py_ssize_t)hk;
             CHECKED(hv, "header value length");
             if (hv < -1 || hv > rec_end - pos) {
-                result = fail(i, "header value length runs past the record");
-                goto done;
+                return broken(w, i, "header value length runs past the record");
             }
             if (hv > 0)
                 pos += (Py_ssize_t)hv;
         }
 #undef CHECKED
         if (pos != rec_end) {
-            result = fail(i, "fields do not fill the record's length");
-            goto done;
+            return broken(w, i, "fields do not fill the record's length");
         }
         if (ts_delta < min_ts)
             min_ts = ts_delta;
@@ -167,16 +163,93 @@ static PyObject *walk(PyObject *self, PyObject *args)
             max_ts = ts_delta;
     }
     if (pos != end) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "%zd bytes follow the batch's %lld records", end - pos,
-                 count_ll);
-        result = fail(-1, msg);
-        goto done;
+        w->bad = -1;
+        snprintf(w->message, sizeof w->message, "%zd bytes follow the batch's %lld records",
+                 end - pos, count_ll);
+        return -1;
     }
-    result = Py_BuildValue("LLn", (long long)min_ts, (long long)max_ts, first_keyless);
-done:
+    w->min_ts = min_ts;
+    w->max_ts = max_ts;
+    w->first_keyless = first_keyless;
+    return 0;
+}
+
+/* walk(section, count, last_offset_delta) -> (min_ts_delta, max_ts_delta, first_keyless)
+ *
+ * Raises ValueError(record index or -1, message) at the first broken rule. */
+static PyObject *walk(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long count_ll, last_delta_ll;
+    if (!PyArg_ParseTuple(args, "y*LL", &view, &count_ll, &last_delta_ll))
+        return NULL;
+    walked w;
+    PyObject *result;
+    if (walk_section(view.buf, view.len, count_ll, last_delta_ll, &w) < 0)
+        result = fail(w.bad, w.message);
+    else
+        result = Py_BuildValue("LLn", (long long)w.min_ts, (long long)w.max_ts,
+                               w.first_keyless);
     PyBuffer_Release(&view);
     return result;
+}
+
+static int64_t be(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return (int64_t)v;
+}
+
+/* all_clear(buf, earliest, latest, require_keys, check_time) -> bool
+ *
+ * True when record_validation.validate_records has nothing to do for the batches of `buf`
+ * (which passed validate_batches): every batch uncompressed, its records well formed (the
+ * walk above), and unless it is a control batch, a key on every record where keys are
+ * required and, where timestamps are checked, every one within [earliest, latest] and
+ * the largest equal to the batch's maxTimestamp. False sends the batches through
+ * validate_records' own loop, which then refuses, fixes or inflates them: this decides
+ * only that nothing is to be done, so it refuses nothing itself. */
+static PyObject *all_clear(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long earliest, latest;
+    int require_keys, check_time;
+    if (!PyArg_ParseTuple(args, "y*LLpp", &view, &earliest, &latest, &require_keys, &check_time))
+        return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 0, end = view.len;
+    int clear = 1;
+    while (clear && pos < end) {
+        const unsigned char *h = p + pos;
+        int64_t size = end - pos < 61 ? 0 : (int32_t)be(h + 8, 4) + (int64_t)12;
+        if (size < 61 || size > end - pos || (be(h + 21, 2) & 0x07)) {
+            clear = 0; /* not a whole batch, or a compressed one: the loop decides */
+            break;
+        }
+        walked w;
+        if (walk_section(h + 61, (Py_ssize_t)size - 61, (int32_t)be(h + 57, 4),
+                         (int32_t)be(h + 23, 4), &w) < 0) {
+            clear = 0; /* a broken record: the loop names it */
+            break;
+        }
+        long long lo = w.min_ts, hi = w.max_ts;
+        Py_ssize_t keyless = w.first_keyless;
+        if (!(be(h + 21, 2) & 0x20)) { /* control batches carry no keys or times to check */
+            long long base = be(h + 27, 8), first, last;
+            if (require_keys && keyless >= 0)
+                clear = 0;
+            else if (check_time &&
+                     (__builtin_add_overflow(base, lo, &first) ||
+                      __builtin_add_overflow(base, hi, &last) || first < earliest ||
+                      last > latest || last != be(h + 35, 8)))
+                clear = 0;
+        }
+        pos += (Py_ssize_t)size;
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(clear);
 }
 
 /* invalid_schema_ids(section, count, field, valid) -> list of record indexes
@@ -290,6 +363,9 @@ static PyMethodDef methods[] = {
      "frame_buffer(size) -> bytearray of size bytes whose contents are not set"},
     {"walk", walk, METH_VARARGS,
      "walk(section, count, last_offset_delta) -> (min_ts_delta, max_ts_delta, first_keyless)"},
+    {"all_clear", all_clear, METH_VARARGS,
+     "all_clear(buf, earliest, latest, require_keys, check_time) -> whether validate_records "
+     "has nothing to do"},
     {"invalid_schema_ids", invalid_schema_ids, METH_VARARGS,
      "invalid_schema_ids(section, count, field, valid) -> indexes of records without a valid "
      "schema id"},

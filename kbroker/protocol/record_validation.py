@@ -24,7 +24,10 @@ every record of every batch is walked once before anything is appended:
 The walk runs in C (`_recordwalk`, built with the package) at a few nanoseconds a
 record; `walk_py` is the reference with identical rules and messages, used when the
 extension is not built. Only a failing batch is walked again in Python, to name every
-offending record.
+offending record. The usual blob (uncompressed batches whose records pass, with keys
+where they are required and timestamps in range, each maxTimestamp right) is known clear
+in one C call (`_recordwalk.all_clear`), which decides only that there is nothing to do:
+anything else goes through `validate_records`' own loop.
 """
 
 from __future__ import annotations
@@ -181,10 +184,24 @@ def walk_py(
 
 _Walk = Callable[[bytes | bytearray | memoryview, int, int], tuple[int, int, int]]
 walk: _Walk
+
+
+_MIN_I64, _MAX_I64 = -(2**63), 2**63 - 1
+
+
+def _not_known_clear(
+    buf: bytearray | memoryview, earliest: int, latest: int, require_keys: bool, check_time: bool
+) -> bool:
+    """Without the extension every blob goes through validate_records' loop."""
+    return False
+
+
+all_clear: Callable[[bytearray | memoryview, int, int, bool, bool], bool]
 try:
-    from kbroker.protocol._recordwalk import walk
+    from kbroker.protocol._recordwalk import all_clear, walk
 except ImportError:  # the extension is not built: the same rules, in Python
     walk = walk_py
+    all_clear = _not_known_clear
 
 
 # -- the checks ----------------------------------------------------------------------------
@@ -208,6 +225,13 @@ def validate_records(
     before, after = policy.timestamp_before_max_ms, policy.timestamp_after_max_ms
     earliest = now_ms - before if before < _UNLIMITED else -(2**63)
     latest = now_ms + after if after < _UNLIMITED else 2**63 - 1
+    # The usual blob (uncompressed, well formed, in range, its maxTimestamp right) is
+    # known clear in one C call; anything else takes the loop, which refuses or fixes it.
+    # (The bounds as int64s: no timestamp lies beyond them.)
+    if all_clear(
+        buf, max(earliest, _MIN_I64), min(latest, _MAX_I64), policy.require_keys, check_time
+    ):
+        return
     for n, h in enumerate(headers):
         start = h.position + HEADER_SIZE
         section: bytes | memoryview = view[start : h.position + h.total_size]

@@ -1,12 +1,13 @@
 """Builds the optional C extensions: the record walk (kbroker/protocol/_recordwalk.c),
-the request header and Produce reader (kbroker/protocol/_requestread.c), the TLS record
-reader (kbroker/security/_tlsread.c) and the admin commands' record codec
-(kbroker/admin/_recordcodec.c).
+the request reader (kbroker/protocol/_requestread.c: headers, Produce and Fetch bodies,
+batch headers), the TLS record reader (kbroker/security/_tlsread.c) and the admin
+commands' record codec (kbroker/admin/_recordcodec.c).
 
 Everything else is in pyproject.toml. All are optional: without a compiler (or without
 OpenSSL's headers, for the reader) the package installs and does the same work in
-Python, only slower (see kbroker/protocol/record_validation.py, kbroker/protocol/header.py,
-kbroker/security/tls_session.py and kbroker/admin/codec.py).
+Python, only slower (see kbroker/protocol/record_validation.py, the *_py functions
+beside each caller of _requestread, kbroker/security/tls_session.py and
+kbroker/admin/codec.py).
 """
 
 from setuptools import Extension, setup

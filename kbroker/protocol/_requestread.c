@@ -30,9 +30,16 @@ static PyObject *fetch_partition_cls, *fetch_topic_cls, *forgotten_cls, *replica
 static PyObject *fetch_partition_fields[8], *fetch_topic_fields[3], *forgotten_fields[3],
     *replica_state_fields[2], *fetch_request_fields[12];
 static PyObject *empty_tuple, *bytes_kw;
-static PyObject *s_api_key, *s_api_version, *s_correlation_id, *s_client_id;
-static PyObject *s_index, *s_records, *s_name, *s_topic_id, *s_partition_data;
-static PyObject *s_transactional_id, *s_acks, *s_timeout_ms, *s_topic_data;
+static PyObject *header_fields[4], *partition_fields[2], *topic_fields[3], *request_fields[4];
+
+/* The big-endian unsigned integer of n bytes at p (callers cast to the signed width). */
+static int64_t be(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return (int64_t)v;
+}
 
 /* Before its bind_ call, a function has nothing to return. */
 static int unbound(PyObject *cls)
@@ -157,8 +164,7 @@ static int int32(reader *r, int64_t *out)
     Py_ssize_t at = need(r, 4);
     if (at < 0)
         return -1;
-    const unsigned char *q = r->p + at;
-    *out = (int32_t)((uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3]);
+    *out = (int32_t)be(r->p + at, 4);
     return 0;
 }
 
@@ -167,7 +173,7 @@ static int int16(reader *r, int64_t *out)
     Py_ssize_t at = need(r, 2);
     if (at < 0)
         return -1;
-    *out = (int16_t)((uint16_t)r->p[at] << 8 | r->p[at + 1]);
+    *out = (int16_t)be(r->p + at, 2);
     return 0;
 }
 
@@ -254,7 +260,7 @@ static PyObject *parse_header(PyObject *self, PyObject *const *args, Py_ssize_t 
         refuse("request of %zd bytes is shorter than a header", end);
         goto done;
     }
-    int client_len = (int16_t)((uint16_t)p[8] << 8 | p[9]);
+    int client_len = (int16_t)be(p + 8, 2);
     if (client_len >= 0) {
         if (client_len > end - pos) {
             refuse("client id runs past the end of the request");
@@ -289,16 +295,14 @@ static PyObject *parse_header(PyObject *self, PyObject *const *args, Py_ssize_t 
             }
         }
     }
-    PyObject *names[] = {s_api_key, s_api_version, s_correlation_id, s_client_id};
     PyObject *values[] = {
-        PyLong_FromLong((int16_t)((uint16_t)p[0] << 8 | p[1])),
-        PyLong_FromLong((int16_t)((uint16_t)p[2] << 8 | p[3])),
-        PyLong_FromLong((int32_t)((uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 |
-                                  (uint32_t)p[6] << 8 | p[7])),
+        PyLong_FromLong((int16_t)be(p, 2)),
+        PyLong_FromLong((int16_t)be(p + 2, 2)),
+        PyLong_FromLong((int32_t)be(p + 4, 4)),
         client_id,
     };
     client_id = NULL;
-    PyObject *header = make(header_cls, 4, names, values);
+    PyObject *header = make(header_cls, 4, header_fields, values);
     if (header != NULL) {
         result = Py_BuildValue("(Nn)", header, pos);
     }
@@ -309,8 +313,6 @@ done:
 }
 
 static const unsigned char no_topic_id[16];
-
-
 
 /* One topic's partitions: a new list, or NULL with an error set. */
 static PyObject *partitions(reader *r, PyObject *frame, PyObject **records_view, int64_t *budget,
@@ -350,22 +352,12 @@ static PyObject *partitions(reader *r, PyObject *frame, PyObject **records_view,
                 if (*records_view == NULL)
                     goto fail;
             }
-            PyObject *start_obj = PyLong_FromSsize_t(at);
-            PyObject *stop_obj = PyLong_FromSsize_t(at + (Py_ssize_t)size);
-            PyObject *slice = (start_obj && stop_obj) ? PySlice_New(start_obj, stop_obj, NULL)
-                                                      : NULL;
-            Py_XDECREF(start_obj);
-            Py_XDECREF(stop_obj);
-            if (slice == NULL)
-                goto fail;
-            records = PyObject_GetItem(*records_view, slice);
-            Py_DECREF(slice);
+            records = PySequence_GetSlice(*records_view, at, at + (Py_ssize_t)size);
             if (records == NULL)
                 goto fail;
         }
-        PyObject *names[] = {s_index, s_records};
         PyObject *values[] = {PyLong_FromLongLong(index), records};
-        PyObject *partition = make(partition_cls, 2, names, values);
+        PyObject *partition = make(partition_cls, 2, partition_fields, values);
         if (partition == NULL)
             goto fail;
         int appended = PyList_Append(list, partition);
@@ -403,9 +395,8 @@ static PyObject *decode_produce(PyObject *self, PyObject *const *args, Py_ssize_
     Py_ssize_t at = need(&r, 6);
     if (at < 0)
         goto done;
-    const unsigned char *q = r.p + at;
-    acks = (int16_t)((uint16_t)q[0] << 8 | q[1]);
-    timeout_ms = (int32_t)((uint32_t)q[2] << 24 | (uint32_t)q[3] << 16 | (uint32_t)q[4] << 8 | q[5]);
+    acks = (int16_t)be(r.p + at, 2);
+    timeout_ms = (int32_t)be(r.p + at + 2, 4);
     if (array_count(&r, 2, "ProduceRequest.topic_data", &topic_count) < 0)
         goto done;
     budget -= topic_count;
@@ -452,9 +443,8 @@ static PyObject *decode_produce(PyObject *self, PyObject *const *args, Py_ssize_
             Py_DECREF(topic_id);
             goto done;
         }
-        PyObject *names[] = {s_name, s_topic_id, s_partition_data};
         PyObject *values[] = {name, topic_id, list};
-        PyObject *topic = make(topic_cls, 3, names, values);
+        PyObject *topic = make(topic_cls, 3, topic_fields, values);
         if (topic == NULL)
             goto done;
         int appended = PyList_Append(topics, topic);
@@ -464,11 +454,10 @@ static PyObject *decode_produce(PyObject *self, PyObject *const *args, Py_ssize_
     }
     if (tagged_fields(&r) < 0)
         goto done;
-    PyObject *names[] = {s_transactional_id, s_acks, s_timeout_ms, s_topic_data};
     PyObject *values[] = {transactional_id, PyLong_FromLongLong(acks),
                           PyLong_FromLongLong(timeout_ms), topics};
     transactional_id = topics = NULL;
-    result = make(request_cls, 4, names, values);
+    result = make(request_cls, 4, request_fields, values);
 done:
     Py_XDECREF(transactional_id);
     Py_XDECREF(topics);
@@ -485,14 +474,6 @@ static PyObject *batch_error(PyObject *cls, const char *format, ...)
     raise_formatted(cls, format, va);
     va_end(va);
     return NULL;
-}
-
-static int64_t be(const unsigned char *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v = v << 8 | p[i];
-    return (int64_t)v;
 }
 
 /* batch.py's _looks_like_old_message: magic 0 or 1 where v2 has it, and a size that fits. */
@@ -588,17 +569,8 @@ static PyObject *batch_headers(PyObject *self, PyObject *const *args, Py_ssize_t
         int64_t count = (int32_t)be(h + 57, 4);
         if (check_count) {
             if (count <= 0 || last_offset_delta + 1 != count) {
-                PyObject *message = PyUnicode_FromFormat(
-                    "record count %lld does not match lastOffsetDelta %lld", (long long)count,
-                    (long long)last_offset_delta);
-                if (message != NULL) {
-                    PyObject *exc = PyObject_CallOneArg(invalid_records, message);
-                    Py_DECREF(message);
-                    if (exc != NULL) {
-                        PyErr_SetObject(invalid_records, exc);
-                        Py_DECREF(exc);
-                    }
-                }
+                batch_error(invalid_records, "record count %lld does not match lastOffsetDelta %lld",
+                            (long long)count, (long long)last_offset_delta);
                 goto fail;
             }
         }
@@ -1231,52 +1203,28 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_requestread", "The request header and the Produce body, read in C.",
+    PyModuleDef_HEAD_INIT, "_requestread",
+    "A request's header, its Produce or Fetch body, and produced batches' headers, read in C.",
     -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__requestread(void)
 {
-    struct {
-        PyObject **slot;
-        const char *text;
-    } names[] = {
-        {&s_api_key, "api_key"},
-        {&s_api_version, "api_version"},
-        {&s_correlation_id, "correlation_id"},
-        {&s_client_id, "client_id"},
-        {&s_index, "index"},
-        {&s_records, "records"},
-        {&s_name, "name"},
-        {&s_topic_id, "topic_id"},
-        {&s_partition_data, "partition_data"},
-        {&s_transactional_id, "transactional_id"},
-        {&s_acks, "acks"},
-        {&s_timeout_ms, "timeout_ms"},
-        {&s_topic_data, "topic_data"},
-        {&bytes_kw, "bytes"},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        *names[i].slot = PyUnicode_InternFromString(names[i].text);
-        if (*names[i].slot == NULL)
-            return NULL;
-    }
-    static const char *const batch_names[14] = {
-        "base_offset",    "batch_length",  "partition_leader_epoch", "magic",
-        "crc",            "attributes",    "last_offset_delta",      "base_timestamp",
-        "max_timestamp",  "producer_id",   "producer_epoch",         "base_sequence",
-        "record_count",   "position",
-    };
-    for (int i = 0; i < 14; i++) {
-        batch_fields[i] = PyUnicode_InternFromString(batch_names[i]);
-        if (batch_fields[i] == NULL)
-            return NULL;
-    }
+    /* Each class's slots, in the order its values are made. */
     struct {
         PyObject **slots;
         int n;
-        const char *const names[12];
-    } fetch_names[] = {
+        const char *const names[14];
+    } fields[] = {
+        {header_fields, 4, {"api_key", "api_version", "correlation_id", "client_id"}},
+        {partition_fields, 2, {"index", "records"}},
+        {topic_fields, 3, {"name", "topic_id", "partition_data"}},
+        {request_fields, 4, {"transactional_id", "acks", "timeout_ms", "topic_data"}},
+        {batch_fields,
+         14,
+         {"base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
+          "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id",
+          "producer_epoch", "base_sequence", "record_count", "position"}},
         {fetch_partition_fields,
          8,
          {"partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch",
@@ -1290,12 +1238,15 @@ PyMODINIT_FUNC PyInit__requestread(void)
           "session_epoch", "topics", "forgotten_topics_data", "rack_id", "cluster_id",
           "replica_state"}},
     };
-    for (size_t c = 0; c < sizeof fetch_names / sizeof fetch_names[0]; c++)
-        for (int i = 0; i < fetch_names[c].n; i++) {
-            fetch_names[c].slots[i] = PyUnicode_InternFromString(fetch_names[c].names[i]);
-            if (fetch_names[c].slots[i] == NULL)
+    for (size_t c = 0; c < sizeof fields / sizeof fields[0]; c++)
+        for (int i = 0; i < fields[c].n; i++) {
+            fields[c].slots[i] = PyUnicode_InternFromString(fields[c].names[i]);
+            if (fields[c].slots[i] == NULL)
                 return NULL;
         }
+    bytes_kw = PyUnicode_InternFromString("bytes");
+    if (bytes_kw == NULL)
+        return NULL;
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL)
         return NULL;

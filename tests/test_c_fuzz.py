@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 from kio.index import load_request_schema
+from test_produce_request import _encoded as encoded_produce
 
 from kbroker.admin.codec import encode_pairs_py, headers_blob
 from kbroker.protocol.batch import CRC_OFFSET, encode_batch
-from kbroker.protocol.client_frames import encode_request
+from kbroker.protocol.client_frames import encode_request, request_frame
 from kbroker.protocol.fetch_request import fetch_partition, sessionless_fetch
 from kbroker.protocol.messages import build
 
@@ -51,26 +52,12 @@ def _sections() -> list[tuple[int, bytes]]:
 
 
 def _produce_frames() -> list[bytes]:
-    """Produce requests (header and body) of several versions, as clients send them."""
+    """Produce requests (header and body) of several versions, as clients send them: the
+    bodies test_produce_request.py decodes, holding a records section of _sections()."""
     out = []
     for version in (3, 8, 9, 12, 13):
-        body = {
-            "transactional_id": "txn",
-            "acks": -1,
-            "timeout": 1500,
-            "topic_data": [
-                {
-                    "name": "orders",
-                    "topic_id": uuid.UUID(int=7),
-                    "partition_data": [
-                        {"index": 0, "records": _sections()[1][1]},
-                        {"index": 1, "records": None},
-                    ],
-                }
-            ],
-        }
-        request = build(load_request_schema(0, version), body)
-        frame = encode_request(request, version, "fuzz")[4:]
+        body = encoded_produce(version, _sections()[1][1])
+        frame = request_frame(0, version, version, "fuzz", body)[4:]
         out.append(bytes([version | (0x80 if version >= 9 else 0), 8]) + frame)
     return out
 

@@ -19,7 +19,6 @@ from compat_tests.broker_process import free_port, kbroker_command
 from compat_tests.cluster import KafkaCluster, running_cluster
 from compat_tests.confluent_helpers import (
     admin_client,
-    create_topic,
     produce_all,
     read_until_quiet,
     unique_group,
@@ -335,10 +334,16 @@ def _dead_letter_topic_led_elsewhere(cluster: KafkaCluster, leader: int, **confi
     `leader`, which therefore holds no replica of it."""
     for _ in range(10):
         dlq = "dlq." + unique_topic("share-cl")
-        create_topic(
-            cluster.bootstrap, dlq, partitions=1, config={DLQ_GROUP_ENABLE: "true", **configs}
+        # Every node knows it before any is asked who leads it.
+        cluster.create_topic(
+            dlq, partitions=1, replication_factor=1, config={DLQ_GROUP_ENABLE: "true", **configs}
         )
-        if cluster.partition(dlq).leader != leader:
+
+        def led_by(dlq: str = dlq) -> int | None:
+            found: int = cluster.partition(dlq).leader
+            return found if found > 0 else None
+
+        if cluster.wait_until(led_by, 10, f"a leader of {dlq}") != leader:
             return dlq
     raise AssertionError(f"every dead-letter topic was led by broker {leader}")
 

@@ -2,7 +2,7 @@
 
     PYTHONPATH=$PWD .venv/bin/python -m bench.batch_cost --peer mock
     PYTHONPATH=$PWD .venv/bin/python -m bench.batch_cost --peer kbroker [--source DIR] \
-        [--override socket.busy.poll.us=0]
+        [--set socket.busy.poll.us=0]
     PATH=.venv/bin:$PATH PYTHONPATH=$PWD .venv/bin/python -m bench.batch_cost --peer kbroker \
         --profile "perf record -e cpu-clock -F 999 -g -p PID -o /tmp/p100.data" --profile-at p100
 
@@ -63,11 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         help="leave __consumer_offsets to the first consume, as bench/run.py does",
     )
     parser.add_argument(
-        "--override",
+        "--set",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="a kbroker setting for this run (repeatable)",
+        metavar="NAME=VALUE",
+        help="a kbroker broker property (repeatable), e.g. socket.busy.poll.us=0",
     )
     parser.add_argument("--profile", help="command to run during one workload (PID: broker)")
     parser.add_argument("--profile-at", default="p100", help="p100, c100, p1024 or c1024")
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         peer = MockPeer("mock", work, topics=list(SIZES.values()))
         peer.start()
     else:
-        overrides = dict(item.split("=", 1) for item in args.override)
+        overrides = dict(item.split("=", 1) for item in args.set)
         peer = KbrokerPeer("kbroker", work, source=args.source, overrides=overrides)
         peer.start()
         kafka_load.create_topics(peer.bootstrap, {t: 1 for t in SIZES.values()})

@@ -40,6 +40,15 @@ def process_tree(pid: int) -> list[int]:
     return seen
 
 
+def pin(pid: int, cpus: set[int]) -> None:
+    """Bind every thread of `pid` and of its descendants to `cpus` (a thread's affinity is
+    its own: setting the process's would move only its main thread)."""
+    for p in process_tree(pid):
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            with contextlib.suppress(OSError):  # a thread that just ended
+                os.sched_setaffinity(int(task.name), cpus)
+
+
 def _status_kib(pid: int, field: str) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -13,6 +13,11 @@ connection sending one request and waiting for its answer before the next:
 - heartbeat: ConsumerGroupHeartbeat v1 of a member that already has its assignment;
 - commit: OffsetCommit v9 of one offset by that member.
 
+kbroker's busy polling (socket.busy.poll.us, on by default) spins its loop through the
+client's turnaround after each answer, so with it the CPU per request equals the wall
+time per request; `--set socket.busy.poll.us=0` measures the request's own work. `--cpus
+CLIENT,BROKER` binds this client and every thread of the broker to CPUs of their own.
+
 The figure is the broker process's own CPU time (utime + stime from /proc/<pid>/stat)
 over the N requests divided by N (and that less what the idle broker spends in the same
 wall time, its background loops, measured first), so it holds on a loaded machine where throughput does
@@ -43,6 +48,7 @@ from pathlib import Path
 from kio.index import load_request_schema
 
 from bench.peers import MockPeer, PeerUnavailable
+from bench.procs import pin
 from kbroker.admin.client import BrokerConnection, cluster
 from kbroker.admin.group_consumer import GroupMember
 from kbroker.protocol.client_frames import decode_response, encode_request
@@ -233,6 +239,11 @@ def measure(
     label: str, pid: int, bootstrap: str, topic: str, names: list[str], args: argparse.Namespace
 ) -> None:
     """The idle rate, then each workload's broker CPU per request, for one peer."""
+    if args.cpus is not None:
+        client, broker = args.cpus
+        pin(os.getpid(), {client})
+        pin(pid, {broker})
+        print(f"{label}: client on CPU {client}, broker on CPU {broker}")
     print(f"{label}: load average {load()}; broker pid {pid}")
     before = cpu_seconds(pid)
     time.sleep(args.idle_seconds)  # the input: an idle broker's own background work
@@ -265,6 +276,16 @@ def measure(
         close()
 
 
+def cpu_pair(text: str) -> tuple[int, int]:
+    try:
+        client, broker = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected CLIENT,BROKER CPU numbers, got {text!r}"
+        ) from None
+    return client, broker
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -288,6 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="NAME=VALUE",
         help="a kbroker broker property (repeatable), e.g. socket.busy.poll.us=0",
+    )
+    parser.add_argument(
+        "--cpus",
+        type=cpu_pair,
+        metavar="CLIENT,BROKER",
+        help="bind this client to one CPU and the broker (every thread) to another",
     )
     args = parser.parse_args(argv)
     names = [w for w in args.workloads.split(",") if w]

@@ -33,7 +33,7 @@ COPY pyproject.toml setup.py README.md LICENSE ./
 COPY kbroker ./kbroker
 # pip compiles the bytecode at install: kept, since the unprivileged user cannot write it.
 RUN /opt/kbroker/bin/pip install --no-cache-dir . \
-    && /opt/kbroker/bin/python -I -c "import kbroker.protocol._recordwalk, kbroker.protocol._requestread" \
+    && /opt/kbroker/bin/python -I -c "import kbroker.protocol._recordwalk, kbroker.protocol._requestread, kbroker.protocol._responsewrite" \
     && /opt/kbroker/bin/python -I -c "from kbroker.security import tls_session as t; assert t._tlsread"
 
 FROM ${BASE_IMAGE}

@@ -9,6 +9,7 @@ PY := $(VENV)/bin/python
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/protocol/_requestread.c \
+	kbroker/protocol/_responsewrite.c \
 	kbroker/security/_tlsread.c \
 	kbroker/admin/_recordcodec.c
 

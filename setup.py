@@ -1,13 +1,14 @@
 """Builds the optional C extensions: the record walk (kbroker/protocol/_recordwalk.c),
 the request reader (kbroker/protocol/_requestread.c: headers, Produce and Fetch bodies,
-batch headers), the TLS record reader (kbroker/security/_tlsread.c) and the admin
-commands' record codec (kbroker/admin/_recordcodec.c).
+batch headers), the Fetch response writer (kbroker/protocol/_responsewrite.c), the TLS
+record reader (kbroker/security/_tlsread.c) and the admin commands' record codec
+(kbroker/admin/_recordcodec.c).
 
 Everything else is in pyproject.toml. All are optional: without a compiler (or without
 OpenSSL's headers, for the reader) the package installs and does the same work in
 Python, only slower (see kbroker/protocol/record_validation.py, the *_py functions
-beside each caller of _requestread, kbroker/security/tls_session.py and
-kbroker/admin/codec.py).
+beside each caller of _requestread, kbroker/protocol/fetch_response.py,
+kbroker/security/tls_session.py and kbroker/admin/codec.py).
 """
 
 from setuptools import Extension, setup
@@ -22,6 +23,11 @@ setup(
         Extension(
             "kbroker.protocol._requestread",
             ["kbroker/protocol/_requestread.c"],
+            optional=True,
+        ),
+        Extension(
+            "kbroker.protocol._responsewrite",
+            ["kbroker/protocol/_responsewrite.c"],
             optional=True,
         ),
         Extension(

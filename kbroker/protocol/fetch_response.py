@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kbroker.protocol.encoded import EncodedBody, FileRegion, RecordsField, records_length
@@ -190,6 +191,41 @@ def encode_fetch_response(
     throttle_time_ms: int = 0,
     node_endpoints: list[NodeEndpoint] | None = None,
 ) -> EncodedBody:
+    """A Fetch answer's body, `version` 0-18: its structure as bytes parts, each records
+    field that is a file region a part of its own (sent by sendfile). Written in C where
+    the extension is built (kbroker/protocol/_responsewrite.c), else by
+    `_encode_fetch_py`, the reference the tests hold the C to."""
+    endpoints = _endpoints(version, node_endpoints)
+    return _encode_fetch(version, topics, error_code, session_id, throttle_time_ms, endpoints)
+
+
+def encode_fetch_response_py(
+    version: int,
+    topics: list[FetchedTopic],
+    *,
+    error_code: int = 0,
+    session_id: int = 0,
+    throttle_time_ms: int = 0,
+    node_endpoints: list[NodeEndpoint] | None = None,
+) -> EncodedBody:
+    """encode_fetch_response in Python, whether or not the extension is built."""
+    endpoints = _endpoints(version, node_endpoints)
+    return _encode_fetch_py(version, topics, error_code, session_id, throttle_time_ms, endpoints)
+
+
+def _endpoints(version: int, nodes: list[NodeEndpoint] | None) -> bytes | None:
+    """The NodeEndpoints tag's value, where the version carries it and there are any."""
+    return node_endpoints_field(nodes) if nodes and version >= FIRST_NODE_ENDPOINTS else None
+
+
+def _encode_fetch_py(
+    version: int,
+    topics: list[FetchedTopic],
+    error_code: int,
+    session_id: int,
+    throttle_time_ms: int,
+    endpoints: bytes | None,
+) -> EncodedBody:
     flexible = version >= FIRST_FLEXIBLE
     out = BodyWriter()
     if version >= FIRST_THROTTLE:
@@ -208,8 +244,16 @@ def encode_fetch_response(
         if flexible:
             out.write(b"\x00")
     if flexible:
-        tags: list[tuple[int, bytes]] = []
-        if version >= FIRST_NODE_ENDPOINTS and node_endpoints:
-            tags.append((0, node_endpoints_field(node_endpoints)))
-        out.write(_tagged(tags))
+        out.write(_tagged([(0, endpoints)] if endpoints is not None else []))
     return out.finish()
+
+
+_Encode = Callable[[int, list[FetchedTopic], int, int, int, "bytes | None"], EncodedBody]
+_encode_fetch: _Encode
+try:
+    from kbroker.protocol import _responsewrite
+except ImportError:  # the extension is not built: the same bytes, in Python
+    _encode_fetch = _encode_fetch_py
+else:
+    _responsewrite.bind_fetch_response(EncodedBody)
+    _encode_fetch = _responsewrite.encode_fetch

@@ -34,7 +34,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from bench import kafka_load
-from bench.peers import KbrokerPeer, MockPeer, Peer
+from bench.peers import KbrokerPeer, MockPeer, Peer, add_settings_option
 from bench.procs import loadavg
 
 SIZES = {100: "t100", 1024: "t1k"}
@@ -62,13 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave __consumer_offsets to the first consume, as bench/run.py does",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a kbroker broker property (repeatable), e.g. socket.busy.poll.us=0",
-    )
+    add_settings_option(parser)
     parser.add_argument("--profile", help="command to run during one workload (PID: broker)")
     parser.add_argument("--profile-at", default="p100", help="p100, c100, p1024 or c1024")
     args = parser.parse_args(argv)
@@ -78,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         peer = MockPeer("mock", work, topics=list(SIZES.values()))
         peer.start()
     else:
-        overrides = dict(item.split("=", 1) for item in args.set)
+        overrides = dict(args.set)
         peer = KbrokerPeer("kbroker", work, source=args.source, overrides=overrides)
         peer.start()
         kafka_load.create_topics(peer.bootstrap, {t: 1 for t in SIZES.values()})

@@ -52,7 +52,7 @@ from pathlib import Path
 from kio.index import load_request_schema
 
 from bench import kafka_load
-from bench.peers import KafkaPeer, MockPeer, PeerUnavailable
+from bench.peers import KafkaPeer, MockPeer, PeerUnavailable, add_settings_option
 from bench.request_cost import cpu_seconds, load
 from kbroker.admin.client import cluster
 from kbroker.protocol.client_frames import encode_request
@@ -376,18 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         default="c",
         help="bench/load_client.c (default) or this process's asyncio loop",
     )
-    parser.add_argument(
-        "--override",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a broker property for the kbroker peers (repeatable)",
-    )
+    add_settings_option(parser, "--override")
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # brokers inherit it
     counts = [int(c) for c in args.connections.split(",")]
-    overrides = dict(item.split("=", 1) for item in args.override)
+    overrides = dict(args.override)
     print(
         "peer       workload conns     req/s   µs CPU/req  req/CPU-s   p50 ms   p99 ms  p999 ms"
         "  KiB RSS/conn  client µs/req  load"

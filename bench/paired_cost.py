@@ -28,6 +28,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+from bench.peers import add_settings_option
 from bench.request_cost import WORKLOADS, cpu_split, load, workload
 from kbroker.testing import KafkaServer, kafka_broker
 
@@ -64,13 +65,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workloads", default="heartbeat,commit")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--block", type=int, default=3000, help="requests a block")
-    parser.add_argument("--set", action="append", default=[], help="name=value for both")
+    add_settings_option(parser)
     args = parser.parse_args(argv)
     names = args.workloads.split(",")
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
-    settings = dict(item.split("=", 1) for item in args.set)
+    settings = dict(args.set)
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     with tempfile.TemporaryDirectory(prefix="paired-") as scratch, contextlib.ExitStack() as stack:
         root = Path(scratch)

@@ -7,6 +7,7 @@ peer by redis_load; the RabbitMQ peer by share_groups (queue consumption only).
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -38,6 +39,26 @@ KBROKER_BINARY = next(
 
 class PeerUnavailable(Exception):
     """The peer cannot run on this machine right now; the message says why."""
+
+
+def add_settings_option(parser: argparse.ArgumentParser, flag: str = "--set") -> None:
+    """`flag NAME=VALUE` (repeatable): a broker property for the kbroker peers of a run,
+    collected as a list of (name, value) pairs (`dict(args.<flag>)`)."""
+    parser.add_argument(
+        flag,
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="NAME=VALUE",
+        help="a kbroker broker property (repeatable), e.g. socket.busy.poll.us=0",
+    )
+
+
+def _setting(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
 
 
 @dataclass

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from kio.index import load_request_schema
 
-from bench.peers import MockPeer, PeerUnavailable
+from bench.peers import MockPeer, PeerUnavailable, add_settings_option
 from bench.procs import pin
 from kbroker.admin.client import BrokerConnection, cluster
 from kbroker.admin.group_consumer import GroupMember
@@ -303,13 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pipeline", type=int, default=1, help="produce: this many requests sent in one write"
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a kbroker broker property (repeatable), e.g. socket.busy.poll.us=0",
-    )
+    add_settings_option(parser)
     parser.add_argument(
         "--cpus",
         type=cpu_pair,
@@ -321,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     peers = [p for p in args.peer.split(",") if p]
     for unknown in [w for w in names if w not in WORKLOADS] + [p for p in peers if p not in PEERS]:
         parser.error(f"unknown workload or peer {unknown!r}")
-    settings = dict(item.split("=", 1) for item in args.set)
+    settings = dict(args.set)
     for peer in peers:
         with tempfile.TemporaryDirectory(prefix="kbroker-cost-") as tmp:
             if peer == "kbroker":

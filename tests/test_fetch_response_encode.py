@@ -47,8 +47,8 @@ class Region:
 def writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Every test runs through encode_fetch_response with each encoder behind it."""
     if request.param == "python":
-        monkeypatch.setattr(fetch_response, "_encode_fetch", fetch_response._encode_fetch_py)
-    elif fetch_response._encode_fetch is fetch_response._encode_fetch_py:
+        monkeypatch.setattr(fetch_response, "encode_fetch", fetch_response.encode_fetch_py)
+    elif fetch_response.encode_fetch is fetch_response.encode_fetch_py:
         pytest.fail("kbroker.protocol._responsewrite is not built (make .venv/.installed)")
     yield request.param
 

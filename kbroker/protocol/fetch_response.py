@@ -193,32 +193,17 @@ def encode_fetch_response(
 ) -> EncodedBody:
     """A Fetch answer's body, `version` 0-18: its structure as bytes parts, each records
     field that is a file region a part of its own (sent by sendfile). Written in C where
-    the extension is built (kbroker/protocol/_responsewrite.c), else by
-    `_encode_fetch_py`, the reference the tests hold the C to."""
-    endpoints = _endpoints(version, node_endpoints)
-    return _encode_fetch(version, topics, error_code, session_id, throttle_time_ms, endpoints)
+    the extension is built (kbroker/protocol/_responsewrite.c), else by `encode_fetch_py`,
+    the reference the tests hold the C to."""
+    endpoints = (
+        node_endpoints_field(node_endpoints)
+        if node_endpoints and version >= FIRST_NODE_ENDPOINTS
+        else None
+    )
+    return encode_fetch(version, topics, error_code, session_id, throttle_time_ms, endpoints)
 
 
-def encode_fetch_response_py(
-    version: int,
-    topics: list[FetchedTopic],
-    *,
-    error_code: int = 0,
-    session_id: int = 0,
-    throttle_time_ms: int = 0,
-    node_endpoints: list[NodeEndpoint] | None = None,
-) -> EncodedBody:
-    """encode_fetch_response in Python, whether or not the extension is built."""
-    endpoints = _endpoints(version, node_endpoints)
-    return _encode_fetch_py(version, topics, error_code, session_id, throttle_time_ms, endpoints)
-
-
-def _endpoints(version: int, nodes: list[NodeEndpoint] | None) -> bytes | None:
-    """The NodeEndpoints tag's value, where the version carries it and there are any."""
-    return node_endpoints_field(nodes) if nodes and version >= FIRST_NODE_ENDPOINTS else None
-
-
-def _encode_fetch_py(
+def encode_fetch_py(
     version: int,
     topics: list[FetchedTopic],
     error_code: int,
@@ -226,6 +211,8 @@ def _encode_fetch_py(
     throttle_time_ms: int,
     endpoints: bytes | None,
 ) -> EncodedBody:
+    """encode_fetch_response's body in Python, `endpoints` the NodeEndpoints tag's value
+    (None: no tag): the C writer's arguments."""
     flexible = version >= FIRST_FLEXIBLE
     out = BodyWriter()
     if version >= FIRST_THROTTLE:
@@ -249,11 +236,11 @@ def _encode_fetch_py(
 
 
 _Encode = Callable[[int, list[FetchedTopic], int, int, int, "bytes | None"], EncodedBody]
-_encode_fetch: _Encode
+encode_fetch: _Encode
 try:
     from kbroker.protocol import _responsewrite
 except ImportError:  # the extension is not built: the same bytes, in Python
-    _encode_fetch = _encode_fetch_py
+    encode_fetch = encode_fetch_py
 else:
     _responsewrite.bind_fetch_response(EncodedBody)
-    _encode_fetch = _responsewrite.encode_fetch
+    encode_fetch = _responsewrite.encode_fetch

@@ -387,7 +387,11 @@ class KafkaCluster:
         try:
             return eventually(predicate, timeout=timeout, what=what, interval=0.1)
         except AssertionError as missed:
-            raise AssertionError(f"{missed}, last seen {seen()!r}") from missed.__cause__
+            try:
+                last = repr(seen())
+            except Exception as unseen:  # the miss is the news, not the look after it
+                last = f"nothing: looking failed with {unseen!r}"[:2000]
+            raise AssertionError(f"{missed}, last seen {last}") from missed.__cause__
 
     def log_tails(self, lines: int = 80) -> str:
         return "\n".join(n.log_tail(lines) for n in self.nodes)

@@ -266,6 +266,14 @@ def test_a_broker_back_from_kill_9_is_not_eligible_and_a_cleanly_stopped_one_is(
 ) -> None:
     cluster = elr.cluster
     topic = "elr-unclean"
+    # Nodes 4 and 5 may have been thawed a moment ago (the test before freezes them): they
+    # are fenced until their next heartbeat, and a topic cannot be placed on them.
+    # Asked of the voters that saw it all: a node just thawed answers from its old view.
+    KafkaCluster.wait_until(
+        lambda: all({4, 5} <= set(cluster.metadata(cluster.node(n)).brokers) for n in (2, 3)),
+        30,
+        "nodes 4 and 5 unfenced (in Metadata's brokers)",
+    )
     admin = AdminClient({"bootstrap.servers": elr.bootstrap})
     new = NewTopic(
         topic, num_partitions=1, replica_assignment=[[4, 5]], config={"min.insync.replicas": "2"}

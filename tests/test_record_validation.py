@@ -127,9 +127,7 @@ def _clear(records: bytes, policy: RecordPolicy | None = None) -> bool:
     from kbroker.protocol._recordwalk import all_clear
 
     policy = policy or RecordPolicy()
-    before, after = policy.timestamp_before_max_ms, policy.timestamp_after_max_ms
-    earliest = NOW - before if before < 2**63 - 1 else -(2**63)
-    latest = min(NOW + after, 2**63 - 1)
+    earliest, latest = record_validation.time_bounds(policy, NOW)
     return all_clear(
         bytearray(records), earliest, latest, policy.require_keys, not policy.log_append_time
     )

@@ -9,6 +9,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdarg.h>
 #include <stdint.h>
 
 #define VARINT_OK 0
@@ -64,10 +65,13 @@ typedef struct {
     char message[96];
 } walked;
 
-static int broken(walked *w, Py_ssize_t index, const char *message)
+static int broken(walked *w, Py_ssize_t index, const char *format, ...)
 {
+    va_list args;
+    va_start(args, format);
     w->bad = index;
-    snprintf(w->message, sizeof w->message, "%s", message);
+    vsnprintf(w->message, sizeof w->message, format, args);
+    va_end(args);
     return -1;
 }
 
@@ -81,13 +85,9 @@ static int walk_section(const unsigned char *p, const Py_ssize_t end, long long 
     int64_t min_ts = INT64_MAX, max_ts = INT64_MIN;
     Py_ssize_t first_keyless = -1;
 
-    if (count_ll <= 0 || last_delta_ll != count_ll - 1) {
-        w->bad = -1;
-        snprintf(w->message, sizeof w->message,
-                 "record count %lld does not match last offset delta %lld", count_ll,
-                 last_delta_ll);
-        return -1;
-    }
+    if (count_ll <= 0 || last_delta_ll != count_ll - 1)
+        return broken(w, -1, "record count %lld does not match last offset delta %lld",
+                      count_ll, last_delta_ll);
     for (; i < count_ll; i++) {
         int64_t length, ts_delta, offset_delta, key_len, value_len, n_headers, hk, hv;
         if (pos >= end) {
@@ -162,12 +162,8 @@ static int walk_section(const unsigned char *p, const Py_ssize_t end, long long 
         if (ts_delta > max_ts)
             max_ts = ts_delta;
     }
-    if (pos != end) {
-        w->bad = -1;
-        snprintf(w->message, sizeof w->message, "%zd bytes follow the batch's %lld records",
-                 end - pos, count_ll);
-        return -1;
-    }
+    if (pos != end)
+        return broken(w, -1, "%zd bytes follow the batch's %lld records", end - pos, count_ll);
     w->min_ts = min_ts;
     w->max_ts = max_ts;
     w->first_keyless = first_keyless;
@@ -194,6 +190,7 @@ static PyObject *walk(PyObject *self, PyObject *args)
     return result;
 }
 
+/* The big-endian unsigned integer of n bytes at p (callers cast to the signed width). */
 static int64_t be(const unsigned char *p, int n)
 {
     uint64_t v = 0;
@@ -201,6 +198,20 @@ static int64_t be(const unsigned char *p, int n)
         v = v << 8 | p[i];
     return (int64_t)v;
 }
+
+/* Where a v2 batch header's fields lie (batch.py names the same offsets). */
+enum {
+    BATCH_LENGTH_AT = 8,
+    ATTRIBUTES_AT = 21,
+    LAST_OFFSET_DELTA_AT = 23,
+    BASE_TIMESTAMP_AT = 27,
+    MAX_TIMESTAMP_AT = 35,
+    RECORD_COUNT_AT = 57,
+    BATCH_HEADER_SIZE = 61, /* the records section follows */
+    LOG_OVERHEAD = 12,      /* base offset and batch length, outside batchLength */
+    COMPRESSION_BITS = 0x07,
+    CONTROL_BIT = 0x20,
+};
 
 /* all_clear(buf, earliest, latest, require_keys, check_time) -> bool
  *
@@ -220,36 +231,35 @@ static PyObject *all_clear(PyObject *self, PyObject *args)
         return NULL;
     const unsigned char *p = (const unsigned char *)view.buf;
     Py_ssize_t pos = 0, end = view.len;
-    int clear = 1;
-    while (clear && pos < end) {
+    while (pos < end) {
         const unsigned char *h = p + pos;
-        int64_t size = end - pos < 61 ? 0 : (int32_t)be(h + 8, 4) + (int64_t)12;
-        if (size < 61 || size > end - pos || (be(h + 21, 2) & 0x07)) {
-            clear = 0; /* not a whole batch, or a compressed one: the loop decides */
-            break;
-        }
+        int64_t size = end - pos < BATCH_HEADER_SIZE
+                           ? 0
+                           : (int32_t)be(h + BATCH_LENGTH_AT, 4) + (int64_t)LOG_OVERHEAD;
+        if (size < BATCH_HEADER_SIZE || size > end - pos)
+            break; /* not a whole batch: the loop decides */
+        int64_t attributes = be(h + ATTRIBUTES_AT, 2);
+        if (attributes & COMPRESSION_BITS)
+            break; /* its records are walked once inflated, by the loop */
         walked w;
-        if (walk_section(h + 61, (Py_ssize_t)size - 61, (int32_t)be(h + 57, 4),
-                         (int32_t)be(h + 23, 4), &w) < 0) {
-            clear = 0; /* a broken record: the loop names it */
-            break;
-        }
-        long long lo = w.min_ts, hi = w.max_ts;
-        Py_ssize_t keyless = w.first_keyless;
-        if (!(be(h + 21, 2) & 0x20)) { /* control batches carry no keys or times to check */
-            long long base = be(h + 27, 8), first, last;
-            if (require_keys && keyless >= 0)
-                clear = 0;
-            else if (check_time &&
-                     (__builtin_add_overflow(base, lo, &first) ||
-                      __builtin_add_overflow(base, hi, &last) || first < earliest ||
-                      last > latest || last != be(h + 35, 8)))
-                clear = 0;
+        if (walk_section(h + BATCH_HEADER_SIZE, (Py_ssize_t)size - BATCH_HEADER_SIZE,
+                         (int32_t)be(h + RECORD_COUNT_AT, 4),
+                         (int32_t)be(h + LAST_OFFSET_DELTA_AT, 4), &w) < 0)
+            break; /* a broken record: the loop names it */
+        if (!(attributes & CONTROL_BIT)) { /* control batches carry no keys or times to check */
+            long long base = be(h + BASE_TIMESTAMP_AT, 8), first, last;
+            if (require_keys && w.first_keyless >= 0)
+                break;
+            if (check_time && (__builtin_add_overflow(base, (long long)w.min_ts, &first) ||
+                               __builtin_add_overflow(base, (long long)w.max_ts, &last) ||
+                               first < earliest || last > latest ||
+                               last != be(h + MAX_TIMESTAMP_AT, 8)))
+                break;
         }
         pos += (Py_ssize_t)size;
     }
     PyBuffer_Release(&view);
-    return PyBool_FromLong(clear);
+    return PyBool_FromLong(pos == end); /* every batch clear */
 }
 
 /* invalid_schema_ids(section, count, field, valid) -> list of record indexes

@@ -186,9 +186,6 @@ _Walk = Callable[[bytes | bytearray | memoryview, int, int], tuple[int, int, int
 walk: _Walk
 
 
-_MIN_I64, _MAX_I64 = -(2**63), 2**63 - 1
-
-
 def _not_known_clear(
     buf: bytearray | memoryview, earliest: int, latest: int, require_keys: bool, check_time: bool
 ) -> bool:
@@ -207,6 +204,19 @@ except ImportError:  # the extension is not built: the same rules, in Python
 # -- the checks ----------------------------------------------------------------------------
 
 
+_MIN_I64, _MAX_I64 = -(2**63), 2**63 - 1
+
+
+def time_bounds(policy: RecordPolicy, now_ms: int) -> tuple[int, int]:
+    """[earliest, latest] a record's timestamp may take at `now_ms`, as int64s (no
+    timestamp lies beyond them). Long.MAX_VALUE means no limit at all (as in Kafka), not
+    "after year -292 million"."""
+    before, after = policy.timestamp_before_max_ms, policy.timestamp_after_max_ms
+    earliest = now_ms - before if before < _UNLIMITED else _MIN_I64
+    latest = now_ms + after if after < _UNLIMITED else _MAX_I64
+    return max(earliest, _MIN_I64), min(latest, _MAX_I64)
+
+
 def validate_records(
     buf: bytearray | memoryview,
     headers: Sequence[BatchHeader],
@@ -221,16 +231,10 @@ def validate_records(
     view = memoryview(buf)
     fixes: list[tuple[BatchHeader, int]] = []
     check_time = not policy.log_append_time
-    # Long.MAX_VALUE means no limit at all (as in Kafka), not "after year -292 million".
-    before, after = policy.timestamp_before_max_ms, policy.timestamp_after_max_ms
-    earliest = now_ms - before if before < _UNLIMITED else -(2**63)
-    latest = now_ms + after if after < _UNLIMITED else 2**63 - 1
+    earliest, latest = time_bounds(policy, now_ms)
     # The usual blob (uncompressed, well formed, in range, its maxTimestamp right) is
     # known clear in one C call; anything else takes the loop, which refuses or fixes it.
-    # (The bounds as int64s: no timestamp lies beyond them.)
-    if all_clear(
-        buf, max(earliest, _MIN_I64), min(latest, _MAX_I64), policy.require_keys, check_time
-    ):
+    if all_clear(buf, earliest, latest, policy.require_keys, check_time):
         return
     for n, h in enumerate(headers):
         start = h.position + HEADER_SIZE

@@ -14,7 +14,10 @@ written, and request frames handed to its `data_received`:
 - fetch, parked: the same Fetch with max wait 1 ms, each answered by its timer before the
   next is sent, so each runs after the loop slept, as a parked fetch does; the time
   inside its phases (the dispatch, the decode, the handler, the expiry with its second
-  read, its encode and the answer's completion) is timed by wrapping those functions.
+  read, its encode and the answer's completion) is timed by wrapping those functions;
+- answers written from descriptions (protocol.response_writer): ApiVersions v3, which
+  every client connection sends first, and Metadata v12 for a topic of 50 partitions,
+  back to back.
 
 Per request: wall time and this process's user and system CPU (`os.times`, every thread:
 the raft thread and the workers are idle here). The stall watch is stopped, since a loop
@@ -46,8 +49,9 @@ from kbroker.testing.nodes import free_ports
 from kbroker.testing.records import Record, encode_batch
 from kbroker.testing.transport import CollectingTransport
 
-PRODUCE, FETCH, CREATE_TOPICS = 0, 1, 19
+PRODUCE, FETCH, METADATA, API_VERSIONS = 0, 1, 3, 18
 TOPIC = "inprocess"
+WIDE_TOPIC, WIDE_PARTITIONS = "inprocess-wide", 50
 
 
 def frames(api_key: int, version: int, fields: dict[str, Any], count: int) -> list[bytes]:
@@ -118,6 +122,31 @@ async def measure(broker: Broker, args: argparse.Namespace) -> None:
             restore()
         for phase, seconds in totals.items():
             print(f"    inside {phase:18} {1e6 * seconds / count:7.1f} µs per request")
+    await _answers(broker, connection, args.answers)
+
+
+async def _answers(broker: Broker, connection: KafkaConnection, count: int) -> None:
+    """Answers of the APIs a client asks first, written from the handlers' descriptions."""
+    await broker.controller.create_topic(WIDE_TOPIC, WIDE_PARTITIONS, 1, {})
+    while broker.replicas.get(WIDE_TOPIC, WIDE_PARTITIONS - 1) is None:
+        await asyncio.sleep(0.01)
+    software = {"client_software_name": "inprocess", "client_software_version": "1"}
+    metadata = {
+        "topics": [{"name": WIDE_TOPIC, "topic_id": None}],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    for name, api_key, version, fields in (
+        ("apiversions v3", API_VERSIONS, 3, software),
+        (f"metadata {WIDE_PARTITIONS} p.", METADATA, 12, metadata),
+    ):
+        requests = frames(api_key, version, fields, count + 100)
+        for frame in requests[:100]:
+            connection.data_received(frame)
+        before, started = os.times(), time.perf_counter()
+        for frame in requests[100:]:
+            connection.data_received(frame)
+        report(name, count, time.perf_counter() - started, before, os.times())
 
 
 def _time_phases(totals: dict[str, float]) -> list[Callable[[], None]]:
@@ -152,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=20000, help="hot produces and fetches")
     parser.add_argument("--parked", type=int, default=3000, help="parked fetches")
+    parser.add_argument("--answers", type=int, default=2000, help="ApiVersions and Metadata")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kbroker-inprocess-") as tmp:
         port, http_port = free_ports(2)

@@ -29,8 +29,9 @@ from kio.schema.errors import ErrorCode
 
 from kbroker import handlers  # noqa: F401  (registers every API handler)
 from kbroker.handlers.registry import APIS
+from kbroker.protocol.entity_build import field_default, known_versions, nested_entity
 from kbroker.protocol.legacy_messages import CARRIED, LEGACY
-from kbroker.protocol.messages import _default, _is_nullable, _nested_entity, known_versions
+from kbroker.protocol.messages import _is_nullable
 
 ROOT = Path(__file__).resolve().parent.parent / "kbroker" / "protocol"
 REQUESTS = ROOT / "requests.py"
@@ -92,7 +93,7 @@ def _walk(
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
         hint = hints[f.name]
-        nested, is_array = _nested_entity(hint)
+        nested, is_array = nested_entity(hint)
         kafka_type = f.metadata.get("kafka_type")
         slot = info.fields.setdefault(f.name, FieldInfo())
         slot.versions.add(version)
@@ -112,7 +113,7 @@ def _walk(
         if rendered not in slot.types:
             slot.types.append(rendered)
         slot.nullable = slot.nullable or nullable
-        slot.default = _default(f, hint)
+        slot.default = field_default(f, hint)
 
 
 _LEGACY_TYPES = {"i8": "int", "i16": "int", "i32": "int", "i64": "int", "bool": "bool"}

@@ -29,7 +29,7 @@ from kio.index import load_request_schema
 from test_header import uvarint
 
 from kbroker.handlers.registry import APIS
-from kbroker.protocol import _requestread, fetch_request_decode, messages
+from kbroker.protocol import _requestread, entity_build, fetch_request_decode, messages
 from kbroker.protocol.fetch_request import fetch_partition, in_session, sessionless_fetch
 from kbroker.protocol.fetch_request_decode import decode_fetch_request, decode_fetch_request_py
 from kbroker.protocol.header import MalformedRequest
@@ -118,7 +118,7 @@ def test_the_view_covers_every_field_of_every_served_version() -> None:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             names.add(f.name)
-            nested, _ = messages._nested_entity(hints[f.name])
+            nested, _ = entity_build.nested_entity(hints[f.name])
             if nested is not None:
                 gather(nested)
 

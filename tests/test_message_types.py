@@ -22,9 +22,9 @@ import kbroker
 from kbroker import handlers  # noqa: F401  (registers every API handler)
 from kbroker.handlers.registry import APIS
 from kbroker.protocol import requests, responses
+from kbroker.protocol.entity_build import nested_entity
 from kbroker.protocol.messages import (
     API_NAMES,
-    _nested_entity,
     build,
     decode_request,
     encode,
@@ -75,7 +75,7 @@ def _field_names(cls: type, path: tuple[str, ...], into: dict[tuple[str, ...], s
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
         into.setdefault(path, set()).add(f.name)
-        nested, _ = _nested_entity(hints[f.name])
+        nested, _ = nested_entity(hints[f.name])
         if nested is not None:
             _field_names(nested, (*path, f.name), into)
 
@@ -84,7 +84,7 @@ def _classes(cls: type, path: tuple[str, ...], into: dict[tuple[str, ...], type]
     into[path] = cls
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
-        nested, _ = _nested_entity(hints[f.name])
+        nested, _ = nested_entity(hints[f.name])
         if nested is not None:
             _classes(nested, (*path, f.name), into)
 

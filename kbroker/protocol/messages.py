@@ -18,12 +18,11 @@ import types
 import typing
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, make_dataclass
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.errors import ErrorCode
-from kio.schema.index import api_key_map, schema_name_map
+from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import (
     EntityField,
@@ -36,7 +35,13 @@ from kio.serial._introspect import (
 from kio.static.constants import EntityType
 from kio.static.protocol import Entity
 
-from kbroker.protocol import legacy_messages, requests
+from kbroker.protocol import legacy_messages, requests, response_writer
+from kbroker.protocol.entity_build import (
+    UnknownFieldError,
+    build,
+    field_plan,
+    known_versions,
+)
 from kbroker.protocol.errors import MalformedRequest
 from kbroker.protocol.fetch_request_decode import FIRST_FLEXIBLE as FETCH_FIRST_FLEXIBLE
 from kbroker.protocol.fetch_request_decode import FIRST_VERSION as FETCH_FIRST_DECODED
@@ -60,12 +65,6 @@ def duration_ms(value: datetime.timedelta | int) -> int:
     if isinstance(value, datetime.timedelta):
         return int(value / _ONE_MS)
     return int(value)
-
-
-def known_versions(api_key: int) -> range:
-    """Versions of an API that kio has schemas for."""
-    versions = sorted(schema_name_map[API_NAMES[api_key]])
-    return range(versions[0], versions[-1] + 1)
 
 
 PRODUCE, FETCH = 0, 1
@@ -138,7 +137,7 @@ def _carrying(
     if not any(p[: len(path)] == path for p in carried):
         return cls
     new_fields: list[tuple[str, Any, Any]] = []
-    for name, _kafka_type, nested, is_array, _default in _plan(cls):
+    for name, _kafka_type, nested, is_array, _default in field_plan(cls):
         if nested is None:
             continue
         sub = _carrying(nested, (*path, name), carried)
@@ -160,7 +159,7 @@ def _give_defaults(
     for name, value in absent.get(path, {}).items():
         if name not in own:
             setattr(cls, name, value)
-    for name, _kafka_type, nested, _is_array, _default in _plan(cls):
+    for name, _kafka_type, nested, _is_array, _default in field_plan(cls):
         if nested is not None:
             _give_defaults(nested, (*path, name), absent)
 
@@ -480,179 +479,6 @@ def check_lengths(api_key: int, version: int, frame: bytes | memoryview, offset:
 # -- building version-specific entities from plain data ---------------------------------
 
 
-@functools.cache
-def _plan(cls: type) -> tuple[tuple[str, str | None, Any, bool, Any], ...]:
-    """For each field: (name, kafka_type, nested entity type or None, is_array, default)."""
-    hints = typing.get_type_hints(cls)
-    plan = []
-    for f in fields(cls):
-        hint = hints[f.name]
-        nested, is_array = _nested_entity(hint)
-        plan.append((f.name, f.metadata.get("kafka_type"), nested, is_array, _default(f, hint)))
-    return tuple(plan)
-
-
-def _without_none(hint: Any) -> Any:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(hint) if a is not type(None)]
-        return options[0] if len(options) == 1 else hint
-    return hint
-
-
-def _nested_entity(hint: Any) -> tuple[type | None, bool]:
-    """The entity type a field holds (itself or as array items), for nullable ones too."""
-    hint = _without_none(hint)
-    is_array = typing.get_origin(hint) is tuple
-    inner = _without_none(typing.get_args(hint)[0]) if is_array else hint
-    if isinstance(inner, type) and is_dataclass(inner):
-        return inner, is_array
-    return None, is_array
-
-
-def _default(f: Field, hint: Any) -> Any:
-    if f.default is not MISSING:
-        return f.default
-    if f.default_factory is not MISSING:
-        return f.default_factory()
-    if typing.get_origin(hint) is tuple:
-        return ()
-    kafka_type = f.metadata.get("kafka_type")
-    if type(None) in typing.get_args(hint):
-        return None
-    return _ZERO.get(kafka_type, 0)
-
-
-_ZERO: dict[str | None, Any] = {
-    "string": "",
-    "bytes": b"",
-    "records": b"",
-    "bool": False,
-    "uuid": None,
-    "error_code": ErrorCode.none,
-    "timedelta_i32": datetime.timedelta(0),
-    "timedelta_i64": datetime.timedelta(0),
-    "float64": 0.0,
-}
-
-
-def _coerce(kafka_type: str | None, value: Any) -> Any:
-    if kafka_type == "error_code" and not isinstance(value, ErrorCode):
-        return ErrorCode(value)
-    if kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
-        return datetime.timedelta(milliseconds=value)
-    if kafka_type == "datetime_i64" and isinstance(value, int):
-        return None if value < 0 else datetime.datetime.fromtimestamp(value / 1000, tz=_UTC)
-    if kafka_type == "uuid" and isinstance(value, bytes):
-        return uuid.UUID(bytes=value)
-    return value
-
-
-class UnknownFieldError(ValueError):
-    """A message described with a key no version of its schema has: a misspelling,
-    which would otherwise silently leave the real field at its default."""
-
-
-Shape = dict[str, "Shape | None"]
-"""The field names of an entity in any version, with the shape of each nested entity."""
-
-
-def _merge_shape(shape: Shape, cls: type) -> None:
-    for name, _kafka_type, nested, _is_array, _default in _plan(cls):
-        if nested is None:
-            shape.setdefault(name, None)
-            continue
-        child = shape.get(name)
-        if child is None:
-            child = shape[name] = {}
-        _merge_shape(child, nested)
-
-
-@functools.cache
-def _api_shape(api_key: int, kind: EntityType) -> Shape:
-    """Every field of an API's request or response in any version kio knows."""
-    load = load_request_schema if kind is EntityType.request else load_response_schema
-    shape: Shape = {}
-    for version in known_versions(api_key):
-        _merge_shape(shape, load(api_key, version))
-    return shape
-
-
-@functools.cache
-def _shape_of(cls: type) -> Shape:
-    kind = getattr(cls, "__type__", None)
-    if kind in (EntityType.request, EntityType.response):
-        return _api_shape(int(cls.__api_key__), kind)  # type: ignore[attr-defined]
-    shape: Shape = {}
-    _merge_shape(shape, cls)
-    return shape
-
-
-class _OtherVersionField(Exception):
-    """A description holds a key this version lacks: telling a field of another version
-    (dropped) from a misspelling (refused) needs the fields of every version."""
-
-
-# Entities whose descriptions named a key of another version: built with every
-# version's fields from then on, without trying this version's alone first.
-_SHAPE_NEEDED: set[type] = set()
-
-
-def build(cls: type, data: Mapping[str, Any], shape: Shape | None = None) -> Any:
-    """Instantiate kio entity `cls` from `data`.
-
-    Keys of fields this version lacks but another version of the message has are
-    dropped, so one description serves every version; a key no version has raises
-    UnknownFieldError. Fields left out take their defaults.
-
-    The fields of every version (which imports each version's schema module, tens of ms
-    per API) are gathered only once a description of `cls` names a key this version
-    lacks: answers to clients of the newest version usually name none.
-    """
-    if shape is None:
-        if cls not in _SHAPE_NEEDED:
-            try:
-                return _build(cls, data, None)
-            except _OtherVersionField:
-                _SHAPE_NEEDED.add(cls)
-        shape = _shape_of(cls)
-    return _build(cls, data, shape)
-
-
-def _build(cls: type, data: Mapping[str, Any], shape: Shape | None) -> Any:
-    """`build` with the fields of every version in `shape`, or with None to accept only
-    this version's fields (raising _OtherVersionField for any other key)."""
-    kwargs = {}
-    used = 0
-    for name, kafka_type, nested, is_array, default in _plan(cls):
-        if name not in data:
-            kwargs[name] = default
-            continue
-        used += 1
-        value = data[name]
-        if nested is not None and value is not None:
-            inner = None if shape is None else shape.get(name) or {}
-            if is_array:
-                value = tuple(
-                    v if isinstance(v, nested) else _build(nested, v, inner) for v in value
-                )
-            elif not isinstance(value, nested):
-                value = _build(nested, value, inner)
-        elif is_array and value is not None:
-            value = tuple(_coerce(kafka_type, v) for v in value)
-        else:
-            value = _coerce(kafka_type, value)
-        kwargs[name] = value
-    if used != len(data):
-        if shape is None:
-            raise _OtherVersionField
-        unknown = sorted(key for key in data if key not in shape)
-        if unknown:
-            raise UnknownFieldError(
-                f"{cls.__qualname__} has no field {', '.join(unknown)} in any version"
-            )
-    return cls(**kwargs)
-
-
 def build_response(api_key: int, version: int, data: Mapping[str, Any]) -> Any:
     return build(response_type(api_key, version), data)
 
@@ -662,7 +488,11 @@ def encode_response(api_key: int, version: int, data: Mapping[str, Any]) -> byte
     legacy = legacy_messages.LEGACY.get((api_key, version))
     if legacy is not None and legacy[1] is not None:
         return legacy_messages.write(legacy[1], version, data)
-    return encode(build_response(api_key, wire_version(api_key, version), data))
+    cls = response_type(api_key, wire_version(api_key, version))
+    try:
+        return response_writer.write(cls, data)
+    except response_writer.GiveUp:
+        return encode(build(cls, data))
 
 
 __all__ = [

@@ -23,6 +23,7 @@ import datetime
 import functools
 import io
 import struct
+import typing
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
@@ -119,50 +120,148 @@ _EXACT_MS = 10**15
 
 @functools.cache
 def entity_steps(cls: type) -> Step:
-    """The writer of one kio entity class from a description of it."""
+    """The writer of one kio entity class from a description of it: a function made
+    from source, as dataclasses makes its methods, so that an entity costs one call
+    (an answer's partitions and API entries are hundreds of entities)."""
+    source, namespace = entity_source(cls)
+    exec(compile(source, f"<answer of {cls.__qualname__}>", "exec"), namespace)  # noqa: S102
+    return typing.cast(Step, namespace["write_entity"])
+
+
+def entity_source(cls: type) -> tuple[str, dict[str, Any]]:
+    """The source of `entity_steps(cls)` and the names it reads."""
     flexible = bool(cls.__flexible__)  # type: ignore[attr-defined]  # every kio entity has it
-    names = frozenset(f.name for f in fields(cls))
     plan = {entry[0]: entry for entry in field_plan(cls)}
-    steps: list[Step] = []
-    run: list[tuple[str, Any, str, str]] = []
+    namespace: dict[str, Any] = {
+        "cls": cls,
+        "names": frozenset(f.name for f in fields(cls)),
+        "known": _KNOWN,
+        "nothing": frozenset(),
+        "OtherKeys": _OtherKeys,
+        "GiveUp": GiveUp,
+        "CODES": _ERROR_CODES,
+        "ms": _milliseconds,
+        "uvarint": uvarint,
+        "SMALL": tuple(uvarint(n) for n in range(128)),
+        "pack": struct.pack,
+        "I16": _I16.pack,
+        "I32": _I32.pack,
+        "kio_entity": _kio_entity,
+    }
+    lines = [
+        "def write_entity(data, out):",
+        "    if not names.issuperset(data) and not known.get(cls, nothing).issuperset(data):",
+        "        raise OtherKeys",
+        "    get = data.get",
+        "    append = out.append",
+    ]
+    run: list[tuple[int, str, str]] = []  # fixed-width fields waiting to be packed at once
     tagged = []
-    for f in fields(cls):
+
+    def pack_run() -> None:
+        if not run:
+            return
+        namespace[f"p{run[0][0]}"] = struct.Struct(">" + "".join(_FIXED[k] for _, _, k in run)).pack
+        for i, name, _ in run:
+            lines.append(f"    v{i} = get({name!r}, d{i})")
+        for i, _, kind in run:
+            if kind == "error_code":
+                lines.append(f"    if v{i} not in CODES: raise GiveUp")
+            elif kind.startswith("timedelta"):
+                lines.append(f"    v{i} = ms(v{i})")
+        lines.append(f"    append(p{run[0][0]}({', '.join(f'v{i}' for i, _, _ in run)}))")
+        run.clear()
+
+    for i, f in enumerate(fields(cls)):
         name, kafka_type, nested, is_array, default = plan[f.name]
+        namespace[f"d{i}"] = default
         tag = get_field_tag(f)
         if tag is not None:
             tagged.append((tag, f, plan[f.name]))
             continue
         optional = is_optional(f)
         if nested is None and not is_array and not optional and kafka_type in _FIXED:
-            run.append((name, default, _FIXED[kafka_type], kafka_type))
+            run.append((i, name, kafka_type))
             continue
-        if run:
-            steps.append(_run_step(run))
-            run = []
-        if nested is not None:
-            inner = entity_steps(nested)
-            if is_array:
-                steps.append(_entities_step(name, default, nested, inner, flexible))
-            else:
-                steps.append(_entity_step(name, default, nested, inner, optional))
-        elif is_array:
-            item = _leaf(kafka_type, flexible, nullable=False, field=f)
-            steps.append(_array_step(name, default, kafka_type, item, flexible))
+        pack_run()
+        if nested is not None and is_array:
+            namespace[f"n{i}"] = nested
+            namespace[f"w{i}"] = entity_steps(nested)
+            lines += _array_source(i, name, flexible)
+            lines += [
+                f"        for item in v{i}:",
+                f"            if isinstance(item, n{i}):",
+                f"                kio_entity(n{i}, item, out)",
+                "            else:",
+                f"                w{i}(item, out)",
+            ]
+        elif is_array and kafka_type in _INTEGERS:
+            lines += _array_source(i, name, flexible)
+            code = _INTEGERS[kafka_type]
+            lines.append(f"        if v{i}: append(pack('>%d{code}' % len(v{i}), *v{i}))")
+        elif nested is None and not is_array and kafka_type in ("string", "bytes", "records"):
+            lines += _string_source(i, name, kafka_type, flexible, optional)
         else:
-            steps.append(_value_step(name, default, _leaf(kafka_type, flexible, optional, f)))
-    if run:
-        steps.append(_run_step(run))
-    tags = _tags_step(sorted(tagged, key=lambda t: t[0])) if flexible else None
+            if nested is not None:
+                step = _entity_step(name, default, nested, entity_steps(nested), optional)
+            elif is_array:
+                item = _leaf(kafka_type, flexible, nullable=False, field=f)
+                step = _array_step(name, default, kafka_type, item, flexible)
+            else:
+                step = _value_step(name, default, _leaf(kafka_type, flexible, optional, f))
+            namespace[f"s{i}"] = step
+            lines.append(f"    s{i}(data, out)")
+    pack_run()
+    if flexible and tagged:
+        namespace["tags"] = _tags_step(sorted(tagged, key=lambda t: t[0]))
+        lines.append("    tags(data, out)")
+    elif flexible:
+        lines.append(f"    append({_NO_TAGS!r})")
+    return "\n".join(lines) + "\n", namespace
 
-    def write_entity(data: Mapping[str, Any], out: Out) -> None:
-        if not names.issuperset(data) and not _KNOWN.get(cls, frozenset()).issuperset(data):
-            raise _OtherKeys
-        for step in steps:
-            step(data, out)
-        if tags is not None:
-            tags(data, out)
 
-    return write_entity
+def _array_source(i: int, name: str, flexible: bool) -> list[str]:
+    """Lines that write an array's length (null: kio writes None as a null array whatever
+    the schema says) and leave its items, a sequence, in v{i}, the writing of which the
+    caller appends under `else:`."""
+    null = _NULL_COMPACT if flexible else _NULL_INT32
+    length = _compact_length(i) if flexible else f"I32(len(v{i}))"
+    return [
+        f"    v{i} = get({name!r}, d{i})",
+        f"    if v{i} is None:",
+        f"        append({null!r})",
+        "    else:",
+        f"        if type(v{i}) is not list and type(v{i}) is not tuple:",
+        f"            v{i} = tuple(v{i})",
+        f"        append({length})",
+    ]
+
+
+def _compact_length(i: int) -> str:
+    """A compact length (size + 1), the one-byte ones from a table."""
+    return f"SMALL[len(v{i}) + 1] if len(v{i}) < 127 else uvarint(len(v{i}) + 1)"
+
+
+def _string_source(i: int, name: str, kafka_type: str, flexible: bool, nullable: bool) -> list[str]:
+    """Lines that write a string or bytes field as kio's writer of its kind does."""
+    if flexible:
+        null, length = _NULL_COMPACT, _compact_length(i)
+        encode = [f"        if isinstance(v{i}, str):", f"            v{i} = v{i}.encode()"]
+    elif kafka_type == "string":
+        null, length = _NULL_INT16, f"I16(len(v{i}))"
+        encode = [f"        v{i} = v{i}.encode()"]
+    else:
+        null, length = _NULL_INT32, f"I32(len(v{i}))"
+        encode = []
+    return [
+        f"    v{i} = get({name!r}, d{i})",
+        f"    if v{i} is None:",
+        f"        append({null!r})" if nullable else "        raise GiveUp",
+        "    else:",
+        *encode,
+        f"        append({length})",
+        f"        append(v{i})",
+    ]
 
 
 def _run_step(run: list[tuple[str, Any, str, str]]) -> Step:

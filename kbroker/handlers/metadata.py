@@ -55,11 +55,18 @@ def describe_topic(
 
     node, failed = storage_failed if storage_failed else (-1, {})
     name = topic.name
+    # Brokers none of whose replicas is offline: a partition placed only on those (most,
+    # on a healthy cluster) has no offline replica to look for, one by one.
+    healthy = {n for n, b in brokers.items() if not b.fenced and not b.offline_replicas}
     partitions: list[responses.MetadataResponsePartition] = []
     for p in topic.partitions:
         error_code = ErrorCode.none if p.has_leader else ErrorCode.leader_not_available
         leader, isr = p.leader, list(p.isr)
-        offline_replicas = [r for r in p.replicas if offline(r, p.partition)]
+        offline_replicas = (
+            []
+            if healthy.issuperset(p.replicas)
+            else [r for r in p.replicas if offline(r, p.partition)]
+        )
         if failed and node in p.replicas and (name, p.partition) in failed:
             offline_replicas = sorted({*offline_replicas, node})
             if leader == node:

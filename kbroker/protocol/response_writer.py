@@ -4,17 +4,18 @@ Answers not written by hand (produce_response, fetch_response, group_answers and
 like) are dicts and lists (protocol.responses). kio's way to bytes is to build its frozen
 dataclass of the version (`entity_build.build`, a call and a coercion per field) and
 have its writer walk that (a call and a BytesIO write per value): some 6 µs an entity.
-A Metadata answer for a topic of 50 partitions cost 880 µs that way, nine tenths of the
-request, and the ApiVersions answer every connection asks for first 610 µs.
+A Metadata answer for a topic of 50 partitions cost 720-1,370 µs that way, nine tenths
+of it writing, and the ApiVersions answer every connection asks for first 450-930 µs.
 
-Here each entity's fields are compiled once into steps that read the dict and append
-bytes: a run of fixed-width fields is one struct.pack, a string or an array a small
-closure, tagged fields (rare, mostly absent) the kio way field by field. The bytes are
-kio's: tests/test_response_writer.py holds both to the same bytes for every version of
-every answer served, on random descriptions. What a step does not know how to write (a
-key of another version, a kio entity in place of a dict, a value out of range) raises
-GiveUp, and `messages.encode_response` then writes the answer the kio way, which
-succeeds or raises as it always did.
+Here each entity class is compiled once into one function, made from source as
+dataclasses makes its methods (`entity_source` shows it): a run of fixed-width fields
+is one struct.pack, strings and integer and entity arrays are written inline, the rarer
+kinds (tagged fields, uuids, datetimes, nullable structs) call small steps or kio's own
+writer. The bytes are kio's: tests/test_response_writer.py holds both to the same bytes
+for every version of every answer served, on random descriptions. Keys of the API's
+other versions are dropped as `build` drops them. What the function cannot write (a key
+of no version, a value out of range) raises GiveUp, and `messages.encode_response` then
+writes the answer the kio way, which succeeds or raises as it always did.
 """
 
 from __future__ import annotations
@@ -262,33 +263,6 @@ def _string_source(i: int, name: str, kafka_type: str, flexible: bool, nullable:
         f"        append({length})",
         f"        append(v{i})",
     ]
-
-
-def _run_step(run: list[tuple[str, Any, str, str]]) -> Step:
-    """Consecutive fixed-width fields in one struct.pack."""
-    packer = struct.Struct(">" + "".join(code for _, _, code, _ in run)).pack
-    pairs = tuple((name, default) for name, default, _, _ in run)
-    codes = tuple(i for i, (_, _, _, kind) in enumerate(run) if kind == "error_code")
-    times = tuple(i for i, (_, _, _, kind) in enumerate(run) if kind.startswith("timedelta"))
-    if not codes and not times:
-
-        def plain(data: Mapping[str, Any], out: Out) -> None:
-            get = data.get
-            out.append(packer(*[get(name, default) for name, default in pairs]))
-
-        return plain
-
-    def checked(data: Mapping[str, Any], out: Out) -> None:
-        get = data.get
-        values = [get(name, default) for name, default in pairs]
-        for i in codes:
-            if values[i] not in _ERROR_CODES:
-                raise GiveUp  # ErrorCode(value) decides: a known code or an error
-        for i in times:
-            values[i] = _milliseconds(values[i])
-        out.append(packer(*values))
-
-    return checked
 
 
 def _milliseconds(value: Any) -> int:

@@ -198,8 +198,12 @@ def entity_source(cls: type) -> tuple[str, dict[str, Any]]:
             ]
         elif is_array and kafka_type in _INTEGERS:
             lines += _array_source(i, name, flexible)
+            # The short arrays (replica lists) by a Struct of their length, made once.
             code = _INTEGERS[kafka_type]
-            lines.append(f"        if v{i}: append(pack('>%d{code}' % len(v{i}), *v{i}))")
+            namespace[f"a{i}"] = tuple(struct.Struct(f">{n}{code}").pack for n in range(16))
+            lines.append(
+                f"        if n: append(a{i}[n](*v{i}) if n < 16 else pack('>%d{code}' % n, *v{i}))"
+            )
         elif nested is None and not is_array and kafka_type in ("string", "bytes", "records"):
             lines += _string_source(i, name, kafka_type, flexible, optional)
         else:
@@ -226,7 +230,7 @@ def _array_source(i: int, name: str, flexible: bool) -> list[str]:
     the schema says) and leave its items, a sequence, in v{i}, the writing of which the
     caller appends under `else:`."""
     null = _NULL_COMPACT if flexible else _NULL_INT32
-    length = _compact_length(i) if flexible else f"I32(len(v{i}))"
+    length = "SMALL[n + 1] if n < 127 else uvarint(n + 1)" if flexible else "I32(n)"
     return [
         f"    v{i} = get({name!r}, d{i})",
         f"    if v{i} is None:",
@@ -234,6 +238,7 @@ def _array_source(i: int, name: str, flexible: bool) -> list[str]:
         "    else:",
         f"        if type(v{i}) is not list and type(v{i}) is not tuple:",
         f"            v{i} = tuple(v{i})",
+        f"        n = len(v{i})",
         f"        append({length})",
     ]
 

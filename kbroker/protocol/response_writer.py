@@ -285,10 +285,7 @@ Leaf = Callable[[Any, Out], None]
 def _leaf(kafka_type: str | None, flexible: bool, nullable: bool, field: Any) -> Leaf:
     """How one value of a primitive type is written (an array's item, or a field)."""
     if kafka_type in ("string", "bytes", "records"):
-        text = kafka_type == "string"
-        if flexible:
-            return _compact(nullable)
-        return _legacy_string(nullable) if text else _legacy_bytes(nullable)
+        return _string_leaf(kafka_type, flexible, nullable)
     if kafka_type == "uuid":
         return _uuid
     if kafka_type in _FIXED and not nullable:
@@ -315,46 +312,30 @@ def _leaf(kafka_type: str | None, flexible: bool, nullable: bool, field: Any) ->
     return kio_leaf
 
 
-def _compact(nullable: bool) -> Leaf:
-    def compact(value: Any, out: Out) -> None:
+def _string_leaf(kafka_type: str, flexible: bool, nullable: bool) -> Leaf:
+    """A string's or bytes' writer as kio's of its kind: a compact length (size + 1,
+    str or bytes taken), else an int16 length and a str, or an int32 length and bytes."""
+    text = kafka_type == "string"
+    null = _NULL_COMPACT if flexible else _NULL_INT16 if text else _NULL_INT32
+
+    def string(value: Any, out: Out) -> None:
         if value is None:
             if not nullable:
                 raise GiveUp
-            out.append(_NULL_COMPACT)
+            out.append(null)
             return
-        if isinstance(value, str):
+        if flexible:
+            if isinstance(value, str):
+                value = value.encode()
+            out.append(uvarint(len(value) + 1))
+        elif text:
             value = value.encode()
-        out.append(uvarint(len(value) + 1))
+            out.append(_I16.pack(len(value)))
+        else:
+            out.append(_I32.pack(len(value)))
         out.append(value)
 
-    return compact
-
-
-def _legacy_string(nullable: bool) -> Leaf:
-    def legacy_string(value: Any, out: Out) -> None:
-        if value is None:
-            if not nullable:
-                raise GiveUp
-            out.append(_NULL_INT16)
-            return
-        data = value.encode()
-        out.append(_I16.pack(len(data)))
-        out.append(data)
-
-    return legacy_string
-
-
-def _legacy_bytes(nullable: bool) -> Leaf:
-    def legacy_bytes(value: Any, out: Out) -> None:
-        if value is None:
-            if not nullable:
-                raise GiveUp
-            out.append(_NULL_INT32)
-            return
-        out.append(_I32.pack(len(value)))
-        out.append(value)
-
-    return legacy_bytes
+    return string
 
 
 def _uuid(value: Any, out: Out) -> None:

@@ -1,11 +1,12 @@
 """Kafka message bodies through kio: decoding requests, building and encoding responses.
 
 Handlers describe a response as plain dicts and lists, version-agnostic, typed by
-the TypedDicts of protocol.responses; `build` turns that into the kio dataclass of the
-version the client asked for, dropping fields the version does not have and filling the
-ones the handler left out with their defaults. One handler thereby serves every version
-of its API. A request is read through the Protocols of protocol.requests, every field
-of every version at hand (`request_class`).
+the TypedDicts of protocol.responses; `encode_response` writes that as the version the
+client asked for, dropping fields the version does not have and filling the ones the
+handler left out with their defaults (protocol.response_writer, or kio's dataclass from
+protocol.entity_build's `build`). One handler thereby serves every version of its API. A
+request is read through the Protocols of protocol.requests, every field of every version
+at hand (`request_class`).
 """
 
 from __future__ import annotations

@@ -11,10 +11,11 @@ from kio.serial import entity_reader
 
 from kbroker.config import BrokerConfig
 from kbroker.controller.state import MetadataState
-from kbroker.handlers.api_versions import api_versions
+from kbroker.handlers.api_versions import api_versions, describe_api_versions
 from kbroker.protocol.messages import build, build_response, encode, request_class, response_type
 
 API_VERSIONS = 18
+SHARE_FETCH = 78
 
 
 def Settings(share: bool = True, protocols: str = "classic,consumer,streams") -> BrokerConfig:
@@ -36,19 +37,62 @@ class Metadata:
     state: MetadataState
 
 
+@dataclass
+class Quotas:
+    active: bool = False  # no client quota set: answers are not throttled
+
+
 def answer(version: int, settings: BrokerConfig | None = None, metadata_version: int = 41) -> Any:
     """The broker's answer at `version`, encoded to bytes and decoded as a client would."""
     ctx = handler_context(
         API_VERSIONS,
         version,
         config=settings or Settings(),
+        quotas=Quotas(),
         controller=Metadata(MetadataState(version=metadata_version)),
     )
-    result = api_versions(ctx, _request(version))
-    assert isinstance(result, dict)
-    body = encode(build_response(API_VERSIONS, version, result))
+    return read(version, api_versions(ctx, _request(version)))
+
+
+def read(version: int, result: Any) -> Any:
+    """An answer as a client reads it: the handler's bytes, or its description encoded."""
+    body = (
+        result
+        if isinstance(result, bytes)
+        else encode(build_response(API_VERSIONS, version, result))
+    )
     decoded: tuple[Any, int] = entity_reader(response_type(API_VERSIONS, version))(body, 0)
     return decoded[0]
+
+
+def test_the_written_answer_is_the_described_one_until_what_it_holds_changes() -> None:
+    metadata = Metadata(MetadataState(version=5))
+    ctx = handler_context(API_VERSIONS, 3, config=Settings(), quotas=Quotas(), controller=metadata)
+    first = api_versions(ctx, _request(3))
+    assert isinstance(first, bytes)
+    assert read(3, first) == read(3, describe_api_versions(ctx))
+    assert api_versions(ctx, _request(3)) is first  # written once
+    metadata.state = MetadataState(version=6)  # the metadata moved, and the levels' epoch
+    moved = read(3, api_versions(ctx, _request(3)))
+    assert moved.finalized_features_epoch == 6
+    no_share = handler_context(
+        API_VERSIONS, 3, config=Settings(share=False), quotas=Quotas(), controller=metadata
+    )
+    keys = {k.api_key for k in read(3, api_versions(no_share, _request(3))).api_keys}
+    assert keys and SHARE_FETCH not in keys
+    assert SHARE_FETCH in {k.api_key for k in moved.api_keys}
+
+
+def test_with_client_quotas_the_answer_is_described_for_the_request_quota_to_throttle() -> None:
+    ctx = handler_context(
+        API_VERSIONS,
+        3,
+        config=Settings(),
+        quotas=Quotas(active=True),
+        controller=Metadata(MetadataState(version=1)),
+    )
+    answer = api_versions(ctx, _request(3))
+    assert isinstance(answer, dict) and answer["throttle_time"] == 0
 
 
 def supported(response: Any) -> dict[str, tuple[int, int]]:
@@ -113,13 +157,13 @@ def test_levels_recorded_in_the_metadata_are_finalized() -> None:
         API_VERSIONS,
         4,
         config=Settings(),
+        quotas=Quotas(),
         controller=Metadata(
             MetadataState(version=7, features={"eligible.leader.replicas.version": 1})
         ),
     )
-    body = encode(build_response(API_VERSIONS, 4, api_versions(ctx, _request(4))))
-    decoded: tuple[Any, int] = entity_reader(response_type(API_VERSIONS, 4))(body, 0)
-    assert finalized(decoded[0])["eligible.leader.replicas.version"] == (1, 1)
+    decoded = read(4, api_versions(ctx, _request(4)))
+    assert finalized(decoded)["eligible.leader.replicas.version"] == (1, 1)
 
 
 def test_update_features_refusals_carry_kafkas_messages() -> None:
@@ -156,11 +200,16 @@ def test_a_client_software_name_or_version_kafka_refuses_is_invalid_request() ->
 
     def ask(name: str, version: str) -> Any:
         ctx = handler_context(
-            API_VERSIONS, 3, config=Settings(), controller=Metadata(MetadataState(version=1))
+            API_VERSIONS,
+            3,
+            config=Settings(),
+            quotas=Quotas(),
+            controller=Metadata(MetadataState(version=1)),
         )
-        return api_versions(ctx, _request(3, name, version))
+        return read(3, api_versions(ctx, _request(3, name, version)))
 
     for name, version in (("", "1"), ("librdkafka", ""), ("a b", "1"), ("-x", "1"), ("x", "1.")):
-        assert ask(name, version) == {"error_code": 42, "api_keys": [], "throttle_time": 0}
+        refused = ask(name, version)
+        assert (refused.error_code, refused.api_keys) == (42, ())
     for name, version in (("librdkafka", "2.6.1"), ("x", "1"), ("apache-kafka-java", "4.3.1-rc0")):
-        assert ask(name, version)["error_code"] == 0
+        assert ask(name, version).error_code == 0

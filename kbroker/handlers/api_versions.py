@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 import struct
+from typing import Any
 
 from kbroker.features import finalized_features, supported_features
 from kbroker.handlers.context import RequestContext
-from kbroker.handlers.registry import APIS, handles, served_apis
+from kbroker.handlers.registry import APIS, api_gates, handles, served_apis
 from kbroker.protocol import requests, responses
+from kbroker.protocol.messages import encode_response
 
 API_VERSIONS = 18
 INVALID_REQUEST = 42
@@ -22,13 +24,46 @@ INVALID_REQUEST = 42
 SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
+# Encoded answers by all they hold (the version, the settings that gate APIs, the finalized
+# levels and their epoch): the same for every connection until a gating setting or the metadata
+# changes. Each connection's first request, so the answer is written once, not each time
+# (its 77 API entries were two thirds of the request's CPU).
+_ANSWERS: dict[tuple[Any, ...], bytes] = {}
+_MAX_ANSWERS = 32
+
+
 @handles(API_VERSIONS, 0, 4)
 def api_versions(
     ctx: RequestContext, request: requests.ApiVersionsRequest
-) -> responses.ApiVersionsResponse:
+) -> responses.ApiVersionsResponse | bytes:
     if ctx.version >= 3 and not _valid_software(request):
         # As Kafka: INVALID_REQUEST and no API list, the connection left open.
         return {"error_code": INVALID_REQUEST, "api_keys": [], "throttle_time": 0}
+    if ctx.version >= 3:
+        ctx.connection.software = (
+            request.client_software_name,
+            request.client_software_version,
+        )
+    if ctx.broker.quotas.active:
+        return describe_api_versions(ctx)  # its throttle time is the request quota's
+    broker = ctx.broker
+    state = broker.controller.state
+    key: tuple[Any, ...] = (ctx.version, api_gates(broker.config))
+    if ctx.version >= 3:
+        levels = finalized_features(broker.config, state.features)
+        key = (*key, state.version, tuple(levels.items()))
+    body = _ANSWERS.get(key)
+    if body is None:
+        if len(_ANSWERS) >= _MAX_ANSWERS:
+            _ANSWERS.clear()
+        answer = describe_api_versions(ctx)
+        body = _ANSWERS[key] = encode_response(API_VERSIONS, ctx.version, answer)
+    return body
+
+
+def describe_api_versions(ctx: RequestContext) -> responses.ApiVersionsResponse:
+    """The answer to a valid request: every API served, and from v3 the feature levels
+    supported and in force."""
     answer: responses.ApiVersionsResponse = {
         "error_code": 0,
         "api_keys": [
@@ -38,10 +73,6 @@ def api_versions(
         "throttle_time": 0,
     }
     if ctx.version >= 3:
-        ctx.connection.software = (
-            request.client_software_name,
-            request.client_software_version,
-        )
         # As a KRaft broker, the epoch of the finalized levels is the metadata the broker
         # has applied: it only grows, and grows with every UpdateFeatures.
         answer["supported_features"] = [

@@ -80,6 +80,13 @@ def served_apis(config: SettingSource) -> list[Api]:
     return [api for _, api in sorted(APIS.items()) if api.enabled(config)]
 
 
+def api_gates(config: SettingSource) -> tuple[bool, ...]:
+    """The settings that decide which APIs are served, by name: equal tuples, the same
+    `served_apis`."""
+    names = sorted({api.enabled_by for api in APIS.values() if api.enabled_by is not None})
+    return tuple(bool(config.get(name)) for name in names)
+
+
 @dataclass(frozen=True, slots=True)
 class NoResponse:
     """Returned by a handler when the client expects no answer (Produce with acks=0)."""

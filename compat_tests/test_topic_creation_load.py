@@ -4,7 +4,10 @@ answering everyone else.
 The partition logs are made by worker threads while the event loop keeps serving; the
 CreateTopics request is answered once they exist, or with REQUEST_TIMED_OUT past its
 timeout while the creation goes on, as Kafka does. Another client's Metadata and
-Produce requests, sent back to back meanwhile, are each answered within 100 ms.
+Produce requests, sent back to back meanwhile, are each answered within 100 ms. Each
+prober's first request is sent, untimed, before the creation starts: the first request
+of an API version in a broker process loads that version's schema, a cost of the
+process's start that a slow machine pushed past 100 ms, alone or with the creation.
 
 The one allowance is for the machine, not the broker: these tests share two cores with
 other processes (load averages of several times the core count are usual), and a thread
@@ -53,6 +56,7 @@ class Prober:
         self.answers: list[tuple[float, float]] = []
         self.errors: list[BaseException] = []
         self._done = threading.Event()
+        self._warm = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -60,6 +64,11 @@ class Prober:
         cpu = CpuWait(self.broker.proc.pid)
         try:
             with BrokerConnection(self.broker.host, self.broker.port, 60.0, "prober") as conn:
+                # One request untimed first: a broker process answers an API version's
+                # first request once it has loaded (and compiled) that version's schema,
+                # tens of ms that belong to the process's start, not to the creation.
+                self.ask(conn)
+                self._warm.set()
                 while not self._done.is_set():
                     cpu.start()
                     began = time.perf_counter()
@@ -69,9 +78,11 @@ class Prober:
                     time.sleep(0.005)  # pacing: a probe every few milliseconds
         except BaseException as exc:  # reported by check()
             self.errors.append(exc)
+            self._warm.set()
 
     def __enter__(self) -> Prober:
         self._thread.start()
+        self._warm.wait(30)  # the timed probes begin before what they watch
         return self
 
     def __exit__(self, *exc: object) -> None:

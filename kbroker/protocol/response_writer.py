@@ -225,12 +225,16 @@ def entity_source(cls: type) -> tuple[str, dict[str, Any]]:
     return "\n".join(lines) + "\n", namespace
 
 
+# A compact length (size n + 1) in generated source; the one-byte ones from a table.
+_COMPACT_N = "SMALL[n + 1] if n < 127 else uvarint(n + 1)"
+
+
 def _array_source(i: int, name: str, flexible: bool) -> list[str]:
     """Lines that write an array's length (null: kio writes None as a null array whatever
     the schema says) and leave its items, a sequence, in v{i}, the writing of which the
     caller appends under `else:`."""
     null = _NULL_COMPACT if flexible else _NULL_INT32
-    length = "SMALL[n + 1] if n < 127 else uvarint(n + 1)" if flexible else "I32(n)"
+    length = _COMPACT_N if flexible else "I32(n)"
     return [
         f"    v{i} = get({name!r}, d{i})",
         f"    if v{i} is None:",
@@ -243,21 +247,16 @@ def _array_source(i: int, name: str, flexible: bool) -> list[str]:
     ]
 
 
-def _compact_length(i: int) -> str:
-    """A compact length (size + 1), the one-byte ones from a table."""
-    return f"SMALL[len(v{i}) + 1] if len(v{i}) < 127 else uvarint(len(v{i}) + 1)"
-
-
 def _string_source(i: int, name: str, kafka_type: str, flexible: bool, nullable: bool) -> list[str]:
     """Lines that write a string or bytes field as kio's writer of its kind does."""
     if flexible:
-        null, length = _NULL_COMPACT, _compact_length(i)
+        null, length = _NULL_COMPACT, _COMPACT_N
         encode = [f"        if isinstance(v{i}, str):", f"            v{i} = v{i}.encode()"]
     elif kafka_type == "string":
-        null, length = _NULL_INT16, f"I16(len(v{i}))"
+        null, length = _NULL_INT16, "I16(n)"
         encode = [f"        v{i} = v{i}.encode()"]
     else:
-        null, length = _NULL_INT32, f"I32(len(v{i}))"
+        null, length = _NULL_INT32, "I32(n)"
         encode = []
     return [
         f"    v{i} = get({name!r}, d{i})",
@@ -265,6 +264,7 @@ def _string_source(i: int, name: str, kafka_type: str, flexible: bool, nullable:
         f"        append({null!r})" if nullable else "        raise GiveUp",
         "    else:",
         *encode,
+        f"        n = len(v{i})",
         f"        append({length})",
         f"        append(v{i})",
     ]

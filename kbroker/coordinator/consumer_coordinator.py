@@ -59,7 +59,14 @@ from kbroker.coordinator.consumer_records import (
     is_consumer_record,
 )
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata, int_group_config
-from kbroker.coordinator.host import GroupHost, check_offset_fetch
+from kbroker.coordinator.host import (
+    GroupHost,
+    check_offset_fetch,
+    described_group,
+    drop_offsets,
+    listed_groups,
+    offset_tombstones,
+)
 from kbroker.coordinator.member_timers import (
     cancel_member_timer,
     cancel_member_timers,
@@ -68,7 +75,7 @@ from kbroker.coordinator.member_timers import (
     schedule_session_timeout,
 )
 from kbroker.coordinator.reconciliation import MemberFenced, OwnedPartitions, reconcile
-from kbroker.coordinator.records import RecordFormatError, encode_group_key, encode_offset_key
+from kbroker.coordinator.records import RecordFormatError, encode_group_key
 from kbroker.coordinator.store import KeyValue
 from kbroker.coordinator_runtime.internal_topics import write_error
 from kbroker.coordinator_runtime.serial import Change, Finish, SerialWriter
@@ -1186,9 +1193,7 @@ class ConsumerGroupCoordinator:
             return E.group_id_not_found, []
         if group.members or self.is_busy(group_id):
             return E.non_empty_group, []
-        records: list[KeyValue] = [
-            (encode_offset_key(group_id, t, p), None) for t, p in group.offsets
-        ]
+        records = offset_tombstones(group_id, group.offsets)
         records.extend(encode_records(group.tombstones()))
         self.drop(group)
         return E.none, records
@@ -1204,20 +1209,12 @@ class ConsumerGroupCoordinator:
             partition = self.host.partition_for(group.group_id)
             if partition not in owned:
                 continue
-            expired = []
-            for tp, value in group.offsets.items():
-                if group.is_subscribed_to(tp[0]):
-                    continue
-                if value.expire_timestamp_ms is not None:
-                    if now >= value.expire_timestamp_ms:
-                        expired.append(tp)
-                elif now - value.commit_timestamp_ms >= retention_ms:
-                    expired.append(tp)
-            records: list[KeyValue] = [
-                (encode_offset_key(group.group_id, t, p), None) for t, p in expired
+            expired = [
+                tp
+                for tp, value in group.offsets.items()
+                if not group.is_subscribed_to(tp[0]) and value.expired(now, retention_ms)
             ]
-            for tp in expired:
-                del group.offsets[tp]
+            records = drop_offsets(group.group_id, group.offsets, expired)
             count += len(expired)
             if not group.members and not group.offsets and not self.is_busy(group.group_id):
                 records.extend(encode_records(group.tombstones()))
@@ -1230,28 +1227,13 @@ class ConsumerGroupCoordinator:
 
     def describe(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
         """ConsumerGroupDescribe's lookup: the group, or why not."""
-        status = self.host.status(group_id)
-        if status is not None:
-            return status, None, None
-        group = self.groups.get(group_id)
-        if group is not None:
-            return E.none, None, group
-        classic = self.host.groups.get(group_id)
-        if (
-            classic is not None and not classic.is_in(GroupState.DEAD)
-        ) or self.host.is_streams_group(group_id):
-            return E.group_id_not_found, f"Group {group_id} is not a consumer group.", None
-        return E.group_id_not_found, f"Group {group_id} not found.", None
+        return described_group(
+            self.host, self.groups, group_id, "consumer", self.host.is_streams_group(group_id)
+        )
 
     def listed(self, states: set[str]) -> list[tuple[str, str]]:
         """(group id, state) of the groups ListGroups shows, filtered by lower-case state."""
-        out = []
-        for group_id, group in self.groups.items():
-            state = group.state.value
-            if states and state.lower() not in states:
-                continue
-            out.append((group_id, state))
-        return out
+        return listed_groups(self.groups, states)
 
 
 def _is_tombstone(record: GroupRecord) -> bool:

@@ -35,7 +35,12 @@ from kbroker.coordinator.group import (
     OffsetAndMetadata,
     SyncCallback,
 )
-from kbroker.coordinator.host import CoordinatorConfig, group_write_error, log_write_failure
+from kbroker.coordinator.host import (
+    CoordinatorConfig,
+    drop_offsets,
+    group_write_error,
+    log_write_failure,
+)
 from kbroker.coordinator.persistence import (
     expired_offsets,
     group_from_record,
@@ -593,11 +598,7 @@ class GroupCoordinator:
             if self.partition_for(group.group_id) not in self.owned:
                 continue
             expired = expired_offsets(group, now, retention)
-            records: list[KeyValue] = [
-                (encode_offset_key(group.group_id, t, p), None) for t, p in expired
-            ]
-            for tp in expired:
-                del group.offsets[tp]
+            records = drop_offsets(group.group_id, group.offsets, expired)
             expired_count += len(expired)
             if group.is_in(GroupState.EMPTY) and not group.offsets:
                 records.append((encode_group_key(group.group_id), None))
@@ -640,12 +641,8 @@ class GroupCoordinator:
             gone = [tp for tp in group.offsets if tp[0] == topic]
             if not gone:
                 continue
-            for tp in gone:
-                del group.offsets[tp]
             count += len(gone)
-            records: list[KeyValue] = [
-                (encode_offset_key(group.group_id, t, p), None) for t, p in gone
-            ]
+            records = drop_offsets(group.group_id, group.offsets, gone)
             if (
                 isinstance(group, ClassicGroup)
                 and not group.offsets

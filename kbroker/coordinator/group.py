@@ -135,6 +135,15 @@ class OffsetAndMetadata:
     # written by them replays with the same meaning.
     expire_timestamp_ms: int | None = None
 
+    def expired(self, now: int, retention_ms: int, since_ms: int | None = None) -> bool:
+        """Past retention at `now` (KIP-211): at its explicit expiry if it was committed
+        with one, else `retention_ms` after `since_ms` (its commit time by default; an
+        Empty classic group's offsets age from when it became empty)."""
+        if self.expire_timestamp_ms is not None:
+            return now >= self.expire_timestamp_ms
+        since = self.commit_timestamp_ms if since_ms is None else since_ms
+        return now - since >= retention_ms
+
     def stamped(
         self, commit_timestamp_ms: int, expire_timestamp_ms: int | None
     ) -> OffsetAndMetadata:

@@ -9,21 +9,25 @@ internals.
 
 from __future__ import annotations
 
+import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.clock import Scheduler
-from kbroker.coordinator.store import GroupStore
+from kbroker.coordinator.group import GroupState
+from kbroker.coordinator.records import encode_offset_key
+from kbroker.coordinator.store import GroupStore, KeyValue
 from kbroker.coordinator_runtime.internal_topics import write_error
 
 if TYPE_CHECKING:
     from kbroker.coordinator.group import ClassicGroup, OffsetAndMetadata
 
 R = TypeVar("R")
+G = TypeVar("G")
 log = logging.getLogger("kbroker.coordinator")
 
 E = ErrorCode
@@ -140,3 +144,53 @@ def check_offset_fetch(
     if member_epoch != member.member_epoch:
         return E.stale_member_epoch
     return None
+
+
+def offset_tombstones(group_id: str, offsets: Iterable[TopicPartition]) -> list[KeyValue]:
+    """The records that delete these committed offsets of a group."""
+    return [(encode_offset_key(group_id, topic, partition), None) for topic, partition in offsets]
+
+
+def drop_offsets(
+    group_id: str,
+    offsets: MutableMapping[TopicPartition, OffsetAndMetadata],
+    gone: list[TopicPartition],
+) -> list[KeyValue]:
+    """Remove `gone` from a group's committed offsets; their tombstones, to write."""
+    for tp in gone:
+        del offsets[tp]
+    return offset_tombstones(group_id, gone)
+
+
+class _Stated(Protocol):
+    @property
+    def state(self) -> enum.Enum: ...
+
+
+def listed_groups(groups: Mapping[str, _Stated], states: set[str]) -> list[tuple[str, str]]:
+    """(group id, state) of the groups ListGroups shows, filtered by lower-case state."""
+    out = []
+    for group_id, group in groups.items():
+        state = group.state.value
+        if states and state.lower() not in states:
+            continue
+        out.append((group_id, state))
+    return out
+
+
+def described_group(
+    host: GroupHost, groups: Mapping[str, G], group_id: str, kind: str, held_elsewhere: bool
+) -> tuple[ErrorCode, str | None, G | None]:
+    """ConsumerGroupDescribe's and StreamsGroupDescribe's lookup: the group, or why not,
+    in Kafka's words; `held_elsewhere` is whether a group of the other new protocol
+    holds the id (a live classic group is checked here)."""
+    status = host.status(group_id)
+    if status is not None:
+        return status, None, None
+    group = groups.get(group_id)
+    if group is not None:
+        return E.none, None, group
+    classic = host.groups.get(group_id)
+    if (classic is not None and not classic.is_in(GroupState.DEAD)) or held_elsewhere:
+        return E.group_id_not_found, f"Group {group_id} is not a {kind} group.", None
+    return E.group_id_not_found, f"Group {group_id} not found.", None

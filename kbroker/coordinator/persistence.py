@@ -145,27 +145,21 @@ def expired_offsets(group: ClassicGroup, now: int, retention_ms: int) -> list[To
     time) expires at that time instead.
     """
 
-    def older(base_of: Callable[[OffsetAndMetadata], int], keep: frozenset[str]) -> list:
-        out = []
-        for tp, value in group.offsets.items():
-            if tp[0] in keep:
-                continue
-            if value.expire_timestamp_ms is not None:
-                if now >= value.expire_timestamp_ms:
-                    out.append(tp)
-            elif now - base_of(value) >= retention_ms:
-                out.append(tp)
-        return out
+    def older(since: int | None, keep: frozenset[str]) -> list[TopicPartition]:
+        return [
+            tp
+            for tp, value in group.offsets.items()
+            if tp[0] not in keep and value.expired(now, retention_ms, since)
+        ]
 
     if not group.protocol_type:
-        return older(lambda v: v.commit_timestamp_ms, frozenset())
+        return older(None, frozenset())
     if group.is_in(GroupState.EMPTY):
-        since = group.state_timestamp_ms
-        return older(lambda v: v.commit_timestamp_ms if since is None else since, frozenset())
+        return older(group.state_timestamp_ms, frozenset())
     if (
         group.protocol_type == CONSUMER_PROTOCOL_TYPE
         and group.subscribed_topics is not None
         and group.is_in(GroupState.STABLE)
     ):
-        return older(lambda v: v.commit_timestamp_ms, group.subscribed_topics)
+        return older(None, group.subscribed_topics)
     return []

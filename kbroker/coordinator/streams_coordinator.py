@@ -28,14 +28,22 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.controller.state import MetadataState
 from kbroker.coordinator.group import GroupState, OffsetAndMetadata, int_group_config
-from kbroker.coordinator.host import GroupHost, check_offset_commit, check_offset_fetch
+from kbroker.coordinator.host import (
+    GroupHost,
+    check_offset_commit,
+    check_offset_fetch,
+    described_group,
+    drop_offsets,
+    listed_groups,
+    offset_tombstones,
+)
 from kbroker.coordinator.member_timers import (
     cancel_member_timers,
     cancel_rebalance_timeout,
     schedule_rebalance_timeout,
     schedule_session_timeout,
 )
-from kbroker.coordinator.records import RecordFormatError, encode_offset_key
+from kbroker.coordinator.records import RecordFormatError
 from kbroker.coordinator.store import KeyValue
 from kbroker.coordinator.streams_assignor import AssignmentMember, assign_tasks
 from kbroker.coordinator.streams_group import (
@@ -971,9 +979,7 @@ class StreamsGroupCoordinator:
             return E.group_id_not_found, []
         if group.members or self.is_busy(group_id):
             return E.non_empty_group, []
-        records: list[KeyValue] = [
-            (encode_offset_key(group_id, t, p), None) for t, p in group.offsets
-        ]
+        records = offset_tombstones(group_id, group.offsets)
         records.extend(encode_records(group.tombstones()))
         self._drop(group)
         return E.none, records
@@ -989,17 +995,8 @@ class StreamsGroupCoordinator:
             partition = self.host.partition_for(group.group_id)
             if partition not in owned or group.members:
                 continue
-            expired = [
-                tp
-                for tp, v in group.offsets.items()
-                if (v.expire_timestamp_ms is not None and now >= v.expire_timestamp_ms)
-                or (v.expire_timestamp_ms is None and now - v.commit_timestamp_ms >= retention_ms)
-            ]
-            records: list[KeyValue] = [
-                (encode_offset_key(group.group_id, t, p), None) for t, p in expired
-            ]
-            for tp in expired:
-                del group.offsets[tp]
+            expired = [tp for tp, v in group.offsets.items() if v.expired(now, retention_ms)]
+            records = drop_offsets(group.group_id, group.offsets, expired)
             total += len(expired)
             if not group.offsets and not self.is_busy(group.group_id):
                 records.extend(encode_records(group.tombstones()))
@@ -1009,27 +1006,12 @@ class StreamsGroupCoordinator:
         return by_partition, total
 
     def describe(self, group_id: str) -> tuple[ErrorCode, str | None, StreamsGroup | None]:
-        status = self.host.status(group_id)
-        if status is not None:
-            return status, None, None
-        group = self.groups.get(group_id)
-        if group is not None:
-            return E.none, None, group
-        classic = self.host.groups.get(group_id)
-        if (
-            classic is not None and not classic.is_in(GroupState.DEAD)
-        ) or self.host.is_consumer_group(group_id):
-            return E.group_id_not_found, f"Group {group_id} is not a streams group.", None
-        return E.group_id_not_found, f"Group {group_id} not found.", None
+        return described_group(
+            self.host, self.groups, group_id, "streams", self.host.is_consumer_group(group_id)
+        )
 
     def listed(self, states: set[str]) -> list[tuple[str, str]]:
-        out = []
-        for group_id, group in self.groups.items():
-            state = group.state.value
-            if states and state.lower() not in states:
-                continue
-            out.append((group_id, state))
-        return out
+        return listed_groups(self.groups, states)
 
     def release_to_classic(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata] | None:
         """Give an empty streams group's id to a classic JoinGroup: delete its records and

@@ -31,7 +31,7 @@ UPDATES = 5_000
 CLEANER = {"log.cleaner.backoff.ms": "200"}
 COMPACTED = {
     "cleanup.policy": "compact",
-    "segment.bytes": "16384",
+    "internal.segment.bytes": "16384",
     "segment.ms": "100",
     "min.cleanable.dirty.ratio": "0.01",
 }
@@ -142,7 +142,8 @@ def test_tombstones_vanish_after_delete_retention(broker_factory):
 
 def test_compacted_log_is_intact_after_restart(broker_factory):
     broker, topic = compacted_topic(broker_factory, "compacted-restart")
-    produce_all(broker.bootstrap, topic, updates())
+    # Batches under the 16 KiB segments (a larger append is RECORD_LIST_TOO_LARGE).
+    produce_all(broker.bootstrap, topic, updates(), batch_num_messages=100)
     roll_active_segment(broker.bootstrap, topic)
     before = wait_until(broker.bootstrap, topic, lambda rs: len(rs) == KEYS + 1)
     broker.kill()

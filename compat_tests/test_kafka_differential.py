@@ -54,6 +54,8 @@ SETTINGS = {
 }
 TOPIC = "diff-topic"
 DENIED = "diff-denied"
+SMALL = "diff-small-segments"  # internal.segment.bytes: segments below Kafka 4's 1 MiB minimum
+SMALL_SEGMENT_BYTES = 1024
 MISSING = "diff-missing"
 
 # Differences that are known and documented in docs/kafka-differences.md, each with why:
@@ -78,7 +80,12 @@ def _records(count: int = 1) -> bytes:
 def _prepare(side: Side) -> None:
     admin = AdminClient({"bootstrap.servers": side.bootstrap})
     for future in admin.create_topics(
-        [NewTopic(TOPIC, 2, 1), NewTopic(DENIED, 1, 1)], operation_timeout=30
+        [
+            NewTopic(TOPIC, 2, 1),
+            NewTopic(DENIED, 1, 1),
+            NewTopic(SMALL, 1, 1, config={"internal.segment.bytes": str(SMALL_SEGMENT_BYTES)}),
+        ],
+        operation_timeout=30,
     ).values():
         future.result(timeout=30)
     producer = Producer({"bootstrap.servers": side.bootstrap})
@@ -365,6 +372,11 @@ SCENARIOS = [
     Scenario(
         "CreateTopics unknown config", 19, _create("diff-new", configs={"no.such.config": "1"})
     ),
+    Scenario(
+        "CreateTopics segment.bytes below 1 MiB",
+        19,
+        _create("diff-new", configs={"segment.bytes": "1048575"}),
+    ),
     Scenario("CreateTopics zero partitions", 19, _create("diff-new", partitions=0)),
     Scenario("CreateTopics replication above brokers", 19, _create("diff-new", rf=3)),
     Scenario("CreateTopics validate only", 19, _create("diff-new", partitions=3)),
@@ -402,6 +414,32 @@ SCENARIOS = [
         _configs(2, TOPIC, ["cleanup.policy", "retention.ms", "segment.bytes"], synonyms=True),
     ),
     Scenario("DescribeConfigs missing topic", 32, _configs(2, MISSING, None)),
+    Scenario(
+        "DescribeConfigs internal.segment.bytes where set and where not",
+        32,
+        {
+            "resources": [
+                {
+                    "resource_type": 2,
+                    "resource_name": name,
+                    "configuration_keys": ["internal.segment.bytes", "segment.bytes"],
+                }
+                for name in (SMALL, TOPIC)
+            ],
+            "include_synonyms": False,
+            "include_documentation": False,
+        },
+    ),
+    Scenario(
+        "IncrementalAlterConfigs segment.bytes below 1 MiB",
+        44,
+        _incremental(TOPIC, "segment.bytes", "200"),
+    ),
+    Scenario(
+        "Produce larger than a segment",
+        0,
+        produce_fields(SMALL, encode_batch([(None, b"x" * 2000)], 1_700_000_000_000), acks=1),
+    ),
     Scenario(
         "IncrementalAlterConfigs bad value", 44, _incremental(TOPIC, "cleanup.policy", "sometimes")
     ),

@@ -28,7 +28,7 @@ from compat_tests.waiting import eventually
 from kbroker.storage.meta_properties import read_meta_properties
 
 TIMEOUT_MS = 15000
-SMALL_SEGMENTS = {"segment.bytes": str(64 * 1024)}
+SMALL_SEGMENTS = {"internal.segment.bytes": str(64 * 1024)}
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,10 @@ class Writer:
     """A confluent-kafka producer writing numbered records to partition 0 until stopped."""
 
     def __init__(self, node: BrokerProcess, topic: str) -> None:
-        self.producer = make_producer(node.bootstrap, acks="all", enable_idempotence=True)
+        # Batches under SMALL_SEGMENTS' size (a larger append is RECORD_LIST_TOO_LARGE).
+        self.producer = make_producer(
+            node.bootstrap, acks="all", enable_idempotence=True, batch_size=16384
+        )
         self.topic = topic
         self.log = DeliveryLog()
         self.sent = 0
@@ -168,7 +171,13 @@ def test_a_kill_during_a_move_leaves_one_whole_copy(jbod):
     source = dir_of(jbod, topic, 0)
     destination = next(d for d in disks(jbod) if d != source)
     values = [f"{i:08d}".encode() * 1000 for i in range(2000)]  # 16 MB to copy
-    produce_all(jbod.bootstrap, topic, ({"value": v, "partition": 0} for v in values), acks="all")
+    produce_all(
+        jbod.bootstrap,
+        topic,
+        ({"value": v, "partition": 0} for v in values),
+        acks="all",
+        batch_size=16384,  # under the 64 KiB segments (a larger append is refused)
+    )
     move(jbod, topic, 0, destination)
     eventually(
         lambda: layout(jbod, topic)[destination],

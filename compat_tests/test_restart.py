@@ -36,7 +36,10 @@ def _segment_counts(data_dir, topic: str) -> dict[int, int]:
 def test_clean_restart_with_many_segments_is_fast_and_keeps_all_data(broker):
     topic = unique_topic("restart")
     create_topic(
-        broker.bootstrap, topic, partitions=PARTITIONS, config={"segment.bytes": str(SEGMENT_BYTES)}
+        broker.bootstrap,
+        topic,
+        partitions=PARTITIONS,
+        config={"internal.segment.bytes": str(SEGMENT_BYTES)},
     )
     produce_all(
         broker.bootstrap,

@@ -25,7 +25,7 @@ def test_retention_moves_low_watermark_after_check_interval(broker_factory):
     create_topic(
         broker.bootstrap,
         topic,
-        config={"retention.ms": "1000", "segment.bytes": "16384", "segment.ms": "100"},
+        config={"retention.ms": "1000", "internal.segment.bytes": "16384", "segment.ms": "100"},
     )
     produce_all(
         broker.bootstrap,

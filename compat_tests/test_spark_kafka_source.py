@@ -406,7 +406,7 @@ def test_fail_on_data_loss_stops_a_query_whose_next_offsets_retention_deleted(
     spark: Any, shared_broker: BrokerProcess, tmp_path: Path
 ) -> None:
     topic = unique_topic("spark-retained")
-    create_topic(shared_broker.bootstrap, topic, config={"segment.bytes": "4096"})
+    create_topic(shared_broker.bootstrap, topic, config={"internal.segment.bytes": "4096"})
     day_ago = int(time.time() * 1000) - 86_400_000
     old = [{"value": b"%04d" % i + b"." * 996, "timestamp": day_ago} for i in range(10)]
     produce_all(shared_broker.bootstrap, topic, old, batch_size=2048)

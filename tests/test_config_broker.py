@@ -228,6 +228,7 @@ def test_bad_value_fails_even_if_overridden_later(tmp_path):
         ("compression.type", "brotli"),
         ("log.cleaner.min.cleanable.ratio", "1.5"),
         ("log.segment.bytes", "10"),
+        ("log.segment.bytes", "1048575"),  # Kafka 4's minimum is 1 MiB
         ("security.inter.broker.protocol", "TLS"),
         ("remote.log.storage.system.enable", "true"),
         ("logging.level", "verbose"),

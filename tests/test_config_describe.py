@@ -2,6 +2,7 @@
 
 from kbroker.config import (
     BROKER_CONFIGS,
+    INTERNAL_TOPIC_CONFIGS,
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigSource,
@@ -26,10 +27,20 @@ def test_kafka_wire_numbers():
     assert (ConfigType.BOOLEAN, ConfigType.LIST, ConfigType.PASSWORD) == (1, 7, 9)
 
 
-def test_topic_describe_lists_every_topic_config():
+def test_topic_describe_lists_every_topic_config_but_the_internal_ones_left_unset():
     entries = describe_topic_config({}, BrokerConfig.from_settings())
-    assert [e.name for e in entries] == sorted(TOPIC_CONFIGS)
+    assert [e.name for e in entries] == sorted(set(TOPIC_CONFIGS) - INTERNAL_TOPIC_CONFIGS)
     assert all(not e.read_only and not e.is_sensitive for e in entries)
+
+
+def test_an_internal_topic_config_is_described_where_the_topic_sets_it():
+    """As Kafka's resolveEffectiveTopicConfigs: internal.segment.bytes shows only when set."""
+    entries = by_name(
+        describe_topic_config({"internal.segment.bytes": "4096"}, BrokerConfig.from_settings())
+    )
+    entry = entries["internal.segment.bytes"]
+    assert (entry.value, entry.source, entry.is_default) == ("4096", TOPIC, False)
+    assert entries["segment.bytes"].value == "1073741824"  # what the topic would have without it
 
 
 def test_topic_default_entry_has_default_source_and_broker_default_synonym():
@@ -68,9 +79,9 @@ def test_broker_synonyms_before_the_primary_server_property_are_dropped_as_kafka
 
 
 def test_topic_value_from_static_broker_setting_reports_static_source():
-    broker = BrokerConfig.from_settings({"log.segment.bytes": "2048"})
+    broker = BrokerConfig.from_settings({"log.segment.bytes": "2097152"})
     entry = by_name(describe_topic_config({}, broker))["segment.bytes"]
-    assert (entry.value, entry.source, entry.is_default) == ("2048", STATIC, False)
+    assert (entry.value, entry.source, entry.is_default) == ("2097152", STATIC, False)
 
 
 def test_topic_synonym_groups_keep_kafka_priority_within_a_layer():

@@ -10,6 +10,7 @@ from kbroker.config import (
     ConfigError,
     log_config_for,
     normalize_topic_configs,
+    segment_size_config,
     topic_config_values,
     validate_topic_configs,
 )
@@ -31,8 +32,9 @@ KAFKA_39_TOPIC_CONFIGS = {
     "segment.bytes", "segment.index.bytes", "segment.jitter.ms", "segment.ms",
     "unclean.leader.election.enable",
 }  # fmt: skip
-# Later Kafka topic configs kbroker serves: KIP-1191's opt-in of a dead-letter topic.
-LATER_TOPIC_CONFIGS = {"errors.deadletterqueue.group.enable"}
+# Later Kafka topic configs kbroker serves: KIP-1191's opt-in of a dead-letter topic, and
+# Kafka 4's internal override of segment.bytes below its 1 MiB minimum (KIP-1030).
+LATER_TOPIC_CONFIGS = {"errors.deadletterqueue.group.enable", "internal.segment.bytes"}
 # Confluent Server's broker-side schema validation (kbroker.schemas.validation).
 CONFLUENT_TOPIC_CONFIGS = {
     "confluent.key.schema.validation",
@@ -90,6 +92,7 @@ def test_unknown_config_names_it():
         ("retention.ms", "a week"),
         ("retention.ms", "-2"),
         ("segment.bytes", "13"),
+        ("segment.bytes", "1048575"),  # Kafka 4's minimum is 1 MiB
         ("segment.bytes", "4294967296"),
         ("max.message.bytes", "-1"),
         ("min.insync.replicas", "0"),
@@ -157,7 +160,7 @@ def test_broker_roll_hours_become_segment_ms():
 @pytest.mark.parametrize(
     ("broker_setting", "value", "topic_config", "expected"),
     [
-        ("log.segment.bytes", "2048", "segment.bytes", 2048),
+        ("log.segment.bytes", "2097152", "segment.bytes", 2097152),
         ("message.max.bytes", "999", "max.message.bytes", 999),
         ("log.cleanup.policy", "compact", "cleanup.policy", ["compact"]),
         ("log.message.timestamp.type", "LogAppendTime", "message.timestamp.type", "LogAppendTime"),
@@ -206,13 +209,28 @@ def test_log_config_for_defaults():
 
 def test_log_config_for_applies_overrides():
     config = log_config_for(
-        {"cleanup.policy": "delete,compact", "retention.ms": "-1", "segment.bytes": "1024"},
+        {"cleanup.policy": "delete,compact", "retention.ms": "-1", "segment.bytes": "2097152"},
         BrokerConfig.from_settings({"log.flush.interval.messages": "1"}),
     )
     assert config["cleanup_policy"] == "compact,delete"
     assert config["retention_ms"] == -1
-    assert config["segment_bytes"] == 1024
+    assert config["segment_bytes"] == 2097152
     assert config["flush_interval_messages"] == 1
+
+
+def test_an_internal_topics_segment_size_below_1_mib_goes_through_internal_segment_bytes():
+    """offsets.topic.segment.bytes and its like allow any size; segment.bytes does not."""
+    assert segment_size_config(104857600) == {"segment.bytes": "104857600"}
+    assert segment_size_config(4096) == {"internal.segment.bytes": "4096"}
+    for small in (4096, 1048575):
+        normalize_topic_configs(segment_size_config(small))  # accepted as a topic config
+
+
+def test_internal_segment_bytes_wins_over_segment_bytes_below_its_minimum():
+    broker = BrokerConfig.from_settings()
+    assert log_config_for({}, broker)["segment_bytes"] == 1 << 30
+    small = {"segment.bytes": "2097152", "internal.segment.bytes": "1024"}
+    assert log_config_for(small, broker)["segment_bytes"] == 1024
 
 
 def test_log_config_for_takes_preallocate_from_the_broker_default():

@@ -24,7 +24,7 @@ def test_delete_records_failing_to_delete_a_segment_takes_the_log_directory_offl
 
     async def check(broker: Broker, port: int) -> None:
         client = await RawClient.connect(port)
-        await client.create_topic("trimmed", {"segment.bytes": "1024"})
+        await client.create_topic("trimmed", {"internal.segment.bytes": "1024"})
         for _ in range(5):
             assert (await client.produce("trimmed", b"x" * 600)).error_code == 0
         monkeypatch.setattr(segment_module, "remove_file", eio)

@@ -293,7 +293,6 @@ def test_commit_with_retention_time_expires_at_that_time():
     assert h.c.expire_offsets() == 1
 
 
-
 def test_an_offset_expires_at_its_explicit_expiry_else_retention_after_its_base():
     aged = OffsetAndMetadata(1, commit_timestamp_ms=1000)
     assert not aged.expired(1999, retention_ms=1000)
@@ -305,6 +304,7 @@ def test_an_offset_expires_at_its_explicit_expiry_else_retention_after_its_base(
     explicit = OffsetAndMetadata(1, commit_timestamp_ms=1000, expire_timestamp_ms=1200)
     assert explicit.expired(1200, retention_ms=10**9)
     assert not explicit.expired(1199, retention_ms=0)
+
 
 # -- hooks for the transaction coordinator ---------------------------------------------------
 

@@ -79,7 +79,7 @@ def test_recovery_rebuilds_epochs_from_batches(tmp_path):
 
 
 def test_log_start_moving_trims_epochs(tmp_path):
-    log = open_log(tmp_path / "t-0", segment_bytes=200)
+    log = open_log(tmp_path / "t-0", segment_bytes=300)  # one 280-byte batch a segment
     for epoch in (1, 1, 2, 2, 3):
         log.append(batch(2, size=100), epoch, NOW)
     log.high_watermark = log.log_end_offset

@@ -9,6 +9,7 @@ from kbroker.protocol.batch import (
     BatchTooLargeError,
     CorruptBatchError,
     Record,
+    RecordListTooLargeError,
     encode_batch,
     read_header,
     validate_batches,
@@ -169,10 +170,19 @@ def test_roll_by_size(tmp_path):
     assert all(s.size <= 1000 for s in log.segments)
 
 
-def test_oversized_append_on_nonempty_segment_rolls_first(tmp_path):
+def test_an_append_larger_than_a_segment_is_refused_and_writes_nothing(tmp_path):
+    """Kafka's RecordBatchTooLargeException: no segment could hold it."""
     log = open_log(tmp_path, segment_bytes=500)
     log.append(batch(1, size=10), 0, NOW)
-    log.append(batch(1, size=2000), 0, NOW)
+    with pytest.raises(RecordListTooLargeError, match="exceeds the segment size of 500"):
+        log.append(batch(1, size=2000), 0, NOW)
+    assert (log.log_end_offset, log.num_segments) == (1, 1)
+
+
+def test_an_append_larger_than_the_space_left_rolls_first(tmp_path):
+    log = open_log(tmp_path, segment_bytes=500)
+    log.append(batch(1, size=10), 0, NOW)
+    log.append(batch(1, size=400), 0, NOW)
     assert [s.base_offset for s in log.segments] == [0, 1]
 
 
@@ -393,7 +403,7 @@ def test_dropping_last_reference_to_slice_releases_file(tmp_path):
 def test_update_config_changes_roll_size(tmp_path):
     log = open_log(tmp_path)
     log.append(batch(1, size=300), 0, NOW)
-    log.update_config(LogConfig(segment_bytes=200))
+    log.update_config(LogConfig(segment_bytes=400))  # two 370-byte batches no longer fit
     log.append(batch(1, size=300), 0, NOW)
     assert log.num_segments == 2
 
@@ -412,7 +422,7 @@ def test_needs_flush_follows_message_and_time_policy(tmp_path):
 
 
 def test_rolled_segment_awaits_background_flush(tmp_path):
-    log = open_log(tmp_path, segment_bytes=300)
+    log = open_log(tmp_path, segment_bytes=400)
     log.append(batch(1, size=250), 0, NOW)
     log.flush()
     log.append(batch(1, size=250), 0, NOW)
@@ -423,7 +433,7 @@ def test_rolled_segment_awaits_background_flush(tmp_path):
 
 
 def test_an_acknowledgement_fsync_covers_only_segments_from_the_recovery_point(tmp_path):
-    log = open_log(tmp_path, segment_bytes=300)
+    log = open_log(tmp_path, segment_bytes=400)
     for _ in range(20):
         log.append(batch(1, size=250), 0, NOW)
     job = log.prepare_flush(data_only=True)

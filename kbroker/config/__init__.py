@@ -24,11 +24,13 @@ from kbroker.config.errors import ConfigError
 from kbroker.config.listeners import Endpoint, Peer, parse_listeners
 from kbroker.config.sources import SettingSource, SourceKind
 from kbroker.config.topic import (
+    INTERNAL_TOPIC_CONFIGS,
     TOPIC_BROKER_SYNONYMS,
     TOPIC_CONFIGS,
     log_config_for,
     normalize_topic_configs,
     parse_topic_configs,
+    segment_size_config,
     topic_config_values,
     validate_topic_configs,
 )
@@ -36,6 +38,7 @@ from kbroker.config.types import ConfigDef, ConfigSource, ConfigType
 
 __all__ = [
     "BROKER_CONFIGS",
+    "INTERNAL_TOPIC_CONFIGS",
     "TOPIC_BROKER_SYNONYMS",
     "TOPIC_CONFIGS",
     "BrokerConfig",
@@ -57,6 +60,7 @@ __all__ = [
     "normalize_topic_configs",
     "parse_listeners",
     "parse_topic_configs",
+    "segment_size_config",
     "topic_config_values",
     "refuse_unapplied_kafka_names",
     "validate_dynamic_broker_configs",

@@ -65,7 +65,9 @@ LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 CLIENT_AUTH_MODES = ("none", "requested", "required")
 TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 INERT, SYNONYM = SettingRole.INERT, SettingRole.SYNONYM
-RECORD_OVERHEAD_V0 = 14  # smallest legal segment: one legacy record header
+# Kafka 4.0 (KIP-1030): the smallest segment.bytes and log.segment.bytes; smaller segments
+# only through the internal topic config internal.segment.bytes (tests).
+MIN_SEGMENT_BYTES = 1024 * 1024
 
 
 # The authorizer.class.name values that mean kbroker's StandardAuthorizer (Kafka's name too).
@@ -610,7 +612,7 @@ BROKER_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         INT,
         1073741824,
         "Size at which a segment file is rolled. Default of segment.bytes.",
-        at_least(RECORD_OVERHEAD_V0),
+        at_least(MIN_SEGMENT_BYTES),
         dynamic=True,
     ),
     _d(

@@ -22,6 +22,7 @@ from typing import NamedTuple
 from kbroker.config.broker import BrokerConfig, dynamic_definition
 from kbroker.config.broker_settings import BROKER_CONFIGS, broker_synonyms
 from kbroker.config.topic import (
+    INTERNAL_TOPIC_CONFIGS,
     TOPIC_BROKER_SYNONYMS,
     TOPIC_CONFIGS,
     parse_topic_configs,
@@ -115,7 +116,7 @@ def describe_topic_config(
     parsed = parse_topic_configs(overrides)
     entries = []
     for name in sorted(TOPIC_CONFIGS):
-        if names and name not in names:
+        if (names and name not in names) or (name in INTERNAL_TOPIC_CONFIGS and name not in parsed):
             continue
         definition = TOPIC_CONFIGS[name]
         text = definition.format(values[name])

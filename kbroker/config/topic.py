@@ -15,7 +15,7 @@ from typing import Any
 
 from kbroker.config.broker import BrokerConfig
 from kbroker.config.broker_settings import (
-    RECORD_OVERHEAD_V0,
+    MIN_SEGMENT_BYTES,
     cleanup_policy_validator,
     compression_validator,
     gzip_level_validator,
@@ -331,8 +331,16 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "segment.bytes",
         INT,
         1073741824,
-        "Size at which the active segment is rolled.",
-        at_least(RECORD_OVERHEAD_V0),
+        "Size at which the active segment is rolled, and the largest append a "
+        "partition takes (RECORD_LIST_TOO_LARGE beyond it).",
+        at_least(MIN_SEGMENT_BYTES),
+    ),
+    _t(
+        "internal.segment.bytes",
+        INT,
+        None,
+        "Kafka's internal override of segment.bytes, below its 1 MiB minimum (for "
+        "tests): when set, the segment size. Listed by DescribeConfigs only where set.",
     ),
     _t(
         "segment.index.bytes",
@@ -397,6 +405,10 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
 )
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = table(TOPIC_CONFIG_DEFS)
+
+# Kafka's internal topic configs (ConfigDef.defineInternal): accepted and applied, but
+# described only on a topic that sets them.
+INTERNAL_TOPIC_CONFIGS = frozenset({"internal.segment.bytes"})
 
 # Kafka's "server default property" of each topic config (its ServerTopicConfigSynonyms).
 # Where several broker settings feed one topic config (retention.ms <- ms/minutes/hours),
@@ -503,6 +515,14 @@ def topic_config_values(overrides: Mapping[str, str], broker: BrokerConfig) -> d
     }
 
 
+def segment_size_config(segment_bytes: int) -> dict[str, str]:
+    """The topic config that gives an internal topic segments of `segment_bytes` (its
+    broker setting, offsets.topic.segment.bytes say, allows any size): segment.bytes, or
+    below segment.bytes' 1 MiB minimum, internal.segment.bytes."""
+    name = "segment.bytes" if segment_bytes >= MIN_SEGMENT_BYTES else "internal.segment.bytes"
+    return {name: str(segment_bytes)}
+
+
 def cleanup_policy_text(policy: list[str]) -> str:
     """``["delete", "compact"]`` -> ``"compact,delete"``: one spelling per policy."""
     return ",".join(sorted(set(policy)))
@@ -517,7 +537,9 @@ def log_config_for(overrides: Mapping[str, str], broker: BrokerConfig) -> dict[s
     """
     values = topic_config_values(overrides, broker)
     return {
-        "segment_bytes": values["segment.bytes"],
+        "segment_bytes": values["segment.bytes"]
+        if values["internal.segment.bytes"] is None
+        else values["internal.segment.bytes"],
         "segment_ms": values["segment.ms"],
         "segment_jitter_ms": values["segment.jitter.ms"],
         "retention_ms": values["retention.ms"],

@@ -17,7 +17,7 @@ from collections.abc import Collection
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import Metric
 
-from kbroker.config import BrokerConfig
+from kbroker.config import BrokerConfig, segment_size_config
 from kbroker.controller.events import MetadataEvent, PartitionsCreated, TopicCreated, TopicDeleted
 from kbroker.controller.state import BrokerInfo
 from kbroker.coordinator.clock import LoopScheduler
@@ -140,7 +140,7 @@ class GroupCoordinatorService(InternalTopicService):
             {
                 "cleanup.policy": "compact",
                 "compression.type": "producer",
-                "segment.bytes": str(config.offsets_topic_segment_bytes),
+                **segment_size_config(config.offsets_topic_segment_bytes),
             },
         )
 

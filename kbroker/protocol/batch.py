@@ -85,6 +85,11 @@ class BatchTooLargeError(InvalidBatchError):
     """A batch larger than the topic's max.message.bytes (Kafka's MESSAGE_TOO_LARGE)."""
 
 
+class RecordListTooLargeError(InvalidBatchError):
+    """An append larger than the partition's segment size, which no segment could hold
+    (Kafka's RECORD_LIST_TOO_LARGE)."""
+
+
 @dataclass(slots=True)
 class BatchHeader:
     """The fixed header of one v2 batch; `position` is where it starts in its buffer."""

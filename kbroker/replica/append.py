@@ -33,6 +33,7 @@ from kbroker.protocol.batch import (
     BatchTooLargeError,
     InvalidBatchError,
     InvalidRecordsError,
+    RecordListTooLargeError,
     UnsupportedMagicError,
     starts_with_transactional_data,
 )
@@ -451,6 +452,8 @@ def _refused(
         return ProducedPartition(index, producer_state_error_code(exc), error_message=str(exc))
     if isinstance(exc, BatchTooLargeError):
         return ProducedPartition(index, ErrorCode.message_too_large, error_message=str(exc))
+    if isinstance(exc, RecordListTooLargeError):
+        return ProducedPartition(index, ErrorCode.record_list_too_large, error_message=str(exc))
     if isinstance(exc, UnsupportedMagicError):
         # Produce v3+ carries only v2 batches (Kafka: INVALID_RECORD); in v0-2 an old
         # message after a v2 batch is a message set Kafka cannot parse either.

@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection
 
 from kio.schema.errors import ErrorCode
 
+from kbroker.config import segment_size_config
 from kbroker.coordinator.records import RecordFormatError
 from kbroker.coordinator.share_group_records import fold_share_groups
 from kbroker.coordinator_runtime.internal_topics import (
@@ -78,7 +79,7 @@ class ShareStateService(InternalTopicService):
             config.share_coordinator_state_topic_replication_factor,
             {
                 "cleanup.policy": "compact",
-                "segment.bytes": str(config.share_coordinator_state_topic_segment_bytes),
+                **segment_size_config(config.share_coordinator_state_topic_segment_bytes),
                 "min.insync.replicas": str(config.share_coordinator_state_topic_min_isr),
             },
         )

@@ -19,7 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from kbroker.config import BrokerConfig
+from kbroker.config import BrokerConfig, segment_size_config
 from kbroker.coordinator_runtime.internal_topics import (
     InternalTopicService,
     KeyValue,
@@ -178,7 +178,7 @@ class TransactionCoordinatorService(InternalTopicService):
                 "cleanup.policy": "compact",
                 "compression.type": "uncompressed",
                 "min.insync.replicas": str(config.transaction_state_log_min_isr),
-                "segment.bytes": str(config.transaction_state_log_segment_bytes),
+                **segment_size_config(config.transaction_state_log_segment_bytes),
             },
         )
 

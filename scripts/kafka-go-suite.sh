@@ -7,6 +7,7 @@
 #
 #   scripts/kafka-go-suite.sh [go test flags...]    e.g. -test.run TestClient -test.v
 #
+# It runs the root package's tests (the flags go to those), then sasl's and topics'.
 # The module comes from the Go module proxy at KAFKA_GO_VERSION; its tests are built into
 # a temporary directory. KAFKA_VERSION (3.7.0, the newest its CI runs) gates the tests of
 # newer APIs. Two subtests are skipped: "verify offset committed" and "consumer group
@@ -27,7 +28,9 @@ command -v go >/dev/null || { echo "go is needed (Debian: golang-go)" >&2; exit 
 src="$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' "$work/download.json")"
 cp -r "$src" "$work/kafka-go" && chmod -R u+w "$work/kafka-go"
 (cd "$work/kafka-go" && go mod tidy >"$work/build.log" 2>&1 \
-  && go test -c -o "$work/kafka-go.test" . >>"$work/build.log" 2>&1) \
+  && go test -c -o "$work/kafka-go.test" . >>"$work/build.log" 2>&1 \
+  && go test -c -o "$work/sasl.test" ./sasl >>"$work/build.log" 2>&1 \
+  && go test -c -o "$work/topics.test" ./topics >>"$work/build.log" 2>&1) \
   || { echo "building the suite failed: see $work/build.log" >&2; exit 1; }
 
 cat >"$work/server.properties" <<EOF
@@ -51,13 +54,20 @@ for _ in $(seq 60); do
   sleep 0.5
 done
 grep -q "serving Kafka" "$work/broker.log" || { echo "kbroker did not start: $work/broker.log" >&2; exit 1; }
-echo admin-secret-256 | "$root/.venv/bin/kbroker" users create adminscram256 \
-  --mechanism SCRAM-SHA-256 --bootstrap-server 127.0.0.1:9092
-echo admin-secret-512 | "$root/.venv/bin/kbroker" users create adminscram512 \
-  --mechanism SCRAM-SHA-512 --bootstrap-server 127.0.0.1:9092
+# The users of both compose files: adminscram with both mechanisms (Kafka 3.x), one user a
+# mechanism (4.0); the sasl tests pick by KAFKA_VERSION.
+for user in adminscram:256 adminscram:512 adminscram256:256 adminscram512:512; do
+  echo "admin-secret-${user#*:}" | "$root/.venv/bin/kbroker" users create "${user%:*}" \
+    --mechanism "SCRAM-SHA-${user#*:}" --bootstrap-server 127.0.0.1:9092 >/dev/null
+done
 
-cd "$work/kafka-go"
-KAFKA_VERSION="${KAFKA_VERSION:-3.7.0}" KAFKA_SKIP_NETTEST=1 "$work/kafka-go.test" \
-  -test.timeout 1500s -test.count 1 \
+export KAFKA_VERSION="${KAFKA_VERSION:-3.7.0}" KAFKA_SKIP_NETTEST=1
+status=0
+(cd "$work/kafka-go" && "$work/kafka-go.test" -test.timeout 1500s -test.count 1 \
   -test.skip 'TestReaderConsumerGroup/(consumer_group_commits_on_close|verify_offset_committed)' \
-  "$@"
+  "$@") || status=1
+for package in sasl topics; do
+  (cd "$work/kafka-go/$package" && "$work/$package.test" -test.timeout 300s -test.count 1) \
+    || status=1
+done
+exit $status

@@ -179,6 +179,13 @@ def test_an_append_larger_than_a_segment_is_refused_and_writes_nothing(tmp_path)
     assert (log.log_end_offset, log.num_segments) == (1, 1)
 
 
+def test_the_segment_size_bounds_an_append_as_stored_after_recompression(tmp_path):
+    """Kafka compares the batch it will store (recompressed to the topic's codec)."""
+    log = open_log(tmp_path, segment_bytes=1000, compression_type="gzip")
+    log.append(batch(1, size=5000), 0, NOW)  # 5 KB sent, a hundred bytes or so stored
+    assert log.log_end_offset == 1
+
+
 def test_an_append_larger_than_the_space_left_rolls_first(tmp_path):
     log = open_log(tmp_path, segment_bytes=500)
     log.append(batch(1, size=10), 0, NOW)

@@ -310,8 +310,8 @@ class PartitionLog:
     ) -> AppendResult:
         """Validate, assign offsets from the log end offset and write a records blob.
 
-        Raises CorruptBatchError / BatchTooLargeError / RecordListTooLargeError
-        (protocol.batch), InvalidRecordsError
+        Raises CorruptBatchError / BatchTooLargeError / RecordListTooLargeError (the
+        blob larger than a segment; all protocol.batch), InvalidRecordsError
         (protocol.record_validation: every record is walked, as Kafka's leader does) or a
         ProducerStateError without writing anything when any batch of the blob is bad. A
         duplicate of a recent idempotent batch is answered with its original offsets and
@@ -324,11 +324,6 @@ class PartitionLog:
         if isinstance(records, bytes) or (isinstance(records, memoryview) and records.readonly):
             records = bytearray(records)  # offsets are patched in place
         config = self.config
-        if len(records) > config.segment_bytes:
-            raise RecordListTooLargeError(
-                f"an append of {len(records)} bytes exceeds the segment size of "
-                f"{config.segment_bytes} bytes"
-            )
         headers = validate_batches(records, config.max_message_bytes)
         if origin == CLIENT:
             validate_records(records, headers, now_ms, config.record_policy)
@@ -344,6 +339,11 @@ class PartitionLog:
                         DEFAULT_MAX_DECOMPRESSED_BYTES,
                     )
                     headers = validate_batches(records, config.max_message_bytes)
+        if len(records) > config.segment_bytes:  # as stored, after any recompression
+            raise RecordListTooLargeError(
+                f"an append of {len(records)} bytes exceeds the segment size of "
+                f"{config.segment_bytes} bytes"
+            )
         producers = any(
             h.producer_id >= 0 or h.attributes & TRANSACTIONAL_OR_CONTROL for h in headers
         )

@@ -65,7 +65,6 @@ from kbroker.coordinator.host import (
     described_group,
     drop_offsets,
     listed_groups,
-    offset_tombstones,
 )
 from kbroker.coordinator.member_timers import (
     cancel_member_timer,
@@ -74,6 +73,7 @@ from kbroker.coordinator.member_timers import (
     schedule_rebalance_timeout,
     schedule_session_timeout,
 )
+from kbroker.coordinator.persistence import offset_tombstones
 from kbroker.coordinator.reconciliation import MemberFenced, OwnedPartitions, reconcile
 from kbroker.coordinator.records import RecordFormatError, encode_group_key
 from kbroker.coordinator.store import KeyValue

@@ -45,13 +45,13 @@ from kbroker.coordinator.persistence import (
     expired_offsets,
     group_from_record,
     offset_records,
+    offset_tombstones,
     replay,
     tombstones,
 )
 from kbroker.coordinator.records import (
     RecordFormatError,
     encode_group_key,
-    encode_offset_key,
     fits_in_key,
     partition_for,
 )
@@ -473,7 +473,6 @@ class GroupCoordinator:
             callback((error or E.group_id_not_found, {}))
             return
         results: dict[TopicPartition, ErrorCode] = {}
-        records: list[KeyValue] = []
         removed: list[TopicPartition] = []
         for tp in partitions:
             if in_use(tp[0]):
@@ -482,7 +481,7 @@ class GroupCoordinator:
             results[tp] = E.none
             if tp in group.offsets:
                 removed.append(tp)
-                records.append((encode_offset_key(group_id, tp[0], tp[1]), None))
+        records = offset_tombstones(group_id, removed)
 
         def stored(code: ErrorCode) -> None:
             if code != E.none:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from kbroker.coordinator.clock import Scheduler
 from kbroker.coordinator.group import GroupState
-from kbroker.coordinator.records import encode_offset_key
+from kbroker.coordinator.persistence import offset_tombstones
 from kbroker.coordinator.store import GroupStore, KeyValue
 from kbroker.coordinator_runtime.internal_topics import write_error
 
@@ -144,11 +144,6 @@ def check_offset_fetch(
     if member_epoch != member.member_epoch:
         return E.stale_member_epoch
     return None
-
-
-def offset_tombstones(group_id: str, offsets: Iterable[TopicPartition]) -> list[KeyValue]:
-    """The records that delete these committed offsets of a group."""
-    return [(encode_offset_key(group_id, topic, partition), None) for topic, partition in offsets]
 
 
 def drop_offsets(

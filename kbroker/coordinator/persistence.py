@@ -68,11 +68,14 @@ def offset_records(group_id: str, offsets: GroupOffsets) -> list[KeyValue]:
     ]
 
 
+def offset_tombstones(group_id: str, offsets: Iterable[TopicPartition]) -> list[KeyValue]:
+    """The records that delete these committed offsets of a group."""
+    return [(encode_offset_key(group_id, topic, partition), None) for topic, partition in offsets]
+
+
 def tombstones(group: ClassicGroup) -> list[KeyValue]:
     """Records that delete the group: one per committed offset, then its metadata."""
-    records: list[KeyValue] = [
-        (encode_offset_key(group.group_id, t, p), None) for t, p in group.offsets
-    ]
+    records = offset_tombstones(group.group_id, group.offsets)
     records.append((encode_group_key(group.group_id), None))
     return records
 

@@ -35,7 +35,6 @@ from kbroker.coordinator.host import (
     described_group,
     drop_offsets,
     listed_groups,
-    offset_tombstones,
 )
 from kbroker.coordinator.member_timers import (
     cancel_member_timers,
@@ -43,6 +42,7 @@ from kbroker.coordinator.member_timers import (
     schedule_rebalance_timeout,
     schedule_session_timeout,
 )
+from kbroker.coordinator.persistence import offset_tombstones
 from kbroker.coordinator.records import RecordFormatError
 from kbroker.coordinator.store import KeyValue
 from kbroker.coordinator.streams_assignor import AssignmentMember, assign_tasks

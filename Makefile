@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/protocol/_requestread.c \
 	kbroker/protocol/_responsewrite.c \
 	kbroker/security/_tlsread.c \
-	kbroker/admin/_recordcodec.c
+	kbroker/protocol/_recordcodec.c
 
 .PHONY: serve test test-fast lint bench pyz docs fuzz
 

@@ -1,14 +1,14 @@
 """Builds the optional C extensions: the record walk (kbroker/protocol/_recordwalk.c),
 the request reader (kbroker/protocol/_requestread.c: headers, Produce and Fetch bodies,
 batch headers), the Fetch response writer (kbroker/protocol/_responsewrite.c), the TLS
-record reader (kbroker/security/_tlsread.c) and the admin commands' record codec
-(kbroker/admin/_recordcodec.c).
+record reader (kbroker/security/_tlsread.c) and the record codec of the admin commands
+and the coordinators' writes (kbroker/protocol/_recordcodec.c).
 
 Everything else is in pyproject.toml. All are optional: without a compiler (or without
 OpenSSL's headers, for the reader) the package installs and does the same work in
 Python, only slower (see kbroker/protocol/record_validation.py, the *_py functions
 beside each caller of _requestread, kbroker/protocol/fetch_response.py,
-kbroker/security/tls_session.py and kbroker/admin/codec.py).
+kbroker/security/tls_session.py and kbroker.protocol.record_codec.py).
 """
 
 from setuptools import Extension, setup
@@ -37,8 +37,8 @@ setup(
             optional=True,
         ),
         Extension(
-            "kbroker.admin._recordcodec",
-            ["kbroker/admin/_recordcodec.c"],
+            "kbroker.protocol._recordcodec",
+            ["kbroker/protocol/_recordcodec.c"],
             optional=True,
         ),
     ]

@@ -1,4 +1,4 @@
-/* libFuzzer target for the admin commands' C record codec (kbroker/admin/_recordcodec.c).
+/* libFuzzer target for the C record codec (kbroker/protocol/_recordcodec.c).
  *
  * `kbroker consume` decodes whatever a broker returns, so its reader takes hostile input
  * too. This target includes the module's source as it ships and calls `decode` and
@@ -11,7 +11,7 @@
  * allows), byte 4 the minimum offset delta; the rest is the records section.
  * Build and run: fuzz/run.sh recordcodec.
  */
-#include "../kbroker/admin/_recordcodec.c"
+#include "../kbroker/protocol/_recordcodec.c"
 
 #include <stdlib.h>
 

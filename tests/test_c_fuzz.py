@@ -3,7 +3,7 @@
 The record walk (kbroker/protocol/_recordwalk.c) reads every produced batch before it
 is stored, the request reader (kbroker/protocol/_requestread.c) every request's header
 and every Produce body as they come off the socket, and the admin codec
-(kbroker/admin/_recordcodec.c) whatever a broker returns to `kbroker consume`. Each has a libFuzzer target in fuzz/ that runs the shipped
+(kbroker/protocol/_recordcodec.c) whatever a broker returns to `kbroker consume`. Each has a libFuzzer target in fuzz/ that runs the shipped
 source under AddressSanitizer and UndefinedBehaviorSanitizer from a corpus of valid
 sections; a crash, an out-of-bounds read, an allocation sized by a hostile count or a
 broken promise to the caller fails the run. A planted bounds bug shows the target finds
@@ -25,11 +25,11 @@ import pytest
 from kio.index import load_request_schema
 from test_produce_request import _encoded as encoded_produce
 
-from kbroker.admin.codec import encode_pairs_py, headers_blob
 from kbroker.protocol.batch import CRC_OFFSET, encode_batch
 from kbroker.protocol.client_frames import encode_request, request_frame
 from kbroker.protocol.fetch_request import fetch_partition, sessionless_fetch
 from kbroker.protocol.messages import build
+from kbroker.protocol.record_codec import encode_pairs_py, headers_blob
 
 pytestmark = pytest.mark.slow
 

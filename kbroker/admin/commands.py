@@ -29,10 +29,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kbroker.admin import access, codec, configs, consumer, operations, producer, topics
+from kbroker.admin import access, configs, consumer, operations, producer, topics
 from kbroker.admin.client import ClientError, Cluster, cluster
 from kbroker.admin.output import Output, advance
 from kbroker.admin.security import SecurityConfigError, load_command_config
+from kbroker.protocol import record_codec as codec
 
 
 class _Lazy:

@@ -21,7 +21,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.admin import codec
 from kbroker.admin.client import BrokerConnection, ClientError, Cluster
 from kbroker.admin.topics import (
     EARLIEST_TIMESTAMP,
@@ -30,6 +29,7 @@ from kbroker.admin.topics import (
     list_offsets,
     metadata,
 )
+from kbroker.protocol import record_codec as codec
 
 FETCH = 1
 FETCH_MAX_BYTES = 64 << 20

@@ -1,7 +1,7 @@
 """`kbroker produce`: lines of input as records, batched and pipelined.
 
 The input is read in large chunks and cut into batches of up to `codec.BATCH_BYTES`
-straight from its bytes (kbroker.admin.codec). Unkeyed records fill one batch for one
+straight from its bytes (kbroker.protocol.record_codec). Unkeyed records fill one batch for one
 partition and the next batch goes to the next partition (the sticky partitioner of
 Kafka's producers); keyed ones go where Kafka's default partitioner puts their key
 (murmur2); `--partition` sends all to one. Each leader gets its requests on one
@@ -26,10 +26,10 @@ from typing import BinaryIO
 
 from kio.schema.errors import ErrorCode
 
-from kbroker.admin import codec
 from kbroker.admin.client import BrokerConnection, ClientError, Cluster, produce_fields
 from kbroker.admin.records import partition_for
 from kbroker.admin.topics import ClusterMetadata, error_of, metadata
+from kbroker.protocol import record_codec as codec
 
 PRODUCE = 0
 METADATA = 3

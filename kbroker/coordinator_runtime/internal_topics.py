@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import Metric
 
+from kbroker.protocol import record_codec
 from kbroker.protocol.batch import (
     HEADER_SIZE,
     BatchHeader,
-    Record,
     decode_records,
-    encode_batch,
     read_header,
 )
 from kbroker.protocol.compression import decompress
@@ -455,8 +454,11 @@ def append_records(
     The append itself happens before this returns, so records of successive calls land
     in call order. Returns its error and, when it succeeded but may not be acknowledged
     yet, what to await first (the same policy as an acks=all produce)."""
-    batch = encode_batch(
-        [Record(k, v, now_ms) for k, v in records], now_ms, compression=compression
+    batch = record_codec.batch(
+        record_codec.encode_pairs(records, record_codec.NO_HEADERS),
+        len(records),
+        now_ms,
+        compression,
     )
     result, ack = append_batch(broker, topic, partition, batch, now_ms)
     if ack is not None:

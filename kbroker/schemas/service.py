@@ -491,6 +491,8 @@ class SchemaRegistryService(InternalTopicService):
         if info is None:
             return None
         configs = info.configs
+        if KEY_VALIDATION not in configs and VALUE_VALIDATION not in configs:
+            return None  # every produce asks: the usual answer in two lookups
         key_on = configs.get(KEY_VALIDATION, "false").lower() == "true"
         value_on = configs.get(VALUE_VALIDATION, "false").lower() == "true"
         if not key_on and not value_on:

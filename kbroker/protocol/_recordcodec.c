@@ -1,4 +1,4 @@
-/* The record codec of admin/codec.py, in C.
+/* The record codec of protocol/record_codec.py, in C.
  *
  * `kbroker produce` and `kbroker consume` move a record per line; building or reading a
  * record's varints in Python costs one to two microseconds, ten times what the broker
@@ -419,7 +419,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_recordcodec", "The record codec of admin/codec.py, in C.", -1,
+    PyModuleDef_HEAD_INIT, "_recordcodec", "The record codec of protocol/record_codec.py, in C.", -1,
     methods,
 };
 

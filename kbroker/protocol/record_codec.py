@@ -1,4 +1,5 @@
-"""Records as `kbroker produce` writes them and `kbroker consume` reads them, in bulk.
+"""Records in bulk: as `kbroker produce` writes them and `kbroker consume` reads them, and
+as the coordinators write theirs to their internal topics (coordinator_runtime).
 
 A batch's record section is built straight from the lines of the input (`encode_lines`)
 or from (key, value) pairs (`encode_pairs`), every record with timestamp delta 0 and
@@ -67,6 +68,10 @@ def read_header(data: bytes | memoryview, pos: int) -> Header:
 
 
 Decoded = tuple[int, int, bytes | None, bytes | None, tuple[tuple[bytes, bytes | None], ...]]
+
+
+NO_HEADERS = b"\x00"
+"""The headers blob of records without headers: a count of zero."""
 
 
 def headers_blob(headers: Sequence[tuple[str, str | None]]) -> bytes:
@@ -195,13 +200,13 @@ def join_values_py(
 
 
 try:
-    from kbroker.admin._recordcodec import decode, encode_lines, encode_pairs, join_values
+    from kbroker.protocol._recordcodec import decode, encode_lines, encode_pairs, join_values
 except ImportError:  # built without a compiler: the same, slower
     encode_lines, encode_pairs = encode_lines_py, encode_pairs_py
     decode, join_values = decode_py, join_values_py
 
 
-def batch(section: bytes, count: int, timestamp: int, codec: int = 0) -> bytes:
+def batch(section: bytes, count: int, timestamp: int, codec: int = 0) -> bytearray:
     """A v2 batch of the records in `section` (offset deltas 0..count-1, all at
     `timestamp`), its section compressed with `codec` as Kafka's producers do."""
     if codec:
@@ -217,7 +222,7 @@ def batch(section: bytes, count: int, timestamp: int, codec: int = 0) -> bytes:
     )  # fmt: skip
     out += body
     _CRC.pack_into(out, _CRC_AT, crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
-    return bytes(out)
+    return out
 
 
 class Section:

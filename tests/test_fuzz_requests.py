@@ -272,6 +272,40 @@ def test_mutated_requests_only_raise_exceptions(key: int, version: int) -> None:
     mutated_body()
 
 
+def _walked(skip: Any, key: int, version: int, data: bytes) -> Any:
+    """Where a walk of the request ends and its edits, or the error it raised."""
+    state = messages._WalkState(messages.MAX_REQUEST_ELEMENTS)
+    try:
+        return skip(data, 0, len(data), state), state.edits
+    except (struct.error, IndexError):
+        return "ends inside a field"
+    except MalformedRequest as exc:
+        return f"MalformedRequest: {exc}"
+
+
+@pytest.mark.parametrize(("key", "version"), ALL_VERSIONS, ids=IDS)
+def test_the_generated_walk_is_the_closures_walk(key: int, version: int) -> None:
+    """check_lengths runs a generated function per schema; the closures it was written
+    from step field by field. On valid, mutated and random bytes both end at the same
+    place with the same edits, or refuse with the same error."""
+    closures = messages._entity(load_request_schema(key, version), False).skip
+    generated = messages._request_skip(key, version)
+    assert generated is not closures
+
+    @FUZZ
+    @given(
+        st.one_of(
+            encoded_requests(key, version),
+            mutated(encoded_requests(key, version)),
+            st.binary(max_size=120),
+        )
+    )
+    def same_walk(data: bytes) -> None:
+        assert _walked(generated, key, version, data) == _walked(closures, key, version, data)
+
+    same_walk()
+
+
 # -- hostile counts, one by one ---------------------------------------------------------
 
 

@@ -265,11 +265,13 @@ _I32 = struct.Struct(">i")
 
 @dataclass(frozen=True, slots=True)
 class _Walk:
-    """How to step over one field: the step, its smallest size, and its size if fixed."""
+    """How to step over one field: the step, its smallest size, its size if fixed, and
+    what it is (`shape`, from which `_compiled` writes the same walk as straight code)."""
 
     skip: Skip
     min_size: int
     fixed_size: int | None = None
+    shape: tuple[Any, ...] = ()
 
 
 def _null_in(name: str) -> MalformedRequest:
@@ -305,7 +307,7 @@ def _length_walk(name: str, flexible: bool, width: struct.Struct, nullable: bool
 
 
 def _fixed(size: int) -> _Walk:
-    return _Walk(lambda buf, pos, end, state: pos + size, size, size)
+    return _Walk(lambda buf, pos, end, state: pos + size, size, size, ("fixed", size))
 
 
 def _primitive(kafka_type: str, flexible: bool, name: str = "", nullable: bool = True) -> _Walk:
@@ -315,7 +317,11 @@ def _primitive(kafka_type: str, flexible: bool, name: str = "", nullable: bool =
     if kafka_type not in ("string", "bytes", "records"):
         raise TypeError(f"no length rule for kafka type {kafka_type!r}")
     width = _I16 if kafka_type == "string" else _I32
-    return _Walk(_length_walk(name, flexible, width, nullable), 1 if flexible else width.size)
+    return _Walk(
+        _length_walk(name, flexible, width, nullable),
+        1 if flexible else width.size,
+        shape=("length", flexible, width.size, nullable, name),
+    )
 
 
 def _array(element: _Walk, flexible: bool, name: str = "", nullable: bool = True) -> _Walk:
@@ -340,16 +346,15 @@ def _array(element: _Walk, flexible: bool, name: str = "", nullable: bool = True
             )
         state.elements_left -= count
         if state.elements_left < 0:
-            raise MalformedRequest(
-                f"more than {MAX_REQUEST_ELEMENTS} array elements in one request"
-            )
+            raise _too_many_elements()
         if element_size is not None:
             return pos + count * element_size
         for _ in range(count):
             pos = skip_element(buf, pos, end, state)
         return pos
 
-    return _Walk(skip, 4 if not flexible else 1)
+    shape = ("array", flexible, nullable, name, per_element, element)
+    return _Walk(skip, 4 if not flexible else 1, shape=shape)
 
 
 def _skip_tagged(
@@ -449,14 +454,151 @@ def _entity(cls: type[Entity], nullable: bool) -> _Walk:
             return pos + 1
         return _skip_tagged(tagged, buf, pos, end, state)
 
+    shape = ("entity", flexible, nullable, tuple(walks), tagged)
     if nullable:
-        return _Walk(skip, 1)
-    return _Walk(skip, sum(w.min_size for w in walks) + (1 if flexible else 0))
+        return _Walk(skip, 1, shape=shape)
+    return _Walk(skip, sum(w.min_size for w in walks) + (1 if flexible else 0), shape=shape)
 
 
 @functools.cache
 def _request_skip(api_key: int, version: int) -> Skip:
-    return _entity(load_request_schema(api_key, version), False).skip
+    return _compiled(_entity(load_request_schema(api_key, version), False))
+
+
+def _too_many_elements() -> MalformedRequest:
+    return MalformedRequest(f"more than {MAX_REQUEST_ELEMENTS} array elements in one request")
+
+
+def _compiled(walk: _Walk) -> Skip:
+    """The walk of a request as one generated function per entity, each field's step
+    written out in line: the same reads, checks and errors as the closures' (which the
+    tagged fields still take, and tests/test_fuzz_requests.py compares with), at a
+    third of their cost (every request not decoded by hand is walked once)."""
+    code = _WalkCode()
+    top = code.function(walk)
+    namespace: dict[str, Any] = dict(code.env)
+    exec(compile("\n".join(code.lines), f"<request walk {top}>", "exec"), namespace)  # noqa: S102
+    return typing.cast(Skip, namespace[top])
+
+
+class _WalkCode:
+    """Python source for `_compiled`: `lines` of its functions, `env` what they use."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.env: dict[str, Any] = {
+            "read_uvarint": read_uvarint,
+            "MalformedRequest": MalformedRequest,
+            "_null_in": _null_in,
+            "_too_many_elements": _too_many_elements,
+            "_skip_tagged": _skip_tagged,
+            "_I16": _I16,
+            "_I32": _I32,
+        }
+        self._names: dict[int, str] = {}
+
+    def _name(self, value: Any, prefix: str) -> str:
+        name = f"{prefix}{len(self.env)}"
+        self.env[name] = value
+        return name
+
+    def function(self, walk: _Walk) -> str:
+        """The name of a generated function stepping over `walk` (an entity's, or any
+        other field's as a function of its own)."""
+        known = self._names.get(id(walk))
+        if known is not None:
+            return known
+        name = self._names[id(walk)] = f"_walk{len(self._names)}"
+        body: list[str] = []
+        kind = walk.shape[0] if walk.shape else None
+        if kind == "entity":
+            _, flexible, nullable, steps, tagged = walk.shape
+            if nullable:
+                body += ["if buf[pos] == 0xFF:", "    return pos + 1", "pos += 1"]
+            for step in steps:
+                body += self.step(step)
+            if flexible:
+                tags = self._name(tagged, "_tags")
+                body += [
+                    "if buf[pos] == 0:",
+                    "    pos += 1",
+                    "else:",
+                    f"    pos = _skip_tagged({tags}, buf, pos, end, state)",
+                ]
+        else:
+            body += self.step(walk)
+        self.lines.append(f"def {name}(buf, pos, end, state):")
+        self.lines += ["    " + line for line in body]
+        self.lines.append("    return pos")
+        return name
+
+    def step(self, walk: _Walk) -> list[str]:
+        """Lines that move `pos` over one field."""
+        kind = walk.shape[0] if walk.shape else None
+        if kind == "fixed":
+            return [f"pos += {walk.shape[1]}"]
+        if kind == "length":
+            _, flexible, width, nullable, name = walk.shape
+            null = f"    raise _null_in({self._name(name, '_n')})" if not nullable else ""
+            if flexible:
+                return [
+                    "size = buf[pos]",
+                    "if size >= 0x80:",
+                    "    size, pos = read_uvarint(buf, pos)",
+                    "    pos -= 1",
+                    "if size == 0:",
+                    null or "    pos += 1",
+                    "else:",
+                    "    pos += size",
+                ]
+            unpack = "_I16" if width == 2 else "_I32"
+            return [
+                f"(size,) = {unpack}.unpack_from(buf, pos)",
+                f"pos += {width}",
+                "if size < 0:",
+                null or "    pass",
+                "else:",
+                "    pos += size",
+            ]
+        if kind == "array":
+            return self._array(walk)
+        if kind == "entity":
+            return [f"pos = {self.function(walk)}(buf, pos, end, state)"]
+        return [f"pos = {self._name(walk.skip, '_skip')}(buf, pos, end, state)"]
+
+    def _array(self, walk: _Walk) -> list[str]:
+        _, flexible, nullable, name, per_element, element = walk.shape
+        lines = (
+            ["count, pos = read_uvarint(buf, pos)", "count -= 1"]
+            if flexible
+            else ["(count,) = _I32.unpack_from(buf, pos)", "pos += 4"]
+        )
+        lines += ["if count <= 0:"]
+        if nullable:
+            lines += ["    pass"]
+        else:
+            lines += ["    if count < 0:", f"        raise _null_in({self._name(name, '_n')})"]
+        lines += [
+            "else:",
+            f"    if count * {per_element} > end - pos:",
+            "        raise MalformedRequest(",
+            '            f"array of {count} elements in the {end - pos} bytes left of the request"',
+            "        )",
+            "    state.elements_left -= count",
+            "    if state.elements_left < 0:",
+            "        raise _too_many_elements()",
+        ]
+        if element.fixed_size is not None:
+            lines += [f"    pos += count * {element.fixed_size}"]
+        elif element.shape and element.shape[0] == "length":
+            lines += ["    for _ in range(count):"]
+            lines += ["        " + line for line in self.step(element)]
+        else:
+            lines += [
+                "    for _ in range(count):",
+                f"        pos = {self.function(element)}(buf, pos, end, state)",
+            ]
+        return lines
 
 
 def check_lengths(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> list[Edit]:

@@ -4,6 +4,9 @@
 #   make test    install kbroker with the test extra (clients, PySpark, linters) and kcat,
 #                then run every test
 VENV ?= .venv
+# The interpreter the virtualenv is made from. Its build decides much of a request's CPU:
+# see docs/benchmarks.md, "The interpreter's build".
+PYTHON ?= python3
 PY := $(VENV)/bin/python
 # Separate stamps: `make serve` never pulls the test extra's hundreds of MB.
 SERVE_STAMP := $(VENV)/.installed-serve
@@ -18,16 +21,16 @@ SOURCES := pyproject.toml setup.py kbroker/protocol/_recordwalk.c kbroker/protoc
 PIP := $(PY) -m pip --disable-pip-version-check
 
 # The virtualenv starts without a pip of its own (ensurepip is a quarter of the serve
-# install's CPU): python3's pip installs into it (pip --python), and only where python3 has
+# install's CPU): $(PYTHON)'s pip installs into it (pip --python), and only where it has
 # no pip that can does the virtualenv get one.
 $(VENV)/bin/python:
-	python3 -m venv --without-pip $(VENV)
+	$(PYTHON) -m venv --without-pip $(VENV)
 
 # The editable install builds the C extensions next to their sources, where it imports
 # them from; nothing else is needed to serve.
 $(SERVE_STAMP): $(SOURCES) | $(VENV)/bin/python
-	if python3 -m pip --python $(PY) --version >/dev/null 2>&1; then \
-	  python3 -m pip --disable-pip-version-check --python $(PY) install --quiet --no-compile -e .; \
+	if $(PYTHON) -m pip --python $(PY) --version >/dev/null 2>&1; then \
+	  $(PYTHON) -m pip --disable-pip-version-check --python $(PY) install --quiet --no-compile -e .; \
 	else \
 	  $(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip --default-pip >/dev/null; \
 	  $(PIP) install --quiet --no-compile -e .; \

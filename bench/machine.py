@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -207,9 +208,30 @@ def _command_version(cmd: list[str]) -> str | None:
     return (out.stdout or out.stderr).strip().splitlines()[0] if out.returncode == 0 else None
 
 
+def interpreter_build() -> str:
+    """How this CPython was built, as far as it shows: its executable, whether the
+    interpreter runs out of a shared libpython, and the optimizing configure flags it
+    names. A node's CPU per request differs by a fifth between builds (docs/benchmarks.md,
+    "The interpreter's build")."""
+    maps = Path("/proc/self/maps")
+    shared = sorted(
+        {line.rsplit("/", 1)[-1] for line in maps.read_text().splitlines() if "libpython" in line}
+        if maps.exists()
+        else set()
+    )
+    where = f"interpreter in {', '.join(shared)}" if shared else "interpreter in the executable"
+    configured = str(sysconfig.get_config_var("CONFIG_ARGS") or "")
+    flags = [f for f in ("--enable-optimizations", "--with-lto") if f in configured]
+    return "; ".join([os.path.realpath(sys.executable), where, *flags])
+
+
 def software() -> dict:
     """Versions of everything on the measured path."""
-    info: dict = {"python": platform.python_version(), "kernel": platform.release()}
+    info: dict = {
+        "python": platform.python_version(),
+        "python_build": interpreter_build(),
+        "kernel": platform.release(),
+    }
     try:
         import confluent_kafka
 

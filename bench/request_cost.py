@@ -47,6 +47,7 @@ from pathlib import Path
 
 from kio.index import load_request_schema
 
+from bench.machine import interpreter_build
 from bench.peers import MockPeer, PeerUnavailable, add_settings_option
 from bench.procs import pin
 from kbroker.admin.client import BrokerConnection, cluster
@@ -245,6 +246,8 @@ def measure(
         pin(pid, {broker})
         print(f"{label}: client on CPU {client}, broker on CPU {broker}")
     print(f"{label}: load average {load()}; broker pid {pid}")
+    if label.startswith("kbroker"):  # its broker runs under this interpreter
+        print(f"{label}: python {interpreter_build()}")
     before = cpu_seconds(pid)
     time.sleep(args.idle_seconds)  # the input: an idle broker's own background work
     idle_rate = (cpu_seconds(pid) - before) / args.idle_seconds

@@ -344,13 +344,9 @@ class PartitionLog:
                 f"an append of {len(records)} bytes exceeds the segment size of "
                 f"{config.segment_bytes} bytes"
             )
-        if len(headers) == 1:  # nearly every append: no generator for one batch
-            h = headers[0]
-            producers = h.producer_id >= 0 or bool(h.attributes & TRANSACTIONAL_OR_CONTROL)
-        else:
-            producers = any(
-                h.producer_id >= 0 or h.attributes & TRANSACTIONAL_OR_CONTROL for h in headers
-            )
+        producers = any(
+            h.producer_id >= 0 or h.attributes & TRANSACTIONAL_OR_CONTROL for h in headers
+        )
         if producers:
             duplicate = self.producer_state.check(records, headers, origin)
             if duplicate is not None:

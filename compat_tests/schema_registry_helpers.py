@@ -49,13 +49,20 @@ def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-def wait_serving(url: str, timeout: float = 20.0, **kwargs: Any) -> None:
-    eventually(
-        lambda: call(url, "GET", "/subjects", timeout=2, **kwargs)[0] == 200,
-        timeout=timeout,
-        what=f"a schema registry at {url}",
-        interval=0.1,
-    )
+def wait_serving(url: str, timeout: float = 20.0, node: Any = None, **kwargs: Any) -> None:
+    """Wait until the registry at `url` lists subjects; on timeout the failure carries the
+    tail of `node`'s log (a BrokerProcess), which says why it does not serve."""
+    try:
+        eventually(
+            lambda: call(url, "GET", "/subjects", timeout=2, **kwargs)[0] == 200,
+            timeout=timeout,
+            what=f"a schema registry at {url}",
+            interval=0.1,
+        )
+    except AssertionError as exc:
+        if node is None:
+            raise
+        raise AssertionError(f"{exc}\n{node.log_tail()}") from exc
 
 
 def avro_record(name: str, fields: list[tuple[str, Any]] | list[dict[str, Any]]) -> str:

@@ -41,7 +41,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Any:
     }
     with running_broker(tmp_path_factory.mktemp("registry"), overrides) as node:
         url = f"http://127.0.0.1:{port}"
-        wait_serving(url)
+        wait_serving(url, node=node)
         node.registry_url = url  # type: ignore[attr-defined]
         yield node
 

@@ -39,6 +39,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Any:
             broker.registry_url,
             auth=basic("admin", PLAIN_USERS["admin"]),
             context=broker.context,
+            node=broker.node,
         )
         yield broker
 

@@ -37,7 +37,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     overrides = {"schema.registry.listeners": f"http://127.0.0.1:{port}"}
     with running_broker(tmp_path_factory.mktemp("spark-avro"), overrides) as node:
         node.registry_url = f"http://127.0.0.1:{port}"
-        wait_serving(node.registry_url)
+        wait_serving(node.registry_url, node=node)
         yield node
 
 

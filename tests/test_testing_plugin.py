@@ -96,3 +96,18 @@ def test_a_cluster_smaller_than_three_replicates_internal_topics_to_every_node(
         "2",
     ]
     assert all(n.settings["num.partitions"] == "2" for n in two)
+
+
+def test_a_free_port_is_handed_out_once_per_process(monkeypatch) -> None:
+    """A registry's port asked for first, a node's listeners after: the second ask must
+    not hand back the first port, though it was released and is still free."""
+    from kbroker.testing import nodes
+
+    monkeypatch.setattr(nodes, "_handed_out", set())
+    first = nodes.free_ports(1)[0]
+    real_choice = nodes.random.choice
+    repeats = iter([first, first])  # the kernel's answer twice over, then anything
+    monkeypatch.setattr(nodes.random, "choice", lambda ports: next(repeats, real_choice(ports)))
+    second = nodes.free_ports(1)[0]
+    assert second != first
+    assert nodes._handed_out == {first, second}

@@ -41,8 +41,15 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+# Every port free_ports has handed out in this process. A port is free only until its
+# node binds it, and a caller may ask for a registry's port, then for a node's listeners,
+# and start the node with both: the second ask must not hand out the first port again.
+_handed_out: set[int] = set()
+
+
 def free_ports(count: int, taken: Iterable[int] = ()) -> list[int]:
-    """`count` distinct loopback ports that were free a moment ago (none of `taken`).
+    """`count` distinct loopback ports that were free a moment ago (none of `taken`, none
+    handed out before by this process).
 
     Chosen outside the kernel's ephemeral range where there is room below it: a port the
     kernel handed out for a listen probe can go to any outgoing connection before the
@@ -51,16 +58,21 @@ def free_ports(count: int, taken: Iterable[int] = ()) -> list[int]:
     avoid = set(taken)
     low, _high = _ephemeral_range()
     below = range(10000, low) if low > 11000 else None
+    if below is not None and len(_handed_out) > len(below) // 2:
+        _handed_out.clear()  # a long run: the oldest ports are long bound or long gone
     while len(ports) < count:
         port = random.choice(below) if below is not None else 0
+        if port in _handed_out:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue  # in use: another pick
             port = int(sock.getsockname()[1])
-        if port not in avoid and port not in ports:
+        if port not in avoid and port not in ports and port not in _handed_out:
             ports.append(port)
+    _handed_out.update(ports)
     return ports
 
 

@@ -1,7 +1,7 @@
 """The hand-written Fetch decoder reads what kio reads, for every version it serves, and
 refuses what is malformed with MalformedRequest alone.
 
-The reference is the way every other request is decoded: messages.check_lengths, the
+The reference is the way every other request is decoded: request_walk.check_lengths, the
 edits that take out unknown tagged fields, then kio's reader. Requests come from kio's
 writer (messages.build, as the replica fetcher and the admin client build theirs) and
 from `encoded` below, which writes any field, any tagged field (unknown ones too) and
@@ -29,7 +29,13 @@ from kio.index import load_request_schema
 from test_header import uvarint
 
 from kbroker.handlers.registry import APIS
-from kbroker.protocol import _requestread, entity_build, fetch_request_decode, messages
+from kbroker.protocol import (
+    _requestread,
+    entity_build,
+    fetch_request_decode,
+    messages,
+    request_walk,
+)
 from kbroker.protocol.fetch_request import fetch_partition, in_session, sessionless_fetch
 from kbroker.protocol.fetch_request_decode import decode_fetch_request, decode_fetch_request_py
 from kbroker.protocol.header import MalformedRequest
@@ -52,9 +58,9 @@ def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 
 def kio_decode(version: int, data: bytes) -> Any:
     """The request as decode_request read it before Fetch had its own decoder."""
-    edits = messages.check_lengths(FETCH, version, data, 0)
+    edits = request_walk.check_lengths(FETCH, version, data, 0)
     if edits:
-        data = messages._edited(data, edits)
+        data = request_walk.edited(data, edits)
     messages.request_class(FETCH, version)  # the Kafka defaults of the fields it lacks
     value, _size = messages.request_reader(FETCH, version)(data, 0)
     return value
@@ -550,14 +556,14 @@ def test_elements_are_bounded_as_the_length_walk_bounds_them(
 ) -> None:
     data = encoded(version, varied())  # 3 topics, 4 partitions (+ 2 forgotten, 3 indexes)
     elements = 7 + (5 if version >= 7 else 0)
-    monkeypatch.setattr(messages, "MAX_REQUEST_ELEMENTS", elements)
+    monkeypatch.setattr(request_walk, "MAX_REQUEST_ELEMENTS", elements)
     assert len(ours(version, data).topics) == 3
-    messages.check_lengths(FETCH, version, data, 0)
-    monkeypatch.setattr(messages, "MAX_REQUEST_ELEMENTS", elements - 1)
+    request_walk.check_lengths(FETCH, version, data, 0)
+    monkeypatch.setattr(request_walk, "MAX_REQUEST_ELEMENTS", elements - 1)
     with pytest.raises(MalformedRequest, match=f"more than {elements - 1} array elements"):
         ours(version, data)
     with pytest.raises(MalformedRequest, match="array elements"):
-        messages.check_lengths(FETCH, version, data, 0)
+        request_walk.check_lengths(FETCH, version, data, 0)
 
 
 def test_invalid_utf8_in_a_topic_name_is_malformed() -> None:

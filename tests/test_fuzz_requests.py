@@ -41,7 +41,7 @@ from test_fetch_request_decode import view as fetch_view
 from test_header import uvarint
 
 from compat_tests.null_requests import variants
-from kbroker.protocol import legacy_messages, messages
+from kbroker.protocol import legacy_messages, messages, request_walk
 from kbroker.protocol.header import MalformedRequest
 
 pytestmark = pytest.mark.slow  # make test-fast leaves these out
@@ -213,7 +213,7 @@ def test_valid_requests_round_trip(key: int, version: int) -> None:
     @given(entities(load_request_schema(key, version)))
     def round_trip(entity: Any) -> None:
         data = messages.encode(entity)
-        messages.check_lengths(key, version, data, 0)
+        request_walk.check_lengths(key, version, data, 0)
         decoded = messages.decode_request(key, version, data, 0)
         assert _comparable(key, decoded) == _comparable(key, entity)
 
@@ -274,7 +274,7 @@ def test_mutated_requests_only_raise_exceptions(key: int, version: int) -> None:
 
 def _walked(skip: Any, key: int, version: int, data: bytes) -> Any:
     """Where a walk of the request ends and its edits, or the error it raised."""
-    state = messages._WalkState(messages.MAX_REQUEST_ELEMENTS)
+    state = request_walk.WalkState(request_walk.MAX_REQUEST_ELEMENTS)
     try:
         return skip(data, 0, len(data), state), state.edits
     except (struct.error, IndexError):
@@ -288,8 +288,8 @@ def test_the_generated_walk_is_the_closures_walk(key: int, version: int) -> None
     """check_lengths runs a generated function per schema; the closures it was written
     from step field by field. On valid, mutated and random bytes both end at the same
     place with the same edits, or refuse with the same error."""
-    closures = messages._entity(load_request_schema(key, version), False).skip
-    generated = messages._request_skip(key, version)
+    closures = request_walk.entity_walk(load_request_schema(key, version), False).skip
+    generated = request_walk.request_skip(key, version)
     assert generated is not closures
 
     @FUZZ
@@ -382,13 +382,13 @@ def _produce_v9(topics: int, partitions: int) -> bytes:
 
 
 def test_elements_up_to_the_request_cap_decode(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(messages, "MAX_REQUEST_ELEMENTS", 2 + 2 * 50)
+    monkeypatch.setattr(request_walk, "MAX_REQUEST_ELEMENTS", 2 + 2 * 50)
     request = messages.decode_request(0, 9, _produce_v9(2, 50), 0)
     assert sum(len(t.partition_data) for t in request.topic_data) == 100
 
 
 def test_elements_beyond_the_request_cap_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(messages, "MAX_REQUEST_ELEMENTS", 2 + 2 * 50 - 1)
+    monkeypatch.setattr(request_walk, "MAX_REQUEST_ELEMENTS", 2 + 2 * 50 - 1)
     with pytest.raises(MalformedRequest, match="more than 101 array elements"):
         messages.decode_request(0, 9, _produce_v9(2, 50), 0)
 
@@ -396,7 +396,7 @@ def test_elements_beyond_the_request_cap_are_refused(monkeypatch: pytest.MonkeyP
 def test_two_million_tiny_partitions_are_refused_at_once() -> None:
     began = time.monotonic()
     with pytest.raises(MalformedRequest, match="array elements in one request"):
-        messages.check_lengths(0, 9, _produce_v9(1, 2_000_000), 0)
+        request_walk.check_lengths(0, 9, _produce_v9(1, 2_000_000), 0)
     assert time.monotonic() - began < SLOW_DECODE_S
 
 

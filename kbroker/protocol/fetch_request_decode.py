@@ -8,7 +8,7 @@ version lacks the field) and with kio's types, so the handler reads a decoded re
 of any version alike.
 
 Every length and count is checked against the bytes that remain before anything is
-built, the elements of all arrays together are bounded as messages.check_lengths bounds
+built, the elements of all arrays together are bounded as request_walk.check_lengths bounds
 them, and a null where the schema forbids one is refused: MalformedRequest, which closes
 the connection. Tagged fields of tags the version does not define are skipped, as
 Kafka's generated readers skip them; a known one must fill exactly its size.
@@ -183,7 +183,7 @@ def _null_in(name: str) -> MalformedRequest:
 
 
 def _too_many(count: int, left: int) -> MalformedRequest:
-    # "array of N elements" as messages.check_lengths words it.
+    # "array of N elements" as request_walk.check_lengths words it.
     return MalformedRequest(f"array of {count} elements in the {left} bytes left of the request")
 
 

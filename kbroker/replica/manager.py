@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -29,6 +30,9 @@ from kbroker.storage.log import LogConfig, PartitionLog
 from kbroker.storage.manager import LogManager
 
 log = logging.getLogger("kbroker.replica")
+# Partitions of a deleted topic stopped in one loop step (drop_topic); Partition.stop is
+# a few microseconds.
+_STOP_SLICE = 1024
 
 IsrChanges = Callable[[Partition, tuple[int, ...]], Awaitable[PartitionInfo]]
 """Proposes a leader's new ISR to the controller (AlterPartition); the committed partition."""
@@ -68,6 +72,9 @@ class ReplicaManager:
         self.fetchers: ReplicaFetchers | None = None
         self.isr_changes: IsrChanges | None = None
         self._proposals: set[asyncio.Task[None]] = set()
+        # Partitions of deleted topics, no longer hosted, not yet stopped (drop_topic).
+        self._to_stop: deque[Partition] = deque()
+        self._stopping: set[asyncio.Task[None]] = set()
         self.logs = logs
         self.waiters = waiters
         self.hosted: dict[tuple[str, int], Partition] = {}
@@ -190,11 +197,42 @@ class ReplicaManager:
                 found.stop()
 
     def drop_topic(self, topic: str) -> None:
-        for key in [k for k in self.hosted if k[0] == topic]:
-            if self.fetchers is not None:
+        """The topic was deleted: its partitions are neither hosted nor followed from this
+        step on, since a topic of the same name may come back in the next. A large topic's
+        partitions are then stopped (their waiting requests answered) a slice at a time,
+        as its logs are retired: deleting 10,000 partitions in one step held the loop for
+        some 70-110 ms. A stop reads nothing by its key but the waiters it wakes, which
+        a new partition of that key would only see as a spurious wake-up."""
+        hosted = self.hosted
+        keys = [k for k in hosted if k[0] == topic]
+        dropped = [hosted.pop(key) for key in keys]
+        if self.fetchers is not None:
+            for key in keys:
                 self.fetchers.unfollow(key)
-            self.hosted.pop(key).stop()
+        if len(dropped) <= _STOP_SLICE:
+            for partition in dropped:
+                partition.stop()
+            self.logs.delete_topic(topic)
+            return
         self.logs.delete_topic(topic)
+        self._to_stop.extend(dropped)
+        try:
+            task = asyncio.get_running_loop().create_task(self._stop_slices())
+        except RuntimeError:  # no loop (tools, tests): all at once
+            self._stop_dropped(len(self._to_stop))
+            return
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    async def _stop_slices(self) -> None:
+        while self._to_stop:
+            self._stop_dropped(_STOP_SLICE)
+            await asyncio.sleep(0)
+
+    def _stop_dropped(self, count: int) -> None:
+        to_stop = self._to_stop
+        for _ in range(min(count, len(to_stop))):
+            to_stop.popleft().stop()
 
     # -- the ISR --------------------------------------------------------------------------
 
@@ -248,6 +286,9 @@ class ReplicaManager:
             await self.fetchers.stop()
         for task in list(self._proposals):
             task.cancel()
+        for task in list(self._stopping):
+            task.cancel()
+        self._stop_dropped(len(self._to_stop))
 
 
 def _checkpoint_high_watermarks(logs: list[PartitionLog]) -> None:

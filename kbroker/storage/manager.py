@@ -521,26 +521,30 @@ class LogManager:
         """Take the topic's logs out of service at once; their directories are renamed out
         of sight and removed after, a slice at a time, so that deleting thousands of
         partitions does not hold the loop (a new log at one of those paths first renames
-        the old directory away itself, see `_clear_path`)."""
+        the old directory away itself, see `_clear_path`). What must happen at once is
+        that no lookup finds them: for a large topic the flush and placement bookkeeping
+        of each log waits for its slice too (`_forget`)."""
         for key in [k for k in self.failed if k[0] == topic]:
             del self.failed[key]
             self._lost.discard(key)
-        doomed: list[PartitionLog] = []
-        for key in [k for k in self._logs if k[0] == topic]:
-            plog = self._withdraw(key)
-            if plog is not None:
-                doomed.append(plog)
-        if len(doomed) <= _OPEN_SLICE:
-            for plog in doomed:
-                self._retire(plog)
+        keys = [k for k in self._logs if k[0] == topic]
+        if len(keys) <= _OPEN_SLICE:
+            for key in keys:
+                plog = self._withdraw(key)
+                if plog is not None:
+                    self._retire(plog)
             return
+        logs, topic_ids, doomed_by_dir = self._logs, self.topic_ids, self._doomed
+        doomed = [logs.pop(key) for key in keys]
+        for key in keys:
+            topic_ids.pop(key, None)
         for plog in doomed:
-            self._doomed[plog._dir] = plog
+            doomed_by_dir[plog._dir] = plog
         try:
             task = asyncio.get_running_loop().create_task(self._retire_slices(doomed))
         except RuntimeError:  # no loop (tools, tests): all at once
             for plog in doomed:
-                self._retire(plog)
+                self._retire_doomed(plog, remove=True)
             return
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
@@ -574,29 +578,37 @@ class LogManager:
         plog = self._logs.pop(key, None)
         self.topic_ids.pop(key, None)
         if plog is not None:
-            plog.flush_watch = None
-            self._flush_due.discard(plog)
-            # os.path.dirname, for the path of a log in a log directory, at a quarter of
-            # its cost: deleting a topic of 10,000 partitions withdraws them in one step.
-            parent = plog._dir.rpartition("/")[0]
-            if parent in self._placed:
-                self._placed[parent] -= 1
+            self._forget(plog)
         return plog
+
+    def _forget(self, plog: PartitionLog) -> None:
+        """A withdrawn log leaves the flusher's care and its directory's placement count."""
+        plog.flush_watch = None
+        self._flush_due.discard(plog)
+        parent = os.path.dirname(plog._dir)
+        if parent in self._placed:
+            self._placed[parent] -= 1
+
+    def _retire_doomed(self, plog: PartitionLog, remove: bool = False) -> None:
+        """A log `delete_topic` left in `_doomed`: forgotten, renamed away and closed, once
+        (by its slice or, first, by `_clear_path` for a new log at its path)."""
+        if self._doomed.pop(plog._dir, None) is not None:
+            self._forget(plog)
+            self._retire(plog, remove=remove)
 
     async def _retire_slices(self, plogs: list[PartitionLog]) -> None:
         for start in range(0, len(plogs), _OPEN_SLICE):
             for plog in plogs[start : start + _OPEN_SLICE]:
-                if self._doomed.pop(plog._dir, None) is not None:
-                    self._retire(plog, remove=False)
+                self._retire_doomed(plog)
             await asyncio.sleep(0)
         removed = [plog.directory for plog in plogs]
         threading.Thread(target=_remove_all, args=(removed,), daemon=True).start()
 
     def _clear_path(self, directory: Path) -> None:
         """A log is about to be made at `directory`: a deleted one still there goes first."""
-        plog = self._doomed.pop(str(directory), None)
+        plog = self._doomed.get(str(directory))
         if plog is not None:
-            self._retire(plog, remove=False)
+            self._retire_doomed(plog)
 
     def _retire(self, plog: PartitionLog, remove: bool = True) -> None:
         """Rename a withdrawn log's directory out of sight and close it; with `remove`,

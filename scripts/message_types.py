@@ -31,7 +31,7 @@ from kbroker import handlers  # noqa: F401  (registers every API handler)
 from kbroker.handlers.registry import APIS
 from kbroker.protocol.entity_build import field_default, known_versions, nested_entity
 from kbroker.protocol.legacy_messages import CARRIED, LEGACY
-from kbroker.protocol.messages import _is_nullable
+from kbroker.protocol.request_walk import is_nullable
 
 ROOT = Path(__file__).resolve().parent.parent / "kbroker" / "protocol"
 REQUESTS = ROOT / "requests.py"
@@ -101,15 +101,15 @@ def _walk(
             child = (*path, f.name)
             _walk(entities, nested, child, api, version, render)
             rendered = "@" + "/".join(child)  # resolved to the entity's name later
-            nullable = _is_nullable(hint) and not is_array
+            nullable = is_nullable(hint) and not is_array
         else:
             assert kafka_type is not None, (cls, f.name)
             rendered = render(kafka_type)
             inner = typing.get_args(hint)[0] if is_array else hint
-            nullable = _is_nullable(inner)
+            nullable = is_nullable(inner)
         if is_array:
             rendered = f"[]{rendered}"
-            nullable = nullable or _is_nullable(hint)
+            nullable = nullable or is_nullable(hint)
         if rendered not in slot.types:
             slot.types.append(rendered)
         slot.nullable = slot.nullable or nullable

@@ -224,7 +224,7 @@ def edited(frame: bytes | memoryview, edits: list[Edit]) -> bytes:
     return b"".join(parts)
 
 
-def _is_nullable(hint: Any) -> bool:
+def is_nullable(hint: Any) -> bool:
     """`X | None`: the schema lets the field (or array) be null."""
     return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in (
         typing.get_args(hint)
@@ -244,9 +244,9 @@ def entity_walk(cls: type[Entity], nullable: bool) -> _Walk:
             walk = entity_walk(kind.type_, isinstance(kind, EntityField) and is_optional(f))
         else:
             element_type = typing.get_args(f.type)[0] if is_array else f.type
-            walk = _primitive(f.metadata["kafka_type"], flexible, name, _is_nullable(element_type))
+            walk = _primitive(f.metadata["kafka_type"], flexible, name, is_nullable(element_type))
         if is_array:
-            walk = _array(walk, flexible, name, _is_nullable(f.type))
+            walk = _array(walk, flexible, name, is_nullable(f.type))
         tag = get_field_tag(f)
         if tag is not None:
             tagged[int(tag)] = walk.skip

@@ -19,6 +19,7 @@ from kbroker.replica import manager as replica_manager
 from kbroker.replica.delayed import DataWaiters, PendingAck
 from kbroker.replica.manager import ReplicaManager
 from kbroker.storage import LogConfig
+from kbroker.storage import manager as storage_manager
 from kbroker.storage.manager import DELETE_SUFFIX, LogManager
 
 NOW = 1_700_000_000_000
@@ -105,3 +106,31 @@ def test_a_topic_of_the_same_name_made_at_once_is_left_alone_by_the_old_ones_sli
             assert (tmp_path / f"big-{p}").is_dir()
 
     asyncio.run(scenario())
+
+
+def test_a_log_whose_rename_failed_is_not_removed_under_a_new_log_at_its_path(
+    big: tuple[ReplicaManager, LogManager], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deleted log's directory that could not be renamed away keeps its path; the slices'
+    removal must leave that path alone, where a topic of the same name may make a log."""
+    manager, _logs = big
+    removed: list[list[Path]] = []
+    monkeypatch.setattr(storage_manager, "_remove_all", removed.append)
+    real_rename = storage_manager.os.rename
+
+    def rename(source: Path, target: Path) -> None:
+        if Path(source).name == "big-7":
+            raise FileNotFoundError(source)
+        real_rename(source, target)
+
+    monkeypatch.setattr(storage_manager.os, "rename", rename)
+
+    async def scenario() -> None:
+        manager.drop_topic("big")
+        await until(lambda: bool(removed), "the deleted directories handed to the remover")
+
+    asyncio.run(scenario())
+    (paths,) = removed
+    assert len(paths) == PARTITIONS - 1
+    assert all(p.name.endswith(DELETE_SUFFIX) for p in paths)
+    assert (tmp_path / "big-7").is_dir()

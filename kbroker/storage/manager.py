@@ -601,7 +601,9 @@ class LogManager:
             for plog in plogs[start : start + _OPEN_SLICE]:
                 self._retire_doomed(plog)
             await asyncio.sleep(0)
-        removed = [plog.directory for plog in plogs]
+        # Only what was renamed away: a log whose rename failed keeps its own path, where
+        # a topic of the same name may have made a new log since.
+        removed = [p.directory for p in plogs if p.directory.name.endswith(DELETE_SUFFIX)]
         threading.Thread(target=_remove_all, args=(removed,), daemon=True).start()
 
     def _clear_path(self, directory: Path) -> None:

@@ -37,13 +37,16 @@ def big(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ReplicaManager
     return manager, logs
 
 
-def waiting_acks(manager: ReplicaManager, answers: list[ErrorCode]) -> None:
-    """An acks=all produce to every partition, waiting for broker 2."""
+def waiting_acks(manager: ReplicaManager) -> list[ErrorCode]:
+    """An acks=all produce to every partition, waiting for broker 2; the list their
+    answers will be put in."""
+    answers: list[ErrorCode] = []
     for p in range(PARTITIONS):
         partition = manager.get("big", p)
         assert partition is not None
         partition.append_as_leader(encode_batch([(None, b"v")], NOW), NOW, required_acks=-1)
         assert isinstance(partition.await_replication(1, answers.append), PendingAck)
+    return answers
 
 
 async def until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
@@ -63,8 +66,7 @@ def test_a_deleted_topic_is_gone_at_once_and_its_waiting_requests_answered_after
     manager, logs = big
 
     async def scenario() -> None:
-        answers: list[ErrorCode] = []
-        waiting_acks(manager, answers)
+        answers = waiting_acks(manager)
         fetch = manager.waiters.new_waiter([("big", PARTITIONS - 1)])
         manager.drop_topic("big")
         for p in range(PARTITIONS):
@@ -87,8 +89,7 @@ def test_a_topic_of_the_same_name_made_at_once_is_left_alone_by_the_old_ones_sli
     manager, logs = big
 
     async def scenario() -> None:
-        answers: list[ErrorCode] = []
-        waiting_acks(manager, answers)
+        answers = waiting_acks(manager)
         manager.drop_topic("big")
         again = [
             manager.ensure("big", PartitionInfo(p, 1, (1,), (1,), 1), LogConfig())

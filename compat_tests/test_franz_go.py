@@ -104,7 +104,9 @@ class Result:
             for line in self.output.splitlines()
             if line.startswith(("--- FAIL", "    --- FAIL", "panic:"))
             or re.match(r"\s+\w+_test\.go:\d+: ", line)
-            and "deleting" not in line
+            # The cleanups' "FAILED TESTING -- NOT DELETING TOPIC" lines would crowd out
+            # the failure itself.
+            and "deleting" not in line.lower()
         ]
         return "\n".join(keep[-80:]) or self.output[-4000:]
 
@@ -177,7 +179,7 @@ def test_group_transaction_and_share_etls_pass_on_a_cluster_at_rf_3(
         only="^(" + "|".join(CLUSTER_TESTS) + ")$",
         timeout=600,
     )
-    assert result.returncode == 0, result.failures()
+    assert result.returncode == 0, f"{result.failures()}\n{cluster.log_tails(40)}"
     assert set(CLUSTER_TESTS) <= result.outcomes("PASS")
     subtests = set(re.findall(r"^    --- PASS: (\S+) ", result.output, re.MULTILINE))
     assert {"TestTxnEtl/range/848", "TestGroupETL/cooperative-sticky"} <= subtests, subtests

@@ -7,6 +7,8 @@ VENV ?= .venv
 # The interpreter the virtualenv is made from. Its build decides much of a request's CPU:
 # see docs/benchmarks.md, "The interpreter's build".
 PYTHON ?= python3
+# pytest-xdist workers for the unit tests (kbroker.testing's ports are split between them).
+TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 # Separate stamps: `make serve` never pulls the test extra's hundreds of MB.
 SERVE_STAMP := $(VENV)/.installed-serve
@@ -53,11 +55,15 @@ test: $(STAMP)
 	# Again, in case the tools script just brought a C extension's headers.
 	$(PY) setup.py --quiet build_ext --inplace
 	# A skipped test fails the run (conftest.py): every tool a test needs is installed above.
-	FORBID_SKIPPED_TESTS=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
+	# The unit tests (tests/) run in process and share out over TEST_WORKERS; the
+	# compatibility tests (compat_tests/) run one at a time, since each of them starts
+	# brokers and clients that want the machine's cores, and some bound a latency.
+	FORBID_SKIPPED_TESTS=1 $(VENV)/bin/pytest tests -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	FORBID_SKIPPED_TESTS=1 $(VENV)/bin/pytest compat_tests $(PYTEST_ARGS)
 
 # The inner loop: the unit tests that start no process and wait on no cluster (a few minutes).
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -m "not slow" -q $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not slow" -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -111,3 +111,18 @@ def test_a_free_port_is_handed_out_once_per_process(monkeypatch) -> None:
     second = nodes.free_ports(1)[0]
     assert second != first
     assert nodes._handed_out == {first, second}
+
+
+def test_parallel_test_workers_draw_ports_from_disjoint_shares(monkeypatch) -> None:
+    """Under pytest-xdist each worker remembers only its own ports: worker i of n takes
+    those congruent to i modulo n, so two workers never hand out the same one."""
+    from kbroker.testing import nodes
+
+    drawn = {}
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setattr(nodes, "_handed_out", set())
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+        drawn[worker] = nodes.free_ports(40)
+    assert {port % 2 for port in drawn["gw0"]} == {0}
+    assert {port % 2 for port in drawn["gw1"]} == {1}

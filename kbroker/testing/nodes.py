@@ -47,6 +47,17 @@ def _ephemeral_range() -> tuple[int, int]:
 _handed_out: set[int] = set()
 
 
+def _worker_share() -> tuple[int, int]:
+    """(this process's index, how many share the ports): under pytest-xdist each worker
+    takes only the ports congruent to its index, since `_handed_out` is one process's and
+    two workers could otherwise hand out the same port; (0, 1) anywhere else."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1:
+        return int(worker[2:]) % int(count), int(count)
+    return 0, 1
+
+
 def free_ports(count: int, taken: Iterable[int] = ()) -> list[int]:
     """`count` distinct loopback ports that were free a moment ago (none of `taken`, none
     handed out before by this process).
@@ -57,7 +68,8 @@ def free_ports(count: int, taken: Iterable[int] = ()) -> list[int]:
     ports: list[int] = []
     avoid = set(taken)
     low, _high = _ephemeral_range()
-    below = range(10000, low) if low > 11000 else None
+    index, share = _worker_share()
+    below = range(10000 + index, low, share) if low > 11000 else None
     if below is not None and len(_handed_out) > len(below) // 2:
         _handed_out.clear()  # a long run: the oldest ports are long bound or long gone
     while len(ports) < count:

@@ -17,6 +17,8 @@ find "$src" \( -name '__pycache__' -o -name '*.so' \) -prune -exec rm -rf {} +
 mkdir -p "$out"
 rm -f "$out"/kbroker-*.whl "$out/kbroker.pyz"
 "$py" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$src"
+# pip's --no-compile: the zipapp carries sources only (shiv leaves bytecode out), so
+# compiling them while staging would be a third of the build for nothing.
 "$shiv" --quiet --console-script kbroker --python "/usr/bin/env python3" \
-  --output-file "$out/kbroker.pyz" "$out"/kbroker-*.whl
+  --output-file "$out/kbroker.pyz" "$out"/kbroker-*.whl --no-compile
 echo "$out/kbroker.pyz"

@@ -16,9 +16,11 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -66,6 +68,9 @@ class KgoSuite:
     package_dir: Path  # some tests read the package's own sources
 
     def run(self, seeds: str, rf: int, records: int, only: str | None, timeout: float) -> Result:
+        return self.start(seeds, rf, records, only, timeout).result()
+
+    def start(self, seeds: str, rf: int, records: int, only: str | None, timeout: float) -> Running:
         env = dict(os.environ)
         env.update(
             KGO_SEEDS=seeds,
@@ -77,15 +82,33 @@ class KgoSuite:
         args.append(f"-test.skip=^{LEFT_OUT}$")
         if only:
             args.append(f"-test.run={only}")
-        proc = subprocess.run(
-            args,
-            cwd=self.package_dir,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout + 60,
+        output = tempfile.TemporaryFile()  # noqa: SIM115 (Running.result closes it)
+        proc = subprocess.Popen(
+            args, cwd=self.package_dir, env=env, stdout=output, stderr=subprocess.STDOUT
         )
-        return Result(proc.returncode, proc.stdout + proc.stderr)
+        return Running(proc, output, timeout + 60)
+
+
+@dataclass
+class Running:
+    """The suite's test binary while it runs (its output into a file, not a pipe that
+    nobody reads while another test runs)."""
+
+    proc: subprocess.Popen[bytes]
+    output: IO[bytes]
+    timeout: float
+
+    def result(self) -> Result:
+        try:
+            code = self.proc.wait(timeout=self.timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        self.output.seek(0)
+        text = self.output.read().decode(errors="replace")
+        self.output.close()
+        return Result(code, text)
 
 
 @dataclass
@@ -158,8 +181,24 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
         yield c
 
 
+@pytest.fixture(scope="module")
+def cluster_etls(kgo_suite: KgoSuite, cluster: KafkaCluster) -> Iterator[Running]:
+    """The ETLs on the cluster, started before the whole suite runs on one node: most of
+    their time is the static members' session timeouts, so the two runs share the wait."""
+    running = kgo_suite.start(
+        cluster.bootstrap,
+        rf=3,
+        records=2_000,
+        only="^(" + "|".join(CLUSTER_TESTS) + ")$",
+        timeout=600,
+    )
+    yield running
+    if running.proc.poll() is None:
+        running.result()  # a failed test before it: its nodes go once it has stopped
+
+
 def test_the_whole_kgo_suite_passes_against_one_node(
-    kgo_suite: KgoSuite, single_node: BrokerProcess
+    kgo_suite: KgoSuite, single_node: BrokerProcess, cluster_etls: Running
 ) -> None:
     result = kgo_suite.run(single_node.bootstrap, rf=1, records=20_000, only=None, timeout=600)
     assert result.returncode == 0, result.failures()
@@ -170,15 +209,9 @@ def test_the_whole_kgo_suite_passes_against_one_node(
 
 
 def test_group_transaction_and_share_etls_pass_on_a_cluster_at_rf_3(
-    kgo_suite: KgoSuite, cluster: KafkaCluster
+    cluster_etls: Running, cluster: KafkaCluster
 ) -> None:
-    result = kgo_suite.run(
-        cluster.bootstrap,
-        rf=3,
-        records=2_000,
-        only="^(" + "|".join(CLUSTER_TESTS) + ")$",
-        timeout=600,
-    )
+    result = cluster_etls.result()
     assert result.returncode == 0, f"{result.failures()}\n{cluster.log_tails(40)}"
     assert set(CLUSTER_TESTS) <= result.outcomes("PASS")
     subtests = set(re.findall(r"^    --- PASS: (\S+) ", result.output, re.MULTILINE))

@@ -39,6 +39,11 @@ class HealthyDisks:
     failed: frozenset[str] = frozenset()
 
 
+@dataclass
+class NoQuotas:
+    active: bool = False
+
+
 def test_registration_keeps_every_advertised_listener_through_a_snapshot():
     info = state_from_plain(state_to_plain(registered(1))).brokers[1]
     assert info.endpoint("EXTERNAL") == ("localhost", 19091)
@@ -53,6 +58,7 @@ def test_metadata_answers_with_the_addresses_of_the_clients_listener():
         node_id=99,
         controller=StateOnly(registered(1, 2)),
         durability=HealthyDisks(),
+        quotas=NoQuotas(),
     )
     ctx.connection.listener_name = "EXTERNAL"
     request = build(load_request_schema(METADATA, 12), {"topics": None})
@@ -75,7 +81,12 @@ def test_metadata_leaves_out_a_broker_without_the_clients_listener():
         },
     ).state
     ctx = handler_context(
-        METADATA, 12, node_id=99, controller=StateOnly(lone), durability=HealthyDisks()
+        METADATA,
+        12,
+        node_id=99,
+        controller=StateOnly(lone),
+        durability=HealthyDisks(),
+        quotas=NoQuotas(),
     )
     ctx.connection.listener_name = "EXTERNAL"
     request = build(load_request_schema(METADATA, 12), {"topics": None})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -13,6 +14,12 @@ from kbroker.controller.validation import validate_topic_name
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
+from kbroker.handlers.topic_answers import (
+    TopicAnswers,
+    WrittenTopic,
+    brokers_view,
+    write_answer,
+)
 from kbroker.protocol import requests, responses
 from kbroker.security.acl import CLUSTER_NAME, OPERATIONS_OMITTED, Operation, ResourceType
 
@@ -158,12 +165,40 @@ LAST_CLUSTER_OPERATIONS = 10
 _NO_OPERATIONS = (ErrorCode.topic_authorization_failed, ErrorCode.unknown_topic_id)
 
 
+# Topic entries written once per TopicInfo and brokers' view (handlers/topic_answers.py).
+_WRITTEN = TopicAnswers()
+
+if TYPE_CHECKING:  # responses' types are made only when asked for (protocol/responses.py)
+    Described = WrittenTopic | responses.MetadataResponseTopic
+
+
 @handles(METADATA, 0)
-def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> responses.MetadataResponse:
+def metadata(
+    ctx: RequestContext, request: requests.MetadataRequest
+) -> responses.MetadataResponse | bytes:
     broker = ctx.broker
     state = broker.controller.state
     checking = broker.authorizer is not None
     failed = (broker.node_id, broker.durability.failed) if broker.durability.failed else None
+    # Written entries serve where the answer's topics are exactly their descriptions: not
+    # where a log failed here (this node's view), nor where the answer is changed after the
+    # handler (the topics' authorized operations, a request quota's throttle time).
+    prewriting = (
+        failed is None
+        and not broker.quotas.active
+        and not (
+            ctx.version >= FIRST_AUTHORIZED_OPERATIONS
+            and request.include_topic_authorized_operations
+        )
+    )
+    view = brokers_view(state.brokers) if prewriting else ()
+
+    def described(topic: TopicInfo) -> Described:
+        if prewriting:
+            return _WRITTEN.entry(
+                topic, ctx.version, view, lambda: describe_topic(topic, state.brokers)
+            )
+        return describe_topic(topic, state.brokers, storage_failed=failed)
 
     def may(operation: Operation, name: str) -> bool:
         return not checking or ctx.allowed(operation, ResourceType.TOPIC, name)
@@ -171,14 +206,10 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> response
     # v0 has no null: an empty list asks for every topic (Kafka's isAllTopics).
     if request.topics is None or (ctx.version == 0 and not request.topics):
         # Topics the principal may not describe are left out, as Kafka leaves them out.
-        return _response(
+        return _answer(
             ctx,
             request,
-            [
-                describe_topic(t, state.brokers, storage_failed=failed)
-                for t in state.topics.values()
-                if may(Operation.DESCRIBE, t.name)
-            ],
+            [described(t) for t in state.topics.values() if may(Operation.DESCRIBE, t.name)],
         )
     if ctx.version < FIRST_TOPIC_ID_LOOKUP and any(
         t.name is None or t.topic_id is not None for t in request.topics
@@ -196,7 +227,7 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> response
         )
     # Before v4 the request cannot say, and auto-creation is the broker's to decide.
     may_create = request.allow_auto_topic_creation and broker.config.auto_create_topics_enable
-    results: list[responses.MetadataResponseTopic | None] = []
+    results: list[Described | None] = []
     to_create: list[tuple[int, str]] = []
     for wanted in request.topics:
         name, topic_id = wanted.name, wanted.topic_id
@@ -208,7 +239,7 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> response
                 results.append(missing_topic(None, topic_id, denied))
                 continue
             results.append(
-                describe_topic(topic, state.brokers, storage_failed=failed)
+                described(topic)
                 if topic
                 else missing_topic(None, topic_id, ErrorCode.unknown_topic_id)
             )
@@ -220,7 +251,7 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> response
         if checking and not may(Operation.DESCRIBE, name):
             results.append(missing_topic(name, None, ErrorCode.topic_authorization_failed))
         elif topic is not None:
-            results.append(describe_topic(topic, state.brokers, storage_failed=failed))
+            results.append(described(topic))
         elif not _valid_name(name):
             results.append(missing_topic(name, None, ErrorCode.invalid_topic_exception))
         elif may_create and checking and not _may_create(ctx, name):
@@ -231,8 +262,21 @@ def metadata(ctx: RequestContext, request: requests.MetadataRequest) -> response
         else:
             results.append(missing_topic(name, None, ErrorCode.unknown_topic_or_partition))
     if not to_create:
-        return _response(ctx, request, [r for r in results if r is not None])
+        return _answer(ctx, request, [r for r in results if r is not None])
     return _create_then_respond(ctx, request, results, to_create)
+
+
+def _answer(
+    ctx: RequestContext, request: requests.MetadataRequest, topics: list[Described]
+) -> responses.MetadataResponse | bytes:
+    """The answer, its body written here when some topics' entries were written before."""
+    descriptions = [t.description if isinstance(t, WrittenTopic) else t for t in topics]
+    answer = _response(ctx, request, descriptions)
+    if any(type(t) is WrittenTopic for t in topics):
+        written = write_answer(ctx.version, answer, topics)
+        if written is not None:
+            return written
+    return answer
 
 
 def _may_create(ctx: RequestContext, name: str) -> bool:
@@ -253,9 +297,9 @@ def _valid_name(name: str) -> bool:
 def _create_then_respond(
     ctx: RequestContext,
     request: requests.MetadataRequest,
-    results: list[responses.MetadataResponseTopic | None],
+    results: list[Described | None],
     to_create: list[tuple[int, str]],
-) -> responses.MetadataResponse:
+) -> responses.MetadataResponse | bytes:
     """Auto-create topics (Kafka's auto.create.topics.enable) as Kafka 4's
     AutoTopicCreationManager does: the creation is handed to the controller and goes on
     in the background, and this answer says UNKNOWN_TOPIC_OR_PARTITION (retriable); the
@@ -268,4 +312,4 @@ def _create_then_respond(
             name, broker.config.num_partitions, broker.config.default_replication_factor
         )
         results[index] = missing_topic(name, None, ErrorCode.unknown_topic_or_partition)
-    return _response(ctx, request, [r for r in results if r is not None])
+    return _answer(ctx, request, [r for r in results if r is not None])

@@ -16,6 +16,11 @@ for every version of every answer served, on random descriptions. Keys of the AP
 other versions are dropped as `build` drops them. What the function cannot write (a key
 of no version, a value out of range) raises GiveUp, and `messages.encode_response` then
 writes the answer the kio way, which succeeds or raises as it always did.
+
+PREWRITTEN: an item of an entity array may be the bytes `write_within` gave for that
+entity before (Metadata keeps its topics so, handlers/metadata.py); they are copied as they
+are. Only this writer takes them: kio's way cannot, so a caller that hands them in
+writes the answer itself and falls back on descriptions at GiveUp.
 """
 
 from __future__ import annotations
@@ -50,6 +55,12 @@ class GiveUp(Exception):
 
 def write(cls: type, data: Mapping[str, Any]) -> bytes:
     """The bytes kio writes for `build(cls, data)`, or GiveUp."""
+    return write_within(cls, cls, data)
+
+
+def write_within(answer: type, cls: type, data: Mapping[str, Any]) -> bytes:
+    """The bytes of `cls`, an entity of the answer class `answer` (itself, or one it
+    holds), as writing the answer writes them: what a PREWRITTEN item is; or GiveUp."""
     for _ in range(2):
         out: Out = []
         try:
@@ -58,10 +69,10 @@ def write(cls: type, data: Mapping[str, Any]) -> bytes:
         except _OtherKeys:
             # Keys of other versions, or of none: which, the fields of every version
             # of the API say (gathered once, as `build` gathers them).
-            if cls in _REGISTERED:
+            if answer in _REGISTERED:
                 raise GiveUp from None
-            _register(cls, shape_of(cls))
-            _REGISTERED.add(cls)
+            _register(answer, shape_of(answer))
+            _REGISTERED.add(answer)
         except GiveUp:
             raise
         except Exception as exc:  # a value the steps cannot write; kio decides what it means
@@ -193,6 +204,8 @@ def entity_source(cls: type) -> tuple[str, dict[str, Any]]:
                 f"        for item in v{i}:",
                 f"            if isinstance(item, n{i}):",
                 f"                kio_entity(n{i}, item, out)",
+                "            elif type(item) is bytes:",  # written before: PREWRITTEN
+                "                append(item)",
                 "            else:",
                 f"                w{i}(item, out)",
             ]

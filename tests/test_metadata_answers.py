@@ -74,6 +74,8 @@ def test_past_its_limit_the_store_starts_again() -> None:
         topic = TopicInfo(f"t{n}", uuid.UUID(int=n), ())
         _entry(answers, topic, BROKERS, 12)
     assert len(answers) == 2
+    answers.hold(10_000)  # four versions of every topic of a large cluster
+    assert answers.limit == 40_000
 
 
 def test_an_answer_with_written_entries_is_kios_answer_in_every_version() -> None:

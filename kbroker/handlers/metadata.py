@@ -15,6 +15,7 @@ from kbroker.handlers.context import RequestContext
 from kbroker.handlers.endpoints import node_address
 from kbroker.handlers.registry import handles
 from kbroker.handlers.topic_answers import (
+    BrokersView,
     TopicAnswers,
     WrittenTopic,
     brokers_view,
@@ -191,7 +192,10 @@ def metadata(
             and request.include_topic_authorized_operations
         )
     )
-    view = brokers_view(state.brokers) if prewriting else ()
+    view: BrokersView = ()
+    if prewriting:
+        view = brokers_view(state.brokers)
+        _WRITTEN.hold(len(state.topics))
 
     def described(topic: TopicInfo) -> Described:
         if prewriting:

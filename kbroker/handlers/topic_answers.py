@@ -72,11 +72,16 @@ def write_answer(
 
 class TopicAnswers:
     """The entries written so far, by (topic name, version). Bounded: past `limit`
-    entries (topics deleted, versions no longer asked for) all are dropped at once."""
+    entries (topics deleted, versions no longer asked for) all are dropped at once; the
+    handler raises the bound to four versions of every topic there is."""
 
     def __init__(self, limit: int = 4096) -> None:
         self.limit = limit
         self._entries: dict[tuple[str, int], WrittenTopic] = {}
+
+    def hold(self, topics: int) -> None:
+        """Keep entries for four versions of `topics` topics, 4,096 at least."""
+        self.limit = max(4096, 4 * topics)
 
     def entry(
         self,

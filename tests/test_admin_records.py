@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 
 from kbroker.admin.client import ClientError
 from kbroker.admin.commands import parse_datetime
+from kbroker.admin.producer import WAIT_SLICE_S, read_available
 from kbroker.admin.records import murmur2, parse_lines, partition_for
 
 
@@ -54,3 +60,30 @@ def test_default_bootstrap_is_where_serve_listens_and_what_the_readme_says():
     assert listener == f"PLAINTEXT://{DEFAULT_BOOTSTRAP}"
     page = (Path(__file__).resolve().parent.parent / "docs/operations.md").read_text()
     assert f"`--bootstrap` (default `{DEFAULT_BOOTSTRAP}`" in page.replace("\n", " ")
+
+
+def test_ctrl_c_ends_a_wait_for_input_whenever_it_comes() -> None:
+    """`kbroker produce` waits for stdin: a Ctrl-C whose handler ran before the wait was
+    entered (here: in another thread, so the wait's system call is not interrupted) still
+    ends it, within one WAIT_SLICE_S, not when input next comes."""
+    read_end, write_end = os.pipe()
+    stream = os.fdopen(read_end, "rb")
+    signalled, ended = threading.Event(), threading.Event()
+
+    def ctrl_c_elsewhere() -> None:
+        time.sleep(0.3)  # pacing: the main thread is waiting on the pipe by then
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        signalled.set()
+        ended.wait(5)  # only then does input end: a wait in a blocking read ends here
+        os.close(write_end)
+
+    helper = threading.Thread(target=ctrl_c_elsewhere, daemon=True)
+    helper.start()
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        read_available(stream, 1 << 20)
+    assert signalled.is_set()
+    assert time.monotonic() - began < 0.3 + 2 * WAIT_SLICE_S + 1.0
+    ended.set()
+    helper.join()
+    stream.close()

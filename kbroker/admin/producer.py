@@ -35,6 +35,7 @@ PRODUCE = 0
 METADATA = 3
 IN_FLIGHT = 4
 READ_CHUNK = 4 << 20
+WAIT_SLICE_S = 0.2
 # What Metadata answers while a topic it just created has no leaders yet.
 _NOT_READY = {ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition}
 
@@ -86,6 +87,12 @@ def read_available(stream: BinaryIO, wanted: int) -> tuple[bytes, bool]:
         return chunk, not chunk
     chunks: list[bytes] = []
     size = 0
+    # The wait is a select that wakes every WAIT_SLICE_S, not a read that blocks: Ctrl-C
+    # arriving just before a blocking read is entered runs its handler then, and the
+    # KeyboardInterrupt comes only when the read returns, which a quiet input never does.
+    # (read1 of READ_CHUNK reads past BufferedReader's buffer, which so stays empty.)
+    while not select.select([fd], [], [], WAIT_SLICE_S)[0]:
+        pass
     while size < wanted:
         if chunks and not select.select([fd], [], [], 0)[0]:
             break

@@ -18,9 +18,9 @@ of no version, a value out of range) raises GiveUp, and `messages.encode_respons
 writes the answer the kio way, which succeeds or raises as it always did.
 
 PREWRITTEN: an item of an entity array may be the bytes `write_within` gave for that
-entity before (Metadata keeps its topics so, handlers/metadata.py); they are copied as they
-are. Only this writer takes them: kio's way cannot, so a caller that hands them in
-writes the answer itself and falls back on descriptions at GiveUp.
+entity before (Metadata keeps its topics so, handlers/topic_answers.py); they are copied
+as they are. Only this writer takes them: kio's way cannot, so a caller that hands them
+in writes the answer itself and falls back on descriptions at GiveUp.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import threading
@@ -11,7 +12,7 @@ import pytest
 
 from kbroker.admin.client import ClientError
 from kbroker.admin.commands import parse_datetime
-from kbroker.admin.producer import WAIT_SLICE_S, read_available
+from kbroker.admin.producer import WAIT_SLICE_S, input_lines, read_available
 from kbroker.admin.records import murmur2, parse_lines, partition_for
 
 
@@ -87,3 +88,12 @@ def test_ctrl_c_ends_a_wait_for_input_whenever_it_comes() -> None:
     ended.set()
     helper.join()
     stream.close()
+
+
+def test_input_lines_are_the_lines_without_newlines_the_last_one_too() -> None:
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"a=1\n\nb=2\nc=3")
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as stream:
+        assert list(input_lines(stream)) == [b"a=1", b"", b"b=2", b"c=3"]
+    assert list(input_lines(io.BytesIO(b"x\ny\n"))) == [b"x", b"y"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import select
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -102,6 +102,21 @@ def read_available(stream: BinaryIO, wanted: int) -> tuple[bytes, bool]:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks), False
+
+
+def input_lines(stream: BinaryIO) -> Iterator[bytes]:
+    """The lines of `stream` without their newlines (a last one without a newline too),
+    read as `read_available` reads, so that Ctrl-C ends a wait for the next line."""
+    rest = b""
+    while True:
+        chunk, eof = read_available(stream, READ_CHUNK)
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        yield from lines
+        if eof:
+            if rest:
+                yield rest
+            return
 
 
 @dataclass
@@ -247,8 +262,7 @@ class Producer:
         sep = self.key_separator
         pending: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
         sizes: dict[int, int] = {}
-        for raw in stream:
-            line = raw[:-1] if raw.endswith(b"\n") else raw
+        for line in input_lines(stream):
             key, found, value = line.partition(sep)
             if not found:
                 raise self._stopped(f"no key separator in line {line[:80]!r}")

@@ -78,16 +78,22 @@ def test_ctrl_c_ends_a_wait_for_input_whenever_it_comes() -> None:
         ended.wait(5)  # only then does input end: a wait in a blocking read ends here
         os.close(write_end)
 
+    # Python's own Ctrl-C handler, as the command has it (a test before this one in the
+    # same process may have left another: `kbroker dev` installs its own).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     helper = threading.Thread(target=ctrl_c_elsewhere, daemon=True)
-    helper.start()
-    began = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        read_available(stream, 1 << 20)
-    assert signalled.is_set()
-    assert time.monotonic() - began < 0.3 + 2 * WAIT_SLICE_S + 1.0
-    ended.set()
-    helper.join()
-    stream.close()
+    try:
+        helper.start()
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            read_available(stream, 1 << 20)
+        assert signalled.is_set()
+        assert time.monotonic() - began < 0.3 + 2 * WAIT_SLICE_S + 1.0
+    finally:
+        ended.set()
+        helper.join()
+        stream.close()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_input_lines_are_the_lines_without_newlines_the_last_one_too() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from inprocess import run_broker
+from kio.schema.errors import ErrorCode
 
 from compat_tests.waiting import eventually_async
 from kbroker.broker import Broker
@@ -149,6 +150,16 @@ def test_a_leader_that_loses_its_share_partition_mid_run_copies_no_more_of_its_l
 
         writer._copy = copy_then_lose_the_partition  # type: ignore[method-assign,assignment]
         await service.fetch_path.start_holding(key)  # as a consumer's fetch there would
+
+        # This broker still leads the data partition, so its share clock would take the
+        # share-partition up again (as the next leader does) and write the second letter:
+        # held no more here, the dropped holder alone is watched.
+        def not_held_again(_key: object) -> asyncio.Future[ErrorCode]:
+            done: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+            done.set_result(ErrorCode.none)
+            return done
+
+        service.fetch_path.start_holding = not_held_again  # type: ignore[method-assign]
         assert await _until(lambda: len(_copies(broker)) > 0, 5)
         # Absence: time enough for a second copy, were one to be made.
         await asyncio.sleep(0.5)

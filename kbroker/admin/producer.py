@@ -17,7 +17,10 @@ on the broker.
 
 from __future__ import annotations
 
+import contextlib
 import select
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -102,6 +105,19 @@ def read_available(stream: BinaryIO, wanted: int) -> tuple[bytes, bool]:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks), False
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """SIGINT held back in the block (main thread; elsewhere Python runs no handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def input_lines(stream: BinaryIO) -> Iterator[bytes]:
@@ -193,12 +209,15 @@ class Producer:
         body = produce_fields(
             self.topic, records, partition=p, acks=self.acks, timeout_ms=self.timeout_ms
         )
-        sent = leader.connection.send_call(PRODUCE, body, versions=(3, 11))
-        self.result.sent += count
-        if self.acks == 0:
-            self._count(p, count, -1)
-        else:
-            leader.in_flight.append((sent, p, count))
+        # Ctrl-C waits until the request is sent and counted: raised in between, the
+        # batch would be stored but its answer never read (and Ctrl-C report too few).
+        with _ctrl_c_held():
+            sent = leader.connection.send_call(PRODUCE, body, versions=(3, 11))
+            self.result.sent += count
+            if self.acks == 0:
+                self._count(p, count, -1)
+            else:
+                leader.in_flight.append((sent, p, count))
 
     def _receive(self, leader: _Leader) -> None:
         sent, p, count = leader.in_flight.popleft()

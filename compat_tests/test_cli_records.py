@@ -167,6 +167,14 @@ def test_consume_into_a_closed_pipe_ends_quietly(broker):
     assert "Traceback" not in shell.stderr and "Error" not in shell.stderr
 
 
+def _ctrl_c_at_its_default() -> None:
+    """The command as a terminal starts it. A process started in the background by a
+    shell without job control (CI's runner, `make test &`) inherits SIGINT ignored, and
+    Python then leaves it ignored, as a background command should: Ctrl-C is not meant
+    for it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_produce_reports_the_records_acknowledged(broker):
     topic = unique_topic("cli-int")
     create_topic(broker.bootstrap, topic, partitions=1)
@@ -175,6 +183,7 @@ def test_ctrl_c_during_produce_reports_the_records_acknowledged(broker):
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_ctrl_c_at_its_default,
     )
     assert proc.stdin is not None and proc.stderr is not None
     proc.stdin.write("".join(f"line-{i}\n" for i in range(7)))

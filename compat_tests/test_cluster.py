@@ -10,6 +10,7 @@ import pytest
 
 from compat_tests.broker_process import api_versions_round_trip
 from compat_tests.cluster import KafkaCluster
+from compat_tests.confluent_helpers import watermarks
 from kbroker.admin.client import ClientError
 
 
@@ -654,6 +655,114 @@ def test_aiokafka_producer_and_group_carry_on_when_the_coordinator_broker_is_kil
     assert acked == 200
     assert seen == {b"%d" % i for i in range(200)}
     assert committed == 200
+
+
+# Idempotent producers whose partition leader is killed while their records are in
+# flight: the first half acknowledged before the kill, the second sent through it.
+PRODUCED, KILL_AFTER = 400, 200
+
+
+def _stored_once_in_order(cluster: KafkaCluster, topic: str) -> list[bytes]:
+    """Partition 0's values from its start, once its log end shows all PRODUCED."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    assert watermarks(cluster.bootstrap, topic)[1] == PRODUCED  # nothing stored twice
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap, enable_auto_commit=False, group_id=None
+    )
+    values: list[bytes] = []
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        deadline = time.monotonic() + 45
+        while len(values) < PRODUCED and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(r.value for r in records)
+    finally:
+        consumer.close(autocommit=False)
+    return values
+
+
+def test_kafka_python_idempotent_producer_stores_each_record_once_in_order_when_its_leader_is_killed(
+    cluster: KafkaCluster,
+) -> None:
+    """kafka-python's idempotent acks=all producer, its partition's leader killed with
+    records in flight: every record acknowledged, at the offset of its place in the
+    sequence, none lost or written twice."""
+    from kafka import KafkaProducer
+
+    topic = f"kp-leader-kill-{_uid()}"
+    _topic_guarded_by_two_replicas(cluster, topic)
+    leader = cluster.partition(topic).leader
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=5,
+        request_timeout_ms=10000,
+        delivery_timeout_ms=90000,
+    )
+    try:
+        futures = []
+        for i in range(PRODUCED):
+            futures.append(producer.send(topic, b"%d" % i, partition=0))
+            if i == KILL_AFTER - 1:
+                producer.flush(timeout=30)
+                cluster.kill(leader)
+        producer.flush(timeout=90)
+        offsets = [f.get(timeout=1).offset for f in futures]
+        new_leader = cluster.partition(topic).leader
+        values = _stored_once_in_order(cluster, topic)
+    finally:
+        producer.close(timeout=10)
+        cluster.heal()
+    assert offsets == list(range(PRODUCED))
+    assert new_leader not in (leader, -1)
+    assert values == [b"%d" % i for i in range(PRODUCED)]
+
+
+def test_aiokafka_idempotent_producer_stores_each_record_once_in_order_when_its_leader_is_killed(
+    cluster: KafkaCluster,
+) -> None:
+    """The same for aiokafka's idempotent acks=all producer."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    topic = f"aio-leader-kill-{_uid()}"
+    _topic_guarded_by_two_replicas(cluster, topic)
+    leader = cluster.partition(topic).leader
+
+    async def produce() -> list[int]:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=cluster.bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=5,
+            request_timeout_ms=10000,
+        )
+        await producer.start()
+        try:
+            futures = []
+            for i in range(PRODUCED):
+                futures.append(await producer.send(topic, b"%d" % i, partition=0))
+                if i == KILL_AFTER - 1:
+                    await producer.flush()
+                    cluster.kill(leader)
+            return [m.offset for m in await asyncio.gather(*futures)]
+        finally:
+            await producer.stop()
+
+    try:
+        offsets = asyncio.run(asyncio.wait_for(produce(), 120))
+        new_leader = cluster.partition(topic).leader
+        values = _stored_once_in_order(cluster, topic)
+    finally:
+        cluster.heal()
+    assert offsets == list(range(PRODUCED))
+    assert new_leader not in (leader, -1)
+    assert values == [b"%d" % i for i in range(PRODUCED)]
 
 
 def test_a_broker_killed_and_restarted_at_once_rejoins_every_isr_in_10_s(

@@ -740,7 +740,8 @@ def test_aiokafka_idempotent_producer_stores_each_record_once_in_order_when_its_
             acks="all",
             enable_idempotence=True,
             linger_ms=5,
-            request_timeout_ms=10000,
+            # request_timeout_ms at its 40 s: aiokafka fails a batch that waits longer
+            # than that for its partition's new leader.
         )
         await producer.start()
         try:

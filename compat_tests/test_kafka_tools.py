@@ -61,6 +61,9 @@ TOOLS = {
     "kafka-console-share-consumer": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
     "kafka-verifiable-producer": "org.apache.kafka.tools.VerifiableProducer",
     "kafka-verifiable-consumer": "org.apache.kafka.tools.VerifiableConsumer",
+    "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
+    "kafka-consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
+    "kafka-e2e-latency": "org.apache.kafka.tools.EndToEndLatency",
 }
 
 # Streams groups heartbeat every second, so the word count's group assigns its tasks soon
@@ -920,6 +923,60 @@ def test_verifiable_producer_and_consumer(target: Target) -> None:
     commits = [e for e in events if e["name"] == "offsets_committed"]
     assert commits and all(c["success"] for c in commits)
     assert any(e["name"] == "partitions_assigned" for e in events)
+
+
+def test_perf_and_latency_tools(target: Target) -> None:
+    """What an operator runs first against a new cluster: kafka-producer-perf-test with
+    acks=all, kafka-consumer-perf-test reading every record back in a group, and
+    kafka-e2e-latency's produce-then-consume round trips."""
+    topic, records = _name("tools-perf"), 20000
+    _create(target, topic, 3)
+    out = target.ok(
+        "kafka-producer-perf-test",
+        "--topic",
+        topic,
+        "--num-records",
+        str(records),
+        "--record-size",
+        "100",
+        "--throughput",
+        "-1",
+        "--command-property",  # one flag, its values after it
+        f"bootstrap.servers={target.bootstrap}",
+        "acks=all",
+        admin=False,
+    )
+    summary = re.search(r"^(\d+) records sent, [\d.]+ records/sec .* 99\.9th\.$", out, re.M)
+    assert summary is not None and int(summary.group(1)) == records, out
+
+    out = target.ok(
+        "kafka-consumer-perf-test",
+        "--topic",
+        topic,
+        "--num-records",
+        str(records),
+        "--group",
+        _name("perf-group"),
+        "--timeout",
+        "30000",
+    )
+    header, row = out.strip().splitlines()[-2:]
+    fields = dict(zip([h.strip() for h in header.split(",")], row.split(","), strict=True))
+    assert int(fields["data.consumed.in.nMsg"]) == records, out
+
+    out = target.ok(
+        "kafka-e2e-latency",
+        "--topic",
+        topic,
+        "--num-records",
+        "200",
+        "--producer-acks",
+        "all",
+        "--record-size",
+        "100",
+    )
+    assert re.search(r"^Avg latency: [\d.]+ ms$", out, re.M), out
+    assert re.search(r"^Percentiles: 50th = \d+, 99th = \d+, 99\.9th = \d+$", out, re.M), out
 
 
 def _check_streams_group(target: Target, app: str, source: str) -> None:

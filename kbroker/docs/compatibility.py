@@ -31,7 +31,11 @@ TESTED_CLIENTS: tuple[TestedClient, ...] = (
             "test_share_groups.py",
         ),
     ),
-    TestedClient("kafka-python", "3.0 or newer (PyPI)", ("test_kafka_python.py",)),
+    TestedClient(
+        "kafka-python",
+        "3.0 or newer (PyPI)",
+        ("test_kafka_python.py", "test_groups.py", "test_cluster.py"),
+    ),
     TestedClient(
         "kafka-python pinned to api_version (0, 9) and (0, 10, 0): message formats v0/v1",
         "3.0 or newer (PyPI)",
@@ -42,7 +46,7 @@ TESTED_CLIENTS: tuple[TestedClient, ...] = (
         "0.11.0.3, 1.1.1 and 2.0.1 (Maven Central)",
         ("test_old_java_clients.py",),
     ),
-    TestedClient("aiokafka", "0.11 or newer (PyPI)", ("test_aiokafka.py",)),
+    TestedClient("aiokafka", "0.11 or newer (PyPI)", ("test_aiokafka.py", "test_cluster.py")),
     TestedClient(
         "Java client (kafka-clients)",
         "3.9.1, and 4.3.0 for KafkaShareConsumer",

@@ -684,6 +684,16 @@ def _stored_once_in_order(cluster: KafkaCluster, topic: str) -> list[bytes]:
     return values
 
 
+def _assert_failed_over_in_order(
+    offsets: list[int], leader: int, new_leader: int, values: list[bytes]
+) -> None:
+    """Every record acknowledged at its place in the sequence, by a new leader, and read
+    back once each in the order sent."""
+    assert offsets == list(range(PRODUCED))
+    assert new_leader not in (leader, -1)
+    assert values == [b"%d" % i for i in range(PRODUCED)]
+
+
 def test_kafka_python_idempotent_producer_stores_each_record_once_in_order_when_its_leader_is_killed(
     cluster: KafkaCluster,
 ) -> None:
@@ -717,9 +727,7 @@ def test_kafka_python_idempotent_producer_stores_each_record_once_in_order_when_
     finally:
         producer.close(timeout=10)
         cluster.heal()
-    assert offsets == list(range(PRODUCED))
-    assert new_leader not in (leader, -1)
-    assert values == [b"%d" % i for i in range(PRODUCED)]
+    _assert_failed_over_in_order(offsets, leader, new_leader, values)
 
 
 def test_aiokafka_idempotent_producer_stores_each_record_once_in_order_when_its_leader_is_killed(
@@ -761,9 +769,7 @@ def test_aiokafka_idempotent_producer_stores_each_record_once_in_order_when_its_
         values = _stored_once_in_order(cluster, topic)
     finally:
         cluster.heal()
-    assert offsets == list(range(PRODUCED))
-    assert new_leader not in (leader, -1)
-    assert values == [b"%d" % i for i in range(PRODUCED)]
+    _assert_failed_over_in_order(offsets, leader, new_leader, values)
 
 
 def test_a_broker_killed_and_restarted_at_once_rejoins_every_isr_in_10_s(

@@ -12,7 +12,7 @@ import pytest
 
 from kbroker.admin.client import ClientError
 from kbroker.admin.commands import parse_datetime
-from kbroker.admin.producer import WAIT_SLICE_S, input_lines, read_available
+from kbroker.admin.producer import WAIT_SLICE_S, _ctrl_c_held, input_lines, read_available
 from kbroker.admin.records import murmur2, parse_lines, partition_for
 
 
@@ -93,6 +93,23 @@ def test_ctrl_c_ends_a_wait_for_input_whenever_it_comes() -> None:
         ended.set()
         helper.join()
         stream.close()
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_during_a_send_comes_once_the_batch_is_counted() -> None:
+    """`kbroker produce` sends a batch and counts it as in flight under _ctrl_c_held: a
+    Ctrl-C that comes between the two raises only after both, so the batch's answer is
+    still read and the interrupted run reports it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    steps: list[str] = []
+    try:
+        with pytest.raises(KeyboardInterrupt), _ctrl_c_held():
+            steps.append("sent")
+            signal.raise_signal(signal.SIGINT)
+            steps.append("counted")
+        assert steps == ["sent", "counted"]
+        assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    finally:
         signal.signal(signal.SIGINT, previous)
 
 

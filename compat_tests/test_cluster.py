@@ -663,7 +663,8 @@ PRODUCED, KILL_AFTER = 400, 200
 
 
 def _stored_once_in_order(cluster: KafkaCluster, topic: str) -> list[bytes]:
-    """Partition 0's values from its start, once its log end shows all PRODUCED."""
+    """Partition 0's values from its start; its log end must be PRODUCED, or some
+    record was stored twice (or lost)."""
     from kafka import KafkaConsumer, TopicPartition
 
     assert watermarks(cluster.bootstrap, topic)[1] == PRODUCED  # nothing stored twice

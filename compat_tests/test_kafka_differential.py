@@ -414,6 +414,12 @@ SCENARIOS = [
         _configs(2, TOPIC, ["cleanup.policy", "retention.ms", "segment.bytes"], synonyms=True),
     ),
     Scenario("DescribeConfigs missing topic", 32, _configs(2, MISSING, None)),
+    # A new cluster keeps ELRs, so its controller wrote a cluster-level value (KIP-966).
+    Scenario(
+        "DescribeConfigs topic min.insync.replicas with synonyms",
+        32,
+        _configs(2, TOPIC, ["min.insync.replicas"], synonyms=True),
+    ),
     Scenario(
         "DescribeConfigs internal.segment.bytes where set and where not",
         32,

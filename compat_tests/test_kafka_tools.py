@@ -187,8 +187,11 @@ def test_topics(target: Target) -> None:
     assert f"Topic: {topic}\tTopicId: " in header
     assert "\tPartitionCount: 3\t" in header
     assert f"\tReplicationFactor: {target.replication}\t" in header
-    # Kafka 4.3 also lists min.insync.replicas, which it records with every topic it creates.
-    assert "retention.ms=3600000" in header.split("Configs: ")[1].split(",")
+    configs = header.split("Configs: ")[1].split(",")
+    assert "retention.ms=3600000" in configs
+    # Listed too, as Kafka 4.3 lists it: the cluster-level min.insync.replicas the
+    # controller writes while eligible leader replicas are kept (KIP-966).
+    assert [c for c in configs if c.startswith("min.insync.replicas=")], configs
     partitions = _describe_partitions(out)
     assert sorted(partitions) == [0, 1, 2]
     for fields in partitions.values():

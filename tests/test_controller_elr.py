@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from inprocess import free_port
@@ -14,7 +15,7 @@ from kbroker.controller import Controller, ControllerConfig
 from kbroker.controller import commands as cmd
 from kbroker.controller.commands import apply_command
 from kbroker.controller.errors import BROKER_ID_NOT_REGISTERED, ControllerError
-from kbroker.controller.events import BrokerUnregistered, FeaturesChanged
+from kbroker.controller.events import BrokerConfigsChanged, BrokerUnregistered, FeaturesChanged
 from kbroker.controller.state import (
     ELR_FEATURE,
     MetadataState,
@@ -142,9 +143,59 @@ def test_update_features_records_levels_and_level_0_removes_one():
     state = cluster(elr=False)
     applied = apply_command(state, cmd.UPDATE_FEATURES, {"levels": {ELR_FEATURE: 1}})
     assert applied.state.elr_enabled
-    assert applied.events == (FeaturesChanged({ELR_FEATURE: 1}),)
+    assert applied.events[0] == FeaturesChanged({ELR_FEATURE: 1})
     applied = apply_command(applied.state, cmd.UPDATE_FEATURES, {"levels": {ELR_FEATURE: 0}})
     assert not applied.state.elr_enabled and applied.state.features == {}
+
+
+def test_a_cluster_formatted_with_elr_holds_one_cluster_level_min_insync_replicas():
+    """As Kafka's controller writes it at the format (a describe shows it as
+    DYNAMIC_DEFAULT_BROKER_CONFIG): the proposing controller's static value."""
+    init = {"cluster_id": "c", "features": {ELR_FEATURE: 1}, "min_isr": 2}
+    applied = apply_command(MetadataState(), cmd.INIT_CLUSTER, init)
+    assert applied.state.broker_configs == {"": {"min.insync.replicas": "2"}}
+    assert applied.events == (BrokerConfigsChanged("", {"min.insync.replicas": "2"}),)
+    without = apply_command(MetadataState(), cmd.INIT_CLUSTER, {**init, "features": {}})
+    assert without.state.broker_configs == {} and without.events == ()
+
+
+def test_turning_elr_on_writes_the_cluster_level_value_and_drops_every_node_level_one():
+    state = cluster(elr=False)
+    for resource, configs in (
+        ("1", {"min.insync.replicas": "3", "log.retention.ms": "5"}),
+        ("2", {"min.insync.replicas": "2"}),
+    ):
+        state = apply_command(
+            state, cmd.ALTER_BROKER_CONFIGS, {"resource": resource, "set": configs}
+        ).state
+    applied = apply_command(state, cmd.UPDATE_FEATURES, {"levels": {ELR_FEATURE: 1}, "min_isr": 2})
+    assert applied.state.broker_configs == {
+        "": {"min.insync.replicas": "2"},
+        "1": {"log.retention.ms": "5"},
+    }
+    assert sorted(applied.events[1:], key=repr) == [
+        BrokerConfigsChanged("", {"min.insync.replicas": "2"}),
+        BrokerConfigsChanged("1", {"log.retention.ms": "5"}),
+        BrokerConfigsChanged("2", {}),
+    ]
+    # A cluster-level value set before is kept; turning ELR on again changes nothing.
+    state = apply_command(
+        state, cmd.ALTER_BROKER_CONFIGS, {"resource": "", "set": {"min.insync.replicas": "3"}}
+    ).state
+    on = apply_command(state, cmd.UPDATE_FEATURES, {"levels": {ELR_FEATURE: 1}, "min_isr": 2})
+    assert on.state.broker_configs[""] == {"min.insync.replicas": "3"}
+    again = apply_command(on.state, cmd.UPDATE_FEATURES, {"levels": {ELR_FEATURE: 1}})
+    assert again.state is on.state
+
+
+def test_a_cluster_keeping_elrs_without_the_cluster_level_value_is_given_it_once():
+    """A cluster formatted before the value was written with its first record."""
+    state = cluster(elr=True)
+    state = replace(state, broker_configs={"3": {"min.insync.replicas": "2"}})
+    applied = apply_command(state, cmd.KEEP_ELR_SAFE, {"min_isr": 1})
+    assert applied.state.broker_configs == {"": {"min.insync.replicas": "1"}}
+    assert applied.state.version == state.version + 1
+    assert apply_command(applied.state, cmd.KEEP_ELR_SAFE, {"min_isr": 3}).state is applied.state
 
 
 def test_unregister_broker_forgets_it_and_its_replicas_leave_isr_and_elr():
@@ -273,8 +324,9 @@ def test_a_min_isr_change_clears_the_elrs_at_once():
         state, cmd.ALTER_BROKER_CONFIGS, {"resource": "1", "set": {"min.insync.replicas": "1"}}
     )
     assert part(node_level.state).elr == (2,)
+    assert state.broker_configs[""]["min.insync.replicas"] == "1"
     cluster_default = apply_command(
-        state, cmd.ALTER_BROKER_CONFIGS, {"resource": "", "set": {"min.insync.replicas": "1"}}
+        state, cmd.ALTER_BROKER_CONFIGS, {"resource": "", "set": {"min.insync.replicas": "2"}}
     )
     assert part(cluster_default.state).elr == ()
 
@@ -300,6 +352,7 @@ def test_a_heartbeat_that_brings_an_eligible_replica_back_keeps_the_cluster_min_
         await controller.start()
         try:
             assert controller.state.elr_enabled
+            assert controller.state.broker_configs == {"": {"min.insync.replicas": "2"}}
             brokers = {
                 n: await controller.register_broker(n, "127.0.0.1", free_port()) for n in (1, 2, 3)
             }

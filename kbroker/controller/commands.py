@@ -72,6 +72,7 @@ PUT_DELEGATION_TOKEN = "put_delegation_token"
 REMOVE_DELEGATION_TOKENS = "remove_delegation_tokens"
 ALTER_BROKER_CONFIGS = "alter_broker_configs"
 UPDATE_FEATURES = "update_features"
+KEEP_ELR_SAFE = "keep_elr_safe"
 UNREGISTER_BROKER = "unregister_broker"
 VOTER_CHANGE = "voter_change"
 ALLOCATE_PRODUCER_IDS = "allocate_producer_ids"
@@ -179,7 +180,45 @@ def _init_cluster(state: MetadataState, p: dict[str, Any]) -> Applied:
     # A dynamic quorum's bootstrap voters (its standalone or initial controllers).
     voters = {int(i): (str(d), str(a)) for i, d, a in p.get("voters", ())} or state.voters
     new = _bump(state, cluster_id=p["cluster_id"], features=features, voters=voters)
-    return Applied(new, p["cluster_id"])
+    new, events = _elr_safety(new, p)
+    return Applied(new, p["cluster_id"], events)
+
+
+def _elr_safety(
+    state: MetadataState, p: dict[str, Any]
+) -> tuple[MetadataState, tuple[MetadataEvent, ...]]:
+    """With ELRs kept, one min.insync.replicas holds for the whole cluster (KIP-966), as
+    Kafka's controller makes it when the feature is turned on or a cluster is formatted
+    with it: the cluster-level dynamic value is written (the proposing controller's
+    static min.insync.replicas, `p["min_isr"]`) unless one is set, and every node-level
+    value is removed. A describe then shows it as DYNAMIC_DEFAULT_BROKER_CONFIG, as
+    Kafka's does, and it cannot be removed while ELR is on."""
+    if not state.elr_enabled:
+        return state, ()
+    every = {r: dict(c) for r, c in state.broker_configs.items()}
+    cluster = every.setdefault("", {})
+    cluster.setdefault(MIN_ISR_CONFIG, str(p.get("min_isr", 1)))
+    for resource, configs in every.items():
+        if resource:
+            configs.pop(MIN_ISR_CONFIG, None)
+    every = {r: c for r, c in every.items() if c}
+    if every == state.broker_configs:
+        return state, ()
+    events = tuple(
+        BrokerConfigsChanged(r, dict(every.get(r, {})))
+        for r in sorted(set(every) | set(state.broker_configs))
+        if every.get(r, {}) != state.broker_configs.get(r, {})
+    )
+    return replace(state, broker_configs=every), events
+
+
+def _keep_elr_safe(state: MetadataState, p: dict[str, Any]) -> Applied:
+    """The ELR's one min.insync.replicas for a cluster that kept ELRs without it (one
+    formatted before it was written at the start)."""
+    new, events = _elr_safety(state, p)
+    if new is state:
+        return Applied(state, None)
+    return Applied(_bump(new), None, events)
 
 
 def _voter_change(state: MetadataState, p: dict[str, Any]) -> Applied:
@@ -206,7 +245,11 @@ def _update_features(state: MetadataState, p: dict[str, Any]) -> Applied:
             features.pop(name, None)
     if features == state.features:
         return Applied(state, features)
-    return Applied(_bump(state, features=features), features, (FeaturesChanged(dict(features)),))
+    new = _bump(state, features=features)
+    safety: tuple[MetadataEvent, ...] = ()
+    if new.elr_enabled and not state.elr_enabled:
+        new, safety = _elr_safety(new, p)
+    return Applied(new, features, (FeaturesChanged(dict(features)), *safety))
 
 
 def _unregister_broker(state: MetadataState, p: dict[str, Any]) -> Applied:
@@ -784,6 +827,7 @@ _HANDLERS = {
     REMOVE_DELEGATION_TOKENS: _remove_delegation_tokens,
     ALTER_BROKER_CONFIGS: _alter_broker_configs,
     UPDATE_FEATURES: _update_features,
+    KEEP_ELR_SAFE: _keep_elr_safe,
     UNREGISTER_BROKER: _unregister_broker,
     ALLOCATE_PRODUCER_IDS: _allocate_producer_ids,
     BROKER_HEARTBEAT: _broker_heartbeat,

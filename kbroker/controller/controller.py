@@ -638,6 +638,10 @@ class Controller:
             await asyncio.to_thread(raft.stop)
             self._unlock_directory()
             raise
+        if self._state.elr_enabled and cmd.MIN_ISR_CONFIG not in self._state.broker_configs.get(
+            "", {}
+        ):
+            self._watchers.append(asyncio.create_task(self._keep_elr_safe()))
         if cfg.broker_session_timeout_s is not None:
             self._watchers.append(
                 asyncio.create_task(self._watch_broker_sessions(cfg.broker_session_timeout_s))
@@ -755,12 +759,17 @@ class Controller:
                         "cluster_id": wanted or new_cluster_id(),
                         "features": {**NEW_CLUSTER_FEATURES, KRAFT_VERSION: 1},
                         "voters": [[i, d, a] for i, (d, a) in self._bootstrap_voters.items()],
+                        "min_isr": self.config.min_insync_replicas,
                     },
                 )
         if current is None:
             current = await self._propose(
                 cmd.INIT_CLUSTER,
-                {"cluster_id": wanted or new_cluster_id(), "features": dict(NEW_CLUSTER_FEATURES)},
+                {
+                    "cluster_id": wanted or new_cluster_id(),
+                    "features": dict(NEW_CLUSTER_FEATURES),
+                    "min_isr": self.config.min_insync_replicas,
+                },
             )
         if wanted is not None and current != wanted:
             raise ControllerStartError(
@@ -1346,7 +1355,20 @@ class Controller:
     async def update_features(self, levels: Mapping[str, int]) -> None:
         """Finalize feature levels (checked by the caller against kbroker.features)."""
         self._check_can_commit()
-        await self._propose(cmd.UPDATE_FEATURES, {"levels": dict(levels)})
+        await self._propose(
+            cmd.UPDATE_FEATURES,
+            {"levels": dict(levels), "min_isr": self.config.min_insync_replicas},
+        )
+
+    async def _keep_elr_safe(self) -> None:
+        """Write the ELR's cluster-level min.insync.replicas for a cluster that keeps ELRs
+        without one (formatted before it was written with the cluster's first record).
+        In the background: a node restarted alone starts without a quorum to commit to,
+        and the next start tries again."""
+        try:
+            await self._propose(cmd.KEEP_ELR_SAFE, {"min_isr": self.config.min_insync_replicas})
+        except ControllerError as exc:
+            log.info("cluster-level min.insync.replicas for the ELR not written yet: %s", exc)
 
     @across_elections
     async def unregister_broker(self, node_id: int) -> None:

@@ -91,9 +91,12 @@ class ElrCluster:
     # Once bootstrapped, the admin client asks any node of the metadata, frozen ones too
     # (their kernel still accepts the connection, nothing answers): give up on a silent
     # node well inside the call's timeout, and leave it alone long enough afterwards that
-    # the retry goes to a live node rather than to the other frozen one.
+    # the retry goes to a live node rather than to the other frozen one. A call that still
+    # finds no node to send to (a CI run saw one wait its whole 20 s for listNodes, right
+    # after the kill of node 1) ends within a few seconds, so the wait asks again.
     ADMIN_PATIENCE = {
         "request.timeout.ms": 3000,
+        "default.api.timeout.ms": 8000,
         "reconnect.backoff.ms": 10000,
         "reconnect.backoff.max.ms": 10000,
     }
@@ -237,7 +240,7 @@ def test_an_eligible_replica_leads_when_the_last_isr_member_dies(elr: ElrCluster
         cluster.kill(1)
         KafkaCluster.wait_until(
             lambda: (p := elr.partition())["leader"] is None and p["isr"] == [] and p,
-            30,
+            45,
             "the last ISR member to leave, the partition without a leader",
             seen=elr.partition,
         )

@@ -43,6 +43,7 @@ from kbroker.controller.events import (
     TopicConfigsChanged,
     TopicCreated,
     TopicDeleted,
+    broker_config_events,
 )
 from kbroker.controller.state import (
     BrokerInfo,
@@ -204,11 +205,7 @@ def _elr_safety(
     every = {r: c for r, c in every.items() if c}
     if every == state.broker_configs:
         return state, ()
-    events = tuple(
-        BrokerConfigsChanged(r, dict(every.get(r, {})))
-        for r in sorted(set(every) | set(state.broker_configs))
-        if every.get(r, {}) != state.broker_configs.get(r, {})
-    )
+    events = tuple(broker_config_events(state.broker_configs, every))
     return replace(state, broker_configs=every), events
 
 

@@ -109,6 +109,18 @@ MetadataEvent = (
 )
 
 
+def broker_config_events(
+    old: dict[str, dict[str, str]], new: dict[str, dict[str, str]]
+) -> list[BrokerConfigsChanged]:
+    """A BrokerConfigsChanged for each BROKER resource whose dynamic configs differ, by
+    resource name ("" the cluster default first)."""
+    return [
+        BrokerConfigsChanged(resource, dict(new.get(resource, {})))
+        for resource in sorted(set(old) | set(new))
+        if old.get(resource, {}) != new.get(resource, {})
+    ]
+
+
 def diff_events(old: MetadataState, new: MetadataState) -> list[MetadataEvent]:
     """Events that turn `old` into `new`; used when a whole snapshot replaces the state
     (a follower catching up from the leader's snapshot) instead of single commands."""
@@ -144,10 +156,7 @@ def diff_events(old: MetadataState, new: MetadataState) -> list[MetadataEvent]:
         configs = new.group_configs.get(group_id, {})
         if old.group_configs.get(group_id, {}) != configs:
             events.append(GroupConfigsChanged(group_id, dict(configs)))
-    for resource in set(old.broker_configs) | set(new.broker_configs):
-        configs = new.broker_configs.get(resource, {})
-        if old.broker_configs.get(resource, {}) != configs:
-            events.append(BrokerConfigsChanged(resource, dict(configs)))
+    events.extend(broker_config_events(old.broker_configs, new.broker_configs))
     if old.client_quotas != new.client_quotas:
         events.append(ClientQuotasChanged(bool(new.client_quotas)))
     return events
